@@ -1,0 +1,49 @@
+# Two commands on a fresh machine: `make demo` and `make test`. Each creates .venv itself.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP_BASE := $(VENV)/.installed-base
+STAMP_DEV := $(VENV)/.installed-dev
+STAMP_BENCH := $(VENV)/.installed-bench
+
+.PHONY: demo test lint typecheck pytest bench chaos clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+
+$(STAMP_BASE): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e .
+	touch $@
+
+$(STAMP_DEV): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+$(STAMP_BENCH): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[dev,bench]'
+	touch $@
+
+demo: $(STAMP_BASE)
+	$(BIN)/python examples/demo.py
+
+lint: $(STAMP_DEV)
+	$(BIN)/ruff check src tests benchmarks examples
+	$(BIN)/ruff format --check src tests benchmarks examples
+
+typecheck: $(STAMP_DEV)
+	$(BIN)/mypy
+
+pytest: $(STAMP_DEV)
+	$(BIN)/python -m pytest -q --cov --cov-report=term:skip-covered -p no:cacheprovider
+
+test: lint typecheck pytest
+
+bench: $(STAMP_BENCH)
+	$(BIN)/python -m benchmarks
+
+chaos: $(STAMP_DEV)
+	STARGRAPH_CHAOS_TRIALS=500 $(BIN)/python -m pytest -q tests/test_crash.py -p no:cacheprovider
+
+clean:
+	rm -rf $(VENV) .stargraph .pytest_cache .mypy_cache .ruff_cache
