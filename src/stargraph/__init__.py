@@ -1,0 +1,5 @@
+"""stargraph: compile LLM-agent workflows into content-hashed graphs and run them deterministically."""
+
+from __future__ import annotations
+
+__all__: list[str] = []

@@ -1,0 +1,264 @@
+"""The one exception tree of stargraph.
+
+Every error the library raises on purpose is a subclass of :class:`StargraphError`. The tree
+splits errors a user can fix before running (compile-time) from errors met while running
+(run-time); each class also subclasses the built-in it resembles, so ``except ValueError``
+keeps working for callers who do not know stargraph::
+
+    StargraphError
+    ├── CompileError (ValueError)            problems found before anything runs
+    │   ├── IRError                          malformed IR JSON, unknown kind, wrong ir_version
+    │   ├── UnreferenceableNodeError         a callable the IR cannot name (lambda, closure)
+    │   ├── UndeclaredOutputError            a subgraph/skill writes outside its declared outputs
+    │   ├── SkillValidationError             a Skill / SkillSpec / SKILL.md that is invalid
+    │   ├── ToolSpecError                    a tool manifest or ToolSpec that is invalid
+    │   ├── RegistryError                    a registry clash or a write to a frozen registry
+    │   └── RuleCompileError                 a rule pack that does not load
+    └── RunError (RuntimeError)              problems met while a run executes
+        ├── NodeError                        a node raised; the original is ``__cause__``
+        ├── InvalidWriteError                a node wrote something the state cannot take
+        ├── StepLimitExceeded                the run hit its step limit
+        ├── NodeTimeoutError (TimeoutError)  a node exceeded its timeout
+        ├── RuleRuntimeError                 a rule decision could not be taken
+        ├── CheckpointError                  stored runs: missing, finished, corrupt, mismatched
+        │   ├── RunNotFoundError (LookupError)
+        │   ├── RunNotResumableError
+        │   ├── GraphHashMismatch
+        │   ├── CodeHashMismatch
+        │   └── CorruptCheckpointError
+        ├── ToolError                        the tool dispatch pipeline refused or failed a call
+        │   ├── ToolArgumentError
+        │   ├── ToolNotAllowedError (PermissionError)
+        │   ├── LockTimeoutError (TimeoutError)
+        │   └── ToolTimeoutError (TimeoutError)
+        ├── LLMError                         the chat model failed after retries
+        └── ReplayError                      replay could not reproduce the recorded run
+            ├── ReplayMissError (LookupError)
+            └── ReplayDivergenceError
+
+Messages name every culprit (node, step, key, file, JSON pointer ...) and say how to fix
+the problem; ``tests/test_errors.py`` and the feature tests pin them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+__all__ = [
+    "CheckpointError",
+    "CodeHashMismatch",
+    "CompileError",
+    "CorruptCheckpointError",
+    "GraphHashMismatch",
+    "IRError",
+    "InvalidWriteError",
+    "LLMError",
+    "LockTimeoutError",
+    "NodeError",
+    "NodeTimeoutError",
+    "Problem",
+    "RegistryError",
+    "ReplayDivergenceError",
+    "ReplayError",
+    "ReplayMissError",
+    "RuleCompileError",
+    "RuleRuntimeError",
+    "RunError",
+    "RunNotFoundError",
+    "RunNotResumableError",
+    "SkillValidationError",
+    "StargraphError",
+    "StepLimitExceeded",
+    "ToolArgumentError",
+    "ToolError",
+    "ToolNotAllowedError",
+    "ToolSpecError",
+    "ToolTimeoutError",
+    "UndeclaredOutputError",
+    "UnreferenceableNodeError",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    """One problem found by a validator: where it is, what is wrong, and how to fix it.
+
+    ``pointer`` is a JSON pointer into the IR (``/nodes/2/ref``) or a file path with a
+    pointer (``skills/x.json#/states/a``) so the user can jump straight to the culprit.
+    """
+
+    pointer: str
+    message: str
+    hint: str = ""
+
+    def render(self) -> str:
+        """One line: ``<pointer>: <message> (fix: <hint>)``."""
+        text = f"{self.pointer}: {self.message}"
+        return f"{text} (fix: {self.hint})" if self.hint else text
+
+
+class StargraphError(Exception):
+    """Root of every error stargraph raises on purpose."""
+
+
+# --------------------------------------------------------------------------- compile time
+
+
+class CompileError(StargraphError, ValueError):
+    """Problems found before anything runs; carries *every* problem found, not just the first.
+
+    ``problems`` keeps the structured list so tools (the CLI, an editor) can show each one.
+    """
+
+    def __init__(self, problems: Iterable[Problem] | str, *, subject: str = "graph") -> None:
+        if isinstance(problems, str):
+            problems = [Problem("", problems)]
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        self.subject = subject
+        if len(self.problems) == 1:
+            message = f"{subject} is invalid: {self.problems[0].render()}"
+        else:
+            lines = "\n".join(f"  - {p.render()}" for p in self.problems)
+            message = f"{subject} has {len(self.problems)} problems:\n{lines}"
+        super().__init__(message)
+
+
+class IRError(CompileError):
+    """The IR document itself is malformed: bad JSON, unknown node ``kind``, wrong version."""
+
+
+class UnreferenceableNodeError(CompileError):
+    """A node callable has no importable ``module:qualname`` and no registry id."""
+
+
+class UndeclaredOutputError(CompileError):
+    """A subgraph or skill writes (statically) to a channel outside its declared outputs."""
+
+
+class SkillValidationError(CompileError):
+    """A ``Skill``, Choir SkillSpec or SKILL.md file failed validation."""
+
+
+class ToolSpecError(CompileError):
+    """A ``ToolSpec`` or tool manifest failed validation or could not be loaded."""
+
+
+class RegistryError(CompileError):
+    """A registry clash within one scope, or a write to a frozen registry."""
+
+
+class RuleCompileError(CompileError):
+    """A rule pack failed to load: syntax error, unknown template, bad ``goto`` target."""
+
+
+# --------------------------------------------------------------------------- run time
+
+
+class RunError(StargraphError, RuntimeError):
+    """A problem met while a run executes. ``run_id``, ``step`` and ``node`` locate it."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str | None = None,
+        step: int | None = None,
+        node: str | None = None,
+    ) -> None:
+        self.run_id = run_id
+        self.step = step
+        self.node = node
+        super().__init__(message)
+
+
+class NodeError(RunError):
+    """A node raised. The original exception is chained as ``__cause__``."""
+
+
+class InvalidWriteError(RunError):
+    """A node returned a non-mapping, an unknown key, a badly typed value, or two parallel
+    nodes wrote one reducer-less channel in the same step."""
+
+
+class StepLimitExceeded(RunError):
+    """The run took more supersteps than its ``max_steps`` allows."""
+
+
+class NodeTimeoutError(RunError, TimeoutError):
+    """A node ran longer than its ``timeout_s``."""
+
+
+class RuleRuntimeError(RunError):
+    """A rule could not be evaluated or asked for an impossible decision (``goto`` to a node
+    that is not a successor, a Python callback that raised)."""
+
+
+class CheckpointError(RunError):
+    """Stored runs: missing, already finished, corrupt, or recorded by a different graph."""
+
+
+class RunNotFoundError(CheckpointError, LookupError):
+    """No run with this id is in the store."""
+
+
+class RunNotResumableError(CheckpointError):
+    """The run exists but cannot be resumed (it finished, or it failed without a retry)."""
+
+
+class GraphHashMismatch(CheckpointError):
+    """The stored run was made by a graph with a different ``graph_hash``."""
+
+    def __init__(self, *, run_id: str, stored: str, current: str) -> None:
+        self.stored = stored
+        self.current = current
+        super().__init__(
+            f"run {run_id!r} was recorded by graph {stored} but this graph is {current}; "
+            "resume it with the graph that made it, or pass migration=... to "
+            "resume() to accept the new graph explicitly",
+            run_id=run_id,
+        )
+
+
+class CodeHashMismatch(CheckpointError):
+    """Node source code changed since the run was checkpointed (``code_hash`` differs)."""
+
+
+class CorruptCheckpointError(CheckpointError):
+    """A stored checkpoint row cannot be decoded."""
+
+
+class ToolError(RunError):
+    """The tool dispatch pipeline refused or failed a call."""
+
+
+class ToolArgumentError(ToolError):
+    """Tool arguments failed schema validation; nothing was locked or run."""
+
+
+class ToolNotAllowedError(ToolError, PermissionError):
+    """A tool call was refused by the allowlist or an ``authorize_action`` policy."""
+
+
+class LockTimeoutError(ToolError, TimeoutError):
+    """A tool's lockset could not be acquired within ``lock_timeout``."""
+
+
+class ToolTimeoutError(ToolError, TimeoutError):
+    """A tool ran longer than its ``timeout_s``; its locks were released."""
+
+
+class LLMError(RunError):
+    """The chat model failed after the retry policy gave up."""
+
+
+class ReplayError(RunError):
+    """Replay could not reproduce the recorded run."""
+
+
+class ReplayMissError(ReplayError, LookupError):
+    """No recorded stub exists for a call made during replay."""
+
+
+class ReplayDivergenceError(ReplayError):
+    """The request made during replay differs from the recorded one."""
