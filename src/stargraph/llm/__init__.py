@@ -1,0 +1,56 @@
+"""Chat models: the ``ChatModel`` protocol, its data, and the implementations that ship.
+
+* :class:`ChatModel` - the seam: ``complete(request)`` / ``await acomplete(request)``.
+* :class:`OpenAIChatModel` - any OpenAI-compatible endpoint, via the ``openai`` package
+  (imported lazily: ``import stargraph.llm`` stays cheap).
+* :class:`ScriptedChatModel` - an in-memory fake answering from a script.
+* :func:`normalize_tool_calls` - turns refusals, malformed arguments and unknown tools into
+  observations for the model instead of crashes.
+
+The over-HTTP fake (``ScriptedOpenAIServer``) and the conformance suite
+(``check_chat_model``) live in :mod:`stargraph.testing`.
+"""
+
+from __future__ import annotations
+
+from stargraph.llm._messages import (
+    ChatDelta,
+    ChatMessage,
+    ChatRequest,
+    ChatResponse,
+    Role,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+from stargraph.llm._openai import ChatStream, OpenAIChatModel, StreamAssembler
+from stargraph.llm._problems import (
+    NormalizedToolCalls,
+    ParsedToolCall,
+    ProblemKind,
+    ToolCallProblem,
+    normalize_tool_calls,
+)
+from stargraph.llm._protocol import ChatModel
+from stargraph.llm._scripted import ScriptedChatModel
+
+__all__ = [
+    "ChatDelta",
+    "ChatMessage",
+    "ChatModel",
+    "ChatRequest",
+    "ChatResponse",
+    "ChatStream",
+    "NormalizedToolCalls",
+    "OpenAIChatModel",
+    "ParsedToolCall",
+    "ProblemKind",
+    "Role",
+    "ScriptedChatModel",
+    "StreamAssembler",
+    "ToolCall",
+    "ToolCallDelta",
+    "ToolCallProblem",
+    "Usage",
+    "normalize_tool_calls",
+]

@@ -1,0 +1,277 @@
+"""Frozen chat data: what a ``ChatModel`` is asked and what it answers.
+
+The shapes follow the OpenAI chat-completions wire format closely (``role``, ``tool_calls``,
+``tool_call_id``) so that converting to and from the wire is a field-for-field copy, and so a
+recorded request can be replayed against any OpenAI-compatible endpoint. They are pydantic
+models with ``frozen=True``: runs are checkpointed and replayed, so a message must not change
+after it has been recorded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any, Literal
+
+import rfc8785
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "ChatDelta",
+    "ChatMessage",
+    "ChatRequest",
+    "ChatResponse",
+    "Role",
+    "ToolCall",
+    "ToolCallDelta",
+    "Usage",
+]
+
+Role = Literal["system", "user", "assistant", "tool"]
+"""Who speaks a :class:`ChatMessage`."""
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class ToolCall(BaseModel):
+    """One function call the model asked for, exactly as it sent it.
+
+    ``arguments`` stays the raw JSON *string* the model produced: models do send malformed
+    JSON, and the raw text is what must be recorded, replayed and shown back to the model.
+    :func:`stargraph.llm.normalize_tool_calls` parses it.
+    """
+
+    model_config = _FROZEN
+
+    id: str
+    """The call id; the tool's answer must carry it back as ``tool_call_id``."""
+    name: str
+    """The function name the model chose (not necessarily a tool that exists)."""
+    arguments: str = ""
+    """Raw JSON text of the arguments, unparsed."""
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI wire form: ``{"id", "type": "function", "function": {...}}``."""
+        return {
+            "id": self.id,
+            "type": "function",
+            "function": {"name": self.name, "arguments": self.arguments},
+        }
+
+
+class ChatMessage(BaseModel):
+    """One message of a conversation.
+
+    Build them with the role constructors, which read better than keyword soup::
+
+        >>> ChatMessage.user("2+2?").to_openai()
+        {'role': 'user', 'content': '2+2?'}
+        >>> ChatMessage.tool("call_0001", "4", name="calc").to_openai()
+        {'role': 'tool', 'content': '4', 'tool_call_id': 'call_0001', 'name': 'calc'}
+    """
+
+    model_config = _FROZEN
+
+    role: Role
+    """``system``, ``user``, ``assistant`` or ``tool``."""
+    content: str | None = None
+    """The text; ``None`` for an assistant message that only calls tools."""
+    tool_calls: tuple[ToolCall, ...] = ()
+    """Calls requested by an assistant message, in the model's order."""
+    tool_call_id: str | None = None
+    """For a ``tool`` message: the id of the call it answers."""
+    name: str | None = None
+    """Optional speaker or tool name."""
+
+    @classmethod
+    def system(cls, content: str) -> ChatMessage:
+        """A system prompt."""
+        return cls(role="system", content=content)
+
+    @classmethod
+    def user(cls, content: str) -> ChatMessage:
+        """A user turn."""
+        return cls(role="user", content=content)
+
+    @classmethod
+    def assistant(
+        cls, content: str | None = None, tool_calls: tuple[ToolCall, ...] | list[ToolCall] = ()
+    ) -> ChatMessage:
+        """An assistant turn: text, tool calls, or both."""
+        return cls(role="assistant", content=content, tool_calls=tuple(tool_calls))
+
+    @classmethod
+    def tool(cls, tool_call_id: str, content: str, *, name: str | None = None) -> ChatMessage:
+        """A tool result (or an observation about a bad call) answering ``tool_call_id``."""
+        return cls(role="tool", content=content, tool_call_id=tool_call_id, name=name)
+
+    def to_openai(self) -> dict[str, Any]:
+        """The OpenAI wire form, leaving out empty fields the API would reject or ignore."""
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [call.to_openai() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        return out
+
+
+class Usage(BaseModel):
+    """Token counts reported by the endpoint for one completion."""
+
+    model_config = _FROZEN
+
+    prompt_tokens: int = 0
+    """Tokens in the request."""
+    completion_tokens: int = 0
+    """Tokens in the reply."""
+    total_tokens: int = 0
+    """Their sum, as the endpoint reported it."""
+
+    def __add__(self, other: Usage) -> Usage:
+        """Usage adds up, so a run can total the usage of all its calls."""
+        return Usage(
+            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
+            completion_tokens=self.completion_tokens + other.completion_tokens,
+            total_tokens=self.total_tokens + other.total_tokens,
+        )
+
+
+class ChatRequest(BaseModel):
+    """Everything a chat model is asked, as data; :meth:`fingerprint` keys recordings.
+
+    ``model=None`` means "the chat model's own default model". ``tools`` are OpenAI tool
+    dicts (``{"type": "function", "function": {"name", "description", "parameters"}}``), as
+    produced by ``ToolSpec.llm_view()``. ``extra`` holds any other body field the endpoint
+    understands (``max_tokens``, ``seed``, ``response_format`` ...); it is sent as is.
+    """
+
+    model_config = _FROZEN
+
+    messages: tuple[ChatMessage, ...]
+    """The conversation so far."""
+    model: str | None = None
+    """Model name; ``None`` defers to the chat model's default."""
+    tools: tuple[dict[str, Any], ...] = ()
+    """Functions offered to the model, in the OpenAI tool format."""
+    tool_choice: str | dict[str, Any] | None = None
+    """``"auto"``, ``"none"``, ``"required"`` or a named-function dict; ``None`` omits it."""
+    temperature: float | None = None
+    """Sampling temperature; ``None`` leaves the endpoint's default."""
+    parallel_tool_calls: bool | None = None
+    """Whether the model may call several tools in one reply; ``None`` omits it."""
+    extra: dict[str, Any] = Field(default_factory=dict)
+    """Further body fields, passed through unchanged."""
+
+    def fingerprint(self) -> str:
+        """``"sha256:<hex>"`` of the RFC 8785 canonical JSON of this request.
+
+        Fields left at their defaults are dropped first, so adding an optional field to this
+        class later does not change the fingerprints of recorded requests; dict key order
+        never matters (JCS sorts keys).
+        """
+        canonical: bytes = rfc8785.dumps(self.model_dump(mode="json", exclude_defaults=True))
+        return "sha256:" + hashlib.sha256(canonical).hexdigest()
+
+    def to_openai(self, default_model: str) -> dict[str, Any]:
+        """The request body for ``POST /chat/completions`` (without ``stream``)."""
+        body: dict[str, Any] = {
+            "model": self.model or default_model,
+            "messages": [message.to_openai() for message in self.messages],
+        }
+        if self.tools:
+            body["tools"] = list(self.tools)
+        if self.tool_choice is not None:
+            body["tool_choice"] = self.tool_choice
+        if self.temperature is not None:
+            body["temperature"] = self.temperature
+        if self.parallel_tool_calls is not None:
+            body["parallel_tool_calls"] = self.parallel_tool_calls
+        body.update(self.extra)
+        return body
+
+
+class ChatResponse(BaseModel):
+    """One completion: the assistant message plus why it stopped and what it cost."""
+
+    model_config = _FROZEN
+
+    message: ChatMessage
+    """The assistant message; append it to the conversation as is (tool calls included)."""
+    finish_reason: str | None = None
+    """``stop``, ``tool_calls``, ``length``, ``content_filter`` ... as the endpoint said."""
+    usage: Usage = Usage()
+    """Token counts; zeros when the endpoint reported none."""
+    model: str = ""
+    """The model that answered, as reported by the endpoint."""
+    id: str = ""
+    """The completion id (``chatcmpl-...``)."""
+    refusal: str | None = None
+    """The model's refusal text, if it refused instead of answering."""
+
+    @property
+    def tool_calls(self) -> tuple[ToolCall, ...]:
+        """Shortcut for ``message.tool_calls``."""
+        return self.message.tool_calls
+
+    @classmethod
+    def from_openai(cls, completion: Mapping[str, Any]) -> ChatResponse:
+        """Build from a chat-completion JSON object (the first choice)."""
+        choices = completion.get("choices") or [{}]
+        choice = choices[0]
+        wire = choice.get("message") or {}
+        calls = tuple(
+            ToolCall(
+                id=call.get("id") or "",
+                name=(call.get("function") or {}).get("name") or "",
+                arguments=(call.get("function") or {}).get("arguments") or "",
+            )
+            for call in wire.get("tool_calls") or ()
+        )
+        raw_usage = completion.get("usage") or {}
+        return cls(
+            message=ChatMessage(role="assistant", content=wire.get("content"), tool_calls=calls),
+            finish_reason=choice.get("finish_reason"),
+            usage=Usage(
+                prompt_tokens=raw_usage.get("prompt_tokens") or 0,
+                completion_tokens=raw_usage.get("completion_tokens") or 0,
+                total_tokens=raw_usage.get("total_tokens") or 0,
+            ),
+            model=completion.get("model") or "",
+            id=completion.get("id") or "",
+            refusal=wire.get("refusal"),
+        )
+
+
+class ToolCallDelta(BaseModel):
+    """A fragment of one tool call in a stream; fragments with one ``index`` concatenate."""
+
+    model_config = _FROZEN
+
+    index: int
+    """Position of the call in the final message."""
+    id: str | None = None
+    """Sent once, in the call's first fragment."""
+    name: str | None = None
+    """Sent once, in the call's first fragment."""
+    arguments: str = ""
+    """The next piece of the raw JSON arguments."""
+
+
+class ChatDelta(BaseModel):
+    """One streamed chunk: text, refusal or tool-call fragments, and at the end the reason
+    the model stopped and (if asked for) the usage."""
+
+    model_config = _FROZEN
+
+    content: str = ""
+    """The next piece of text."""
+    refusal: str = ""
+    """The next piece of a refusal."""
+    tool_calls: tuple[ToolCallDelta, ...] = ()
+    """Tool-call fragments in this chunk."""
+    finish_reason: str | None = None
+    """Set on the chunk that ends the choice."""
+    usage: Usage | None = None
+    """Set on the final usage chunk."""

@@ -1,0 +1,430 @@
+"""``OpenAIChatModel``: the one real :class:`ChatModel`, over the ``openai`` package.
+
+It speaks to any OpenAI-compatible endpoint (OpenAI, vLLM, llama.cpp, Ollama, the scripted
+test server). Two choices shape it:
+
+* ``openai`` is imported lazily, inside the methods that need it: importing it costs more
+  than the whole ``import stargraph`` budget, and replay never calls a model at all.
+* The client's own retries are switched off (``max_retries=0``) and this class retries
+  instead, so every attempt is counted, the backoff sleep is injectable (tests stay fast and
+  deterministic: no jitter), and the final :class:`~stargraph.errors.LLMError` can say how
+  many attempts were made.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, NoReturn, Self
+
+from stargraph.errors import LLMError
+from stargraph.llm._messages import (
+    ChatDelta,
+    ChatMessage,
+    ChatRequest,
+    ChatResponse,
+    ToolCall,
+    ToolCallDelta,
+    Usage,
+)
+
+if TYPE_CHECKING:
+    import openai
+    from openai import Stream
+    from openai.types.chat import ChatCompletionChunk
+
+__all__ = ["ChatStream", "OpenAIChatModel", "StreamAssembler", "delta_from_chunk"]
+
+DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
+# Local endpoints (vLLM, llama.cpp, the scripted server) ignore the key, but the openai
+# client refuses to start without one.
+_PLACEHOLDER_KEY: Final = "sk-no-key-needed"
+# 408 request timeout, 409 conflict (lock contention), 429 rate limit: the same set the
+# openai client itself treats as transient, plus every 5xx below.
+_TRANSIENT_STATUSES: Final = frozenset({408, 409, 429})
+
+
+class _Failure:
+    """One failed attempt, classified."""
+
+    def __init__(self, exc: Exception, timeout: float) -> None:
+        import openai
+
+        self.exc = exc
+        self.status: int | None = None
+        self.retry_after: float | None = None
+        if isinstance(exc, openai.APITimeoutError):
+            self.transient = True
+            self.detail = f"timed out after {timeout:g}s"
+        elif isinstance(exc, openai.APIConnectionError):
+            self.transient = True
+            self.detail = f"connection error ({exc.__cause__ or exc})"
+        elif isinstance(exc, openai.APIStatusError):
+            self.status = exc.status_code
+            self.transient = exc.status_code in _TRANSIENT_STATUSES or exc.status_code >= 500
+            self.detail = f"HTTP {exc.status_code}: {_error_text(exc)}"
+            self.retry_after = _retry_after(exc.response.headers.get("retry-after"))
+        else:
+            self.transient = False
+            self.detail = f"{type(exc).__name__}: {exc}"
+
+
+class OpenAIChatModel:
+    """A :class:`~stargraph.llm.ChatModel` over any OpenAI-compatible endpoint.
+
+    ``base_url`` and ``api_key`` default to ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``
+    (read when the model is built), then to OpenAI's own URL. A custom endpoint needs no key.
+    Transient failures (HTTP 408/409/429/5xx, timeouts, connection errors) are retried up to
+    ``max_retries`` times, sleeping ``backoff * 2**n`` seconds (capped at ``max_backoff``,
+    raised to a server's ``Retry-After``) between attempts. When it gives up, or at once on
+    any other failure, it raises :class:`~stargraph.errors.LLMError` naming the model, the
+    URL, the status and the number of attempts; the openai exception is ``__cause__``.
+
+    Close it (or use it as a context manager) to release the HTTP connection pool.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 3,
+        backoff: float = 0.5,
+        max_backoff: float = 30.0,
+        sleep: Callable[[float], None] = time.sleep,
+        asleep: Callable[[float], Awaitable[None]] | None = None,
+        default_headers: dict[str, str] | None = None,
+    ) -> None:
+        self.model = model
+        """Model used when a request does not name one."""
+        self.base_url = (base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL).rstrip(
+            "/"
+        )
+        """The endpoint, ending in ``/v1`` for most servers."""
+        self._api_key = api_key or os.environ.get("OPENAI_API_KEY")
+        self.timeout = timeout
+        """Seconds allowed per attempt."""
+        self.max_retries = max_retries
+        """Retries after the first attempt; ``max_retries + 1`` attempts in all."""
+        self.backoff = backoff
+        """First backoff sleep in seconds; it doubles after each failed attempt."""
+        self.max_backoff = max_backoff
+        """Upper bound of any one sleep, ``Retry-After`` included."""
+        self._sleep = sleep
+        # asyncio is imported only when needed, for the import-time budget.
+        self._asleep = asleep
+        self._default_headers = default_headers
+        self._client: openai.OpenAI | None = None
+        self._client_lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"OpenAIChatModel(model={self.model!r}, base_url={self.base_url!r})"
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Close the HTTP client, if one was opened."""
+        with self._client_lock:
+            client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ calls
+
+    def complete(self, request: ChatRequest) -> ChatResponse:
+        """Send ``request`` and return the first choice, retrying transient failures."""
+        client = self._sync_client()
+        kwargs = self._create_kwargs(request)
+        failures: list[_Failure] = []
+        while True:
+            try:
+                completion = client.chat.completions.create(**kwargs)
+            except Exception as exc:
+                if not _is_openai_error(exc):
+                    raise
+                self._sleep(self._after_failure(failures, _Failure(exc, self.timeout)))
+                continue
+            return ChatResponse.from_openai(completion.model_dump(mode="json"))
+
+    async def acomplete(self, request: ChatRequest) -> ChatResponse:
+        """Like :meth:`complete`, without blocking the event loop.
+
+        An async client is opened per call: an httpx async pool is bound to the event loop
+        that created it, and callers (tests, ``asyncio.run`` per invocation) switch loops.
+        """
+        import asyncio
+
+        import openai
+
+        kwargs = self._create_kwargs(request)
+        failures: list[_Failure] = []
+        async with openai.AsyncOpenAI(**self._client_options()) as client:
+            while True:
+                try:
+                    completion = await client.chat.completions.create(**kwargs)
+                except openai.OpenAIError as exc:
+                    delay = self._after_failure(failures, _Failure(exc, self.timeout))
+                    await (self._asleep or asyncio.sleep)(delay)
+                    continue
+                return ChatResponse.from_openai(completion.model_dump(mode="json"))
+
+    def stream(self, request: ChatRequest, *, include_usage: bool = True) -> ChatStream:
+        """Stream the reply as :class:`ChatDelta` s; the assembled response follows.
+
+        Opening the stream is retried like :meth:`complete`; a failure after the first
+        chunk is not (half an answer cannot be un-shown), it raises ``LLMError``::
+
+            with model.stream(request) as stream:
+                for delta in stream:
+                    print(delta.content, end="")
+            response = stream.response
+        """
+        client = self._sync_client()
+        kwargs = self._create_kwargs(request)
+        kwargs["stream"] = True
+        if include_usage:
+            kwargs["stream_options"] = {"include_usage": True}
+        failures: list[_Failure] = []
+        while True:
+            try:
+                chunks = client.chat.completions.create(**kwargs)
+            except Exception as exc:
+                if not _is_openai_error(exc):
+                    raise
+                self._sleep(self._after_failure(failures, _Failure(exc, self.timeout)))
+                continue
+
+            def on_error(exc: Exception) -> NoReturn:
+                self._give_up([_Failure(exc, self.timeout)])
+
+            return ChatStream(chunks, on_error=on_error)
+
+    # ------------------------------------------------------------------ internals
+
+    def _client_options(self) -> dict[str, Any]:
+        api_key = self._api_key
+        if not api_key:
+            if self.base_url == DEFAULT_BASE_URL:
+                raise LLMError(
+                    f"chat model {self.model!r} at {self.base_url} has no API key: set "
+                    "OPENAI_API_KEY or pass api_key=..., or set OPENAI_BASE_URL / base_url=... "
+                    "to an endpoint that needs none"
+                )
+            api_key = _PLACEHOLDER_KEY
+        return {
+            "api_key": api_key,
+            "base_url": self.base_url,
+            "timeout": self.timeout,
+            "max_retries": 0,
+            "default_headers": self._default_headers,
+        }
+
+    def _sync_client(self) -> openai.OpenAI:
+        # Built on first use, not in __init__: replay builds models it never calls, and a
+        # missing key should only matter to a run that really talks to the endpoint.
+        with self._client_lock:
+            if self._client is None:
+                import openai
+
+                self._client = openai.OpenAI(**self._client_options())
+            return self._client
+
+    def _create_kwargs(self, request: ChatRequest) -> dict[str, Any]:
+        body = request.to_openai(self.model)
+        # model and messages go as named arguments; everything else through extra_body so
+        # that fields this openai version has no keyword for still reach the endpoint.
+        model = body.pop("model")
+        messages = body.pop("messages")
+        return {"model": model, "messages": messages, "extra_body": body}
+
+    def _after_failure(self, failures: list[_Failure], failure: _Failure) -> float:
+        """Record ``failure``; return the sleep before the next attempt, or raise."""
+        failures.append(failure)
+        if not failure.transient or len(failures) > self.max_retries:
+            self._give_up(failures)
+        delay = min(self.backoff * 2.0 ** (len(failures) - 1), self.max_backoff)
+        if failure.retry_after is not None:
+            delay = min(max(delay, failure.retry_after), self.max_backoff)
+        return delay
+
+    def _give_up(self, failures: list[_Failure]) -> NoReturn:
+        last = failures[-1]
+        attempts = len(failures)
+        plural = "attempt" if attempts == 1 else "attempts"
+        if last.transient:
+            advice = (
+                "transient errors (429, 5xx, timeouts, connection errors) are retried with "
+                "backoff; check that the endpoint is up, or raise max_retries / timeout"
+            )
+        else:
+            advice = "this error is not retried; check the model name, API key and request"
+        raise LLMError(
+            f"chat model {self.model!r} at {self.base_url} failed after {attempts} {plural}: "
+            f"{last.detail}; {advice}"
+        ) from last.exc
+
+
+class StreamAssembler:
+    """Folds :class:`ChatDelta` s into the :class:`ChatResponse` a non-streaming call returns."""
+
+    def __init__(self) -> None:
+        self._content: list[str] = []
+        self._refusal: list[str] = []
+        self._calls: dict[int, dict[str, Any]] = {}
+        self._finish_reason: str | None = None
+        self._usage = Usage()
+
+    def add(self, delta: ChatDelta) -> None:
+        """Take one delta into account."""
+        self._content.append(delta.content)
+        self._refusal.append(delta.refusal)
+        for fragment in delta.tool_calls:
+            call = self._calls.setdefault(fragment.index, {"id": "", "name": "", "args": []})
+            call["id"] = fragment.id or call["id"]
+            call["name"] = fragment.name or call["name"]
+            call["args"].append(fragment.arguments)
+        if delta.finish_reason is not None:
+            self._finish_reason = delta.finish_reason
+        if delta.usage is not None:
+            self._usage = delta.usage
+
+    def response(self, *, model: str = "", id: str = "") -> ChatResponse:
+        """The response assembled so far."""
+        content = "".join(self._content)
+        refusal = "".join(self._refusal)
+        calls = tuple(
+            ToolCall(id=call["id"], name=call["name"], arguments="".join(call["args"]))
+            for _, call in sorted(self._calls.items())
+        )
+        # Non-streaming replies carry content=None when the model only called tools; keep
+        # the two paths equal.
+        message = ChatMessage.assistant(content or None, calls)
+        return ChatResponse(
+            message=message,
+            finish_reason=self._finish_reason,
+            usage=self._usage,
+            model=model,
+            id=id,
+            refusal=refusal or None,
+        )
+
+
+class ChatStream:
+    """An open streamed completion: iterate it for deltas, then read :attr:`response`."""
+
+    def __init__(
+        self, chunks: Stream[ChatCompletionChunk], on_error: Callable[[Exception], NoReturn]
+    ) -> None:
+        self._chunks = chunks
+        self._on_error = on_error
+        self._assembler = StreamAssembler()
+        self._model = ""
+        self._id = ""
+        self._done = False
+
+    def __iter__(self) -> Iterator[ChatDelta]:
+        try:
+            for chunk in self._chunks:
+                raw = chunk.model_dump(mode="json")
+                self._model = raw.get("model") or self._model
+                self._id = raw.get("id") or self._id
+                delta = delta_from_chunk(raw)
+                self._assembler.add(delta)
+                yield delta
+        except Exception as exc:
+            if not _is_openai_error(exc):
+                raise
+            self._on_error(exc)
+        finally:
+            self.close()
+        self._done = True
+
+    @property
+    def response(self) -> ChatResponse:
+        """The assembled response; reading it first drains whatever is left of the stream."""
+        if not self._done:
+            for _ in self:
+                pass
+        return self._assembler.response(model=self._model, id=self._id)
+
+    def close(self) -> None:
+        """Close the HTTP response early (idempotent)."""
+        self._chunks.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def delta_from_chunk(chunk: dict[str, Any]) -> ChatDelta:
+    """Convert one ``chat.completion.chunk`` JSON object into a :class:`ChatDelta`."""
+    usage = chunk.get("usage")
+    choices = chunk.get("choices") or [{}]
+    choice = choices[0]
+    wire = choice.get("delta") or {}
+    fragments = tuple(
+        ToolCallDelta(
+            index=fragment.get("index", 0),
+            id=fragment.get("id"),
+            name=(fragment.get("function") or {}).get("name"),
+            arguments=(fragment.get("function") or {}).get("arguments") or "",
+        )
+        for fragment in wire.get("tool_calls") or ()
+    )
+    return ChatDelta(
+        content=wire.get("content") or "",
+        refusal=wire.get("refusal") or "",
+        tool_calls=fragments,
+        finish_reason=choice.get("finish_reason"),
+        usage=Usage.model_validate(usage) if usage else None,
+    )
+
+
+def _is_openai_error(exc: BaseException) -> bool:
+    # openai is already imported whenever a call could have raised one of its errors.
+    import openai
+
+    return isinstance(exc, openai.OpenAIError)
+
+
+def _error_text(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
+            return str(inner["message"])
+    return exc.message
+
+
+def _retry_after(value: str | None) -> float | None:
+    # Only the delta-seconds form; an HTTP-date would need the clock, which we keep out of
+    # the retry decision so it stays deterministic.
+    if value is None:
+        return None
+    try:
+        return max(float(value), 0.0)
+    except ValueError:
+        return None

@@ -1,0 +1,26 @@
+"""Test support that ships: a scripted OpenAI-compatible server and conformance suites.
+
+* :class:`ScriptedOpenAIServer` - an HTTP server on 127.0.0.1 answering
+  ``/v1/chat/completions`` (plain and SSE streaming) from a script of :class:`Reply` s, with
+  deterministic ids, injected errors and delays, and every request recorded.
+* :func:`check_chat_model` - the conformance suite for ``ChatModel`` implementations.
+* ``stargraph.testing.pytest_plugin`` - the ``scripted_openai`` fixture (kept in its own
+  module so importing :mod:`stargraph.testing` does not import pytest).
+"""
+
+from __future__ import annotations
+
+from stargraph.testing._replies import RecordedRequest, Reply, ScriptedToolCall
+from stargraph.testing._server import FIXED_CREATED, ScriptedOpenAIServer
+from stargraph.testing.conformance import CONFORMANCE_SCRIPT, ChatModelHarness, check_chat_model
+
+__all__ = [
+    "CONFORMANCE_SCRIPT",
+    "ChatModelHarness",
+    "FIXED_CREATED",
+    "RecordedRequest",
+    "Reply",
+    "ScriptedOpenAIServer",
+    "ScriptedToolCall",
+    "check_chat_model",
+]

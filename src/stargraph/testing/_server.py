@@ -1,0 +1,394 @@
+"""``ScriptedOpenAIServer``: an OpenAI-compatible HTTP server on 127.0.0.1 that answers from a
+script, so tests and demos drive the real ``openai`` client over real HTTP.
+
+Standard library only (``http.server``): it must run anywhere the tests run. Each request is
+served on its own thread with HTTP/1.0 semantics (one request per connection): closing the
+server then never waits on an idle keep-alive connection, and SSE streams end by closing the
+connection, as the ``openai`` client expects from a plain HTTP/1.0 peer.
+
+Everything the client could compare is deterministic: completion ids ``chatcmpl-0001``...,
+call ids ``call_0001``... (numbered per server), a fixed ``created`` timestamp and a word-count
+``usage``. Two servers given the same script answer byte for byte the same.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import TracebackType
+from typing import Any, Final, Self
+
+from stargraph.llm import Usage
+from stargraph.testing._replies import RecordedRequest, Reply
+
+__all__ = ["FIXED_CREATED", "ScriptedOpenAIServer"]
+
+FIXED_CREATED: Final = 1_700_000_000
+"""The ``created`` timestamp of every response (a fixed instant, for byte-equal replies)."""
+
+Script = Sequence[Reply] | Callable[[RecordedRequest], Reply]
+"""A list of replies, answered in order, or a function of each chat-completions request."""
+
+# Streamed argument text is cut into pieces this long, like a model emitting tokens.
+_ARGUMENT_PIECE: Final = 8
+_ERROR_TYPES: Final = {429: "rate_limit_error", 401: "authentication_error"}
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    # Handler threads are joined on close (not daemons) so no thread outlives the server;
+    # delayed replies wait on the server's stop event, so the join is quick.
+    daemon_threads = False
+    block_on_close = True
+    scripted: ScriptedOpenAIServer
+
+
+class ScriptedOpenAIServer:
+    """An OpenAI-compatible server answering ``POST /v1/chat/completions`` from a script.
+
+    Use it as a context manager; :attr:`base_url` (``http://127.0.0.1:<port>/v1``) goes to
+    the client. It also serves ``GET /v1/models``. Every request is kept in
+    :attr:`requests`::
+
+        with ScriptedOpenAIServer([Reply.error(429), Reply.text("hi")]) as server:
+            model = OpenAIChatModel("m", base_url=server.base_url, backoff=0)
+            model.complete(request)          # retried once, answers "hi"
+            assert len(server.requests) == 2
+
+    Streaming (``"stream": true``) sends SSE chunks: a role chunk, text in word pieces,
+    tool-call fragments (id and name first, then the arguments in pieces), a finish chunk,
+    a usage chunk when ``stream_options.include_usage`` is set, then ``data: [DONE]``.
+    A request past the end of a list script gets HTTP 400 naming the problem (400 so that
+    clients do not retry it).
+    """
+
+    def __init__(
+        self,
+        script: Script = (),
+        *,
+        models: Sequence[str] = ("scripted-model",),
+        created: int = FIXED_CREATED,
+    ) -> None:
+        self.requests: list[RecordedRequest] = []
+        """Every request received, in arrival order (chat completions and others)."""
+        self.models = tuple(models)
+        """Model ids listed by ``GET /v1/models``."""
+        self.created = created
+        """The ``created`` timestamp sent in every completion."""
+        self._function: Callable[[RecordedRequest], Reply] | None = None
+        self._replies: list[Reply] = []
+        self.set_script(script)
+        self._chat_count = 0
+        self._completion_count = 0
+        self._call_count = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # ------------------------------------------------------------------ script
+
+    def set_script(self, script: Script) -> None:
+        """Replace the script (replies already consumed stay consumed)."""
+        if callable(script):
+            self._function, self._replies = script, []
+        else:
+            self._function, self._replies = None, list(script)
+
+    def enqueue(self, *replies: Reply) -> None:
+        """Append replies to a list script."""
+        self._replies.extend(replies)
+
+    @property
+    def chat_requests(self) -> list[RecordedRequest]:
+        """The chat-completions requests only."""
+        return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>/v1``; only valid while the server runs."""
+        if self._httpd is None:
+            raise RuntimeError("ScriptedOpenAIServer is not started; use it in a with block")
+        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+
+    def start(self) -> Self:
+        """Bind an ephemeral port on 127.0.0.1 and serve in a background thread."""
+        if self._httpd is not None:
+            return self
+        self._stop.clear()
+        httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
+        httpd.scripted = self
+        self._httpd = httpd
+        self._thread = threading.Thread(
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="scripted-openai-server",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        """Stop serving, wake delayed replies, close the socket and join every thread."""
+        httpd, thread = self._httpd, self._thread
+        if httpd is None:
+            return
+        self._stop.set()
+        httpd.shutdown()
+        httpd.server_close()
+        if thread is not None:
+            thread.join()
+        self._httpd = self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ------------------------------------------------------------------ answering
+
+    def _next_reply(self, request: RecordedRequest) -> Reply:
+        with self._lock:
+            self._chat_count += 1
+            number = self._chat_count
+            function = self._function
+            if function is None:
+                if number > len(self._replies):
+                    return Reply.error(
+                        400,
+                        f"ScriptedOpenAIServer has no reply for chat request #{number}: "
+                        f"its script holds {len(self._replies)} replies; enqueue more",
+                    )
+                return self._replies[number - 1]
+        try:
+            return function(request)
+        except Exception as exc:
+            return Reply.error(400, f"ScriptedOpenAIServer script function raised {exc!r}")
+
+    def _numbered(self, reply: Reply) -> tuple[str, list[str]]:
+        """Allocate the completion id and the ids of calls without one, under the lock."""
+        with self._lock:
+            self._completion_count += 1
+            completion_id = f"chatcmpl-{self._completion_count:04d}"
+            call_ids: list[str] = []
+            for call in reply.calls:
+                if call.id is None:
+                    self._call_count += 1
+                    call_ids.append(f"call_{self._call_count:04d}")
+                else:
+                    call_ids.append(call.id)
+        return completion_id, call_ids
+
+    def completion(self, reply: Reply, body: dict[str, Any]) -> dict[str, Any]:
+        """The ``chat.completion`` object answering ``body`` with ``reply``."""
+        completion_id, call_ids = self._numbered(reply)
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": reply.content,
+            "refusal": reply.refusal_text,
+        }
+        if reply.calls:
+            message["tool_calls"] = [
+                {
+                    "id": call_id,
+                    "type": "function",
+                    "function": {"name": call.name, "arguments": call.arguments},
+                }
+                for call_id, call in zip(call_ids, reply.calls, strict=True)
+            ]
+        return {
+            "id": completion_id,
+            "object": "chat.completion",
+            "created": self.created,
+            "model": reply.model or body.get("model") or "",
+            "choices": [
+                {
+                    "index": 0,
+                    "message": message,
+                    "logprobs": None,
+                    "finish_reason": _finish_reason(reply),
+                }
+            ],
+            "usage": _usage(reply, body).model_dump(),
+        }
+
+    def chunks(self, reply: Reply, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """The ``chat.completion.chunk`` objects streaming ``reply``."""
+        completion_id, call_ids = self._numbered(reply)
+        options = body.get("stream_options") or {}
+        include_usage = bool(options.get("include_usage"))
+        head: dict[str, Any] = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": reply.model or body.get("model") or "",
+        }
+        if include_usage:
+            # OpenAI sends "usage": null on every chunk but the last when usage is asked for.
+            head["usage"] = None
+
+        def chunk(delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+            choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            return {**head, "choices": [choice]}
+
+        yield chunk({"role": "assistant", "content": "" if reply.content is not None else None})
+        for piece in _pieces(reply.content):
+            yield chunk({"content": piece})
+        for piece in _pieces(reply.refusal_text):
+            yield chunk({"refusal": piece})
+        for index, (call_id, call) in enumerate(zip(call_ids, reply.calls, strict=True)):
+            first = {"index": index, "id": call_id, "type": "function"}
+            yield chunk(
+                {"tool_calls": [{**first, "function": {"name": call.name, "arguments": ""}}]}
+            )
+            for start in range(0, len(call.arguments), _ARGUMENT_PIECE):
+                piece = call.arguments[start : start + _ARGUMENT_PIECE]
+                yield chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+        yield chunk({}, _finish_reason(reply))
+        if include_usage:
+            yield {**head, "choices": [], "usage": _usage(reply, body).model_dump()}
+
+    def models_list(self) -> dict[str, Any]:
+        """The ``GET /v1/models`` answer."""
+        return {
+            "object": "list",
+            "data": [
+                {"id": model, "object": "model", "created": self.created, "owned_by": "stargraph"}
+                for model in self.models
+            ],
+        }
+
+    def _wait(self, seconds: float) -> None:
+        # An Event, not time.sleep: close() wakes every delayed reply at once.
+        self._stop.wait(seconds)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _HTTPServer
+    # Bounds a handler thread whose client connected but never sent a request.
+    timeout = 10
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: tests read ``.requests``, not stderr."""
+
+    def do_GET(self) -> None:
+        """``GET /v1/models``."""
+        scripted = self.server.scripted
+        scripted.requests.append(self._record(None))
+        if self.path.rstrip("/").endswith("/models"):
+            self._send_json(200, scripted.models_list())
+        else:
+            self._send_error(404, f"no route for GET {self.path}")
+
+    def do_POST(self) -> None:
+        """``POST /v1/chat/completions``."""
+        scripted = self.server.scripted
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = None
+        record = self._record(body if isinstance(body, dict) else None)
+        scripted.requests.append(record)
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._send_error(404, f"no route for POST {self.path}")
+            return
+        if not isinstance(body, dict):
+            self._send_error(400, "request body is not a JSON object")
+            return
+        reply = scripted._next_reply(record)
+        if reply.delay:
+            scripted._wait(reply.delay)
+        if reply.status != 200:
+            self._send_error(reply.status, reply.error_message, reply.headers)
+        elif body.get("stream"):
+            self._send_stream(scripted.chunks(reply, body), reply.headers)
+        else:
+            self._send_json(200, scripted.completion(reply, body), reply.headers)
+
+    # ------------------------------------------------------------------ helpers
+
+    def _record(self, body: dict[str, Any] | None) -> RecordedRequest:
+        headers = {name.lower(): value for name, value in self.headers.items()}
+        return RecordedRequest(method=self.command, path=self.path, headers=headers, body=body)
+
+    def _send_json(
+        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client gave up (a scripted delay made it time out); nobody is listening.
+            pass
+
+    def _send_error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        kind = _ERROR_TYPES.get(
+            status, "server_error" if status >= 500 else "invalid_request_error"
+        )
+        error = {"message": message, "type": kind, "param": None, "code": None}
+        self._send_json(status, {"error": error}, headers)
+
+    def _send_stream(self, chunks: Iterator[dict[str, Any]], headers: dict[str, str]) -> None:
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-cache")
+            for name, value in headers.items():
+                self.send_header(name, value)
+            self.end_headers()
+            for chunk in chunks:
+                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+            self.wfile.write(b"data: [DONE]\n\n")
+            self.wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+def _finish_reason(reply: Reply) -> str:
+    if reply.finish_reason is not None:
+        return reply.finish_reason
+    return "tool_calls" if reply.calls else "stop"
+
+
+def _words(text: str | None) -> int:
+    return len(text.split()) if text else 0
+
+
+def _usage(reply: Reply, body: dict[str, Any]) -> Usage:
+    """The reply's usage, or a deterministic stand-in: words in, words (and args) out."""
+    if reply.usage is not None:
+        return reply.usage
+    prompt = 0
+    for message in body.get("messages") or ():
+        content = message.get("content") if isinstance(message, dict) else None
+        prompt += _words(content) if isinstance(content, str) else 0
+    completion = _words(reply.content) + _words(reply.refusal_text)
+    completion += sum(_words(call.arguments) + 1 for call in reply.calls)
+    return Usage(
+        prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
+    )
+
+
+def _pieces(text: str | None) -> list[str]:
+    # Word pieces keep their leading whitespace, so the pieces join back to the text exactly.
+    if not text:
+        return []
+    return re.findall(r"\s*\S+|\s+$", text)

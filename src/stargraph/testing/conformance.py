@@ -1,0 +1,125 @@
+"""The conformance suite every :class:`~stargraph.llm.ChatModel` implementation passes.
+
+Call :func:`check_chat_model` from a test with a *harness*: a function that takes a list of
+:class:`~stargraph.llm.ChatResponse` and returns a context manager yielding a model that will
+answer the next requests with exactly those responses (for a real client: a scripted server
+behind it). The suite sends its requests in order and raises ``AssertionError`` naming the
+first property that does not hold::
+
+    def test_my_model_conforms() -> None:
+        check_chat_model(lambda script: contextlib.nullcontext(ScriptedChatModel(script)))
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from typing import Final
+
+from stargraph.llm import (
+    ChatMessage,
+    ChatModel,
+    ChatRequest,
+    ChatResponse,
+    ToolCall,
+    Usage,
+)
+
+__all__ = ["CONFORMANCE_SCRIPT", "ChatModelHarness", "check_chat_model"]
+
+ChatModelHarness = Callable[[Sequence[ChatResponse]], AbstractContextManager[ChatModel]]
+"""Builds a model scripted to answer with the given responses, in order."""
+
+_TOOL = {
+    "type": "function",
+    "function": {
+        "name": "calc",
+        "description": "Evaluate an arithmetic expression.",
+        "parameters": {
+            "type": "object",
+            "properties": {"expr": {"type": "string"}},
+            "required": ["expr"],
+        },
+    },
+}
+
+CONFORMANCE_SCRIPT: Final[tuple[ChatResponse, ...]] = (
+    ChatResponse(
+        message=ChatMessage.assistant("Hello there."),
+        finish_reason="stop",
+        usage=Usage(prompt_tokens=3, completion_tokens=2, total_tokens=5),
+    ),
+    # Parallel calls, one with malformed JSON and one to a tool nobody offered: the model
+    # must hand all three back verbatim (judging them is normalize_tool_calls' job).
+    ChatResponse(
+        message=ChatMessage.assistant(
+            tool_calls=[
+                ToolCall(id="call_a", name="calc", arguments='{"expr": "2+2"}'),
+                ToolCall(id="call_b", name="calc", arguments='{"expr": '),
+                ToolCall(id="call_c", name="no_such_tool", arguments="{}"),
+            ]
+        ),
+        finish_reason="tool_calls",
+        usage=Usage(prompt_tokens=7, completion_tokens=11, total_tokens=18),
+    ),
+    ChatResponse(
+        message=ChatMessage.assistant("The answer is 4."),
+        finish_reason="stop",
+        usage=Usage(prompt_tokens=20, completion_tokens=4, total_tokens=24),
+    ),
+    ChatResponse(
+        message=ChatMessage.assistant(None),
+        finish_reason="stop",
+        usage=Usage(prompt_tokens=4, completion_tokens=6, total_tokens=10),
+        refusal="I can't help with that.",
+    ),
+)
+"""What the harness is asked to script, in the order the suite consumes it."""
+
+
+def check_chat_model(harness: ChatModelHarness) -> None:
+    """Run the conformance suite against the model ``harness`` builds.
+
+    Checked: replies come back as :class:`ChatResponse` with role ``assistant``; text,
+    finish reason and usage survive; parallel tool calls keep their order, ids and raw
+    argument text (malformed or naming unknown tools, without raising); a conversation
+    carrying tool results is accepted; ``acomplete`` answers like ``complete``; a refusal is
+    returned as data. Uses ``asyncio.run``, so call it outside a running event loop.
+    """
+    script = CONFORMANCE_SCRIPT
+    with harness(script) as model:
+        if not isinstance(model, ChatModel):
+            raise AssertionError(f"{model!r} does not implement the ChatModel protocol")
+        question = ChatMessage.user("What is 2+2? Use the calculator.")
+        first = ChatRequest(messages=(ChatMessage.system("Be brief."), ChatMessage.user("Hi")))
+        _expect("plain text reply", model.complete(first), script[0])
+
+        ask = ChatRequest(messages=(question,), tools=(_TOOL,), parallel_tool_calls=True)
+        calls = model.complete(ask)
+        _expect("parallel tool calls", calls, script[1])
+
+        # The tool_call_id round trip: the assistant message goes back as received, each
+        # call answered by a tool message carrying its id.
+        answers = tuple(ChatMessage.tool(c.id, "4", name=c.name) for c in calls.tool_calls)
+        follow_up = ChatRequest(messages=(question, calls.message, *answers), tools=(_TOOL,))
+        _expect(
+            "async reply after tool results", asyncio.run(model.acomplete(follow_up)), script[2]
+        )
+        _expect("refusal", model.complete(first), script[3])
+
+
+def _expect(what: str, got: object, want: ChatResponse) -> None:
+    if not isinstance(got, ChatResponse):
+        raise AssertionError(f"{what}: expected a ChatResponse, got {type(got).__name__}")
+    checks = {
+        "message": (got.message, want.message),
+        "finish_reason": (got.finish_reason, want.finish_reason),
+        "usage": (got.usage, want.usage),
+        "refusal": (got.refusal, want.refusal),
+    }
+    for field, (actual, expected) in checks.items():
+        if actual != expected:
+            raise AssertionError(f"{what}: {field} is {actual!r}, expected {expected!r}")
+    if got.message.role != "assistant":
+        raise AssertionError(f"{what}: role is {got.message.role!r}, expected 'assistant'")
