@@ -1,4 +1,4 @@
-"""stargraph: compile LLM-agent workflows into content-hashed graphs and run them deterministically."""
+"""stargraph: compile LLM-agent workflows into content-hashed graphs, run them deterministically."""
 
 from __future__ import annotations
 

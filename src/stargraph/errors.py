@@ -16,6 +16,7 @@ keeps working for callers who do not know stargraph::
     │   └── RuleCompileError                 a rule pack that does not load
     └── RunError (RuntimeError)              problems met while a run executes
         ├── NodeError                        a node raised; the original is ``__cause__``
+        ├── InvalidInputError (ValueError)   the run's input does not fit the state model
         ├── InvalidWriteError                a node wrote something the state cannot take
         ├── StepLimitExceeded                the run hit its step limit
         ├── NodeTimeoutError (TimeoutError)  a node exceeded its timeout
@@ -52,6 +53,7 @@ __all__ = [
     "CorruptCheckpointError",
     "GraphHashMismatch",
     "IRError",
+    "InvalidInputError",
     "InvalidWriteError",
     "LLMError",
     "LockTimeoutError",
@@ -174,6 +176,10 @@ class RunError(StargraphError, RuntimeError):
 
 class NodeError(RunError):
     """A node raised. The original exception is chained as ``__cause__``."""
+
+
+class InvalidInputError(RunError, ValueError):
+    """The input given to ``invoke``/``stream`` (or a resume response) does not validate."""
 
 
 class InvalidWriteError(RunError):

@@ -1,0 +1,124 @@
+"""The compiler: validate a graph's IR and build the executor's plan.
+
+``Graph.compile()`` calls :func:`compile_graph`; :func:`compile_ir` compiles an IR loaded from
+JSON. Both collect every problem into one :class:`~stargraph.errors.CompileError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from pydantic import BaseModel
+
+from stargraph.compile._validate import is_async_callable, validate_ir
+from stargraph.errors import CompileError
+from stargraph.ir import START, ConditionalEdgeIR, FunctionNodeIR, GraphIR, StaticEdgeIR
+from stargraph.runtime import (
+    DEFAULT_MAX_STEPS,
+    CompiledGraph,
+    Entropy,
+    JoinSpec,
+    NodeSpec,
+    RouterSpec,
+    SystemEntropy,
+    accepts_ctx,
+)
+from stargraph.state import build_channels
+
+if TYPE_CHECKING:
+    from stargraph.graph import Graph
+
+__all__ = ["compile_graph", "compile_ir"]
+
+StateT = TypeVar("StateT", bound=BaseModel)
+
+
+def compile_graph(
+    graph: Graph[StateT],
+    *,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    entropy: Callable[[], Entropy] = SystemEntropy,
+) -> CompiledGraph[StateT]:
+    """Validate ``graph`` and return a runnable :class:`CompiledGraph`."""
+    return compile_ir(
+        graph.to_ir(), state=graph.state, impls=graph.impls, max_steps=max_steps, entropy=entropy
+    )
+
+
+def compile_ir(
+    ir: GraphIR,
+    *,
+    state: type[StateT],
+    impls: Mapping[str, Callable[..., Any]] | None = None,
+    max_steps: int = DEFAULT_MAX_STEPS,
+    entropy: Callable[[], Entropy] = SystemEntropy,
+) -> CompiledGraph[StateT]:
+    """Validate ``ir`` against ``state`` and the callables it references; build the plan."""
+    impls = dict(impls or {})
+    problems, resolved = validate_ir(ir, impls, state)
+    if problems:
+        raise CompileError(problems, subject=f"graph {ir.name!r}")
+    fns = resolved.callables
+
+    def router_spec(edge: ConditionalEdgeIR) -> RouterSpec:
+        fn = fns[edge.router]
+        return RouterSpec(
+            ref=edge.router,
+            fn=fn,
+            mapping=dict(edge.mapping),
+            takes_ctx=bool(accepts_ctx(fn)),
+            is_async=is_async_callable(fn),
+        )
+
+    static_next: dict[str, list[str]] = {n.id: [] for n in ir.nodes}
+    routers: dict[str, list[RouterSpec]] = {n.id: [] for n in ir.nodes}
+    joins: dict[str, list[JoinSpec]] = {n.id: [] for n in ir.nodes}
+    start_routers: list[RouterSpec] = []
+    for index, edge in enumerate(ir.edges):
+        if isinstance(edge, StaticEdgeIR):
+            if len(edge.sources) == 1:
+                static_next[edge.sources[0]].append(edge.target)
+            else:
+                join = JoinSpec(index, frozenset(edge.sources), edge.target)
+                for source in edge.sources:
+                    joins[source].append(join)
+        elif edge.source == START:
+            start_routers.append(router_spec(edge))
+        else:
+            routers[edge.source].append(router_spec(edge))
+
+    specs: dict[str, NodeSpec] = {}
+    for node in ir.nodes:
+        if not isinstance(node, FunctionNodeIR):
+            raise CompileError(
+                f"node {node.id!r} of kind {node.kind!r} needs stargraph.nodes to compile",
+                subject=f"graph {ir.name!r}",
+            )
+        fn = fns[node.ref]
+        specs[node.id] = NodeSpec(
+            id=node.id,
+            fn=fn,
+            ref=node.ref,
+            takes_ctx=bool(accepts_ctx(fn)),
+            is_async=is_async_callable(fn),
+            blocking=node.blocking,
+            writes=frozenset(node.writes) if node.writes is not None else None,
+            timeout_s=node.timeout_s,
+            retry=node.retry,
+            config=dict(node.config),
+            interrupt_before=node.interrupt_before,
+            interrupt_after=node.interrupt_after,
+            static_next=tuple(sorted(set(static_next[node.id]))),
+            routers=tuple(routers[node.id]),
+            joins=tuple(joins[node.id]),
+        )
+    return CompiledGraph(
+        ir=ir,
+        state_model=state,
+        channels=build_channels(state, ir.state),
+        specs=specs,
+        start_routers=start_routers,
+        max_steps=max_steps,
+        entropy=entropy,
+    )

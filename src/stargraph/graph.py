@@ -1,0 +1,370 @@
+"""Authoring: an immutable ``Graph`` builder that produces IR.
+
+Every ``with_*`` call returns a new ``Graph``; nothing is mutated, so a graph can be shared,
+extended in two directions, and compared by hash::
+
+    graph = (Graph("demo", state=State)
+             .with_node("a", bump).with_node("b", bump)
+             .with_edge(START, "a").with_edge("a", "b").with_edge("b", END))
+    app = graph.compile()
+
+Callables are referenced in the IR by import path (``module:qualname``); a callable without
+one (lambda, closure) needs an explicit ``ref="ns.name"`` id.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, get_args, get_origin
+
+from pydantic import BaseModel
+
+from stargraph.errors import CompileError, Problem, UnreferenceableNodeError
+from stargraph.ir import (
+    END,
+    START,
+    ConditionalEdgeIR,
+    FunctionNodeIR,
+    GraphIR,
+    NodeId,
+    RetryPolicyIR,
+    RulePackIR,
+    StateSchemaIR,
+    StaticEdgeIR,
+)
+from stargraph.refs import resolve_ref, try_ref_of
+from stargraph.state import schema_ir
+
+if TYPE_CHECKING:
+    from stargraph.runtime import CompiledGraph
+
+__all__ = ["END", "START", "Graph", "Send"]
+
+StateT = TypeVar("StateT", bound=BaseModel)
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Returned by a router to run ``node`` once more in the next step, map-reduce style.
+
+    ``payload`` (a JSON-compatible mapping of state fields) is overlaid on the state that this
+    one execution of ``node`` sees; it is checkpointed with the pending task.
+    """
+
+    node: str
+    payload: Mapping[str, Any]
+
+
+class _Mountable(typing.Protocol):
+    """Anything ``with_node`` accepts besides a callable (e.g. ``SubgraphNode``)."""
+
+    def mount(self, graph: Graph[Any], node_id: str | None) -> tuple[Any, Mapping[str, Any]]:
+        """Return the node IR and the child IRs (hash -> GraphIR) it needs embedded."""
+        ...
+
+
+def _router_targets(router: Callable[..., Any]) -> dict[str, str] | None:
+    """Targets from a router's ``Literal[...]`` return annotation, if it has one."""
+    try:
+        hints = typing.get_type_hints(router)
+    except Exception:
+        return None
+    ret = hints.get("return")
+    if ret is None:
+        return None
+    options: list[Any] = []
+    stack = [ret]
+    while stack:
+        tp = stack.pop()
+        if get_origin(tp) is Literal:
+            options.extend(get_args(tp))
+        elif get_args(tp):
+            stack.extend(get_args(tp))
+    names = [o for o in options if isinstance(o, str)]
+    return {n: n for n in names} or None
+
+
+class Graph(Generic[StateT]):
+    """An immutable graph under construction; ``to_ir()`` gives its IR, ``compile()`` runs it.
+
+    ``Graph(name, state=Model)`` starts an empty graph; ``Graph(ir)`` continues from an IR
+    (its callables are imported by reference, or taken from ``impls``).
+    """
+
+    __slots__ = (
+        "_edges",
+        "_entry",
+        "_impls",
+        "_meta",
+        "_name",
+        "_nodes",
+        "_rules",
+        "_state",
+        "_state_ref",
+        "_subgraphs",
+    )
+
+    def __init__(
+        self,
+        name_or_ir: str | GraphIR,
+        *,
+        state: type[StateT] | None = None,
+        impls: Mapping[str, Callable[..., Any]] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> None:
+        self._impls: dict[str, Callable[..., Any]] = dict(impls or {})
+        if isinstance(name_or_ir, GraphIR):
+            ir = name_or_ir
+            self._name = ir.name
+            self._state_ref = ir.state.ref
+            self._state: type[StateT] | None = state or _import_state(ir.state)
+            self._nodes: tuple[Any, ...] = tuple(ir.nodes)
+            self._edges: tuple[Any, ...] = tuple(ir.edges)
+            self._entry: tuple[str, ...] = tuple(ir.entry)
+            self._rules: tuple[RulePackIR, ...] = tuple(ir.rule_packs)
+            self._subgraphs: dict[str, GraphIR] = dict(ir.subgraphs)
+            self._meta: dict[str, Any] = dict(metadata or ir.metadata)
+            return
+        if state is None or not (isinstance(state, type) and issubclass(state, BaseModel)):
+            raise CompileError(
+                [
+                    Problem(
+                        "/state",
+                        f"state must be a pydantic BaseModel subclass, got {state!r}",
+                        "pass state=YourModel where YourModel subclasses pydantic.BaseModel",
+                    )
+                ],
+                subject=f"graph {name_or_ir!r}",
+            )
+        self._name = name_or_ir
+        self._state = state
+        ref = try_ref_of(state)
+        self._state_ref = (
+            ref if isinstance(ref, str) else f"{state.__module__}:{state.__qualname__}"
+        )
+        self._nodes = ()
+        self._edges = ()
+        self._entry = ()
+        self._rules = ()
+        self._subgraphs = {}
+        self._meta = dict(metadata or {})
+
+    # ------------------------------------------------------------------ copy-on-write
+
+    def _replace(self, **changes: Any) -> Graph[StateT]:
+        new = object.__new__(type(self))
+        for slot in Graph.__slots__:
+            setattr(new, slot, changes.get(slot, getattr(self, slot)))
+        return new
+
+    @property
+    def name(self) -> str:
+        """The graph's name."""
+        return self._name
+
+    @property
+    def state(self) -> type[StateT]:
+        """The state model."""
+        assert self._state is not None  # set in __init__ or imported from the IR
+        return self._state
+
+    @property
+    def impls(self) -> Mapping[str, Callable[..., Any]]:
+        """Callables known by ref (import path or registry id) in this graph."""
+        return dict(self._impls)
+
+    # ------------------------------------------------------------------ authoring
+
+    def with_node(
+        self,
+        node: str | _Mountable,
+        fn: Callable[..., Any] | None = None,
+        *,
+        ref: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        writes: Sequence[str] | None = None,
+        retry: RetryPolicyIR | None = None,
+        timeout_s: float | None = None,
+        blocking: bool = False,
+        interrupt_before: bool = False,
+        interrupt_after: bool = False,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Graph[StateT]:
+        """Add a node: ``with_node("id", fn)`` for a callable, or ``with_node(SubgraphNode...)``.
+
+        ``fn(state)`` or ``fn(state, ctx)`` returns a mapping of channel writes (or ``None``);
+        it may be ``async``. ``writes`` declares the channels it may write (checked at
+        compile and run time). ``blocking=True`` runs a sync node on a worker thread so it
+        overlaps with its siblings in the same step (sync nodes otherwise run in turn, on the
+        calling thread, in node-id order).
+        """
+        if not isinstance(node, str):
+            node_ir, children = node.mount(self, None)
+            subgraphs = {**self._subgraphs, **children}
+            return self._replace(_nodes=(*self._nodes, node_ir), _subgraphs=subgraphs)
+        if fn is None:
+            raise CompileError(
+                [
+                    Problem(
+                        f"/nodes/{node}",
+                        "no callable given",
+                        "call with_node(id, fn) with the node's function",
+                    )
+                ],
+                subject=f"graph {self._name!r}",
+            )
+        impls = self._impls
+        if ref is None:
+            found = try_ref_of(fn)
+            if isinstance(found, Problem):
+                raise UnreferenceableNodeError(
+                    [Problem(f"/nodes/{node}", found.message, found.hint)],
+                    subject=f"node {node!r} of graph {self._name!r}",
+                )
+            ref = found
+        else:
+            impls = {**impls, ref: fn}
+        node_ir = FunctionNodeIR(
+            id=NodeId(node),
+            ref=ref,
+            config=dict(config or {}),
+            writes=tuple(writes) if writes is not None else None,
+            retry=retry,
+            timeout_s=timeout_s,
+            blocking=blocking,
+            interrupt_before=interrupt_before,
+            interrupt_after=interrupt_after,
+            metadata=dict(metadata or {}),
+        )
+        return self._replace(_nodes=(*self._nodes, node_ir), _impls=impls)
+
+    def with_edge(self, source: str | Sequence[str], target: str) -> Graph[StateT]:
+        """``source -> target``; a list of sources is a join (target runs once after all)."""
+        sources = (source,) if isinstance(source, str) else tuple(source)
+        if sources == (START,):
+            return self._replace(_entry=(*self._entry, target))
+        edge = StaticEdgeIR(sources=sources, target=target)
+        return self._replace(_edges=(*self._edges, edge))
+
+    def with_entry(self, node: str) -> Graph[StateT]:
+        """Same as ``with_edge(START, node)``."""
+        return self.with_edge(START, node)
+
+    def with_conditional_edges(
+        self,
+        source: str,
+        router: Callable[..., Any],
+        mapping: Mapping[Hashable, str] | Sequence[str] | None = None,
+        *,
+        ref: str | None = None,
+    ) -> Graph[StateT]:
+        """After ``source``, call ``router(state)`` to choose what runs next.
+
+        The router returns a key of ``mapping`` (or several), ``END``, or ``Send`` objects.
+        ``mapping`` may be a dict, a list of node ids, or omitted when the router's return
+        annotation is a ``Literal[...]`` of node ids.
+        """
+        if ref is None:
+            found = try_ref_of(router)
+            if isinstance(found, Problem):
+                raise UnreferenceableNodeError(
+                    [Problem(f"/edges/{source}", found.message, found.hint)],
+                    subject=f"router of {source!r} in graph {self._name!r}",
+                )
+            ref = found
+            impls = self._impls
+        else:
+            impls = {**self._impls, ref: router}
+        if mapping is None:
+            targets = _router_targets(router)
+            if targets is None:
+                raise CompileError(
+                    [
+                        Problem(
+                            f"/edges/{source}",
+                            f"router {ref!r} has no mapping and no Literal return annotation",
+                            "pass mapping={result: node_id} (or a list of node ids), or "
+                            "annotate the router as returning Literal['a', 'b']",
+                        )
+                    ],
+                    subject=f"graph {self._name!r}",
+                )
+        elif isinstance(mapping, Mapping):
+            targets = {str(k): v for k, v in mapping.items()}
+        else:
+            targets = {t: t for t in mapping}
+        edge = ConditionalEdgeIR(source=source, router=ref, mapping=targets)
+        return self._replace(_edges=(*self._edges, edge), _impls=impls)
+
+    def with_rules(self, pack: Any) -> Graph[StateT]:
+        """Mount a rule pack (anything with ``to_ir() -> RulePackIR``) on the whole graph."""
+        pack_ir = pack if isinstance(pack, RulePackIR) else pack.to_ir()
+        return self._replace(_rules=(*self._rules, pack_ir))
+
+    def with_metadata(self, **metadata: Any) -> Graph[StateT]:
+        """Attach cosmetic metadata (not part of the hash)."""
+        return self._replace(_meta={**self._meta, **metadata})
+
+    # ------------------------------------------------------------------ output
+
+    def to_ir(self) -> GraphIR:
+        """The IR of this graph (not validated: ``compile()`` reports every problem)."""
+        return GraphIR(
+            name=self._name,
+            state=schema_ir(self.state, self._state_ref),
+            nodes=self._nodes,
+            edges=self._edges,
+            entry=self._entry,
+            rule_packs=self._rules,
+            subgraphs=self._subgraphs,
+            metadata=self._meta,
+        )
+
+    @property
+    def graph_hash(self) -> str:
+        """Shortcut for ``to_ir().graph_hash``."""
+        return self.to_ir().graph_hash
+
+    def compile(self, **options: Any) -> CompiledGraph[StateT]:
+        """Validate the graph (every problem at once) and return a runnable ``CompiledGraph``.
+
+        Options are passed to :func:`stargraph.compile.compile_graph` (``store``,
+        ``max_steps``, ``entropy`` ...).
+        """
+        from stargraph.compile import compile_graph
+
+        return compile_graph(self, **options)
+
+    def __repr__(self) -> str:
+        return f"Graph({self._name!r}, nodes={[n.id for n in self._nodes]})"
+
+
+def _import_state(schema: StateSchemaIR) -> Any:
+    try:
+        model = resolve_ref(schema.ref)
+    except (ImportError, AttributeError) as exc:
+        raise CompileError(
+            [
+                Problem(
+                    "/state/ref",
+                    f"cannot import state model {schema.ref!r}: {exc}",
+                    "make the module importable, or pass Graph(ir, state=Model)",
+                )
+            ],
+            subject="graph IR",
+        ) from exc
+    if not (inspect.isclass(model) and issubclass(model, BaseModel)):
+        raise CompileError(
+            [
+                Problem(
+                    "/state/ref",
+                    f"{schema.ref!r} is not a pydantic model",
+                    "point state.ref at a pydantic BaseModel subclass",
+                )
+            ],
+            subject="graph IR",
+        )
+    return model

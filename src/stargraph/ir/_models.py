@@ -1,0 +1,331 @@
+"""The IR: the one data structure that defines a graph.
+
+Authoring (``stargraph.graph``) produces it, the compiler validates it, the runtime executes
+it. Every model is frozen; node and edge variants are discriminated on ``kind`` so a JSON
+document says exactly what it is. Collections whose order carries no meaning (nodes, edges,
+entry, join sources) are sorted when the model is built, so the IR *is* its canonical form:
+declaration order never reaches the hash.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Annotated, Any, Final, Literal, NewType
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from stargraph.errors import IRError, Problem
+from stargraph.ir._canonical import content_hash
+
+__all__ = [
+    "END",
+    "IR_VERSION",
+    "START",
+    "ConditionalEdgeIR",
+    "EdgeIR",
+    "FieldIR",
+    "FunctionNodeIR",
+    "GraphHash",
+    "GraphIR",
+    "NodeId",
+    "NodeIR",
+    "RetryPolicyIR",
+    "RulePackIR",
+    "StateSchemaIR",
+    "StaticEdgeIR",
+    "SubgraphNodeIR",
+]
+
+IR_VERSION: Final = "1"
+"""The IR format version this library reads and writes."""
+
+START: Final = "__start__"
+"""Virtual source node: edges from ``START`` name the entry nodes."""
+
+END: Final = "__end__"
+"""Virtual sink node: a run ends when no node is scheduled; edges to ``END`` say so."""
+
+NodeId = NewType("NodeId", str)
+"""A node's id, unique within its graph."""
+
+GraphHash = NewType("GraphHash", str)
+"""``"sha256:<64 hex>"`` of a graph's behavioural content."""
+
+JsonValue = Any
+"""Any JSON-compatible value (kept loose: pydantic validates JSON-compatibility on dump)."""
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid")
+
+
+class _IRModel(BaseModel):
+    model_config = _FROZEN
+
+
+class FieldIR(_IRModel):
+    """One state channel: its type, its reducer and its default."""
+
+    name: str
+    type: str = Field(description="Canonical spelling of the annotation, e.g. 'list[str]'.")
+    reducer: str | None = Field(
+        default=None, description="Reducer id ('append', 'add', ...) or 'module:qualname'."
+    )
+    default: JsonValue = Field(default=None, description="JSON form of the default value.")
+    required: bool = Field(default=False, description="True when the field has no default.")
+    fact: bool = Field(default=False, description="Mirrored into the rule engine as a fact.")
+    metadata: dict[str, JsonValue] = Field(default_factory=dict, description="Not hashed.")
+
+
+class StateSchemaIR(_IRModel):
+    """The state model: where to import it from and the channels it declares."""
+
+    ref: str = Field(description="'module:qualname' of the pydantic model.")
+    fields: tuple[FieldIR, ...]
+
+    @field_validator("fields")
+    @classmethod
+    def _sorted(cls, fields: tuple[FieldIR, ...]) -> tuple[FieldIR, ...]:
+        return tuple(sorted(fields, key=lambda f: f.name))
+
+
+class RetryPolicyIR(_IRModel):
+    """How often and how patiently to retry a failing node (see ``stargraph.RetryPolicy``)."""
+
+    max_attempts: int = Field(default=3, ge=1)
+    initial_interval_s: float = Field(default=0.5, ge=0)
+    backoff: float = Field(default=2.0, ge=1)
+    max_interval_s: float = Field(default=30.0, ge=0)
+    jitter: bool = True
+    retry_on: tuple[str, ...] = Field(
+        default=("builtins:Exception",),
+        description="'module:qualname' of exception classes that are retried.",
+    )
+
+
+class RulePackIR(_IRModel):
+    """A rule pack mounted on a graph or a node; its source text is hashed."""
+
+    id: str
+    version: str
+    source: str = Field(description="CLIPS source text of the pack.")
+
+
+class _NodeBase(_IRModel):
+    id: NodeId
+    writes: tuple[str, ...] | None = Field(
+        default=None, description="Channels the node may write; None means any state field."
+    )
+    retry: RetryPolicyIR | None = None
+    timeout_s: float | None = Field(default=None, gt=0)
+    blocking: bool = Field(
+        default=False,
+        description="Sync node doing blocking I/O: run it on a worker thread so siblings "
+        "in the same step overlap with it.",
+    )
+    interrupt_before: bool = False
+    interrupt_after: bool = False
+    rules: tuple[RulePackIR, ...] = ()
+    metadata: dict[str, JsonValue] = Field(default_factory=dict, description="Not hashed.")
+
+    @field_validator("writes")
+    @classmethod
+    def _sorted_writes(cls, writes: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if writes is None else tuple(sorted(set(writes)))
+
+
+class FunctionNodeIR(_NodeBase):
+    """A node whose body is a Python callable, referenced by ``module:qualname`` or by id."""
+
+    kind: Literal["function"] = "function"
+    ref: str = Field(description="'module:qualname' or a registry id like 'ns.name'.")
+    config: dict[str, JsonValue] = Field(
+        default_factory=dict, description="Static configuration handed to the node via ctx."
+    )
+
+
+class SubgraphNodeIR(_NodeBase):
+    """A node that runs a child graph (a skill) embedded in ``GraphIR.subgraphs``."""
+
+    kind: Literal["subgraph"] = "subgraph"
+    graph: GraphHash = Field(description="Hash of the child graph in GraphIR.subgraphs.")
+    skill: str | None = Field(default=None, description="Name@version of the mounted skill.")
+    site: str | None = Field(default=None, description="Explicit site id; derived if None.")
+    inputs: dict[str, str] = Field(default_factory=dict, description="child field -> parent.")
+    outputs: dict[str, str] = Field(default_factory=dict, description="child field -> parent.")
+    max_steps: int = Field(default=50, ge=1)
+    bubble_events: bool = True
+
+
+NodeIR = Annotated[FunctionNodeIR | SubgraphNodeIR, Field(discriminator="kind")]
+"""Any node variant, discriminated on ``kind``."""
+
+
+class StaticEdgeIR(_IRModel):
+    """``sources -> target``. Several sources form a join: the target runs once, after all."""
+
+    kind: Literal["static"] = "static"
+    sources: tuple[str, ...] = Field(min_length=1)
+    target: str
+    metadata: dict[str, JsonValue] = Field(default_factory=dict, description="Not hashed.")
+
+    @field_validator("sources")
+    @classmethod
+    def _sorted_sources(cls, sources: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted(set(sources)))
+
+
+class ConditionalEdgeIR(_IRModel):
+    """After ``source`` runs, ``router(state)`` picks the next node(s) through ``mapping``.
+
+    The router returns a mapping key, a list of keys, ``END``, or ``Send`` objects (fan-out).
+    ``mapping`` also lists every possible target, which the compiler checks statically.
+    """
+
+    kind: Literal["conditional"] = "conditional"
+    source: str
+    router: str = Field(description="'module:qualname' or registry id of the router.")
+    mapping: dict[str, str] = Field(description="Router result -> node id (or END).")
+    metadata: dict[str, JsonValue] = Field(default_factory=dict, description="Not hashed.")
+
+
+EdgeIR = Annotated[StaticEdgeIR | ConditionalEdgeIR, Field(discriminator="kind")]
+"""Any edge variant, discriminated on ``kind``."""
+
+
+def _edge_key(edge: StaticEdgeIR | ConditionalEdgeIR) -> tuple[str, ...]:
+    if isinstance(edge, StaticEdgeIR):
+        return ("static", *edge.sources, "->", edge.target)
+    return ("conditional", edge.source, edge.router)
+
+
+# What the hash leaves out: cosmetic metadata at every level, and the embedded child IRs,
+# which enter the hash through their own hashes (the node's ``graph`` field) - Merkle style.
+_HASH_EXCLUDE: Final[dict[str, Any]] = {
+    "metadata": True,
+    "subgraphs": True,
+    "nodes": {"__all__": {"metadata"}},
+    "edges": {"__all__": {"metadata"}},
+    "state": {"fields": {"__all__": {"metadata"}}},
+}
+
+
+class GraphIR(_IRModel):
+    """A whole graph: state schema, nodes, edges, entry, rule packs and child graphs.
+
+    ``graph_hash`` covers everything behavioural and nothing cosmetic (``metadata``).
+    """
+
+    ir_version: Literal["1"] = IR_VERSION
+    name: str
+    state: StateSchemaIR
+    nodes: tuple[NodeIR, ...]
+    edges: tuple[EdgeIR, ...] = ()
+    entry: tuple[str, ...] = Field(default=(), description="Nodes that run in the first step.")
+    rule_packs: tuple[RulePackIR, ...] = ()
+    subgraphs: dict[str, GraphIR] = Field(
+        default_factory=dict, description="Child graphs keyed by their graph_hash."
+    )
+    outputs: tuple[str, ...] | None = Field(
+        default=None, description="Declared output channels; None means every state field."
+    )
+    metadata: dict[str, JsonValue] = Field(default_factory=dict, description="Not hashed.")
+
+    @field_validator("nodes")
+    @classmethod
+    def _sorted_nodes(cls, nodes: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(sorted(nodes, key=lambda n: str(n.id)))
+
+    @field_validator("edges")
+    @classmethod
+    def _sorted_edges(cls, edges: tuple[Any, ...]) -> tuple[Any, ...]:
+        return tuple(sorted(edges, key=_edge_key))
+
+    @field_validator("entry")
+    @classmethod
+    def _sorted_entry(cls, entry: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted(set(entry)))
+
+    @field_validator("rule_packs")
+    @classmethod
+    def _sorted_packs(cls, packs: tuple[RulePackIR, ...]) -> tuple[RulePackIR, ...]:
+        return tuple(sorted(packs, key=lambda p: (p.id, p.version)))
+
+    @field_validator("outputs")
+    @classmethod
+    def _sorted_outputs(cls, outputs: tuple[str, ...] | None) -> tuple[str, ...] | None:
+        return None if outputs is None else tuple(sorted(set(outputs)))
+
+    @cached_property
+    def graph_hash(self) -> GraphHash:
+        """``"sha256:<hex>"`` over the canonical JSON of the behavioural content."""
+        view = self.model_dump(mode="json", exclude=_HASH_EXCLUDE)
+        # Child IRs are represented by their hashes only; the key of each entry is checked
+        # against the child's own hash by the compiler, so the chain cannot be forged.
+        view["subgraphs"] = sorted(self.subgraphs)
+        return GraphHash(content_hash(view))
+
+    def node(self, node_id: str) -> FunctionNodeIR | SubgraphNodeIR:
+        """The node with this id; ``KeyError`` if there is none."""
+        for node in self.nodes:
+            if node.id == node_id:
+                return node
+        raise KeyError(node_id)
+
+    def to_json(self, *, indent: bool = False) -> str:
+        """Serialise to JSON (sorted keys, so equal IRs give equal text)."""
+        option = orjson.OPT_SORT_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
+        return orjson.dumps(self.model_dump(mode="json"), option=option).decode()
+
+    @classmethod
+    def from_json(cls, text: str | bytes, *, source: str = "<ir>") -> GraphIR:
+        """Parse and validate an IR document; every problem becomes one :class:`IRError`."""
+        try:
+            data = orjson.loads(text)
+        except orjson.JSONDecodeError as exc:
+            raise IRError(
+                [Problem(source, f"not valid JSON: {exc}", "fix the JSON syntax")],
+                subject=f"IR document {source}",
+            ) from exc
+        return cls.from_data(data, source=source)
+
+    @classmethod
+    def from_data(cls, data: Any, *, source: str = "<ir>") -> GraphIR:
+        """Validate already-parsed JSON data as IR, translating errors into :class:`IRError`."""
+        if isinstance(data, dict) and "ir_version" in data and data["ir_version"] != IR_VERSION:
+            raise IRError(
+                [
+                    Problem(
+                        f"{source}#/ir_version",
+                        f"IR version {data['ir_version']!r} is not supported "
+                        f"(this stargraph reads version {IR_VERSION!r})",
+                        "re-export the graph with this stargraph version, or upgrade stargraph",
+                    )
+                ],
+                subject=f"IR document {source}",
+            )
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise IRError(
+                [_problem_from_pydantic(source, err) for err in exc.errors()],
+                subject=f"IR document {source}",
+            ) from exc
+
+
+def _problem_from_pydantic(source: str, err: Any) -> Problem:
+    loc = [str(part) for part in err["loc"]]
+    # pydantic puts the discriminator tag into the location ('nodes', 0, 'function', 'ref');
+    # strip it so the pointer addresses the JSON document the user wrote.
+    loc = [p for p in loc if p not in {"function", "subgraph", "static", "conditional"}]
+    pointer = f"{source}#/" + "/".join(loc)
+    if err["type"] == "union_tag_invalid":
+        tag = err.get("ctx", {}).get("tag")
+        expected = err.get("ctx", {}).get("expected_tags")
+        return Problem(pointer, f"unknown kind {tag!r}", f"use one of the known kinds: {expected}")
+    if err["type"] == "union_tag_not_found":
+        return Problem(pointer, "missing 'kind'", "add a 'kind' field naming the variant")
+    if err["type"] == "missing":
+        return Problem(pointer, "required field is missing", "add it")
+    if err["type"] == "extra_forbidden":
+        return Problem(pointer, "unknown field", "remove it or check its spelling")
+    return Problem(pointer, err["msg"], "correct the value")

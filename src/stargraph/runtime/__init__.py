@@ -1,0 +1,45 @@
+"""The runtime: executor, run context, events.
+
+``CompiledGraph`` is produced by ``Graph.compile()``; nodes that take a second argument get a
+:class:`RunContext`; ``stream()`` yields :data:`Event` values.
+"""
+
+from __future__ import annotations
+
+from stargraph.runtime._context import Entropy, RunContext, SeededEntropy, SystemEntropy
+from stargraph.runtime._events import (
+    Event,
+    NodeFinished,
+    NodeStarted,
+    RuleDecided,
+    RunFailed,
+    RunFinished,
+    RunInterrupted,
+    RunStarted,
+    StepCompleted,
+)
+from stargraph.runtime._executor import DEFAULT_MAX_STEPS, CompiledGraph
+from stargraph.runtime._plan import JoinSpec, NodeSpec, RouterSpec, Task, accepts_ctx
+
+__all__ = [
+    "DEFAULT_MAX_STEPS",
+    "CompiledGraph",
+    "Entropy",
+    "Event",
+    "JoinSpec",
+    "NodeFinished",
+    "NodeSpec",
+    "NodeStarted",
+    "RouterSpec",
+    "RuleDecided",
+    "RunContext",
+    "RunFailed",
+    "RunFinished",
+    "RunInterrupted",
+    "RunStarted",
+    "SeededEntropy",
+    "StepCompleted",
+    "SystemEntropy",
+    "Task",
+    "accepts_ctx",
+]
