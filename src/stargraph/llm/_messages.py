@@ -129,6 +129,15 @@ class Usage(BaseModel):
     total_tokens: int = 0
     """Their sum, as the endpoint reported it."""
 
+    @classmethod
+    def from_openai(cls, usage: Mapping[str, Any]) -> Usage:
+        """Take the three counts from a wire ``usage`` object, ignoring the detail fields."""
+        return cls(
+            prompt_tokens=usage.get("prompt_tokens") or 0,
+            completion_tokens=usage.get("completion_tokens") or 0,
+            total_tokens=usage.get("total_tokens") or 0,
+        )
+
     def __add__(self, other: Usage) -> Usage:
         """Usage adds up, so a run can total the usage of all its calls."""
         return Usage(
@@ -229,15 +238,10 @@ class ChatResponse(BaseModel):
             )
             for call in wire.get("tool_calls") or ()
         )
-        raw_usage = completion.get("usage") or {}
         return cls(
             message=ChatMessage(role="assistant", content=wire.get("content"), tool_calls=calls),
             finish_reason=choice.get("finish_reason"),
-            usage=Usage(
-                prompt_tokens=raw_usage.get("prompt_tokens") or 0,
-                completion_tokens=raw_usage.get("completion_tokens") or 0,
-                total_tokens=raw_usage.get("total_tokens") or 0,
-            ),
+            usage=Usage.from_openai(completion.get("usage") or {}),
             model=completion.get("model") or "",
             id=completion.get("id") or "",
             refusal=wire.get("refusal"),

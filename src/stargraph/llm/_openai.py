@@ -399,7 +399,7 @@ def delta_from_chunk(chunk: dict[str, Any]) -> ChatDelta:
         refusal=wire.get("refusal") or "",
         tool_calls=fragments,
         finish_reason=choice.get("finish_reason"),
-        usage=Usage.model_validate(usage) if usage else None,
+        usage=Usage.from_openai(usage) if usage else None,
     )
 
 
