@@ -1,0 +1,74 @@
+"""stargraph.fathom: CLIPS rules that decide routing and termination, auditably.
+
+Rules, not the LLM, decide when a loop stops and may steer routing (ARCHITECTURE.md,
+invariant 7). This is the only package that imports clipspy. The pieces:
+
+* :class:`Fact` marks the state fields rules can see; :func:`fact_fields` lists them.
+* :class:`RulePack` is versioned CLIPS text (from a ``.clp`` file or the declarative
+  ``when``/``then`` form); its ``source_hash`` feeds the graph hash.
+* :func:`default_termination_pack` holds the rules ``done``, ``error_budget``, ``max_steps``.
+* :class:`RuleEngine` owns one CLIPS environment per run and returns a :class:`Decision`
+  (halt > interrupt > goto > continue) naming the rule that produced it; ``snapshot()`` /
+  ``restore()`` carry its facts across checkpoints.
+* :func:`validate_pack` checks a pack before anything runs.
+
+Rules see three engine templates, and decide by asserting ``sg-decision``::
+
+    (sg-step (step <int>) (node "<name>") (last-event "<str>"|nil)
+             (tool-result "<str>"|nil) (error-count <int>))
+    (sg-state (<fact field> <value>) ... (done TRUE|FALSE))
+    (sg-fact (name "<str>") (value <any>))            ; facts rules assert for later steps
+    (assert (sg-decision (kind goto|halt|interrupt|continue) (target "<node>")
+                         (reason "<str>") (rule <this rule's name>)))
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from stargraph.fathom._engine import Decision, DecisionKind, RuleEngine
+from stargraph.fathom._load import validate_pack
+from stargraph.fathom._pack import RulePack, default_termination_pack
+from stargraph.fathom._values import Fact, fact_fields
+
+__all__ = [
+    "Decision",
+    "DecisionEngine",
+    "DecisionKind",
+    "Fact",
+    "RuleEngine",
+    "RulePack",
+    "default_termination_pack",
+    "fact_fields",
+    "validate_pack",
+]
+
+
+@runtime_checkable
+class DecisionEngine(Protocol):
+    """The seam the executor calls; :class:`RuleEngine` is the implementation."""
+
+    def decide(
+        self,
+        *,
+        step: int,
+        node: str,
+        state_facts: Any,
+        last_event: str | None = None,
+        tool_result: str | None = None,
+        error_count: int = 0,
+    ) -> Decision:
+        """The decision after ``node`` ran as step ``step``."""
+        ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-able state to store with a checkpoint."""
+        ...
+
+    def restore(self, snapshot: Any) -> None:
+        """Load a snapshot taken by an engine with the same packs."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine's resources."""
+        ...

@@ -1,0 +1,356 @@
+"""The rule engine: one CLIPS environment per run, asked for a decision at every step.
+
+Per step the engine (1) writes the engine facts and the state facts by calling ``sg-begin``
+with clipspy values -- never CLIPS text --, (2) runs the agenda with a limit, (3) checks the
+environment's error state and captured error output, and (4) reads the asserted
+``sg-decision`` facts back as plain values. Precedence is halt > interrupt > goto >
+continue; within a kind the first rule to fire wins. Python never holds a fact that is
+later retracted, which keeps the per-step cost flat (clipspy 1.0.6 never releases such facts).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Final, Literal, NoReturn
+
+import clips
+from pydantic import BaseModel, ConfigDict, Field
+
+from stargraph.errors import RuleRuntimeError
+from stargraph.fathom._load import (
+    Capture,
+    clips_message,
+    freeze_successors,
+    load_packs,
+    new_environment,
+)
+from stargraph.fathom._pack import RulePack
+from stargraph.fathom._values import (
+    FactField,
+    decode_string,
+    decode_value,
+    encode_string,
+    encode_text,
+    encode_value,
+    normalise_fields,
+    plain,
+    to_clips,
+)
+
+__all__ = ["Decision", "DecisionKind", "RuleEngine"]
+
+DecisionKind = Literal["continue", "goto", "halt", "interrupt"]
+_RANK: Final[dict[str, int]] = {"continue": 0, "goto": 1, "interrupt": 2, "halt": 3}
+SNAPSHOT_VERSION: Final = 1
+
+
+class Decision(BaseModel):
+    """What the rules decided at one step, and which rule decided it.
+
+    ``rule`` is ``"<pack id>/<rule name>"`` of the winning rule (None when no rule fired);
+    ``fired`` lists every rule that asserted a decision this step, in firing order.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kind: DecisionKind = Field(description="continue, goto, halt or interrupt.")
+    target: str | None = Field(None, description="The node to go to, for goto.")
+    reason: str | None = Field(None, description="Why, for halt and interrupt.")
+    rule: str | None = Field(None, description="The rule that produced this decision.")
+    fired: tuple[str, ...] = Field((), description="Every rule that asserted a decision.")
+
+
+def _wrap(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+    """Adapt a Python function for CLIPS: decode string arguments, allow only scalar results.
+
+    The wrapper closes over ``function`` alone, never the engine; clipspy keeps it in a
+    module-global table, so a reference to the engine would leak the environment. Returning
+    arbitrary objects is refused because clipspy would pin each one in that table too.
+    """
+
+    def call(*args: Any) -> Any:
+        decoded = [decode_string(a) if type(a) is str else a for a in args]
+        result = function(*decoded)
+        if isinstance(result, str):
+            return encode_string(result)
+        if result is None or isinstance(result, bool | int | float):
+            return result
+        raise TypeError(
+            f"function {name!r} returned {type(result).__name__}; return a bool, int, "
+            "float, str or None"
+        )
+
+    call.__name__ = name
+    return call
+
+
+class RuleEngine:
+    """Decides routing and termination for one run, from rule packs over one CLIPS env.
+
+    Use it from the thread that created it, and close it (or use ``with``) when the run
+    ends. ``functions`` are Python callables rules may call by name; an exception raised in
+    one fails the step with :class:`~stargraph.errors.RuleRuntimeError`.
+
+    >>> from stargraph.fathom import default_termination_pack
+    >>> with RuleEngine([default_termination_pack(max_steps=3, error_budget=2)]) as engine:
+    ...     [engine.decide(step=s, node="act", state_facts={}).kind for s in (1, 2, 3)]
+    ['continue', 'continue', 'halt']
+    """
+
+    def __init__(
+        self,
+        packs: Sequence[RulePack],
+        *,
+        fact_fields: Mapping[str, Any] | None = None,
+        successors: Mapping[str, Iterable[str]] | None = None,
+        run_limit: int = 1000,
+        functions: Mapping[str, Callable[..., Any]] | None = None,
+    ) -> None:
+        if run_limit < 1:
+            raise ValueError("run_limit must be >= 1")
+        self._owner = threading.get_ident()
+        self._packs = tuple(packs)
+        self._fields: dict[str, FactField] = normalise_fields(fact_fields or {})
+        self._names = sorted(self._fields)
+        self._successors = freeze_successors(successors)
+        self._run_limit = run_limit
+        wrapped = {n: _wrap(n, f) for n, f in (functions or {}).items()}
+        env, capture = new_environment()
+        # On failure `env` goes out of scope here, before anything could run in it.
+        loaded = load_packs(
+            env,
+            capture,
+            self._packs,
+            fields=self._fields,
+            successors=self._successors,
+            functions=wrapped,
+        )
+        self._env: clips.Environment | None = env
+        self._capture: Capture = capture
+        self._rule_packs = loaded.rule_packs
+        env.reset()
+        env.call("sg-init")
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Destroy the CLIPS environment. Idempotent; the engine is unusable afterwards.
+
+        Python functions are dropped from clipspy's global table first, so one holding a
+        reference back to this engine (a bound method of its owner) cannot keep it alive.
+        """
+        env, self._env = self._env, None
+        if env is not None:
+            clips.common.environment_data(env._env, "user_functions").functions.clear()
+
+    def __enter__(self) -> RuleEngine:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        # Only reached when nothing global holds the engine; close() is the reliable path.
+        if getattr(self, "_env", None) is not None:
+            self.close()
+
+    @property
+    def packs(self) -> tuple[RulePack, ...]:
+        """The packs loaded, in load order."""
+        return self._packs
+
+    def _checked_env(self, step: int | None = None, node: str | None = None) -> Any:
+        if self._env is None:
+            raise RuleRuntimeError("the rule engine is closed", step=step, node=node)
+        if threading.get_ident() != self._owner:
+            raise RuleRuntimeError(
+                f"the rule engine was created on thread {self._owner} and used from thread "
+                f"{threading.get_ident()}; a CLIPS environment is not thread-safe, so create "
+                "one RuleEngine per run on the thread that runs it",
+                step=step,
+                node=node,
+            )
+        return self._env
+
+    # ------------------------------------------------------------------ decide
+
+    def decide(
+        self,
+        *,
+        step: int,
+        node: str,
+        state_facts: Mapping[str, Any],
+        last_event: str | None = None,
+        tool_result: str | None = None,
+        error_count: int = 0,
+    ) -> Decision:
+        """The decision at a step boundary, after ``node`` ran as step number ``step``.
+
+        ``state_facts`` maps fact field names to values (extra keys are ignored, so the whole
+        state may be passed). Raises RuleRuntimeError when a rule fails, a Python function
+        raised, the rules do not settle within ``run_limit`` firings, two rules ask to go
+        to different nodes, or a goto target is not a successor of ``node``.
+        """
+        env = self._checked_env(step, node)
+        args = [step, encode_string(node), encode_text(last_event), encode_text(tool_result)]
+        args.append(error_count)
+        for name in self._names:
+            if name in state_facts:
+                value = state_facts[name]
+            elif name == "done":
+                value = False  # always a slot, so the termination pack works for any state
+            else:
+                raise RuleRuntimeError(
+                    f"state_facts has no value for fact {name!r} at step {step} (node "
+                    f"{node!r}); pass every field marked Fact()",
+                    step=step,
+                    node=node,
+                )
+            args.append(encode_value(name, self._fields[name], value, step=step, node=node))
+        try:
+            env.call("sg-begin", *args)
+            fired = env.run(self._run_limit)
+        except (clips.CLIPSError, OverflowError) as exc:
+            self._fail(env, f"could not evaluate the rules: {exc}", step, node)
+        self._check_run(env, fired, step, node)
+        return self._decision(env.call("sg-collect"), step, node)
+
+    def _fail(self, env: Any, message: str, step: int, node: str) -> NoReturn:
+        """Clean the environment for the next step and raise the step's error."""
+        env.clear_error_state()
+        env.delete_activations()
+        env.call("sg-collect")  # drop the failed step's partial decisions
+        self._capture.take_errors()
+        raise RuleRuntimeError(f"{message} (step {step}, node {node!r})", step=step, node=node)
+
+    def _check_run(self, env: Any, fired: int, step: int, node: str) -> None:
+        # clipspy swallows exceptions raised in Python functions: run() returns normally
+        # with the error left in the environment's error state and on stderr.
+        error = env.error_state
+        text = self._capture.take_errors()
+        if error is not None or text:
+            detail = clips_message(text) if text else str(error)
+            self._fail(
+                env,
+                f"a rule failed while deciding: {detail}; fix the rule or the Python "
+                "function it calls",
+                step,
+                node,
+            )
+        if fired >= self._run_limit:
+            pending = sorted({a.name for a in env.activations()})
+            if pending:
+                self._fail(
+                    env,
+                    f"rules fired {fired} times without settling (run_limit={self._run_limit}); "
+                    f"still pending: {', '.join(pending)}. A rule that re-triggers itself "
+                    "needs a condition that its own action makes false",
+                    step,
+                    node,
+                )
+
+    def _decision(self, raw: tuple[Any, ...], step: int, node: str) -> Decision:
+        found = []
+        for i in range(0, len(raw), 4):
+            kind, target, reason, rule = raw[i : i + 4]
+            rule_id = f"{self._rule_packs.get(str(rule), '?')}/{rule}"
+            found.append((str(kind), plain(target), plain(reason), rule_id))
+        fired = tuple(dict.fromkeys(r for *_, r in found))
+        gotos = [(target, rule) for kind, target, _, rule in found if kind == "goto"]
+        for target, rule in gotos:
+            self._check_goto(target, rule, step, node)
+        if not found:
+            return Decision(kind="continue")
+        best = max(found, key=lambda d: _RANK[d[0]])  # max() keeps the first of equal rank
+        if best[0] == "goto" and len({t for t, _ in gotos}) > 1:
+            asks = ", ".join(f"{r} -> {t!r}" for t, r in gotos)
+            raise RuleRuntimeError(
+                f"rules disagree on where to go from node {node!r} at step {step}: {asks}; "
+                "make their conditions exclusive or let one halt/interrupt",
+                step=step,
+                node=node,
+            )
+        kind, target, reason, rule = best
+        return Decision(kind=kind, target=target, reason=reason, rule=rule, fired=fired)
+
+    def _check_goto(self, target: str | None, rule: str, step: int, node: str) -> None:
+        if target is None:
+            raise RuleRuntimeError(
+                f"rule {rule} asked for goto without a target at step {step} (node {node!r}); "
+                'give the sg-decision a (target "node")',
+                step=step,
+                node=node,
+            )
+        if self._successors is None:
+            return
+        allowed = self._successors.get(node)
+        if allowed is None or target not in allowed:
+            names = ", ".join(repr(n) for n in sorted(allowed or ())) or "none"
+            raise RuleRuntimeError(
+                f"rule {rule} asked to goto {target!r} from node {node!r} at step {step}, but "
+                f"the allowed successors of {node!r} are: {names}; change the rule or add "
+                "the edge to the graph",
+                step=step,
+                node=node,
+            )
+
+    # ------------------------------------------------------------------ durability
+
+    def snapshot(self) -> dict[str, Any]:
+        """Everything needed to take the same decisions after :meth:`restore` (JSON-able).
+
+        Holds every fact (engine, state, asserted) and every defglobal, plus the pack hashes
+        so a snapshot cannot be restored into an engine with different rules.
+        """
+        env = self._checked_env()
+        facts = []
+        for fact in env.facts():
+            name = fact.template.name
+            facts.append([name, {k: decode_value(v) for k, v in fact}])
+        globals_ = {
+            g.name: decode_value(g.value) for g in env.globals() if not g.name.startswith("sg-")
+        }
+        return {
+            "version": SNAPSHOT_VERSION,
+            "packs": [[p.id, p.source_hash] for p in self._packs],
+            "facts": facts,
+            "globals": globals_,
+        }
+
+    def restore(self, snapshot: Mapping[str, Any]) -> None:
+        """Replace this engine's facts and globals with a :meth:`snapshot`'s.
+
+        The agenda is emptied afterwards: the snapshot was taken between steps, when every
+        activation had already fired, so re-asserting the facts must not fire them again.
+        """
+        env = self._checked_env()
+        packs = [[p.id, p.source_hash] for p in self._packs]
+        if snapshot.get("version") != SNAPSHOT_VERSION or snapshot.get("packs") != packs:
+            raise RuleRuntimeError(
+                "the rule snapshot was taken with different rule packs "
+                f"({snapshot.get('packs')!r}) than this engine's ({packs!r}); resume with "
+                "the graph (and packs) that made the run"
+            )
+        env.eval("(retract *)")
+        try:
+            for template, slots in snapshot["facts"]:
+                env.find_template(template).assert_fact(
+                    **{k: to_clips(v) for k, v in slots.items()}
+                )
+            for name, value in snapshot["globals"].items():
+                env.find_global(name).value = to_clips(value)
+        except (LookupError, ValueError, TypeError, clips.CLIPSError) as exc:
+            self._capture.take_errors()
+            raise RuleRuntimeError(
+                f"the rule snapshot does not fit this engine ({exc}); it is corrupt or was "
+                "taken with other fact fields"
+            ) from exc
+        env.call("sg-rebind")
+        env.delete_activations()

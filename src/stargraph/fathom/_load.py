@@ -1,0 +1,436 @@
+"""Loading rule packs into a CLIPS environment, with every check that guards against CLIPS.
+
+The environment is created here with the engine's own templates and functions, then each pack
+construct is checked statically (:mod:`._sexpr`) and built one at a time, so an error names
+its pack, rule and line. Any problem fails the whole load: the environment is discarded by the
+caller and nothing runs. :func:`validate_pack` runs the same load into a scratch environment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import clips
+
+from stargraph.errors import Problem, RuleCompileError
+from stargraph.fathom import _sexpr as sx
+from stargraph.fathom._pack import RulePack
+from stargraph.fathom._values import FactField, normalise_fields
+
+__all__ = ["Capture", "Loaded", "load_packs", "new_environment", "validate_pack"]
+
+ENGINE_TEMPLATES: Final = frozenset({"sg-step", "sg-state", "sg-decision", "sg-fact"})
+
+# The engine's constant CLIPS source. No run-time value is ever formatted into CLIPS text;
+# the only generated part is the sg-state template and sg-begin, from validated field names.
+_BASE: Final = (
+    """(deftemplate sg-step
+  (slot tick (type INTEGER) (default 0))
+  (slot step (type INTEGER) (default 0))
+  (slot node (type STRING) (default ""))
+  (slot last-event (type STRING SYMBOL) (allowed-symbols nil) (default nil))
+  (slot tool-result (type STRING SYMBOL) (allowed-symbols nil) (default nil))
+  (slot error-count (type INTEGER) (default 0)))""",
+    """(deftemplate sg-decision
+  (slot kind (type SYMBOL) (allowed-symbols continue goto halt interrupt) (default ?NONE))
+  (slot target (type STRING SYMBOL) (allowed-symbols nil) (default nil))
+  (slot reason (type STRING SYMBOL) (allowed-symbols nil) (default nil))
+  (slot rule (type SYMBOL) (default ?NONE)))""",
+    """(deftemplate sg-fact (slot name (type STRING) (default ?NONE)) (slot value))""",
+    """(defglobal ?*sg-step* = FALSE ?*sg-state* = FALSE)""",
+)
+# Built after the sg-state template, which they name.
+_FUNCTIONS: Final = (
+    """(deffunction sg-init ()
+  (bind ?*sg-step* (assert (sg-step)))
+  (bind ?*sg-state* (assert (sg-state))))""",
+    # Decisions are read back as plain values and retracted inside CLIPS, so Python never
+    # holds a fact that is later retracted (clipspy 1.0.6 would never release it).
+    """(deffunction sg-collect ()
+  (bind ?out (create$))
+  (do-for-all-facts ((?d sg-decision)) TRUE
+    (bind ?out (create$ ?out ?d:kind ?d:target ?d:reason ?d:rule))
+    (retract ?d))
+  ?out)""",
+    """(deffunction sg-rebind ()
+  (do-for-fact ((?f sg-step)) TRUE (bind ?*sg-step* ?f))
+  (do-for-fact ((?f sg-state)) TRUE (bind ?*sg-state* ?f)))""",
+)
+
+
+def _state_constructs(fields: Mapping[str, FactField]) -> tuple[str, str]:
+    """The sg-state template and sg-begin, which modifies both engine facts inside CLIPS.
+
+    Modifying inside CLIPS (not through clipspy's shared FactModifier) avoids the memory
+    corruption seen when Python modifies facts of templates with different slot counts. The
+    ``tick`` slots change at every step: CLIPS 6.4 ignores a modify that changes nothing,
+    and rules must be re-evaluated at every step even when the state did not change.
+    """
+    names = sorted(fields)
+    slots = "".join(f"\n  (slot {n} {fields[n].slot_declaration()})" for n in names)
+    template = f"(deftemplate sg-state\n  (slot sg-tick (type INTEGER) (default 0)){slots})"
+    params = " ".join(f"?s{i}" for i in range(len(names)))
+    puts = " ".join(f"({n} ?s{i})" for i, n in enumerate(names))
+    begin = f"""(deffunction sg-begin (?step ?node ?event ?result ?errors {params})
+  (bind ?tick (+ 1 (fact-slot-value ?*sg-step* tick)))
+  (bind ?*sg-step* (modify ?*sg-step* (tick ?tick) (step ?step) (node ?node)
+    (last-event ?event) (tool-result ?result) (error-count ?errors)))
+  (bind ?*sg-state* (modify ?*sg-state* (sg-tick ?tick) {puts})))"""
+    return template, begin
+
+
+class Capture(clips.Router):  # type: ignore[misc]  # clipspy is untyped
+    """Takes every message CLIPS writes, so nothing reaches the process's stdout/stderr and
+    the engine can turn error output into typed errors.
+
+    Its priority is above clipspy's own error router, which would otherwise echo each error
+    to the real stderr. It holds only its own buffers, never the engine: the router lives in
+    clipspy's module-global environment table, and a reference to the engine from there
+    would keep the environment alive forever.
+    """
+
+    def __init__(self) -> None:
+        super().__init__("sg-capture", 50)
+        self.errors: list[str] = []
+        self.output: list[str] = []
+
+    def query(self, name: str) -> bool:
+        """Claim every logical name CLIPS writes to."""
+        return name in ("stderr", "stdwrn", "stdout", "t")
+
+    def write(self, name: str, message: str) -> None:
+        """Keep errors and warnings apart from ordinary output (bounded, rules may print)."""
+        target = self.errors if name in ("stderr", "stdwrn") else self.output
+        if len(target) < 1000:
+            target.append(message)
+
+    def take_errors(self) -> str:
+        """The error text written since the last call, emptied."""
+        text = "".join(self.errors)
+        self.errors.clear()
+        return text
+
+
+def new_environment() -> tuple[clips.Environment, Capture]:
+    """A CLIPS environment with the capture router installed."""
+    env = clips.Environment()
+    capture = Capture()
+    env.add_router(capture)
+    return env, capture
+
+
+def clips_message(text: str) -> str:
+    """The first paragraph of a CLIPS error, on one line (the echo after ERROR: is dropped)."""
+    head = text.split("ERROR:", maxsplit=1)[0]
+    return " ".join(head.split()) or "CLIPS rejected the construct"
+
+
+def _error_line(construct: sx.Construct, text: str) -> int:
+    """The line CLIPS stopped at: it echoes the construct up to the bad token, so the echo's
+    token count indexes the same token in our text."""
+    _, _, echo = text.partition("ERROR:")
+    try:
+        count = sum(1 for _ in sx.tokens(echo))
+        for i, (_, line, _, _) in enumerate(sx.tokens(construct.text), start=1):
+            if i == count:
+                return construct.line + line - 1
+    except sx.SourceError:
+        pass  # an echo cut inside a string: fall back to the construct's first line
+    return construct.line
+
+
+# --------------------------------------------------------------------------- static checks
+
+_ALLOWED: Final = frozenset({"defrule", "deftemplate", "deffacts", "deffunction", "defglobal"})
+
+
+def _calls(construct: sx.Construct) -> Iterator[sx.SExpr]:
+    """Every expression in a function-call position (not pattern slots or parameter lists)."""
+    tree = construct.tree
+    if construct.kind == "defrule":
+        lhs, rhs = sx.split_rule(tree)
+        yield from _lhs_calls(lhs)
+        for item in rhs:
+            if isinstance(item, sx.SExpr):
+                yield from item.walk()
+    elif construct.kind == "deffunction":
+        for item in tree.items[3:]:
+            if isinstance(item, sx.SExpr):
+                yield from item.walk()
+    elif construct.kind == "defglobal":
+        for item in tree.items[1:]:
+            if isinstance(item, sx.SExpr):
+                yield from item.walk()
+
+
+def _lhs_calls(lhs: Sequence[sx.Node]) -> Iterator[sx.SExpr]:
+    for item in lhs:
+        if not isinstance(item, sx.SExpr):
+            continue
+        if item.head == "test":
+            yield from item.walk()
+        elif item.head in ("and", "or", "not", "exists", "forall", "logical"):
+            yield from _lhs_calls(item.items[1:])
+        else:  # a pattern: only predicate/return-value constraints inside slots are calls
+            for slot in item.items[1:]:
+                if isinstance(slot, sx.SExpr):
+                    for inner in slot.items[1:]:
+                        if isinstance(inner, sx.SExpr):
+                            yield from inner.walk()
+
+
+@dataclass
+class _Checker:
+    """Collects problems for one load; ``known`` grows as packs declare templates."""
+
+    successors: Mapping[str, frozenset[str]] | None
+    known: set[str] = field(default_factory=lambda: set(ENGINE_TEMPLATES))
+    rules: dict[str, str] = field(default_factory=dict)  # rule name -> pack id
+    problems: list[Problem] = field(default_factory=list)
+
+    def problem(self, pack: RulePack, what: str, line: int, message: str, hint: str) -> None:
+        where = f"pack {pack.id!r} v{pack.version}, {what}, line {line}"
+        self.problems.append(Problem(where, message, hint))
+
+    def check(self, pack: RulePack, constructs: Sequence[sx.Construct]) -> None:
+        for c in constructs:
+            if c.kind == "deftemplate" and c.name:
+                self.known.add(c.name)
+        for c in constructs:
+            what = f"{c.kind.removeprefix('def') or 'construct'} {c.name!r}"
+            if c.kind not in _ALLOWED:
+                self.problem(
+                    pack,
+                    what,
+                    c.line,
+                    f"{c.kind or 'this'} is not allowed in a rule pack",
+                    "use defrule, deftemplate, deffacts, deffunction or defglobal",
+                )
+                continue
+            reserved = c.name.startswith("sg-") or (
+                c.kind == "defglobal"
+                and any(isinstance(a, sx.Atom) and a.text.startswith("?*sg-") for a in c.tree.items)
+            )
+            if reserved:
+                self.problem(
+                    pack,
+                    what,
+                    c.line,
+                    "names starting with sg- belong to the engine",
+                    "rename the construct",
+                )
+            for call in _calls(c):
+                if call.head in sx.FORBIDDEN_FUNCTIONS:
+                    self.problem(
+                        pack,
+                        what,
+                        call.line,
+                        f"calls ({call.head}), which a rule pack may not use",
+                        "decide through (assert (sg-decision ...)); the engine owns the env",
+                    )
+                if call.head == "assert":
+                    self._check_assert(pack, what, c, call)
+            if c.kind == "defrule":
+                self._check_rule(pack, what, c)
+            elif c.kind == "deffacts":
+                for fact in c.tree.items[2:]:
+                    if isinstance(fact, sx.SExpr) and fact.head not in self.known:
+                        self._unknown(pack, what, fact)
+
+    def _unknown(self, pack: RulePack, what: str, expr: sx.SExpr) -> None:
+        self.problem(
+            pack,
+            what,
+            expr.line,
+            f"template {expr.head!r} is not declared (CLIPS would accept it silently and "
+            "the pattern would never match)",
+            f"declare (deftemplate {expr.head} ...) or use a known template: "
+            f"{', '.join(sorted(self.known))}",
+        )
+
+    def _check_assert(self, pack: RulePack, what: str, c: sx.Construct, call: sx.SExpr) -> None:
+        for fact in call.items[1:]:
+            if not isinstance(fact, sx.SExpr):
+                continue
+            if fact.head not in self.known:
+                self._unknown(pack, what, fact)
+            elif fact.head == "sg-decision" and c.kind != "defrule":
+                self.problem(
+                    pack,
+                    what,
+                    fact.line,
+                    "only a rule may assert sg-decision",
+                    "move the assert into the rule's right-hand side",
+                )
+
+    def _check_rule(self, pack: RulePack, what: str, c: sx.Construct) -> None:
+        if c.name in self.rules:
+            self.problem(
+                pack,
+                what,
+                c.line,
+                f"rule {c.name!r} is already defined by pack {self.rules[c.name]!r} (CLIPS "
+                "would silently replace it)",
+                "rename one of the rules",
+            )
+        self.rules[c.name] = pack.id
+        lhs, rhs = sx.split_rule(c.tree)
+        for pattern in sx.patterns(lhs):
+            if pattern.head not in self.known:
+                self._unknown(pack, what, pattern)
+        nodes = sx.static_nodes(lhs)
+        for site in sx.decision_sites(rhs):
+            if site.rule != c.name:
+                self.problem(
+                    pack,
+                    what,
+                    site.line,
+                    "the decision does not name its rule, so it could not be audited",
+                    f"write (rule {c.name}) in the sg-decision",
+                )
+            if site.kind == "goto" and not site.has_target:
+                self.problem(
+                    pack,
+                    what,
+                    site.line,
+                    "a goto decision needs a target",
+                    'write (target "node-name")',
+                )
+            if site.kind == "goto" and site.target is not None and self.successors is not None:
+                why = sx.goto_problem(nodes, site.target, self.successors)
+                if why:
+                    self.problem(
+                        pack,
+                        what,
+                        site.line,
+                        why,
+                        "goto one of the node's successors, or add the edge to the graph",
+                    )
+
+
+# --------------------------------------------------------------------------- loading
+
+
+@dataclass(frozen=True)
+class Loaded:
+    """What a successful load learned: rule -> pack id, and every template in the env."""
+
+    rule_packs: dict[str, str]
+    templates: frozenset[str]
+
+
+def _stub(*_args: Any) -> None:
+    """Stands in for an engine function while a pack is only validated."""
+
+
+def load_packs(
+    env: clips.Environment,
+    capture: Capture,
+    packs: Sequence[RulePack],
+    *,
+    fields: Mapping[str, FactField],
+    successors: Mapping[str, frozenset[str]] | None,
+    functions: Mapping[str, Callable[..., Any]],
+) -> Loaded:
+    """Build the engine constructs and every pack into ``env``; raise one RuleCompileError
+    naming every problem in every pack. On error the caller must discard ``env``."""
+    state_template, begin = _state_constructs(fields)
+    for text in (*_BASE, state_template, *_FUNCTIONS, begin):
+        env.build(text)  # constant text: failure here is a bug, let CLIPSError surface
+    checker = _Checker(successors)
+    for name, function in functions.items():
+        if not sx.NAME.fullmatch(name) or name.startswith("sg-"):
+            checker.problems.append(
+                Problem(f"function {name!r}", "not a usable CLIPS function name", "rename it")
+            )
+            continue
+        try:
+            env.define_function(function, name)
+        except clips.CLIPSError:
+            checker.problems.append(
+                Problem(
+                    f"function {name!r}",
+                    clips_message(capture.take_errors()),
+                    "pick a name that is not a CLIPS built-in",
+                )
+            )
+    seen: set[str] = set()
+    for pack in packs:
+        if pack.id in seen:
+            checker.problems.append(
+                Problem(f"pack {pack.id!r}", "the pack is loaded twice", "load it once")
+            )
+            continue
+        seen.add(pack.id)
+        try:
+            constructs = sx.read_constructs(pack.source)
+        except sx.SourceError as exc:
+            checker.problem(pack, "text", exc.line, str(exc), "balance the parentheses/quotes")
+            continue
+        before = len(checker.problems)
+        checker.check(pack, constructs)
+        if len(checker.problems) > before:
+            continue  # building would only repeat (or mask) what the static check found
+        for c in constructs:
+            try:
+                env.build(c.text)
+            except clips.CLIPSError:
+                text = capture.take_errors()
+                what = f"{c.kind.removeprefix('def')} {c.name!r}"
+                checker.problem(
+                    pack,
+                    what,
+                    _error_line(c, text),
+                    f"CLIPS: {clips_message(text)}",
+                    "fix the construct; the line is where CLIPS stopped reading",
+                )
+    templates = frozenset(t.name for t in env.templates())
+    implied = sorted(t.name for t in env.templates() if t.implied)
+    for name in implied:  # backstop: an unknown template the static reading did not see
+        checker.problems.append(
+            Problem(f"template {name!r}", "used but never declared", "declare it")
+        )
+    capture.take_errors()
+    if checker.problems:
+        subject = f"rule pack {packs[0].id!r}" if len(packs) == 1 else "rule packs"
+        raise RuleCompileError(checker.problems, subject=subject)
+    return Loaded(dict(checker.rules), templates)
+
+
+def validate_pack(
+    pack: RulePack,
+    *,
+    fact_fields: Mapping[str, Any] | None = None,
+    successors: Mapping[str, Iterable[str]] | None = None,
+    functions: Iterable[str] = (),
+) -> None:
+    """Load ``pack`` into a scratch environment and raise RuleCompileError if it is invalid.
+
+    Checks syntax (per construct, with the line CLIPS stopped at), unknown templates and
+    slots, decisions that do not name their rule, forbidden functions, and -- when
+    ``successors`` is given and a rule fixes its node literally -- every ``goto`` target.
+    ``functions`` names the Python functions the engine will define.
+    """
+    env, capture = new_environment()
+    try:
+        load_packs(
+            env,
+            capture,
+            [pack],
+            fields=normalise_fields(fact_fields or {}),
+            successors=freeze_successors(successors),
+            functions=dict.fromkeys(functions, _stub),
+        )
+    finally:
+        del env  # drop the scratch environment now rather than at the next GC
+
+
+def freeze_successors(
+    successors: Mapping[str, Iterable[str]] | None,
+) -> dict[str, frozenset[str]] | None:
+    """Successor sets as frozensets (callers may pass lists or sets)."""
+    if successors is None:
+        return None
+    return {node: frozenset(targets) for node, targets in successors.items()}

@@ -1,0 +1,324 @@
+"""A small reader for CLIPS source that keeps line numbers, and the static checks built on it.
+
+CLIPS's own ``load()`` is not atomic and reports syntax errors at the wrong place, and a rule
+that names an unknown template is accepted silently. Reading the text ourselves lets us split
+it into top-level constructs (each built separately, so an error names its construct and
+line) and inspect each rule before CLIPS sees it: unknown templates, forbidden functions,
+decision facts that do not name their rule, and ``goto`` targets that are not successors.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+__all__ = [
+    "Atom",
+    "Construct",
+    "Node",
+    "SExpr",
+    "SourceError",
+    "read_constructs",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Atom:
+    """A token: a symbol, number, variable or string (``string`` keeps the unquoted text)."""
+
+    text: str
+    line: int
+    string: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SExpr:
+    """A parenthesised list; ``line`` is where its ``(`` is."""
+
+    items: tuple[Node, ...]
+    line: int
+
+    @property
+    def head(self) -> str | None:
+        """The leading symbol (``defrule``, ``assert``, a template name), if any."""
+        first = self.items[0] if self.items else None
+        return first.text if isinstance(first, Atom) and not first.string else None
+
+    def walk(self) -> Iterator[SExpr]:
+        """This list and every list nested in it, depth first."""
+        yield self
+        for item in self.items:
+            if isinstance(item, SExpr):
+                yield from item.walk()
+
+
+Node = Atom | SExpr
+
+
+class SourceError(Exception):
+    """Unbalanced or malformed text; ``line`` locates it (internal, rewrapped by callers)."""
+
+    def __init__(self, message: str, line: int) -> None:
+        self.line = line
+        super().__init__(message)
+
+
+@dataclass(frozen=True, slots=True)
+class Construct:
+    """One top-level construct: its kind (``defrule``...), name, first line and exact text."""
+
+    kind: str
+    name: str
+    line: int
+    text: str
+    tree: SExpr
+
+
+# A plain CLIPS symbol usable as a rule, template or function name.
+NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
+
+# Constraint connectives are their own tokens so `"a"|"b"` reads as three tokens.
+_SINGLE: Final = frozenset("&|~")
+
+
+def tokens(text: str) -> Iterator[tuple[str, int, int, bool]]:
+    """Yield (token, line, offset, is_string); ``(``/``)`` are tokens of their own."""
+    i, line, n = 0, 1, len(text)
+    while i < n:
+        ch = text[i]
+        if ch == "\n":
+            line += 1
+            i += 1
+        elif ch.isspace():
+            i += 1
+        elif ch == ";":
+            end = text.find("\n", i)
+            i = n if end < 0 else end
+        elif ch in "()":
+            yield ch, line, i, False
+            i += 1
+        elif ch == '"':
+            start_line, j, buf = line, i + 1, []
+            while True:
+                if j >= n:
+                    raise SourceError("string is never closed", start_line)
+                c = text[j]
+                if c == "\\" and j + 1 < n:
+                    buf.append(text[j + 1])
+                    line += text[j + 1] == "\n"
+                    j += 2
+                    continue
+                if c == '"':
+                    break
+                line += c == "\n"
+                buf.append(c)
+                j += 1
+            yield "".join(buf), start_line, i, True
+            i = j + 1
+        elif ch in _SINGLE:
+            yield ch, line, i, False
+            i += 1
+        else:
+            j = i
+            while j < n and not (text[j].isspace() or text[j] in '();"' or text[j] in _SINGLE):
+                j += 1
+            yield text[i:j], line, i, False
+            i = j
+
+
+def _read(text: str) -> list[tuple[SExpr, int, int]]:
+    """Top-level lists with their start and end offsets."""
+    stack: list[tuple[list[Node], int, int]] = []
+    out: list[tuple[SExpr, int, int]] = []
+    for token, line, offset, is_string in tokens(text):
+        if token == "(" and not is_string:
+            stack.append(([], line, offset))
+        elif token == ")" and not is_string:
+            if not stack:
+                raise SourceError("')' without a matching '('", line)
+            items, start_line, start = stack.pop()
+            expr = SExpr(tuple(items), start_line)
+            if stack:
+                stack[-1][0].append(expr)
+            else:
+                out.append((expr, start, offset + 1))
+        elif not stack:
+            raise SourceError(f"{token!r} outside any construct", line)
+        else:
+            stack[-1][0].append(Atom(token, line, is_string))
+    if stack:
+        raise SourceError("'(' is never closed", stack[-1][1])
+    return out
+
+
+@functools.lru_cache(maxsize=256)
+def read_constructs(text: str) -> tuple[Construct, ...]:
+    """Split pack text into constructs (cached: the same pack is read once per process)."""
+    constructs = []
+    for expr, start, end in _read(text):
+        kind = expr.head or ""
+        second = expr.items[1] if len(expr.items) > 1 else None
+        name = second.text if isinstance(second, Atom) and not second.string else ""
+        constructs.append(Construct(kind, name, expr.line, text[start:end], expr))
+    return tuple(constructs)
+
+
+# --------------------------------------------------------------------------- rule analysis
+
+# Conditional elements that wrap patterns rather than name a template.
+_CE_WRAPPERS: Final = frozenset({"and", "or", "not", "exists", "forall", "logical"})
+
+# Functions a pack may not call: they end the process, touch files, reshape the environment
+# the engine owns, or stop rule execution behind the engine's back.
+FORBIDDEN_FUNCTIONS: Final = frozenset(
+    {
+        "exit", "system", "reset", "clear", "load", "load*", "bload", "batch", "batch*",
+        "save", "bsave", "open", "close", "remove", "rename", "dribble-on", "dribble-off",
+        "load-facts", "save-facts", "load-instances", "save-instances", "restore-instances",
+        "bload-instances", "bsave-instances", "build", "eval", "halt", "set-strategy",
+        "set-fact-duplication", "set-salience-evaluation", "focus", "pop-focus",
+        "undefrule", "undeftemplate", "undeffunction", "undefglobal", "undeffacts",
+        "python-function",
+    }
+)  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionSite:
+    """One ``(assert (sg-decision ...))`` in a rule, with whatever is literal in it."""
+
+    line: int
+    kind: str | None
+    target: str | None  # literal target string, None if absent or computed
+    has_target: bool
+    rule: str | None  # the literal rule slot, None if absent or computed
+
+
+def split_rule(tree: SExpr) -> tuple[list[Node], list[Node]]:
+    """LHS and RHS items of a ``defrule`` (after its name, comment and declare)."""
+    items = list(tree.items[2:])
+    if items and isinstance(items[0], Atom) and items[0].string:
+        items = items[1:]  # the rule's comment string
+    if items and isinstance(items[0], SExpr) and items[0].head == "declare":
+        items = items[1:]  # (declare (salience n))
+    for i, item in enumerate(items):
+        if isinstance(item, Atom) and item.text == "=>" and not item.string:
+            return items[:i], items[i + 1 :]
+    return items, []
+
+
+def patterns(lhs: list[Node]) -> Iterator[SExpr]:
+    """Every pattern CE in a LHS, looking inside not/and/or/exists/forall/logical."""
+    for item in lhs:
+        if isinstance(item, SExpr):
+            if item.head in _CE_WRAPPERS:
+                yield from patterns(list(item.items[1:]))
+            elif item.head != "test" and item.head is not None:
+                yield item
+
+
+def direct_patterns(lhs: list[Node]) -> Iterator[SExpr]:
+    """Pattern CEs that must hold for the rule to fire (top level or inside and/logical)."""
+    for item in lhs:
+        if isinstance(item, SExpr):
+            if item.head in ("and", "logical"):
+                yield from direct_patterns(list(item.items[1:]))
+            elif item.head not in _CE_WRAPPERS and item.head not in ("test", None):
+                yield item
+
+
+def slot(pattern: SExpr, name: str) -> tuple[Node, ...] | None:
+    """The items of slot ``name`` in a template pattern or assert, None if absent."""
+    for item in pattern.items[1:]:
+        if isinstance(item, SExpr) and item.head == name:
+            return item.items[1:]
+    return None
+
+
+def literal_strings(items: tuple[Node, ...] | None) -> frozenset[str] | None:
+    """``"a"`` or ``"a"|"b"`` -> the set of strings; anything else (variables, ``~``) -> None."""
+    if not items:
+        return None
+    values = set()
+    for i, item in enumerate(items):
+        if i % 2:
+            if not (isinstance(item, Atom) and item.text == "|" and not item.string):
+                return None
+        elif isinstance(item, Atom) and item.string:
+            values.add(item.text)
+        else:
+            return None
+    return frozenset(values)
+
+
+def decision_sites(rhs: list[Node]) -> Iterator[DecisionSite]:
+    """Every decision fact a RHS asserts."""
+    for item in rhs:
+        if not isinstance(item, SExpr):
+            continue
+        for expr in item.walk():
+            if expr.head != "assert":
+                continue
+            for fact in expr.items[1:]:
+                if isinstance(fact, SExpr) and fact.head == "sg-decision":
+                    yield _site(fact)
+
+
+def _single_atom(items: tuple[Node, ...] | None) -> Atom | None:
+    if items and len(items) == 1 and isinstance(items[0], Atom):
+        return items[0]
+    return None
+
+
+def _site(fact: SExpr) -> DecisionSite:
+    kind = _single_atom(slot(fact, "kind"))
+    target = _single_atom(slot(fact, "target"))
+    rule = _single_atom(slot(fact, "rule"))
+    return DecisionSite(
+        line=fact.line,
+        kind=kind.text if kind and not kind.string else None,
+        target=target.text if target and target.string else None,
+        has_target=slot(fact, "target") is not None,
+        rule=rule.text if rule and not rule.string and not rule.text.startswith("?") else None,
+    )
+
+
+def static_nodes(lhs: list[Node]) -> frozenset[str] | None:
+    """The nodes a rule can fire at, when its ``sg-step`` patterns fix them literally."""
+    allowed: frozenset[str] | None = None
+    for pattern in direct_patterns(lhs):
+        if pattern.head == "sg-step":
+            nodes = literal_strings(slot(pattern, "node"))
+            if nodes is not None:
+                allowed = nodes if allowed is None else allowed & nodes
+    return allowed
+
+
+def goto_problem(
+    nodes: frozenset[str] | None,
+    target: str,
+    successors: Mapping[str, frozenset[str]],
+) -> str | None:
+    """Why a literal ``goto target`` is impossible, or None if it may be fine."""
+    every = set(successors).union(*successors.values()) if successors else set()
+    if target not in every:
+        return f"goto target {target!r} is not a node of the graph (nodes: {_names(every)})"
+    if nodes is None:
+        return None  # the node is only known at run time; decide() checks it there
+    for node in sorted(nodes):
+        if node not in successors:
+            return f"the rule matches node {node!r}, which is not a node of the graph"
+        if target not in successors[node]:
+            return (
+                f"goto target {target!r} is not a successor of node {node!r} "
+                f"(successors: {_names(successors[node])})"
+            )
+    return None
+
+
+def _names(names: object) -> str:
+    assert isinstance(names, set | frozenset)
+    return ", ".join(repr(n) for n in sorted(names)) or "none"

@@ -1,0 +1,262 @@
+"""State fields marked as facts, and the safe passage of Python values into CLIPS and back.
+
+Values reach CLIPS only as clipspy values (``Environment.call`` arguments), never as source
+text, so no value can inject a construct. Two things still need care, because clipspy hands
+strings to C as NUL-terminated UTF-8:
+
+* a NUL would silently truncate the string, and
+* a lone surrogate cannot be encoded at all.
+
+Such strings are escaped reversibly with a private-use character (U+F8FF) before they cross,
+and decoded when they come back. Strings without those three characters, which is every
+string a rule pack is likely to compare against, cross unchanged, so literals in rules still
+match.
+"""
+
+from __future__ import annotations
+
+import re
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Final, Union, get_args, get_origin
+
+import clips
+from pydantic import BaseModel
+
+from stargraph.errors import Problem, RuleCompileError, RuleRuntimeError
+
+__all__ = ["Fact", "FactField", "decode_value", "encode_value", "fact_fields"]
+
+
+class Fact:
+    """Marks a state field as visible to rules: ``steps: Annotated[int, Fact()] = 0``.
+
+    Only marked fields become slots of the ``sg-state`` template; the rest of the state stays
+    out of CLIPS, so rules cannot depend on data the graph did not choose to expose.
+    """
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "Fact()"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Fact)
+
+    def __hash__(self) -> int:
+        return hash(Fact)
+
+
+# The Python types a fact slot can carry, and the CLIPS slot declaration each one gets.
+_SLOT_TYPES: Final[dict[type, str]] = {
+    bool: "(type SYMBOL) (allowed-symbols TRUE FALSE) (default FALSE)",
+    int: "(type INTEGER) (default 0)",
+    float: "(type FLOAT) (default 0.0)",
+    str: '(type STRING) (default "")',
+}
+_OPTIONAL_SLOT_TYPES: Final[dict[type, str]] = {
+    bool: "(type SYMBOL) (allowed-symbols TRUE FALSE nil) (default nil)",
+    int: "(type INTEGER SYMBOL) (allowed-symbols nil) (default nil)",
+    float: "(type FLOAT SYMBOL) (allowed-symbols nil) (default nil)",
+    str: "(type STRING SYMBOL) (allowed-symbols nil) (default nil)",
+}
+_SLOT_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+_INT64: Final = (-(2**63), 2**63 - 1)
+
+
+class FactField(typing.NamedTuple):
+    """One fact slot: its Python base type and whether ``None`` is allowed."""
+
+    base: type
+    optional: bool
+
+    def slot_declaration(self) -> str:
+        """The CLIPS type/default attributes of this slot (constant text, no user values)."""
+        table = _OPTIONAL_SLOT_TYPES if self.optional else _SLOT_TYPES
+        return table[self.base]
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip ``Annotated`` so ``Annotated[int | None, Fact()]`` yields ``int | None``."""
+    while get_origin(annotation) is typing.Annotated:
+        annotation = get_args(annotation)[0]
+    return annotation
+
+
+def fact_field(name: str, annotation: Any) -> FactField:
+    """Classify one annotation as a fact slot; raise RuleCompileError if CLIPS cannot hold it."""
+    problem = None
+    tp = _unwrap(annotation)
+    optional = False
+    if get_origin(tp) in (Union, types.UnionType):
+        members = [a for a in get_args(tp) if a is not type(None)]
+        optional = len(members) < len(get_args(tp))
+        tp = _unwrap(members[0]) if len(members) == 1 else None
+    if not _SLOT_NAME.match(name):
+        problem = Problem(
+            f"fact {name!r}",
+            "a fact field name must be a plain identifier starting with a letter",
+            "rename the field",
+        )
+    elif tp not in _SLOT_TYPES:
+        problem = Problem(
+            f"fact {name!r}",
+            f"type {annotation!r} cannot be a rule fact; supported: bool, int, float, str "
+            "and their Optional forms",
+            "expose a derived scalar field to rules instead",
+        )
+    if problem is not None:
+        raise RuleCompileError([problem], subject="fact fields")
+    assert isinstance(tp, type)
+    return FactField(tp, optional)
+
+
+def fact_fields(model: type[BaseModel]) -> dict[str, type]:
+    """The fields of a state model marked ``Fact()``, mapped to their annotation.
+
+    >>> from typing import Annotated
+    >>> class State(BaseModel):
+    ...     steps: Annotated[int, Fact()] = 0
+    ...     notes: str = ""
+    >>> fact_fields(State)
+    {'steps': <class 'int'>}
+    """
+    found: dict[str, type] = {}
+    for name, info in model.model_fields.items():
+        if any(isinstance(m, Fact) for m in info.metadata):
+            annotation: Any = info.annotation
+            fact_field(name, annotation)  # reject unsupported types at authoring time
+            found[name] = annotation
+    return found
+
+
+def normalise_fields(fields: Mapping[str, Any]) -> dict[str, FactField]:
+    """Classify every fact field; ``done`` is always present (the default pack reads it)."""
+    out = {name: fact_field(name, tp) for name, tp in fields.items()}
+    done = out.get("done")
+    if done is not None and done.base is not bool:
+        raise RuleCompileError(
+            [
+                Problem(
+                    "fact 'done'",
+                    "the fact 'done' is read by the termination rules and must be a bool",
+                    "declare it as done: Annotated[bool, Fact()] = False",
+                )
+            ],
+            subject="fact fields",
+        )
+    out.setdefault("done", FactField(bool, False))
+    return out
+
+
+# --------------------------------------------------------------------------- strings
+
+_ESC: Final = "\uf8ff"
+_NEEDS_ESCAPE: Final = re.compile("[\x00\uf8ff\ud800-\udfff]")
+_ESCAPED: Final = re.compile("\uf8ff(?:(e)|(0)|s([0-9a-f]{4}))")
+
+
+def _escape_char(match: re.Match[str]) -> str:
+    char = match.group(0)
+    if char == _ESC:
+        return _ESC + "e"
+    if char == "\x00":
+        return _ESC + "0"
+    return f"{_ESC}s{ord(char):04x}"
+
+
+def _unescape_char(match: re.Match[str]) -> str:
+    if match.group(1):
+        return _ESC
+    if match.group(2):
+        return "\x00"
+    return chr(int(match.group(3), 16))
+
+
+def encode_string(text: str) -> str:
+    """Make ``text`` safe for a NUL-terminated UTF-8 C string, reversibly."""
+    return _NEEDS_ESCAPE.sub(_escape_char, text) if _NEEDS_ESCAPE.search(text) else text
+
+
+def decode_string(text: str) -> str:
+    """Undo :func:`encode_string`."""
+    return _ESCAPED.sub(_unescape_char, text) if _ESC in text else text
+
+
+# --------------------------------------------------------------------------- values
+
+_TRUE: Final = clips.Symbol("TRUE")
+_FALSE: Final = clips.Symbol("FALSE")
+_NIL: Final = clips.Symbol("nil")
+
+
+def encode_value(name: str, field: FactField, value: Any, *, step: int, node: str) -> Any:
+    """Convert one state value to the clipspy value its slot accepts.
+
+    Raises RuleRuntimeError naming the field when the value does not fit, because CLIPS would
+    otherwise reject it with a message that names neither the field nor the step.
+    """
+    if value is None and field.optional:
+        return _NIL
+    base = field.base
+    ok = isinstance(value, base) and not (base is int and isinstance(value, bool))
+    if base is float and isinstance(value, int) and not isinstance(value, bool):
+        value, ok = float(value), True
+    if ok and base is int and not _INT64[0] <= value <= _INT64[1]:
+        ok = False
+    if not ok:
+        raise RuleRuntimeError(
+            f"fact {name!r} = {value!r} at step {step} (node {node!r}) is not a "
+            f"{'optional ' if field.optional else ''}{base.__name__} as declared; fix the "
+            "node that wrote it or the field's annotation (ints must fit in 64 bits)",
+            step=step,
+            node=node,
+        )
+    if base is bool:
+        return _TRUE if value else _FALSE
+    if base is str:
+        return encode_string(value)
+    return value
+
+
+def encode_text(value: str | None) -> Any:
+    """Convert an optional engine string (event, tool result) to a clipspy value."""
+    return _NIL if value is None else encode_string(value)
+
+
+def decode_value(value: Any) -> Any:
+    """Convert a clipspy value read back from CLIPS into plain JSON-able Python.
+
+    Symbols become ``{"symbol": name}`` so a restore can tell the symbol ``nil`` from the
+    string ``"nil"``; multifields become lists.
+    """
+    if isinstance(value, clips.Symbol):
+        return {"symbol": str(value)}
+    if isinstance(value, str):
+        return decode_string(value)
+    if isinstance(value, tuple):
+        return [decode_value(v) for v in value]
+    if isinstance(value, bool | int | float):
+        return value
+    raise TypeError(f"unexpected CLIPS value {value!r}")
+
+
+def to_clips(value: Any) -> Any:
+    """Inverse of :func:`decode_value`: JSON snapshot value -> clipspy value."""
+    if isinstance(value, dict):
+        return clips.Symbol(value["symbol"])
+    if isinstance(value, str):
+        return encode_string(value)
+    if isinstance(value, list):
+        return tuple(to_clips(v) for v in value)
+    return value
+
+
+def plain(value: Any) -> Any:
+    """A decision slot read back from CLIPS: ``nil`` -> None, strings decoded."""
+    if isinstance(value, clips.Symbol):
+        return None if value == "nil" else str(value)
+    if isinstance(value, str):
+        return decode_string(value)
+    return value
