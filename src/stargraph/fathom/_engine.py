@@ -16,6 +16,7 @@ from types import TracebackType
 from typing import Any, Final, Literal, NoReturn
 
 import clips
+from clips._clips import lib
 from pydantic import BaseModel, ConfigDict, Field
 
 from stargraph.errors import RuleRuntimeError
@@ -62,25 +63,39 @@ class Decision(BaseModel):
     fired: tuple[str, ...] = Field((), description="Every rule that asserted a decision.")
 
 
-def _wrap(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
+def _clear_agenda(env: Any) -> None:
+    """Delete every activation. clipspy 1.0.6's ``delete_activations()`` calls the C API with
+    the wrong arity (TypeError), so call CLIPS directly; rules live in the MAIN module."""
+    lib.DeleteAllActivations(lib.FindDefmodule(env._env, b"MAIN"))
+
+
+def _wrap(
+    name: str, function: Callable[..., Any], raised: list[BaseException]
+) -> Callable[..., Any]:
     """Adapt a Python function for CLIPS: decode string arguments, allow only scalar results.
 
-    The wrapper closes over ``function`` alone, never the engine; clipspy keeps it in a
-    module-global table, so a reference to the engine would leak the environment. Returning
-    arbitrary objects is refused because clipspy would pin each one in that table too.
+    The wrapper closes over ``function`` and the ``raised`` list alone, never the engine;
+    clipspy keeps it in a module-global table, so a reference to the engine would leak the
+    environment. Returning arbitrary objects is refused because clipspy would pin each one in
+    that table too.
     """
 
     def call(*args: Any) -> Any:
         decoded = [decode_string(a) if type(a) is str else a for a in args]
-        result = function(*decoded)
-        if isinstance(result, str):
-            return encode_string(result)
-        if result is None or isinstance(result, bool | int | float):
-            return result
-        raise TypeError(
-            f"function {name!r} returned {type(result).__name__}; return a bool, int, "
-            "float, str or None"
-        )
+        try:
+            result = function(*decoded)
+            if isinstance(result, str):
+                return encode_string(result)
+            if result is None or isinstance(result, bool | int | float):
+                return result
+            raise TypeError(
+                f"function {name!r} returned {type(result).__name__}; return a bool, int, "
+                "float, str or None"
+            )
+        except Exception as exc:
+            # clipspy swallows it (the run goes on); keep it so the step's error chains it.
+            raised.append(exc)
+            raise
 
     call.__name__ = name
     return call
@@ -116,7 +131,8 @@ class RuleEngine:
         self._names = sorted(self._fields)
         self._successors = freeze_successors(successors)
         self._run_limit = run_limit
-        wrapped = {n: _wrap(n, f) for n, f in (functions or {}).items()}
+        self._raised: list[BaseException] = []
+        wrapped = {n: _wrap(n, f, self._raised) for n, f in (functions or {}).items()}
         env, capture = new_environment()
         # On failure `env` goes out of scope here, before anything could run in it.
         loaded = load_packs(
@@ -225,17 +241,21 @@ class RuleEngine:
     def _fail(self, env: Any, message: str, step: int, node: str) -> NoReturn:
         """Clean the environment for the next step and raise the step's error."""
         env.clear_error_state()
-        env.delete_activations()
+        _clear_agenda(env)
         env.call("sg-collect")  # drop the failed step's partial decisions
         self._capture.take_errors()
-        raise RuleRuntimeError(f"{message} (step {step}, node {node!r})", step=step, node=node)
+        cause = self._raised[0] if self._raised else None
+        self._raised.clear()
+        raise RuleRuntimeError(
+            f"{message} (step {step}, node {node!r})", step=step, node=node
+        ) from cause
 
     def _check_run(self, env: Any, fired: int, step: int, node: str) -> None:
         # clipspy swallows exceptions raised in Python functions: run() returns normally
         # with the error left in the environment's error state and on stderr.
         error = env.error_state
         text = self._capture.take_errors()
-        if error is not None or text:
+        if error is not None or text or self._raised:
             detail = clips_message(text) if text else str(error)
             self._fail(
                 env,
@@ -353,4 +373,4 @@ class RuleEngine:
                 "taken with other fact fields"
             ) from exc
         env.call("sg-rebind")
-        env.delete_activations()
+        _clear_agenda(env)

@@ -8,6 +8,7 @@ caller and nothing runs. :func:`validate_pack` runs the same load into a scratch
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -121,9 +122,13 @@ def new_environment() -> tuple[clips.Environment, Capture]:
     return env, capture
 
 
+_TRACEBACK: Final = re.compile(r"Traceback \(most recent call last\):.*?(?=^\[|\Z)", re.S | re.M)
+
+
 def clips_message(text: str) -> str:
-    """The first paragraph of a CLIPS error, on one line (the echo after ERROR: is dropped)."""
-    head = text.split("ERROR:", maxsplit=1)[0]
+    """A CLIPS error on one line: the construct echo after ``ERROR:`` and the Python
+    traceback clipspy prints for a failed function are dropped (the cause is chained)."""
+    head = _TRACEBACK.sub("", text.split("ERROR:", maxsplit=1)[0])
     return " ".join(head.split()) or "CLIPS rejected the construct"
 
 

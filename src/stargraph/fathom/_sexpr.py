@@ -150,7 +150,9 @@ def _read(text: str) -> list[tuple[SExpr, int, int]]:
         else:
             stack[-1][0].append(Atom(token, line, is_string))
     if stack:
-        raise SourceError("'(' is never closed", stack[-1][1])
+        outer = [i.text for i in stack[0][0][:2] if isinstance(i, Atom)]
+        where = f" (in the construct '({' '.join(outer)}' at line {stack[0][1]})" if outer else ""
+        raise SourceError(f"'(' is never closed{where}", stack[-1][1])
     return out
 
 
