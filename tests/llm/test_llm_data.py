@@ -283,3 +283,15 @@ def test_the_conformance_suite_catches_a_lossy_model() -> None:
 
 def test_openai_model_is_a_chat_model() -> None:
     assert isinstance(OpenAIChatModel("m", base_url="http://127.0.0.1:9/v1"), ChatModel)
+
+
+@pytest.mark.parametrize(
+    "module", ["stargraph.llm._messages", "stargraph.llm._problems", "stargraph.llm._scripted"]
+)
+def test_docstring_examples_run(module: str) -> None:
+    import doctest
+    import importlib
+
+    failed, attempted = doctest.testmod(importlib.import_module(module))
+    assert attempted > 0
+    assert failed == 0

@@ -32,6 +32,8 @@ from stargraph.llm._messages import (
 )
 
 if TYPE_CHECKING:
+    import ssl
+
     import openai
     from openai import Stream
     from openai.types.chat import ChatCompletionChunk
@@ -82,6 +84,8 @@ class OpenAIChatModel:
     raised to a server's ``Retry-After``) between attempts. When it gives up, or at once on
     any other failure, it raises :class:`~stargraph.errors.LLMError` naming the model, the
     URL, the status and the number of attempts; the openai exception is ``__cause__``.
+    ``sleep`` / ``asleep`` perform the backoff waits (``time.sleep`` / ``asyncio.sleep`` by
+    default); tests pass recorders so retries cost no wall time.
 
     Close it (or use it as a context manager) to release the HTTP connection pool.
     """
@@ -121,6 +125,7 @@ class OpenAIChatModel:
         self._default_headers = default_headers
         self._client: openai.OpenAI | None = None
         self._client_lock = threading.Lock()
+        self._tls: ssl.SSLContext | None = None
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel(model={self.model!r}, base_url={self.base_url!r})"
@@ -167,6 +172,7 @@ class OpenAIChatModel:
 
         An async client is opened per call: an httpx async pool is bound to the event loop
         that created it, and callers (tests, ``asyncio.run`` per invocation) switch loops.
+        The TLS context, which costs ~20 ms to build, is made once and shared.
         """
         import asyncio
 
@@ -174,7 +180,9 @@ class OpenAIChatModel:
 
         kwargs = self._create_kwargs(request)
         failures: list[_Failure] = []
-        async with openai.AsyncOpenAI(**self._client_options()) as client:
+        http_client = openai.DefaultAsyncHttpxClient(verify=self._tls_context())
+        options = self._client_options()
+        async with http_client, openai.AsyncOpenAI(http_client=http_client, **options) as client:
             while True:
                 try:
                     completion = await client.chat.completions.create(**kwargs)
@@ -234,6 +242,14 @@ class OpenAIChatModel:
             "max_retries": 0,
             "default_headers": self._default_headers,
         }
+
+    def _tls_context(self) -> ssl.SSLContext:
+        with self._client_lock:
+            if self._tls is None:
+                import httpx2
+
+                self._tls = httpx2.create_ssl_context()
+            return self._tls
 
     def _sync_client(self) -> openai.OpenAI:
         # Built on first use, not in __init__: replay builds models it never calls, and a
