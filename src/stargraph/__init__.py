@@ -1,5 +1,36 @@
-"""stargraph: compile LLM-agent workflows into content-hashed graphs, run them deterministically."""
+"""stargraph: compile LLM-agent workflows into content-hashed graphs, run them deterministically.
+
+>>> from stargraph import Graph, START, END
+>>> from stargraph.examples.basics import CounterState, bump
+>>> app = (Graph("two", state=CounterState).with_node("a", bump).with_node("b", bump)
+...        .with_edge(START, "a").with_edge("a", "b").with_edge("b", END).compile())
+>>> app.invoke({}).items
+['a', 'b']
+
+Subpackages (imported on demand, so ``import stargraph`` stays light): ``stargraph.ir``,
+``stargraph.graph``, ``stargraph.runtime``, ``stargraph.fathom`` (rules), ``stargraph.tools``,
+``stargraph.llm``, ``stargraph.testing``.
+"""
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from stargraph import reducers
+from stargraph.errors import CompileError, RunError, StargraphError
+from stargraph.graph import END, START, Graph, Send
+from stargraph.runtime import CompiledGraph, RunContext
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CompileError",
+    "CompiledGraph",
+    "END",
+    "Graph",
+    "RunContext",
+    "RunError",
+    "START",
+    "Send",
+    "StargraphError",
+    "__version__",
+    "reducers",
+]

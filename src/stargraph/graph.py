@@ -41,7 +41,7 @@ from stargraph.state import schema_ir
 if TYPE_CHECKING:
     from stargraph.runtime import CompiledGraph
 
-__all__ = ["END", "START", "Graph", "Send"]
+__all__ = ["END", "Graph", "START", "Send"]
 
 StateT = TypeVar("StateT", bound=BaseModel)
 
@@ -103,6 +103,7 @@ class Graph(Generic[StateT]):
         "_nodes",
         "_rules",
         "_state",
+        "_state_ir",
         "_state_ref",
         "_subgraphs",
     )
@@ -120,6 +121,9 @@ class Graph(Generic[StateT]):
             ir = name_or_ir
             self._name = ir.name
             self._state_ref = ir.state.ref
+            # Keep the IR's own state description: if the model changed since, compile()
+            # must notice instead of silently hashing the new model.
+            self._state_ir: StateSchemaIR | None = ir.state
             self._state: type[StateT] | None = state or _import_state(ir.state)
             self._nodes: tuple[Any, ...] = tuple(ir.nodes)
             self._edges: tuple[Any, ...] = tuple(ir.edges)
@@ -141,6 +145,7 @@ class Graph(Generic[StateT]):
             )
         self._name = name_or_ir
         self._state = state
+        self._state_ir = None
         ref = try_ref_of(state)
         self._state_ref = (
             ref if isinstance(ref, str) else f"{state.__module__}:{state.__qualname__}"
@@ -314,7 +319,7 @@ class Graph(Generic[StateT]):
         """The IR of this graph (not validated: ``compile()`` reports every problem)."""
         return GraphIR(
             name=self._name,
-            state=schema_ir(self.state, self._state_ref),
+            state=self._state_ir or schema_ir(self.state, self._state_ref),
             nodes=self._nodes,
             edges=self._edges,
             entry=self._entry,

@@ -9,6 +9,7 @@ declaration order never reaches the hash.
 
 from __future__ import annotations
 
+import math
 from functools import cached_property
 from typing import Annotated, Any, Final, Literal, NewType
 
@@ -57,6 +58,35 @@ JsonValue = Any
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
+_SAFE_INT: Final = 2**53 - 1
+
+
+def _check_hashable_json(value: Any, where: str = "") -> Any:
+    """Reject values RFC 8785 cannot hash identically everywhere: integers beyond 2**53 - 1
+    (JSON numbers are doubles) and non-finite floats. Raises ``ValueError`` for pydantic."""
+    if isinstance(value, bool) or value is None or isinstance(value, str):
+        return value
+    if isinstance(value, int):
+        if abs(value) > _SAFE_INT:
+            raise ValueError(
+                f"integer {value} at {where or '/'} is outside JSON's exact range "
+                f"(|n| <= 2**53 - 1); store it as a string"
+            )
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"non-finite float {value} at {where or '/'}; use null or a string")
+        return value
+    if isinstance(value, dict):
+        for key, item in value.items():
+            _check_hashable_json(item, f"{where}/{key}")
+        return value
+    if isinstance(value, list | tuple):
+        for i, item in enumerate(value):
+            _check_hashable_json(item, f"{where}/{i}")
+        return value
+    raise ValueError(f"{type(value).__name__} at {where or '/'} is not JSON; use JSON values")
+
 
 class _IRModel(BaseModel):
     model_config = _FROZEN
@@ -74,6 +104,11 @@ class FieldIR(_IRModel):
     required: bool = Field(default=False, description="True when the field has no default.")
     fact: bool = Field(default=False, description="Mirrored into the rule engine as a fact.")
     metadata: dict[str, JsonValue] = Field(default_factory=dict, description="Not hashed.")
+
+    @field_validator("default")
+    @classmethod
+    def _hashable_default(cls, value: Any) -> Any:
+        return _check_hashable_json(value)
 
 
 class StateSchemaIR(_IRModel):
@@ -141,6 +176,11 @@ class FunctionNodeIR(_NodeBase):
     config: dict[str, JsonValue] = Field(
         default_factory=dict, description="Static configuration handed to the node via ctx."
     )
+
+    @field_validator("config")
+    @classmethod
+    def _hashable_config(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _check_hashable_json(value)  # type: ignore[no-any-return]
 
 
 class SubgraphNodeIR(_NodeBase):

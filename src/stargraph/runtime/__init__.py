@@ -22,8 +22,8 @@ from stargraph.runtime._executor import DEFAULT_MAX_STEPS, CompiledGraph
 from stargraph.runtime._plan import JoinSpec, NodeSpec, RouterSpec, Task, accepts_ctx
 
 __all__ = [
-    "DEFAULT_MAX_STEPS",
     "CompiledGraph",
+    "DEFAULT_MAX_STEPS",
     "Entropy",
     "Event",
     "JoinSpec",

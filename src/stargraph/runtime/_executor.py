@@ -392,9 +392,14 @@ class CompiledGraph(Generic[StateT]):
         """Run to the end, yielding events as each step completes."""
         buffer: list[Event] = []
         run = self._new_run(input, run_id, max_steps, emit=buffer.append)
-        for _ in self._drive_steps(run):
+        try:
+            for _ in self._drive_steps(run):
+                yield from buffer
+                buffer.clear()
+        except StargraphError:
+            # The consumer sees the failing step's events and run_failed before the error.
             yield from buffer
-            buffer.clear()
+            raise
         yield from buffer
 
     async def ainvoke(
@@ -420,10 +425,15 @@ class CompiledGraph(Generic[StateT]):
         """Async :meth:`stream`."""
         buffer: list[Event] = []
         run = self._new_run(input, run_id, max_steps, emit=buffer.append)
-        async for _ in self._adrive_steps(run):
+        try:
+            async for _ in self._adrive_steps(run):
+                for event in buffer:
+                    yield event
+                buffer.clear()
+        except StargraphError:
             for event in buffer:
                 yield event
-            buffer.clear()
+            raise
         for event in buffer:
             yield event
 
