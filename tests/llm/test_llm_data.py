@@ -126,7 +126,7 @@ def test_data_is_frozen_and_round_trips_through_json() -> None:
         finish_reason="tool_calls",
     )
     with pytest.raises(pydantic.ValidationError):
-        response.message.content = "changed"  # type: ignore[misc]
+        response.message.content = "changed"
     assert ChatResponse.model_validate_json(response.model_dump_json()) == response
 
 

@@ -49,7 +49,7 @@ QUESTION = ChatMessage.user("What is 2+2, and what time is it?")
 
 
 def ask(*messages: ChatMessage, **options: object) -> ChatRequest:
-    return ChatRequest(messages=messages or (QUESTION,), **options)  # type: ignore[arg-type]
+    return ChatRequest(messages=messages or (QUESTION,), **options)
 
 
 def test_plain_text_reply(scripted_openai: ScriptedOpenAIServer, make_model: ModelFactory) -> None:
