@@ -1,0 +1,103 @@
+"""Tools: the only way an agent affects the world, through one audited path (issue 6).
+
+``ToolSpec`` (two views) -> ``@tool`` / manifests -> ``ToolRegistry`` (frozen) -> ``Arbiter``
+(validate, allowlist, paths, policies, locks, execute, commit, release) -> ``ToolResult``.
+
+>>> import tempfile
+>>> from stargraph.tools import Arbiter, ToolCall, ToolRegistry, tool
+>>> @tool(id="demo.add@1.0.0")
+... def add(a: int, b: int) -> int:
+...     '''Add two integers.'''
+...     return a + b
+>>> with Arbiter(ToolRegistry.build(builtins=[add]), workspace=tempfile.mkdtemp()) as arbiter:
+...     arbiter.dispatch(ToolCall(tool="demo.add", args={"a": 1, "b": 2})).summary
+'3'
+"""
+
+from __future__ import annotations
+
+from stargraph.tools._arbiter import Arbiter, PolicyHook, ToolCall
+from stargraph.tools._artifacts import ArtifactStore, DirectoryArtifactStore, InMemoryArtifactStore
+from stargraph.tools._builtins import builtin_tools
+from stargraph.tools._canonical import GENESIS_HASH, canonical_json, content_ref, sha256_hex
+from stargraph.tools._commit import (
+    CommitEntry,
+    CommitLog,
+    CommitRecord,
+    InMemoryCommitLog,
+    SqliteCommitLog,
+)
+from stargraph.tools._locks import Lease, LockManager, LockRequest
+from stargraph.tools._manifest import load_manifest
+from stargraph.tools._registry import LoadReport, SkippedManifest, ToolRegistry, matches_allowlist
+from stargraph.tools._result import FieldProblem, ToolFailure, ToolOutput, ToolResult, failure_of
+from stargraph.tools._schema import ArgumentModel, ValidatedArgs, model_from_json_schema
+from stargraph.tools._spec import (
+    LockTemplate,
+    ToolId,
+    ToolSpec,
+    llm_name_for,
+    parse_lock_template,
+    tool_id_from_llm_name,
+)
+from stargraph.tools._tool import (
+    AsyncPythonTool,
+    PythonTool,
+    Secrets,
+    SubprocessTool,
+    Tool,
+    ToolContext,
+    secret_env_name,
+    tool,
+)
+from stargraph.tools._workspace import Workspace
+
+__all__ = [
+    "GENESIS_HASH",
+    "Arbiter",
+    "ArgumentModel",
+    "ArtifactStore",
+    "AsyncPythonTool",
+    "CommitEntry",
+    "CommitLog",
+    "CommitRecord",
+    "DirectoryArtifactStore",
+    "FieldProblem",
+    "InMemoryArtifactStore",
+    "InMemoryCommitLog",
+    "Lease",
+    "LoadReport",
+    "LockManager",
+    "LockRequest",
+    "LockTemplate",
+    "PolicyHook",
+    "PythonTool",
+    "Secrets",
+    "SkippedManifest",
+    "SqliteCommitLog",
+    "SubprocessTool",
+    "Tool",
+    "ToolCall",
+    "ToolContext",
+    "ToolFailure",
+    "ToolId",
+    "ToolOutput",
+    "ToolRegistry",
+    "ToolResult",
+    "ToolSpec",
+    "ValidatedArgs",
+    "Workspace",
+    "builtin_tools",
+    "canonical_json",
+    "content_ref",
+    "failure_of",
+    "llm_name_for",
+    "load_manifest",
+    "matches_allowlist",
+    "model_from_json_schema",
+    "parse_lock_template",
+    "secret_env_name",
+    "sha256_hex",
+    "tool",
+    "tool_id_from_llm_name",
+]

@@ -1,0 +1,559 @@
+"""The arbiter: the one path by which a tool runs (row B8, ARCHITECTURE invariant 8).
+
+``Arbiter.dispatch(call)`` runs, in this order and nowhere else:
+
+1. resolve the tool and **validate** the arguments (strict JSON Schema semantics);
+2. check the calling node/state's **allowlist**;
+3. confine **workspace paths** (arguments used in ``file:{...}`` locks) to the root;
+4. ask the ``authorize_action`` **policy hooks** (any ``False`` denies, fail-closed on error);
+5. **acquire** the whole lockset, all or nothing;
+6. **execute** under the tool's timeout (sync bodies on a worker thread, async bodies awaited);
+7. **append** the outcome to the hash-chained commit log (plus an audit record for
+   ``side_effect="external"``);
+8. **release** the locks (also after exceptions and timeouts);
+9. **return** a :class:`ToolResult`, or raise a typed :class:`~stargraph.errors.ToolError`.
+
+Steps 1-4 run before anything is locked or executed, so a refused call never reaches the
+body; refusals are still appended to the commit log (status ``invalid``/``denied``) and
+logged, because an audit trail that omits refused attempts hides exactly the interesting
+events. Every raised ``ToolError`` carries a :class:`ToolFailure` (``failure_of(exc)``), which
+``ToolResult.from_error`` turns into what the model sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic_core import to_jsonable_python
+
+from stargraph.errors import (
+    ToolArgumentError,
+    ToolError,
+    ToolNotAllowedError,
+    ToolTimeoutError,
+)
+from stargraph.tools._artifacts import ArtifactStore, InMemoryArtifactStore
+from stargraph.tools._canonical import canonical_json, sha256_hex
+from stargraph.tools._commit import CommitEntry, CommitLog, InMemoryCommitLog
+from stargraph.tools._locks import Lease, LockManager, LockRequest
+from stargraph.tools._registry import ToolRegistry, matches_allowlist
+from stargraph.tools._result import (
+    FailureCode,
+    FieldProblem,
+    ToolFailure,
+    ToolOutput,
+    ToolResult,
+    ToolStatus,
+    failure_of,
+)
+from stargraph.tools._schema import ValidatedArgs
+from stargraph.tools._spec import ToolSpec
+from stargraph.tools._tool import Secrets, Tool, ToolContext, is_async_tool
+from stargraph.tools._workers import WorkerPool
+from stargraph.tools._workspace import Workspace
+
+__all__ = ["Arbiter", "PolicyHook", "ToolCall"]
+
+logger = logging.getLogger("stargraph.tools")
+
+_SUMMARY_LIMIT: Final = 280
+_MIN_SECRET_LEN: Final = 4  # shorter values would redact ordinary words; refuse to pretend
+_E = TypeVar("_E", bound=ToolError)
+
+
+class ToolCall(BaseModel):
+    """One structured tool call as the model proposed it, plus who is calling.
+
+    ``allowed`` is the allowlist of the calling node or skill state (ids, names or ``ns.*``);
+    ``None`` means every registered tool. Build it from an OpenAI tool call with
+    :meth:`from_openai`.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    tool: str = Field(description="Tool id, namespaced name, or LLM function name.")
+    args: dict[str, JsonValue] = Field(default_factory=dict, description="Arguments.")
+    call_id: str | None = Field(None, description="The model's tool_call id.")
+    lane: str = Field("core", description="Calling lane: 'edge' or 'core'.")
+    node: str | None = Field(None, description="Calling graph node.")
+    state: str | None = Field(None, description="Calling skill state, if any.")
+    allowed: tuple[str, ...] | None = Field(None, description="Allowlist; None = any tool.")
+
+    @classmethod
+    def from_openai(
+        cls,
+        tool_call: Any,
+        *,
+        lane: str = "core",
+        node: str | None = None,
+        state: str | None = None,
+        allowed: Sequence[str] | None = None,
+    ) -> ToolCall:
+        """From an OpenAI ``tool_calls`` entry (dict or SDK object) of the structured channel.
+
+        Raises :class:`ToolArgumentError` when ``function.arguments`` is not a JSON object.
+        """
+        data = tool_call.model_dump() if hasattr(tool_call, "model_dump") else dict(tool_call)
+        function = data.get("function") or {}
+        name = str(function.get("name", ""))
+        raw = function.get("arguments") or "{}"
+        try:
+            args = orjson.loads(raw) if isinstance(raw, str | bytes) else raw
+        except orjson.JSONDecodeError as exc:
+            args, problem = None, f"arguments are not valid JSON: {exc}"
+        else:
+            problem = "" if isinstance(args, dict) else "arguments must be a JSON object"
+        if problem:
+            message = f"tool {name!r} got invalid arguments: {problem}"
+            error = ToolArgumentError(message, node=node)
+            failure = ToolFailure(
+                code="invalid_arguments",
+                tool=name,
+                message=message,
+                hint="send the arguments as one JSON object",
+                fields=(FieldProblem(field="<arguments>", message=problem),),
+            )
+            raise _attach(error, failure)
+        return cls(
+            tool=name,
+            args=args,
+            call_id=data.get("id"),
+            lane=lane,
+            node=node,
+            state=state,
+            allowed=tuple(allowed) if allowed is not None else None,
+        )
+
+
+PolicyHook = Callable[[ToolCall], bool | None]
+"""An ``authorize_action`` hook: ``False`` denies, ``True`` allows, ``None`` abstains. It
+sees the call with the canonical tool id and the validated, normalised arguments."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Admitted:
+    tool: Tool
+    call: ToolCall
+    args: ValidatedArgs
+    args_hash: str
+    locks: tuple[LockRequest, ...]
+    owner: str
+
+
+def _attach(error: _E, failure: ToolFailure) -> _E:
+    setattr(error, "failure", failure)  # noqa: B010 -- errors.py classes take no extra fields
+    return error
+
+
+class Arbiter:
+    """Validates, authorises, locks, runs, commits and releases every tool call.
+
+    One arbiter is shared by all lanes of an agent (B16). The defaults are in-memory; pass a
+    :class:`SqliteCommitLog` and :class:`DirectoryArtifactStore` for durable audit. Secrets
+    come from ``secrets`` (name -> value) and reach only tools declaring them.
+    """
+
+    def __init__(
+        self,
+        registry: ToolRegistry,
+        *,
+        workspace: Workspace | str | os.PathLike[str],
+        commit_log: CommitLog | None = None,
+        artifacts: ArtifactStore | None = None,
+        locks: LockManager | None = None,
+        policies: Sequence[PolicyHook] = (),
+        secrets: Mapping[str, str] | None = None,
+        lock_timeout: float | None = 30.0,
+        inline_limit: int = 4096,
+        default_allow: bool = True,
+    ) -> None:
+        self.registry = registry
+        self.workspace = workspace if isinstance(workspace, Workspace) else Workspace.at(workspace)
+        self.commit_log: CommitLog = commit_log if commit_log is not None else InMemoryCommitLog()
+        self.artifacts: ArtifactStore = (
+            artifacts if artifacts is not None else InMemoryArtifactStore()
+        )
+        self.locks = locks if locks is not None else LockManager()
+        self.policies = tuple(policies)
+        self.lock_timeout = lock_timeout
+        self.inline_limit = inline_limit
+        self.default_allow = default_allow
+        self._secrets = Secrets(secrets)
+        # JSON-escaped forms too: a secret inside a JSON document appears escaped.
+        self._needles = [
+            (value, orjson.dumps(value)[1:-1], name)
+            for name, value in self._secrets.items()
+            if len(value) >= _MIN_SECRET_LEN
+        ]
+        self._workers = WorkerPool()
+        self._seq = itertools.count(1)
+
+    def close(self) -> None:
+        """Stop idle worker threads (running bodies finish on their own)."""
+        self._workers.shutdown()
+
+    def __enter__(self) -> Arbiter:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------------- dispatch
+
+    def dispatch(self, call: ToolCall) -> ToolResult:
+        """Run ``call`` through the whole pipeline; return the result or raise a ToolError."""
+        admitted = self._admit(call)
+        lease = self._acquire_or_refuse(admitted)
+        ctx = self._context(admitted)
+        try:
+            raw = self._run_sync(admitted.tool, ctx, admitted.args)
+        except BaseException as exc:
+            error = self._fail(admitted, ctx, exc, lease)
+            if error is exc:
+                raise
+            raise error from exc
+        return self._succeed(admitted, raw, lease)
+
+    async def adispatch(self, call: ToolCall) -> ToolResult:
+        """:meth:`dispatch` for asyncio: awaits async bodies, runs sync ones in a thread."""
+        admitted = self._admit(call)
+        try:
+            lease = await self.locks.acquire_async(
+                admitted.locks, owner=admitted.owner, timeout=self.lock_timeout
+            )
+        except ToolError as exc:
+            self._refuse_lock(admitted, exc)
+            raise
+        ctx = self._context(admitted)
+        try:
+            raw = await self._run_async(admitted.tool, ctx, admitted.args)
+        except BaseException as exc:
+            error = self._fail(admitted, ctx, exc, lease)
+            if error is exc:
+                raise
+            raise error from exc
+        return self._succeed(admitted, raw, lease)
+
+    # ----------------------------------------------------------------------- steps 1-4
+
+    def _admit(self, call: ToolCall) -> _Admitted:
+        try:
+            tool = self.registry.resolve(call.tool, node=call.node)
+        except ToolError as exc:
+            self._refuse(call, call.tool, exc, _args_hash(call.args))
+            raise
+        spec = tool.spec
+        try:
+            args = tool.arguments.validate(spec.id, call.args, node=call.node)
+        except ToolError as exc:
+            self._refuse(call, spec.id, exc, _args_hash(call.args))
+            raise
+        args_hash = _args_hash(args.json)
+        normalised = call.model_copy(update={"tool": spec.id, "args": args.json})
+        try:
+            self._check_allowlist(normalised, spec)
+            lock_values = self._confine_paths(spec, args.json, call.node)
+            self._check_policies(normalised, spec)
+        except ToolError as exc:
+            self._refuse(call, spec.id, exc, args_hash)
+            raise
+        locks = tuple(
+            LockRequest(template.render(lock_values), template.mode)
+            for template in spec.lock_templates
+        )
+        owner = f"{spec.id}#{call.call_id or next(self._seq)}"
+        return _Admitted(tool, normalised, args, args_hash, locks, owner)
+
+    def _check_allowlist(self, call: ToolCall, spec: ToolSpec) -> None:
+        if call.allowed is None or matches_allowlist(spec.id, call.allowed):
+            return
+        where = f"node {call.node!r}" if call.node else "this call"
+        where += f" (state {call.state!r})" if call.state else ""
+        hint = f"call one of {sorted(call.allowed)}"
+        message = f"tool {spec.id!r} is not allowed in {where} (fix: {hint})"
+        failure = ToolFailure(
+            code="tool_not_allowed",
+            tool=spec.id,
+            message=message,
+            hint=hint,
+            details={
+                "node": call.node,
+                "state": call.state,
+                "allowed_tools": sorted(call.allowed),
+            },
+        )
+        raise _attach(ToolNotAllowedError(message, node=call.node), failure)
+
+    def _confine_paths(
+        self, spec: ToolSpec, args: dict[str, Any], node: str | None
+    ) -> dict[str, Any]:
+        if not spec.path_args:
+            return args
+        values = dict(args)
+        for name in spec.path_args:
+            # The canonical relative path is also the lock key: aliases lock one resource.
+            values[name] = self.workspace.relative(str(args.get(name, "")), tool=spec.id, arg=name)
+        return values
+
+    def _check_policies(self, call: ToolCall, spec: ToolSpec) -> None:
+        allowed_by: str | None = None
+        for hook in self.policies:
+            hook_name = getattr(hook, "__qualname__", repr(hook))
+            try:
+                verdict = hook(call)
+            except Exception as exc:
+                # Fail closed: a policy that cannot decide must not let the call through.
+                self._deny(call, spec, hook_name, f"raised {type(exc).__name__}: {exc}")
+            if verdict is False:
+                self._deny(call, spec, hook_name, "denied it")
+            if verdict is True:
+                allowed_by = hook_name
+        if allowed_by is None and not self.default_allow:
+            self._deny(call, spec, "default policy", "no policy hook allowed it")
+
+    def _deny(self, call: ToolCall, spec: ToolSpec, hook: str, why: str) -> None:
+        hint = "use another tool or ask the operator to change the policy"
+        message = f"tool {spec.id!r} refused by authorize_action policy {hook}: {why}"
+        failure = ToolFailure(
+            code="policy_denied", tool=spec.id, message=message, hint=hint, details={"policy": hook}
+        )
+        raise _attach(ToolNotAllowedError(message, node=call.node), failure)
+
+    def _refuse(self, call: ToolCall, tool_id: str, exc: ToolError, args_hash: str) -> None:
+        """Record a refused call (nothing locked, nothing run); the caller re-raises."""
+        failure = failure_of(exc)
+        status = ToolResult.from_error(exc).status
+        self.commit_log.append(
+            CommitEntry(
+                lane=call.lane,
+                tool=tool_id,
+                call_id=call.call_id,
+                args_hash=args_hash,
+                status=status,
+            )
+        )
+        logger.warning(
+            "tool call refused: %s (%s, lane %s): %s",
+            tool_id,
+            failure.code,
+            call.lane,
+            self._redact(str(exc)),
+        )
+
+    # ----------------------------------------------------------------------- steps 5-9
+
+    def _refuse_lock(self, admitted: _Admitted, exc: ToolError) -> None:
+        spec_id = admitted.tool.spec.id
+        _attach(exc, failure_of(exc).model_copy(update={"tool": spec_id}))
+        self._refuse(admitted.call, spec_id, exc, admitted.args_hash)
+
+    def _acquire_or_refuse(self, admitted: _Admitted) -> Lease:
+        try:
+            return self.locks.acquire(
+                admitted.locks, owner=admitted.owner, timeout=self.lock_timeout
+            )
+        except ToolError as exc:
+            self._refuse_lock(admitted, exc)
+            raise
+
+    def _context(self, admitted: _Admitted) -> ToolContext:
+        spec = admitted.tool.spec
+        return ToolContext(
+            tool=spec.id,
+            call_id=admitted.call.call_id,
+            lane=admitted.call.lane,
+            node=admitted.call.node,
+            workspace=self.workspace,
+            timeout_s=spec.timeout_s,
+            deadline=time.monotonic() + spec.timeout_s,
+            secrets=self._secrets.subset(spec.secret_resources),
+        )
+
+    def _run_sync(self, tool: Tool, ctx: ToolContext, args: ValidatedArgs) -> object:
+        if is_async_tool(tool):
+
+            async def bounded() -> object:
+                async with asyncio.timeout(ctx.timeout_s):
+                    return await tool.execute(ctx, args)  # type: ignore[misc]
+
+            job = self._workers.submit(lambda: asyncio.run(bounded()))
+        else:
+            job = self._workers.submit(lambda: tool.execute(ctx, args))
+        # A little grace so a body enforcing its own deadline (subprocess kill) reports first.
+        if not job.done.wait(ctx.timeout_s + 0.05):
+            ctx.cancelled.set()
+            raise TimeoutError
+        return job.result()
+
+    async def _run_async(self, tool: Tool, ctx: ToolContext, args: ValidatedArgs) -> object:
+        try:
+            async with asyncio.timeout(ctx.timeout_s + 0.05):
+                if is_async_tool(tool):
+                    return await tool.execute(ctx, args)  # type: ignore[misc]
+                loop = asyncio.get_running_loop()
+                return await loop.run_in_executor(None, tool.execute, ctx, args)
+        except TimeoutError:
+            ctx.cancelled.set()
+            raise
+
+    def _succeed(self, admitted: _Admitted, raw: object, lease: Lease) -> ToolResult:
+        spec = admitted.tool.spec
+        try:
+            summary, payload = _normalise(raw)
+            summary = self._redact(summary)
+            ref, inline = self._store(payload)
+            result = ToolResult(
+                tool=spec.id,
+                call_id=admitted.call.call_id,
+                status="success",
+                summary=summary,
+                artifact_ref=ref,
+                payload=inline,
+                exposure=spec.exposure,
+                prompt_mask=spec.prompt_mask,
+            )
+            self._commit(admitted, "success", ref)
+        finally:
+            self.locks.release(lease)
+        logger.debug("tool %s (lane %s) -> success", spec.id, admitted.call.lane)
+        return result
+
+    def _fail(
+        self, admitted: _Admitted, ctx: ToolContext, exc: BaseException, lease: Lease
+    ) -> BaseException:
+        """Commit the failed call, release its locks, and return the exception to raise."""
+        spec = admitted.tool.spec
+        try:
+            error = self._as_tool_error(spec, admitted.call, exc)
+            if isinstance(error, ToolError):
+                status = ToolResult.from_error(error).status
+            else:
+                status = "error"  # cancellation or interpreter exit: still audited
+            self._commit(admitted, status, None)
+        finally:
+            self.locks.release(lease)
+        logger.warning("tool %s (lane %s) -> %s: %s", spec.id, ctx.lane, status, error)
+        return error
+
+    def _as_tool_error(self, spec: ToolSpec, call: ToolCall, exc: BaseException) -> BaseException:
+        if not isinstance(exc, Exception):
+            return exc
+        code: FailureCode
+        if isinstance(exc, TimeoutError):
+            code = "tool_timeout"
+            hint = "raise the tool's timeout_s or ask for less work per call"
+            message = f"tool {spec.id!r} ran longer than {spec.timeout_s}s; its locks were released"
+            if isinstance(exc, ToolTimeoutError) and str(exc):
+                message = str(exc)
+            error: ToolError = ToolTimeoutError(self._redact(message), node=call.node)
+        elif isinstance(exc, ToolError):
+            if getattr(exc, "failure", None) is not None:
+                return exc  # already structured (e.g. a path escape inside a file tool)
+            # A typed error raised by the body keeps its class; the message is redacted.
+            message = self._redact(str(exc))
+            error = type(exc)(message, node=call.node)
+            synthesised = failure_of(error)
+            failure = synthesised.model_copy(update={"tool": spec.id, "message": message})
+            return _attach(error, failure)
+        else:
+            code = "tool_failed"
+            hint = "check the arguments or the tool's environment and try again"
+            detail = str(exc) if isinstance(exc, ToolError) else f"{type(exc).__name__}: {exc}"
+            message = self._redact(f"tool {spec.id!r} failed: {detail}")
+            error = ToolError(message, node=call.node)
+        failure = ToolFailure(code=code, tool=spec.id, message=message, hint=hint)
+        return _attach(error, failure)
+
+    def _store(self, payload: JsonValue) -> tuple[str | None, JsonValue]:
+        if payload is None:
+            return None, None
+        data = self._redact_bytes(canonical_json(payload))
+        ref = self.artifacts.put(data)
+        if len(data) > self.inline_limit:
+            return ref, None
+        return ref, orjson.loads(data) if self._needles else payload
+
+    def _commit(self, admitted: _Admitted, status: ToolStatus, ref: str | None) -> None:
+        call, spec = admitted.call, admitted.tool.spec
+        self.commit_log.append(
+            CommitEntry(
+                lane=call.lane,
+                tool=spec.id,
+                call_id=call.call_id,
+                args_hash=admitted.args_hash,
+                status=status,
+                artifact_ref=ref,
+            )
+        )
+        if spec.side_effect == "external":
+            # The audit record keeps the exact arguments (by reference) of every call that
+            # touched the outside world, so "what did we send?" is always answerable.
+            audit = {
+                "tool": spec.id,
+                "call_id": call.call_id,
+                "lane": call.lane,
+                "node": call.node,
+                "side_effect": spec.side_effect,
+                "args": call.args,
+                "status": status,
+                "result_ref": ref,
+            }
+            audit_ref = self.artifacts.put(self._redact_bytes(canonical_json(audit)))
+            self.commit_log.append(
+                CommitEntry(
+                    kind="audit",
+                    lane=call.lane,
+                    tool=spec.id,
+                    call_id=call.call_id,
+                    args_hash=admitted.args_hash,
+                    status=status,
+                    artifact_ref=audit_ref,
+                )
+            )
+
+    # ----------------------------------------------------------------------- secrets
+
+    def _redact(self, text: str) -> str:
+        for value, _escaped, name in self._needles:
+            if value in text:
+                text = text.replace(value, f"[redacted:{name}]")
+        return text
+
+    def _redact_bytes(self, data: bytes) -> bytes:
+        for _value, escaped, name in self._needles:
+            if escaped in data:
+                data = data.replace(escaped, f"[redacted:{name}]".encode())
+        return data
+
+
+def _args_hash(args: Mapping[str, Any]) -> str:
+    try:
+        return sha256_hex(canonical_json(dict(args)))
+    except (TypeError, ValueError):
+        # Not JSON (the call is refused for that); hash its type names only so the record
+        # still links the attempt without persisting anything from it.
+        return sha256_hex(repr(sorted((k, type(v).__name__) for k, v in args.items())).encode())
+
+
+def _normalise(raw: object) -> tuple[str, JsonValue]:
+    if isinstance(raw, ToolResult | ToolOutput):
+        summary, payload = raw.summary, raw.payload
+    elif raw is None:
+        summary, payload = "ok", None
+    elif isinstance(raw, str):
+        summary, payload = raw, raw
+    else:
+        payload = to_jsonable_python(raw)
+        summary = orjson.dumps(payload).decode()
+    if len(summary) > _SUMMARY_LIMIT:
+        summary = summary[: _SUMMARY_LIMIT - 1] + "…"
+    return summary, payload

@@ -1,0 +1,163 @@
+"""Built-in example tools (issue 6 item 7), named as in the Choir seed so SkillSpec files that
+list ``choir.fs.read`` resolve: ``choir.fs.read``, ``choir.fs.write``, ``choir.fs.search``
+(workspace-bound), ``choir.exec`` (shell with timeout) and ``choir.http.fetch``.
+
+They use only the public tool API, like any third-party tool would.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
+
+from stargraph.errors import ToolArgumentError, ToolTimeoutError
+from stargraph.tools._result import ToolOutput
+from stargraph.tools._tool import PythonTool, ToolContext, tool
+
+__all__ = ["builtin_tools", "exec_tool", "fs_read", "fs_search", "fs_write", "http_fetch"]
+
+_OUTPUT_LIMIT = 64_000
+_SEARCH_FILE_LIMIT = 2_000_000
+
+
+@tool(id="choir.fs.read@1.0.0", side_effect="read", locks=("file:{path}:S",), timeout_s=10)
+def fs_read(
+    ctx: ToolContext,
+    path: Annotated[str, Field(description="File path relative to the workspace root.")],
+    head: Annotated[int | None, Field(ge=1, description="Only the first N lines.")] = None,
+    tail: Annotated[int | None, Field(ge=1, description="Only the last N lines.")] = None,
+) -> ToolOutput:
+    """Read a text file in the workspace, optionally only its first or last lines."""
+    text = ctx.workspace.resolve(path, tool=ctx.tool).read_text(encoding="utf-8", errors="replace")
+    lines = text.splitlines(keepends=True)
+    if head is not None:
+        lines = lines[:head]
+    if tail is not None:
+        lines = lines[-tail:]
+    content = "".join(lines)
+    return ToolOutput(summary=f"read {len(lines)} lines from {path}", payload=content)
+
+
+@tool(id="choir.fs.write@1.0.0", side_effect="write", locks=("file:{path}:X",), timeout_s=10)
+def fs_write(
+    ctx: ToolContext,
+    path: Annotated[str, Field(description="File path relative to the workspace root.")],
+    content: Annotated[str, Field(description="Text to write.")],
+    mode: Literal["overwrite", "append"] = "overwrite",
+) -> ToolOutput:
+    """Write content to a file in the workspace (overwrite or append)."""
+    target = ctx.workspace.resolve(path, tool=ctx.tool)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with target.open("a" if mode == "append" else "w", encoding="utf-8") as handle:
+        handle.write(content)
+    return ToolOutput(summary=f"{mode} {len(content.encode())} bytes to {path}")
+
+
+@tool(id="choir.fs.search@1.0.0", side_effect="read", locks=("file:{path}:S",), timeout_s=30)
+def fs_search(
+    ctx: ToolContext,
+    pattern: Annotated[str, Field(description="Python regular expression to look for.")],
+    path: Annotated[str, Field(description="Directory or file to search.")] = ".",
+    max_results: Annotated[int, Field(ge=1, le=10_000)] = 100,
+) -> ToolOutput:
+    """Search files under a workspace path for a regular expression; return matching lines."""
+    try:
+        regex = re.compile(pattern)
+    except re.error as exc:
+        raise ToolArgumentError(f"tool {ctx.tool!r}: pattern is not a valid regex: {exc}") from exc
+    base = ctx.workspace.resolve(path, tool=ctx.tool)
+    root = ctx.workspace.root
+    files = (
+        [base]
+        if base.is_file()
+        else sorted(
+            # followlinks=False and the containment check below keep the walk inside the root.
+            p
+            for d, _, names in os.walk(base, followlinks=False)
+            for p in (base / d / n for n in names)
+        )
+    )
+    hits: list[dict[str, Any]] = []
+    for file in files:
+        real = file.resolve()
+        if not real.is_relative_to(root) or real.stat().st_size > _SEARCH_FILE_LIMIT:
+            continue
+        try:
+            text = real.read_text(encoding="utf-8")
+        except (UnicodeDecodeError, OSError):
+            continue  # binary or unreadable files are not searchable text
+        for number, line in enumerate(text.splitlines(), start=1):
+            if regex.search(line):
+                rel = file.relative_to(root).as_posix()
+                hits.append({"path": rel, "line": number, "text": line[:500]})
+                if len(hits) >= max_results:
+                    return ToolOutput(summary=f"{len(hits)}+ matches (truncated)", payload=hits)
+    return ToolOutput(summary=f"{len(hits)} matches", payload=hits)
+
+
+@tool(id="choir.exec@1.0.0", side_effect="write", locks=("workspace:X",), timeout_s=60)
+def exec_tool(
+    ctx: ToolContext,
+    command: Annotated[str, Field(description="Shell command, run in the workspace root.")],
+) -> ToolOutput:
+    """Run a shell command in the workspace root and return its exit code and output."""
+    proc = subprocess.Popen(
+        ["/bin/sh", "-c", command],
+        cwd=ctx.workspace.root,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        # Minimal environment: the agent's own API keys must not reach an arbitrary command.
+        env={"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8"},
+        start_new_session=True,
+    )
+    try:
+        out, err = proc.communicate(timeout=ctx.remaining())
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise ToolTimeoutError(
+            f"tool {ctx.tool!r}: command ran longer than {ctx.timeout_s}s and was killed"
+        ) from None
+    payload = {
+        "exit_code": proc.returncode,
+        "stdout": out.decode(errors="replace")[-_OUTPUT_LIMIT:],
+        "stderr": err.decode(errors="replace")[-_OUTPUT_LIMIT:],
+    }
+    return ToolOutput(summary=f"exit code {proc.returncode}", payload=payload)
+
+
+@tool(id="choir.http.fetch@1.0.0", side_effect="read", network=True, timeout_s=30)
+def http_fetch(
+    ctx: ToolContext,
+    url: Annotated[str, Field(description="http:// or https:// URL.")],
+    method: Literal["GET", "HEAD"] = "GET",
+    max_bytes: Annotated[int, Field(ge=1, le=10_000_000)] = 1_000_000,
+) -> ToolOutput:
+    """Fetch a URL over HTTP(S) and return status, content type and (truncated) body text."""
+    if not url.startswith(("http://", "https://")):
+        raise ToolArgumentError(f"tool {ctx.tool!r}: url must start with http:// or https://")
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=max(ctx.remaining(), 0.01)) as response:
+            status, headers, body = response.status, response.headers, response.read(max_bytes)
+    except urllib.error.HTTPError as exc:
+        status, headers, body = exc.code, exc.headers, exc.read(max_bytes)
+    payload = {
+        "status": status,
+        "content_type": headers.get("Content-Type", ""),
+        "body": body.decode(errors="replace"),
+    }
+    return ToolOutput(summary=f"HTTP {status} from {url} ({len(body)} bytes)", payload=payload)
+
+
+def builtin_tools() -> tuple[PythonTool, ...]:
+    """The five built-in tools, for ``ToolRegistry.build(builtins=builtin_tools())``."""
+    return (fs_read, fs_write, fs_search, exec_tool, http_fetch)

@@ -1,0 +1,277 @@
+"""``LockManager``: shared/exclusive locks over named resources (rows B5-B7).
+
+Design, and why it cannot deadlock:
+
+* A call asks for its **whole lockset at once** and gets all of it or nothing; while waiting it
+  holds nothing (no hold-and-wait), so no cycle of holders waiting on each other can form.
+  Grants happen under one mutex, so no partially held lockset is ever observable.
+* **FIFO fairness**: a request may not overtake an earlier *conflicting* waiter, so a stream of
+  readers cannot starve a writer. A waiter only ever waits on holders (who are running) or
+  on earlier waiters, which is a well-founded order.
+* **Intention locks** (multi-granularity locking): ``file:<p>`` in mode S/X also takes
+  ``workspace`` in IS/IX, so ``workspace:X`` conflicts with any file lock while two writers of
+  different files do not conflict. If one lockset needs two modes on one resource, the
+  stronger is taken (S with IX escalates to X, conservatively, instead of SIX).
+* Resources are sorted canonically; order is irrelevant for safety under one mutex but keeps
+  error messages and snapshots deterministic.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Final, Literal
+
+from stargraph.errors import LockTimeoutError
+from stargraph.tools._result import ToolFailure
+
+__all__ = ["Lease", "LockManager", "LockRequest", "ResourceMode"]
+
+ResourceMode = Literal["IS", "IX", "S", "X"]
+
+_COMPATIBLE: Final[dict[str, frozenset[str]]] = {
+    "IS": frozenset({"IS", "IX", "S"}),
+    "IX": frozenset({"IS", "IX"}),
+    "S": frozenset({"IS", "S"}),
+    "X": frozenset(),
+}
+_RANK: Final = {"IS": 0, "IX": 1, "S": 1, "X": 2}
+
+
+def _join(a: str, b: str) -> str:
+    """Least mode covering both ``a`` and ``b`` (S+IX has no exact cover without SIX: X)."""
+    if a == b:
+        return a
+    if {a, b} == {"S", "IX"}:
+        return "X"
+    return a if _RANK[a] >= _RANK[b] else b
+
+
+@dataclass(frozen=True, slots=True)
+class LockRequest:
+    """One lock: a concrete resource key and ``S`` or ``X``."""
+
+    resource: str
+    mode: Literal["S", "X"]
+
+    @classmethod
+    def parse(cls, text: str) -> LockRequest:
+        """``"file:a.txt:S"`` -> ``LockRequest("file:a.txt", "S")``."""
+        resource, _, mode = text.rpartition(":")
+        if mode not in ("S", "X") or not resource:
+            raise ValueError(f"lock {text!r} must end in ':S' or ':X'")
+        return cls(resource, mode)  # type: ignore[arg-type]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Lease:
+    """A granted lockset. Hand it back to :meth:`LockManager.release` exactly once."""
+
+    id: int
+    owner: str
+    modes: Mapping[str, ResourceMode]
+    granted_at: float
+
+
+@dataclass(slots=True, eq=False)
+class _Ticket:
+    owner: str
+    modes: dict[str, ResourceMode]
+    granted: bool = field(default=False)
+
+
+class LockManager:
+    """Thread-safe S/X lock manager with all-or-nothing locksets; usable from asyncio.
+
+    ``parents`` maps a resource kind to the resource it lies inside (``file`` -> ``workspace``
+    by default): locking a child takes an intention lock on the parent.
+    """
+
+    def __init__(self, *, parents: Mapping[str, str] | None = None) -> None:
+        self._parents = dict(parents if parents is not None else {"file": "workspace"})
+        self._cond = threading.Condition(threading.Lock())
+        self._held: dict[str, Counter[str]] = {}
+        self._leases: dict[int, Lease] = {}
+        self._queue: list[_Ticket] = []
+        self._ids = itertools.count(1)
+
+    # ----------------------------------------------------------------------- public API
+
+    def expand(self, locks: Iterable[LockRequest]) -> dict[str, ResourceMode]:
+        """The resource -> mode map actually taken for ``locks``, intention locks included."""
+        modes: dict[str, ResourceMode] = {}
+        for lock in locks:
+            pairs: list[tuple[str, str]] = [(lock.resource, lock.mode)]
+            parent = self._parents.get(lock.resource.split(":", 1)[0])
+            if parent is not None and parent != lock.resource:
+                pairs.append((parent, "I" + lock.mode))
+            for resource, mode in pairs:
+                current = modes.get(resource)
+                modes[resource] = _join(current, mode) if current else mode  # type: ignore[assignment]
+        return dict(sorted(modes.items()))
+
+    def acquire(
+        self,
+        locks: Iterable[LockRequest],
+        *,
+        owner: str = "",
+        timeout: float | None = None,
+    ) -> Lease:
+        """Block until every lock in ``locks`` is granted together; return the lease.
+
+        Raises :class:`LockTimeoutError` after ``timeout`` seconds naming the owner, the
+        lockset and the current holders of the conflicting resources; nothing stays held.
+        """
+        ticket = _Ticket(owner, self.expand(locks))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            self._queue.append(ticket)
+            try:
+                while not self._grantable(ticket):
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise self._timeout_error(ticket, timeout)
+                    self._cond.wait(remaining)
+                return self._grant(ticket)
+            finally:
+                if not ticket.granted:
+                    self._queue.remove(ticket)
+                    # A removed waiter may have been what later requests queued behind.
+                    self._cond.notify_all()
+
+    def try_acquire(self, locks: Iterable[LockRequest], *, owner: str = "") -> Lease | None:
+        """Grant ``locks`` now if possible (same fairness rule), else return ``None``."""
+        ticket = _Ticket(owner, self.expand(locks))
+        with self._cond:
+            self._queue.append(ticket)
+            try:
+                return self._grant(ticket) if self._grantable(ticket) else None
+            finally:
+                if not ticket.granted:
+                    self._queue.remove(ticket)
+
+    async def acquire_async(
+        self,
+        locks: Iterable[LockRequest],
+        *,
+        owner: str = "",
+        timeout: float | None = None,
+    ) -> Lease:
+        """:meth:`acquire` for asyncio: uncontended grants stay on the loop, waits go to a
+        thread. If the awaiting task is cancelled, a lease granted afterwards is released."""
+        requests = list(locks)
+        lease = self.try_acquire(requests, owner=owner)
+        if lease is not None:
+            return lease
+        loop = asyncio.get_running_loop()
+        future = loop.run_in_executor(
+            None, lambda: self.acquire(requests, owner=owner, timeout=timeout)
+        )
+        try:
+            return await asyncio.shield(future)
+        except asyncio.CancelledError:
+
+            def release_late(done: asyncio.Future[Lease]) -> None:
+                if not done.cancelled() and done.exception() is None:
+                    self.release(done.result())
+
+            future.add_done_callback(release_late)
+            raise
+
+    def release(self, lease: Lease) -> None:
+        """Return every lock of ``lease`` and wake waiters. Releasing twice is an error."""
+        with self._cond:
+            if self._leases.pop(lease.id, None) is None:
+                raise RuntimeError(f"lease {lease.id} of {lease.owner!r} is not held")
+            for resource, mode in lease.modes.items():
+                counts = self._held[resource]
+                counts[mode] -= 1
+                if counts[mode] == 0:
+                    del counts[mode]
+                if not counts:
+                    del self._held[resource]
+            self._cond.notify_all()
+
+    @contextmanager
+    def hold(
+        self, locks: Iterable[LockRequest], *, owner: str = "", timeout: float | None = None
+    ) -> Iterator[Lease]:
+        """``with manager.hold(locks): ...`` -- acquire, and release even on exceptions."""
+        lease = self.acquire(locks, owner=owner, timeout=timeout)
+        try:
+            yield lease
+        finally:
+            self.release(lease)
+
+    def snapshot(self) -> dict[str, tuple[tuple[str, ResourceMode], ...]]:
+        """Resource -> sorted ``(owner, mode)`` holders, taken atomically (for tests/metrics)."""
+        with self._cond:
+            view: dict[str, list[tuple[str, ResourceMode]]] = {}
+            for lease in self._leases.values():
+                for resource, mode in lease.modes.items():
+                    view.setdefault(resource, []).append((lease.owner, mode))
+        return {resource: tuple(sorted(holders)) for resource, holders in sorted(view.items())}
+
+    @property
+    def waiting(self) -> int:
+        """How many requests are queued right now."""
+        with self._cond:
+            return len(self._queue)
+
+    # ----------------------------------------------------------------------- internals
+
+    def _conflicts(self, a: Mapping[str, str], b: Mapping[str, str]) -> bool:
+        return any(r in b and b[r] not in _COMPATIBLE[m] for r, m in a.items())
+
+    def _grantable(self, ticket: _Ticket) -> bool:
+        for resource, mode in ticket.modes.items():
+            held = self._held.get(resource)
+            if held and any(other not in _COMPATIBLE[mode] for other in held):
+                return False
+        for earlier in self._queue:
+            if earlier is ticket:
+                return True
+            if self._conflicts(ticket.modes, earlier.modes):
+                return False  # FIFO: never overtake an earlier conflicting waiter
+        return True
+
+    def _grant(self, ticket: _Ticket) -> Lease:
+        for resource, mode in ticket.modes.items():
+            self._held.setdefault(resource, Counter())[mode] += 1
+        self._queue.remove(ticket)
+        ticket.granted = True
+        lease = Lease(next(self._ids), ticket.owner, dict(ticket.modes), time.monotonic())
+        self._leases[lease.id] = lease
+        return lease
+
+    def _timeout_error(self, ticket: _Ticket, timeout: float | None) -> LockTimeoutError:
+        holders = sorted(
+            {
+                f"{lease.owner or '?'} ({resource}:{mode})"
+                for lease in self._leases.values()
+                for resource, mode in lease.modes.items()
+                if resource in ticket.modes and mode not in _COMPATIBLE[ticket.modes[resource]]
+            }
+        )
+        wanted = ", ".join(f"{r}:{m}" for r, m in ticket.modes.items())
+        hint = "retry later, raise lock_timeout, or make the holder finish sooner"
+        message = (
+            f"{ticket.owner or 'a call'} could not acquire [{wanted}] within {timeout}s; "
+            f"held by: {', '.join(holders) or 'earlier waiters'} (fix: {hint})"
+        )
+        error = LockTimeoutError(message)
+        failure = ToolFailure(
+            code="lock_timeout",
+            tool=ticket.owner,
+            message=message,
+            hint=hint,
+            details={"lockset": wanted, "holders": list(holders)},
+        )
+        setattr(error, "failure", failure)  # noqa: B010 -- errors.py classes take no extra fields
+        return error

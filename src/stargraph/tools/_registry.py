@@ -1,0 +1,245 @@
+"""``ToolRegistry``: every tool an agent may use, built once and frozen (row B4).
+
+Load order is built-ins, then the global directory, then the agent directory. A tool in a
+later scope replaces the tool of the same *name* (any version) from an earlier scope, and the
+override is logged; two tools with one name in the *same* scope are an error naming both
+sources, because which one wins would depend on file-system order.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, NoReturn
+
+from stargraph.errors import Problem, RegistryError, ToolArgumentError, ToolSpecError
+from stargraph.tools._canonical import canonical_json, sha256_hex
+from stargraph.tools._manifest import load_manifest
+from stargraph.tools._result import ToolFailure
+from stargraph.tools._spec import tool_id_from_llm_name
+from stargraph.tools._tool import Tool
+
+__all__ = ["LoadReport", "SkippedManifest", "ToolRegistry", "matches_allowlist"]
+
+logger = logging.getLogger("stargraph.tools")
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedManifest:
+    """A manifest left out by a non-strict build, with every reason."""
+
+    path: str
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class LoadReport:
+    """What a build did: ids loaded, manifests skipped (non-strict), ids pruned by overrides,
+    and how many manifest files were found on disk."""
+
+    loaded: tuple[str, ...]
+    skipped: tuple[SkippedManifest, ...]
+    pruned: tuple[str, ...]
+    total_on_disk: int
+
+
+@dataclass(frozen=True, slots=True)
+class _Entry:
+    tool: Tool
+    scope: str
+    source: str
+
+
+class ToolRegistry:
+    """Frozen mapping from tool name to :class:`Tool`. Build it with :meth:`build`."""
+
+    __slots__ = ("_by_llm_name", "_by_name", "digest", "report")
+
+    def __init__(self, entries: Mapping[str, _Entry], report: LoadReport) -> None:
+        self._by_name: Mapping[str, _Entry] = MappingProxyType(dict(sorted(entries.items())))
+        self._by_llm_name: Mapping[str, Tool] = MappingProxyType(
+            {e.tool.spec.llm_name: e.tool for e in self._by_name.values()}
+        )
+        self.report = report
+        #: sha256 over every spec: a new registry version has a new digest (B14).
+        self.digest = sha256_hex(
+            canonical_json([e.tool.spec.spec_hash for e in self._by_name.values()])
+        )
+
+    # ----------------------------------------------------------------------- building
+
+    @classmethod
+    def build(
+        cls,
+        *,
+        builtins: Iterable[Tool] = (),
+        global_dir: str | os.PathLike[str] | None = None,
+        agent_dir: str | os.PathLike[str] | None = None,
+        strict: bool = True,
+    ) -> ToolRegistry:
+        """Load built-ins, then ``global_dir``, then ``agent_dir`` (``*.json`` manifests).
+
+        ``strict`` (the default) raises one :class:`ToolSpecError` listing every bad manifest;
+        ``strict=False`` skips them and lists them in :attr:`report`. A name clash within one
+        scope always raises :class:`RegistryError` naming both sources.
+        """
+        entries: dict[str, _Entry] = {}
+        pruned: list[str] = []
+        skipped: list[SkippedManifest] = []
+        spec_problems: list[Problem] = []
+        total_on_disk = 0
+
+        scopes: list[tuple[str, list[tuple[Tool, str]]]] = [
+            ("builtin", [(t, getattr(t, "source", repr(t))) for t in builtins])
+        ]
+        for scope, directory in (("global", global_dir), ("agent", agent_dir)):
+            if directory is None:
+                continue
+            files = sorted(Path(directory).glob("*.json"))
+            total_on_disk += len(files)
+            loaded: list[tuple[Tool, str]] = []
+            for file in files:
+                try:
+                    loaded.append((load_manifest(file), str(file)))
+                except ToolSpecError as exc:
+                    spec_problems.extend(exc.problems)
+                    skipped.append(
+                        SkippedManifest(str(file), tuple(p.render() for p in exc.problems))
+                    )
+            scopes.append((scope, loaded))
+        if strict and spec_problems:
+            raise ToolSpecError(spec_problems, subject="tool registry")
+
+        for scope, tools in scopes:
+            seen: dict[str, str] = {}
+            clashes: list[Problem] = []
+            for candidate, source in tools:
+                name = candidate.spec.name
+                if name in seen:
+                    clashes.append(
+                        Problem(
+                            f"{scope}:{name}",
+                            f"defined twice in the {scope} scope: {seen[name]} and {source}",
+                            "remove or rename one of them",
+                        )
+                    )
+                    continue
+                seen[name] = source
+                previous = entries.get(name)
+                if previous is not None:
+                    logger.info(
+                        "tool %s from %s (%s) overrides %s from %s (%s)",
+                        candidate.spec.id,
+                        scope,
+                        source,
+                        previous.tool.spec.id,
+                        previous.scope,
+                        previous.source,
+                    )
+                    pruned.append(previous.tool.spec.id)
+                entries[name] = _Entry(candidate, scope, source)
+            if clashes:
+                raise RegistryError(clashes, subject="tool registry")
+        for skip in skipped:
+            logger.warning("skipped tool manifest %s: %s", skip.path, "; ".join(skip.reasons))
+        report = LoadReport(
+            loaded=tuple(sorted(e.tool.spec.id for e in entries.values())),
+            skipped=tuple(skipped),
+            pruned=tuple(pruned),
+            total_on_disk=total_on_disk,
+        )
+        return cls(entries, report)
+
+    def register(self, *_: Any, **__: Any) -> NoReturn:
+        """Always raises: the registry is frozen once built (B4)."""
+        raise RegistryError(
+            [
+                Problem(
+                    "tool registry",
+                    "the registry is frozen after build",
+                    "build a new registry with ToolRegistry.build(...) including the tool",
+                )
+            ],
+            subject="tool registry",
+        )
+
+    # ----------------------------------------------------------------------- lookup
+
+    def resolve(self, ref: str, *, node: str | None = None) -> Tool:
+        """The tool for ``ref``: ``ns.name``, ``ns.name@version`` or an LLM function name.
+
+        Raises :class:`ToolArgumentError` (code ``unknown_tool``) naming the tool and the
+        closest registered names.
+        """
+        name, _, version = ref.partition("@")
+        entry = self._by_name.get(name)
+        if entry is not None and (not version or entry.tool.spec.version == version):
+            return entry.tool
+        by_llm = self._by_llm_name.get(ref)
+        if by_llm is not None:
+            return by_llm
+        converted = tool_id_from_llm_name(ref)
+        if converted is not None and converted != ref:
+            return self.resolve(converted, node=node)
+        if entry is not None:
+            reason = f"version {version!r} is not loaded (loaded: {entry.tool.spec.id})"
+        else:
+            close = difflib.get_close_matches(name, list(self._by_name), n=3)
+            reason = "no such tool" + (f"; did you mean {close}?" if close else "")
+        hint = "call one of the tools offered in this step"
+        message = f"unknown tool {ref!r}: {reason} (fix: {hint})"
+        error = ToolArgumentError(message, node=node)
+        failure = ToolFailure(code="unknown_tool", tool=ref, message=message, hint=hint)
+        setattr(error, "failure", failure)  # noqa: B010 -- errors.py classes take no extra fields
+        raise error
+
+    def __contains__(self, ref: object) -> bool:
+        if not isinstance(ref, str):
+            return False
+        name, _, version = ref.partition("@")
+        entry = self._by_name.get(name)
+        return entry is not None and (not version or entry.tool.spec.version == version)
+
+    def __iter__(self) -> Iterator[Tool]:
+        return (entry.tool for entry in self._by_name.values())
+
+    def __len__(self) -> int:
+        return len(self._by_name)
+
+    def __repr__(self) -> str:
+        return f"ToolRegistry({len(self)} tools, digest={self.digest[:12]})"
+
+    @property
+    def ids(self) -> tuple[str, ...]:
+        """Every loaded tool id, sorted."""
+        return tuple(entry.tool.spec.id for entry in self._by_name.values())
+
+    def source_of(self, ref: str) -> str:
+        """Where the tool came from (``module:qualname`` or manifest path)."""
+        return self._by_name[self.resolve(ref).spec.name].source
+
+    def llm_tools(self, allowed: Iterable[str] | None = None) -> list[dict[str, Any]]:
+        """The OpenAI ``tools`` parameter for ``allowed`` (every tool when ``None``)."""
+        if allowed is None:
+            return [tool.spec.llm_view() for tool in self]
+        return [t.spec.llm_view() for t in self if matches_allowlist(t.spec.id, allowed)]
+
+
+def matches_allowlist(tool_id: str, allowed: Iterable[str]) -> bool:
+    """Whether ``tool_id`` is covered by an allowlist entry.
+
+    An entry is an exact id (``ns.name@1.0.0``), a name matching any version (``ns.name``) or
+    a namespace wildcard (``ns.*`` covers ``ns.a`` and ``ns.a.b``).
+    """
+    name = tool_id.partition("@")[0]
+    for entry in allowed:
+        if entry in (tool_id, name):
+            return True
+        if entry.endswith(".*") and name.startswith(entry[:-1]):
+            return True
+    return False
