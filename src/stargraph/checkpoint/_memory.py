@@ -1,0 +1,174 @@
+"""``MemoryStore``: the in-memory ``CheckpointStore``, for tests and short-lived processes."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime
+
+from stargraph.checkpoint._records import (
+    JournalEntry,
+    PendingWrite,
+    RunRecord,
+    RunStatus,
+    StepRecord,
+)
+from stargraph.errors import CheckpointError, RunNotFoundError
+
+__all__ = ["MemoryStore"]
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+class MemoryStore:
+    """Keeps everything in dicts behind one lock. Same semantics as the SQLite store."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs: dict[str, RunRecord] = {}
+        self._steps: dict[str, list[StepRecord]] = {}
+        self._pending: dict[tuple[str, int], dict[tuple[str, int], PendingWrite]] = {}
+        self._journal: dict[tuple[str, int], dict[tuple[str, int, int], JournalEntry]] = {}
+
+    def _run(self, run_id: str) -> RunRecord:
+        try:
+            return self._runs[run_id]
+        except KeyError:
+            raise RunNotFoundError(
+                f"no run {run_id!r} in this store; list runs with store.list_runs()",
+                run_id=run_id,
+            ) from None
+
+    def create_run(self, run: RunRecord, first: StepRecord) -> None:
+        """Insert a new run with its step 0."""
+        with self._lock:
+            if run.run_id in self._runs:
+                raise CheckpointError(
+                    f"run {run.run_id!r} already exists; pick another run_id or resume it",
+                    run_id=run.run_id,
+                )
+            now = _now()
+            self._runs[run.run_id] = run.model_copy(
+                update={
+                    "created_at": run.created_at or now,
+                    "updated_at": now,
+                    "last_step": first.step,
+                }
+            )
+            self._steps[run.run_id] = [first]
+
+    def commit_step(
+        self,
+        run_id: str,
+        step: StepRecord,
+        *,
+        status: RunStatus = "running",
+        error: str | None = None,
+        stopped_by: str | None = None,
+        interrupt: object = None,
+    ) -> None:
+        """Append ``step`` and update the run, atomically."""
+        with self._lock:
+            run = self._run(run_id)
+            if step.step != run.last_step + 1:
+                raise CheckpointError(
+                    f"run {run_id!r}: step {step.step} cannot follow committed step "
+                    f"{run.last_step}; another writer owns this run, or history was forked",
+                    run_id=run_id,
+                    step=step.step,
+                )
+            self._steps[run_id].append(step)
+            self._runs[run_id] = run.model_copy(
+                update={
+                    "last_step": step.step,
+                    "status": status,
+                    "error": error,
+                    "stopped_by": stopped_by,
+                    "interrupt": interrupt,
+                    "updated_at": _now(),
+                }
+            )
+            self._pending.pop((run_id, step.step), None)
+            self._journal.pop((run_id, step.step), None)
+
+    def set_status(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        error: str | None = None,
+        stopped_by: str | None = None,
+        interrupt: object = None,
+    ) -> None:
+        """Change a run's status fields."""
+        with self._lock:
+            run = self._run(run_id)
+            self._runs[run_id] = run.model_copy(
+                update={
+                    "status": status,
+                    "error": error,
+                    "stopped_by": stopped_by,
+                    "interrupt": interrupt,
+                    "updated_at": _now(),
+                }
+            )
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run's record."""
+        with self._lock:
+            return self._run(run_id)
+
+    def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
+        """Runs, newest first."""
+        with self._lock:
+            runs = [r for r in self._runs.values() if status is None or r.status == status]
+        runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
+        return runs[:limit]
+
+    def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
+        """Committed steps ``start..end``."""
+        with self._lock:
+            self._run(run_id)
+            steps = self._steps[run_id]
+        return [s for s in steps if s.step >= start and (end is None or s.step <= end)]
+
+    def snapshot_step(self, run_id: str, at_or_before: int) -> int:
+        """Newest snapshot step at or before ``at_or_before``."""
+        with self._lock:
+            self._run(run_id)
+            found = [
+                s.step
+                for s in self._steps[run_id]
+                if s.snapshot is not None and s.step <= at_or_before
+            ]
+        return max(found, default=0)
+
+    def put_pending(self, run_id: str, write: PendingWrite) -> None:
+        """Save one finished task's writes."""
+        with self._lock:
+            self._run(run_id)
+            bucket = self._pending.setdefault((run_id, write.step), {})
+            bucket.setdefault((write.node, write.index), write)
+
+    def get_pending(self, run_id: str, step: int) -> list[PendingWrite]:
+        """Pending writes of ``step``."""
+        with self._lock:
+            bucket = dict(self._pending.get((run_id, step), {}))
+        return [bucket[k] for k in sorted(bucket)]
+
+    def append_journal(self, run_id: str, entry: JournalEntry) -> None:
+        """Record one call."""
+        with self._lock:
+            self._run(run_id)
+            bucket = self._journal.setdefault((run_id, entry.step), {})
+            bucket.setdefault((entry.node, entry.index, entry.seq), entry)
+
+    def get_journal(self, run_id: str, step: int) -> list[JournalEntry]:
+        """Journal entries of ``step``."""
+        with self._lock:
+            bucket = dict(self._journal.get((run_id, step), {}))
+        return [bucket[k] for k in sorted(bucket)]
+
+    def close(self) -> None:
+        """Nothing to release."""
