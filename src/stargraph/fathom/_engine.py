@@ -25,7 +25,6 @@ from stargraph.fathom._load import (
     clips_message,
     freeze_successors,
     load_packs,
-    new_environment,
 )
 from stargraph.fathom._pack import RulePack
 from stargraph.fathom._values import (
@@ -133,21 +132,30 @@ class RuleEngine:
         self._run_limit = run_limit
         self._raised: list[BaseException] = []
         wrapped = {n: _wrap(n, f, self._raised) for n, f in (functions or {}).items()}
-        env, capture = new_environment()
-        # On failure `env` goes out of scope here, before anything could run in it.
+        # On failure the new environment is dropped inside load_packs; nothing ran in it.
         loaded = load_packs(
-            env,
-            capture,
             self._packs,
             fields=self._fields,
             successors=self._successors,
             functions=wrapped,
         )
+        env = loaded.env
         self._env: clips.Environment | None = env
-        self._capture: Capture = capture
+        self._capture: Capture = loaded.capture
         self._rule_packs = loaded.rule_packs
         env.reset()
         env.call("sg-init")
+        # Patterns are matched as facts are asserted, so a rule function can already fail here.
+        error = env.error_state
+        text = self._capture.take_errors()
+        if error is not None or text or self._raised:
+            cause = self._raised[0] if self._raised else None
+            self.close()
+            detail = clips_message(text) if text else str(error)
+            raise RuleRuntimeError(
+                f"the rules failed while the engine started: {detail}; fix the rule or the "
+                "Python function it calls"
+            ) from cause
 
     # ------------------------------------------------------------------ lifecycle
 
