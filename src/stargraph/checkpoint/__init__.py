@@ -18,6 +18,7 @@ from stargraph.checkpoint._records import (
     TaskRecord,
     WriteRecord,
 )
+from stargraph.checkpoint._sqlite import SqliteStore
 
 __all__ = [
     "CheckpointStore",
@@ -26,6 +27,7 @@ __all__ = [
     "PendingWrite",
     "RunRecord",
     "RunStatus",
+    "SqliteStore",
     "StepRecord",
     "TaskRecord",
     "WriteRecord",

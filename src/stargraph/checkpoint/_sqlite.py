@@ -1,0 +1,673 @@
+"""``SqliteStore``: the embedded ``CheckpointStore`` (stdlib ``sqlite3``, WAL, one file).
+
+Layout (schema version 1, kept in ``meta.schema_version``)::
+
+    runs     run_id PK, graph_name, graph_hash, code_hash, status, last_step,
+             parent_run_id, parent_step, created_at, updated_at, extra (JSON or NULL:
+             error / stopped_by / interrupt, only when set)
+    steps    (run_id, step) PK, has_snapshot, payload (JSON StepRecord); append-only
+    pending  (run_id, step, node, idx) PK, payload (JSON PendingWrite)
+    journal  (run_id, step, node, idx, seq) PK, kind, key, payload (JSON JournalEntry)
+
+Payloads are the records' JSON with default-valued fields left out (they come back on
+decoding), which keeps a step of a plain chain under a hundred bytes.
+
+Concurrency: every thread gets its own connection (WAL readers never block each other or the
+writer); writes run in ``BEGIN IMMEDIATE`` transactions, so a writer takes the write lock
+up front instead of failing to upgrade a read lock, and a per-store lock queues this
+process's writers in Python rather than in SQLite's sleeping busy handler. Other processes
+on the same file wait in the busy handler (``busy_timeout_s``); if SQLite still reports
+"database is locked", the ``BEGIN`` is retried with backoff until that timeout is spent.
+Fencing: ``commit_step`` advances ``runs.last_step`` with a compare-and-set
+(``... WHERE last_step = step - 1``), so of two writers committing the same step exactly one
+wins and the other gets a :class:`~stargraph.errors.CheckpointError`.
+"""
+
+from __future__ import annotations
+
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Final, Literal, TypeVar
+
+import pydantic_core
+from pydantic import BaseModel, ValidationError
+
+from stargraph.checkpoint._records import (
+    JournalEntry,
+    PendingWrite,
+    RunRecord,
+    RunStatus,
+    StepRecord,
+)
+from stargraph.errors import CheckpointError, CorruptCheckpointError, RunNotFoundError
+
+__all__ = ["SCHEMA_VERSION", "SqliteStore"]
+
+SCHEMA_VERSION: Final = 1
+"""The schema this code writes; older files are migrated when opened."""
+
+# Each migration takes the schema from version ``i`` to ``i + 1``; statements run one by one
+# inside the opening transaction (DDL is transactional in SQLite), so a crash mid-migration
+# leaves the previous version intact. Never edit a shipped migration: append a new one.
+_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    (
+        """CREATE TABLE runs (
+            run_id TEXT PRIMARY KEY,
+            graph_name TEXT NOT NULL,
+            graph_hash TEXT NOT NULL,
+            code_hash TEXT NOT NULL,
+            status TEXT NOT NULL,
+            last_step INTEGER NOT NULL,
+            parent_run_id TEXT,
+            parent_step INTEGER,
+            created_at TEXT NOT NULL,
+            updated_at TEXT NOT NULL,
+            extra BLOB
+        )""",
+        "CREATE INDEX runs_by_created ON runs (created_at, run_id)",
+        "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
+        # Rowid tables rather than WITHOUT ROWID: snapshots and LLM journal values can be
+        # large, and WITHOUT ROWID b-trees copy whole rows into interior pages.
+        """CREATE TABLE steps (
+            run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+            step INTEGER NOT NULL,
+            has_snapshot INTEGER NOT NULL,
+            payload BLOB NOT NULL,
+            PRIMARY KEY (run_id, step)
+        )""",
+        """CREATE TABLE pending (
+            run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+            step INTEGER NOT NULL,
+            node TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            payload BLOB NOT NULL,
+            PRIMARY KEY (run_id, step, node, idx)
+        )""",
+        """CREATE TABLE journal (
+            run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
+            step INTEGER NOT NULL,
+            node TEXT NOT NULL,
+            idx INTEGER NOT NULL,
+            seq INTEGER NOT NULL,
+            kind TEXT NOT NULL,
+            key TEXT NOT NULL,
+            payload BLOB NOT NULL,
+            PRIMARY KEY (run_id, step, node, idx, seq)
+        )""",
+    ),
+)
+
+_RUN_COLUMNS: Final = (
+    "run_id, graph_name, graph_hash, code_hash, status, last_step, parent_run_id, "
+    "parent_step, created_at, updated_at, extra"
+)
+_RUN_FIELDS: Final = (
+    "run_id",
+    "graph_name",
+    "graph_hash",
+    "code_hash",
+    "status",
+    "last_step",
+    "parent_run_id",
+    "parent_step",
+    "created_at",
+    "updated_at",
+)
+_EXTRA_FIELDS: Final = ("error", "stopped_by", "interrupt")
+
+_ADVANCE: Final = (
+    "UPDATE runs SET last_step = ?, status = ?, extra = ?, updated_at = ? "
+    "WHERE run_id = ? AND last_step = ?"
+)
+_INSERT_STEP: Final = "INSERT INTO steps (run_id, step, has_snapshot, payload) VALUES (?, ?, ?, ?)"
+_DROP_PENDING: Final = "DELETE FROM pending WHERE run_id = ? AND step = ?"
+_DROP_JOURNAL: Final = "DELETE FROM journal WHERE run_id = ? AND step = ?"
+
+_RecordT = TypeVar("_RecordT", bound=BaseModel)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def _is_locked(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+def _encode(record: BaseModel, *, run_id: str, step: int) -> bytes:
+    # pydantic's serializer writes the same JSON as orjson, a little faster, and also takes
+    # integers beyond 64 bits, which the in-memory store accepts too.
+    try:
+        return record.model_dump_json(exclude_defaults=True).encode()
+    except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
+        raise CheckpointError(
+            f"run {run_id!r} step {step}: cannot store {type(record).__name__} as JSON "
+            f"({exc}); node writes and journal values must be JSON data",
+            run_id=run_id,
+            step=step,
+        ) from exc
+
+
+def _encode_extra(
+    error: str | None, stopped_by: str | None, interrupt: object, *, run_id: str
+) -> bytes | None:
+    if error is None and stopped_by is None and interrupt is None:
+        return None
+    extra = {"error": error, "stopped_by": stopped_by, "interrupt": interrupt}
+    try:
+        return pydantic_core.to_json({k: v for k, v in extra.items() if v is not None})
+    except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
+        raise CheckpointError(
+            f"run {run_id!r}: cannot store the interrupt payload as JSON ({exc}); "
+            "pass JSON data to ctx.interrupt()",
+            run_id=run_id,
+        ) from exc
+
+
+def _decode(
+    model: type[_RecordT], payload: object, *, run_id: str, step: int, table: str
+) -> _RecordT:
+    try:
+        if not isinstance(payload, bytes | str):
+            raise TypeError(f"payload is {type(payload).__name__}, not JSON text")
+        record = model.model_validate_json(payload)
+    except (ValidationError, TypeError) as exc:
+        raise CorruptCheckpointError(
+            f"run {run_id!r} step {step}: the {table} row cannot be decoded as a "
+            f"{model.__name__} ({str(exc).splitlines()[0]}); the checkpoint file is damaged "
+            "or was written by an incompatible version; fork the run from an earlier step",
+            run_id=run_id,
+            step=step,
+        ) from exc
+    if getattr(record, "step", step) != step:
+        raise CorruptCheckpointError(
+            f"run {run_id!r} step {step}: the {table} row holds step "
+            f"{getattr(record, 'step', None)}; the checkpoint file is damaged",
+            run_id=run_id,
+            step=step,
+        )
+    return record
+
+
+def _decode_run(row: tuple[Any, ...]) -> RunRecord:
+    run_id = str(row[0])
+    step = row[5] if isinstance(row[5], int) else None
+    try:
+        data: dict[str, Any] = dict(zip(_RUN_FIELDS, row, strict=False))
+        if row[10] is not None:
+            extra = pydantic_core.from_json(row[10])
+            if not isinstance(extra, dict) or not set(extra) <= set(_EXTRA_FIELDS):
+                raise TypeError("the extra column is not an object of error/stopped_by/interrupt")
+            data.update(extra)
+        return RunRecord.model_validate(data)
+    except (ValueError, TypeError) as exc:  # ValidationError is a ValueError
+        raise CorruptCheckpointError(
+            f"run {run_id!r} step {step}: the runs row cannot be decoded "
+            f"({str(exc).splitlines()[0]}); the checkpoint file is damaged",
+            run_id=run_id,
+            step=step,
+        ) from exc
+
+
+class SqliteStore:
+    """A ``CheckpointStore`` in one SQLite file, safe across threads and processes.
+
+    ``synchronous="NORMAL"`` (default) survives process crashes; a power loss may lose the
+    last commits but never corrupts the file. ``"FULL"`` also survives power loss, at the
+    price of an fsync per step. Use it as a context manager or call :meth:`close`.
+
+    >>> import tempfile, pathlib
+    >>> with tempfile.TemporaryDirectory() as tmp:
+    ...     with SqliteStore(pathlib.Path(tmp) / "runs.db") as store:
+    ...         store.integrity_check()
+    'ok'
+    """
+
+    def __init__(
+        self,
+        path: str | Path = ".stargraph/stargraph.db",
+        *,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        busy_timeout_s: float = 30.0,
+    ) -> None:
+        if str(path) == ":memory:" or str(path).startswith("file:"):
+            raise CheckpointError(
+                f"SqliteStore needs a file path, got {str(path)!r}; "
+                "use MemoryStore for an in-memory store"
+            )
+        if synchronous not in ("NORMAL", "FULL"):
+            raise CheckpointError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
+        self._path = Path(path)
+        self._synchronous = synchronous
+        self._timeout = float(busy_timeout_s)
+        self._local = threading.local()
+        # Every connection opened, by the thread that opened it, so close() reaches them all.
+        self._conns: dict[threading.Thread, sqlite3.Connection] = {}
+        self._conns_lock = threading.Lock()
+        self._write_lock = threading.Lock()
+        self._closed = False
+        try:
+            self._path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise CheckpointError(
+                f"cannot create the directory of checkpoint file {str(self._path)!r}: {exc}"
+            ) from exc
+        try:
+            self._setup()
+        except BaseException:
+            self.close()
+            raise
+
+    # ----------------------------------------------------------------- connections
+
+    @property
+    def path(self) -> Path:
+        """The database file."""
+        return self._path
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._closed:
+            raise CheckpointError(f"the SqliteStore on {str(self._path)!r} is closed")
+        try:
+            conn: sqlite3.Connection = self._local.conn
+        except AttributeError:
+            conn = self._open()
+        return conn
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            # isolation_level=None: we issue BEGIN IMMEDIATE / COMMIT ourselves.
+            # check_same_thread=False: close() may run on another thread.
+            conn = sqlite3.connect(
+                self._path,
+                timeout=self._timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=64,
+            )
+        except sqlite3.Error as exc:
+            raise CheckpointError(
+                f"cannot open checkpoint file {str(self._path)!r}: {exc}"
+            ) from exc
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
+            conn.execute("PRAGMA foreign_keys = ON")
+            conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        except BaseException:
+            conn.close()
+            raise
+        me = threading.current_thread()
+        with self._conns_lock:
+            if self._closed:
+                conn.close()
+                raise CheckpointError(f"the SqliteStore on {str(self._path)!r} is closed")
+            # Connections of threads that have ended would otherwise pile up until close().
+            for thread in [t for t in self._conns if not t.is_alive()]:
+                self._conns.pop(thread).close()
+            self._conns[me] = conn
+        self._local.conn = conn
+        return conn
+
+    def close(self) -> None:
+        """Close every connection this store opened, in any thread. Safe to call twice."""
+        with self._conns_lock:
+            self._closed = True
+            conns, self._conns = list(self._conns.values()), {}
+        for conn in conns:
+            conn.close()
+
+    def __enter__(self) -> SqliteStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _retry(self, conn: sqlite3.Connection, sql: str) -> None:
+        """Run ``sql`` (a BEGIN or a PRAGMA), retrying while another process holds the lock."""
+        deadline = time.monotonic() + self._timeout
+        delay = 0.001
+        while True:
+            try:
+                conn.execute(sql)
+                return
+            except sqlite3.OperationalError as exc:
+                if not _is_locked(exc):
+                    raise self._db_error(exc) from exc
+                if time.monotonic() >= deadline:
+                    raise CheckpointError(
+                        f"checkpoint file {str(self._path)!r} stayed locked for "
+                        f"{self._timeout:g}s ({exc}); raise busy_timeout_s or find the "
+                        "process holding it"
+                    ) from exc
+                time.sleep(delay * (0.5 + random.random()))
+                delay = min(delay * 2, 0.1)
+
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back on error."""
+        conn = self._conn()
+        with self._write_lock:
+            self._retry(conn, "BEGIN IMMEDIATE")
+            try:
+                yield conn
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise CheckpointError(
+                    f"commit to checkpoint file {str(self._path)!r} failed: {exc}"
+                ) from exc
+
+    def _setup(self) -> None:
+        conn = self._conn()
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            version = int(row[0]) if row else 0
+        except sqlite3.OperationalError as exc:
+            if "no such table" not in str(exc) and not _is_locked(exc):
+                raise self._db_error(exc) from exc
+            version = 0
+        except sqlite3.DatabaseError as exc:  # "file is not a database"
+            raise self._db_error(exc) from exc
+        if version > SCHEMA_VERSION:
+            raise self._too_new(version)
+        mode = ""
+        deadline = time.monotonic() + self._timeout
+        while mode != "wal":
+            # Switching to WAL needs a moment of exclusive access: retry while others open.
+            try:
+                mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+            except sqlite3.OperationalError as exc:
+                if not _is_locked(exc) or time.monotonic() >= deadline:
+                    raise self._db_error(exc) from exc
+                time.sleep(0.005 * (0.5 + random.random()))
+                continue
+            if mode != "wal":
+                raise CheckpointError(
+                    f"checkpoint file {str(self._path)!r} cannot use WAL mode (got {mode!r}); "
+                    "put it on a local file system"
+                )
+        if version == SCHEMA_VERSION:
+            return
+        with self._write() as conn:
+            # Another process may have migrated between our read and our write lock.
+            conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
+            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            version = int(row[0]) if row else 0
+            if version > SCHEMA_VERSION:
+                raise self._too_new(version)
+            for statements in _MIGRATIONS[version:]:
+                for sql in statements:
+                    conn.execute(sql)
+            conn.execute(
+                "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
+                (str(SCHEMA_VERSION),),
+            )
+
+    def _too_new(self, version: int) -> CheckpointError:
+        return CheckpointError(
+            f"checkpoint file {str(self._path)!r} has schema version {version}, newer than "
+            f"the {SCHEMA_VERSION} this stargraph understands; upgrade stargraph"
+        )
+
+    def _db_error(self, exc: sqlite3.Error, run_id: str | None = None) -> CheckpointError:
+        where = f"run {run_id!r} in " if run_id else ""
+        cls = (
+            CorruptCheckpointError
+            if isinstance(exc, sqlite3.DatabaseError)
+            and ("not a database" in str(exc) or "malformed" in str(exc))
+            else CheckpointError
+        )
+        return cls(
+            f"{where}checkpoint file {str(self._path)!r}: {exc}",
+            run_id=run_id,
+        )
+
+    def _missing(self, run_id: str) -> RunNotFoundError:
+        return RunNotFoundError(
+            f"no run {run_id!r} in {str(self._path)!r}; list runs with store.list_runs()",
+            run_id=run_id,
+        )
+
+    def _exists(self, conn: sqlite3.Connection, run_id: str) -> bool:
+        return conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
+
+    # ----------------------------------------------------------------- writes
+
+    def create_run(self, run: RunRecord, first: StepRecord) -> None:
+        """Insert a new run with its step 0, atomically. Raises if the run id exists."""
+        payload = _encode(first, run_id=run.run_id, step=first.step)
+        extra = _encode_extra(run.error, run.stopped_by, run.interrupt, run_id=run.run_id)
+        now = _now()
+        with self._write() as conn:
+            try:
+                conn.execute(
+                    f"INSERT INTO runs ({_RUN_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run.run_id,
+                        run.graph_name,
+                        run.graph_hash,
+                        run.code_hash,
+                        run.status,
+                        first.step,
+                        run.parent_run_id,
+                        run.parent_step,
+                        run.created_at or now,
+                        now,
+                        extra,
+                    ),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise CheckpointError(
+                    f"run {run.run_id!r} already exists; pick another run_id or resume it",
+                    run_id=run.run_id,
+                ) from exc
+            conn.execute(
+                _INSERT_STEP, (run.run_id, first.step, first.snapshot is not None, payload)
+            )
+
+    def commit_step(
+        self,
+        run_id: str,
+        step: StepRecord,
+        *,
+        status: RunStatus = "running",
+        error: str | None = None,
+        stopped_by: str | None = None,
+        interrupt: object = None,
+    ) -> None:
+        """In one transaction: append ``step`` (must be ``last_step + 1``), set the run's
+        ``last_step``/status fields, and drop the pending writes and journal of that step."""
+        number = step.step
+        payload = _encode(step, run_id=run_id, step=number)
+        extra = _encode_extra(error, stopped_by, interrupt, run_id=run_id)
+        with self._write() as conn:
+            # Compare-and-set on last_step: the fence between two writers of one run.
+            cursor = conn.execute(_ADVANCE, (number, status, extra, _now(), run_id, number - 1))
+            if cursor.rowcount != 1:
+                row = conn.execute(
+                    "SELECT last_step FROM runs WHERE run_id = ?", (run_id,)
+                ).fetchone()
+                if row is None:
+                    raise self._missing(run_id)
+                raise CheckpointError(
+                    f"run {run_id!r}: step {number} cannot follow committed step "
+                    f"{row[0]}; another writer owns this run, or history was forked",
+                    run_id=run_id,
+                    step=number,
+                )
+            conn.execute(_INSERT_STEP, (run_id, number, step.snapshot is not None, payload))
+            conn.execute(_DROP_PENDING, (run_id, number))
+            conn.execute(_DROP_JOURNAL, (run_id, number))
+
+    def set_status(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        error: str | None = None,
+        stopped_by: str | None = None,
+        interrupt: object = None,
+    ) -> None:
+        """Change a run's status without committing a step (park, fail, finish)."""
+        extra = _encode_extra(error, stopped_by, interrupt, run_id=run_id)
+        with self._write() as conn:
+            cursor = conn.execute(
+                "UPDATE runs SET status = ?, extra = ?, updated_at = ? WHERE run_id = ?",
+                (status, extra, _now(), run_id),
+            )
+            if cursor.rowcount != 1:
+                raise self._missing(run_id)
+
+    def put_pending(self, run_id: str, write: PendingWrite) -> None:
+        """Save one finished task's writes for a step not yet committed (idempotent)."""
+        payload = _encode(write, run_id=run_id, step=write.step)
+        with self._write() as conn:
+            try:
+                conn.execute(
+                    "INSERT OR IGNORE INTO pending (run_id, step, node, idx, payload) "
+                    "VALUES (?, ?, ?, ?, ?)",
+                    (run_id, write.step, write.node, write.index, payload),
+                )
+            except sqlite3.IntegrityError as exc:  # the foreign key: no such run
+                raise self._missing(run_id) from exc
+
+    def append_journal(self, run_id: str, entry: JournalEntry) -> None:
+        """Record one call of a task execution (idempotent on its position)."""
+        payload = _encode(entry, run_id=run_id, step=entry.step)
+        with self._write() as conn:
+            try:
+                conn.execute(
+                    "INSERT OR IGNORE INTO journal "
+                    "(run_id, step, node, idx, seq, kind, key, payload) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        run_id,
+                        entry.step,
+                        entry.node,
+                        entry.index,
+                        entry.seq,
+                        entry.kind,
+                        entry.key,
+                        payload,
+                    ),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise self._missing(run_id) from exc
+
+    # ----------------------------------------------------------------- reads
+
+    def _rows(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
+        conn = self._conn()
+        deadline = time.monotonic() + self._timeout
+        while True:
+            try:
+                return conn.execute(sql, params).fetchall()
+            except sqlite3.OperationalError as exc:
+                # WAL readers do not wait on writers; "locked" here means WAL recovery by
+                # another process, which is brief.
+                if not _is_locked(exc) or time.monotonic() >= deadline:
+                    raise self._db_error(exc) from exc
+                time.sleep(0.002)
+            except sqlite3.DatabaseError as exc:
+                raise self._db_error(exc) from exc
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run's record; ``RunNotFoundError`` if there is none."""
+        rows = self._rows(f"SELECT {_RUN_COLUMNS} FROM runs WHERE run_id = ?", (run_id,))
+        if not rows:
+            raise self._missing(run_id)
+        return _decode_run(rows[0])
+
+    def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
+        """Runs, newest first, optionally filtered by status."""
+        if status is None:
+            rows = self._rows(
+                f"SELECT {_RUN_COLUMNS} FROM runs ORDER BY created_at DESC, run_id DESC LIMIT ?",
+                (limit,),
+            )
+        else:
+            rows = self._rows(
+                f"SELECT {_RUN_COLUMNS} FROM runs WHERE status = ? "
+                "ORDER BY created_at DESC, run_id DESC LIMIT ?",
+                (status, limit),
+            )
+        return [_decode_run(row) for row in rows]
+
+    def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
+        """Committed steps ``start..end`` (inclusive) in order."""
+        rows = self._rows(
+            "SELECT step, payload FROM steps WHERE run_id = ? AND step >= ? AND step <= ? "
+            "ORDER BY step",
+            (run_id, start, end if end is not None else 2**63 - 1),
+        )
+        if not rows:
+            self.get_run(run_id)  # RunNotFoundError for an unknown run; else an empty range
+        return [
+            _decode(StepRecord, payload, run_id=run_id, step=step, table="steps")
+            for step, payload in rows
+        ]
+
+    def snapshot_step(self, run_id: str, at_or_before: int) -> int:
+        """The newest step ``<= at_or_before`` that holds a full snapshot (0 always does)."""
+        rows = self._rows(
+            "SELECT MAX(step) FROM steps WHERE run_id = ? AND step <= ? AND has_snapshot",
+            (run_id, at_or_before),
+        )
+        found = rows[0][0]
+        if found is None:
+            self.get_run(run_id)
+            return 0
+        return int(found)
+
+    def get_pending(self, run_id: str, step: int) -> list[PendingWrite]:
+        """Pending writes saved for ``step``, ordered by ``(node, index)``."""
+        rows = self._rows(
+            "SELECT payload FROM pending WHERE run_id = ? AND step = ? ORDER BY node, idx",
+            (run_id, step),
+        )
+        return [
+            _decode(PendingWrite, payload, run_id=run_id, step=step, table="pending")
+            for (payload,) in rows
+        ]
+
+    def get_journal(self, run_id: str, step: int) -> list[JournalEntry]:
+        """Journal entries of ``step``, ordered by ``(node, index, seq)``."""
+        rows = self._rows(
+            "SELECT payload FROM journal WHERE run_id = ? AND step = ? ORDER BY node, idx, seq",
+            (run_id, step),
+        )
+        return [
+            _decode(JournalEntry, payload, run_id=run_id, step=step, table="journal")
+            for (payload,) in rows
+        ]
+
+    # ----------------------------------------------------------------- maintenance
+
+    def integrity_check(self) -> str:
+        """``PRAGMA integrity_check``: ``"ok"`` for a sound file, else SQLite's findings."""
+        rows = self._rows("PRAGMA integrity_check", ())
+        return "\n".join(str(row[0]) for row in rows)
+
+    def schema_version(self) -> int:
+        """The schema version recorded in the file's ``meta`` table."""
+        rows = self._rows("SELECT value FROM meta WHERE key = 'schema_version'", ())
+        return int(rows[0][0]) if rows else 0

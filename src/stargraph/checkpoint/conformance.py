@@ -1,0 +1,508 @@
+"""The conformance suite every ``CheckpointStore`` must pass (STYLE 6).
+
+Subclass :class:`CheckpointStoreConformance` in a test module and provide a ``store``
+fixture that yields a fresh, empty store and closes it afterwards::
+
+    import pytest
+    from stargraph.checkpoint import SqliteStore
+    from stargraph.checkpoint.conformance import CheckpointStoreConformance
+
+    class TestSqliteStore(CheckpointStoreConformance):
+        @pytest.fixture
+        def store(self, tmp_path):
+            store = SqliteStore(tmp_path / "runs.db")
+            yield store
+            store.close()
+
+The tests check protocol semantics only (what ``CheckpointStore``'s docstrings promise),
+never how a store lays out its data, so the same suite runs on memory, SQLite and
+PostgreSQL. It needs ``pytest``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from stargraph.checkpoint._protocol import CheckpointStore
+from stargraph.checkpoint._records import (
+    JournalEntry,
+    PendingWrite,
+    RunRecord,
+    StepRecord,
+    TaskRecord,
+    WriteRecord,
+)
+from stargraph.errors import CheckpointError, RunNotFoundError
+
+__all__ = ["CheckpointStoreConformance", "make_run", "make_step"]
+
+# JSON data that stores must give back exactly: unicode outside the BMP, NUL and control
+# characters, escapes, deep nesting, large and negative numbers, floats, empty containers.
+AWKWARD: dict[str, Any] = {
+    "unicode": "naïve 日本語 🦀 \u0000 nul \t\n\r \\ \" ' \u2028 \ufeff",
+    "\u0000key with nul 🔑": [None, True, False, 0, -1, 2**53 + 1, -(2**63), 1.5, -0.25, 1e300],
+    "empty": {"list": [], "dict": {}, "str": ""},
+    "nested": {"a": [{"b": [{"c": [{"d": [{"e": "deep"}]}]}]}]},
+    "long": "x" * 100_000,
+    "many": {f"k{i}": list(range(i % 7)) for i in range(2_000)},
+}
+
+
+def _deep(levels: int) -> Any:
+    value: Any = "bottom"
+    for i in range(levels):
+        value = {"level": i, "child": [value]}
+    return value
+
+
+def make_run(run_id: str = "run-1", **fields: Any) -> RunRecord:
+    """A run record with placeholder identity fields; ``fields`` override them."""
+    base: dict[str, Any] = {
+        "run_id": run_id,
+        "graph_name": "g",
+        "graph_hash": "sha256:" + "a" * 64,
+        "code_hash": "sha256:" + "b" * 64,
+    }
+    return RunRecord(**(base | fields))
+
+
+def make_step(step: int, *, snapshot: bool = False, **fields: Any) -> StepRecord:
+    """A step record whose writes identify the step; ``snapshot=True`` adds a full snapshot."""
+    base: dict[str, Any] = {
+        "step": step,
+        "writes": (WriteRecord(node=f"n{step}", writes={"x": step, "log": [f"n{step}"]}),),
+        "next": (TaskRecord(node=f"n{step + 1}"),),
+    }
+    if snapshot or step == 0:
+        base["snapshot"] = {"x": step, "log": [f"n{i}" for i in range(step + 1)]}
+    return StepRecord(**(base | fields))
+
+
+class CheckpointStoreConformance:
+    """Protocol tests for a ``CheckpointStore``; subclasses provide the ``store`` fixture."""
+
+    @pytest.fixture
+    def store(self) -> CheckpointStore:
+        """Override: yield a fresh, empty store and close it afterwards."""
+        raise NotImplementedError("subclass CheckpointStoreConformance and define `store`")
+
+    # ------------------------------------------------------------------ runs
+
+    def test_satisfies_the_protocol(self, store: CheckpointStore) -> None:
+        assert isinstance(store, CheckpointStore)
+
+    def test_create_and_get_run(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        run = store.get_run("r1")
+        assert (run.run_id, run.graph_name, run.status, run.last_step) == ("r1", "g", "running", 0)
+        assert run.graph_hash == "sha256:" + "a" * 64
+        assert run.code_hash == "sha256:" + "b" * 64
+        assert run.created_at, "created_at is filled in"
+        assert run.updated_at
+        assert store.get_steps("r1") == [make_step(0)]
+
+    def test_create_keeps_given_created_at_and_parent(self, store: CheckpointStore) -> None:
+        store.create_run(
+            make_run("child", parent_run_id="p", parent_step=4, created_at="2024-01-02T03:04:05Z"),
+            make_step(0),
+        )
+        run = store.get_run("child")
+        assert (run.parent_run_id, run.parent_step) == ("p", 4)
+        assert run.created_at == "2024-01-02T03:04:05Z"
+
+    def test_duplicate_create_is_refused_and_changes_nothing(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        store.commit_step("r1", make_step(1))
+        before = (store.get_run("r1"), store.get_steps("r1"))
+        with pytest.raises(CheckpointError, match="r1") as info:
+            store.create_run(make_run("r1", graph_name="other"), make_step(0, snapshot=True))
+        assert not isinstance(info.value, RunNotFoundError)
+        assert (store.get_run("r1"), store.get_steps("r1")) == before
+
+    def test_unknown_run_raises_run_not_found_naming_it(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("known"), make_step(0))
+        calls: list[Callable[[], object]] = [
+            lambda: store.get_run("ghost-run"),
+            lambda: store.get_steps("ghost-run"),
+            lambda: store.snapshot_step("ghost-run", 3),
+            lambda: store.commit_step("ghost-run", make_step(1)),
+            lambda: store.set_status("ghost-run", "done"),
+            lambda: store.put_pending("ghost-run", PendingWrite(step=1, node="a", writes={})),
+            lambda: store.append_journal(
+                "ghost-run", JournalEntry(step=1, node="a", seq=0, kind="clock")
+            ),
+        ]
+        for call in calls:
+            with pytest.raises(RunNotFoundError, match="ghost-run") as info:
+                call()
+            assert isinstance(info.value, CheckpointError)
+            assert isinstance(info.value, LookupError)
+            assert info.value.run_id == "ghost-run"
+        assert [r.run_id for r in store.list_runs()] == ["known"]
+
+    def test_list_runs_newest_first(self, store: CheckpointStore) -> None:
+        for run_id, created in [
+            ("b", "2024-01-02T00:00:00+00:00"),
+            ("a", "2024-01-03T00:00:00+00:00"),
+            ("c", "2024-01-01T00:00:00+00:00"),
+        ]:
+            store.create_run(make_run(run_id, created_at=created), make_step(0))
+        assert [r.run_id for r in store.list_runs()] == ["a", "b", "c"]
+
+    def test_list_runs_without_explicit_times_is_newest_first(self, store: CheckpointStore) -> None:
+        # Creation order and id order agree, so a tie on the clock cannot flip the answer.
+        for i in range(5):
+            store.create_run(make_run(f"run-{i}"), make_step(0))
+        assert [r.run_id for r in store.list_runs()] == [f"run-{i}" for i in reversed(range(5))]
+
+    def test_list_runs_limit_and_status_filter(self, store: CheckpointStore) -> None:
+        assert store.list_runs() == []
+        for i in range(6):
+            store.create_run(
+                make_run(f"r{i}", created_at=f"2024-01-0{i + 1}T00:00:00+00:00"), make_step(0)
+            )
+        store.set_status("r1", "done")
+        store.set_status("r4", "done")
+        store.set_status("r2", "interrupted", interrupt={"ask": "ok?"})
+        assert [r.run_id for r in store.list_runs(limit=2)] == ["r5", "r4"]
+        assert [r.run_id for r in store.list_runs(status="done")] == ["r4", "r1"]
+        assert [r.run_id for r in store.list_runs(status="done", limit=1)] == ["r4"]
+        assert [r.run_id for r in store.list_runs(status="running")] == ["r5", "r3", "r0"]
+        assert [r.run_id for r in store.list_runs(status="interrupted")] == ["r2"]
+        assert store.list_runs(status="failed") == []
+        assert len(store.list_runs(limit=100)) == 6
+
+    def test_set_status_sets_and_clears_fields(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        store.set_status("r1", "interrupted", interrupt={"question": "approve?", "n": [1, 2]})
+        run = store.get_run("r1")
+        assert run.status == "interrupted"
+        assert run.interrupt == {"question": "approve?", "n": [1, 2]}
+        assert run.last_step == 0
+        store.set_status("r1", "failed", error="NodeError: boom", stopped_by="rule-7")
+        run = store.get_run("r1")
+        assert (run.status, run.error, run.stopped_by, run.interrupt) == (
+            "failed",
+            "NodeError: boom",
+            "rule-7",
+            None,
+        )
+        store.set_status("r1", "running")
+        run = store.get_run("r1")
+        assert (run.status, run.error, run.stopped_by, run.interrupt) == (
+            "running",
+            None,
+            None,
+            None,
+        )
+        assert store.get_steps("r1") == [make_step(0)], "set_status commits no step"
+
+    # ------------------------------------------------------------------ steps
+
+    def test_commit_step_appends_in_order_and_updates_run(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        for k in range(1, 6):
+            store.commit_step("r1", make_step(k, snapshot=k == 3))
+            assert store.get_run("r1").last_step == k
+        assert store.get_steps("r1") == [make_step(k, snapshot=k == 3) for k in range(6)]
+        store.commit_step("r1", make_step(6), status="interrupted", interrupt={"ask": "why"})
+        run = store.get_run("r1")
+        assert (run.status, run.last_step, run.interrupt) == ("interrupted", 6, {"ask": "why"})
+        store.commit_step("r1", make_step(7), status="done")
+        run = store.get_run("r1")
+        assert (run.status, run.last_step, run.interrupt, run.error) == ("done", 7, None, None)
+        store.commit_step("r1", make_step(8), status="failed", error="boom", stopped_by="r")
+        run = store.get_run("r1")
+        assert (run.status, run.error, run.stopped_by) == ("failed", "boom", "r")
+
+    def test_commit_step_moves_updated_at_not_created_at(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1", created_at="2020-01-01T00:00:00+00:00"), make_step(0))
+        store.commit_step("r1", make_step(1))
+        run = store.get_run("r1")
+        assert run.created_at == "2020-01-01T00:00:00+00:00"
+        assert run.updated_at > run.created_at
+
+    @pytest.mark.parametrize("bad_step", [0, 1, 3, 4, 100])
+    def test_out_of_order_or_duplicate_commit_is_fenced(
+        self, store: CheckpointStore, bad_step: int
+    ) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        store.commit_step("r1", make_step(1))
+        store.put_pending("r1", PendingWrite(step=bad_step, node="a", writes={"x": 1}))
+        store.append_journal("r1", JournalEntry(step=bad_step, node="a", seq=0, kind="k"))
+        before = store.get_run("r1")
+        with pytest.raises(CheckpointError, match=r"r1") as info:
+            store.commit_step(
+                "r1", make_step(bad_step, snapshot=True), status="done", error="should not land"
+            )
+        assert not isinstance(info.value, RunNotFoundError)
+        assert info.value.run_id == "r1"
+        assert store.get_run("r1") == before, "a fenced commit changes nothing"
+        assert store.get_steps("r1") == [make_step(0), make_step(1)]
+        assert len(store.get_pending("r1", bad_step)) == 1, "nor clears that step's pending"
+        assert len(store.get_journal("r1", bad_step)) == 1, "nor its journal"
+        store.commit_step("r1", make_step(2))
+        assert store.get_run("r1").last_step == 2
+
+    def test_two_writers_of_one_step_exactly_one_wins(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        barrier = threading.Barrier(8)
+        outcomes: list[str] = []
+        lock = threading.Lock()
+
+        def writer(i: int) -> None:
+            barrier.wait()
+            try:
+                store.commit_step("r1", make_step(1, attempts={f"w/{i}": i + 2}))
+                result = f"won:{i}"
+            except CheckpointError:
+                result = "fenced"
+            with lock:
+                outcomes.append(result)
+
+        threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [o for o in outcomes if o.startswith("won")]
+        assert len(winners) == 1, outcomes
+        assert outcomes.count("fenced") == 7
+        i = int(winners[0].split(":")[1])
+        assert store.get_steps("r1", start=1) == [make_step(1, attempts={f"w/{i}": i + 2})]
+
+    def test_get_steps_ranges(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        for k in range(1, 10):
+            store.commit_step("r1", make_step(k))
+
+        def numbers(**kw: int | None) -> list[int]:
+            return [s.step for s in store.get_steps("r1", **kw)]  # type: ignore[arg-type]
+
+        assert numbers() == list(range(10))
+        assert numbers(start=4) == list(range(4, 10))
+        assert numbers(end=3) == [0, 1, 2, 3]
+        assert numbers(start=2, end=5) == [2, 3, 4, 5]
+        assert numbers(start=7, end=7) == [7]
+        assert numbers(start=5, end=4) == []
+        assert numbers(start=10) == []
+        assert numbers(start=8, end=1000) == [8, 9]
+
+    def test_snapshot_step_picks_newest_snapshot_at_or_before(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        for k in range(1, 13):
+            store.commit_step("r1", make_step(k, snapshot=k in (4, 8, 9)))
+        expected = {0: 0, 1: 0, 3: 0, 4: 4, 5: 4, 7: 4, 8: 8, 9: 9, 10: 9, 12: 9, 99: 9}
+        for k, snap in expected.items():
+            assert store.snapshot_step("r1", k) == snap, k
+
+    def test_snapshot_step_is_per_run(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("a"), make_step(0))
+        store.create_run(make_run("b"), make_step(0))
+        store.commit_step("a", make_step(1, snapshot=True))
+        store.commit_step("b", make_step(1))
+        assert store.snapshot_step("a", 5) == 1
+        assert store.snapshot_step("b", 5) == 0
+
+    def test_runs_do_not_see_each_others_steps(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("a"), make_step(0))
+        store.create_run(make_run("b"), make_step(0, attempts={"b": 2}))
+        store.commit_step("a", make_step(1))
+        assert [s.step for s in store.get_steps("a")] == [0, 1]
+        assert store.get_steps("b") == [make_step(0, attempts={"b": 2})]
+        assert store.get_run("b").last_step == 0
+
+    # ------------------------------------------------------------------ pending writes
+
+    def test_pending_writes_ordered_and_idempotent(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        writes = [
+            PendingWrite(step=1, node="b", index=0, writes={"b": 1}),
+            PendingWrite(step=1, node="a", index=2, writes={"a": 2}),
+            PendingWrite(step=1, node="a", index=0, writes={"a": 0}),
+            PendingWrite(step=1, node="a", index=10, writes={"a": 10}),
+            PendingWrite(step=1, node="Z", index=0, writes={"z": 0}),
+            PendingWrite(step=1, node="é", index=0, writes={"e": 0}),
+        ]
+        for w in writes:
+            store.put_pending("r1", w)
+        store.put_pending("r1", writes[1])  # the same write again: no duplicate
+        # A different write at a saved position: the first one recorded stays.
+        store.put_pending("r1", PendingWrite(step=1, node="b", index=0, writes={"b": 999}))
+        got = store.get_pending("r1", 1)
+        assert got == sorted(writes, key=lambda w: (w.node, w.index))
+        assert [(w.node, w.index) for w in got] == [
+            ("Z", 0),
+            ("a", 0),
+            ("a", 2),
+            ("a", 10),
+            ("b", 0),
+            ("é", 0),
+        ]
+        assert store.get_pending("r1", 2) == []
+
+    def test_commit_clears_pending_of_that_step_only(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        store.create_run(make_run("r2"), make_step(0))
+        for step in (1, 2):
+            store.put_pending("r1", PendingWrite(step=step, node="a", writes={"s": step}))
+        store.put_pending("r2", PendingWrite(step=1, node="a", writes={"other": True}))
+        store.commit_step("r1", make_step(1))
+        assert store.get_pending("r1", 1) == []
+        assert store.get_pending("r1", 2) == [PendingWrite(step=2, node="a", writes={"s": 2})]
+        assert store.get_pending("r2", 1) == [
+            PendingWrite(step=1, node="a", writes={"other": True})
+        ], "another run's pending writes of the same step stay"
+        store.commit_step("r1", make_step(2))
+        assert store.get_pending("r1", 2) == []
+
+    def test_set_status_keeps_pending(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        store.put_pending("r1", PendingWrite(step=1, node="a", writes={}))
+        store.set_status("r1", "interrupted")
+        assert len(store.get_pending("r1", 1)) == 1
+
+    # ------------------------------------------------------------------ journal
+
+    def test_journal_ordered_and_idempotent(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        entries = [
+            JournalEntry(step=1, node="b", index=0, seq=1, kind="clock", value=2.5),
+            JournalEntry(step=1, node="b", index=0, seq=0, kind="clock", value=1.25),
+            JournalEntry(step=1, node="a", index=1, seq=0, kind="once", key="fetch", value=[1]),
+            JournalEntry(step=1, node="a", index=0, seq=2, kind="random", value=0.5),
+            JournalEntry(step=1, node="a", index=0, seq=10, kind="uuid", value="u-10"),
+            JournalEntry(step=1, node="a", index=0, seq=0, kind="interrupt", value={"ok": True}),
+        ]
+        for e in entries:
+            store.append_journal("r1", e)
+        store.append_journal("r1", entries[2])
+        store.append_journal(
+            "r1", JournalEntry(step=1, node="b", index=0, seq=0, kind="clock", value=-1.0)
+        )
+        got = store.get_journal("r1", 1)
+        assert got == sorted(entries, key=lambda e: (e.node, e.index, e.seq))
+        assert [(e.node, e.index, e.seq) for e in got] == [
+            ("a", 0, 0),
+            ("a", 0, 2),
+            ("a", 0, 10),
+            ("a", 1, 0),
+            ("b", 0, 0),
+            ("b", 0, 1),
+        ]
+        assert store.get_journal("r1", 0) == []
+
+    def test_commit_clears_journal_of_that_step_only(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        store.create_run(make_run("r2"), make_step(0))
+        for step in (1, 2):
+            store.append_journal("r1", JournalEntry(step=step, node="a", seq=0, kind="k"))
+        store.append_journal("r2", JournalEntry(step=1, node="a", seq=0, kind="k"))
+        store.commit_step("r1", make_step(1))
+        assert store.get_journal("r1", 1) == []
+        assert len(store.get_journal("r1", 2)) == 1
+        assert len(store.get_journal("r2", 1)) == 1
+        store.commit_step("r1", make_step(2))
+        assert store.get_journal("r1", 2) == []
+
+    # ------------------------------------------------------------------ round trips
+
+    def test_run_record_round_trip(self, store: CheckpointStore) -> None:
+        run = make_run(
+            "run/ü 🦀 \u0000 'quoted' \"x\"",
+            graph_name="name with ünïcode",
+            status="interrupted",
+            parent_run_id="parent\u0000",
+            parent_step=12,
+            created_at="2024-05-06T07:08:09.123456+00:00",
+            error="Traceback ... \u0000 日本",
+            stopped_by="rule 🦀",
+            interrupt={"payload": AWKWARD},
+        )
+        store.create_run(run, make_step(0))
+        got = store.get_run(run.run_id)
+        assert got.model_copy(update={"updated_at": ""}) == run
+        assert [r.run_id for r in store.list_runs()] == [run.run_id]
+
+    @pytest.mark.parametrize("interrupt", [None, 0, "", [], {}, "text", [1, "a", None], 2**70])
+    def test_interrupt_payload_round_trip(self, store: CheckpointStore, interrupt: Any) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        store.commit_step("r1", make_step(1), status="interrupted", interrupt=interrupt)
+        assert store.get_run("r1").interrupt == interrupt
+        store.set_status("r1", "interrupted", interrupt=interrupt)
+        assert store.get_run("r1").interrupt == interrupt
+
+    def test_step_record_round_trip_every_field(self, store: CheckpointStore) -> None:
+        full = StepRecord(
+            step=1,
+            writes=(
+                WriteRecord(node="a", index=3, writes={"awkward": AWKWARD, "big": 2**70}),
+                WriteRecord(node="b 🦀", writes={}),
+            ),
+            snapshot={"state": AWKWARD, "deep": _deep(60)},
+            next=(
+                TaskRecord(node="c", index=2, payload={"send": AWKWARD["nested"]}),
+                TaskRecord(node="d"),
+            ),
+            joins={"0": ("a", "b 🦀"), "7": ()},
+            facts={"facts": [{"template": "t", "slots": {"x": 1.5}}], "agenda": []},
+            attempts={"a/3": 2, "b 🦀/0": 5},
+            created_at="2024-05-06T07:08:09+00:00",
+        )
+        store.create_run(make_run("r1"), StepRecord(step=0))
+        store.commit_step("r1", full)
+        assert store.get_steps("r1") == [StepRecord(step=0), full]
+        assert store.snapshot_step("r1", 1) == 1
+
+    def test_pending_and_journal_round_trip(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        write = PendingWrite(step=5, node="ñ\u0000ode", index=7, writes={"w": AWKWARD})
+        entry = JournalEntry(
+            step=5, node="ñ\u0000ode", index=7, seq=3, kind="llm", key="fp 🦀", value=AWKWARD
+        )
+        store.put_pending("r1", write)
+        store.append_journal("r1", entry)
+        assert store.get_pending("r1", 5) == [write]
+        assert store.get_journal("r1", 5) == [entry]
+
+    # ------------------------------------------------------------------ concurrency
+
+    def test_concurrent_commits_to_20_runs_from_20_threads(self, store: CheckpointStore) -> None:
+        runs, steps = 20, 25
+        barrier = threading.Barrier(runs)
+        errors: list[BaseException] = []
+
+        def worker(i: int) -> None:
+            try:
+                run_id = f"thread-{i}"
+                barrier.wait()
+                store.create_run(make_run(run_id), make_step(0))
+                for k in range(1, steps + 1):
+                    store.put_pending(run_id, PendingWrite(step=k, node="a", writes={"k": k}))
+                    store.append_journal(run_id, JournalEntry(step=k, node="a", seq=0, kind="c"))
+                    store.commit_step(run_id, make_step(k, snapshot=k % 10 == 0))
+                    store.get_run(run_id)
+                store.set_status(run_id, "done")
+            except BaseException as exc:  # reported below, with the thread's traceback
+                errors.append(exc)
+
+        threads = [threading.Thread(target=worker, args=(i,)) for i in range(runs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert errors == []
+        assert len(store.list_runs(status="done")) == runs
+        for i in range(runs):
+            run_id = f"thread-{i}"
+            assert store.get_run(run_id).last_step == steps
+            assert [s.step for s in store.get_steps(run_id)] == list(range(steps + 1))
+            assert store.get_steps(run_id) == [
+                make_step(k, snapshot=k % 10 == 0) for k in range(steps + 1)
+            ]
+            assert store.get_pending(run_id, steps) == []
+            assert store.get_journal(run_id, steps) == []
