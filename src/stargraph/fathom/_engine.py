@@ -10,6 +10,7 @@ later retracted, which keeps the per-step cost flat (clipspy 1.0.6 never release
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
@@ -165,9 +166,11 @@ class RuleEngine:
         Python functions are dropped from clipspy's global table first, so one holding a
         reference back to this engine (a bound method of its owner) cannot keep it alive.
         """
-        env, self._env = self._env, None
+        env, self._env = getattr(self, "_env", None), None
         if env is not None:
-            clips.common.environment_data(env._env, "user_functions").functions.clear()
+            # KeyError/AttributeError only at interpreter shutdown, when clipspy is torn down.
+            with contextlib.suppress(KeyError, AttributeError):
+                clips.common.environment_data(env._env, "user_functions").functions.clear()
 
     def __enter__(self) -> RuleEngine:
         return self

@@ -115,9 +115,8 @@ def fact_field(name: str, annotation: Any) -> FactField:
 def fact_fields(model: type[BaseModel]) -> dict[str, type]:
     """The fields of a state model marked ``Fact()``, mapped to their annotation.
 
-    >>> from typing import Annotated
     >>> class State(BaseModel):
-    ...     steps: Annotated[int, Fact()] = 0
+    ...     steps: typing.Annotated[int, Fact()] = 0
     ...     notes: str = ""
     >>> fact_fields(State)
     {'steps': <class 'int'>}
