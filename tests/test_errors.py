@@ -18,7 +18,9 @@ def _classes() -> list[type[BaseException]]:
     return [
         obj
         for name in errors.__all__
-        if inspect.isclass(obj := getattr(errors, name)) and issubclass(obj, BaseException)
+        if inspect.isclass(obj := getattr(errors, name))
+        and issubclass(obj, BaseException)
+        and not issubclass(obj, Warning)
     ]
 
 
@@ -57,3 +59,9 @@ def test_graph_hash_mismatch_message() -> None:
         "graph explicitly"
     )
     assert (err.stored, err.current, err.run_id) == ("sha256:aa", "sha256:bb", "r-1")
+
+
+def test_warnings_have_their_own_root() -> None:
+    assert issubclass(errors.CodeHashWarning, errors.StargraphWarning)
+    assert issubclass(errors.StargraphWarning, UserWarning)
+    assert not issubclass(errors.StargraphWarning, StargraphError)

@@ -37,6 +37,9 @@ keeps working for callers who do not know stargraph::
             ├── ReplayMissError (LookupError)
             └── ReplayDivergenceError
 
+Warnings have their own small tree: ``StargraphWarning(UserWarning)`` and
+``CodeHashWarning`` (node source changed since a run was checkpointed).
+
 Messages name every culprit (node, step, key, file, JSON pointer ...) and say how to fix
 the problem; ``tests/test_errors.py`` and the feature tests pin them.
 """
@@ -49,6 +52,7 @@ from dataclasses import dataclass
 __all__ = [
     "CheckpointError",
     "CodeHashMismatch",
+    "CodeHashWarning",
     "CompileError",
     "CorruptCheckpointError",
     "GraphHashMismatch",
@@ -71,6 +75,7 @@ __all__ = [
     "RunNotResumableError",
     "SkillValidationError",
     "StargraphError",
+    "StargraphWarning",
     "StepLimitExceeded",
     "ToolArgumentError",
     "ToolError",
@@ -268,3 +273,14 @@ class ReplayMissError(ReplayError, LookupError):
 
 class ReplayDivergenceError(ReplayError):
     """The request made during replay differs from the recorded one."""
+
+
+# --------------------------------------------------------------------------- warnings
+
+
+class StargraphWarning(UserWarning):
+    """Root of the warnings stargraph issues."""
+
+
+class CodeHashWarning(StargraphWarning):
+    """A resumed run was checkpointed by different node source code (``code_hash``)."""

@@ -17,7 +17,6 @@ from __future__ import annotations
 import inspect
 import typing
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel
@@ -36,6 +35,7 @@ from stargraph.ir import (
     StaticEdgeIR,
 )
 from stargraph.refs import resolve_ref, try_ref_of
+from stargraph.runtime._plan import Send
 from stargraph.state import schema_ir
 
 if TYPE_CHECKING:
@@ -44,18 +44,6 @@ if TYPE_CHECKING:
 __all__ = ["END", "Graph", "START", "Send"]
 
 StateT = TypeVar("StateT", bound=BaseModel)
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Returned by a router to run ``node`` once more in the next step, map-reduce style.
-
-    ``payload`` (a JSON-compatible mapping of state fields) is overlaid on the state that this
-    one execution of ``node`` sees; it is checkpointed with the pending task.
-    """
-
-    node: str
-    payload: Mapping[str, Any]
 
 
 class _Mountable(typing.Protocol):

@@ -170,7 +170,9 @@ def build_channels(model: type[BaseModel], schema: StateSchemaIR) -> Mapping[str
         info = model.model_fields[f.name]
         reducer: Callable[[Any, Any], Any] | None = None
         if f.reducer is not None:
-            reducer = BUILTIN_REDUCERS.get(f.reducer) or resolve_ref(f.reducer)
+            found = BUILTIN_REDUCERS.get(f.reducer) or resolve_ref(f.reducer)
+            # Call the plain function: the Reducer wrapper's __call__ costs a frame per write.
+            reducer = found.fn if isinstance(found, Reducer) else found
         adapter: TypeAdapter[Any] = TypeAdapter(Any if info.annotation is None else info.annotation)
         channels[f.name] = Channel(f.name, reducer, adapter, adapter.validator.validate_python)
     return channels

@@ -56,6 +56,7 @@ class NodeFinished(_EventBase):
     kind: Literal["node_finished"] = "node_finished"
     index: int = 0
     writes: dict[str, Any] = Field(default_factory=dict)
+    attempts: int = Field(default=1, description="Attempts used, counting retries.")
 
 
 class StepCompleted(_EventBase):

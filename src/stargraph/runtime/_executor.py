@@ -1,342 +1,77 @@
-"""The executor: superstep semantics over a pydantic state.
+"""``CompiledGraph``: run, stream, resume, fork and inspect runs of a compiled graph.
 
 A run is a sequence of *steps*. In each step every scheduled task (node execution) runs -
 concurrently where that helps (async nodes on asyncio, ``blocking`` sync nodes on threads),
 otherwise inline in a fixed order - and then, only when all have finished, their writes merge
 in ``(node, index)`` order through the channels' reducers. Successors are scheduled from the
-merged state. Nothing about the result depends on which task finished first.
-
-``_Run`` is the step machine shared by the sync and async drivers; the drivers differ only in
-how a step's tasks are executed.
+merged state, and (with a store) the step is committed before the next one starts. Nothing
+about the result depends on which task finished first.
 """
 
 from __future__ import annotations
 
-import asyncio
 import concurrent.futures
+import os
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from functools import cached_property
+from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from stargraph.checkpoint import CheckpointStore, JournalEntry, RunRecord, StepRecord
 from stargraph.errors import (
+    CheckpointError,
+    CodeHashMismatch,
+    CodeHashWarning,
+    GraphHashMismatch,
     InvalidInputError,
-    InvalidWriteError,
-    NodeError,
-    RunError,
+    RunNotResumableError,
     StargraphError,
-    StepLimitExceeded,
 )
 from stargraph.ir import END, GraphIR
-from stargraph.runtime._context import Entropy, RunContext, SystemEntropy
+from stargraph.runtime._context import Entropy, SystemEntropy
+from stargraph.runtime._durable import (
+    Durability,
+    Persistence,
+    code_hash,
+    joins_from,
+    load_values,
+    tasks_from,
+)
 from stargraph.runtime._events import (
     Event,
     NodeFinished,
     NodeStarted,
     RunFailed,
     RunFinished,
+    RunInterrupted,
     RunStarted,
     StepCompleted,
 )
 from stargraph.runtime._plan import NodeSpec, RouterSpec, Task
-from stargraph.state import Channel, fast_state
+from stargraph.runtime._run import Run, jsonable
+from stargraph.runtime._tasks import StepOutcome, execute_async, execute_sync
+from stargraph.state import Channel
 
-if TYPE_CHECKING:
-    from stargraph.graph import Send
-
-__all__ = ["CompiledGraph"]
+__all__ = ["DEFAULT_MAX_STEPS", "CompiledGraph"]
 
 StateT = TypeVar("StateT", bound=BaseModel)
 
 DEFAULT_MAX_STEPS = 10_000
 """Supersteps a run may take before :class:`StepLimitExceeded` (override per compile/run)."""
 
-
-class _Run:
-    """One run's mutable progress: channel values, step counter, pending tasks, joins."""
-
-    __slots__ = (
-        "emit",
-        "entropy",
-        "graph",
-        "joins_seen",
-        "max_steps",
-        "path",
-        "run_id",
-        "step",
-        "tasks",
-        "values",
-    )
-
-    def __init__(
-        self,
-        graph: CompiledGraph[Any],
-        run_id: str,
-        values: dict[str, Any],
-        *,
-        max_steps: int,
-        entropy: Entropy,
-        emit: Callable[[Event], None] | None,
-        path: tuple[str, ...] = (),
-    ) -> None:
-        self.graph = graph
-        self.run_id = run_id
-        self.values = values
-        self.step = 0
-        self.tasks: Sequence[Task] = ()
-        self.joins_seen: dict[int, frozenset[str]] = {}
-        self.max_steps = max_steps
-        self.entropy = entropy
-        self.emit = emit
-        self.path = path
-
-    # ------------------------------------------------------------------ scheduling
-
-    def schedule_entry(self) -> None:
-        """Schedule the entry nodes (and conditional edges out of START) for step 1."""
-        graph = self.graph
-        state = fast_state(graph.state_model, dict(self.values))
-        static = set(graph.ir.entry)
-        sends: list[Send] = []
-        for router in graph.start_routers:
-            self._route(router, state, "__start__", static, sends)
-        self.tasks = _make_tasks(static, sends)
-
-    def _route(
-        self,
-        router: RouterSpec,
-        state: Any,
-        source: str,
-        static: set[str],
-        sends: list[Send],
-    ) -> None:
-        from stargraph.graph import Send
-
-        try:
-            if router.takes_ctx:
-                result = router.fn(state, self._ctx(source, 0, {}))
-            else:
-                result = router.fn(state)
-            if router.is_async:
-                result = _run_coroutine(result)
-        except StargraphError:
-            raise
-        except Exception as exc:
-            raise NodeError(
-                f"router {router.ref!r} after node {source!r} failed at step {self.step} of "
-                f"run {self.run_id!r}: {type(exc).__name__}: {exc}",
-                run_id=self.run_id,
-                step=self.step,
-                node=source,
-            ) from exc
-        items = result if isinstance(result, list | tuple) else [result]
-        for item in items:
-            if isinstance(item, Send):
-                if item.node not in router.mapping.values():
-                    raise self._bad_route(router, source, item.node)
-                sends.append(item)
-                continue
-            target = item if item == END else router.mapping.get(str(item))
-            if target is None:
-                raise self._bad_route(router, source, item)
-            if target != END:
-                static.add(target)
-
-    def _bad_route(self, router: RouterSpec, source: str, got: Any) -> RunError:
-        return RunError(
-            f"router {router.ref!r} after node {source!r} returned {got!r} at step "
-            f"{self.step} of run {self.run_id!r}, which is not one of its declared targets "
-            f"{sorted(router.mapping)}; add it to the mapping of with_conditional_edges",
-            run_id=self.run_id,
-            step=self.step,
-            node=source,
-        )
-
-    def schedule_next(self, ran: Sequence[Task]) -> None:
-        """Schedule successors of the tasks that just ran, from the merged state."""
-        specs = self.graph.specs
-        if len(ran) == 1:
-            spec = specs[ran[0].node]
-            if spec.only_static:
-                # Chains and loops without routers: the successors were computed at compile.
-                self.tasks = self.graph.static_tasks[spec.id]
-                return
-        static: set[str] = set()
-        sends: list[Send] = []
-        state = None
-        done_nodes = sorted({t.node for t in ran})
-        for node in done_nodes:
-            spec = specs[node]
-            static.update(spec.static_next)
-            if spec.routers:
-                if state is None:
-                    state = fast_state(self.graph.state_model, dict(self.values))
-                for router in spec.routers:
-                    self._route(router, state, node, static, sends)
-            for join in spec.joins:
-                seen = self.joins_seen.get(join.index, frozenset()) | {node}
-                if seen >= join.sources:
-                    static.add(join.target)
-                    seen = frozenset()
-                self.joins_seen[join.index] = seen
-        static.discard(END)
-        self.tasks = _make_tasks(static, sends)
-
-    # ------------------------------------------------------------------ execution
-
-    def _ctx(self, node: str, index: int, config: Mapping[str, Any]) -> RunContext:
-        return RunContext(
-            run_id=self.run_id,
-            step=self.step,
-            node=node,
-            index=index,
-            path=self.path,
-            config=config,
-            entropy=self.entropy,
-        )
-
-    def task_state(self, task: Task) -> Any:
-        """The state a task sees: current values, with a ``Send`` payload overlaid."""
-        values = dict(self.values)
-        if task.payload:
-            channels = self.graph.channels
-            for key, value in task.payload.items():
-                channel = channels.get(key)
-                if channel is None:
-                    raise self._write_error(task, f"Send payload key {key!r} is not a state field")
-                values[key] = channel.validate(value)
-        return fast_state(self.graph.state_model, values)
-
-    def call_args(self, task: Task, spec: NodeSpec) -> tuple[Any, ...]:
-        """Positional arguments for the node: ``(state,)`` or ``(state, ctx)``."""
-        state = self.task_state(task)
-        if spec.takes_ctx:
-            return (state, self._ctx(task.node, task.index, spec.config))
-        return (state,)
-
-    def node_failed(self, task: Task, exc: BaseException) -> RunError:
-        """Wrap a node's exception as a :class:`NodeError` naming node and step."""
-        if isinstance(exc, RunError):
-            return exc
-        return NodeError(
-            f"node {task.node!r} failed at step {self.step} of run {self.run_id!r}: "
-            f"{type(exc).__name__}: {exc}",
-            run_id=self.run_id,
-            step=self.step,
-            node=task.node,
-        )
-
-    def _write_error(self, task: Task, what: str) -> InvalidWriteError:
-        return InvalidWriteError(
-            f"node {task.node!r} at step {self.step} of run {self.run_id!r}: {what}",
-            run_id=self.run_id,
-            step=self.step,
-            node=task.node,
-        )
-
-    def validate_writes(self, task: Task, result: Any) -> dict[str, Any]:
-        """Check one task's return value and validate each written value."""
-        if result is None:
-            return {}
-        if not isinstance(result, Mapping):
-            raise self._write_error(
-                task,
-                f"returned {type(result).__name__}, not a mapping; return a dict of the "
-                "channels it changed, e.g. {'counter': 1}, or None",
-            )
-        channels = self.graph.channels
-        allowed = self.graph.specs[task.node].writes
-        writes: dict[str, Any] = {}
-        for key, value in result.items():
-            channel = channels.get(key)
-            if channel is None:
-                raise self._write_error(
-                    task,
-                    f"wrote key {key!r}, which the state {self.graph.state_model.__name__} "
-                    f"lacks (fields: {sorted(channels)}); add the field or drop the key",
-                )
-            if allowed is not None and key not in allowed:
-                raise self._write_error(
-                    task,
-                    f"wrote key {key!r} outside its declared writes {sorted(allowed)}; "
-                    "declare it in with_node(..., writes=[...])",
-                )
-            try:
-                writes[key] = channel.validate(value)
-            except ValidationError as exc:
-                raise self._write_error(
-                    task, f"wrote an invalid value to {key!r}: {exc.errors()[0]['msg']}"
-                ) from exc
-        return writes
-
-    def merge(self, results: Sequence[tuple[Task, dict[str, Any]]]) -> None:
-        """Merge validated writes in task order through the reducers (invariant 2)."""
-        channels = self.graph.channels
-        if len(results) == 1:
-            # Fast path for chains: one task, no conflicts possible.
-            values = dict(self.values)
-            for key, value in results[0][1].items():
-                reducer = channels[key].reducer
-                values[key] = value if reducer is None else reducer(values[key], value)
-            self.values = values
-            return
-        writers: dict[str, Task] = {}
-        values = dict(self.values)
-        for task, writes in sorted(results, key=lambda r: r[0].key):
-            for key, value in writes.items():
-                channel: Channel = channels[key]
-                if channel.reducer is None:
-                    if key in writers:
-                        first = writers[key]
-                        raise InvalidWriteError(
-                            f"nodes {first.node!r} and {task.node!r} both wrote {key!r} at "
-                            f"step {self.step} of run {self.run_id!r}, and {key!r} has no "
-                            "reducer; declare one, e.g. Annotated[..., reducers.append], or "
-                            "let only one branch write it",
-                            run_id=self.run_id,
-                            step=self.step,
-                            node=task.node,
-                        )
-                    writers[key] = task
-                    values[key] = value
-                else:
-                    values[key] = channel.reducer(values[key], value)
-        self.values = values
-
-    def check_step_limit(self) -> None:
-        """Raise :class:`StepLimitExceeded` before a step beyond the limit would start."""
-        if self.step > self.max_steps:
-            self.step -= 1  # the step did not happen; events and errors name the last one
-            raise StepLimitExceeded(
-                f"run {self.run_id!r} reached its step limit of {self.max_steps} with nodes "
-                f"{[t.node for t in self.tasks]} still scheduled; raise max_steps in "
-                "compile()/invoke(), or add a rule or edge that ends the loop",
-                run_id=self.run_id,
-                step=self.step,
-            )
-
-
-def _make_tasks(static: set[str], sends: list[Send]) -> list[Task]:
-    tasks = [Task(node) for node in static]
-    counters: dict[str, int] = {}
-    for send in sends:
-        index = counters.get(send.node, 0) + 1
-        counters[send.node] = index
-        tasks.append(Task(send.node, index, dict(send.payload)))
-    tasks.sort(key=lambda t: (t.node, t.index))
-    return tasks
-
-
-def _run_coroutine(coro: Any) -> Any:
-    return asyncio.run(coro) if asyncio.iscoroutine(coro) else coro
+_NO_RESPONSE: Any = object()
 
 
 class CompiledGraph(Generic[StateT]):
     """A validated graph, ready to run. Build it with ``Graph.compile()``.
 
     ``invoke`` / ``ainvoke`` return the final state; ``stream`` / ``astream`` yield typed
-    events. ``graph_hash`` identifies exactly the behaviour being run.
+    events. With a ``store``, every step is checkpointed and ``resume``, ``fork``,
+    ``history`` and ``get_state`` work on stored runs. ``graph_hash`` identifies exactly the
+    behaviour being run.
     """
 
     def __init__(
@@ -349,6 +84,10 @@ class CompiledGraph(Generic[StateT]):
         start_routers: Sequence[RouterSpec],
         max_steps: int = DEFAULT_MAX_STEPS,
         entropy: Callable[[], Entropy] = SystemEntropy,
+        store: CheckpointStore | None = None,
+        durability: Durability = "sync",
+        snapshot_every: int = 50,
+        on_code_change: Literal["warn", "error"] = "warn",
     ) -> None:
         self.ir = ir
         self.state_model = state_model
@@ -356,19 +95,35 @@ class CompiledGraph(Generic[StateT]):
         self.specs = specs
         self.start_routers = tuple(start_routers)
         self.max_steps = max_steps
+        self.store = store
+        self.durability: Durability = durability
+        self.snapshot_every = snapshot_every
+        self.on_code_change = on_code_change
         self._entropy_factory = entropy
         self.static_tasks: dict[str, tuple[Task, ...]] = {
             node: tuple(Task(n) for n in spec.static_next if n != END)
             for node, spec in specs.items()
         }
+        # One-task tuples per target, for routers that pick a single node.
+        self.single_tasks: dict[str, tuple[Task, ...]] = {node: (Task(node),) for node in specs}
+        self.single_tasks[END] = ()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._interrupts = any(s.interrupt_before or s.interrupt_after for s in specs.values())
 
     @property
     def graph_hash(self) -> str:
         """``"sha256:<hex>"`` of the behavioural content of the graph."""
         return self.ir.graph_hash
 
-    # ------------------------------------------------------------------ public API
+    @cached_property
+    def code_hash(self) -> str:
+        """``"sha256:<hex>"`` of the source of every node and router (stored with runs)."""
+        fns: list[Callable[..., Any]] = [spec.fn for spec in self.specs.values()]
+        fns += [r.fn for spec in self.specs.values() for r in spec.routers]
+        fns += [r.fn for r in self.start_routers]
+        return code_hash(fns)
+
+    # ------------------------------------------------------------------ running
 
     def invoke(
         self,
@@ -377,10 +132,10 @@ class CompiledGraph(Generic[StateT]):
         run_id: str | None = None,
         max_steps: int | None = None,
     ) -> StateT:
-        """Run to the end and return the final state."""
+        """Run to the end (or to an interrupt) and return the state reached."""
         run = self._new_run(input, run_id, max_steps, emit=None)
-        self._drive(run)
-        return self._final(run)
+        self._run_to_end(run, fresh=True)
+        return self._state(run)
 
     def stream(
         self,
@@ -392,15 +147,7 @@ class CompiledGraph(Generic[StateT]):
         """Run to the end, yielding events as each step completes."""
         buffer: list[Event] = []
         run = self._new_run(input, run_id, max_steps, emit=buffer.append)
-        try:
-            for _ in self._drive_steps(run):
-                yield from buffer
-                buffer.clear()
-        except StargraphError:
-            # The consumer sees the failing step's events and run_failed before the error.
-            yield from buffer
-            raise
-        yield from buffer
+        yield from self._stream(run, buffer, fresh=True)
 
     async def ainvoke(
         self,
@@ -411,9 +158,9 @@ class CompiledGraph(Generic[StateT]):
     ) -> StateT:
         """Async :meth:`invoke`: async nodes of one step run concurrently on this loop."""
         run = self._new_run(input, run_id, max_steps, emit=None)
-        async for _ in self._adrive_steps(run):
+        async for _ in self._adrive(run, fresh=True):
             pass
-        return self._final(run)
+        return self._state(run)
 
     async def astream(
         self,
@@ -426,7 +173,7 @@ class CompiledGraph(Generic[StateT]):
         buffer: list[Event] = []
         run = self._new_run(input, run_id, max_steps, emit=buffer.append)
         try:
-            async for _ in self._adrive_steps(run):
+            async for _ in self._adrive(run, fresh=True):
                 for event in buffer:
                     yield event
                 buffer.clear()
@@ -437,7 +184,120 @@ class CompiledGraph(Generic[StateT]):
         for event in buffer:
             yield event
 
+    # ------------------------------------------------------------------ durable runs
+
+    def resume(
+        self,
+        run_id: str,
+        *,
+        response: Any = _NO_RESPONSE,
+        update: Mapping[str, Any] | None = None,
+        max_steps: int | None = None,
+    ) -> StateT:
+        """Continue a stored run after its last committed step; return the state reached.
+
+        Completed steps and finished siblings of the interrupted step are not re-run.
+        ``response`` answers a ``ctx.interrupt()``; ``update`` writes channels before the run
+        continues (recorded as a step of its own, so history stays append-only).
+        """
+        run = self._load(run_id, response, update, max_steps, emit=None)
+        self._run_to_end(run, fresh=False)
+        return self._state(run)
+
+    def resume_stream(
+        self,
+        run_id: str,
+        *,
+        response: Any = _NO_RESPONSE,
+        update: Mapping[str, Any] | None = None,
+        max_steps: int | None = None,
+    ) -> Iterator[Event]:
+        """:meth:`resume`, yielding events."""
+        buffer: list[Event] = []
+        run = self._load(run_id, response, update, max_steps, emit=buffer.append)
+        yield from self._stream(run, buffer, fresh=False)
+
+    async def aresume(
+        self,
+        run_id: str,
+        *,
+        response: Any = _NO_RESPONSE,
+        update: Mapping[str, Any] | None = None,
+        max_steps: int | None = None,
+    ) -> StateT:
+        """Async :meth:`resume`."""
+        run = self._load(run_id, response, update, max_steps, emit=None)
+        async for _ in self._adrive(run, fresh=False):
+            pass
+        return self._state(run)
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The stored record of a run (status, last step, interrupt, error)."""
+        return self._require_store().get_run(run_id)
+
+    def list_runs(self, *, status: Any = None, limit: int = 100) -> list[RunRecord]:
+        """Stored runs, newest first."""
+        return self._require_store().list_runs(status=status, limit=limit)
+
+    def history(self, run_id: str) -> list[StepRecord]:
+        """Every committed step of a run, in order (step 0 is the input)."""
+        return self._require_store().get_steps(run_id)
+
+    def get_state(self, run_id: str, step: int | None = None) -> StateT:
+        """The state of a stored run after ``step`` (default: its last committed step)."""
+        store = self._require_store()
+        last = store.get_run(run_id).last_step
+        if step is not None and not 0 <= step <= last:
+            raise CheckpointError(
+                f"run {run_id!r} has steps 0..{last}; step {step} does not exist",
+                run_id=run_id,
+                step=step,
+            )
+        values, _ = load_values(store, self.channels, run_id, last if step is None else step)
+        return self.state_model.model_validate(values)
+
+    def fork(
+        self,
+        run_id: str,
+        step: int,
+        *,
+        update: Mapping[str, Any] | None = None,
+        new_run_id: str | None = None,
+    ) -> str:
+        """Start a new run from ``step`` of ``run_id`` (optionally with changed channels).
+
+        The fork is linked to its parent (``parent_run_id``/``parent_step``); continue it with
+        ``resume(new_run_id)``. Returns the new run id.
+        """
+        store = self._require_store()
+        record = self._check_hashes(store.get_run(run_id))
+        if not 0 <= step <= record.last_step:
+            raise CheckpointError(
+                f"run {run_id!r} has steps 0..{record.last_step}; cannot fork from step {step}",
+                run_id=run_id,
+                step=step,
+            )
+        values, at = load_values(store, self.channels, run_id, step)
+        new_id = new_run_id or f"{run_id}~{uuid.uuid4().hex[:8]}"
+        run = Run(
+            self, new_id, values, max_steps=self.max_steps, entropy=SystemEntropy(), emit=None
+        )
+        if update:
+            run.values = {**values, **self._validate_update(update, new_id)}
+        run.tasks = tasks_from(at.next)
+        run.joins_seen = joins_from(at)
+        Persistence(self, store).start(run, parent_run_id=run_id, parent_step=step)
+        return new_id
+
     # ------------------------------------------------------------------ internals
+
+    def _require_store(self) -> CheckpointStore:
+        if self.store is None:
+            raise CheckpointError(
+                "this graph was compiled without a checkpoint store; compile it with "
+                "store=SqliteStore('.stargraph/stargraph.db') (or MemoryStore()) to keep runs"
+            )
+        return self.store
 
     def _new_run(
         self,
@@ -445,10 +305,10 @@ class CompiledGraph(Generic[StateT]):
         run_id: str | None,
         max_steps: int | None,
         emit: Callable[[Event], None] | None,
-    ) -> _Run:
-        run_id = run_id or f"run-{uuid.uuid4().hex[:16]}"
+    ) -> Run:
+        run_id = run_id or f"run-{os.urandom(8).hex()}"
         values = self._initial_values(input, run_id)
-        return _Run(
+        run = Run(
             self,
             run_id,
             values,
@@ -456,6 +316,11 @@ class CompiledGraph(Generic[StateT]):
             entropy=self._entropy_factory(),
             emit=emit,
         )
+        if self.store is not None:
+            run.persistence = Persistence(
+                self, self.store, durability=self.durability, snapshot_every=self.snapshot_every
+            )
+        return run
 
     def _initial_values(self, input: Mapping[str, Any] | BaseModel | None, run_id: str) -> Any:
         data: Any = {} if input is None else input
@@ -464,73 +329,286 @@ class CompiledGraph(Generic[StateT]):
         try:
             state = self.state_model.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}"
-                for e in exc.errors()
-            )
             raise InvalidInputError(
-                f"input of run {run_id!r} does not fit {self.state_model.__name__}: {problems}",
+                f"input of run {run_id!r} does not fit {self.state_model.__name__}: "
+                f"{_describe(exc)}",
                 run_id=run_id,
                 step=0,
             ) from exc
         return dict(state.__dict__)
 
-    def _final(self, run: _Run) -> StateT:
+    def _validate_update(self, update: Mapping[str, Any], run_id: str) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in update.items():
+            channel = self.channels.get(key)
+            if channel is None:
+                raise InvalidInputError(
+                    f"update of run {run_id!r} names {key!r}, which is not a field of "
+                    f"{self.state_model.__name__} (fields: {sorted(self.channels)})",
+                    run_id=run_id,
+                )
+            try:
+                out[key] = channel.validate(value)
+            except ValidationError as exc:
+                raise InvalidInputError(
+                    f"update of run {run_id!r}: {key}: {_describe(exc)}", run_id=run_id
+                ) from exc
+        return out
+
+    def _check_hashes(self, record: RunRecord) -> RunRecord:
+        if record.graph_hash != self.graph_hash:
+            raise GraphHashMismatch(
+                run_id=record.run_id, stored=record.graph_hash, current=self.graph_hash
+            )
+        if record.code_hash != self.code_hash:
+            message = (
+                f"run {record.run_id!r} was checkpointed by different node code "
+                f"({record.code_hash} -> {self.code_hash}); nodes will run the new code"
+            )
+            if self.on_code_change == "error":
+                raise CodeHashMismatch(
+                    message + "; compile with on_code_change='warn' to allow it",
+                    run_id=record.run_id,
+                )
+            warnings.warn(message, CodeHashWarning, stacklevel=4)
+        return record
+
+    def _load(
+        self,
+        run_id: str,
+        response: Any,
+        update: Mapping[str, Any] | None,
+        max_steps: int | None,
+        emit: Callable[[Event], None] | None,
+    ) -> Run:
+        store = self._require_store()
+        record = self._check_hashes(store.get_run(run_id))
+        waiting: Any = record.interrupt if record.status == "interrupted" else None
+        if record.status == "done":
+            raise RunNotResumableError(
+                f"run {run_id!r} finished at step {record.last_step}; there is nothing to "
+                f"resume (use fork({run_id!r}, step) to continue from an earlier step)",
+                run_id=run_id,
+                step=record.last_step,
+            )
+        on_node = isinstance(waiting, dict) and waiting.get("kind") == "node"
+        if on_node and response is _NO_RESPONSE:
+            raise RunNotResumableError(
+                f"run {run_id!r} is waiting for a response to the interrupt of node "
+                f"{waiting['node']!r} at step {waiting['step']} (payload "
+                f"{waiting.get('payload')!r}); pass resume(..., response=...)",
+                run_id=run_id,
+                step=record.last_step,
+                node=waiting["node"],
+            )
+        if not on_node and response is not _NO_RESPONSE:
+            raise RunNotResumableError(
+                f"run {run_id!r} is not waiting for a response (status {record.status!r}); "
+                "call resume() without response=",
+                run_id=run_id,
+                step=record.last_step,
+            )
+        values, last = load_values(store, self.channels, run_id, record.last_step)
+        run = Run(
+            self,
+            run_id,
+            values,
+            max_steps=max_steps if max_steps is not None else self.max_steps,
+            entropy=self._entropy_factory(),
+            emit=emit,
+        )
+        run.step = last.step
+        run.tasks = tasks_from(last.next)
+        run.joins_seen = joins_from(last)
+        run.persistence = Persistence(self, store, snapshot_every=self.snapshot_every)
+        nxt = last.step + 1
+        pending = store.get_pending(run_id, nxt)
+        run.done = {(p.node, p.index): _decode(self, run_id, nxt, p.writes) for p in pending}
+        for entry in store.get_journal(run_id, nxt):
+            run.journals.setdefault((entry.node, entry.index), []).append(entry)
+        if on_node:
+            key = (waiting["node"], waiting["index"])
+            answer = JournalEntry(
+                step=nxt,
+                node=waiting["node"],
+                index=waiting["index"],
+                seq=waiting["seq"],
+                kind="interrupt",
+                value={"response": response},
+            )
+            store.append_journal(run_id, answer)
+            run.journals.setdefault(key, []).append(answer)
+        if isinstance(waiting, dict) and waiting.get("kind") == "before":
+            run.skip_interrupt_before = True
+        if update:
+            if pending:
+                raise RunNotResumableError(
+                    f"run {run_id!r} has a partly finished step {nxt}; resume it without "
+                    "update=, or fork it from step {last.step} with the update",
+                    run_id=run_id,
+                    step=nxt,
+                )
+            self._apply_update(run, update)
+        store.set_status(run_id, "running")
+        return run
+
+    def _apply_update(self, run: Run, update: Mapping[str, Any]) -> None:
+        writes = self._validate_update(update, run.run_id)
+        run.step += 1
+        run.merge([(Task("__update__"), writes)])
+        assert run.persistence is not None
+        run.persistence.commit(run, [(Task("__update__"), writes)])
+
+    def _state(self, run: Run) -> StateT:
         return self.state_model.model_validate(run.values)
 
-    def _drive(self, run: _Run) -> None:
-        # The same loop as _drive_steps without the generator, which costs ~0.5 µs per step.
-        try:
-            self._start_events(run)
-            run.schedule_entry()
-            while run.tasks:
-                run.step += 1
-                run.check_step_limit()
-                self._complete_step(run, self._execute_sync(run, run.tasks))
-            self._finish(run)
-        except StargraphError as exc:
-            self._fail(run, exc)
-            raise
-
-    def _start_events(self, run: _Run) -> None:
+    def _emit(self, run: Run, event: Event) -> None:
         if run.emit is not None:
-            run.emit(RunStarted(run_id=run.run_id, step=0, graph_hash=self.graph_hash))
+            run.emit(event)
 
-    def _drive_steps(self, run: _Run) -> Iterator[int]:
-        """Sync driver: yields after each completed step."""
-        try:
-            self._start_events(run)
+    def _begin(self, run: Run, fresh: bool) -> None:
+        if run.emit is not None:
+            run.emit(
+                RunStarted(
+                    run_id=run.run_id,
+                    step=run.step,
+                    graph_hash=self.graph_hash,
+                    resumed=not fresh,
+                )
+            )
+        if fresh:
             run.schedule_entry()
+            if run.persistence is not None:
+                run.persistence.start(run)
+
+    def _park_before(self, run: Run) -> bool:
+        if run.persistence is None or run.skip_interrupt_before:
+            run.skip_interrupt_before = False
+            return False
+        nodes = sorted({t.node for t in run.tasks if self.specs[t.node].interrupt_before})
+        if not nodes:
+            return False
+        self._park(run, {"kind": "before", "nodes": nodes, "step": run.step + 1})
+        return True
+
+    def _park_after(self, run: Run, ran: Sequence[Task]) -> bool:
+        if run.persistence is None:
+            return False
+        nodes = sorted({t.node for t in ran if self.specs[t.node].interrupt_after})
+        if not nodes or not run.tasks:
+            return False
+        self._park(run, {"kind": "after", "nodes": nodes, "step": run.step})
+        return True
+
+    def _park(self, run: Run, interrupt: dict[str, Any]) -> None:
+        assert run.persistence is not None
+        run.persistence.park(run, interrupt)
+        self._emit(
+            run,
+            RunInterrupted(
+                run_id=run.run_id,
+                step=run.step,
+                path=run.path,
+                node=interrupt.get("node"),
+                payload=interrupt,
+            ),
+        )
+
+    def _park_node(self, run: Run, outcome: StepOutcome) -> None:
+        assert outcome.interrupt is not None
+        task, signal = outcome.interrupt
+        run.step -= 1  # the step was not committed; it re-runs on resume
+        self._park(
+            run,
+            {
+                "kind": "node",
+                "node": task.node,
+                "index": task.index,
+                "step": run.step + 1,
+                "seq": signal.seq,
+                "payload": signal.payload,
+            },
+        )
+
+    def _step_once(self, run: Run) -> bool:
+        """Run and commit one step with the sync driver; ``False`` when the run parked."""
+        if self._interrupts and self._park_before(run):
+            return False
+        run.step += 1
+        if run.step > run.max_steps:
+            run.check_step_limit()
+        if run.emit is not None:
+            self._emit_started(run, run.tasks)
+        outcome = execute_sync(run, run.tasks, self._threads)
+        if outcome.interrupt is not None:
+            self._park_node(run, outcome)
+            return False
+        self._complete_step(run, outcome.results)
+        return not (self._interrupts and self._park_after(run, [t for t, _ in outcome.results]))
+
+    def _run_to_end(self, run: Run, *, fresh: bool) -> None:
+        """Sync driver for invoke/resume: no generator on the hot path."""
+        try:
+            self._begin(run, fresh)
             while run.tasks:
-                run.step += 1
-                run.check_step_limit()
-                results = self._execute_sync(run, run.tasks)
-                self._complete_step(run, results)
+                if not self._step_once(run):
+                    return
+            self._finish(run)
+        except StargraphError as exc:
+            self._fail(run, exc)
+            raise
+
+    def _drive(self, run: Run, *, fresh: bool) -> Iterator[int]:
+        """Sync driver for streams: yields after each committed step."""
+        try:
+            self._begin(run, fresh)
+            while run.tasks:
+                if not self._step_once(run):
+                    return
                 yield run.step
             self._finish(run)
         except StargraphError as exc:
             self._fail(run, exc)
             raise
 
-    async def _adrive_steps(self, run: _Run) -> AsyncIterator[int]:
-        """Async driver: yields after each completed step."""
+    async def _adrive(self, run: Run, *, fresh: bool) -> AsyncIterator[int]:
+        """Async driver: yields after each committed step."""
         try:
-            self._start_events(run)
-            run.schedule_entry()
+            self._begin(run, fresh)
             while run.tasks:
+                if self._interrupts and self._park_before(run):
+                    return
                 run.step += 1
                 run.check_step_limit()
-                results = await self._execute_async(run, run.tasks)
-                self._complete_step(run, results)
+                self._emit_started(run, run.tasks)
+                outcome = await execute_async(run, run.tasks, self._threads)
+                if outcome.interrupt is not None:
+                    self._park_node(run, outcome)
+                    return
+                self._complete_step(run, outcome.results)
                 yield run.step
+                if self._interrupts and self._park_after(run, [t for t, _ in outcome.results]):
+                    return
             self._finish(run)
         except StargraphError as exc:
             self._fail(run, exc)
             raise
 
-    def _complete_step(self, run: _Run, results: list[tuple[Task, dict[str, Any]]]) -> None:
+    def _stream(self, run: Run, buffer: list[Event], *, fresh: bool) -> Iterator[Event]:
+        try:
+            for _ in self._drive(run, fresh=fresh):
+                yield from buffer
+                buffer.clear()
+        except StargraphError:
+            # The consumer sees the failing step's events and run_failed before the error.
+            yield from buffer
+            raise
+        yield from buffer
+
+    def _complete_step(self, run: Run, results: list[tuple[Task, dict[str, Any]]]) -> None:
         ran = [task for task, _ in results]
         run.merge(results)
+        run.schedule_next(ran)
         if run.emit is not None:
             for task, writes in sorted(results, key=lambda r: r[0].key):
                 run.emit(
@@ -540,10 +618,14 @@ class CompiledGraph(Generic[StateT]):
                         path=run.path,
                         node=task.node,
                         index=task.index,
-                        writes=_jsonable(self.channels, writes),
+                        writes=jsonable(self.channels, writes),
+                        attempts=run.attempts.get(f"{task.node}/{task.index}", 1),
                     )
                 )
-        run.schedule_next(ran)
+        if run.persistence is not None:
+            run.persistence.commit(run, results)
+        elif run.attempts:
+            run.attempts = {}
         if run.emit is not None:
             run.emit(
                 StepCompleted(
@@ -555,31 +637,36 @@ class CompiledGraph(Generic[StateT]):
                 )
             )
 
-    def _finish(self, run: _Run) -> None:
-        if run.emit is not None:
-            run.emit(
-                RunFinished(
-                    run_id=run.run_id,
-                    step=run.step,
-                    path=run.path,
-                    state=_jsonable(self.channels, run.values),
-                )
-            )
+    def _finish(self, run: Run) -> None:
+        if run.persistence is not None:
+            run.persistence.finish(run)
+        self._emit(
+            run,
+            RunFinished(
+                run_id=run.run_id,
+                step=run.step,
+                path=run.path,
+                state=jsonable(self.channels, run.values),
+            ),
+        )
 
-    def _fail(self, run: _Run, exc: StargraphError) -> None:
-        if run.emit is not None:
-            run.emit(
-                RunFailed(
-                    run_id=run.run_id,
-                    step=run.step,
-                    path=run.path,
-                    node=getattr(exc, "node", None),
-                    error=str(exc),
-                    error_type=type(exc).__name__,
-                )
-            )
+    def _fail(self, run: Run, exc: StargraphError) -> None:
+        if run.persistence is not None and not isinstance(exc, CheckpointError):
+            # A checkpoint error means the store itself refused; do not write through it.
+            run.persistence.fail(run, str(exc))
+        self._emit(
+            run,
+            RunFailed(
+                run_id=run.run_id,
+                step=run.step,
+                path=run.path,
+                node=getattr(exc, "node", None),
+                error=str(exc),
+                error_type=type(exc).__name__,
+            ),
+        )
 
-    def _emit_started(self, run: _Run, tasks: Sequence[Task]) -> None:
+    def _emit_started(self, run: Run, tasks: Sequence[Task]) -> None:
         if run.emit is not None:
             for task in tasks:
                 run.emit(
@@ -591,102 +678,6 @@ class CompiledGraph(Generic[StateT]):
                         index=task.index,
                     )
                 )
-
-    def _execute_sync(self, run: _Run, tasks: Sequence[Task]) -> list[tuple[Task, dict[str, Any]]]:
-        specs = self.specs
-        self._emit_started(run, tasks)
-        if len(tasks) == 1:
-            task = tasks[0]
-            spec = specs[task.node]
-            if not spec.is_async and not spec.timeout_s:
-                try:
-                    result = spec.fn(*run.call_args(task, spec))
-                except StargraphError:
-                    raise
-                except Exception as exc:
-                    raise run.node_failed(task, exc) from exc
-                return [(task, run.validate_writes(task, result))]
-        if any(specs[t.node].is_async for t in tasks):
-            return asyncio.run(self._execute_async(run, tasks, emit_started=False))
-        results: list[tuple[Task, dict[str, Any]]] = []
-        futures: list[tuple[Task, concurrent.futures.Future[Any]]] = []
-        for task in tasks:
-            spec = specs[task.node]
-            if spec.blocking or spec.timeout_s:
-                futures.append((task, self._threads().submit(spec.fn, *run.call_args(task, spec))))
-        for task in tasks:
-            spec = specs[task.node]
-            if spec.blocking or spec.timeout_s:
-                continue
-            try:
-                result = spec.fn(*run.call_args(task, spec))
-            except StargraphError:
-                raise
-            except Exception as exc:
-                raise run.node_failed(task, exc) from exc
-            results.append((task, run.validate_writes(task, result)))
-        for task, future in futures:
-            spec = specs[task.node]
-            try:
-                result = future.result(timeout=spec.timeout_s)
-            except concurrent.futures.TimeoutError as exc:
-                raise _timeout(run, task, spec) from exc
-            except StargraphError:
-                raise
-            except Exception as exc:
-                raise run.node_failed(task, exc) from exc
-            results.append((task, run.validate_writes(task, result)))
-        return results
-
-    async def _execute_async(
-        self, run: _Run, tasks: Sequence[Task], *, emit_started: bool = True
-    ) -> list[tuple[Task, dict[str, Any]]]:
-        loop = asyncio.get_running_loop()
-        specs = self.specs
-        if emit_started:
-            self._emit_started(run, tasks)
-        pending: list[tuple[Task, asyncio.Future[Any]]] = []
-        results: list[tuple[Task, dict[str, Any]]] = []
-        for task in tasks:
-            spec = specs[task.node]
-            args = run.call_args(task, spec)
-            if spec.is_async:
-                fut: asyncio.Future[Any] = asyncio.ensure_future(spec.fn(*args))
-            elif spec.blocking or spec.timeout_s:
-                fut = loop.run_in_executor(self._threads(), _call, spec.fn, args)
-            else:
-                continue
-            if spec.timeout_s:
-                fut = asyncio.ensure_future(asyncio.wait_for(fut, spec.timeout_s))
-            pending.append((task, fut))
-        for task in tasks:
-            spec = specs[task.node]
-            if spec.is_async or spec.blocking or spec.timeout_s:
-                continue
-            try:
-                result = spec.fn(*run.call_args(task, spec))
-            except StargraphError:
-                await _cancel(pending)
-                raise
-            except Exception as exc:
-                await _cancel(pending)
-                raise run.node_failed(task, exc) from exc
-            results.append((task, run.validate_writes(task, result)))
-        for task, fut in pending:
-            spec = specs[task.node]
-            try:
-                result = await fut
-            except TimeoutError as exc:
-                await _cancel(pending)
-                raise _timeout(run, task, spec) from exc
-            except StargraphError:
-                await _cancel(pending)
-                raise
-            except Exception as exc:
-                await _cancel(pending)
-                raise run.node_failed(task, exc) from exc
-            results.append((task, run.validate_writes(task, result)))
-        return results
 
     def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
         if self._pool is None:
@@ -705,27 +696,13 @@ class CompiledGraph(Generic[StateT]):
         return f"CompiledGraph({self.ir.name!r}, {self.graph_hash})"
 
 
-def _call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
-    return fn(*args)
-
-
-def _timeout(run: _Run, task: Task, spec: NodeSpec) -> RunError:
-    from stargraph.errors import NodeTimeoutError
-
-    return NodeTimeoutError(
-        f"node {task.node!r} exceeded its timeout of {spec.timeout_s}s at step {run.step} of "
-        f"run {run.run_id!r}; raise timeout_s or make the node faster",
-        run_id=run.run_id,
-        step=run.step,
-        node=task.node,
+def _describe(exc: ValidationError) -> str:
+    return "; ".join(
+        f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
     )
 
 
-async def _cancel(pending: Sequence[tuple[Task, asyncio.Future[Any]]]) -> None:
-    for _, fut in pending:
-        fut.cancel()
-    await asyncio.gather(*(f for _, f in pending), return_exceptions=True)
+def _decode(graph: CompiledGraph[Any], run_id: str, step: int, writes: Any) -> dict[str, Any]:
+    from stargraph.runtime._durable import decode_writes
 
-
-def _jsonable(channels: Mapping[str, Channel], values: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: channels[k].adapter.dump_python(v, mode="json") for k, v in values.items()}
+    return decode_writes(graph.channels, run_id, step, writes)

@@ -13,7 +13,19 @@ from typing import Any, NamedTuple
 
 from stargraph.ir import RetryPolicyIR
 
-__all__ = ["JoinSpec", "NodeSpec", "RouterSpec", "Task", "accepts_ctx"]
+__all__ = ["JoinSpec", "NodeSpec", "RouterSpec", "Send", "Task", "accepts_ctx"]
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    """Returned by a router to run ``node`` once more in the next step, map-reduce style.
+
+    ``payload`` (a JSON-compatible mapping of state fields) is overlaid on the state that this
+    one execution of ``node`` sees; it is checkpointed with the pending task.
+    """
+
+    node: str
+    payload: Mapping[str, Any]
 
 
 class Task(NamedTuple):

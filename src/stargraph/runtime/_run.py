@@ -1,0 +1,381 @@
+"""One run's progress: channel values, step counter, scheduled tasks, joins.
+
+``Run`` is the step machine shared by the sync and async drivers in ``_executor``: it
+schedules tasks, validates what they write, and merges writes in ``(node, index)`` order
+through the channels' reducers (invariant 2). It never executes a node itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from stargraph.errors import (
+    InvalidWriteError,
+    NodeError,
+    RunError,
+    StargraphError,
+    StepLimitExceeded,
+)
+from stargraph.ir import END
+from stargraph.runtime._context import Entropy, RunContext, TaskJournal
+from stargraph.runtime._events import Event
+from stargraph.runtime._plan import NodeSpec, RouterSpec, Send, Task
+from stargraph.state import Channel, fast_state
+
+if TYPE_CHECKING:
+    from stargraph.checkpoint import JournalEntry
+    from stargraph.runtime._durable import Persistence
+    from stargraph.runtime._executor import CompiledGraph
+
+__all__ = ["Run", "jsonable", "make_tasks"]
+
+
+class Run:
+    """One run's mutable progress: channel values, step counter, pending tasks, joins."""
+
+    __slots__ = (
+        "attempts",
+        "done",
+        "emit",
+        "entropy",
+        "graph",
+        "joins_seen",
+        "journals",
+        "max_steps",
+        "path",
+        "persistence",
+        "run_id",
+        "skip_interrupt_before",
+        "step",
+        "tasks",
+        "values",
+        "view",
+    )
+
+    def __init__(
+        self,
+        graph: CompiledGraph[Any],
+        run_id: str,
+        values: dict[str, Any],
+        *,
+        max_steps: int,
+        entropy: Entropy,
+        emit: Callable[[Event], None] | None,
+        path: tuple[str, ...] = (),
+    ) -> None:
+        self.graph = graph
+        self.run_id = run_id
+        self.values = values
+        self.step = 0
+        self.tasks: Sequence[Task] = ()
+        self.joins_seen: dict[int, frozenset[str]] = {}
+        self.max_steps = max_steps
+        self.entropy = entropy
+        self.emit = emit
+        self.path = path
+        self.persistence: Persistence | None = None
+        # Writes of tasks of the current step that finished before a crash or an interrupt,
+        # and the journals of the current step's tasks, both loaded on resume.
+        self.done: dict[tuple[str, int], dict[str, Any]] = {}
+        self.journals: dict[tuple[str, int], list[JournalEntry]] = {}
+        self.attempts: dict[str, int] = {}
+        self.skip_interrupt_before = False
+        # The state object built for this step's routers, handed on to the next step's task
+        # when it runs alone (saves building the same pydantic object twice per step).
+        self.view: Any = None
+
+    # ------------------------------------------------------------------ scheduling
+
+    def schedule_entry(self) -> None:
+        """Schedule the entry nodes (and conditional edges out of START) for step 1."""
+        graph = self.graph
+        state = fast_state(graph.state_model, dict(self.values))
+        static = set(graph.ir.entry)
+        sends: list[Send] = []
+        for router in graph.start_routers:
+            self._route(router, state, "__start__", static, sends)
+        self.tasks = make_tasks(static, sends)
+
+    def _route(
+        self,
+        router: RouterSpec,
+        state: Any,
+        source: str,
+        static: set[str],
+        sends: list[Send],
+    ) -> None:
+
+        try:
+            if router.takes_ctx:
+                result = router.fn(state, self._ctx(source, 0, {}))
+            else:
+                result = router.fn(state)
+            if router.is_async:
+                result = _run_coroutine(result)
+        except StargraphError:
+            raise
+        except Exception as exc:
+            raise self._router_failed(router, source, exc) from exc
+        items = result if isinstance(result, list | tuple) else [result]
+        for item in items:
+            if isinstance(item, Send):
+                if item.node not in router.mapping.values():
+                    raise self._bad_route(router, source, item.node)
+                sends.append(item)
+                continue
+            target = item if item == END else router.mapping.get(str(item))
+            if target is None:
+                raise self._bad_route(router, source, item)
+            if target != END:
+                static.add(target)
+
+    def _route_one(self, router: RouterSpec, source: str) -> str | None:
+        """Route with a plain key result; ``None`` when the router returned anything else
+        (a list, ``Send`` objects), which the general path then handles."""
+        try:
+            result = router.fn(self.view)
+        except StargraphError:
+            raise
+        except Exception as exc:
+            raise self._router_failed(router, source, exc) from exc
+        if isinstance(result, list | tuple | Send):
+            return None
+        target = result if result == END else router.mapping.get(str(result))
+        if target is None:
+            raise self._bad_route(router, source, result)
+        return str(target)
+
+    def _router_failed(self, router: RouterSpec, source: str, exc: Exception) -> NodeError:
+        return NodeError(
+            f"router {router.ref!r} after node {source!r} failed at step {self.step} of "
+            f"run {self.run_id!r}: {type(exc).__name__}: {exc}",
+            run_id=self.run_id,
+            step=self.step,
+            node=source,
+        )
+
+    def _bad_route(self, router: RouterSpec, source: str, got: Any) -> RunError:
+        return RunError(
+            f"router {router.ref!r} after node {source!r} returned {got!r} at step "
+            f"{self.step} of run {self.run_id!r}, which is not one of its declared targets "
+            f"{sorted(router.mapping)}; add it to the mapping of with_conditional_edges",
+            run_id=self.run_id,
+            step=self.step,
+            node=source,
+        )
+
+    def schedule_next(self, ran: Sequence[Task]) -> None:
+        """Schedule successors of the tasks that just ran, from the merged state."""
+        specs = self.graph.specs
+        if len(ran) == 1:
+            spec = specs[ran[0].node]
+            if spec.only_static:
+                # Chains without routers: the successors were computed at compile time.
+                self.tasks = self.graph.static_tasks[spec.id]
+                return
+            if not spec.static_next and not spec.joins and len(spec.routers) == 1:
+                # A loop or a branch: one router choosing one target is the common case.
+                router = spec.routers[0]
+                if not router.takes_ctx and not router.is_async:
+                    self.view = fast_state(self.graph.state_model, dict(self.values))
+                    target = self._route_one(router, spec.id)
+                    if target is not None:
+                        self.tasks = self.graph.single_tasks[target]
+                        return
+        static: set[str] = set()
+        sends: list[Send] = []
+        state = None
+        done_nodes = sorted({t.node for t in ran})
+        for node in done_nodes:
+            spec = specs[node]
+            static.update(spec.static_next)
+            if spec.routers:
+                if state is None:
+                    state = fast_state(self.graph.state_model, dict(self.values))
+                for router in spec.routers:
+                    self._route(router, state, node, static, sends)
+            for join in spec.joins:
+                seen = self.joins_seen.get(join.index, frozenset()) | {node}
+                if seen >= join.sources:
+                    static.add(join.target)
+                    seen = frozenset()
+                self.joins_seen[join.index] = seen
+        static.discard(END)
+        self.tasks = make_tasks(static, sends)
+
+    # ------------------------------------------------------------------ execution
+
+    def _ctx(self, node: str, index: int, config: Mapping[str, Any]) -> RunContext:
+        journal = None
+        if self.persistence is not None:
+            journal = TaskJournal(
+                step=self.step,
+                node=node,
+                index=index,
+                entries=list(self.journals.get((node, index), ())),
+                persist=self.persistence.journal_writer(self),
+            )
+        return RunContext(
+            run_id=self.run_id,
+            step=self.step,
+            node=node,
+            index=index,
+            path=self.path,
+            config=config,
+            entropy=self.entropy,
+            journal=journal,
+        )
+
+    def task_state(self, task: Task) -> Any:
+        """The state a task sees: current values, with a ``Send`` payload overlaid."""
+        if self.view is not None and not task.payload and len(self.tasks) == 1:
+            view, self.view = self.view, None
+            return view
+        values = dict(self.values)
+        if task.payload:
+            channels = self.graph.channels
+            for key, value in task.payload.items():
+                channel = channels.get(key)
+                if channel is None:
+                    raise self._write_error(task, f"Send payload key {key!r} is not a state field")
+                values[key] = channel.validate(value)
+        return fast_state(self.graph.state_model, values)
+
+    def call_args(self, task: Task, spec: NodeSpec) -> tuple[Any, ...]:
+        """Positional arguments for the node: ``(state,)`` or ``(state, ctx)``."""
+        state = self.task_state(task)
+        if spec.takes_ctx:
+            return (state, self._ctx(task.node, task.index, spec.config))
+        return (state,)
+
+    def new_journal_attempt(self, args: tuple[Any, ...]) -> None:
+        """Before a retry: the next attempt replays the journal from its first call."""
+        if len(args) == 2 and args[1].journal is not None:
+            args[1].journal.restart()
+
+    def node_failed(self, task: Task, exc: BaseException) -> RunError:
+        """Wrap a node's exception as a :class:`NodeError` naming node and step."""
+        if isinstance(exc, RunError):
+            return exc
+        return NodeError(
+            f"node {task.node!r} failed at step {self.step} of run {self.run_id!r}: "
+            f"{type(exc).__name__}: {exc}",
+            run_id=self.run_id,
+            step=self.step,
+            node=task.node,
+        )
+
+    def _write_error(self, task: Task, what: str) -> InvalidWriteError:
+        return InvalidWriteError(
+            f"node {task.node!r} at step {self.step} of run {self.run_id!r}: {what}",
+            run_id=self.run_id,
+            step=self.step,
+            node=task.node,
+        )
+
+    def validate_writes(self, task: Task, result: Any) -> dict[str, Any]:
+        """Check one task's return value and validate each written value."""
+        if result is None:
+            return {}
+        # type() first: isinstance against the Mapping ABC is several times slower.
+        if type(result) is not dict and not isinstance(result, Mapping):
+            raise self._write_error(
+                task,
+                f"returned {type(result).__name__}, not a mapping; return a dict of the "
+                "channels it changed, e.g. {'counter': 1}, or None",
+            )
+        channels = self.graph.channels
+        allowed = self.graph.specs[task.node].writes
+        writes: dict[str, Any] = {}
+        for key, value in result.items():
+            channel = channels.get(key)
+            if channel is None:
+                raise self._write_error(
+                    task,
+                    f"wrote key {key!r}, which the state {self.graph.state_model.__name__} "
+                    f"lacks (fields: {sorted(channels)}); add the field or drop the key",
+                )
+            if allowed is not None and key not in allowed:
+                raise self._write_error(
+                    task,
+                    f"wrote key {key!r} outside its declared writes {sorted(allowed)}; "
+                    "declare it in with_node(..., writes=[...])",
+                )
+            try:
+                writes[key] = channel.validate(value)
+            except ValidationError as exc:
+                raise self._write_error(
+                    task, f"wrote an invalid value to {key!r}: {exc.errors()[0]['msg']}"
+                ) from exc
+        return writes
+
+    def merge(self, results: Sequence[tuple[Task, dict[str, Any]]]) -> None:
+        """Merge validated writes in task order through the reducers (invariant 2)."""
+        channels = self.graph.channels
+        self.view = None
+        if len(results) == 1:
+            # Fast path for chains: one task, no conflicts possible.
+            values = dict(self.values)
+            for key, value in results[0][1].items():
+                reducer = channels[key].reducer
+                values[key] = value if reducer is None else reducer(values[key], value)
+            self.values = values
+            return
+        writers: dict[str, Task] = {}
+        values = dict(self.values)
+        for task, writes in sorted(results, key=lambda r: r[0].key):
+            for key, value in writes.items():
+                channel: Channel = channels[key]
+                if channel.reducer is None:
+                    if key in writers:
+                        first = writers[key]
+                        raise InvalidWriteError(
+                            f"nodes {first.node!r} and {task.node!r} both wrote {key!r} at "
+                            f"step {self.step} of run {self.run_id!r}, and {key!r} has no "
+                            "reducer; declare one, e.g. Annotated[..., reducers.append], or "
+                            "let only one branch write it",
+                            run_id=self.run_id,
+                            step=self.step,
+                            node=task.node,
+                        )
+                    writers[key] = task
+                    values[key] = value
+                else:
+                    values[key] = channel.reducer(values[key], value)
+        self.values = values
+
+    def check_step_limit(self) -> None:
+        """Raise :class:`StepLimitExceeded` before a step beyond the limit would start."""
+        if self.step > self.max_steps:
+            self.step -= 1  # the step did not happen; events and errors name the last one
+            raise StepLimitExceeded(
+                f"run {self.run_id!r} reached its step limit of {self.max_steps} with nodes "
+                f"{[t.node for t in self.tasks]} still scheduled; raise max_steps in "
+                "compile()/invoke(), or add a rule or edge that ends the loop",
+                run_id=self.run_id,
+                step=self.step,
+            )
+
+
+def make_tasks(static: set[str], sends: list[Send]) -> list[Task]:
+    tasks = [Task(node) for node in static]
+    counters: dict[str, int] = {}
+    for send in sends:
+        index = counters.get(send.node, 0) + 1
+        counters[send.node] = index
+        tasks.append(Task(send.node, index, dict(send.payload)))
+    tasks.sort(key=lambda t: (t.node, t.index))
+    return tasks
+
+
+def _run_coroutine(coro: Any) -> Any:
+    return asyncio.run(coro) if asyncio.iscoroutine(coro) else coro
+
+
+def jsonable(channels: Mapping[str, Channel], values: Mapping[str, Any]) -> dict[str, Any]:
+    """Channel values (or writes) as JSON data, through each channel's type."""
+    return {k: channels[k].adapter.dump_python(v, mode="json") for k, v in values.items()}

@@ -1,0 +1,239 @@
+"""Executing one step's tasks: inline, on threads or on asyncio; retries, timeouts, interrupts.
+
+Whatever runs where, the result is the same list of ``(task, writes)`` pairs, merged later in
+``(node, index)`` order. Tasks whose writes were saved before a crash (``run.done``) are not
+run again. In a step of several tasks, each finished task's writes are saved at once as
+pending writes, so a crash of a sibling does not cost the finished ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, NamedTuple
+
+from stargraph.errors import NodeTimeoutError, RunError, StargraphError
+from stargraph.refs import resolve_ref
+from stargraph.runtime._context import GraphInterrupt
+from stargraph.runtime._plan import NodeSpec, Task
+from stargraph.runtime._run import Run
+
+__all__ = ["StepOutcome", "execute_async", "execute_sync"]
+
+TaskResult = tuple[Task, dict[str, Any]]
+Pool = Callable[[], concurrent.futures.ThreadPoolExecutor]
+
+
+class StepOutcome(NamedTuple):
+    """What a step produced: the finished tasks' writes, and the interrupt that parked it."""
+
+    results: list[TaskResult]
+    interrupt: tuple[Task, GraphInterrupt] | None = None
+
+
+def _retry_classes(spec: NodeSpec) -> tuple[type[BaseException], ...]:
+    assert spec.retry is not None
+    return tuple(resolve_ref(ref) for ref in spec.retry.retry_on)
+
+
+def _should_retry(spec: NodeSpec, exc: BaseException, attempt: int) -> bool:
+    policy = spec.retry
+    if policy is None or attempt >= policy.max_attempts:
+        return False
+    return isinstance(exc, _retry_classes(spec))
+
+
+def _backoff(run: Run, spec: NodeSpec, attempt: int) -> float:
+    policy = spec.retry
+    assert policy is not None
+    delay = min(policy.initial_interval_s * policy.backoff ** (attempt - 1), policy.max_interval_s)
+    if policy.jitter:
+        # Jitter comes from the run's entropy source, so a seeded run retries identically.
+        delay *= 0.5 + run.entropy.random()
+    return float(delay)
+
+
+def _timeout(run: Run, task: Task, spec: NodeSpec) -> RunError:
+    return NodeTimeoutError(
+        f"node {task.node!r} exceeded its timeout of {spec.timeout_s}s at step {run.step} of "
+        f"run {run.run_id!r}; raise timeout_s or make the node faster",
+        run_id=run.run_id,
+        step=run.step,
+        node=task.node,
+    )
+
+
+def _call_with_timeout(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
+    # A daemon thread per call: Python cannot stop a running function, so on timeout the
+    # thread is abandoned (and its result ignored) rather than blocking a shared pool.
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = fn(*args)
+        except BaseException as exc:
+            box["error"] = exc
+
+    thread = threading.Thread(target=target, daemon=True, name="stargraph-timeout")
+    thread.start()
+    thread.join(timeout)
+    if thread.is_alive():
+        raise TimeoutError(f"timed out after {timeout}s")
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def _finish(run: Run, task: Task, attempt: int, writes: dict[str, Any], siblings: int) -> None:
+    if attempt > 1:
+        run.attempts[f"{task.node}/{task.index}"] = attempt
+    if siblings > 1 and run.persistence is not None:
+        run.persistence.put_pending(run, task, writes)
+
+
+def run_task_sync(run: Run, task: Task, spec: NodeSpec, siblings: int) -> dict[str, Any]:
+    """Run one task to completion on this thread, with its retry policy and timeout."""
+    args = run.call_args(task, spec)
+    attempt = 1
+    while True:
+        try:
+            if spec.timeout_s:
+                result = _call_with_timeout(spec.fn, args, spec.timeout_s)
+            else:
+                result = spec.fn(*args)
+            writes = run.validate_writes(task, result)
+            break
+        except (GraphInterrupt, StargraphError):
+            raise
+        except Exception as exc:
+            if _should_retry(spec, exc, attempt):
+                time.sleep(_backoff(run, spec, attempt))
+                attempt += 1
+                run.new_journal_attempt(args)
+                continue
+            if isinstance(exc, TimeoutError) and spec.timeout_s:
+                raise _timeout(run, task, spec) from exc
+            raise run.node_failed(task, exc) from exc
+    _finish(run, task, attempt, writes, siblings)
+    return writes
+
+
+async def run_task_async(
+    run: Run, task: Task, spec: NodeSpec, siblings: int, pool: Pool
+) -> dict[str, Any]:
+    """Run one task on the running event loop (sync bodies on a thread when they block)."""
+    loop = asyncio.get_running_loop()
+    args = run.call_args(task, spec)
+    attempt = 1
+    while True:
+        try:
+            if spec.is_async:
+                awaitable = spec.fn(*args)
+            else:
+                awaitable = loop.run_in_executor(pool(), _call, spec.fn, args)
+            if spec.timeout_s:
+                result = await asyncio.wait_for(awaitable, spec.timeout_s)
+            else:
+                result = await awaitable
+            writes = run.validate_writes(task, result)
+            break
+        except (GraphInterrupt, StargraphError):
+            raise
+        except Exception as exc:
+            if _should_retry(spec, exc, attempt):
+                await asyncio.sleep(_backoff(run, spec, attempt))
+                attempt += 1
+                run.new_journal_attempt(args)
+                continue
+            if isinstance(exc, TimeoutError) and spec.timeout_s:
+                raise _timeout(run, task, spec) from exc
+            raise run.node_failed(task, exc) from exc
+    _finish(run, task, attempt, writes, siblings)
+    return writes
+
+
+def _call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+    return fn(*args)
+
+
+def _inline(spec: NodeSpec) -> bool:
+    """Sync nodes without ``blocking`` or a timeout run on the driver's own thread."""
+    return not spec.is_async and not spec.blocking and not spec.timeout_s
+
+
+def execute_sync(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
+    """Run a step's tasks from synchronous code."""
+    specs = run.graph.specs
+    if len(tasks) == 1 and not run.done:
+        task = tasks[0]
+        spec = specs[task.node]
+        if not spec.is_async:
+            try:
+                return StepOutcome([(task, run_task_sync(run, task, spec, 1))])
+            except GraphInterrupt as signal:
+                return StepOutcome([], (task, signal))
+    if any(specs[t.node].is_async for t in tasks if t.key not in run.done):
+        return asyncio.run(execute_async(run, tasks, pool))
+    results: list[TaskResult] = []
+    interrupts: list[tuple[Task, GraphInterrupt]] = []
+    todo = [t for t in tasks if t.key not in run.done]
+    results.extend((t, run.done[t.key]) for t in tasks if t.key in run.done)
+    futures = [
+        (t, pool().submit(run_task_sync, run, t, specs[t.node], len(tasks)))
+        for t in todo
+        if not _inline(specs[t.node])
+    ]
+    for task in todo:
+        if _inline(specs[task.node]):
+            try:
+                results.append((task, run_task_sync(run, task, specs[task.node], len(tasks))))
+            except GraphInterrupt as signal:
+                interrupts.append((task, signal))
+    for task, future in futures:
+        try:
+            results.append((task, future.result()))
+        except GraphInterrupt as signal:
+            interrupts.append((task, signal))
+    return StepOutcome(results, _first(interrupts))
+
+
+async def execute_async(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
+    """Run a step's tasks on the running event loop."""
+    specs = run.graph.specs
+    results: list[TaskResult] = [(t, run.done[t.key]) for t in tasks if t.key in run.done]
+    todo = [t for t in tasks if t.key not in run.done]
+    interrupts: list[tuple[Task, GraphInterrupt]] = []
+    pending = [
+        (t, asyncio.ensure_future(run_task_async(run, t, specs[t.node], len(tasks), pool)))
+        for t in todo
+        if not _inline(specs[t.node])
+    ]
+    try:
+        for task in todo:
+            if _inline(specs[task.node]):
+                try:
+                    results.append((task, run_task_sync(run, task, specs[task.node], len(tasks))))
+                except GraphInterrupt as signal:
+                    interrupts.append((task, signal))
+        for task, fut in pending:
+            try:
+                results.append((task, await fut))
+            except GraphInterrupt as signal:
+                interrupts.append((task, signal))
+    except BaseException:
+        for _, fut in pending:
+            fut.cancel()
+        await asyncio.gather(*(f for _, f in pending), return_exceptions=True)
+        raise
+    return StepOutcome(results, _first(interrupts))
+
+
+def _first(
+    interrupts: list[tuple[Task, GraphInterrupt]],
+) -> tuple[Task, GraphInterrupt] | None:
+    # Several tasks may interrupt in one step; the run parks on the first in task order (not
+    # in finishing order), and the others interrupt again when the step is re-executed.
+    return min(interrupts, key=lambda pair: pair[0].key) if interrupts else None
