@@ -53,7 +53,6 @@ from stargraph.tools._tool import (
 from stargraph.tools._workspace import Workspace
 
 __all__ = [
-    "GENESIS_HASH",
     "Arbiter",
     "ArgumentModel",
     "ArtifactStore",
@@ -63,6 +62,7 @@ __all__ = [
     "CommitRecord",
     "DirectoryArtifactStore",
     "FieldProblem",
+    "GENESIS_HASH",
     "InMemoryArtifactStore",
     "InMemoryCommitLog",
     "Lease",

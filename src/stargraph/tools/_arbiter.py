@@ -98,12 +98,15 @@ class ToolCall(BaseModel):
         state: str | None = None,
         allowed: Sequence[str] | None = None,
     ) -> ToolCall:
-        """From an OpenAI ``tool_calls`` entry (dict or SDK object) of the structured channel.
+        """From a ``tool_calls`` entry of the structured channel: the OpenAI wire dict, an SDK
+        object, or a :class:`stargraph.llm.ToolCall` (flat ``id``/``name``/``arguments``).
 
         Raises :class:`ToolArgumentError` when ``function.arguments`` is not a JSON object.
         """
         data = tool_call.model_dump() if hasattr(tool_call, "model_dump") else dict(tool_call)
-        function = data.get("function") or {}
+        # OpenAI wire shape nests name/arguments under "function"; stargraph.llm.ToolCall
+        # (and several SDKs) keep them flat.
+        function = data.get("function") or data
         name = str(function.get("name", ""))
         raw = function.get("arguments") or "{}"
         try:

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any, Final
 
 import orjson
-from pydantic import ValidationError
 
 from stargraph.errors import Problem, ToolSpecError
 from stargraph.tools._schema import model_from_json_schema
@@ -69,7 +68,7 @@ def load_manifest(path: str | os.PathLike[str]) -> SubprocessTool:
     problems: list[Problem] = []
 
     def problem(pointer: str, message: str, hint: str = "") -> None:
-        problems.append(Problem(f"{source}#{pointer}", message, hint))
+        problems.append(Problem(f"{source}#{pointer}" if pointer else source, message, hint))
 
     def fail() -> ToolSpecError:
         return ToolSpecError(problems, subject=f"tool manifest {source}")
@@ -91,7 +90,8 @@ def load_manifest(path: str | os.PathLike[str]) -> SubprocessTool:
         problem(f"/{key}", f"unknown top-level key {key!r}", "keep only 'llm' and 'runtime'")
 
     tool_id = _tool_id(llm, runtime, problem)
-    schema = llm.get("input_schema", llm.get("parameters", {"type": "object", "properties": {}}))
+    schema_key = "parameters" if "parameters" in llm else "input_schema"
+    schema = llm.get(schema_key, {"type": "object", "properties": {}})
     exec_path = _executable(file, runtime, problem)
 
     fields: dict[str, Any] = {k: runtime[k] for k in _PASSTHROUGH if k in runtime}
@@ -115,16 +115,18 @@ def load_manifest(path: str | os.PathLike[str]) -> SubprocessTool:
             exec_path=str(exec_path or file.with_suffix("")),
             **fields,
         )
-    except ValidationError as exc:
-        for error in exc.errors(include_url=False):
-            top = str(error["loc"][0]) if error["loc"] else ""
-            pointer = _SPEC_POINTER.get(top, f"/runtime/{top}")
-            rest = "".join(f"/{part}" for part in error["loc"][1:])
-            problem(pointer + rest, error["msg"].removeprefix("Value error, "))
+    except ToolSpecError as exc:
+        for spec_problem in exc.problems:
+            path = spec_problem.pointer.partition("#/")[2]
+            top, _, rest = path.partition("/")
+            pointer = _SPEC_POINTER.get(top, f"/runtime/{top}") + (f"/{rest}" if rest else "")
+            problem(pointer, spec_problem.message, spec_problem.hint)
     if not llm.get("description"):
         problem("/llm/description", "the tool needs a description for the model")
     try:
-        arguments = model_from_json_schema(schema, name=tool_id or "tool", source=source)
+        arguments = model_from_json_schema(
+            schema, name=tool_id or "tool", source=source, pointer=f"/llm/{schema_key}"
+        )
     except ToolSpecError as exc:
         problems.extend(exc.problems)
     if problems or spec is None:
@@ -160,6 +162,7 @@ def _tool_id(llm: dict[str, Any], runtime: dict[str, Any], problem: Any) -> str 
         version += ".0"  # the seed's "1.0" means 1.0.0
     if not NAME_RE.match(name):
         problem("/llm/name", f"{name!r} is not a canonical namespaced name", "use 'ns.name[.sub]'")
+        return None
     return f"{name}@{version}"
 
 

@@ -121,19 +121,21 @@ def _argument_error(tool: str, fields: list[FieldProblem], node: str | None) -> 
 # --------------------------------------------------------------------------- JSON Schema
 
 
-def model_from_json_schema(schema: Mapping[str, Any], *, name: str, source: str) -> ArgumentModel:
+def model_from_json_schema(
+    schema: Mapping[str, Any], *, name: str, source: str, pointer: str = ""
+) -> ArgumentModel:
     """Translate the supported JSON Schema subset into an :class:`ArgumentModel`.
 
     Supported: ``type`` (one or a list), ``properties``, ``required``, boolean
     ``additionalProperties``, ``enum``, ``const``, ``items``, ``default`` and the numeric,
     length and ``pattern`` constraints. Any other keyword raises :class:`ToolSpecError`
-    naming ``source`` and the JSON pointer of every offending keyword.
+    naming ``source`` and the JSON pointer (below ``pointer``) of every offending keyword.
     """
     problems: list[Problem] = []
     if schema.get("type") != "object":
-        problems.append(Problem(f"{source}#/type", "input schema must have type 'object'"))
+        problems.append(Problem(f"{source}#{pointer}/type", "input schema must have type 'object'"))
     builder = _Builder(source, problems)
-    model = builder.object_model(schema, _model_name(name), "")
+    model = builder.object_model(schema, _model_name(name), pointer)
     if problems:
         raise ToolSpecError(problems, subject=f"tool manifest {source}")
     required = set(schema.get("required", ()))

@@ -13,10 +13,10 @@ import copy
 import re
 import string
 from dataclasses import dataclass
-from functools import cached_property
+from functools import lru_cache
 from typing import Any, Final, Literal, NewType
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from stargraph.errors import Problem, ToolSpecError
 from stargraph.tools._canonical import canonical_json, sha256_hex
@@ -31,6 +31,7 @@ __all__ = [
     "ToolSpec",
     "llm_name_for",
     "parse_lock_template",
+    "spec_error_from_validation",
     "tool_id_from_llm_name",
 ]
 
@@ -62,6 +63,7 @@ _ID_HINT: Final = (
 )
 
 
+@lru_cache(maxsize=4096)
 def llm_name_for(tool_id: str) -> str:
     """The OpenAI-safe function name of a tool id (``^[a-zA-Z0-9_-]{1,64}$``); reversible.
 
@@ -111,6 +113,7 @@ class LockTemplate:
         return self.resource.format_map({name: str(args[name]) for name in self.fields})
 
 
+@lru_cache(maxsize=4096)
 def parse_lock_template(text: str) -> LockTemplate:
     """Parse ``kind[:part]:S|X``; placeholders must be plain ``{name}`` fields.
 
@@ -143,6 +146,18 @@ def parse_lock_template(text: str) -> LockTemplate:
 
 def _spec_error(subject: str, field: str, message: str, hint: str = "") -> ToolSpecError:
     return ToolSpecError([Problem(f"{subject}#/{field}", message, hint)], subject="tool spec")
+
+
+def spec_error_from_validation(exc: ValidationError, *, source: str) -> ToolSpecError:
+    """A :class:`ToolSpecError` listing every field of ``exc`` under ``source``."""
+    problems = [
+        Problem(
+            f"{source}#/" + "/".join(str(part) for part in error["loc"]),
+            error["msg"].removeprefix("Value error, "),
+        )
+        for error in exc.errors(include_url=False)
+    ]
+    return ToolSpecError(problems, subject=f"tool {source}")
 
 
 class ToolSpec(BaseModel):
@@ -179,6 +194,13 @@ class ToolSpec(BaseModel):
     )
     executor: ExecutorKind = Field("local", description="local (Python) or subprocess.")
     exec_path: str | None = Field(None, description="Executable of a subprocess tool.")
+
+    def __init__(self, **data: Any) -> None:
+        """Validate ``data``; raise :class:`ToolSpecError` listing every bad field."""
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise spec_error_from_validation(exc, source=str(data.get("id", "<tool>"))) from None
 
     @field_validator("id")
     @classmethod
@@ -222,34 +244,37 @@ class ToolSpec(BaseModel):
         return self
 
     # ----------------------------------------------------------------------- derived views
+    # Plain properties, not cached_property: model_copy(update=...) copies an instance's
+    # __dict__, so a cached value would silently describe the old spec. The parsers behind
+    # them are lru-cached instead.
 
-    @cached_property
+    @property
     def name(self) -> str:
         """The namespaced name without version (``choir.fs.read``); registry override key."""
         return self.id.partition("@")[0]
 
-    @cached_property
+    @property
     def version(self) -> str:
         """The SemVer version (``1.0.0``)."""
         return self.id.partition("@")[2]
 
-    @cached_property
+    @property
     def llm_name(self) -> str:
         """OpenAI-safe function name, reversible with :func:`tool_id_from_llm_name`."""
         return llm_name_for(self.id)
 
-    @cached_property
+    @property
     def lock_templates(self) -> tuple[LockTemplate, ...]:
         """Parsed :attr:`locks`."""
         return tuple(parse_lock_template(text) for text in self.locks)
 
-    @cached_property
+    @property
     def path_args(self) -> tuple[str, ...]:
         """Arguments that name workspace paths: those used in a ``file:{...}`` lock (B12)."""
         names = (f for t in self.lock_templates if t.kind == "file" for f in t.fields)
         return tuple(dict.fromkeys(names))
 
-    @cached_property
+    @property
     def spec_hash(self) -> str:
         """sha256 of the canonical JSON of the whole spec; changes with any field."""
         return sha256_hex(canonical_json(self.model_dump(mode="json")))

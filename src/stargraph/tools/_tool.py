@@ -221,24 +221,18 @@ def tool(
                 exposure=exposure,
                 prompt_mask=prompt_mask,
             )
-        except ValidationError as exc:
-            raise spec_error_from_validation(exc, source=f"{fn.__qualname__} ({id})") from None
+        except ToolSpecError as exc:
+            # Re-home each problem on the function, which is what the author can find.
+            where = f"{fn.__qualname__} ({id})"
+            problems = [
+                Problem(f"{where}#/{p.pointer.partition('#/')[2]}", p.message, p.hint)
+                for p in exc.problems
+            ]
+            raise ToolSpecError(problems, subject=f"tool {where}") from None
         cls = AsyncPythonTool if inspect.iscoroutinefunction(fn) else PythonTool
         return cls(spec, arguments, fn, ctx_param=ctx_param, model_param=model_param)
 
     return decorate
-
-
-def spec_error_from_validation(exc: ValidationError, *, source: str) -> ToolSpecError:
-    """A :class:`ToolSpecError` listing every field of ``exc`` under ``source``."""
-    problems = [
-        Problem(
-            f"{source}#/" + "/".join(str(part) for part in error["loc"]),
-            error["msg"].removeprefix("Value error, "),
-        )
-        for error in exc.errors(include_url=False)
-    ]
-    return ToolSpecError(problems, subject=f"tool {source}")
 
 
 def _arguments_from_function(
