@@ -72,9 +72,12 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             extra BLOB
         )""",
         "CREATE INDEX runs_by_created ON runs (created_at, run_id)",
-        "CREATE INDEX runs_by_status ON runs (status, created_at, run_id)",
-        # Rowid tables rather than WITHOUT ROWID: snapshots and LLM journal values can be
-        # large, and WITHOUT ROWID b-trees copy whole rows into interior pages.
+        # No index on status: every commit rewrites it, and an index entry to move would
+        # cost the hot path a page; list_runs(status=...) filters the created_at scan.
+        # Rowid tables, not WITHOUT ROWID: a WITHOUT ROWID row over ~1,000 bytes (a 4 KiB
+        # page's local limit for index b-trees) spills into an overflow page of its own, so
+        # 1 KiB steps took 4.5x their size on disk; a rowid table keeps rows up to ~4 KiB
+        # inline, at the price of a (run_id, step) key index.
         """CREATE TABLE steps (
             run_id TEXT NOT NULL REFERENCES runs (run_id) ON DELETE CASCADE,
             step INTEGER NOT NULL,
@@ -301,6 +304,9 @@ class SqliteStore:
             conn.execute(f"PRAGMA busy_timeout = {int(self._timeout * 1000)}")
             conn.execute("PRAGMA foreign_keys = ON")
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
+        except sqlite3.Error as exc:
+            conn.close()
+            raise self._db_error(exc) from exc
         except BaseException:
             conn.close()
             raise
