@@ -7,12 +7,13 @@ JSON. Both collect every problem into one :class:`~stargraph.errors.CompileError
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from pydantic import BaseModel
 
+from stargraph.checkpoint import CheckpointStore
 from stargraph.compile._validate import is_async_callable, validate_ir
-from stargraph.errors import CompileError
+from stargraph.errors import CompileError, Problem
 from stargraph.ir import START, ConditionalEdgeIR, FunctionNodeIR, GraphIR, StaticEdgeIR
 from stargraph.runtime import (
     DEFAULT_MAX_STEPS,
@@ -34,16 +35,10 @@ __all__ = ["compile_graph", "compile_ir"]
 StateT = TypeVar("StateT", bound=BaseModel)
 
 
-def compile_graph(
-    graph: Graph[StateT],
-    *,
-    max_steps: int = DEFAULT_MAX_STEPS,
-    entropy: Callable[[], Entropy] = SystemEntropy,
-) -> CompiledGraph[StateT]:
-    """Validate ``graph`` and return a runnable :class:`CompiledGraph`."""
-    return compile_ir(
-        graph.to_ir(), state=graph.state, impls=graph.impls, max_steps=max_steps, entropy=entropy
-    )
+def compile_graph(graph: Graph[StateT], **options: Any) -> CompiledGraph[StateT]:
+    """Validate ``graph`` and return a runnable :class:`CompiledGraph` (options as
+    :func:`compile_ir`)."""
+    return compile_ir(graph.to_ir(), state=graph.state, impls=graph.impls, **options)
 
 
 def compile_ir(
@@ -53,10 +48,36 @@ def compile_ir(
     impls: Mapping[str, Callable[..., Any]] | None = None,
     max_steps: int = DEFAULT_MAX_STEPS,
     entropy: Callable[[], Entropy] = SystemEntropy,
+    store: CheckpointStore | None = None,
+    durability: Literal["sync", "exit"] = "sync",
+    snapshot_every: int = 50,
+    on_code_change: Literal["warn", "error"] = "warn",
 ) -> CompiledGraph[StateT]:
-    """Validate ``ir`` against ``state`` and the callables it references; build the plan."""
+    """Validate ``ir`` against ``state`` and the callables it references; build the plan.
+
+    ``store`` makes runs durable (every step checkpointed; ``durability="exit"`` writes a
+    run only when it stops); ``snapshot_every`` sets how often a full state snapshot is
+    stored between per-step deltas; ``on_code_change`` decides whether resuming a run made
+    by different node source code warns or raises.
+    """
     impls = dict(impls or {})
     problems, resolved = validate_ir(ir, impls, state)
+    if store is None:
+        for i, node in enumerate(ir.nodes):
+            if node.interrupt_before or node.interrupt_after:
+                problems.append(
+                    Problem(
+                        f"/nodes/{i}",
+                        f"node {node.id!r} interrupts the run, which needs a checkpoint store "
+                        "to park it in",
+                        "compile(store=SqliteStore('.stargraph/stargraph.db')) or "
+                        "compile(store=MemoryStore())",
+                    )
+                )
+    if snapshot_every < 1:
+        problems.append(
+            Problem("/", f"snapshot_every={snapshot_every} must be >= 1", "pass 1 or more")
+        )
     if problems:
         raise CompileError(problems, subject=f"graph {ir.name!r}")
     fns = resolved.callables
@@ -121,4 +142,8 @@ def compile_ir(
         start_routers=start_routers,
         max_steps=max_steps,
         entropy=entropy,
+        store=store,
+        durability=durability,
+        snapshot_every=snapshot_every,
+        on_code_change=on_code_change,
     )

@@ -110,6 +110,27 @@ def validate_ir(
                             "add the field to the state model or remove it from writes",
                         )
                     )
+        if node.retry is not None:
+            for j, ref in enumerate(node.retry.retry_on):
+                try:
+                    cls = resolve_ref(ref)
+                except (ImportError, AttributeError) as exc:
+                    problems.append(
+                        Problem(
+                            f"{where}/retry/retry_on/{j}",
+                            f"exception class {ref!r} cannot be imported: {exc}",
+                            "use 'module:qualname' of an exception class",
+                        )
+                    )
+                    continue
+                if not (isinstance(cls, type) and issubclass(cls, BaseException)):
+                    problems.append(
+                        Problem(
+                            f"{where}/retry/retry_on/{j}",
+                            f"{ref!r} is not an exception class",
+                            "name an exception class",
+                        )
+                    )
         if isinstance(node, FunctionNodeIR):
             fn = _resolve(node.ref, impls, f"{where}/ref", f"node {node.id!r}")
             if isinstance(fn, Problem):

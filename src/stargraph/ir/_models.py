@@ -136,6 +136,16 @@ class RetryPolicyIR(_IRModel):
         description="'module:qualname' of exception classes that are retried.",
     )
 
+    @field_validator("retry_on", mode="before")
+    @classmethod
+    def _refs_of_classes(cls, value: Any) -> Any:
+        # Accept exception classes for convenience; the IR keeps their import paths.
+        if isinstance(value, list | tuple):
+            return tuple(
+                f"{v.__module__}:{v.__qualname__}" if isinstance(v, type) else v for v in value
+            )
+        return value
+
 
 class RulePackIR(_IRModel):
     """A rule pack mounted on a graph or a node; its source text is hashed."""
