@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import subprocess
 import sys
@@ -320,6 +321,23 @@ def test_non_json_payload_is_a_checkpoint_error_naming_run_and_step(store: Sqlit
     assert store.get_run("r1").last_step == 3
 
 
+def test_unknown_status_is_refused_before_anything_is_written(store: SqliteStore) -> None:
+    _fill(store, "r1")
+    with pytest.raises(CheckpointError, match=r"unknown status 'finished'"):
+        store.commit_step("r1", make_step(4), status="finished")  # type: ignore[arg-type]
+    with pytest.raises(CheckpointError, match=r"unknown status 'paused'"):
+        store.set_status("r1", "paused")  # type: ignore[arg-type]
+    assert store.get_run("r1").last_step == 3
+
+
+def test_corrupt_message_says_what_is_wrong(store: SqliteStore, db: Path) -> None:
+    _fill(store, "r1")
+    with raw(db) as conn:
+        conn.execute('UPDATE steps SET payload = \'{"step": 1, "writes": 5}\' WHERE step = 1')
+    with pytest.raises(CorruptCheckpointError, match=r"StepRecord \(writes: Input should be"):
+        store.get_steps("r1")
+
+
 # --------------------------------------------------------------------------- concurrency
 
 
@@ -356,6 +374,26 @@ def test_a_lock_held_past_the_busy_timeout_is_a_checkpoint_error(db: Path) -> No
             conn.execute("COMMIT")
         assert store.get_run("r1").last_step == 3
         store.commit_step("r1", make_step(4))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
+def test_a_forked_child_opens_its_own_connections(store: SqliteStore) -> None:
+    _fill(store, "parent")
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            store.create_run(make_run("child"), make_step(0))
+            store.commit_step("child", make_step(1))
+            store.close()
+            code = 0
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    store.commit_step("parent", make_step(4))
+    assert store.get_run("child").last_step == 1
+    assert store.integrity_check() == "ok"
 
 
 _WORKER = textwrap.dedent(

@@ -25,6 +25,7 @@ wins and the other gets a :class:`~stargraph.errors.CheckpointError`.
 
 from __future__ import annotations
 
+import os
 import random
 import sqlite3
 import threading
@@ -34,7 +35,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar, get_args
 
 import pydantic_core
 from pydantic import BaseModel, ValidationError
@@ -133,6 +134,8 @@ _INSERT_STEP: Final = "INSERT INTO steps (run_id, step, has_snapshot, payload) V
 _DROP_PENDING: Final = "DELETE FROM pending WHERE run_id = ? AND step = ?"
 _DROP_JOURNAL: Final = "DELETE FROM journal WHERE run_id = ? AND step = ?"
 
+_STATUSES: Final = frozenset(get_args(RunStatus))
+
 _RecordT = TypeVar("_RecordT", bound=BaseModel)
 
 
@@ -175,6 +178,14 @@ def _encode_extra(
         ) from exc
 
 
+def _why(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "the row"
+        return f"{where}: {first['msg']}"
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
 def _decode(
     model: type[_RecordT], payload: object, *, run_id: str, step: int, table: str
 ) -> _RecordT:
@@ -185,7 +196,7 @@ def _decode(
     except (ValidationError, TypeError) as exc:
         raise CorruptCheckpointError(
             f"run {run_id!r} step {step}: the {table} row cannot be decoded as a "
-            f"{model.__name__} ({str(exc).splitlines()[0]}); the checkpoint file is damaged "
+            f"{model.__name__} ({_why(exc)}); the checkpoint file is damaged "
             "or was written by an incompatible version; fork the run from an earlier step",
             run_id=run_id,
             step=step,
@@ -214,7 +225,7 @@ def _decode_run(row: tuple[Any, ...]) -> RunRecord:
     except (ValueError, TypeError) as exc:  # ValidationError is a ValueError
         raise CorruptCheckpointError(
             f"run {run_id!r} step {step}: the runs row cannot be decoded "
-            f"({str(exc).splitlines()[0]}); the checkpoint file is damaged",
+            f"({_why(exc)}); the checkpoint file is damaged",
             run_id=run_id,
             step=step,
         ) from exc
@@ -257,6 +268,10 @@ class SqliteStore:
         self._conns_lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()
+        # Connections inherited through fork() must not be used (or closed) by the child;
+        # they are parked here so the child never touches them.
+        self._inherited: list[sqlite3.Connection] = []
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -279,11 +294,20 @@ class SqliteStore:
     def _conn(self) -> sqlite3.Connection:
         if self._closed:
             raise CheckpointError(f"the SqliteStore on {str(self._path)!r} is closed")
+        if os.getpid() != self._pid:
+            self._after_fork()
         try:
             conn: sqlite3.Connection = self._local.conn
         except AttributeError:
             conn = self._open()
         return conn
+
+    def _after_fork(self) -> None:
+        with self._conns_lock:
+            self._inherited.extend(self._conns.values())
+            self._conns = {}
+            self._local = threading.local()
+            self._pid = os.getpid()
 
     def _open(self) -> sqlite3.Connection:
         try:
@@ -453,8 +477,16 @@ class SqliteStore:
             run_id=run_id,
         )
 
-    def _exists(self, conn: sqlite3.Connection, run_id: str) -> bool:
-        return conn.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone() is not None
+    def _check_exists(self, run_id: str) -> None:
+        if not self._rows("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
+            raise self._missing(run_id)
+
+    def _check_status(self, run_id: str, status: str) -> None:
+        if status not in _STATUSES:
+            raise CheckpointError(
+                f"run {run_id!r}: unknown status {status!r}; use one of {sorted(_STATUSES)}",
+                run_id=run_id,
+            )
 
     # ----------------------------------------------------------------- writes
 
@@ -502,6 +534,7 @@ class SqliteStore:
     ) -> None:
         """In one transaction: append ``step`` (must be ``last_step + 1``), set the run's
         ``last_step``/status fields, and drop the pending writes and journal of that step."""
+        self._check_status(run_id, status)
         number = step.step
         payload = _encode(step, run_id=run_id, step=number)
         extra = _encode_extra(error, stopped_by, interrupt, run_id=run_id)
@@ -534,6 +567,7 @@ class SqliteStore:
         interrupt: object = None,
     ) -> None:
         """Change a run's status without committing a step (park, fail, finish)."""
+        self._check_status(run_id, status)
         extra = _encode_extra(error, stopped_by, interrupt, run_id=run_id)
         with self._write() as conn:
             cursor = conn.execute(
@@ -626,7 +660,7 @@ class SqliteStore:
             (run_id, start, end if end is not None else 2**63 - 1),
         )
         if not rows:
-            self.get_run(run_id)  # RunNotFoundError for an unknown run; else an empty range
+            self._check_exists(run_id)  # an unknown run, or else just an empty range
         return [
             _decode(StepRecord, payload, run_id=run_id, step=step, table="steps")
             for step, payload in rows
@@ -640,7 +674,7 @@ class SqliteStore:
         )
         found = rows[0][0]
         if found is None:
-            self.get_run(run_id)
+            self._check_exists(run_id)
             return 0
         return int(found)
 
