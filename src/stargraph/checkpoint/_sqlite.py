@@ -393,6 +393,10 @@ class SqliteStore:
             self._retry(conn, "BEGIN IMMEDIATE")
             try:
                 yield conn
+            except sqlite3.Error as exc:  # disk full, I/O error ...: typed, and rolled back
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise self._db_error(exc) from exc
             except BaseException:
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
