@@ -63,7 +63,7 @@ def code_hash(fns: Sequence[Callable[..., Any]]) -> str:
         except (OSError, TypeError):
             source = repr(fn)  # builtins and C functions: their identity is all we have
         parts.append(f"{name}\n{source}")
-    digest = hashlib.sha256("\n\0".join(sorted(parts)).encode()).hexdigest()
+    digest = hashlib.sha256("\n\0".join(sorted(set(parts))).encode()).hexdigest()
     return f"sha256:{digest}"
 
 
