@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("langgraph", reason="the bench extra (langgraph) is not installed")
 
 # `benchmarks` is a top-level package of the repository, importable from its root (stargraph
 # also resolves the node refs `benchmarks.workloads:...` by import).
