@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 
-
 # `benchmarks` is a top-level package of the repository, importable from its root (stargraph
 # also resolves the node refs `benchmarks.workloads:...` by import).
 ROOT = str(Path(__file__).resolve().parents[1])
