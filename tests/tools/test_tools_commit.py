@@ -198,3 +198,15 @@ def test_reordering_deleting_or_rewriting_a_whole_record_is_detected() -> None:
     forged.append(CommitEntry(lane="core", tool="evil.x@1.0.0", args_hash="2", status="success"))
     log._rows[:] = [rows[0], forged._rows[1], rows[2], rows[3]]
     assert log.verify_chain() == 3
+
+
+def test_two_sqlite_writers_on_one_file_keep_one_chain(tmp_path: Path) -> None:
+    # Two connections stand in for two processes: each caches its own head.
+    first = SqliteCommitLog(tmp_path / "shared.db")
+    second = SqliteCommitLog(tmp_path / "shared.db")
+    for n in range(10):
+        (first if n % 3 else second).append(_entry(n))
+    assert [r.seq for r in first.records()] == list(range(1, 11))
+    assert first.verify_chain() is None
+    first.close()
+    second.close()

@@ -27,9 +27,9 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, TypeVar
+from typing import Any, Final, Protocol, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -56,7 +56,7 @@ from stargraph.tools._result import (
     failure_of,
 )
 from stargraph.tools._schema import ValidatedArgs
-from stargraph.tools._spec import ToolSpec
+from stargraph.tools._spec import LockTemplate, ToolSpec
 from stargraph.tools._tool import Secrets, Tool, ToolContext, is_async_tool
 from stargraph.tools._workers import WorkerPool
 from stargraph.tools._workspace import Workspace
@@ -68,6 +68,7 @@ logger = logging.getLogger("stargraph.tools")
 _SUMMARY_LIMIT: Final = 280
 _MIN_SECRET_LEN: Final = 4  # shorter values would redact ordinary words; refuse to pretend
 _E = TypeVar("_E", bound=ToolError)
+_NO_SECRETS: Final = Secrets()
 
 
 class ToolCall(BaseModel):
@@ -137,14 +138,34 @@ class ToolCall(BaseModel):
         )
 
 
-PolicyHook = Callable[[ToolCall], bool | None]
-"""An ``authorize_action`` hook: ``False`` denies, ``True`` allows, ``None`` abstains. It
-sees the call with the canonical tool id and the validated, normalised arguments."""
+class PolicyHook(Protocol):
+    """An ``authorize_action`` hook: ``False`` denies, ``True`` allows, ``None`` abstains.
+
+    It sees the call with the canonical tool id and the validated, normalised arguments. Any
+    ``False`` wins over any ``True`` (deny overrides); when every hook abstains the arbiter's
+    ``default_allow`` decides. A hook that raises denies (fail closed). The plugin layer's
+    pluggy ``authorize_action`` hook is adapted to this shape.
+    """
+
+    def __call__(self, call: ToolCall) -> bool | None:
+        """Decide about ``call``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What the arbiter derives once per tool (the registry is frozen, so it never changes)."""
+
+    templates: tuple[LockTemplate, ...]
+    path_args: tuple[str, ...]
+    is_async: bool
+    secrets_wanted: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
 class _Admitted:
     tool: Tool
+    plan: _Plan
     call: ToolCall
     args: ValidatedArgs
     args_hash: str
@@ -199,6 +220,17 @@ class Arbiter:
         ]
         self._workers = WorkerPool()
         self._seq = itertools.count(1)
+        self._plans: dict[str, _Plan] = {}
+
+    def _plan(self, tool: Tool) -> _Plan:
+        plan = self._plans.get(tool.spec.id)
+        if plan is None:
+            spec = tool.spec
+            plan = _Plan(
+                spec.lock_templates, spec.path_args, is_async_tool(tool), spec.secret_resources
+            )
+            self._plans[spec.id] = plan
+        return plan
 
     def close(self) -> None:
         """Stop idle worker threads (running bodies finish on their own)."""
@@ -218,12 +250,12 @@ class Arbiter:
         lease = self._acquire_or_refuse(admitted)
         ctx = self._context(admitted)
         try:
-            raw = self._run_sync(admitted.tool, ctx, admitted.args)
+            raw = self._run_sync(admitted, ctx)
         except BaseException as exc:
             error = self._fail(admitted, ctx, exc, lease)
             if error is exc:
                 raise
-            raise error from exc
+            raise error from self._safe_cause(exc)
         return self._succeed(admitted, raw, lease)
 
     async def adispatch(self, call: ToolCall) -> ToolResult:
@@ -238,12 +270,12 @@ class Arbiter:
             raise
         ctx = self._context(admitted)
         try:
-            raw = await self._run_async(admitted.tool, ctx, admitted.args)
+            raw = await self._run_async(admitted, ctx)
         except BaseException as exc:
             error = self._fail(admitted, ctx, exc, lease)
             if error is exc:
                 raise
-            raise error from exc
+            raise error from self._safe_cause(exc)
         return self._succeed(admitted, raw, lease)
 
     # ----------------------------------------------------------------------- steps 1-4
@@ -262,19 +294,19 @@ class Arbiter:
             raise
         args_hash = _args_hash(args.json)
         normalised = call.model_copy(update={"tool": spec.id, "args": args.json})
+        plan = self._plan(tool)
         try:
             self._check_allowlist(normalised, spec)
-            lock_values = self._confine_paths(spec, args.json, call.node)
+            lock_values = self._confine_paths(spec, plan.path_args, args.json)
             self._check_policies(normalised, spec)
         except ToolError as exc:
             self._refuse(call, spec.id, exc, args_hash)
             raise
         locks = tuple(
-            LockRequest(template.render(lock_values), template.mode)
-            for template in spec.lock_templates
+            LockRequest(template.render(lock_values), template.mode) for template in plan.templates
         )
         owner = f"{spec.id}#{call.call_id or next(self._seq)}"
-        return _Admitted(tool, normalised, args, args_hash, locks, owner)
+        return _Admitted(tool, plan, normalised, args, args_hash, locks, owner)
 
     def _check_allowlist(self, call: ToolCall, spec: ToolSpec) -> None:
         if call.allowed is None or matches_allowlist(spec.id, call.allowed):
@@ -297,12 +329,12 @@ class Arbiter:
         raise _attach(ToolNotAllowedError(message, node=call.node), failure)
 
     def _confine_paths(
-        self, spec: ToolSpec, args: dict[str, Any], node: str | None
+        self, spec: ToolSpec, path_args: tuple[str, ...], args: dict[str, Any]
     ) -> dict[str, Any]:
-        if not spec.path_args:
+        if not path_args:
             return args
         values = dict(args)
-        for name in spec.path_args:
+        for name in path_args:
             # The canonical relative path is also the lock key: aliases lock one resource.
             values[name] = self.workspace.relative(str(args.get(name, "")), tool=spec.id, arg=name)
         return values
@@ -378,11 +410,14 @@ class Arbiter:
             workspace=self.workspace,
             timeout_s=spec.timeout_s,
             deadline=time.monotonic() + spec.timeout_s,
-            secrets=self._secrets.subset(spec.secret_resources),
+            secrets=self._secrets.subset(spec.secret_resources)
+            if admitted.plan.secrets_wanted
+            else _NO_SECRETS,
         )
 
-    def _run_sync(self, tool: Tool, ctx: ToolContext, args: ValidatedArgs) -> object:
-        if is_async_tool(tool):
+    def _run_sync(self, admitted: _Admitted, ctx: ToolContext) -> object:
+        tool, args = admitted.tool, admitted.args
+        if admitted.plan.is_async:
 
             async def bounded() -> object:
                 async with asyncio.timeout(ctx.timeout_s):
@@ -392,15 +427,16 @@ class Arbiter:
         else:
             job = self._workers.submit(lambda: tool.execute(ctx, args))
         # A little grace so a body enforcing its own deadline (subprocess kill) reports first.
-        if not job.done.wait(ctx.timeout_s + 0.05):
+        if not job.wait(ctx.timeout_s + 0.05):
             ctx.cancelled.set()
             raise TimeoutError
         return job.result()
 
-    async def _run_async(self, tool: Tool, ctx: ToolContext, args: ValidatedArgs) -> object:
+    async def _run_async(self, admitted: _Admitted, ctx: ToolContext) -> object:
+        tool, args = admitted.tool, admitted.args
         try:
             async with asyncio.timeout(ctx.timeout_s + 0.05):
-                if is_async_tool(tool):
+                if admitted.plan.is_async:
                     return await tool.execute(ctx, args)  # type: ignore[misc]
                 loop = asyncio.get_running_loop()
                 return await loop.run_in_executor(None, tool.execute, ctx, args)
@@ -414,7 +450,8 @@ class Arbiter:
             summary, payload = _normalise(raw)
             summary = self._redact(summary)
             ref, inline = self._store(payload)
-            result = ToolResult(
+            # model_construct: every value was produced (and typed) by the arbiter itself.
+            result = ToolResult.model_construct(
                 tool=spec.id,
                 call_id=admitted.call.call_id,
                 status="success",
@@ -488,7 +525,8 @@ class Arbiter:
     def _commit(self, admitted: _Admitted, status: ToolStatus, ref: str | None) -> None:
         call, spec = admitted.call, admitted.tool.spec
         self.commit_log.append(
-            CommitEntry(
+            CommitEntry.model_construct(
+                kind="call",
                 lane=call.lane,
                 tool=spec.id,
                 call_id=call.call_id,
@@ -524,6 +562,11 @@ class Arbiter:
             )
 
     # ----------------------------------------------------------------------- secrets
+
+    def _safe_cause(self, exc: BaseException) -> BaseException | None:
+        """``exc`` to chain as ``__cause__``, or ``None`` when its text holds a secret: a
+        logged traceback would print the original message unredacted."""
+        return None if self._redact(str(exc)) != str(exc) else exc
 
     def _redact(self, text: str) -> str:
         for value, _escaped, name in self._needles:

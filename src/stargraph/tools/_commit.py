@@ -63,11 +63,15 @@ _RECORD_KEYS: Final = frozenset(CommitRecord.model_fields)
 
 def seal(entry: CommitEntry, *, seq: int, prev_hash: str) -> tuple[CommitRecord, bytes]:
     """Chain ``entry`` after ``prev_hash``: the record and its canonical stored bytes."""
-    body: dict[str, Any] = entry.model_dump()
+    body: dict[str, Any] = dict(entry.__dict__)
     body["seq"] = seq
     body["prev_hash"] = prev_hash
-    body["hash"] = sha256_hex(canonical_json(body))
-    return CommitRecord.model_validate(body), canonical_json(body)
+    # A record holds only strings, small integers and nulls under fixed ASCII keys, for
+    # which sorted orjson output *is* RFC 8785 (see canonical_json); this runs on every call.
+    body["hash"] = sha256_hex(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
+    data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    # model_construct: every field was validated in ``entry`` or computed just above.
+    return CommitRecord.model_construct(**body), data
 
 
 def verify_rows(rows: Iterable[tuple[int, bytes]]) -> int | None:
@@ -156,7 +160,12 @@ class InMemoryCommitLog:
 
 class SqliteCommitLog:
     """Commit log in a SQLite file (stdlib ``sqlite3``, WAL). Safe across threads and
-    processes: each append reads the head and inserts inside one ``BEGIN IMMEDIATE``.
+    processes.
+
+    Appends are optimistic: the head (seq, hash) is cached and the record is inserted in one
+    statement. ``seq`` is the primary key, so if another process appended meanwhile the insert
+    collides, the head is re-read and the append retried; a stale head can therefore never be
+    chained to. That keeps an append at one SQLite statement instead of four.
 
     Triggers refuse ``UPDATE`` and ``DELETE`` so the table is append-only through SQL; a
     writer bypassing them is still caught by :meth:`verify_chain`.
@@ -183,23 +192,27 @@ class SqliteCommitLog:
             # lose the last transactions but never corrupts the chain.
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.executescript(self._SCHEMA)
+            self._head = self._read_head()
+
+    def _read_head(self) -> tuple[int, str]:
+        row = self._conn.execute(
+            "SELECT seq, record FROM commit_log ORDER BY seq DESC LIMIT 1"
+        ).fetchone()
+        return (0, GENESIS_HASH) if row is None else (row[0], _hash_of(row[1]))
 
     def append(self, entry: CommitEntry) -> CommitRecord:
-        """Seal and insert ``entry`` after the head read in the same transaction."""
+        """Seal ``entry`` after the head and insert it (retrying if another writer won)."""
         with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                row = self._conn.execute(
-                    "SELECT seq, record FROM commit_log ORDER BY seq DESC LIMIT 1"
-                ).fetchone()
-                seq, prev = (1, GENESIS_HASH) if row is None else (row[0] + 1, _hash_of(row[1]))
-                record, data = seal(entry, seq=seq, prev_hash=prev)
-                self._conn.execute("INSERT INTO commit_log VALUES (?, ?)", (seq, data))
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
-        return record
+            while True:
+                seq, prev = self._head
+                record, data = seal(entry, seq=seq + 1, prev_hash=prev)
+                try:
+                    self._conn.execute("INSERT INTO commit_log VALUES (?, ?)", (seq + 1, data))
+                except sqlite3.IntegrityError:
+                    self._head = self._read_head()  # another process appended first
+                    continue
+                self._head = (record.seq, record.hash)
+                return record
 
     def records(self) -> list[CommitRecord]:
         """Every record in ``seq`` order."""

@@ -18,24 +18,35 @@ __all__ = ["Job", "WorkerPool"]
 
 
 class Job:
-    """One submitted call: wait on :attr:`done`, then read :meth:`result`."""
+    """One submitted call: :meth:`wait` for it, then read :meth:`result`."""
 
-    __slots__ = ("_error", "_fn", "_value", "done")
+    __slots__ = ("_done", "_error", "_fn", "_value")
 
     def __init__(self, fn: Callable[[], Any]) -> None:
         self._fn = fn
         self._value: Any = None
         self._error: BaseException | None = None
-        self.done = threading.Event()
+        # A bare lock held until the job finishes: cheaper to wait on than an Event
+        # (no Condition, no per-wait waiter lock), and only one thread ever waits.
+        self._done = threading.Lock()
+        self._done.acquire()
+
+    def wait(self, timeout: float) -> bool:
+        """Block until the job finished or ``timeout`` passed; ``True`` if it finished."""
+        if self._done.acquire(timeout=timeout):
+            self._done.release()  # keep "finished" observable for a second wait
+            return True
+        return False
+
+    def _finish(self) -> None:
+        self._done.release()
 
     def run(self) -> None:
-        """Run the function, capturing its value or exception."""
+        """Run the function, capturing its value or exception (``done`` is set separately)."""
         try:
             self._value = self._fn()
         except BaseException as exc:  # re-raised in the caller's thread by result()
             self._error = exc
-        finally:
-            self.done.set()
 
     def result(self) -> Any:
         """The value, or re-raise the exception, of a finished job."""
@@ -72,11 +83,16 @@ class WorkerPool:
         job: Job | None = first
         while job is not None:
             job.run()
-            job = None  # drop the reference before blocking, so results can be collected
+            # Book-keeping before waking the caller: once it is woken the caller wants
+            # the GIL, and this thread should then only have to block in get().
             with self._lock:
-                if self._closed:
-                    return
-                self._idle += 1
+                closed = self._closed
+                if not closed:
+                    self._idle += 1
+            job._finish()
+            job = None  # drop the reference before blocking, so results can be collected
+            if closed:
+                return
             job = self._queue.get()
 
     def shutdown(self) -> None:

@@ -1,0 +1,153 @@
+"""The built-in example tools: fs.read/write/search, exec, http.fetch (issue 6 item 7)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from stargraph.errors import ToolArgumentError, ToolTimeoutError
+from stargraph.tools import Arbiter, ToolCall, builtin_tools
+
+ArbiterFactory = Callable[..., Arbiter]
+
+
+@pytest.fixture
+def arbiter(make_arbiter: ArbiterFactory) -> Arbiter:
+    return make_arbiter(*builtin_tools())
+
+
+def run(arbiter: Arbiter, name: str, **args: Any) -> Any:
+    return arbiter.dispatch(ToolCall(tool=name, args=args))
+
+
+def test_builtin_ids_follow_the_seed() -> None:
+    specs = {t.spec.id: t.spec for t in builtin_tools()}
+    assert sorted(specs) == [
+        "choir.exec@1.0.0",
+        "choir.fs.read@1.0.0",
+        "choir.fs.search@1.0.0",
+        "choir.fs.write@1.0.0",
+        "choir.http.fetch@1.0.0",
+    ]
+    assert specs["choir.exec@1.0.0"].locks == ("workspace:X",)
+    assert specs["choir.fs.read@1.0.0"].locks == ("file:{path}:S",)
+    assert specs["choir.fs.write@1.0.0"].locks == ("file:{path}:X",)
+    assert specs["choir.fs.write@1.0.0"].side_effect == "write"
+
+
+def test_fs_write_then_read_with_head_and_tail(arbiter: Arbiter, workspace: Path) -> None:
+    assert run(arbiter, "choir.fs.write", path="d/n.txt", content="1\n2\n3\n").summary == (
+        "overwrite 6 bytes to d/n.txt"
+    )
+    run(arbiter, "choir.fs.write", path="d/n.txt", content="4\n", mode="append")
+    assert (workspace / "d" / "n.txt").read_text() == "1\n2\n3\n4\n"
+    assert run(arbiter, "choir.fs.read", path="d/n.txt").payload == "1\n2\n3\n4\n"
+    assert run(arbiter, "choir.fs.read", path="d/n.txt", head=2).payload == "1\n2\n"
+    tail = run(arbiter, "choir.fs.read", path="d/n.txt", tail=1)
+    assert (tail.summary, tail.payload) == ("read 1 lines from d/n.txt", "4\n")
+    with pytest.raises(ToolArgumentError, match="mode: Input should be 'overwrite' or 'append'"):
+        run(arbiter, "choir.fs.write", path="x", content="", mode="truncate")
+
+
+def test_fs_search_finds_lines(arbiter: Arbiter, workspace: Path) -> None:
+    (workspace / "src").mkdir()
+    (workspace / "src" / "a.py").write_text("import os\nTODO: fix\n")
+    (workspace / "b.txt").write_text("nothing\nTODO later\n")
+    (workspace / "bin.dat").write_bytes(b"\xff\xfeTODO")
+    result = run(arbiter, "choir.fs.search", pattern=r"^TODO")
+    assert result.payload == [
+        {"path": "b.txt", "line": 2, "text": "TODO later"},
+        {"path": "src/a.py", "line": 2, "text": "TODO: fix"},
+    ]
+    limited = run(arbiter, "choir.fs.search", pattern="TODO", max_results=1)
+    assert limited.summary == "1+ matches (truncated)"
+    with pytest.raises(ToolArgumentError, match="pattern is not a valid regex"):
+        run(arbiter, "choir.fs.search", pattern="(")
+
+
+def test_exec_runs_in_the_workspace_with_a_minimal_environment(
+    arbiter: Arbiter, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "must-not-leak")
+    result = run(arbiter, "choir.exec", command="pwd; echo oops >&2; env; exit 4")
+    assert result.summary == "exit code 4"
+    assert result.payload["stdout"].splitlines()[0] == str(workspace.resolve())
+    assert "must-not-leak" not in result.payload["stdout"]
+    assert result.payload["stderr"] == "oops\n"
+
+
+def test_exec_timeout_kills_the_command(make_arbiter: ArbiterFactory) -> None:
+    from stargraph.tools import PythonTool, ToolSpec
+
+    exec_tool = next(t for t in builtin_tools() if t.spec.id == "choir.exec@1.0.0")
+    assert isinstance(exec_tool, PythonTool)
+    fast = PythonTool(
+        ToolSpec(**{**exec_tool.spec.model_dump(), "timeout_s": 0.3}),
+        exec_tool.arguments,
+        exec_tool._fn,
+        ctx_param="ctx",
+    )
+    arbiter = make_arbiter(fast)
+    started = time.monotonic()
+    with pytest.raises(ToolTimeoutError, match=r"ran longer than 0\.3s"):
+        run(arbiter, "choir.exec", command="sleep 20")
+    assert time.monotonic() - started < 3
+
+
+class _Handler(BaseHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output quiet
+        return
+
+    def _reply(self, body: bytes) -> None:
+        status = 200 if self.path == "/ok" else 404
+        self.send_response(status)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command == "GET":
+            self.wfile.write(body)
+
+    def do_GET(self) -> None:
+        self._reply(b"hello from loopback" if self.path == "/ok" else b"missing")
+
+    def do_HEAD(self) -> None:
+        self._reply(b"hello from loopback")
+
+
+@pytest.fixture
+def server() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(5)
+
+
+def test_http_fetch_against_a_loopback_server(arbiter: Arbiter, server: str) -> None:
+    ok = run(arbiter, "choir.http.fetch", url=f"{server}/ok")
+    assert ok.payload == {
+        "status": 200,
+        "content_type": "text/plain",
+        "body": "hello from loopback",
+    }
+    assert ok.summary == f"HTTP 200 from {server}/ok (19 bytes)"
+    missing = run(arbiter, "choir.http.fetch", url=f"{server}/nope")
+    assert missing.payload["status"] == 404
+    assert missing.payload["body"] == "missing"
+    head = run(arbiter, "choir.http.fetch", url=f"{server}/ok", method="HEAD")
+    assert head.payload["body"] == ""
+    truncated = run(arbiter, "choir.http.fetch", url=f"{server}/ok", max_bytes=5)
+    assert truncated.payload["body"] == "hello"
+
+
+def test_http_fetch_refuses_other_schemes(arbiter: Arbiter) -> None:
+    with pytest.raises(ToolArgumentError, match="url must start with http:// or https://"):
+        run(arbiter, "choir.http.fetch", url="file:///etc/passwd")
