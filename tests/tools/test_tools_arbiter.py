@@ -249,8 +249,9 @@ def run_concurrently(fn: Callable[[], Any], count: int = 2) -> None:
     for thread in threads:
         thread.start()
     for thread in threads:
-        thread.join(10)
+        thread.join(30)
     assert errors == []
+    assert not any(thread.is_alive() for thread in threads)
 
 
 @pytest.mark.parametrize(("mode", "parallel"), [("S", True), ("X", False)])
@@ -270,6 +271,31 @@ def test_shared_tools_run_in_parallel_and_exclusive_tools_serialise(
     (_s1, e1), (s2, _e2) = sorted(spans)
     overlap = s2 < e1
     assert overlap is parallel, spans
+
+
+def test_100_concurrent_pairs_locking_ab_and_ba_through_dispatch_all_finish(
+    make_arbiter: ArbiterFactory,
+) -> None:
+    @tool(id="demo.pair@1.0.0", description="Pair.", locks=("res:{first}:X", "res:{second}:X"))
+    def pair(first: str, second: str) -> None:
+        time.sleep(0.0005)
+
+    arbiter = make_arbiter(pair, lock_timeout=20)
+    calls = iter(
+        [{"first": "A", "second": "B"}, {"first": "B", "second": "A"}] * 100  # 100 pairs
+    )
+    lock = threading.Lock()
+
+    def call() -> None:
+        with lock:
+            args = next(calls)
+        arbiter.dispatch(ToolCall(tool="demo.pair", args=args))
+
+    run_concurrently(call, count=200)
+    records = arbiter.commit_log.records()
+    assert len(records) == 200
+    assert {r.status for r in records} == {"success"}
+    assert arbiter.locks.snapshot() == {}
 
 
 def test_path_aliases_lock_the_same_file(make_arbiter: ArbiterFactory) -> None:

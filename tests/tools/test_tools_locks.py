@@ -100,12 +100,12 @@ def test_fifo_fairness_a_queued_writer_is_not_starved_by_new_readers() -> None:
     manager = LockManager()
     reader = manager.acquire(locks("r:S"), owner="reader")
     order: list[str] = []
-    writer = threading.Thread(
-        target=lambda: (
-            manager.release(manager.acquire(locks("r:X"), owner="writer", timeout=5)),
-            order.append("writer"),
-        )
-    )
+
+    def write() -> None:
+        manager.release(manager.acquire(locks("r:X"), owner="writer", timeout=5))
+        order.append("writer")
+
+    writer = threading.Thread(target=write)
     writer.start()
     while manager.waiting == 0:
         time.sleep(0.001)
@@ -154,7 +154,7 @@ def test_100_concurrent_opposite_order_pairs_all_finish() -> None:
 def test_no_partially_held_lockset_is_ever_observable() -> None:
     manager = LockManager()
     stop = threading.Event()
-    violations: list[dict[str, object]] = []
+    violations: list[object] = []
 
     def observer() -> None:
         while not stop.is_set():

@@ -212,7 +212,8 @@ def test_external_tool_arguments_follow_its_json_schema(tmp_path: Path, workspac
             ToolCall(tool="ext.typed", args={"mode": "fast", "tags": ["a"], "opts": {"deep": True}})
         )
         # Omitted optional fields stay omitted for the external tool.
-        assert ok.payload["args"] == {"mode": "fast", "tags": ["a"], "opts": {"deep": True}}  # type: ignore[index]
+        echoed: Any = ok.payload
+        assert echoed["args"] == {"mode": "fast", "tags": ["a"], "opts": {"deep": True}}
         with pytest.raises(ToolArgumentError) as info:
             arbiter.dispatch(
                 ToolCall(

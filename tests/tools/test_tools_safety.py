@@ -20,6 +20,7 @@ from stargraph.tools import (
     Arbiter,
     DirectoryArtifactStore,
     SqliteCommitLog,
+    Tool,
     ToolCall,
     ToolContext,
     ToolOutput,
@@ -114,7 +115,7 @@ SECRET = "sk-live-7f3a9c1e-SECRET-VALUE"
 OTHER_SECRET = "hunter2-other-SECRET"
 
 
-def _leaky_tools(received: list[str], tmp_path: Path) -> list[object]:
+def _leaky_tools(received: list[str], tmp_path: Path) -> list[Tool]:
     @tool(id="demo.deploy@1.0.0", description="Deploy.", secret_resources=("api_key",))
     def deploy(ctx: ToolContext, target: str) -> ToolOutput:
         received.append(hashlib.sha256(ctx.secrets["api_key"].encode()).hexdigest())
