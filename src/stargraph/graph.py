@@ -184,6 +184,7 @@ class Graph(Generic[StateT]):
         blocking: bool = False,
         interrupt_before: bool = False,
         interrupt_after: bool = False,
+        rules: Sequence[Any] = (),
         metadata: Mapping[str, Any] | None = None,
     ) -> Graph[StateT]:
         """Add a node: ``with_node("id", fn)`` for a callable, or ``with_node(SubgraphNode...)``.
@@ -230,6 +231,7 @@ class Graph(Generic[StateT]):
             blocking=blocking,
             interrupt_before=interrupt_before,
             interrupt_after=interrupt_after,
+            rules=tuple(_pack_ir(p) for p in rules),
             metadata=dict(metadata or {}),
         )
         return self._replace(_nodes=(*self._nodes, node_ir), _impls=impls)
@@ -292,10 +294,13 @@ class Graph(Generic[StateT]):
         edge = ConditionalEdgeIR(source=source, router=ref, mapping=targets)
         return self._replace(_edges=(*self._edges, edge), _impls=impls)
 
-    def with_rules(self, pack: Any) -> Graph[StateT]:
-        """Mount a rule pack (anything with ``to_ir() -> RulePackIR``) on the whole graph."""
-        pack_ir = pack if isinstance(pack, RulePackIR) else pack.to_ir()
-        return self._replace(_rules=(*self._rules, pack_ir))
+    def with_rules(self, *packs: Any) -> Graph[StateT]:
+        """Mount rule packs (``fathom.RulePack`` or ``RulePackIR``) on the whole graph.
+
+        After every step the packs decide continue / goto / halt / interrupt; their source
+        text is part of the graph hash.
+        """
+        return self._replace(_rules=(*self._rules, *(_pack_ir(p) for p in packs)))
 
     def with_metadata(self, **metadata: Any) -> Graph[StateT]:
         """Attach cosmetic metadata (not part of the hash)."""
@@ -333,6 +338,12 @@ class Graph(Generic[StateT]):
 
     def __repr__(self) -> str:
         return f"Graph({self._name!r}, nodes={[n.id for n in self._nodes]})"
+
+
+def _pack_ir(pack: Any) -> RulePackIR:
+    if isinstance(pack, RulePackIR):
+        return pack
+    return RulePackIR(id=pack.id, version=pack.version, source=pack.source)
 
 
 def _import_state(schema: StateSchemaIR) -> Any:

@@ -14,7 +14,14 @@ from pydantic import BaseModel
 from stargraph.checkpoint import CheckpointStore
 from stargraph.compile._validate import is_async_callable, validate_ir
 from stargraph.errors import CompileError, Problem
-from stargraph.ir import START, ConditionalEdgeIR, FunctionNodeIR, GraphIR, StaticEdgeIR
+from stargraph.ir import (
+    START,
+    ConditionalEdgeIR,
+    FunctionNodeIR,
+    GraphIR,
+    RulePackIR,
+    StaticEdgeIR,
+)
 from stargraph.runtime import (
     DEFAULT_MAX_STEPS,
     CompiledGraph,
@@ -22,6 +29,7 @@ from stargraph.runtime import (
     JoinSpec,
     NodeSpec,
     RouterSpec,
+    RuleSet,
     SystemEntropy,
     accepts_ctx,
 )
@@ -74,6 +82,7 @@ def compile_ir(
                         "compile(store=MemoryStore())",
                     )
                 )
+    rules = _rules_factory(ir, state, problems)
     if snapshot_every < 1:
         problems.append(
             Problem("/", f"snapshot_every={snapshot_every} must be >= 1", "pass 1 or more")
@@ -146,4 +155,69 @@ def compile_ir(
         durability=durability,
         snapshot_every=snapshot_every,
         on_code_change=on_code_change,
+        rules=rules,
     )
+
+
+def _successors(ir: GraphIR) -> dict[str, frozenset[str]]:
+    """Every node a node may hand over to: static edges, router targets, join targets."""
+    out: dict[str, set[str]] = {n.id: set() for n in ir.nodes}
+    for edge in ir.edges:
+        if isinstance(edge, StaticEdgeIR):
+            for source in edge.sources:
+                out.setdefault(source, set()).add(edge.target)
+        else:
+            out.setdefault(edge.source, set()).update(edge.mapping.values())
+    return {k: frozenset(v) for k, v in out.items()}
+
+
+def _rules_factory(
+    ir: GraphIR, state: type[BaseModel], problems: list[Problem]
+) -> Callable[[], RuleSet] | None:
+    """Validate the rule packs mounted on the graph and its nodes; build the engine factory.
+
+    Only here, and only when a graph mounts packs, is ``stargraph.fathom`` (and so clipspy)
+    imported: graphs without rules never pay for it.
+    """
+    node_packs = {n.id: n.rules for n in ir.nodes if n.rules}
+    if not ir.rule_packs and not node_packs:
+        return None
+    from stargraph import fathom
+    from stargraph.errors import RuleCompileError
+
+    try:
+        facts = fathom.fact_fields(state)
+    except RuleCompileError as exc:
+        problems.extend(exc.problems)
+        return None
+    successors = _successors(ir)
+
+    def packs_of(irs: tuple[RulePackIR, ...], where: str) -> list[fathom.RulePack]:
+        out = []
+        for i, pack_ir in enumerate(irs):
+            pack = fathom.RulePack(id=pack_ir.id, version=pack_ir.version, source=pack_ir.source)
+            try:
+                fathom.validate_pack(pack, fact_fields=facts, successors=successors)
+            except RuleCompileError as exc:
+                problems.extend(
+                    Problem(f"{where}/{i}: {p.pointer}", p.message, p.hint) for p in exc.problems
+                )
+            out.append(pack)
+        return out
+
+    graph_packs = packs_of(ir.rule_packs, "/rule_packs")
+    per_node = {
+        node: packs_of(packs, f"/nodes/{i}/rules")
+        for i, (node, packs) in enumerate(node_packs.items())
+    }
+
+    def engine(packs: list[fathom.RulePack]) -> Callable[[], fathom.RuleEngine]:
+        return lambda: fathom.RuleEngine(packs, fact_fields=facts, successors=successors)
+
+    def factory() -> RuleSet:
+        return RuleSet(
+            engine(graph_packs)() if graph_packs else None,
+            {node: engine(packs) for node, packs in per_node.items()},
+        )
+
+    return factory

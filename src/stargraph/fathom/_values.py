@@ -37,6 +37,8 @@ class Fact:
     """
 
     __slots__ = ()
+    # How stargraph.state recognises the marker without importing this package (and clipspy).
+    __stargraph_fact__ = True
 
     def __repr__(self) -> str:
         return "Fact()"

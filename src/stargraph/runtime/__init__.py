@@ -20,10 +20,12 @@ from stargraph.runtime._events import (
 )
 from stargraph.runtime._executor import DEFAULT_MAX_STEPS, CompiledGraph
 from stargraph.runtime._plan import JoinSpec, NodeSpec, RouterSpec, Task, accepts_ctx
+from stargraph.runtime._rules import DecisionMaker, RuleSet, StepDecision
 
 __all__ = [
     "CompiledGraph",
     "DEFAULT_MAX_STEPS",
+    "DecisionMaker",
     "Entropy",
     "Event",
     "JoinSpec",
@@ -31,6 +33,7 @@ __all__ = [
     "NodeSpec",
     "NodeStarted",
     "RouterSpec",
+    "RuleSet",
     "RuleDecided",
     "RunContext",
     "RunFailed",
@@ -39,6 +42,7 @@ __all__ = [
     "RunStarted",
     "SeededEntropy",
     "StepCompleted",
+    "StepDecision",
     "SystemEntropy",
     "Task",
     "accepts_ctx",

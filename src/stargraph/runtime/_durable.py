@@ -152,6 +152,7 @@ class Persistence:
             next=task_records(run.tasks),
             joins=joins_record(run.joins_seen),
             attempts=dict(run.attempts),
+            facts=run.rules.snapshot() if run.rules is not None else None,
             created_at=_now(),
         )
         self.store.commit_step(run.run_id, record)

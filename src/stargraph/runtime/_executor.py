@@ -44,6 +44,7 @@ from stargraph.runtime._events import (
     Event,
     NodeFinished,
     NodeStarted,
+    RuleDecided,
     RunFailed,
     RunFinished,
     RunInterrupted,
@@ -51,6 +52,7 @@ from stargraph.runtime._events import (
     StepCompleted,
 )
 from stargraph.runtime._plan import NodeSpec, RouterSpec, Task
+from stargraph.runtime._rules import RuleSet
 from stargraph.runtime._run import Run, jsonable
 from stargraph.runtime._tasks import StepOutcome, execute_async, execute_sync
 from stargraph.state import Channel
@@ -88,8 +90,10 @@ class CompiledGraph(Generic[StateT]):
         durability: Durability = "sync",
         snapshot_every: int = 50,
         on_code_change: Literal["warn", "error"] = "warn",
+        rules: Callable[[], RuleSet] | None = None,
     ) -> None:
         self.ir = ir
+        self.rules = rules
         self.state_model = state_model
         self.channels = channels
         self.specs = specs
@@ -420,6 +424,9 @@ class CompiledGraph(Generic[StateT]):
         run.step = last.step
         run.tasks = tasks_from(last.next)
         run.joins_seen = joins_from(last)
+        if self.rules is not None:
+            run.rules = self.rules()
+            run.rules.restore(last.facts)
         run.persistence = Persistence(self, store, snapshot_every=self.snapshot_every)
         nxt = last.step + 1
         pending = store.get_pending(run_id, nxt)
@@ -477,6 +484,8 @@ class CompiledGraph(Generic[StateT]):
                 )
             )
         if fresh:
+            if self.rules is not None:
+                run.rules = self.rules()
             run.schedule_entry()
             if run.persistence is not None:
                 run.persistence.start(run)
@@ -544,6 +553,9 @@ class CompiledGraph(Generic[StateT]):
             self._park_node(run, outcome)
             return False
         self._complete_step(run, outcome.results)
+        if run.rule_park is not None:
+            self._park(run, run.rule_park)
+            return False
         return not (self._interrupts and self._park_after(run, [t for t, _ in outcome.results]))
 
     def _run_to_end(self, run: Run, *, fresh: bool) -> None:
@@ -557,6 +569,10 @@ class CompiledGraph(Generic[StateT]):
         except StargraphError as exc:
             self._fail(run, exc)
             raise
+        finally:
+            if run.rules is not None:
+                run.rules.close()
+                run.rules = None
 
     def _drive(self, run: Run, *, fresh: bool) -> Iterator[int]:
         """Sync driver for streams: yields after each committed step."""
@@ -570,6 +586,10 @@ class CompiledGraph(Generic[StateT]):
         except StargraphError as exc:
             self._fail(run, exc)
             raise
+        finally:
+            if run.rules is not None:
+                run.rules.close()
+                run.rules = None
 
     async def _adrive(self, run: Run, *, fresh: bool) -> AsyncIterator[int]:
         """Async driver: yields after each committed step."""
@@ -587,12 +607,19 @@ class CompiledGraph(Generic[StateT]):
                     return
                 self._complete_step(run, outcome.results)
                 yield run.step
+                if run.rule_park is not None:
+                    self._park(run, run.rule_park)
+                    return
                 if self._interrupts and self._park_after(run, [t for t, _ in outcome.results]):
                     return
             self._finish(run)
         except StargraphError as exc:
             self._fail(run, exc)
             raise
+        finally:
+            if run.rules is not None:
+                run.rules.close()
+                run.rules = None
 
     def _stream(self, run: Run, buffer: list[Event], *, fresh: bool) -> Iterator[Event]:
         try:
@@ -609,6 +636,8 @@ class CompiledGraph(Generic[StateT]):
         ran = [task for task, _ in results]
         run.merge(results)
         run.schedule_next(ran)
+        if run.rules is not None:
+            self._apply_rules(run, ran)
         if run.emit is not None:
             for task, writes in sorted(results, key=lambda r: r[0].key):
                 run.emit(
@@ -637,9 +666,42 @@ class CompiledGraph(Generic[StateT]):
                 )
             )
 
+    def _apply_rules(self, run: Run, ran: Sequence[Task]) -> None:
+        assert run.rules is not None
+        decision = run.rules.decide(run.step, [t.node for t in ran], run.values)
+        if decision.kind == "continue":
+            return
+        self._emit(
+            run,
+            RuleDecided(
+                run_id=run.run_id,
+                step=run.step,
+                path=run.path,
+                decision=decision.kind,
+                rule=decision.rule,
+                target=",".join(decision.targets) or None,
+                reason=decision.reason,
+            ),
+        )
+        if decision.kind == "halt":
+            run.tasks = ()
+            run.stopped_by = decision.rule
+        elif decision.kind == "interrupt":
+            run.rule_park = {
+                "kind": "rule",
+                "rule": decision.rule,
+                "reason": decision.reason,
+                "step": run.step,
+            }
+        else:
+            # goto replaces whatever the edges scheduled, Sends included.
+            run.tasks = tuple(
+                self.single_tasks[t][0] for t in sorted(set(decision.targets)) if t != END
+            )
+
     def _finish(self, run: Run) -> None:
         if run.persistence is not None:
-            run.persistence.finish(run)
+            run.persistence.finish(run, stopped_by=run.stopped_by)
         self._emit(
             run,
             RunFinished(
@@ -647,6 +709,7 @@ class CompiledGraph(Generic[StateT]):
                 step=run.step,
                 path=run.path,
                 state=jsonable(self.channels, run.values),
+                stopped_by=run.stopped_by,
             ),
         )
 

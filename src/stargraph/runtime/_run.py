@@ -30,6 +30,7 @@ if TYPE_CHECKING:
     from stargraph.checkpoint import JournalEntry
     from stargraph.runtime._durable import Persistence
     from stargraph.runtime._executor import CompiledGraph
+    from stargraph.runtime._rules import RuleSet
 
 __all__ = ["Run", "jsonable", "make_tasks"]
 
@@ -48,9 +49,12 @@ class Run:
         "max_steps",
         "path",
         "persistence",
+        "rule_park",
+        "rules",
         "run_id",
         "skip_interrupt_before",
         "step",
+        "stopped_by",
         "tasks",
         "values",
         "view",
@@ -84,6 +88,9 @@ class Run:
         self.journals: dict[tuple[str, int], list[JournalEntry]] = {}
         self.attempts: dict[str, int] = {}
         self.skip_interrupt_before = False
+        self.rules: RuleSet | None = None
+        self.stopped_by: str | None = None
+        self.rule_park: dict[str, Any] | None = None
         # The state object built for this step's routers, handed on to the next step's task
         # when it runs alone (saves building the same pydantic object twice per step).
         self.view: Any = None

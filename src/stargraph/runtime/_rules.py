@@ -1,0 +1,154 @@
+"""Rule decisions at step boundaries: the executor's side of ``stargraph.fathom``.
+
+The runtime does not import the rule engine (only ``stargraph.fathom`` imports clipspy); the
+compiler hands it a factory of :class:`DecisionMaker` objects. After each step, the rules of
+the graph - and of each node that ran - decide ``continue``, ``goto``, ``halt`` or
+``interrupt``; decisions combine with the precedence halt > interrupt > goto > continue, and
+every non-``continue`` decision is an event naming the rule that fired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+__all__ = ["DecisionMaker", "RuleSet", "StepDecision"]
+
+
+class _Decision(Protocol):
+    kind: str
+    target: str | None
+    reason: str | None
+    rule: str | None
+
+
+class DecisionMaker(Protocol):
+    """One run's rule engine (``stargraph.fathom.RuleEngine`` satisfies it)."""
+
+    def decide(
+        self,
+        *,
+        step: int,
+        node: str,
+        state_facts: Mapping[str, Any],
+        last_event: str | None = None,
+        tool_result: str | None = None,
+        error_count: int = 0,
+    ) -> Any:
+        """The decision after ``node`` ran as step ``step``."""
+        ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """JSON-able facts to store with a checkpoint."""
+        ...
+
+    def restore(self, snapshot: Any) -> None:
+        """Load facts saved by :meth:`snapshot`."""
+        ...
+
+    def close(self) -> None:
+        """Release the engine."""
+        ...
+
+
+_RANK = {"halt": 3, "interrupt": 2, "goto": 1, "continue": 0}
+
+
+class StepDecision:
+    """The combined decision of one step: its kind, the goto targets, and the deciding rule."""
+
+    __slots__ = ("kind", "reason", "rule", "targets")
+
+    def __init__(self) -> None:
+        self.kind = "continue"
+        self.targets: list[str] = []
+        self.rule: str | None = None
+        self.reason: str | None = None
+
+    def add(self, decision: _Decision) -> None:
+        """Fold one engine's decision in, keeping the strongest kind."""
+        if decision.kind == "goto" and decision.target is not None:
+            self.targets.append(decision.target)
+        if _RANK[decision.kind] > _RANK[self.kind]:
+            self.kind = decision.kind
+            self.rule = decision.rule
+            self.reason = decision.reason
+
+
+class RuleSet:
+    """The engines of one run: one for the graph's packs, one per node that mounts packs.
+
+    Engine facts the rules see besides the state's ``Fact()`` fields come from state
+    channels of the same name when the state has them: ``last_event``, ``tool_result`` and
+    ``error_count`` (the ReAct and state-machine skills declare them).
+    """
+
+    def __init__(
+        self,
+        graph_engine: DecisionMaker | None,
+        node_engines: Mapping[str, Callable[[], DecisionMaker]],
+    ) -> None:
+        self.graph_engine = graph_engine
+        self._node_factories = node_engines
+        self._node_engines: dict[str, DecisionMaker] = {}
+
+    def _engine_for(self, node: str) -> DecisionMaker | None:
+        if node not in self._node_factories:
+            return None
+        engine = self._node_engines.get(node)
+        if engine is None:
+            engine = self._node_engines[node] = self._node_factories[node]()
+        return engine
+
+    def decide(self, step: int, ran: Sequence[str], values: Mapping[str, Any]) -> StepDecision:
+        """Ask every relevant engine, for every node that ran (in node order)."""
+        combined = StepDecision()
+        last_event = _text(values.get("last_event"))
+        tool_result = _text(values.get("tool_result"))
+        error_count = int(values.get("error_count") or 0)
+        for node in sorted(set(ran)):
+            for engine in (self.graph_engine, self._engine_for(node)):
+                if engine is not None:
+                    decision = engine.decide(
+                        step=step,
+                        node=node,
+                        state_facts=values,
+                        last_event=last_event,
+                        tool_result=tool_result,
+                        error_count=error_count,
+                    )
+                    combined.add(decision)
+        return combined
+
+    def snapshot(self) -> dict[str, Any]:
+        """Facts of every engine, for the step's checkpoint."""
+        out: dict[str, Any] = {}
+        if self.graph_engine is not None:
+            out["graph"] = self.graph_engine.snapshot()
+        for node, engine in sorted(self._node_engines.items()):
+            out[f"node:{node}"] = engine.snapshot()
+        return out
+
+    def restore(self, snapshot: Mapping[str, Any] | None) -> None:
+        """Restore every engine from a step's checkpoint (a resumed run decides the same)."""
+        if not snapshot:
+            return
+        if self.graph_engine is not None and "graph" in snapshot:
+            self.graph_engine.restore(snapshot["graph"])
+        for key, facts in snapshot.items():
+            if key.startswith("node:"):
+                engine = self._engine_for(key[5:])
+                if engine is not None:
+                    engine.restore(facts)
+
+    def close(self) -> None:
+        """Close every engine."""
+        if self.graph_engine is not None:
+            self.graph_engine.close()
+        for engine in self._node_engines.values():
+            engine.close()
+        self._node_engines.clear()
+
+
+def _text(value: Any) -> str | None:
+    return None if value is None else str(value)
