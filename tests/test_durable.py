@@ -440,3 +440,24 @@ def test_concurrent_runs_in_processes_share_one_sqlite_file(tmp_path: Path) -> N
     assert all(r.status == "done" and r.last_step == 10 for r in runs)
     assert store.integrity_check() == "ok"
     store.close()
+
+
+def test_explicit_migration_continues_under_the_new_graph(store: CheckpointStore) -> None:
+    old = chain(3).compile(store=store)
+    FAIL.add("c1")
+    with pytest.raises(NodeError):
+        old.invoke({}, run_id="r")
+    FAIL.clear()
+    new = chain(4).compile(store=store)
+    with pytest.raises(GraphHashMismatch):
+        new.resume("r")
+
+    def migrate(state: dict[str, Any]) -> dict[str, Any]:
+        return {**state, "answer": "migrated"}
+
+    final = new.resume("r", migration=migrate)
+    assert final.log == ["c0", "c1", "c2", "c3"]
+    assert final.answer == "migrated"
+    record = new.get_run("r")
+    assert record.graph_hash == new.graph_hash
+    assert [w.node for w in new.history("r")[2].writes] == ["__migration__"]

@@ -114,6 +114,14 @@ class MemoryStore:
                 }
             )
 
+    def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
+        """Record that the run continues under another graph."""
+        with self._lock:
+            run = self._run(run_id)
+            self._runs[run_id] = run.model_copy(
+                update={"graph_hash": graph_hash, "code_hash": code_hash, "updated_at": _now()}
+            )
+
     def get_run(self, run_id: str) -> RunRecord:
         """The run's record."""
         with self._lock:

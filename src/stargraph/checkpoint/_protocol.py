@@ -56,6 +56,10 @@ class CheckpointStore(Protocol):
         """Change a run's status without committing a step (park, fail, finish)."""
         ...
 
+    def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
+        """Record that the run continues under another graph (an explicit migration)."""
+        ...
+
     def get_run(self, run_id: str) -> RunRecord:
         """The run's record; ``RunNotFoundError`` if there is none."""
         ...

@@ -581,6 +581,16 @@ class SqliteStore:
             if cursor.rowcount != 1:
                 raise self._missing(run_id)
 
+    def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
+        """Record that the run continues under another graph (after an explicit migration)."""
+        with self._write() as conn:
+            cursor = conn.execute(
+                "UPDATE runs SET graph_hash = ?, code_hash = ?, updated_at = ? WHERE run_id = ?",
+                (graph_hash, code_hash, _now(), run_id),
+            )
+            if cursor.rowcount != 1:
+                raise self._missing(run_id)
+
     def put_pending(self, run_id: str, write: PendingWrite) -> None:
         """Save one finished task's writes for a step not yet committed (idempotent)."""
         payload = _encode(write, run_id=run_id, step=write.step)

@@ -201,6 +201,20 @@ class CheckpointStoreConformance:
         )
         assert store.get_steps("r1") == [make_step(0)], "set_status commits no step"
 
+    def test_set_graph_changes_only_the_hashes(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        before = store.get_run("r1")
+        store.set_graph("r1", graph_hash="sha256:" + "b" * 64, code_hash="sha256:" + "c" * 64)
+        after = store.get_run("r1")
+        assert (after.graph_hash, after.code_hash) == ("sha256:" + "b" * 64, "sha256:" + "c" * 64)
+        assert (after.status, after.last_step, after.run_id) == (
+            before.status,
+            before.last_step,
+            before.run_id,
+        )
+        with pytest.raises(RunNotFoundError):
+            store.set_graph("nope", graph_hash="x", code_hash="y")
+
     # ------------------------------------------------------------------ steps
 
     def test_commit_step_appends_in_order_and_updates_run(self, store: CheckpointStore) -> None:

@@ -20,7 +20,13 @@ from typing import Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from stargraph.checkpoint import CheckpointStore, JournalEntry, RunRecord, StepRecord
+from stargraph.checkpoint import (
+    CheckpointStore,
+    JournalEntry,
+    RunRecord,
+    StepRecord,
+    WriteRecord,
+)
 from stargraph.errors import (
     CheckpointError,
     CodeHashMismatch,
@@ -65,6 +71,9 @@ DEFAULT_MAX_STEPS = 10_000
 """Supersteps a run may take before :class:`StepLimitExceeded` (override per compile/run)."""
 
 _NO_RESPONSE: Any = object()
+
+Migration = Callable[[dict[str, Any]], Mapping[str, Any]]
+"""Turns a run's state (JSON) recorded by an old graph into a state of the new graph."""
 
 
 class CompiledGraph(Generic[StateT]):
@@ -197,14 +206,27 @@ class CompiledGraph(Generic[StateT]):
         response: Any = _NO_RESPONSE,
         update: Mapping[str, Any] | None = None,
         max_steps: int | None = None,
+        migration: Migration | None = None,
     ) -> StateT:
         """Continue a stored run after its last committed step; return the state reached.
 
         Completed steps and finished siblings of the interrupted step are not re-run.
         ``response`` answers a ``ctx.interrupt()``; ``update`` writes channels before the run
         continues (recorded as a step of its own, so history stays append-only).
+
+        A run recorded by another graph raises :class:`GraphHashMismatch` unless
+        ``migration`` is given: it receives the run's state as JSON and returns the state
+        to continue from under this graph; the migration is committed as a step and the run
+        is re-labelled with this graph's hash.
         """
-        run = self._load(run_id, response, update, max_steps, emit=None)
+        run = self._load(
+            run_id,
+            response=response,
+            update=update,
+            max_steps=max_steps,
+            emit=None,
+            migration=migration,
+        )
         self._run_to_end(run, fresh=False)
         return self._state(run)
 
@@ -218,7 +240,9 @@ class CompiledGraph(Generic[StateT]):
     ) -> Iterator[Event]:
         """:meth:`resume`, yielding events."""
         buffer: list[Event] = []
-        run = self._load(run_id, response, update, max_steps, emit=buffer.append)
+        run = self._load(
+            run_id, response=response, update=update, max_steps=max_steps, emit=buffer.append
+        )
         yield from self._stream(run, buffer, fresh=False)
 
     async def aresume(
@@ -230,7 +254,7 @@ class CompiledGraph(Generic[StateT]):
         max_steps: int | None = None,
     ) -> StateT:
         """Async :meth:`resume`."""
-        run = self._load(run_id, response, update, max_steps, emit=None)
+        run = self._load(run_id, response=response, update=update, max_steps=max_steps, emit=None)
         async for _ in self._adrive(run, fresh=False):
             pass
         return self._state(run)
@@ -380,13 +404,19 @@ class CompiledGraph(Generic[StateT]):
     def _load(
         self,
         run_id: str,
+        *,
         response: Any,
         update: Mapping[str, Any] | None,
         max_steps: int | None,
         emit: Callable[[Event], None] | None,
+        migration: Migration | None = None,
     ) -> Run:
         store = self._require_store()
-        record = self._check_hashes(store.get_run(run_id))
+        record = store.get_run(run_id)
+        if migration is not None and record.graph_hash != self.graph_hash:
+            self._migrate(record, migration)
+            record = store.get_run(run_id)
+        record = self._check_hashes(record)
         waiting: Any = record.interrupt if record.status == "interrupted" else None
         if record.status == "done":
             raise RunNotResumableError(
@@ -458,6 +488,48 @@ class CompiledGraph(Generic[StateT]):
             self._apply_update(run, update)
         store.set_status(run_id, "running")
         return run
+
+    def _migrate(self, record: RunRecord, migration: Migration) -> None:
+        """Commit ``migration(state)`` as a step of the run, then adopt this graph's hash."""
+        store = self._require_store()
+        run_id = record.run_id
+        last = store.get_steps(run_id, start=record.last_step, end=record.last_step)[-1]
+        if store.get_pending(run_id, record.last_step + 1):
+            raise RunNotResumableError(
+                f"run {run_id!r} has a partly finished step {record.last_step + 1}; finish it "
+                "with the graph that made it before migrating",
+                run_id=run_id,
+                step=record.last_step + 1,
+            )
+        # The stored steps are read through this graph's channels: a migration is for graphs
+        # whose state still reads the old data (new nodes, changed edges or prompts). A state
+        # that no longer reads it is reported as such; fork with the old graph instead.
+        values, _ = load_values(store, self.channels, run_id, record.last_step)
+        migrated = migration(jsonable(self.channels, values))
+        state = self.state_model.model_validate(migrated)
+        unknown = sorted({t.node for t in last.next} - set(self.specs))
+        if unknown:
+            raise RunNotResumableError(
+                f"run {run_id!r} has scheduled nodes {unknown} that this graph lacks; the "
+                "migration cannot continue it",
+                run_id=run_id,
+                step=record.last_step,
+            )
+        store.commit_step(
+            run_id,
+            StepRecord(
+                step=record.last_step + 1,
+                writes=(WriteRecord(node="__migration__", writes={}),),
+                snapshot=jsonable(self.channels, dict(state.__dict__)),
+                next=last.next,
+                joins=last.joins,
+                created_at=last.created_at,
+            ),
+            status=record.status,
+            error=record.error,
+            interrupt=record.interrupt,
+        )
+        store.set_graph(run_id, graph_hash=self.graph_hash, code_hash=self.code_hash)
 
     def _apply_update(self, run: Run, update: Mapping[str, Any]) -> None:
         writes = self._validate_update(update, run.run_id)
