@@ -430,3 +430,17 @@ def test_stream_can_be_abandoned_early() -> None:
     first = next(stream)
     assert first.kind == "run_started"
     stream.close()  # must not raise "generator ignored GeneratorExit"
+
+
+def uses_service(state: State, ctx: RunContext) -> dict[str, Any]:
+    return {"items": [ctx.services["greeter"](state.counter)]}
+
+
+def test_services_reach_nodes_and_stay_out_of_the_hash() -> None:
+    graph = Graph("svc", state=State).with_node("s", uses_service).with_edge(START, "s")
+    graph = graph.with_edge("s", END)
+    one = graph.compile(services={"greeter": lambda n: f"hello {n}"})
+    two = graph.compile(services={"greeter": lambda n: f"bye {n}"})
+    assert one.invoke({"counter": 2}).items == ["hello 2"]
+    assert two.invoke({"counter": 2}).items == ["bye 2"]
+    assert one.graph_hash == two.graph_hash

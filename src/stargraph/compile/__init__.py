@@ -60,13 +60,15 @@ def compile_ir(
     durability: Literal["sync", "exit"] = "sync",
     snapshot_every: int = 50,
     on_code_change: Literal["warn", "error"] = "warn",
+    services: Mapping[str, Any] | None = None,
 ) -> CompiledGraph[StateT]:
     """Validate ``ir`` against ``state`` and the callables it references; build the plan.
 
     ``store`` makes runs durable (every step checkpointed; ``durability="exit"`` writes a
     run only when it stops); ``snapshot_every`` sets how often a full state snapshot is
     stored between per-step deltas; ``on_code_change`` decides whether resuming a run made
-    by different node source code warns or raises.
+    by different node source code warns or raises. ``services`` are live objects nodes reach
+    through ``ctx.services`` (a chat model, a tool arbiter); they are not part of the hash.
     """
     impls = dict(impls or {})
     problems, resolved = validate_ir(ir, impls, state)
@@ -156,6 +158,7 @@ def compile_ir(
         snapshot_every=snapshot_every,
         on_code_change=on_code_change,
         rules=rules,
+        services=services,
     )
 
 

@@ -183,7 +183,17 @@ class RunContext:
     the same step gets the same values and does not repeat a ``once`` effect.
     """
 
-    __slots__ = ("config", "entropy", "index", "journal", "node", "path", "run_id", "step")
+    __slots__ = (
+        "config",
+        "entropy",
+        "index",
+        "journal",
+        "node",
+        "path",
+        "run_id",
+        "services",
+        "step",
+    )
 
     def __init__(
         self,
@@ -196,8 +206,12 @@ class RunContext:
         config: Mapping[str, Any],
         entropy: Entropy,
         journal: TaskJournal | None = None,
+        services: Mapping[str, Any] | None = None,
     ) -> None:
         self.journal = journal
+        # Live objects a node needs but the IR cannot hold (a chat model, a tool arbiter, a
+        # database handle), given to compile(services=...); never part of the hash.
+        self.services: Mapping[str, Any] = services or {}
         self.run_id = run_id
         self.step = step
         self.node = node

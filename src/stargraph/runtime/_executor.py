@@ -100,8 +100,10 @@ class CompiledGraph(Generic[StateT]):
         snapshot_every: int = 50,
         on_code_change: Literal["warn", "error"] = "warn",
         rules: Callable[[], RuleSet] | None = None,
+        services: Mapping[str, Any] | None = None,
     ) -> None:
         self.ir = ir
+        self.services: Mapping[str, Any] = dict(services or {})
         self.rules = rules
         self.state_model = state_model
         self.channels = channels

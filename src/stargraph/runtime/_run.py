@@ -235,6 +235,7 @@ class Run:
             config=config,
             entropy=self.entropy,
             journal=journal,
+            services=self.graph.services,
         )
 
     def task_state(self, task: Task) -> Any:
