@@ -12,6 +12,17 @@
 >>> with Arbiter(ToolRegistry.build(builtins=[add]), workspace=tempfile.mkdtemp()) as arbiter:
 ...     arbiter.dispatch(ToolCall(tool="demo.add", args={"a": 1, "b": 2})).summary
 '3'
+
+How a ReAct ``act`` node calls the arbiter (one shared ``Arbiter`` per agent)::
+
+    offered = registry.llm_tools(allowed=state_allowlist)      # request.tools for the model
+    for tc in response.message.tool_calls:                     # structured channel only
+        try:
+            call = ToolCall.from_openai(tc, lane="core", node="act", allowed=state_allowlist)
+            result = arbiter.dispatch(call)                    # or: await arbiter.adispatch(call)
+        except ToolError as exc:                               # refused or failed: tell the model
+            result = ToolResult.from_error(exc, call_id=tc.id)
+        messages.append(result.to_tool_message("core"))        # honours exposure / prompt_mask
 """
 
 from __future__ import annotations
