@@ -49,6 +49,7 @@ BEHAVIOURAL: dict[str, Callable[[dict[str, Any]], None]] = {
     "node timeout": lambda d: d["nodes"][0].update(timeout_s=3.0),
     "node interrupt": lambda d: d["nodes"][0].update(interrupt_before=True),
     "node blocking": lambda d: d["nodes"][0].update(blocking=True),
+    "node must_stub": lambda d: d["nodes"][0].update(must_stub=True),
     "node rules": lambda d: d["nodes"][0].update(
         rules=[{"id": "p", "version": "1.0.0", "source": "(defrule r =>)"}]
     ),

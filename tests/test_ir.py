@@ -20,10 +20,10 @@ EXAMPLES = Path(stargraph.ir.__file__).parent / "examples"
 # to the example graphs must be deliberate (regenerate with scripts/regen_ir_artifacts.py and
 # update the pin in the same commit).
 PINNED = {
-    "chain.json": "sha256:8d9159ee6ed8b",
-    "fanout.json": "sha256:e1e29250d3857",
-    "loop.json": "sha256:32f801a97eb7b",
-    "mapreduce.json": "sha256:b24cd365d14f3",
+    "chain.json": "sha256:98a386af2302f",
+    "fanout.json": "sha256:2e0d5d4b4d72f",
+    "loop.json": "sha256:22e275e6918f6",
+    "mapreduce.json": "sha256:91485027a1dab",
 }
 
 
@@ -119,3 +119,14 @@ def test_compile_ir_reports_unimportable_refs() -> None:
         "/edges/0/router: router of 'step' ref 'myns.router' is a registry id that nothing "
         "registered (fix: supply it with Graph(ir, impls={'myns.router': fn})" in message
     )
+
+
+def test_a_new_field_at_its_default_keeps_existing_hashes() -> None:
+    # Forward compatibility: a field added later with a default must not re-hash every graph.
+    data = basics.loop_graph().to_ir().model_dump(mode="json")
+    explicit = {**data, "nodes": [{**n, "must_stub": False} for n in data["nodes"]]}
+    trimmed = {
+        **data,
+        "nodes": [{k: v for k, v in n.items() if k != "must_stub"} for n in data["nodes"]],
+    }
+    assert GraphIR.model_validate(explicit).graph_hash == GraphIR.model_validate(trimmed).graph_hash

@@ -184,6 +184,7 @@ class Graph(Generic[StateT]):
         blocking: bool = False,
         interrupt_before: bool = False,
         interrupt_after: bool = False,
+        must_stub: bool = False,
         rules: Sequence[Any] = (),
         metadata: Mapping[str, Any] | None = None,
     ) -> Graph[StateT]:
@@ -231,6 +232,7 @@ class Graph(Generic[StateT]):
             blocking=blocking,
             interrupt_before=interrupt_before,
             interrupt_after=interrupt_after,
+            must_stub=must_stub,
             rules=tuple(_pack_ir(p) for p in rules),
             metadata=dict(metadata or {}),
         )

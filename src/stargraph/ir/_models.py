@@ -169,6 +169,11 @@ class _NodeBase(_IRModel):
     )
     interrupt_before: bool = False
     interrupt_after: bool = False
+    must_stub: bool = Field(
+        default=False,
+        description="In replay the body never runs; its recorded writes are served instead "
+        "(LLM calls, side effects).",
+    )
     rules: tuple[RulePackIR, ...] = ()
     metadata: dict[str, JsonValue] = Field(default_factory=dict, description="Not hashed.")
 
@@ -308,7 +313,19 @@ class GraphIR(_IRModel):
     @cached_property
     def graph_hash(self) -> GraphHash:
         """``"sha256:<hex>"`` over the canonical JSON of the behavioural content."""
-        view = self.model_dump(mode="json", exclude=_HASH_EXCLUDE)
+        # Fields left at their defaults are left out, so adding a field with a default in a
+        # later stargraph does not change the hash of every existing graph. The variant tags
+        # and the version are put back: they are behaviour even when they are defaults.
+        view = self.model_dump(mode="json", exclude=_HASH_EXCLUDE, exclude_defaults=True)
+        view["ir_version"] = self.ir_version
+        view["nodes"] = [
+            {**dumped, "kind": node.kind}
+            for dumped, node in zip(view.get("nodes", []), self.nodes, strict=True)
+        ]
+        view["edges"] = [
+            {**dumped, "kind": edge.kind}
+            for dumped, edge in zip(view.get("edges", []), self.edges, strict=True)
+        ]
         # Child IRs are represented by their hashes only; the key of each entry is checked
         # against the child's own hash by the compiler, so the chain cannot be forged.
         view["subgraphs"] = sorted(self.subgraphs)
