@@ -5,6 +5,10 @@ them reach the expected final state (abort otherwise), then time ``rounds`` roun
 are interleaved within a round so drift in machine speed hits them alike. A round times
 ``invocations`` back-to-back invocations; its figure is elapsed time divided by the node
 executions it performed, and the table shows the median over rounds.
+
+Report sections follow the table (:func:`all_sections`: the durable SQLite chain and the bytes
+stored per run, from :mod:`benchmarks.durable`); ``--only`` selects workloads and sections
+by name.
 """
 
 from __future__ import annotations
@@ -20,8 +24,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
 from benchmarks.workloads import ENGINES, Snapshot, Workload, all_workloads, snapshot
+
+if TYPE_CHECKING:
+    from benchmarks.durable import Section
 
 __all__ = [
     "IMPORT_BUDGET_MS",
@@ -29,6 +37,7 @@ __all__ = [
     "PLAIN_TARGET",
     "StateMismatch",
     "WorkloadResult",
+    "all_sections",
     "check_agreement",
     "import_time_ms",
     "main",
@@ -212,7 +221,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--only",
         action="append",
         metavar="NAME",
-        help="run only this workload (repeatable, or comma-separated)",
+        help="run only this workload or report section (durable, bytes); repeatable, or "
+        "comma-separated",
     )
     parser.add_argument("--rounds", type=int, help="timed rounds per engine (default 7)")
     parser.add_argument(
@@ -224,22 +234,33 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _select(workloads: list[Workload], only: Sequence[str] | None) -> list[Workload]:
+def all_sections() -> dict[str, Section]:
+    """Report sections printed after the core table, by ``--only`` name, in report order."""
+    from benchmarks.durable import SECTIONS
+
+    return dict(SECTIONS)
+
+
+def _select(
+    workloads: list[Workload], sections: Mapping[str, Section], only: Sequence[str] | None
+) -> tuple[list[Workload], list[str]]:
+    """The workloads and section names ``--only`` picks (all of them without ``--only``)."""
     if not only:
-        return workloads
+        return workloads, list(sections)
     wanted = [n.strip() for item in only for n in item.split(",") if n.strip()]
-    known = {w.name for w in workloads}
+    known = {w.name for w in workloads} | set(sections)
     unknown = [n for n in wanted if n not in known]
     if unknown:
         raise SystemExit(f"unknown workload(s) {unknown}; choose from {sorted(known)}")
-    return [w for w in workloads if w.name in wanted]
+    return [w for w in workloads if w.name in wanted], [s for s in sections if s in wanted]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmarks and print the table; return the process exit status."""
     args = _parse(argv)
     rounds = args.rounds or (3 if args.quick else 7)
-    workloads = _select(all_workloads(), args.only)
+    sections = all_sections()
+    workloads, chosen = _select(all_workloads(), sections, args.only)
     results = []
     for workload in workloads:
         invocations = max(1, workload.invocations // 10) if args.quick else workload.invocations
@@ -249,8 +270,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         except StateMismatch as exc:
             print(f"ABORT: {exc}", file=sys.stderr)
             return 2
-    table, misses = render(results, rounds)
-    print(table)
+    misses: list[str] = []
+    if workloads:
+        table, misses = render(results, rounds)
+        print(table)
+    for name in chosen:
+        print(f"running section {name} ...", file=sys.stderr)
+        try:
+            text, missed = sections[name](quick=args.quick, rounds=rounds)
+        except StateMismatch as exc:
+            print(f"ABORT: {exc}", file=sys.stderr)
+            return 2
+        print()
+        print(text)
+        misses += missed
     if not args.no_import_time:
         print()
         for module in ("stargraph", "stargraph.graph", "stargraph.compile"):

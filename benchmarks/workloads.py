@@ -41,6 +41,8 @@ __all__ = [
     "State",
     "Workload",
     "all_workloads",
+    "chain_graph",
+    "chain_state_graph",
     "snapshot",
 ]
 
@@ -226,8 +228,9 @@ def _node_ids(n: int) -> list[str]:
     return [f"n{i:0{width}d}" for i in range(n)]
 
 
-def chain_stargraph(n: int) -> Runner:
-    """``n`` nodes in a line, each :func:`bump`."""
+def chain_graph(n: int) -> Graph[State]:
+    """``n`` nodes in a line, each :func:`bump` (uncompiled; the durable benchmarks compile it
+    with a store)."""
     ids = _node_ids(n)
     graph = Graph(f"chain{n}", state=State)
     for node in ids:
@@ -235,12 +238,11 @@ def chain_stargraph(n: int) -> Runner:
     graph = graph.with_edge(START, ids[0]).with_edge(ids[-1], END)
     for a, b in itertools.pairwise(ids):
         graph = graph.with_edge(a, b)
-    app = graph.compile(max_steps=n + 10)
-    return lambda: app.invoke({})
+    return graph
 
 
-def chain_langgraph(n: int) -> Runner:
-    """The same chain as a LangGraph ``StateGraph``."""
+def chain_state_graph(n: int) -> Any:
+    """The same chain as an uncompiled LangGraph ``StateGraph`` of :func:`lg_bump` nodes."""
     from langgraph.graph import StateGraph
 
     ids = _node_ids(n)
@@ -251,7 +253,18 @@ def chain_langgraph(n: int) -> Runner:
     for a, b in itertools.pairwise(ids):
         builder.add_edge(a, b)
     builder.add_edge(ids[-1], END)
-    app = builder.compile()
+    return builder
+
+
+def chain_stargraph(n: int) -> Runner:
+    """``n`` nodes in a line, each :func:`bump`."""
+    app = chain_graph(n).compile(max_steps=n + 10)
+    return lambda: app.invoke({})
+
+
+def chain_langgraph(n: int) -> Runner:
+    """The same chain as a LangGraph ``StateGraph``."""
+    app = chain_state_graph(n).compile()
     config: RunnableConfig = {"recursion_limit": n + 10}
     return lambda: app.invoke({"counter": 0, "items": []}, config)
 
@@ -484,8 +497,10 @@ WORKLOADS: list[Workload] = [
 def all_workloads() -> list[Workload]:
     """:data:`WORKLOADS` plus those whose optional dependencies are importable.
 
-    This is where workloads that need a module not every checkout has yet belong (e.g. the
-    durable SQLite chain once ``stargraph.checkpoint`` exists): append them here behind an
-    ``importlib.util.find_spec`` check.
+    This is where workloads that need a module not every checkout has yet belong: append
+    them here behind an ``importlib.util.find_spec`` check. The durable (SQLite) chain is not
+    one of these: it has five engine variants, its own unit (µs per committed step) and
+    targets, so it is a report section of its own (:mod:`benchmarks.durable`, registered in
+    :func:`benchmarks.core_harness.all_sections`).
     """
     return list(WORKLOADS)

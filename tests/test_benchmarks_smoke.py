@@ -2,10 +2,13 @@
 
 Each workload is built at tiny sizes on stargraph, LangGraph and plain Python and must reach
 its expected ``(counter, items)``; the harness must refuse to time engines that disagree.
+The durable sections (:mod:`benchmarks.durable`) run their engines on SQLite files in a
+temporary directory and must agree on the state each returns and reads back from its file.
 """
 
 from __future__ import annotations
 
+import sqlite3
 import sys
 from collections.abc import Callable
 from dataclasses import replace
@@ -20,6 +23,16 @@ if ROOT not in sys.path:
     sys.path.insert(0, ROOT)
 
 from benchmarks.core_harness import StateMismatch, check_agreement, main  # noqa: E402
+from benchmarks.durable import (  # noqa: E402
+    DURABLE_ENGINES,
+    EngineSpec,
+    PlainEngine,
+    StargraphEngine,
+    check_durable_agreement,
+    measure_bytes,
+    render_bytes,
+    vacuumed_size,
+)
 from benchmarks.workloads import ENGINES, State, Workload, all_workloads, snapshot  # noqa: E402
 
 WORKLOADS = {w.name: w for w in all_workloads()}
@@ -78,3 +91,88 @@ def test_quick_run_prints_table(capsys: pytest.CaptureFixture[str]) -> None:
 def test_unknown_workload_is_rejected() -> None:
     with pytest.raises(SystemExit, match="unknown workload"):
         main(["--only", "nope"])
+
+
+# ---------------------------------------------------------------------- durable sections
+
+
+@pytest.mark.parametrize("size", [1, 3])
+def test_durable_engines_agree_on_final_state(size: int, tmp_path: Path) -> None:
+    # Every engine returns the expected state, reads it back from its file, and stored a row
+    # per step (the check raises otherwise).
+    finals = check_durable_agreement(size, tmp_path)
+    assert set(finals) == {spec.name for spec in DURABLE_ENGINES}
+    assert set(finals.values()) == {(size, tuple(str(i) for i in range(size)))}
+
+
+def test_durable_engines_commit_each_run_under_a_new_id(tmp_path: Path) -> None:
+    for spec in DURABLE_ENGINES:
+        engine = spec.open(3, tmp_path / f"{spec.name}.db")
+        try:
+            engine.run()
+            first = engine.last
+            engine.run()
+            assert engine.last != first, spec.name
+            assert engine.stored() == (3, ("0", "1", "2")), spec.name
+            assert engine.rows() >= 3, spec.name
+        finally:
+            engine.close()
+
+
+def test_stargraph_durable_history_has_a_step_per_node(tmp_path: Path) -> None:
+    engine = StargraphEngine(4, tmp_path / "sg.db")
+    try:
+        engine.run()
+        assert [step.step for step in engine.app.history(engine.last)] == [0, 1, 2, 3, 4]
+    finally:
+        engine.close()
+
+
+class _Forgetful(PlainEngine):
+    """A plain engine whose file lost the last step."""
+
+    def stored(self) -> tuple[int, tuple[str, ...]]:
+        counter, items = super().stored()
+        return counter - 1, items[:-1]
+
+
+def test_durable_disagreeing_engine_aborts(tmp_path: Path) -> None:
+    specs = [*DURABLE_ENGINES[:2], EngineSpec("plain", "broken", _Forgetful)]
+    with pytest.raises(StateMismatch, match=r"(?s)durable \(chain of 2\).*plain.*stored"):
+        check_durable_agreement(2, tmp_path, specs)
+
+
+def test_bytes_are_measured_for_each_engine(tmp_path: Path) -> None:
+    results = measure_bytes(5, tmp_path)
+    assert set(results) == {"stargraph", "langgraph", "plain"}
+    for name, result in results.items():
+        assert result.rows >= 5, name
+        assert 0 < result.payload <= result.row_bytes, name
+        assert result.vacuumed > 0, name
+    text, _ = render_bytes(5, results)
+    assert "LangGraph/stargraph: payload" in text
+
+
+def test_vacuumed_size_counts_the_checkpointed_file(tmp_path: Path) -> None:
+    path = tmp_path / "x.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("CREATE TABLE t (x BLOB)")
+    conn.executemany("INSERT INTO t VALUES (?)", [(b"x" * 1000,)] * 50)
+    conn.commit()
+    conn.execute("DELETE FROM t")
+    conn.commit()
+    conn.close()
+    assert 0 < vacuumed_size(path) < 50 * 1000
+    assert not (tmp_path / "x.db-wal").exists() or (tmp_path / "x.db-wal").stat().st_size == 0
+
+
+def test_quick_run_prints_durable_sections(capsys: pytest.CaptureFixture[str]) -> None:
+    status = main(["--quick", "--rounds", "1", "--only", "durable,bytes", "--no-import-time"])
+    out = capsys.readouterr().out
+    assert status == 0
+    assert "durable: 10-node chain" in out
+    assert "bytes: 100-node chain" in out
+    for engine in ("stargraph-full", "langgraph-full", "plain"):
+        assert engine in out
+    assert "µs/node" not in out  # the core table was not selected
