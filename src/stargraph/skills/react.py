@@ -1,0 +1,641 @@
+"""The ReAct primitive: a think -> act -> observe tool loop that only rules can stop.
+
+``react_graph(tools=[...])`` builds the loop as an ordinary :class:`~stargraph.graph.Graph`
+over :class:`ReactState`; ``react_skill(...)`` packages it as a ``kind=agent``
+:class:`~stargraph.skills.Skill` for ``SubgraphNode.from_skill``. The nodes:
+
+* ``think`` (``must_stub``: replay serves its recorded writes) sends the conversation and the
+  allowlisted tools' ``llm_view()`` to the chat model (native function calling, never regex
+  parsing). A reply without tool calls is the final answer - once it validates against the
+  optional pydantic ``output_model``; an invalid answer, a refusal or an empty reply goes
+  back to the model as an observation and costs one unit of the error budget.
+* ``act`` dispatches every tool call of the reply through the tool arbiter with the skill's
+  allowlist, in the model's order. The arbiter validates arguments and checks the allowlist
+  *before* any body runs; a refused or failed call becomes a structured ``tool`` message
+  (``ToolResult.from_error``) and costs one unit of the error budget.
+* ``observe`` appends the observations to the trajectory (each ``tool`` message carries the
+  ``tool_call_id`` it answers) and sets the ``tool_result`` / ``last_event`` channels rules
+  can read.
+
+The edges form a cycle (think -> act -> observe -> think) whose only exit is a final answer:
+the loop ends when the ``termination`` rule pack mounted on the graph halts it, and the run record's
+``stopped_by`` names the rule - ``termination/done``, ``termination/error_budget`` or
+``termination/max_steps``. ``max_steps`` counts *LLM steps* (``think`` calls, the seed's
+meaning), kept in the ``llm_steps`` fact; it halts after the observe of the last allowed
+step, so a model that never stops makes exactly ``max_steps`` model calls and every call it
+made has run and been observed.
+
+The chat model and the arbiter are live objects, which the IR cannot hold: they reach the
+nodes as ``compile(services={"model": ChatModel, "arbiter": Arbiter})``. Everything that
+changes behaviour (model name, prompt, allowlist, temperature, output schema, limits) is in
+the node config and so in the graph hash::
+
+    graph = react_graph(tools=["demo.calc@1.0.0"], system_prompt="Be brief.")
+    app = graph.compile(services={"model": OpenAIChatModel("gpt-4o-mini"), "arbiter": arbiter})
+    final = app.invoke({"task": "What is 6*7?"})
+    final.final_answer, app.get_run(run_id).stopped_by   # with a store: "termination/done"
+
+Model calls and tool dispatches go through ``ctx.once``, so a step re-executed after a crash
+(in a run with a checkpoint store) reuses the recorded reply and tool results instead of
+calling the model or repeating a side effect. A model that fails for good (retries
+exhausted) raises :class:`~stargraph.errors.LLMError` out of ``invoke``; the run is saved as
+failed at the last completed step and ``resume(run_id)`` continues from there.
+"""
+
+from __future__ import annotations
+
+import re
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar
+
+import orjson
+from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+
+from stargraph import fathom, reducers
+from stargraph.errors import NodeError, Problem, SkillValidationError, ToolError
+from stargraph.graph import END, START, Graph
+from stargraph.llm import ChatMessage, ChatModel, ChatRequest, ChatResponse, Usage
+from stargraph.refs import resolve_ref, try_ref_of
+from stargraph.runtime import RunContext
+from stargraph.tools import Arbiter, ToolCall, ToolResult
+
+if TYPE_CHECKING:
+    from stargraph.skills import Skill
+
+__all__ = [
+    "ReactOutput",
+    "ReactState",
+    "ReactStep",
+    "ToolCallRecord",
+    "react_graph",
+    "react_skill",
+    "termination_pack",
+]
+
+_FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
+_LANE: Final = "core"
+_NODES: Final = ("think", "act", "observe")
+# A code fence around a JSON answer is common model behaviour, not a schema violation.
+_FENCE: Final = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n(?P<body>.*)\n\s*```\s*$", re.DOTALL)
+
+StepKind = Literal["task", "reply", "observation"]
+"""What a :class:`ReactStep` is: the user's task, a model reply, or an observation."""
+
+
+class ReactStep(BaseModel):
+    """One message of the agent's conversation, tagged with the LLM step it belongs to.
+
+    The trajectory is the whole conversation except the system prompt (which is node
+    config): replaying its messages in order rebuilds the request of the next ``think``.
+    """
+
+    model_config = _FROZEN
+
+    llm_step: int
+    """The ``think`` call this message belongs to (0 for the task)."""
+    kind: StepKind
+    """``task`` (user turn), ``reply`` (assistant) or ``observation`` (tool results and
+    notes about what the model got wrong)."""
+    message: ChatMessage
+    """The message exactly as sent to the model."""
+    usage: Usage | None = None
+    """Token counts of a ``reply``."""
+
+
+class ToolCallRecord(BaseModel):
+    """One tool call the model made and what came of it (refused calls included)."""
+
+    model_config = _FROZEN
+
+    llm_step: int
+    """The ``think`` call whose reply asked for it."""
+    call_id: str
+    """The model's ``tool_call_id``; the observation answering it carries the same id."""
+    name: str
+    """The function name the model used (possibly not a tool at all)."""
+    arguments: str
+    """The raw argument text the model sent (possibly not JSON)."""
+    tool: str
+    """The canonical tool id the arbiter resolved, or the unknown name."""
+    status: str
+    """``success``, ``error``, ``timeout``, ``denied`` or ``invalid`` (``ToolStatus``)."""
+    summary: str
+    """The result summary, or why the call was refused or failed."""
+    error_code: str | None = None
+    """The ``ToolFailure.code`` of a refused or failed call."""
+    artifact_ref: str | None = None
+    """``sha256:`` reference of a stored payload."""
+
+
+class ReactState(BaseModel):
+    """The ReAct loop's state: the seed's channels plus the ones the rules read.
+
+    Start a run with ``{"task": "..."}`` (or with a ``trajectory`` holding a conversation).
+    ``done``, ``final_answer``, ``final_output``, ``trajectory`` and ``tool_calls`` are the
+    results; ``llm_steps`` (a rule fact), ``error_count`` and ``last_event`` /
+    ``tool_result`` are what the termination rules see.
+    """
+
+    task: str = ""
+    """The user's request; the first user message when the trajectory is empty."""
+    trajectory: Annotated[list[ReactStep], reducers.append] = []
+    """The conversation so far (without the system prompt), in order."""
+    tool_calls: Annotated[list[ToolCallRecord], reducers.append] = []
+    """Every tool call the model made, in order, with its outcome."""
+    done: Annotated[bool, fathom.Fact()] = False
+    """Set by ``think`` when the model gave an acceptable final answer; rule ``done``."""
+    error_budget: int = 3
+    """Errors the loop may still make: the configured budget minus ``error_count``
+    (informational; the rules read ``error_count``)."""
+    final_answer: str | None = None
+    """The final answer text (with an output model: its canonical JSON)."""
+    final_output: dict[str, JsonValue] | None = None
+    """With an output model: the validated answer, dumped to JSON-able data."""
+    llm_steps: Annotated[int, fathom.Fact()] = 0
+    """``think`` calls so far; rule ``max_steps`` compares it with the limit."""
+    error_count: int = 0
+    """Failed tool calls, refusals and rejected answers so far; rule ``error_budget``."""
+    last_event: str | None = None
+    """What the last node saw: ``tool_calls``, ``final_answer``, ``refusal``,
+    ``invalid_answer``, ``empty_answer``, ``tools_ran``, ``tool_error``, ``tool_success``,
+    ``observed``."""
+    tool_result: str | None = None
+    """Status of the last tool call of the last step (``success``, ``denied`` ...)."""
+    usage: Usage = Usage()
+    """Token usage of every model call of the run, summed."""
+    pending: list[ChatMessage] = []
+    """Observations ``think``/``act`` produced that ``observe`` has not yet appended."""
+
+
+class ReactOutput(BaseModel):
+    """The declared output channels of the ReAct skill (the seed's list plus the answer
+    data): the only channels it writes back into a parent graph."""
+
+    trajectory: Annotated[list[ReactStep], reducers.append] = []
+    """See :attr:`ReactState.trajectory`."""
+    tool_calls: Annotated[list[ToolCallRecord], reducers.append] = []
+    """See :attr:`ReactState.tool_calls`."""
+    done: bool = False
+    """See :attr:`ReactState.done`."""
+    error_budget: int = 3
+    """See :attr:`ReactState.error_budget`."""
+    final_answer: str | None = None
+    """See :attr:`ReactState.final_answer`."""
+    final_output: dict[str, JsonValue] | None = None
+    """See :attr:`ReactState.final_output`."""
+
+
+# --------------------------------------------------------------------------- building
+
+# Output models by the reference stored in the node config. Filled when a graph is built, so
+# a model without an import path (defined in a function, in a test) still works in-process;
+# another process resolves the reference by import.
+_OUTPUT_MODELS: dict[str, type[BaseModel]] = {}
+
+
+def termination_pack(max_steps: int = 10, error_budget: int = 3) -> fathom.RulePack:
+    """The ``termination`` pack of the ReAct loop: rules ``done``, ``error_budget``,
+    ``max_steps``, in that order of precedence.
+
+    It differs from :func:`stargraph.fathom.default_termination_pack` (which counts graph
+    steps) in one way: ``max_steps`` counts LLM steps (the ``llm_steps`` fact) and fires
+    after ``observe``, so the last reply's tool calls run and are observed before the loop
+    stops. ``error_budget`` is checked after ``think`` and ``observe`` (not in between) for
+    the same reason: the trajectory ends with the observations of the failures.
+
+    >>> pack = termination_pack(max_steps=5, error_budget=2)
+    >>> pack.label, "(llm_steps" in pack.source
+    ('termination@react-1', True)
+    """
+    problems = [
+        Problem(f"/{name}", f"must be an int >= 1, got {value!r}", "pass a positive int")
+        for name, value in (("max_steps", max_steps), ("error_budget", error_budget))
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1
+    ]
+    if problems:
+        raise SkillValidationError(problems, subject="ReAct termination pack")
+    return fathom.RulePack.from_spec(
+        {
+            "id": "termination",
+            "version": "react-1",
+            "rules": [
+                {
+                    "name": "done",
+                    "salience": 20,
+                    "when": [{"state.done": True}],
+                    "then": {"halt": "done"},
+                },
+                {
+                    "name": "error_budget",
+                    "salience": 10,
+                    "when": [
+                        {"error_count": {">=": error_budget}},
+                        {"node": {"in": ["think", "observe"]}},
+                    ],
+                    "then": {"halt": "error_budget_exhausted"},
+                },
+                {
+                    "name": "max_steps",
+                    "when": [{"state.llm_steps": {">=": max_steps}}, {"node": "observe"}],
+                    "then": {"halt": "max_steps_exceeded"},
+                },
+            ],
+        }
+    )
+
+
+def react_graph(
+    *,
+    name: str = "react",
+    model: str | None = None,
+    tools: Sequence[str],
+    system_prompt: str | None = None,
+    max_steps: int = 10,
+    error_budget: int = 3,
+    output_model: type[BaseModel] | None = None,
+    temperature: float | None = None,
+) -> Graph[ReactState]:
+    """The ReAct loop as a graph over :class:`ReactState`; compile it with
+    ``services={"model": <ChatModel>, "arbiter": <Arbiter>}``.
+
+    ``tools`` is the allowlist (tool ids, names or ``ns.*``), both what the model is offered
+    and what the arbiter lets through. ``model=None`` uses the chat model's own default.
+    ``max_steps`` bounds the model calls, ``error_budget`` the failed tool calls, refusals
+    and rejected answers. With ``output_model`` the final answer must be a JSON object that
+    validates against it (the schema is added to the system prompt); it lands in
+    ``final_output`` and, as canonical JSON, in ``final_answer``.
+
+    >>> graph = react_graph(tools=["demo.calc@1.0.0"], max_steps=4)
+    >>> [node.id for node in graph.to_ir().nodes]
+    ['think', 'act', 'observe']
+    """
+    problems: list[Problem] = []
+    allowed = sorted(set(tools)) if not isinstance(tools, str) else []
+    if isinstance(tools, str) or not all(isinstance(t, str) and t for t in tools):
+        problems.append(
+            Problem("/tools", f"expected a list of tool ids, got {tools!r}", "pass ['ns.x@1.0.0']")
+        )
+    if temperature is not None and not 0 <= temperature <= 2:
+        problems.append(Problem("/temperature", f"{temperature!r} is outside 0..2", "use 0..2"))
+    try:
+        pack = termination_pack(max_steps, error_budget)
+    except SkillValidationError as exc:
+        problems.extend(exc.problems)
+    if problems:
+        raise SkillValidationError(problems, subject=f"ReAct graph {name!r}")
+    config: dict[str, Any] = {
+        "tools": allowed,
+        "error_budget": error_budget,
+        "max_steps": max_steps,
+    }
+    if model is not None:
+        config["model"] = model
+    if system_prompt is not None:
+        config["system_prompt"] = system_prompt
+    if temperature is not None:
+        config["temperature"] = temperature
+    if output_model is not None:
+        found = try_ref_of(output_model)
+        ref = found if isinstance(found, str) else f"{output_model.__module__}:"
+        ref = ref if isinstance(found, str) else ref + output_model.__qualname__
+        _OUTPUT_MODELS[ref] = output_model
+        # The schema, not just the reference, goes into the hash: editing the model's
+        # fields changes what the agent is asked to produce.
+        config["output_model"] = ref
+        config["output_schema"] = output_model.model_json_schema()
+    return (
+        Graph(name, state=ReactState)
+        .with_node(
+            "think",
+            think,
+            config=config,
+            must_stub=True,
+            writes=(
+                "trajectory",
+                "llm_steps",
+                "pending",
+                "error_count",
+                "error_budget",
+                "done",
+                "final_answer",
+                "final_output",
+                "last_event",
+                "usage",
+            ),
+        )
+        .with_node(
+            "act",
+            act,
+            config=config,
+            writes=("tool_calls", "pending", "error_count", "error_budget", "last_event"),
+        )
+        .with_node(
+            "observe",
+            observe,
+            writes=("trajectory", "pending", "tool_result", "last_event"),
+        )
+        .with_edge(START, "think")
+        .with_conditional_edges("think", after_think, {"act": "act", END: END})
+        .with_edge("act", "observe")
+        .with_edge("observe", "think")
+        .with_rules(pack)
+    )
+
+
+def react_skill(
+    *,
+    name: str = "react",
+    version: str = "1.0.0",
+    description: str = "A ReAct tool loop: think, act through the tool arbiter, observe.",
+    model: str | None = None,
+    tools: Sequence[str],
+    system_prompt: str | None = None,
+    max_steps: int = 10,
+    error_budget: int = 3,
+    output_model: type[BaseModel] | None = None,
+    temperature: float | None = None,
+    requires: Sequence[str] = (),
+) -> Skill:
+    """:func:`react_graph` packaged as a ``kind=agent`` :class:`~stargraph.skills.Skill`
+    whose declared outputs are :class:`ReactOutput`'s fields.
+
+    ``tools`` must be canonical tool ids here (the skill manifest lists exact ids).
+    """
+    # Imported here so the loop itself does not depend on the skill layer's manifest code.
+    from stargraph.skills import Skill, SkillKind
+
+    graph = react_graph(
+        name=name,
+        model=model,
+        tools=tools,
+        system_prompt=system_prompt,
+        max_steps=max_steps,
+        error_budget=error_budget,
+        output_model=output_model,
+        temperature=temperature,
+    )
+    return Skill.from_graph(
+        graph,
+        name=name,
+        version=version,
+        kind=SkillKind.AGENT,
+        description=description,
+        tools=tuple(sorted(set(tools))),
+        system_prompt=system_prompt,
+        state_schema=ReactOutput,
+        requires=tuple(requires),
+    )
+
+
+# --------------------------------------------------------------------------- services
+
+_S = TypeVar("_S")
+
+
+def _service(ctx: RunContext, key: str, kind: type[_S], what: str) -> _S:
+    found = ctx.services.get(key)
+    if not isinstance(found, kind):
+        got = "nothing" if found is None else type(found).__name__
+        raise NodeError(
+            f"ReAct node {ctx.node!r} needs {what} as services[{key!r}] but got {got}; "
+            f"compile the graph with services={{{key!r}: ...}}",
+            run_id=ctx.run_id,
+            step=ctx.step,
+            node=ctx.node,
+        )
+    return found
+
+
+# Offered tools per arbiter and allowlist: llm_view() deep-copies each schema, and the
+# registry behind an arbiter is frozen, so the list is computed once.
+_OFFERED: weakref.WeakKeyDictionary[Arbiter, dict[tuple[str, ...], tuple[dict[str, Any], ...]]]
+_OFFERED = weakref.WeakKeyDictionary()
+
+
+def _offered_tools(ctx: RunContext, arbiter: Arbiter, allowed: tuple[str, ...]) -> Any:
+    per_arbiter = _OFFERED.setdefault(arbiter, {})
+    offered = per_arbiter.get(allowed)
+    if offered is None:
+        registry = arbiter.registry
+        missing = [t for t in allowed if not t.endswith(".*") and t not in registry]
+        if missing:
+            raise NodeError(
+                f"ReAct node {ctx.node!r} allows tools {missing} that the arbiter's registry "
+                f"does not hold (registered: {list(registry.ids)}); register them or fix the "
+                "allowlist",
+                run_id=ctx.run_id,
+                step=ctx.step,
+                node=ctx.node,
+            )
+        offered = per_arbiter[allowed] = tuple(registry.llm_tools(allowed))
+    return offered
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _once(ctx: RunContext, key: str, cls: type[_M], compute: Callable[[], _M]) -> _M:
+    """``compute()`` journaled through ``ctx.once`` in durable runs (JSON round trip)."""
+    if ctx.journal is None:
+        return compute()
+    return cls.model_validate(ctx.once(key, lambda: compute().model_dump(mode="json")))
+
+
+def _output_model(ref: str) -> type[BaseModel]:
+    model = _OUTPUT_MODELS.get(ref)
+    if model is None:
+        model = _OUTPUT_MODELS[ref] = resolve_ref(ref)
+    return model
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def _system_prompt(config: Mapping[str, Any]) -> str | None:
+    prompt = config.get("system_prompt")
+    schema = config.get("output_schema")
+    if schema is None:
+        return prompt if isinstance(prompt, str) else None
+    rule = (
+        "When you give your final answer (without calling a tool), reply with only a JSON "
+        "object matching this JSON Schema:\n" + orjson.dumps(schema).decode()
+    )
+    return f"{prompt}\n\n{rule}" if prompt else rule
+
+
+def _check_answer(config: Mapping[str, Any], text: str) -> tuple[Any, str | None]:
+    """``(validated output, None)`` or ``(None, what to tell the model)``."""
+    ref = config.get("output_model")
+    if not isinstance(ref, str):
+        return None, None
+    model = _output_model(ref)
+    fenced = _FENCE.match(text)
+    try:
+        return model.model_validate_json(fenced["body"] if fenced else text), None
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<answer>'}: {err['msg']}"
+            for err in exc.errors(include_url=False)[:10]
+        )
+        schema = orjson.dumps(config.get("output_schema")).decode()
+        return None, (
+            f"Your final answer does not match the required output schema ({problems}). "
+            f"Reply again with only a JSON object matching: {schema}"
+        )
+
+
+def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
+    """Ask the model for the next step; take its answer or prepare its tool calls."""
+    config = ctx.config
+    model = _service(ctx, "model", ChatModel, "a ChatModel")  # type: ignore[type-abstract]
+    arbiter = _service(ctx, "arbiter", Arbiter, "a tool Arbiter")
+    llm_step = state.llm_steps + 1
+    new_steps: list[ReactStep] = []
+    if not state.trajectory and state.task:
+        new_steps.append(ReactStep(llm_step=0, kind="task", message=ChatMessage.user(state.task)))
+    messages = [step.message for step in state.trajectory]
+    messages += [step.message for step in new_steps]
+    system = _system_prompt(config)
+    if system:
+        messages.insert(0, ChatMessage.system(system))
+    request = ChatRequest(
+        messages=tuple(messages),
+        model=config.get("model"),
+        tools=_offered_tools(ctx, arbiter, tuple(config["tools"])),
+        temperature=config.get("temperature"),
+    )
+    response = _once(ctx, "llm", ChatResponse, lambda: model.complete(request))
+    reply = response.message
+    new_steps.append(
+        ReactStep(llm_step=llm_step, kind="reply", message=reply, usage=response.usage)
+    )
+
+    notes: list[ChatMessage] = []
+    out: dict[str, Any] = {}
+    if response.refusal:
+        # normalize_tool_calls words the refusal for the model; tool-call problems (unknown
+        # tool, bad JSON) are left to the arbiter in `act`, which refuses exactly those calls
+        # before any body runs and records the refusal in its commit log.
+        from stargraph.llm import normalize_tool_calls
+
+        notes += [
+            problem.observation()
+            for problem in normalize_tool_calls(response, ()).problems
+            if problem.kind == "refusal"
+        ]
+        event = "refusal"
+    elif reply.tool_calls:
+        event = "tool_calls"
+    elif not (reply.content or "").strip():
+        notes.append(
+            ChatMessage.user(
+                "Your reply had neither a tool call nor an answer. Call a tool, or give your "
+                "final answer."
+            )
+        )
+        event = "empty_answer"
+    else:
+        text = reply.content or ""
+        output, problem = _check_answer(config, text)
+        if problem is not None:
+            notes.append(ChatMessage.user(problem))
+            event = "invalid_answer"
+        else:
+            event = "final_answer"
+            out["done"] = True
+            if output is None:
+                out["final_answer"] = text
+            else:
+                out["final_output"] = output.model_dump(mode="json")
+                out["final_answer"] = output.model_dump_json()
+    errors = state.error_count + len(notes)
+    out.update(
+        trajectory=new_steps,
+        llm_steps=llm_step,
+        pending=notes,
+        error_count=errors,
+        error_budget=config["error_budget"] - errors,
+        last_event=event,
+        usage=state.usage + response.usage,
+    )
+    return out
+
+
+def after_think(state: ReactState) -> str:
+    """``END`` once the model answered, else ``act``.
+
+    The exit exists because a graph must be able to reach ``END``; it never decides a run
+    that mounts the termination pack, whose ``done`` rule halts first (and is the rule the
+    run record names). Without a final answer the edges cycle forever: only rules stop it.
+    """
+    return END if state.done else "act"
+
+
+def _dispatch(arbiter: Arbiter, call: Any, allowed: tuple[str, ...], node: str) -> ToolResult:
+    try:
+        return arbiter.dispatch(ToolCall.from_openai(call, lane=_LANE, node=node, allowed=allowed))
+    except ToolError as exc:
+        return ToolResult.from_error(exc, call_id=call.id)
+
+
+def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
+    """Dispatch every tool call of the last reply through the arbiter, in order."""
+    reply = next((s for s in reversed(state.trajectory) if s.kind == "reply"), None)
+    if reply is None or not reply.message.tool_calls:
+        return None
+    arbiter = _service(ctx, "arbiter", Arbiter, "a tool Arbiter")
+    allowed = tuple(ctx.config["tools"])
+    records: list[ToolCallRecord] = []
+    answers: list[ChatMessage] = []
+    failed = 0
+    for index, call in enumerate(reply.message.tool_calls):
+        result = _once(
+            ctx,
+            f"tool:{index}:{call.id}",
+            ToolResult,
+            lambda call=call: _dispatch(arbiter, call, allowed, ctx.node),  # type: ignore[misc]
+        )
+        if result.status != "success":
+            failed += 1
+        wire = result.to_tool_message(_LANE)
+        answers.append(ChatMessage.tool(call.id, wire["content"], name=call.name))
+        records.append(
+            ToolCallRecord(
+                llm_step=reply.llm_step,
+                call_id=call.id,
+                name=call.name,
+                arguments=call.arguments,
+                tool=result.tool,
+                status=result.status,
+                summary=result.summary,
+                error_code=result.error.code if result.error is not None else None,
+                artifact_ref=result.artifact_ref,
+            )
+        )
+    errors = state.error_count + failed
+    return {
+        "tool_calls": records,
+        # Tool answers first: the API wants them right after the assistant message that
+        # made the calls, before any note addressed to the model as a user turn.
+        "pending": answers + state.pending,
+        "error_count": errors,
+        "error_budget": ctx.config["error_budget"] - errors,
+        "last_event": "tool_error" if failed else "tool_success",
+    }
+
+
+def observe(state: ReactState) -> dict[str, Any]:
+    """Append the pending observations to the trajectory; expose the last tool status."""
+    last = state.trajectory[-1].llm_step if state.trajectory else 0
+    step_calls = [r for r in state.tool_calls if r.llm_step == last]
+    out: dict[str, Any] = {
+        "trajectory": [
+            ReactStep(llm_step=last, kind="observation", message=message)
+            for message in state.pending
+        ],
+        "pending": [],
+        "last_event": "observed" if not step_calls else state.last_event,
+    }
+    out["tool_result"] = step_calls[-1].status if step_calls else None
+    return out
