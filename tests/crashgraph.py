@@ -131,11 +131,53 @@ def small_graph() -> Graph[CrashState]:
     )
 
 
+def inner_graph() -> Graph[CrashState]:
+    """The child skill of the nested shape: a 10-node chain."""
+    graph = Graph("crash-inner", state=CrashState)
+    names = [f"c{i}" for i in range(10)]
+    for name in names:
+        graph = graph.with_node(name, work)
+    graph = graph.with_edge(START, names[0])
+    for a, b in itertools.pairwise(names):
+        graph = graph.with_edge(a, b)
+    return graph.with_edge(names[-1], END)
+
+
+def nested_graph() -> Graph[CrashState]:
+    """5 parent steps, a 10-step child skill (site ``inner``), 5 parent steps."""
+    from stargraph.nodes import SubgraphNode
+    from stargraph.skills import Skill
+
+    skill = Skill.from_graph(
+        inner_graph(),
+        name="crash-inner",
+        version="1.0.0",
+        kind="workflow",
+        description="ten steps",
+        state_schema=CrashState,
+    )
+    graph = Graph("crash-nested", state=CrashState).with_node(
+        SubgraphNode.from_skill(skill, site="inner")
+    )
+    before = [f"a{i}" for i in range(5)]
+    after = [f"z{i}" for i in range(5)]
+    for name in before + after:
+        graph = graph.with_node(name, work)
+    chain = [*before, "inner", *after]
+    graph = graph.with_edge(START, chain[0])
+    for a, b in itertools.pairwise(chain):
+        graph = graph.with_edge(a, b)
+    return graph.with_edge(chain[-1], END)
+
+
+SHAPES = {"long": long_graph, "small": small_graph, "nested": nested_graph}
+
+
 def main() -> None:
     """Run or resume ``RUN_ID`` to its end; print the final state as JSON."""
     db, ledger, run_id, shape = sys.argv[1:5]
     os.environ["SG_LEDGER"] = ledger
-    graph = long_graph() if shape == "long" else small_graph()
+    graph = SHAPES[shape]()
     store = CrashingStore(db)
     app = graph.compile(store=store)
     try:

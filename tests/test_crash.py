@@ -71,12 +71,16 @@ def _ledger(tmp: Path) -> list[tuple[str, int]]:
 def _check_history(tmp: Path, run_id: str, final: dict[str, Any]) -> None:
     store = SqliteStore(tmp / "runs.db")
     try:
-        steps = store.get_steps(run_id)
-        # Step ids are contiguous from 0: monotonic, nothing lost, nothing repeated.
-        assert [s.step for s in steps] == list(range(len(steps)))
-        executed = sorted((w.node, s.step) for s in steps for w in s.writes)
+        executed = []
+        # The run and any nested child runs (``<run>::<site>@<step>.<index>``).
+        for record in store.list_runs(limit=1000):
+            steps = store.get_steps(record.run_id)
+            # Step ids are contiguous from 0: monotonic, nothing lost, nothing repeated.
+            assert [s.step for s in steps] == list(range(len(steps)))
+            assert record.status == "done", record
+            executed += [(w.node, s.step) for s in steps for w in s.writes if w.node != "inner"]
         # Exactly one ledger entry per node execution of the final history.
-        assert _ledger(tmp) == executed
+        assert _ledger(tmp) == sorted(executed)
         assert len(executed) == len(final["log"])
         assert store.get_run(run_id).status == "done"
         assert store.integrity_check() == "ok"
@@ -88,7 +92,7 @@ def _check_history(tmp: Path, run_id: str, final: dict[str, Any]) -> None:
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Final states of uninterrupted runs, computed in a subprocess like the trials."""
     out = {}
-    for shape in ("long", "small"):
+    for shape in ("long", "small", "nested"):
         tmp = tmp_path_factory.mktemp(f"ref-{shape}")
         out[shape] = _finish(tmp, "r", shape)
         _check_history(tmp, "r", out[shape])
@@ -100,6 +104,10 @@ def test_reference_run_is_complete(reference: dict[str, dict[str, Any]]) -> None
     assert len(long["log"]) == 12 + 5 + 1 + 16
     assert long["log"][12:17] == ["p0", "p1", "p2", "p3", "p4"]
     assert reference["small"]["log"] == ["a", "b", "c", "d"]
+    nested = reference["nested"]["log"]
+    assert nested == [f"a{i}" for i in range(5)] + [f"c{i}" for i in range(10)] + [
+        f"z{i}" for i in range(5)
+    ]
 
 
 def _last_step(db: Path) -> int:
@@ -115,23 +123,26 @@ def _last_step(db: Path) -> int:
     return -1 if row is None or row[0] is None else int(row[0])
 
 
-@pytest.mark.parametrize("trial", range(TRIALS))
+@pytest.mark.parametrize(
+    ("shape", "trial"),
+    [("long", t) for t in range(TRIALS)] + [("nested", t) for t in range(max(5, TRIALS // 5))],
+)
 def test_sigkill_at_random_moments(
-    trial: int, tmp_path: Path, reference: dict[str, dict[str, Any]]
+    shape: str, trial: int, tmp_path: Path, reference: dict[str, dict[str, Any]]
 ) -> None:
-    rng = random.Random(SEED + trial)
+    rng = random.Random(SEED + trial + (10_000 if shape == "nested" else 0))
     seed_note = f"chaos seed {SEED}, trial {trial} (STARGRAPH_CHAOS_SEED={SEED})"
     kills = []
     for _ in range(2):
         proc = subprocess.Popen(
-            _args(tmp_path, "r", "long"),
+            _args(tmp_path, "r", shape),
             env=_env(),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
         )
         # Kill at a random moment inside the run: once a random step has been committed,
         # after a random fraction of a step more (so inside nodes, inside commits, between).
-        target = rng.randrange(-1, 28)
+        target = rng.randrange(-1, 9 if shape == "nested" else 28)
         deadline = time.monotonic() + 60
         while _last_step(tmp_path / "runs.db") < target and proc.poll() is None:
             assert time.monotonic() < deadline, seed_note
@@ -143,8 +154,8 @@ def test_sigkill_at_random_moments(
         _, err = proc.communicate(timeout=60)
         assert proc.returncode in (0, -signal.SIGKILL), f"{seed_note}: {err.decode()}"
     assert kills, f"{seed_note}: the run finished before any kill; the trial tested nothing"
-    final = _finish(tmp_path, "r", "long")
-    assert final == reference["long"], f"{seed_note}, killed after steps {kills}"
+    final = _finish(tmp_path, "r", shape)
+    assert final == reference[shape], f"{seed_note}, killed after steps {kills}"
     _check_history(tmp_path, "r", final)
 
 

@@ -49,8 +49,11 @@ StateT = TypeVar("StateT", bound=BaseModel)
 class _Mountable(typing.Protocol):
     """Anything ``with_node`` accepts besides a callable (e.g. ``SubgraphNode``)."""
 
-    def mount(self, graph: Graph[Any], node_id: str | None) -> tuple[Any, Mapping[str, Any]]:
-        """Return the node IR and the child IRs (hash -> GraphIR) it needs embedded."""
+    def mount(
+        self, graph: Graph[Any]
+    ) -> tuple[Any, Mapping[str, GraphIR], Mapping[str, Callable[..., Any]]]:
+        """Return the node IR, the child IRs (hash -> GraphIR) it needs embedded, and the
+        callables the child graphs name by registry id."""
         ...
 
 
@@ -197,9 +200,12 @@ class Graph(Generic[StateT]):
         calling thread, in node-id order).
         """
         if not isinstance(node, str):
-            node_ir, children = node.mount(self, None)
-            subgraphs = {**self._subgraphs, **children}
-            return self._replace(_nodes=(*self._nodes, node_ir), _subgraphs=subgraphs)
+            node_ir, children, child_impls = node.mount(self)
+            return self._replace(
+                _nodes=(*self._nodes, node_ir),
+                _subgraphs={**self._subgraphs, **children},
+                _impls={**child_impls, **self._impls},
+            )
         if fn is None:
             raise CompileError(
                 [

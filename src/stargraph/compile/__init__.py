@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import BaseModel
 
 from stargraph.checkpoint import CheckpointStore
+from stargraph.compile._subgraphs import site_of, subgraph_problems
 from stargraph.compile._validate import is_async_callable, validate_ir
-from stargraph.errors import CompileError, Problem
+from stargraph.errors import CompileError, Problem, UndeclaredOutputError
 from stargraph.ir import (
     START,
     ConditionalEdgeIR,
@@ -21,7 +22,9 @@ from stargraph.ir import (
     GraphIR,
     RulePackIR,
     StaticEdgeIR,
+    SubgraphNodeIR,
 )
+from stargraph.refs import resolve_ref
 from stargraph.runtime import (
     DEFAULT_MAX_STEPS,
     CompiledGraph,
@@ -85,13 +88,25 @@ def compile_ir(
                     )
                 )
     rules = _rules_factory(ir, state, problems)
+    nested = subgraph_problems(ir, set(state.model_fields))
+    problems.extend(nested.problems)
     if snapshot_every < 1:
         problems.append(
             Problem("/", f"snapshot_every={snapshot_every} must be >= 1", "pass 1 or more")
         )
+    if nested.undeclared:
+        raise UndeclaredOutputError([*nested.undeclared, *problems], subject=f"graph {ir.name!r}")
     if problems:
         raise CompileError(problems, subject=f"graph {ir.name!r}")
     fns = resolved.callables
+    channels = build_channels(state, ir.state)
+    child_options = {
+        "entropy": entropy,
+        "store": store,
+        "snapshot_every": snapshot_every,
+        "on_code_change": on_code_change,
+        "services": services,
+    }
 
     def router_spec(edge: ConditionalEdgeIR) -> RouterSpec:
         fn = fns[edge.router]
@@ -122,23 +137,26 @@ def compile_ir(
 
     specs: dict[str, NodeSpec] = {}
     for node in ir.nodes:
-        if not isinstance(node, FunctionNodeIR):
-            raise CompileError(
-                f"node {node.id!r} of kind {node.kind!r} needs stargraph.nodes to compile",
-                subject=f"graph {ir.name!r}",
-            )
-        fn = fns[node.ref]
+        if isinstance(node, FunctionNodeIR):
+            fn = fns[node.ref]
+            ref = node.ref
+            takes_ctx = bool(accepts_ctx(fn))
+            is_async = is_async_callable(fn)
+            config = dict(node.config)
+        else:
+            fn = _subgraph_runner(ir, node, impls, channels, child_options)
+            ref, takes_ctx, is_async, config = f"subgraph:{node.graph}", True, False, {}
         specs[node.id] = NodeSpec(
             id=node.id,
             fn=fn,
-            ref=node.ref,
-            takes_ctx=bool(accepts_ctx(fn)),
-            is_async=is_async_callable(fn),
+            ref=ref,
+            takes_ctx=takes_ctx,
+            is_async=is_async,
             blocking=node.blocking,
             writes=frozenset(node.writes) if node.writes is not None else None,
             timeout_s=node.timeout_s,
             retry=node.retry,
-            config=dict(node.config),
+            config=config,
             interrupt_before=node.interrupt_before,
             interrupt_after=node.interrupt_after,
             static_next=tuple(sorted(set(static_next[node.id]))),
@@ -148,7 +166,7 @@ def compile_ir(
     return CompiledGraph(
         ir=ir,
         state_model=state,
-        channels=build_channels(state, ir.state),
+        channels=channels,
         specs=specs,
         start_routers=start_routers,
         max_steps=max_steps,
@@ -159,6 +177,53 @@ def compile_ir(
         on_code_change=on_code_change,
         rules=rules,
         services=services,
+    )
+
+
+def _subgraph_runner(
+    ir: GraphIR,
+    node: SubgraphNodeIR,
+    impls: Mapping[str, Callable[..., Any]],
+    channels: Mapping[str, Any],
+    options: Mapping[str, Any],
+) -> Callable[..., Any]:
+    """Compile the embedded child and wrap it as the node's callable."""
+    from stargraph.nodes._runner import SubgraphRunner
+
+    child_ir = ir.subgraphs[node.graph]
+    try:
+        child_state = resolve_ref(child_ir.state.ref)
+        child = compile_ir(
+            child_ir, state=child_state, impls=impls, max_steps=node.max_steps, **options
+        )
+    except (ImportError, AttributeError) as exc:
+        raise CompileError(
+            [
+                Problem(
+                    f"/subgraphs/{node.graph}/state/ref",
+                    f"cannot import the state model {child_ir.state.ref!r} of subgraph "
+                    f"{child_ir.name!r}: {exc}",
+                    "make the module importable",
+                )
+            ],
+            subject=f"graph {ir.name!r}",
+        ) from exc
+    except CompileError as exc:
+        raise type(exc)(
+            [
+                Problem(f"/subgraphs/{node.graph}{p.pointer}", p.message, p.hint)
+                for p in exc.problems
+            ],
+            subject=f"graph {ir.name!r}",
+        ) from exc
+    return SubgraphRunner(
+        child,
+        node_id=node.id,
+        site=site_of(node),
+        inputs=node.inputs,
+        outputs=node.outputs,
+        parent_channels=channels,
+        bubble_events=node.bubble_events,
     )
 
 

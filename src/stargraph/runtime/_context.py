@@ -186,6 +186,7 @@ class RunContext:
     __slots__ = (
         "config",
         "entropy",
+        "events",
         "index",
         "journal",
         "node",
@@ -207,8 +208,12 @@ class RunContext:
         entropy: Entropy,
         journal: TaskJournal | None = None,
         services: Mapping[str, Any] | None = None,
+        events: list[Any] | None = None,
     ) -> None:
         self.journal = journal
+        # Where a subgraph node puts its child's events; the executor streams them, in task
+        # order, before this node's own node_finished event. None when nobody is streaming.
+        self.events = events
         # Live objects a node needs but the IR cannot hold (a chat model, a tool arbiter, a
         # database handle), given to compile(services=...); never part of the hash.
         self.services: Mapping[str, Any] = services or {}

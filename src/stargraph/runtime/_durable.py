@@ -57,6 +57,11 @@ def code_hash(fns: Sequence[Callable[..., Any]]) -> str:
     """``sha256:`` of the source code of the given callables (by qualified name, sorted)."""
     parts = []
     for fn in fns:
+        nested = getattr(fn, "code_hash", None)
+        if isinstance(nested, str):
+            # A subgraph node: the code of its child graph, hashed the same way.
+            parts.append(f"subgraph\n{nested}")
+            continue
         name = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
         try:
             source = inspect.getsource(fn)

@@ -321,6 +321,62 @@ class CompiledGraph(Generic[StateT]):
 
     # ------------------------------------------------------------------ internals
 
+    def run_nested(
+        self,
+        input: Mapping[str, Any],
+        *,
+        run_id: str,
+        path: tuple[str, ...],
+        emit: Callable[[Event], None] | None,
+        parent: Any,
+    ) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+        """Run this graph as the child of a subgraph node; return its final values and the raw
+        writes of all its steps (for projection into the parent).
+
+        With a store the child is durable under ``run_id``: an existing child run is resumed
+        (or, when done, read back) instead of started again. An interrupt inside the child
+        parks the parent through ``parent.interrupt`` (the parent's run context); the answer
+        given to the parent is handed down when the child resumes.
+        """
+        raw: list[tuple[str, dict[str, Any]]] = []
+        record = None
+        if self.store is not None:
+            try:
+                record = self.store.get_run(run_id)
+            except LookupError:
+                record = None
+        if record is None:
+            run = self._new_run(input, run_id, None, emit)
+            run.path, run.collect = path, raw
+            self._run_to_end(run, fresh=True)
+        else:
+            store = self._require_store()
+            raw.extend(self._history_writes(run_id, record.last_step))
+            if record.status == "done":
+                values, _ = load_values(store, self.channels, run_id, record.last_step)
+                return values, raw
+            response = _NO_RESPONSE
+            if record.status == "interrupted":
+                answer = parent.interrupt(record.interrupt)
+                if isinstance(record.interrupt, dict) and record.interrupt.get("kind") == "node":
+                    response = answer
+            run = self._load(run_id, response=response, update=None, max_steps=None, emit=emit)
+            run.path, run.collect = path, raw
+            self._run_to_end(run, fresh=False)
+        if self.store is not None:
+            after = self.store.get_run(run_id)
+            if after.status == "interrupted":
+                parent.interrupt(after.interrupt)
+        return run.values, raw
+
+    def _history_writes(self, run_id: str, last: int) -> list[tuple[str, dict[str, Any]]]:
+        store = self._require_store()
+        out: list[tuple[str, dict[str, Any]]] = []
+        for step in store.get_steps(run_id, start=1, end=last):
+            for write in step.writes:
+                out.append((write.node, _decode(self, run_id, step.step, write.writes)))
+        return out
+
     def _require_store(self) -> CheckpointStore:
         if self.store is None:
             raise CheckpointError(
@@ -714,6 +770,8 @@ class CompiledGraph(Generic[StateT]):
             self._apply_rules(run, ran)
         if run.emit is not None:
             for task, writes in sorted(results, key=lambda r: r[0].key):
+                for child_event in run.child_events.pop(task.key, ()):
+                    run.emit(child_event)
                 run.emit(
                     NodeFinished(
                         run_id=run.run_id,

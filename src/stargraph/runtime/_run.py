@@ -40,6 +40,8 @@ class Run:
 
     __slots__ = (
         "attempts",
+        "child_events",
+        "collect",
         "done",
         "emit",
         "entropy",
@@ -88,6 +90,10 @@ class Run:
         self.journals: dict[tuple[str, int], list[JournalEntry]] = {}
         self.attempts: dict[str, int] = {}
         self.skip_interrupt_before = False
+        # Raw writes of every merged task, in merge order, when a parent subgraph node needs
+        # them to project the child's outputs; child events to stream per task.
+        self.collect: list[tuple[str, dict[str, Any]]] | None = None
+        self.child_events: dict[tuple[str, int], list[Event]] = {}
         self.rules: RuleSet | None = None
         self.stopped_by: str | None = None
         self.rule_park: dict[str, Any] | None = None
@@ -236,6 +242,7 @@ class Run:
             entropy=self.entropy,
             journal=journal,
             services=self.graph.services,
+            events=None if self.emit is None else self.child_events.setdefault((node, index), []),
         )
 
     def task_state(self, task: Task) -> Any:
@@ -325,6 +332,8 @@ class Run:
         """Merge validated writes in task order through the reducers (invariant 2)."""
         channels = self.graph.channels
         self.view = None
+        if self.collect is not None:
+            self.collect.extend((t.node, w) for t, w in sorted(results, key=lambda r: r[0].key))
         if len(results) == 1:
             # Fast path for chains: one task, no conflicts possible.
             values = dict(self.values)

@@ -1,0 +1,144 @@
+"""Node kinds beyond plain functions. ``SubgraphNode`` mounts a child graph (a skill).
+
+    graph = Graph(parent_ir).with_node(SubgraphNode.from_skill(rag_skill, site="step-3"))
+
+The child's IR is embedded by hash, so its hash feeds the parent's (Merkle). Inputs are
+projected from parent channels into the child; only the skill's declared outputs come back,
+once, through the parent's reducers. See ``stargraph.nodes._runner`` for the run-time side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from stargraph.errors import Problem, SkillValidationError
+from stargraph.ir import GraphIR, NodeId, SubgraphNodeIR
+
+if TYPE_CHECKING:
+    from stargraph.graph import Graph
+    from stargraph.skills import Skill
+
+__all__ = ["SubgraphNode"]
+
+
+class SubgraphNode:
+    """A child graph mounted as one node. Build it with :meth:`from_skill`."""
+
+    def __init__(
+        self,
+        *,
+        node_id: str,
+        child: GraphIR,
+        impls: Mapping[str, Callable[..., Any]] | None = None,
+        skill: str | None = None,
+        site: str | None = None,
+        inputs: Mapping[str, str] | None = None,
+        outputs: Mapping[str, str] | None = None,
+        max_steps: int = 50,
+        bubble_events: bool = True,
+    ) -> None:
+        self.node_id = node_id
+        self.child = child
+        self.impls = dict(impls or {})
+        self.skill = skill
+        self.site = site
+        self.inputs = None if inputs is None else dict(inputs)
+        self.outputs = None if outputs is None else dict(outputs)
+        self.max_steps = max_steps
+        self.bubble_events = bubble_events
+
+    @classmethod
+    def from_skill(
+        cls,
+        skill: Skill,
+        site: str | None = None,
+        *,
+        inputs: Mapping[str, str] | None = None,
+        outputs: Mapping[str, str] | None = None,
+        max_steps: int = 50,
+        node_id: str | None = None,
+        registry: Mapping[str, GraphIR] | None = None,
+    ) -> SubgraphNode:
+        """Mount ``skill``. ``inputs``/``outputs`` map child channels to parent channels
+        (default: same names; outputs default to every declared output). ``node_id``
+        defaults to ``site`` or the skill's name; mount a skill twice with two node ids.
+        ``registry`` resolves a skill whose ``subgraph`` is a hash reference."""
+        child = skill.subgraph
+        if isinstance(child, str):
+            found = (registry or {}).get(child)
+            if found is None:
+                raise SkillValidationError(
+                    [
+                        Problem(
+                            "/subgraph",
+                            f"skill {skill.name!r} refers to subgraph {child}, which is not in "
+                            "the registry given",
+                            "pass registry={hash: GraphIR} or embed the IR in the skill",
+                        )
+                    ],
+                    subject=f"skill {skill.name!r}",
+                )
+            child = found
+        if child is None:
+            raise SkillValidationError(
+                [Problem("/subgraph", f"skill {skill.name!r} has no subgraph", "give it one")],
+                subject=f"skill {skill.name!r}",
+            )
+        declared = tuple(sorted(skill.state_schema.model_fields))
+        if child.outputs != declared:
+            child = GraphIR.model_validate({**child.model_dump(), "outputs": declared})
+        if outputs is not None:
+            undeclared = sorted(set(outputs) - set(declared))
+            if undeclared:
+                from stargraph.errors import UndeclaredOutputError
+
+                raise UndeclaredOutputError(
+                    [
+                        Problem(
+                            f"/outputs/{key}",
+                            f"skill {skill.name!r} does not declare output {key!r} "
+                            f"(declared: {list(declared)})",
+                            "add the field to the skill's state_schema or drop it from outputs",
+                        )
+                        for key in undeclared
+                    ],
+                    subject=f"skill {skill.name!r}",
+                )
+        return cls(
+            node_id=node_id or site or skill.name,
+            child=child,
+            impls=skill.impls,
+            skill=f"{skill.name}@{skill.version}",
+            site=site,
+            inputs=inputs,
+            outputs=outputs,
+            max_steps=max_steps,
+            bubble_events=skill.bubble_events,
+        )
+
+    def mount(
+        self, graph: Graph[Any]
+    ) -> tuple[SubgraphNodeIR, dict[str, GraphIR], dict[str, Callable[..., Any]]]:
+        """The node's IR (with default projections filled in against the parent's state),
+        the child IR to embed, and the child's callables."""
+        parent = set(graph.state.model_fields)
+        child_fields = {f.name for f in self.child.state.fields}
+        declared = set(self.child.outputs or child_fields)
+        inputs = self.inputs
+        if inputs is None:
+            inputs = {name: name for name in sorted(child_fields & parent)}
+        outputs = self.outputs
+        if outputs is None:
+            outputs = {name: name for name in sorted(declared)}
+        node = SubgraphNodeIR(
+            id=NodeId(self.node_id),
+            graph=self.child.graph_hash,
+            skill=self.skill,
+            site=self.site,
+            inputs=inputs,
+            outputs=outputs,
+            max_steps=self.max_steps,
+            bubble_events=self.bubble_events,
+        )
+        return node, {self.child.graph_hash: self.child}, self.impls
