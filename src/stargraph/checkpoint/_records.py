@@ -69,7 +69,11 @@ class StepRecord(BaseModel):
     attempts: dict[str, int] = Field(
         default_factory=dict, description="'node/index' -> attempts used, when more than one."
     )
-    created_at: str = ""
+    created_ms: int = Field(
+        default=0,
+        description="Commit time, milliseconds since the Unix epoch (an int: it is stored with "
+        "every step, and an ISO string would be a third of a small step's bytes).",
+    )
 
 
 class RunRecord(BaseModel):

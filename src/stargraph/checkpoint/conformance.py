@@ -465,7 +465,7 @@ class CheckpointStoreConformance:
             joins={"0": ("a", "b 🦀"), "7": ()},
             facts={"facts": [{"template": "t", "slots": {"x": 1.5}}], "agenda": []},
             attempts={"a/3": 2, "b 🦀/0": 5},
-            created_at="2024-05-06T07:08:09+00:00",
+            created_ms=1_714_979_289_000,
         )
         store.create_run(make_run("r1"), StepRecord(step=0))
         store.commit_step("r1", full)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import time
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -51,6 +52,10 @@ Durability = Literal["sync", "exit"]
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
 
 
 def code_hash(fns: Sequence[Callable[..., Any]]) -> str:
@@ -120,7 +125,7 @@ class Persistence:
             snapshot=jsonable(self.graph.channels, run.values),
             next=task_records(run.tasks),
             joins=joins_record(run.joins_seen),
-            created_at=_now(),
+            created_ms=_now_ms(),
         )
         self.store.create_run(record, first)
 
@@ -158,7 +163,7 @@ class Persistence:
             joins=joins_record(run.joins_seen),
             attempts=dict(run.attempts),
             facts=run.rules.snapshot() if run.rules is not None else None,
-            created_at=_now(),
+            created_ms=_now_ms(),
         )
         self.store.commit_step(run.run_id, record)
         run.attempts = {}

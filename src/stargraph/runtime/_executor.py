@@ -581,7 +581,7 @@ class CompiledGraph(Generic[StateT]):
                 snapshot=jsonable(self.channels, dict(state.__dict__)),
                 next=last.next,
                 joins=last.joins,
-                created_at=last.created_at,
+                created_ms=last.created_ms,
             ),
             status=record.status,
             error=record.error,
