@@ -390,12 +390,10 @@ def react_skill(
 
 # --------------------------------------------------------------------------- services
 
-_S = TypeVar("_S")
 
-
-def _service(ctx: RunContext, key: str, kind: type[_S], what: str) -> _S:
+def _service(ctx: RunContext, key: str, check: Callable[[Any], bool], what: str) -> Any:
     found = ctx.services.get(key)
-    if not isinstance(found, kind):
+    if not check(found):
         got = "nothing" if found is None else type(found).__name__
         raise NodeError(
             f"ReAct node {ctx.node!r} needs {what} as services[{key!r}] but got {got}; "
@@ -405,6 +403,16 @@ def _service(ctx: RunContext, key: str, kind: type[_S], what: str) -> _S:
             node=ctx.node,
         )
     return found
+
+
+def _is_chat_model(obj: Any) -> bool:
+    # Duck-typed: isinstance() against the runtime-checkable ChatModel protocol costs ~10 us
+    # per call, on every think step.
+    return callable(getattr(obj, "complete", None))
+
+
+def _is_arbiter(obj: Any) -> bool:
+    return isinstance(obj, Arbiter)
 
 
 # Offered tools per arbiter and allowlist: llm_view() deep-copies each schema, and the
@@ -488,8 +496,8 @@ def _check_answer(config: Mapping[str, Any], text: str) -> tuple[Any, str | None
 def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     """Ask the model for the next step; take its answer or prepare its tool calls."""
     config = ctx.config
-    model = _service(ctx, "model", ChatModel, "a ChatModel")  # type: ignore[type-abstract]
-    arbiter = _service(ctx, "arbiter", Arbiter, "a tool Arbiter")
+    model: ChatModel = _service(ctx, "model", _is_chat_model, "a ChatModel")
+    arbiter: Arbiter = _service(ctx, "arbiter", _is_arbiter, "a tool Arbiter")
     llm_step = state.llm_steps + 1
     new_steps: list[ReactStep] = []
     if not state.trajectory and state.task:
@@ -584,7 +592,7 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
     reply = next((s for s in reversed(state.trajectory) if s.kind == "reply"), None)
     if reply is None or not reply.message.tool_calls:
         return None
-    arbiter = _service(ctx, "arbiter", Arbiter, "a tool Arbiter")
+    arbiter: Arbiter = _service(ctx, "arbiter", _is_arbiter, "a tool Arbiter")
     allowed = tuple(ctx.config["tools"])
     records: list[ToolCallRecord] = []
     answers: list[ChatMessage] = []
