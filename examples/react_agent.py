@@ -1,0 +1,159 @@
+"""A ReAct agent with three tools: a calculator, workspace ``fs.read`` and ``http.fetch``.
+
+Run: ``.venv/bin/python examples/react_agent.py``. Offline by default: the model is the real
+``OpenAIChatModel`` (the ``openai`` client over HTTP) talking to
+``stargraph.testing.ScriptedOpenAIServer`` on 127.0.0.1, which plays a model that reads a
+file, fetches a local web page, computes with the calculator, then answers. The page is
+served on 127.0.0.1 too. Against a real endpoint, set ``OPENAI_BASE_URL`` (and
+``OPENAI_API_KEY``, ``STARGRAPH_MODEL``): the same graph then talks to that model instead.
+
+The loop stops through rules only (``termination/done``, ``termination/max_steps``,
+``termination/error_budget``); the run record in the SQLite store names the rule.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import operator
+import os
+import tempfile
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import Field
+
+from stargraph.checkpoint import SqliteStore
+from stargraph.llm import OpenAIChatModel
+from stargraph.skills.react import react_graph
+from stargraph.testing import RecordedRequest, Reply, ScriptedOpenAIServer
+from stargraph.tools import Arbiter, ToolRegistry, builtin_tools, llm_name_for, tool
+
+CALC = "demo.calc@1.0.0"
+FS_READ = "choir.fs.read@1.0.0"
+HTTP_FETCH = "choir.http.fetch@1.0.0"
+
+_OPERATORS: dict[type[ast.AST], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.Pow: operator.pow,
+}
+
+
+def _evaluate(node: ast.AST) -> float:
+    if isinstance(node, ast.Expression):
+        return _evaluate(node.body)
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float):
+        return node.value
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        return -_evaluate(node.operand)
+    if isinstance(node, ast.BinOp) and type(node.op) in _OPERATORS:
+        return float(_OPERATORS[type(node.op)](_evaluate(node.left), _evaluate(node.right)))
+    raise ValueError(f"unsupported expression element {ast.dump(node)}")
+
+
+@tool(id=CALC)
+def calc(
+    expression: Annotated[str, Field(description="Arithmetic: numbers, + - * / ** and ( ).")],
+) -> float:
+    """Evaluate an arithmetic expression (no names, no calls: safe by construction)."""
+    return _evaluate(ast.parse(expression, mode="eval"))
+
+
+@contextlib.contextmanager
+def local_page(text: str) -> Iterator[str]:
+    """Serve ``text`` as an HTML page on 127.0.0.1; yields its URL."""
+
+    class Page(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = f"<html><body><p>{text}</p></body></html>".encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html; charset=utf-8")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/prices.html"
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+def scripted_model(page_url: str) -> Callable[[RecordedRequest], Reply]:
+    """What a capable model would do, as a function of the conversation so far."""
+
+    def reply(request: RecordedRequest) -> Reply:
+        answers = [m["content"] for m in request.messages if m["role"] == "tool"]
+        if not answers:
+            return Reply.tool_calls(
+                [(llm_name_for(FS_READ), {"path": "order.txt"})],
+                content="First I read the order.",
+            )
+        if len(answers) == 1:
+            return Reply.tool_calls(
+                [(llm_name_for(HTTP_FETCH), {"url": page_url})],
+                content="Now the price list.",
+            )
+        if len(answers) == 2:
+            return Reply.tool_calls(
+                [(llm_name_for(CALC), {"expression": "3 * 4.5 + 2 * 1.25"})],
+                content="3 widgets at 4.50 and 2 gizmos at 1.25.",
+            )
+        total = answers[-1].split('"payload":')[1].rstrip("}")
+        return Reply.text(f"The order costs {float(total):.2f} EUR.")
+
+    return reply
+
+
+def main() -> None:
+    with contextlib.ExitStack() as stack:
+        workspace = Path(stack.enter_context(tempfile.TemporaryDirectory()))
+        (workspace / "order.txt").write_text("3 widgets, 2 gizmos\n", encoding="utf-8")
+        page_url = stack.enter_context(local_page("widget: 4.50 EUR, gizmo: 1.25 EUR"))
+
+        if os.environ.get("OPENAI_BASE_URL"):
+            model = OpenAIChatModel(os.environ.get("STARGRAPH_MODEL", "gpt-4o-mini"))
+        else:
+            server = stack.enter_context(ScriptedOpenAIServer(scripted_model(page_url)))
+            model = OpenAIChatModel("scripted-model", base_url=server.base_url)
+        stack.callback(model.close)
+
+        registry = ToolRegistry.build(builtins=[calc, *builtin_tools()])
+        arbiter = stack.enter_context(Arbiter(registry, workspace=workspace))
+        store = SqliteStore(workspace / "runs.db")
+        stack.callback(store.close)
+
+        graph = react_graph(
+            tools=[CALC, FS_READ, HTTP_FETCH],
+            system_prompt=(
+                "You are a careful shop assistant. Read order.txt in the workspace, fetch the "
+                f"price list at {page_url}, compute the total with the calculator, then answer."
+            ),
+            max_steps=8,
+            error_budget=3,
+        )
+        app = graph.compile(store=store, services={"model": model, "arbiter": arbiter})
+        final = app.invoke({"task": "How much does my order cost?"}, run_id="order-1")
+
+        for record in final.tool_calls:
+            print(f"tool  {record.tool:24} {record.status:8} {record.summary}")
+        print(f"final answer: {final.final_answer}")
+        print(f"stopped by:   {app.get_run('order-1').stopped_by}")
+        print(f"LLM steps:    {final.llm_steps}, tokens: {final.usage.total_tokens}")
+
+
+if __name__ == "__main__":
+    main()
