@@ -33,6 +33,7 @@ keeps working for callers who do not know stargraph::
         │   ├── LockTimeoutError (TimeoutError)
         │   └── ToolTimeoutError (TimeoutError)
         ├── LLMError                         the chat model failed after retries
+        ├── LaneBusy                         a lane already runs a skill (one active per lane)
         └── ReplayError                      replay could not reproduce the recorded run
             ├── ReplayMissError (LookupError)
             └── ReplayDivergenceError
@@ -60,6 +61,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidWriteError",
     "LLMError",
+    "LaneBusy",
     "LockTimeoutError",
     "NodeError",
     "NodeTimeoutError",
@@ -261,6 +263,10 @@ class ToolTimeoutError(ToolError, TimeoutError):
 
 class LLMError(RunError):
     """The chat model failed after the retry policy gave up."""
+
+
+class LaneBusy(RunError):
+    """A skill was started on a lane that already runs one (one active skill per lane)."""
 
 
 class ReplayError(RunError):
