@@ -7,6 +7,8 @@ for one machine; both pass the shared conformance suite in
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stargraph.checkpoint._memory import MemoryStore
 from stargraph.checkpoint._protocol import CheckpointStore
 from stargraph.checkpoint._records import (
@@ -20,11 +22,15 @@ from stargraph.checkpoint._records import (
 )
 from stargraph.checkpoint._sqlite import SqliteStore
 
+if TYPE_CHECKING:
+    from stargraph.checkpoint._postgres import PostgresStore
+
 __all__ = [
     "CheckpointStore",
     "JournalEntry",
     "MemoryStore",
     "PendingWrite",
+    "PostgresStore",
     "RunRecord",
     "RunStatus",
     "SqliteStore",
@@ -32,3 +38,12 @@ __all__ = [
     "TaskRecord",
     "WriteRecord",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # PostgresStore needs the optional psycopg extra: import it only when asked for.
+    if name == "PostgresStore":
+        from stargraph.checkpoint._postgres import PostgresStore
+
+        return PostgresStore
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,728 @@
+"""``PostgresStore``: the ``CheckpointStore`` on PostgreSQL (psycopg 3, extra ``postgres``).
+
+Layout (schema version 1, kept in ``<schema>.meta``; everything lives in its own schema,
+``stargraph`` by default)::
+
+    runs     run_id PK, graph_name, graph_hash, code_hash, status, last_step,
+             parent_run_id, parent_step, created_at, updated_at, extra (JSON or NULL)
+    steps    (run_id, step) PK, has_snapshot, payload (JSON StepRecord); append-only
+    pending  (run_id, step, node, idx) PK, payload (JSON PendingWrite)
+    journal  (run_id, step, node, idx, seq) PK, kind, key, payload (JSON JournalEntry)
+
+Caller-given strings (run ids, node names, graph names, times) are ``bytea`` holding UTF-8:
+PostgreSQL ``text`` cannot hold NUL, which run ids and node names may contain, and ``bytea``
+orders byte-wise, i.e. by code point like Python and SQLite. Payloads are the same JSON as
+SQLite's. Migrations are versioned and applied under a transaction-scoped advisory lock,
+so several processes opening a fresh database at once migrate it exactly once.
+
+Fencing: ``commit_step`` is one statement whose ``UPDATE runs ... WHERE last_step = step - 1``
+gates the step insert and the pending/journal cleanup, so of two writers committing the same
+step exactly one wins and the other gets a :class:`~stargraph.errors.CheckpointError`.
+
+psycopg is imported when a store is created, not when ``stargraph`` is imported.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, get_args
+
+import pydantic_core
+
+from stargraph.checkpoint._records import (
+    JournalEntry,
+    PendingWrite,
+    RunRecord,
+    RunStatus,
+    StepRecord,
+)
+from stargraph.checkpoint._sqlite import _decode, _encode, _encode_extra, _why
+from stargraph.errors import CheckpointError, CorruptCheckpointError, RunNotFoundError
+
+if TYPE_CHECKING:
+    import psycopg
+
+__all__ = ["SCHEMA_VERSION", "PostgresStore", "describe_dsn", "redact"]
+
+SCHEMA_VERSION: Final = 1
+"""The schema this code writes; older schemas are migrated when a store opens them."""
+
+# Each entry takes the schema from version ``i`` to ``i + 1``. ``{s}`` is the quoted schema.
+# Never edit a shipped migration: append a new one.
+_MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
+    (
+        """CREATE TABLE {s}.runs (
+            run_id bytea PRIMARY KEY,
+            graph_name bytea NOT NULL,
+            graph_hash bytea NOT NULL,
+            code_hash bytea NOT NULL,
+            status text NOT NULL,
+            last_step bigint NOT NULL,
+            parent_run_id bytea,
+            parent_step bigint,
+            created_at bytea NOT NULL,
+            updated_at text NOT NULL,
+            extra bytea
+        )""",
+        "CREATE INDEX runs_by_created ON {s}.runs (created_at, run_id)",
+        """CREATE TABLE {s}.steps (
+            run_id bytea NOT NULL REFERENCES {s}.runs (run_id) ON DELETE CASCADE,
+            step bigint NOT NULL,
+            has_snapshot boolean NOT NULL,
+            payload bytea NOT NULL,
+            PRIMARY KEY (run_id, step)
+        )""",
+        """CREATE TABLE {s}.pending (
+            run_id bytea NOT NULL REFERENCES {s}.runs (run_id) ON DELETE CASCADE,
+            step bigint NOT NULL,
+            node bytea NOT NULL,
+            idx bigint NOT NULL,
+            payload bytea NOT NULL,
+            PRIMARY KEY (run_id, step, node, idx)
+        )""",
+        """CREATE TABLE {s}.journal (
+            run_id bytea NOT NULL REFERENCES {s}.runs (run_id) ON DELETE CASCADE,
+            step bigint NOT NULL,
+            node bytea NOT NULL,
+            idx bigint NOT NULL,
+            seq bigint NOT NULL,
+            kind bytea NOT NULL,
+            key bytea NOT NULL,
+            payload bytea NOT NULL,
+            PRIMARY KEY (run_id, step, node, idx, seq)
+        )""",
+    ),
+)
+
+_SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+_STATUSES: Final = frozenset(get_args(RunStatus))
+_RUN_COLUMNS: Final = (
+    "run_id, graph_name, graph_hash, code_hash, status, last_step, parent_run_id, "
+    "parent_step, created_at, updated_at, extra"
+)
+_EXTRA_FIELDS: Final = ("error", "stopped_by", "interrupt")
+_MAX_STEP: Final = 2**63 - 1
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def redact(text: str, password: str | None = None) -> str:
+    """``text`` with any password (URL userinfo, ``password=...``) replaced by ``***``."""
+    text = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", text)
+    text = re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", text, flags=re.IGNORECASE)
+    if password:
+        text = text.replace(password, "***")
+    return text
+
+
+def describe_dsn(dsn: str) -> tuple[str, str | None]:
+    """``("host:port/dbname as user", password)`` for messages; raises ``CheckpointError``
+    (without the password) for a string that is not a connection string."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        params = conninfo_to_dict(dsn)
+    except Exception as exc:
+        raise CheckpointError(
+            f"invalid PostgreSQL connection string {redact(dsn)!r}: {redact(str(exc))}; "
+            "use postgresql://user@host:port/dbname"
+        ) from None
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    port = str(params.get("port") or "5432")
+    where = f"{host}:{port}/{params.get('dbname') or params.get('user') or ''}"
+    if params.get("user"):
+        where += f" as {params['user']}"
+    password = params.get("password")
+    return where, str(password) if password else None
+
+
+def _b(text: str | None, *, run_id: str) -> bytes | None:
+    if text is None:
+        return None
+    try:
+        return text.encode()
+    except UnicodeEncodeError as exc:
+        raise CheckpointError(
+            f"run {run_id!r}: cannot store {text!r} ({exc}); strings must be valid Unicode",
+            run_id=run_id,
+        ) from exc
+
+
+def _key(run_id: str) -> bytes:
+    key = _b(run_id, run_id=run_id)
+    assert key is not None
+    return key
+
+
+def _t(raw: bytes | memoryview | None) -> str | None:
+    return None if raw is None else bytes(raw).decode()
+
+
+class _Pool:
+    """A small thread-safe connection pool (autocommit connections), fork-aware."""
+
+    def __init__(self, connect: Any, size: int, timeout: float) -> None:
+        self._connect = connect
+        self._size = size
+        self._timeout = timeout
+        self._lock = threading.Lock()
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._slots = threading.BoundedSemaphore(size)
+        self._closed = False
+        self._pid = os.getpid()
+        # Connections inherited through fork() share sockets with the parent: never used or
+        # closed by the child, only parked here.
+        self._inherited: list[psycopg.Connection[Any]] = []
+
+    def _after_fork(self) -> None:
+        with self._lock:
+            self._inherited.extend(self._idle)
+            self._idle = []
+            self._slots = threading.BoundedSemaphore(self._size)
+            self._pid = os.getpid()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if os.getpid() != self._pid:
+            self._after_fork()
+        slots = self._slots
+        if not slots.acquire(timeout=self._timeout):
+            raise CheckpointError(
+                f"no free PostgreSQL connection within {self._timeout:g}s "
+                f"(pool_size={self._size}); raise pool_size"
+            )
+        conn: psycopg.Connection[Any] | None = None
+        try:
+            with self._lock:
+                if self._closed:
+                    raise CheckpointError("the PostgresStore is closed")
+                conn = self._idle.pop() if self._idle else None
+            if conn is None or conn.closed:
+                conn = self._connect()
+            yield conn
+        finally:
+            # A connection left mid-transaction or broken is closed, not reused.
+            if conn is not None:
+                keep = not conn.closed and conn.info.transaction_status == 0  # IDLE
+                with self._lock:
+                    if keep and not self._closed:
+                        self._idle.append(conn)
+                        conn = None
+                if conn is not None:
+                    conn.close()
+            slots.release()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        if os.getpid() != self._pid:
+            return
+        for conn in idle:
+            conn.close()
+
+
+class PostgresStore:
+    """A ``CheckpointStore`` in a PostgreSQL database, safe across threads and processes.
+
+    ``dsn`` is a libpq connection string (``postgresql://user@host:5432/db``); tables live in
+    ``schema`` (created if missing). Up to ``pool_size`` connections are opened on demand.
+    A bad connection string or an unreachable server raises ``CheckpointError`` naming the
+    host and never the password. Use it as a context manager or call :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        schema: str = "stargraph",
+        pool_size: int = 8,
+        connect_timeout_s: float = 10.0,
+        application_name: str = "stargraph",
+    ) -> None:
+        try:
+            import psycopg
+        except ImportError as exc:  # pragma: no cover - depends on the environment
+            raise CheckpointError(
+                "PostgresStore needs psycopg 3: pip install 'stargraph[postgres]'"
+            ) from exc
+        if not _SCHEMA_NAME.match(schema):
+            raise CheckpointError(
+                f"schema name {schema!r} must be lower-case letters, digits and underscores"
+            )
+        if pool_size < 1:
+            raise CheckpointError(f"pool_size must be at least 1, got {pool_size}")
+        self._psycopg = psycopg
+        self._dsn = dsn
+        self._where, self._password = describe_dsn(dsn)
+        self._schema = schema
+        self._s = f'"{schema}"'
+        self._connect_timeout = max(1, round(connect_timeout_s))
+        self._application_name = application_name
+        self._closed = False
+        self._pool = _Pool(self._open, pool_size, timeout=max(30.0, connect_timeout_s * 3))
+        try:
+            self._setup()
+        except BaseException:
+            self.close()
+            raise
+
+    # ----------------------------------------------------------------- connections
+
+    @property
+    def dsn(self) -> str:
+        """The connection string given (it may hold a password: do not log it)."""
+        return self._dsn
+
+    @property
+    def schema(self) -> str:
+        """The PostgreSQL schema holding the tables."""
+        return self._schema
+
+    @property
+    def where(self) -> str:
+        """``host:port/dbname as user``: the server, for messages (no password)."""
+        return self._where
+
+    def _open(self) -> psycopg.Connection[Any]:
+        try:
+            return self._psycopg.connect(
+                self._dsn,
+                autocommit=True,
+                connect_timeout=self._connect_timeout,
+                application_name=self._application_name,
+            )
+        except self._psycopg.Error as exc:
+            raise CheckpointError(
+                f"cannot connect to PostgreSQL at {self._where}: "
+                f"{redact(str(exc).strip(), self._password)}"
+            ) from None
+
+    def connect(self) -> psycopg.Connection[Any]:
+        """A new autocommit connection of this store's server (the caller closes it)."""
+        return self._open()
+
+    @contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        if self._closed:
+            raise CheckpointError(f"the PostgresStore on {self._where} is closed")
+        with self._pool.connection() as conn:
+            try:
+                yield conn
+            except self._psycopg.Error as exc:
+                raise self._db_error(exc) from exc
+
+    def _db_error(self, exc: Exception, run_id: str | None = None) -> CheckpointError:
+        where = f"run {run_id!r} in " if run_id else ""
+        return CheckpointError(
+            f"{where}PostgreSQL store at {self._where} (schema {self._schema}): "
+            f"{redact(str(exc).strip(), self._password)}",
+            run_id=run_id,
+        )
+
+    def close(self) -> None:
+        """Close every pooled connection. Safe to call twice."""
+        self._closed = True
+        self._pool.close()
+
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- schema
+
+    def schema_version(self) -> int:
+        """The schema version recorded in ``<schema>.meta`` (0 for none)."""
+        with self._conn() as conn:
+            return self._version(conn)
+
+    def _version(self, conn: psycopg.Connection[Any]) -> int:
+        exists = conn.execute("SELECT to_regclass(%s)", (f"{self._s}.meta",)).fetchone()
+        if exists is None or exists[0] is None:
+            return 0
+        row = conn.execute(
+            f"SELECT value FROM {self._s}.meta WHERE key = 'schema_version'"
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def _setup(self) -> None:
+        with self._conn() as conn:
+            version = self._version(conn)
+            if version > SCHEMA_VERSION:
+                raise self._too_new(version)
+            if version == SCHEMA_VERSION:
+                return
+            with conn.transaction():
+                # One migrator per schema at a time; the others wait, then see it is done.
+                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"sg:{self._schema}",))
+                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self._s}")
+                conn.execute(
+                    f"CREATE TABLE IF NOT EXISTS {self._s}.meta "
+                    "(key text PRIMARY KEY, value text NOT NULL)"
+                )
+                version = self._version(conn)
+                if version > SCHEMA_VERSION:
+                    raise self._too_new(version)
+                for statements in _MIGRATIONS[version:]:
+                    for sql in statements:
+                        conn.execute(sql.format(s=self._s))
+                conn.execute(
+                    f"INSERT INTO {self._s}.meta (key, value) VALUES ('schema_version', %s) "
+                    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+                    (str(SCHEMA_VERSION),),
+                )
+
+    def _too_new(self, version: int) -> CheckpointError:
+        return CheckpointError(
+            f"PostgreSQL schema {self._schema} at {self._where} has schema version {version}, "
+            f"newer than the {SCHEMA_VERSION} this stargraph understands; upgrade stargraph"
+        )
+
+    # ----------------------------------------------------------------- helpers
+
+    def _missing(self, run_id: str) -> RunNotFoundError:
+        return RunNotFoundError(
+            f"no run {run_id!r} in PostgreSQL schema {self._schema} at {self._where}; "
+            "list runs with store.list_runs()",
+            run_id=run_id,
+        )
+
+    def _check_status(self, run_id: str, status: str) -> None:
+        if status not in _STATUSES:
+            raise CheckpointError(
+                f"run {run_id!r}: unknown status {status!r}; use one of {sorted(_STATUSES)}",
+                run_id=run_id,
+            )
+
+    def _exists(self, conn: psycopg.Connection[Any], key: bytes) -> bool:
+        row = conn.execute(f"SELECT 1 FROM {self._s}.runs WHERE run_id = %s", (key,)).fetchone()
+        return row is not None
+
+    def _decode_run(self, row: tuple[Any, ...]) -> RunRecord:
+        run_id = "?"
+        step = row[5] if isinstance(row[5], int) else None
+        try:
+            run_id = _t(row[0]) or ""
+            data: dict[str, Any] = {
+                "run_id": run_id,
+                "graph_name": _t(row[1]),
+                "graph_hash": _t(row[2]),
+                "code_hash": _t(row[3]),
+                "status": row[4],
+                "last_step": row[5],
+                "parent_run_id": _t(row[6]),
+                "parent_step": row[7],
+                "created_at": _t(row[8]),
+                "updated_at": row[9],
+            }
+            if row[10] is not None:
+                extra = pydantic_core.from_json(bytes(row[10]))
+                if not isinstance(extra, dict) or not set(extra) <= set(_EXTRA_FIELDS):
+                    raise TypeError("the extra column is not an object of error/stopped_by/...")
+                data.update(extra)
+            return RunRecord.model_validate(data)
+        except (ValueError, TypeError) as exc:  # ValidationError, UnicodeDecodeError
+            raise CorruptCheckpointError(
+                f"run {run_id!r} step {step}: the runs row cannot be decoded "
+                f"({_why(exc)}); the PostgreSQL schema {self._schema} is damaged",
+                run_id=run_id,
+                step=step,
+            ) from exc
+
+    # ----------------------------------------------------------------- writes
+
+    def create_run(self, run: RunRecord, first: StepRecord) -> None:
+        """Insert a new run with its step 0, atomically. Raises if the run id exists."""
+        rid = run.run_id
+        payload = _encode(first, run_id=rid, step=first.step)
+        extra = _encode_extra(run.error, run.stopped_by, run.interrupt, run_id=rid)
+        now = _now()
+        key = _key(rid)
+        values = (
+            key,
+            _b(run.graph_name, run_id=rid),
+            _b(run.graph_hash, run_id=rid),
+            _b(run.code_hash, run_id=rid),
+            run.status,
+            first.step,
+            _b(run.parent_run_id, run_id=rid),
+            run.parent_step,
+            _b(run.created_at or now, run_id=rid),
+            now,
+            extra,
+        )
+        with self._conn() as conn:
+            row = conn.execute(
+                f"WITH ins AS (INSERT INTO {self._s}.runs ({_RUN_COLUMNS}) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                "ON CONFLICT (run_id) DO NOTHING RETURNING run_id), "
+                f"st AS (INSERT INTO {self._s}.steps (run_id, step, has_snapshot, payload) "
+                "SELECT run_id, %s, %s, %s FROM ins) SELECT count(*) FROM ins",
+                (*values, first.step, first.snapshot is not None, payload),
+            ).fetchone()
+            if row is None or row[0] != 1:
+                raise CheckpointError(
+                    f"run {rid!r} already exists; pick another run_id or resume it",
+                    run_id=rid,
+                )
+
+    def commit_step(
+        self,
+        run_id: str,
+        step: StepRecord,
+        *,
+        status: RunStatus = "running",
+        error: str | None = None,
+        stopped_by: str | None = None,
+        interrupt: object = None,
+    ) -> None:
+        """In one transaction: append ``step`` (must be ``last_step + 1``), set the run's
+        ``last_step``/status fields, and drop the pending writes and journal of that step."""
+        self._check_status(run_id, status)
+        number = step.step
+        payload = _encode(step, run_id=run_id, step=number)
+        extra = _encode_extra(error, stopped_by, interrupt, run_id=run_id)
+        key = _key(run_id)
+        s = self._s
+        with self._conn() as conn:
+            # One statement: the compare-and-set on last_step gates everything else.
+            row = conn.execute(
+                f"WITH adv AS (UPDATE {s}.runs SET last_step = %(n)s, status = %(status)s, "
+                "extra = %(extra)s, updated_at = %(now)s "
+                "WHERE run_id = %(run)s AND last_step = %(prev)s RETURNING run_id), "
+                f"ins AS (INSERT INTO {s}.steps (run_id, step, has_snapshot, payload) "
+                "SELECT run_id, %(n)s, %(snap)s, %(payload)s FROM adv), "
+                f"dp AS (DELETE FROM {s}.pending WHERE run_id = %(run)s AND step = %(n)s "
+                "AND EXISTS (SELECT 1 FROM adv)), "
+                f"dj AS (DELETE FROM {s}.journal WHERE run_id = %(run)s AND step = %(n)s "
+                "AND EXISTS (SELECT 1 FROM adv)) "
+                "SELECT count(*) FROM adv",
+                {
+                    "n": number,
+                    "status": status,
+                    "extra": extra,
+                    "now": _now(),
+                    "run": key,
+                    "prev": number - 1,
+                    "snap": step.snapshot is not None,
+                    "payload": payload,
+                },
+            ).fetchone()
+            if row is not None and row[0] == 1:
+                return
+            last = conn.execute(
+                f"SELECT last_step FROM {s}.runs WHERE run_id = %s", (key,)
+            ).fetchone()
+        if last is None:
+            raise self._missing(run_id)
+        raise CheckpointError(
+            f"run {run_id!r}: step {number} cannot follow committed step {last[0]}; "
+            "another writer owns this run, or history was forked",
+            run_id=run_id,
+            step=number,
+        )
+
+    def set_status(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        error: str | None = None,
+        stopped_by: str | None = None,
+        interrupt: object = None,
+    ) -> None:
+        """Change a run's status without committing a step (park, fail, finish)."""
+        self._check_status(run_id, status)
+        extra = _encode_extra(error, stopped_by, interrupt, run_id=run_id)
+        with self._conn() as conn:
+            cursor = conn.execute(
+                f"UPDATE {self._s}.runs SET status = %s, extra = %s, updated_at = %s "
+                "WHERE run_id = %s",
+                (status, extra, _now(), _b(run_id, run_id=run_id)),
+            )
+            if cursor.rowcount != 1:
+                raise self._missing(run_id)
+
+    def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
+        """Record that the run continues under another graph (after an explicit migration)."""
+        with self._conn() as conn:
+            cursor = conn.execute(
+                f"UPDATE {self._s}.runs SET graph_hash = %s, code_hash = %s, updated_at = %s "
+                "WHERE run_id = %s",
+                (
+                    _b(graph_hash, run_id=run_id),
+                    _b(code_hash, run_id=run_id),
+                    _now(),
+                    _b(run_id, run_id=run_id),
+                ),
+            )
+            if cursor.rowcount != 1:
+                raise self._missing(run_id)
+
+    def _insert_child(self, run_id: str, sql: str, params: tuple[object, ...]) -> None:
+        with self._conn() as conn:
+            try:
+                conn.execute(sql, params)
+            except self._psycopg.errors.ForeignKeyViolation:
+                raise self._missing(run_id) from None
+
+    def put_pending(self, run_id: str, write: PendingWrite) -> None:
+        """Save one finished task's writes for a step not yet committed (idempotent)."""
+        payload = _encode(write, run_id=run_id, step=write.step)
+        self._insert_child(
+            run_id,
+            f"INSERT INTO {self._s}.pending (run_id, step, node, idx, payload) "
+            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (
+                _b(run_id, run_id=run_id),
+                write.step,
+                _b(write.node, run_id=run_id),
+                write.index,
+                payload,
+            ),
+        )
+
+    def append_journal(self, run_id: str, entry: JournalEntry) -> None:
+        """Record one call of a task execution (idempotent on its position)."""
+        payload = _encode(entry, run_id=run_id, step=entry.step)
+        self._insert_child(
+            run_id,
+            f"INSERT INTO {self._s}.journal (run_id, step, node, idx, seq, kind, key, payload) "
+            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            (
+                _b(run_id, run_id=run_id),
+                entry.step,
+                _b(entry.node, run_id=run_id),
+                entry.index,
+                entry.seq,
+                _b(entry.kind, run_id=run_id),
+                _b(entry.key, run_id=run_id),
+                payload,
+            ),
+        )
+
+    # ----------------------------------------------------------------- reads
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run's record; ``RunNotFoundError`` if there is none."""
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT {_RUN_COLUMNS} FROM {self._s}.runs WHERE run_id = %s",
+                (_b(run_id, run_id=run_id),),
+            ).fetchone()
+        if row is None:
+            raise self._missing(run_id)
+        return self._decode_run(row)
+
+    def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
+        """Runs, newest first, optionally filtered by status."""
+        with self._conn() as conn:
+            if status is None:
+                rows = conn.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM {self._s}.runs "
+                    "ORDER BY created_at DESC, run_id DESC LIMIT %s",
+                    (limit,),
+                ).fetchall()
+            else:
+                rows = conn.execute(
+                    f"SELECT {_RUN_COLUMNS} FROM {self._s}.runs WHERE status = %s "
+                    "ORDER BY created_at DESC, run_id DESC LIMIT %s",
+                    (status, limit),
+                ).fetchall()
+        return [self._decode_run(row) for row in rows]
+
+    def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
+        """Committed steps ``start..end`` (inclusive) in order."""
+        key = _key(run_id)
+        hi = min(end, _MAX_STEP) if end is not None else _MAX_STEP
+        lo = max(min(start, _MAX_STEP), -_MAX_STEP)
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT step, payload FROM {self._s}.steps "
+                "WHERE run_id = %s AND step >= %s AND step <= %s ORDER BY step",
+                (key, lo, hi),
+            ).fetchall()
+            if not rows and not self._exists(conn, key):
+                raise self._missing(run_id)
+        return [
+            _decode(StepRecord, bytes(payload), run_id=run_id, step=step, table="steps")
+            for step, payload in rows
+        ]
+
+    def snapshot_step(self, run_id: str, at_or_before: int) -> int:
+        """The newest step ``<= at_or_before`` that holds a full snapshot (0 always does)."""
+        key = _key(run_id)
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT max(step) FROM {self._s}.steps "
+                "WHERE run_id = %s AND step <= %s AND has_snapshot",
+                (key, min(at_or_before, _MAX_STEP)),
+            ).fetchone()
+            found = None if row is None else row[0]
+            if found is None:
+                if not self._exists(conn, key):
+                    raise self._missing(run_id)
+                return 0
+        return int(found)
+
+    def get_pending(self, run_id: str, step: int) -> list[PendingWrite]:
+        """Pending writes saved for ``step``, ordered by ``(node, index)``."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT payload FROM {self._s}.pending WHERE run_id = %s AND step = %s "
+                "ORDER BY node, idx",
+                (_b(run_id, run_id=run_id), step),
+            ).fetchall()
+        return [
+            _decode(PendingWrite, bytes(payload), run_id=run_id, step=step, table="pending")
+            for (payload,) in rows
+        ]
+
+    def get_journal(self, run_id: str, step: int) -> list[JournalEntry]:
+        """Journal entries of ``step``, ordered by ``(node, index, seq)``."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT payload FROM {self._s}.journal WHERE run_id = %s AND step = %s "
+                "ORDER BY node, idx, seq",
+                (_b(run_id, run_id=run_id), step),
+            ).fetchall()
+        return [
+            _decode(JournalEntry, bytes(payload), run_id=run_id, step=step, table="journal")
+            for (payload,) in rows
+        ]
+
+    # ----------------------------------------------------------------- maintenance
+
+    def drop_schema(self) -> None:
+        """Delete the schema and every run in it (tests, benchmarks). Irreversible."""
+        with self._conn() as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {self._s} CASCADE")
+
+    def wait_ready(self, timeout_s: float = 10.0) -> None:
+        """Block until a connection works (for a server that is still starting)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                with self._conn() as conn:
+                    conn.execute("SELECT 1")
+                return
+            except CheckpointError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.05)
