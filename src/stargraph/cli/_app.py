@@ -1,0 +1,418 @@
+"""The ``stargraph`` click group, its error handling, and the graph commands.
+
+Run-inspection commands (``runs``, ``show``, ``diff``) live in ``_inspect``; this module
+registers them. Every failure is reported as one paragraph on stderr (``error: ...``) with
+exit status 1; usage errors exit 2; ``--debug`` adds the traceback.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shlex
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+
+from stargraph.cli._load import (
+    DEFAULT_DB,
+    CliError,
+    Target,
+    archive_ir,
+    archived_ir,
+    compile_target,
+    load_target,
+    open_store,
+    parse_json,
+)
+from stargraph.errors import GraphHashMismatch, RunError, StargraphError
+from stargraph.ir import StaticEdgeIR
+
+__all__ = ["cli"]
+
+
+def _describe_error(exc: BaseException) -> str:
+    """One paragraph for an exception: its message, plus where a run error happened."""
+    text = str(exc) or type(exc).__name__
+    if isinstance(exc, RunError):
+        where = [
+            f"{name} {value}"
+            for name, value in (("run", exc.run_id), ("step", exc.step), ("node", exc.node))
+            if value is not None and str(value) not in text
+        ]
+        if where:
+            text = f"{text} ({', '.join(where)})"
+    if not isinstance(exc, StargraphError):
+        text = f"{type(exc).__name__}: {text} (this looks like a bug; rerun with --debug)"
+    return text
+
+
+class _Group(click.Group):
+    """A group that turns every error into one paragraph (and a traceback with --debug)."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:
+            if ctx.params.get("debug") and exc.__cause__ is not None:
+                traceback.print_exception(exc)
+            raise
+        except (click.exceptions.Exit, click.Abort):
+            raise
+        except Exception as exc:
+            if ctx.params.get("debug"):
+                traceback.print_exc()
+            raise CliError(_describe_error(exc)) from exc
+
+
+@click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, envvar="STARGRAPH_DEBUG", help="Show tracebacks.")
+@click.version_option(package_name="stargraph", prog_name="stargraph")
+def cli(debug: bool) -> None:
+    """stargraph: compile agent workflows into content-hashed graphs and run them durably.
+
+    GRAPH arguments are an IR JSON file or a Python reference `module:attr` to a Graph, a
+    CompiledGraph, or a function returning one (imported with the current directory on
+    sys.path). Runs are kept in SQLite (--db, default .stargraph/stargraph.db).
+    """
+
+
+# --------------------------------------------------------------------------- graphs
+
+
+@cli.command("compile")
+@click.argument("graph")
+def compile_command(graph: str) -> None:
+    """Validate GRAPH (every problem at once) and print its graph hash."""
+    target = load_target(graph)
+    app = compile_target(target)
+    click.echo(app.graph_hash)
+
+
+@cli.command("hash")
+@click.argument("graph")
+def hash_command(graph: str) -> None:
+    """Print the graph hash of GRAPH without importing its callables."""
+    click.echo(load_target(graph).ir.graph_hash)
+
+
+@cli.command("draw")
+@click.argument("graph")
+@click.option(
+    "--format",
+    "-f",
+    "fmt",
+    type=click.Choice(["mermaid", "dot", "png", "svg"]),
+    default="mermaid",
+    show_default=True,
+    help="Mermaid/DOT text need nothing; PNG/SVG need Graphviz's `dot`.",
+)
+@click.option("--output", "-o", type=click.Path(dir_okay=False, path_type=Path), help="File.")
+def draw_command(graph: str, fmt: str, output: Path | None) -> None:
+    """Draw GRAPH as Mermaid, DOT, PNG or SVG (to stdout, or to -o FILE)."""
+    from stargraph import viz
+
+    ir = load_target(graph).ir
+    if fmt in ("mermaid", "dot"):
+        text = viz.to_mermaid(ir) if fmt == "mermaid" else viz.to_dot(ir)
+        if output is None:
+            click.echo(text, nl=False)
+        else:
+            output.write_text(text, encoding="utf-8")
+            click.echo(f"wrote {output}", err=True)
+        return
+    if output is None and sys.stdout.isatty():
+        raise CliError(f"refusing to write {fmt.upper()} to a terminal; pass -o FILE", code=2)
+    data = viz.render(ir, "png" if fmt == "png" else "svg")
+    if output is None:
+        click.get_binary_stream("stdout").write(data)
+    else:
+        output.write_bytes(data)
+        click.echo(f"wrote {output}", err=True)
+
+
+# --------------------------------------------------------------------------- running
+
+
+def _resume_hint(run_id: str, spec: str, db: str, extra: str = "") -> str:
+    db_part = "" if db == DEFAULT_DB else f" --db {shlex.quote(db)}"
+    return f"stargraph resume {shlex.quote(run_id)}{extra} --graph {shlex.quote(spec)}{db_part}"
+
+
+def waiting_message(run_id: str, interrupt: Any, spec: str, db: str) -> str:
+    """``run X is waiting: <what>; continue it with: <command>``."""
+    info = interrupt if isinstance(interrupt, dict) else {}
+    kind = info.get("kind")
+    extra = ""
+    if kind == "node":
+        payload = json.dumps(info.get("payload"), ensure_ascii=False, sort_keys=True)
+        what = f"node {info.get('node')!r} asks {payload}"
+        extra = " --response JSON"
+    elif kind in ("before", "after"):
+        nodes = ", ".join(repr(n) for n in info.get("nodes", ()))
+        what = f"paused {kind} node(s) {nodes} at step {info.get('step')}"
+        extra = " [--update JSON]"
+    elif kind == "rule":
+        reason = f" ({info['reason']})" if info.get("reason") else ""
+        what = f"rule {info.get('rule')} interrupted the run{reason}"
+    else:
+        what = json.dumps(interrupt, ensure_ascii=False, sort_keys=True, default=str)
+    return f"run {run_id} is waiting: {what}; continue it with: " + _resume_hint(
+        run_id, spec, db, extra
+    )
+
+
+def _view(live: bool | None, quiet: bool) -> Any:
+    from stargraph.cli._live import LiveView, PlainView
+
+    if quiet:
+        return _Silent()
+    if live is None:
+        live = sys.stderr.isatty() and sys.stdout.isatty()
+    if live:
+        from rich.console import Console
+
+        return LiveView(Console(stderr=True))
+    return PlainView(sys.stderr)
+
+
+class _Silent:
+    def show(self, event: Any) -> None:
+        """Show nothing."""
+
+    def close(self) -> None:
+        """Nothing to close."""
+
+
+def _drive(events: Any, view: Any) -> Any:
+    """Consume a run's events through ``view``; return the root run's last outcome event."""
+    from stargraph.cli._live import watch
+    from stargraph.runtime import RunFinished, RunInterrupted
+
+    outcome = None
+    for event in watch(events, view):
+        if not event.path and isinstance(event, RunFinished | RunInterrupted):
+            outcome = event
+    return outcome
+
+
+def _report(outcome: Any, app: Any, run_id: str, spec: str, db: str) -> None:
+    from stargraph.runtime import RunFinished
+
+    if isinstance(outcome, RunFinished):
+        click.echo(json.dumps(outcome.state, indent=2, ensure_ascii=False, default=str))
+        return
+    record = app.get_run(run_id)
+    click.echo(waiting_message(run_id, record.interrupt, spec, db))
+
+
+_run_options = [
+    click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite run database."),
+    click.option("--max-steps", type=click.IntRange(min=1), help="Step limit for this run."),
+    click.option("--quiet", "-q", is_flag=True, help="No progress output."),
+    click.option(
+        "--live/--plain", default=None, help="Live view or plain lines (default: live on a TTY)."
+    ),
+]
+
+
+def _with_run_options(fn: Any) -> Any:
+    for option in reversed(_run_options):
+        fn = option(fn)
+    return fn
+
+
+@cli.command("run")
+@click.argument("graph")
+@click.option("--input", "input_json", help="Input state as JSON (or @file.json).")
+@click.option("--run-id", help="Id for the run (default: a fresh random id).")
+@_with_run_options
+def run_command(
+    graph: str,
+    input_json: str | None,
+    run_id: str | None,
+    db: str,
+    max_steps: int | None,
+    quiet: bool,
+    live: bool | None,
+) -> None:
+    """Run GRAPH durably, showing progress on stderr and the final state (JSON) on stdout.
+
+    An interrupted run exits 0 and says how to resume it; a failed run exits 1.
+    """
+    data = parse_json(input_json, "--input")
+    if data is not None and not isinstance(data, dict):
+        raise CliError(f"--input must be a JSON object, got {type(data).__name__}", code=2)
+    target = load_target(graph)
+    run_id = run_id or f"run-{secrets.token_hex(6)}"
+    with open_store(db, must_exist=False) as store:
+        app = compile_target(target, store=store, max_steps=max_steps)
+        archive_ir(db, app.ir)
+        try:
+            outcome = _drive(app.stream(data or {}, run_id=run_id), _view(live, quiet))
+        except RunError as exc:
+            if exc.run_id == run_id or exc.run_id is None:
+                raise CliError(
+                    f"{_describe_error(exc)}. The run is kept: fix the cause and continue it "
+                    f"with: {_resume_hint(run_id, graph, db)}"
+                ) from exc
+            raise
+        finally:
+            app.close()
+        _report(outcome, app, run_id, graph, db)
+
+
+@cli.command("resume")
+@click.argument("run_id")
+@click.option("--response", help="Answer to the run's interrupt, as JSON (or @file.json).")
+@click.option("--update", help="Channel writes to apply before continuing, as a JSON object.")
+@click.option(
+    "--graph",
+    "graph_spec",
+    help="The graph that made the run (default: the IR archived when `stargraph run` ran it).",
+)
+@_with_run_options
+def resume_command(
+    run_id: str,
+    response: str | None,
+    update: str | None,
+    graph_spec: str | None,
+    db: str,
+    max_steps: int | None,
+    quiet: bool,
+    live: bool | None,
+) -> None:
+    """Continue a stored run after its last committed step (never re-running a step)."""
+    options: dict[str, Any] = {}
+    if response is not None:
+        options["response"] = parse_json(response, "--response")
+    updates = parse_json(update, "--update")
+    if updates is not None:
+        if not isinstance(updates, dict):
+            raise CliError("--update must be a JSON object of channel writes", code=2)
+        options["update"] = updates
+    if max_steps is not None:
+        options["max_steps"] = max_steps
+    with open_store(db, must_exist=True) as store:
+        record = store.get_run(run_id)
+        target = _graph_for(graph_spec, db, record.graph_hash, "resume it")
+        app = compile_target(target, store=store)
+        try:
+            outcome = _drive(app.resume_stream(run_id, **options), _view(live, quiet))
+        except GraphHashMismatch as exc:
+            raise CliError(
+                f"run {run_id} was recorded by graph {exc.stored}, but {target.spec} is graph "
+                f"{exc.current}; resume it with the graph that made it (a migration needs "
+                "CompiledGraph.resume(migration=...) in Python)"
+            ) from exc
+        finally:
+            app.close()
+        _report(outcome, app, run_id, target.spec, db)
+
+
+def _graph_for(spec: str | None, db: str, graph_hash: str, purpose: str) -> Target:
+    """The graph named by ``--graph``, else the IR archived for ``graph_hash``."""
+    if spec is not None:
+        return load_target(spec)
+    ir = archived_ir(db, graph_hash)
+    if ir is None:
+        raise CliError(
+            f"the graph {graph_hash} of this run is not archived beside {db}; pass --graph "
+            f"FILE|module:attr with the graph that made the run to {purpose}",
+            code=2,
+        )
+    archive = Path(db).parent / "graphs" / f"{graph_hash.removeprefix('sha256:')}.json"
+    return Target(str(archive), ir)
+
+
+# --------------------------------------------------------------------------- rules
+
+
+@cli.group("rules")
+def rules_group() -> None:
+    """Rule packs (stargraph.fathom)."""
+
+
+@rules_group.command("check")
+@click.argument("pack", type=click.Path(exists=True, dir_okay=False))
+@click.option("--graph", "graph_spec", help="Also check fact fields and goto targets.")
+def rules_check_command(pack: str, graph_spec: str | None) -> None:
+    """Check a rule pack (.clp or .json spec) before any run; print its id and hash."""
+    from stargraph import fathom
+    from stargraph.graph import Graph
+
+    loaded = fathom.RulePack.load(pack)
+    options: dict[str, Any] = {}
+    if graph_spec is not None:
+        target = load_target(graph_spec)
+        graph = target.graph if target.graph is not None else None
+        state = target.compiled.state_model if target.compiled is not None else None
+        if state is None:
+            state = (graph or Graph(target.ir)).state
+        options["fact_fields"] = fathom.fact_fields(state)
+        successors: dict[str, set[str]] = {str(n.id): set() for n in target.ir.nodes}
+        for edge in target.ir.edges:
+            if isinstance(edge, StaticEdgeIR):
+                for source in edge.sources:
+                    successors.setdefault(source, set()).add(edge.target)
+            else:
+                successors.setdefault(edge.source, set()).update(edge.mapping.values())
+        options["successors"] = successors
+    fathom.validate_pack(loaded, **options)
+    click.echo(f"ok: rule pack {loaded.id}@{loaded.version} {loaded.source_hash}")
+
+
+# --------------------------------------------------------------------------- not yet
+
+
+def _not_yet(command: str, needs: str) -> None:
+    raise CliError(f"`stargraph {command}` is not available yet: it needs {needs}")
+
+
+@cli.command(
+    "replay",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def replay_command(args: tuple[str, ...]) -> None:
+    """(Not yet available) Replay a run or cassette offline."""
+    _not_yet("replay", "the replay engine (recorder, cassettes, counterfactual fork)")
+
+
+@cli.command(
+    "skills",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def skills_command(args: tuple[str, ...]) -> None:
+    """(Not yet available) List, show and run registered skills."""
+    _not_yet("skills", "the skill registry and the plugin manager (stargraph.plugin)")
+
+
+@cli.command(
+    "plugins",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def plugins_command(args: tuple[str, ...]) -> None:
+    """(Not yet available) List installed plugins."""
+    _not_yet("plugins", "the plugin manager (stargraph.plugin.get_plugin_manager)")
+
+
+@cli.command(
+    "proposals",
+    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
+)
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def proposals_command(args: tuple[str, ...]) -> None:
+    """(Not yet available) List, approve and reject proposals."""
+    _not_yet("proposals", "the proposals store (skill/rule change proposals)")
+
+
+# Registered last: the inspection commands import this module's group.
+from stargraph.cli import _inspect  # noqa: E402
+
+_inspect.register(cli)

@@ -1,0 +1,269 @@
+"""Looking at stored runs: ``runs``, ``show`` and ``diff``.
+
+They read the store only. State needs the graph's state model (reducers), found through
+``--graph`` or the IR archived beside the database by ``stargraph run``; without either,
+``show`` still prints every step's writes and ``diff`` still compares them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from stargraph.checkpoint import CheckpointStore, RunRecord
+from stargraph.cli._load import DEFAULT_DB, CliError, archived_ir, load_target, open_store
+from stargraph.ir import GraphIR
+
+__all__ = ["diff_runs", "register"]
+
+_STATUSES = ("running", "interrupted", "done", "failed")
+
+
+def _dumps(value: Any, *, indent: int | None = None) -> str:
+    return json.dumps(value, indent=indent, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def _ir_for(spec: str | None, db: str, record: RunRecord) -> GraphIR | None:
+    if spec is not None:
+        return load_target(spec).ir
+    return archived_ir(db, record.graph_hash)
+
+
+def _short(graph_hash: str) -> str:
+    return graph_hash.removeprefix("sha256:")[:12]
+
+
+@click.command("runs")
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite run database.")
+@click.option("--status", type=click.Choice(_STATUSES), help="Only runs with this status.")
+@click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the run records as JSON.")
+def runs_command(db: str, status: str | None, limit: int, as_json: bool) -> None:
+    """List stored runs, newest first: run id, graph, status, last step, updated."""
+    with open_store(db, must_exist=True) as store:
+        records = store.list_runs(status=status, limit=limit)  # type: ignore[arg-type]
+    if as_json:
+        click.echo(_dumps([r.model_dump(mode="json") for r in records], indent=2))
+        return
+    rows = [
+        (r.run_id, f"{r.graph_name} {_short(r.graph_hash)}", r.status, str(r.last_step), r.updated_at)
+        for r in records
+    ]
+    header = ("RUN ID", "GRAPH", "STATUS", "LAST STEP", "UPDATED")
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*header)
+        for row in rows:
+            table.add_row(*row)
+        Console().print(table)
+        return
+    if not rows:
+        click.echo("no runs" + (f" with status {status}" if status else ""), err=True)
+        return
+    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
+    for row in (header, *rows):
+        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _summary(record: RunRecord) -> list[str]:
+    lines = [
+        f"run        {record.run_id}",
+        f"graph      {record.graph_name} {record.graph_hash}",
+        f"status     {record.status}",
+        f"last step  {record.last_step}",
+        f"created    {record.created_at or '-'}",
+        f"updated    {record.updated_at or '-'}",
+    ]
+    if record.parent_run_id:
+        lines.append(f"forked     from {record.parent_run_id} at step {record.parent_step}")
+    if record.stopped_by:
+        lines.append(f"stopped by {record.stopped_by}")
+    if record.error:
+        lines.append(f"error      {record.error}")
+    if record.interrupt is not None:
+        lines.append(f"waiting on {_dumps(record.interrupt)}")
+    return lines
+
+
+@click.command("show")
+@click.argument("run_id")
+@click.option("--step", type=click.IntRange(min=0), help="Show one step and the state after it.")
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite run database.")
+@click.option("--graph", "graph_spec", help="The run's graph (default: the archived IR).")
+@click.option(
+    "--html",
+    "html_out",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a static HTML report of the run to this file.",
+)
+def show_command(
+    run_id: str, step: int | None, db: str, graph_spec: str | None, html_out: Path | None
+) -> None:
+    """Show a stored run: summary, steps (writes, next nodes) and state."""
+    from stargraph import viz
+
+    with open_store(db, must_exist=True) as store:
+        record = store.get_run(run_id)
+        ir = _ir_for(graph_spec, db, record)
+        if html_out is not None:
+            if ir is None:
+                raise CliError(
+                    f"the graph of run {run_id} ({record.graph_hash}) is not archived beside "
+                    f"{db}; pass --graph FILE|module:attr to draw it in the report",
+                    code=2,
+                )
+            html_out.write_text(viz.html_report(ir, store, run_id), encoding="utf-8")
+            click.echo(f"wrote {html_out}", err=True)
+            return
+        if step is not None and step > record.last_step:
+            raise CliError(f"run {run_id} has steps 0..{record.last_step}; there is no step {step}")
+        for line in _summary(record):
+            click.echo(line)
+        click.echo("")
+        for view in viz.step_views(store, run_id, step):
+            nodes = ", ".join(view.nodes) or "input"
+            nxt = ", ".join(view.next) or "-"
+            click.echo(f"step {view.step}  {view.time}  {nodes}  -> {nxt}")
+            for node, writes in view.writes:
+                click.echo(f"    {node}: {_dumps(writes)}")
+            for engine, template, slots in view.facts:
+                click.echo(f"    rule fact ({engine}) {template}: {_dumps(slots)}")
+        click.echo("")
+        at = record.last_step if step is None else step
+        click.echo(f"state after step {at}:")
+        click.echo(_state_text(ir, store, run_id, at))
+
+
+def _state_text(ir: GraphIR | None, store: CheckpointStore, run_id: str, step: int) -> str:
+    from stargraph import viz
+
+    if ir is not None:
+        return _dumps(viz.state_at(ir, store, run_id, step), indent=2)
+    record = store.get_steps(run_id, start=step, end=step)
+    if record and record[0].snapshot is not None:
+        return _dumps(record[0].snapshot, indent=2)
+    return "  (unknown: pass --graph to rebuild the state through the graph's reducers)"
+
+
+def _changes(a: Any, b: Any, where: str) -> list[str]:
+    """Paths where two JSON values differ, with both values."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        out: list[str] = []
+        for key in sorted(set(a) | set(b)):
+            sub = f"{where}.{key}" if where else str(key)
+            if key not in a:
+                out.append(f"{sub}: only in B = {_dumps(b[key])}")
+            elif key not in b:
+                out.append(f"{sub}: only in A = {_dumps(a[key])}")
+            else:
+                out += _changes(a[key], b[key], sub)
+        return out
+    if a != b:
+        return [f"{where or '<value>'}: A = {_dumps(a)}  B = {_dumps(b)}"]
+    return []
+
+
+def diff_runs(
+    store: CheckpointStore,
+    run_a: str,
+    run_b: str,
+    *,
+    ir_a: GraphIR | None = None,
+    ir_b: GraphIR | None = None,
+) -> list[str]:
+    """Differences between two stored runs, step by step, then status and final state.
+
+    Empty when the runs made the same writes in the same steps and ended the same way.
+    """
+    from stargraph import viz
+
+    rec_a, rec_b = store.get_run(run_a), store.get_run(run_b)
+    out: list[str] = []
+    if rec_a.graph_hash != rec_b.graph_hash:
+        out.append(f"graph: A = {rec_a.graph_hash}  B = {rec_b.graph_hash}")
+    steps_a = {s.step: s for s in store.get_steps(run_a)}
+    steps_b = {s.step: s for s in store.get_steps(run_b)}
+    for k in sorted(set(steps_a) | set(steps_b)):
+        if k not in steps_b:
+            out.append(f"step {k}: only in A ({', '.join(w.node for w in steps_a[k].writes)})")
+            continue
+        if k not in steps_a:
+            out.append(f"step {k}: only in B ({', '.join(w.node for w in steps_b[k].writes)})")
+            continue
+        sa, sb = steps_a[k], steps_b[k]
+        if k == 0:
+            for line in _changes(sa.snapshot, sb.snapshot, ""):
+                out.append(f"step 0 input {line}")
+        writes_a = {(w.node, w.index): w.writes for w in sa.writes}
+        writes_b = {(w.node, w.index): w.writes for w in sb.writes}
+        for key in sorted(set(writes_a) | set(writes_b)):
+            label = key[0] if key[1] == 0 else f"{key[0]}[{key[1]}]"
+            if key not in writes_b:
+                out.append(f"step {k} {label}: ran only in A")
+            elif key not in writes_a:
+                out.append(f"step {k} {label}: ran only in B")
+            else:
+                out += [f"step {k} {label} {c}" for c in _changes(writes_a[key], writes_b[key], "")]
+        next_a = [(t.node, t.index) for t in sa.next]
+        next_b = [(t.node, t.index) for t in sb.next]
+        if next_a != next_b:
+            out.append(
+                f"step {k} next: A = {[n for n, _ in next_a]}  B = {[n for n, _ in next_b]}"
+            )
+    for name in ("status", "stopped_by", "error"):
+        va, vb = getattr(rec_a, name), getattr(rec_b, name)
+        if va != vb:
+            out.append(f"{name}: A = {va}  B = {vb}")
+    if ir_a is not None and ir_b is not None:
+        state_a = viz.state_at(ir_a, store, run_a)
+        state_b = viz.state_at(ir_b, store, run_b)
+        out += [f"final state {c}" for c in _changes(state_a, state_b, "")]
+    return out
+
+
+@click.command("diff")
+@click.argument("run_a")
+@click.argument("run_b")
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite run database.")
+@click.option("--graph", "graph_spec", help="Graph of both runs (default: archived IRs).")
+def diff_command(run_a: str, run_b: str, db: str, graph_spec: str | None) -> None:
+    """Compare two runs step by step (writes, next nodes, outcome, final state).
+
+    Exit status as diff(1): 0 when the runs are the same, 1 when they differ, 2 on trouble.
+    """
+    try:
+        with open_store(db, must_exist=True) as store:
+            rec_a, rec_b = store.get_run(run_a), store.get_run(run_b)
+            lines = diff_runs(
+                store,
+                run_a,
+                run_b,
+                ir_a=_ir_for(graph_spec, db, rec_a),
+                ir_b=_ir_for(graph_spec, db, rec_b),
+            )
+    except CliError as exc:
+        exc.exit_code = 2
+        raise
+    except Exception as exc:
+        from stargraph.cli._app import _describe_error
+
+        raise CliError(_describe_error(exc), code=2) from exc
+    if not lines:
+        click.echo(f"runs {run_a} and {run_b} are the same", err=True)
+        return
+    click.echo(f"--- {run_a}\n+++ {run_b}")
+    for line in lines:
+        click.echo(line)
+    sys.exit(1)
+
+
+def register(group: click.Group) -> None:
+    """Add ``runs``, ``show`` and ``diff`` to ``group``."""
+    for command in (runs_command, show_command, diff_command):
+        group.add_command(command)

@@ -1,0 +1,116 @@
+"""Reading stored runs for pictures and reports: steps as plain data, state at a step.
+
+Only public store methods are used, plus the executor's own state fold (``load_values``),
+so a report shows exactly the state ``CompiledGraph.get_state`` would. Reconstructing state
+needs the graph's state model (for its reducers), but not the node callables.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from stargraph.checkpoint import CheckpointStore, StepRecord
+from stargraph.errors import CompileError, Problem
+from stargraph.ir import GraphIR
+
+__all__ = ["StepView", "format_ms", "rule_facts", "state_at", "step_views"]
+
+
+@dataclass(frozen=True, slots=True)
+class StepView:
+    """One committed step as displayable data."""
+
+    step: int
+    time: str
+    nodes: tuple[str, ...]
+    writes: tuple[tuple[str, dict[str, Any]], ...]
+    next: tuple[str, ...]
+    facts: tuple[tuple[str, str, Any], ...]
+
+
+def format_ms(ms: int) -> str:
+    """Milliseconds since the epoch as an ISO-8601 UTC time (``-`` for 0, i.e. unknown)."""
+    if not ms:
+        return "-"
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
+
+
+def _label(node: str, index: int) -> str:
+    return node if index == 0 else f"{node}[{index}]"
+
+
+def rule_facts(record: StepRecord) -> tuple[tuple[str, str, Any], ...]:
+    """``(engine, template, slots)`` of the rule facts saved with a step, minus the engine's
+    own per-step bookkeeping (``sg-step``/``sg-state``, re-asserted every step)."""
+    facts = record.facts
+    if not isinstance(facts, dict):
+        return ()
+    out: list[tuple[str, str, Any]] = []
+    for engine, snap in sorted(facts.items()):
+        if not isinstance(snap, dict):
+            continue
+        for item in snap.get("facts", ()):
+            if (
+                isinstance(item, list | tuple)
+                and len(item) == 2
+                and item[0] not in ("sg-step", "sg-state")
+            ):
+                out.append((str(engine), str(item[0]), item[1]))
+    return tuple(out)
+
+
+def step_views(store: CheckpointStore, run_id: str, step: int | None = None) -> list[StepView]:
+    """Every committed step of ``run_id`` (or just ``step``) as :class:`StepView`."""
+    records = store.get_steps(run_id) if step is None else store.get_steps(run_id, start=step, end=step)
+    return [
+        StepView(
+            step=r.step,
+            time=format_ms(r.created_ms),
+            nodes=tuple(_label(w.node, w.index) for w in r.writes),
+            writes=tuple((_label(w.node, w.index), w.writes) for w in r.writes),
+            next=tuple(_label(t.node, t.index) for t in r.next),
+            facts=rule_facts(r),
+        )
+        for r in records
+    ]
+
+
+def state_at(
+    ir: GraphIR, store: CheckpointStore, run_id: str, step: int | None = None
+) -> dict[str, Any]:
+    """The state of ``run_id`` after ``step`` (default: its last step) as JSON data.
+
+    Raises ``CompileError`` when the graph's state model cannot be imported, and the store's
+    ``CheckpointError`` subclasses for a missing run or step.
+    """
+    from stargraph.errors import CheckpointError
+    from stargraph.refs import resolve_ref
+    from stargraph.runtime._durable import load_values  # the executor's fold; no public twin
+    from stargraph.state import build_channels
+
+    try:
+        model = resolve_ref(ir.state.ref)
+    except (ImportError, AttributeError) as exc:
+        raise CompileError(
+            [
+                Problem(
+                    "/state/ref",
+                    f"cannot import state model {ir.state.ref!r}: {exc}",
+                    "run from the project directory (or set PYTHONPATH) so it imports",
+                )
+            ],
+            subject=f"graph {ir.name!r}",
+        ) from exc
+    last = store.get_run(run_id).last_step
+    at = last if step is None else step
+    if not 0 <= at <= last:
+        raise CheckpointError(
+            f"run {run_id!r} has steps 0..{last}; step {at} does not exist",
+            run_id=run_id,
+            step=at,
+        )
+    values, _ = load_values(store, build_channels(model, ir.state), run_id, at)
+    dumped: dict[str, Any] = model.model_validate(values).model_dump(mode="json")
+    return dumped
