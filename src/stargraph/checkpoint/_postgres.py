@@ -131,10 +131,14 @@ def describe_dsn(dsn: str) -> tuple[str, str | None]:
 
     try:
         params = conninfo_to_dict(dsn)
-    except Exception as exc:
+    except Exception:
+        # libpq's reason quotes fragments of the string, which may be the password: say only
+        # which host it seems to name.
+        match = re.search(r"@\[?([^/?\[\]\s]+)", dsn) or re.search(r"host\s*=\s*(\S+)", dsn)
+        host = f" for host {match.group(1)}" if match else ""
         raise CheckpointError(
-            f"invalid PostgreSQL connection string {redact(dsn)!r}: {redact(str(exc))}; "
-            "use postgresql://user@host:port/dbname"
+            f"invalid PostgreSQL connection string{host}; "
+            "use postgresql://user[:password]@host:port/dbname or 'host=... dbname=...'"
         ) from None
     host = str(params.get("host") or params.get("hostaddr") or "localhost")
     port = str(params.get("port") or "5432")
