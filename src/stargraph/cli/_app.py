@@ -28,7 +28,7 @@ from stargraph.cli._load import (
     open_store,
     parse_json,
 )
-from stargraph.errors import GraphHashMismatch, RunError, StargraphError
+from stargraph.errors import GraphHashMismatch, RunError, RunNotFoundError, StargraphError
 from stargraph.ir import StaticEdgeIR
 
 __all__ = ["cli"]
@@ -45,6 +45,8 @@ def _describe_error(exc: BaseException) -> str:
         ]
         if where:
             text = f"{text} ({', '.join(where)})"
+    if isinstance(exc, RunNotFoundError):
+        text = f"{text} (on the command line: `stargraph runs [--db PATH]`)"
     if not isinstance(exc, StargraphError):
         text = f"{type(exc).__name__}: {text} (this looks like a bug; rerun with --debug)"
     return text

@@ -69,6 +69,8 @@ def load_target(spec: str) -> Target:
         except OSError as exc:
             raise CliError(f"cannot read {spec}: {exc.strerror or exc}") from exc
         return Target(spec, GraphIR.from_json(text, source=str(path)))
+    if path.suffix.lower() == ".json" or os.sep in spec:
+        raise CliError(f"no such file: {spec}")
     module_name, colon, attr = spec.partition(":")
     if not colon or not module_name or not attr or os.sep in module_name:
         raise CliError(
