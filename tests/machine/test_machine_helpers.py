@@ -7,6 +7,7 @@ Every test with a model talks to the scripted OpenAI-compatible server through t
 from __future__ import annotations
 
 import copy
+import functools
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -35,6 +36,7 @@ def memory_query(query: str) -> str:
     return f"memory has nothing about {query}"
 
 
+@functools.cache
 def registry() -> ToolRegistry:
     """The test tool registry: the memory tool plus the built-ins (choir.fs.* ...)."""
     return ToolRegistry.build(builtins=[memory_query, *builtin_tools()])
