@@ -47,7 +47,9 @@ def test_A1_missing_and_mistyped_fields_name_file_and_json_path(tmp_path: Path) 
     rendered = [p.render() for p in info.value.problems]
     assert f"{path}#/description: missing field 'description' (fix: add 'description')" in rendered
     assert any(r.startswith(f"{path}#/max_steps: 'max_steps' must be an integer") for r in rendered)
-    assert any(r.startswith(f"{path}#/states/plan/transitions/1/to: 'to' must be") for r in rendered)
+    assert any(
+        r.startswith(f"{path}#/states/plan/transitions/1/to: 'to' must be") for r in rendered
+    )
     # Parsing a valid document gives the typed spec.
     spec = parse_skillspec(example_doc())
     assert (spec.name, spec.initial_state, spec.max_steps, spec.interruptible) == (
@@ -223,8 +225,9 @@ def test_one_validator_serves_any_machine() -> None:
 
 _json = st.recursive(
     st.none() | st.booleans() | st.integers(-5, 50) | st.text(max_size=8),
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=8), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4)
+    ),
     max_leaves=12,
 )
 _state_names = st.sampled_from(["understand", "plan", "modify", "validate", "done", "x", ""])

@@ -1,6 +1,10 @@
 """Running SkillSpecs against the scripted OpenAI-compatible server: rows A9-A20, the
 ``build_feature`` example end to end, and mounting through ``SubgraphNode.from_skill``."""
 
+# Fixtures are imported from test_machine_helpers (no conftest here) and then requested as
+# arguments, which pyflakes reads as redefinitions.
+# ruff: noqa: F811
+
 from __future__ import annotations
 
 import json
@@ -84,7 +88,11 @@ def test_build_feature_example_runs_to_done_and_logs_every_transition(
         ("modify", "complete", "validate"),
         ("validate", "complete", "done"),
     ]
-    logged = [(e.data["from"], e.data["on"], e.data["to"]) for e in result.events if e.kind == "transition"]
+    logged = [
+        (e.data["from"], e.data["on"], e.data["to"])
+        for e in result.events
+        if e.kind == "transition"
+    ]
     assert logged == path
     assert [(r["from"], r["on"], r["to"]) for r in transition_records(arbiter)] == path
     assert QUERIES == ["login page"]
@@ -155,9 +163,7 @@ def test_A10_offered_exactly_allowed_tools_transitions_and_finish_in_terminal(
 def test_A11_tool_not_allowed_rejection(
     server: ScriptedOpenAIServer, runtime: MachineRuntime, arbiter: Arbiter, tmp_path: Path
 ) -> None:
-    server.set_script(
-        [call(WRITE_FN, {"path": "hack.txt", "content": "x"}), *HAPPY_PATH[1:]]
-    )
+    server.set_script([call(WRITE_FN, {"path": "hack.txt", "content": "x"}), *HAPPY_PATH[1:]])
     result = runtime.run("build_feature", {"feature": "x"})
     assert result.status == "done"
     assert _rejections(server.chat_requests[1]) == [

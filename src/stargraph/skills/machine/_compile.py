@@ -15,7 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 
 from pydantic import BaseModel, ConfigDict, JsonValue
@@ -199,7 +199,11 @@ def machine_pack(spec: SkillSpec) -> fathom.RulePack:
             ],
             "then": {"goto": STOP_NODE},
         },
-        {"name": "max_steps_exceeded", "when": [{"node": STOP_NODE}], "then": {"halt": "max_steps_exceeded"}},
+        {
+            "name": "max_steps_exceeded",
+            "when": [{"node": STOP_NODE}],
+            "then": {"halt": "max_steps_exceeded"},
+        },
     ]
     for status in ("done", "cancelled"):
         rules.append({"name": status, "when": [{"state.status": status}], "then": {"halt": status}})
@@ -250,7 +254,7 @@ def skillspec_graph(
     for name, state in sorted(spec.states.items()):
         config = {**shared, "state": name, "spec": state.model_dump(mode="json")}
         graph = graph.with_node(name, machine_step, config=config, must_stub=True)
-        mapping = {t.on: t.to for t in state.transitions}
+        mapping: dict[Hashable, str] = {t.on: t.to for t in state.transitions}
         mapping.update({STAY: name, END_EVENT: END, "__max_steps__": STOP_NODE})
         graph = graph.with_conditional_edges(name, route_event, mapping)
     return (
@@ -410,7 +414,9 @@ class _Step:
             retries_left=max(left, 0),
         )
         self.event("rejected", **rejection.to_json())
-        self.notes.append(StepNote(llm_step=self.llm_step, kind="rejection", data=rejection.to_json()))
+        self.notes.append(
+            StepNote(llm_step=self.llm_step, kind="rejection", data=rejection.to_json())
+        )
         return left <= 0
 
 
@@ -591,4 +597,3 @@ def level_for(spec: SkillSpec, state: str) -> PromptLevel:
         state=state,
         state_prompt=spec.states[state].objective,
     )
-

@@ -84,7 +84,7 @@ class Rejection(BaseModel):
     def to_json(self) -> dict[str, JsonValue]:
         """``{code, state, proposed, allowed_tools[], valid_transitions[{on,to}],
         retries_left}``."""
-        return self.model_dump(mode="json")  # type: ignore[no-any-return]
+        return self.model_dump(mode="json")
 
 
 def event_function(on: str, description: str = "") -> dict[str, Any]:

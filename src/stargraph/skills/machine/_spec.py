@@ -181,7 +181,9 @@ def parse_skillspec(
     name = data.get("name")
     if isinstance(name, str) and not _NAME.match(name):
         problems.append(
-            Problem(f"{where}/name", f"name {name!r} is not an identifier", "use e.g. build_feature")
+            Problem(
+                f"{where}/name", f"name {name!r} is not an identifier", "use e.g. build_feature"
+            )
         )
     if _type_ok(data.get("max_steps"), int) and data["max_steps"] < 1:
         problems.append(
@@ -256,7 +258,9 @@ def _parse_state(raw: Any, here: str, problems: list[Problem]) -> StateSpec | No
         for key in ("on", "to"):
             if not isinstance(item.get(key), str):
                 problems.append(
-                    Problem(f"{at}/{key}", f"{key!r} must be a string, got {_describe(item.get(key))}")
+                    Problem(
+                        f"{at}/{key}", f"{key!r} must be a string, got {_describe(item.get(key))}"
+                    )
                 )
         if isinstance(item.get("on"), str) and isinstance(item.get("to"), str):
             parsed.append(Transition(on=item["on"], to=item["to"]))
@@ -296,8 +300,7 @@ def _tool_problems(
                 problems.append(
                     Problem(
                         f"{where}/states/{name}/allowed_tools/{i}",
-                        f"state {name!r} allows tool {entry!r}, which is not in the tool "
-                        "registry",
+                        f"state {name!r} allows tool {entry!r}, which is not in the tool registry",
                         "register the tool or remove it from allowed_tools",
                     )
                 )
