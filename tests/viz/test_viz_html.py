@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import shutil
 from collections.abc import Iterator
@@ -46,7 +47,7 @@ def _graph(*nodes: tuple[str, Any]) -> Graph[Note]:
     for name, fn in nodes:
         graph = graph.with_node(name, fn)
     graph = graph.with_edge(START, names[0])
-    for a, b in zip(names, names[1:], strict=False):
+    for a, b in itertools.pairwise(names):
         graph = graph.with_edge(a, b)
     return graph.with_edge(names[-1], END)
 
@@ -206,7 +207,8 @@ def test_render_pipes_dot_text_through_the_dot_program(
     )
     ir = basics.chain_graph().to_ir()
     out = viz.render(ir, "svg").decode()
-    assert out.startswith("<?xml") and 'digraph "chain"' in out
+    assert out.startswith("<?xml")
+    assert 'digraph "chain"' in out
     app = basics.chain_graph().compile(store=store)
     app.invoke({}, run_id="r")
     html = viz.html_report(app.ir, store, "r")

@@ -104,8 +104,7 @@ LOOP_DOT_EDGES = [
 ]
 
 FANOUT_DOT_JOIN = [
-    '    "__join0__" [label="all", shape=circle, style=filled, fillcolor="#eeeeee", '
-    "fontsize=10];",
+    '    "__join0__" [label="all", shape=circle, style=filled, fillcolor="#eeeeee", fontsize=10];',
     '    "__join0__" -> "join";',
     '    "b0" -> "__join0__";',
 ]
@@ -304,7 +303,7 @@ GOTO = fathom.RulePack.from_spec(
 ANYWHERE = fathom.RulePack.from_clp(
     "anywhere",
     "2",
-    '(defrule jump (sg-step (step ?s)) => '
+    "(defrule jump (sg-step (step ?s)) => "
     '(assert (sg-decision (kind goto) (target "work") (rule jump))))',
 )
 

@@ -20,6 +20,7 @@ import click
 from stargraph.cli._load import (
     DEFAULT_DB,
     CliError,
+    CliUsageError,
     Target,
     archive_ir,
     archived_ir,
@@ -127,10 +128,10 @@ def draw_command(graph: str, fmt: str, output: Path | None) -> None:
             click.echo(f"wrote {output}", err=True)
         return
     if output is None and sys.stdout.isatty():
-        raise CliError(f"refusing to write {fmt.upper()} to a terminal; pass -o FILE", code=2)
+        raise CliUsageError(f"refusing to write {fmt.upper()} to a terminal; pass -o FILE")
     data = viz.render(ir, "png" if fmt == "png" else "svg")
     if output is None:
-        click.get_binary_stream("stdout").write(data)
+        click.echo(data, nl=False)  # click writes bytes to the binary stdout
     else:
         output.write_bytes(data)
         click.echo(f"wrote {output}", err=True)
@@ -233,6 +234,7 @@ def _with_run_options(fn: Any) -> Any:
 @click.option("--run-id", help="Id for the run (default: a fresh random id).")
 @_with_run_options
 def run_command(
+    *,
     graph: str,
     input_json: str | None,
     run_id: str | None,
@@ -247,7 +249,7 @@ def run_command(
     """
     data = parse_json(input_json, "--input")
     if data is not None and not isinstance(data, dict):
-        raise CliError(f"--input must be a JSON object, got {type(data).__name__}", code=2)
+        raise CliUsageError(f"--input must be a JSON object, got {type(data).__name__}")
     target = load_target(graph)
     run_id = run_id or f"run-{secrets.token_hex(6)}"
     with open_store(db, must_exist=False) as store:
@@ -278,6 +280,7 @@ def run_command(
 )
 @_with_run_options
 def resume_command(
+    *,
     run_id: str,
     response: str | None,
     update: str | None,
@@ -294,7 +297,7 @@ def resume_command(
     updates = parse_json(update, "--update")
     if updates is not None:
         if not isinstance(updates, dict):
-            raise CliError("--update must be a JSON object of channel writes", code=2)
+            raise CliUsageError("--update must be a JSON object of channel writes")
         options["update"] = updates
     if max_steps is not None:
         options["max_steps"] = max_steps
@@ -321,10 +324,9 @@ def _graph_for(spec: str | None, db: str, graph_hash: str, purpose: str) -> Targ
         return load_target(spec)
     ir = archived_ir(db, graph_hash)
     if ir is None:
-        raise CliError(
+        raise CliUsageError(
             f"the graph {graph_hash} of this run is not archived beside {db}; pass --graph "
-            f"FILE|module:attr with the graph that made the run to {purpose}",
-            code=2,
+            f"FILE|module:attr with the graph that made the run to {purpose}"
         )
     archive = Path(db).parent / "graphs" / f"{graph_hash.removeprefix('sha256:')}.json"
     return Target(str(archive), ir)

@@ -15,7 +15,14 @@ from typing import Any
 import click
 
 from stargraph.checkpoint import CheckpointStore, RunRecord
-from stargraph.cli._load import DEFAULT_DB, CliError, archived_ir, load_target, open_store
+from stargraph.cli._load import (
+    DEFAULT_DB,
+    CliError,
+    CliUsageError,
+    archived_ir,
+    load_target,
+    open_store,
+)
 from stargraph.ir import GraphIR
 
 __all__ = ["diff_runs", "register"]
@@ -49,8 +56,14 @@ def runs_command(db: str, status: str | None, limit: int, as_json: bool) -> None
     if as_json:
         click.echo(_dumps([r.model_dump(mode="json") for r in records], indent=2))
         return
-    rows = [
-        (r.run_id, f"{r.graph_name} {_short(r.graph_hash)}", r.status, str(r.last_step), r.updated_at)
+    rows: list[tuple[str, ...]] = [
+        (
+            r.run_id,
+            f"{r.graph_name} {_short(r.graph_hash)}",
+            r.status,
+            str(r.last_step),
+            r.updated_at,
+        )
         for r in records
     ]
     header = ("RUN ID", "GRAPH", "STATUS", "LAST STEP", "UPDATED")
@@ -113,10 +126,9 @@ def show_command(
         ir = _ir_for(graph_spec, db, record)
         if html_out is not None:
             if ir is None:
-                raise CliError(
+                raise CliUsageError(
                     f"the graph of run {run_id} ({record.graph_hash}) is not archived beside "
-                    f"{db}; pass --graph FILE|module:attr to draw it in the report",
-                    code=2,
+                    f"{db}; pass --graph FILE|module:attr to draw it in the report"
                 )
             html_out.write_text(viz.html_report(ir, store, run_id), encoding="utf-8")
             click.echo(f"wrote {html_out}", err=True)
@@ -213,9 +225,7 @@ def diff_runs(
         next_a = [(t.node, t.index) for t in sa.next]
         next_b = [(t.node, t.index) for t in sb.next]
         if next_a != next_b:
-            out.append(
-                f"step {k} next: A = {[n for n, _ in next_a]}  B = {[n for n, _ in next_b]}"
-            )
+            out.append(f"step {k} next: A = {[n for n, _ in next_a]}  B = {[n for n, _ in next_b]}")
     for name in ("status", "stopped_by", "error"):
         va, vb = getattr(rec_a, name), getattr(rec_b, name)
         if va != vb:
@@ -248,12 +258,11 @@ def diff_command(run_a: str, run_b: str, db: str, graph_spec: str | None) -> Non
                 ir_b=_ir_for(graph_spec, db, rec_b),
             )
     except CliError as exc:
-        exc.exit_code = 2
-        raise
+        raise CliUsageError(exc.message) from exc.__cause__
     except Exception as exc:
         from stargraph.cli._app import _describe_error
 
-        raise CliError(_describe_error(exc), code=2) from exc
+        raise CliUsageError(_describe_error(exc)) from exc
     if not lines:
         click.echo(f"runs {run_a} and {run_b} are the same", err=True)
         return

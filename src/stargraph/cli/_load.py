@@ -25,6 +25,7 @@ from stargraph.runtime import CompiledGraph
 __all__ = [
     "DEFAULT_DB",
     "CliError",
+    "CliUsageError",
     "Target",
     "archive_ir",
     "archived_ir",
@@ -39,15 +40,17 @@ DEFAULT_DB: Final = ".stargraph/stargraph.db"
 
 
 class CliError(click.ClickException):
-    """A failure to report as one paragraph on stderr with exit status 1 (or ``code``)."""
-
-    def __init__(self, message: str, *, code: int = 1) -> None:
-        super().__init__(message)
-        self.exit_code = code
+    """A failure to report as one paragraph on stderr, with exit status 1."""
 
     def show(self, file: Any = None) -> None:
         """Print ``error: <message>`` on stderr."""
         click.echo(f"error: {self.format_message()}", err=True, file=file)
+
+
+class CliUsageError(CliError):
+    """A bad argument (exit status 2, as for usage errors); also ``diff``'s "trouble"."""
+
+    exit_code = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,10 +76,9 @@ def load_target(spec: str) -> Target:
         raise CliError(f"no such file: {spec}")
     module_name, colon, attr = spec.partition(":")
     if not colon or not module_name or not attr or os.sep in module_name:
-        raise CliError(
+        raise CliUsageError(
             f"{spec!r} is neither an existing file nor a 'module:attr' reference; pass an IR "
-            "JSON file (e.g. graph.json) or a Python reference (e.g. myapp.graphs:graph)",
-            code=2,
+            "JSON file (e.g. graph.json) or a Python reference (e.g. myapp.graphs:graph)"
         )
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
@@ -158,10 +160,9 @@ def parse_json(value: str | None, option: str) -> Any:
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CliError(
+        raise CliUsageError(
             f"{option} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): "
-            f"{value!r}; quote it for your shell, e.g. {option} '{{\"counter\": 1}}'",
-            code=2,
+            f"{value!r}; quote it for your shell, e.g. {option} '{{\"counter\": 1}}'"
         ) from exc
 
 

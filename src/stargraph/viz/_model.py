@@ -150,14 +150,17 @@ def _level(
                 links.append(Link(src(edge.source), dst(target), "conditional", label))
     if ir.rule_packs:
         legend = _key(prefix, "__rules__")
-        lines = ("rule packs", *(f"{p.id}@{p.version}" for p in ir.rule_packs))
-        cluster.boxes.append(Box(legend, "legend", lines))
-    for pack_node, packs in [(None, ir.rule_packs), *((n.id, n.rules) for n in ir.nodes)]:
+        listed = ("rule packs", *(f"{p.id}@{p.version}" for p in ir.rule_packs))
+        cluster.boxes.append(Box(legend, "legend", listed))
+    mounted: list[tuple[str | None, tuple[RulePackIR, ...]]] = [(None, ir.rule_packs)]
+    mounted += [(str(n.id), n.rules) for n in ir.nodes]
+    for pack_node, packs in mounted:
         for pack in packs:
-            for sources, rule, target in _gotos(pack):
+            for matched, rule, target in _gotos(pack):
+                sources = matched
                 if pack_node is not None:
                     # A node's pack only decides after that node ran.
-                    sources = frozenset({pack_node}) if sources is None else sources
+                    sources = frozenset({pack_node}) if matched is None else matched
                     sources = sources & {pack_node}
                 label = f"rule {rule}"
                 if sources is None:
@@ -229,7 +232,7 @@ def _safe_ids(keys: list[str]) -> dict[str, str]:
         # the cluster's own id already sets them apart from user nodes.
         parts = [parts[0], *(p.strip("_") or p for p in parts[1:])]
         base = "__".join(re.sub(r"[^A-Za-z0-9_]", "_", part) for part in parts)
-        if not base or not base[0].isalpha() and not base.startswith("__"):
+        if not base or (not base[0].isalpha() and not base.startswith("__")):
             base = f"n_{base}"
         if base.lower() in _RESERVED:
             base = f"n_{base}"

@@ -63,7 +63,9 @@ def rule_facts(record: StepRecord) -> tuple[tuple[str, str, Any], ...]:
 
 def step_views(store: CheckpointStore, run_id: str, step: int | None = None) -> list[StepView]:
     """Every committed step of ``run_id`` (or just ``step``) as :class:`StepView`."""
-    records = store.get_steps(run_id) if step is None else store.get_steps(run_id, start=step, end=step)
+    records = (
+        store.get_steps(run_id) if step is None else store.get_steps(run_id, start=step, end=step)
+    )
     return [
         StepView(
             step=r.step,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Final
 
 from stargraph.ir import GraphIR
-from stargraph.viz._model import Box, Cluster, Link, Picture, picture_of
+from stargraph.viz._model import Box, Cluster, Picture, picture_of
 
 __all__ = ["to_dot", "to_mermaid"]
 
@@ -96,7 +96,7 @@ def _boxes(cluster: Cluster) -> list[Box]:
 _DOT_SHAPES: Final = {
     "start": 'shape=oval, style=filled, fillcolor="#eeeeee"',
     "end": 'shape=oval, style=filled, fillcolor="#eeeeee"',
-    "node": 'shape=box, style=rounded',
+    "node": "shape=box, style=rounded",
     "join": 'shape=circle, style=filled, fillcolor="#eeeeee", fontsize=10',
     "legend": 'shape=note, style=filled, fillcolor="#fff8dc"',
     "missing": 'shape=box, style="rounded,dashed", color="#cc0000"',
@@ -150,7 +150,7 @@ def _dot_cluster(pic: Picture, cluster: Cluster, depth: int) -> list[str]:
     for child in cluster.clusters:
         out.append(f'{pad}subgraph "cluster_{pic.ids[child.key]}" {{')
         out.append(f'{pad}{_INDENT}label="{_dot_text(child.title)}";')
-        out.append(f'{pad}{_INDENT}style=rounded;')
+        out.append(f"{pad}{_INDENT}style=rounded;")
         out += _dot_cluster(pic, child, depth + 1)
         out.append(f"{pad}}}")
     return out
