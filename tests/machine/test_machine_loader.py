@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_machine_helpers import example_doc, registry
 
-from stargraph.errors import RegistryError, SkillValidationError
+from stargraph.errors import Problem, RegistryError, SkillValidationError
 from stargraph.skills.machine import (
     MachineShape,
     SkillSpecRegistry,
@@ -267,10 +267,12 @@ def _mutate(doc: dict[str, Any], data: st.DataObject) -> Any:
 @given(data=st.data())
 def test_loader_fuzz_gives_only_typed_errors(data: st.DataObject) -> None:
     doc = _mutate(example_doc(), data)
+    problems: tuple[Problem, ...] = ()
     try:
         spec = parse_skillspec(doc, source="fuzz.json", tools=registry())
     except SkillValidationError as exc:
-        assert exc.problems
-        assert all(p.pointer.startswith("fuzz.json#") for p in exc.problems)
+        problems = exc.problems
+        assert problems, "an error without problems"
     else:
         assert spec.states[spec.initial_state] is not None
+    assert all(p.pointer.startswith("fuzz.json#") for p in problems)

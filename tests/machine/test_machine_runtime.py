@@ -124,7 +124,8 @@ def test_A9_prompt_holds_context_memory_objective_and_step_context_only(
     text = json.dumps(plan.body)
     for state, objective in OBJECTIVES.items():
         assert (objective in text) == (state == "plan")
-    assert "initial_state" not in text and "interruptible" not in text
+    assert "initial_state" not in text
+    assert "interruptible" not in text
     # Step context is structured: the tool result of the first step is a note, not prose.
     notes = _context(server.chat_requests[1])["notes"]
     assert notes == [
@@ -351,7 +352,8 @@ def test_A19_skill_code_holds_no_tool_handle(
 ) -> None:
     skill = compile_skillspec(example_spec())
     ir = skill.subgraph
-    assert ir is not None and not isinstance(ir, str)
+    assert ir is not None
+    assert not isinstance(ir, str)
     refs = {n.ref for n in ir.nodes}  # type: ignore[union-attr]
     assert refs == {
         "stargraph.skills.machine._compile:machine_step",
