@@ -1,0 +1,344 @@
+"""``Worker``: claims queued runs under a lease and runs them to their end, durably.
+
+A run is invoked if it never started and resumed from its last checkpoint otherwise, so a
+worker that dies mid-run costs at most the step it was in: when its lease expires another
+worker claims the run and resumes it. Two workers can never both write a step: the store's
+``commit_step`` is a compare-and-set on the run's last step, and a worker whose lease was
+taken over stops writing at its next store call (its store is fenced by the lease) and
+leaves the run to its new owner. A run whose worker died ``max_attempts`` times (claimed
+more often than that) is dead-lettered with the reason instead of being run again.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from stargraph.checkpoint._protocol import CheckpointStore
+from stargraph.checkpoint._records import JournalEntry, PendingWrite, RunRecord, StepRecord
+from stargraph.errors import CheckpointError, StargraphError
+from stargraph.workers._queue import Claim, RunQueue, is_postgres, open_queue, worker_name
+
+__all__ = ["LeaseLostError", "Outcome", "Worker", "load_graph", "submit"]
+
+log = logging.getLogger("stargraph.workers")
+
+Outcome = Literal["done", "failed", "interrupted", "dead", "lost"]
+
+
+class LeaseLostError(CheckpointError):
+    """This worker's lease on the run was taken over; it must not write the run any more."""
+
+
+def load_graph(graph_ref: str) -> Any:
+    """Import ``module:attr``: a ``Graph``, or a function returning one."""
+    module_name, _, attr = graph_ref.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise CheckpointError(f"cannot load graph {graph_ref!r}: {exc}") from exc
+    from stargraph.graph import Graph
+
+    if not isinstance(target, Graph) and callable(target):
+        target = target()
+    if not isinstance(target, Graph):
+        raise CheckpointError(
+            f"graph {graph_ref!r} is a {type(target).__name__}, not a Graph or a function "
+            "returning one"
+        )
+    return target
+
+
+def submit(
+    db: str | Path,
+    graph_ref: str,
+    input: Any = None,
+    *,
+    run_id: str | None = None,
+    max_attempts: int = 3,
+    schema: str = "stargraph",
+) -> str:
+    """Queue a run of ``graph_ref`` (``"module:attr"``) on ``db`` (a ``postgresql://`` DSN or
+    a SQLite file); returns the run id. Workers on the same ``db`` pick it up."""
+    queue = open_queue(db, schema=schema)
+    try:
+        return queue.submit(graph_ref, input, run_id=run_id, max_attempts=max_attempts)
+    finally:
+        queue.close()
+
+
+class _FencedStore:
+    """A store that refuses every write once the lease it runs under is lost."""
+
+    def __init__(self, inner: CheckpointStore, lease: _Lease) -> None:
+        self._inner = inner
+        self._lease = lease
+
+    def _check(self, run_id: str) -> None:
+        if self._lease.lost.is_set():
+            raise LeaseLostError(
+                f"run {run_id!r}: this worker's lease was taken over by another worker; "
+                "it stops and leaves the run to its new owner",
+                run_id=run_id,
+            )
+
+    def create_run(self, run: RunRecord, first: StepRecord) -> None:
+        self._check(run.run_id)
+        self._inner.create_run(run, first)
+
+    def commit_step(self, run_id: str, step: StepRecord, **kwargs: Any) -> None:
+        self._check(run_id)
+        self._inner.commit_step(run_id, step, **kwargs)
+
+    def set_status(self, run_id: str, status: Any, **kwargs: Any) -> None:
+        self._check(run_id)
+        self._inner.set_status(run_id, status, **kwargs)
+
+    def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
+        self._check(run_id)
+        self._inner.set_graph(run_id, graph_hash=graph_hash, code_hash=code_hash)
+
+    def put_pending(self, run_id: str, write: PendingWrite) -> None:
+        self._check(run_id)
+        self._inner.put_pending(run_id, write)
+
+    def append_journal(self, run_id: str, entry: JournalEntry) -> None:
+        self._check(run_id)
+        self._inner.append_journal(run_id, entry)
+
+    def get_run(self, run_id: str) -> RunRecord:
+        return self._inner.get_run(run_id)
+
+    def list_runs(self, *, status: Any = None, limit: int = 100) -> list[RunRecord]:
+        return self._inner.list_runs(status=status, limit=limit)
+
+    def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
+        return self._inner.get_steps(run_id, start=start, end=end)
+
+    def snapshot_step(self, run_id: str, at_or_before: int) -> int:
+        return self._inner.snapshot_step(run_id, at_or_before)
+
+    def get_pending(self, run_id: str, step: int) -> list[PendingWrite]:
+        return self._inner.get_pending(run_id, step)
+
+    def get_journal(self, run_id: str, step: int) -> list[JournalEntry]:
+        return self._inner.get_journal(run_id, step)
+
+    def close(self) -> None:
+        """The worker owns the inner store; closing the fence closes nothing."""
+
+
+class _Lease:
+    """Heartbeats for one claim on a background thread; ``lost`` is set when renewal fails."""
+
+    def __init__(
+        self, queue: RunQueue, claim: Claim, owner: str, lease_s: float, heartbeat_s: float
+    ) -> None:
+        self.queue = queue
+        self.claim = claim
+        self.owner = owner
+        self.lease_s = lease_s
+        self.heartbeat_s = heartbeat_s
+        self.lost = threading.Event()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._beat, name=f"heartbeat-{claim.run_id}", daemon=True
+        )
+
+    def __enter__(self) -> _Lease:
+        if self.heartbeat_s > 0:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.heartbeat_s):
+            try:
+                if not self.queue.renew(self.claim, self.owner, self.lease_s):
+                    self.lost.set()
+                    return
+            except StargraphError as exc:  # the database is unreachable: keep trying
+                log.warning("heartbeat of run %s failed: %s", self.claim.run_id, exc)
+
+
+class Worker:
+    """Claims runs from the queue on ``db`` and runs them (``postgresql://`` DSN or SQLite file).
+
+    ``lease_s`` is how long a claim lasts without a heartbeat (a dead worker's runs are taken
+    over after that); heartbeats renew it every ``heartbeat_s`` (default ``lease_s / 3``).
+    Idle workers wait for a ``NOTIFY`` from ``submit`` (PostgreSQL) or poll (SQLite), and look
+    for expired leases every ``poll_s``.
+    """
+
+    def __init__(
+        self,
+        db: str | Path,
+        *,
+        schema: str = "stargraph",
+        lease_s: float = 30.0,
+        heartbeat_s: float | None = None,
+        poll_s: float = 1.0,
+        name: str | None = None,
+        pool_size: int = 4,
+    ) -> None:
+        if lease_s <= 0:
+            raise CheckpointError(f"lease_s must be positive, got {lease_s}")
+        self.db = db
+        self.lease_s = float(lease_s)
+        self.heartbeat_s = self.lease_s / 3 if heartbeat_s is None else float(heartbeat_s)
+        self.poll_s = float(poll_s)
+        self.name = name or worker_name()
+        self.queue = open_queue(db, schema=schema)
+        self.store: CheckpointStore
+        try:
+            if is_postgres(db):
+                from stargraph.checkpoint._postgres import PostgresStore
+
+                self.store = PostgresStore(str(db), schema=schema, pool_size=pool_size)
+            else:
+                from stargraph.checkpoint._sqlite import SqliteStore
+
+                self.store = SqliteStore(db)
+        except BaseException:
+            self.queue.close()
+            raise
+        self._graphs: dict[str, Any] = {}
+        self._stop = threading.Event()
+        self.processed = 0
+
+    # ----------------------------------------------------------------- one run
+
+    def claim(self) -> Claim | None:
+        """Claim the next run (without running it)."""
+        return self.queue.claim(self.name, self.lease_s)
+
+    def process(self, claim: Claim) -> Outcome:
+        """Run a claimed run to its end under heartbeats; return what became of it."""
+        if claim.attempts > claim.max_attempts:
+            reason = (
+                f"dead-lettered: claimed {claim.attempts} times, more than max_attempts="
+                f"{claim.max_attempts}; each earlier worker lost its lease mid-run (it died, "
+                "was killed or hung), so this run is likely what kills its worker"
+            )
+            log.error("run %s %s", claim.run_id, reason)
+            return "dead" if self.queue.finish(claim, "dead", reason) else "lost"
+        with _Lease(self.queue, claim, self.name, self.lease_s, self.heartbeat_s) as lease:
+            outcome, why = self._execute(claim, lease)
+            if outcome == "lost" or lease.lost.is_set():
+                log.warning("run %s: lease lost to another worker; stopping", claim.run_id)
+                return "lost"
+            if not self.queue.finish(claim, outcome, why):
+                return "lost"
+        self.processed += 1
+        return outcome
+
+    def _compiled(self, graph_ref: str, store: CheckpointStore) -> Any:
+        graph = self._graphs.get(graph_ref)
+        if graph is None:
+            graph = self._graphs[graph_ref] = load_graph(graph_ref)
+        return graph.compile(store=store)
+
+    def _execute(self, claim: Claim, lease: _Lease) -> tuple[Outcome, str | None]:
+        fenced = _FencedStore(self.store, lease)
+        try:
+            app = self._compiled(claim.graph_ref, fenced)
+        except StargraphError as exc:
+            return "failed", f"{type(exc).__name__}: {exc}"
+        try:
+            try:
+                status: str | None = self.store.get_run(claim.run_id).status
+            except LookupError:
+                status = None
+            if status is None:
+                app.invoke(claim.input, run_id=claim.run_id)
+            elif status == "running":
+                app.resume(claim.run_id)
+            record = self.store.get_run(claim.run_id)
+        except LeaseLostError:
+            return "lost", None
+        except CheckpointError as exc:
+            # A refused commit (another writer advanced the run) or a run created meanwhile
+            # means this worker no longer owns the run; anything else is a real failure.
+            if lease.lost.is_set() or not self._still_owner(claim):
+                return "lost", None
+            return "failed", f"{type(exc).__name__}: {exc}"
+        except StargraphError as exc:
+            if lease.lost.is_set():
+                return "lost", None
+            return "failed", f"{type(exc).__name__}: {exc}"
+        finally:
+            app.close()
+        if record.status == "done":
+            return "done", None
+        if record.status == "interrupted":
+            return "interrupted", "waiting for a response: resume it with resume(run_id, ...)"
+        if record.status == "failed":
+            return "failed", record.error
+        return "failed", f"the run stopped with status {record.status!r}"
+
+    def _still_owner(self, claim: Claim) -> bool:
+        try:
+            return self.queue.renew(claim, self.name, self.lease_s)
+        except StargraphError:
+            return False
+
+    # ----------------------------------------------------------------- the loop
+
+    def run_once(self) -> Outcome | None:
+        """Claim and process one run; ``None`` if nothing was claimable."""
+        claim = self.claim()
+        return None if claim is None else self.process(claim)
+
+    def run(
+        self,
+        *,
+        max_runs: int | None = None,
+        idle_exit_s: float | None = None,
+        on_outcome: Callable[[str, Outcome], None] | None = None,
+    ) -> int:
+        """Process runs until :meth:`stop`, ``max_runs`` runs, or ``idle_exit_s`` without
+        work; returns how many runs this call processed."""
+        count = 0
+        idle_since = time.monotonic()
+        while not self._stop.is_set() and (max_runs is None or count < max_runs):
+            claim = self.claim()
+            if claim is None:
+                if idle_exit_s is not None and time.monotonic() - idle_since >= idle_exit_s:
+                    break
+                wait = self.poll_s
+                if idle_exit_s is not None:
+                    wait = min(wait, max(0.01, idle_exit_s - (time.monotonic() - idle_since)))
+                self.queue.wait(wait)
+                continue
+            outcome = self.process(claim)
+            count += 1
+            if on_outcome is not None:
+                on_outcome(claim.run_id, outcome)
+            idle_since = time.monotonic()
+        return count
+
+    def stop(self) -> None:
+        """Ask :meth:`run` to return after the current run."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Close the queue and the store."""
+        self.queue.close()
+        self.store.close()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
