@@ -366,8 +366,10 @@ def test_fork_from_a_step_with_overrides(store: CheckpointStore) -> None:
     record = app.get_run(fork_id)
     assert (record.parent_run_id, record.parent_step) == ("r", 2)
     final = app.resume(fork_id)
-    assert final.log == ["rewritten", "c2", "c3"]
+    # The fork keeps the parent's steps 0..2; the update goes through the reducers (append).
+    assert final.log == ["c0", "c1", "rewritten", "c2", "c3"]
     assert final.n == 4
+    assert [s.step for s in app.history(fork_id)] == [0, 1, 2, 3, 4, 5]
     assert app.get_state("r").log == ["c0", "c1", "c2", "c3"]  # parent untouched
     with pytest.raises(InvalidInputError, match="not a field of S"):
         app.fork("r", 1, update={"nope": 1})

@@ -392,7 +392,7 @@ def test_run_context_entropy_is_injectable() -> None:
     one = app.invoke({}, run_id="r").items
     two = app.invoke({}, run_id="r").items
     assert one == two
-    assert one[0] == "2026-01-01T00:00:00+00:00"
+    assert one[0] == "2026-01-01T00:00:01+00:00"  # step 1 of a seeded run
     assert one[3] == "r//1/s/0"
     real = graph.compile()
     assert real.invoke({}).items[1] != real.invoke({}).items[1]

@@ -36,7 +36,8 @@ keeps working for callers who do not know stargraph::
         ├── LaneBusy                         a lane already runs a skill (one active per lane)
         └── ReplayError                      replay could not reproduce the recorded run
             ├── ReplayMissError (LookupError)
-            └── ReplayDivergenceError
+            ├── ReplayDivergenceError
+            └── CassetteError                a cassette file that is truncated, edited, foreign
 
 Warnings have their own small tree: ``StargraphWarning(UserWarning)`` and
 ``CodeHashWarning`` (node source changed since a run was checkpointed).
@@ -51,6 +52,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = [
+    "CassetteError",
     "CheckpointError",
     "CodeHashMismatch",
     "CodeHashWarning",
@@ -279,6 +281,10 @@ class ReplayMissError(ReplayError, LookupError):
 
 class ReplayDivergenceError(ReplayError):
     """The request made during replay differs from the recorded one."""
+
+
+class CassetteError(ReplayError):
+    """A cassette file is truncated, was edited by hand, or belongs to another graph."""
 
 
 # --------------------------------------------------------------------------- warnings

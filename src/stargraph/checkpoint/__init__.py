@@ -14,6 +14,7 @@ from stargraph.checkpoint._protocol import CheckpointStore
 from stargraph.checkpoint._records import (
     JournalEntry,
     PendingWrite,
+    Recording,
     RunRecord,
     RunStatus,
     StepRecord,
@@ -30,6 +31,7 @@ __all__ = [
     "JournalEntry",
     "MemoryStore",
     "PendingWrite",
+    "Recording",
     "PostgresStore",
     "RunRecord",
     "RunStatus",

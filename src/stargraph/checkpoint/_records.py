@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 __all__ = [
     "JournalEntry",
     "PendingWrite",
+    "Recording",
     "RunRecord",
     "RunStatus",
     "StepRecord",
@@ -51,6 +52,23 @@ class WriteRecord(BaseModel):
     writes: dict[str, Any]
 
 
+class JournalEntry(BaseModel):
+    """One recorded non-deterministic call made by a task (clock, id, random, ``ctx.once``,
+    an interrupt's response; later LLM and tool calls), served back on re-execution."""
+
+    model_config = _FROZEN
+
+    step: int
+    node: str
+    index: int = 0
+    seq: int = Field(ge=0, description="Position of the call within the task execution.")
+    kind: str
+    key: str = Field(default="", description="What was called: a name, a model, a tool id.")
+    value: Any = None
+    fingerprint: str = Field(default="", description="sha256 of the canonical request.")
+    request: Any = Field(default=None, description="The request, to explain a divergence.")
+
+
 class StepRecord(BaseModel):
     """One committed step (step 0 is the input). Appended once, never updated."""
 
@@ -68,6 +86,11 @@ class StepRecord(BaseModel):
     facts: Any = Field(default=None, description="Rule engine snapshot after this step.")
     attempts: dict[str, int] = Field(
         default_factory=dict, description="'node/index' -> attempts used, when more than one."
+    )
+    calls: tuple[JournalEntry, ...] = Field(
+        default=(),
+        description="Every recorded call of the step's tasks (model, tools, clock, ids): the "
+        "replay record.",
     )
     created_ms: int = Field(
         default=0,
@@ -110,16 +133,18 @@ class PendingWrite(BaseModel):
     writes: dict[str, Any]
 
 
-class JournalEntry(BaseModel):
-    """One recorded non-deterministic call made by a task (clock, id, random, ``ctx.once``,
-    an interrupt's response; later LLM and tool calls), served back on re-execution."""
+class Recording(BaseModel):
+    """A whole recorded run: its record and every committed step, with the calls of each.
+
+    What ``CompiledGraph.replay`` consumes, and what a cassette file holds.
+    """
 
     model_config = _FROZEN
 
-    step: int
-    node: str
-    index: int = 0
-    seq: int = Field(ge=0, description="Position of the call within the task execution.")
-    kind: str
-    key: str = Field(default="", description="Name or request fingerprint of the call.")
-    value: Any = None
+    run: RunRecord
+    steps: tuple[StepRecord, ...]
+
+    @classmethod
+    def from_store(cls, store: Any, run_id: str) -> Recording:
+        """Read a run and all of its steps from a checkpoint store."""
+        return cls(run=store.get_run(run_id), steps=tuple(store.get_steps(run_id)))

@@ -159,6 +159,7 @@ def compile_ir(
             config=config,
             interrupt_before=node.interrupt_before,
             interrupt_after=node.interrupt_after,
+            must_stub=node.must_stub,
             static_next=tuple(sorted(set(static_next[node.id]))),
             routers=tuple(routers[node.id]),
             joins=tuple(joins[node.id]),

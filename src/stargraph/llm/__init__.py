@@ -32,6 +32,7 @@ from stargraph.llm._problems import (
     normalize_tool_calls,
 )
 from stargraph.llm._protocol import ChatModel
+from stargraph.llm._recorded import JournaledChatModel
 from stargraph.llm._scripted import ScriptedChatModel
 
 __all__ = [
@@ -41,6 +42,7 @@ __all__ = [
     "ChatRequest",
     "ChatResponse",
     "ChatStream",
+    "JournaledChatModel",
     "NormalizedToolCalls",
     "OpenAIChatModel",
     "ParsedToolCall",

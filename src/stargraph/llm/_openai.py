@@ -30,6 +30,7 @@ from stargraph.llm._messages import (
     ToolCallDelta,
     Usage,
 )
+from stargraph.llm._recorded import JournaledChatModel
 
 if TYPE_CHECKING:
     import ssl
@@ -151,6 +152,11 @@ class OpenAIChatModel:
         self.close()
 
     # ------------------------------------------------------------------ calls
+
+    def bind_journal(self, journal: Any) -> JournaledChatModel:
+        """This model routed through a task's journal: the executor calls it so that every
+        call is recorded (and served, not repeated, on re-execution and in replay)."""
+        return JournaledChatModel(self, journal)
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         """Send ``request`` and return the first choice, retrying transient failures."""

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from stargraph.errors import LLMError
 from stargraph.llm._messages import ChatMessage, ChatRequest, ChatResponse
+from stargraph.llm._recorded import JournaledChatModel
 
 __all__ = ["ScriptedChatModel"]
 
@@ -51,6 +53,11 @@ class ScriptedChatModel:
             self._replies = list(script)
         # complete() may be called from parallel branches running in threads.
         self._lock = threading.Lock()
+
+    def bind_journal(self, journal: Any) -> JournaledChatModel:
+        """This model routed through a task's journal: the executor calls it so that every
+        call is recorded (and served, not repeated, on re-execution and in replay)."""
+        return JournaledChatModel(self, journal)
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         """Record ``request`` and return the next reply."""

@@ -6,9 +6,10 @@ All non-determinism a node needs (time, ids, random numbers) comes from one inje
 
 from __future__ import annotations
 
+import hashlib
 import random as _random
 import uuid as _uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
@@ -67,12 +68,38 @@ class SystemEntropy:
 
 
 class SeededEntropy:
-    """Deterministic entropy for tests: a fixed start time ticking one second per call, ids
-    and random numbers from a seeded generator."""
+    """Deterministic entropy for tests, keyed by *where* a value is drawn.
+
+    Inside a run, ``ctx.now()``, ``ctx.uuid()`` and ``ctx.random()`` draw at a position
+    (run, step, node, index, draw number), and a seeded run gives the same value at the same
+    position in every process - so an interrupted-and-resumed run draws exactly what an
+    uninterrupted one does. ``now()`` is the start time plus the step in seconds (plus the
+    draw number in milliseconds). The plain ``now()``/``uuid()``/``random()`` methods draw
+    sequentially, for use outside a run.
+    """
 
     def __init__(self, seed: int = 0, start: datetime | None = None) -> None:
+        self.seed = seed
         self._rng = _random.Random(seed)
-        self._now = start or datetime(2026, 1, 1, tzinfo=UTC)
+        self._start = start or datetime(2026, 1, 1, tzinfo=UTC)
+        self._now = self._start
+
+    def _bits(self, position: str) -> int:
+        digest = hashlib.sha256(f"{self.seed}\0{position}".encode()).digest()
+        return int.from_bytes(digest[:16], "big")
+
+    def now_at(self, position: str, step: int, draw: int) -> datetime:
+        """The start time plus ``step`` seconds and ``draw`` milliseconds."""
+        del position
+        return self._start + timedelta(seconds=step, milliseconds=draw)
+
+    def uuid_at(self, position: str) -> str:
+        """A UUID derived from the seed and the position."""
+        return str(_uuid.UUID(int=self._bits(position), version=4))
+
+    def random_at(self, position: str) -> float:
+        """A float in [0, 1) derived from the seed and the position."""
+        return (self._bits(position) >> 75) / float(1 << 53)
 
     def now(self) -> datetime:
         """The start time plus one second per previous call."""
@@ -103,14 +130,17 @@ class GraphInterrupt(BaseException):
 
 
 class TaskJournal:
-    """The recorded calls of one task execution (clock, ids, ``once``, interrupt responses).
+    """The recorded calls of one task execution (clock, ids, ``once``, model and tool calls,
+    interrupt responses).
 
-    The first execution records each call as it happens (persisting it at once through
-    ``persist``); a re-execution of the same task - after a crash, a retry or an interrupt -
-    is served the recorded values in order, so effects are not repeated.
+    Live, each call is recorded as it happens (persisted at once through ``persist``), and a
+    re-execution of the same task - after a crash, a retry or an interrupt - is served the
+    recorded values in order, so effects are not repeated. In *replay* mode every call must
+    come from the record: a call past its end raises :class:`ReplayMissError`, a call whose
+    request differs raises :class:`ReplayDivergenceError` with both fingerprints and a diff.
     """
 
-    __slots__ = ("entries", "index", "node", "persist", "seq", "step")
+    __slots__ = ("entries", "index", "node", "persist", "replay", "run_id", "seq", "step")
 
     def __init__(
         self,
@@ -120,39 +150,87 @@ class TaskJournal:
         index: int,
         entries: list[JournalEntry],
         persist: Callable[[JournalEntry], None] | None,
+        replay: bool = False,
+        run_id: str | None = None,
     ) -> None:
         self.step = step
         self.node = node
         self.index = index
         self.entries = entries
         self.persist = persist
+        self.replay = replay
+        self.run_id = run_id
         self.seq = 0
 
     def restart(self) -> None:
         """A new attempt of the task replays the journal from its first call."""
         self.seq = 0
 
-    def call(self, kind: str, key: str, compute: Callable[[], Any]) -> Any:
+    def call(
+        self,
+        kind: str,
+        key: str,
+        compute: Callable[[], Any],
+        *,
+        request: Any = None,
+    ) -> Any:
         """The recorded value of call number ``seq`` if there is one, else ``compute()``
-        (recorded). A recorded call of another kind or key means the node is not
-        deterministic given its inputs; that is reported, never papered over."""
-        from stargraph.checkpoint import JournalEntry
-        from stargraph.errors import ReplayDivergenceError
+        (recorded). ``request`` (JSON) is fingerprinted and compared with the record.
 
+        A recorded call of another kind, key or request means the node is not deterministic
+        given its inputs (or the graph changed); that is reported, never papered over.
+        """
+        seq, fingerprint, hit = self._lookup(kind, key, request)
+        if hit is not None:
+            return hit.value
+        return self._record(
+            seq, kind, key, fingerprint=fingerprint, request=request, value=compute()
+        )
+
+    async def acall(
+        self,
+        kind: str,
+        key: str,
+        compute: Callable[[], Awaitable[Any]],
+        *,
+        request: Any = None,
+    ) -> Any:
+        """Async :meth:`call`: ``compute`` is awaited only when there is no record."""
+        seq, fingerprint, hit = self._lookup(kind, key, request)
+        if hit is not None:
+            return hit.value
+        value = await compute()
+        return self._record(seq, kind, key, fingerprint=fingerprint, request=request, value=value)
+
+    def _lookup(self, kind: str, key: str, request: Any) -> tuple[int, str, JournalEntry | None]:
         seq = self.seq
         self.seq += 1
+        fingerprint = "" if request is None else _fingerprint(request)
         if seq < len(self.entries):
             entry = self.entries[seq]
-            if entry.kind != kind or entry.key != key:
-                raise ReplayDivergenceError(
-                    f"node {self.node!r} at step {self.step} made call #{seq} {kind}({key!r}) "
-                    f"but the journal recorded {entry.kind}({entry.key!r}) there; a node must "
-                    "make the same calls in the same order when it is re-executed",
-                    step=self.step,
-                    node=self.node,
+            if entry.kind != kind or entry.key != key or entry.fingerprint != fingerprint:
+                raise self._divergence(
+                    seq, kind, key, fingerprint=fingerprint, request=request, entry=entry
                 )
-            return entry.value
-        value = compute()
+            return seq, fingerprint, entry
+        if self.replay:
+            from stargraph.errors import ReplayMissError
+
+            raise ReplayMissError(
+                f"replay of node {self.node!r} at step {self.step}: call #{seq} {kind}({key!r}) "
+                f"has no recorded stub (the record has {len(self.entries)} calls for this "
+                "node execution); the graph now makes more calls than the recorded run did",
+                run_id=self.run_id,
+                step=self.step,
+                node=self.node,
+            )
+        return seq, fingerprint, None
+
+    def _record(
+        self, seq: int, kind: str, key: str, *, fingerprint: str, request: Any, value: Any
+    ) -> Any:
+        from stargraph.checkpoint import JournalEntry
+
         entry = JournalEntry(
             step=self.step,
             node=self.node,
@@ -161,17 +239,62 @@ class TaskJournal:
             kind=kind,
             key=key,
             value=value,
+            fingerprint=fingerprint,
+            request=request,
         )
         if self.persist is not None:
             self.persist(entry)
         self.entries.append(entry)
         return value
 
+    def _divergence(
+        self, seq: int, kind: str, key: str, *, fingerprint: str, request: Any, entry: JournalEntry
+    ) -> Exception:
+        from stargraph.errors import ReplayDivergenceError
+
+        what = (
+            f"node {self.node!r} at step {self.step}, call #{seq}: made {kind}({key!r}) "
+            f"[{fingerprint or 'no request'}] but the record has {entry.kind}({entry.key!r}) "
+            f"[{entry.fingerprint or 'no request'}]"
+        )
+        diff = _request_diff(entry.request, request)
+        error = ReplayDivergenceError(
+            what
+            + ("; request diff:\n" + diff if diff else "")
+            + "\n(a node must make the same calls, with the same requests, in the same order "
+            "as the recorded run)",
+            run_id=self.run_id,
+            step=self.step,
+            node=self.node,
+        )
+        error.call_index = seq  # type: ignore[attr-defined]
+        error.recorded_fingerprint = entry.fingerprint  # type: ignore[attr-defined]
+        error.fingerprint = fingerprint  # type: ignore[attr-defined]
+        return error
+
     def peek(self, kind: str) -> JournalEntry | None:
         """The recorded entry at the current position if it has this kind (no advance)."""
         if self.seq < len(self.entries) and self.entries[self.seq].kind == kind:
             return self.entries[self.seq]
         return None
+
+
+def _fingerprint(request: Any) -> str:
+    from stargraph.ir import content_hash
+
+    return str(content_hash(request))
+
+
+def _request_diff(recorded: Any, current: Any) -> str:
+    """A unified diff of two JSON requests, pretty-printed with sorted keys."""
+    import difflib
+    import json
+
+    if recorded is None and current is None:
+        return ""
+    old = json.dumps(recorded, indent=1, sort_keys=True, ensure_ascii=False).splitlines()
+    new = json.dumps(current, indent=1, sort_keys=True, ensure_ascii=False).splitlines()
+    return "\n".join(difflib.unified_diff(old, new, "recorded", "replayed", lineterm="", n=2))
 
 
 class RunContext:
@@ -184,6 +307,7 @@ class RunContext:
     """
 
     __slots__ = (
+        "_draws",
         "config",
         "entropy",
         "events",
@@ -211,6 +335,7 @@ class RunContext:
         events: list[Any] | None = None,
     ) -> None:
         self.journal = journal
+        self._draws = 0
         # Where a subgraph node puts its child's events; the executor streams them, in task
         # order, before this node's own node_finished event. None when nobody is streaming.
         self.events = events
@@ -231,24 +356,54 @@ class RunContext:
         path = "/".join(self.path)
         return f"{self.run_id}/{path}/{self.step}/{self.node}/{self.index}"
 
+    def _position(self, kind: str) -> tuple[str, int]:
+        draw = self._draws
+        self._draws += 1
+        return f"{self.idempotency_key}/{kind}#{draw}", draw
+
+    def _now(self) -> datetime:
+        keyed = getattr(self.entropy, "now_at", None)
+        if keyed is None:
+            return self.entropy.now()
+        position, draw = self._position("now")
+        return keyed(position, self.step, draw)  # type: ignore[no-any-return]
+
+    def _uuid(self) -> str:
+        keyed = getattr(self.entropy, "uuid_at", None)
+        return self.entropy.uuid() if keyed is None else str(keyed(self._position("uuid")[0]))
+
+    def _random(self) -> float:
+        keyed = getattr(self.entropy, "random_at", None)
+        if keyed is None:
+            return self.entropy.random()
+        return float(keyed(self._position("random")[0]))
+
     def now(self) -> datetime:
         """The current time from the run's entropy source (journaled in durable runs)."""
         if self.journal is None:
-            return self.entropy.now()
-        text = self.journal.call("now", "", lambda: self.entropy.now().isoformat())
+            return self._now()
+        text = self.journal.call("now", "", lambda: self._now().isoformat())
         return datetime.fromisoformat(text)
 
     def uuid(self) -> str:
         """A fresh id from the run's entropy source (journaled in durable runs)."""
         if self.journal is None:
-            return self.entropy.uuid()
-        return str(self.journal.call("uuid", "", self.entropy.uuid))
+            return self._uuid()
+        return str(self.journal.call("uuid", "", self._uuid))
 
     def random(self) -> float:
         """A random float in [0, 1) from the run's entropy source (journaled)."""
         if self.journal is None:
-            return self.entropy.random()
-        return float(self.journal.call("random", "", self.entropy.random))
+            return self._random()
+        return float(self.journal.call("random", "", self._random))
+
+    def record_call(self, kind: str, key: str, request: Any, call: Callable[[], Any]) -> Any:
+        """Make a non-deterministic call through the run's record (``call()`` must return
+        JSON). Live it runs and is recorded with the request's fingerprint; on re-execution
+        and in replay the recorded response is returned without calling."""
+        if self.journal is None:
+            return call()
+        return self.journal.call(kind, key, call, request=request)
 
     def once(self, name: str, effect: Callable[[], T]) -> T:
         """Run ``effect()`` once for this node execution and journal its (JSON) result.

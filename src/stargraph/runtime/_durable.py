@@ -163,6 +163,12 @@ class Persistence:
             joins=joins_record(run.joins_seen),
             attempts=dict(run.attempts),
             facts=run.rules.snapshot() if run.rules is not None else None,
+            calls=tuple(
+                sorted(
+                    (e for entries in run.journals.values() for e in entries),
+                    key=lambda e: (e.node, e.index, e.seq),
+                )
+            ),
             created_ms=_now_ms(),
         )
         self.store.commit_step(run.run_id, record)

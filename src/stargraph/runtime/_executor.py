@@ -23,6 +23,7 @@ from pydantic import BaseModel, ValidationError
 from stargraph.checkpoint import (
     CheckpointStore,
     JournalEntry,
+    Recording,
     RunRecord,
     StepRecord,
     WriteRecord,
@@ -33,6 +34,7 @@ from stargraph.errors import (
     CodeHashWarning,
     GraphHashMismatch,
     InvalidInputError,
+    ReplayError,
     RunNotResumableError,
     StargraphError,
 )
@@ -58,6 +60,7 @@ from stargraph.runtime._events import (
     StepCompleted,
 )
 from stargraph.runtime._plan import NodeSpec, RouterSpec, Task
+from stargraph.runtime._replay import ReplayDriver
 from stargraph.runtime._rules import RuleSet
 from stargraph.runtime._run import Run, jsonable
 from stargraph.runtime._tasks import StepOutcome, execute_async, execute_sync
@@ -104,6 +107,12 @@ class CompiledGraph(Generic[StateT]):
     ) -> None:
         self.ir = ir
         self.services: Mapping[str, Any] = dict(services or {})
+        # Services that can route their calls through a task journal (chat models, arbiters).
+        self.bindable = tuple(
+            sorted(
+                k for k, v in self.services.items() if callable(getattr(v, "bind_journal", None))
+            )
+        )
         self.rules = rules
         self.state_model = state_model
         self.channels = channels
@@ -261,6 +270,55 @@ class CompiledGraph(Generic[StateT]):
             pass
         return self._state(run)
 
+    def replay(
+        self,
+        source: str | Recording,
+        *,
+        until_step: int | None = None,
+        from_step: int | None = None,
+        mutate: Mapping[str, Any] | None = None,
+        new_run_id: str | None = None,
+    ) -> StateT:
+        """Replay a recorded run (a run id in this graph's store, or a :class:`Recording`
+        such as a loaded cassette) offline and return its final state.
+
+        Nothing is written and no model or tool is called; see ``runtime._replay``.
+        ``until_step`` stops early. With ``from_step=k`` this is a *counterfactual*: steps
+        before ``k`` come from the record, ``mutate`` (state overrides) is applied, and the
+        run continues live from ``k`` as a new run linked to its parent (``new_run_id``).
+        """
+        if from_step is not None:
+            if not isinstance(source, str):
+                raise ReplayError("a counterfactual needs a run id in this graph's store")
+            fork_id = self.fork(source, from_step - 1, update=mutate, new_run_id=new_run_id)
+            return self.resume(fork_id)
+        driver = ReplayDriver(self, self._recording(source), until_step=until_step)
+        for _ in driver.steps_run():
+            pass
+        return self._state(driver.run)
+
+    def replay_stream(
+        self, source: str | Recording, *, until_step: int | None = None
+    ) -> Iterator[Event]:
+        """:meth:`replay`, yielding the replayed run's events (identical to the live ones)."""
+        buffer: list[Event] = []
+        driver = ReplayDriver(
+            self, self._recording(source), until_step=until_step, emit=buffer.append
+        )
+        try:
+            for _ in driver.steps_run():
+                yield from buffer
+                buffer.clear()
+        except StargraphError:
+            yield from buffer
+            raise
+        yield from buffer
+
+    def _recording(self, source: str | Recording) -> Recording:
+        if isinstance(source, Recording):
+            return source
+        return Recording.from_store(self._require_store(), source)
+
     def get_run(self, run_id: str) -> RunRecord:
         """The stored record of a run (status, last step, interrupt, error)."""
         return self._require_store().get_run(run_id)
@@ -296,8 +354,11 @@ class CompiledGraph(Generic[StateT]):
     ) -> str:
         """Start a new run from ``step`` of ``run_id`` (optionally with changed channels).
 
-        The fork is linked to its parent (``parent_run_id``/``parent_step``); continue it with
-        ``resume(new_run_id)``. Returns the new run id.
+        The fork holds a copy of the parent's steps ``0..step`` (same step ids, same recorded
+        calls, so it replays like the parent up to there); ``update`` becomes step
+        ``step + 1``, written by ``__update__``. It is linked to its parent
+        (``parent_run_id``/``parent_step``); continue it with ``resume(new_run_id)``.
+        Returns the new run id.
         """
         store = self._require_store()
         record = self._check_hashes(store.get_run(run_id))
@@ -307,16 +368,38 @@ class CompiledGraph(Generic[StateT]):
                 run_id=run_id,
                 step=step,
             )
-        values, at = load_values(store, self.channels, run_id, step)
         new_id = new_run_id or f"{run_id}~{uuid.uuid4().hex[:8]}"
-        run = Run(
-            self, new_id, values, max_steps=self.max_steps, entropy=SystemEntropy(), emit=None
+        writes = self._validate_update(update, new_id) if update else None
+        history = store.get_steps(run_id, start=0, end=step)
+        store.create_run(
+            record.model_copy(
+                update={
+                    "run_id": new_id,
+                    "status": "running",
+                    "last_step": 0,
+                    "parent_run_id": run_id,
+                    "parent_step": step,
+                    "error": None,
+                    "stopped_by": None,
+                    "interrupt": None,
+                    "created_at": "",
+                    "updated_at": "",
+                }
+            ),
+            history[0],
         )
-        if update:
-            run.values = {**values, **self._validate_update(update, new_id)}
-        run.tasks = tasks_from(at.next)
-        run.joins_seen = joins_from(at)
-        Persistence(self, store).start(run, parent_run_id=run_id, parent_step=step)
+        for past in history[1:]:
+            store.commit_step(new_id, past)
+        if writes:
+            values, at = load_values(store, self.channels, new_id, step)
+            run = Run(
+                self, new_id, values, max_steps=self.max_steps, entropy=SystemEntropy(), emit=None
+            )
+            run.step = step
+            run.tasks = tasks_from(at.next)
+            run.joins_seen = joins_from(at)
+            run.persistence = Persistence(self, store, snapshot_every=self.snapshot_every)
+            self._apply_update(run, update or {})
         return new_id
 
     # ------------------------------------------------------------------ internals

@@ -78,6 +78,7 @@ class NodeSpec:
     config: Mapping[str, Any] = field(default_factory=dict)
     interrupt_before: bool = False
     interrupt_after: bool = False
+    must_stub: bool = False
     static_next: tuple[str, ...] = ()
     routers: tuple[RouterSpec, ...] = ()
     joins: tuple[JoinSpec, ...] = ()

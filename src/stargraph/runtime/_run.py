@@ -51,6 +51,7 @@ class Run:
         "max_steps",
         "path",
         "persistence",
+        "replay_calls",
         "rule_park",
         "rules",
         "run_id",
@@ -95,6 +96,8 @@ class Run:
         self.collect: list[tuple[str, dict[str, Any]]] | None = None
         self.child_events: dict[tuple[str, int], list[Event]] = {}
         self.rules: RuleSet | None = None
+        # In replay: the recorded calls of the current step's tasks, by (node, index).
+        self.replay_calls: dict[tuple[str, int], list[JournalEntry]] | None = None
         self.stopped_by: str | None = None
         self.rule_park: dict[str, Any] | None = None
         # The state object built for this step's routers, handed on to the next step's task
@@ -224,14 +227,33 @@ class Run:
 
     def _ctx(self, node: str, index: int, config: Mapping[str, Any]) -> RunContext:
         journal = None
-        if self.persistence is not None:
+        if self.replay_calls is not None:
             journal = TaskJournal(
                 step=self.step,
                 node=node,
                 index=index,
-                entries=list(self.journals.get((node, index), ())),
-                persist=self.persistence.journal_writer(self),
+                entries=list(self.replay_calls.get((node, index), ())),
+                persist=None,
+                replay=True,
+                run_id=self.run_id,
             )
+        elif self.persistence is not None:
+            # The list is shared with the run: at commit it becomes the step's call record.
+            journal = TaskJournal(
+                step=self.step,
+                node=node,
+                index=index,
+                entries=self.journals.setdefault((node, index), []),
+                persist=self.persistence.journal_writer(self),
+                run_id=self.run_id,
+            )
+        services = self.graph.services
+        if journal is not None and self.graph.bindable:
+            # Chat models and tool arbiters route their calls through this task's journal.
+            services = {
+                **services,
+                **{name: services[name].bind_journal(journal) for name in self.graph.bindable},
+            }
         return RunContext(
             run_id=self.run_id,
             step=self.step,
@@ -241,7 +263,7 @@ class Run:
             config=config,
             entropy=self.entropy,
             journal=journal,
-            services=self.graph.services,
+            services=services,
             events=None if self.emit is None else self.child_events.setdefault((node, index), []),
         )
 

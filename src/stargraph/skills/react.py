@@ -35,11 +35,13 @@ the node config and so in the graph hash::
     final = app.invoke({"task": "What is 6*7?"})
     final.final_answer, app.get_run(run_id).stopped_by   # with a store: "termination/done"
 
-Model calls and tool dispatches go through ``ctx.once``, so a step re-executed after a crash
-(in a run with a checkpoint store) reuses the recorded reply and tool results instead of
-calling the model or repeating a side effect. A model that fails for good (retries
-exhausted) raises :class:`~stargraph.errors.LLMError` out of ``invoke``; the run is saved as
-failed at the last completed step and ``resume(run_id)`` continues from there.
+Model calls and tool dispatches go through the run's record (the executor binds the
+``model`` and ``arbiter`` services to each task's journal), so a step re-executed after a
+crash (in a run with a checkpoint store) reuses the recorded reply and tool results instead
+of calling the model or repeating a side effect, and ``replay`` never calls either. A model
+that fails for good (retries exhausted) raises :class:`~stargraph.errors.LLMError` out of
+``invoke``; the run is saved as failed at the last completed step and ``resume(run_id)``
+continues from there.
 """
 
 from __future__ import annotations
@@ -412,7 +414,8 @@ def _is_chat_model(obj: Any) -> bool:
 
 
 def _is_arbiter(obj: Any) -> bool:
-    return isinstance(obj, Arbiter)
+    # The executor hands nodes the arbiter bound to their task's journal (JournaledArbiter).
+    return isinstance(obj, Arbiter) or isinstance(getattr(obj, "arbiter", None), Arbiter)
 
 
 # Offered tools per arbiter and allowlist: llm_view() deep-copies each schema, and the
@@ -422,7 +425,7 @@ _OFFERED = weakref.WeakKeyDictionary()
 
 
 def _offered_tools(ctx: RunContext, arbiter: Arbiter, allowed: tuple[str, ...]) -> Any:
-    per_arbiter = _OFFERED.setdefault(arbiter, {})
+    per_arbiter = _OFFERED.setdefault(getattr(arbiter, "arbiter", arbiter), {})
     offered = per_arbiter.get(allowed)
     if offered is None:
         registry = arbiter.registry
@@ -444,10 +447,10 @@ _M = TypeVar("_M", bound=BaseModel)
 
 
 def _once(ctx: RunContext, key: str, cls: type[_M], compute: Callable[[], _M]) -> _M:
-    """``compute()`` journaled through ``ctx.once`` in durable runs (JSON round trip)."""
-    if ctx.journal is None:
-        return compute()
-    return cls.model_validate(ctx.once(key, lambda: compute().model_dump(mode="json")))
+    """``compute()``; recording is done underneath by the journaled services, so this is
+    only the place to say so (a second ``ctx.once`` around it would record twice)."""
+    del ctx, key, cls
+    return compute()
 
 
 def _output_model(ref: str) -> type[BaseModel]:

@@ -29,7 +29,7 @@ import os
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -60,6 +60,9 @@ from stargraph.tools._spec import LockTemplate, ToolSpec
 from stargraph.tools._tool import Secrets, Tool, ToolContext, is_async_tool
 from stargraph.tools._workers import WorkerPool
 from stargraph.tools._workspace import Workspace
+
+if TYPE_CHECKING:
+    from stargraph.tools._recorded import JournaledArbiter
 
 __all__ = ["Arbiter", "PolicyHook", "ToolCall"]
 
@@ -243,6 +246,13 @@ class Arbiter:
         self.close()
 
     # ----------------------------------------------------------------------- dispatch
+
+    def bind_journal(self, journal: Any) -> JournaledArbiter:
+        """This arbiter routed through a task's journal (the executor calls it): every
+        dispatch is recorded, and served instead of re-run on re-execution and in replay."""
+        from stargraph.tools._recorded import JournaledArbiter
+
+        return JournaledArbiter(self, journal)
 
     def dispatch(self, call: ToolCall) -> ToolResult:
         """Run ``call`` through the whole pipeline; return the result or raise a ToolError."""

@@ -1,0 +1,167 @@
+"""Replay tooling: cassettes (recorded runs as files) and structured run diffs.
+
+Replaying itself is ``CompiledGraph.replay(run_id | recording)``; this package moves
+recordings in and out of files and compares runs::
+
+    export_cassette(store, "run-1", "tests/golden/run-1.json")
+    recording = load_cassette("tests/golden/run-1.json", graph_hash=app.graph_hash)
+    app.replay(recording)
+    diff(Recording.from_store(store, "a"), Recording.from_store(store, "b")).first_step
+
+A cassette is JSON with a checksum over its canonical content, so a truncated file or a hand
+edit is refused with a :class:`~stargraph.errors.CassetteError` naming what is wrong.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from stargraph.checkpoint import CheckpointStore, Recording, StepRecord
+from stargraph.errors import CassetteError
+from stargraph.ir import content_hash
+
+__all__ = [
+    "CASSETTE_FORMAT",
+    "RunDiff",
+    "StepDiff",
+    "diff",
+    "export_cassette",
+    "load_cassette",
+]
+
+CASSETTE_FORMAT: Final = "stargraph-cassette/1"
+"""The format tag every cassette carries."""
+
+
+def _body(recording: Recording) -> dict[str, Any]:
+    return recording.model_dump(mode="json", exclude_defaults=True)
+
+
+def export_cassette(store: CheckpointStore, run_id: str, path: str | Path) -> Path:
+    """Write run ``run_id`` (record, steps, every recorded call) to a cassette file."""
+    recording = Recording.from_store(store, run_id)
+    body = _body(recording)
+    document = {
+        "format": CASSETTE_FORMAT,
+        "graph_hash": recording.run.graph_hash,
+        "checksum": content_hash(body),
+        "recording": body,
+    }
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
+    return target
+
+
+def load_cassette(path: str | Path, *, graph_hash: str | None = None) -> Recording:
+    """Read a cassette, checking its format, checksum and (if given) graph hash."""
+    where = str(path)
+    try:
+        document = orjson.loads(Path(path).read_bytes())
+    except OSError as exc:
+        raise CassetteError(f"cassette {where} cannot be read: {exc}") from exc
+    except orjson.JSONDecodeError as exc:
+        raise CassetteError(
+            f"cassette {where} is not valid JSON ({exc}); it was truncated or damaged - "
+            "export it again"
+        ) from exc
+    if not isinstance(document, dict) or document.get("format") != CASSETTE_FORMAT:
+        found = document.get("format") if isinstance(document, dict) else type(document).__name__
+        raise CassetteError(f"cassette {where} has format {found!r}, expected {CASSETTE_FORMAT!r}")
+    body = document.get("recording")
+    if content_hash(body) != document.get("checksum"):
+        raise CassetteError(
+            f"cassette {where} does not match its checksum (recorded "
+            f"{document.get('checksum')}, content {content_hash(body)}): it was edited by "
+            "hand; record the run again instead of editing the cassette"
+        )
+    try:
+        recording = Recording.model_validate(body)
+    except ValidationError as exc:
+        raise CassetteError(f"cassette {where} holds an invalid recording: {exc}") from exc
+    if graph_hash is not None and recording.run.graph_hash != graph_hash:
+        raise CassetteError(
+            f"cassette {where} was recorded by graph {recording.run.graph_hash}, not by this "
+            f"graph {graph_hash}; record it again with this graph"
+        )
+    return recording
+
+
+class StepDiff(BaseModel):
+    """How one step differs between two runs (absent side: ``None``)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    step: int
+    writes_a: dict[str, Any] | None
+    writes_b: dict[str, Any] | None
+    next_a: list[str] | None
+    next_b: list[str] | None
+    facts_differ: bool
+
+
+class RunDiff(BaseModel):
+    """Per-step differences between two recorded runs, and whether their ends differ."""
+
+    model_config = ConfigDict(frozen=True)
+
+    run_a: str
+    run_b: str
+    steps: tuple[StepDiff, ...]
+    status_a: str
+    status_b: str
+
+    @property
+    def first_step(self) -> int | None:
+        """The first step at which the runs differ (``None`` when they do not)."""
+        return self.steps[0].step if self.steps else None
+
+    @property
+    def identical(self) -> bool:
+        """True when every step and the final status agree."""
+        return not self.steps and self.status_a == self.status_b
+
+
+def _writes(step: StepRecord | None) -> dict[str, Any] | None:
+    if step is None:
+        return None
+    return {f"{w.node}/{w.index}": w.writes for w in step.writes}
+
+
+def _next(step: StepRecord | None) -> list[str] | None:
+    return None if step is None else [f"{t.node}/{t.index}" for t in step.next]
+
+
+def diff(a: Recording, b: Recording) -> RunDiff:
+    """Compare two runs step by step: writes per task, scheduled tasks, rule facts."""
+    steps_a = {s.step: s for s in a.steps}
+    steps_b = {s.step: s for s in b.steps}
+    out = []
+    for number in sorted(set(steps_a) | set(steps_b)):
+        sa, sb = steps_a.get(number), steps_b.get(number)
+        entry = StepDiff(
+            step=number,
+            writes_a=_writes(sa),
+            writes_b=_writes(sb),
+            next_a=_next(sa),
+            next_b=_next(sb),
+            facts_differ=(sa.facts if sa else None) != (sb.facts if sb else None),
+        )
+        if (
+            entry.writes_a != entry.writes_b
+            or entry.next_a != entry.next_b
+            or entry.facts_differ
+            or (number == 0 and sa and sb and sa.snapshot != sb.snapshot)
+        ):
+            out.append(entry)
+    return RunDiff(
+        run_a=a.run.run_id,
+        run_b=b.run.run_id,
+        steps=tuple(out),
+        status_a=a.run.status,
+        status_b=b.run.status,
+    )

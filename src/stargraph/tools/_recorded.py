@@ -1,0 +1,83 @@
+"""The arbiter bound to a task's journal: every tool call recorded live, served in replay.
+
+Every call is recorded - not only write/external ones - because replay must reproduce a run
+without running *any* tool body; refusals are recorded too (with their structured failure),
+so a replayed agent sees the same rejections it saw live.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from stargraph import errors
+from stargraph.errors import ToolError
+from stargraph.tools._result import ToolFailure, ToolResult, failure_of
+
+if TYPE_CHECKING:
+    from stargraph.tools._arbiter import Arbiter, ToolCall
+
+__all__ = ["JournaledArbiter"]
+
+KIND = "tool"
+"""Journal kind of tool calls."""
+
+
+def _outcome(result: ToolResult) -> dict[str, Any]:
+    return {"result": result.model_dump(mode="json")}
+
+
+def _failure(exc: ToolError) -> dict[str, Any]:
+    return {
+        "error": type(exc).__name__,
+        "message": str(exc),
+        "failure": failure_of(exc).model_dump(mode="json"),
+    }
+
+
+def _unpack(value: Any, call: ToolCall) -> ToolResult:
+    if "result" in value:
+        return ToolResult.model_validate(value["result"])
+    cls = getattr(errors, str(value.get("error")), None)
+    if not (isinstance(cls, type) and issubclass(cls, ToolError)):
+        cls = ToolError
+    exc = cls(str(value.get("message", "")), node=call.node)
+    exc.failure = ToolFailure.model_validate(value["failure"])  # type: ignore[attr-defined]
+    raise exc
+
+
+class JournaledArbiter:
+    """An :class:`Arbiter` whose dispatches go through one task's journal."""
+
+    def __init__(self, arbiter: Arbiter, journal: Any) -> None:
+        self.arbiter = arbiter
+        self.journal = journal
+
+    def __getattr__(self, name: str) -> Any:
+        # Everything else (registry, commit log ...) is the arbiter's own.
+        return getattr(self.arbiter, name)
+
+    def dispatch(self, call: ToolCall) -> ToolResult:
+        """The recorded outcome of ``call``, or the arbiter's (then recorded)."""
+
+        def compute() -> dict[str, Any]:
+            try:
+                return _outcome(self.arbiter.dispatch(call))
+            except ToolError as exc:
+                return _failure(exc)
+
+        value = self.journal.call(KIND, call.tool, compute, request=call.model_dump(mode="json"))
+        return _unpack(value, call)
+
+    async def adispatch(self, call: ToolCall) -> ToolResult:
+        """Async :meth:`dispatch`."""
+
+        async def compute() -> dict[str, Any]:
+            try:
+                return _outcome(await self.arbiter.adispatch(call))
+            except ToolError as exc:
+                return _failure(exc)
+
+        value = await self.journal.acall(
+            KIND, call.tool, compute, request=call.model_dump(mode="json")
+        )
+        return _unpack(value, call)
