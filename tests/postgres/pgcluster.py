@@ -90,7 +90,8 @@ def free_port() -> int:
 class Cluster:
     """One running server. ``dsn`` connects as the superuser ``postgres`` (trust auth)."""
 
-    def __init__(self, bindir: Path, root: Path, port: int) -> None:
+    def __init__(self, bindir: Path, root: Path, port: int, *, fsync: bool = False) -> None:
+        self.fsync = fsync
         self.bindir = bindir
         self.root = root
         self.data = root / "data"
@@ -150,8 +151,9 @@ class Cluster:
                 f"-c port={self.port}",
                 f"-c unix_socket_directories={self.root}",
                 "-c max_connections=200",
-                "-c fsync=off",  # a throwaway test cluster: crash safety of the OS is not tested
-                "-c full_page_writes=off",
+                # A throwaway test cluster: the OS crashing is not what the tests test.
+                f"-c fsync={'on' if self.fsync else 'off'}",
+                f"-c full_page_writes={'on' if self.fsync else 'off'}",
                 "-c shared_buffers=64MB",
             ]
         )
@@ -190,11 +192,11 @@ class Cluster:
 
 
 @contextlib.contextmanager
-def running_cluster() -> Iterator[Cluster]:
+def running_cluster(*, fsync: bool = False) -> Iterator[Cluster]:
     """Start a throwaway cluster; stop it and delete its files afterwards."""
     bindir = find_bindir()
     root = Path(tempfile.mkdtemp(prefix="stargraph-pg-"))
-    cluster = Cluster(bindir, root, free_port())
+    cluster = Cluster(bindir, root, free_port(), fsync=fsync)
     try:
         for attempt in range(3):
             try:
@@ -206,7 +208,7 @@ def running_cluster() -> Iterator[Cluster]:
                 if attempt == 2:
                     raise
                 shutil.rmtree(cluster.data, ignore_errors=True)
-                cluster = Cluster(bindir, root, free_port())
+                cluster = Cluster(bindir, root, free_port(), fsync=fsync)
                 time.sleep(0.2)
         yield cluster
     finally:
