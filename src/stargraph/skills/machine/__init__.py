@@ -43,6 +43,17 @@ from stargraph.skills.machine._runtime import (
     MachineRuntime,
     SkillRun,
 )
+from stargraph.skills.machine._schemas import (
+    Frame,
+    Schema,
+    SchemaLibrary,
+    SchemaRunState,
+    SchemaSession,
+    SchemaState,
+    SchemaTransition,
+    Spawn,
+    schema_graph,
+)
 from stargraph.skills.machine._spec import (
     SkillSpec,
     StateSpec,
@@ -54,6 +65,7 @@ from stargraph.skills.machine._validate import MachineShape, StateShape, validat
 
 __all__ = [
     "CancelOutcome",
+    "Frame",
     "MachineControl",
     "MachineEvent",
     "MachineOutput",
@@ -66,12 +78,19 @@ __all__ = [
     "PromptLevel",
     "Rejection",
     "RejectionCode",
+    "Schema",
+    "SchemaLibrary",
+    "SchemaRunState",
+    "SchemaSession",
+    "SchemaState",
+    "SchemaTransition",
     "Section",
     "SkillLoadReport",
     "SkillRun",
     "SkillSpec",
     "SkillSpecRegistry",
     "SkippedSpec",
+    "Spawn",
     "StateShape",
     "StateSpec",
     "StepNote",
@@ -82,6 +101,7 @@ __all__ = [
     "machine_pack",
     "parse_skillspec",
     "render",
+    "schema_graph",
     "skillspec_graph",
     "transition_records",
     "validate_machine",

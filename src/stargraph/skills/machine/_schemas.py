@@ -1,0 +1,604 @@
+"""Nested schemas (seed 001, rows C1-C8): state machines that spawn state machines.
+
+A :class:`Schema` is a prompt, states and a termination guard (``max_steps``); a state is a
+prompt, transitions (with descriptions), tools and the sub-schemas it may spawn (C1). At run
+time the active schemas form a stack; every LLM step is prompted with the master prompt, then
+for each level top to bottom its schema prompt and current-state prompt, then the user
+message and the execution context (C2, :class:`PromptBuilder`, masks and positions
+configurable: C4). Only the innermost level's tools, transitions and spawns are offered (C3).
+
+A parent state that spawns a child completes only when the child exits: reaching a terminal
+state exits a schema with that state's name as its status, which the spawn maps to a parent
+event (C5). Every level has ``max_steps``; exhausting it exits to the parent with status
+``max_steps_exceeded`` or, at the root, hands control back to the user (C6). Only declared
+sub-schemas can be spawned and spawn cycles are compile errors (C7). The agent loop itself
+is the root schema, and :class:`SchemaSession` swaps it between turns on a user command,
+keeping the session log (C8).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable, Mapping
+from typing import Annotated, Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+
+from stargraph import fathom, reducers
+from stargraph.errors import (
+    Problem,
+    SkillValidationError,
+    ToolArgumentError,
+    ToolError,
+    ToolNotAllowedError,
+)
+from stargraph.graph import END, START, Graph
+from stargraph.llm import ChatModel, ChatRequest, ChatResponse
+from stargraph.runtime import RunContext
+from stargraph.skills.machine._compile import StepNote, once_json, service
+from stargraph.skills.machine._prompt import MaskPart, PromptBuilder, PromptLevel
+from stargraph.skills.machine._proposals import (
+    Rejection,
+    RejectionCode,
+    classify,
+    event_function,
+    offered_tools,
+)
+from stargraph.skills.machine._validate import MachineShape, StateShape, validate_machine
+from stargraph.tools import Arbiter, ToolCall, ToolResult, failure_of
+
+__all__ = [
+    "MAX_STEPS_EXCEEDED",
+    "Frame",
+    "Schema",
+    "SchemaLibrary",
+    "SchemaRunState",
+    "SchemaSession",
+    "SchemaState",
+    "SchemaTransition",
+    "Spawn",
+    "schema_graph",
+]
+
+_FROZEN: Final = ConfigDict(frozen=True, extra="forbid", populate_by_name=True)
+MAX_STEPS_EXCEEDED: Final = "max_steps_exceeded"
+"""Exit status of a schema whose ``max_steps`` ran out."""
+ERROR: Final = "error"
+"""Exit status of a schema whose retry budget ran out."""
+SPAWN_PREFIX: Final = "spawn_"
+STAY: Final = "__stay__"
+END_EVENT: Final = "__end__"
+
+
+class SchemaTransition(BaseModel):
+    """A transition with the description the model is shown."""
+
+    model_config = _FROZEN
+
+    on: str
+    """The event."""
+    to: str
+    """The target state."""
+    description: str = ""
+    """What the event means (the function's description)."""
+
+
+class Spawn(BaseModel):
+    """A sub-schema a state may start, and how the child's exit status maps to an event of
+    the spawning state (C5)."""
+
+    model_config = _FROZEN
+
+    schema_name: str = Field(alias="schema")
+    """The sub-schema's name."""
+    description: str = ""
+    """When to spawn it (the function's description)."""
+    exits: dict[str, str]
+    """Child exit status (a terminal state name, or ``max_steps_exceeded`` / ``error``) ->
+    parent event. An unmapped ``max_steps_exceeded`` / ``error`` propagates upwards."""
+
+
+class SchemaState(BaseModel):
+    """A state: prompt, transitions, tools and spawnable sub-schemas (C1)."""
+
+    model_config = _FROZEN
+
+    prompt: str = ""
+    """The state's objective."""
+    transitions: tuple[SchemaTransition, ...] = ()
+    """Its exits."""
+    tools: tuple[str, ...] = ()
+    """Tools allowed here (their descriptions come from the tool registry)."""
+    spawns: tuple[Spawn, ...] = ()
+    """Sub-schemas this state may spawn."""
+    terminal: bool = False
+    """Reaching it exits the schema with this state's name as status."""
+
+
+class Schema(BaseModel):
+    """A schema: prompt + states + termination guard (C1)."""
+
+    model_config = _FROZEN
+
+    name: str
+    """Unique name."""
+    prompt: str = ""
+    """The schema's overall objective."""
+    initial_state: str
+    """Where it starts."""
+    states: dict[str, SchemaState]
+    """State name -> state."""
+    max_steps: int = Field(ge=1)
+    """LLM steps allowed while this schema is the innermost level (C6)."""
+    mask: tuple[MaskPart, ...] = ()
+    """Prompt parts hidden while this schema is an ancestor (C4)."""
+
+
+class SchemaLibrary(BaseModel):
+    """Every schema an agent can run, validated as one set (C7: spawn targets declared and
+    acyclic)."""
+
+    model_config = _FROZEN
+
+    schemas: dict[str, Schema]
+    """Name -> schema."""
+
+    @classmethod
+    def build(
+        cls, documents: Mapping[str, Any] | list[Any], *, source: str = "schemas"
+    ) -> SchemaLibrary:
+        """Parse and validate schema documents (a list, or a mapping name -> document);
+        raises one :class:`~stargraph.errors.SkillValidationError` with every problem."""
+        items = list(documents.values()) if isinstance(documents, Mapping) else list(documents)
+        problems: list[Problem] = []
+        schemas: dict[str, Schema] = {}
+        for i, doc in enumerate(items):
+            try:
+                schema = Schema.model_validate(doc)
+            except ValidationError as exc:
+                problems.extend(
+                    Problem(
+                        f"{source}#/{i}/" + "/".join(str(p) for p in err["loc"]),
+                        err["msg"],
+                        "fix the schema document",
+                    )
+                    for err in exc.errors(include_url=False)
+                )
+                continue
+            if schema.name in schemas:
+                problems.append(Problem(f"{source}#/{i}/name", f"duplicate schema {schema.name!r}"))
+            schemas[schema.name] = schema
+        for schema in schemas.values():
+            problems.extend(_schema_problems(schema, schemas, source))
+        problems.extend(_cycle_problems(schemas, source))
+        if problems:
+            raise SkillValidationError(problems, subject=f"schema library {source}")
+        return cls(schemas=schemas)
+
+    def bound(self, name: str) -> int:
+        """An upper bound of the LLM steps one run of ``name`` can take (finite: acyclic)."""
+        schema = self.schemas[name]
+        children = [s.schema_name for st in schema.states.values() for s in st.spawns]
+        return schema.max_steps * (1 + max((self.bound(c) for c in children), default=0))
+
+
+def _schema_problems(schema: Schema, schemas: Mapping[str, Schema], source: str) -> list[Problem]:
+    where = f"{source}#/{schema.name}"
+    shape = MachineShape(
+        schema.initial_state,
+        {
+            n: StateShape([(t.on, t.to) for t in s.transitions], s.terminal)
+            for n, s in schema.states.items()
+        },
+        where=where,
+    )
+    problems = validate_machine(shape)
+    for name, state in schema.states.items():
+        events = {t.on for t in state.transitions}
+        for i, spawn in enumerate(state.spawns):
+            at = f"{where}/states/{name}/spawns/{i}"
+            child = schemas.get(spawn.schema_name)
+            if child is None:
+                problems.append(
+                    Problem(at, f"state {name!r} spawns unknown schema {spawn.schema_name!r}")
+                )
+                continue
+            if state.terminal:
+                problems.append(Problem(at, f"terminal state {name!r} cannot spawn"))
+            terminals = {n for n, s in child.states.items() if s.terminal}
+            for status in sorted(terminals - set(spawn.exits)):
+                problems.append(
+                    Problem(
+                        f"{at}/exits",
+                        f"exit {status!r} of schema {spawn.schema_name!r} maps to no event",
+                        f"map it to one of {sorted(events)}",
+                    )
+                )
+            for status, event in sorted(spawn.exits.items()):
+                if status not in terminals | {MAX_STEPS_EXCEEDED, ERROR}:
+                    problems.append(
+                        Problem(f"{at}/exits/{status}", f"{status!r} is not an exit status")
+                    )
+                if event not in events:
+                    problems.append(
+                        Problem(
+                            f"{at}/exits/{status}",
+                            f"exit {status!r} maps to {event!r}, not an event of {name!r}",
+                        )
+                    )
+    return problems
+
+
+def _cycle_problems(schemas: Mapping[str, Schema], source: str) -> list[Problem]:
+    graph = {
+        name: sorted({sp.schema_name for st in s.states.values() for sp in st.spawns})
+        for name, s in schemas.items()
+    }
+    problems: list[Problem] = []
+    seen_cycles: set[tuple[str, ...]] = set()
+    color: dict[str, int] = {}
+
+    def visit(node: str, path: list[str]) -> None:
+        color[node] = 1
+        for child in graph.get(node, ()):
+            if color.get(child) == 1:
+                cycle = [*path[path.index(child) :], child]
+                key = tuple(sorted(cycle[:-1]))
+                if key not in seen_cycles:
+                    seen_cycles.add(key)
+                    problems.append(
+                        Problem(
+                            f"{source}#/{child}",
+                            "spawn cycle: " + " -> ".join(cycle),
+                            "schemas nest like function calls without recursion; break the cycle",
+                        )
+                    )
+            elif child in graph and color.get(child) is None:
+                visit(child, [*path, child])
+        color[node] = 2
+
+    for name in sorted(graph):
+        if color.get(name) is None:
+            visit(name, [name])
+    return problems
+
+
+# --------------------------------------------------------------------------- run time
+
+
+class Frame(BaseModel):
+    """One active level: which schema, in which state, how many LLM steps it took."""
+
+    model_config = _FROZEN
+
+    schema_name: str
+    """The schema."""
+    state: str
+    """Its current state."""
+    steps: int = 0
+    """LLM steps taken while this level was innermost."""
+    retries: int = 0
+    """Consecutive invalid proposals."""
+
+
+class SchemaRunState(BaseModel):
+    """The state of one turn of a schema session."""
+
+    user_message: str = ""
+    """The user's message for this turn."""
+    stack: list[Frame] = []
+    """Active levels, root first (empty before the first step)."""
+    status: Annotated[str, fathom.Fact()] = "running"
+    """``running``, ``exited`` (the root reached a terminal state) or ``yielded`` (control
+    handed back to the user)."""
+    reason: str | None = None
+    """The root's exit status, or why control was handed back."""
+    done: Annotated[bool, fathom.Fact()] = False
+    """True once the turn ended."""
+    llm_steps: Annotated[int, fathom.Fact()] = 0
+    """LLM calls in this turn."""
+    last_event: str | None = None
+    """``__stay__`` or ``__end__`` (routing)."""
+    notes: list[StepNote] = []
+    """Structured context of the innermost level: tool results and rejections."""
+    log: Annotated[list[dict[str, JsonValue]], reducers.append] = []
+    """What happened: spawns, transitions, exits, tool calls, rejections."""
+
+
+def _library(config: Mapping[str, Any]) -> SchemaLibrary:
+    return SchemaLibrary.model_validate(config["library"])
+
+
+def schema_graph(
+    library: SchemaLibrary,
+    root: str,
+    *,
+    builder: PromptBuilder | None = None,
+    retry_budget: int = 2,
+) -> Graph[SchemaRunState]:
+    """One turn of the agent loop as a graph: a ``step`` node (one LLM step over the whole
+    stack) looping on itself until the rules halt it. The library, root and prompt layout
+    are node config, hence in the graph hash."""
+    builder = builder or PromptBuilder()
+    config = {
+        "root": root,
+        "library": library.model_dump(mode="json", by_alias=True),
+        "builder": builder.model_dump(mode="json"),
+        "retry_budget": retry_budget,
+    }
+    mapping: dict[Hashable, str] = {STAY: "step", END_EVENT: END}
+    pack = fathom.RulePack.from_spec(
+        {
+            "id": "schemas",
+            "version": "1",
+            "rules": [
+                {"name": s, "when": [{"state.status": s}], "then": {"halt": s}}
+                for s in ("exited", "yielded")
+            ],
+        }
+    )
+    return (
+        Graph(f"schema-{root}", state=SchemaRunState)
+        .with_node("step", schema_step, config=config, must_stub=True)
+        .with_conditional_edges("step", _route, mapping)
+        .with_edge(START, "step")
+        .with_rules(pack)
+    )
+
+
+def _route(state: SchemaRunState) -> str:
+    return state.last_event or STAY
+
+
+class _Turn:
+    """Bookkeeping of one schema step."""
+
+    def __init__(self, state: SchemaRunState, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.library = _library(ctx.config)
+        root = self.library.schemas[ctx.config["root"]]
+        self.stack = list(state.stack) or [Frame(schema_name=root.name, state=root.initial_state)]
+        self.notes = list(state.notes)
+        self.log: list[dict[str, JsonValue]] = []
+        self.out: dict[str, Any] = {"log": self.log, "last_event": STAY}
+
+    @property
+    def top(self) -> Frame:
+        return self.stack[-1]
+
+    def schema(self, frame: Frame) -> Schema:
+        return self.library.schemas[frame.schema_name]
+
+    def current(self) -> SchemaState:
+        return self.schema(self.top).states[self.top.state]
+
+    def record(self, kind: str, **data: JsonValue) -> None:
+        self.log.append(
+            {"kind": kind, "schema": self.top.schema_name, "state": self.top.state, **data}
+            if self.stack
+            else {"kind": kind, **data}
+        )
+
+    def move(self, to: str, on: str) -> None:
+        frame = self.top
+        self.record("transition", to=to, on=on)
+        self.stack[-1] = frame.model_copy(update={"state": to, "retries": 0})
+        self.notes = []
+        if self.schema(frame).states[to].terminal:
+            self.exit(to)
+
+    def exit(self, status: str) -> None:
+        """Pop the innermost level with ``status``; fire the parent's mapped event."""
+        frame = self.stack.pop()
+        self.log.append({"kind": "exit", "schema": frame.schema_name, "status": status})
+        self.notes = []
+        if not self.stack:
+            kind = "exited" if self.schema(frame).states.get(status) else "yielded"
+            self.out.update(status=kind, reason=status, done=True, last_event=END_EVENT)
+            return
+        parent_state = self.current()
+        spawn = next(s for s in parent_state.spawns if s.schema_name == frame.schema_name)
+        event = spawn.exits.get(status)
+        if event is None:  # unmapped max_steps_exceeded / error propagates upwards
+            self.exit(status)
+            return
+        target = next(t for t in parent_state.transitions if t.on == event)
+        self.move(target.to, event)
+
+    def reject(self, code: RejectionCode, proposed: str, budget: int) -> None:
+        state = self.current()
+        retries = self.top.retries + 1
+        self.stack[-1] = self.top.model_copy(update={"retries": retries})
+        rejection = Rejection(
+            code=code,
+            state=self.top.state,
+            proposed=proposed,
+            allowed_tools=state.tools,
+            valid_transitions=tuple({"on": t.on, "to": t.to} for t in state.transitions),
+            retries_left=max(budget + 1 - retries, 0),
+        )
+        self.record("rejected", **rejection.to_json())
+        self.notes.append(StepNote(llm_step=0, kind="rejection", data=rejection.to_json()))
+        if retries > budget:
+            self.exit(ERROR)
+
+
+def _functions(turn: _Turn, arbiter: Arbiter) -> list[dict[str, Any]]:
+    state = turn.current()
+    functions = list(offered_tools(arbiter, state.tools))
+    functions += [event_function(t.on, t.description) for t in state.transitions]
+    functions += [
+        {
+            "type": "function",
+            "function": {
+                "name": SPAWN_PREFIX + s.schema_name,
+                "description": s.description or f"Start the sub-schema {s.schema_name!r}.",
+                "parameters": {"type": "object", "properties": {}},
+            },
+        }
+        for s in state.spawns
+    ]
+    return functions
+
+
+def _messages(turn: _Turn, state: SchemaRunState) -> Any:
+    builder = PromptBuilder.model_validate(turn.ctx.config["builder"])
+    levels = [
+        PromptLevel(
+            schema_name=f.schema_name,
+            schema_prompt=turn.schema(f).prompt,
+            state=f.state,
+            state_prompt=turn.schema(f).states[f.state].prompt,
+            mask=turn.schema(f).mask,
+        )
+        for f in turn.stack
+    ]
+    context = {
+        "stack": [f"{f.schema_name}:{f.state}" for f in turn.stack],
+        "steps_left": turn.schema(turn.top).max_steps - turn.top.steps,
+        "notes": [n.model_dump(mode="json") for n in turn.notes],
+    }
+    return builder.messages(levels, user=state.user_message, context=context)
+
+
+def schema_step(state: SchemaRunState, ctx: RunContext) -> dict[str, Any]:
+    """One LLM step of the innermost level (or, with its ``max_steps`` spent, its exit)."""
+    turn = _Turn(state, ctx)
+    budget = int(ctx.config["retry_budget"])
+    if turn.top.steps >= turn.schema(turn.top).max_steps:
+        turn.exit(MAX_STEPS_EXCEEDED)
+        return _result(turn)
+    model = service(ctx, "model", ChatModel)  # type: ignore[type-abstract]
+    arbiter = service(ctx, "arbiter", Arbiter)
+    request = ChatRequest(
+        messages=_messages(turn, state),
+        tools=tuple(_functions(turn, arbiter)),
+        parallel_tool_calls=False,
+    )
+    response = ChatResponse.model_validate(
+        once_json(ctx, "llm", lambda: model.complete(request).model_dump(mode="json"))
+    )
+    turn.out["llm_steps"] = state.llm_steps + 1
+    turn.stack[-1] = turn.top.model_copy(update={"steps": turn.top.steps + 1})
+    current = turn.current()
+    calls = response.message.tool_calls
+    if not calls:
+        turn.reject("no_proposal", (response.message.content or "")[:80], budget)
+        return _result(turn)
+    call = calls[0]
+    spawns = [SPAWN_PREFIX + s.schema_name for s in current.spawns]
+    kind = classify(call.name, events=[t.on for t in current.transitions], spawns=spawns)
+    if kind == "transition":
+        target = next(t for t in current.transitions if t.on == call.name)
+        turn.move(target.to, target.on)
+    elif kind == "spawn":
+        child = turn.library.schemas[call.name[len(SPAWN_PREFIX) :]]
+        turn.record("spawn", child=child.name)
+        turn.stack.append(Frame(schema_name=child.name, state=child.initial_state))
+        turn.notes = []
+    elif call.name.startswith(SPAWN_PREFIX):
+        turn.reject("spawn_not_declared", call.name, budget)
+    elif kind == "tool":
+        _tool(turn, arbiter, call, budget)
+    else:
+        turn.reject(
+            "finish_not_terminal" if kind == "finish" else "invalid_transition", call.name, budget
+        )
+    return _result(turn)
+
+
+def _tool(turn: _Turn, arbiter: Arbiter, call: Any, budget: int) -> None:
+    allowed = turn.current().tools
+
+    def run() -> dict[str, Any]:
+        try:
+            tool_call = ToolCall.from_openai(
+                call, node=turn.ctx.node, state=turn.top.state, allowed=allowed
+            )
+            return {"result": arbiter.dispatch(tool_call).model_dump(mode="json")}
+        except ToolNotAllowedError:
+            return {"rejected": True}
+        except ToolArgumentError as exc:
+            if failure_of(exc).code == "unknown_tool":
+                return {"rejected": True}
+            return {"result": ToolResult.from_error(exc, call_id=call.id).model_dump(mode="json")}
+        except ToolError as exc:
+            return {"result": ToolResult.from_error(exc, call_id=call.id).model_dump(mode="json")}
+
+    outcome = once_json(turn.ctx, f"tool:{call.id}", run)
+    if "rejected" in outcome:
+        turn.reject("tool_not_allowed", call.name, budget)
+        return
+    result = ToolResult.model_validate(outcome["result"])
+    turn.stack[-1] = turn.top.model_copy(update={"retries": 0})
+    turn.record("tool", tool=result.tool, status=result.status)
+    data: dict[str, JsonValue] = {
+        "tool": result.tool,
+        "status": result.status,
+        "summary": result.summary,
+    }
+    turn.notes.append(StepNote(llm_step=0, kind="tool_result", data=data))
+
+
+def _result(turn: _Turn) -> dict[str, Any]:
+    turn.out.update(stack=turn.stack, notes=turn.notes)
+    return turn.out
+
+
+class SchemaSession:
+    """The agent loop as a schema (C8): each user message is one turn of the root schema;
+    a user command (``/loop <schema>``, handled without the model) swaps the root between
+    turns. The session log keeps every turn and command."""
+
+    def __init__(
+        self,
+        library: SchemaLibrary,
+        *,
+        model: ChatModel,
+        arbiter: Arbiter,
+        root: str = "main",
+        builder: PromptBuilder | None = None,
+        retry_budget: int = 2,
+    ) -> None:
+        if root not in library.schemas:
+            raise SkillValidationError(
+                [Problem("/root", f"no schema {root!r}", f"use one of {sorted(library.schemas)}")],
+                subject="schema session",
+            )
+        self.library = library
+        self.root = root
+        self.builder = builder or PromptBuilder()
+        self.retry_budget = retry_budget
+        self.services = {"model": model, "arbiter": arbiter}
+        self.log: list[dict[str, JsonValue]] = []
+        """Every turn's events and every command, in order."""
+
+    def command(self, text: str) -> None:
+        """Run a user command: ``/loop <schema>`` swaps the root schema."""
+        verb, _, arg = text.strip().partition(" ")
+        if verb != "/loop" or arg.strip() not in self.library.schemas:
+            raise SkillValidationError(
+                [
+                    Problem(
+                        "/command",
+                        f"unknown command {text!r}",
+                        f"use '/loop <schema>' with one of {sorted(self.library.schemas)}",
+                    )
+                ],
+                subject="schema session",
+            )
+        previous, self.root = self.root, arg.strip()
+        self.log.append({"kind": "command", "command": text, "from": previous, "to": self.root})
+
+    def send(self, message: str) -> SchemaRunState:
+        """One turn: a ``/`` command, or a run of the root schema on ``message``."""
+        if message.startswith("/"):
+            self.command(message)
+            return SchemaRunState(status="command", reason=message, done=True)
+        graph = schema_graph(
+            self.library, self.root, builder=self.builder, retry_budget=self.retry_budget
+        )
+        app = graph.compile(services=self.services, max_steps=2 * self.library.bound(self.root) + 2)
+        final = app.invoke({"user_message": message})
+        self.log.append({"kind": "turn", "root": self.root, "message": message})
+        self.log.extend(final.log)
+        return final
