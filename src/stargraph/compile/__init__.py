@@ -64,6 +64,7 @@ def compile_ir(
     snapshot_every: int = 50,
     on_code_change: Literal["warn", "error"] = "warn",
     services: Mapping[str, Any] | None = None,
+    plugins: Any = None,
 ) -> CompiledGraph[StateT]:
     """Validate ``ir`` against ``state`` and the callables it references; build the plan.
 
@@ -72,6 +73,8 @@ def compile_ir(
     stored between per-step deltas; ``on_code_change`` decides whether resuming a run made
     by different node source code warns or raises. ``services`` are live objects nodes reach
     through ``ctx.services`` (a chat model, a tool arbiter); they are not part of the hash.
+    ``plugins`` (a pluggy manager from ``stargraph.plugin.get_plugin_manager``) receives every
+    run event through its ``on_event`` hook.
     """
     impls = dict(impls or {})
     problems, resolved = validate_ir(ir, impls, state)
@@ -106,6 +109,7 @@ def compile_ir(
         "snapshot_every": snapshot_every,
         "on_code_change": on_code_change,
         "services": services,
+        "plugins": plugins,
     }
 
     def router_spec(edge: ConditionalEdgeIR) -> RouterSpec:
@@ -178,7 +182,16 @@ def compile_ir(
         on_code_change=on_code_change,
         rules=rules,
         services=services,
+        on_event=_event_hook(plugins),
     )
+
+
+def _event_hook(plugins: Any) -> Callable[[Any], None] | None:
+    """``plugins.hook.on_event`` when some plugin implements it."""
+    if plugins is None or not plugins.hook.on_event.get_hookimpls():
+        return None
+    hook = plugins.hook.on_event
+    return lambda event: hook(event=event)
 
 
 def _subgraph_runner(

@@ -104,8 +104,12 @@ class CompiledGraph(Generic[StateT]):
         on_code_change: Literal["warn", "error"] = "warn",
         rules: Callable[[], RuleSet] | None = None,
         services: Mapping[str, Any] | None = None,
+        on_event: Callable[[Event], None] | None = None,
     ) -> None:
         self.ir = ir
+        # Sees every event of every run (the plugin hook on_event); building events has a
+        # cost, so only graphs with an observer pay it on invoke().
+        self.on_event = on_event
         self.services: Mapping[str, Any] = dict(services or {})
         # Services that can route their calls through a task journal (chat models, arbiters).
         self.bindable = tuple(
@@ -483,13 +487,27 @@ class CompiledGraph(Generic[StateT]):
             values,
             max_steps=max_steps if max_steps is not None else self.max_steps,
             entropy=self._entropy_factory(),
-            emit=emit,
+            emit=self._observed(emit),
         )
         if self.store is not None:
             run.persistence = Persistence(
                 self, self.store, durability=self.durability, snapshot_every=self.snapshot_every
             )
         return run
+
+    def _observed(self, emit: Callable[[Event], None] | None) -> Callable[[Event], None] | None:
+        """``emit`` plus the ``on_event`` observer (plugins), when there is one."""
+        observer = self.on_event
+        if observer is None:
+            return emit
+        if emit is None:
+            return observer
+
+        def both(event: Event) -> None:
+            emit(event)
+            observer(event)
+
+        return both
 
     def _initial_values(self, input: Mapping[str, Any] | BaseModel | None, run_id: str) -> Any:
         data: Any = {} if input is None else input
@@ -590,7 +608,7 @@ class CompiledGraph(Generic[StateT]):
             values,
             max_steps=max_steps if max_steps is not None else self.max_steps,
             entropy=self._entropy_factory(),
-            emit=emit,
+            emit=self._observed(emit),
         )
         run.step = last.step
         run.tasks = tasks_from(last.next)

@@ -27,7 +27,7 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
@@ -202,8 +202,14 @@ class Arbiter:
         lock_timeout: float | None = 30.0,
         inline_limit: int = 4096,
         default_allow: bool = True,
+        before_call: Callable[[ToolCall], None] | None = None,
+        after_call: Callable[[ToolCall, ToolResult | None, ToolError | None], None] | None = None,
     ) -> None:
         self.registry = registry
+        # Observers (the plugin hooks before_tool_call / after_tool_call): told of every call
+        # and its outcome, refused calls included; they cannot change either.
+        self.before_call = before_call
+        self.after_call = after_call
         self.workspace = workspace if isinstance(workspace, Workspace) else Workspace.at(workspace)
         self.commit_log: CommitLog = commit_log if commit_log is not None else InMemoryCommitLog()
         self.artifacts: ArtifactStore = (
@@ -256,6 +262,21 @@ class Arbiter:
 
     def dispatch(self, call: ToolCall) -> ToolResult:
         """Run ``call`` through the whole pipeline; return the result or raise a ToolError."""
+        if self.before_call is None and self.after_call is None:
+            return self._dispatch(call)
+        if self.before_call is not None:
+            self.before_call(call)
+        try:
+            result = self._dispatch(call)
+        except ToolError as exc:
+            if self.after_call is not None:
+                self.after_call(call, None, exc)
+            raise
+        if self.after_call is not None:
+            self.after_call(call, result, None)
+        return result
+
+    def _dispatch(self, call: ToolCall) -> ToolResult:
         admitted = self._admit(call)
         lease = self._acquire_or_refuse(admitted)
         ctx = self._context(admitted)
@@ -270,6 +291,19 @@ class Arbiter:
 
     async def adispatch(self, call: ToolCall) -> ToolResult:
         """:meth:`dispatch` for asyncio: awaits async bodies, runs sync ones in a thread."""
+        if self.before_call is not None:
+            self.before_call(call)
+        try:
+            result = await self._adispatch(call)
+        except ToolError as exc:
+            if self.after_call is not None:
+                self.after_call(call, None, exc)
+            raise
+        if self.after_call is not None:
+            self.after_call(call, result, None)
+        return result
+
+    async def _adispatch(self, call: ToolCall) -> ToolResult:
         admitted = self._admit(call)
         try:
             lease = await self.locks.acquire_async(

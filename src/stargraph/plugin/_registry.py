@@ -1,0 +1,371 @@
+"""One registry for skills, tools, nodes, rule packs, stores and models, from every source.
+
+Sources, from lowest to highest scope: ``builtin`` (stargraph's own plugin), ``plugin``
+(installed packages, entry-point group ``stargraph``), ``global`` (a directory, e.g.
+``~/.stargraph``), ``agent`` (a directory next to the agent). A higher scope overrides a
+lower one (logged); a clash within one scope fails loudly, naming both providers. The built
+registry is frozen: new versions come from :meth:`Registry.with_skill` (approved proposals),
+which returns a new registry and leaves running graphs on the old one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Literal
+
+import pluggy
+
+from stargraph.errors import CompileError, Problem, RegistryError
+
+__all__ = ["Entry", "LoadReport", "Registry", "Scope", "SkillLoader"]
+
+log = logging.getLogger("stargraph.registry")
+
+Scope = Literal["builtin", "plugin", "global", "agent"]
+"""Where an entry came from; later scopes override earlier ones."""
+
+SCOPES: Final[tuple[Scope, ...]] = ("builtin", "plugin", "global", "agent")
+
+Kind = Literal["skill", "tool", "node", "rule_pack", "store", "model"]
+
+SkillLoader = Callable[[Path], Any]
+"""Reads one skill file (SkillSpec JSON, SKILL.md) into a ``Skill``; raises CompileError."""
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One registered item and who provided it."""
+
+    kind: Kind
+    name: str
+    item: Any
+    scope: Scope
+    provider: str
+
+
+@dataclass(frozen=True)
+class LoadReport:
+    """What a lenient directory scan did (decision 2 of the seed checklist)."""
+
+    loaded: int = 0
+    skipped: tuple[str, ...] = ()
+    pruned: tuple[str, ...] = ()
+    total_on_disk: int = 0
+    problems: tuple[Problem, ...] = field(default=())
+
+
+def _name_of(kind: Kind, item: Any) -> str:
+    if kind == "skill":
+        return str(item.name)
+    if kind == "tool":
+        return str(item.spec.id)
+    if kind == "rule_pack":
+        return str(item.id)
+    raise AssertionError(kind)
+
+
+def _provider(pm: pluggy.PluginManager, plugin: Any) -> tuple[Scope, str]:
+    from stargraph.plugin import _builtins
+
+    if plugin is _builtins:
+        return "builtin", "stargraph"
+    for candidate, dist in pm.list_plugin_distinfo():
+        if candidate is plugin:
+            return "plugin", str(dist.metadata["name"])
+    name = pm.get_name(plugin) or getattr(plugin, "__name__", repr(plugin))
+    return "plugin", str(name)
+
+
+class Registry:
+    """The built, frozen registry. Use :meth:`build`; read with the mappings below."""
+
+    def __init__(
+        self,
+        entries: Iterable[Entry],
+        *,
+        version: int = 1,
+        report: LoadReport | None = None,
+        pm: pluggy.PluginManager | None = None,
+    ) -> None:
+        self._entries: dict[tuple[Kind, str], Entry] = {(e.kind, e.name): e for e in entries}
+        self.version = version
+        self.report = report or LoadReport()
+        self.pm = pm
+        self._frozen = True
+
+    # ------------------------------------------------------------------ building
+
+    @classmethod
+    def build(
+        cls,
+        pm: pluggy.PluginManager | None = None,
+        *,
+        global_dir: str | Path | None = None,
+        agent_dir: str | Path | None = None,
+        strict: bool = True,
+        skill_loaders: Mapping[str, SkillLoader] | None = None,
+    ) -> Registry:
+        """Collect every hook's registrations, then the skill files of the two directories.
+
+        ``skill_loaders`` maps a file pattern (``"*.json"``, ``"SKILL.md"``) to its loader.
+        ``strict=True`` fails with every problem found in the directories; ``strict=False``
+        skips bad files and reports ``{loaded, skipped, pruned, total_on_disk}``.
+        """
+        from stargraph.plugin import get_plugin_manager
+
+        pm = pm or get_plugin_manager()
+        collected: list[Entry] = []
+        problems: list[Problem] = []
+        items: list[tuple[Kind, Any]] = [
+            ("skill", pm.hook.register_skills),
+            ("tool", pm.hook.register_tools),
+            ("rule_pack", pm.hook.register_rule_packs),
+        ]
+        named: list[tuple[Kind, Any]] = [
+            ("node", pm.hook.register_nodes),
+            ("store", pm.hook.register_checkpoint_stores),
+            ("model", pm.hook.register_models),
+        ]
+        for kind, hook in items:
+            for impl in hook.get_hookimpls():
+                scope, provider = _provider(pm, impl.plugin)
+
+                def register(
+                    item: Any, kind: Kind = kind, scope: Scope = scope, provider: str = provider
+                ) -> None:
+                    collected.append(Entry(kind, _name_of(kind, item), item, scope, provider))
+
+                impl.function(register=register)
+        for kind, hook in named:
+            for impl in hook.get_hookimpls():
+                scope, provider = _provider(pm, impl.plugin)
+
+                def register_named(
+                    name: str,
+                    item: Any,
+                    kind: Kind = kind,
+                    scope: Scope = scope,
+                    provider: str = provider,
+                ) -> None:
+                    collected.append(Entry(kind, name, item, scope, provider))
+
+                impl.function(register=register_named)
+        report = LoadReport()
+        loaders = dict(skill_loaders or {})
+        for scope, directory in (("global", global_dir), ("agent", agent_dir)):
+            if directory is None:
+                continue
+            found, scan = _scan(Path(directory), loaders, scope, strict)
+            collected += found
+            problems += scan.problems
+            report = LoadReport(
+                loaded=report.loaded + scan.loaded,
+                skipped=report.skipped + scan.skipped,
+                pruned=report.pruned,
+                total_on_disk=report.total_on_disk + scan.total_on_disk,
+                problems=report.problems + scan.problems,
+            )
+        if strict and problems:
+            raise RegistryError(problems, subject="skill directories")
+        return cls(_resolve(collected), report=report, pm=pm)
+
+    # ------------------------------------------------------------------ reading
+
+    def _of(self, kind: Kind) -> dict[str, Any]:
+        return {n: e.item for (k, n), e in sorted(self._entries.items()) if k == kind}
+
+    @property
+    def skills(self) -> Mapping[str, Any]:
+        """Skills by name."""
+        return self._of("skill")
+
+    @property
+    def tools(self) -> Mapping[str, Any]:
+        """Tools by id."""
+        return self._of("tool")
+
+    @property
+    def nodes(self) -> Mapping[str, Callable[..., Any]]:
+        """Node callables by registry id (pass as ``Graph(ir, impls=registry.nodes)``)."""
+        return self._of("node")
+
+    @property
+    def rule_packs(self) -> Mapping[str, Any]:
+        """Rule packs by id."""
+        return self._of("rule_pack")
+
+    def provider(self, kind: Kind, name: str) -> str:
+        """Who provided an entry (a distribution name, a file path, ``stargraph``)."""
+        return self._entries[(kind, name)].provider
+
+    def skill(self, name: str) -> Any:
+        """The skill called ``name``; ``RegistryError`` listing the known ones otherwise."""
+        found = self._entries.get(("skill", name))
+        if found is None:
+            raise RegistryError(
+                [
+                    Problem(
+                        f"skills/{name}",
+                        f"no skill {name!r}",
+                        f"known skills: {sorted(self.skills)}",
+                    )
+                ],
+                subject="registry",
+            )
+        return found.item
+
+    def match(self, task: str) -> list[Any]:
+        """Skills whose triggers (keywords, tags, tool patterns) match ``task`` (D4)."""
+        words = task.lower()
+        out = []
+        for skill in self.skills.values():
+            triggers = getattr(skill, "triggers", None) or ()
+            if any(str(t).lower() in words for t in triggers):
+                out.append(skill)
+        return out
+
+    def tool_registry(self) -> Any:
+        """A frozen ``stargraph.tools.ToolRegistry`` of the registered tools."""
+        from stargraph.tools import ToolRegistry
+
+        return ToolRegistry.build(builtins=list(self.tools.values()))
+
+    def arbiter(self, workspace: str | Path, **options: Any) -> Any:
+        """An ``Arbiter`` over :meth:`tool_registry` wired to the plugin hooks
+        ``authorize_action``, ``before_tool_call`` and ``after_tool_call``."""
+        from stargraph.tools import Arbiter
+
+        hooks = self.pm.hook if self.pm is not None else None
+        policies = list(options.pop("policies", ()))
+        if hooks is not None:
+            policies.append(lambda call: hooks.authorize_action(call=call))
+            options.setdefault("before_call", lambda call: hooks.before_tool_call(call=call))
+            options.setdefault(
+                "after_call",
+                lambda call, result, error: hooks.after_tool_call(
+                    call=call, result=result, error=error
+                ),
+            )
+        return Arbiter(self.tool_registry(), workspace=workspace, policies=policies, **options)
+
+    def store(self, url: str) -> Any:
+        """A checkpoint store for ``url`` from the registered factories (by URL scheme)."""
+        scheme = url.split(":", 1)[0]
+        factory = self._entries.get(("store", scheme))
+        if factory is None:
+            raise RegistryError(
+                [
+                    Problem(
+                        url,
+                        f"no checkpoint store for scheme {scheme!r}",
+                        f"known: {sorted(self._of('store'))}",
+                    )
+                ],
+                subject="registry",
+            )
+        return factory.item(url)
+
+    def model(self, name: str, **options: Any) -> Any:
+        """A chat model from the registered factories."""
+        factory = self._entries.get(("model", name))
+        if factory is None:
+            raise RegistryError(
+                [
+                    Problem(
+                        name, f"no model factory {name!r}", f"known: {sorted(self._of('model'))}"
+                    )
+                ],
+                subject="registry",
+            )
+        return factory.item(**options)
+
+    # ------------------------------------------------------------------ versions
+
+    def register(self, *_: Any, **__: Any) -> None:
+        """Always refused: a built registry is frozen (A7, B4)."""
+        raise RegistryError(
+            [
+                Problem(
+                    "registry",
+                    f"registry version {self.version} is frozen",
+                    "approve a proposal (registry.with_skill) to get a new version",
+                )
+            ],
+            subject="registry",
+        )
+
+    def with_skill(self, skill: Any, *, provider: str = "proposal") -> Registry:
+        """A new registry version with ``skill`` added or replaced (agent scope)."""
+        entries = dict(self._entries)
+        entries[("skill", skill.name)] = Entry("skill", skill.name, skill, "agent", provider)
+        return Registry(entries.values(), version=self.version + 1, report=self.report, pm=self.pm)
+
+
+def _resolve(collected: list[Entry]) -> list[Entry]:
+    """Apply scopes: clashes within a scope fail (all listed), higher scopes override."""
+    by_key: dict[tuple[Kind, str], dict[Scope, list[Entry]]] = {}
+    for entry in collected:
+        by_key.setdefault((entry.kind, entry.name), {}).setdefault(entry.scope, []).append(entry)
+    problems = []
+    out = []
+    for (kind, name), scopes in sorted(by_key.items()):
+        for scope, entries in scopes.items():
+            providers = sorted({e.provider for e in entries})
+            if len(entries) > 1:
+                problems.append(
+                    Problem(
+                        f"{kind}s/{name}",
+                        f"{kind} {name!r} is registered twice in scope {scope!r}, by "
+                        + " and ".join(repr(p) for p in providers),
+                        "uninstall one of the plugins or rename its " + kind.replace("_", " "),
+                    )
+                )
+        winner_scope = max(scopes, key=SCOPES.index)
+        winner = scopes[winner_scope][0]
+        for scope in scopes:
+            if scope != winner_scope:
+                for lost in scopes[scope]:
+                    log.info(
+                        "%s %r from %s (%s scope) overrides the one from %s (%s scope)",
+                        kind,
+                        name,
+                        winner.provider,
+                        winner_scope,
+                        lost.provider,
+                        scope,
+                    )
+        out.append(winner)
+    if problems:
+        raise RegistryError(problems, subject="plugin registry")
+    return out
+
+
+def _scan(
+    directory: Path, loaders: Mapping[str, SkillLoader], scope: Scope, strict: bool
+) -> tuple[list[Entry], LoadReport]:
+    files = sorted({p for pattern in loaders for p in directory.rglob(pattern) if p.is_file()})
+    entries: list[Entry] = []
+    skipped: list[str] = []
+    problems: list[Problem] = []
+    for path in files:
+        loader = next(fn for pattern, fn in loaders.items() if path.match(pattern))
+        try:
+            skill = loader(path)
+        except CompileError as exc:
+            problems.extend(
+                Problem(f"{path}: {p.pointer}", p.message, p.hint) for p in exc.problems
+            )
+            skipped.append(str(path))
+            if not strict:
+                log.warning("skipped skill file %s: %s", path, exc)
+            continue
+        entries.append(Entry("skill", skill.name, skill, scope, str(path)))
+    return entries, LoadReport(
+        loaded=len(entries),
+        skipped=tuple(skipped),
+        total_on_disk=len(files),
+        problems=tuple(problems),
+    )
