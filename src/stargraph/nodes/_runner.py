@@ -5,7 +5,9 @@ run, the site and the parent step (``<run>::<site>@<step>.<index>``), so:
 
 - a crash inside the child resumes *inside* the child: the parent re-executes the subgraph
   node, which finds the child run and resumes it, without re-running its finished steps;
-- nesting composes (a child may mount children), with nested step ids in the run ids.
+- nesting composes (a child may mount children), with nested step ids in the run ids;
+- in a replay (the node's journal is in replay mode) the child is *replayed* from its own
+  recording (``runtime._replay.replay_child``), never run: no model call, no store write.
 
 What comes back to the parent: for each declared output the child *wrote*, one write. When the
 parent and child channels share a reducer (``append``, ``add``, ``merge``), the child's raw
@@ -75,9 +77,22 @@ class SubgraphRunner:
             child_input[child_key] = value if isinstance(value, _SCALARS) else copy.deepcopy(value)
         run_id = f"{ctx.run_id}::{self.site}@{ctx.step}.{ctx.index}"
         emit = ctx.events.append if (self.bubble_events and ctx.events is not None) else None
-        values, raw = self.child.run_nested(
-            child_input, run_id=run_id, path=(*ctx.path, self.site), emit=emit, parent=ctx
-        )
+        path = (*ctx.path, self.site)
+        if ctx.journal is not None and ctx.journal.replay:
+            from stargraph.runtime._replay import replay_child
+
+            values, raw = replay_child(
+                self.child,
+                child_input,
+                run_id=run_id,
+                parent_run_id=ctx.run_id,
+                path=path,
+                emit=emit,
+            )
+        else:
+            values, raw = self.child.run_nested(
+                child_input, run_id=run_id, path=path, emit=emit, parent=ctx
+            )
         return self._project(values, raw, ctx)
 
     def _project(

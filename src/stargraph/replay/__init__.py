@@ -10,6 +10,10 @@ recordings in and out of files and compares runs::
 
 A cassette is JSON with a checksum over its canonical content, so a truncated file or a hand
 edit is refused with a :class:`~stargraph.errors.CassetteError` naming what is wrong.
+
+A run with subgraph nodes has child runs (``<run>::<site>@<step>.<index>``, nested for deeper
+skills); the cassette carries them all under ``children`` (covered by the checksum), and
+:func:`load_cassette` returns a :class:`Cassette` whose replay serves each child from them.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from stargraph.ir import content_hash
 
 __all__ = [
     "CASSETTE_FORMAT",
+    "Cassette",
     "RunDiff",
     "StepDiff",
     "diff",
@@ -37,27 +42,60 @@ CASSETTE_FORMAT: Final = "stargraph-cassette/1"
 """The format tag every cassette carries."""
 
 
-def _body(recording: Recording) -> dict[str, Any]:
+class Cassette(Recording):
+    """A recording loaded from a cassette, with the recordings of its child runs (subgraph
+    nodes' runs, at every depth), which replay serves the replayed subgraph nodes from."""
+
+    children: tuple[Recording, ...] = ()
+
+
+def _body(recording: Recording, *, timestamps: bool = True) -> dict[str, Any]:
+    if not timestamps:
+        recording = recording.model_copy(
+            update={
+                "run": recording.run.model_copy(update={"created_at": "", "updated_at": ""}),
+                "steps": tuple(s.model_copy(update={"created_ms": 0}) for s in recording.steps),
+            }
+        )
     return recording.model_dump(mode="json", exclude_defaults=True)
 
 
-def export_cassette(store: CheckpointStore, run_id: str, path: str | Path) -> Path:
-    """Write run ``run_id`` (record, steps, every recorded call) to a cassette file."""
+def _checksum(body: Any, children: Any) -> str:
+    # Without children the checksum is over the recording alone (the original format).
+    return content_hash(body if children is None else {"children": children, "recording": body})
+
+
+def export_cassette(
+    store: CheckpointStore, run_id: str, path: str | Path, *, timestamps: bool = True
+) -> Path:
+    """Write run ``run_id`` (record, steps, every recorded call) to a cassette file, with
+    its child runs, if any. ``timestamps=False`` blanks the wall-clock fields (run
+    ``created_at``/``updated_at``, step ``created_ms``), so a deterministic run gives the same
+    bytes every time it is recorded (golden files)."""
     recording = Recording.from_store(store, run_id)
-    body = _body(recording)
-    document = {
+    body = _body(recording, timestamps=timestamps)
+    prefix = f"{run_id}::"
+    child_ids = sorted(
+        r.run_id for r in store.list_runs(limit=1_000_000) if r.run_id.startswith(prefix)
+    )
+    children = [
+        _body(Recording.from_store(store, child), timestamps=timestamps) for child in child_ids
+    ]
+    document: dict[str, Any] = {
         "format": CASSETTE_FORMAT,
         "graph_hash": recording.run.graph_hash,
-        "checksum": content_hash(body),
+        "checksum": _checksum(body, children or None),
         "recording": body,
     }
+    if children:
+        document["children"] = children
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     return target
 
 
-def load_cassette(path: str | Path, *, graph_hash: str | None = None) -> Recording:
+def load_cassette(path: str | Path, *, graph_hash: str | None = None) -> Cassette:
     """Read a cassette, checking its format, checksum and (if given) graph hash."""
     where = str(path)
     try:
@@ -73,14 +111,17 @@ def load_cassette(path: str | Path, *, graph_hash: str | None = None) -> Recordi
         found = document.get("format") if isinstance(document, dict) else type(document).__name__
         raise CassetteError(f"cassette {where} has format {found!r}, expected {CASSETTE_FORMAT!r}")
     body = document.get("recording")
-    if content_hash(body) != document.get("checksum"):
+    children = document.get("children")
+    if _checksum(body, children) != document.get("checksum"):
         raise CassetteError(
             f"cassette {where} does not match its checksum (recorded "
-            f"{document.get('checksum')}, content {content_hash(body)}): it was edited by "
-            "hand; record the run again instead of editing the cassette"
+            f"{document.get('checksum')}, content {_checksum(body, children)}): it was edited "
+            "by hand; record the run again instead of editing the cassette"
         )
     try:
-        recording = Recording.model_validate(body)
+        recording = Cassette.model_validate(
+            {**body, "children": children or ()} if isinstance(body, dict) else body
+        )
     except ValidationError as exc:
         raise CassetteError(f"cassette {where} holds an invalid recording: {exc}") from exc
     if graph_hash is not None and recording.run.graph_hash != graph_hash:

@@ -12,11 +12,19 @@ The graph executes step by step as it did live, with the record standing in for 
   node, step and both sides. A call the record does not hold is a ``ReplayMissError``.
 
 Replay writes nothing to any store and never calls a model or runs a tool body.
+
+Subgraph nodes: a child run is a run of its own (``<run>::<site>@<step>.<index>``), so a
+replayed subgraph node replays its child *from the child's recording* (:func:`replay_child`)
+instead of running it: from the ``children`` a cassette carries (``export_cassette`` writes
+every descendant run) or, when the recording has none, from the graph's store. The child's
+events bubble up as they did live; its input is checked against the recorded one; a child
+recording that cannot be found is a ``ReplayMissError``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from stargraph.checkpoint import Recording, StepRecord
@@ -24,6 +32,7 @@ from stargraph.errors import (
     GraphHashMismatch,
     ReplayDivergenceError,
     ReplayError,
+    ReplayMissError,
     StargraphError,
 )
 from stargraph.runtime._durable import decode_writes, joins_from, tasks_from
@@ -35,9 +44,14 @@ from stargraph.runtime._tasks import execute_sync
 if TYPE_CHECKING:
     from stargraph.runtime._executor import CompiledGraph
 
-__all__ = ["ReplayDriver"]
+__all__ = ["ReplayDriver", "replay_child"]
 
 _SPECIAL = ("__update__", "__migration__")
+
+# Drivers replaying right now, by run id (a stack per id), so a subgraph node replayed inside
+# one - on any worker thread - finds where its child recordings come from.
+_ACTIVE: dict[str, list[ReplayDriver]] = {}
+_ACTIVE_LOCK = threading.Lock()
 
 
 class ReplayDriver:
@@ -50,7 +64,13 @@ class ReplayDriver:
         *,
         until_step: int | None = None,
         emit: Callable[[Event], None] | None = None,
+        path: tuple[str, ...] = (),
+        collect: list[tuple[str, dict[str, Any]]] | None = None,
+        children: Mapping[str, Recording] | None = None,
     ) -> None:
+        """``path``/``collect`` are set for a child run (as ``run_nested`` sets them live);
+        ``children`` are the recordings of descendant runs, by run id. By default they come
+        from the recording's own ``children`` (a loaded cassette), else from the store."""
         if recording.run.graph_hash != graph.graph_hash:
             raise GraphHashMismatch(
                 run_id=recording.run.run_id,
@@ -84,11 +104,41 @@ class ReplayDriver:
             entropy=graph._entropy_factory(),
             emit=emit,
         )
+        self.run.path, self.run.collect = path, collect
         self.first = first
+        if children is None:
+            carried = getattr(recording, "children", None)
+            if carried is not None:
+                children = {child.run.run_id: child for child in carried}
+        self.children = children
+
+    def child_recording(self, run_id: str) -> Recording:
+        """The recording of child run ``run_id`` (from the cassette, else the store)."""
+        if self.children is not None:
+            found = self.children.get(run_id)
+            if found is not None:
+                return found
+            where = "the cassette's children"
+        else:
+            store = self.graph.store
+            if store is not None:
+                try:
+                    return Recording.from_store(store, run_id)
+                except LookupError:
+                    pass
+            where = "the graph's store" if store is not None else "a store (the graph has none)"
+        raise ReplayMissError(
+            f"replay of run {self.recording.run.run_id!r}: subgraph child run {run_id!r} is "
+            f"not in {where}; export the cassette again (export_cassette includes child runs) "
+            "or replay from the store that holds the run",
+            run_id=self.recording.run.run_id,
+        )
 
     def steps_run(self) -> Iterator[int]:
         """Replay step by step; yields after each replayed step."""
         graph, run = self.graph, self.run
+        with _ACTIVE_LOCK:
+            _ACTIVE.setdefault(run.run_id, []).append(self)
         try:
             # Begin as the live run began (same events, fresh rule engines), then take the
             # recorded first tasks: a forked run did not start at the graph's entry.
@@ -113,6 +163,11 @@ class ReplayDriver:
             graph._fail(run, exc)
             raise
         finally:
+            with _ACTIVE_LOCK:
+                stack = _ACTIVE[run.run_id]
+                stack.remove(self)
+                if not stack:
+                    del _ACTIVE[run.run_id]
             if run.rules is not None:
                 run.rules.close()
                 run.rules = None
@@ -197,3 +252,43 @@ class ReplayDriver:
                     step=record.step,
                     node=task.node,
                 )
+
+
+def replay_child(
+    child: CompiledGraph[Any],
+    input: Mapping[str, Any],
+    *,
+    run_id: str,
+    parent_run_id: str,
+    path: tuple[str, ...],
+    emit: Callable[[Event], None] | None,
+) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    """Replay child run ``run_id`` of a subgraph node being replayed in ``parent_run_id``;
+    return what ``CompiledGraph.run_nested`` returns live (final values, raw writes)."""
+    with _ACTIVE_LOCK:
+        stack = _ACTIVE.get(parent_run_id)
+        parent = stack[-1] if stack else None
+    if parent is None:
+        raise ReplayError(
+            f"subgraph child {run_id!r} was asked to replay outside a replay of its parent "
+            f"run {parent_run_id!r}",
+            run_id=run_id,
+        )
+    recording = parent.child_recording(run_id)
+    given = jsonable(child.channels, child._initial_values(input, run_id))
+    first = next((s for s in recording.steps if s.step == 0), None)
+    if first is not None and first.snapshot is not None and given != first.snapshot:
+        raise ReplayDivergenceError(
+            f"replay of run {parent_run_id!r}: subgraph child run {run_id!r} gets input "
+            f"{given!r} but the recorded child started from {first.snapshot!r}; the parent "
+            "state handed to the skill changed since the recording",
+            run_id=parent_run_id,
+            node=path[-1] if path else None,
+        )
+    raw: list[tuple[str, dict[str, Any]]] = []
+    driver = ReplayDriver(
+        child, recording, emit=emit, path=path, collect=raw, children=parent.children
+    )
+    for _ in driver.steps_run():
+        pass
+    return driver.run.values, raw
