@@ -254,6 +254,8 @@ def test_ctx_interrupt_parks_and_resumes_with_the_response(store: CheckpointStor
     assert record.interrupt["payload"] == {"question": "approve?", "ticket": "T-1"}
     with pytest.raises(RunNotResumableError, match="waiting for a response"):
         app.resume("r")
+    with pytest.raises(RunNotResumableError, match="answer it with response= alone"):
+        app.resume("r", response="yes", update={"n": 5})
     final = app.resume("r", response="yes")
     # The node re-ran from its start, but the effect recorded with ctx.once did not repeat.
     assert final.answer == "yes (T-1)"

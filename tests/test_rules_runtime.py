@@ -117,6 +117,12 @@ def test_stopping_rule_is_recorded_in_the_run(tmp_path: Path) -> None:
         5,
     )
     assert app.history("r")[3].facts is not None  # rule facts saved with each step
+    assert app.history("r")[5].decision == {
+        "kind": "halt",
+        "rule": "termination/max_steps",
+        "targets": [],
+        "reason": "max_steps_exceeded",
+    }
     store.close()
 
 

@@ -84,6 +84,11 @@ class StepRecord(BaseModel):
         default_factory=dict, description="Join edge index -> sources seen since it last fired."
     )
     facts: Any = Field(default=None, description="Rule engine snapshot after this step.")
+    decision: dict[str, Any] | None = Field(
+        default=None,
+        description="The rule decision taken at this step (kind, rule, targets, reason), "
+        "when it was not 'continue'.",
+    )
     attempts: dict[str, int] = Field(
         default_factory=dict, description="'node/index' -> attempts used, when more than one."
     )

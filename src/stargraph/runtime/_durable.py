@@ -163,6 +163,7 @@ class Persistence:
             joins=joins_record(run.joins_seen),
             attempts=dict(run.attempts),
             facts=run.rules.snapshot() if run.rules is not None else None,
+            decision=run.decision,
             calls=tuple(
                 sorted(
                     (e for entries in run.journals.values() for e in entries),
@@ -172,6 +173,7 @@ class Persistence:
             created_ms=_now_ms(),
         )
         self.store.commit_step(run.run_id, record)
+        run.decision = None
         run.attempts = {}
         run.done = {}
         run.journals = {}

@@ -637,6 +637,15 @@ class CompiledGraph(Generic[StateT]):
         if isinstance(waiting, dict) and waiting.get("kind") == "before":
             run.skip_interrupt_before = True
         if update:
+            if on_node:
+                raise RunNotResumableError(
+                    f"run {run_id!r} is waiting inside node {waiting['node']!r}; answer it with "
+                    "response= alone (an update would commit a step and drop what the node "
+                    "recorded before it asked), then update at the next interrupt",
+                    run_id=run_id,
+                    step=record.last_step,
+                    node=waiting["node"],
+                )
             if pending:
                 raise RunNotResumableError(
                     f"run {run_id!r} has a partly finished step {nxt}; resume it without "
@@ -904,6 +913,12 @@ class CompiledGraph(Generic[StateT]):
         decision = run.rules.decide(run.step, [t.node for t in ran], run.values)
         if decision.kind == "continue":
             return
+        run.decision = {
+            "kind": decision.kind,
+            "rule": decision.rule,
+            "targets": list(decision.targets),
+            "reason": decision.reason,
+        }
         self._emit(
             run,
             RuleDecided(

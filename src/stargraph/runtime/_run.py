@@ -42,6 +42,7 @@ class Run:
         "attempts",
         "child_events",
         "collect",
+        "decision",
         "done",
         "emit",
         "entropy",
@@ -96,6 +97,8 @@ class Run:
         self.collect: list[tuple[str, dict[str, Any]]] | None = None
         self.child_events: dict[tuple[str, int], list[Event]] = {}
         self.rules: RuleSet | None = None
+        # The rule decision of the current step (not "continue"), saved with its checkpoint.
+        self.decision: dict[str, Any] | None = None
         # In replay: the recorded calls of the current step's tasks, by (node, index).
         self.replay_calls: dict[tuple[str, int], list[JournalEntry]] | None = None
         self.stopped_by: str | None = None
