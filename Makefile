@@ -35,6 +35,7 @@ typecheck: $(STAMP_DEV)
 	$(BIN)/mypy
 
 pytest: $(STAMP_DEV)
+	bash scripts/ensure_postgres.sh
 	$(BIN)/python -m pytest -q --cov --cov-report=term:skip-covered -p no:cacheprovider
 
 test: lint typecheck pytest
@@ -44,6 +45,7 @@ bench: $(STAMP_BENCH)
 
 chaos: $(STAMP_DEV)
 	STARGRAPH_CHAOS_TRIALS=500 $(BIN)/python -m pytest -q tests/test_crash.py -p no:cacheprovider
+	STARGRAPH_PG_WORKER_TRIALS=20 STARGRAPH_PG_CHAOS_TRIALS=50 $(BIN)/python -m pytest -q tests/postgres -p no:cacheprovider
 
 clean:
 	rm -rf $(VENV) .stargraph .pytest_cache .mypy_cache .ruff_cache
