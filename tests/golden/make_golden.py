@@ -17,10 +17,10 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from golden_graphs import GOLDENS, Golden, compile_golden, react_services  # noqa: E402
+from golden_graphs import GOLDENS, Golden, compile_golden, react_services
 
-from stargraph.checkpoint import SqliteStore  # noqa: E402
-from stargraph.replay import export_cassette  # noqa: E402
+from stargraph.checkpoint import SqliteStore
+from stargraph.replay import export_cassette
 
 
 def record(golden: Golden, workdir: Path) -> Path:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from stargraph.testing._replies import RecordedRequest, Reply, ScriptedToolCall
 from stargraph.testing._server import FIXED_CREATED, ScriptedOpenAIServer
 from stargraph.testing.conformance import CONFORMANCE_SCRIPT, ChatModelHarness, check_chat_model
+from stargraph.testing.replay import assert_replays_every_step
 
 __all__ = [
     "CONFORMANCE_SCRIPT",
@@ -22,5 +23,6 @@ __all__ = [
     "Reply",
     "ScriptedOpenAIServer",
     "ScriptedToolCall",
+    "assert_replays_every_step",
     "check_chat_model",
 ]
