@@ -290,13 +290,12 @@ def test_resume_finds_the_archived_graph_without_graph_option() -> None:
     assert json.loads(result.stdout) == {"value": 0, "answer": "ok"}
 
 
-def test_resume_with_an_update_writes_channels_first() -> None:
+def test_resume_refuses_an_update_while_a_node_waits_for_its_answer() -> None:
     sg("run", "test_cli_commands:approval", "--run-id", "t-5", "-q")
     result = sg("resume", "t-5", "--response", '"a"', "--update", '{"value": 7}', "-q")
-    assert result.exit_code == 0, result.stderr
-    # The update is a step of its own; whether the node then asks again is the engine's
-    # call (see the CLI report), but the new value must be what the run continues with.
-    assert '"value": 7' in result.stdout
+    # An update would commit a step and drop what the node recorded before it asked.
+    assert result.exit_code == 1
+    assert "answer it with response= alone" in result.stderr
 
 
 def test_resume_with_another_graph_names_both_hashes() -> None:
