@@ -27,7 +27,7 @@ import pytest
 from stargraph.checkpoint import MemoryStore, Recording
 from stargraph.errors import ReplayMissError
 from stargraph.graph import END
-from stargraph.replay import Cassette, diff, load_cassette
+from stargraph.replay import Cassette, diff, export_cassette, load_cassette
 from stargraph.runtime import CompiledGraph
 from stargraph.testing import assert_replays_every_step
 
@@ -193,3 +193,22 @@ def test_an_edited_golden_graph_fails_with_the_regenerate_command() -> None:
     edited.path = golden.path
     with pytest.raises(pytest.fail.Exception, match=re.escape("make_golden.py")):
         load(edited, compile_golden(edited))
+
+
+def test_a_fork_of_the_nested_run_replays_its_copied_children(tmp_path: Path) -> None:
+    golden = next(g for g in GOLDENS if g.name == "nested")
+    store = MemoryStore()
+    app = compile_golden(golden, store=store)
+    app.invoke(golden.input, run_id="n")
+    fork = app.fork("n", 2, new_run_id="n-fork")  # step 2 ran the skill: its child is under "n"
+    final = app.resume(fork)
+    assert app.replay("n-fork") == final
+    assert app.replay("n-fork", until_step=2) == app.get_state("n", 2)
+    path = export_cassette(store, "n-fork", tmp_path / "fork.json")
+    cassette = load_cassette(path, graph_hash=app.graph_hash)
+    assert [c.run.run_id for c in cassette.children] == [
+        "n::middle@2.0",
+        "n::middle@2.0::inner@2.0",
+    ]
+    assert compile_golden(golden).replay(cassette) == final
+    store.close()

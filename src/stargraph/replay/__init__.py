@@ -65,6 +65,23 @@ def _checksum(body: Any, children: Any) -> str:
     return content_hash(body if children is None else {"children": children, "recording": body})
 
 
+def _child_ids(store: CheckpointStore, recording: Recording) -> set[str]:
+    """Every descendant run of the recorded run; for a fork, also those its parent made at
+    the steps the fork copied (replay looks them up under the parent's id)."""
+    record = recording.run
+    runs = [r.run_id for r in store.list_runs(limit=1_000_000)]
+    found = {r for r in runs if r.startswith(f"{record.run_id}::")}
+    if record.parent_run_id is not None and record.parent_step is not None:
+        prefix = f"{record.parent_run_id}::"
+        for run in runs:
+            if not run.startswith(prefix):
+                continue
+            at = run[len(prefix) :].split("::", 1)[0].rpartition("@")[2].split(".", 1)[0]
+            if at.isdigit() and int(at) <= record.parent_step:
+                found.add(run)
+    return found
+
+
 def export_cassette(
     store: CheckpointStore, run_id: str, path: str | Path, *, timestamps: bool = True
 ) -> Path:
@@ -74,10 +91,7 @@ def export_cassette(
     bytes every time it is recorded (golden files)."""
     recording = Recording.from_store(store, run_id)
     body = _body(recording, timestamps=timestamps)
-    prefix = f"{run_id}::"
-    child_ids = sorted(
-        r.run_id for r in store.list_runs(limit=1_000_000) if r.run_id.startswith(prefix)
-    )
+    child_ids = sorted(_child_ids(store, recording))
     children = [
         _body(Recording.from_store(store, child), timestamps=timestamps) for child in child_ids
     ]

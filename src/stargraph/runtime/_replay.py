@@ -112,20 +112,40 @@ class ReplayDriver:
                 children = {child.run.run_id: child for child in carried}
         self.children = children
 
+    def _child_ids(self, run_id: str) -> list[str]:
+        """``run_id``, then - for a fork, at a step it copied from its parent - the id the
+        child has under the parent run (a fork copies steps, not the child runs they made)."""
+        record = self.recording.run
+        prefix = f"{record.run_id}::"
+        ids = [run_id]
+        if record.parent_run_id is None or record.parent_step is None:
+            return ids
+        if not run_id.startswith(prefix):
+            return ids
+        rest = run_id[len(prefix) :]
+        _, _, at = rest.split("::", 1)[0].rpartition("@")
+        step = at.split(".", 1)[0]
+        if step.isdigit() and int(step) <= record.parent_step:
+            ids.append(f"{record.parent_run_id}::{rest}")
+        return ids
+
     def child_recording(self, run_id: str) -> Recording:
         """The recording of child run ``run_id`` (from the cassette, else the store)."""
+        ids = self._child_ids(run_id)
         if self.children is not None:
-            found = self.children.get(run_id)
-            if found is not None:
-                return found
+            for candidate in ids:
+                found = self.children.get(candidate)
+                if found is not None:
+                    return found
             where = "the cassette's children"
         else:
             store = self.graph.store
             if store is not None:
-                try:
-                    return Recording.from_store(store, run_id)
-                except LookupError:
-                    pass
+                for candidate in ids:
+                    try:
+                        return Recording.from_store(store, candidate)
+                    except LookupError:
+                        pass
             where = "the graph's store" if store is not None else "a store (the graph has none)"
         raise ReplayMissError(
             f"replay of run {self.recording.run.run_id!r}: subgraph child run {run_id!r} is "
