@@ -36,6 +36,7 @@ typecheck: $(STAMP_DEV)
 
 pytest: $(STAMP_DEV)
 	bash scripts/ensure_postgres.sh
+	bash scripts/ensure_graphviz.sh
 	$(BIN)/python -m pytest -q --cov --cov-report=term:skip-covered -p no:cacheprovider
 
 test: lint typecheck pytest

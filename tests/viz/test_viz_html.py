@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import re
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -172,7 +171,6 @@ def test_render_rejects_unknown_formats() -> None:
         viz.render(basics.chain_graph().to_ir(), "gif")  # type: ignore[arg-type]
 
 
-@pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz `dot` is not installed")
 def test_render_svg_and_png_with_graphviz(store: SqliteStore) -> None:
     ir = basics.fanout_graph().to_ir()
     assert viz.render(ir, "svg").lstrip().startswith(b"<?xml")
