@@ -218,10 +218,19 @@ class Registry:
         return found.item
 
     def match(self, task: str) -> list[Any]:
-        """Skills whose triggers (keywords, tags, tool patterns) match ``task`` (D4)."""
+        """Skills whose triggers (keywords, tags, tool patterns) match ``task`` (D4).
+
+        A skill with a ``matches(task)`` method (a SKILL.md skill) decides itself; otherwise
+        any trigger contained in the task (case-insensitive) matches.
+        """
         words = task.lower()
         out = []
         for skill in self.skills.values():
+            matches = getattr(skill, "matches", None)
+            if callable(matches):
+                if matches(task):
+                    out.append(skill)
+                continue
             triggers = getattr(skill, "triggers", None) or ()
             if any(str(t).lower() in words for t in triggers):
                 out.append(skill)
