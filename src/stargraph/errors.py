@@ -34,6 +34,7 @@ keeps working for callers who do not know stargraph::
         │   └── ToolTimeoutError (TimeoutError)
         ├── LLMError                         the chat model failed after retries
         ├── LaneBusy                         a lane already runs a skill (one active per lane)
+        ├── LifecycleError                   an illegal agent transition or unmet writeback
         └── ReplayError                      replay could not reproduce the recorded run
             ├── ReplayMissError (LookupError)
             ├── ReplayDivergenceError
@@ -64,6 +65,7 @@ __all__ = [
     "InvalidWriteError",
     "LLMError",
     "LaneBusy",
+    "LifecycleError",
     "LockTimeoutError",
     "NodeError",
     "NodeTimeoutError",
@@ -269,6 +271,11 @@ class LLMError(RunError):
 
 class LaneBusy(RunError):
     """A skill was started on a lane that already runs one (one active skill per lane)."""
+
+
+class LifecycleError(RunError):
+    """An agent lifecycle transition the lifecycle machine does not allow (``TERMINATED ->
+    BUSY``), or one refused because the agent's writeback contract is not met (``block``)."""
 
 
 class ReplayError(RunError):
