@@ -1,0 +1,257 @@
+"""The ``rag`` reference skill (kind ``workflow``): retrieve -> answer -> validate.
+
+A compiled graph of four nodes over :class:`RagState`::
+
+    START -> retrieve --(passages?)--> answer -> validate --accept--> END
+                 \\                        ^           |
+                  \\                       +---retry---+
+                   +--(none)--> give_up <---give_up---+          give_up -> END
+
+* ``retrieve`` - vector + keyword search fused by reciprocal rank fusion
+  (:func:`~stargraph.skills.refs.retrieval.retrieve`); stores from ``ctx.services``.
+* ``answer`` (``must_stub``) - the chat model gets the retrieved passages' *text*, each
+  tagged with its id, and must cite the ids it uses (``[p3]``). On a retry it also gets its
+  previous answer and what was wrong with it.
+* ``validate`` - deterministic: the answer must cite at least one passage and only passages
+  that were retrieved. A failed answer goes back to ``answer`` while attempts remain
+  (``budget``), else to ``give_up``.
+* ``give_up`` - ends with the answer ``"insufficient context"`` (also reached when nothing
+  was retrieved, or when the model itself says the passages do not answer the question).
+
+The routers read only deterministic state (``passages``, ``verdict``), never the model's
+output directly, as a ``workflow`` skill must. Everything that changes behaviour (``k``,
+``candidates``, ``rrf_k``, ``budget``, prompt, model name, temperature, embedder name) is
+node config and so part of the graph hash; the live objects are services::
+
+    app = rag_graph().compile(services={"docs": docs, "vectors": vectors,
+                                        "embedder": HashingEmbedder(), "model": chat})
+    app.invoke({"question": "What is the capital of France?"}).answer
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel
+
+from stargraph.graph import END, START, Graph
+from stargraph.llm import ChatMessage
+from stargraph.runtime import RunContext
+from stargraph.skills import Skill, SkillKind
+from stargraph.skills.refs.retrieval import (
+    RETRIEVAL_DEFAULTS,
+    ask_model,
+    citations,
+    format_passages,
+    retrieve,
+)
+from stargraph.skills.refs.stores import Passage, StoreError
+
+__all__ = [
+    "INSUFFICIENT",
+    "RAG_PROMPT",
+    "RagOutput",
+    "RagState",
+    "make_rag_skill",
+    "rag_graph",
+    "rag_skill",
+]
+
+INSUFFICIENT: Final = "insufficient context"
+"""The answer when the passages cannot support one."""
+
+RAG_PROMPT: Final = (
+    "Answer the question using only the numbered passages you are given. After every "
+    "statement, cite the passage that supports it by its id in square brackets, e.g. [p3]. "
+    "Cite no other ids. If the passages do not answer the question, reply exactly: "
+    "INSUFFICIENT CONTEXT"
+)
+"""The default system prompt of the ``answer`` node."""
+
+Verdict = Literal["accept", "retry", "give_up"]
+Outcome = Literal["answered", "insufficient_context"]
+
+
+class RagState(BaseModel):
+    """The rag graph's state. Start it with ``{"question": ...}``."""
+
+    question: str = ""
+    """What to answer."""
+    passages: list[Passage] = []
+    """The retrieved passages, best first."""
+    answer: str | None = None
+    """The model's answer (validated), or ``"insufficient context"``."""
+    citations: list[str] = []
+    """The passage ids the accepted answer cites."""
+    attempts: int = 0
+    """Answers asked of the model so far."""
+    feedback: str | None = None
+    """What was wrong with the last answer, told to the model on a retry."""
+    verdict: Verdict | None = None
+    """The last validation's decision."""
+    outcome: Outcome | None = None
+    """``answered`` or ``insufficient_context`` once the run is over."""
+
+
+class RagOutput(BaseModel):
+    """The rag skill's declared output channels."""
+
+    answer: str | None = None
+    """See :attr:`RagState.answer`."""
+    citations: list[str] = []
+    """See :attr:`RagState.citations`."""
+    passages: list[Passage] = []
+    """See :attr:`RagState.passages`."""
+    attempts: int = 0
+    """See :attr:`RagState.attempts`."""
+    outcome: Outcome | None = None
+    """See :attr:`RagState.outcome`."""
+
+
+# --------------------------------------------------------------------------- nodes
+
+
+def retrieve_node(state: RagState, ctx: RunContext) -> dict[str, Any]:
+    """Hybrid retrieval for the question."""
+    question = state.question.strip()
+    return {"passages": retrieve(ctx, question, ctx.config) if question else []}
+
+
+def after_retrieve(state: RagState) -> Literal["answer", "give_up"]:
+    """Nothing retrieved (empty corpus, empty question): no model call at all."""
+    return "answer" if state.passages else "give_up"
+
+
+def answer_node(state: RagState, ctx: RunContext) -> dict[str, Any]:
+    """Ask the model, giving it the passages' text; on a retry, also what went wrong."""
+    config = ctx.config
+    messages = [
+        ChatMessage.system(str(config.get("system_prompt", RAG_PROMPT))),
+        ChatMessage.user(
+            f"Passages:\n\n{format_passages(state.passages)}\n\nQuestion: {state.question}"
+        ),
+    ]
+    if state.feedback and state.answer is not None:
+        messages += [ChatMessage.assistant(state.answer), ChatMessage.user(state.feedback)]
+    return {"answer": ask_model(ctx, messages, config), "attempts": state.attempts + 1}
+
+
+def validate_node(state: RagState, ctx: RunContext) -> dict[str, Any]:
+    """Accept an answer citing only retrieved passages (at least one); else retry or give up."""
+    text = (state.answer or "").strip()
+    cited = citations(text)
+    retrieved = [p.id for p in state.passages]
+    if not cited and "INSUFFICIENT CONTEXT" in text.upper():
+        return {"verdict": "give_up", "feedback": None, "citations": []}
+    unknown = [c for c in cited if c not in retrieved]
+    problems = []
+    if not text:
+        problems.append("Your answer was empty.")
+    elif not cited:
+        problems.append("Your answer cites no passage.")
+    if unknown:
+        problems.append(
+            f"Your answer cites {unknown}, which are not among the passages you were given."
+        )
+    if not problems:
+        return {"verdict": "accept", "feedback": None, "citations": cited, "outcome": "answered"}
+    budget = int(ctx.config.get("budget", 2))
+    feedback = (
+        " ".join(problems)
+        + f" Cite only these passage ids: {retrieved}. Answer again, or reply exactly "
+        "INSUFFICIENT CONTEXT."
+    )
+    verdict: Verdict = "retry" if state.attempts < budget else "give_up"
+    return {"verdict": verdict, "feedback": feedback, "citations": []}
+
+
+def after_validate(state: RagState) -> Literal["accept", "retry", "give_up"]:
+    """Route on the validation's verdict."""
+    return state.verdict or "give_up"
+
+
+def give_up_node(state: RagState) -> dict[str, Any]:
+    """End with ``"insufficient context"``, citing nothing."""
+    return {"answer": INSUFFICIENT, "citations": [], "outcome": "insufficient_context"}
+
+
+# --------------------------------------------------------------------------- building
+
+
+def rag_graph(
+    *,
+    name: str = "rag",
+    k: int = RETRIEVAL_DEFAULTS["k"],
+    candidates: int = RETRIEVAL_DEFAULTS["candidates"],
+    rrf_k: int = RETRIEVAL_DEFAULTS["rrf_k"],
+    budget: int = 2,
+    system_prompt: str = RAG_PROMPT,
+    model: str | None = None,
+    temperature: float | None = None,
+    embedder: str | None = None,
+) -> Graph[RagState]:
+    """The rag workflow as a :class:`~stargraph.graph.Graph`.
+
+    ``k`` passages reach the model, out of ``candidates`` per ranking fused with constant
+    ``rrf_k``; ``budget`` bounds the answers asked (the first one included). ``embedder``,
+    when given, pins the embedder name the ``embedder`` service must have.
+
+    >>> sorted(n.id for n in rag_graph().to_ir().nodes)
+    ['answer', 'give_up', 'retrieve', 'validate']
+    """
+    numbers = {"k": k, "candidates": candidates, "rrf_k": rrf_k, "budget": budget}
+    bad = {n: v for n, v in numbers.items() if not isinstance(v, int) or v < 1}
+    if bad or candidates < k:
+        raise StoreError(
+            f"rag_graph needs ints >= 1 and candidates >= k, got {numbers}; e.g. k=4, "
+            "candidates=20, rrf_k=60, budget=2"
+        )
+    retrieval: dict[str, Any] = {"k": k, "candidates": candidates, "rrf_k": rrf_k}
+    if embedder is not None:
+        retrieval["embedder"] = embedder
+    llm: dict[str, Any] = {"system_prompt": system_prompt}
+    if model is not None:
+        llm["model"] = model
+    if temperature is not None:
+        llm["temperature"] = temperature
+    return (
+        Graph(name, state=RagState)
+        .with_node("retrieve", retrieve_node, config=retrieval, writes=("passages",))
+        .with_node("answer", answer_node, config=llm, must_stub=True, writes=("answer", "attempts"))
+        .with_node(
+            "validate",
+            validate_node,
+            config={"budget": budget},
+            writes=("verdict", "feedback", "citations", "outcome"),
+        )
+        .with_node("give_up", give_up_node, writes=("answer", "citations", "outcome"))
+        .with_edge(START, "retrieve")
+        .with_conditional_edges("retrieve", after_retrieve)
+        .with_edge("answer", "validate")
+        .with_conditional_edges(
+            "validate", after_validate, {"accept": END, "retry": "answer", "give_up": "give_up"}
+        )
+        .with_edge("give_up", END)
+    )
+
+
+def make_rag_skill(**options: Any) -> Skill:
+    """:func:`rag_graph` (with ``options``) packaged as the ``rag`` workflow skill whose
+    declared outputs are :class:`RagOutput`'s fields."""
+    return Skill.from_graph(
+        rag_graph(**options),
+        name="rag",
+        version="1.0.0",
+        kind=SkillKind.WORKFLOW,
+        description=(
+            "Answer a question from a passage corpus: hybrid retrieval (vector + keyword, "
+            "fused), an answer citing the retrieved passages, validated citations."
+        ),
+        system_prompt=str(options.get("system_prompt", RAG_PROMPT)),
+        state_schema=RagOutput,
+        requires=("service:docs", "service:embedder", "service:model", "service:vectors"),
+    )
+
+
+rag_skill: Final[Skill] = make_rag_skill()
+"""The ``rag`` skill with default settings: ``SubgraphNode.from_skill(rag_skill, ...)``."""
