@@ -60,3 +60,56 @@ def test_import_is_light() -> None:
         assert out[1].strip() == ""
     # A budget, not a benchmark: the issue sets 300 ms; CI machines vary, so take the best of 3.
     assert min(timings) < 0.3
+
+
+PUBLIC_PACKAGES = [
+    "stargraph",
+    "stargraph.checkpoint",
+    "stargraph.errors",
+    "stargraph.fathom",
+    "stargraph.graph",
+    "stargraph.ir",
+    "stargraph.llm",
+    "stargraph.nodes",
+    "stargraph.plugin",
+    "stargraph.reducers",
+    "stargraph.replay",
+    "stargraph.runtime",
+    "stargraph.skills",
+    "stargraph.skills.react",
+    "stargraph.testing",
+    "stargraph.tools",
+]
+
+
+def _public_members(obj: object) -> list[tuple[str, object]]:
+    import inspect
+
+    out = []
+    for name, member in vars(obj).items():
+        if name.startswith("_"):
+            continue
+        if inspect.isfunction(member) or isinstance(member, property):
+            out.append((name, member))
+    return out
+
+
+def test_every_public_name_and_method_has_a_docstring() -> None:
+    import importlib
+    import inspect
+
+    missing = []
+    for package in PUBLIC_PACKAGES:
+        module = importlib.import_module(package)
+        names = getattr(module, "__all__", [])
+        assert names == sorted(names), f"{package}.__all__ is not sorted"
+        for name in names:
+            obj = getattr(module, name)
+            if inspect.isclass(obj) or inspect.isfunction(obj):
+                if not (obj.__doc__ or "").strip():
+                    missing.append(f"{package}.{name}")
+                if inspect.isclass(obj) and obj.__module__.startswith("stargraph"):
+                    for member_name, member in _public_members(obj):
+                        if not (getattr(member, "__doc__", None) or "").strip():
+                            missing.append(f"{package}.{name}.{member_name}")
+    assert missing == [], missing

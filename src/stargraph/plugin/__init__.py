@@ -20,9 +20,9 @@ from stargraph.plugin._registry import Entry, LoadReport, Registry, Scope, Skill
 from stargraph.plugin.hookspecs import PROJECT, hookimpl, hookspec
 
 __all__ = [
-    "PROJECT",
     "Entry",
     "LoadReport",
+    "PROJECT",
     "Registry",
     "Scope",
     "SkillLoader",
