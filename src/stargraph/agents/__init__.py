@@ -1,0 +1,63 @@
+"""Agents: capability profiles, a lifecycle defined as data, and their SQLite record.
+
+    from stargraph.agents import AgentProfile, AgentStore
+    store = AgentStore("agents.db", writeback="block")
+    agent = store.allocate(AgentProfile(agent_type="coder", permissions={"tools": ["choir.*"]}))
+    store.spawn(agent.id)                        # PENDING -> INITIALIZING
+    store.initialize(agent.id, skills=[skill])   # -> READY, or -> FAILED naming missing tools
+    store.assign(agent.id, "task-1")             # -> BUSY
+    store.task_update(agent.id, {"task_id": "task-1", "status": "done", "progress": 100,
+                                 "summary": "..."})
+    store.thought_record(agent.id, {"task_id": "task-1", "branch": "feature/x",
+                                    "commit_sha": "abc123"})
+    store.terminate(agent.id)                    # -> TERMINATED (writeback enforced)
+    store.verify_chain()                         # None: the audit log is intact
+
+Illegal transitions raise :class:`~stargraph.errors.LifecycleError`; ``orphan_scan()`` flags
+terminated agents that never wrote a thought record (warning + event, nothing rolled back);
+``allocate(profiles, TaskNeeds(...))`` picks a profile respecting skills, permissions and
+limits.
+"""
+
+from __future__ import annotations
+
+from stargraph.agents._lifecycle import DEFAULT_LIFECYCLE, LIFECYCLE_DATA, AgentState, Lifecycle
+from stargraph.agents._profile import (
+    AgentProfile,
+    History,
+    Limits,
+    Permissions,
+    TaskNeeds,
+    allocate,
+)
+from stargraph.agents._store import AgentRecord, AgentStore, AuditRow
+from stargraph.agents._writeback import (
+    AgentEvent,
+    OrphanWarning,
+    TaskUpdate,
+    ThoughtRecord,
+    WritebackMode,
+    WritebackWarning,
+)
+
+__all__ = [
+    "DEFAULT_LIFECYCLE",
+    "LIFECYCLE_DATA",
+    "AgentEvent",
+    "AgentProfile",
+    "AgentRecord",
+    "AgentState",
+    "AgentStore",
+    "AuditRow",
+    "History",
+    "Lifecycle",
+    "Limits",
+    "OrphanWarning",
+    "Permissions",
+    "TaskNeeds",
+    "TaskUpdate",
+    "ThoughtRecord",
+    "WritebackMode",
+    "WritebackWarning",
+    "allocate",
+]

@@ -1,0 +1,521 @@
+"""Agents in SQLite: ``agents``, ``audit_log`` (hash-chained), ``thought_records`` (D5-D8, D10).
+
+Every state change is one transaction that updates the ``agents`` row and appends an
+``audit_log`` row. The audit chain is the arbiter's commit-log chain (row D10, the same
+``seal`` / ``verify_rows``): each row stores a sealed ``CommitEntry(kind="audit")`` whose
+``args_hash`` is the sha256 of the row's readable columns, so editing a column, a record, or
+deleting a row is caught by :meth:`AgentStore.verify_chain`, which returns the first broken
+``seq``.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final
+
+import orjson
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from stargraph.agents._lifecycle import DEFAULT_LIFECYCLE, Lifecycle
+from stargraph.agents._profile import AgentProfile
+from stargraph.agents._writeback import (
+    AgentEvent,
+    OrphanWarning,
+    TaskUpdate,
+    ThoughtRecord,
+    WritebackMode,
+    WritebackWarning,
+)
+from stargraph.errors import LifecycleError
+from stargraph.tools._canonical import GENESIS_HASH, canonical_json, sha256_hex
+from stargraph.tools._commit import CommitEntry, seal, verify_rows
+
+__all__ = ["AgentRecord", "AgentStore", "AuditRow"]
+
+_SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS agents (
+    id TEXT PRIMARY KEY, agent_type TEXT NOT NULL, pool TEXT, task_id TEXT,
+    status TEXT NOT NULL, profile TEXT NOT NULL, error TEXT,
+    created_ms INTEGER NOT NULL, updated_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS audit_log (
+    seq INTEGER PRIMARY KEY, agent_id TEXT NOT NULL, action TEXT NOT NULL,
+    from_state TEXT, to_state TEXT, at_ms INTEGER NOT NULL, detail TEXT NOT NULL,
+    record BLOB NOT NULL);
+CREATE TABLE IF NOT EXISTS thought_records (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, agent_id TEXT NOT NULL, task_id TEXT NOT NULL,
+    type TEXT NOT NULL, branch TEXT NOT NULL, commit_sha TEXT NOT NULL,
+    tests_run TEXT NOT NULL, blockers TEXT NOT NULL, at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS task_updates (
+    id INTEGER PRIMARY KEY AUTOINCREMENT, agent_id TEXT NOT NULL, task_id TEXT NOT NULL,
+    status TEXT NOT NULL, progress INTEGER NOT NULL, summary TEXT NOT NULL,
+    at_ms INTEGER NOT NULL);
+"""
+_AUDIT_COLUMNS: Final = ("agent_id", "action", "from_state", "to_state", "at_ms", "detail")
+
+
+class AgentRecord(BaseModel):
+    """One row of ``agents``."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    """Agent id."""
+    agent_type: str
+    """The profile's type."""
+    pool: str | None
+    """Pool assignment (research, implementation ...)."""
+    task_id: str | None
+    """The task it was allocated or assigned for."""
+    status: str
+    """Lifecycle state."""
+    profile: AgentProfile
+    """The capability profile it runs under."""
+    error: str | None
+    """Why it failed, if it did."""
+
+
+class AuditRow(BaseModel):
+    """One row of ``audit_log`` (its chain record left out)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    seq: int
+    """1-based position in the chain."""
+    agent_id: str
+    """The agent."""
+    action: str
+    """``allocate``, a lifecycle event (``spawn``, ``fail`` ...), ``task_update``,
+    ``thought_record``, ``memory_pack`` or ``orphan``."""
+    from_state: str | None
+    """State before (lifecycle rows)."""
+    to_state: str | None
+    """State after (lifecycle rows)."""
+    at_ms: int
+    """When, in ms since the epoch (injected clock)."""
+    detail: dict[str, Any]
+    """Specifics (reason, missing tools ...)."""
+
+
+class AgentStore:
+    """Agents, their lifecycle and audit trail in one SQLite file (stdlib ``sqlite3``).
+
+    ``writeback`` is the enforcement of the writeback contract at termination (decision 6);
+    ``on_event`` receives alerts (pass ``lambda e: pm.hook.on_event(event=e)`` to reach the
+    plugins); ``clock`` (seconds) and ``new_id`` are injectable for deterministic tests.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str] = ":memory:",
+        *,
+        lifecycle: Lifecycle = DEFAULT_LIFECYCLE,
+        writeback: WritebackMode = "warn",
+        on_event: Callable[[AgentEvent], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        new_id: Callable[[], str] = lambda: uuid.uuid4().hex,
+    ) -> None:
+        if writeback not in ("warn", "block"):
+            raise LifecycleError(f"writeback must be 'warn' or 'block', got {writeback!r}")
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self.lifecycle = lifecycle
+        self.writeback: WritebackMode = writeback
+        self.on_event = on_event
+        self._clock = clock
+        self._new_id = new_id
+        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._lock = threading.RLock()
+        with self._lock:
+            self._conn.executescript(_SCHEMA)
+
+    # ------------------------------------------------------------------ plumbing
+
+    @contextmanager
+    def _tx(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                yield self._conn
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+
+    def _now(self) -> int:
+        return int(self._clock() * 1000)
+
+    def _audit(
+        self,
+        conn: sqlite3.Connection,
+        agent_id: str,
+        action: str,
+        detail: Mapping[str, Any],
+        *,
+        moved: tuple[str | None, str | None] = (None, None),
+    ) -> None:
+        from_state, to_state = moved
+        row = conn.execute("SELECT seq, record FROM audit_log ORDER BY seq DESC LIMIT 1").fetchone()
+        seq, prev = (0, GENESIS_HASH) if row is None else (row[0], _hash_of(row[1]))
+        columns = {
+            "agent_id": agent_id,
+            "action": action,
+            "from_state": from_state,
+            "to_state": to_state,
+            "at_ms": self._now(),
+            "detail": orjson.dumps(dict(detail), option=orjson.OPT_SORT_KEYS).decode(),
+        }
+        entry = CommitEntry(
+            kind="audit",
+            lane="agents",
+            tool=f"agents.{action}",
+            call_id=agent_id,
+            args_hash=_columns_hash(columns),
+            status=to_state or "",
+        )
+        _, data = seal(entry, seq=seq + 1, prev_hash=prev)
+        conn.execute(
+            "INSERT INTO audit_log VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            (seq + 1, *(columns[c] for c in _AUDIT_COLUMNS), data),
+        )
+
+    def _emit(self, kind: str, agent_id: str, **detail: Any) -> None:
+        if self.on_event is not None:
+            self.on_event(AgentEvent(kind=kind, agent_id=agent_id, detail=detail))
+
+    def _status(self, conn: sqlite3.Connection, agent_id: str) -> str:
+        row = conn.execute("SELECT status FROM agents WHERE id = ?", (agent_id,)).fetchone()
+        if row is None:
+            raise LifecycleError(f"no agent {agent_id!r} in {self.path}")
+        return str(row[0])
+
+    def _move(
+        self, agent_id: str, to: str, *, error: str | None = None, **detail: Any
+    ) -> AgentRecord:
+        with self._tx() as conn:
+            current = self._status(conn, agent_id)
+            event = self.lifecycle.event_for(current, to)
+            conn.execute(
+                "UPDATE agents SET status = ?, error = COALESCE(?, error), updated_ms = ? "
+                "WHERE id = ?",
+                (to, error, self._now(), agent_id),
+            )
+            self._audit(conn, agent_id, event, detail, moved=(current, to))
+        return self.get(agent_id)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def allocate(
+        self, profile: AgentProfile, *, task_id: str | None = None, pool: str | None = None
+    ) -> AgentRecord:
+        """Reserve an agent in the initial state; refused when the type is at its
+        ``limits.max_concurrent_tasks`` live agents."""
+        agent_id = self._new_id()
+        with self._tx() as conn:
+            live = conn.execute(
+                "SELECT COUNT(*) FROM agents WHERE agent_type = ? AND status NOT IN "
+                f"({','.join('?' * len(self.lifecycle.terminal))})",
+                (profile.agent_type, *sorted(self.lifecycle.terminal)),
+            ).fetchone()[0]
+            if live >= profile.limits.max_concurrent_tasks:
+                raise LifecycleError(
+                    f"agent type {profile.agent_type!r} already has {live} live agents "
+                    f"(limits.max_concurrent_tasks={profile.limits.max_concurrent_tasks}); "
+                    "wait for one to terminate or raise the limit"
+                )
+            now = self._now()
+            conn.execute(
+                "INSERT INTO agents VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+                (
+                    agent_id,
+                    profile.agent_type,
+                    pool,
+                    task_id,
+                    self.lifecycle.initial,
+                    profile.model_dump_json(),
+                    now,
+                    now,
+                ),
+            )
+            self._audit(
+                conn,
+                agent_id,
+                "allocate",
+                {"task_id": task_id},
+                moved=(None, self.lifecycle.initial),
+            )
+        return self.get(agent_id)
+
+    def transition(self, agent_id: str, to: str, **detail: Any) -> AgentRecord:
+        """Move an agent to state ``to``; ``LifecycleError`` when the lifecycle forbids it."""
+        return self._move(agent_id, to, **detail)
+
+    def spawn(self, agent_id: str) -> AgentRecord:
+        """PENDING -> INITIALIZING."""
+        return self._move(agent_id, "INITIALIZING")
+
+    def initialize(self, agent_id: str, skills: Sequence[Any] = ()) -> AgentRecord:
+        """INITIALIZING -> READY, or -> FAILED naming every tool in the skills'
+        ``required_tools`` that the profile's ``permissions.tools`` lacks (D5)."""
+        profile = self.get(agent_id).profile
+        missing: dict[str, list[str]] = {}
+        for skill in skills:
+            lacking = profile.missing_tools(tuple(getattr(skill, "required_tools", ())))
+            if lacking:
+                missing[str(skill.name)] = lacking
+        if not missing:
+            return self._move(agent_id, "READY", skills=[str(s.name) for s in skills])
+        names = sorted({t for tools in missing.values() for t in tools})
+        reason = (
+            f"required tools not in the profile's permissions.tools: {names} (by skill: {missing})"
+        )
+        record = self._move(agent_id, "FAILED", error=reason, missing_tools=names)
+        self._emit("init_failed", agent_id, missing_tools=names)
+        return record
+
+    def assign(self, agent_id: str, task_id: str) -> AgentRecord:
+        """READY -> BUSY on ``task_id``."""
+        with self._lock:
+            self._conn.execute("UPDATE agents SET task_id = ? WHERE id = ?", (task_id, agent_id))
+            return self._move(agent_id, "BUSY", task_id=task_id)
+
+    def fail(self, agent_id: str, reason: str) -> AgentRecord:
+        """Any non-terminal state -> FAILED."""
+        return self._move(agent_id, "FAILED", error=reason, reason=reason)
+
+    def terminate(self, agent_id: str) -> AgentRecord:
+        """BUSY -> TERMINATED, enforcing the writeback contract (``warn`` or ``block``)."""
+        missing = self.writeback_missing(agent_id)
+        if missing:
+            message = (
+                f"agent {agent_id!r} terminates without its writeback: missing {missing}; "
+                "call task_update(...) and thought_record(...) first"
+            )
+            if self.writeback == "block":
+                raise LifecycleError(message)
+            warnings.warn(message, WritebackWarning, stacklevel=2)
+            self._emit("writeback_missing", agent_id, missing=missing)
+        return self._move(agent_id, "TERMINATED", writeback_missing=missing)
+
+    # ------------------------------------------------------------------ writeback
+
+    def _validated(self, model: type[BaseModel], value: Any, what: str) -> Any:
+        if isinstance(value, model):
+            return value
+        try:
+            return model.model_validate(value)
+        except ValidationError as exc:
+            fields = [".".join(str(p) for p in e["loc"]) or "(root)" for e in exc.errors()]
+            raise LifecycleError(
+                f"{what} does not meet the writeback contract: bad fields {fields}"
+            ) from None
+
+    def task_update(self, agent_id: str, update: TaskUpdate | Mapping[str, Any]) -> TaskUpdate:
+        """Record ``task_update{status, progress 0-100, summary}``."""
+        item: TaskUpdate = self._validated(TaskUpdate, update, "task_update")
+        with self._tx() as conn:
+            self._status(conn, agent_id)
+            conn.execute(
+                "INSERT INTO task_updates (agent_id, task_id, status, progress, summary, at_ms)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                (agent_id, item.task_id, item.status, item.progress, item.summary, self._now()),
+            )
+            self._audit(conn, agent_id, "task_update", item.model_dump(mode="json"))
+        return item
+
+    def thought_record(
+        self, agent_id: str, record: ThoughtRecord | Mapping[str, Any]
+    ) -> ThoughtRecord:
+        """Record ``thought_record{task_id, type="reflection", branch, commit_sha, tests_run,
+        blockers}``."""
+        item: ThoughtRecord = self._validated(ThoughtRecord, record, "thought_record")
+        with self._tx() as conn:
+            self._status(conn, agent_id)
+            conn.execute(
+                "INSERT INTO thought_records (agent_id, task_id, type, branch, commit_sha, "
+                "tests_run, blockers, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    agent_id,
+                    item.task_id,
+                    item.type,
+                    item.branch,
+                    item.commit_sha,
+                    orjson.dumps(item.tests_run).decode(),
+                    orjson.dumps(item.blockers).decode(),
+                    self._now(),
+                ),
+            )
+            self._audit(conn, agent_id, "thought_record", item.model_dump(mode="json"))
+        return item
+
+    def memory_pack(self, agent_id: str, session_id: str) -> None:
+        """The optional ``memory_pack(session_id)``: recorded in the audit log."""
+        with self._tx() as conn:
+            self._status(conn, agent_id)
+            self._audit(conn, agent_id, "memory_pack", {"session_id": session_id})
+
+    def writeback_missing(self, agent_id: str) -> list[str]:
+        """``task_update`` / ``thought_record`` not yet written by the agent."""
+        with self._lock:
+            out = []
+            for table, name in (
+                ("task_updates", "task_update"),
+                ("thought_records", "thought_record"),
+            ):
+                found = self._conn.execute(
+                    f"SELECT 1 FROM {table} WHERE agent_id = ? LIMIT 1",
+                    (agent_id,),
+                ).fetchone()
+                if found is None:
+                    out.append(name)
+            return out
+
+    def orphan_scan(self) -> list[str]:
+        """Terminated agents without a thought record (D8): each one is warned about
+        (:class:`OrphanWarning`), sent as an ``orphan`` event and audited. Nothing is rolled
+        back or re-run."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id FROM agents WHERE status = 'TERMINATED' AND id NOT IN "
+                "(SELECT agent_id FROM thought_records) ORDER BY id"
+            ).fetchall()
+        orphans = [str(r[0]) for r in rows]
+        for agent_id in orphans:
+            with self._tx() as conn:
+                self._audit(conn, agent_id, "orphan", {"reason": "no thought_record"})
+            warnings.warn(
+                f"orphaned agent {agent_id!r}: TERMINATED without a thought_record "
+                "(no rollback or re-execution is done)",
+                OrphanWarning,
+                stacklevel=2,
+            )
+            self._emit("orphan", agent_id)
+        return orphans
+
+    # ------------------------------------------------------------------ reading
+
+    def get(self, agent_id: str) -> AgentRecord:
+        """The agent's row; ``LifecycleError`` if unknown."""
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT id, agent_type, pool, task_id, status, profile, error FROM agents "
+                "WHERE id = ?",
+                (agent_id,),
+            ).fetchone()
+        if row is None:
+            raise LifecycleError(f"no agent {agent_id!r} in {self.path}")
+        return AgentRecord(
+            id=row[0],
+            agent_type=row[1],
+            pool=row[2],
+            task_id=row[3],
+            status=row[4],
+            profile=AgentProfile.model_validate_json(row[5]),
+            error=row[6],
+        )
+
+    def agents(self, status: str | None = None) -> list[AgentRecord]:
+        """Every agent (optionally only those in ``status``), by id."""
+        with self._lock:
+            ids = [
+                r[0]
+                for r in self._conn.execute(
+                    "SELECT id FROM agents WHERE ? IS NULL OR status = ? ORDER BY id",
+                    (status, status),
+                )
+            ]
+        return [self.get(i) for i in ids]
+
+    def audit(self, agent_id: str | None = None) -> list[AuditRow]:
+        """The audit log in ``seq`` order (optionally one agent's rows)."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT seq, agent_id, action, from_state, to_state, at_ms, detail FROM audit_log"
+                " WHERE ? IS NULL OR agent_id = ? ORDER BY seq",
+                (agent_id, agent_id),
+            ).fetchall()
+        return [
+            AuditRow(
+                seq=r[0],
+                agent_id=r[1],
+                action=r[2],
+                from_state=r[3],
+                to_state=r[4],
+                at_ms=r[5],
+                detail=orjson.loads(r[6]),
+            )
+            for r in rows
+        ]
+
+    def thought_records(self, agent_id: str) -> list[ThoughtRecord]:
+        """The agent's thought records, oldest first."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT task_id, type, branch, commit_sha, tests_run, blockers "
+                "FROM thought_records WHERE agent_id = ? ORDER BY id",
+                (agent_id,),
+            ).fetchall()
+        return [
+            ThoughtRecord(
+                task_id=r[0],
+                type=r[1],
+                branch=r[2],
+                commit_sha=r[3],
+                tests_run=tuple(orjson.loads(r[4])),
+                blockers=tuple(orjson.loads(r[5])),
+            )
+            for r in rows
+        ]
+
+    def verify_chain(self) -> int | None:
+        """The first broken ``seq`` of ``audit_log`` (a record that does not chain, or a row
+        whose columns no longer hash to its record), or ``None`` when intact."""
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT seq, agent_id, action, from_state, to_state, at_ms, detail, record "
+                "FROM audit_log ORDER BY seq"
+            ).fetchall()
+        broken = verify_rows((r[0], bytes(r[7])) for r in rows)
+        for r in rows:
+            if broken is not None and r[0] >= broken:
+                break
+            columns = dict(zip(_AUDIT_COLUMNS, r[1:7], strict=True))
+            record = orjson.loads(r[7])
+            if (
+                record.get("args_hash") != _columns_hash(columns)
+                or record.get("call_id") != columns["agent_id"]
+            ):
+                return int(r[0])
+        return broken
+
+    def close(self) -> None:
+        """Close the connection."""
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> AgentStore:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+def _columns_hash(columns: Mapping[str, Any]) -> str:
+    return sha256_hex(canonical_json(dict(columns)))
+
+
+def _hash_of(data: bytes) -> str:
+    try:
+        value = orjson.loads(data)["hash"]
+    except (orjson.JSONDecodeError, KeyError, TypeError):
+        value = None
+    # Chaining after a corrupt head would bless the damage; a marker keeps it visible.
+    return value if isinstance(value, str) else "corrupt:" + sha256_hex(bytes(data))
