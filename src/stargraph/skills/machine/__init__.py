@@ -15,6 +15,11 @@ transitions; the model sees only the current state and may only propose what it 
 * :class:`PromptBuilder` - master + (schema prompt, state prompt) per active level + user
   message + context, with masks; :mod:`nested schemas <stargraph.skills.machine._schemas>`
   (:class:`Schema`, :class:`SchemaSession`) stack levels and hot-swap the root loop.
+* :class:`LaneSession` - edge and core lanes running concurrently over one arbiter, each with
+  a lane state machine (data, validated) and a :class:`WorkingMemory` (B16, B17).
+* :class:`ProposalStore` and :func:`proposal_tools` - ``propose.*`` meta-tools that only store
+  pending proposals; approval builds a new registry version (B14); built-in
+  ``skill-builder`` / ``tool-builder`` SkillSpecs (:func:`builtin_skillspecs`, A21).
 """
 
 from __future__ import annotations
@@ -29,12 +34,35 @@ from stargraph.skills.machine._compile import (
     machine_pack,
     skillspec_graph,
 )
+from stargraph.skills.machine._lanes import (
+    CORE_LANE_MACHINE,
+    EDGE_LANE_MACHINE,
+    CoreJobLauncher,
+    Lane,
+    LaneMachine,
+    LaneSession,
+    LaneTransitionError,
+)
+from stargraph.skills.machine._memory import CoreJobStart, MemoryEvent, WorkingMemory
 from stargraph.skills.machine._prompt import MaskPart, PromptBuilder, PromptLevel, Section, render
 from stargraph.skills.machine._proposals import (
     Rejection,
     RejectionCode,
     commit_transition,
     transition_records,
+)
+from stargraph.skills.machine._proposals_store import (
+    ExecutableProposalError,
+    InvalidProposalError,
+    Proposal,
+    ProposalError,
+    ProposalNotFoundError,
+    ProposalStateError,
+    ProposalStore,
+    builtin_skillspecs,
+    executable_problems,
+    proposal_tools,
+    validator_tools,
 )
 from stargraph.skills.machine._registry import SkillLoadReport, SkillSpecRegistry, SkippedSpec
 from stargraph.skills.machine._runtime import (
@@ -64,8 +92,18 @@ from stargraph.skills.machine._spec import (
 from stargraph.skills.machine._validate import MachineShape, StateShape, validate_machine
 
 __all__ = [
+    "CORE_LANE_MACHINE",
     "CancelOutcome",
+    "CoreJobLauncher",
+    "CoreJobStart",
+    "EDGE_LANE_MACHINE",
+    "ExecutableProposalError",
     "Frame",
+    "InvalidProposalError",
+    "Lane",
+    "LaneMachine",
+    "LaneSession",
+    "LaneTransitionError",
     "MachineControl",
     "MachineEvent",
     "MachineOutput",
@@ -74,8 +112,14 @@ __all__ = [
     "MachineShape",
     "MachineState",
     "MaskPart",
+    "MemoryEvent",
     "PromptBuilder",
     "PromptLevel",
+    "Proposal",
+    "ProposalError",
+    "ProposalNotFoundError",
+    "ProposalStateError",
+    "ProposalStore",
     "Rejection",
     "RejectionCode",
     "Schema",
@@ -95,14 +139,19 @@ __all__ = [
     "StateSpec",
     "StepNote",
     "Transition",
+    "WorkingMemory",
+    "builtin_skillspecs",
     "commit_transition",
     "compile_skillspec",
+    "executable_problems",
     "load_skillspec",
     "machine_pack",
     "parse_skillspec",
+    "proposal_tools",
     "render",
     "schema_graph",
     "skillspec_graph",
     "transition_records",
     "validate_machine",
+    "validator_tools",
 ]
