@@ -72,7 +72,14 @@ def stargraph_runner(
     model = ScriptedChatModel(_stargraph_script)
     graph = react_graph(tools=[ADD], max_steps=REACT_STEPS + 1)
     if not rules:
-        graph = Graph(graph.to_ir().model_copy(update={"rule_packs": ()}), state=ReactState)
+        ir = graph.to_ir()
+        bare = ir.model_copy(
+            update={
+                "rule_packs": (),
+                "nodes": tuple(n.model_copy(update={"rules": ()}) for n in ir.nodes),
+            }
+        )
+        graph = Graph(bare, state=ReactState)
     app = graph.compile(services={"model": model, "arbiter": arbiter})
 
     def run() -> Any:

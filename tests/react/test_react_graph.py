@@ -71,7 +71,14 @@ def test_graph_shape_config_and_rules() -> None:
         "system_prompt": "hi",
         "temperature": 0.0,
     }
-    assert [(p.id, p.version) for p in ir.rule_packs] == [("termination", "react-1")]
+    # The termination pack is mounted where it can decide: after think and after observe.
+    assert ir.rule_packs == ()
+    mounted = {n.id: [(p.id, p.version) for p in n.rules] for n in ir.nodes}
+    assert mounted == {
+        "act": [],
+        "observe": [("termination", "react-1")],
+        "think": [("termination", "react-1")],
+    }
     assert ir.entry == ("think",)
 
 

@@ -313,6 +313,10 @@ def react_graph(
             think,
             config=config,
             must_stub=True,
+            # The pack is mounted on the two nodes after which it can decide anything
+            # (every rule needs think's or observe's writes): a decision costs ~35 µs of
+            # CLIPS, and none is needed after act.
+            rules=[pack],
             writes=(
                 "trajectory",
                 "llm_steps",
@@ -335,13 +339,13 @@ def react_graph(
         .with_node(
             "observe",
             observe,
+            rules=[pack],
             writes=("trajectory", "pending", "tool_result", "last_event"),
         )
         .with_edge(START, "think")
         .with_conditional_edges("think", after_think, {"act": "act", END: END})
         .with_edge("act", "observe")
         .with_edge("observe", "think")
-        .with_rules(pack)
     )
 
 
