@@ -541,9 +541,6 @@ def test_rules_check_failures() -> None:
 @pytest.mark.parametrize(
     ("args", "needs"),
     [
-        (["replay", "r-1", "--from-step", "2"], "replay engine"),
-        (["skills", "list"], "skill registry"),
-        (["plugins", "list"], "plugin manager"),
         (["proposals", "approve", "p-1"], "proposals store"),
     ],
 )

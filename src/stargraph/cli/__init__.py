@@ -5,7 +5,8 @@ rich and the engine are imported only when a command runs, so ``stargraph --help
 library users importing ``stargraph.cli`` pay almost nothing.
 
 Commands: ``compile``, ``hash``, ``run``, ``resume``, ``runs``, ``show``, ``diff``, ``draw``,
-``rules check``; ``replay``, ``skills``, ``plugins`` and ``proposals`` say what they wait on.
+``replay``, ``skills list/show/run``, ``plugins list``, ``rules check``; ``proposals`` says
+what it waits on.
 Exit codes: 0 success, 1 failure, 2 usage error (``diff``: 0 same, 1 different, 2 trouble).
 """
 

@@ -377,36 +377,6 @@ def _not_yet(command: str, needs: str) -> None:
 
 
 @cli.command(
-    "replay",
-    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-)
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def replay_command(args: tuple[str, ...]) -> None:
-    """(Not yet available) Replay a run or cassette offline."""
-    _not_yet("replay", "the replay engine (recorder, cassettes, counterfactual fork)")
-
-
-@cli.command(
-    "skills",
-    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-)
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def skills_command(args: tuple[str, ...]) -> None:
-    """(Not yet available) List, show and run registered skills."""
-    _not_yet("skills", "the skill registry and the plugin manager (stargraph.plugin)")
-
-
-@cli.command(
-    "plugins",
-    context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
-)
-@click.argument("args", nargs=-1, type=click.UNPROCESSED)
-def plugins_command(args: tuple[str, ...]) -> None:
-    """(Not yet available) List installed plugins."""
-    _not_yet("plugins", "the plugin manager (stargraph.plugin.get_plugin_manager)")
-
-
-@cli.command(
     "proposals",
     context_settings={"ignore_unknown_options": True, "allow_extra_args": True},
 )
@@ -418,5 +388,9 @@ def proposals_command(args: tuple[str, ...]) -> None:
 
 # Registered last: the inspection commands import this module's group.
 from stargraph.cli import _inspect  # noqa: E402
+from stargraph.cli._registry import plugins_group, skills_group  # noqa: E402
+from stargraph.cli._replay import replay_command  # noqa: E402
 
 _inspect.register(cli)
+for _command in (replay_command, skills_group, plugins_group):
+    cli.add_command(_command)

@@ -1,0 +1,191 @@
+"""``stargraph replay``: replay a stored run or a cassette offline, or branch a counterfactual.
+
+* ``stargraph replay RUN_ID`` / ``stargraph replay run.cassette.json`` re-executes the run from
+  its record (no model call, no tool body, nothing written) and prints its events; a replay
+  that diverges from the record exits 1 with the divergence (and the request diff).
+* ``--from-step K --set key=value ...`` forks the run before step ``K`` with those channel
+  writes and runs the fork *live* from there (``CompiledGraph.replay(from_step=, mutate=)``),
+  then prints how the new run differs from its parent (``stargraph.replay.diff``).
+* ``--export FILE`` writes the stored run as a cassette.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from pathlib import Path
+from typing import Any
+
+import click
+
+from stargraph.cli._load import (
+    DEFAULT_DB,
+    CliError,
+    CliUsageError,
+    Target,
+    archive_ir,
+    archived_ir,
+    compile_target,
+    load_target,
+    open_store,
+)
+from stargraph.errors import ReplayError
+
+__all__ = ["format_run_diff", "parse_assignments", "replay_command"]
+
+
+def parse_assignments(pairs: tuple[str, ...]) -> dict[str, Any]:
+    """``("count=3", "name=bob")`` -> ``{"count": 3, "name": "bob"}``; values are JSON when
+    they parse as JSON, else plain strings."""
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, eq, raw = pair.partition("=")
+        key = key.strip()
+        if not eq or not key:
+            raise CliUsageError(
+                f"--set expects key=value (a channel and its new value), got {pair!r}; "
+                "e.g. --set counter=3 or --set 'items=[\"a\"]'"
+            )
+        try:
+            out[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[key] = raw
+    return out
+
+
+def _dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def format_run_diff(run_diff: Any) -> list[str]:
+    """Lines describing a :class:`stargraph.replay.RunDiff` (empty when the runs agree)."""
+    lines: list[str] = []
+    for step in run_diff.steps:
+        parts = []
+        if step.writes_a != step.writes_b:
+            parts.append(f"writes A = {_dumps(step.writes_a)}  B = {_dumps(step.writes_b)}")
+        if step.next_a != step.next_b:
+            parts.append(f"next A = {step.next_a}  B = {step.next_b}")
+        if step.facts_differ:
+            parts.append("rule facts differ")
+        lines.append(f"step {step.step}: " + ("; ".join(parts) or "input differs"))
+    if run_diff.status_a != run_diff.status_b:
+        lines.append(f"status: A = {run_diff.status_a}  B = {run_diff.status_b}")
+    return lines
+
+
+def _target_for(spec: str | None, db: str, graph_hash: str) -> Target:
+    if spec is not None:
+        return load_target(spec)
+    ir = archived_ir(db, graph_hash)
+    if ir is None:
+        raise CliUsageError(
+            f"the graph {graph_hash} of this recording is not archived beside {db}; pass "
+            "--graph FILE|module:attr with the graph that made the run"
+        )
+    return Target(f"archived graph {graph_hash}", ir)
+
+
+@click.command("replay")
+@click.argument("source")
+@click.option("--graph", "graph_spec", help="The run's graph (default: the archived IR).")
+@click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite run database.")
+@click.option(
+    "--from-step",
+    type=click.IntRange(min=1),
+    help="Counterfactual: fork before step K and run live from there.",
+)
+@click.option(
+    "--set",
+    "assignments",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="With --from-step: a channel write (JSON value, else a string); repeatable.",
+)
+@click.option(
+    "--export",
+    "export_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the stored run as a cassette to this file.",
+)
+@click.option("--quiet", "-q", is_flag=True, help="Do not print the replayed events.")
+def replay_command(
+    *,
+    source: str,
+    graph_spec: str | None,
+    db: str,
+    from_step: int | None,
+    assignments: tuple[str, ...],
+    export_path: Path | None,
+    quiet: bool,
+) -> None:
+    """Replay SOURCE (a run id in --db, or a cassette file) offline and print its events.
+
+    Exit status: 0 when the replay matches the record, 1 when it diverges (the divergence and
+    the request diff are printed). With --from-step K a counterfactual run is made from the
+    stored run and its differences from the parent are printed.
+    """
+    from stargraph import replay as replay_pkg
+    from stargraph.checkpoint import Recording
+
+    mutate = parse_assignments(assignments)
+    if mutate and from_step is None:
+        raise CliUsageError("--set needs --from-step K (the step whose state it changes)")
+    if Path(source).is_file():
+        if from_step is not None or export_path is not None:
+            raise CliUsageError(
+                "--from-step and --export need a run id in --db, not a cassette file "
+                f"({source}); a counterfactual continues a stored run"
+            )
+        cassette = replay_pkg.load_cassette(source)
+        target = _target_for(graph_spec, db, cassette.run.graph_hash)
+        app = compile_target(target)
+        _replay(app, cassette, cassette.run.run_id, quiet=quiet)
+        return
+    with open_store(db, must_exist=True) as store:
+        record = store.get_run(source)
+        target = _target_for(graph_spec, db, record.graph_hash)
+        app = compile_target(target, store=store)
+        try:
+            if from_step is None:
+                _replay(app, source, source, quiet=quiet)
+            else:
+                new_id = f"{source}~from{from_step}-{secrets.token_hex(3)}"
+                archive_ir(db, app.ir)
+                app.replay(source, from_step=from_step, mutate=mutate, new_run_id=new_id)
+                changed = ", ".join(f"{k}={_dumps(v)}" for k, v in mutate.items()) or "no changes"
+                click.echo(
+                    f"counterfactual run {new_id}: fork of {source} before step {from_step} "
+                    f"with {changed}; status {store.get_run(new_id).status}"
+                )
+                run_diff = replay_pkg.diff(
+                    Recording.from_store(store, source), Recording.from_store(store, new_id)
+                )
+                lines = format_run_diff(run_diff)
+                if not lines:
+                    click.echo(f"no differences from {source}")
+                else:
+                    click.echo(f"--- {source}\n+++ {new_id}")
+                    for line in lines:
+                        click.echo(line)
+            if export_path is not None:
+                replay_pkg.export_cassette(store, source, export_path)
+                click.echo(f"wrote cassette {export_path}", err=True)
+        finally:
+            app.close()
+
+
+def _replay(app: Any, source: Any, run_id: str, *, quiet: bool) -> None:
+    from stargraph.cli._live import describe_event
+
+    steps = 0
+    try:
+        for event in app.replay_stream(source):
+            if not event.path and event.kind == "step_completed":
+                steps += 1
+            line = describe_event(event)
+            if line is not None and not quiet:
+                click.echo(line)
+    except ReplayError as exc:
+        raise CliError(f"replay of run {run_id} diverged from its record: {exc}".rstrip()) from exc
+    click.echo(f"replay of run {run_id} matches its record ({steps} steps, offline)", err=True)
