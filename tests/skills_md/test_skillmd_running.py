@@ -55,7 +55,8 @@ def arbiter(workspace: Path) -> Iterator[Arbiter]:
 
 
 def run(skill: MarkdownSkill, arbiter: Arbiter, store: SqliteStore, run_id: str) -> Any:
-    assert skill.subgraph is not None and not isinstance(skill.subgraph, str)
+    assert skill.subgraph is not None
+    assert not isinstance(skill.subgraph, str)
     app = Graph(skill.subgraph, impls=skill.impls).compile(
         store=store, services={"arbiter": arbiter}
     )
