@@ -454,6 +454,89 @@ def _send_expected(n: int) -> Snapshot:
     return n + 2, (str(n), *(f"w{i:02d}" for i in range(n)), str(n + 1))
 
 
+# subgraph (issue 4) ---------------------------------------------------------------------------
+
+SKILL_NODES = 5
+"""Nodes of the skill mounted in the middle of the 3-node parent."""
+
+
+def _skill() -> Any:
+    from stargraph.skills import Skill
+
+    return Skill.from_graph(
+        chain_graph(SKILL_NODES),
+        name="bench-skill",
+        version="1.0.0",
+        kind="workflow",
+        description="five bumps",
+        state_schema=State,
+    )
+
+
+def subgraph_stargraph(n: int) -> Runner:
+    """``first -> skill (5-node chain, mounted with SubgraphNode.from_skill) -> last``."""
+    from stargraph.nodes import SubgraphNode
+
+    graph = (
+        Graph("parent", state=State)
+        .with_node("first", bump)
+        .with_node(SubgraphNode.from_skill(_skill(), site="skill"))
+        .with_node("last", bump)
+        .with_edge(START, "first")
+        .with_edge("first", "skill")
+        .with_edge("skill", "last")
+        .with_edge("last", END)
+    )
+    app = graph.compile()
+    return lambda: app.invoke({})
+
+
+def subgraph_langgraph(n: int) -> Runner:
+    """The LangGraph equivalent: the compiled 5-node chain invoked from a parent node.
+
+    Not ``add_node("skill", compiled_child)``: with a shared ``operator.add`` channel the
+    child's whole list would be added to the parent's again (the duplication fault stargraph
+    avoids), and the engines would disagree on the final state.
+    """
+    from langgraph.graph import StateGraph
+
+    child = chain_state_graph(SKILL_NODES).compile()
+
+    def skill(state: LGState) -> dict[str, Any]:
+        out = child.invoke({"counter": state["counter"], "items": []})
+        return {"counter": out["counter"], "items": out["items"]}
+
+    builder = StateGraph(LGState)
+    builder.add_node("first", lg_bump)
+    builder.add_node("skill", skill)
+    builder.add_node("last", lg_bump)
+    builder.add_edge(START, "first")
+    builder.add_edge("first", "skill")
+    builder.add_edge("skill", "last")
+    builder.add_edge("last", END)
+    app = builder.compile()
+    return lambda: app.invoke({"counter": 0, "items": []})
+
+
+def subgraph_plain(n: int) -> Runner:
+    """Plain Python: the parent loop calling a child loop."""
+
+    def run() -> State:
+        state = _apply(State(), bump(State()))
+        child = State(counter=state.counter)
+        for _ in range(SKILL_NODES):
+            child = _apply(child, bump(child))
+        state = _apply(state, {"counter": child.counter, "items": child.items})
+        return _apply(state, bump(state))
+
+    return run
+
+
+def _subgraph_expected(n: int) -> Snapshot:
+    total = SKILL_NODES + 2
+    return total, tuple(str(i) for i in range(total))
+
+
 # registry ---------------------------------------------------------------------------------
 
 WORKLOADS: list[Workload] = [
@@ -489,6 +572,20 @@ WORKLOADS: list[Workload] = [
         nodes=lambda size: size + 2,
         expected=_send_expected,
         builders={"stargraph": send_stargraph, "langgraph": send_langgraph, "plain": send_plain},
+    ),
+    Workload(
+        name="subgraph",
+        description=f"3-node parent, middle a {SKILL_NODES}-node skill x500",
+        size=SKILL_NODES,
+        invocations=500,
+        # the parent's three node executions (the skill node included) + the skill's five
+        nodes=lambda size: 3 + SKILL_NODES,
+        expected=_subgraph_expected,
+        builders={
+            "stargraph": subgraph_stargraph,
+            "langgraph": subgraph_langgraph,
+            "plain": subgraph_plain,
+        },
     ),
 ]
 """The workloads of issue 2; later issues append theirs."""
