@@ -6,6 +6,7 @@ JSON. Both collect every problem into one :class:`~stargraph.errors.CompileError
 
 from __future__ import annotations
 
+import concurrent.futures
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -65,6 +66,7 @@ def compile_ir(
     on_code_change: Literal["warn", "error"] = "warn",
     services: Mapping[str, Any] | None = None,
     plugins: Any = None,
+    executor: concurrent.futures.Executor | None = None,
 ) -> CompiledGraph[StateT]:
     """Validate ``ir`` against ``state`` and the callables it references; build the plan.
 
@@ -74,7 +76,10 @@ def compile_ir(
     by different node source code warns or raises. ``services`` are live objects nodes reach
     through ``ctx.services`` (a chat model, a tool arbiter); they are not part of the hash.
     ``plugins`` (a pluggy manager from ``stargraph.plugin.get_plugin_manager``) receives every
-    run event through its ``on_event`` hook.
+    run event through its ``on_event`` hook. ``executor`` (any ``concurrent.futures.Executor``:
+    a process pool, ``stargraph.runtime.ray.RayExecutor``, Dask's) runs the tasks of sync
+    ``blocking=True`` nodes of steps with several tasks in other processes; such nodes must be
+    importable by path and pure functions of state and config (see ``runtime._remote``).
     """
     impls = dict(impls or {})
     problems, resolved = validate_ir(ir, impls, state)
@@ -93,6 +98,10 @@ def compile_ir(
     rules = _rules_factory(ir, state, problems)
     nested = subgraph_problems(ir, set(state.model_fields))
     problems.extend(nested.problems)
+    if executor is not None:
+        from stargraph.runtime._remote import remote_problems
+
+        problems.extend(remote_problems(ir, resolved.callables))
     if snapshot_every < 1:
         problems.append(
             Problem("/", f"snapshot_every={snapshot_every} must be >= 1", "pass 1 or more")
@@ -110,6 +119,7 @@ def compile_ir(
         "on_code_change": on_code_change,
         "services": services,
         "plugins": plugins,
+        "executor": executor,
     }
 
     def router_spec(edge: ConditionalEdgeIR) -> RouterSpec:
@@ -183,6 +193,7 @@ def compile_ir(
         rules=rules,
         services=services,
         on_event=_event_hook(plugins),
+        executor=executor,
     )
 
 

@@ -60,6 +60,7 @@ from stargraph.runtime._events import (
     StepCompleted,
 )
 from stargraph.runtime._plan import NodeSpec, RouterSpec, Task
+from stargraph.runtime._remote import Remote
 from stargraph.runtime._replay import ReplayDriver
 from stargraph.runtime._rules import RuleSet
 from stargraph.runtime._run import Run, jsonable
@@ -105,8 +106,13 @@ class CompiledGraph(Generic[StateT]):
         rules: Callable[[], RuleSet] | None = None,
         services: Mapping[str, Any] | None = None,
         on_event: Callable[[Event], None] | None = None,
+        executor: concurrent.futures.Executor | None = None,
     ) -> None:
         self.ir = ir
+        # compile(executor=...): where blocking branch work runs (see runtime._remote). The
+        # graph does not own it: close() leaves it running.
+        self.executor = executor
+        self.remote = None if executor is None else Remote(executor, specs, ir.state.ref)
         # Sees every event of every run (the plugin hook on_event); building events has a
         # cost, so only graphs with an observer pay it on invoke().
         self.on_event = on_event

@@ -4,6 +4,10 @@ Whatever runs where, the result is the same list of ``(task, writes)`` pairs, me
 ``(node, index)`` order. Tasks whose writes were saved before a crash (``run.done``) are not
 run again. In a step of several tasks, each finished task's writes are saved at once as
 pending writes, so a crash of a sibling does not cost the finished ones.
+
+With ``compile(executor=...)``, the ``blocking`` sync tasks of a step of several tasks run on
+that executor (another process or machine) through ``_remote``: the worker only computes the
+writes; retries, timeouts, validation, journaling and checkpoints stay here.
 """
 
 from __future__ import annotations
@@ -12,13 +16,14 @@ import asyncio
 import concurrent.futures
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple
 
 from stargraph.errors import NodeTimeoutError, RunError, StargraphError
 from stargraph.refs import resolve_ref
 from stargraph.runtime._context import GraphInterrupt
 from stargraph.runtime._plan import NodeSpec, Task
+from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run
 
 __all__ = ["StepOutcome", "execute_async", "execute_sync"]
@@ -94,13 +99,18 @@ def _finish(run: Run, task: Task, attempt: int, writes: dict[str, Any], siblings
         run.persistence.put_pending(run, task, writes)
 
 
-def run_task_sync(run: Run, task: Task, spec: NodeSpec, siblings: int) -> dict[str, Any]:
-    """Run one task to completion on this thread, with its retry policy and timeout."""
+def run_task_sync(
+    run: Run, task: Task, spec: NodeSpec, siblings: int, *, remote: Remote | None = None
+) -> dict[str, Any]:
+    """Run one task to completion on this thread (or, with ``remote``, on the graph's
+    executor while this thread waits), with its retry policy and timeout."""
     args = run.call_args(task, spec)
     attempt = 1
     while True:
         try:
-            if spec.timeout_s:
+            if remote is not None:
+                result = remote.call(run, task, spec, args)
+            elif spec.timeout_s:
                 result = _call_with_timeout(spec.fn, args, spec.timeout_s)
             else:
                 result = spec.fn(*args)
@@ -122,15 +132,24 @@ def run_task_sync(run: Run, task: Task, spec: NodeSpec, siblings: int) -> dict[s
 
 
 async def run_task_async(
-    run: Run, task: Task, spec: NodeSpec, siblings: int, pool: Pool
+    run: Run,
+    task: Task,
+    spec: NodeSpec,
+    siblings: int,
+    pool: Pool,
+    *,
+    remote: Remote | None = None,
 ) -> dict[str, Any]:
-    """Run one task on the running event loop (sync bodies on a thread when they block)."""
+    """Run one task on the running event loop (sync bodies on a thread when they block, or
+    on the graph's executor with ``remote``)."""
     loop = asyncio.get_running_loop()
     args = run.call_args(task, spec)
     attempt = 1
     while True:
         try:
-            if spec.is_async:
+            if remote is not None:
+                awaitable: Awaitable[Any] = remote.acall(run, task, spec, args)
+            elif spec.is_async:
                 awaitable = spec.fn(*args)
             else:
                 awaitable = loop.run_in_executor(pool(), _call, spec.fn, args)
@@ -164,6 +183,16 @@ def _inline(spec: NodeSpec) -> bool:
     return not spec.is_async and not spec.blocking and not spec.timeout_s
 
 
+def _remote(run: Run, tasks: Sequence[Task]) -> Remote | None:
+    """The graph's executor when this step's blocking tasks go to it (see ``_remote``)."""
+    remote = run.graph.remote
+    return None if remote is None else remote.for_step(run, tasks)
+
+
+def _on(remote: Remote | None, spec: NodeSpec) -> Remote | None:
+    return remote if remote is not None and remote.handles(spec) else None
+
+
 def execute_sync(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
     """Run a step's tasks from synchronous code."""
     specs = run.graph.specs
@@ -181,8 +210,16 @@ def execute_sync(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
     interrupts: list[tuple[Task, GraphInterrupt]] = []
     todo = [t for t in tasks if t.key not in run.done]
     results.extend((t, run.done[t.key]) for t in tasks if t.key in run.done)
+    remote = _remote(run, tasks)
+    # A remote task still takes a pool thread: it waits there for its result, so retries and
+    # timeouts work as for local tasks.
     futures = [
-        (t, pool().submit(run_task_sync, run, t, specs[t.node], len(tasks)))
+        (
+            t,
+            pool().submit(
+                run_task_sync, run, t, specs[t.node], len(tasks), remote=_on(remote, specs[t.node])
+            ),
+        )
         for t in todo
         if not _inline(specs[t.node])
     ]
@@ -206,8 +243,16 @@ async def execute_async(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutc
     results: list[TaskResult] = [(t, run.done[t.key]) for t in tasks if t.key in run.done]
     todo = [t for t in tasks if t.key not in run.done]
     interrupts: list[tuple[Task, GraphInterrupt]] = []
+    remote = _remote(run, tasks)
     pending = [
-        (t, asyncio.ensure_future(run_task_async(run, t, specs[t.node], len(tasks), pool)))
+        (
+            t,
+            asyncio.ensure_future(
+                run_task_async(
+                    run, t, specs[t.node], len(tasks), pool, remote=_on(remote, specs[t.node])
+                )
+            ),
+        )
         for t in todo
         if not _inline(specs[t.node])
     ]
