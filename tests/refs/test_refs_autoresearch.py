@@ -57,7 +57,10 @@ def host_graph() -> Graph[Host]:
 def arbiter(corpus: Corpus, tmp_path: Path) -> Iterator[Arbiter]:
     (tmp_path / "ws").mkdir()
     with research_arbiter(
-        docs=corpus.docs, vectors=corpus.vectors, embedder=corpus.embedder, workspace=tmp_path / "ws"
+        docs=corpus.docs,
+        vectors=corpus.vectors,
+        embedder=corpus.embedder,
+        workspace=tmp_path / "ws",
     ) as arb:
         yield arb
 
@@ -77,7 +80,8 @@ def agent(url: str, claims: list[dict[str, Any]]) -> Callable[[RecordedRequest],
             return Reply.tool_calls([(RETRIEVE, {"query": "honeybee waggle dance"})])
         if len(results) == 1:
             passages = results[0]["payload"]
-            assert passages[0]["id"] == "p2" and "waggle dance" in passages[0]["text"]
+            assert passages[0]["id"] == "p2"
+            assert "waggle dance" in passages[0]["text"]
             return Reply.tool_calls([(FETCH, {"url": url})])
         return Reply.text(json.dumps({"claims": claims}))
 
@@ -109,10 +113,12 @@ def test_structured_report_with_sources_the_agent_saw(
     assert final.outcome == "reported"
     assert final.report == Report.model_validate({"claims": claims})
     assert final.unsupported == []
-    assert final.sources[0] == "p2" and final.sources[-1] == url
+    assert final.sources[0] == "p2"
+    assert final.sources[-1] == url
     # The fetch really went to the local site: its text reached the model.
     page = tool_results(scripted_openai.chat_requests[2])[1]["payload"]
-    assert page["status"] == 200 and "Karl von Frisch" in page["body"]
+    assert page["status"] == 200
+    assert "Karl von Frisch" in page["body"]
     # The Report schema was required of the model.
     assert '"claims"' in scripted_openai.chat_requests[0].messages[0]["content"]
     store.close()
@@ -127,8 +133,8 @@ def test_an_invented_source_is_rejected(
         {"text": "Bees vote.", "sources": ["https://example.org/made-up", "p99"]},
     ]
     scripted_openai.set_script(agent(url, claims))
-    final = host_graph().compile(services={"model": chat, "arbiter": arbiter}).invoke(
-        {"task": TASK}
+    final = (
+        host_graph().compile(services={"model": chat, "arbiter": arbiter}).invoke({"task": TASK})
     )
     assert final.outcome == "unsupported"
     assert final.report is None
@@ -147,8 +153,8 @@ def test_an_unreachable_url_is_not_a_source(
         ]
     )
     scripted_openai.set_script(lambda _: next(calls))
-    final = host_graph().compile(services={"model": chat, "arbiter": arbiter}).invoke(
-        {"task": TASK}
+    final = (
+        host_graph().compile(services={"model": chat, "arbiter": arbiter}).invoke({"task": TASK})
     )
     assert (final.outcome, final.report, final.sources) == ("unsupported", None, [])
     assert final.unsupported == [missing, dead]
@@ -158,8 +164,8 @@ def test_no_valid_report_within_the_budget(
     scripted_openai: ScriptedOpenAIServer, chat: OpenAIChatModel, arbiter: Arbiter
 ) -> None:
     scripted_openai.set_script(lambda _: Reply.text("Bees are nice."))  # never a Report
-    final = host_graph().compile(services={"model": chat, "arbiter": arbiter}).invoke(
-        {"task": TASK}
+    final = (
+        host_graph().compile(services={"model": chat, "arbiter": arbiter}).invoke({"task": TASK})
     )
     assert (final.outcome, final.report) == ("no_report", None)
     assert len(scripted_openai.chat_requests) == 3  # the loop's error budget

@@ -77,7 +77,8 @@ def scripted(*answers: Callable[[dict[str, str]], str]) -> Callable[[RecordedReq
 def test_rag_is_a_workflow_skill_with_separate_nodes() -> None:
     assert rag_skill.kind is SkillKind.WORKFLOW
     ir = rag_skill.subgraph
-    assert ir is not None and not isinstance(ir, str)
+    assert ir is not None
+    assert not isinstance(ir, str)
     assert sorted(n.id for n in ir.nodes) == ["answer", "give_up", "retrieve", "validate"]
     assert [n.id for n in ir.nodes if n.must_stub] == ["answer"]
     # Behaviour lives in hashed node config: another budget is another graph.
@@ -95,8 +96,10 @@ def test_answer_cites_only_retrieved_passages(
         return "Workers perform the waggle dance to show direction and distance [p2]."
 
     scripted_openai.set_script(scripted(answer))
-    final = host_graph().compile(services=corpus.services(model=chat)).invoke(
-        {"question": f"  {QUESTION} "}
+    final = (
+        host_graph()
+        .compile(services=corpus.services(model=chat))
+        .invoke({"question": f"  {QUESTION} "})
     )
     # The model was given the retrieved passages' text, the best one included.
     assert "p2" in seen
@@ -149,19 +152,31 @@ def test_model_saying_insufficient_context_is_not_retried(
     scripted_openai: ScriptedOpenAIServer, chat: OpenAIChatModel, corpus: Corpus
 ) -> None:
     scripted_openai.set_script(scripted(lambda _: "INSUFFICIENT CONTEXT"))
-    final = rag_graph().compile(services=corpus.services(model=chat)).invoke(
-        {"question": "Who won the 1998 World Cup?"}
+    final = (
+        rag_graph()
+        .compile(services=corpus.services(model=chat))
+        .invoke({"question": "Who won the 1998 World Cup?"})
     )
-    assert (final.answer, final.outcome, final.attempts) == (INSUFFICIENT, "insufficient_context", 1)
+    assert (final.answer, final.outcome, final.attempts) == (
+        INSUFFICIENT,
+        "insufficient_context",
+        1,
+    )
 
 
 def test_empty_corpus_ends_with_insufficient_context_without_a_model_call(
     scripted_openai: ScriptedOpenAIServer, chat: OpenAIChatModel, empty_corpus: Corpus
 ) -> None:
-    final = host_graph().compile(services=empty_corpus.services(model=chat)).invoke(
-        {"question": QUESTION}
+    final = (
+        host_graph()
+        .compile(services=empty_corpus.services(model=chat))
+        .invoke({"question": QUESTION})
     )
-    assert (final.answer, final.outcome, final.passages) == (INSUFFICIENT, "insufficient_context", [])
+    assert (final.answer, final.outcome, final.passages) == (
+        INSUFFICIENT,
+        "insufficient_context",
+        [],
+    )
     assert scripted_openai.chat_requests == []
 
 
@@ -177,7 +192,8 @@ def test_recorded_run_replays_offline_with_the_server_stopped(
         live = graph.compile(store=store, services=corpus.services(model=live_model))
         final = live.invoke({"question": QUESTION}, run_id="golden")
         live_model.close()
-    assert final.outcome == "answered" and final.citations == ["p2", "p1"]
+    assert final.outcome == "answered"
+    assert final.citations == ["p2", "p1"]
     # Offline: the server is gone, and no store is given - retrieval is served from the record.
     dead = OpenAIChatModel("gpt-test", base_url="http://127.0.0.1:9/v1", api_key="x")
     offline = graph.compile(store=store, services={"model": dead})

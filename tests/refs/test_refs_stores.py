@@ -94,7 +94,8 @@ def test_hybrid_search_ranks_alike_in_memory_and_sqlite() -> None:
 def test_hashing_embedder_is_normalised_and_similarity_aware() -> None:
     embedder = HashingEmbedder(dim=128)
     vectors = embedder.embed(["honeybee colony", "honeybee colonies", "granite rock", ""])
-    assert vectors.dtype == np.float32 and vectors.shape == (4, 128)
+    assert vectors.dtype == np.float32
+    assert vectors.shape == (4, 128)
     assert np.allclose(np.linalg.norm(vectors[:3], axis=1), 1.0)
     assert not vectors[3].any()  # no features, no direction
     assert vectors[0] @ vectors[1] > 0.5 > vectors[0] @ vectors[2]

@@ -74,7 +74,8 @@ def script(*drafts: str) -> tuple[Callable[[RecordedRequest], Reply], list[dict[
 def test_wiki_is_an_agent_skill_fanning_out_with_send() -> None:
     assert wiki_skill.kind is SkillKind.AGENT
     ir = wiki_skill.subgraph
-    assert ir is not None and not isinstance(ir, str)
+    assert ir is not None
+    assert not isinstance(ir, str)
     assert sorted(n.id for n in ir.nodes if n.must_stub) == ["plan", "write"]
 
 
@@ -94,7 +95,8 @@ def test_every_claim_cites_a_retrieved_source(
     assert final.queries == ["honeybee colony", "waggle dance", "Varroa mite"]
     # The three research tasks ran in one step, one per query (the Send fan-out).
     research = [e for e in events if e.kind == "node_finished" and e.node == "research"]
-    assert len(research) == 3 and len({e.step for e in research}) == 1
+    assert len(research) == 3
+    assert len({e.step for e in research}) == 1
     assert final.entry == GOOD
     assert len(final.claims) == 3
     fetched = {p.id: p.text for p in final.sources}
@@ -104,7 +106,8 @@ def test_every_claim_cites_a_retrieved_source(
             assert cited in fetched, f"{cited} was never retrieved"
             # The writer was shown the cited source's text.
             assert shown[0][cited] == fetched[cited]
-    assert final.uncited == [] and final.attempts == 1
+    assert final.uncited == []
+    assert final.attempts == 1
     store.close()
 
 
@@ -114,8 +117,8 @@ def test_an_uncited_claim_triggers_a_retry(
     bad = GOOD + "\n\nBees can count to four."
     answer, _ = script(bad, GOOD)
     scripted_openai.set_script(answer)
-    final = host_graph().compile(services=corpus.services(model=chat)).invoke(
-        {"topic": "Honeybees"}
+    final = (
+        host_graph().compile(services=corpus.services(model=chat)).invoke({"topic": "Honeybees"})
     )
     assert (final.outcome, final.entry, final.attempts) == ("written", GOOD, 2)
     retry = scripted_openai.chat_requests[-1].messages
@@ -128,8 +131,8 @@ def test_uncited_or_invented_claims_within_the_budget_end_rejected(
 ) -> None:
     answer, _ = script("# Bees\nBees can count to four.", "# Bees\nBees vote [p99].")
     scripted_openai.set_script(answer)
-    final = host_graph().compile(services=corpus.services(model=chat)).invoke(
-        {"topic": "Honeybees"}
+    final = (
+        host_graph().compile(services=corpus.services(model=chat)).invoke({"topic": "Honeybees"})
     )
     assert (final.outcome, final.entry, final.claims, final.attempts) == ("rejected", None, [], 2)
     feedback = scripted_openai.chat_requests[-1].messages[-1]["content"]
@@ -142,8 +145,10 @@ def test_empty_corpus_ends_with_insufficient_context(
 ) -> None:
     answer, shown = script()
     scripted_openai.set_script(answer)
-    final = host_graph().compile(services=empty_corpus.services(model=chat)).invoke(
-        {"topic": "Honeybees"}
+    final = (
+        host_graph()
+        .compile(services=empty_corpus.services(model=chat))
+        .invoke({"topic": "Honeybees"})
     )
     assert (final.outcome, final.entry, final.sources) == ("insufficient_context", None, [])
     assert shown == []  # only the plan was asked of the model

@@ -284,9 +284,7 @@ def autoresearch_graph(
     return (
         Graph(name, state=AutoresearchState)
         .with_node(SubgraphNode.from_skill(loop, site="research", max_steps=4 * max_steps + 4))
-        .with_node(
-            "verify", verify_node, writes=("sources", "report", "unsupported", "outcome")
-        )
+        .with_node("verify", verify_node, writes=("sources", "report", "unsupported", "outcome"))
         .with_edge(START, "research")
         .with_edge("research", "verify")
         .with_edge("verify", END)

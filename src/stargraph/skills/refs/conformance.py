@@ -13,6 +13,7 @@ closes every store it opened.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import numpy as np
@@ -54,7 +55,7 @@ def check_document_store(factory: Callable[[], DocumentStore]) -> None:
         _expect(ids[0] == "p1", f"the passage with both words must rank first, got {ids}")
         _expect(set(ids) == {"p1", "p2", "p4"}, f"only passages sharing a word match: {ids}")
         _expect(
-            all(a.score >= b.score for a, b in zip(hits, hits[1:], strict=False)),
+            all(a.score >= b.score for a, b in itertools.pairwise(hits)),
             "hits must be ordered best first",
         )
         _expect(len(store.search("paris capital", k=1)) == 1, "k must bound the result")

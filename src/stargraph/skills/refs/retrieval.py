@@ -125,7 +125,9 @@ def retrieve(ctx: RunContext, query: str, config: Mapping[str, Any]) -> list[Pas
     When ``config["embedder"]`` names an embedder, the service must be that one: vectors of
     two embedders are not comparable, and a silent swap would retrieve garbage.
     """
-    settings = {name: int(config.get(name, default)) for name, default in RETRIEVAL_DEFAULTS.items()}
+    settings = {
+        name: int(config.get(name, default)) for name, default in RETRIEVAL_DEFAULTS.items()
+    }
     request = {"query": query, **settings}
 
     def search() -> list[dict[str, Any]]:

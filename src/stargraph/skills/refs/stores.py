@@ -334,7 +334,7 @@ def _cosine_top(
         return []
     q = _as_matrix(query, 1, matrix.shape[1])[0]
     norm = float(np.linalg.norm(q))
-    scores = matrix @ (q / norm if norm else q)
+    scores = np.dot(matrix, q / norm if norm else q)
     if k < len(ids):
         # argpartition picks the candidates in O(n); only those are sorted. Extra candidates
         # tied with the k-th score are kept so the tie-break by id is exact.
