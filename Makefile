@@ -5,8 +5,9 @@ BIN := $(VENV)/bin
 STAMP_BASE := $(VENV)/.installed-base
 STAMP_DEV := $(VENV)/.installed-dev
 STAMP_BENCH := $(VENV)/.installed-bench
+STAMP_DOCS := $(VENV)/.installed-docs
 
-.PHONY: demo test lint typecheck pytest bench chaos clean
+.PHONY: demo test lint typecheck pytest bench chaos docs clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -18,6 +19,10 @@ $(STAMP_BASE): pyproject.toml | $(BIN)/python
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $@
+
+$(STAMP_DOCS): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q -e '.[docs]'
 	touch $@
 
 $(STAMP_BENCH): pyproject.toml | $(BIN)/python
@@ -37,6 +42,7 @@ typecheck: $(STAMP_DEV)
 pytest: $(STAMP_DEV)
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_graphviz.sh
+	bash scripts/ensure_chromium.sh
 	$(BIN)/python -m pytest -q --cov --cov-report=term:skip-covered -p no:cacheprovider
 
 test: lint typecheck pytest
@@ -48,5 +54,8 @@ chaos: $(STAMP_DEV)
 	STARGRAPH_CHAOS_TRIALS=500 $(BIN)/python -m pytest -q tests/test_crash.py -p no:cacheprovider
 	STARGRAPH_PG_WORKER_TRIALS=20 STARGRAPH_PG_CHAOS_TRIALS=50 $(BIN)/python -m pytest -q tests/postgres -p no:cacheprovider
 
+docs: $(STAMP_DOCS)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 clean:
-	rm -rf $(VENV) .stargraph .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .stargraph .pytest_cache .mypy_cache .ruff_cache site

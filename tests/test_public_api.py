@@ -76,7 +76,13 @@ PUBLIC_PACKAGES = [
     "stargraph.replay",
     "stargraph.runtime",
     "stargraph.skills",
+    "stargraph.skills.markdown",
     "stargraph.skills.react",
+    "stargraph.skills.refs",
+    "stargraph.agents",
+    "stargraph.skills.machine",
+    "stargraph.workers",
+    "stargraph.viz",
     "stargraph.testing",
     "stargraph.tools",
 ]

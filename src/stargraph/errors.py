@@ -33,6 +33,7 @@ keeps working for callers who do not know stargraph::
         │   ├── LockTimeoutError (TimeoutError)
         │   └── ToolTimeoutError (TimeoutError)
         ├── LLMError                         the chat model failed after retries
+        ├── StoreError (ValueError)          a document/vector store refused its input
         ├── LaneBusy                         a lane already runs a skill (one active per lane)
         ├── LifecycleError                   an illegal agent transition or unmet writeback
         └── ReplayError                      replay could not reproduce the recorded run
@@ -83,6 +84,7 @@ __all__ = [
     "StargraphError",
     "StargraphWarning",
     "StepLimitExceeded",
+    "StoreError",
     "ToolArgumentError",
     "ToolError",
     "ToolNotAllowedError",
@@ -267,6 +269,11 @@ class ToolTimeoutError(ToolError, TimeoutError):
 
 class LLMError(RunError):
     """The chat model failed after the retry policy gave up."""
+
+
+class StoreError(RunError, ValueError):
+    """A document or vector store was given data it cannot take (a vector of the wrong
+    length, a bad id) or an embedder it cannot use."""
 
 
 class LaneBusy(RunError):

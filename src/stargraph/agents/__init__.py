@@ -41,15 +41,15 @@ from stargraph.agents._writeback import (
 )
 
 __all__ = [
-    "DEFAULT_LIFECYCLE",
-    "LIFECYCLE_DATA",
     "AgentEvent",
     "AgentProfile",
     "AgentRecord",
     "AgentState",
     "AgentStore",
     "AuditRow",
+    "DEFAULT_LIFECYCLE",
     "History",
+    "LIFECYCLE_DATA",
     "Lifecycle",
     "Limits",
     "OrphanWarning",

@@ -71,8 +71,8 @@ from stargraph.skills.markdown._workflow import (
 )
 
 __all__ = [
-    "ENV_VAR",
     "Check",
+    "ENV_VAR",
     "MarkdownSkill",
     "StepResult",
     "Trigger",

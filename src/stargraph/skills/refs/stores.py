@@ -33,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
-from stargraph.errors import RunError
+from stargraph.errors import StoreError
 
 __all__ = [
     "DocumentStore",
@@ -52,11 +52,6 @@ _WORD: Final = re.compile(r"\w+")
 # BM25 parameters; FTS5's bm25() uses the same defaults, so both stores rank alike.
 _K1: Final = 1.2
 _B: Final = 0.75
-
-
-class StoreError(RunError, ValueError):
-    """A store was given data it cannot take (a vector of the wrong length, a bad id) or an
-    embedder it cannot use."""
 
 
 class Passage(BaseModel):
