@@ -13,6 +13,8 @@ keeps working for callers who do not know stargraph::
     │   ├── SkillValidationError             a Skill / SkillSpec / SKILL.md that is invalid
     │   ├── ToolSpecError                    a tool manifest or ToolSpec that is invalid
     │   ├── RegistryError                    a registry clash or a write to a frozen registry
+    │   ├── InvalidProposalError             a proposal that cannot be stored as pending
+    │   │   └── ExecutableProposalError      a proposal carrying executable code
     │   └── RuleCompileError                 a rule pack that does not load
     └── RunError (RuntimeError)              problems met while a run executes
         ├── NodeError                        a node raised; the original is ``__cause__``
@@ -26,13 +28,19 @@ keeps working for callers who do not know stargraph::
         │   ├── RunNotResumableError
         │   ├── GraphHashMismatch
         │   ├── CodeHashMismatch
-        │   └── CorruptCheckpointError
+        │   ├── CorruptCheckpointError
+        │   └── LeaseLostError               a worker's lease on a run was taken over
         ├── ToolError                        the tool dispatch pipeline refused or failed a call
         │   ├── ToolArgumentError
         │   ├── ToolNotAllowedError (PermissionError)
         │   ├── LockTimeoutError (TimeoutError)
         │   └── ToolTimeoutError (TimeoutError)
         ├── LLMError                         the chat model failed after retries
+        ├── ProposalError                    deciding a stored proposal
+        │   ├── ProposalNotFoundError (LookupError)
+        │   └── ProposalStateError (ValueError)
+        ├── LaneTransitionError              an event a lane state machine does not allow
+        ├── GraphvizNotFoundError (FileNotFoundError)   no ``dot`` to render a picture
         ├── StoreError (ValueError)          a document/vector store refused its input
         ├── LaneBusy                         a lane already runs a skill (one active per lane)
         ├── LifecycleError                   an illegal agent transition or unmet writeback
@@ -42,7 +50,9 @@ keeps working for callers who do not know stargraph::
             └── CassetteError                a cassette file that is truncated, edited, foreign
 
 Warnings have their own small tree: ``StargraphWarning(UserWarning)`` and
-``CodeHashWarning`` (node source changed since a run was checkpointed).
+``CodeHashWarning`` (node source changed since a run was checkpointed), ``UnknownKeyWarning``
+(a SKILL.md key stargraph does not know), ``WritebackWarning`` and ``OrphanWarning`` (the agent
+writeback contract).
 
 Messages name every culprit (node, step, key, file, JSON pointer ...) and say how to fix
 the problem; ``tests/test_errors.py`` and the feature tests pin them.
@@ -60,17 +70,26 @@ __all__ = [
     "CodeHashWarning",
     "CompileError",
     "CorruptCheckpointError",
+    "ExecutableProposalError",
     "GraphHashMismatch",
+    "GraphvizNotFoundError",
     "IRError",
     "InvalidInputError",
+    "InvalidProposalError",
     "InvalidWriteError",
     "LLMError",
     "LaneBusy",
+    "LaneTransitionError",
+    "LeaseLostError",
     "LifecycleError",
     "LockTimeoutError",
     "NodeError",
     "NodeTimeoutError",
+    "OrphanWarning",
     "Problem",
+    "ProposalError",
+    "ProposalNotFoundError",
+    "ProposalStateError",
     "RegistryError",
     "ReplayDivergenceError",
     "ReplayError",
@@ -91,7 +110,9 @@ __all__ = [
     "ToolSpecError",
     "ToolTimeoutError",
     "UndeclaredOutputError",
+    "UnknownKeyWarning",
     "UnreferenceableNodeError",
+    "WritebackWarning",
 ]
 
 
@@ -161,6 +182,15 @@ class ToolSpecError(CompileError):
 
 class RegistryError(CompileError):
     """A registry clash within one scope, or a write to a frozen registry."""
+
+
+class InvalidProposalError(CompileError):
+    """A proposal that cannot be accepted as pending: every problem, each with its JSON
+    pointer into the proposal."""
+
+
+class ExecutableProposalError(InvalidProposalError):
+    """A proposal carrying executable code (a source body, an ``exec_path``, a script)."""
 
 
 class RuleCompileError(CompileError):
@@ -247,6 +277,10 @@ class CorruptCheckpointError(CheckpointError):
     """A stored checkpoint row cannot be decoded."""
 
 
+class LeaseLostError(CheckpointError):
+    """This worker's lease on the run was taken over; it must not write the run any more."""
+
+
 class ToolError(RunError):
     """The tool dispatch pipeline refused or failed a call."""
 
@@ -269,6 +303,29 @@ class ToolTimeoutError(ToolError, TimeoutError):
 
 class LLMError(RunError):
     """The chat model failed after the retry policy gave up."""
+
+
+class ProposalError(RunError):
+    """Deciding a stored proposal failed."""
+
+
+class ProposalNotFoundError(ProposalError, LookupError):
+    """No proposal with that id."""
+
+
+class ProposalStateError(ProposalError, ValueError):
+    """The proposal was already decided (or cannot be applied to that registry)."""
+
+
+class LaneTransitionError(RunError):
+    """An event the lane state machine does not allow in its current state."""
+
+
+class GraphvizNotFoundError(RunError, FileNotFoundError):
+    """Graphviz's ``dot`` program is not installed, so PNG/SVG cannot be produced.
+
+    Mermaid and DOT *text* need no Graphviz; only rendering images does.
+    """
 
 
 class StoreError(RunError, ValueError):
@@ -310,3 +367,15 @@ class StargraphWarning(UserWarning):
 
 class CodeHashWarning(StargraphWarning):
     """A resumed run was checkpointed by different node source code (``code_hash``)."""
+
+
+class UnknownKeyWarning(StargraphWarning):
+    """A SKILL.md frontmatter has keys stargraph does not know (they are kept in ``extra``)."""
+
+
+class WritebackWarning(StargraphWarning):
+    """An agent terminated without its full writeback (``warn`` mode)."""
+
+
+class OrphanWarning(StargraphWarning):
+    """The orphan scan found a terminated agent with no thought record."""

@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stargraph.errors import StargraphWarning
+from stargraph.errors import OrphanWarning, WritebackWarning
 
 __all__ = [
     "AgentEvent",
@@ -68,11 +68,3 @@ class AgentEvent(BaseModel):
     """Which agent."""
     detail: dict[str, Any] = {}
     """Specifics (missing items, missing tools ...)."""
-
-
-class WritebackWarning(StargraphWarning):
-    """An agent terminated without its full writeback (``warn`` mode)."""
-
-
-class OrphanWarning(StargraphWarning):
-    """The orphan scan found a terminated agent with no thought record."""

@@ -6,7 +6,7 @@ import shutil
 import subprocess
 from typing import Final, Literal
 
-from stargraph.errors import StargraphError
+from stargraph.errors import GraphvizNotFoundError, StargraphError
 from stargraph.ir import GraphIR
 from stargraph.viz._text import to_dot
 
@@ -20,13 +20,6 @@ _INSTALL: Final = (
     "graphviz`) so that `dot` is on PATH, or export text instead with to_mermaid()/to_dot() "
     "(`stargraph draw FILE --format mermaid|dot`)"
 )
-
-
-class GraphvizNotFoundError(StargraphError, FileNotFoundError):
-    """Graphviz's ``dot`` program is not installed, so PNG/SVG cannot be produced.
-
-    Mermaid and DOT *text* need no Graphviz; only rendering images does.
-    """
 
 
 def graphviz_available() -> bool:

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 from stargraph.checkpoint._protocol import CheckpointStore
 from stargraph.checkpoint._records import JournalEntry, PendingWrite, RunRecord, StepRecord
-from stargraph.errors import CheckpointError, StargraphError
+from stargraph.errors import CheckpointError, LeaseLostError, StargraphError
 from stargraph.workers._queue import Claim, RunQueue, is_postgres, open_queue, worker_name
 
 __all__ = ["LeaseLostError", "Outcome", "Worker", "load_graph", "submit"]
@@ -29,10 +29,6 @@ __all__ = ["LeaseLostError", "Outcome", "Worker", "load_graph", "submit"]
 log = logging.getLogger("stargraph.workers")
 
 Outcome = Literal["done", "failed", "interrupted", "dead", "lost"]
-
-
-class LeaseLostError(CheckpointError):
-    """This worker's lease on the run was taken over; it must not write the run any more."""
 
 
 def load_graph(graph_ref: str) -> Any:

@@ -28,7 +28,13 @@ from typing import Any, Final
 from pydantic import JsonValue
 
 from stargraph.checkpoint import CheckpointStore
-from stargraph.errors import LaneBusy, Problem, RunError, SkillValidationError, ToolError
+from stargraph.errors import (
+    LaneBusy,
+    LaneTransitionError,
+    Problem,
+    SkillValidationError,
+    ToolError,
+)
 from stargraph.llm import ChatModel
 from stargraph.skills.machine._memory import DEFAULT_WINDOW, CoreJobStart, WorkingMemory
 from stargraph.skills.machine._registry import SkillSpecRegistry
@@ -112,10 +118,6 @@ CORE_LANE_MACHINE: Final[Mapping[str, Any]] = {
 
 _STARTS: Final = {EDGE: "user_message", CORE: "job_start"}
 _ENDS: Final = {EDGE: "reply", CORE: "job_done"}
-
-
-class LaneTransitionError(RunError):
-    """An event the lane state machine does not allow in its current state."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,16 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
-from stargraph.errors import CompileError, Problem, StargraphError, ToolSpecError
+from stargraph.errors import (
+    CompileError,
+    ExecutableProposalError,
+    InvalidProposalError,
+    Problem,
+    ProposalError,
+    ProposalNotFoundError,
+    ProposalStateError,
+    ToolSpecError,
+)
 from stargraph.skills.machine._registry import SkillLoadReport, SkillSpecRegistry
 from stargraph.skills.machine._spec import SkillSpec, parse_skillspec
 from stargraph.tools import (
@@ -124,27 +133,6 @@ _SCRIPT_PATH: Final = re.compile(
 
 
 # --------------------------------------------------------------------------- errors
-
-
-class ProposalError(StargraphError):
-    """Root of the proposal pipeline's errors."""
-
-
-class InvalidProposalError(ProposalError, CompileError):
-    """A proposal that cannot be accepted as pending: every problem, each with its JSON
-    pointer into the proposal."""
-
-
-class ExecutableProposalError(InvalidProposalError):
-    """A proposal carrying executable code (a source body, an ``exec_path``, a script)."""
-
-
-class ProposalNotFoundError(ProposalError, LookupError):
-    """No proposal with that id."""
-
-
-class ProposalStateError(ProposalError, ValueError):
-    """The proposal was already decided (or cannot be applied to that registry)."""
 
 
 # --------------------------------------------------------------------------- model

@@ -14,7 +14,7 @@ from typing import Any, Final, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from stargraph.errors import Problem, SkillValidationError, StargraphWarning
+from stargraph.errors import Problem, SkillValidationError, UnknownKeyWarning
 from stargraph.skills import SEMVER, SLUG, TOOL_ID, Example, Skill, SkillKind
 from stargraph.skills.markdown._workflow import (
     Check,
@@ -51,10 +51,6 @@ _FRONTMATTER: Final = re.compile(
 )
 _HEADING: Final = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$", re.M)
 _WORD_TOKEN: Final = re.compile(r"[A-Za-z0-9_.@*-]+")
-
-
-class UnknownKeyWarning(StargraphWarning):
-    """A SKILL.md frontmatter has keys stargraph does not know (they are kept in ``extra``)."""
 
 
 # --------------------------------------------------------------------------- data
