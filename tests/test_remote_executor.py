@@ -12,6 +12,7 @@ import concurrent.futures
 import multiprocessing
 import os
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
@@ -21,7 +22,7 @@ from pydantic import BaseModel
 
 from stargraph import reducers
 from stargraph.checkpoint import MemoryStore
-from stargraph.errors import CompileError, InvalidWriteError, NodeError
+from stargraph.errors import CompileError, InvalidWriteError, NodeError, NodeTimeoutError
 from stargraph.graph import END, START, Graph, Send
 from stargraph.ir import RetryPolicyIR
 from stargraph.runtime import CompiledGraph, RunContext, SeededEntropy
@@ -317,6 +318,60 @@ def test_errors_and_retries_are_the_local_ones(
     finished = {e.node: e for e in events if e.kind == "node_finished"}
     assert finished["a"].attempts == 2
     assert events[-1].state["log"] == ["recovered", "start"]
+
+
+def fails_until_marked(state: Fan, ctx: RunContext) -> dict[str, Any]:
+    LOCAL_CALLS.append(ctx.node)
+    marker = Path(ctx.config["dir"]) / "fixed"
+    if ctx.config.get("fragile") and not marker.exists():
+        raise ConnectionError("down")
+    return {"log": [ctx.node], "draws": {ctx.node: f"{ctx.random():.8f}"}}
+
+
+def fragile_fan(folder: Path) -> Graph[Fan]:
+    names = [f"b{i:02d}" for i in range(6)]
+    graph = Graph("fragile", state=Fan).with_node("start", fan_start).with_node("join", fan_join)
+    for i, name in enumerate(names):
+        config = {"dir": str(folder), "fragile": i == 3}
+        graph = graph.with_node(name, fails_until_marked, blocking=True, config=config)
+        graph = graph.with_edge("start", name)
+    return graph.with_edge(START, "start").with_edge(names, "join").with_edge("join", END)
+
+
+def test_a_failed_remote_step_resumes_only_the_failed_branch(
+    process_pool: concurrent.futures.Executor, tmp_path: Path
+) -> None:
+    # The orchestrator saved the finished siblings' writes as pending writes; on resume
+    # only the failed branch goes to the executor again, and the run equals an unbroken one.
+    app = _compile(fragile_fan(tmp_path), process_pool)
+    with pytest.raises(NodeError, match="node 'b03' failed at step 2"):
+        app.invoke({}, run_id="r")
+    (tmp_path / "fixed").write_text("yes")
+    LOCAL_CALLS.clear()
+    resumed = app.resume("r")
+    assert LOCAL_CALLS == []
+    unbroken = _compile(fragile_fan(tmp_path), None)
+    assert resumed == unbroken.invoke({}, run_id="r")
+    assert app.replay("r") == resumed
+
+
+def nap(state: Fan) -> dict[str, Any]:
+    time.sleep(0.6)
+    return {}
+
+
+def test_timeouts_apply_to_remote_tasks(process_pool: concurrent.futures.Executor) -> None:
+    graph = (
+        Graph("slow", state=Fan)
+        .with_node("a", nap, blocking=True, timeout_s=0.1)
+        .with_node("b", fan_start, blocking=True)
+        .with_edge(START, "a")
+        .with_edge(START, "b")
+        .with_edge("a", END)
+        .with_edge("b", END)
+    )
+    with pytest.raises(NodeTimeoutError, match=r"node 'a' exceeded its timeout of 0\.1s at step 1"):
+        graph.compile(executor=process_pool).invoke({})
 
 
 # --------------------------------------------------------------------------- Ray on loopback
