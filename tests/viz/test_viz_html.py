@@ -140,6 +140,80 @@ def test_report_names_the_rule_that_halted_the_run(store: SqliteStore, no_dot: N
     assert "run halted by rule <code>termination/max_steps</code>" in html
 
 
+def test_report_lists_the_rule_decisions_of_every_step(store: SqliteStore, no_dot: None) -> None:
+    # The edges alone would stop after one step: two gotos keep the run going, then the
+    # termination pack halts it. Each decision is read from its step record.
+    app = _ticker(store)
+    app.invoke({}, run_id="rules")
+    html = viz.html_report(app.ir, store, "rules")
+    assert "No rule decisions were recorded" not in html
+    table = re.search(r'<table class="decisions">(.*?)</table>', html, re.S)
+    assert table is not None
+    rows = re.findall(
+        r"<tr><td>(\d+)</td><td>([^<]*)</td><td><code>([^<]*)</code></td>"
+        r"<td>([^<]*)</td><td>([^<]*)</td></tr>",
+        table.group(1),
+    )
+    assert rows == [
+        ("1", "goto", "cycle/again", "tick", "-"),
+        ("2", "goto", "cycle/again", "tick", "-"),
+        ("3", "halt", "termination/max_steps", "-", "max_steps_exceeded"),
+    ]
+    views = viz.step_views(store, "rules")
+    assert views[0].decision is None
+    decision = views[1].decision
+    assert decision is not None
+    assert (decision.kind, decision.rule, decision.targets, decision.reason) == (
+        "goto",
+        "cycle/again",
+        ("tick",),
+        None,
+    )
+
+
+def test_report_shows_a_goto_of_a_run_no_rule_halted(store: SqliteStore, no_dot: None) -> None:
+    # A goto once, then the edges end the run: nothing on the run record names a rule, so
+    # only the step records can tell the report what happened.
+    once = fathom.RulePack.from_spec(
+        {
+            "id": "once",
+            "version": "1",
+            "rules": [{"name": "again", "when": [{"step": {"<": 2}}], "then": {"goto": "tick"}}],
+        }
+    )
+    app = (
+        Graph("ticker", state=Looping)
+        .with_node("tick", tick)
+        .with_edge(START, "tick")
+        .with_conditional_edges("tick", _stay, {"again": "tick", "stop": END})
+        .with_rules(once)
+        .compile(store=store)
+    )
+    assert app.invoke({}, run_id="once").log == ["t", "t"]
+    assert store.get_run("once").stopped_by is None
+    html = viz.html_report(app.ir, store, "once")
+    assert "No rule decisions were recorded" not in html
+    assert "<tr><td>1</td><td>goto</td><td><code>once/again</code></td><td>tick</td>" in html
+
+
+def _ticker(store: SqliteStore) -> Any:
+    cycle = fathom.RulePack.from_spec(
+        {
+            "id": "cycle",
+            "version": "1",
+            "rules": [{"name": "again", "when": [{"node": "tick"}], "then": {"goto": "tick"}}],
+        }
+    )
+    return (
+        Graph("ticker", state=Looping)
+        .with_node("tick", tick)
+        .with_edge(START, "tick")
+        .with_conditional_edges("tick", _stay, {"again": "tick", "stop": END})
+        .with_rules(cycle, fathom.default_termination_pack(max_steps=3, error_budget=2))
+        .compile(store=store)
+    )
+
+
 def _stay(state: Looping) -> str:
     return "stop"
 

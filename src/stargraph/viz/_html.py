@@ -59,9 +59,10 @@ def html_report(ir: GraphIR, store: CheckpointStore, run_id: str) -> str:
     """The HTML text of a report on run ``run_id`` of graph ``ir``, read from ``store``.
 
     Sections: run summary (status, stopped_by, error, hashes), the graph picture, the step
-    timeline (step, time, nodes, writes, next), the state at the last step, rule decisions
-    and facts, and the interrupt payload of a waiting run. Raises the store's
-    ``RunNotFoundError`` for an unknown run.
+    timeline (step, time, nodes, writes, next), the state at the last step, the rule
+    decisions saved with the steps (step, kind, rule, targets, reason) and the rule facts,
+    and the interrupt payload of a waiting run. Raises the store's ``RunNotFoundError`` for
+    an unknown run.
     """
     record = store.get_run(run_id)
     steps = step_views(store, run_id)
@@ -107,25 +108,40 @@ def html_report(ir: GraphIR, store: CheckpointStore, run_id: str) -> str:
             f"<td>{writes or '-'}</td><td>{escape(', '.join(view.next)) or '-'}</td>"
             "</tr>"
         )
-    decisions = []
+    notes = []
     if record.stopped_by:
-        decisions.append(f"<li>run halted by rule <code>{escape(record.stopped_by)}</code></li>")
+        notes.append(f"<li>run halted by rule <code>{escape(record.stopped_by)}</code></li>")
     if isinstance(record.interrupt, dict) and record.interrupt.get("kind") == "rule":
-        decisions.append(
+        notes.append(
             f"<li>run interrupted by rule <code>{escape(str(record.interrupt.get('rule')))}"
             "</code></li>"
         )
-    for view in steps:
-        for engine, template, slots in view.facts:
-            decisions.append(
-                f"<li>step {view.step}, {escape(engine)}: <code>{escape(template)}</code>"
-                f"<pre>{_json(slots)}</pre></li>"
-            )
-    decisions_html = (
-        f"<ul>{''.join(decisions)}</ul>"
-        if decisions
-        else '<p class="muted">No rule decisions were recorded for this run.</p>'
-    )
+    decision_rows = [
+        "<tr>"
+        f"<td>{view.step}</td><td>{escape(d.kind)}</td><td><code>{escape(d.rule)}</code></td>"
+        f"<td>{escape(', '.join(d.targets)) or '-'}</td>"
+        f"<td>{escape(d.reason) if d.reason is not None else '-'}</td>"
+        "</tr>"
+        for view in steps
+        if (d := view.decision) is not None
+    ]
+    facts = [
+        f"<li>step {view.step}, {escape(engine)}: <code>{escape(template)}</code>"
+        f"<pre>{_json(slots)}</pre></li>"
+        for view in steps
+        for engine, template, slots in view.facts
+    ]
+    decisions_html = f"<ul>{''.join(notes)}</ul>" if notes else ""
+    if decision_rows:
+        decisions_html += (
+            '<table class="decisions">'
+            "<tr><th>step</th><th>kind</th><th>rule</th><th>targets</th><th>reason</th></tr>"
+            f"{''.join(decision_rows)}</table>"
+        )
+    elif not notes:
+        decisions_html += '<p class="muted">No rule decisions were recorded for this run.</p>'
+    if facts:
+        decisions_html += f"<h3>Rule facts</h3><ul>{''.join(facts)}</ul>"
     interrupt_html = (
         f"<pre>{_json(record.interrupt)}</pre>"
         if record.interrupt is not None

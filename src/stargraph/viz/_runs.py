@@ -15,7 +15,25 @@ from stargraph.checkpoint import CheckpointStore, StepRecord
 from stargraph.errors import CompileError, Problem
 from stargraph.ir import GraphIR
 
-__all__ = ["StepView", "format_ms", "rule_facts", "state_at", "step_views"]
+__all__ = [
+    "RuleDecision",
+    "StepView",
+    "format_ms",
+    "rule_decision",
+    "rule_facts",
+    "state_at",
+    "step_views",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RuleDecision:
+    """The rule decision saved with a step (any decision other than ``continue``)."""
+
+    kind: str
+    rule: str
+    targets: tuple[str, ...]
+    reason: str | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +46,7 @@ class StepView:
     writes: tuple[tuple[str, dict[str, Any]], ...]
     next: tuple[str, ...]
     facts: tuple[tuple[str, str, Any], ...]
+    decision: RuleDecision | None = None
 
 
 def format_ms(ms: int) -> str:
@@ -61,6 +80,23 @@ def rule_facts(record: StepRecord) -> tuple[tuple[str, str, Any], ...]:
     return tuple(out)
 
 
+def rule_decision(record: StepRecord) -> RuleDecision | None:
+    """The ``{kind, rule, targets, reason}`` decision saved with a step, if any."""
+    raw = record.decision
+    if not isinstance(raw, dict) or not raw.get("kind"):
+        return None
+    targets = raw.get("targets") or ()
+    if isinstance(targets, str):
+        targets = (targets,)
+    reason = raw.get("reason")
+    return RuleDecision(
+        kind=str(raw["kind"]),
+        rule=str(raw.get("rule") or ""),
+        targets=tuple(str(t) for t in targets),
+        reason=None if reason is None else str(reason),
+    )
+
+
 def step_views(store: CheckpointStore, run_id: str, step: int | None = None) -> list[StepView]:
     """Every committed step of ``run_id`` (or just ``step``) as :class:`StepView`."""
     records = (
@@ -74,6 +110,7 @@ def step_views(store: CheckpointStore, run_id: str, step: int | None = None) -> 
             writes=tuple((_label(w.node, w.index), w.writes) for w in r.writes),
             next=tuple(_label(t.node, t.index) for t in r.next),
             facts=rule_facts(r),
+            decision=rule_decision(r),
         )
         for r in records
     ]
