@@ -535,23 +535,6 @@ def test_rules_check_failures() -> None:
     assert sg("rules", "check", "missing.clp").exit_code == 2
 
 
-# --------------------------------------------------------------------------- not yet
-
-
-@pytest.mark.parametrize(
-    ("args", "needs"),
-    [
-        (["proposals", "approve", "p-1"], "proposals store"),
-    ],
-)
-def test_commands_waiting_on_other_issues_say_so(args: list[str], needs: str) -> None:
-    result = sg(*args)
-    assert result.exit_code == 1
-    _one_paragraph(result)
-    assert "is not available yet" in result.stderr
-    assert needs in result.stderr
-
-
 def test_unknown_command_is_a_usage_error() -> None:
     result = sg("frobnicate")
     assert result.exit_code == 2
