@@ -25,6 +25,7 @@ from stargraph.skills.machine import (
     LaneMachine,
     LaneSession,
     LaneTransitionError,
+    MachineRuntime,
     WorkingMemory,
     parse_skillspec,
     validate_machine,
@@ -280,6 +281,63 @@ def test_B16_exposure_routes_results_to_lane_views(session: LaneSession, arbiter
     }
     # The lane machines track each call: the lanes are back to IDLE... and were never busy.
     assert session.edge.state == session.core.state == "IDLE"
+
+
+@pytest.mark.parametrize(
+    ("lane", "hidden"),
+    [("core", ("edge", "none")), ("edge", ("core", "none"))],
+)
+def test_B16_step_notes_never_show_a_lane_a_result_hidden_from_it(
+    server: ScriptedOpenAIServer,
+    chat: OpenAIChatModel,
+    arbiter: Arbiter,
+    lane: str,
+    hidden: tuple[str, ...],
+) -> None:
+    # The skill's next prompt carries its tool results as step notes: a result whose
+    # exposure leaves this lane out is named, with its status, but its summary is withheld.
+    exposures = ("edge", "core", "both", "none")
+    server.set_script(
+        [
+            Reply.tool_calls(
+                [(llm_name_for(f"lane.show_{e}@1.0.0"), {}) for e in exposures]
+                + [(llm_name_for("lane.broken@1.0.0"), {})]
+            ),
+            call("complete"),
+            finish(result="shown"),
+        ]
+    )
+    skill = spec("shower", [*(f"lane.show_{e}" for e in exposures), "lane.broken"], "result")
+    runtime = MachineRuntime(model=chat, arbiter=arbiter, skills=[skill], session="s-4")
+    result = runtime.run("shower", {}, lane=lane)
+    assert result.status == "done"
+    notes = _context(server.chat_requests[1])["notes"]
+    views = {n["data"]["tool"]: n["data"] for n in notes if n["kind"] == "tool_result"}
+    for exposure in exposures:
+        tool_id = f"lane.show_{exposure}@1.0.0"
+        if exposure in hidden:
+            assert views[tool_id] == {
+                "tool": tool_id,
+                "status": "success",
+                "note": f"result withheld from {lane} lane",
+            }
+        else:
+            assert views[tool_id]["summary"] == f"result of {tool_id}"
+    # Errors always go back to the lane that made the call.
+    assert views["lane.broken@1.0.0"]["status"] != "success"
+    assert "broken on purpose" in str(views["lane.broken@1.0.0"]["summary"])
+    # No request of this lane, and no event of the run, carries a hidden result's text.
+    for request in server.chat_requests:
+        text = json.dumps(request.body)
+        for exposure in hidden:
+            assert f"result of lane.show_{exposure}" not in text
+    tool_events = [e.data for e in result.events if e.kind == "tool"]
+    assert [e["tool"] for e in tool_events] == [
+        *(f"lane.show_{e}@1.0.0" for e in exposures),
+        "lane.broken@1.0.0",
+    ]
+    for exposure in hidden:
+        assert f"result of lane.show_{exposure}" not in json.dumps(tool_events)
 
 
 def test_B16_lane_machines_are_data_checked_by_the_one_validator(

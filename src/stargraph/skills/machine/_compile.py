@@ -71,7 +71,8 @@ class StepNote(BaseModel):
     kind: str
     """``tool_result`` or ``rejection``."""
     data: dict[str, JsonValue]
-    """The result (``tool``, ``status``, ``summary``) or the rejection's JSON."""
+    """The result (``tool``, ``status`` and ``summary``, or a ``note`` instead of the summary
+    when the result's ``exposure`` hides it from the lane) or the rejection's JSON."""
 
 
 class MachineEvent(BaseModel):
@@ -536,20 +537,27 @@ def machine_step(state: MachineState, ctx: RunContext) -> dict[str, Any]:
             exhausted = step.reject(result.code, call.name)
             break
         step.retries = 0
-        step.event("tool", tool=result.tool, status=result.status, summary=result.summary)
-        step.notes.append(
-            StepNote(
-                llm_step=step.llm_step,
-                kind="tool_result",
-                data={"tool": result.tool, "status": result.status, "summary": result.summary},
-            )
-        )
+        seen = _lane_view(result, step.state.lane)
+        step.event("tool", **seen)
+        step.notes.append(StepNote(llm_step=step.llm_step, kind="tool_result", data=seen))
     if exhausted:
         step.record(ERROR_STATE, "error")
         step.out["retries"] = step.retries
         return step.end("error", "retry_budget_exhausted", state=ERROR_STATE)
     step.out.update(retries=step.retries, step_context=step.notes)
     return step.out
+
+
+def _lane_view(result: ToolResult, lane: str) -> dict[str, JsonValue]:
+    """What ``lane`` may know of a tool result: its summary only when the result's
+    ``exposure`` lets that lane see it (errors always go back to the caller); else, as in
+    ``ToolResult.to_tool_message``, the status and a note that the result is withheld."""
+    view: dict[str, JsonValue] = {"tool": result.tool, "status": result.status}
+    if result.visible_to(lane):
+        view["summary"] = result.summary
+    else:
+        view["note"] = f"result withheld from {lane} lane"
+    return view
 
 
 def _dispatch(step: _Step, arbiter: Arbiter, call: Any, index: int) -> ToolResult | Rejection:
