@@ -91,7 +91,7 @@ def mapreduce() -> Graph[Fan]:
 # --------------------------------------------------------------------------- executors
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def ray_executor() -> Iterator[RayExecutor]:
     # Workers import this module's nodes by path.
     path = os.pathsep.join(p for p in (TESTS, os.environ.get("PYTHONPATH")) if p)
