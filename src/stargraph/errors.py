@@ -40,6 +40,8 @@ keeps working for callers who do not know stargraph::
         │   ├── ProposalNotFoundError (LookupError)
         │   └── ProposalStateError (ValueError)
         ├── LaneTransitionError              an event a lane state machine does not allow
+        ├── RemoteContextError               a remote node used an orchestrator-only ctx part
+        ├── RayUnavailableError              Ray missing, unconnected, or not on loopback
         ├── GraphvizNotFoundError (FileNotFoundError)   no ``dot`` to render a picture
         ├── StoreError (ValueError)          a document/vector store refused its input
         ├── LaneBusy                         a lane already runs a skill (one active per lane)
@@ -90,7 +92,9 @@ __all__ = [
     "ProposalError",
     "ProposalNotFoundError",
     "ProposalStateError",
+    "RayUnavailableError",
     "RegistryError",
+    "RemoteContextError",
     "ReplayDivergenceError",
     "ReplayError",
     "ReplayMissError",
@@ -319,6 +323,16 @@ class ProposalStateError(ProposalError, ValueError):
 
 class LaneTransitionError(RunError):
     """An event the lane state machine does not allow in its current state."""
+
+
+class RemoteContextError(RunError):
+    """A node running on the executor given to ``compile(executor=...)`` used a part of its
+    ``ctx`` that only the orchestrating process has (``once``, ``record_call``,
+    ``interrupt``, ``services``). Remote nodes must be pure functions of state and config."""
+
+
+class RayUnavailableError(RunError):
+    """Ray is not installed, not connected, or not listening where it was asked to."""
 
 
 class GraphvizNotFoundError(RunError, FileNotFoundError):

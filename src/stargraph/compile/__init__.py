@@ -29,6 +29,7 @@ from stargraph.refs import resolve_ref
 from stargraph.runtime import (
     DEFAULT_MAX_STEPS,
     CompiledGraph,
+    DecisionMaker,
     Entropy,
     JoinSpec,
     NodeSpec,
@@ -118,7 +119,8 @@ def compile_ir(
         "snapshot_every": snapshot_every,
         "on_code_change": on_code_change,
         "services": services,
-        "plugins": plugins,
+        # Not the plugins: a child's events reach observers through its parent (bubbled),
+        # once; giving the child its own observer would report them twice.
         "executor": executor,
     }
 
@@ -252,6 +254,60 @@ def _subgraph_runner(
     )
 
 
+class _EnginePool:
+    """Rule engines reused across runs of one compiled graph.
+
+    Creating a CLIPS environment and loading its packs costs ~1.5 ms; restoring a used
+    engine to its initial facts costs ~50 µs, so a graph invoked many times (a ReAct agent
+    serving requests) keeps its engines. Engines are bound to the thread that made them
+    (CLIPS environments are not thread-safe), so the pool is per thread.
+    """
+
+    def __init__(self, make: Callable[[], Any]) -> None:
+        import threading
+
+        self._make = make
+        self._local = threading.local()
+
+    def acquire(self) -> DecisionMaker:
+        """An engine in its initial state; ``close()`` on it returns it to the pool."""
+        free: list[_PooledEngine] = self._local.__dict__.setdefault("free", [])
+        if free:
+            return free.pop()
+        engine = self._make()
+        return _PooledEngine(engine, engine.snapshot(), free)
+
+
+class _PooledEngine:
+    """A rule engine whose ``close()`` resets it and hands it back to its pool."""
+
+    def __init__(self, engine: Any, initial: Any, free: list[_PooledEngine]) -> None:
+        self._engine = engine
+        self._initial = initial
+        self._free = free
+
+    def decide(self, **facts: Any) -> Any:
+        """Delegate to the engine."""
+        return self._engine.decide(**facts)
+
+    def snapshot(self) -> Any:
+        """Delegate to the engine."""
+        return self._engine.snapshot()
+
+    def restore(self, snapshot: Any) -> None:
+        """Delegate to the engine."""
+        self._engine.restore(snapshot)
+
+    def close(self) -> None:
+        """Reset to the initial facts and return to the pool (really close if that fails)."""
+        try:
+            self._engine.restore(self._initial)
+        except Exception:  # a broken engine is simply not reused
+            self._engine.close()
+            return
+        self._free.append(self)
+
+
 def _successors(ir: GraphIR) -> dict[str, frozenset[str]]:
     """Every node a node may hand over to: static edges, router targets, join targets."""
     out: dict[str, set[str]] = {n.id: set() for n in ir.nodes}
@@ -304,13 +360,18 @@ def _rules_factory(
         for i, (node, packs) in enumerate(node_packs.items())
     }
 
-    def engine(packs: list[fathom.RulePack]) -> Callable[[], fathom.RuleEngine]:
-        return lambda: fathom.RuleEngine(packs, fact_fields=facts, successors=successors)
+    def engine(packs: list[fathom.RulePack]) -> Callable[[], DecisionMaker]:
+        pool = _EnginePool(
+            lambda: fathom.RuleEngine(packs, fact_fields=facts, successors=successors)
+        )
+        return pool.acquire
+
+    graph_engine = engine(graph_packs) if graph_packs else None
+    node_engines: dict[str, Callable[[], DecisionMaker]] = {
+        node: engine(packs) for node, packs in per_node.items()
+    }
 
     def factory() -> RuleSet:
-        return RuleSet(
-            engine(graph_packs)() if graph_packs else None,
-            {node: engine(packs) for node, packs in per_node.items()},
-        )
+        return RuleSet(graph_engine() if graph_engine else None, node_engines)
 
     return factory

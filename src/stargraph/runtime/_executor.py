@@ -725,6 +725,7 @@ class CompiledGraph(Generic[StateT]):
                 RunStarted(
                     run_id=run.run_id,
                     step=run.step,
+                    path=run.path,
                     graph_hash=self.graph_hash,
                     resumed=not fresh,
                 )

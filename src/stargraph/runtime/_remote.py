@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, TypedDict
 from pydantic import BaseModel, TypeAdapter
 from pydantic_core import to_jsonable_python
 
-from stargraph.errors import Problem, RunError
+from stargraph.errors import Problem, RemoteContextError
 from stargraph.ir import FunctionNodeIR, GraphIR
 from stargraph.refs import resolve_ref
 from stargraph.runtime._context import (
@@ -55,12 +55,6 @@ if TYPE_CHECKING:
     from stargraph.runtime._run import Run
 
 __all__ = ["Remote", "RemoteCall", "RemoteContextError", "remote_problems", "run_remote"]
-
-
-class RemoteContextError(RunError):
-    """A node running on the executor given to ``compile(executor=...)`` used a part of its
-    ``ctx`` that only the orchestrating process has (``once``, ``record_call``,
-    ``interrupt``, ``services``). Remote nodes must be pure functions of state and config."""
 
 
 class _NotRemote(BaseException):

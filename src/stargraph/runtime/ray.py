@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from stargraph.errors import StargraphError
+from stargraph.errors import RayUnavailableError
 
 __all__ = ["RayExecutor", "RayUnavailableError", "init_local"]
 
@@ -27,10 +27,6 @@ __all__ = ["RayExecutor", "RayUnavailableError", "init_local"]
 # address as its node address (and so binds every server to it) instead of the address of
 # the machine's network interface.
 _LOOPBACK_ENV = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
-
-
-class RayUnavailableError(StargraphError, RuntimeError):
-    """Ray is not installed, not connected, or not listening where it was asked to."""
 
 
 def _ray() -> Any:
