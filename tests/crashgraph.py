@@ -170,7 +170,38 @@ def nested_graph() -> Graph[CrashState]:
     return graph.with_edge(chain[-1], END)
 
 
-SHAPES = {"long": long_graph, "small": small_graph, "nested": nested_graph}
+def keep_looping(state: CrashState) -> str:
+    """The edges alone end the loop after one pass; only the goto rule keeps it going."""
+    return "stop"
+
+
+def rules_graph() -> Graph[CrashState]:
+    """A loop driven by rules: ``goto work`` after every step, halted by the termination
+    pack at step 20. A resumed run must take exactly the decisions of an uninterrupted one."""
+    from stargraph import fathom
+
+    goto = fathom.RulePack.from_spec(
+        {
+            "id": "cycle",
+            "version": "1",
+            "rules": [{"name": "again", "when": [{"node": "work"}], "then": {"goto": "work"}}],
+        }
+    )
+    return (
+        Graph("crash-rules", state=CrashState)
+        .with_node("work", work)
+        .with_edge(START, "work")
+        .with_conditional_edges("work", keep_looping, {"again": "work", "stop": END})
+        .with_rules(goto, fathom.default_termination_pack(max_steps=20, error_budget=3))
+    )
+
+
+SHAPES = {
+    "long": long_graph,
+    "small": small_graph,
+    "nested": nested_graph,
+    "rules": rules_graph,
+}
 
 
 def main() -> None:

@@ -92,7 +92,7 @@ def _check_history(tmp: Path, run_id: str, final: dict[str, Any]) -> None:
 def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
     """Final states of uninterrupted runs, computed in a subprocess like the trials."""
     out = {}
-    for shape in ("long", "small", "nested"):
+    for shape in ("long", "small", "nested", "rules"):
         tmp = tmp_path_factory.mktemp(f"ref-{shape}")
         out[shape] = _finish(tmp, "r", shape)
         _check_history(tmp, "r", out[shape])
@@ -104,6 +104,8 @@ def test_reference_run_is_complete(reference: dict[str, dict[str, Any]]) -> None
     assert len(long["log"]) == 12 + 5 + 1 + 16
     assert long["log"][12:17] == ["p0", "p1", "p2", "p3", "p4"]
     assert reference["small"]["log"] == ["a", "b", "c", "d"]
+    # The rule-routed loop ran exactly max_steps times, stopped by the termination pack.
+    assert reference["rules"]["log"] == ["work"] * 20
     nested = reference["nested"]["log"]
     assert nested == [f"a{i}" for i in range(5)] + [f"c{i}" for i in range(10)] + [
         f"z{i}" for i in range(5)
@@ -125,12 +127,14 @@ def _last_step(db: Path) -> int:
 
 @pytest.mark.parametrize(
     ("shape", "trial"),
-    [("long", t) for t in range(TRIALS)] + [("nested", t) for t in range(max(5, TRIALS // 5))],
+    [("long", t) for t in range(TRIALS)]
+    + [("nested", t) for t in range(max(5, TRIALS // 5))]
+    + [("rules", t) for t in range(max(5, TRIALS // 5))],
 )
 def test_sigkill_at_random_moments(
     shape: str, trial: int, tmp_path: Path, reference: dict[str, dict[str, Any]]
 ) -> None:
-    rng = random.Random(SEED + trial + (10_000 if shape == "nested" else 0))
+    rng = random.Random(SEED + trial + {"long": 0, "nested": 10_000, "rules": 20_000}[shape])
     seed_note = f"chaos seed {SEED}, trial {trial} (STARGRAPH_CHAOS_SEED={SEED})"
     kills = []
     for _ in range(2):
@@ -142,7 +146,7 @@ def test_sigkill_at_random_moments(
         )
         # Kill at a random moment inside the run: once a random step has been committed,
         # after a random fraction of a step more (so inside nodes, inside commits, between).
-        target = rng.randrange(-1, 9 if shape == "nested" else 28)
+        target = rng.randrange(-1, {"long": 28, "nested": 9, "rules": 18}[shape])
         deadline = time.monotonic() + 60
         while _last_step(tmp_path / "runs.db") < target and proc.poll() is None:
             assert time.monotonic() < deadline, seed_note
@@ -157,6 +161,27 @@ def test_sigkill_at_random_moments(
     final = _finish(tmp_path, "r", shape)
     assert final == reference[shape], f"{seed_note}, killed after steps {kills}"
     _check_history(tmp_path, "r", final)
+    if shape == "rules":
+        _check_decisions(tmp_path, seed_note)
+
+
+def _check_decisions(tmp: Path, note: str) -> None:
+    """The resumed rule-routed run took the decisions an uninterrupted one takes."""
+    store = SqliteStore(tmp / "runs.db")
+    try:
+        decisions = [(s.step, s.decision) for s in store.get_steps("r") if s.decision]
+        stopped = store.get_run("r").stopped_by
+    finally:
+        store.close()
+    goto = {"kind": "goto", "rule": "cycle/again", "targets": ["work"], "reason": None}
+    halt = {
+        "kind": "halt",
+        "rule": "termination/max_steps",
+        "targets": [],
+        "reason": "max_steps_exceeded",
+    }
+    assert decisions == [(i, goto) for i in range(1, 20)] + [(20, halt)], note
+    assert stopped == "termination/max_steps", note
 
 
 POINTS = ("before_node", "after_effect", "during_commit", "after_commit")
