@@ -52,7 +52,7 @@ bench: $(STAMP_BENCH)
 
 chaos: $(STAMP_DEV)
 	STARGRAPH_CHAOS_TRIALS=500 $(BIN)/python -m pytest -q tests/test_crash.py -p no:cacheprovider
-	STARGRAPH_PG_WORKER_TRIALS=20 STARGRAPH_PG_CHAOS_TRIALS=50 $(BIN)/python -m pytest -q tests/postgres -p no:cacheprovider
+	STARGRAPH_PG_WORKER_TRIALS=100 STARGRAPH_PG_CHAOS_TRIALS=50 $(BIN)/python -m pytest -q tests/postgres -p no:cacheprovider
 
 docs: $(STAMP_DOCS)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

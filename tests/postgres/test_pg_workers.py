@@ -1,7 +1,7 @@
 """Workers on PostgreSQL: many processes share a queue, dead workers' runs are resumed by
 others, a run that kills its workers is dead-lettered, and a worker whose lease was taken
 over stops without writing a step. ``STARGRAPH_PG_WORKER_TRIALS`` sets the number of SIGKILL
-trials (default 5; the acceptance figure is 20)."""
+trials (default 20, the acceptance figure; `make chaos` runs 100)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from stargraph.checkpoint import PostgresStore
 from stargraph.workers import Worker, open_queue, submit
 
 HERE = Path(__file__).parent
-TRIALS = int(os.environ.get("STARGRAPH_PG_WORKER_TRIALS", "5"))
+TRIALS = int(os.environ.get("STARGRAPH_PG_WORKER_TRIALS", "20"))  # the issue asks for 20
 SEED = int(os.environ.get("STARGRAPH_CHAOS_SEED", "20261122"))
 
 
@@ -122,7 +122,9 @@ def test_sigkill_a_worker_mid_run(trial: int, pg_dsn: str, pg_schema: str) -> No
     PostgresStore(pg_dsn, schema=pg_schema).close()
     for _ in range(9):
         submit(pg_dsn, "workgraph:chain", {}, schema=pg_schema)
-    args = ("--lease", "1", "--heartbeat", "0.2", "--poll", "0.2", "--idle-exit", "1.6")
+    # A 2 s lease renewed every 0.2 s: a loaded 2-core CI machine can stall a healthy worker
+    # for over a second, and a lease that short would hand its run over spuriously.
+    args = ("--lease", "2", "--heartbeat", "0.2", "--poll", "0.2", "--idle-exit", "2.6")
     procs = [_spawn(pg_dsn, pg_schema, *args, SG_NODE_SLEEP="0.02") for _ in range(3)]
     target = rng.randrange(1, 40)
     deadline = time.monotonic() + 60
