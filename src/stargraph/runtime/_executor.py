@@ -957,16 +957,16 @@ class CompiledGraph(Generic[StateT]):
     def _finish(self, run: Run) -> None:
         if run.persistence is not None:
             run.persistence.finish(run, stopped_by=run.stopped_by)
-        self._emit(
-            run,
-            RunFinished(
-                run_id=run.run_id,
-                step=run.step,
-                path=run.path,
-                state=jsonable(self.channels, run.values),
-                stopped_by=run.stopped_by,
-            ),
-        )
+        if run.emit is not None:  # the event dumps the whole state: only build it when seen
+            run.emit(
+                RunFinished(
+                    run_id=run.run_id,
+                    step=run.step,
+                    path=run.path,
+                    state=jsonable(self.channels, run.values),
+                    stopped_by=run.stopped_by,
+                )
+            )
 
     def _fail(self, run: Run, exc: StargraphError) -> None:
         if run.persistence is not None and not isinstance(exc, CheckpointError):

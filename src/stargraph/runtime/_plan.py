@@ -84,6 +84,11 @@ class NodeSpec:
     joins: tuple[JoinSpec, ...] = ()
 
     @property
+    def plain(self) -> bool:
+        """A sync node with no retry policy, timeout or thread: it can be called inline."""
+        return not (self.is_async or self.retry or self.timeout_s or self.blocking)
+
+    @property
     def only_static(self) -> bool:
         """True when what follows this node never depends on state (no routers, no joins)."""
         return not self.routers and not self.joins

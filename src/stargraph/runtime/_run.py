@@ -358,7 +358,10 @@ class Run:
         channels = self.graph.channels
         self.view = None
         if self.collect is not None:
-            self.collect.extend((t.node, w) for t, w in sorted(results, key=lambda r: r[0].key))
+            if len(results) == 1:
+                self.collect.append((results[0][0].node, results[0][1]))
+            else:
+                self.collect.extend((t.node, w) for t, w in sorted(results, key=lambda r: r[0].key))
         if len(results) == 1:
             # Fast path for chains: one task, no conflicts possible.
             values = dict(self.values)
