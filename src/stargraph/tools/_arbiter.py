@@ -57,8 +57,8 @@ from stargraph.tools._result import (
 )
 from stargraph.tools._schema import ValidatedArgs
 from stargraph.tools._spec import LockTemplate, ToolSpec
-from stargraph.tools._tool import Secrets, Tool, ToolContext, is_async_tool
-from stargraph.tools._workers import WorkerPool
+from stargraph.tools._tool import PythonTool, Secrets, Tool, ToolContext, is_async_tool
+from stargraph.tools._workers import WorkerPool, alarm_available, call_with_alarm
 from stargraph.tools._workspace import Workspace
 
 if TYPE_CHECKING:
@@ -461,6 +461,21 @@ class Arbiter:
 
     def _run_sync(self, admitted: _Admitted, ctx: ToolContext) -> object:
         tool, args = admitted.tool, admitted.args
+        if (
+            not admitted.plan.is_async
+            and isinstance(tool, PythonTool)
+            and tool.spec.side_effect in ("none", "read")
+            and alarm_available()
+        ):
+            # On the main thread a Python body without write or external effects runs right
+            # here under an interval timer: no thread hand-off, and an overrunning body is
+            # really stopped (see call_with_alarm). Writers keep the worker thread: stopping
+            # one halfway could leave a half-written file or an unreaped child process.
+            try:
+                return call_with_alarm(lambda: tool.execute(ctx, args), ctx.timeout_s)
+            except TimeoutError:
+                ctx.cancelled.set()
+                raise
         if admitted.plan.is_async:
 
             async def bounded() -> object:
