@@ -376,7 +376,6 @@ def test_a_lock_held_past_the_busy_timeout_is_a_checkpoint_error(db: Path) -> No
         store.commit_step("r1", make_step(4))
 
 
-@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork()")
 def test_a_forked_child_opens_its_own_connections(store: SqliteStore) -> None:
     _fill(store, "parent")
     pid = os.fork()
