@@ -8,8 +8,9 @@ through :func:`canonical_json`, so two processes agree byte for byte whatever th
 from __future__ import annotations
 
 import hashlib
-from typing import Any, NewType
+from typing import Any, Final, NewType
 
+import orjson
 import rfc8785
 
 __all__ = ["ContentHash", "canonical_json", "content_hash"]
@@ -18,9 +19,39 @@ ContentHash = NewType("ContentHash", str)
 """A ``"sha256:<64 hex>"`` digest of canonical JSON."""
 
 
+# RFC 8785 numbers are IEEE doubles, so integers beyond 2**53 - 1 are outside its domain.
+_SAFE_INT: Final = 2**53 - 1
+
+
+def _is_plain(value: Any) -> bool:
+    """True when orjson's sorted output is byte-identical to RFC 8785 for ``value``.
+
+    That holds for strings, safe integers, booleans, null, lists and objects with ASCII keys:
+    both escape strings the same way (ECMAScript rules) and ASCII keys sort the same in UTF-8
+    and UTF-16. Floats (ECMAScript number formatting) and non-ASCII keys (UTF-16 ordering)
+    take the exact path instead. A property test (tests/tools) pins the equivalence.
+    """
+    if value is None or isinstance(value, str | bool):
+        return True
+    if isinstance(value, int):
+        return -_SAFE_INT <= value <= _SAFE_INT
+    if isinstance(value, list | tuple):
+        return all(_is_plain(item) for item in value)
+    if isinstance(value, dict):
+        return all(
+            isinstance(key, str) and key.isascii() and _is_plain(item)
+            for key, item in value.items()
+        )
+    return False
+
+
 def canonical_json(value: Any) -> bytes:
     """Serialise a JSON-compatible value per RFC 8785 (JCS): sorted keys, no whitespace,
     ECMAScript number formatting. Raises ``TypeError`` for values JSON cannot carry."""
+    if _is_plain(value):
+        # orjson is ~15x faster than the pure-Python canonicaliser, and _is_plain guarantees
+        # identical bytes; graph hashes, request fingerprints and commit links all land here.
+        return orjson.dumps(value, option=orjson.OPT_SORT_KEYS)
     return bytes(rfc8785.dumps(value))
 
 
