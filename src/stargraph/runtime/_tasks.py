@@ -92,6 +92,17 @@ def _call_with_timeout(fn: Callable[..., Any], args: tuple[Any, ...], timeout: f
     return box["result"]
 
 
+def _retry_delay(run: Run, task: Task, spec: NodeSpec, exc: Exception, attempt: int) -> float:
+    """The backoff before the next attempt when ``exc`` is retried; otherwise raise the typed
+    error (a timeout, or the node's failure with ``exc`` as its cause). Shared by the sync and
+    async loops, which differ only in how they wait."""
+    if _should_retry(spec, exc, attempt):
+        return _backoff(run, spec, attempt)
+    if isinstance(exc, TimeoutError) and spec.timeout_s:
+        raise _timeout(run, task, spec) from exc
+    raise run.node_failed(task, exc) from exc
+
+
 def _finish(run: Run, task: Task, attempt: int, writes: dict[str, Any], siblings: int) -> None:
     if attempt > 1:
         run.attempts[f"{task.node}/{task.index}"] = attempt
@@ -119,14 +130,9 @@ def run_task_sync(
         except (GraphInterrupt, StargraphError):
             raise
         except Exception as exc:
-            if _should_retry(spec, exc, attempt):
-                time.sleep(_backoff(run, spec, attempt))
-                attempt += 1
-                run.new_journal_attempt(args)
-                continue
-            if isinstance(exc, TimeoutError) and spec.timeout_s:
-                raise _timeout(run, task, spec) from exc
-            raise run.node_failed(task, exc) from exc
+            time.sleep(_retry_delay(run, task, spec, exc, attempt))
+            attempt += 1
+            run.new_journal_attempt(args)
     _finish(run, task, attempt, writes, siblings)
     return writes
 
@@ -162,14 +168,9 @@ async def run_task_async(
         except (GraphInterrupt, StargraphError):
             raise
         except Exception as exc:
-            if _should_retry(spec, exc, attempt):
-                await asyncio.sleep(_backoff(run, spec, attempt))
-                attempt += 1
-                run.new_journal_attempt(args)
-                continue
-            if isinstance(exc, TimeoutError) and spec.timeout_s:
-                raise _timeout(run, task, spec) from exc
-            raise run.node_failed(task, exc) from exc
+            await asyncio.sleep(_retry_delay(run, task, spec, exc, attempt))
+            attempt += 1
+            run.new_journal_attempt(args)
     _finish(run, task, attempt, writes, siblings)
     return writes
 
