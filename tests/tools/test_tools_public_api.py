@@ -57,10 +57,12 @@ def test_tools_all_is_sorted_and_pinned() -> None:
         "matches_allowlist",
         "model_from_json_schema",
         "parse_lock_template",
+        "seal",
         "secret_env_name",
         "sha256_hex",
         "tool",
         "tool_id_from_llm_name",
+        "verify_rows",
     ]
 
 

@@ -35,8 +35,8 @@ from stargraph.agents._writeback import (
     WritebackWarning,
 )
 from stargraph.errors import LifecycleError
-from stargraph.tools._canonical import GENESIS_HASH, canonical_json, sha256_hex
-from stargraph.tools._commit import CommitEntry, seal, verify_rows
+from stargraph.ir import canonical_json
+from stargraph.tools import GENESIS_HASH, CommitEntry, seal, sha256_hex, verify_rows
 
 __all__ = ["AgentRecord", "AgentStore", "AuditRow"]
 

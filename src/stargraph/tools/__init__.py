@@ -37,6 +37,8 @@ from stargraph.tools._commit import (
     CommitRecord,
     InMemoryCommitLog,
     SqliteCommitLog,
+    seal,
+    verify_rows,
 )
 from stargraph.tools._locks import Lease, LockManager, LockRequest
 from stargraph.tools._manifest import load_manifest
@@ -107,8 +109,10 @@ __all__ = [
     "matches_allowlist",
     "model_from_json_schema",
     "parse_lock_template",
+    "seal",
     "secret_env_name",
     "sha256_hex",
     "tool",
     "tool_id_from_llm_name",
+    "verify_rows",
 ]
