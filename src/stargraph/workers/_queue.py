@@ -184,7 +184,7 @@ class PostgresQueue:
     """The run queue in ``<schema>.queue`` next to a ``PostgresStore``'s tables."""
 
     def __init__(self, dsn: str, *, schema: str = "stargraph") -> None:
-        from stargraph.checkpoint._postgres import PostgresStore
+        from stargraph.checkpoint import PostgresStore
 
         # The store validates the DSN and schema, migrates the checkpoint tables, and lends
         # its pool; the queue adds its table under the same advisory lock discipline.

@@ -19,8 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
-from stargraph.checkpoint._protocol import CheckpointStore
-from stargraph.checkpoint._records import JournalEntry, PendingWrite, RunRecord, StepRecord
+from stargraph.checkpoint import (
+    CheckpointStore,
+    JournalEntry,
+    PendingWrite,
+    RunRecord,
+    StepRecord,
+)
 from stargraph.errors import CheckpointError, LeaseLostError, StargraphError
 from stargraph.workers._queue import Claim, RunQueue, is_postgres, open_queue, worker_name
 
@@ -199,11 +204,11 @@ class Worker:
         self.store: CheckpointStore
         try:
             if is_postgres(db):
-                from stargraph.checkpoint._postgres import PostgresStore
+                from stargraph.checkpoint import PostgresStore
 
                 self.store = PostgresStore(str(db), schema=schema, pool_size=pool_size)
             else:
-                from stargraph.checkpoint._sqlite import SqliteStore
+                from stargraph.checkpoint import SqliteStore
 
                 self.store = SqliteStore(db)
         except BaseException:
