@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any, Final, Literal, NoReturn
 
 import clips
-from clips._clips import lib
+from clips._clips import ffi, lib
 from pydantic import BaseModel, ConfigDict, Field
 
 from stargraph.errors import RuleRuntimeError
@@ -28,6 +28,13 @@ from stargraph.fathom._load import (
     load_packs,
 )
 from stargraph.fathom._pack import RulePack
+from stargraph.fathom._raw import (
+    CallBuilder,
+    assert_fact,
+    error_message,
+    has_activations,
+    iter_facts,
+)
 from stargraph.fathom._values import (
     FactField,
     decode_string,
@@ -61,6 +68,10 @@ class Decision(BaseModel):
     reason: str | None = Field(None, description="Why, for halt and interrupt.")
     rule: str | None = Field(None, description="The rule that produced this decision.")
     fired: tuple[str, ...] = Field((), description="Every rule that asserted a decision.")
+
+
+# What every step without a firing rule decides: one shared (frozen) instance.
+_CONTINUE: Final = Decision(kind="continue")
 
 
 def _clear_agenda(env: Any) -> None:
@@ -142,20 +153,31 @@ class RuleEngine:
         )
         env = loaded.env
         self._env: clips.Environment | None = env
+        self._raw = env._env
+        self._calls = CallBuilder(self._raw)
+        self._probe = ffi.new("UDFValue *")
         self._capture: Capture = loaded.capture
         self._rule_packs = loaded.rule_packs
-        env.reset()
-        env.call("sg-init")
-        # Patterns are matched as facts are asserted, so a rule function can already fail here.
-        error = env.error_state
+        # Per-name encoders, resolved once: the decision path runs at every step.
+        self._encoders = tuple((name, self._fields[name]) for name in self._names)
+        self._start("the rules failed while the engine started")
+
+    def _start(self, what: str) -> None:
+        """Reset to the deffacts and the two engine facts; raise if a rule function failed.
+
+        Patterns are matched as facts are asserted, so a rule function can already fail here.
+        """
+        lib.Reset(self._raw)
+        code = self._calls.call(b"sg-init", ())
+        error = error_message(self._raw, self._probe)
         text = self._capture.take_errors()
-        if error is not None or text or self._raised:
+        if code or error is not None or text or self._raised:
             cause = self._raised[0] if self._raised else None
+            self._raised.clear()
             self.close()
-            detail = clips_message(text) if text else str(error)
+            detail = clips_message(text) if text else (error or f"sg-init failed ({code})")
             raise RuleRuntimeError(
-                f"the rules failed while the engine started: {detail}; fix the rule or the "
-                "Python function it calls"
+                f"{what}: {detail}; fix the rule or the Python function it calls"
             ) from cause
 
     # ------------------------------------------------------------------ lifecycle
@@ -168,6 +190,7 @@ class RuleEngine:
         """
         env, self._env = getattr(self, "_env", None), None
         if env is not None:
+            self._calls.close()
             # KeyError/AttributeError only at interpreter shutdown, when clipspy is torn down.
             with contextlib.suppress(KeyError, AttributeError):
                 clips.common.environment_data(env._env, "user_functions").functions.clear()
@@ -226,9 +249,14 @@ class RuleEngine:
         to different nodes, or a goto target is not a successor of ``node``.
         """
         env = self._checked_env(step, node)
-        args = [step, encode_string(node), encode_text(last_event), encode_text(tool_result)]
-        args.append(error_count)
-        for name in self._names:
+        args: list[Any] = [
+            step,
+            encode_string(node),
+            encode_text(last_event),
+            encode_text(tool_result),
+            error_count,
+        ]
+        for name, field in self._encoders:
             if name in state_facts:
                 value = state_facts[name]
             elif name == "done":
@@ -240,20 +268,29 @@ class RuleEngine:
                     step=step,
                     node=node,
                 )
-            args.append(encode_value(name, self._fields[name], value, step=step, node=node))
+            args.append(encode_value(name, field, value, step=step, node=node))
+        raw = self._raw
         try:
-            env.call("sg-begin", *args)
-            fired = env.run(self._run_limit)
-        except (clips.CLIPSError, OverflowError) as exc:
+            code = self._calls.call(b"sg-begin", args)
+        except (OverflowError, TypeError) as exc:
             self._fail(env, f"could not evaluate the rules: {exc}", step, node)
+        if code:
+            self._fail(env, f"could not evaluate the rules (sg-begin error {code})", step, node)
+        fired = int(lib.Run(raw, self._run_limit))
         self._check_run(env, fired, step, node)
-        return self._decision(env.call("sg-collect"), step, node)
+        if not fired:
+            # Only rules assert decisions (validate_pack enforces it): nothing fired, nothing
+            # to collect.
+            return _CONTINUE
+        if self._calls.call(b"sg-collect", ()):
+            self._fail(env, "could not read the decisions back", step, node)
+        return self._decision(self._calls.result(), step, node)
 
     def _fail(self, env: Any, message: str, step: int, node: str) -> NoReturn:
         """Clean the environment for the next step and raise the step's error."""
         env.clear_error_state()
         _clear_agenda(env)
-        env.call("sg-collect")  # drop the failed step's partial decisions
+        self._calls.call(b"sg-collect", ())  # drop the failed step's partial decisions
         self._capture.take_errors()
         cause = self._raised[0] if self._raised else None
         self._raised.clear()
@@ -264,8 +301,8 @@ class RuleEngine:
     def _check_run(self, env: Any, fired: int, step: int, node: str) -> None:
         # clipspy swallows exceptions raised in Python functions: run() returns normally
         # with the error left in the environment's error state and on stderr.
-        error = env.error_state
-        text = self._capture.take_errors()
+        error = error_message(self._raw, self._probe)
+        text = self._capture.take_errors() if self._capture.errors else ""
         if error is not None or text or self._raised:
             detail = clips_message(text) if text else str(error)
             self._fail(
@@ -275,7 +312,7 @@ class RuleEngine:
                 step,
                 node,
             )
-        if fired >= self._run_limit:
+        if fired >= self._run_limit and has_activations(self._raw):
             pending = sorted({a.name for a in env.activations()})
             if pending:
                 self._fail(
@@ -341,10 +378,10 @@ class RuleEngine:
         so a snapshot cannot be restored into an engine with different rules.
         """
         env = self._checked_env()
-        facts = []
-        for fact in env.facts():
-            name = fact.template.name
-            facts.append([name, {k: decode_value(v) for k, v in fact}])
+        facts = [
+            [name, {k: decode_value(v) for k, v in slots.items()}]
+            for name, slots in iter_facts(self._raw)
+        ]
         globals_ = {
             g.name: decode_value(g.value) for g in env.globals() if not g.name.startswith("sg-")
         }
@@ -372,9 +409,7 @@ class RuleEngine:
         env.eval("(retract *)")
         try:
             for template, slots in snapshot["facts"]:
-                env.find_template(template).assert_fact(
-                    **{k: to_clips(v) for k, v in slots.items()}
-                )
+                assert_fact(self._raw, template, {k: to_clips(v) for k, v in slots.items()})
             for name, value in snapshot["globals"].items():
                 env.find_global(name).value = to_clips(value)
         except (LookupError, ValueError, TypeError, clips.CLIPSError) as exc:
@@ -383,5 +418,18 @@ class RuleEngine:
                 f"the rule snapshot does not fit this engine ({exc}); it is corrupt or was "
                 "taken with other fact fields"
             ) from exc
-        env.call("sg-rebind")
+        self._calls.call(b"sg-rebind", ())
         _clear_agenda(env)
+
+    def reset(self) -> None:
+        """Back to the state of a new engine: deffacts, initial globals, fresh engine facts.
+
+        What a pooled engine does between runs; cheaper than restoring a snapshot, and
+        exactly what a new engine would hold, pending activations included.
+        """
+        env = self._checked_env()
+        env.clear_error_state()
+        _clear_agenda(env)
+        self._capture.take_errors()
+        self._raised.clear()
+        self._start("the rules failed while the engine was reset")

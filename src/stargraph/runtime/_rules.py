@@ -102,6 +102,8 @@ class RuleSet:
 
     def decide(self, step: int, ran: Sequence[str], values: Mapping[str, Any]) -> StepDecision:
         """Ask every relevant engine, for every node that ran (in node order)."""
+        if self.graph_engine is None and not any(n in self._node_factories for n in ran):
+            return _NO_RULES  # no engine applies (a ReAct ``act`` step): nothing to ask
         combined = StepDecision()
         last_event = _text(values.get("last_event"))
         tool_result = _text(values.get("tool_result"))
@@ -148,6 +150,10 @@ class RuleSet:
         for engine in self._node_engines.values():
             engine.close()
         self._node_engines.clear()
+
+
+# The decision of a step no engine looks at; never mutated (only decide() builds StepDecisions).
+_NO_RULES = StepDecision()
 
 
 def _text(value: Any) -> str | None:
