@@ -195,8 +195,9 @@ def test_three_tool_run_ends_with_the_right_final_answer(
     assert final.usage.total_tokens > 0
     record = app.get_run("r3")
     assert (record.status, record.stopped_by) == ("done", "termination/done")
-    # think, act, observe three times, then the answering think.
-    assert record.last_step == 10
+    # think, act, observe three times, then the answering think and its observe (where the
+    # termination pack decides).
+    assert record.last_step == 11
     first = scripted_openai.chat_requests[0]
     assert first.messages[0] == {"role": "system", "content": "Use the tools."}
     assert first.body is not None
@@ -276,9 +277,10 @@ def test_done_stops_the_loop_and_is_named_in_the_run_record(
     assert events[-1].kind == "run_finished"
     assert events[-1].stopped_by == "termination/done"
     decided = [(e.step, e.decision, e.rule) for e in events if e.kind == "rule_decided"]
-    assert decided == [(1, "halt", "termination/done")]
+    # The answer goes think -> observe; the pack decides once, after observe.
+    assert decided == [(2, "halt", "termination/done")]
     assert app.get_run("d").stopped_by == "termination/done"
-    assert app.get_run("d").last_step == 1
+    assert app.get_run("d").last_step == 2
 
 
 def test_error_budget_stops_the_loop_and_is_named_in_the_run_record(
@@ -383,6 +385,40 @@ def test_a_refusal_becomes_an_observation_and_costs_budget(
     assert (final.error_count, final.final_answer) == (1, "ok then: 2")
 
 
+def test_a_refusal_carrying_tool_calls_does_not_run_them(
+    scripted_openai: ScriptedOpenAIServer,  # noqa: F811
+    chat: OpenAIChatModel,
+    arbiter: Arbiter,
+) -> None:
+    """A reply that refuses is not acted on, even when it also asks for tools: think routes
+    it to observe, so the calls never reach the arbiter."""
+    calls = Reply.tool_calls([(name(CALC), {"a": 1, "b": 2, "op": "add"})]).calls
+    scripted_openai.set_script([Reply(refusal_text="I won't.", calls=calls), Reply.text("fine: 3")])
+    final = compiled(chat, arbiter).invoke({"task": "1+2"})
+    assert CALLS == []
+    assert final.tool_calls == []
+    assert (final.error_count, final.final_answer) == (1, "fine: 3")
+
+
+def test_refusals_exhaust_the_budget_after_their_notes_are_observed(
+    scripted_openai: ScriptedOpenAIServer,  # noqa: F811
+    chat: OpenAIChatModel,
+    arbiter: Arbiter,
+    store: SqliteStore,
+) -> None:
+    """Budget spent by the model itself (refusals): the stop comes at observe, so the
+    trajectory ends with the note that told the model why."""
+    scripted_openai.set_script(lambda _: Reply.refusal("No."))
+    app = compiled(chat, arbiter, store, error_budget=2)
+    final = app.invoke({"task": "t"}, run_id="refuse")
+    assert len(scripted_openai.chat_requests) == 2
+    assert final.error_count == 2
+    assert final.trajectory[-1].kind == "observation"
+    assert "You refused to continue" in (final.trajectory[-1].message.content or "")
+    record = app.get_run("refuse")
+    assert (record.stopped_by, record.last_step) == ("termination/error_budget", 4)
+
+
 class Verdict(BaseModel):
     answer: int
     confidence: float
@@ -484,7 +520,7 @@ def test_persistent_failure_ends_with_a_typed_error_and_resumes_from_the_checkpo
     assert (record.status, record.stopped_by, record.last_step) == (
         "done",
         "termination/done",
-        4,
+        5,
     )
     # The resumed request carries the whole conversation, tool answer included.
     resumed = scripted_openai.chat_requests[-1]

@@ -71,14 +71,10 @@ def test_graph_shape_config_and_rules() -> None:
         "system_prompt": "hi",
         "temperature": 0.0,
     }
-    # The termination pack is mounted where it can decide: after think and after observe.
+    # The termination pack is mounted on observe, which ends every ReAct step.
     assert ir.rule_packs == ()
     mounted = {n.id: [(p.id, p.version) for p in n.rules] for n in ir.nodes}
-    assert mounted == {
-        "act": [],
-        "observe": [("termination", "react-1")],
-        "think": [("termination", "react-1")],
-    }
+    assert mounted == {"act": [], "observe": [("termination", "react-1")], "think": []}
     assert ir.entry == ("think",)
 
 

@@ -508,8 +508,11 @@ class CompiledGraph(StoredRuns[StateT]):
             )
 
     def _apply_rules(self, run: Run, ran: Sequence[Task]) -> None:
-        assert run.rules is not None
-        decision = run.rules.decide(run.step, [t.node for t in ran], run.values)
+        rules = run.rules
+        assert rules is not None
+        if not rules.applies(ran):
+            return  # e.g. a ReAct act step: no engine watches it
+        decision = rules.decide(run.step, [t.node for t in ran], run.values)
         if decision.kind == "continue":
             return
         run.decision = {

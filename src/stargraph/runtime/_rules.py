@@ -92,6 +92,14 @@ class RuleSet:
         self._node_factories = node_engines
         self._node_engines: dict[str, DecisionMaker] = {}
 
+    def applies(self, ran: Sequence[Any]) -> bool:
+        """Whether any engine decides after a step in which the tasks ``ran`` ran (objects
+        with a ``node``): the graph's, or the engine of one of their nodes."""
+        if self.graph_engine is not None:
+            return True
+        factories = self._node_factories
+        return any(task.node in factories for task in ran)
+
     def _engine_for(self, node: str) -> DecisionMaker | None:
         if node not in self._node_factories:
             return None
@@ -102,8 +110,6 @@ class RuleSet:
 
     def decide(self, step: int, ran: Sequence[str], values: Mapping[str, Any]) -> StepDecision:
         """Ask every relevant engine, for every node that ran (in node order)."""
-        if self.graph_engine is None and not any(n in self._node_factories for n in ran):
-            return _NO_RULES  # no engine applies (a ReAct ``act`` step): nothing to ask
         combined = StepDecision()
         last_event = _text(values.get("last_event"))
         tool_result = _text(values.get("tool_result"))
@@ -150,10 +156,6 @@ class RuleSet:
         for engine in self._node_engines.values():
             engine.close()
         self._node_engines.clear()
-
-
-# The decision of a step no engine looks at; never mutated (only decide() builds StepDecisions).
-_NO_RULES = StepDecision()
 
 
 def _text(value: Any) -> str | None:

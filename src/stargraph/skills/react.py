@@ -17,10 +17,13 @@ over :class:`ReactState`; ``react_skill(...)`` packages it as a ``kind=agent``
   ``tool_call_id`` it answers) and sets the ``tool_result`` / ``last_event`` channels rules
   can read.
 
-The edges form a cycle (think -> act -> observe -> think) whose only exit is a final answer:
-the loop ends when the ``termination`` rule pack mounted on the graph halts it, and the run record's
-``stopped_by`` names the rule - ``termination/done``, ``termination/error_budget`` or
-``termination/max_steps``. ``max_steps`` counts *LLM steps* (``think`` calls, the seed's
+The edges form a cycle (think -> act -> observe -> think; a reply without tool calls goes
+from think straight to observe) whose only exit is a final answer. Every ReAct step ends
+at ``observe``, where the ``termination`` rule pack is mounted: the loop ends when it halts
+the run, and the run record's ``stopped_by`` names the rule - ``termination/done``,
+``termination/error_budget`` or ``termination/max_steps``. One decision per ReAct step, at
+the point where everything of the step (the reply, its tool calls, their observations) is
+in the state. ``max_steps`` counts *LLM steps* (``think`` calls, the seed's
 meaning), kept in the ``llm_steps`` fact; it halts after the observe of the last allowed
 step, so a model that never stops makes exactly ``max_steps`` model calls and every call it
 made has run and been observed.
@@ -201,10 +204,10 @@ def termination_pack(max_steps: int = 10, error_budget: int = 3) -> fathom.RuleP
     ``max_steps``, in that order of precedence.
 
     It differs from :func:`stargraph.fathom.default_termination_pack` (which counts graph
-    steps) in one way: ``max_steps`` counts LLM steps (the ``llm_steps`` fact) and fires
-    after ``observe``, so the last reply's tool calls run and are observed before the loop
-    stops. ``error_budget`` is checked after ``think`` and ``observe`` (not in between) for
-    the same reason: the trajectory ends with the observations of the failures.
+    steps) in one way: ``max_steps`` counts LLM steps (the ``llm_steps`` fact). The pack is
+    mounted on ``observe``, which ends every ReAct step, so the last reply's tool calls run
+    and are observed before the loop stops, and the trajectory ends with the observations of
+    the failures that exhausted the error budget.
 
     >>> pack = termination_pack(max_steps=5, error_budget=2)
     >>> pack.label, "(llm_steps" in pack.source
@@ -225,16 +228,13 @@ def termination_pack(max_steps: int = 10, error_budget: int = 3) -> fathom.RuleP
                 {
                     "name": "done",
                     "salience": 20,
-                    "when": [{"state.done": True}],
+                    "when": [{"state.done": True}, {"node": "observe"}],
                     "then": {"halt": "done"},
                 },
                 {
                     "name": "error_budget",
                     "salience": 10,
-                    "when": [
-                        {"error_count": {">=": error_budget}},
-                        {"node": {"in": ["think", "observe"]}},
-                    ],
+                    "when": [{"error_count": {">=": error_budget}}, {"node": "observe"}],
                     "then": {"halt": "error_budget_exhausted"},
                 },
                 {
@@ -313,10 +313,6 @@ def react_graph(
             think,
             config=config,
             must_stub=True,
-            # The pack is mounted on the two nodes after which it can decide anything
-            # (every rule needs think's or observe's writes): a decision costs ~35 µs of
-            # CLIPS, and none is needed after act.
-            rules=[pack],
             writes=(
                 "trajectory",
                 "llm_steps",
@@ -339,13 +335,15 @@ def react_graph(
         .with_node(
             "observe",
             observe,
+            # Every ReAct step ends here (a reply without tool calls skips act), so one
+            # decision per step sees all of it: the reply, the tool calls, the observations.
             rules=[pack],
             writes=("trajectory", "pending", "tool_result", "last_event"),
         )
         .with_edge(START, "think")
-        .with_conditional_edges("think", after_think, {"act": "act", END: END})
+        .with_conditional_edges("think", after_think, {"act": "act", "observe": "observe"})
         .with_edge("act", "observe")
-        .with_edge("observe", "think")
+        .with_conditional_edges("observe", after_observe, {"think": "think", END: END})
     )
 
 
@@ -578,13 +576,22 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
 
 
 def after_think(state: ReactState) -> str:
-    """``END`` once the model answered, else ``act``.
+    """``act`` when the reply called tools, else ``observe`` (an answer, a refusal, an empty
+    or invalid reply: nothing to dispatch, only notes to observe).
+
+    A refusal that also carries tool calls goes to ``observe``: the calls are not run.
+    """
+    return "act" if state.last_event == "tool_calls" else "observe"
+
+
+def after_observe(state: ReactState) -> str:
+    """``END`` once the model answered, else ``think``.
 
     The exit exists because a graph must be able to reach ``END``; it never decides a run
     that mounts the termination pack, whose ``done`` rule halts first (and is the rule the
     run record names). Without a final answer the edges cycle forever: only rules stop it.
     """
-    return END if state.done else "act"
+    return END if state.done else "think"
 
 
 def _dispatch(arbiter: Arbiter, call: Any, allowed: tuple[str, ...], node: str) -> ToolResult:

@@ -9,11 +9,12 @@ starve later calls; idle workers are reused.
 
 from __future__ import annotations
 
+import _signal  # type: ignore[import-not-found]  # signal without its IntEnum conversions
 import signal
 import threading
 from collections.abc import Callable
 from queue import SimpleQueue
-from typing import Any
+from typing import Any, Final
 
 __all__ = ["Job", "WorkerPool", "alarm_available", "call_with_alarm"]
 
@@ -110,12 +111,17 @@ class _Deadline(BaseException):
     body's own ``except Exception`` cannot swallow it."""
 
 
+# Read once: every inline dispatch installs and restores the handler, and signal.signal's
+# enum conversions cost about as much as the rest of that (~3 µs per dispatch).
+_SIGALRM: Final = int(signal.SIGALRM)
+
+
 def alarm_available() -> bool:
     """True on the main thread when SIGALRM is free (nobody installed a handler for it)."""
     return (
         hasattr(signal, "setitimer")
         and threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGALRM) in (signal.SIG_DFL, None)
+        and _signal.getsignal(_SIGALRM) in (signal.SIG_DFL, None)
     )
 
 
@@ -132,7 +138,7 @@ def call_with_alarm(fn: Callable[[], Any], timeout: float) -> Any:
     def on_alarm(signum: int, frame: object) -> None:
         raise _Deadline
 
-    previous = signal.signal(signal.SIGALRM, on_alarm)
+    previous = _signal.signal(_SIGALRM, on_alarm)
     try:
         try:
             signal.setitimer(signal.ITIMER_REAL, timeout)
@@ -143,4 +149,4 @@ def call_with_alarm(fn: Callable[[], Any], timeout: float) -> Any:
         except _Deadline:
             raise TimeoutError(f"timed out after {timeout}s") from None
     finally:
-        signal.signal(signal.SIGALRM, previous)
+        _signal.signal(_SIGALRM, previous)
