@@ -28,7 +28,6 @@ from clips.values import clips_value, python_value
 __all__ = ["CallBuilder", "assert_fact", "error_message", "has_activations", "iter_facts"]
 
 _SYMBOL: Final = int(clips.common.CLIPSType.SYMBOL)
-_MULTIFIELD: Final = int(clips.common.CLIPSType.MULTIFIELD)
 
 
 class CallBuilder:
@@ -68,13 +67,6 @@ class CallBuilder:
                 raise TypeError(f"cannot pass {kind.__name__} to CLIPS")
             lib.FCBAppend(builder, value)
         return int(lib.FCBCall(builder, name, self._result))
-
-    def result_length(self) -> int:
-        """Length of the last result when it is a multifield, else -1 (no conversion)."""
-        result = self._result
-        if result.header.type != _MULTIFIELD:
-            return -1
-        return int(result.multifieldValue.length)
 
     def result(self) -> Any:
         """The last result as a Python value (only for results holding no fact address)."""

@@ -56,64 +56,44 @@ __all__ = [
 EDGE: Final = "edge"
 CORE: Final = "core"
 
-EDGE_LANE_MACHINE: Final[Mapping[str, Any]] = {
-    "name": "edge-lane",
-    "initial_state": "IDLE",
-    "states": {
-        "IDLE": {
-            "transitions": [
-                {"on": "user_message", "to": "REASONING"},
-                {"on": "stop", "to": "STOPPED"},
-            ]
+
+def _lane_machine(name: str, start: str, end: str) -> Mapping[str, Any]:
+    """The lane shape both lanes share (seed 000): ``start`` begins reasoning, which may wait
+    on tools and ends with ``end``, an error or a cancel; only an idle lane stops."""
+    return {
+        "name": name,
+        "initial_state": "IDLE",
+        "states": {
+            "IDLE": {
+                "transitions": [
+                    {"on": start, "to": "REASONING"},
+                    {"on": "stop", "to": "STOPPED"},
+                ]
+            },
+            "REASONING": {
+                "transitions": [
+                    {"on": "tool_call", "to": "WAITING_TOOL"},
+                    {"on": end, "to": "IDLE"},
+                    {"on": "error", "to": "IDLE"},
+                    {"on": "cancel", "to": "IDLE"},
+                ]
+            },
+            "WAITING_TOOL": {
+                "transitions": [
+                    {"on": "tool_result", "to": "REASONING"},
+                    {"on": "error", "to": "IDLE"},
+                    {"on": "cancel", "to": "IDLE"},
+                ]
+            },
+            "STOPPED": {"terminal": True},
         },
-        "REASONING": {
-            "transitions": [
-                {"on": "tool_call", "to": "WAITING_TOOL"},
-                {"on": "reply", "to": "IDLE"},
-                {"on": "error", "to": "IDLE"},
-                {"on": "cancel", "to": "IDLE"},
-            ]
-        },
-        "WAITING_TOOL": {
-            "transitions": [
-                {"on": "tool_result", "to": "REASONING"},
-                {"on": "error", "to": "IDLE"},
-                {"on": "cancel", "to": "IDLE"},
-            ]
-        },
-        "STOPPED": {"terminal": True},
-    },
-}
+    }
+
+
+EDGE_LANE_MACHINE: Final = _lane_machine("edge-lane", "user_message", "reply")
 """The edge lane: a user message starts reasoning, which ends in a reply (seed 000)."""
 
-CORE_LANE_MACHINE: Final[Mapping[str, Any]] = {
-    "name": "core-lane",
-    "initial_state": "IDLE",
-    "states": {
-        "IDLE": {
-            "transitions": [
-                {"on": "job_start", "to": "REASONING"},
-                {"on": "stop", "to": "STOPPED"},
-            ]
-        },
-        "REASONING": {
-            "transitions": [
-                {"on": "tool_call", "to": "WAITING_TOOL"},
-                {"on": "job_done", "to": "IDLE"},
-                {"on": "error", "to": "IDLE"},
-                {"on": "cancel", "to": "IDLE"},
-            ]
-        },
-        "WAITING_TOOL": {
-            "transitions": [
-                {"on": "tool_result", "to": "REASONING"},
-                {"on": "error", "to": "IDLE"},
-                {"on": "cancel", "to": "IDLE"},
-            ]
-        },
-        "STOPPED": {"terminal": True},
-    },
-}
+CORE_LANE_MACHINE: Final = _lane_machine("core-lane", "job_start", "job_done")
 """The core lane: a ``CoreJobStart`` starts reasoning, which ends when the job is done."""
 
 _STARTS: Final = {EDGE: "user_message", CORE: "job_start"}
