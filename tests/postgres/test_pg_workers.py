@@ -131,10 +131,18 @@ def test_sigkill_a_worker_mid_run(trial: int, pg_dsn: str, pg_schema: str) -> No
     while _committed(pg_dsn, pg_schema) < target:
         assert time.monotonic() < deadline, note
         time.sleep(0.005)
-    time.sleep(rng.uniform(0, 0.03))
+    time.sleep(rng.uniform(0, 0.03))  # a random moment, not a guess about speed
+    # Freeze every worker before reading who owns what: a running worker can finish its run
+    # between the read and the kill, and the victim would then own nothing (a check-then-act
+    # race). Stopped, the owners read here are still the owners when the victim dies.
+    for proc in procs:
+        proc.send_signal(signal.SIGSTOP)
     owners = [p for p in procs if p.pid in _owner_pids(pg_dsn, pg_schema)]
     victim = rng.choice(owners or procs)
     victim.send_signal(signal.SIGKILL)
+    for proc in procs:
+        if proc is not victim:
+            proc.send_signal(signal.SIGCONT)
     for proc in procs:
         _, err = proc.communicate(timeout=120)
         expected = -signal.SIGKILL if proc is victim else 0
