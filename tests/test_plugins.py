@@ -12,9 +12,15 @@ from typing import Any
 import pytest
 
 from stargraph import fathom
-from stargraph.errors import RegistryError, ToolNotAllowedError
+from stargraph.errors import PluginLoadError, RegistryError, ToolNotAllowedError
 from stargraph.graph import END, START, Graph
-from stargraph.plugin import Registry, get_plugin_manager, hookimpl
+from stargraph.plugin import (
+    PluginSource,
+    Registry,
+    get_plugin_manager,
+    hookimpl,
+    load_entry_points,
+)
 from stargraph.skills import Skill
 from stargraph.tools import ToolCall
 
@@ -84,7 +90,7 @@ def install(root: Path, dist: str, *, skill: str, ns: str) -> None:
 def site(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     monkeypatch.syspath_prepend(str(tmp_path))
     yield tmp_path
-    for name in [m for m in sys.modules if m.startswith(("acme_", "other_"))]:
+    for name in [m for m in sys.modules if m.startswith(("acme_", "other_", "broken_"))]:
         del sys.modules[name]
 
 
@@ -123,10 +129,18 @@ def test_two_plugins_registering_one_skill_fail_naming_both(site: Path) -> None:
     install(site, "other-greeter", skill="greeter", ns="other")
     with pytest.raises(RegistryError) as info:
         Registry.build(get_plugin_manager())
+    # Issue 25 item 12: the clash names both entry points, not just the distributions.
+    assert isinstance(info.value, PluginLoadError)
+    assert info.value.plugins == ("acme_greeter", "other_greeter")
     assert str(info.value) == (
         "plugin registry is invalid: skills/greeter: skill 'greeter' is registered twice in "
-        "scope 'plugin', by 'acme-greeter' and 'other-greeter' (fix: uninstall one of the "
-        "plugins or rename its skill)"
+        "scope 'plugin', by 'acme-greeter' and 'other-greeter'; "
+        "entry point 'acme_greeter = acme_greeter' (group 'stargraph') of distribution "
+        "acme-greeter 1.0.0; "
+        "entry point 'other_greeter = other_greeter' (group 'stargraph') of distribution "
+        "other-greeter 1.0.0 "
+        "(fix: uninstall one of the plugins or rename its skill, or skip one with "
+        "STARGRAPH_DISABLE_PLUGINS=acme_greeter or other_greeter)"
     )
 
 
@@ -288,3 +302,174 @@ def test_unknown_names_are_typed_errors() -> None:
         registry.store("ftp://x")
     assert fathom.RulePack  # the termination pack is a built-in
     assert "termination" in registry.rule_packs
+
+
+# --------------------------------------------------------------------------- broken plugins
+
+
+def install_source(
+    root: Path, dist: str, source: str, *, module: str | None = None, entry: str | None = None
+) -> None:
+    """A distribution whose one entry point ``entry = module`` runs ``source`` on import."""
+    module = module or dist.replace("-", "_")
+    (root / module).mkdir(parents=True)
+    (root / module / "__init__.py").write_text(textwrap.dedent(source))
+    info = root / f"{dist.replace('-', '_')}-2.0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: 2.0.1\n")
+    (info / "entry_points.txt").write_text(f"[stargraph]\n{entry or module} = {module}\n")
+
+
+def _source(dist: str, module: str, entry: str | None = None) -> PluginSource:
+    return PluginSource("stargraph", entry or module, module, dist, "2.0.1")
+
+
+BROKEN_IMPORT = "raise ImportError('no lxml here')\n"
+BROKEN_HOOK = """
+from stargraph.plugin import hookimpl
+
+@hookimpl
+def register_tools(register):
+    register(object())  # not a tool: has no .spec
+
+@hookimpl
+def register_skills(register):
+    raise RuntimeError("skills database is down")
+"""
+# register_skills is valid; register_tools names an argument the hook spec does not have,
+# so pluggy refuses the plugin half-way through registering it.
+BROKEN_REGISTER = """
+from stargraph.plugin import hookimpl
+
+@hookimpl
+def register_skills(register):
+    pass
+
+@hookimpl
+def register_tools(register, registry):
+    pass
+"""
+
+
+def test_a_plugin_that_fails_to_import_names_its_entry_point_and_distribution(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("STARGRAPH_DISABLE_PLUGINS", raising=False)
+    install(site, "acme-greeter", skill="greeter", ns="acme")
+    install_source(site, "broken-lxml", BROKEN_IMPORT)
+    with pytest.raises(PluginLoadError) as info:
+        get_plugin_manager()
+    assert info.value.plugins == ("broken_lxml",)
+    assert str(info.value) == (
+        "plugin setup is invalid: plugin broken_lxml: entry point 'broken_lxml = broken_lxml' "
+        "(group 'stargraph') of distribution broken-lxml 2.0.1 failed to import: "
+        "ImportError: no lxml here (fix: upgrade or uninstall broken-lxml (pip install -U "
+        "broken-lxml / pip uninstall broken-lxml), or skip it with "
+        "STARGRAPH_DISABLE_PLUGINS=broken_lxml)"
+    )
+    # The healthy plugin still loads when the broken one is looked at apart...
+    pm = get_plugin_manager(entry_points=False)
+    load = load_entry_points(pm)
+    assert [s.name for s in load.loaded] == ["acme_greeter"]
+    assert [(f.plugin, f.stage, f.source) for f in load.failed] == [
+        ("broken_lxml", "import", _source("broken-lxml", "broken_lxml"))
+    ]
+    assert "greeter" in Registry.build(pm).skills
+    # ... and skipping it, by entry point or distribution name, is the documented way out.
+    for skip in ("broken_lxml", "broken-lxml", "other, broken-lxml"):
+        monkeypatch.setenv("STARGRAPH_DISABLE_PLUGINS", skip)
+        assert "greeter" in Registry.build(get_plugin_manager()).skills
+    monkeypatch.setenv("STARGRAPH_DISABLE_PLUGINS", "*")
+    assert "greeter" not in Registry.build(get_plugin_manager()).skills
+    assert "greeter" in Registry.build(get_plugin_manager(disabled=["broken_lxml"])).skills
+
+
+def test_a_plugin_that_exits_or_cannot_print_its_error_is_still_named(site: Path) -> None:
+    install_source(site, "broken-exit", "import sys\nsys.exit(3)\n")
+    install_source(
+        site,
+        "broken-str",
+        """
+        class Weird(Exception):
+            def __str__(self):
+                raise RuntimeError("no")
+
+        raise Weird()
+        """,
+    )
+    load = load_entry_points(get_plugin_manager(entry_points=False))
+    assert [(f.plugin, f.error) for f in load.failed] == [
+        ("broken_exit", "SystemExit: 3"),
+        ("broken_str", "Weird: <the error message could not be rendered>"),
+    ]
+
+
+def test_a_plugin_whose_hooks_raise_names_its_entry_point_and_distribution(site: Path) -> None:
+    install(site, "acme-greeter", skill="greeter", ns="acme")
+    install_source(site, "broken-hooks", BROKEN_HOOK)
+    pm = get_plugin_manager()  # importing and registering work; the hooks fail when called
+    with pytest.raises(PluginLoadError) as info:
+        Registry.build(pm)
+    assert info.value.plugins == ("broken_hooks",)
+    where = (
+        "entry point 'broken_hooks = broken_hooks' (group 'stargraph') of distribution "
+        "broken-hooks 2.0.1"
+    )
+    fix = "(fix: upgrade or uninstall broken-hooks"
+    assert [p.render().split(" (pip")[0] for p in info.value.problems] == [
+        f"plugin broken_hooks: {where} failed: its hook register_skills raised "
+        f"RuntimeError: skills database is down {fix}",
+        f"plugin broken_hooks: {where} failed: its hook register_tools raised "
+        "AttributeError: 'object' object has no attribute 'spec' " + fix,
+    ]
+
+
+def test_a_plugin_pluggy_refuses_is_named_and_left_out_entirely(site: Path) -> None:
+    install(site, "acme-greeter", skill="greeter", ns="acme")
+    install_source(site, "broken-register", BROKEN_REGISTER)
+    pm = get_plugin_manager(entry_points=False)
+    load = load_entry_points(pm)
+    [failure] = load.failed
+    assert (failure.plugin, failure.stage) == ("broken_register", "register")
+    assert "register_tools" in failure.error
+    assert "registry" in failure.error  # pluggy names the argument the spec lacks
+    assert (
+        failure.problem()
+        .render()
+        .startswith(
+            "plugin broken_register: entry point 'broken_register = broken_register' (group "
+            "'stargraph') of distribution broken-register 2.0.1 failed to register: "
+        )
+    )
+    # The half-registered plugin is gone: none of its hooks is left behind.
+    assert not pm.has_plugin("broken_register")
+    plugins = {impl.plugin_name for impl in pm.hook.register_skills.get_hookimpls()}
+    assert plugins == {"stargraph.builtins", "acme_greeter"}
+    with pytest.raises(PluginLoadError, match="broken_register"):
+        get_plugin_manager()
+
+
+def test_two_distributions_with_one_entry_point_name_are_a_named_conflict(site: Path) -> None:
+    install_source(site, "broken-one", "", entry="shared")
+    install_source(site, "broken-two", "", entry="shared")
+    install_source(site, "broken-three", "", entry="stargraph.builtins")
+    with pytest.raises(PluginLoadError) as info:
+        get_plugin_manager()
+    text = str(info.value)
+    assert sorted(info.value.plugins) == ["shared", "stargraph.builtins"]
+    # Which of the two 'shared' loads first is the order of sys.path / the directory listing;
+    # the other one is refused, naming both.
+    one = _source("broken-one", "broken_one", "shared").describe()
+    two = _source("broken-two", "broken_two", "shared").describe()
+    assert (
+        f"{two} cannot be loaded: its name 'shared' is already taken by {one}; entry point "
+        "names must be unique" in text
+    ) != (
+        f"{one} cannot be loaded: its name 'shared' is already taken by {two}; entry point "
+        "names must be unique" in text
+    )
+    assert (
+        "entry point 'stargraph.builtins = broken_three' (group 'stargraph') of distribution "
+        "broken-three 2.0.1 cannot be loaded: its name 'stargraph.builtins' is already taken by "
+        "plugin 'stargraph.builtins', registered before; entry point names must be unique" in text
+    )

@@ -13,6 +13,7 @@ keeps working for callers who do not know stargraph::
     │   ├── SkillValidationError             a Skill / SkillSpec / SKILL.md that is invalid
     │   ├── ToolSpecError                    a tool manifest or ToolSpec that is invalid
     │   ├── RegistryError                    a registry clash or a write to a frozen registry
+    │   │   └── PluginLoadError              an installed plugin that fails to import or register
     │   ├── InvalidProposalError             a proposal that cannot be stored as pending
     │   │   └── ExecutableProposalError      a proposal carrying executable code
     │   └── RuleCompileError                 a rule pack that does not load
@@ -88,6 +89,7 @@ __all__ = [
     "NodeError",
     "NodeTimeoutError",
     "OrphanWarning",
+    "PluginLoadError",
     "Problem",
     "ProposalError",
     "ProposalNotFoundError",
@@ -186,6 +188,23 @@ class ToolSpecError(CompileError):
 
 class RegistryError(CompileError):
     """A registry clash within one scope, or a write to a frozen registry."""
+
+
+class PluginLoadError(RegistryError):
+    """An installed plugin failed to import, to register with the plugin manager, or in one of
+    its ``register_*`` hooks, or registered a name another plugin has. Each problem names the
+    entry point (group, name, value) and its distribution (name, version) and says how to
+    upgrade, uninstall or skip it; ``plugins`` lists the entry-point names at fault."""
+
+    def __init__(
+        self,
+        problems: Iterable[Problem] | str,
+        *,
+        subject: str = "plugin setup",
+        plugins: Iterable[str] = (),
+    ) -> None:
+        self.plugins: tuple[str, ...] = tuple(plugins)
+        super().__init__(problems, subject=subject)
 
 
 class InvalidProposalError(CompileError):

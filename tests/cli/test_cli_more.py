@@ -253,19 +253,31 @@ def test_plugins_list_names_distributions_and_hooks(site: Path) -> None:
     result = sg("plugins", "list")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
-    assert lines[0].split() == ["PLUGIN", "DISTRIBUTION", "HOOKS"]
+    assert lines[0].split() == ["PLUGIN", "DISTRIBUTION", "STATUS", "HOOKS"]
     assert lines[1].startswith("stargraph.builtins")
     assert "register_checkpoint_stores, register_models, register_rule_packs" in lines[1]
     acme = next(line for line in lines if line.startswith("acme_greeter"))
-    assert "acme-greeter 1.0.0" in acme
+    assert acme.split()[1:4] == ["acme-greeter", "1.0.0", "ok"]
     assert acme.rstrip().endswith("register_skills, register_tools")
     as_json = json.loads(sg("plugins", "list", "--json").stdout)
     entry = next(p for p in as_json if p["name"] == "acme_greeter")
     assert entry == {
         "name": "acme_greeter",
         "distribution": "acme-greeter 1.0.0",
+        "status": "ok",
         "hooks": ["register_skills", "register_tools"],
+        "error": None,
     }
+
+
+BROKEN_IMPORT_WHERE = (
+    "entry point 'broken_plugin = broken_plugin' (group 'stargraph') of distribution "
+    "broken-plugin 1.0.0"
+)
+BROKEN_FIX = (
+    "(fix: upgrade or uninstall broken-plugin (pip install -U broken-plugin / pip uninstall "
+    "broken-plugin), or skip it with STARGRAPH_DISABLE_PLUGINS=broken_plugin)"
+)
 
 
 def test_a_plugin_that_fails_to_import_is_one_paragraph(site: Path) -> None:
@@ -276,6 +288,80 @@ def test_a_plugin_that_fails_to_import_is_one_paragraph(site: Path) -> None:
         error = one_paragraph_error(result)
         assert "no lxml here" in error
         assert "\n\n" not in error.strip()
+
+
+def test_a_broken_plugin_is_named_by_entry_point_and_distribution(site: Path) -> None:
+    # Issue 25 item 12: the error named neither the entry point nor the distribution.
+    install(site, "acme-greeter", ns="acme")
+    install(site, "broken-plugin", ns="broken", source="raise ImportError('no lxml here')\n")
+    expected = (
+        f"error: plugin setup is invalid: plugin broken_plugin: {BROKEN_IMPORT_WHERE} failed "
+        f"to import: ImportError: no lxml here {BROKEN_FIX}"
+    )
+    skills = sg("skills", "list")
+    assert skills.exit_code == 1, skills.output
+    assert one_paragraph_error(skills).strip() == expected
+    # plugins list still lists the healthy plugins, shows the broken one, then fails.
+    plugins = sg("plugins", "list")
+    assert plugins.exit_code == 1, plugins.output
+    rows = {line.split()[0]: line.split() for line in plugins.stdout.splitlines()[1:]}
+    assert rows["acme_greeter"][1:4] == ["acme-greeter", "1.0.0", "ok"]
+    assert rows["broken_plugin"] == ["broken_plugin", "broken-plugin", "1.0.0", "broken"]
+    assert one_paragraph_error(plugins).strip() == expected
+    data = json.loads(sg("plugins", "list", "--json").stdout)
+    broken = next(p for p in data if p["name"] == "broken_plugin")
+    assert broken == {
+        "name": "broken_plugin",
+        "distribution": "broken-plugin 1.0.0",
+        "status": "broken",
+        "hooks": [],
+        "error": expected.removeprefix("error: plugin setup is invalid: "),
+    }
+    # The way out the message offers works, by entry point or distribution name.
+    for skip in ("broken_plugin", "broken-plugin"):
+        env = {"STARGRAPH_DISABLE_PLUGINS": skip}
+        listed = sg("plugins", "list", env=env)
+        assert listed.exit_code == 0, listed.output
+        rows = {line.split()[0]: line.split() for line in listed.stdout.splitlines()[1:]}
+        assert rows["broken_plugin"][1:] == ["broken-plugin", "1.0.0", "disabled"]
+        skills = sg("skills", "list", env=env)
+        assert skills.exit_code == 0, skills.output
+        assert "acme-greeter" in skills.stdout
+
+
+HOOK_RAISES = """
+from stargraph.plugin import hookimpl
+
+@hookimpl
+def register_skills(register):
+    raise RuntimeError("skills database is down")
+"""
+
+
+def test_a_plugin_whose_hook_raises_is_named_by_entry_point_and_distribution(
+    site: Path,
+) -> None:
+    install(site, "acme-greeter", ns="acme")
+    install(site, "broken-plugin", ns="broken", source=HOOK_RAISES)
+    expected = (
+        f"error: plugin setup is invalid: plugin broken_plugin: {BROKEN_IMPORT_WHERE} failed: "
+        f"its hook register_skills raised RuntimeError: skills database is down {BROKEN_FIX}"
+    )
+    skills = sg("skills", "list")
+    assert skills.exit_code == 1, skills.output
+    assert one_paragraph_error(skills).strip() == expected
+    plugins = sg("plugins", "list")
+    assert plugins.exit_code == 1, plugins.output
+    rows = {line.split()[0]: line.split() for line in plugins.stdout.splitlines()[1:]}
+    assert rows["acme_greeter"][1:4] == ["acme-greeter", "1.0.0", "ok"]
+    assert rows["broken_plugin"] == [
+        "broken_plugin",
+        "broken-plugin",
+        "1.0.0",
+        "broken",
+        "register_skills",
+    ]
+    assert one_paragraph_error(plugins).strip() == expected
 
 
 def test_plugins_list_usage_error() -> None:

@@ -179,6 +179,10 @@ def _distributions(pm: Any) -> dict[int, str]:
     return found
 
 
+def _mentions(problem: Any, name: str) -> bool:
+    return problem.pointer == f"plugin {name}" or f"entry point '{name} = " in problem.message
+
+
 @click.group("plugins")
 def plugins_group() -> None:
     """Installed plugins (entry-point group ``stargraph``)."""
@@ -187,29 +191,62 @@ def plugins_group() -> None:
 @plugins_group.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print the plugins as JSON.")
 def plugins_list(as_json: bool) -> None:
-    """List plugins: name, distribution (name version), hooks implemented."""
+    """List plugins: name, distribution (name version), status, hooks implemented.
+
+    A plugin that fails to import, to register, or in a register_* hook is listed as
+    `broken` beside the healthy ones, then the command exits 1 with an error naming its
+    entry point and distribution (a broken install should fail scripts that check it).
+    Plugins named in STARGRAPH_DISABLE_PLUGINS are listed as `disabled`.
+    """
     from importlib.metadata import version
 
-    from stargraph.plugin import _builtins, get_plugin_manager
+    from stargraph.errors import PluginLoadError
+    from stargraph.plugin import Registry, _builtins, get_plugin_manager, load_entry_points
 
-    pm = get_plugin_manager()
+    pm = get_plugin_manager(entry_points=False)
+    load = load_entry_points(pm)
+    problems = [f.problem() for f in load.failed]
+    culprits = [f.plugin for f in load.failed]
+    errors: dict[str, str] = {}  # loaded plugins whose register_* hooks failed or clashed
+    try:
+        Registry.build(pm)
+    except PluginLoadError as exc:
+        problems += exc.problems
+        culprits += exc.plugins
+        for name in exc.plugins:
+            errors[name] = "; ".join(p.render() for p in exc.problems if _mentions(p, name))
     dists = _distributions(pm)
-    rows = []
+    rows: list[tuple[str, str, str, str, str | None]] = []
     for plugin in pm.get_plugins():
         name = pm.get_name(plugin) or repr(plugin)
         if plugin is _builtins:
             dist = f"stargraph {version('stargraph')}"
         else:
             dist = dists.get(id(plugin), "-")
-        hooks = sorted(caller.name for caller in pm.get_hookcallers(plugin) or ())
-        rows.append((name, dist, ", ".join(hooks)))
-    rows.sort(key=lambda r: (r[0] != "stargraph.builtins", r[0]))
+        hooks = ", ".join(sorted(caller.name for caller in pm.get_hookcallers(plugin) or ()))
+        error = errors.get(name)
+        rows.append((name, dist, "ok" if error is None else "broken", hooks, error))
+    for failure in load.failed:
+        source = failure.source
+        dist = f"{source.distribution} {source.version}" if source else "-"
+        rows.append((failure.plugin, dist, "broken", "", failure.problem().render()))
+    for source in load.disabled:
+        dist = f"{source.distribution} {source.version}"
+        rows.append((source.name, dist, "disabled", "", None))
+    rows.sort(key=lambda r: (r[0] != "stargraph.builtins", r[0], r[1]))
     if as_json:
-        keys = ("name", "distribution", "hooks")
         data = [
-            {**dict(zip(keys, r, strict=True)), "hooks": r[2].split(", ") if r[2] else []}
-            for r in rows
+            {
+                "name": name,
+                "distribution": dist,
+                "status": status,
+                "hooks": hooks.split(", ") if hooks else [],
+                "error": error,
+            }
+            for name, dist, status, hooks, error in rows
         ]
         click.echo(json.dumps(data, indent=2))
-        return
-    _table(("PLUGIN", "DISTRIBUTION", "HOOKS"), rows)
+    else:
+        _table(("PLUGIN", "DISTRIBUTION", "STATUS", "HOOKS"), [r[:4] for r in rows])
+    if problems:
+        raise PluginLoadError(problems, plugins=sorted(set(culprits)))

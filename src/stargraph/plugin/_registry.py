@@ -18,7 +18,14 @@ from typing import Any, Final, Literal
 
 import pluggy
 
-from stargraph.errors import CompileError, Problem, RegistryError
+from stargraph.errors import CompileError, PluginLoadError, Problem, RegistryError
+from stargraph.plugin._load import (
+    DISABLE_ENV,
+    PluginFailure,
+    PluginSource,
+    describe_error,
+    plugin_source,
+)
 
 __all__ = ["Entry", "LoadReport", "Registry", "Scope", "SkillLoader"]
 
@@ -44,6 +51,8 @@ class Entry:
     item: Any
     scope: Scope
     provider: str
+    source: PluginSource | None = None
+    """The entry point and distribution of the installed plugin that registered it."""
 
 
 @dataclass(frozen=True)
@@ -67,16 +76,30 @@ def _name_of(kind: Kind, item: Any) -> str:
     raise AssertionError(kind)
 
 
-def _provider(pm: pluggy.PluginManager, plugin: Any) -> tuple[Scope, str]:
+def _provider(pm: pluggy.PluginManager, plugin: Any) -> tuple[Scope, str, PluginSource | None]:
     from stargraph.plugin import _builtins
 
     if plugin is _builtins:
-        return "builtin", "stargraph"
-    for candidate, dist in pm.list_plugin_distinfo():
-        if candidate is plugin:
-            return "plugin", str(dist.metadata["name"])
-    name = pm.get_name(plugin) or getattr(plugin, "__name__", repr(plugin))
-    return "plugin", str(name)
+        return "builtin", "stargraph", None
+    source = plugin_source(pm, plugin)
+    if source is not None:
+        return "plugin", source.distribution, source
+    return "plugin", _plugin_name(pm, plugin), None
+
+
+def _plugin_name(pm: pluggy.PluginManager, plugin: Any) -> str:
+    return str(pm.get_name(plugin) or getattr(plugin, "__name__", repr(plugin)))
+
+
+def _hook_failure(
+    pm: pluggy.PluginManager, plugin: Any, hook: str, exc: BaseException
+) -> PluginFailure:
+    return PluginFailure(
+        _plugin_name(pm, plugin),
+        "hook",
+        f"its hook {hook} raised {describe_error(exc)}",
+        plugin_source(pm, plugin),
+    )
 
 
 class Registry:
@@ -119,6 +142,7 @@ class Registry:
         pm = pm or get_plugin_manager()
         collected: list[Entry] = []
         problems: list[Problem] = []
+        failures: list[PluginFailure] = []
         items: list[tuple[Kind, Any]] = [
             ("skill", pm.hook.register_skills),
             ("tool", pm.hook.register_tools),
@@ -131,28 +155,46 @@ class Registry:
         ]
         for kind, hook in items:
             for impl in hook.get_hookimpls():
-                scope, provider = _provider(pm, impl.plugin)
+                scope, provider, source = _provider(pm, impl.plugin)
 
                 def register(
-                    item: Any, kind: Kind = kind, scope: Scope = scope, provider: str = provider
+                    item: Any,
+                    *,
+                    kind: Kind = kind,
+                    scope: Scope = scope,
+                    provider: str = provider,
+                    source: PluginSource | None = source,
                 ) -> None:
-                    collected.append(Entry(kind, _name_of(kind, item), item, scope, provider))
+                    name = _name_of(kind, item)
+                    collected.append(Entry(kind, name, item, scope, provider, source))
 
-                impl.function(register=register)
+                try:
+                    impl.function(register=register)
+                except Exception as exc:  # any plugin bug: name the plugin, keep going
+                    failures.append(_hook_failure(pm, impl.plugin, hook.name, exc))
         for kind, hook in named:
             for impl in hook.get_hookimpls():
-                scope, provider = _provider(pm, impl.plugin)
+                scope, provider, source = _provider(pm, impl.plugin)
 
                 def register_named(
                     name: str,
                     item: Any,
+                    *,
                     kind: Kind = kind,
                     scope: Scope = scope,
                     provider: str = provider,
+                    source: PluginSource | None = source,
                 ) -> None:
-                    collected.append(Entry(kind, name, item, scope, provider))
+                    collected.append(Entry(kind, name, item, scope, provider, source))
 
-                impl.function(register=register_named)
+                try:
+                    impl.function(register=register_named)
+                except Exception as exc:
+                    failures.append(_hook_failure(pm, impl.plugin, hook.name, exc))
+        if failures:
+            raise PluginLoadError(
+                [f.problem() for f in failures], plugins=sorted({f.plugin for f in failures})
+            )
         report = LoadReport()
         loaders = dict(skill_loaders or {})
         for scope, directory in (("global", global_dir), ("agent", agent_dir)):
@@ -319,17 +361,28 @@ def _resolve(collected: list[Entry]) -> list[Entry]:
     for entry in collected:
         by_key.setdefault((entry.kind, entry.name), {}).setdefault(entry.scope, []).append(entry)
     problems = []
+    culprits: set[str] = set()
     out = []
     for (kind, name), scopes in sorted(by_key.items()):
         for scope, entries in scopes.items():
             providers = sorted({e.provider for e in entries})
             if len(entries) > 1:
+                sources = sorted({e.source for e in entries if e.source}, key=lambda s: s.name)
+                culprits.update(s.name for s in sources)
                 problems.append(
                     Problem(
                         f"{kind}s/{name}",
                         f"{kind} {name!r} is registered twice in scope {scope!r}, by "
-                        + " and ".join(repr(p) for p in providers),
-                        "uninstall one of the plugins or rename its " + kind.replace("_", " "),
+                        + " and ".join(repr(p) for p in providers)
+                        + "".join(f"; {s.describe()}" for s in sources),
+                        "uninstall one of the plugins or rename its "
+                        + kind.replace("_", " ")
+                        + (
+                            f", or skip one with {DISABLE_ENV}="
+                            + " or ".join(s.name for s in sources)
+                            if sources
+                            else ""
+                        ),
                     )
                 )
         winner_scope = max(scopes, key=SCOPES.index)
@@ -347,6 +400,8 @@ def _resolve(collected: list[Entry]) -> list[Entry]:
                         scope,
                     )
         out.append(winner)
+    if problems and culprits:  # installed plugins clash: name their entry points
+        raise PluginLoadError(problems, subject="plugin registry", plugins=sorted(culprits))
     if problems:
         raise RegistryError(problems, subject="plugin registry")
     return out
