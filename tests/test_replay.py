@@ -336,3 +336,58 @@ def test_rule_routed_run_replays(store: SqliteStore) -> None:
     app = graph.compile(store=store)
     live = list(app.stream({}, run_id="rr"))
     assert [e.model_dump() for e in app.replay_stream("rr")] == [e.model_dump() for e in live]
+
+
+def _forge(document: dict[str, Any]) -> dict[str, Any]:
+    """Edit the model's first answer consistently - in its recorded call and in the write
+    made from it - and recompute the plain checksum, as a forger would."""
+    from stargraph.ir import content_hash
+
+    forged = json.loads(json.dumps(document))
+    for step in forged["recording"]["steps"]:
+        for call in step.get("calls", []):
+            if call["kind"] == "llm" and "answer 0" in json.dumps(call["value"]):
+                call["value"] = json.loads(json.dumps(call["value"]).replace("answer 0", "FORGED"))
+                for write in step["writes"]:
+                    write["writes"]["log"] = ["llm:FORGED"]
+    forged["checksum"] = content_hash(forged["recording"])
+    return forged
+
+
+def test_signed_cassette_refuses_a_consistent_forgery(
+    store: SqliteStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 25 item 13: a checksum is recomputable, so only a keyed signature stops a
+    forged cassette (values edited consistently, checksum recomputed)."""
+    monkeypatch.delenv("STARGRAPH_CASSETTE_KEY", raising=False)
+    app = llm_graph().compile(store=store, services={"model": _scripted(2)})
+    app.invoke({}, run_id="r")
+    key = b"0123456789abcdef0123456789abcdef"
+    path = export_cassette(store, "r", tmp_path / "signed.json", key=key)
+    fresh = llm_graph().compile(services={"model": ScriptedChatModel([])})
+    assert fresh.replay(load_cassette(path, key=key)) == app.get_state("r")
+
+    document = json.loads(path.read_text())
+    assert document["signature"].startswith("hmac-sha256:")
+    forged = _forge(document)
+    (tmp_path / "forged.json").write_text(json.dumps(forged))
+    # What the checksum alone cannot tell: unsigned, the forgery loads and replays.
+    unsigned = {k: v for k, v in forged.items() if k != "signature"}
+    (tmp_path / "unsigned.json").write_text(json.dumps(unsigned))
+    assert "llm:FORGED" in fresh.replay(load_cassette(tmp_path / "unsigned.json")).log
+    # With the key, every way round it is refused.
+    with pytest.raises(CassetteError, match="does not match its signature"):
+        load_cassette(tmp_path / "forged.json", key=key)
+    with pytest.raises(CassetteError, match="does not match its signature"):
+        load_cassette(path, key=b"another key, not the signer's")
+    with pytest.raises(CassetteError, match="is not signed"):
+        load_cassette(tmp_path / "unsigned.json", key=key)
+    with pytest.raises(CassetteError, match="is signed; load it with its key"):
+        load_cassette(path)
+    # The key may come from the environment instead (the CLI's way).
+    monkeypatch.setenv("STARGRAPH_CASSETTE_KEY", key.decode())
+    assert load_cassette(path).run.run_id == "r"
+    with pytest.raises(CassetteError, match="does not match its signature"):
+        load_cassette(tmp_path / "forged.json")
+    env_signed = export_cassette(store, "r", tmp_path / "env.json")
+    assert json.loads(env_signed.read_text())["signature"] == document["signature"]

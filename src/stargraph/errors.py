@@ -23,6 +23,8 @@ keeps working for callers who do not know stargraph::
         ├── InvalidWriteError                a node wrote something the state cannot take
         ├── StepLimitExceeded                the run hit its step limit
         ├── NodeTimeoutError (TimeoutError)  a node exceeded its timeout
+        ├── AttemptAbandonedError            a timed-out attempt's thread used its journal
+        ├── EngineError                      an untyped exception escaped the engine
         ├── RuleRuntimeError                 a rule decision could not be taken
         ├── CheckpointError                  stored runs: missing, finished, corrupt, mismatched
         │   ├── RunNotFoundError (LookupError)
@@ -30,7 +32,8 @@ keeps working for callers who do not know stargraph::
         │   ├── GraphHashMismatch
         │   ├── CodeHashMismatch
         │   ├── CorruptCheckpointError
-        │   └── LeaseLostError               a worker's lease on a run was taken over
+        │   ├── RunBusyError                 another live owner holds the run's lease
+        │   └── LeaseLostError               this process's lease on a run was taken over
         ├── ToolError                        the tool dispatch pipeline refused or failed a call
         │   ├── ToolArgumentError
         │   ├── ToolNotAllowedError (PermissionError)
@@ -67,12 +70,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = [
+    "AttemptAbandonedError",
     "CassetteError",
     "CheckpointError",
     "CodeHashMismatch",
     "CodeHashWarning",
     "CompileError",
     "CorruptCheckpointError",
+    "EngineError",
     "ExecutableProposalError",
     "GraphHashMismatch",
     "GraphvizNotFoundError",
@@ -104,6 +109,7 @@ __all__ = [
     "RuleRuntimeError",
     "RunError",
     "RunNotFoundError",
+    "RunBusyError",
     "RunNotResumableError",
     "SkillValidationError",
     "StargraphError",
@@ -261,6 +267,20 @@ class NodeTimeoutError(RunError, TimeoutError):
     """A node ran longer than its ``timeout_s``."""
 
 
+class AttemptAbandonedError(RunError):
+    """Raised *inside* the thread of an abandoned attempt: a node attempt that timed out
+    (its thread cannot be stopped) made a journaled call (``ctx.once``, ``ctx.now``, a model
+    or tool call through its services) after a retry had taken over. The call is refused and
+    nothing is recorded, so the effect is neither repeated nor logged into another attempt's
+    record. Nobody waits for that thread, so the run never sees this error."""
+
+
+class EngineError(RunError):
+    """An exception that is not a :class:`StargraphError` escaped the engine itself (not a
+    node: those become :class:`NodeError`) - a bug, or a store or service that raised
+    something untyped. The run is marked failed with it; the original is ``__cause__``."""
+
+
 class RuleRuntimeError(RunError):
     """A rule could not be evaluated or asked for an impossible decision (``goto`` to a node
     that is not a successor, a Python callback that raised)."""
@@ -300,8 +320,18 @@ class CorruptCheckpointError(CheckpointError):
     """A stored checkpoint row cannot be decoded."""
 
 
+class RunBusyError(CheckpointError):
+    """Another live owner (host, pid, since when) holds the run's lease: it is being run or
+    resumed elsewhere. Raised before any node runs; ``owner`` describes the holder."""
+
+    def __init__(self, message: str, *, run_id: str | None = None, owner: str = "") -> None:
+        self.owner = owner
+        super().__init__(message, run_id=run_id)
+
+
 class LeaseLostError(CheckpointError):
-    """This worker's lease on the run was taken over; it must not write the run any more."""
+    """This process's (or worker's) lease on the run was taken over; it must not write the
+    run any more."""
 
 
 class ToolError(RunError):

@@ -38,6 +38,7 @@ from stargraph.runtime import (
     SystemEntropy,
     accepts_ctx,
 )
+from stargraph.runtime._run import MAX_STEPS_BOUND, max_steps_problem
 from stargraph.state import build_channels
 
 if TYPE_CHECKING:
@@ -106,6 +107,11 @@ def compile_ir(
     if snapshot_every < 1:
         problems.append(
             Problem("/", f"snapshot_every={snapshot_every} must be >= 1", "pass 1 or more")
+        )
+    steps_problem = max_steps_problem(max_steps)
+    if steps_problem is not None:
+        problems.append(
+            Problem("/", steps_problem, f"pass compile(max_steps=...) from 1 to {MAX_STEPS_BOUND}")
         )
     if nested.undeclared:
         raise UndeclaredOutputError([*nested.undeclared, *problems], subject=f"graph {ir.name!r}")

@@ -20,9 +20,27 @@ from stargraph.refs import resolve_ref
 from stargraph.runtime._plan import accepts_ctx
 from stargraph.state import schema_ir, schema_problems
 
-__all__ = ["Resolved", "validate_ir"]
+__all__ = ["RESERVED_IDS", "Resolved", "validate_ir"]
 
-_ID_RE: Final = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+# \Z, not $: "$" also matches before a trailing newline, which let "a\n" through.
+_ID_RE: Final = re.compile(r"\A[A-Za-z_][A-Za-z0-9_.\-]*\Z")
+
+RESERVED_IDS: Final = frozenset({START, END, "__update__", "__migration__"})
+"""Names the runtime writes into run records itself: the virtual start and end nodes, and the
+writers of ``update=`` steps and of migrations. Every other ``__name__`` is reserved too."""
+
+
+def _id_problem(node_id: str) -> str | None:
+    if not _ID_RE.match(node_id):
+        return f"malformed node id {node_id!r}"
+    if node_id in RESERVED_IDS or (
+        len(node_id) > 4 and node_id.startswith("__") and node_id.endswith("__")
+    ):
+        return (
+            f"node id {node_id!r} is reserved: the runtime uses names of the form '__name__' "
+            f"for its own records ({', '.join(sorted(RESERVED_IDS))})"
+        )
+    return None
 
 
 @dataclass
@@ -90,13 +108,14 @@ def validate_ir(
                 )
             )
         ids.setdefault(node.id, i)
-        if node.id in (START, END) or not _ID_RE.match(node.id):
+        id_problem = _id_problem(node.id)
+        if id_problem is not None:
             problems.append(
                 Problem(
                     f"{where}/id",
-                    f"malformed node id {node.id!r}",
-                    "use letters, digits, '_', '-', '.', starting with a letter or '_' "
-                    f"(and not {START!r} or {END!r})",
+                    id_problem,
+                    "use letters, digits, '_', '-', '.', starting with a letter or '_', and not "
+                    "of the form '__name__'",
                 )
             )
         if node.writes is not None:

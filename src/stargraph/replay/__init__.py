@@ -8,8 +8,17 @@ recordings in and out of files and compares runs::
     app.replay(recording)
     diff(Recording.from_store(store, "a"), Recording.from_store(store, "b")).first_step
 
-A cassette is JSON with a checksum over its canonical content, so a truncated file or a hand
+A cassette is JSON with a checksum over its canonical content, so a truncated file or a stray
 edit is refused with a :class:`~stargraph.errors.CassetteError` naming what is wrong.
+
+**The checksum detects accidents, not tampering**: it is a plain SHA-256 that anyone who edits
+a cassette can recompute, so an unsigned cassette whose values were edited consistently (and
+its checksum recomputed) replays the forged data. For integrity against a forger, *sign*
+cassettes with a secret key: ``export_cassette(..., key=b"...")`` adds an HMAC-SHA256
+``signature`` over the content, and ``load_cassette(..., key=b"...")`` refuses a cassette that
+is unsigned, signed with another key, or edited after signing. Without ``key=`` both read the
+``STARGRAPH_CASSETTE_KEY`` environment variable (so the CLI signs and checks too); when a key
+is in effect an unsigned cassette is refused, and a signed cassette is refused when no key is.
 
 A run with subgraph nodes has child runs (``<run>::<site>@<step>.<index>``, nested for deeper
 skills); the cassette carries them all under ``children`` (covered by the checksum), and
@@ -18,6 +27,9 @@ skills); the cassette carries them all under ``children`` (covered by the checks
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import os
 from pathlib import Path
 from typing import Any, Final
 
@@ -30,6 +42,7 @@ from stargraph.ir import content_hash
 
 __all__ = [
     "CASSETTE_FORMAT",
+    "CASSETTE_KEY_ENV",
     "Cassette",
     "RunDiff",
     "StepDiff",
@@ -40,6 +53,35 @@ __all__ = [
 
 CASSETTE_FORMAT: Final = "stargraph-cassette/1"
 """The format tag every cassette carries."""
+
+CASSETTE_KEY_ENV: Final = "STARGRAPH_CASSETTE_KEY"
+"""Environment variable holding the cassette signing key, used when no ``key=`` is given."""
+
+_SIGNATURE_PREFIX: Final = "hmac-sha256:"
+
+CassetteKey = bytes | str
+"""A signing key: bytes, or text (encoded as UTF-8)."""
+
+
+def _key(key: CassetteKey | None) -> bytes | None:
+    """The key in effect: ``key`` if given, else ``$STARGRAPH_CASSETTE_KEY``, else none."""
+    if key is None:
+        key = os.environ.get(CASSETTE_KEY_ENV) or None
+        if key is None:
+            return None
+    raw = key.encode() if isinstance(key, str) else bytes(key)
+    if not raw:
+        raise CassetteError(
+            "the cassette key is empty; pass a secret key (at least 16 random bytes) or none"
+        )
+    return raw
+
+
+def _signature(key: bytes, checksum: str) -> str:
+    # The checksum is a SHA-256 over the canonical content (recording and children), so an
+    # HMAC over it (with the format tag) authenticates every byte that replay reads.
+    message = f"{CASSETTE_FORMAT}\n{checksum}".encode()
+    return _SIGNATURE_PREFIX + hmac.new(key, message, hashlib.sha256).hexdigest()
 
 
 class Cassette(Recording):
@@ -83,34 +125,54 @@ def _child_ids(store: CheckpointStore, recording: Recording) -> set[str]:
 
 
 def export_cassette(
-    store: CheckpointStore, run_id: str, path: str | Path, *, timestamps: bool = True
+    store: CheckpointStore,
+    run_id: str,
+    path: str | Path,
+    *,
+    timestamps: bool = True,
+    key: CassetteKey | None = None,
 ) -> Path:
     """Write run ``run_id`` (record, steps, every recorded call) to a cassette file, with
     its child runs, if any. ``timestamps=False`` blanks the wall-clock fields (run
     ``created_at``/``updated_at``, step ``created_ms``), so a deterministic run gives the same
-    bytes every time it is recorded (golden files)."""
+    bytes every time it is recorded (golden files).
+
+    ``key`` (default: ``$STARGRAPH_CASSETTE_KEY``, if set) signs the cassette with
+    HMAC-SHA256, so that :func:`load_cassette` given the same key detects any edit; without
+    a key the cassette carries only its checksum, which detects accidents, not forgery."""
     recording = Recording.from_store(store, run_id)
     body = _body(recording, timestamps=timestamps)
     child_ids = sorted(_child_ids(store, recording))
     children = [
         _body(Recording.from_store(store, child), timestamps=timestamps) for child in child_ids
     ]
+    checksum = _checksum(body, children or None)
     document: dict[str, Any] = {
         "format": CASSETTE_FORMAT,
         "graph_hash": recording.run.graph_hash,
-        "checksum": _checksum(body, children or None),
+        "checksum": checksum,
         "recording": body,
     }
     if children:
         document["children"] = children
+    secret = _key(key)
+    if secret is not None:
+        document["signature"] = _signature(secret, checksum)
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS))
     return target
 
 
-def load_cassette(path: str | Path, *, graph_hash: str | None = None) -> Cassette:
-    """Read a cassette, checking its format, checksum and (if given) graph hash."""
+def load_cassette(
+    path: str | Path, *, graph_hash: str | None = None, key: CassetteKey | None = None
+) -> Cassette:
+    """Read a cassette, checking its format, checksum, signature and (if given) graph hash.
+
+    With a key (``key=`` or ``$STARGRAPH_CASSETTE_KEY``) the cassette must carry a valid
+    signature made with that key: an unsigned cassette, another key's signature, or any edit
+    since signing raises :class:`~stargraph.errors.CassetteError`. A signed cassette read
+    without a key is refused too, rather than trusted on its checksum alone."""
     where = str(path)
     try:
         document = orjson.loads(Path(path).read_bytes())
@@ -132,6 +194,7 @@ def load_cassette(path: str | Path, *, graph_hash: str | None = None) -> Cassett
             f"{document.get('checksum')}, content {_checksum(body, children)}): it was edited "
             "by hand; record the run again instead of editing the cassette"
         )
+    _check_signature(where, document, _key(key))
     try:
         recording = Cassette.model_validate(
             {**body, "children": children or ()} if isinstance(body, dict) else body
@@ -144,6 +207,28 @@ def load_cassette(path: str | Path, *, graph_hash: str | None = None) -> Cassett
             f"graph {graph_hash}; record it again with this graph"
         )
     return recording
+
+
+def _check_signature(where: str, document: dict[str, Any], key: bytes | None) -> None:
+    signature = document.get("signature")
+    if key is None:
+        if signature is not None:
+            raise CassetteError(
+                f"cassette {where} is signed; load it with its key (load_cassette(..., key=...) "
+                f"or ${CASSETTE_KEY_ENV}) so its signature can be checked"
+            )
+        return
+    if signature is None:
+        raise CassetteError(
+            f"cassette {where} is not signed, but a cassette key is in effect; its checksum "
+            "cannot tell an edit from the original - export it again with the key"
+        )
+    expected = _signature(key, str(document.get("checksum")))
+    if not isinstance(signature, str) or not hmac.compare_digest(signature, expected):
+        raise CassetteError(
+            f"cassette {where} does not match its signature: it was edited after it was "
+            "signed, or signed with another key; do not replay it - export the run again"
+        )
 
 
 class StepDiff(BaseModel):

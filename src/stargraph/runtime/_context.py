@@ -7,7 +7,9 @@ All non-determinism a node needs (time, ids, random numbers) comes from one inje
 from __future__ import annotations
 
 import hashlib
+import logging
 import random as _random
+import threading
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
@@ -17,6 +19,7 @@ if TYPE_CHECKING:
     from stargraph.checkpoint import JournalEntry
 
 __all__ = [
+    "AttemptFence",
     "Entropy",
     "GraphInterrupt",
     "RunContext",
@@ -26,6 +29,8 @@ __all__ = [
 ]
 
 T = TypeVar("T")
+
+_log = logging.getLogger("stargraph")
 
 
 @runtime_checkable
@@ -129,18 +134,64 @@ class GraphInterrupt(BaseException):
         self.seq = seq
 
 
+class AttemptFence:
+    """What the attempts of one task share when they may overlap.
+
+    A node with ``timeout_s`` runs each attempt on a thread that Python cannot stop: when an
+    attempt times out, its thread is abandoned and a retry starts while it may still run.
+    Each attempt gets its own :class:`TaskJournal` handle (its *epoch*); abandoning an
+    attempt revokes its handle, so the old thread's next journaled call raises
+    :class:`~stargraph.errors.AttemptAbandonedError` instead of repeating an effect the retry
+    already made. A call the abandoned thread had already *begun* - an effect under way when
+    the timeout struck - is finished and recorded: ``gate`` makes the retry wait for it and
+    be served its result, so the effect is neither lost nor made twice. Once the task has
+    finished, ``seal()`` refuses every late record, so no row reaches a committed step.
+    """
+
+    __slots__ = ("gate", "lock", "sealed")
+
+    def __init__(self) -> None:
+        # Held for a whole journaled call (lookup, effect, record) by the attempt making it;
+        # re-entrant because an effect may itself make a journaled call.
+        self.gate = threading.RLock()
+        # Orders a record against seal(): no row is written after the task has finished.
+        self.lock = threading.Lock()
+        self.sealed = False
+
+    def seal(self) -> None:
+        """The task finished: from now on every record of any of its attempts is refused."""
+        with self.lock:
+            self.sealed = True
+
+
 class TaskJournal:
     """The recorded calls of one task execution (clock, ids, ``once``, model and tool calls,
-    interrupt responses).
+    interrupt responses), as seen by one *attempt* of it.
 
     Live, each call is recorded as it happens (persisted at once through ``persist``), and a
     re-execution of the same task - after a crash, a retry or an interrupt - is served the
     recorded values in order, so effects are not repeated. In *replay* mode every call must
     come from the record: a call past its end raises :class:`ReplayMissError`, a call whose
     request differs raises :class:`ReplayDivergenceError` with both fingerprints and a diff.
+
+    Every attempt of a task has its own handle over the shared ``entries``: a retry gets a
+    new one, and the abandoned one is revoked (:meth:`revoke`), after which its calls raise
+    :class:`~stargraph.errors.AttemptAbandonedError` (see :class:`AttemptFence`).
     """
 
-    __slots__ = ("entries", "index", "node", "persist", "replay", "run_id", "seq", "step")
+    __slots__ = (
+        "attempt",
+        "entries",
+        "fence",
+        "index",
+        "node",
+        "persist",
+        "replay",
+        "revoked",
+        "run_id",
+        "seq",
+        "step",
+    )
 
     def __init__(
         self,
@@ -152,6 +203,8 @@ class TaskJournal:
         persist: Callable[[JournalEntry], None] | None,
         replay: bool = False,
         run_id: str | None = None,
+        fence: AttemptFence | None = None,
+        attempt: int = 1,
     ) -> None:
         self.step = step
         self.node = node
@@ -161,10 +214,30 @@ class TaskJournal:
         self.replay = replay
         self.run_id = run_id
         self.seq = 0
+        self.fence = fence
+        self.attempt = attempt
+        self.revoked = False
 
     def restart(self) -> None:
-        """A new attempt of the task replays the journal from its first call."""
+        """Serve the journal again from its first call (same attempt)."""
         self.seq = 0
+
+    def revoke(self) -> None:
+        """This attempt was abandoned: its later calls raise and record nothing."""
+        self.revoked = True
+
+    def _abandoned(self, kind: str, key: str) -> Exception:
+        from stargraph.errors import AttemptAbandonedError
+
+        return AttemptAbandonedError(
+            f"attempt {self.attempt} of node {self.node!r} at step {self.step} of run "
+            f"{self.run_id!r} was abandoned (it outlived its timeout and another attempt took "
+            f"over), so its call {kind}({key!r}) was refused and nothing was recorded; make "
+            "the node stop soon after its timeout, or raise timeout_s",
+            run_id=self.run_id,
+            step=self.step,
+            node=self.node,
+        )
 
     def call(
         self,
@@ -180,12 +253,31 @@ class TaskJournal:
         A recorded call of another kind, key or request means the node is not deterministic
         given its inputs (or the graph changed); that is reported, never papered over.
         """
-        seq, fingerprint, hit = self._lookup(kind, key, request)
-        if hit is not None:
-            return hit.value
-        return self._record(
-            seq, kind, key, fingerprint=fingerprint, request=request, value=compute()
-        )
+        if self.revoked:
+            raise self._abandoned(kind, key)
+        fence = self.fence
+        if fence is None:
+            seq, fingerprint, hit = self._lookup(kind, key, request)
+            if hit is not None:
+                return hit.value
+            return self._record(
+                seq, kind, key, fingerprint=fingerprint, request=request, value=compute()
+            )
+        # Attempts may overlap: wait until no other attempt is inside a call (an abandoned
+        # one may be finishing an effect), so its result is read here, not made again.
+        with fence.gate:
+            if self.revoked:
+                raise self._abandoned(kind, key)
+            seq, fingerprint, hit = self._lookup(kind, key, request)
+            if hit is not None:
+                return hit.value
+            value = compute()
+            # Recorded even when this attempt was abandoned meanwhile: the effect happened,
+            # and the retry waiting on the gate must be served it rather than repeat it.
+            self._record(seq, kind, key, fingerprint=fingerprint, request=request, value=value)
+            if self.revoked:
+                raise self._abandoned(kind, key)
+            return value
 
     async def acall(
         self,
@@ -196,6 +288,8 @@ class TaskJournal:
         request: Any = None,
     ) -> Any:
         """Async :meth:`call`: ``compute`` is awaited only when there is no record."""
+        if self.revoked:
+            raise self._abandoned(kind, key)
         seq, fingerprint, hit = self._lookup(kind, key, request)
         if hit is not None:
             return hit.value
@@ -242,9 +336,32 @@ class TaskJournal:
             fingerprint=fingerprint,
             request=request,
         )
-        if self.persist is not None:
-            self.persist(entry)
-        self.entries.append(entry)
+        fence = self.fence
+        if fence is None:
+            if self.revoked:
+                raise self._abandoned(kind, key)
+            if self.persist is not None:
+                self.persist(entry)
+            self.entries.append(entry)
+            return value
+        with fence.lock:
+            if fence.sealed:
+                # The task finished (its step may be committed) while this abandoned attempt
+                # was still inside the call: its effect happened but can no longer be recorded.
+                _log.warning(
+                    "node %r at step %d of run %r: abandoned attempt %d finished %s(%r) after "
+                    "the task had completed; the effect happened but is not recorded",
+                    self.node,
+                    self.step,
+                    self.run_id,
+                    self.attempt,
+                    kind,
+                    key,
+                )
+                raise self._abandoned(kind, key)
+            if self.persist is not None:
+                self.persist(entry)
+            self.entries.append(entry)
         return value
 
     def _divergence(
@@ -274,6 +391,8 @@ class TaskJournal:
 
     def peek(self, kind: str) -> JournalEntry | None:
         """The recorded entry at the current position if it has this kind (no advance)."""
+        if self.revoked:
+            raise self._abandoned(kind, "")
         if self.seq < len(self.entries) and self.entries[self.seq].kind == kind:
             return self.entries[self.seq]
         return None
@@ -308,6 +427,7 @@ class RunContext:
 
     __slots__ = (
         "_draws",
+        "_revoked",
         "config",
         "entropy",
         "events",
@@ -336,6 +456,7 @@ class RunContext:
     ) -> None:
         self.journal = journal
         self._draws = 0
+        self._revoked = False
         # Where a subgraph node puts its child's events; the executor streams them, in task
         # order, before this node's own node_finished event. None when nobody is streaming.
         self.events = events
@@ -349,6 +470,30 @@ class RunContext:
         self.path = path
         self.config = config
         self.entropy = entropy
+
+    def revoke(self) -> None:
+        """This attempt was abandoned (it timed out; a retry took over): from now on its
+        ``once``, ``now``, ``uuid``, ``random``, ``record_call`` and ``interrupt``, and the
+        journaled services it was given, raise :class:`~stargraph.errors.AttemptAbandonedError`.
+        """
+        self._revoked = True
+        if self.journal is not None:
+            self.journal.revoke()
+
+    def _unjournaled(self, what: str) -> None:
+        # Without a journal an abandoned attempt has no record to protect, but it must not
+        # make effects or draws either: the attempt that replaced it makes them.
+        if self._revoked:
+            from stargraph.errors import AttemptAbandonedError
+
+            raise AttemptAbandonedError(
+                f"an abandoned attempt of node {self.node!r} at step {self.step} of run "
+                f"{self.run_id!r} called ctx.{what}() after its timeout, when another attempt "
+                "had taken over; the call was refused",
+                run_id=self.run_id,
+                step=self.step,
+                node=self.node,
+            )
 
     @property
     def idempotency_key(self) -> str:
@@ -381,6 +526,7 @@ class RunContext:
     def now(self) -> datetime:
         """The current time from the run's entropy source (journaled in durable runs)."""
         if self.journal is None:
+            self._unjournaled("now")
             return self._now()
         text = self.journal.call("now", "", lambda: self._now().isoformat())
         return datetime.fromisoformat(text)
@@ -388,12 +534,14 @@ class RunContext:
     def uuid(self) -> str:
         """A fresh id from the run's entropy source (journaled in durable runs)."""
         if self.journal is None:
+            self._unjournaled("uuid")
             return self._uuid()
         return str(self.journal.call("uuid", "", self._uuid))
 
     def random(self) -> float:
         """A random float in [0, 1) from the run's entropy source (journaled)."""
         if self.journal is None:
+            self._unjournaled("random")
             return self._random()
         return float(self.journal.call("random", "", self._random))
 
@@ -402,6 +550,7 @@ class RunContext:
         JSON). Live it runs and is recorded with the request's fingerprint; on re-execution
         and in replay the recorded response is returned without calling."""
         if self.journal is None:
+            self._unjournaled("record_call")
             return call()
         return self.journal.call(kind, key, call, request=request)
 
@@ -413,6 +562,7 @@ class RunContext:
         there is nothing to resume, and the effect simply runs.
         """
         if self.journal is None:
+            self._unjournaled("once")
             return effect()
         return self.journal.call("once", name, effect)  # type: ignore[no-any-return]
 

@@ -11,7 +11,9 @@ about the result depends on which task finished first.
 from __future__ import annotations
 
 import concurrent.futures
+import logging
 import os
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from functools import cached_property
 from typing import Any, Literal, TypeVar
@@ -24,6 +26,7 @@ from stargraph.checkpoint import (
 )
 from stargraph.errors import (
     CheckpointError,
+    EngineError,
     InvalidInputError,
     ReplayError,
     StargraphError,
@@ -50,17 +53,19 @@ from stargraph.runtime._plan import NodeSpec, RouterSpec, Task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._replay import ReplayDriver
 from stargraph.runtime._rules import RuleSet
-from stargraph.runtime._run import Run, jsonable
+from stargraph.runtime._run import MAX_STEPS_BOUND, Run, describe_exception, jsonable
 from stargraph.runtime._stored import StoredRuns, _describe
 from stargraph.runtime._tasks import StepOutcome, execute_async, execute_sync
 from stargraph.state import Channel
 
-__all__ = ["DEFAULT_MAX_STEPS", "CompiledGraph"]
+__all__ = ["DEFAULT_MAX_STEPS", "MAX_STEPS_BOUND", "CompiledGraph"]
 
 StateT = TypeVar("StateT", bound=BaseModel)
 
 DEFAULT_MAX_STEPS = 10_000
 """Supersteps a run may take before :class:`StepLimitExceeded` (override per compile/run)."""
+
+_log = logging.getLogger("stargraph")
 
 
 class CompiledGraph(StoredRuns[StateT]):
@@ -126,6 +131,15 @@ class CompiledGraph(StoredRuns[StateT]):
         self.single_tasks[END] = ()
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._interrupts = any(s.interrupt_before or s.interrupt_after for s in specs.values())
+        self._observer_failures = 0
+        self._observer_lock = threading.Lock()
+
+    @property
+    def observer_failures(self) -> int:
+        """How many times the ``on_event`` observer (a plugin hook) raised. A failing
+        observer never stops a run: each failure is logged on the ``stargraph`` logger and
+        counted here, and the run goes on."""
+        return self._observer_failures
 
     @property
     def graph_hash(self) -> str:
@@ -276,18 +290,40 @@ class CompiledGraph(StoredRuns[StateT]):
         return run
 
     def _observed(self, emit: Callable[[Event], None] | None) -> Callable[[Event], None] | None:
-        """``emit`` plus the ``on_event`` observer (plugins), when there is one."""
+        """``emit`` plus the ``on_event`` observer (plugins), when there is one. The observer
+        is isolated: whatever it raises is logged and counted, never aborts the step."""
         observer = self.on_event
         if observer is None:
             return emit
+
+        def observe(event: Event) -> None:
+            try:
+                observer(event)
+            except Exception as exc:
+                self._observer_failed(event, exc)
+
         if emit is None:
-            return observer
+            return observe
 
         def both(event: Event) -> None:
             emit(event)
-            observer(event)
+            observe(event)
 
         return both
+
+    def _observer_failed(self, event: Event, exc: Exception) -> None:
+        with self._observer_lock:
+            self._observer_failures += 1
+        _log.warning(
+            "the on_event observer of graph %r raised on %s of run %r at step %d (%s); the "
+            "run goes on without it - fix or remove the plugin",
+            self.ir.name,
+            event.kind,
+            event.run_id,
+            event.step,
+            describe_exception(exc),
+            exc_info=exc,
+        )
 
     def _initial_values(self, input: Mapping[str, Any] | BaseModel | None, run_id: str) -> Any:
         data: Any = {} if input is None else input
@@ -408,6 +444,8 @@ class CompiledGraph(StoredRuns[StateT]):
         except StargraphError as exc:
             self._fail(run, exc)
             raise
+        except Exception as exc:
+            raise self._engine_failed(run, exc) from exc
         finally:
             if run.rules is not None:
                 run.rules.close()
@@ -425,6 +463,8 @@ class CompiledGraph(StoredRuns[StateT]):
         except StargraphError as exc:
             self._fail(run, exc)
             raise
+        except Exception as exc:
+            raise self._engine_failed(run, exc) from exc
         finally:
             if run.rules is not None:
                 run.rules.close()
@@ -455,6 +495,8 @@ class CompiledGraph(StoredRuns[StateT]):
         except StargraphError as exc:
             self._fail(run, exc)
             raise
+        except Exception as exc:
+            raise self._engine_failed(run, exc) from exc
         finally:
             if run.rules is not None:
                 run.rules.close()
@@ -563,10 +605,31 @@ class CompiledGraph(StoredRuns[StateT]):
                 )
             )
 
+    def _engine_failed(self, run: Run, exc: Exception) -> EngineError:
+        """An untyped exception escaped the engine (nodes' own errors are NodeErrors by now):
+        mark the run failed with it, like any other error, and return the typed error."""
+        error = EngineError(
+            f"run {run.run_id!r} failed at step {run.step} inside the engine, not in a node: "
+            f"{describe_exception(exc)}; the run is marked failed and can be resumed once the "
+            "cause (a store, service or plugin that raised, or a bug in stargraph) is fixed",
+            run_id=run.run_id,
+            step=run.step,
+        )
+        self._fail(run, error)
+        return error
+
     def _fail(self, run: Run, exc: StargraphError) -> None:
         if run.persistence is not None and not isinstance(exc, CheckpointError):
             # A checkpoint error means the store itself refused; do not write through it.
-            run.persistence.fail(run, str(exc))
+            try:
+                run.persistence.fail(run, str(exc))
+            except Exception as store_exc:
+                # The run cannot be marked failed (not created yet, or the store is down):
+                # the error itself must still reach the caller.
+                exc.add_note(
+                    f"run {run.run_id!r} could not be marked failed in its store: "
+                    f"{describe_exception(store_exc)}"
+                )
         self._emit(
             run,
             RunFailed(

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from stargraph.errors import (
+    InvalidInputError,
     InvalidWriteError,
     NodeError,
     RunError,
@@ -21,7 +22,7 @@ from stargraph.errors import (
     StepLimitExceeded,
 )
 from stargraph.ir import END
-from stargraph.runtime._context import Entropy, RunContext, TaskJournal
+from stargraph.runtime._context import AttemptFence, Entropy, RunContext, TaskJournal
 from stargraph.runtime._events import Event
 from stargraph.runtime._plan import NodeSpec, RouterSpec, Send, Task
 from stargraph.state import Channel, fast_state
@@ -32,7 +33,33 @@ if TYPE_CHECKING:
     from stargraph.runtime._executor import CompiledGraph
     from stargraph.runtime._rules import RuleSet
 
-__all__ = ["Run", "jsonable", "make_tasks"]
+__all__ = [
+    "MAX_STEPS_BOUND",
+    "Run",
+    "describe_exception",
+    "jsonable",
+    "make_tasks",
+    "max_steps_problem",
+]
+
+MAX_STEPS_BOUND = 2**53 - 1
+"""The largest ``max_steps`` accepted: step numbers are JSON numbers in records and events,
+exact only up to 2**53 - 1."""
+
+
+def max_steps_problem(value: object) -> str | None:
+    """Why ``value`` cannot be a step limit (``None`` when it can): an ``int`` (not a
+    ``bool``) from 1 to :data:`MAX_STEPS_BOUND`."""
+    if type(value) is int and 1 <= value <= MAX_STEPS_BOUND:
+        return None
+    if type(value) is int and value > MAX_STEPS_BOUND:
+        shown = f"a {value.bit_length()}-bit int" if value > 10**30 else str(value)
+    else:
+        shown = f"{value!r} ({type(value).__name__})"
+    return (
+        f"max_steps={shown} is not a valid step limit; it must be an int from 1 to "
+        f"{MAX_STEPS_BOUND} (2**53 - 1)"
+    )
 
 
 class Run:
@@ -75,6 +102,13 @@ class Run:
         emit: Callable[[Event], None] | None,
         path: tuple[str, ...] = (),
     ) -> None:
+        if type(max_steps) is not int or not 1 <= max_steps <= MAX_STEPS_BOUND:
+            raise InvalidInputError(
+                f"run {run_id!r}: {max_steps_problem(max_steps)}; pass it to compile() or "
+                "invoke()/resume()",
+                run_id=run_id,
+                step=0,
+            )
         self.graph = graph
         self.run_id = run_id
         self.values = values
@@ -171,7 +205,7 @@ class Run:
     def _router_failed(self, router: RouterSpec, source: str, exc: Exception) -> NodeError:
         return NodeError(
             f"router {router.ref!r} after node {source!r} failed at step {self.step} of "
-            f"run {self.run_id!r}: {type(exc).__name__}: {exc}",
+            f"run {self.run_id!r}: {describe_exception(exc)}",
             run_id=self.run_id,
             step=self.step,
             node=source,
@@ -228,7 +262,14 @@ class Run:
 
     # ------------------------------------------------------------------ execution
 
-    def _ctx(self, node: str, index: int, config: Mapping[str, Any]) -> RunContext:
+    def _ctx(
+        self,
+        node: str,
+        index: int,
+        config: Mapping[str, Any],
+        fence: AttemptFence | None = None,
+        attempt: int = 1,
+    ) -> RunContext:
         journal = None
         if self.replay_calls is not None:
             journal = TaskJournal(
@@ -239,9 +280,12 @@ class Run:
                 persist=None,
                 replay=True,
                 run_id=self.run_id,
+                fence=fence,
+                attempt=attempt,
             )
         elif self.persistence is not None:
-            # The list is shared with the run: at commit it becomes the step's call record.
+            # The list is shared with the run (and by every attempt of the task): at commit
+            # it becomes the step's call record.
             journal = TaskJournal(
                 step=self.step,
                 node=node,
@@ -249,6 +293,8 @@ class Run:
                 entries=self.journals.setdefault((node, index), []),
                 persist=self.persistence.journal_writer(self),
                 run_id=self.run_id,
+                fence=fence,
+                attempt=attempt,
             )
         services = self.graph.services
         if journal is not None and self.graph.bindable:
@@ -285,17 +331,28 @@ class Run:
                 values[key] = channel.validate(value)
         return fast_state(self.graph.state_model, values)
 
-    def call_args(self, task: Task, spec: NodeSpec) -> tuple[Any, ...]:
-        """Positional arguments for the node: ``(state,)`` or ``(state, ctx)``."""
+    def call_args(
+        self,
+        task: Task,
+        spec: NodeSpec,
+        fence: AttemptFence | None = None,
+        attempt: int = 1,
+    ) -> tuple[Any, ...]:
+        """Positional arguments for one attempt of the node: ``(state,)`` or ``(state, ctx)``.
+
+        Each attempt gets its own state object and ctx (with its own journal handle), so an
+        abandoned attempt that still runs shares nothing mutable with the next one."""
         state = self.task_state(task)
         if spec.takes_ctx:
-            return (state, self._ctx(task.node, task.index, spec.config))
+            return (state, self._ctx(task.node, task.index, spec.config, fence, attempt))
         return (state,)
 
-    def new_journal_attempt(self, args: tuple[Any, ...]) -> None:
-        """Before a retry: the next attempt replays the journal from its first call."""
-        if len(args) == 2 and args[1].journal is not None:
-            args[1].journal.restart()
+    @staticmethod
+    def abandon_attempt(args: tuple[Any, ...]) -> None:
+        """An attempt failed or timed out: revoke its ctx, so a thread still running it can
+        no longer record or make journaled effects (see ``AttemptFence``)."""
+        if len(args) == 2:
+            args[1].revoke()
 
     def node_failed(self, task: Task, exc: BaseException) -> RunError:
         """Wrap a node's exception as a :class:`NodeError` naming node and step."""
@@ -303,7 +360,7 @@ class Run:
             return exc
         return NodeError(
             f"node {task.node!r} failed at step {self.step} of run {self.run_id!r}: "
-            f"{type(exc).__name__}: {exc}",
+            f"{describe_exception(exc)}",
             run_id=self.run_id,
             step=self.step,
             node=task.node,
@@ -415,6 +472,17 @@ def make_tasks(static: set[str], sends: list[Send]) -> list[Task]:
         tasks.append(Task(send.node, index, dict(send.payload)))
     tasks.sort(key=lambda t: (t.node, t.index))
     return tasks
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``"Type: message"`` for an error message, even when the exception's ``__str__``
+    raises (then ``"Type: <unprintable Type>"``): describing a failure must never fail."""
+    name = type(exc).__name__
+    try:
+        text = str(exc)
+    except Exception:
+        text = f"<unprintable {name}>"
+    return f"{name}: {text}"
 
 
 def _run_coroutine(coro: Any) -> Any:

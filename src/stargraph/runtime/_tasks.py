@@ -21,7 +21,7 @@ from typing import Any, NamedTuple
 
 from stargraph.errors import NodeTimeoutError, RunError, StargraphError
 from stargraph.refs import resolve_ref
-from stargraph.runtime._context import GraphInterrupt
+from stargraph.runtime._context import AttemptFence, GraphInterrupt
 from stargraph.runtime._plan import NodeSpec, Task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run
@@ -73,7 +73,8 @@ def _timeout(run: Run, task: Task, spec: NodeSpec) -> RunError:
 
 def _call_with_timeout(fn: Callable[..., Any], args: tuple[Any, ...], timeout: float) -> Any:
     # A daemon thread per call: Python cannot stop a running function, so on timeout the
-    # thread is abandoned (and its result ignored) rather than blocking a shared pool.
+    # thread is abandoned (and its result ignored) rather than blocking a shared pool. The
+    # caller then revokes the attempt's ctx, so the thread can make no journaled effect.
     box: dict[str, Any] = {}
 
     def target() -> None:
@@ -114,9 +115,13 @@ def run_task_sync(
     run: Run, task: Task, spec: NodeSpec, siblings: int, *, remote: Remote | None = None
 ) -> dict[str, Any]:
     """Run one task to completion on this thread (or, with ``remote``, on the graph's
-    executor while this thread waits), with its retry policy and timeout."""
-    args = run.call_args(task, spec)
+    executor while this thread waits), with its retry policy and timeout.
+
+    Every attempt gets its own ctx; a failed or timed-out one is revoked before the next
+    starts (a timed-out thread may still run: see ``AttemptFence``)."""
+    fence = _fence(spec)
     attempt = 1
+    args = run.call_args(task, spec, fence)
     while True:
         try:
             if remote is not None:
@@ -130,9 +135,12 @@ def run_task_sync(
         except (GraphInterrupt, StargraphError):
             raise
         except Exception as exc:
+            run.abandon_attempt(args)
             time.sleep(_retry_delay(run, task, spec, exc, attempt))
             attempt += 1
-            run.new_journal_attempt(args)
+            args = run.call_args(task, spec, fence, attempt)
+    if fence is not None:
+        fence.seal()
     _finish(run, task, attempt, writes, siblings)
     return writes
 
@@ -149,8 +157,11 @@ async def run_task_async(
     """Run one task on the running event loop (sync bodies on a thread when they block, or
     on the graph's executor with ``remote``)."""
     loop = asyncio.get_running_loop()
-    args = run.call_args(task, spec)
+    # An async body is cancelled at its timeout (wait_for waits for it to stop), so only sync
+    # bodies on the pool can outlive an attempt; their attempts share a fence.
+    fence = None if spec.is_async else _fence(spec)
     attempt = 1
+    args = run.call_args(task, spec, fence)
     while True:
         try:
             if remote is not None:
@@ -168,11 +179,19 @@ async def run_task_async(
         except (GraphInterrupt, StargraphError):
             raise
         except Exception as exc:
+            run.abandon_attempt(args)
             await asyncio.sleep(_retry_delay(run, task, spec, exc, attempt))
             attempt += 1
-            run.new_journal_attempt(args)
+            args = run.call_args(task, spec, fence, attempt)
+    if fence is not None:
+        fence.seal()
     _finish(run, task, attempt, writes, siblings)
     return writes
+
+
+def _fence(spec: NodeSpec) -> AttemptFence | None:
+    """A fence for a task whose attempts may overlap: a node with a timeout and a ctx."""
+    return AttemptFence() if spec.timeout_s and spec.takes_ctx else None
 
 
 def _call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:

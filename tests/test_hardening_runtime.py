@@ -1,0 +1,419 @@
+"""Hardening of the runtime (issue 25): exactly-once under timeouts, isolated observers,
+engine failures that mark the run failed, unprintable exceptions, node ids, step bounds.
+
+Timing never decides an outcome here: slow attempts are held on ``threading.Event`` objects
+and released by the test; waits are deadline-bounded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from stargraph.checkpoint import MemoryStore, SqliteStore
+from stargraph.errors import (
+    AttemptAbandonedError,
+    EngineError,
+    NodeError,
+    RunError,
+)
+from stargraph.graph import END, START, Graph
+from stargraph.ir import RetryPolicyIR
+from stargraph.runtime import RunContext
+
+WAIT = 30.0
+"""Deadline of every wait on another thread (generous: a loaded CI box may be slow)."""
+
+
+class Pay(BaseModel):
+    receipt: str = ""
+
+
+def _retry(attempts: int = 5) -> RetryPolicyIR:
+    return RetryPolicyIR(
+        max_attempts=attempts, initial_interval_s=0, jitter=False, retry_on=(TimeoutError,)
+    )
+
+
+class _Held:
+    """Attempt 1 of the node waits on ``release``; what each attempt ended with is kept."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.first_done = threading.Event()
+        self.attempts = itertools.count(1)
+        self.outcome: dict[int, BaseException | None] = {}
+        self.ledger: list[str] = []
+        self.lock = threading.Lock()
+
+    def charge(self, attempt: int) -> str:
+        with self.lock:
+            self.ledger.append(f"charge by attempt {attempt}")
+        return f"receipt-{attempt}"
+
+    def node(self, hold_in_effect: bool) -> Callable[[Pay, RunContext], dict[str, Any]]:
+        def pay(state: Pay, ctx: RunContext) -> dict[str, Any]:
+            attempt = next(self.attempts)
+            if attempt > 1 and hold_in_effect:
+                self.release.set()  # attempt 1 may go on with its effect once it timed out
+            try:
+                if attempt == 1 and not hold_in_effect:
+                    assert self.release.wait(WAIT)
+
+                def effect() -> str:
+                    if attempt == 1 and hold_in_effect:
+                        assert self.release.wait(WAIT)
+                    return self.charge(attempt)
+
+                receipt = ctx.once("charge", effect)
+                self.outcome[attempt] = None
+                return {"receipt": receipt}
+            except BaseException as exc:
+                self.outcome[attempt] = exc
+                raise
+            finally:
+                if attempt == 1:
+                    self.first_done.set()
+
+        return pay
+
+
+def _pay_graph(held: _Held, *, hold_in_effect: bool, timeout_s: float = 0.2) -> Graph[Pay]:
+    return (
+        Graph("pay", state=Pay)
+        .with_node(
+            "pay",
+            held.node(hold_in_effect),
+            ref="tests.hardening:pay",
+            timeout_s=timeout_s,
+            retry=_retry(),
+        )
+        .with_edge(START, "pay")
+        .with_edge("pay", END)
+    )
+
+
+def _journal_kinds(store: SqliteStore, run_id: str) -> list[tuple[int, str, str]]:
+    """Every journaled call of the run: committed steps' calls and rows past the last step."""
+    steps = store.get_steps(run_id)
+    calls = [(c.step, c.kind, c.key) for s in steps for c in s.calls]
+    last = store.get_run(run_id).last_step
+    calls += [(e.step, e.kind, e.key) for e in store.get_journal(run_id, last + 1)]
+    calls += [(e.step, e.kind, e.key) for e in store.get_journal(run_id, last)]
+    return calls
+
+
+def test_ctx_once_is_not_repeated_by_a_timed_out_attempt_that_wakes_after_commit(
+    tmp_path: Path,
+) -> None:
+    """Issue 25 item 4: attempt 1 outlives its timeout, attempt 2 charges and the step
+    commits, then attempt 1 wakes: its ctx.once must raise, charge nothing, record nothing."""
+    held = _Held()
+    with SqliteStore(tmp_path / "runs.db") as store:
+        app = _pay_graph(held, hold_in_effect=False).compile(store=store)
+        state = app.invoke({}, run_id="r")
+        assert state.receipt == "receipt-2"
+        assert store.get_run("r").status == "done"
+        held.release.set()
+        assert held.first_done.wait(WAIT)
+        assert isinstance(held.outcome[1], AttemptAbandonedError)
+        assert "attempt 1 of node 'pay'" in str(held.outcome[1])
+        assert held.ledger == ["charge by attempt 2"]
+        # One journal row in all, in the committed step; none landed late.
+        assert _journal_kinds(store, "r") == [(1, "once", "charge")]
+        assert app.get_state("r").receipt == "receipt-2"
+
+
+def test_an_effect_under_way_at_the_timeout_is_recorded_and_served_to_the_retry(
+    tmp_path: Path,
+) -> None:
+    """Attempt 1 times out *inside* its ctx.once effect: the retry waits for that effect and
+    is served its result instead of charging again."""
+    held = _Held()
+    with SqliteStore(tmp_path / "runs.db") as store:
+        app = _pay_graph(held, hold_in_effect=True).compile(store=store)
+        state = app.invoke({}, run_id="r")
+        assert held.first_done.wait(WAIT)
+        assert held.ledger == ["charge by attempt 1"]
+        assert state.receipt == "receipt-1"
+        assert isinstance(held.outcome[1], AttemptAbandonedError)
+        assert _journal_kinds(store, "r") == [(1, "once", "charge")]
+
+
+def test_abandoned_attempt_is_fenced_on_the_async_driver_too(tmp_path: Path) -> None:
+    """ainvoke runs a sync node with a timeout on the pool: same fence."""
+    held = _Held()
+    with SqliteStore(tmp_path / "runs.db") as store:
+        app = _pay_graph(held, hold_in_effect=False).compile(store=store)
+        state = asyncio.run(app.ainvoke({}, run_id="r"))
+        assert state.receipt == "receipt-2"
+        held.release.set()
+        assert held.first_done.wait(WAIT)
+        assert isinstance(held.outcome[1], AttemptAbandonedError)
+        assert held.ledger == ["charge by attempt 2"]
+        assert _journal_kinds(store, "r") == [(1, "once", "charge")]
+        app.close()
+
+
+def test_abandoned_attempt_cannot_run_effects_without_a_store() -> None:
+    """No store, no journal: the woken attempt's ctx.once still refuses to run."""
+    held = _Held()
+    app = _pay_graph(held, hold_in_effect=False).compile()
+    assert app.invoke({}).receipt == "receipt-2"
+    held.release.set()
+    assert held.first_done.wait(WAIT)
+    assert isinstance(held.outcome[1], AttemptAbandonedError)
+    assert held.ledger == ["charge by attempt 2"]
+
+
+class _Always(BaseModel):
+    n: int = 0
+
+
+def test_a_late_record_after_the_task_finished_is_refused(tmp_path: Path) -> None:
+    """Attempt 2 finishes without any journaled call while attempt 1 is inside an effect:
+    the task is sealed, so attempt 1's record never reaches the committed step."""
+    inside = threading.Event()
+    release = threading.Event()
+    done = threading.Event()
+    attempts = itertools.count(1)
+    outcome: list[BaseException] = []
+
+    def node(state: _Always, ctx: RunContext) -> dict[str, Any]:
+        attempt = next(attempts)
+        if attempt > 1:
+            return {"n": 2}
+        try:
+
+            def effect() -> int:
+                inside.set()
+                assert release.wait(WAIT)
+                return 1
+
+            ctx.once("slow", effect)
+        except BaseException as exc:
+            outcome.append(exc)
+            raise
+        finally:
+            done.set()
+        return {"n": 1}
+
+    graph = (
+        Graph("late", state=_Always)
+        .with_node("n", node, ref="tests.hardening:late", timeout_s=0.2, retry=_retry())
+        .with_edge(START, "n")
+        .with_edge("n", END)
+    )
+    with SqliteStore(tmp_path / "runs.db") as store:
+        app = graph.compile(store=store)
+        assert app.invoke({}, run_id="r").n == 2
+        assert inside.is_set()
+        release.set()
+        assert done.wait(WAIT)
+        assert isinstance(outcome[0], AttemptAbandonedError)
+        assert _journal_kinds(store, "r") == []
+
+
+# --------------------------------------------------------------------------- observers
+
+
+class _Ledger(BaseModel):
+    charges: int = 0
+    done: bool = False
+
+
+LEDGER: list[str] = []
+
+
+def charge_once(state: _Ledger, ctx: RunContext) -> dict[str, Any]:
+    receipt = ctx.once("charge", lambda: LEDGER.append(f"{ctx.run_id}:{ctx.step}") or "ok")
+    return {"charges": state.charges + (receipt == "ok")}
+
+
+def finish(state: _Ledger) -> dict[str, Any]:
+    return {"done": True}
+
+
+class _RaisingObserver:
+    def __init__(self) -> None:
+        self.seen = 0
+
+    from stargraph.plugin import hookimpl
+
+    @hookimpl
+    def on_event(self, event: Any) -> None:
+        self.seen += 1
+        raise RuntimeError(f"observer broke on {event.kind}")
+
+
+def _ledger_graph() -> Graph[_Ledger]:
+    return (
+        Graph("ledger", state=_Ledger)
+        .with_node("charge", charge_once)
+        .with_node("finish", finish)
+        .with_edge(START, "charge")
+        .with_edge("charge", "finish")
+        .with_edge("finish", END)
+    )
+
+
+def test_an_observer_that_raises_never_aborts_a_step(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 25 item 8: an on_event plugin raising on every event is logged and counted; the
+    run completes, its side effects happen once, and no resume is needed."""
+    from stargraph.plugin import get_plugin_manager
+
+    LEDGER.clear()
+    observer = _RaisingObserver()
+    pm = get_plugin_manager(plugins=[observer], entry_points=False)
+    with SqliteStore(tmp_path / "runs.db") as store:
+        app = _ledger_graph().compile(store=store, plugins=pm)
+        with caplog.at_level(logging.WARNING, logger="stargraph"):
+            state = app.invoke({}, run_id="r")
+        assert state == _Ledger(charges=1, done=True)
+        assert store.get_run("r").status == "done"
+        assert LEDGER == ["r:1"]
+        # run_started, 2 x (node_started, node_finished, step_completed), run_finished
+        assert observer.seen == 8
+        assert app.observer_failures == 8
+        failures = [r for r in caplog.records if "on_event observer" in r.getMessage()]
+        assert len(failures) == 8
+        assert "RuntimeError: observer broke on run_started" in failures[0].getMessage()
+        # Streaming is isolated the same way, and the stream still sees every event.
+        events = list(app.stream({}, run_id="s"))
+        assert [e.kind for e in events][-1] == "run_finished"
+        assert app.observer_failures == 16
+        assert LEDGER == ["r:1", "s:1"]
+
+
+class _BrokenStore(MemoryStore):
+    """A store whose commit of step 2 raises an untyped error (a bug in a custom store)."""
+
+    def commit_step(self, run_id: str, step: Any, **kwargs: Any) -> None:
+        if step.step == 2:
+            raise KeyError("disk index")
+        super().commit_step(run_id, step, **kwargs)
+
+
+def test_an_untyped_engine_error_marks_the_run_failed() -> None:
+    """Anything but a StargraphError escaping engine code (here a custom store's KeyError)
+    becomes an EngineError, and the run is failed with the error recorded, not left
+    'running'."""
+    LEDGER.clear()
+    store = _BrokenStore()
+    app = _ledger_graph().compile(store=store)
+    with pytest.raises(EngineError, match=r"inside the engine, not in a node: KeyError") as info:
+        app.invoke({}, run_id="r")
+    assert isinstance(info.value.__cause__, KeyError)
+    record = store.get_run("r")
+    assert record.status == "failed"
+    assert record.error is not None and "KeyError: 'disk index'" in record.error
+    assert LEDGER == ["r:1"]
+
+
+# --------------------------------------------------------------------------- odd values
+
+
+class Unprintable(Exception):
+    def __str__(self) -> str:
+        raise ValueError("no text for you")
+
+
+def unprintable(state: _Ledger) -> dict[str, Any]:
+    raise Unprintable
+
+
+def unprintable_router(state: _Ledger) -> str:
+    raise Unprintable
+
+
+def test_an_exception_whose_str_raises_is_described_safely() -> None:
+    """Issue 25 item 12: describing a node's failure must not fail."""
+    graph = (
+        Graph("odd", state=_Ledger)
+        .with_node("boom", unprintable)
+        .with_edge(START, "boom")
+        .with_edge("boom", END)
+    )
+    store = MemoryStore()
+    with pytest.raises(NodeError, match=r"Unprintable: <unprintable Unprintable>") as info:
+        graph.compile(store=store).invoke({}, run_id="r")
+    assert isinstance(info.value.__cause__, Unprintable)
+    assert store.get_run("r").status == "failed"
+    routed = (
+        Graph("odd-router", state=_Ledger)
+        .with_node("finish", finish)
+        .with_edge(START, "finish")
+        .with_conditional_edges("finish", unprintable_router, {"end": END})
+    )
+    with pytest.raises(NodeError, match=r"Unprintable: <unprintable Unprintable>"):
+        routed.compile().invoke({})
+
+
+@pytest.mark.parametrize(
+    ("node_id", "why"),
+    [
+        ("a\n", "malformed node id 'a\\\\n'"),
+        ("__start__\n", "malformed node id '__start__\\\\n'"),
+        ("__start__", "node id '__start__' is reserved"),
+        ("__end__", "node id '__end__' is reserved"),
+        ("__update__", "node id '__update__' is reserved"),
+        ("__migration__", "node id '__migration__' is reserved"),
+        ("__anything__", "node id '__anything__' is reserved"),
+    ],
+)
+def test_malformed_and_reserved_node_ids_are_refused(node_id: str, why: str) -> None:
+    """Issue 25 item 12: ids with a trailing newline passed the '$'-anchored pattern, and the
+    runtime's own record names were accepted as node ids (which broke replay)."""
+    from stargraph.errors import CompileError
+
+    graph = (
+        Graph("ids", state=_Ledger)
+        .with_node(node_id, finish)
+        .with_edge(START, node_id)
+        .with_edge(node_id, END)
+    )
+    with pytest.raises(CompileError, match=why):
+        graph.compile()
+    # Ordinary ids, dunder-looking or not, still compile.
+    for fine in ("_private", "a__b__", "__x", "node.v2-final"):
+        Graph("ok", state=_Ledger).with_node(fine, finish).with_edge(START, fine).with_edge(
+            fine, END
+        ).compile()
+
+
+@pytest.mark.parametrize("bad", [10**30, 0, -1, True, 2.5, "10", 2**53])
+def test_max_steps_outside_its_range_is_a_typed_error(bad: Any) -> None:
+    """Issue 25 item 12: max_steps=10**30 (or 0, negative, bool, non-int) is refused at
+    compile and at invoke, naming the bound and the allowed range."""
+    from stargraph.errors import CompileError, InvalidInputError
+
+    graph = _ledger_graph()
+    with pytest.raises(CompileError, match=r"max_steps=.* must be an int from 1 to 9007199254740991"):
+        graph.compile(max_steps=bad)
+    app = graph.compile()
+    with pytest.raises(InvalidInputError, match=r"must be an int from 1 to 9007199254740991"):
+        app.invoke({}, max_steps=bad)
+    with pytest.raises(InvalidInputError, match=r"must be an int from 1 to 9007199254740991"):
+        asyncio.run(app.ainvoke({}, max_steps=bad))
+    assert app.invoke({}, max_steps=2**53 - 1).done
+
+
+def test_max_steps_on_resume_is_checked_too() -> None:
+    from stargraph.errors import InvalidInputError
+
+    store = MemoryStore()
+    app = _ledger_graph().compile(store=store)
+    with pytest.raises(RunError):
+        app.invoke({}, run_id="r", max_steps=1)
+    with pytest.raises(InvalidInputError, match=r"max_steps=1000000000000000000000000000000"):
+        app.resume("r", max_steps=10**30)
