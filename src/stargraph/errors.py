@@ -16,7 +16,8 @@ keeps working for callers who do not know stargraph::
     │   │   └── PluginLoadError              an installed plugin that fails to import or register
     │   ├── InvalidProposalError             a proposal that cannot be stored as pending
     │   │   └── ExecutableProposalError      a proposal carrying executable code
-    │   └── RuleCompileError                 a rule pack that does not load
+    │   ├── RuleCompileError                 a rule pack that does not load
+    │   └── UntrustedRefError (ImportError)  an IR ref outside the trusted modules
     └── RunError (RuntimeError)              problems met while a run executes
         ├── NodeError                        a node raised; the original is ``__cause__``
         ├── InvalidInputError (ValueError)   the run's input does not fit the state model
@@ -26,12 +27,14 @@ keeps working for callers who do not know stargraph::
         ├── AttemptAbandonedError            a timed-out attempt's thread used its journal
         ├── EngineError                      an untyped exception escaped the engine
         ├── RuleRuntimeError                 a rule decision could not be taken
+        │   └── RuleBudgetError              a decision overran its time or memory budget
         ├── CheckpointError                  stored runs: missing, finished, corrupt, mismatched
         │   ├── RunNotFoundError (LookupError)
         │   ├── RunNotResumableError
         │   ├── GraphHashMismatch
         │   ├── CodeHashMismatch
         │   ├── CorruptCheckpointError
+        │   │   └── CommitLogCorruptError    a tool commit-log row or head anchor that is damaged
         │   ├── RunBusyError                 another live owner holds the run's lease
         │   └── LeaseLostError               this process's lease on a run was taken over
         ├── ToolError                        the tool dispatch pipeline refused or failed a call
@@ -75,6 +78,7 @@ __all__ = [
     "CheckpointError",
     "CodeHashMismatch",
     "CodeHashWarning",
+    "CommitLogCorruptError",
     "CompileError",
     "CorruptCheckpointError",
     "EngineError",
@@ -105,6 +109,7 @@ __all__ = [
     "ReplayDivergenceError",
     "ReplayError",
     "ReplayMissError",
+    "RuleBudgetError",
     "RuleCompileError",
     "RuleRuntimeError",
     "RunError",
@@ -124,6 +129,7 @@ __all__ = [
     "UndeclaredOutputError",
     "UnknownKeyWarning",
     "UnreferenceableNodeError",
+    "UntrustedRefError",
     "WritebackWarning",
 ]
 
@@ -223,7 +229,14 @@ class ExecutableProposalError(InvalidProposalError):
 
 
 class RuleCompileError(CompileError):
-    """A rule pack failed to load: syntax error, unknown template, bad ``goto`` target."""
+    """A rule pack failed to load: syntax error, unknown template, bad ``goto`` target, a
+    construct or function outside the rule-pack allowlist."""
+
+
+class UntrustedRefError(CompileError, ImportError):
+    """An IR ref names a module outside the ones trusted with
+    :func:`stargraph.refs.trusted_modules`; nothing was imported. An ``ImportError`` too, so
+    code that reports unimportable refs reports this one the same way."""
 
 
 # --------------------------------------------------------------------------- run time
@@ -286,6 +299,11 @@ class RuleRuntimeError(RunError):
     that is not a successor, a Python callback that raised)."""
 
 
+class RuleBudgetError(RuleRuntimeError):
+    """A rule decision ran past its time budget or grew the rule engine past its memory limit;
+    the engine stopped it (``RuleEngine(decide_timeout_s=..., memory_limit=...)``)."""
+
+
 class CheckpointError(RunError):
     """Stored runs: missing, already finished, corrupt, or recorded by a different graph."""
 
@@ -318,6 +336,12 @@ class CodeHashMismatch(CheckpointError):
 
 class CorruptCheckpointError(CheckpointError):
     """A stored checkpoint row cannot be decoded."""
+
+
+class CommitLogCorruptError(CorruptCheckpointError):
+    """A row of a tool commit log is not a sealed record (wrong SQL type, undecodable), or
+    the log's head cannot be read; the message names the table, the row's ``seq`` and the
+    file."""
 
 
 class RunBusyError(CheckpointError):
