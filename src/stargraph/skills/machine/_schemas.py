@@ -65,6 +65,9 @@ MAX_STEPS_EXCEEDED: Final = "max_steps_exceeded"
 ERROR: Final = "error"
 """Exit status of a schema whose retry budget ran out."""
 SPAWN_PREFIX: Final = "spawn_"
+_STEP_LIMIT_CAP: Final = 2**53 - 1
+"""The largest ``max_steps`` a graph takes. A bound of the LLM steps grows like the product
+of ``max_steps`` along the spawn chain; beyond this it can never be reached anyway."""
 STAY: Final = "__stay__"
 END_EVENT: Final = "__end__"
 
@@ -175,10 +178,63 @@ class SchemaLibrary(BaseModel):
         return cls(schemas=schemas)
 
     def bound(self, name: str) -> int:
-        """An upper bound of the LLM steps one run of ``name`` can take (finite: acyclic)."""
-        schema = self.schemas[name]
-        children = [s.schema_name for st in schema.states.values() for s in st.spawns]
-        return schema.max_steps * (1 + max((self.bound(c) for c in children), default=0))
+        """An upper bound of the LLM steps one run of ``name`` can take (finite: acyclic).
+
+        A schema's bound is its ``max_steps`` times one plus the largest bound among the
+        schemas it spawns. Each schema is looked at once (spawn graphs that share children
+        would otherwise cost exponential time in their depth) and without recursion, so any
+        spawn depth works. A library made without :meth:`build` may name unknown schemas or
+        spawn in a cycle: that is a :class:`~stargraph.errors.SkillValidationError`.
+        """
+        bounds: dict[str, int] = {}
+        shapes: dict[str, tuple[int, tuple[str, ...]]] = {}  # max_steps, spawned schemas
+        open_: list[str] = []  # the path being expanded, for naming a cycle
+        stack: list[tuple[str, bool]] = [(name, False)]
+        while stack:
+            current, expanded = stack.pop()
+            if current in bounds:
+                continue
+            if expanded:  # every child is done: post-order
+                steps, children = shapes[current]
+                bounds[current] = steps * (1 + max((bounds[c] for c in children), default=0))
+                open_.pop()
+                continue
+            if current in shapes:  # reached again from its own descendants
+                cycle = [*open_[open_.index(current) :], current]
+                raise SkillValidationError(
+                    [
+                        Problem(
+                            f"schemas#/{current}",
+                            "spawn cycle: " + " -> ".join(cycle),
+                            "build the library with SchemaLibrary.build, which refuses cycles",
+                        )
+                    ],
+                    subject="schema library",
+                )
+            if current not in self.schemas:
+                raise SkillValidationError(
+                    [
+                        Problem(
+                            f"schemas#/{current}",
+                            f"no schema {current!r}"
+                            + (f" (spawned by {open_[-1]!r})" if open_ else ""),
+                            f"use one of {sorted(self.schemas)}",
+                        )
+                    ],
+                    subject="schema library",
+                )
+            schema = self.schemas[current]
+            children = _spawned(schema)
+            shapes[current] = (schema.max_steps, children)
+            open_.append(current)
+            stack.append((current, True))
+            stack.extend((c, False) for c in children if c not in bounds)
+        return bounds[name]
+
+
+def _spawned(schema: Schema) -> tuple[str, ...]:
+    """The distinct schemas ``schema`` may spawn, in a stable order."""
+    return tuple(sorted({sp.schema_name for st in schema.states.values() for sp in st.spawns}))
 
 
 def _schema_problems(schema: Schema, schemas: Mapping[str, Schema], source: str) -> list[Problem]:
@@ -229,18 +285,24 @@ def _schema_problems(schema: Schema, schemas: Mapping[str, Schema], source: str)
 
 
 def _cycle_problems(schemas: Mapping[str, Schema], source: str) -> list[Problem]:
-    graph = {
-        name: sorted({sp.schema_name for st in s.states.values() for sp in st.spawns})
-        for name, s in schemas.items()
-    }
+    """Every spawn cycle, once each. A depth-first search with an explicit stack: spawn
+    chains may be deeper than Python's recursion limit."""
+    graph = {name: _spawned(s) for name, s in schemas.items()}
     problems: list[Problem] = []
     seen_cycles: set[tuple[str, ...]] = set()
-    color: dict[str, int] = {}
-
-    def visit(node: str, path: list[str]) -> None:
-        color[node] = 1
-        for child in graph.get(node, ()):
-            if color.get(child) == 1:
+    color: dict[str, int] = {}  # 1: on the current path, 2: done
+    for root in sorted(graph):
+        if root in color:
+            continue
+        color[root] = 1
+        path = [root]
+        pending = [iter(graph[root])]  # the children left to visit, one iterator per level
+        while pending:
+            child = next(pending[-1], None)
+            if child is None:
+                pending.pop()
+                color[path.pop()] = 2
+            elif color.get(child) == 1:
                 cycle = [*path[path.index(child) :], child]
                 key = tuple(sorted(cycle[:-1]))
                 if key not in seen_cycles:
@@ -252,13 +314,10 @@ def _cycle_problems(schemas: Mapping[str, Schema], source: str) -> list[Problem]
                             "schemas nest like function calls without recursion; break the cycle",
                         )
                     )
-            elif child in graph and color.get(child) is None:
-                visit(child, [*path, child])
-        color[node] = 2
-
-    for name in sorted(graph):
-        if color.get(name) is None:
-            visit(name, [name])
+            elif child in graph and child not in color:
+                color[child] = 1
+                path.append(child)
+                pending.append(iter(graph[child]))
     return problems
 
 
@@ -379,30 +438,37 @@ class _Turn:
         )
 
     def move(self, to: str, on: str) -> None:
+        if self._enter(to, on):
+            self.exit(to)
+
+    def _enter(self, to: str, on: str) -> bool:
+        """Move the innermost level to ``to``; whether that state is terminal."""
         frame = self.top
         self.record("transition", to=to, on=on)
         self.stack[-1] = frame.model_copy(update={"state": to, "retries": 0})
         self.notes = []
-        if self.schema(frame).states[to].terminal:
-            self.exit(to)
+        return self.schema(frame).states[to].terminal
 
     def exit(self, status: str) -> None:
-        """Pop the innermost level with ``status``; fire the parent's mapped event."""
-        frame = self.stack.pop()
-        self.log.append({"kind": "exit", "schema": frame.schema_name, "status": status})
-        self.notes = []
-        if not self.stack:
-            kind = "exited" if self.schema(frame).states.get(status) else "yielded"
-            self.out.update(status=kind, reason=status, done=True, last_event=END_EVENT)
-            return
-        parent_state = self.current()
-        spawn = next(s for s in parent_state.spawns if s.schema_name == frame.schema_name)
-        event = spawn.exits.get(status)
-        if event is None:  # unmapped max_steps_exceeded / error propagates upwards
-            self.exit(status)
-            return
-        target = next(t for t in parent_state.transitions if t.on == event)
-        self.move(target.to, event)
+        """Pop the innermost level with ``status``; fire the parent's mapped event. A loop,
+        not recursion: one exit may cascade through every level of a deep stack."""
+        while True:
+            frame = self.stack.pop()
+            self.log.append({"kind": "exit", "schema": frame.schema_name, "status": status})
+            self.notes = []
+            if not self.stack:
+                kind = "exited" if self.schema(frame).states.get(status) else "yielded"
+                self.out.update(status=kind, reason=status, done=True, last_event=END_EVENT)
+                return
+            parent_state = self.current()
+            spawn = next(s for s in parent_state.spawns if s.schema_name == frame.schema_name)
+            event = spawn.exits.get(status)
+            if event is None:  # unmapped max_steps_exceeded / error propagates upwards
+                continue
+            target = next(t for t in parent_state.transitions if t.on == event)
+            if not self._enter(target.to, event):
+                return
+            status = target.to  # the parent reached a terminal state: it exits too
 
     def reject(self, code: RejectionCode, proposed: str, budget: int) -> None:
         state = self.current()
@@ -597,7 +663,8 @@ class SchemaSession:
         graph = schema_graph(
             self.library, self.root, builder=self.builder, retry_budget=self.retry_budget
         )
-        app = graph.compile(services=self.services, max_steps=2 * self.library.bound(self.root) + 2)
+        limit = min(2 * self.library.bound(self.root) + 2, _STEP_LIMIT_CAP)
+        app = graph.compile(services=self.services, max_steps=limit)
         final = app.invoke({"user_message": message})
         self.log.append({"kind": "turn", "root": self.root, "message": message})
         self.log.extend(final.log)
