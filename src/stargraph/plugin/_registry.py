@@ -11,6 +11,7 @@ which returns a new registry and leaves running graphs on the old one.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -407,13 +408,43 @@ def _resolve(collected: list[Entry]) -> list[Entry]:
     return out
 
 
+def _walk(directory: Path, patterns: Iterable[str]) -> tuple[list[Path], list[Problem]]:
+    """The files under ``directory`` matching a pattern, and a problem for every directory
+    that cannot be listed (``Path.rglob`` skips those silently: skills would go missing).
+    A directory that does not exist holds no skills."""
+    errors: list[OSError] = []
+    found: set[Path] = set()
+    for root, _dirs, names in os.walk(directory, onerror=errors.append):
+        for name in names:
+            path = Path(root) / name
+            if not any(path.match(pattern) for pattern in patterns):
+                continue
+            try:
+                if path.is_file():
+                    found.add(path)
+            except OSError as exc:  # listed but not searchable (r without x)
+                errors.append(exc)
+    problems = [
+        Problem(
+            str(exc.filename or directory),
+            f"cannot list the skill directory: {exc.strerror or exc}",
+            "make it readable (chmod u+rx) or remove it",
+        )
+        for exc in errors
+        if not (isinstance(exc, FileNotFoundError) and Path(exc.filename or "") == directory)
+    ]
+    return sorted(found), problems
+
+
 def _scan(
     directory: Path, loaders: Mapping[str, SkillLoader], scope: Scope, strict: bool
 ) -> tuple[list[Entry], LoadReport]:
-    files = sorted({p for pattern in loaders for p in directory.rglob(pattern) if p.is_file()})
+    files, problems = _walk(directory, loaders)
     entries: list[Entry] = []
-    skipped: list[str] = []
-    problems: list[Problem] = []
+    skipped: list[str] = [p.pointer for p in problems]  # directories it could not list
+    if not strict:
+        for problem in problems:
+            log.warning("skipped skill directory %s", problem.render())
     for path in files:
         loader = next(fn for pattern, fn in loaders.items() if path.match(pattern))
         try:

@@ -89,7 +89,10 @@ class SkillSpecRegistry:
         for scope, directory in (("global", global_dir), ("agent", agent_dir)):
             if directory is None:
                 continue
-            files = sorted(Path(directory).glob("*.json"))
+            files, unreadable = _json_files(Path(directory))
+            if unreadable is not None:
+                problems.append(unreadable)
+                skipped.append(SkippedSpec(str(directory), (unreadable.render(),)))
             total += len(files)
             loaded: list[tuple[SkillSpec, str]] = []
             for file in files:
@@ -171,3 +174,20 @@ class SkillSpecRegistry:
 
     def __repr__(self) -> str:
         return f"SkillSpecRegistry({list(self._specs)}, version={self.version[:12]})"
+
+
+def _json_files(directory: Path) -> tuple[list[Path], Problem | None]:
+    """The ``*.json`` files of ``directory`` (none if it does not exist), or the problem
+    when it cannot be listed: ``Path.glob`` would silently find nothing there."""
+    try:
+        with os.scandir(directory) as entries:
+            names = [e.name for e in entries if e.name.endswith(".json")]
+    except FileNotFoundError:
+        return [], None
+    except OSError as exc:
+        return [], Problem(
+            str(directory),
+            f"cannot list the skill directory: {exc.strerror or exc}",
+            "make it readable (chmod u+rx) or remove it",
+        )
+    return sorted(directory / n for n in names), None

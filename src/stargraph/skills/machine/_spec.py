@@ -308,15 +308,32 @@ def _tool_problems(
 
 
 def load_skillspec(path: str | Path, *, tools: Collection[str] | None = None) -> SkillSpec:
-    """Read and validate one SkillSpec ``.json`` file (see :func:`parse_skillspec`)."""
+    """Read and validate one SkillSpec ``.json`` file (see :func:`parse_skillspec`).
+
+    The file must be UTF-8 (a byte-order mark is allowed); anything else is a
+    :class:`~stargraph.errors.SkillValidationError` naming the file and the first bad byte.
+    """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        # utf-8-sig: editors on Windows save JSON with a BOM, which json.loads refuses.
+        text = path.read_bytes().decode("utf-8-sig")
     except OSError as exc:
         raise SkillValidationError(
             [Problem(f"{path}#", f"cannot read the file: {exc}", "check the path")],
             subject=f"SkillSpec {path}",
         ) from exc
+    except UnicodeDecodeError as exc:
+        raise SkillValidationError(
+            [
+                Problem(
+                    f"{path}#",
+                    f"the file is not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset "
+                    f"{exc.start} ({exc.reason})",
+                    "SkillSpec files must be UTF-8 JSON; save the file as UTF-8",
+                )
+            ],
+            subject=f"SkillSpec {path}",
+        ) from None
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:

@@ -54,6 +54,7 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
+from stargraph.errors import Problem, SkillValidationError
 from stargraph.skills.markdown._parse import (
     MarkdownSkill,
     Trigger,
@@ -108,9 +109,28 @@ def discover_skill_dirs(
         candidates.insert(0, Path(env).expanduser())
     out: list[Path] = []
     for path in candidates:
-        if path.is_dir() and path.resolve() not in [p.resolve() for p in out]:
+        if _is_dir(path) and path.resolve() not in [p.resolve() for p in out]:
             out.append(path)
     return out
+
+
+def _is_dir(path: Path) -> bool:
+    """Whether ``path`` is a directory; a typed error when that cannot even be checked (no
+    search permission on a parent), instead of a bare ``PermissionError``."""
+    try:
+        return path.is_dir()
+    except OSError as exc:
+        raise SkillValidationError(
+            [
+                Problem(
+                    str(path),
+                    f"cannot check the skill directory: {exc.strerror or exc}",
+                    f"make its parent directories searchable (chmod u+x), or point {ENV_VAR} "
+                    "elsewhere",
+                )
+            ],
+            subject="skill directories",
+        ) from None
 
 
 def registry_dirs(
@@ -126,7 +146,7 @@ def registry_dirs(
         "global_dir": Path(env).expanduser() if env else user / ".stargraph" / "skills",
         "agent_dir": here / "skills",
     }
-    return {k: v for k, v in found.items() if v.is_dir()}
+    return {k: v for k, v in found.items() if _is_dir(v)}
 
 
 def skill_md_loaders() -> dict[str, Any]:

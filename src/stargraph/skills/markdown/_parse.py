@@ -131,22 +131,67 @@ class MarkdownSkill(Skill):
 
 
 def load_skill_md(path: str | os.PathLike[str]) -> MarkdownSkill:
-    """Read one SKILL.md (and its ``references/`` listing) into a :class:`MarkdownSkill`."""
+    """Read one SKILL.md (and its ``references/`` listing) into a :class:`MarkdownSkill`.
+
+    The file must be UTF-8; a file or a ``references/`` directory that cannot be read is a
+    :class:`~stargraph.errors.SkillValidationError` naming it (never a silently empty skill).
+    """
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
         raise SkillValidationError(
-            [Problem(f"{path}#", f"cannot read the file: {exc}", "check the path and encoding")],
+            [Problem(f"{path}#", f"cannot read the file: {exc}", "check the path")],
             subject=f"SKILL.md {path}",
         ) from None
-    refs = path.parent / "references"
-    references = (
-        tuple(sorted(str(p.relative_to(path.parent)) for p in refs.rglob("*") if p.is_file()))
-        if refs.is_dir()
-        else ()
-    )
-    return parse_skill_md(text, source=str(path), references=references)
+    except UnicodeDecodeError as exc:
+        raise SkillValidationError(
+            [
+                Problem(
+                    f"{path}#",
+                    f"the file is not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset "
+                    f"{exc.start} ({exc.reason})",
+                    "SKILL.md files must be UTF-8 text; save the file as UTF-8",
+                )
+            ],
+            subject=f"SKILL.md {path}",
+        ) from None
+    return parse_skill_md(text, source=str(path), references=_references(path.parent))
+
+
+def _references(folder: Path) -> tuple[str, ...]:
+    """The files under ``folder/references`` (relative to ``folder``), sorted. A directory
+    that cannot be listed is an error: ``Path.rglob`` would silently skip it."""
+    refs = folder / "references"
+    found: list[str] = []
+    errors: list[OSError] = []
+    try:
+        if not refs.is_dir():
+            return ()
+    except OSError as exc:  # e.g. no search permission on the skill's directory
+        errors.append(exc)
+    else:
+        for root, _dirs, files in os.walk(refs, onerror=errors.append):
+            for name in files:
+                path = Path(root) / name
+                try:
+                    if path.is_file():
+                        found.append(str(path.relative_to(folder)))
+                except OSError as exc:  # listed but not searchable (r without x)
+                    errors.append(exc)
+    if errors:
+        raise SkillValidationError(
+            [
+                Problem(
+                    f"{exc.filename or refs}",
+                    f"cannot list the skill's references: {exc.strerror or exc}",
+                    "make the directory readable (chmod u+rx) or remove it",
+                )
+                for exc in errors
+            ],
+            subject=f"SKILL.md {folder / 'SKILL.md'}",
+        )
+    return tuple(sorted(found))
 
 
 def parse_skill_md(
@@ -161,8 +206,9 @@ def parse_skill_md(
         try:
             data: Any = yaml.safe_load(found.group(1))
         except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+            reason = _yaml_error(exc, text.count("\n", 0, found.start(1)))
             raise SkillValidationError(
-                [Problem(where, f"frontmatter is not valid YAML: {exc}", "fix the YAML")],
+                [Problem(where, f"frontmatter is not valid YAML {reason}", "fix the YAML")],
                 subject=f"SKILL.md {source}",
             ) from None
         if data is None:
@@ -230,8 +276,9 @@ def _donor_sections(text: str, where: str) -> tuple[dict[str, Any], str, list[Pr
         try:
             data[key] = yaml.safe_load(content)
         except (yaml.YAMLError, ValueError, TypeError, OverflowError, RecursionError) as exc:
+            reason = _yaml_error(exc, text.count("\n", 0, head.end()))
             problems.append(
-                Problem(f"{where}/{key}", f"section is not valid YAML: {exc}", "fix it")
+                Problem(f"{where}/{key}", f"section is not valid YAML {reason}", "fix it")
             )
     body = "".join(prompt)
     if "description" not in data:
@@ -239,6 +286,18 @@ def _donor_sections(text: str, where: str) -> tuple[dict[str, Any], str, list[Pr
         if paragraph:
             data["description"] = " ".join(paragraph.split())
     return data, body, problems
+
+
+def _yaml_error(exc: BaseException, lines_before: int) -> str:
+    """``at line L, column C: <problem>`` with L counted in the whole file (PyYAML counts
+    from the start of the snippet it was given), or the error itself when it has no mark."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        detail = " ".join(f"{exc.problem or ''}".split()) or type(exc).__name__
+        if exc.context:
+            detail += f" ({exc.context})"
+        return f"at line {lines_before + mark.line + 1}, column {mark.column + 1}: {detail}"
+    return f"({type(exc).__name__}): {' '.join(str(exc).split())}"
 
 
 def _json_ok(value: Any, depth: int = 0) -> bool:
