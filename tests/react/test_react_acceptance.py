@@ -367,8 +367,12 @@ def test_bad_calls_get_structured_observations_and_never_enter_the_body(
         "invalid_arguments",
         "unknown_tool",
     ]
-    # The arbiter audited the refused attempts it saw (the JSON-less ones never got a call).
-    assert [r.status for r in arbiter.commit_log.records()] == ["denied", "invalid", "invalid"]
+    # Every refused attempt went through the arbiter and is audited, the JSON-less ones too,
+    # under the canonical tool id.
+    log = arbiter.commit_log.records()
+    assert [r.status for r in log] == ["denied", "invalid", "invalid", "invalid", "invalid"]
+    assert [r.tool for r in log] == [FORBIDDEN, CALC, CALC, CALC, "rm_rf"]
+    assert [r.tool for r in final.tool_calls] == [FORBIDDEN, CALC, CALC, CALC, "rm_rf"]
     assert final.final_answer == "sorry"
 
 

@@ -3,6 +3,10 @@
 * :class:`ChatModel` - the seam: ``complete(request)`` / ``await acomplete(request)``.
 * :class:`OpenAIChatModel` - any OpenAI-compatible endpoint, via the ``openai`` package
   (imported lazily: ``import stargraph.llm`` stays cheap).
+* :class:`EndpointProfile` - what one kind of server (OpenAI, vLLM, llama.cpp, Ollama)
+  accepts; ``OpenAIChatModel(profile=...)`` shapes every request to it.
+* :class:`RequestOptions`, :class:`ResponseFormat` - request fields as data (``tool_choice``,
+  ``max_tokens``, the reply's JSON Schema), e.g. for ``react_graph(request=...)``.
 * :class:`ScriptedChatModel` - an in-memory fake answering from a script.
 * :func:`normalize_tool_calls` - turns refusals, malformed arguments and unknown tools into
   observations for the model instead of crashes.
@@ -18,6 +22,8 @@ from stargraph.llm._messages import (
     ChatMessage,
     ChatRequest,
     ChatResponse,
+    RequestOptions,
+    ResponseFormat,
     Role,
     ToolCall,
     ToolCallDelta,
@@ -31,6 +37,17 @@ from stargraph.llm._problems import (
     ToolCallProblem,
     normalize_tool_calls,
 )
+from stargraph.llm._profiles import (
+    GENERIC,
+    LLAMA_CPP,
+    OLLAMA,
+    OPENAI,
+    PROFILES,
+    VLLM,
+    EndpointProfile,
+    detect_profile,
+    profile_for_url,
+)
 from stargraph.llm._protocol import ChatModel
 from stargraph.llm._recorded import JournaledChatModel
 from stargraph.llm._scripted import ScriptedChatModel
@@ -42,11 +59,19 @@ __all__ = [
     "ChatRequest",
     "ChatResponse",
     "ChatStream",
+    "EndpointProfile",
+    "GENERIC",
     "JournaledChatModel",
+    "LLAMA_CPP",
     "NormalizedToolCalls",
+    "OLLAMA",
+    "OPENAI",
     "OpenAIChatModel",
+    "PROFILES",
     "ParsedToolCall",
     "ProblemKind",
+    "RequestOptions",
+    "ResponseFormat",
     "Role",
     "ScriptedChatModel",
     "StreamAssembler",
@@ -54,5 +79,8 @@ __all__ = [
     "ToolCallDelta",
     "ToolCallProblem",
     "Usage",
+    "VLLM",
+    "detect_profile",
     "normalize_tool_calls",
+    "profile_for_url",
 ]

@@ -21,6 +21,8 @@ __all__ = [
     "ChatMessage",
     "ChatRequest",
     "ChatResponse",
+    "RequestOptions",
+    "ResponseFormat",
     "Role",
     "ToolCall",
     "ToolCallDelta",
@@ -31,6 +33,8 @@ Role = Literal["system", "user", "assistant", "tool"]
 """Who speaks a :class:`ChatMessage`."""
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
+# ResponseFormat has a field called ``type``, which hides the builtin inside its body.
+_ModelClass = type[BaseModel]
 
 
 class ToolCall(BaseModel):
@@ -147,13 +151,95 @@ class Usage(BaseModel):
         )
 
 
+class ResponseFormat(BaseModel):
+    """What shape the reply must have: free ``text``, any JSON object, or JSON matching a
+    schema.
+
+    It is data, not wire format: endpoints disagree on how a schema is sent (OpenAI, vLLM and
+    Ollama take ``{"type": "json_schema", "json_schema": {...}}``, llama-cpp-python only
+    ``{"type": "json_object", "schema": {...}}``), so :class:`~stargraph.llm.EndpointProfile`
+    encodes it for the endpoint at hand.
+
+        >>> ResponseFormat.for_schema({"type": "object"}, name="answer").to_openai()
+        {'type': 'json_schema', 'json_schema': {'name': 'answer', 'schema': {'type': 'object'}}}
+    """
+
+    model_config = _FROZEN
+
+    type: Literal["text", "json_object", "json_schema"]
+    """``text``, ``json_object`` (any JSON object) or ``json_schema`` (:attr:`json_schema`)."""
+    json_schema: dict[str, Any] | None = None
+    """The JSON Schema the reply must match (``type="json_schema"`` only)."""
+    name: str = "output"
+    """The schema's name, which OpenAI requires (``[a-zA-Z0-9_-]``, up to 64 characters)."""
+    strict: bool | None = None
+    """OpenAI's strict schema adherence; ``None`` leaves the endpoint's default."""
+
+    @classmethod
+    def for_schema(
+        cls,
+        schema: Mapping[str, Any] | _ModelClass,
+        *,
+        name: str | None = None,
+        strict: bool | None = None,
+    ) -> ResponseFormat:
+        """JSON matching ``schema`` (a JSON Schema dict, or a pydantic model's schema)."""
+        if isinstance(schema, type):
+            return cls(
+                type="json_schema",
+                json_schema=schema.model_json_schema(),
+                name=name or schema.__name__,
+                strict=strict,
+            )
+        return cls(
+            type="json_schema", json_schema=dict(schema), name=name or "output", strict=strict
+        )
+
+    def to_openai(self, kind: str = "json_schema") -> dict[str, Any]:
+        """The ``response_format`` body field. ``kind`` says how the endpoint takes a schema:
+        ``json_schema`` (OpenAI's form), ``json_object_schema`` (``{"type": "json_object",
+        "schema": ...}``) or ``json_object`` (the schema cannot be sent; only JSON is asked)."""
+        if self.type != "json_schema" or self.json_schema is None:
+            return {"type": "json_object" if self.type == "json_schema" else self.type}
+        if kind == "json_object_schema":
+            return {"type": "json_object", "schema": self.json_schema}
+        if kind == "json_object":
+            return {"type": "json_object"}
+        spec: dict[str, Any] = {"name": self.name, "schema": self.json_schema}
+        if self.strict is not None:
+            spec["strict"] = self.strict
+        return {"type": "json_schema", "json_schema": spec}
+
+
+class RequestOptions(BaseModel):
+    """Request fields a graph fixes for every model call it makes, as data (so they are part
+    of the graph's hash): ``react_graph(..., request=RequestOptions(...))``.
+
+        >>> RequestOptions(tool_choice="auto", max_tokens=256).model_dump(exclude_defaults=True)
+        {'tool_choice': 'auto', 'max_tokens': 256}
+    """
+
+    model_config = _FROZEN
+
+    tool_choice: Literal["auto", "none", "required"] | dict[str, Any] | None = None
+    """``auto``, ``none``, ``required`` or ``{"type": "function", "function": {"name": ...}}``;
+    ``None`` leaves it to the endpoint profile (which sends ``auto`` where a missing value
+    would mean "no tools")."""
+    max_tokens: int | None = Field(default=None, ge=1)
+    """Upper bound of the reply's length in tokens; ``None`` leaves the endpoint's default."""
+    response_format: ResponseFormat | None = None
+    """The reply's required shape (see :class:`ResponseFormat`)."""
+    extra: dict[str, Any] = Field(default_factory=dict)
+    """Further body fields (``seed``, ``top_p`` ...), sent as they are."""
+
+
 class ChatRequest(BaseModel):
     """Everything a chat model is asked, as data; :meth:`fingerprint` keys recordings.
 
     ``model=None`` means "the chat model's own default model". ``tools`` are OpenAI tool
     dicts (``{"type": "function", "function": {"name", "description", "parameters"}}``), as
     produced by ``ToolSpec.llm_view()``. ``extra`` holds any other body field the endpoint
-    understands (``max_tokens``, ``seed``, ``response_format`` ...); it is sent as is.
+    understands (``seed``, ``top_p`` ...); it is sent as is.
     """
 
     model_config = _FROZEN
@@ -170,6 +256,10 @@ class ChatRequest(BaseModel):
     """Sampling temperature; ``None`` leaves the endpoint's default."""
     parallel_tool_calls: bool | None = None
     """Whether the model may call several tools in one reply; ``None`` omits it."""
+    max_tokens: int | None = None
+    """Upper bound of the reply's length in tokens; ``None`` omits it."""
+    response_format: ResponseFormat | None = None
+    """The reply's required shape; ``None`` omits it."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Further body fields, passed through unchanged."""
 
@@ -197,6 +287,10 @@ class ChatRequest(BaseModel):
             body["temperature"] = self.temperature
         if self.parallel_tool_calls is not None:
             body["parallel_tool_calls"] = self.parallel_tool_calls
+        if self.max_tokens is not None:
+            body["max_tokens"] = self.max_tokens
+        if self.response_format is not None:
+            body["response_format"] = self.response_format.to_openai()
         body.update(self.extra)
         return body
 

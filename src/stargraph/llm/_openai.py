@@ -14,6 +14,7 @@ test server). Two choices shape it:
 from __future__ import annotations
 
 import os
+import re
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator
@@ -30,6 +31,7 @@ from stargraph.llm._messages import (
     ToolCallDelta,
     Usage,
 )
+from stargraph.llm._profiles import EndpointProfile, detect_profile, profile_for_url
 from stargraph.llm._recorded import JournaledChatModel
 
 if TYPE_CHECKING:
@@ -48,27 +50,52 @@ _PLACEHOLDER_KEY: Final = "sk-no-key-needed"
 # 408 request timeout, 409 conflict (lock contention), 429 rate limit: the same set the
 # openai client itself treats as transient, plus every 5xx below.
 _TRANSIENT_STATUSES: Final = frozenset({408, 409, 429})
+# What a pydantic/FastAPI request-validation error looks like in an error message.
+_VALIDATION: Final = re.compile(
+    r"\d+ validation errors?\b|'loc': \('body'|\bRequestValidationError\b"
+)
+# Error text longer than this is cut: a server may put a whole traceback in it.
+_ERROR_TEXT_LIMIT: Final = 2000
 
 
 class _Failure:
     """One failed attempt, classified."""
 
-    def __init__(self, exc: Exception, timeout: float) -> None:
+    def __init__(self, exc: Exception, timeout: float, profile: EndpointProfile) -> None:
         import openai
 
         self.exc = exc
         self.status: int | None = None
         self.retry_after: float | None = None
+        self.advice: str | None = None
         if isinstance(exc, openai.APITimeoutError):
-            self.transient = True
+            self.transient = profile.retry_timeouts
             self.detail = f"timed out after {timeout:g}s"
+            if not self.transient:
+                self.advice = (
+                    f"not re-sent: a {profile.name} server works on one request at a time and "
+                    "keeps generating the answer nobody waits for, so a new attempt would only "
+                    "queue behind it; raise timeout=..., lower max_tokens, or pass a profile "
+                    "with retry_timeouts=True"
+                )
         elif isinstance(exc, openai.APIConnectionError):
             self.transient = True
             self.detail = f"connection error ({exc.__cause__ or exc})"
         elif isinstance(exc, openai.APIStatusError):
             self.status = exc.status_code
+            text = _error_text(exc)
             self.transient = exc.status_code in _TRANSIENT_STATUSES or exc.status_code >= 500
-            self.detail = f"HTTP {exc.status_code}: {_error_text(exc)}"
+            if exc.status_code >= 500 and _VALIDATION.search(text):
+                # Servers built on FastAPI/pydantic (llama-cpp-python) report a request they
+                # cannot parse as HTTP 500: the same request fails the same way every time.
+                self.transient = False
+                self.advice = (
+                    "the endpoint rejected the request as invalid (a validation error sent as "
+                    "HTTP 500), so it is not retried; check the request against what the "
+                    f"server accepts (endpoint profile {profile.name!r}: pass profile=... to "
+                    "OpenAIChatModel to match the server)"
+                )
+            self.detail = f"HTTP {exc.status_code}: {text}"
             self.retry_after = _retry_after(exc.response.headers.get("retry-after"))
         else:
             self.transient = False
@@ -85,8 +112,21 @@ class OpenAIChatModel:
     raised to a server's ``Retry-After``) between attempts. When it gives up, or at once on
     any other failure, it raises :class:`~stargraph.errors.LLMError` naming the model, the
     URL, the status and the number of attempts; the openai exception is ``__cause__``.
+    Failures that would repeat are not retried: other 4xx, and a 500 whose body is a
+    request-validation error (how FastAPI-based servers answer a body they cannot parse).
     ``sleep`` / ``asleep`` perform the backoff waits (``time.sleep`` / ``asyncio.sleep`` by
     default); tests pass recorders so retries cost no wall time.
+
+    ``profile`` says what the endpoint accepts (see :class:`~stargraph.llm.EndpointProfile`):
+    a profile, a name (``"openai"``, ``"vllm"``, ``"llama.cpp"``, ``"ollama"``,
+    ``"generic"``), or ``"detect"`` to ask the server's ``GET /models`` once, at the first
+    call. By default it follows the URL (OpenAI's host, Ollama's port), else ``generic``.
+
+    Timeouts: ``timeout`` bounds each attempt, so a call can take up to
+    ``(max_retries + 1) * timeout`` plus the backoff sleeps. On a local server answering one
+    request at a time (``llama.cpp``) a timed-out request is not re-sent, because the server
+    is still busy with it: give such a server a ``timeout`` that fits its slowest answer
+    (bound it with ``max_tokens``) rather than more retries.
 
     Close it (or use it as a context manager) to release the HTTP connection pool.
     """
@@ -104,6 +144,7 @@ class OpenAIChatModel:
         sleep: Callable[[float], None] = time.sleep,
         asleep: Callable[[float], Awaitable[None]] | None = None,
         default_headers: dict[str, str] | None = None,
+        profile: EndpointProfile | str | None = None,
     ) -> None:
         self.model = model
         """Model used when a request does not name one."""
@@ -127,6 +168,24 @@ class OpenAIChatModel:
         self._client: openai.OpenAI | None = None
         self._client_lock = threading.Lock()
         self._tls: ssl.SSLContext | None = None
+        self._detect = profile == "detect"
+        self._profile: EndpointProfile | None
+        if isinstance(profile, EndpointProfile):
+            self._profile = profile
+        elif profile is None:
+            self._profile = profile_for_url(self.base_url)
+        elif self._detect:
+            self._profile = None  # asked of the server at the first call
+        else:
+            self._profile = EndpointProfile.named(profile)
+
+    @property
+    def profile(self) -> EndpointProfile:
+        """The endpoint profile in use (with ``profile="detect"``: asked of the server now,
+        if no call has asked yet)."""
+        if self._profile is None:
+            return self._detected(self._sync_client())
+        return self._profile
 
     def __repr__(self) -> str:
         return f"OpenAIChatModel(model={self.model!r}, base_url={self.base_url!r})"
@@ -161,7 +220,8 @@ class OpenAIChatModel:
     def complete(self, request: ChatRequest) -> ChatResponse:
         """Send ``request`` and return the first choice, retrying transient failures."""
         client = self._sync_client()
-        kwargs = self._create_kwargs(request)
+        profile = self._profile or self._detected(client)
+        kwargs = self._create_kwargs(request, profile)
         failures: list[_Failure] = []
         while True:
             try:
@@ -169,7 +229,8 @@ class OpenAIChatModel:
             except Exception as exc:
                 if not _is_openai_error(exc):
                     raise
-                self._sleep(self._after_failure(failures, _Failure(exc, self.timeout)))
+                failure = _Failure(exc, self.timeout, profile)
+                self._sleep(self._after_failure(failures, failure))
                 continue
             return ChatResponse.from_openai(completion.model_dump(mode="json"))
 
@@ -184,16 +245,18 @@ class OpenAIChatModel:
 
         import openai
 
-        kwargs = self._create_kwargs(request)
         failures: list[_Failure] = []
         http_client = openai.DefaultAsyncHttpxClient(verify=self._tls_context())
         options = self._client_options()
         async with http_client, openai.AsyncOpenAI(http_client=http_client, **options) as client:
+            profile = self._profile or await self._adetected(client)
+            kwargs = self._create_kwargs(request, profile)
             while True:
                 try:
                     completion = await client.chat.completions.create(**kwargs)
                 except openai.OpenAIError as exc:
-                    delay = self._after_failure(failures, _Failure(exc, self.timeout))
+                    failure = _Failure(exc, self.timeout, profile)
+                    delay = self._after_failure(failures, failure)
                     await (self._asleep or asyncio.sleep)(delay)
                     continue
                 return ChatResponse.from_openai(completion.model_dump(mode="json"))
@@ -202,17 +265,23 @@ class OpenAIChatModel:
         """Stream the reply as :class:`ChatDelta` s; the assembled response follows.
 
         Opening the stream is retried like :meth:`complete`; a failure after the first
-        chunk is not (half an answer cannot be un-shown), it raises ``LLMError``::
+        chunk is not (half an answer cannot be un-shown), it raises ``LLMError``, and so does
+        a stream the server ends without saying why the model stopped (no
+        ``finish_reason``: the server aborted it)::
 
             with model.stream(request) as stream:
                 for delta in stream:
                     print(delta.content, end="")
             response = stream.response
+
+        ``include_usage`` asks for token counts in the stream where the endpoint profile
+        says the server can send them.
         """
         client = self._sync_client()
-        kwargs = self._create_kwargs(request)
+        profile = self._profile or self._detected(client)
+        kwargs = self._create_kwargs(request, profile)
         kwargs["stream"] = True
-        if include_usage:
+        if include_usage and profile.stream_usage:
             kwargs["stream_options"] = {"include_usage": True}
         failures: list[_Failure] = []
         while True:
@@ -221,13 +290,14 @@ class OpenAIChatModel:
             except Exception as exc:
                 if not _is_openai_error(exc):
                     raise
-                self._sleep(self._after_failure(failures, _Failure(exc, self.timeout)))
+                failure = _Failure(exc, self.timeout, profile)
+                self._sleep(self._after_failure(failures, failure))
                 continue
 
             def on_error(exc: Exception) -> NoReturn:
-                self._give_up([_Failure(exc, self.timeout)])
+                self._give_up([_Failure(exc, self.timeout, profile)])
 
-            return ChatStream(chunks, on_error=on_error)
+            return ChatStream(chunks, on_error=on_error, subject=self._subject())
 
     # ------------------------------------------------------------------ internals
 
@@ -267,8 +337,42 @@ class OpenAIChatModel:
                 self._client = openai.OpenAI(**self._client_options())
             return self._client
 
-    def _create_kwargs(self, request: ChatRequest) -> dict[str, Any]:
-        body = request.to_openai(self.model)
+    def _detected(self, client: openai.OpenAI) -> EndpointProfile:
+        """``profile="detect"``: the profile ``GET /models`` implies, asked once."""
+        with self._client_lock:
+            if self._profile is not None:
+                return self._profile
+        try:
+            listing = client.with_options(max_retries=0).models.list()
+            owners = [model.owned_by for model in listing.data]
+        except Exception as exc:
+            if not _is_openai_error(exc):
+                raise
+            # A server without /models is not one of the known ones.
+            owners = []
+        with self._client_lock:
+            self._profile = detect_profile(owners, self.base_url)
+            return self._profile
+
+    async def _adetected(self, client: openai.AsyncOpenAI) -> EndpointProfile:
+        """Async :meth:`_detected`."""
+        try:
+            listing = await client.with_options(max_retries=0).models.list()
+            owners = [model.owned_by for model in listing.data]
+        except Exception as exc:
+            if not _is_openai_error(exc):
+                raise
+            owners = []
+        with self._client_lock:
+            if self._profile is None:
+                self._profile = detect_profile(owners, self.base_url)
+            return self._profile
+
+    def _subject(self) -> str:
+        return f"chat model {self.model!r} at {self.base_url}"
+
+    def _create_kwargs(self, request: ChatRequest, profile: EndpointProfile) -> dict[str, Any]:
+        body = profile.body(request, self.model)
         # model and messages go as named arguments; everything else through extra_body so
         # that fields this openai version has no keyword for still reach the endpoint.
         model = body.pop("model")
@@ -289,7 +393,9 @@ class OpenAIChatModel:
         last = failures[-1]
         attempts = len(failures)
         plural = "attempt" if attempts == 1 else "attempts"
-        if last.transient:
+        if last.advice is not None:
+            advice = last.advice
+        elif last.transient:
             advice = (
                 "transient errors (429, 5xx, timeouts, connection errors) are retried with "
                 "backoff; check that the endpoint is up, or raise max_retries / timeout"
@@ -297,8 +403,7 @@ class OpenAIChatModel:
         else:
             advice = "this error is not retried; check the model name, API key and request"
         raise LLMError(
-            f"chat model {self.model!r} at {self.base_url} failed after {attempts} {plural}: "
-            f"{last.detail}; {advice}"
+            f"{self._subject()} failed after {attempts} {plural}: {last.detail}; {advice}"
         ) from last.exc
 
 
@@ -326,6 +431,11 @@ class StreamAssembler:
         if delta.usage is not None:
             self._usage = delta.usage
 
+    @property
+    def finished(self) -> bool:
+        """Whether a ``finish_reason`` arrived: the model's answer is complete."""
+        return self._finish_reason is not None
+
     def response(self, *, model: str = "", id: str = "") -> ChatResponse:
         """The response assembled so far."""
         content = "".join(self._content)
@@ -348,45 +458,85 @@ class StreamAssembler:
 
 
 class ChatStream:
-    """An open streamed completion: iterate it for deltas, then read :attr:`response`."""
+    """An open streamed completion: iterate it for deltas, then read :attr:`response`.
+
+    It is its own iterator: leaving the ``for`` loop early and reading :attr:`response`
+    drains the rest of the stream and returns the whole answer. A stream the server ends
+    without a ``finish_reason`` (it aborted the answer) raises
+    :class:`~stargraph.errors.LLMError` instead of passing for a complete, shorter answer.
+    """
 
     def __init__(
-        self, chunks: Stream[ChatCompletionChunk], on_error: Callable[[Exception], NoReturn]
+        self,
+        chunks: Stream[ChatCompletionChunk],
+        on_error: Callable[[Exception], NoReturn],
+        *,
+        subject: str = "chat model",
     ) -> None:
         self._chunks = chunks
         self._on_error = on_error
+        self._subject = subject
+        self._iterator: Iterator[ChatCompletionChunk] | None = None
         self._assembler = StreamAssembler()
         self._model = ""
         self._id = ""
         self._done = False
+        self._closed = False
 
-    def __iter__(self) -> Iterator[ChatDelta]:
+    def __iter__(self) -> Self:
+        return self
+
+    def __next__(self) -> ChatDelta:
+        if self._done:
+            raise StopIteration
+        if self._closed:
+            raise LLMError(
+                f"the stream of {self._subject} was closed before it ended, so the rest of the "
+                "answer is lost; read .response (or finish the loop) before closing the stream "
+                "or leaving its with block"
+            )
+        if self._iterator is None:
+            self._iterator = iter(self._chunks)
         try:
-            for chunk in self._chunks:
-                raw = chunk.model_dump(mode="json")
-                self._model = raw.get("model") or self._model
-                self._id = raw.get("id") or self._id
-                delta = delta_from_chunk(raw)
-                self._assembler.add(delta)
-                yield delta
+            chunk = next(self._iterator)
+        except StopIteration:
+            self._finish()
+            raise
         except Exception as exc:
+            self.close()
             if not _is_openai_error(exc):
                 raise
             self._on_error(exc)
-        finally:
-            self.close()
+        raw = chunk.model_dump(mode="json")
+        self._model = raw.get("model") or self._model
+        self._id = raw.get("id") or self._id
+        delta = delta_from_chunk(raw)
+        self._assembler.add(delta)
+        return delta
+
+    def _finish(self) -> None:
         self._done = True
+        self._chunks.close()
+        if not self._assembler.finished:
+            raise LLMError(
+                f"the stream of {self._subject} ended before the model finished (no "
+                "finish_reason and no [DONE]): the server aborted the answer, and what arrived "
+                "is not the whole reply; see the server's log (llama.cpp, for one, cannot "
+                "stream a reply while tools are offered with tool_choice='auto'), or call "
+                "complete() instead"
+            )
 
     @property
     def response(self) -> ChatResponse:
         """The assembled response; reading it first drains whatever is left of the stream."""
-        if not self._done:
-            for _ in self:
-                pass
+        for _ in self:
+            pass
         return self._assembler.response(model=self._model, id=self._id)
 
     def close(self) -> None:
         """Close the HTTP response early (idempotent)."""
+        if not self._done:
+            self._closed = True
         self._chunks.close()
 
     def __enter__(self) -> Self:
@@ -433,12 +583,45 @@ def _is_openai_error(exc: BaseException) -> bool:
 
 
 def _error_text(exc: openai.APIStatusError) -> str:
-    body = exc.body
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and isinstance(inner.get("message"), str):
-            return str(inner["message"])
-    return exc.message
+    """The server's own words about the error, whatever shape its body has."""
+    text = _body_text(exc.body)
+    if text is None:
+        try:
+            raw = exc.response.text
+        except Exception:  # a streamed body that was never read; the message must do
+            raw = ""
+        text = raw.strip() or exc.message
+    if len(text) > _ERROR_TEXT_LIMIT:
+        text = text[:_ERROR_TEXT_LIMIT] + f"... ({len(text)} characters in all)"
+    return text
+
+
+def _body_text(body: object) -> str | None:
+    # OpenAI: {"error": {"message": ...}}; some servers {"error": "..."}; FastAPI (used by
+    # llama-cpp-python, vLLM's auth) {"detail": "..."} or {"detail": [{"loc", "msg"}, ...]};
+    # others {"message": "..."}.
+    if isinstance(body, str):
+        return body or None
+    if not isinstance(body, dict):
+        return None
+    for key in ("error", "detail", "message"):
+        value = body.get(key)
+        if isinstance(value, str) and value:
+            return value
+        if isinstance(value, dict):
+            inner = _body_text(value)
+            if inner is not None:
+                return inner
+        if isinstance(value, list) and value:
+            return "; ".join(_problem_text(item) for item in value)
+    return None
+
+
+def _problem_text(item: object) -> str:
+    if isinstance(item, dict) and "msg" in item:
+        where = ".".join(str(part) for part in item.get("loc") or ())
+        return f"{where}: {item['msg']}" if where else str(item["msg"])
+    return str(item)
 
 
 def _retry_after(value: str | None) -> float | None:

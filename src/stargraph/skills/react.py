@@ -30,8 +30,9 @@ made has run and been observed.
 
 The chat model and the arbiter are live objects, which the IR cannot hold: they reach the
 nodes as ``compile(services={"model": ChatModel, "arbiter": Arbiter})``. Everything that
-changes behaviour (model name, prompt, allowlist, temperature, output schema, limits) is in
-the node config and so in the graph hash::
+changes behaviour (model name, prompt, allowlist, temperature, output schema, limits, the
+request fields of :class:`~stargraph.llm.RequestOptions`) is in the node config and so in the
+graph hash::
 
     graph = react_graph(tools=["demo.calc@1.0.0"], system_prompt="Be brief.")
     app = graph.compile(services={"model": OpenAIChatModel("gpt-4o-mini"), "arbiter": arbiter})
@@ -41,10 +42,16 @@ the node config and so in the graph hash::
 Model calls and tool dispatches go through the run's record (the executor binds the
 ``model`` and ``arbiter`` services to each task's journal), so a step re-executed after a
 crash (in a run with a checkpoint store) reuses the recorded reply and tool results instead
-of calling the model or repeating a side effect, and ``replay`` never calls either. A model
+of calling the model or repeating a side effect, and ``replay`` never calls either (it needs
+neither service: a graph compiled without them replays from the record alone). A model
 that fails for good (retries exhausted) raises :class:`~stargraph.errors.LLMError` out of
 ``invoke``; the run is saved as failed at the last completed step and ``resume(run_id)``
 continues from there.
+
+A reply cut off by the token limit (``finish_reason="length"``) is never taken as the final
+answer: the model is told so, and it costs one unit of the error budget. A tool call whose
+arguments are not a JSON object goes to the arbiter like any other, which refuses it before
+anything runs (logged, in the commit log, under the canonical tool id).
 """
 
 from __future__ import annotations
@@ -52,7 +59,7 @@ from __future__ import annotations
 import re
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar, cast
 
 import orjson
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
@@ -60,10 +67,18 @@ from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 from stargraph import fathom, reducers
 from stargraph.errors import NodeError, Problem, SkillValidationError, ToolError
 from stargraph.graph import END, START, Graph
-from stargraph.llm import ChatMessage, ChatModel, ChatRequest, ChatResponse, Usage
+from stargraph.llm import (
+    ChatMessage,
+    ChatModel,
+    ChatRequest,
+    ChatResponse,
+    RequestOptions,
+    Usage,
+)
 from stargraph.refs import resolve_ref, try_ref_of
 from stargraph.runtime import RunContext
 from stargraph.tools import Arbiter, ToolCall, ToolResult
+from stargraph.tools._recorded import JournaledArbiter
 
 if TYPE_CHECKING:
     from stargraph.skills import Skill
@@ -83,6 +98,8 @@ _LANE: Final = "core"
 _NODES: Final = ("think", "act", "observe")
 # A code fence around a JSON answer is common model behaviour, not a schema violation.
 _FENCE: Final = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n(?P<body>.*)\n\s*```\s*$", re.DOTALL)
+
+_NO_OPTIONS: Final[Mapping[str, Any]] = {}
 
 StepKind = Literal["task", "reply", "observation"]
 """What a :class:`ReactStep` is: the user's task, a model reply, or an observation."""
@@ -106,6 +123,9 @@ class ReactStep(BaseModel):
     """The message exactly as sent to the model."""
     usage: Usage | None = None
     """Token counts of a ``reply``."""
+    finish_reason: str | None = None
+    """Why the model stopped, for a ``reply``: ``stop``, ``tool_calls``, ``length`` (cut
+    off by the token limit) ..., as the endpoint said."""
 
 
 class ToolCallRecord(BaseModel):
@@ -163,8 +183,8 @@ class ReactState(BaseModel):
     """Failed tool calls, refusals and rejected answers so far; rule ``error_budget``."""
     last_event: str | None = None
     """What the last node saw: ``tool_calls``, ``final_answer``, ``refusal``,
-    ``invalid_answer``, ``empty_answer``, ``tools_ran``, ``tool_error``, ``tool_success``,
-    ``observed``."""
+    ``invalid_answer``, ``empty_answer``, ``truncated`` (cut off by the token limit),
+    ``tools_ran``, ``tool_error``, ``tool_success``, ``observed``."""
     tool_result: str | None = None
     """Status of the last tool call of the last step (``success``, ``denied`` ...)."""
     usage: Usage = Usage()
@@ -257,6 +277,7 @@ def react_graph(
     error_budget: int = 3,
     output_model: type[BaseModel] | None = None,
     temperature: float | None = None,
+    request: RequestOptions | None = None,
 ) -> Graph[ReactState]:
     """The ReAct loop as a graph over :class:`ReactState`; compile it with
     ``services={"model": <ChatModel>, "arbiter": <Arbiter>}``.
@@ -267,6 +288,11 @@ def react_graph(
     and rejected answers. With ``output_model`` the final answer must be a JSON object that
     validates against it (the schema is added to the system prompt); it lands in
     ``final_output`` and, as canonical JSON, in ``final_answer``.
+
+    ``request`` fixes request fields of every model call (``tool_choice``, ``max_tokens``,
+    ``response_format``, ``extra``); like everything else here it is part of the graph hash.
+    To have the endpoint enforce the output model, pass
+    ``request=RequestOptions(response_format=ResponseFormat.for_schema(output_model))``.
 
     >>> graph = react_graph(tools=["demo.calc@1.0.0"], max_steps=4)
     >>> sorted(node.id for node in graph.to_ir().nodes if node.must_stub)
@@ -280,6 +306,14 @@ def react_graph(
         )
     if temperature is not None and not 0 <= temperature <= 2:
         problems.append(Problem("/temperature", f"{temperature!r} is outside 0..2", "use 0..2"))
+    if request is not None and not isinstance(request, RequestOptions):
+        problems.append(
+            Problem(
+                "/request",
+                f"expected RequestOptions, got {type(request).__name__}",
+                "pass request=RequestOptions(tool_choice=..., max_tokens=...)",
+            )
+        )
     try:
         pack = termination_pack(max_steps, error_budget)
     except SkillValidationError as exc:
@@ -297,6 +331,11 @@ def react_graph(
         config["system_prompt"] = system_prompt
     if temperature is not None:
         config["temperature"] = temperature
+    if isinstance(request, RequestOptions):
+        # Only what differs from the defaults: a graph without options hashes as before.
+        options = request.model_dump(mode="json", exclude_defaults=True)
+        if options:
+            config["request"] = options
     if output_model is not None:
         found = try_ref_of(output_model)
         ref = found if isinstance(found, str) else f"{output_model.__module__}:"
@@ -359,6 +398,7 @@ def react_skill(
     error_budget: int = 3,
     output_model: type[BaseModel] | None = None,
     temperature: float | None = None,
+    request: RequestOptions | None = None,
     requires: Sequence[str] = (),
 ) -> Skill:
     """:func:`react_graph` packaged as a ``kind=agent`` :class:`~stargraph.skills.Skill`
@@ -378,6 +418,7 @@ def react_skill(
         error_budget=error_budget,
         output_model=output_model,
         temperature=temperature,
+        request=request,
     )
     return Skill.from_graph(
         graph,
@@ -512,16 +553,27 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     system = _system_prompt(config)
     if system:
         messages.insert(0, ChatMessage.system(system))
+    options = config.get("request") or _NO_OPTIONS
     request = ChatRequest(
         messages=tuple(messages),
         model=config.get("model"),
         tools=_offered_tools(ctx, arbiter, tuple(config["tools"])),
         temperature=config.get("temperature"),
+        tool_choice=options.get("tool_choice"),
+        max_tokens=options.get("max_tokens"),
+        response_format=options.get("response_format"),
+        extra=options.get("extra") or {},
     )
     response = _once(ctx, "llm", ChatResponse, lambda: model.complete(request))
     reply = response.message
     new_steps.append(
-        ReactStep(llm_step=llm_step, kind="reply", message=reply, usage=response.usage)
+        ReactStep(
+            llm_step=llm_step,
+            kind="reply",
+            message=reply,
+            usage=response.usage,
+            finish_reason=response.finish_reason,
+        )
     )
 
     notes: list[ChatMessage] = []
@@ -540,6 +592,15 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
         event = "refusal"
     elif reply.tool_calls:
         event = "tool_calls"
+    elif response.finish_reason == "length":
+        # Half an answer is not an answer, however final it looks.
+        notes.append(
+            ChatMessage.user(
+                "Your reply was cut off at the token limit, so it was not taken as your final "
+                "answer. Give a shorter final answer, or call a tool."
+            )
+        )
+        event = "truncated"
     elif not (reply.content or "").strip():
         notes.append(
             ChatMessage.user(
@@ -595,10 +656,33 @@ def after_observe(state: ReactState) -> str:
 
 
 def _dispatch(arbiter: Arbiter, call: Any, allowed: tuple[str, ...], node: str) -> ToolResult:
+    # strict=False: arguments that are no JSON object reach the arbiter, which refuses the
+    # call like any invalid one - logged, committed, named by the canonical tool id.
+    tool_call = ToolCall.from_openai(call, lane=_LANE, node=node, allowed=allowed, strict=False)
     try:
-        return arbiter.dispatch(ToolCall.from_openai(call, lane=_LANE, node=node, allowed=allowed))
+        return arbiter.dispatch(tool_call)
     except ToolError as exc:
         return ToolResult.from_error(exc, call_id=call.id)
+
+
+class _Offline:
+    """The arbiter of a replay compiled without one: the record answers every tool call
+    (a call it does not hold raises ``ReplayMissError`` first), so nothing reaches this."""
+
+    def dispatch(self, call: ToolCall) -> ToolResult:
+        raise NodeError(
+            f"tool call {call.tool!r} reached no arbiter: replay serves tool calls from the "
+            "record; compile the graph with services={'arbiter': ...} to run tools live"
+        )
+
+
+def _act_arbiter(ctx: RunContext) -> Arbiter:
+    journal = ctx.journal
+    if ctx.services.get("arbiter") is None and getattr(journal, "replay", False):
+        # Replay runs no tool body: the recorded outcomes stand in for the arbiter.
+        return cast(Arbiter, JournaledArbiter(cast(Arbiter, _Offline()), journal))
+    arbiter: Arbiter = _service(ctx, "arbiter", _is_arbiter, "a tool Arbiter")
+    return arbiter
 
 
 def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
@@ -606,7 +690,7 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
     reply = next((s for s in reversed(state.trajectory) if s.kind == "reply"), None)
     if reply is None or not reply.message.tool_calls:
         return None
-    arbiter: Arbiter = _service(ctx, "arbiter", _is_arbiter, "a tool Arbiter")
+    arbiter = _act_arbiter(ctx)
     allowed = tuple(ctx.config["tools"])
     records: list[ToolCallRecord] = []
     answers: list[ChatMessage] = []

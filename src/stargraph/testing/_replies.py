@@ -42,7 +42,9 @@ class Reply(BaseModel):
         Reply.refusal("I can't help with that.")
         Reply.raw_arguments("{not json", name="calc")
         Reply.error(429, retry_after=0)
+        Reply.error(401, body={"detail": "Invalid API key"})   # a FastAPI-shaped body
         Reply.text("late").delayed(2.0)
+        Reply.text("cut short").aborted(after=2)   # the server drops the connection
     """
 
     # Fields are named apart from the constructors (``calls``, not ``tool_calls``) because a
@@ -65,10 +67,15 @@ class Reply(BaseModel):
     """HTTP status; anything but 200 sends an OpenAI-style error body."""
     error_message: str = ""
     """The ``error.message`` of an error reply."""
+    error_body: dict[str, Any] | None = None
+    """The whole JSON body of an error reply, instead of OpenAI's ``{"error": {...}}``."""
     headers: dict[str, str] = Field(default_factory=dict)
     """Extra response headers (``Retry-After`` ...)."""
     delay: float = 0.0
     """Seconds to wait before answering (to trigger client timeouts)."""
+    abort_after: int | None = None
+    """Drop the connection after this many stream chunks: no ``finish_reason``, no
+    ``[DONE]`` (a server that aborts the answer); a non-streamed request gets no answer."""
 
     @classmethod
     def text(cls, content: str, *, usage: Usage | None = None) -> Reply:
@@ -101,13 +108,20 @@ class Reply(BaseModel):
 
     @classmethod
     def error(
-        cls, status: int, message: str | None = None, *, retry_after: float | None = None
+        cls,
+        status: int,
+        message: str | None = None,
+        *,
+        retry_after: float | None = None,
+        body: Mapping[str, Any] | None = None,
     ) -> Reply:
-        """An HTTP error (429, 500, 503 ...) with an OpenAI-style error body."""
+        """An HTTP error (429, 500, 503 ...) with an OpenAI-style error body, or with
+        ``body`` as the whole JSON body (servers that are not OpenAI answer otherwise)."""
         headers = {} if retry_after is None else {"Retry-After": f"{retry_after:g}"}
         return cls(
             status=status,
             error_message=message or f"scripted HTTP {status} error",
+            error_body=None if body is None else dict(body),
             headers=headers,
         )
 
@@ -129,6 +143,11 @@ class Reply(BaseModel):
     def delayed(self, seconds: float) -> Reply:
         """This reply, sent only after ``seconds``."""
         return self.model_copy(update={"delay": seconds})
+
+    def aborted(self, *, after: int = 1) -> Reply:
+        """This reply, cut off by the server: a stream ends after ``after`` chunks without a
+        ``finish_reason`` or ``[DONE]``; a non-streamed request gets no answer at all."""
+        return self.model_copy(update={"abort_after": after})
 
 
 class RecordedRequest(BaseModel):

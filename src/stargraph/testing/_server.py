@@ -9,6 +9,20 @@ connection, as the ``openai`` client expects from a plain HTTP/1.0 peer.
 Everything the client could compare is deterministic: completion ids ``chatcmpl-0001``...,
 call ids ``call_0001``... (numbered per server), a fixed ``created`` timestamp and a word-count
 ``usage``. Two servers given the same script answer byte for byte the same.
+
+``behaves_like="llama.cpp"`` makes it answer as llama-cpp-python's server does (measured
+against version 0.3.36, which the real-model tests run), so client code can be tested
+against those behaviours without the real server:
+
+* a message with ``"content": null`` is refused with HTTP 500 and a request-validation error
+  (an assistant message without ``content`` with HTTP 500 too: the chat template needs it);
+* tools offered without ``tool_choice`` (or with ``"none"``) are not offered at all: a
+  scripted tool-call reply comes back as its text only;
+* ``tool_choice="required"`` fails with an empty HTTP 500; a ``response_format`` other than
+  ``text`` / ``json_object`` with a validation-error HTTP 500;
+* a streamed request offering tools with ``tool_choice="auto"`` is aborted after the
+  headers (no chunk, no ``[DONE]``), and streams never carry usage;
+* ``GET /v1/models`` says ``owned_by: "me"``.
 """
 
 from __future__ import annotations
@@ -19,7 +33,7 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Literal, Self
 
 from stargraph.llm import Usage
 from stargraph.testing._replies import RecordedRequest, Reply
@@ -31,6 +45,9 @@ FIXED_CREATED: Final = 1_700_000_000
 
 Script = Sequence[Reply] | Callable[[RecordedRequest], Reply]
 """A list of replies, answered in order, or a function of each chat-completions request."""
+
+Dialect = Literal["openai", "llama.cpp"]
+"""Which server ``ScriptedOpenAIServer`` answers like (see the module docstring)."""
 
 # Streamed argument text is cut into pieces this long, like a model emitting tokens.
 _ARGUMENT_PIECE: Final = 8
@@ -61,7 +78,8 @@ class ScriptedOpenAIServer:
     tool-call fragments (id and name first, then the arguments in pieces), a finish chunk,
     a usage chunk when ``stream_options.include_usage`` is set, then ``data: [DONE]``.
     A request past the end of a list script gets HTTP 400 naming the problem (400 so that
-    clients do not retry it).
+    clients do not retry it). ``behaves_like="llama.cpp"`` reproduces llama-cpp-python's
+    server (module docstring); a request it refuses consumes no reply of the script.
     """
 
     def __init__(
@@ -70,6 +88,7 @@ class ScriptedOpenAIServer:
         *,
         models: Sequence[str] = ("scripted-model",),
         created: int = FIXED_CREATED,
+        behaves_like: Dialect = "openai",
     ) -> None:
         self.requests: list[RecordedRequest] = []
         """Every request received, in arrival order (chat completions and others)."""
@@ -77,6 +96,8 @@ class ScriptedOpenAIServer:
         """Model ids listed by ``GET /v1/models``."""
         self.created = created
         """The ``created`` timestamp sent in every completion."""
+        self.behaves_like: Dialect = behaves_like
+        """The server it answers like: ``openai`` or ``llama.cpp``."""
         self._function: Callable[[RecordedRequest], Reply] | None = None
         self._replies: list[Reply] = []
         self.set_script(script)
@@ -226,7 +247,8 @@ class ScriptedOpenAIServer:
         """The ``chat.completion.chunk`` objects streaming ``reply``."""
         completion_id, call_ids = self._numbered(reply)
         options = body.get("stream_options") or {}
-        include_usage = bool(options.get("include_usage"))
+        # llama.cpp ignores stream_options: its streams never carry usage.
+        include_usage = bool(options.get("include_usage")) and self.behaves_like == "openai"
         head: dict[str, Any] = {
             "id": completion_id,
             "object": "chat.completion.chunk",
@@ -260,10 +282,11 @@ class ScriptedOpenAIServer:
 
     def models_list(self) -> dict[str, Any]:
         """The ``GET /v1/models`` answer."""
+        owner = "me" if self.behaves_like == "llama.cpp" else "stargraph"
         return {
             "object": "list",
             "data": [
-                {"id": model, "object": "model", "created": self.created, "owned_by": "stargraph"}
+                {"id": model, "object": "model", "created": self.created, "owned_by": owner}
                 for model in self.models
             ],
         }
@@ -307,13 +330,33 @@ class _Handler(BaseHTTPRequestHandler):
         if not isinstance(body, dict):
             self._send_error(400, "request body is not a JSON object")
             return
+        llama = scripted.behaves_like == "llama.cpp"
+        if llama:
+            refusal = _llama_cpp_refusal(body)
+            if refusal is not None:
+                self._send_json(500, {"error": _error_object(500, refusal)})
+                return
+            if body.get("stream") and body.get("tools") and body.get("tool_choice") == "auto":
+                # "Automatic streaming tool choice is not supported": the handler raises
+                # after the response has started, so the stream just ends.
+                self._send_stream(iter(()), {}, abort_after=0)
+                return
         reply = scripted._next_reply(record)
+        if llama:
+            reply = _llama_cpp_view(reply, body)
         if reply.delay:
             scripted._wait(reply.delay)
         if reply.status != 200:
-            self._send_error(reply.status, reply.error_message, reply.headers)
+            if reply.error_body is not None:
+                self._send_json(reply.status, reply.error_body, reply.headers)
+            else:
+                self._send_error(reply.status, reply.error_message, reply.headers)
         elif body.get("stream"):
-            self._send_stream(scripted.chunks(reply, body), reply.headers)
+            chunks = scripted.chunks(reply, body)
+            self._send_stream(chunks, reply.headers, abort_after=reply.abort_after)
+        elif reply.abort_after is not None:
+            # The connection closes without an answer (a server killed mid-call).
+            return
         else:
             self._send_json(200, scripted.completion(reply, body), reply.headers)
 
@@ -340,13 +383,15 @@ class _Handler(BaseHTTPRequestHandler):
             pass
 
     def _send_error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        kind = _ERROR_TYPES.get(
-            status, "server_error" if status >= 500 else "invalid_request_error"
-        )
-        error = {"message": message, "type": kind, "param": None, "code": None}
-        self._send_json(status, {"error": error}, headers)
+        self._send_json(status, {"error": _error_object(status, message)}, headers)
 
-    def _send_stream(self, chunks: Iterator[dict[str, Any]], headers: dict[str, str]) -> None:
+    def _send_stream(
+        self,
+        chunks: Iterator[dict[str, Any]],
+        headers: dict[str, str],
+        *,
+        abort_after: int | None = None,
+    ) -> None:
         try:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -354,12 +399,70 @@ class _Handler(BaseHTTPRequestHandler):
             for name, value in headers.items():
                 self.send_header(name, value)
             self.end_headers()
-            for chunk in chunks:
+            for sent, chunk in enumerate(chunks):
+                if abort_after is not None and sent >= abort_after:
+                    break
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
-            self.wfile.write(b"data: [DONE]\n\n")
+            if abort_after is None:
+                self.wfile.write(b"data: [DONE]\n\n")
+            # An aborted stream ends here: the handler returns, the connection closes.
             self.wfile.flush()
         except (BrokenPipeError, ConnectionResetError):
             pass
+
+
+def _error_object(status: int, message: str) -> dict[str, Any]:
+    kind = _ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    return {"message": message, "type": kind, "param": None, "code": None}
+
+
+def _validation_error(loc: tuple[Any, ...], kind: str, msg: str, value: Any) -> str:
+    """A request-validation error worded as llama-cpp-python's server words it."""
+    problem = {"type": kind, "loc": ("body", *loc), "msg": msg, "input": value}
+    return f"1 validation error:\n  {problem!r}\n\n    POST /v1/chat/completions"
+
+
+def _llama_cpp_refusal(body: dict[str, Any]) -> str | None:
+    """The error message llama-cpp-python answers ``body`` with, if it refuses it."""
+    for index, message in enumerate(body.get("messages") or ()):
+        if not isinstance(message, dict) or message.get("role") != "assistant":
+            continue
+        if "content" not in message:
+            # The chat template reads message.content, which must exist.
+            return "'dict object' has no attribute 'content'"
+        if message["content"] is None:
+            return _validation_error(
+                ("messages", index, "ChatCompletionRequestAssistantMessage", "content"),
+                "string_type",
+                "Input should be a valid string",
+                None,
+            )
+    if body.get("tools") and body.get("tool_choice") == "required":
+        # The function-calling chat handler asserts tool_choice == "auto": an empty message.
+        return ""
+    response_format = body.get("response_format")
+    if isinstance(response_format, dict) and response_format.get("type") not in (
+        "text",
+        "json_object",
+    ):
+        return _validation_error(
+            ("response_format", "type"),
+            "literal_error",
+            "Input should be 'text' or 'json_object'",
+            response_format.get("type"),
+        )
+    return None
+
+
+def _llama_cpp_view(reply: Reply, body: dict[str, Any]) -> Reply:
+    """``reply`` as llama-cpp-python would send it for ``body``: tools offered without
+    ``tool_choice`` (or with ``"none"``) never reach the model, so it cannot call them."""
+    choice = body.get("tool_choice")
+    if reply.calls and (choice is None or choice == "none"):
+        return reply.model_copy(
+            update={"calls": (), "content": reply.content or "", "finish_reason": "stop"}
+        )
+    return reply
 
 
 def _finish_reason(reply: Reply) -> str:
