@@ -32,7 +32,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    SerializerFunctionWrapHandler,
+    model_serializer,
+)
 from pydantic_core import to_jsonable_python
 
 from stargraph.errors import (
@@ -91,6 +98,18 @@ class ToolCall(BaseModel):
     node: str | None = Field(None, description="Calling graph node.")
     state: str | None = Field(None, description="Calling skill state, if any.")
     allowed: tuple[str, ...] | None = Field(None, description="Allowlist; None = any tool.")
+    raw_arguments: str | None = Field(
+        None, description="The model's argument text when it is not a JSON object."
+    )
+
+    @model_serializer(mode="wrap")
+    def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
+        # Left out when unset, so a dumped call (the request a journal fingerprints) reads as
+        # it did before the field existed.
+        data = handler(self)
+        if self.raw_arguments is None and isinstance(data, dict):
+            data.pop("raw_arguments", None)
+        return data
 
     @classmethod
     def from_openai(
@@ -101,11 +120,15 @@ class ToolCall(BaseModel):
         node: str | None = None,
         state: str | None = None,
         allowed: Sequence[str] | None = None,
+        strict: bool = True,
     ) -> ToolCall:
         """From a ``tool_calls`` entry of the structured channel: the OpenAI wire dict, an SDK
         object, or a :class:`stargraph.llm.ToolCall` (flat ``id``/``name``/``arguments``).
 
-        Raises :class:`ToolArgumentError` when ``function.arguments`` is not a JSON object.
+        Raises :class:`ToolArgumentError` when ``function.arguments`` is not a JSON object;
+        with ``strict=False`` the call keeps the text as :attr:`raw_arguments` instead, and
+        the arbiter refuses it like any invalid call (logged, committed, named by its
+        canonical tool id).
         """
         data = tool_call.model_dump() if hasattr(tool_call, "model_dump") else dict(tool_call)
         # OpenAI wire shape nests name/arguments under "function"; stargraph.llm.ToolCall
@@ -113,23 +136,9 @@ class ToolCall(BaseModel):
         function = data.get("function") or data
         name = str(function.get("name", ""))
         raw = function.get("arguments") or "{}"
-        try:
-            args = orjson.loads(raw) if isinstance(raw, str | bytes) else raw
-        except orjson.JSONDecodeError as exc:
-            args, problem = None, f"arguments are not valid JSON: {exc}"
-        else:
-            problem = "" if isinstance(args, dict) else "arguments must be a JSON object"
-        if problem:
-            message = f"tool {name!r} got invalid arguments: {problem}"
-            error = ToolArgumentError(message, node=node)
-            failure = ToolFailure(
-                code="invalid_arguments",
-                tool=name,
-                message=message,
-                hint="send the arguments as one JSON object",
-                fields=(FieldProblem(field="<arguments>", message=problem),),
-            )
-            raise _attach(error, failure)
+        args, problem = _parse_arguments(raw)
+        if problem and strict:
+            raise _invalid_arguments(name, problem, node)
         return cls(
             tool=name,
             args=args,
@@ -138,7 +147,39 @@ class ToolCall(BaseModel):
             node=node,
             state=state,
             allowed=tuple(allowed) if allowed is not None else None,
+            raw_arguments=_as_text(raw) if problem else None,
         )
+
+
+def _parse_arguments(raw: Any) -> tuple[dict[str, Any], str]:
+    """``(arguments, "")``, or ``({}, what is wrong)`` when ``raw`` is not a JSON object."""
+    try:
+        args = orjson.loads(raw) if isinstance(raw, str | bytes) else raw
+    except orjson.JSONDecodeError as exc:
+        return {}, f"arguments are not valid JSON: {exc}"
+    if not isinstance(args, dict):
+        return {}, "arguments must be a JSON object"
+    return args, ""
+
+
+def _as_text(raw: Any) -> str:
+    if isinstance(raw, str):
+        return raw
+    if isinstance(raw, bytes):
+        return raw.decode(errors="replace")
+    return orjson.dumps(raw, default=str).decode()
+
+
+def _invalid_arguments(tool: str, problem: str, node: str | None) -> ToolArgumentError:
+    message = f"tool {tool!r} got invalid arguments: {problem}"
+    failure = ToolFailure(
+        code="invalid_arguments",
+        tool=tool,
+        message=message,
+        hint="send the arguments as one JSON object",
+        fields=(FieldProblem(field="<arguments>", message=problem),),
+    )
+    return _attach(ToolArgumentError(message, node=node), failure)
 
 
 class PolicyHook(Protocol):
@@ -332,6 +373,12 @@ class Arbiter:
             raise
         spec = tool.spec
         try:
+            if call.raw_arguments is not None:
+                # Text that is no JSON object (from_openai(strict=False)): refused here, after
+                # the tool is known, so the refusal is logged and committed under its id.
+                raise _invalid_arguments(
+                    spec.id, _parse_arguments(call.raw_arguments)[1], call.node
+                )
             args = tool.arguments.validate(spec.id, call.args, node=call.node)
         except ToolError as exc:
             self._refuse(call, spec.id, exc, _args_hash(call.args))
