@@ -125,17 +125,13 @@ class AgentStore:
         if writeback not in ("warn", "block"):
             raise LifecycleError(f"writeback must be 'warn' or 'block', got {writeback!r}")
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self.lifecycle = lifecycle
         self.writeback: WritebackMode = writeback
         self.on_event = on_event
         self._clock = clock
         self._new_id = new_id
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._lock = threading.RLock()
-        with self._lock:
-            self._conn.executescript(_SCHEMA)
+        self._conn = _open(self.path)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -506,6 +502,29 @@ class AgentStore:
 
     def __exit__(self, *_: object) -> None:
         self.close()
+
+
+def _open(path: str) -> sqlite3.Connection:
+    """The store's connection with its schema; a ``LifecycleError`` naming the file when its
+    directory cannot be made or the file is not a usable SQLite database."""
+    try:
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+    except (OSError, sqlite3.Error) as exc:
+        raise LifecycleError(
+            f"cannot open the agent store {path!r}: {exc}; its directory must exist (or be "
+            "creatable) and be readable and writable"
+        ) from exc
+    try:
+        conn.executescript(_SCHEMA)
+    except sqlite3.Error as exc:
+        conn.close()
+        raise LifecycleError(
+            f"cannot open the agent store {path!r}: {exc}; is it an agent store made by "
+            "stargraph? Pass another path, or move this file away"
+        ) from exc
+    return conn
 
 
 def _columns_hash(columns: Mapping[str, Any]) -> str:
