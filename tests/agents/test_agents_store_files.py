@@ -26,7 +26,7 @@ def test_a_store_under_a_file_names_the_store(tmp_path: Path) -> None:
 
 
 def test_a_store_on_a_directory_names_the_store(tmp_path: Path) -> None:
-    with pytest.raises(LifecycleError, match="cannot open the agent store .*unable to open"):
+    with pytest.raises(LifecycleError, match=r"cannot open the agent store .*unable to open"):
         AgentStore(tmp_path)
 
 
