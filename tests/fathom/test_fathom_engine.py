@@ -19,6 +19,7 @@ from stargraph.fathom import Decision, RuleEngine, RulePack, default_termination
 
 def test_public_api_is_pinned() -> None:
     assert sorted(fathom.__all__) == [
+        "ALLOWED_FUNCTIONS",
         "Decision",
         "DecisionEngine",
         "DecisionKind",

@@ -308,14 +308,23 @@ def test_decision_must_name_its_own_rule() -> None:
     )
 
 
-@pytest.mark.parametrize("call", ["(exit)", '(system "rm -rf /")', "(reset)", "(halt)"])
-def test_dangerous_functions_are_refused(call: str) -> None:
+@pytest.mark.parametrize(
+    ("call", "why"),
+    [
+        ("(exit)", "ends the process"),
+        ('(system "rm -rf /")', "runs a shell command"),
+        ("(reset)", "resets the environment the engine owns"),
+        ("(halt)", "stops rule execution behind the engine's back"),
+    ],
+)
+def test_dangerous_functions_are_refused(call: str, why: str) -> None:
     pack = RulePack.from_clp("evil", "1", f"(defrule r\n  (sg-step)\n  =>\n  {call})")
     head = call[1:].split(maxsplit=1)[0].rstrip(")")
     assert compile_error(pack) == (
         f"rule pack 'evil' is invalid: pack 'evil' v1, rule 'r', line 4: calls ({head}), "
-        "which a rule pack may not use (fix: decide through (assert (sg-decision ...)); "
-        "the engine owns the env)"
+        f"which a rule pack may not use: it {why} (fix: use the allowed CLIPS functions "
+        "(stargraph.fathom.ALLOWED_FUNCTIONS), or pass a Python function to the engine with "
+        "functions={...}; decide through (assert (sg-decision ...)))"
     )
 
 

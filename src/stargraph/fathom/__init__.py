@@ -10,7 +10,9 @@ invariant 7). This is the only package that imports clipspy. The pieces:
 * :class:`RuleEngine` owns one CLIPS environment per run and returns a :class:`Decision`
   (halt > interrupt > goto > continue) naming the rule that produced it; ``snapshot()`` /
   ``restore()`` carry its facts across checkpoints.
-* :func:`validate_pack` checks a pack before anything runs.
+* :func:`validate_pack` checks a pack before anything runs: packs are data from wherever the
+  graph came from, so only the constructs and the functions in :data:`ALLOWED_FUNCTIONS` are
+  accepted, and every decision runs under a time and memory budget (``docs/trust.md``).
 
 Rules see three engine templates, and decide by asserting ``sg-decision``::
 
@@ -26,12 +28,14 @@ from __future__ import annotations
 
 from typing import Any, Protocol, runtime_checkable
 
+from stargraph.fathom._allow import FUNCTIONS as ALLOWED_FUNCTIONS
 from stargraph.fathom._engine import Decision, DecisionKind, RuleEngine
 from stargraph.fathom._load import validate_pack
 from stargraph.fathom._pack import RulePack, default_termination_pack
 from stargraph.fathom._values import Fact, fact_fields
 
 __all__ = [
+    "ALLOWED_FUNCTIONS",
     "Decision",
     "DecisionEngine",
     "DecisionKind",

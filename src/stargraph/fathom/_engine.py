@@ -1,9 +1,10 @@
 """The rule engine: one CLIPS environment per run, asked for a decision at every step.
 
 Per step the engine (1) writes the engine facts and the state facts by calling ``sg-begin``
-with clipspy values -- never CLIPS text --, (2) runs the agenda with a limit, (3) checks the
-environment's error state and captured error output, and (4) reads the asserted
-``sg-decision`` facts back as plain values. Precedence is halt > interrupt > goto >
+with clipspy values -- never CLIPS text --, (2) runs the agenda with a limit and under a
+time and memory budget (:class:`~._raw.Watchdog`), (3) checks the environment's error state
+and captured error output, and (4) reads the asserted ``sg-decision`` facts back as plain
+values. Precedence is halt > interrupt > goto >
 continue; within a kind the first rule to fire wins. Python never holds a fact that is
 later retracted, which keeps the per-step cost flat (clipspy 1.0.6 never releases such facts).
 """
@@ -11,6 +12,8 @@ later retracted, which keeps the per-step cost flat (clipspy 1.0.6 never release
 from __future__ import annotations
 
 import contextlib
+import math
+import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from types import TracebackType
@@ -20,7 +23,7 @@ import clips
 from clips._clips import ffi, lib
 from pydantic import BaseModel, ConfigDict, Field
 
-from stargraph.errors import RuleRuntimeError
+from stargraph.errors import RuleBudgetError, RuleRuntimeError
 from stargraph.fathom._load import (
     Capture,
     clips_message,
@@ -30,6 +33,7 @@ from stargraph.fathom._load import (
 from stargraph.fathom._pack import RulePack
 from stargraph.fathom._raw import (
     CallBuilder,
+    Watchdog,
     assert_fact,
     error_message,
     has_activations,
@@ -72,6 +76,14 @@ class Decision(BaseModel):
 
 # What every step without a firing rule decides: one shared (frozen) instance.
 _CONTINUE: Final = Decision(kind="continue")
+
+DEFAULT_DECIDE_TIMEOUT_S: Final = 1.0
+"""A decision's time budget: a decision normally takes tens of microseconds."""
+DEFAULT_MEMORY_LIMIT: Final = 32 * 2**20
+"""The most memory (bytes) an engine's CLIPS environment may hold when a check runs."""
+
+# CLIPS names the rule whose actions were halted: "... during the actions of defrule 'x'."
+_HALTED_IN: Final = re.compile(r"actions of defrule '([^']+)'")
 
 
 def _clear_agenda(env: Any) -> None:
@@ -119,6 +131,11 @@ class RuleEngine:
     ends. ``functions`` are Python callables rules may call by name; an exception raised in
     one fails the step with :class:`~stargraph.errors.RuleRuntimeError`.
 
+    Every decision runs under a budget: ``run_limit`` rule firings, ``decide_timeout_s``
+    seconds, and ``memory_limit`` bytes held by the CLIPS environment (checked after every
+    firing and loop iteration). A decision over budget is stopped and raises
+    :class:`~stargraph.errors.RuleBudgetError`.
+
     >>> from stargraph.fathom import default_termination_pack
     >>> with RuleEngine([default_termination_pack(max_steps=3, error_budget=2)]) as engine:
     ...     [engine.decide(step=s, node="act", state_facts={}).kind for s in (1, 2, 3)]
@@ -133,9 +150,17 @@ class RuleEngine:
         successors: Mapping[str, Iterable[str]] | None = None,
         run_limit: int = 1000,
         functions: Mapping[str, Callable[..., Any]] | None = None,
+        decide_timeout_s: float = DEFAULT_DECIDE_TIMEOUT_S,
+        memory_limit: int = DEFAULT_MEMORY_LIMIT,
     ) -> None:
         if run_limit < 1:
             raise ValueError("run_limit must be >= 1")
+        if not (isinstance(decide_timeout_s, int | float) and 0 < decide_timeout_s < math.inf):
+            raise ValueError(
+                f"decide_timeout_s must be a positive number, got {decide_timeout_s!r}"
+            )
+        if not isinstance(memory_limit, int) or isinstance(memory_limit, bool) or memory_limit < 1:
+            raise ValueError(f"memory_limit must be a positive int (bytes), got {memory_limit!r}")
         self._owner = threading.get_ident()
         self._packs = tuple(packs)
         self._fields: dict[str, FactField] = normalise_fields(fact_fields or {})
@@ -155,6 +180,7 @@ class RuleEngine:
         self._env: clips.Environment | None = env
         self._raw = env._env
         self._calls = CallBuilder(self._raw)
+        self._watch = Watchdog(self._raw, timeout=float(decide_timeout_s), limit=memory_limit)
         self._probe = ffi.new("UDFValue *")
         self._capture: Capture = loaded.capture
         self._rule_packs = loaded.rule_packs
@@ -191,6 +217,7 @@ class RuleEngine:
         env, self._env = getattr(self, "_env", None), None
         if env is not None:
             self._calls.close()
+            self._watch.close()
             # KeyError/AttributeError only at interpreter shutdown, when clipspy is torn down.
             with contextlib.suppress(KeyError, AttributeError):
                 clips.common.environment_data(env._env, "user_functions").functions.clear()
@@ -246,7 +273,8 @@ class RuleEngine:
         ``state_facts`` maps fact field names to values (extra keys are ignored, so the whole
         state may be passed). Raises RuleRuntimeError when a rule fails, a Python function
         raised, the rules do not settle within ``run_limit`` firings, two rules ask to go
-        to different nodes, or a goto target is not a successor of ``node``.
+        to different nodes, or a goto target is not a successor of ``node``; its subclass
+        RuleBudgetError when the decision overran its time or memory budget.
         """
         env = self._checked_env(step, node)
         args: list[Any] = [
@@ -269,14 +297,19 @@ class RuleEngine:
                     node=node,
                 )
             args.append(encode_value(name, field, value, step=step, node=node))
-        raw = self._raw
+        raw, watch = self._raw, self._watch
         try:
             code = self._calls.call(b"sg-begin", args)
         except (OverflowError, TypeError) as exc:
             self._fail(env, f"could not evaluate the rules: {exc}", step, node)
         if code:
             self._fail(env, f"could not evaluate the rules (sg-begin error {code})", step, node)
+        # Armed for the agenda only: sg-begin runs no pack code, and every firing is checked.
+        watch.arm()
         fired = int(lib.Run(raw, self._run_limit))
+        tripped = watch.disarm()
+        if tripped is not None:
+            self._over_budget(env, tripped, step, node)
         self._check_run(env, fired, step, node)
         if not fired:
             # Only rules assert decisions (validate_pack enforces it): nothing fired, nothing
@@ -286,7 +319,14 @@ class RuleEngine:
             self._fail(env, "could not read the decisions back", step, node)
         return self._decision(self._calls.result(), step, node)
 
-    def _fail(self, env: Any, message: str, step: int, node: str) -> NoReturn:
+    def _fail(
+        self,
+        env: Any,
+        message: str,
+        step: int,
+        node: str,
+        error: type[RuleRuntimeError] = RuleRuntimeError,
+    ) -> NoReturn:
         """Clean the environment for the next step and raise the step's error."""
         env.clear_error_state()
         _clear_agenda(env)
@@ -294,9 +334,31 @@ class RuleEngine:
         self._capture.take_errors()
         cause = self._raised[0] if self._raised else None
         self._raised.clear()
-        raise RuleRuntimeError(
-            f"{message} (step {step}, node {node!r})", step=step, node=node
-        ) from cause
+        raise error(f"{message} (step {step}, node {node!r})", step=step, node=node) from cause
+
+    def _over_budget(self, env: Any, tripped: str, step: int, node: str) -> NoReturn:
+        """The watchdog stopped the decision: name the rule it stopped and the budget."""
+        found = _HALTED_IN.search("".join(self._capture.errors))
+        where = (
+            f"in rule {self._rule_packs.get(found.group(1), '?')}/{found.group(1)}"
+            if found
+            else "between rule firings"
+        )
+        if tripped == "time":
+            message = (
+                f"the rules ran past the decision's time budget of "
+                f"{self._watch.timeout:g} s and were stopped {where}; a rule's actions must "
+                "finish (loop over a bounded range, let the agenda repeat work), or pass a "
+                "larger decide_timeout_s to the engine"
+            )
+        else:
+            message = (
+                f"the rules' environment grew to {self._watch.used:,} bytes, over the "
+                f"engine's memory_limit of {self._watch.limit:,}, and was stopped {where}; "
+                "build smaller strings and multifields, retract facts that are no longer "
+                "needed, or pass a larger memory_limit to the engine"
+            )
+        self._fail(env, message, step, node, RuleBudgetError)
 
     def _check_run(self, env: Any, fired: int, step: int, node: str) -> None:
         # clipspy swallows exceptions raised in Python functions: run() returns normally

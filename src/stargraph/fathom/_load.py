@@ -1,15 +1,21 @@
 """Loading rule packs into a CLIPS environment, with every check that guards against CLIPS.
 
 The environment is created here with the engine's own templates and functions, then each pack
-construct is checked statically (:mod:`._sexpr`) and built one at a time, so an error names
-its pack, rule and line. Any problem fails the whole load: the environment is discarded by the
-caller and nothing runs. :func:`validate_pack` runs the same load into a scratch environment.
+construct is checked statically (:mod:`._sexpr` reads it, :mod:`._allow` holds the allowlist)
+and built one at a time, so an error names its pack, rule and line. Any problem fails the
+whole load: the environment is discarded by the caller and nothing runs.
+:func:`validate_pack` runs the same load into a scratch environment.
+
+This is the only place pack text reaches CLIPS (``tests/fathom/test_fathom_sandbox.py`` pins
+that), and the static check runs before anything is built: building evaluates template
+defaults, fact values, global initialisers and salience, which the allowlist requires to be
+literals, so validating a pack evaluates nothing.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -17,6 +23,7 @@ import clips
 from clips._clips import lib
 
 from stargraph.errors import Problem, RuleCompileError
+from stargraph.fathom import _allow
 from stargraph.fathom import _sexpr as sx
 from stargraph.fathom._pack import RulePack
 from stargraph.fathom._values import FactField, normalise_fields
@@ -103,16 +110,20 @@ class Capture(clips.Router):  # type: ignore[misc]  # clipspy is untyped
         return name in ("stderr", "stdwrn", "stdout", "t")
 
     def write(self, name: str, message: str) -> None:
-        """Keep errors and warnings apart from ordinary output (bounded, rules may print)."""
+        """Keep errors and warnings apart from ordinary output, bounded in count and size (an
+        error message can quote a value a rule built)."""
         target = self.errors if name in ("stderr", "stdwrn") else self.output
         if len(target) < 1000:
-            target.append(message)
+            target.append(message[:_MESSAGE_MAX])
 
     def take_errors(self) -> str:
         """The error text written since the last call, emptied."""
         text = "".join(self.errors)
         self.errors.clear()
         return text
+
+
+_MESSAGE_MAX: Final = 4000
 
 
 def new_environment() -> tuple[clips.Environment, Capture]:
@@ -158,42 +169,7 @@ def _error_line(construct: sx.Construct, text: str) -> int:
 
 # --------------------------------------------------------------------------- static checks
 
-_ALLOWED: Final = frozenset({"defrule", "deftemplate", "deffacts", "deffunction", "defglobal"})
-
-
-def _calls(construct: sx.Construct) -> Iterator[sx.SExpr]:
-    """Every expression in a function-call position (not pattern slots or parameter lists)."""
-    tree = construct.tree
-    if construct.kind == "defrule":
-        lhs, rhs = sx.split_rule(tree)
-        yield from _lhs_calls(lhs)
-        for item in rhs:
-            if isinstance(item, sx.SExpr):
-                yield from item.walk()
-    elif construct.kind == "deffunction":
-        for item in tree.items[3:]:
-            if isinstance(item, sx.SExpr):
-                yield from item.walk()
-    elif construct.kind == "defglobal":
-        for item in tree.items[1:]:
-            if isinstance(item, sx.SExpr):
-                yield from item.walk()
-
-
-def _lhs_calls(lhs: Sequence[sx.Node]) -> Iterator[sx.SExpr]:
-    for item in lhs:
-        if not isinstance(item, sx.SExpr):
-            continue
-        if item.head == "test":
-            yield from item.walk()
-        elif item.head in ("and", "or", "not", "exists", "forall", "logical"):
-            yield from _lhs_calls(item.items[1:])
-        else:  # a pattern: only predicate/return-value constraints inside slots are calls
-            for slot in item.items[1:]:
-                if isinstance(slot, sx.SExpr):
-                    for inner in slot.items[1:]:
-                        if isinstance(inner, sx.SExpr):
-                            yield from inner.walk()
+_NAMED: Final = frozenset({"defrule", "deftemplate", "deffacts"})
 
 
 @dataclass
@@ -201,6 +177,7 @@ class _Checker:
     """Collects problems for one load; ``known`` grows as packs declare templates."""
 
     successors: Mapping[str, frozenset[str]] | None
+    functions: frozenset[str] = frozenset()
     known: set[str] = field(default_factory=lambda: set(ENGINE_TEMPLATES))
     rules: dict[str, str] = field(default_factory=dict)  # rule name -> pack id
     problems: list[Problem] = field(default_factory=list)
@@ -215,13 +192,25 @@ class _Checker:
                 self.known.add(c.name)
         for c in constructs:
             what = f"{c.kind.removeprefix('def') or 'construct'} {c.name!r}"
-            if c.kind not in _ALLOWED:
+            if c.kind not in _allow.CONSTRUCTS:
+                why = (
+                    ": a function can recurse or call others exponentially often, which no "
+                    "budget check could stop"
+                    if c.kind == "deffunction"
+                    else ""
+                )
                 self.problem(
                     pack,
                     what,
                     c.line,
-                    f"{c.kind or 'this'} is not allowed in a rule pack",
-                    "use defrule, deftemplate, deffacts, deffunction or defglobal",
+                    f"{c.kind or 'this'} is not allowed in a rule pack{why}",
+                    "use defrule, deftemplate, deffacts or defglobal; a helper is a Python "
+                    "function passed to the engine with functions={...}",
+                )
+                continue
+            if c.kind in _NAMED and not sx.NAME.fullmatch(c.name):
+                self.problem(
+                    pack, what, c.line, f"{c.kind} needs a plain name", "name it like my-rule"
                 )
                 continue
             reserved = c.name.startswith("sg-") or (
@@ -236,49 +225,44 @@ class _Checker:
                     "names starting with sg- belong to the engine",
                     "rename the construct",
                 )
-            for call in _calls(c):
-                if call.head in sx.FORBIDDEN_FUNCTIONS:
-                    self.problem(
-                        pack,
-                        what,
-                        call.line,
-                        f"calls ({call.head}), which a rule pack may not use",
-                        "decide through (assert (sg-decision ...)); the engine owns the env",
-                    )
-                if call.head == "assert":
-                    self._check_assert(pack, what, c, call)
+            analysis = _allow.Analysis(self.functions)
+            analysis.construct(c)
+            for finding in analysis.findings:
+                self.problem(pack, what, finding.line, finding.message, finding.hint)
+            for asserted in analysis.asserted:
+                self._check_fact(pack, what, c, asserted)
+            for template in analysis.queried:
+                if template.text not in self.known:
+                    self._unknown(pack, what, template.text, template.line)
             if c.kind == "defrule":
                 self._check_rule(pack, what, c)
             elif c.kind == "deffacts":
                 for fact in c.tree.items[2:]:
                     if isinstance(fact, sx.SExpr) and fact.head not in self.known:
-                        self._unknown(pack, what, fact)
+                        self._unknown(pack, what, fact.head, fact.line)
 
-    def _unknown(self, pack: RulePack, what: str, expr: sx.SExpr) -> None:
+    def _unknown(self, pack: RulePack, what: str, template: str | None, line: int) -> None:
         self.problem(
             pack,
             what,
-            expr.line,
-            f"template {expr.head!r} is not declared (CLIPS would accept it silently and "
+            line,
+            f"template {template!r} is not declared (CLIPS would accept it silently and "
             "the pattern would never match)",
-            f"declare (deftemplate {expr.head} ...) or use a known template: "
+            f"declare (deftemplate {template} ...) or use a known template: "
             f"{', '.join(sorted(self.known))}",
         )
 
-    def _check_assert(self, pack: RulePack, what: str, c: sx.Construct, call: sx.SExpr) -> None:
-        for fact in call.items[1:]:
-            if not isinstance(fact, sx.SExpr):
-                continue
-            if fact.head not in self.known:
-                self._unknown(pack, what, fact)
-            elif fact.head == "sg-decision" and c.kind != "defrule":
-                self.problem(
-                    pack,
-                    what,
-                    fact.line,
-                    "only a rule may assert sg-decision",
-                    "move the assert into the rule's right-hand side",
-                )
+    def _check_fact(self, pack: RulePack, what: str, c: sx.Construct, fact: sx.SExpr) -> None:
+        if fact.head not in self.known:
+            self._unknown(pack, what, fact.head, fact.line)
+        elif fact.head == "sg-decision" and c.kind != "defrule":
+            self.problem(
+                pack,
+                what,
+                fact.line,
+                "only a rule may assert sg-decision",
+                "move the assert into the rule's right-hand side",
+            )
 
     def _check_rule(self, pack: RulePack, what: str, c: sx.Construct) -> None:
         if c.name in self.rules:
@@ -294,7 +278,7 @@ class _Checker:
         lhs, rhs = sx.split_rule(c.tree)
         for pattern in sx.patterns(lhs):
             if pattern.head not in self.known:
-                self._unknown(pack, what, pattern)
+                self._unknown(pack, what, pattern.head, pattern.line)
         nodes = sx.static_nodes(lhs)
         for site in sx.decision_sites(rhs):
             if site.rule != c.name:
@@ -408,7 +392,7 @@ def _check_and_build(
     successors: Mapping[str, frozenset[str]] | None,
     functions: Mapping[str, Callable[..., Any]],
 ) -> dict[str, str]:
-    checker = _Checker(successors)
+    checker = _Checker(successors, frozenset(functions))
     for name, function in functions.items():
         if not sx.NAME.fullmatch(name) or name.startswith("sg-"):
             checker.problems.append(
@@ -476,8 +460,10 @@ def validate_pack(
 ) -> None:
     """Load ``pack`` into a scratch environment and raise RuleCompileError if it is invalid.
 
-    Checks syntax (per construct, with the line CLIPS stopped at), unknown templates and
-    slots, decisions that do not name their rule, forbidden functions, and -- when
+    Checks the allowlist of constructs and functions (:mod:`stargraph.fathom._allow`) before
+    CLIPS builds anything, so validation evaluates nothing; then syntax (per construct, with
+    the line CLIPS stopped at), unknown templates and slots, decisions that do not name their
+    rule, and -- when
     ``successors`` is given and a rule fixes its node literally -- every ``goto`` target.
     ``functions`` names the Python functions the engine will define.
     """

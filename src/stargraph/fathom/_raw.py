@@ -14,20 +14,128 @@ Two reasons not to go through clipspy's high-level wrappers here:
   arguments go through one reused builder and one reused result value instead.
 
 Only plain values cross: integers, floats, strings and symbols, never CLIPS source text.
+
+The :class:`Watchdog` needs four CLIPS functions clipspy does not declare. They are exported
+by clipspy's own extension module, so a second, ABI-level cffi handle on that same (already
+loaded) library reaches them: same code, same environments.
 """
 
 from __future__ import annotations
 
+import math
+import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
+import cffi  # type: ignore[import-untyped]  # clipspy depends on it; no stubs
 import clips
+import clips._clips
 from clips._clips import ffi, lib
 from clips.values import clips_value, python_value
 
-__all__ = ["CallBuilder", "assert_fact", "error_message", "has_activations", "iter_facts"]
+__all__ = [
+    "CallBuilder",
+    "Watchdog",
+    "assert_fact",
+    "error_message",
+    "has_activations",
+    "iter_facts",
+]
 
 _SYMBOL: Final = int(clips.common.CLIPSType.SYMBOL)
+
+_ABI: Final = cffi.FFI()
+_ABI.cdef(
+    """
+    typedef struct environment Environment;
+    typedef void VoidCallFunction(Environment *, void *);
+    bool AddPeriodicFunction(Environment *, const char *, VoidCallFunction *, int, void *);
+    bool RemovePeriodicFunction(Environment *, const char *);
+    bool EnablePeriodicFunctions(Environment *, bool);
+    void SetHaltExecution(Environment *, bool);
+    long long MemUsed(Environment *);
+    """
+)
+_C: Final = _ABI.dlopen(clips._clips.__file__)
+_WATCHDOG: Final = b"sg-watchdog"
+
+
+class Watchdog:
+    """Stops a decision that overruns its time or memory budget, from inside CLIPS.
+
+    CLIPS calls its *periodic functions* after every rule firing, every iteration of a loop
+    (``loop-for-count``, ``progn$``, ``foreach``, a fact query's actions) and every top-level
+    call. While armed, the one registered here compares the clock with the deadline and the
+    environment's memory (``MemUsed``: every byte CLIPS holds) with the limit; past either, it
+    sets CLIPS's halt flag, which ends the running actions, loop and agenda at the next check
+    in the same thread. Nothing runs on another thread and nothing is polled: periodic
+    functions are enabled only while armed (the engine's own calls around the agenda make
+    several top-level calls that need no check), so a decision costs an arm, a disarm and one
+    check per firing plus one at the end of the run, about 2 us in all.
+
+    What happens *between* two checks is bounded by the allowlist (:mod:`._allow`): no
+    recursion, no unbounded loop, and a bounded amount of building per rule firing.
+
+    The callback closes over this object only, never the engine. :meth:`close` unregisters it
+    before the environment goes, so CLIPS never calls a freed callback.
+    """
+
+    __slots__ = ("_callback", "_env", "deadline", "limit", "timeout", "tripped", "used")
+
+    def __init__(self, env: Any, *, timeout: float, limit: int) -> None:
+        self._env = _ABI.cast("Environment *", int(ffi.cast("uintptr_t", env)))
+        self.timeout = timeout
+        self.limit = limit
+        self.deadline = math.inf
+        self.tripped: str | None = None
+        self.used = 0
+        clock, mem_used, halt = time.monotonic, _C.MemUsed, _C.SetHaltExecution
+
+        def check(raw: Any, _context: Any) -> None:
+            if self.deadline == math.inf:
+                return  # not deciding (or already tripped)
+            if clock() > self.deadline:
+                self.tripped = "time"
+            else:
+                used = mem_used(raw)
+                if used <= self.limit:
+                    return
+                self.used, self.tripped = used, "memory"
+            self.deadline = math.inf
+            halt(raw, True)
+
+        self._callback = _ABI.callback("VoidCallFunction", check)
+        if not _C.AddPeriodicFunction(self._env, _WATCHDOG, self._callback, 0, _ABI.NULL):
+            raise RuntimeError("CLIPS refused the watchdog")  # pragma: no cover - a bug
+        _C.EnablePeriodicFunctions(self._env, False)
+
+    def arm(self) -> None:
+        """Start the budget of one decision."""
+        self.tripped = None
+        self.deadline = time.monotonic() + self.timeout
+        _C.EnablePeriodicFunctions(self._env, True)
+
+    def disarm(self) -> str | None:
+        """End the decision; ``"time"`` or ``"memory"`` if the watchdog stopped it.
+
+        The halt flag is cleared here, so the environment runs again at the next decision.
+        """
+        self.deadline = math.inf
+        _C.EnablePeriodicFunctions(self._env, False)
+        tripped = self.tripped
+        if tripped is not None:
+            _C.SetHaltExecution(self._env, False)
+        return tripped
+
+    def memory_used(self) -> int:
+        """Every byte the environment holds now."""
+        return int(_C.MemUsed(self._env))
+
+    def close(self) -> None:
+        """Unregister from CLIPS (idempotent); call before the environment is destroyed."""
+        if self._env != _ABI.NULL:
+            _C.RemovePeriodicFunction(self._env, _WATCHDOG)
+            self._env = _ABI.NULL
 
 
 class CallBuilder:

@@ -3,8 +3,10 @@
 CLIPS's own ``load()`` is not atomic and reports syntax errors at the wrong place, and a rule
 that names an unknown template is accepted silently. Reading the text ourselves lets us split
 it into top-level constructs (each built separately, so an error names its construct and
-line) and inspect each rule before CLIPS sees it: unknown templates, forbidden functions,
-decision facts that do not name their rule, and ``goto`` targets that are not successors.
+line) and inspect each rule before CLIPS sees it: unknown templates, functions outside the
+allowlist (:mod:`._allow`), decision facts that do not name their rule, and ``goto`` targets
+that are not successors. The reader never recurses, and it refuses lists nested deeper than
+:data:`MAX_DEPTH`, so no text can exhaust the Python or the C stack.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 __all__ = [
+    "MAX_DEPTH",
     "Atom",
     "Construct",
     "Node",
@@ -23,6 +26,10 @@ __all__ = [
     "SourceError",
     "read_constructs",
 ]
+
+# How deep lists may nest. Real rules nest a handful of levels; every later pass (ours, and
+# CLIPS's parser and evaluator, which recurse in C) is then bounded by this depth.
+MAX_DEPTH: Final = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +142,12 @@ def _read(text: str) -> list[tuple[SExpr, int, int]]:
     out: list[tuple[SExpr, int, int]] = []
     for token, line, offset, is_string in tokens(text):
         if token == "(" and not is_string:
+            if len(stack) >= MAX_DEPTH:
+                raise SourceError(
+                    f"lists are nested more than {MAX_DEPTH} levels deep; no rule needs that "
+                    "many, and deeper text could exhaust the parser's stack",
+                    line,
+                )
             stack.append(([], line, offset))
         elif token == ")" and not is_string:
             if not stack:
@@ -172,20 +185,6 @@ def read_constructs(text: str) -> tuple[Construct, ...]:
 
 # Conditional elements that wrap patterns rather than name a template.
 _CE_WRAPPERS: Final = frozenset({"and", "or", "not", "exists", "forall", "logical"})
-
-# Functions a pack may not call: they end the process, touch files, reshape the environment
-# the engine owns, or stop rule execution behind the engine's back.
-FORBIDDEN_FUNCTIONS: Final = frozenset(
-    {
-        "exit", "system", "reset", "clear", "load", "load*", "bload", "batch", "batch*",
-        "save", "bsave", "open", "close", "remove", "rename", "dribble-on", "dribble-off",
-        "load-facts", "save-facts", "load-instances", "save-instances", "restore-instances",
-        "bload-instances", "bsave-instances", "build", "eval", "halt", "set-strategy",
-        "set-fact-duplication", "set-salience-evaluation", "focus", "pop-focus",
-        "undefrule", "undeftemplate", "undeffunction", "undefglobal", "undeffacts",
-        "python-function",
-    }
-)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
