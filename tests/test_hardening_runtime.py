@@ -8,6 +8,7 @@ and released by the test; waits are deadline-bounded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import threading
@@ -28,6 +29,7 @@ from stargraph.errors import (
 from stargraph.graph import END, START, Graph
 from stargraph.ir import RetryPolicyIR
 from stargraph.runtime import RunContext
+from stargraph.tools import ToolContext, tool
 
 WAIT = 30.0
 """Deadline of every wait on another thread (generous: a loaded CI box may be slow)."""
@@ -316,7 +318,8 @@ def test_an_untyped_engine_error_marks_the_run_failed() -> None:
     assert isinstance(info.value.__cause__, KeyError)
     record = store.get_run("r")
     assert record.status == "failed"
-    assert record.error is not None and "KeyError: 'disk index'" in record.error
+    assert record.error is not None
+    assert "KeyError: 'disk index'" in record.error
     assert LEDGER == ["r:1"]
 
 
@@ -398,7 +401,9 @@ def test_max_steps_outside_its_range_is_a_typed_error(bad: Any) -> None:
     from stargraph.errors import CompileError, InvalidInputError
 
     graph = _ledger_graph()
-    with pytest.raises(CompileError, match=r"max_steps=.* must be an int from 1 to 9007199254740991"):
+    with pytest.raises(
+        CompileError, match=r"max_steps=.* must be an int from 1 to 9007199254740991"
+    ):
         graph.compile(max_steps=bad)
     app = graph.compile()
     with pytest.raises(InvalidInputError, match=r"must be an int from 1 to 9007199254740991"):
@@ -417,3 +422,211 @@ def test_max_steps_on_resume_is_checked_too() -> None:
         app.invoke({}, run_id="r", max_steps=1)
     with pytest.raises(InvalidInputError, match=r"max_steps=1000000000000000000000000000000"):
         app.resume("r", max_steps=10**30)
+
+
+# --------------------------------------------------------------------------- 100 trials
+
+ROUNDS = 3
+NODE_TIMEOUT = 0.05
+SHORT_TOOL_TIMEOUT = 0.02
+HOLDS = ("before_once", "in_once", "before_tool", "in_tool", "in_tool_short", "after_tool")
+
+
+class Work(BaseModel):
+    round: int = 0
+    receipts: list[str] = []
+
+
+class _Trial:
+    """One trial: which attempt of which round is held where, and when it is released."""
+
+    def __init__(self, run_id: str, rng: Any) -> None:
+        self.run_id = run_id
+        self.where = rng.choice(HOLDS)
+        # A write whose tool times out while its body runs needs a later round to overwrite it.
+        last = ROUNDS - 1 if self.where == "in_tool_short" else ROUNDS
+        self.round = rng.randint(1, last)
+        if self.where in ("in_once", "in_tool"):
+            # The retry waits for the held call: release it when attempt 2 or 3 starts.
+            self.trigger = rng.choice(("attempt2", "attempt3"))
+        elif self.where == "in_tool_short":
+            self.trigger = "next_round"
+        else:
+            self.trigger = rng.choice(("attempt2", "after_run"))
+        self.release = threading.Event()
+        self.held_done = threading.Event()
+        self.lock = threading.Condition()
+        self.attempts: dict[int, int] = {}
+        self.charges: list[int] = []
+        self.bodies: list[int] = []
+        self.active_bodies = 0
+        self.held_outcome: BaseException | None = None
+
+    def enter(self, round_: int) -> int:
+        with self.lock:
+            attempt = self.attempts[round_] = self.attempts.get(round_, 0) + 1
+        if (round_ == self.round and f"attempt{attempt}" == self.trigger) or (
+            self.trigger == "next_round" and round_ == self.round + 1
+        ):
+            self.release.set()
+        return attempt
+
+    def hold(self, where: str, held: bool) -> None:
+        if held and self.where == where:
+            assert self.release.wait(WAIT), f"{self.run_id}: never released"
+
+
+TRIALS: dict[str, _Trial] = {}
+
+
+def _trial_of(path: str) -> _Trial:
+    return TRIALS[path.removesuffix(".txt")]
+
+
+def _write_body(ctx: ToolContext, path: str, content: str) -> str:
+    trial = _trial_of(path)
+    round_ = int(content.rsplit(maxsplit=1)[-1])
+    with trial.lock:
+        first = round_ not in trial.bodies
+        trial.bodies.append(round_)
+        trial.active_bodies += 1
+    try:
+        trial.hold(
+            "in_tool" if trial.where == "in_tool" else "in_tool_short",
+            first and round_ == trial.round,
+        )
+        target = ctx.workspace.resolve(path, tool=ctx.tool)
+        target.write_text(content, encoding="utf-8")
+        return f"wrote {content}"
+    finally:
+        with trial.lock:
+            trial.active_bodies -= 1
+            trial.lock.notify_all()
+
+
+@tool(id="trial.write@1.0.0", side_effect="write", locks=("file:{path}:X",), timeout_s=30)
+def trial_write(ctx: ToolContext, path: str, content: str) -> str:
+    """Write content to a file (held on demand)."""
+    return _write_body(ctx, path, content)
+
+
+@tool(
+    id="trial.write_fast@1.0.0",
+    side_effect="write",
+    locks=("file:{path}:X",),
+    timeout_s=SHORT_TOOL_TIMEOUT,
+)
+def trial_write_fast(ctx: ToolContext, path: str, content: str) -> str:
+    """Write content to a file, with a short timeout."""
+    return _write_body(ctx, path, content)
+
+
+def work(state: Work, ctx: RunContext) -> dict[str, Any]:
+    from stargraph.errors import ToolError
+    from stargraph.tools import ToolCall
+
+    trial = TRIALS[ctx.run_id]
+    round_ = state.round + 1
+    attempt = trial.enter(round_)
+    held = round_ == trial.round and attempt == 1
+    try:
+        trial.hold("before_once", held)
+
+        def charge() -> str:
+            trial.hold("in_once", held)
+            with trial.lock:
+                trial.charges.append(round_)
+            return f"receipt-{round_}-{attempt}"
+
+        receipt = ctx.once("charge", charge)
+        trial.hold("before_tool", held)
+        fast = trial.where == "in_tool_short" and round_ == trial.round
+        call = ToolCall(
+            tool="trial.write_fast" if fast else "trial.write",
+            args={"path": f"{ctx.run_id}.txt", "content": f"round {round_}"},
+            call_id=f"{ctx.run_id}/{round_}",
+            node=ctx.node,
+        )
+        # A refused or failed write would be told to the model; this node does not retry it.
+        with contextlib.suppress(ToolError):
+            ctx.services["arbiter"].dispatch(call)
+        trial.hold("after_tool", held)
+        return {"round": round_, "receipts": [*state.receipts, receipt]}
+    except BaseException as exc:
+        if held:
+            trial.held_outcome = exc
+        raise
+    finally:
+        if held:
+            trial.held_done.set()
+
+
+def _again(state: Work) -> str:
+    return "again" if state.round < ROUNDS else "done"
+
+
+def test_exactly_once_under_timeout_and_retry_100_trials(tmp_path: Path) -> None:
+    """Issue 25 acceptance: 100 trials of timeout + retry with ctx.once and a write tool,
+    the slow attempt held at a seeded-random place and released at a seeded-random moment:
+    every effect happens exactly once, the file holds the last committed write, and the
+    commit log matches it."""
+    import random
+
+    from stargraph.tools import Arbiter, SqliteCommitLog, ToolRegistry
+
+    rng = random.Random(25)
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    commit_log = SqliteCommitLog(tmp_path / "commits.db")
+    graph = (
+        Graph("trial", state=Work)
+        .with_node(
+            "work",
+            work,
+            timeout_s=NODE_TIMEOUT,
+            retry=_retry(attempts=20),
+        )
+        .with_edge(START, "work")
+        .with_conditional_edges("work", _again, {"again": "work", "done": END})
+    )
+    with (
+        SqliteStore(tmp_path / "runs.db") as store,
+        Arbiter(
+            ToolRegistry.build(builtins=[trial_write, trial_write_fast]),
+            workspace=workspace,
+            commit_log=commit_log,
+        ) as arbiter,
+    ):
+        app = graph.compile(store=store, services={"arbiter": arbiter})
+        for number in range(100):
+            run_id = f"t{number:03d}"
+            trial = TRIALS[run_id] = _Trial(run_id, rng)
+            what = f"{run_id}: held {trial.where} in round {trial.round}, {trial.trigger}"
+            try:
+                state = app.invoke({}, run_id=run_id)
+            finally:
+                trial.release.set()
+            assert trial.held_done.wait(WAIT), what
+            with trial.lock:
+                assert trial.lock.wait_for(lambda t=trial: t.active_bodies == 0, WAIT), what
+            rounds = list(range(1, ROUNDS + 1))
+            assert state.round == ROUNDS, what
+            assert sorted(trial.charges) == rounds, what  # each charge exactly once
+            assert sorted(trial.bodies) == rounds, what  # each write body exactly once
+            assert [r.split("-")[1] for r in state.receipts] == [str(r) for r in rounds], what
+            # The file holds the last committed write, and the commit log says so.
+            assert (workspace / f"{run_id}.txt").read_text() == f"round {ROUNDS}", what
+            mine = [r for r in commit_log.records() if (r.call_id or "").startswith(run_id)]
+            successes = [r for r in mine if r.status == "success"]
+            assert successes, (what, mine)
+            assert successes[-1].call_id == f"{run_id}/{ROUNDS}", (what, mine)
+            # One charge and one tool call recorded per step; no row arrived late.
+            calls = [(c.step, c.kind) for s in store.get_steps(run_id) for c in s.calls]
+            assert calls == [(s, k) for s in rounds for k in ("once", "tool")], what
+            last = store.get_run(run_id).last_step
+            assert store.get_journal(run_id, last) == [], what
+            assert store.get_journal(run_id, last + 1) == [], what
+            if trial.where in ("before_once", "before_tool") and trial.trigger == "after_run":
+                assert isinstance(trial.held_outcome, AttemptAbandonedError), what
+        assert commit_log.verify_chain() is None
+        app.close()

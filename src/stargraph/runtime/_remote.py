@@ -382,5 +382,7 @@ def _portable(exc: Exception) -> Exception:
     try:
         pickle.loads(pickle.dumps(exc))
     except Exception:
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
+        from stargraph.runtime._run import describe_exception
+
+        return RuntimeError(describe_exception(exc))
     return exc
