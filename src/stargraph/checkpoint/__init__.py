@@ -1,8 +1,9 @@
 """Checkpoint stores: every step of a run, durably, so it can resume after a crash.
 
 ``MemoryStore`` for tests, ``SqliteStore`` (the embedded default, ``.stargraph/stargraph.db``)
-for one machine; both pass the shared conformance suite in
-``stargraph.checkpoint.conformance``.
+for one machine, ``PostgresStore`` for several; all pass the shared conformance suite in
+``stargraph.checkpoint.conformance``. A run has one owner at a time (a lease with
+heartbeats, :class:`RunOwner`); a run whose owner is gone is reported as ``orphaned``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from stargraph.checkpoint._records import (
     JournalEntry,
     PendingWrite,
     Recording,
+    RunOwner,
     RunRecord,
     RunStatus,
     StepRecord,
@@ -33,6 +35,7 @@ __all__ = [
     "PendingWrite",
     "PostgresStore",
     "Recording",
+    "RunOwner",
     "RunRecord",
     "RunStatus",
     "SqliteStore",

@@ -3,14 +3,20 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import UTC, datetime
 
+from stargraph.checkpoint._lease import busy_error, effective_status, is_orphaned, lease_lost
 from stargraph.checkpoint._records import (
+    STORED_STATUSES,
     JournalEntry,
     PendingWrite,
+    RunOwner,
     RunRecord,
     RunStatus,
     StepRecord,
+    check_text,
+    clip_error,
 )
 from stargraph.errors import CheckpointError, RunNotFoundError
 
@@ -19,6 +25,18 @@ __all__ = ["MemoryStore"]
 
 def _now() -> str:
     return datetime.now(UTC).isoformat()
+
+
+def _iso(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).isoformat()
+
+
+def _check_status(run_id: str, status: str) -> None:
+    if status not in STORED_STATUSES:
+        raise CheckpointError(
+            f"run {run_id!r}: unknown status {status!r}; use one of {sorted(STORED_STATUSES)}",
+            run_id=run_id,
+        )
 
 
 class MemoryStore:
@@ -30,6 +48,28 @@ class MemoryStore:
         self._steps: dict[str, list[StepRecord]] = {}
         self._pending: dict[tuple[str, int], dict[tuple[str, int], PendingWrite]] = {}
         self._journal: dict[tuple[str, int], dict[tuple[str, int, int], JournalEntry]] = {}
+        # When each held lease lapses (time.time()), by run id.
+        self._expires: dict[str, float] = {}
+
+    def _expired(self, run_id: str) -> bool:
+        return self._expires.get(run_id, float("inf")) < time.time()
+
+    def _lease(self, run_id: str, owner: RunOwner | None) -> dict[str, object]:
+        if owner is None:
+            self._expires.pop(run_id, None)
+            return {"owner": None, "lease_expires": None}
+        expires = time.time() + owner.lease_s
+        self._expires[run_id] = expires
+        return {"owner": owner, "lease_expires": _iso(expires)}
+
+    def _fence(self, run: RunRecord, owner: str | None) -> None:
+        held = run.owner.token if run.owner is not None else None
+        if held != owner:
+            raise lease_lost(run.run_id, owner, run.owner)
+
+    def _shown(self, run: RunRecord) -> RunRecord:
+        status = effective_status(run.status, run.owner, expired=self._expired(run.run_id))
+        return run if status == run.status else run.model_copy(update={"status": status})
 
     def _run(self, run_id: str) -> RunRecord:
         try:
@@ -42,6 +82,14 @@ class MemoryStore:
 
     def create_run(self, run: RunRecord, first: StepRecord) -> None:
         """Insert a new run with its step 0."""
+        check_text(
+            run.run_id,
+            run_id=run.run_id,
+            graph_name=run.graph_name,
+            parent_run_id=run.parent_run_id,
+            error=run.error,
+        )
+        _check_status(run.run_id, run.status)
         with self._lock:
             if run.run_id in self._runs:
                 raise CheckpointError(
@@ -54,9 +102,42 @@ class MemoryStore:
                     "created_at": run.created_at or now,
                     "updated_at": now,
                     "last_step": first.step,
+                    "error": clip_error(run.error),
+                    **self._lease(run.run_id, run.owner),
                 }
             )
             self._steps[run.run_id] = [first]
+
+    def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
+        """Lease the run to ``owner`` unless another live owner holds it."""
+        with self._lock:
+            run = self._run(run_id)
+            held = run.owner
+            if (
+                held is not None
+                and held.token not in (replace, owner.token)
+                and not is_orphaned(held, expired=self._expired(run_id))
+            ):
+                raise busy_error(run_id, held, run.lease_expires)
+            before = self._shown(run)
+            self._runs[run_id] = run.model_copy(update=self._lease(run_id, owner))
+            return before
+
+    def heartbeat(self, run_id: str, owner: RunOwner) -> bool:
+        """Renew ``owner``'s lease."""
+        with self._lock:
+            run = self._run(run_id)
+            if run.owner is None or run.owner.token != owner.token:
+                return False
+            self._runs[run_id] = run.model_copy(update=self._lease(run_id, owner))
+            return True
+
+    def release(self, run_id: str, token: str) -> None:
+        """Give up the lease ``token``."""
+        with self._lock:
+            run = self._runs.get(run_id)
+            if run is not None and run.owner is not None and run.owner.token == token:
+                self._runs[run_id] = run.model_copy(update=self._lease(run_id, None))
 
     def commit_step(
         self,
@@ -67,8 +148,10 @@ class MemoryStore:
         error: str | None = None,
         stopped_by: str | None = None,
         interrupt: object = None,
+        owner: str | None = None,
     ) -> None:
         """Append ``step`` and update the run, atomically."""
+        _check_status(run_id, status)
         with self._lock:
             run = self._run(run_id)
             if step.step != run.last_step + 1:
@@ -78,12 +161,13 @@ class MemoryStore:
                     run_id=run_id,
                     step=step.step,
                 )
+            self._fence(run, owner)
             self._steps[run_id].append(step)
             self._runs[run_id] = run.model_copy(
                 update={
                     "last_step": step.step,
                     "status": status,
-                    "error": error,
+                    "error": clip_error(error),
                     "stopped_by": stopped_by,
                     "interrupt": interrupt,
                     "updated_at": _now(),
@@ -100,17 +184,23 @@ class MemoryStore:
         error: str | None = None,
         stopped_by: str | None = None,
         interrupt: object = None,
+        owner: str | None = None,
     ) -> None:
-        """Change a run's status fields."""
+        """Change a run's status fields (fenced on ``owner``; releases the lease unless
+        the run goes on ``running``)."""
+        _check_status(run_id, status)
         with self._lock:
             run = self._run(run_id)
+            self._fence(run, owner)
+            lease = {} if status == "running" else self._lease(run_id, None)
             self._runs[run_id] = run.model_copy(
                 update={
                     "status": status,
-                    "error": error,
+                    "error": clip_error(error),
                     "stopped_by": stopped_by,
                     "interrupt": interrupt,
                     "updated_at": _now(),
+                    **lease,
                 }
             )
 
@@ -125,12 +215,13 @@ class MemoryStore:
     def get_run(self, run_id: str) -> RunRecord:
         """The run's record."""
         with self._lock:
-            return self._run(run_id)
+            return self._shown(self._run(run_id))
 
     def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
         """Runs, newest first."""
         with self._lock:
-            runs = [r for r in self._runs.values() if status is None or r.status == status]
+            shown = [self._shown(r) for r in self._runs.values()]
+        runs = [r for r in shown if status is None or r.status == status]
         runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
         return runs[:limit]
 
@@ -154,6 +245,7 @@ class MemoryStore:
 
     def put_pending(self, run_id: str, write: PendingWrite) -> None:
         """Save one finished task's writes."""
+        check_text(run_id, node=write.node)
         with self._lock:
             self._run(run_id)
             bucket = self._pending.setdefault((run_id, write.step), {})
@@ -165,12 +257,16 @@ class MemoryStore:
             bucket = dict(self._pending.get((run_id, step), {}))
         return [bucket[k] for k in sorted(bucket)]
 
-    def append_journal(self, run_id: str, entry: JournalEntry) -> None:
-        """Record one call."""
+    def append_journal(self, run_id: str, entry: JournalEntry, *, replace: bool = False) -> None:
+        """Record one call (``replace``: over an entry already at its position)."""
+        check_text(run_id, node=entry.node, kind=entry.kind, key=entry.key)
         with self._lock:
             self._run(run_id)
             bucket = self._journal.setdefault((run_id, entry.step), {})
-            bucket.setdefault((entry.node, entry.index, entry.seq), entry)
+            if replace:
+                bucket[(entry.node, entry.index, entry.seq)] = entry
+            else:
+                bucket.setdefault((entry.node, entry.index, entry.seq), entry)
 
     def get_journal(self, run_id: str, step: int) -> list[JournalEntry]:
         """Journal entries of ``step``."""

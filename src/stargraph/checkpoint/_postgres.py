@@ -1,13 +1,14 @@
 """``PostgresStore``: the ``CheckpointStore`` on PostgreSQL (psycopg 3, extra ``postgres``).
 
-Layout (schema version 1, kept in ``<schema>.meta``; everything lives in its own schema,
+Layout (schema version 2, kept in ``<schema>.meta``; everything lives in its own schema,
 ``stargraph`` by default)::
 
     runs     run_id PK, graph_name, graph_hash, code_hash, status, last_step,
-             parent_run_id, parent_step, created_at, updated_at, extra (JSON or NULL)
-    steps    (run_id, step) PK, has_snapshot, payload (JSON StepRecord); append-only
-    pending  (run_id, step, node, idx) PK, payload (JSON PendingWrite)
-    journal  (run_id, step, node, idx, seq) PK, kind, key, payload (JSON JournalEntry)
+             parent_run_id, parent_step, created_at, updated_at, extra (JSON or NULL),
+             lease_token, lease_owner (JSON RunOwner), lease_expires (server clock)
+    steps    (run_id, step) PK, has_snapshot, payload (JSON StepRecord), crc; append-only
+    pending  (run_id, step, node, idx) PK, payload (JSON PendingWrite), crc
+    journal  (run_id, step, node, idx, seq) PK, kind, key, payload (JSON JournalEntry), crc
 
 Caller-given strings (run ids, node names, graph names, times) are ``bytea`` holding UTF-8:
 PostgreSQL ``text`` cannot hold NUL, which run ids and node names may contain, and ``bytea``
@@ -15,9 +16,12 @@ orders byte-wise, i.e. by code point like Python and SQLite. Payloads are the sa
 SQLite's. Migrations are versioned and applied under a transaction-scoped advisory lock,
 so several processes opening a fresh database at once migrate it exactly once.
 
-Fencing: ``commit_step`` is one statement whose ``UPDATE runs ... WHERE last_step = step - 1``
-gates the step insert and the pending/journal cleanup, so of two writers committing the same
-step exactly one wins and the other gets a :class:`~stargraph.errors.CheckpointError`.
+Fencing: ``commit_step`` is one statement whose ``UPDATE runs ... WHERE last_step = step - 1
+AND lease_token IS NOT DISTINCT FROM owner`` gates the step insert and the pending/journal
+cleanup, so of two writers committing the same step exactly one wins and the other gets a
+:class:`~stargraph.errors.CheckpointError`. Leases expire on the server's clock, so hosts
+with skewed clocks agree on when a lease lapsed. ``crc`` is the CRC-32 of the payload, checked
+on every read, as in SQLite.
 
 psycopg is imported when a store is created, not when ``stargraph`` is imported.
 """
@@ -32,18 +36,23 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, get_args
+from typing import TYPE_CHECKING, Any, Final
 
 import pydantic_core
 
+from stargraph.checkpoint._lease import busy_error, effective_status, is_orphaned, lease_lost
 from stargraph.checkpoint._records import (
+    STORED_STATUSES,
     JournalEntry,
     PendingWrite,
+    RunOwner,
     RunRecord,
     RunStatus,
     StepRecord,
+    clip_error,
+    unicode_problem,
 )
-from stargraph.checkpoint._sqlite import _decode, _encode, _encode_extra, _why
+from stargraph.checkpoint._sqlite import _crc, _decode, _encode, _encode_extra, _why
 from stargraph.errors import CheckpointError, CorruptCheckpointError, RunNotFoundError
 
 if TYPE_CHECKING:
@@ -51,7 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "describe_dsn", "redact"]
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 """The schema this code writes; older schemas are migrated when a store opens them."""
 
 # Each entry takes the schema from version ``i`` to ``i + 1``. ``{s}`` is the quoted schema.
@@ -99,13 +108,25 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
             PRIMARY KEY (run_id, step, node, idx, seq)
         )""",
     ),
+    (
+        "ALTER TABLE {s}.runs ADD COLUMN lease_token text, ADD COLUMN lease_owner bytea, "
+        "ADD COLUMN lease_expires timestamptz",
+        "ALTER TABLE {s}.steps ADD COLUMN crc bigint",
+        "ALTER TABLE {s}.pending ADD COLUMN crc bigint",
+        "ALTER TABLE {s}.journal ADD COLUMN crc bigint",
+    ),
 )
 
 _SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-_STATUSES: Final = frozenset(get_args(RunStatus))
+_STATUSES: Final = STORED_STATUSES
 _RUN_COLUMNS: Final = (
     "run_id, graph_name, graph_hash, code_hash, status, last_step, parent_run_id, "
     "parent_step, created_at, updated_at, extra"
+)
+# What a runs row is read as: the stored columns, then the lease and whether it lapsed by
+# the server's clock.
+_RUN_SELECT: Final = (
+    f"{_RUN_COLUMNS}, lease_owner, lease_expires, lease_expires < clock_timestamp()"
 )
 _EXTRA_FIELDS: Final = ("error", "stopped_by", "interrupt")
 _MAX_STEP: Final = 2**63 - 1
@@ -156,9 +177,17 @@ def _b(text: str | None, *, run_id: str) -> bytes | None:
         return text.encode()
     except UnicodeEncodeError as exc:
         raise CheckpointError(
-            f"run {run_id!r}: cannot store {text!r} ({exc}); strings must be valid Unicode",
+            f"cannot store or look up {text!r} of run {run_id!r}: {unicode_problem(text)}; "
+            "run ids, node names and other stored text must be valid Unicode (UTF-8), so use "
+            "a plain string",
             run_id=run_id,
         ) from exc
+
+
+def _lease_columns(owner: RunOwner | None) -> tuple[str | None, bytes | None, float | None]:
+    if owner is None:
+        return None, None, None
+    return owner.token, owner.model_dump_json().encode(), owner.lease_s
 
 
 def _key(run_id: str) -> bytes:
@@ -440,24 +469,31 @@ class PostgresStore:
                 if not isinstance(extra, dict) or not set(extra) <= set(_EXTRA_FIELDS):
                     raise TypeError("the extra column is not an object of error/stopped_by/...")
                 data.update(extra)
-            return RunRecord.model_validate(data)
-        except (ValueError, TypeError) as exc:  # ValidationError, UnicodeDecodeError
+            if row[11] is not None:
+                data["owner"] = RunOwner.model_validate_json(bytes(row[11]))
+                data["lease_expires"] = row[12].isoformat()
+            record = RunRecord.model_validate(data)
+        except (ValueError, TypeError, AttributeError) as exc:  # ValidationError, Unicode...
             raise CorruptCheckpointError(
                 f"run {run_id!r} step {step}: the runs row cannot be decoded "
                 f"({_why(exc)}); the PostgreSQL schema {self._schema} is damaged",
                 run_id=run_id,
                 step=step,
             ) from exc
+        status = effective_status(record.status, record.owner, expired=bool(row[13]))
+        return record if status == record.status else record.model_copy(update={"status": status})
 
     # ----------------------------------------------------------------- writes
 
     def create_run(self, run: RunRecord, first: StepRecord) -> None:
-        """Insert a new run with its step 0, atomically. Raises if the run id exists."""
+        """Insert a new run with its step 0, atomically. Raises if the run id exists.
+        With ``run.owner`` set, the new run is leased to that owner."""
         rid = run.run_id
-        payload = _encode(first, run_id=rid, step=first.step)
-        extra = _encode_extra(run.error, run.stopped_by, run.interrupt, run_id=rid)
-        now = _now()
         key = _key(rid)
+        self._check_status(rid, run.status)
+        payload = _encode(first, run_id=rid, step=first.step)
+        extra = _encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
+        now = _now()
         values = (
             key,
             _b(run.graph_name, run_id=rid),
@@ -470,21 +506,92 @@ class PostgresStore:
             _b(run.created_at or now, run_id=rid),
             now,
             extra,
+            *_lease_columns(run.owner),
         )
         with self._conn() as conn:
             row = conn.execute(
-                f"WITH ins AS (INSERT INTO {self._s}.runs ({_RUN_COLUMNS}) "
-                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+                f"WITH ins AS (INSERT INTO {self._s}.runs ({_RUN_COLUMNS}, lease_token, "
+                "lease_owner, lease_expires) "
+                "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
+                "clock_timestamp() + %s * interval '1 second') "
                 "ON CONFLICT (run_id) DO NOTHING RETURNING run_id), "
-                f"st AS (INSERT INTO {self._s}.steps (run_id, step, has_snapshot, payload) "
-                "SELECT run_id, %s, %s, %s FROM ins) SELECT count(*) FROM ins",
-                (*values, first.step, first.snapshot is not None, payload),
+                f"st AS (INSERT INTO {self._s}.steps (run_id, step, has_snapshot, payload, crc) "
+                "SELECT run_id, %s, %s, %s, %s FROM ins) SELECT count(*) FROM ins",
+                (*values, first.step, first.snapshot is not None, payload, _crc(payload)),
             ).fetchone()
             if row is None or row[0] != 1:
                 raise CheckpointError(
                     f"run {rid!r} already exists; pick another run_id or resume it",
                     run_id=rid,
                 )
+
+    def _fence_error(
+        self, conn: psycopg.Connection[Any], run_id: str, owner: str | None, step: int | None
+    ) -> CheckpointError:
+        """Why a compare-and-set on ``(last_step, lease_token)`` matched no row."""
+        row = conn.execute(
+            f"SELECT last_step, lease_owner FROM {self._s}.runs WHERE run_id = %s",
+            (_key(run_id),),
+        ).fetchone()
+        if row is None:
+            return self._missing(run_id)
+        if step is not None and row[0] != step - 1:
+            return CheckpointError(
+                f"run {run_id!r}: step {step} cannot follow committed step {row[0]}; "
+                "another writer owns this run, or history was forked",
+                run_id=run_id,
+                step=step,
+            )
+        holder = None if row[1] is None else RunOwner.model_validate_json(bytes(row[1]))
+        return lease_lost(run_id, owner, holder)
+
+    def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
+        """Lease the run to ``owner`` unless another live owner holds it; returns the run's
+        record from just before."""
+        key = _key(run_id)
+        s = self._s
+        with self._conn() as conn, conn.transaction():
+            row = conn.execute(
+                f"SELECT {_RUN_SELECT} FROM {s}.runs WHERE run_id = %s FOR UPDATE", (key,)
+            ).fetchone()
+            if row is None:
+                raise self._missing(run_id)
+            before = self._decode_run(row)
+            held = before.owner
+            if (
+                held is not None
+                and held.token not in (replace, owner.token)
+                and before.status != "orphaned"
+                and not is_orphaned(held, expired=bool(row[13]))
+            ):
+                raise busy_error(run_id, held, before.lease_expires)
+            token, blob, lease_s = _lease_columns(owner)
+            conn.execute(
+                f"UPDATE {s}.runs SET lease_token = %s, lease_owner = %s, "
+                "lease_expires = clock_timestamp() + %s * interval '1 second' "
+                "WHERE run_id = %s",
+                (token, blob, lease_s, key),
+            )
+        return before
+
+    def heartbeat(self, run_id: str, owner: RunOwner) -> bool:
+        """Renew ``owner``'s lease; ``False`` if it is not the run's lease any more."""
+        with self._conn() as conn:
+            cursor = conn.execute(
+                f"UPDATE {self._s}.runs SET lease_expires = clock_timestamp() + "
+                "%s * interval '1 second' WHERE run_id = %s AND lease_token = %s",
+                (owner.lease_s, _key(run_id), owner.token),
+            )
+            return cursor.rowcount == 1
+
+    def release(self, run_id: str, token: str) -> None:
+        """Give up the lease ``token`` without changing the status."""
+        with self._conn() as conn:
+            conn.execute(
+                f"UPDATE {self._s}.runs SET lease_token = NULL, lease_owner = NULL, "
+                "lease_expires = NULL WHERE run_id = %s AND lease_token = %s",
+                (_key(run_id), token),
+            )
 
     def commit_step(
         self,
@@ -495,23 +602,26 @@ class PostgresStore:
         error: str | None = None,
         stopped_by: str | None = None,
         interrupt: object = None,
+        owner: str | None = None,
     ) -> None:
         """In one transaction: append ``step`` (must be ``last_step + 1``), set the run's
-        ``last_step``/status fields, and drop the pending writes and journal of that step."""
+        ``last_step``/status fields, and drop the pending writes and journal of that step.
+        Fenced on ``owner`` (the lease token; the lease itself is kept)."""
         self._check_status(run_id, status)
         number = step.step
         payload = _encode(step, run_id=run_id, step=number)
-        extra = _encode_extra(error, stopped_by, interrupt, run_id=run_id)
+        extra = _encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
         key = _key(run_id)
         s = self._s
         with self._conn() as conn:
-            # One statement: the compare-and-set on last_step gates everything else.
+            # One statement: the compare-and-set on last_step and the lease gates the rest.
             row = conn.execute(
                 f"WITH adv AS (UPDATE {s}.runs SET last_step = %(n)s, status = %(status)s, "
                 "extra = %(extra)s, updated_at = %(now)s "
-                "WHERE run_id = %(run)s AND last_step = %(prev)s RETURNING run_id), "
-                f"ins AS (INSERT INTO {s}.steps (run_id, step, has_snapshot, payload) "
-                "SELECT run_id, %(n)s, %(snap)s, %(payload)s FROM adv), "
+                "WHERE run_id = %(run)s AND last_step = %(prev)s "
+                "AND lease_token IS NOT DISTINCT FROM %(owner)s::text RETURNING run_id), "
+                f"ins AS (INSERT INTO {s}.steps (run_id, step, has_snapshot, payload, crc) "
+                "SELECT run_id, %(n)s, %(snap)s, %(payload)s, %(crc)s FROM adv), "
                 f"dp AS (DELETE FROM {s}.pending WHERE run_id = %(run)s AND step = %(n)s "
                 "AND EXISTS (SELECT 1 FROM adv)), "
                 f"dj AS (DELETE FROM {s}.journal WHERE run_id = %(run)s AND step = %(n)s "
@@ -524,23 +634,15 @@ class PostgresStore:
                     "now": _now(),
                     "run": key,
                     "prev": number - 1,
+                    "owner": owner,
                     "snap": step.snapshot is not None,
                     "payload": payload,
+                    "crc": _crc(payload),
                 },
             ).fetchone()
             if row is not None and row[0] == 1:
                 return
-            last = conn.execute(
-                f"SELECT last_step FROM {s}.runs WHERE run_id = %s", (key,)
-            ).fetchone()
-        if last is None:
-            raise self._missing(run_id)
-        raise CheckpointError(
-            f"run {run_id!r}: step {number} cannot follow committed step {last[0]}; "
-            "another writer owns this run, or history was forked",
-            run_id=run_id,
-            step=number,
-        )
+            raise self._fence_error(conn, run_id, owner, number)
 
     def set_status(
         self,
@@ -550,18 +652,25 @@ class PostgresStore:
         error: str | None = None,
         stopped_by: str | None = None,
         interrupt: object = None,
+        owner: str | None = None,
     ) -> None:
-        """Change a run's status without committing a step (park, fail, finish)."""
+        """Change a run's status without committing a step (park, fail, finish). Fenced on
+        ``owner``; any status but ``running`` also releases the lease."""
         self._check_status(run_id, status)
-        extra = _encode_extra(error, stopped_by, interrupt, run_id=run_id)
+        extra = _encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
+        release = (
+            ""
+            if status == "running"
+            else ", lease_token = NULL, lease_owner = NULL, lease_expires = NULL"
+        )
         with self._conn() as conn:
             cursor = conn.execute(
-                f"UPDATE {self._s}.runs SET status = %s, extra = %s, updated_at = %s "
-                "WHERE run_id = %s",
-                (status, extra, _now(), _b(run_id, run_id=run_id)),
+                f"UPDATE {self._s}.runs SET status = %s, extra = %s, updated_at = %s{release} "
+                "WHERE run_id = %s AND lease_token IS NOT DISTINCT FROM %s::text",
+                (status, extra, _now(), _key(run_id), owner),
             )
             if cursor.rowcount != 1:
-                raise self._missing(run_id)
+                raise self._fence_error(conn, run_id, owner, None)
 
     def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
         """Record that the run continues under another graph (after an explicit migration)."""
@@ -591,24 +700,33 @@ class PostgresStore:
         payload = _encode(write, run_id=run_id, step=write.step)
         self._insert_child(
             run_id,
-            f"INSERT INTO {self._s}.pending (run_id, step, node, idx, payload) "
-            "VALUES (%s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            f"INSERT INTO {self._s}.pending (run_id, step, node, idx, payload, crc) "
+            "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
             (
                 _b(run_id, run_id=run_id),
                 write.step,
                 _b(write.node, run_id=run_id),
                 write.index,
                 payload,
+                _crc(payload),
             ),
         )
 
-    def append_journal(self, run_id: str, entry: JournalEntry) -> None:
-        """Record one call of a task execution (idempotent on its position)."""
+    def append_journal(self, run_id: str, entry: JournalEntry, *, replace: bool = False) -> None:
+        """Record one call of a task execution (idempotent on its position: the first entry
+        stays, unless ``replace``)."""
         payload = _encode(entry, run_id=run_id, step=entry.step)
+        conflict = (
+            "ON CONFLICT (run_id, step, node, idx, seq) DO UPDATE SET kind = EXCLUDED.kind, "
+            "key = EXCLUDED.key, payload = EXCLUDED.payload, crc = EXCLUDED.crc"
+            if replace
+            else "ON CONFLICT DO NOTHING"
+        )
         self._insert_child(
             run_id,
-            f"INSERT INTO {self._s}.journal (run_id, step, node, idx, seq, kind, key, payload) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+            f"INSERT INTO {self._s}.journal "
+            "(run_id, step, node, idx, seq, kind, key, payload, crc) "
+            f"VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) {conflict}",
             (
                 _b(run_id, run_id=run_id),
                 entry.step,
@@ -618,6 +736,7 @@ class PostgresStore:
                 _b(entry.kind, run_id=run_id),
                 _b(entry.key, run_id=run_id),
                 payload,
+                _crc(payload),
             ),
         )
 
@@ -627,7 +746,7 @@ class PostgresStore:
         """The run's record; ``RunNotFoundError`` if there is none."""
         with self._conn() as conn:
             row = conn.execute(
-                f"SELECT {_RUN_COLUMNS} FROM {self._s}.runs WHERE run_id = %s",
+                f"SELECT {_RUN_SELECT} FROM {self._s}.runs WHERE run_id = %s",
                 (_b(run_id, run_id=run_id),),
             ).fetchone()
         if row is None:
@@ -639,13 +758,21 @@ class PostgresStore:
         with self._conn() as conn:
             if status is None:
                 rows = conn.execute(
-                    f"SELECT {_RUN_COLUMNS} FROM {self._s}.runs "
+                    f"SELECT {_RUN_SELECT} FROM {self._s}.runs "
                     "ORDER BY created_at DESC, run_id DESC LIMIT %s",
                     (limit,),
                 ).fetchall()
+            elif status in ("running", "orphaned"):
+                # Stored as running; which of them are orphaned is known once decoded.
+                rows = conn.execute(
+                    f"SELECT {_RUN_SELECT} FROM {self._s}.runs WHERE status = 'running' "
+                    "ORDER BY created_at DESC, run_id DESC"
+                ).fetchall()
+                runs = [self._decode_run(row) for row in rows]
+                return [r for r in runs if r.status == status][:limit]
             else:
                 rows = conn.execute(
-                    f"SELECT {_RUN_COLUMNS} FROM {self._s}.runs WHERE status = %s "
+                    f"SELECT {_RUN_SELECT} FROM {self._s}.runs WHERE status = %s "
                     "ORDER BY created_at DESC, run_id DESC LIMIT %s",
                     (status, limit),
                 ).fetchall()
@@ -658,15 +785,15 @@ class PostgresStore:
         lo = max(min(start, _MAX_STEP), -_MAX_STEP)
         with self._conn() as conn:
             rows = conn.execute(
-                f"SELECT step, payload FROM {self._s}.steps "
+                f"SELECT step, payload, crc FROM {self._s}.steps "
                 "WHERE run_id = %s AND step >= %s AND step <= %s ORDER BY step",
                 (key, lo, hi),
             ).fetchall()
             if not rows and not self._exists(conn, key):
                 raise self._missing(run_id)
         return [
-            _decode(StepRecord, bytes(payload), run_id=run_id, step=step, table="steps")
-            for step, payload in rows
+            _decode(StepRecord, bytes(payload), run_id=run_id, step=step, table="steps", crc=crc)
+            for step, payload, crc in rows
         ]
 
     def snapshot_step(self, run_id: str, at_or_before: int) -> int:
@@ -689,26 +816,30 @@ class PostgresStore:
         """Pending writes saved for ``step``, ordered by ``(node, index)``."""
         with self._conn() as conn:
             rows = conn.execute(
-                f"SELECT payload FROM {self._s}.pending WHERE run_id = %s AND step = %s "
+                f"SELECT payload, crc FROM {self._s}.pending WHERE run_id = %s AND step = %s "
                 "ORDER BY node, idx",
                 (_b(run_id, run_id=run_id), step),
             ).fetchall()
         return [
-            _decode(PendingWrite, bytes(payload), run_id=run_id, step=step, table="pending")
-            for (payload,) in rows
+            _decode(
+                PendingWrite, bytes(payload), run_id=run_id, step=step, table="pending", crc=crc
+            )
+            for payload, crc in rows
         ]
 
     def get_journal(self, run_id: str, step: int) -> list[JournalEntry]:
         """Journal entries of ``step``, ordered by ``(node, index, seq)``."""
         with self._conn() as conn:
             rows = conn.execute(
-                f"SELECT payload FROM {self._s}.journal WHERE run_id = %s AND step = %s "
+                f"SELECT payload, crc FROM {self._s}.journal WHERE run_id = %s AND step = %s "
                 "ORDER BY node, idx, seq",
                 (_b(run_id, run_id=run_id), step),
             ).fetchall()
         return [
-            _decode(JournalEntry, bytes(payload), run_id=run_id, step=step, table="journal")
-            for (payload,) in rows
+            _decode(
+                JournalEntry, bytes(payload), run_id=run_id, step=step, table="journal", crc=crc
+            )
+            for payload, crc in rows
         ]
 
     # ----------------------------------------------------------------- maintenance

@@ -7,6 +7,7 @@ from typing import Protocol, runtime_checkable
 from stargraph.checkpoint._records import (
     JournalEntry,
     PendingWrite,
+    RunOwner,
     RunRecord,
     RunStatus,
     StepRecord,
@@ -24,10 +25,37 @@ class CheckpointStore(Protocol):
     ``RunNotFoundError`` for an unknown run, ``CorruptCheckpointError`` (naming run and step)
     for a payload that cannot be decoded, ``CheckpointError`` for a conflicting write such as
     a second commit of the same step (which is how two writers are fenced apart).
+
+    Leases: a run has at most one owner (:class:`RunOwner`). ``create_run`` with
+    ``run.owner`` set, or ``acquire``, takes the lease; ``set_status`` to anything but
+    ``running``, or ``release``, gives it up. ``set_status`` and ``commit_step`` are a
+    compare-and-set on the owner: they apply only when ``owner=`` is the token of the run's
+    current lease (``None``: the run has no owner), else they change nothing and raise
+    ``LeaseLostError`` (or ``RunBusyError`` for a writer without a lease). ``get_run`` and
+    ``list_runs`` report a ``running`` run whose owner is gone as ``orphaned``. Stored text
+    must be valid Unicode (a run id with a lone surrogate is refused with a
+    ``CheckpointError`` naming it); a stored ``error`` is cut to ``MAX_ERROR_CHARS``.
     """
 
     def create_run(self, run: RunRecord, first: StepRecord) -> None:
-        """Insert a new run with its step 0, atomically. Raises if the run id exists."""
+        """Insert a new run with its step 0, atomically. Raises if the run id exists.
+        With ``run.owner`` set, the new run is leased to that owner."""
+        ...
+
+    def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
+        """Lease the run to ``owner`` if nobody holds it, its owner is gone (see
+        ``orphaned``), or its lease token is ``replace``; otherwise raise ``RunBusyError``
+        naming the holder. Returns the run's record as it was just before (status and
+        interrupt unchanged: the new owner sets them)."""
+        ...
+
+    def heartbeat(self, run_id: str, owner: RunOwner) -> bool:
+        """Renew ``owner``'s lease for another ``owner.lease_s``; ``False`` if it is not the
+        run's lease any more."""
+        ...
+
+    def release(self, run_id: str, token: str) -> None:
+        """Give up the lease ``token`` without changing the status (no-op if not held)."""
         ...
 
     def commit_step(
@@ -39,9 +67,11 @@ class CheckpointStore(Protocol):
         error: str | None = None,
         stopped_by: str | None = None,
         interrupt: object = None,
+        owner: str | None = None,
     ) -> None:
         """In one transaction: append ``step`` (must be ``last_step + 1``), set the run's
-        ``last_step``/status fields, and drop the pending writes and journal of that step."""
+        ``last_step``/status fields, and drop the pending writes and journal of that step.
+        Fenced on ``owner`` (the lease token; the lease itself is kept)."""
         ...
 
     def set_status(
@@ -52,8 +82,10 @@ class CheckpointStore(Protocol):
         error: str | None = None,
         stopped_by: str | None = None,
         interrupt: object = None,
+        owner: str | None = None,
     ) -> None:
-        """Change a run's status without committing a step (park, fail, finish)."""
+        """Change a run's status without committing a step (park, fail, finish). Fenced on
+        ``owner``; any status but ``running`` also releases the lease."""
         ...
 
     def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
@@ -84,8 +116,10 @@ class CheckpointStore(Protocol):
         """Pending writes saved for ``step``, ordered by ``(node, index)``."""
         ...
 
-    def append_journal(self, run_id: str, entry: JournalEntry) -> None:
-        """Record one call of a task execution (idempotent on its position)."""
+    def append_journal(self, run_id: str, entry: JournalEntry, *, replace: bool = False) -> None:
+        """Record one call of a task execution (idempotent on its position: the first entry
+        recorded there stays, unless ``replace``, used for an interrupt's answer that no
+        node has read yet)."""
         ...
 
     def get_journal(self, run_id: str, step: int) -> list[JournalEntry]:

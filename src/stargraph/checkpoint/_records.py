@@ -2,6 +2,9 @@
 
 All records are frozen pydantic models with JSON-only payloads, so any store can serialise
 them (SQLite and PostgreSQL keep them as JSON blobs; the in-memory store keeps the objects).
+NaN and +/-infinity are written as the JSON extensions ``NaN``/``Infinity``/``-Infinity``
+(pydantic's ``ser_json_inf_nan="constants"``, which its JSON parser reads back), so a float
+comes back as the same float from every store instead of as ``null``.
 
 A step record stores the *raw writes* of the step's tasks (in merge order), not the merged
 state: state at step ``k`` is the latest snapshot at or before ``k`` with the writes of the
@@ -11,25 +14,81 @@ list linear in size instead of quadratic; a full snapshot every few steps keeps 
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stargraph.errors import CheckpointError
+
 __all__ = [
+    "MAX_ERROR_CHARS",
+    "STORED_STATUSES",
     "JournalEntry",
     "PendingWrite",
     "Recording",
+    "RunOwner",
     "RunRecord",
     "RunStatus",
     "StepRecord",
     "TaskRecord",
     "WriteRecord",
+    "check_text",
+    "clip_error",
+    "unicode_problem",
 ]
 
-RunStatus = Literal["running", "interrupted", "done", "failed"]
-"""``running`` also covers a run whose process died: it is resumable."""
+RunStatus = Literal["running", "interrupted", "done", "failed", "orphaned"]
+"""What a run is doing. ``orphaned`` is never stored: a store reports a ``running`` run as
+``orphaned`` when the owner of its lease is gone (its process died, or its heartbeat stopped
+for longer than the lease); such a run resumes at once. A ``running`` run without an owner
+(written before leases, or released) is resumable too."""
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+STORED_STATUSES: Final = frozenset({"running", "interrupted", "done", "failed"})
+"""The statuses a store keeps (``set_status`` / ``commit_step`` take only these)."""
+
+MAX_ERROR_CHARS: Final = 16_000
+"""A run's stored ``error`` is cut to this many characters (head and tail are kept)."""
+
+_FROZEN = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
+
+
+def clip_error(text: str | None) -> str | None:
+    """``text`` cut to :data:`MAX_ERROR_CHARS`, keeping its head and tail and saying how many
+    characters were cut: a 20 MB exception message would otherwise be stored (and shown by
+    every ``get_run``) whole.
+
+    >>> clipped = clip_error("x" * 20_000)
+    >>> len(clipped) < 16_000, clipped.splitlines()[1]
+    (True, '[... 4,100 characters cut ...]')
+    """
+    if text is None or len(text) <= MAX_ERROR_CHARS:
+        return text
+    keep = (MAX_ERROR_CHARS - 100) // 2
+    cut = len(text) - 2 * keep
+    return f"{text[:keep]}\n[... {cut:,} characters cut ...]\n{text[-keep:]}"
+
+
+def unicode_problem(text: str) -> str | None:
+    """Why ``text`` cannot be stored as UTF-8 (a lone surrogate, and where), or ``None``."""
+    if text.isascii():
+        return None
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        return f"it holds a lone surrogate {text[exc.start]!r} at index {exc.start}"
+    return None
+
+
+def check_text(run_id: str, /, **texts: str | None) -> None:
+    """Raise ``CheckpointError`` naming the first of ``texts`` that is not valid Unicode."""
+    for what, text in texts.items():
+        problem = None if text is None else unicode_problem(text)
+        if problem is not None:
+            raise CheckpointError(
+                f"cannot store {what.replace('_', ' ')} {text!r} of run {run_id!r}: {problem}; "
+                "stored text must be valid Unicode (UTF-8), so use a plain string",
+                run_id=run_id,
+            )
 
 
 class TaskRecord(BaseModel):
@@ -104,6 +163,28 @@ class StepRecord(BaseModel):
     )
 
 
+class RunOwner(BaseModel):
+    """Who holds a run's lease: one invoke/resume in one process, until it parks, finishes or
+    fails. ``token`` is unique per lease (status changes and commits compare-and-set on it);
+    ``host``/``pid``/``started_at`` name the process, ``process_start`` (Linux clock ticks
+    since boot) tells a live owner from a later process that reused its pid. The owner
+    renews the lease every few seconds; after ``lease_s`` without a heartbeat it lapses."""
+
+    model_config = _FROZEN
+
+    token: str
+    host: str
+    pid: int
+    started_at: str = Field(default="", description="When the owner process started (ISO).")
+    process_start: int | None = None
+    lease_s: float = Field(default=30.0, gt=0)
+
+    def describe(self) -> str:
+        """``host:pid (since <time>)``, for messages."""
+        since = f" (process started {self.started_at})" if self.started_at else ""
+        return f"{self.host}:{self.pid}{since}"
+
+
 class RunRecord(BaseModel):
     """A run's identity and status. ``last_step`` is the newest committed step."""
 
@@ -122,6 +203,13 @@ class RunRecord(BaseModel):
     error: str | None = None
     stopped_by: str | None = Field(default=None, description="Rule that halted the run.")
     interrupt: Any = Field(default=None, description="What an interrupted run waits on.")
+    owner: RunOwner | None = Field(
+        default=None, description="Who holds the run's lease (None: nobody runs it)."
+    )
+    lease_expires: str | None = Field(
+        default=None,
+        description="When the owner's lease lapses without a heartbeat (ISO; set by the store).",
+    )
 
 
 class PendingWrite(BaseModel):

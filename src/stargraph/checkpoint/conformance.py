@@ -21,24 +21,30 @@ PostgreSQL. It needs ``pytest``.
 
 from __future__ import annotations
 
+import math
+import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from stargraph.checkpoint._lease import HOST, Lease, new_owner
 from stargraph.checkpoint._protocol import CheckpointStore
 from stargraph.checkpoint._records import (
+    MAX_ERROR_CHARS,
     JournalEntry,
     PendingWrite,
+    RunOwner,
     RunRecord,
     StepRecord,
     TaskRecord,
     WriteRecord,
 )
-from stargraph.errors import CheckpointError, RunNotFoundError
+from stargraph.errors import CheckpointError, LeaseLostError, RunBusyError, RunNotFoundError
 
-__all__ = ["CheckpointStoreConformance", "make_run", "make_step"]
+__all__ = ["ODD_VALUES", "CheckpointStoreConformance", "make_run", "make_step", "same_value"]
 
 # JSON data that stores must give back exactly: unicode outside the BMP, NUL and control
 # characters, escapes, deep nesting, large and negative numbers, floats, empty containers.
@@ -50,6 +56,58 @@ AWKWARD: dict[str, Any] = {
     "long": "x" * 100_000,
     "many": {f"k{i}": list(range(i % 7)) for i in range(2_000)},
 }
+
+
+# Values every store must give back identically (``same_value``): the float specials JSON
+# has no spelling for, negative zero, nested containers holding them, and odd strings.
+ODD_VALUES: dict[str, Any] = {
+    "nan": math.nan,
+    "inf": math.inf,
+    "-inf": -math.inf,
+    "negative zero": -0.0,
+    "tiny and huge": [5e-324, 1.7976931348623157e308, -2.2250738585072014e-308],
+    "nested": {"a": [math.nan, {"b": [math.inf, -math.inf, {"c": [-0.0, [], {}]}]}], "d": None},
+    "list of specials": [math.nan, math.inf, -math.inf, -0.0, 0.0, 1.5],
+    "empty": "",
+    "nul": "\x00",
+    "nul inside": "a\x00b\x00",
+    "astral emoji": "🦀🧑‍🚀🏳️‍🌈 𝄞 \U0010fffd",
+    "rtl marks": "\u202eabc\u202c \u200f\u200e \u2067x\u2069 مرحبا שלום",
+    "controls": "\x01\x1f\x7f\u0085\u2028\u2029\ufeff",
+    "very long": "ab🦀\x00" * 50_000,
+    "NaN as text": "NaN",
+    "Infinity as text": ["Infinity", "-Infinity", "null"],
+    "deep": {"k": [[[[[[[[[[[[[[[[[[[[math.nan]]]]]]]]]]]]]]]]]]]]},
+    "odd keys": {"": 1, "\x00": 2, "🦀": 3, "\u202e": 4, "NaN": math.nan},
+}
+
+
+def same_value(a: Any, b: Any) -> bool:
+    """``a == b`` where NaN equals NaN, ``-0.0`` differs from ``0.0``, and types must match
+    exactly (a tuple is not a list, ``1`` is not ``1.0`` or ``True``)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, float):
+        if math.isnan(a):
+            return math.isnan(b)
+        return a == b and math.copysign(1.0, a) == math.copysign(1.0, b)
+    if isinstance(a, list | tuple):
+        return len(a) == len(b) and all(same_value(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(same_value(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def _foreign_owner(token: str = "foreign-token", lease_s: float = 3600.0) -> RunOwner:
+    """An owner on another host whose lease is fresh: alive as far as anyone can tell."""
+    return RunOwner(
+        token=token, host="another-host.invalid", pid=4242, started_at="x", lease_s=lease_s
+    )
+
+
+def _dead_owner(token: str = "dead-token") -> RunOwner:
+    """An owner on this host whose process is gone: this pid now runs another process."""
+    return RunOwner(token=token, host=HOST, pid=os.getpid(), process_start=-1, lease_s=3600.0)
 
 
 def _deep(levels: int) -> Any:
@@ -520,3 +578,229 @@ class CheckpointStoreConformance:
             ]
             assert store.get_pending(run_id, steps) == []
             assert store.get_journal(run_id, steps) == []
+
+    # ------------------------------------------------------------------ values
+
+    def test_odd_values_round_trip_identically(self, store: CheckpointStore) -> None:
+        """NaN, +/-inf, -0.0, nested containers and odd strings come back as they went in,
+        in every field that holds data: snapshots, writes, Send payloads, pending writes,
+        journal values, interrupt payloads and error texts."""
+        step = StepRecord(
+            step=1,
+            writes=(WriteRecord(node="a", writes=dict(ODD_VALUES)),),
+            snapshot=dict(ODD_VALUES),
+            next=(TaskRecord(node="b", payload={"v": ODD_VALUES["nested"]}),),
+            facts={"slots": [math.nan, -0.0]},
+            calls=(JournalEntry(step=1, node="a", seq=0, kind="clock", value=math.inf),),
+        )
+        store.create_run(make_run("odd"), make_step(0))
+        store.commit_step("odd", step, status="interrupted", interrupt={"ask": ODD_VALUES})
+        store.put_pending("odd", PendingWrite(step=2, node="b", writes=dict(ODD_VALUES)))
+        entry = JournalEntry(step=2, node="b", seq=0, kind="once", key="🦀", value=ODD_VALUES)
+        store.append_journal("odd", entry)
+        got = store.get_steps("odd", start=1)[0]
+        for field in ("writes", "snapshot", "next", "facts", "calls"):
+            assert same_value(_plain(getattr(got, field)), _plain(getattr(step, field))), field
+        assert same_value(store.get_run("odd").interrupt, {"ask": ODD_VALUES})
+        assert same_value(store.get_pending("odd", 2)[0].writes, ODD_VALUES)
+        assert same_value(store.get_journal("odd", 2)[0].value, ODD_VALUES)
+        text = "".join(v for v in ODD_VALUES.values() if isinstance(v, str))[:5_000]
+        store.set_status("odd", "failed", error=text, stopped_by="rule \u202e🦀")
+        run = store.get_run("odd")
+        assert (run.error, run.stopped_by) == (text, "rule \u202e🦀")
+
+    @pytest.mark.parametrize("value", [math.nan, math.inf, -math.inf, -0.0])
+    def test_float_specials_in_interrupts_and_journal(
+        self, store: CheckpointStore, value: float
+    ) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        store.set_status("r1", "interrupted", interrupt=value)
+        assert same_value(store.get_run("r1").interrupt, value)
+        store.append_journal("r1", JournalEntry(step=1, node="a", seq=0, kind="c", value=value))
+        assert same_value(store.get_journal("r1", 1)[0].value, value)
+
+    def test_run_id_with_a_lone_surrogate_is_refused_by_name(self, store: CheckpointStore) -> None:
+        with pytest.raises(CheckpointError, match=r"r-\\ud800") as info:
+            store.create_run(make_run("r-\ud800"), make_step(0))
+        assert not isinstance(info.value, RunNotFoundError)
+        assert "surrogate" in str(info.value)
+        with pytest.raises(CheckpointError, match=r"r-\\ud800"):
+            store.get_run("r-\ud800")
+        assert store.list_runs() == []
+
+    def test_a_huge_error_is_stored_cut_with_head_and_tail(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        error = "HEAD" + "x" * 2_000_000 + "TAIL"
+        store.set_status("r1", "failed", error=error)
+        stored = store.get_run("r1").error
+        assert stored is not None
+        assert len(stored) <= MAX_ERROR_CHARS
+        assert stored.startswith("HEADxxx")
+        assert stored.endswith("xxxTAIL")
+        cut = len(error) - (len(stored) - len(stored.splitlines()[1]) - 2)
+        assert f"[... {cut:,} characters cut ...]" in stored
+        store.commit_step("r1", make_step(1), status="failed", error=error)
+        assert store.get_run("r1").error == stored
+
+    # ------------------------------------------------------------------ leases
+
+    def test_create_with_owner_leases_the_run(self, store: CheckpointStore) -> None:
+        owner = _foreign_owner()
+        store.create_run(make_run("r1", owner=owner), make_step(0))
+        run = store.get_run("r1")
+        assert run.owner == owner
+        assert run.status == "running"
+        assert run.lease_expires, "the store says when the lease lapses"
+
+    def test_status_and_commit_compare_and_set_on_the_owner(self, store: CheckpointStore) -> None:
+        owner = _foreign_owner()
+        store.create_run(make_run("r1", owner=owner), make_step(0))
+        store.commit_step("r1", make_step(1), owner=owner.token)
+        before = (store.get_run("r1"), store.get_steps("r1"))
+        # A writer without the lease (a losing resumer) and one with a stale token: refused,
+        # and nothing changes (status, interrupt, steps, the lease itself).
+        with pytest.raises(RunBusyError, match=r"another-host\.invalid:4242") as busy:
+            store.set_status("r1", "running")
+        assert busy.value.owner.startswith("another-host.invalid:4242")
+        with pytest.raises(LeaseLostError, match="r1"):
+            store.set_status("r1", "done", owner="stale-token")
+        with pytest.raises(LeaseLostError, match="r1"):
+            store.commit_step("r1", make_step(2), owner="stale-token")
+        with pytest.raises(RunBusyError):
+            store.commit_step("r1", make_step(2))
+        after = (store.get_run("r1"), store.get_steps("r1"))
+        assert after[1] == before[1]
+        assert after[0].model_copy(update={"lease_expires": None}) == before[0].model_copy(
+            update={"lease_expires": None}
+        )
+        # The holder parks: the status change releases the lease ...
+        store.set_status("r1", "interrupted", interrupt={"ask": 1}, owner=owner.token)
+        run = store.get_run("r1")
+        assert (run.status, run.interrupt, run.owner, run.lease_expires) == (
+            "interrupted",
+            {"ask": 1},
+            None,
+            None,
+        )
+        # ... so the old token can no longer flip it back to running.
+        with pytest.raises(LeaseLostError):
+            store.set_status("r1", "running", owner=owner.token)
+        assert store.get_run("r1").status == "interrupted"
+
+    def test_the_fence_also_guards_finished_runs(self, store: CheckpointStore) -> None:
+        winner, loser = _foreign_owner("winner"), _foreign_owner("loser")
+        store.create_run(make_run("r1", owner=winner), make_step(0))
+        store.set_status("r1", "done", owner=winner.token)
+        with pytest.raises(LeaseLostError):
+            store.set_status("r1", "running", owner=loser.token)
+        assert store.get_run("r1").status == "done"
+
+    def test_acquire_refuses_a_live_owner_and_takes_a_free_run(
+        self, store: CheckpointStore
+    ) -> None:
+        first, second = _foreign_owner("first"), _foreign_owner("second")
+        store.create_run(make_run("r1"), make_step(0))
+        store.set_status("r1", "interrupted", interrupt={"q": "?"})
+        before = store.acquire("r1", first)
+        assert (before.status, before.interrupt, before.owner) == ("interrupted", {"q": "?"}, None)
+        run = store.get_run("r1")
+        assert (run.status, run.interrupt, run.owner) == ("interrupted", {"q": "?"}, first)
+        with pytest.raises(RunBusyError, match=r"'r1'.*another-host.invalid:4242"):
+            store.acquire("r1", second)
+        assert store.get_run("r1").owner == first
+        assert store.acquire("r1", first).owner == first, "re-acquiring one's own lease"
+        assert store.acquire("r1", second, replace="first").owner == first, "explicit takeover"
+        assert store.get_run("r1").owner == second
+        assert store.heartbeat("r1", second) is True
+        assert store.heartbeat("r1", first) is False
+        store.release("r1", "first")  # not held: nothing happens
+        assert store.get_run("r1").owner == second
+        store.release("r1", "second")
+        run = store.get_run("r1")
+        assert (run.owner, run.status, run.interrupt) == (None, "interrupted", {"q": "?"})
+        with pytest.raises(RunNotFoundError):
+            store.acquire("ghost", first)
+
+    def test_a_dead_owner_shows_as_orphaned_and_is_taken_over(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("dead", owner=_dead_owner()), make_step(0))
+        store.create_run(make_run("live", owner=_foreign_owner()), make_step(0))
+        assert store.get_run("dead").status == "orphaned"
+        assert store.get_run("live").status == "running"
+        assert [r.run_id for r in store.list_runs(status="orphaned")] == ["dead"]
+        assert [r.run_id for r in store.list_runs(status="running")] == ["live"]
+        assert {r.run_id: r.status for r in store.list_runs()} == {
+            "dead": "orphaned",
+            "live": "running",
+        }
+        mine = new_owner()
+        assert store.acquire("dead", mine).status == "orphaned"
+        lease = Lease(store, "dead", mine)
+        lease.hold()
+        try:
+            assert store.get_run("dead").status == "running", "held by this live process"
+        finally:
+            lease.drop()
+        # The same owner, no longer held by this process (its run was abandoned): orphaned.
+        assert store.get_run("dead").status == "orphaned"
+
+    def test_a_lapsed_lease_shows_as_orphaned(self, store: CheckpointStore) -> None:
+        owner = _foreign_owner("short", lease_s=0.2)
+        store.create_run(make_run("r1", owner=owner), make_step(0))
+        deadline = time.monotonic() + 30
+        while store.get_run("r1").status != "orphaned":
+            assert time.monotonic() < deadline, "the lease never lapsed"
+            time.sleep(0.05)
+        assert store.acquire("r1", _foreign_owner("next")).status == "orphaned"
+        assert store.get_run("r1").owner == _foreign_owner("next")
+        assert store.get_run("r1").status == "running"
+        assert store.heartbeat("r1", owner) is False, "the old owner learns it lost the run"
+
+    def test_two_acquirers_exactly_one_wins(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        barrier = threading.Barrier(8)
+        outcomes: list[str] = []
+        lock = threading.Lock()
+
+        def acquirer(i: int) -> None:
+            barrier.wait()
+            try:
+                store.acquire("r1", _foreign_owner(f"t{i}"))
+                result = f"won:t{i}"
+            except RunBusyError:
+                result = "busy"
+            with lock:
+                outcomes.append(result)
+
+        threads = [threading.Thread(target=acquirer, args=(i,)) for i in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        winners = [o for o in outcomes if o.startswith("won")]
+        assert len(winners) == 1, outcomes
+        owner = store.get_run("r1").owner
+        assert owner is not None
+        assert owner.token == winners[0].split(":")[1]
+
+    # ------------------------------------------------------------------ interrupt answers
+
+    def test_replace_overwrites_an_unread_answer(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("r1"), make_step(0))
+        first = JournalEntry(step=1, node="a", seq=2, kind="interrupt", value={"r": "approve"})
+        again = JournalEntry(step=1, node="a", seq=2, kind="interrupt", value={"r": "REJECT"})
+        store.append_journal("r1", first)
+        store.append_journal("r1", again)
+        assert store.get_journal("r1", 1) == [first], "without replace the first entry stays"
+        store.append_journal("r1", again, replace=True)
+        assert store.get_journal("r1", 1) == [again]
+
+
+def _plain(value: Any) -> Any:
+    """Records as plain data (models to dicts, tuples to lists), floats untouched."""
+    if hasattr(value, "model_dump"):
+        return _plain(value.model_dump())
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value

@@ -9,6 +9,11 @@ transaction each), pending writes of finished siblings, journal entries, status 
 - ``exit``: the run is kept in memory and written when it finishes, fails or parks. Faster, but
   a crash loses the whole run.
 
+One owner per run: ``start`` creates the run leased to this process and a resume takes the
+lease (``StoredRuns._load``) before any node runs; every commit and status change is a
+compare-and-set on the lease, and parking, finishing or failing releases it (see
+``stargraph.checkpoint._lease``). A second resumer gets ``RunBusyError`` at once.
+
 Guarantee, stated honestly: steps are *at-least-once* - a task interrupted by a crash runs
 again on resume. Effects made through ``ctx.once`` / ``ctx.now`` / ``ctx.uuid`` /
 ``ctx.random`` are recorded and not repeated once recorded; effects keyed by
@@ -24,6 +29,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
+import pydantic_core
 from pydantic import ValidationError
 
 from stargraph.checkpoint import (
@@ -36,7 +42,16 @@ from stargraph.checkpoint import (
     TaskRecord,
     WriteRecord,
 )
-from stargraph.errors import CorruptCheckpointError
+from stargraph.checkpoint._lease import DEFAULT_LEASE_S, Lease, new_owner
+from stargraph.checkpoint._records import unicode_problem
+from stargraph.errors import (
+    CheckpointError,
+    CorruptCheckpointError,
+    InvalidInputError,
+    InvalidWriteError,
+    LeaseLostError,
+    RunBusyError,
+)
 from stargraph.runtime._plan import Task
 from stargraph.runtime._run import Run, jsonable
 from stargraph.state import Channel
@@ -44,7 +59,15 @@ from stargraph.state import Channel
 if TYPE_CHECKING:
     from stargraph.runtime._executor import CompiledGraph
 
-__all__ = ["Durability", "Persistence", "code_hash", "load_values"]
+__all__ = [
+    "Durability",
+    "Persistence",
+    "check_run_id",
+    "check_values",
+    "code_hash",
+    "load_values",
+    "take_lease",
+]
 
 Durability = Literal["sync", "exit"]
 """When steps reach the store: after each step (``sync``) or when the run stops (``exit``)."""
@@ -77,6 +100,55 @@ def code_hash(fns: Sequence[Callable[..., Any]]) -> str:
     return f"sha256:{digest}"
 
 
+def check_run_id(run_id: str) -> None:
+    """Refuse a run id a store cannot hold (a lone surrogate) with a typed error."""
+    problem = unicode_problem(run_id)
+    if problem is not None:
+        raise InvalidInputError(
+            f"run id {run_id!r} cannot be stored: {problem}; run ids must be valid Unicode "
+            "text (UTF-8), so pass a plain string such as 'run-42'",
+            run_id=run_id,
+        )
+
+
+def check_values(
+    channels: Mapping[str, Channel], values: Mapping[str, Any], *, run_id: str, what: str
+) -> None:
+    """Refuse values (an input, an update) that a store could not give back as they were."""
+    for key, value in values.items():
+        check = channels[key].check
+        if check is not None and (found := check(value)) is not None:
+            raise InvalidInputError(
+                f"{what} of run {run_id!r} sets {key!r} to a value that a checkpoint store "
+                f"cannot give back as it was: {key}{found[0]} is {found[1]}",
+                run_id=run_id,
+            )
+
+
+def take_lease(
+    store: CheckpointStore, run_id: str, *, wait: bool | float = False
+) -> tuple[Lease, RunRecord]:
+    """Lease ``run_id`` to this process (heartbeats start at once); the run's record from
+    just before. Raises ``RunBusyError`` while another live owner holds it, unless ``wait``
+    (``True``, or at most that many seconds) lets it wait for the owner to let go."""
+    owner = new_owner(DEFAULT_LEASE_S)
+    deadline = None if wait is True else time.monotonic() + float(wait)
+    delay = 0.01
+    while True:
+        try:
+            record = store.acquire(run_id, owner)
+            break
+        except RunBusyError:
+            if wait is False or (deadline is not None and time.monotonic() >= deadline):
+                raise
+            # Polling the store: the owner may be another process, on another host.
+            time.sleep(delay if deadline is None else min(delay, deadline - time.monotonic()))
+            delay = min(delay * 2, 0.25)
+    lease = Lease(store, run_id, owner)
+    lease.hold()
+    return lease, record
+
+
 def task_records(tasks: Sequence[Task]) -> tuple[TaskRecord, ...]:
     """Scheduled tasks as records."""
     return tuple(
@@ -91,7 +163,8 @@ def joins_record(joins: Mapping[int, frozenset[str]]) -> dict[str, tuple[str, ..
 
 
 class Persistence:
-    """Writes one run's progress to a store (or, in ``exit`` mode, to a buffer first)."""
+    """Writes one run's progress to a store (or, in ``exit`` mode, to a buffer first), under
+    the run's lease when it holds one."""
 
     def __init__(
         self,
@@ -100,17 +173,65 @@ class Persistence:
         *,
         durability: Durability = "sync",
         snapshot_every: int = 50,
+        lease: Lease | None = None,
     ) -> None:
         self.graph = graph
         self.target = store
         self.durability = durability
         self.store: CheckpointStore = MemoryStore() if durability == "exit" else store
         self.snapshot_every = snapshot_every
+        self.lease = lease
+
+    @property
+    def owner(self) -> str | None:
+        """The token of the lease this run holds (``None``: it holds none)."""
+        return None if self.lease is None else self.lease.token
+
+    def _dump(self, run: Run, values: Mapping[str, Any], node: str | None) -> dict[str, Any]:
+        """``jsonable``, with a value pydantic cannot serialize reported as a typed error."""
+        try:
+            return jsonable(self.graph.channels, values)
+        except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
+            where = f"node {node!r}" if node else "the state"
+            raise InvalidWriteError(
+                f"{where} at step {run.step} of run {run.run_id!r} holds a value that cannot "
+                f"be stored as JSON ({exc}); write JSON data or values of the field's type",
+                run_id=run.run_id,
+                step=run.step,
+                node=node,
+            ) from exc
+
+    def _let_go(self) -> None:
+        """The store released the lease (a status change): stop heartbeats."""
+        if self.lease is not None:
+            self.lease.drop()
+            self.lease = None
+
+    def release(self) -> None:
+        """Give the lease up without a status change (a run abandoned by a store error)."""
+        if self.lease is not None:
+            self.lease.release()
+            self.lease = None
+
+    def _guarded(self, write: Callable[[], None]) -> None:
+        """Run a store write; if the store refuses it, let the lease go, since the run will
+        not go on in this process (or the lease was lost already)."""
+        try:
+            write()
+        except CheckpointError:
+            self.release()
+            raise
 
     def start(
         self, run: Run, *, parent_run_id: str | None = None, parent_step: int | None = None
     ) -> None:
-        """Create the run with its step 0 (the input and the entry tasks)."""
+        """Create the run with its step 0 (the input and the entry tasks), leased to this
+        process."""
+        check_run_id(run.run_id)
+        check_values(self.graph.channels, run.values, run_id=run.run_id, what="the input")
+        # In exit mode the run reaches the store only when it stops: there is nothing to
+        # lease meanwhile.
+        owner = new_owner(DEFAULT_LEASE_S) if self.durability == "sync" else None
         record = RunRecord(
             run_id=run.run_id,
             graph_name=self.graph.ir.name,
@@ -119,43 +240,57 @@ class Persistence:
             parent_run_id=parent_run_id,
             parent_step=parent_step,
             created_at=_now(),
+            owner=owner,
         )
         first = StepRecord(
             step=run.step,
-            snapshot=jsonable(self.graph.channels, run.values),
+            snapshot=self._dump(run, run.values, None),
             next=task_records(run.tasks),
             joins=joins_record(run.joins_seen),
             created_ms=_now_ms(),
         )
         self.store.create_run(record, first)
+        if owner is not None:
+            self.lease = Lease(self.store, run.run_id, owner)
+            self.lease.hold()
 
     def journal_writer(self, run: Run) -> Callable[[JournalEntry], None]:
         """A function that saves one journal entry of ``run``."""
-        store, run_id = self.store, run.run_id
-        return lambda entry: store.append_journal(run_id, entry)
+        store, run_id, lease = self.store, run.run_id, self.lease
+
+        def write(entry: JournalEntry) -> None:
+            if lease is not None and lease.lost.is_set():
+                # Another process took the run over: record (and so perform) nothing more.
+                raise LeaseLostError(
+                    f"run {run_id!r}: this process's lease on the run was taken over; node "
+                    f"{entry.node!r} stops before its next recorded call",
+                    run_id=run_id,
+                    step=entry.step,
+                    node=entry.node,
+                )
+            store.append_journal(run_id, entry)
+
+        return write
 
     def put_pending(self, run: Run, task: Task, writes: dict[str, Any]) -> None:
         """Save a finished task's writes before its step commits."""
-        self.store.put_pending(
-            run.run_id,
-            PendingWrite(
-                step=run.step,
-                node=task.node,
-                index=task.index,
-                writes=jsonable(self.graph.channels, writes),
-            ),
+        pending = PendingWrite(
+            step=run.step,
+            node=task.node,
+            index=task.index,
+            writes=self._dump(run, writes, task.node),
         )
+        self._guarded(lambda: self.store.put_pending(run.run_id, pending))
 
     def commit(self, run: Run, results: Sequence[tuple[Task, dict[str, Any]]]) -> None:
         """Commit the step just merged: its writes, next tasks, joins (one transaction)."""
-        channels = self.graph.channels
         snapshot = None
         if run.step % self.snapshot_every == 0:
-            snapshot = jsonable(channels, run.values)
+            snapshot = self._dump(run, run.values, None)
         record = StepRecord(
             step=run.step,
             writes=tuple(
-                WriteRecord(node=t.node, index=t.index, writes=jsonable(channels, w))
+                WriteRecord(node=t.node, index=t.index, writes=self._dump(run, w, t.node))
                 for t, w in sorted(results, key=lambda r: r[0].key)
             ),
             snapshot=snapshot,
@@ -172,26 +307,31 @@ class Persistence:
             ),
             created_ms=_now_ms(),
         )
-        self.store.commit_step(run.run_id, record)
+        owner = self.owner
+        self._guarded(lambda: self.store.commit_step(run.run_id, record, owner=owner))
         run.decision = None
         run.attempts = {}
         run.done = {}
         run.journals = {}
 
-    def park(self, run: Run, interrupt: dict[str, Any]) -> None:
-        """Mark the run interrupted, waiting on ``interrupt``."""
-        self.store.set_status(run.run_id, "interrupted", interrupt=interrupt)
+    def _stop(self, run: Run, status: Any, **fields: Any) -> None:
+        owner = self.owner
+        self._guarded(lambda: self.store.set_status(run.run_id, status, owner=owner, **fields))
+        self._let_go()  # the status change released the lease in the store
         self.flush(run)
+
+    def park(self, run: Run, interrupt: dict[str, Any]) -> None:
+        """Mark the run interrupted, waiting on ``interrupt`` (and release its lease)."""
+        self._stop(run, "interrupted", interrupt=interrupt)
 
     def finish(self, run: Run, *, stopped_by: str | None = None) -> None:
-        """Mark the run done."""
-        self.store.set_status(run.run_id, "done", stopped_by=stopped_by)
-        self.flush(run)
+        """Mark the run done (and release its lease)."""
+        self._stop(run, "done", stopped_by=stopped_by)
 
     def fail(self, run: Run, error: str) -> None:
-        """Mark the run failed (it stays resumable: fix the cause, then resume)."""
-        self.store.set_status(run.run_id, "failed", error=error)
-        self.flush(run)
+        """Mark the run failed (it stays resumable: fix the cause, then resume). The store
+        keeps the head and tail of a very long error."""
+        self._stop(run, "failed", error=error)
 
     def flush(self, run: Run) -> None:
         """In ``exit`` mode, copy the buffered run into the real store."""

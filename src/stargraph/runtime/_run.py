@@ -403,11 +403,20 @@ class Run:
                     "declare it in with_node(..., writes=[...])",
                 )
             try:
-                writes[key] = channel.validate(value)
+                writes[key] = valid = channel.validate(value)
             except ValidationError as exc:
                 raise self._write_error(
                     task, f"wrote an invalid value to {key!r}: {exc.errors()[0]['msg']}"
                 ) from exc
+            # Only what a checkpoint store gives back unchanged: a tuple in an Any field
+            # would come back a list, so a resumed run would see another state.
+            check = channel.check
+            if check is not None and (found := check(valid)) is not None:
+                raise self._write_error(
+                    task,
+                    f"wrote to {key!r} a value that a checkpoint store cannot give back as it "
+                    f"was: {key}{found[0]} is {found[1]}",
+                )
         return writes
 
     def merge(self, results: Sequence[tuple[Task, dict[str, Any]]]) -> None:
@@ -490,5 +499,11 @@ def _run_coroutine(coro: Any) -> Any:
 
 
 def jsonable(channels: Mapping[str, Channel], values: Mapping[str, Any]) -> dict[str, Any]:
-    """Channel values (or writes) as JSON data, through each channel's type."""
-    return {k: channels[k].adapter.dump_python(v, mode="json") for k, v in values.items()}
+    """Channel values (or writes) as JSON data, through each channel's type (NaN and
+    infinities stay floats: the stores keep them)."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        channel = channels[key]
+        dump = channel.dump
+        out[key] = channel.adapter.dump_python(value, mode="json") if dump is None else dump(value)
+    return out

@@ -20,6 +20,7 @@ from stargraph.checkpoint import (
     StepRecord,
     WriteRecord,
 )
+from stargraph.checkpoint._lease import Lease
 from stargraph.errors import (
     CheckpointError,
     CodeHashMismatch,
@@ -31,9 +32,12 @@ from stargraph.errors import (
 from stargraph.runtime._context import Entropy, SystemEntropy
 from stargraph.runtime._durable import (
     Persistence,
+    check_run_id,
+    check_values,
     decode_writes,
     joins_from,
     load_values,
+    take_lease,
     tasks_from,
 )
 from stargraph.runtime._events import Event
@@ -116,12 +120,19 @@ class StoredRuns(Generic[StateT]):
         update: Mapping[str, Any] | None = None,
         max_steps: int | None = None,
         migration: Migration | None = None,
+        wait: bool | float = False,
     ) -> StateT:
         """Continue a stored run after its last committed step; return the state reached.
 
         Completed steps and finished siblings of the interrupted step are not re-run.
         ``response`` answers a ``ctx.interrupt()``; ``update`` writes channels before the run
         continues (recorded as a step of its own, so history stays append-only).
+
+        The resume takes the run's lease before any node runs: while another live process
+        (or thread) runs the run, this raises :class:`RunBusyError` naming it, or with
+        ``wait=True`` (or a number of seconds) waits for it to let go. A run whose owner is
+        gone (``orphaned``) resumes at once. Answering an interrupt again before the run
+        went on (say the first resume crashed) replaces the earlier answer.
 
         A run recorded by another graph raises :class:`GraphHashMismatch` unless
         ``migration`` is given: it receives the run's state as JSON and returns the state
@@ -135,6 +146,7 @@ class StoredRuns(Generic[StateT]):
             max_steps=max_steps,
             emit=None,
             migration=migration,
+            wait=wait,
         )
         self._run_to_end(run, fresh=False)
         return self._state(run)
@@ -146,11 +158,17 @@ class StoredRuns(Generic[StateT]):
         response: Any = NO_RESPONSE,
         update: Mapping[str, Any] | None = None,
         max_steps: int | None = None,
+        wait: bool | float = False,
     ) -> Iterator[Event]:
         """:meth:`resume`, yielding events."""
         buffer: list[Event] = []
         run = self._load(
-            run_id, response=response, update=update, max_steps=max_steps, emit=buffer.append
+            run_id,
+            response=response,
+            update=update,
+            max_steps=max_steps,
+            emit=buffer.append,
+            wait=wait,
         )
         yield from self._stream(run, buffer, fresh=False)
 
@@ -161,9 +179,12 @@ class StoredRuns(Generic[StateT]):
         response: Any = NO_RESPONSE,
         update: Mapping[str, Any] | None = None,
         max_steps: int | None = None,
+        wait: bool | float = False,
     ) -> StateT:
-        """Async :meth:`resume`."""
-        run = self._load(run_id, response=response, update=update, max_steps=max_steps, emit=None)
+        """Async :meth:`resume` (``wait`` blocks this thread while it waits)."""
+        run = self._load(
+            run_id, response=response, update=update, max_steps=max_steps, emit=None, wait=wait
+        )
         async for _ in self._adrive(run, fresh=False):
             pass
         return self._state(run)
@@ -231,6 +252,8 @@ class StoredRuns(Generic[StateT]):
                     "error": None,
                     "stopped_by": None,
                     "interrupt": None,
+                    "owner": None,  # the parent's lease, if any, is not the fork's
+                    "lease_expires": None,
                     "created_at": "",
                     "updated_at": "",
                 }
@@ -323,6 +346,7 @@ class StoredRuns(Generic[StateT]):
         return self.store
 
     def _validate_update(self, update: Mapping[str, Any], run_id: str) -> dict[str, Any]:
+        check_run_id(run_id)
         out: dict[str, Any] = {}
         for key, value in update.items():
             channel = self.channels.get(key)
@@ -338,6 +362,7 @@ class StoredRuns(Generic[StateT]):
                 raise InvalidInputError(
                     f"update of run {run_id!r}: {key}: {_describe(exc)}", run_id=run_id
                 ) from exc
+        check_values(self.channels, out, run_id=run_id, what="the update")
         return out
 
     def _check_hashes(self, record: RunRecord) -> RunRecord:
@@ -367,11 +392,42 @@ class StoredRuns(Generic[StateT]):
         max_steps: int | None,
         emit: Callable[[Event], None] | None,
         migration: Migration | None = None,
+        wait: bool | float = False,
     ) -> Run:
         store = self._require_store()
-        record = store.get_run(run_id)
+        check_run_id(run_id)
+        # The lease first: nothing below (the interrupt's answer, the status, a node) may
+        # be written by a second resumer while another process runs the run.
+        lease, record = take_lease(store, run_id, wait=wait)
+        try:
+            return self._load_leased(
+                record,
+                lease,
+                response=response,
+                update=update,
+                max_steps=max_steps,
+                emit=emit,
+                migration=migration,
+            )
+        except BaseException:
+            lease.release()
+            raise
+
+    def _load_leased(
+        self,
+        record: RunRecord,
+        lease: Lease,
+        *,
+        response: Any,
+        update: Mapping[str, Any] | None,
+        max_steps: int | None,
+        emit: Callable[[Event], None] | None,
+        migration: Migration | None,
+    ) -> Run:
+        store = self._require_store()
+        run_id = record.run_id
         if migration is not None and record.graph_hash != self.graph_hash:
-            self._migrate(record, migration)
+            self._migrate(record, migration, owner=lease.token)
             record = store.get_run(run_id)
         record = self._check_hashes(record)
         waiting: Any = record.interrupt if record.status == "interrupted" else None
@@ -414,16 +470,15 @@ class StoredRuns(Generic[StateT]):
         if self.rules is not None:
             run.rules = self.rules()
             run.rules.restore(last.facts)
-        run.persistence = Persistence(self._graph, store, snapshot_every=self.snapshot_every)
+        run.persistence = Persistence(
+            self._graph, store, snapshot_every=self.snapshot_every, lease=lease
+        )
         nxt = last.step + 1
         pending = store.get_pending(run_id, nxt)
         run.done = {
             (p.node, p.index): decode_writes(self.channels, run_id, nxt, p.writes) for p in pending
         }
-        for entry in store.get_journal(run_id, nxt):
-            run.journals.setdefault((entry.node, entry.index), []).append(entry)
         if on_node:
-            key = (waiting["node"], waiting["index"])
             answer = JournalEntry(
                 step=nxt,
                 node=waiting["node"],
@@ -432,8 +487,13 @@ class StoredRuns(Generic[StateT]):
                 kind="interrupt",
                 value={"response": response},
             )
-            store.append_journal(run_id, answer)
-            run.journals.setdefault(key, []).append(answer)
+            # Replace, not insert-or-ignore: the run is still interrupted, so no node has
+            # read an answer at this position (a resume that journaled one and crashed
+            # before the status changed left it unread), and this answer is the operator's
+            # latest word.
+            store.append_journal(run_id, answer, replace=True)
+        for entry in store.get_journal(run_id, nxt):
+            run.journals.setdefault((entry.node, entry.index), []).append(entry)
         if isinstance(waiting, dict) and waiting.get("kind") == "before":
             run.skip_interrupt_before = True
         if update:
@@ -449,15 +509,15 @@ class StoredRuns(Generic[StateT]):
             if pending:
                 raise RunNotResumableError(
                     f"run {run_id!r} has a partly finished step {nxt}; resume it without "
-                    "update=, or fork it from step {last.step} with the update",
+                    f"update=, or fork it from step {last.step} with the update",
                     run_id=run_id,
                     step=nxt,
                 )
             self._apply_update(run, update)
-        store.set_status(run_id, "running")
+        store.set_status(run_id, "running", owner=lease.token)
         return run
 
-    def _migrate(self, record: RunRecord, migration: Migration) -> None:
+    def _migrate(self, record: RunRecord, migration: Migration, *, owner: str | None) -> None:
         """Commit ``migration(state)`` as a step of the run, then adopt this graph's hash."""
         store = self._require_store()
         run_id = record.run_id
@@ -493,9 +553,10 @@ class StoredRuns(Generic[StateT]):
                 joins=last.joins,
                 created_ms=last.created_ms,
             ),
-            status=record.status,
+            status="running" if record.status == "orphaned" else record.status,
             error=record.error,
             interrupt=record.interrupt,
+            owner=owner,
         )
         store.set_graph(run_id, graph_hash=self.graph_hash, code_hash=self.code_hash)
 

@@ -23,6 +23,7 @@ from stargraph.checkpoint import (
     CheckpointStore,
     JournalEntry,
     PendingWrite,
+    RunOwner,
     RunRecord,
     StepRecord,
 )
@@ -110,9 +111,22 @@ class _FencedStore:
         self._check(run_id)
         self._inner.put_pending(run_id, write)
 
-    def append_journal(self, run_id: str, entry: JournalEntry) -> None:
+    def append_journal(self, run_id: str, entry: JournalEntry, *, replace: bool = False) -> None:
         self._check(run_id)
-        self._inner.append_journal(run_id, entry)
+        self._inner.append_journal(run_id, entry, replace=replace)
+
+    def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
+        self._check(run_id)
+        # The queue claim outranks the run's lease: whoever held it before lost its claim
+        # (it died or hung past its queue lease), so its run lease is taken over too.
+        held = self._inner.get_run(run_id).owner
+        return self._inner.acquire(run_id, owner, replace=replace if held is None else held.token)
+
+    def heartbeat(self, run_id: str, owner: RunOwner) -> bool:
+        return not self._lease.lost.is_set() and self._inner.heartbeat(run_id, owner)
+
+    def release(self, run_id: str, token: str) -> None:
+        self._inner.release(run_id, token)
 
     def get_run(self, run_id: str) -> RunRecord:
         return self._inner.get_run(run_id)
@@ -263,7 +277,7 @@ class Worker:
                 status = None
             if status is None:
                 app.invoke(claim.input, run_id=claim.run_id)
-            elif status == "running":
+            elif status in ("running", "orphaned"):
                 app.resume(claim.run_id)
             record = self.store.get_run(claim.run_id)
         except LeaseLostError:
