@@ -321,6 +321,15 @@ def test_an_untyped_engine_error_marks_the_run_failed() -> None:
     assert record.error is not None
     assert "KeyError: 'disk index'" in record.error
     assert LEDGER == ["r:1"]
+    # The stream and async drivers do the same; the stream ends with run_failed.
+    events: list[Any] = []
+    with pytest.raises(EngineError):
+        events.extend(app.stream({}, run_id="s"))
+    assert events[-1].kind == "run_failed"
+    assert events[-1].error_type == "EngineError"
+    with pytest.raises(EngineError):
+        asyncio.run(app.ainvoke({}, run_id="a"))
+    assert [store.get_run(r).status for r in ("s", "a")] == ["failed"] * 2
 
 
 # --------------------------------------------------------------------------- odd values
@@ -629,4 +638,61 @@ def test_exactly_once_under_timeout_and_retry_100_trials(tmp_path: Path) -> None
             if trial.where in ("before_once", "before_tool") and trial.trigger == "after_run":
                 assert isinstance(trial.held_outcome, AttemptAbandonedError), what
         assert commit_log.verify_chain() is None
+        app.close()
+
+
+# --------------------------------------------------------------------------- remote path
+
+
+class Fan(BaseModel):
+    a: str = ""
+    b: str = ""
+
+
+REMOTE_HOLD = threading.Event()
+REMOTE_ATTEMPTS = itertools.count(1)
+REMOTE_FIRST_DONE = threading.Event()
+
+
+def remote_a(state: Fan, ctx: RunContext) -> dict[str, Any]:
+    attempt = next(REMOTE_ATTEMPTS)
+    try:
+        if attempt == 1:
+            assert REMOTE_HOLD.wait(WAIT)
+        return {"a": f"{attempt}:{ctx.uuid()}"}
+    finally:
+        if attempt == 1:
+            REMOTE_FIRST_DONE.set()
+
+
+def remote_b(state: Fan, ctx: RunContext) -> dict[str, Any]:
+    return {"b": ctx.uuid()}
+
+
+def test_a_timed_out_remote_attempt_records_nothing(tmp_path: Path) -> None:
+    """The executor path (compile(executor=...)) was checked for the same race: a remote
+    worker only computes, and the reply of a timed-out attempt is never unpacked, so its
+    draws are not journaled. A guard, not a regression test (this held before the fence)."""
+    import concurrent.futures
+
+    graph = (
+        Graph("remote", state=Fan)
+        .with_node("a", remote_a, blocking=True, timeout_s=0.2, retry=_retry())
+        .with_node("b", remote_b, blocking=True)
+        .with_edge(START, "a")
+        .with_edge(START, "b")
+        .with_edge("a", END)
+        .with_edge("b", END)
+    )
+    with (
+        concurrent.futures.ThreadPoolExecutor(4) as executor,
+        SqliteStore(tmp_path / "runs.db") as store,
+    ):
+        app = graph.compile(store=store, executor=executor)
+        state = app.invoke({}, run_id="r")
+        REMOTE_HOLD.set()
+        assert REMOTE_FIRST_DONE.wait(WAIT)
+        executor.shutdown(wait=True)
+        assert state.a.startswith("2:")
+        assert _journal_kinds(store, "r") == [(1, "uuid", ""), (1, "uuid", "")]
         app.close()
