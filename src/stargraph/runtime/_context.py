@@ -560,6 +560,12 @@ class RunContext:
         A re-execution of the same step (after a crash, a retry, an interrupt) gets the
         recorded result instead of running the effect again. Without a checkpoint store
         there is nothing to resume, and the effect simply runs.
+
+        Under ``timeout_s`` an attempt that outlives its timeout keeps running on its thread
+        while a retry takes over; from then on its ``once`` raises
+        :class:`~stargraph.errors.AttemptAbandonedError` and runs nothing, and an effect it
+        had already begun is finished, recorded and served to the retry - so with a store the
+        effect runs exactly once however the attempts interleave.
         """
         if self.journal is None:
             self._unjournaled("once")
