@@ -318,3 +318,40 @@ def test_a_damaged_step_row_fails_its_checksum(tmp_path: Path) -> None:
             app.get_state("r")
         assert (info.value.run_id, info.value.step) == ("r", 1)
         assert app.get_state("r", step=0).n == 0, "the steps before it still read"
+
+
+def test_a_schema_1_file_is_migrated_and_its_rows_still_read(tmp_path: Path) -> None:
+    """Rows written before checksums and leases read back unverified; new rows carry a
+    checksum; a run of the old file resumes."""
+    from stargraph.checkpoint._sqlite import _MIGRATIONS, SCHEMA_VERSION
+
+    path = tmp_path / "v1.db"
+    with SqliteStore(tmp_path / "scratch.db") as store:
+        app = counter_graph().compile(store=store)
+        app.invoke({}, run_id="r")
+        graph_hash, code_hash = app.graph_hash, app.code_hash
+        step0 = store.get_steps("r", end=0)[0]
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)")
+        for sql in _MIGRATIONS[0]:
+            conn.execute(sql)
+        conn.execute("INSERT INTO meta VALUES ('schema_version', '1')")
+        conn.execute(
+            "INSERT INTO runs VALUES ('r', 'counter', ?, ?, 'running', 0, NULL, NULL, "
+            "'2024-01-01T00:00:00+00:00', '2024-01-01T00:00:00+00:00', NULL)",
+            (graph_hash, code_hash),
+        )
+        conn.execute(
+            "INSERT INTO steps VALUES ('r', 0, 1, ?)",
+            (step0.model_dump_json(exclude_defaults=True).encode(),),
+        )
+    with SqliteStore(path) as store:
+        assert store.schema_version() == SCHEMA_VERSION == 2
+        app = counter_graph().compile(store=store)
+        assert app.get_state("r").n == 0
+        assert app.resume("r").n == 2
+        assert app.get_run("r").status == "done"
+    with sqlite3.connect(path) as conn:
+        crcs = conn.execute("SELECT step, crc FROM steps ORDER BY step").fetchall()
+    assert crcs[0] == (0, None)
+    assert all(crc is not None for _, crc in crcs[1:])
