@@ -17,6 +17,7 @@ keeps working for callers who do not know stargraph::
     │   ├── InvalidProposalError             a proposal that cannot be stored as pending
     │   │   └── ExecutableProposalError      a proposal carrying executable code
     │   ├── RuleCompileError                 a rule pack that does not load
+    │   ├── AgentConfigError                 an agent profile, spawn parameters or pool setting
     │   └── UntrustedRefError (ImportError)  an IR ref outside the trusted modules
     └── RunError (RuntimeError)              problems met while a run executes
         ├── NodeError                        a node raised; the original is ``__cause__``
@@ -73,6 +74,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 __all__ = [
+    "AgentConfigError",
     "AttemptAbandonedError",
     "CassetteError",
     "CheckpointError",
@@ -231,6 +233,11 @@ class ExecutableProposalError(InvalidProposalError):
 class RuleCompileError(CompileError):
     """A rule pack failed to load: syntax error, unknown template, bad ``goto`` target, a
     construct or function outside the rule-pack allowlist."""
+
+
+class AgentConfigError(CompileError):
+    """Agent data that is invalid: a capability profile, spawn parameters, a task's needs, a
+    pool strategy. Each problem names the field (a JSON pointer) and the value given."""
 
 
 class UntrustedRefError(CompileError, ImportError):
