@@ -43,6 +43,7 @@ pytest: $(STAMP_DEV)
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_graphviz.sh
 	bash scripts/ensure_chromium.sh
+	bash scripts/ensure_llama_server.sh
 	$(BIN)/python -m pytest -q --cov --cov-report=term:skip-covered -p no:cacheprovider
 
 test: lint typecheck pytest

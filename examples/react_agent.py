@@ -5,10 +5,15 @@ Run: ``.venv/bin/python examples/react_agent.py``. Offline by default: the model
 ``stargraph.testing.ScriptedOpenAIServer`` on 127.0.0.1, which plays a model that reads a
 file, fetches a local web page, computes with the calculator, then answers. The page is
 served on 127.0.0.1 too. Against a real endpoint, set ``OPENAI_BASE_URL`` (and
-``OPENAI_API_KEY``, ``STARGRAPH_MODEL``): the same graph then talks to that model instead.
+``OPENAI_API_KEY``, ``STARGRAPH_MODEL``; ``STARGRAPH_PROFILE`` names the server kind, else
+it is asked of the server): the same graph then talks to that model instead.
 
 The loop stops through rules only (``termination/done``, ``termination/max_steps``,
-``termination/error_budget``); the run record in the SQLite store names the rule.
+``termination/error_budget``); the run record in the SQLite store names the rule. With
+``STARGRAPH_DB=path/runs.db`` the store is kept, and the run replays offline, with no model
+and no tools, from the example's directory::
+
+    stargraph replay order-1 --db path/runs.db --graph react_agent:build_graph
 """
 
 from __future__ import annotations
@@ -27,14 +32,16 @@ from typing import Annotated, Any
 from pydantic import Field
 
 from stargraph.checkpoint import SqliteStore
-from stargraph.llm import OpenAIChatModel
-from stargraph.skills.react import react_graph
+from stargraph.graph import Graph
+from stargraph.llm import OpenAIChatModel, RequestOptions
+from stargraph.skills.react import ReactState, react_graph
 from stargraph.testing import RecordedRequest, Reply, ScriptedOpenAIServer
 from stargraph.tools import Arbiter, ToolRegistry, builtin_tools, llm_name_for, tool
 
 CALC = "demo.calc@1.0.0"
 FS_READ = "choir.fs.read@1.0.0"
 HTTP_FETCH = "choir.http.fetch@1.0.0"
+RUN_ID = "order-1"
 
 _OPERATORS: dict[type[ast.AST], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -59,7 +66,12 @@ def _evaluate(node: ast.AST) -> float:
 
 @tool(id=CALC)
 def calc(
-    expression: Annotated[str, Field(description="Arithmetic: numbers, + - * / ** and ( ).")],
+    expression: Annotated[
+        # The length bound is in the schema the model sees; servers that constrain tool
+        # arguments with a grammar (llama.cpp) then cannot generate without end.
+        str,
+        Field(description="Arithmetic: numbers, + - * / ** and ( ).", max_length=80),
+    ],
 ) -> float:
     """Evaluate an arithmetic expression (no names, no calls: safe by construction)."""
     return _evaluate(ast.parse(expression, mode="eval"))
@@ -118,6 +130,23 @@ def scripted_model(page_url: str) -> Callable[[RecordedRequest], Reply]:
     return reply
 
 
+def build_graph() -> Graph[ReactState]:
+    """The agent's graph: the same for every endpoint, so a run replays from it alone."""
+    return react_graph(
+        tools=[CALC, FS_READ, HTTP_FETCH],
+        system_prompt=(
+            "You are a careful shop assistant. Read order.txt in the workspace, fetch the "
+            "price list at the URL you are given, compute the total with the calculator, "
+            "then answer."
+        ),
+        max_steps=8,
+        error_budget=3,
+        temperature=0.0,
+        # Bounded replies: a small local model may otherwise ramble up to its context size.
+        request=RequestOptions(max_tokens=256),
+    )
+
+
 def main() -> None:
     with contextlib.ExitStack() as stack:
         workspace = Path(stack.enter_context(tempfile.TemporaryDirectory()))
@@ -125,7 +154,10 @@ def main() -> None:
         page_url = stack.enter_context(local_page("widget: 4.50 EUR, gizmo: 1.25 EUR"))
 
         if os.environ.get("OPENAI_BASE_URL"):
-            model = OpenAIChatModel(os.environ.get("STARGRAPH_MODEL", "gpt-4o-mini"))
+            model = OpenAIChatModel(
+                os.environ.get("STARGRAPH_MODEL", "gpt-4o-mini"),
+                profile=os.environ.get("STARGRAPH_PROFILE", "detect"),
+            )
         else:
             server = stack.enter_context(ScriptedOpenAIServer(scripted_model(page_url)))
             model = OpenAIChatModel("scripted-model", base_url=server.base_url)
@@ -133,26 +165,23 @@ def main() -> None:
 
         registry = ToolRegistry.build(builtins=[calc, *builtin_tools()])
         arbiter = stack.enter_context(Arbiter(registry, workspace=workspace))
-        store = SqliteStore(workspace / "runs.db")
+        db = Path(os.environ.get("STARGRAPH_DB") or workspace / "runs.db")
+        store = SqliteStore(db)
         stack.callback(store.close)
 
-        graph = react_graph(
-            tools=[CALC, FS_READ, HTTP_FETCH],
-            system_prompt=(
-                "You are a careful shop assistant. Read order.txt in the workspace, fetch the "
-                f"price list at {page_url}, compute the total with the calculator, then answer."
-            ),
-            max_steps=8,
-            error_budget=3,
-        )
-        app = graph.compile(store=store, services={"model": model, "arbiter": arbiter})
-        final = app.invoke({"task": "How much does my order cost?"}, run_id="order-1")
+        app = build_graph().compile(store=store, services={"model": model, "arbiter": arbiter})
+        task = f"How much does my order cost? The price list is at {page_url}"
+        final = app.invoke({"task": task}, run_id=RUN_ID)
 
         for record in final.tool_calls:
             print(f"tool  {record.tool:24} {record.status:8} {record.summary}")
         print(f"final answer: {final.final_answer}")
-        print(f"stopped by:   {app.get_run('order-1').stopped_by}")
+        print(f"stopped by:   {app.get_run(RUN_ID).stopped_by}")
         print(f"LLM steps:    {final.llm_steps}, tokens: {final.usage.total_tokens}")
+        if os.environ.get("STARGRAPH_DB"):
+            print(
+                f"replay:       stargraph replay {RUN_ID} --db {db} --graph react_agent:build_graph"
+            )
 
 
 if __name__ == "__main__":
