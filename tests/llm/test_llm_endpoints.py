@@ -492,3 +492,14 @@ def _post(server: ScriptedOpenAIServer, body: dict[str, Any]) -> tuple[int, dict
     except urllib.error.HTTPError as error:
         with error:
             return error.code, json.loads(error.read())
+
+
+def test_an_unreachable_server_is_judged_by_its_url_and_asked_again_later() -> None:
+    """Detection that cannot reach the server decides nothing for good; the call reports
+    the connection problem."""
+    url = "http://127.0.0.1:9/v1"  # the discard port: nothing listens there
+    with OpenAIChatModel("m", base_url=url, profile="detect", max_retries=0) as model:
+        assert model.profile is GENERIC
+        with pytest.raises(LLMError, match="connection error"):
+            model.complete(ChatRequest(messages=(ChatMessage.user("?"),)))
+        assert model.profile is GENERIC

@@ -344,28 +344,34 @@ class OpenAIChatModel:
                 return self._profile
         try:
             listing = client.with_options(max_retries=0).models.list()
-            owners = [model.owned_by for model in listing.data]
         except Exception as exc:
-            if not _is_openai_error(exc):
-                raise
-            # A server without /models is not one of the known ones.
-            owners = []
-        with self._client_lock:
-            self._profile = detect_profile(owners, self.base_url)
-            return self._profile
+            return self._detection_failed(exc)
+        return self._remember(detect_profile([m.owned_by for m in listing.data], self.base_url))
 
     async def _adetected(self, client: openai.AsyncOpenAI) -> EndpointProfile:
         """Async :meth:`_detected`."""
         try:
             listing = await client.with_options(max_retries=0).models.list()
-            owners = [model.owned_by for model in listing.data]
         except Exception as exc:
-            if not _is_openai_error(exc):
-                raise
-            owners = []
+            return self._detection_failed(exc)
+        return self._remember(detect_profile([m.owned_by for m in listing.data], self.base_url))
+
+    def _detection_failed(self, exc: Exception) -> EndpointProfile:
+        import openai
+
+        if isinstance(exc, openai.APIConnectionError):
+            # Not reachable (yet): go by the URL for this call and ask again at the next one;
+            # the call itself will report the connection problem.
+            return profile_for_url(self.base_url)
+        if isinstance(exc, openai.APIStatusError):
+            # A server without a /models route is none of the known kinds.
+            return self._remember(detect_profile((), self.base_url))
+        raise exc
+
+    def _remember(self, profile: EndpointProfile) -> EndpointProfile:
         with self._client_lock:
             if self._profile is None:
-                self._profile = detect_profile(owners, self.base_url)
+                self._profile = profile
             return self._profile
 
     def _subject(self) -> str:

@@ -54,7 +54,8 @@ _TOOL_CHOICES: Final = ("auto", "none", "required", "function")
 
 
 class EndpointProfile(BaseModel):
-    """What one kind of OpenAI-compatible server accepts (see the module table)."""
+    """What one kind of OpenAI-compatible server accepts, field by field; the shipped ones
+    are :data:`OPENAI`, :data:`VLLM`, :data:`LLAMA_CPP`, :data:`OLLAMA` and :data:`GENERIC`."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
