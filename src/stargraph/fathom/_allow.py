@@ -31,7 +31,7 @@ nothing that is named can name another function:
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final, NamedTuple
 
@@ -53,8 +53,8 @@ SCALAR: Final = frozenset(
         "+", "-", "*", "/", "div", "mod", "abs", "min", "max", "integer", "float", "round",
         "=", "<>", "<", "<=", ">", ">=", "eq", "neq", "and", "or", "not",
         "numberp", "integerp", "floatp", "stringp", "symbolp", "lexemep", "multifieldp",
-        "evenp", "oddp", "str-length", "str-index", "str-compare", "length$", "member$",
-        "subsetp", "fact-existp", "fact-index",
+        "evenp", "oddp", "str-length", "str-compare", "length$", "member$",
+        "fact-existp", "fact-index",
     }
 )  # fmt: skip
 # Results no larger than their largest argument (a part or a case-changed copy).
@@ -73,11 +73,14 @@ QUERIES: Final = frozenset(
      "delayed-do-for-all-facts"}
 )  # fmt: skip
 _QUERY_ACTIONS: Final = frozenset({"do-for-fact", "do-for-all-facts", "delayed-do-for-all-facts"})
+# What only a rule's actions may do: change state, or loop (if, switch and progn are
+# expressions too, and are checked like the condition around them).
+_ACTIONS: Final = (CONTROL - {"if", "switch", "progn"}) | FACT_CHANGES | _QUERY_ACTIONS
 
 FUNCTIONS: Final = SCALAR | COPY | SUM | CONTROL | FACT_CHANGES | QUERIES | {"fact-slot-value"}
 """Every CLIPS function a rule pack may call (besides the engine's Python functions)."""
 
-MAX_GROWTH: Final = 8
+MAX_GROWTH: Final = 16
 """How much a rule's actions may build before the next check, as a multiple of the largest
 value in the engine (see the module docstring)."""
 
@@ -99,6 +102,8 @@ _REFUSED: Final = {
     "printout": "writes output nobody reads (decisions are audited through sg-decision)",
     "format": "can pad its output to any width",
     "str-replace": "can multiply the size of a string",
+    "str-index": "takes time quadratic in its arguments' length in one uninterruptible call",
+    "subsetp": "takes time quadratic in its arguments' length in one uninterruptible call",
     "explode$": "turns one string into any number of values",
     "implode$": "turns any number of values into one string",
     "expand$": "spreads a multifield into arguments",
@@ -147,6 +152,11 @@ def _variable(atom: sx.Atom) -> str:
     if not name.startswith("?*"):
         name = name.split(":", 1)[0]
     return name
+
+
+def _spread(node: sx.Node) -> bool:
+    """``$?x``: a multifield variable spread into separate arguments."""
+    return isinstance(node, sx.Atom) and not node.string and node.text.startswith("$?")
 
 
 def _literal(node: sx.Node) -> bool:
@@ -224,15 +234,20 @@ class Analysis:
     """Checks constructs against the allowlist; ``findings`` says what is refused.
 
     ``functions`` are the Python functions the engine defines (callable by name);
-    ``asserted`` and ``queried`` collect the fact specs and fact-query templates met, so the
-    caller can check their templates exist.
+    ``multislots`` maps each known template to its multislot names (a fact copies a value
+    into a multislot; a single slot only refers to it). ``asserted`` and ``queried`` collect
+    the fact specs and fact-query templates met, so the caller can check they exist.
     """
 
-    def __init__(self, functions: Collection[str]) -> None:
+    def __init__(
+        self, functions: Collection[str], multislots: Mapping[str, frozenset[str]]
+    ) -> None:
         self.functions = frozenset(functions)
+        self.multislots = multislots
         self.findings: list[Finding] = []
         self.asserted: list[sx.SExpr] = []
         self.queried: list[sx.Atom] = []
+        self._facts: dict[str, str] = {}  # ?f <- (template ...) in the rule being checked
 
     def refuse(self, line: int, message: str, hint: str) -> None:
         self.findings.append(Finding(line, message, hint))
@@ -335,6 +350,7 @@ class Analysis:
         if items and isinstance(items[0], sx.SExpr) and items[0].head == "declare":
             self._declare(items[0])
         lhs, rhs = sx.split_rule(tree)
+        self._facts = {}
         self._lhs(lhs)
         region = _Region()
         for action in rhs:
@@ -372,9 +388,12 @@ class Analysis:
                 )
 
     def _lhs(self, items: Sequence[sx.Node]) -> None:
-        for item in items:
+        for i, item in enumerate(items):
             if not isinstance(item, sx.SExpr):
                 continue  # ?f <-
+            bound = items[i - 2] if i >= 2 else None
+            if isinstance(bound, sx.Atom) and item.head is not None:
+                self._facts[bound.text] = item.head
             if item.head in _CE_WRAPPERS:
                 self._lhs(item.items[1:])
             elif item.head == "test":
@@ -401,8 +420,8 @@ class Analysis:
                 region.first_growth or _line(node, None),
                 f"{what} builds a string or multifield from variables; conditions are "
                 "evaluated once per candidate fact, where the engine cannot check its memory",
-                "compare the parts instead (e.g. str-index, sub-string), or build the value "
-                "in a rule's actions",
+                "compare the parts instead (e.g. with sub-string), or build the value in a "
+                "rule's actions",
             )
 
     # ------------------------------------------------------------------ expressions
@@ -428,7 +447,7 @@ class Analysis:
         if head not in FUNCTIONS:
             self._unknown(node)
             return _ZERO
-        if mode != _RHS and head in CONTROL | FACT_CHANGES | _QUERY_ACTIONS:
+        if mode != _RHS and head in _ACTIONS:
             self.refuse(
                 node.line,
                 f"({head} ...) is an action, not allowed inside a condition",
@@ -448,12 +467,11 @@ class Analysis:
         if head in SUM:
             size = _ZERO
             for arg in args:
-                spread = isinstance(arg, sx.Atom) and arg.text.startswith("$?") and not arg.string
-                if head in ("str-cat", "sym-cat") and spread:
+                if head in ("str-cat", "sym-cat") and _spread(arg):
                     self.refuse(
                         arg.line,
-                        f"({head} {arg.text}) spreads a multifield into one string, which "  # type: ignore[union-attr]
-                        "can be far larger than the multifield",
+                        f"({head} ...) spreads a multifield into one string, which can be far "
+                        "larger than the multifield",
                         "concatenate single values",
                     )
                 size = size.plus(self._expr(arg, region, mode))
@@ -468,7 +486,7 @@ class Analysis:
             return self._query(node, region, mode)
         if head in FACT_CHANGES:
             return self._fact_change(node, region)
-        return self._control(node, region)
+        return self._control(node, region, mode)
 
     def _unknown(self, node: sx.SExpr) -> None:
         head = node.head
@@ -489,30 +507,35 @@ class Analysis:
             for fact in args:
                 if isinstance(fact, sx.SExpr):
                     self.asserted.append(fact)
-                    self._slot_values(fact.items[1:], region)
+                    self._slot_values(fact.items[1:], region, fact.head)
                 else:
                     self.refuse(_line(fact, node), "assert takes facts", "write (assert (t))")
             return _ZERO
         if node.head in ("modify", "duplicate"):
-            if args:
-                self._expr(args[0], region, _RHS)
-            self._slot_values(args[1:], region)
+            target = args[0] if args else None
+            if target is not None:
+                self._expr(target, region, _RHS)
+            template = self._facts.get(target.text) if isinstance(target, sx.Atom) else None
+            self._slot_values(args[1:], region, template)
             return _ZERO
         for arg in args:  # retract
             self._expr(arg, region, _RHS)
         return _ZERO
 
-    def _slot_values(self, slots: Sequence[sx.Node], region: _Region) -> None:
-        """Slot values of an assert/modify: a fact keeps its own copy of a multifield, so a
-        value read from a variable counts as built."""
+    def _slot_values(self, slots: Sequence[sx.Node], region: _Region, template: str | None) -> None:
+        """Slot values of an assert/modify: a fact keeps its own copy of a multislot's value,
+        so that counts as built (every slot does when the template is not known here)."""
+        multislots = self.multislots.get(template) if template is not None else None
         for slot in slots:
-            if not isinstance(slot, sx.SExpr) or _name(_first(slot)) is None:
+            name = _name(_first(slot)) if isinstance(slot, sx.SExpr) else None
+            if name is None:
                 self.refuse(slot.line, "a fact lists (slot-name value...) pairs", "write (x 1)")
                 continue
-            size = _total(self._expr(value, region, _RHS) for value in slot.items[1:])
-            region.grow(size, slot.line)
+            size = _total(self._expr(value, region, _RHS) for value in slot.items[1:])  # type: ignore[union-attr]
+            if multislots is None or name in multislots:
+                region.grow(size, slot.line)
 
-    def _control(self, node: sx.SExpr, region: _Region) -> Size:
+    def _control(self, node: sx.SExpr, region: _Region, mode: str) -> Size:
         head, args = node.head, node.items[1:]
         if head == "bind":
             target = args[0] if args else None
@@ -527,40 +550,40 @@ class Analysis:
             region.sizes[_variable(target)] = size
             return size
         if head in ("progn", "break"):
-            return self._sequence(args, region)
+            return self._sequence(args, region, mode)
         if head == "if":
-            return self._if(node, region)
+            return self._if(node, region, mode)
         if head == "switch":
-            return self._switch(node, region)
+            return self._switch(node, region, mode)
         if head == "loop-for-count":
             return self._loop_for_count(node, region)
         return self._foreach(node, region)  # progn$ / foreach
 
-    def _sequence(self, actions: Sequence[sx.Node], region: _Region) -> Size:
+    def _sequence(self, actions: Sequence[sx.Node], region: _Region, mode: str = _RHS) -> Size:
         size = _ZERO
         for action in actions:
             if isinstance(action, sx.Atom) and action.text in ("then", "else", "do"):
                 continue
-            size = self._expr(action, region, _RHS)
+            size = self._expr(action, region, mode)
         return size
 
-    def _if(self, node: sx.SExpr, region: _Region) -> Size:
+    def _if(self, node: sx.SExpr, region: _Region, mode: str) -> Size:
         args = list(node.items[1:])
         if not args:
             return _ZERO
-        self._expr(args[0], region, _RHS)
+        self._expr(args[0], region, mode)
         words = [i for i, a in enumerate(args) if isinstance(a, sx.Atom) and a.text == "else"]
         split = words[0] if words else len(args)
         other = region.copy()
-        size = self._sequence(args[1:split], region)
-        size = size.join(self._sequence(args[split + 1 :], other))
+        size = self._sequence(args[1:split], region, mode)
+        size = size.join(self._sequence(args[split + 1 :], other, mode))
         region.merge(other)
         return size
 
-    def _switch(self, node: sx.SExpr, region: _Region) -> Size:
+    def _switch(self, node: sx.SExpr, region: _Region, mode: str) -> Size:
         args = node.items[1:]
         if args:
-            self._expr(args[0], region, _RHS)
+            self._expr(args[0], region, mode)
         size, start = _ZERO, region.copy()
         for case in args[1:]:
             if not isinstance(case, sx.SExpr) or case.head not in ("case", "default"):
@@ -572,7 +595,7 @@ class Analysis:
                     self.refuse(body[0].line, "a case value must be a literal", "write one")
                 body = body[1:]
             branch = start.copy()
-            size = size.join(self._sequence(body, branch))
+            size = size.join(self._sequence(body, branch, mode))
             region.merge(branch)
         return size
 

@@ -179,6 +179,10 @@ class _Checker:
     successors: Mapping[str, frozenset[str]] | None
     functions: frozenset[str] = frozenset()
     known: set[str] = field(default_factory=lambda: set(ENGINE_TEMPLATES))
+    # template -> its multislot names (the engine's templates have none)
+    multislots: dict[str, frozenset[str]] = field(
+        default_factory=lambda: dict.fromkeys(ENGINE_TEMPLATES, frozenset())
+    )
     rules: dict[str, str] = field(default_factory=dict)  # rule name -> pack id
     problems: list[Problem] = field(default_factory=list)
 
@@ -190,6 +194,14 @@ class _Checker:
         for c in constructs:
             if c.kind == "deftemplate" and c.name:
                 self.known.add(c.name)
+                self.multislots[c.name] = frozenset(
+                    s.items[1].text
+                    for s in c.tree.items[2:]
+                    if isinstance(s, sx.SExpr)
+                    and s.head == "multislot"
+                    and len(s.items) > 1
+                    and isinstance(s.items[1], sx.Atom)
+                )
         for c in constructs:
             what = f"{c.kind.removeprefix('def') or 'construct'} {c.name!r}"
             if c.kind not in _allow.CONSTRUCTS:
@@ -225,7 +237,7 @@ class _Checker:
                     "names starting with sg- belong to the engine",
                     "rename the construct",
                 )
-            analysis = _allow.Analysis(self.functions)
+            analysis = _allow.Analysis(self.functions, self.multislots)
             analysis.construct(c)
             for finding in analysis.findings:
                 self.problem(pack, what, finding.line, finding.message, finding.hint)
