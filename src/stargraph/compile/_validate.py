@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
-from stargraph.errors import Problem
+from stargraph.errors import Problem, UntrustedRefError
 from stargraph.ir import END, START, ConditionalEdgeIR, FunctionNodeIR, GraphIR, StaticEdgeIR
 from stargraph.refs import resolve_ref
 from stargraph.runtime._plan import accepts_ctx
@@ -63,6 +63,8 @@ def _resolve(
         )
     try:
         found = resolve_ref(ref)
+    except UntrustedRefError as exc:  # outside trusted_modules(): say so, not "importable"
+        return Problem(where, f"{what} ref {exc.problems[0].render()}")
     except (ImportError, AttributeError) as exc:
         return Problem(
             where,
