@@ -320,7 +320,21 @@ def _any_key(key: Any) -> tuple[str, str] | None:
     return _check_text(key)
 
 
+def _text_items(value: Any) -> tuple[str, str] | None:
+    """:func:`_items_checker` of ``_check_text``, without a call per item (``list[str]``
+    channels are common and written on every step)."""
+    for i, text in enumerate(value):
+        if type(text) is str and not text.isascii():
+            why = _text_why(text)
+            if why is not None:
+                return f"[{i}]", why
+    return None
+
+
 def _items_checker(item: Checker) -> Checker:
+    if item is _check_text:
+        return _text_items
+
     def check(value: Any) -> tuple[str, str] | None:
         for i, sub in enumerate(value):
             found = item(sub)

@@ -180,12 +180,15 @@ class Persistence:
         self.durability = durability
         self.store: CheckpointStore = MemoryStore() if durability == "exit" else store
         self.snapshot_every = snapshot_every
-        self.lease = lease
+        self.lease: Lease | None = None
+        self.owner: str | None = None
+        self._hold(lease)
 
-    @property
-    def owner(self) -> str | None:
-        """The token of the lease this run holds (``None``: it holds none)."""
-        return None if self.lease is None else self.lease.token
+    def _hold(self, lease: Lease | None) -> None:
+        """Adopt ``lease`` (``None``: none held). ``owner`` is its token, kept as a plain
+        attribute because every commit reads it."""
+        self.lease = lease
+        self.owner = None if lease is None else lease.token
 
     def _dump(self, run: Run, values: Mapping[str, Any], node: str | None) -> dict[str, Any]:
         """``jsonable``, with a value pydantic cannot serialize reported as a typed error."""
@@ -205,13 +208,13 @@ class Persistence:
         """The store released the lease (a status change): stop heartbeats."""
         if self.lease is not None:
             self.lease.drop()
-            self.lease = None
+            self._hold(None)
 
     def release(self) -> None:
         """Give the lease up without a status change (a run abandoned by a store error)."""
         if self.lease is not None:
             self.lease.release()
-            self.lease = None
+            self._hold(None)
 
     def _guarded(self, write: Callable[[], None]) -> None:
         """Run a store write; if the store refuses it, let the lease go, since the run will
@@ -251,8 +254,9 @@ class Persistence:
         )
         self.store.create_run(record, first)
         if owner is not None:
-            self.lease = Lease(self.store, run.run_id, owner)
-            self.lease.hold()
+            lease = Lease(self.store, run.run_id, owner)
+            lease.hold()
+            self._hold(lease)
 
     def journal_writer(self, run: Run) -> Callable[[JournalEntry], None]:
         """A function that saves one journal entry of ``run``."""
@@ -307,8 +311,11 @@ class Persistence:
             ),
             created_ms=_now_ms(),
         )
-        owner = self.owner
-        self._guarded(lambda: self.store.commit_step(run.run_id, record, owner=owner))
+        try:
+            self.store.commit_step(run.run_id, record, owner=self.owner)
+        except CheckpointError:
+            self.release()  # the run will not go on in this process
+            raise
         run.decision = None
         run.attempts = {}
         run.done = {}
