@@ -64,7 +64,8 @@ def _resolve(
     try:
         found = resolve_ref(ref)
     except UntrustedRefError as exc:  # outside trusted_modules(): say so, not "importable"
-        return Problem(where, f"{what} ref {exc.problems[0].render()}")
+        refused = exc.problems[0]
+        return Problem(where, f"{what} ref {refused.pointer}: {refused.message}", refused.hint)
     except (ImportError, AttributeError) as exc:
         return Problem(
             where,
