@@ -339,16 +339,24 @@ def test_a_timed_out_call_releases_its_locks(make_arbiter: ArbiterFactory, is_as
     def quick(path: str) -> str:
         return "ran"
 
-    arbiter = make_arbiter(slow, quick, lock_timeout=1.0)
+    arbiter = make_arbiter(slow, quick, lock_timeout=10.0)
     started = time.monotonic()
     with pytest.raises(ToolTimeoutError) as info:
         arbiter.dispatch(ToolCall(tool="demo.slow"))
     assert time.monotonic() - started < 1.0
-    assert str(info.value) == "tool 'demo.slow@1.0.0' ran longer than 0.2s; its locks were released"
-    assert arbiter.locks.snapshot() == {}
-    # workspace:X was released: a file lock under it is granted at once.
+    stopped = (
+        "tool 'demo.slow@1.0.0' ran longer than 0.2s; it was stopped and its locks were released"
+    )
+    if not is_async:
+        # A sync body without effects runs inline under the timer: really stopped.
+        assert str(info.value) == stopped
+        assert arbiter.locks.snapshot() == {}
+    # An async body stops on its own event loop's timeout; should its worker be slower than
+    # the grace, its locks are released when it has stopped: the next call waits for that.
     assert arbiter.dispatch(ToolCall(tool="demo.quick", args={"path": "a"})).summary == "ran"
-    assert [r.status for r in arbiter.commit_log.records()] == ["timeout", "success"]
+    statuses = [r.status for r in arbiter.commit_log.records()]
+    assert statuses in (["timeout", "success"], ["timeout", "late_error", "success"])
+    assert (str(info.value) == stopped) is (len(statuses) == 2)
 
 
 def test_a_body_exception_is_committed_released_and_typed(make_arbiter: ArbiterFactory) -> None:

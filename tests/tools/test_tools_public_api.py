@@ -19,6 +19,7 @@ def test_tools_all_is_sorted_and_pinned() -> None:
         "ArtifactStore",
         "AsyncPythonTool",
         "CommitEntry",
+        "CommitHead",
         "CommitLog",
         "CommitRecord",
         "DirectoryArtifactStore",

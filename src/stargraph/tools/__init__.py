@@ -33,6 +33,7 @@ from stargraph.tools._builtins import builtin_tools
 from stargraph.tools._canonical import GENESIS_HASH, canonical_json, content_ref, sha256_hex
 from stargraph.tools._commit import (
     CommitEntry,
+    CommitHead,
     CommitLog,
     CommitRecord,
     InMemoryCommitLog,
@@ -71,6 +72,7 @@ __all__ = [
     "ArtifactStore",
     "AsyncPythonTool",
     "CommitEntry",
+    "CommitHead",
     "CommitLog",
     "CommitRecord",
     "DirectoryArtifactStore",

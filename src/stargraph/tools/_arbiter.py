@@ -23,13 +23,14 @@ events. Every raised ``ToolError`` carries a :class:`ToolFailure` (``failure_of(
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, Protocol, TypeVar
 
 import orjson
 from pydantic import (
@@ -65,7 +66,7 @@ from stargraph.tools._result import (
 from stargraph.tools._schema import ValidatedArgs
 from stargraph.tools._spec import LockTemplate, ToolSpec
 from stargraph.tools._tool import PythonTool, Secrets, Tool, ToolContext, is_async_tool
-from stargraph.tools._workers import WorkerPool, alarm_available, call_with_alarm
+from stargraph.tools._workers import Job, WorkerPool, alarm_available, call_with_alarm
 from stargraph.tools._workspace import Workspace
 
 if TYPE_CHECKING:
@@ -76,8 +77,11 @@ __all__ = ["Arbiter", "PolicyHook", "ToolCall"]
 logger = logging.getLogger("stargraph.tools")
 
 _SUMMARY_LIMIT: Final = 280
+_GRACE_S: Final = 0.05  # past timeout_s, so a body enforcing its own deadline reports first
 _MIN_SECRET_LEN: Final = 4  # shorter values would redact ordinary words; refuse to pretend
 _E = TypeVar("_E", bound=ToolError)
+# Commit-log status of the real end of a body the caller stopped waiting for at its timeout.
+_LateStatus = Literal["late_success", "late_error"]
 _NO_SECRETS: Final = Secrets()
 
 
@@ -318,17 +322,27 @@ class Arbiter:
         return result
 
     def _dispatch(self, call: ToolCall) -> ToolResult:
-        admitted = self._admit(call)
-        lease = self._acquire_or_refuse(admitted)
-        ctx = self._context(admitted)
         try:
-            raw = self._run_sync(admitted, ctx)
-        except BaseException as exc:
-            error = self._fail(admitted, ctx, exc, lease)
-            if error is exc:
+            admitted = self._admit(call)
+            lease = self._acquire_or_refuse(admitted)
+        except ToolError as exc:
+            refused = self._scrub(exc)
+            if refused is exc:
                 raise
-            raise error from self._safe_cause(exc)
-        return self._succeed(admitted, raw, lease)
+        else:
+            ctx = self._context(admitted)
+            try:
+                raw = self._run_sync(admitted, ctx)
+            except BaseException as exc:
+                error, original = self._fail(admitted, ctx, exc, lease)
+                if error is exc:
+                    raise
+            else:
+                return self._succeed(admitted, raw, lease)
+            _raise(error, original, self._safe_cause(original))
+        # Raised out here, not in the except block: there the original, unredacted error
+        # would ride along as the copy's __context__.
+        raise refused from None
 
     async def adispatch(self, call: ToolCall) -> ToolResult:
         """:meth:`dispatch` for asyncio: awaits async bodies, runs sync ones in a thread."""
@@ -345,23 +359,31 @@ class Arbiter:
         return result
 
     async def _adispatch(self, call: ToolCall) -> ToolResult:
-        admitted = self._admit(call)
         try:
-            lease = await self.locks.acquire_async(
-                admitted.locks, owner=admitted.owner, timeout=self.lock_timeout
-            )
-        except ToolError as exc:
-            self._refuse_lock(admitted, exc)
-            raise
-        ctx = self._context(admitted)
-        try:
-            raw = await self._run_async(admitted, ctx)
-        except BaseException as exc:
-            error = self._fail(admitted, ctx, exc, lease)
-            if error is exc:
+            admitted = self._admit(call)
+            try:
+                lease = await self.locks.acquire_async(
+                    admitted.locks, owner=admitted.owner, timeout=self.lock_timeout
+                )
+            except ToolError as exc:
+                self._refuse_lock(admitted, exc)
                 raise
-            raise error from self._safe_cause(exc)
-        return self._succeed(admitted, raw, lease)
+        except ToolError as exc:
+            refused = self._scrub(exc)
+            if refused is exc:
+                raise
+        else:
+            ctx = self._context(admitted)
+            try:
+                raw = await self._run_async(admitted, ctx)
+            except BaseException as exc:
+                error, original = self._fail(admitted, ctx, exc, lease)
+                if error is exc:
+                    raise
+            else:
+                return self._succeed(admitted, raw, lease)
+            _raise(error, original, self._safe_cause(original))
+        raise refused from None
 
     # ----------------------------------------------------------------------- steps 1-4
 
@@ -455,8 +477,9 @@ class Arbiter:
         raise _attach(ToolNotAllowedError(message, node=call.node), failure)
 
     def _refuse(self, call: ToolCall, tool_id: str, exc: ToolError, args_hash: str) -> None:
-        """Record a refused call (nothing locked, nothing run); the caller re-raises."""
-        failure = failure_of(exc)
+        """Record a refused call (nothing locked, nothing run); the caller re-raises (and
+        the dispatch boundary replaces an error quoting a secret by a redacted copy)."""
+        failure = failure_of(self._scrub(exc))
         status = ToolResult.from_error(exc).status
         self.commit_log.append(
             CommitEntry(
@@ -472,7 +495,7 @@ class Arbiter:
             tool_id,
             failure.code,
             call.lane,
-            self._redact(str(exc)),
+            failure.message,
         )
 
     # ----------------------------------------------------------------------- steps 5-9
@@ -533,28 +556,49 @@ class Arbiter:
         else:
             job = self._workers.submit(lambda: tool.execute(ctx, args))
         # A little grace so a body enforcing its own deadline (subprocess kill) reports first.
-        if not job.wait(ctx.timeout_s + 0.05):
+        if not job.wait(ctx.timeout_s + _GRACE_S):
             ctx.cancelled.set()
-            raise TimeoutError
+            raise _Abandoned(job, TimeoutError())
         return job.result()
 
     async def _run_async(self, admitted: _Admitted, ctx: ToolContext) -> object:
         tool, args = admitted.tool, admitted.args
-        try:
-            async with asyncio.timeout(ctx.timeout_s + 0.05):
-                if admitted.plan.is_async:
+        if admitted.plan.is_async:
+            # Awaited in this task: when the timeout fires the body has really stopped
+            # (its coroutine was cancelled and unwound), so its locks can go.
+            try:
+                async with asyncio.timeout(ctx.timeout_s + _GRACE_S):
                     return await tool.execute(ctx, args)  # type: ignore[misc]
-                loop = asyncio.get_running_loop()
-                return await loop.run_in_executor(None, tool.execute, ctx, args)
-        except TimeoutError:
+            except TimeoutError:
+                ctx.cancelled.set()
+                raise
+        # A sync body runs on the arbiter's own workers, never the loop's default executor:
+        # that pool is small and shared, and callers waiting in it starved the bodies.
+        loop = asyncio.get_running_loop()
+        finished = loop.create_future()
+
+        def notify() -> None:
+            # RuntimeError: the loop is gone, and nobody awaits this body any more.
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(_resolve, finished)
+
+        job = self._workers.submit(lambda: tool.execute(ctx, args), notify)
+        try:
+            async with asyncio.timeout(ctx.timeout_s + _GRACE_S):
+                await finished
+        except BaseException as exc:  # the deadline, or the awaiting task was cancelled
             ctx.cancelled.set()
-            raise
+            error = exc if not isinstance(exc, TimeoutError) else TimeoutError()
+            raise _Abandoned(job, error) from None
+        return job.result()
 
     def _succeed(self, admitted: _Admitted, raw: object, lease: Lease) -> ToolResult:
         spec = admitted.tool.spec
         try:
             summary, payload = _normalise(raw)
-            summary = self._redact(summary)
+            # Redact the whole text, then cut: cutting first could split a secret so that
+            # its prefix no longer matches and reaches the model, the journal and events.
+            summary = _truncate(self._redact(summary))
             ref, inline = self._store(payload)
             # model_construct: every value was produced (and typed) by the arbiter itself.
             result = ToolResult.model_construct(
@@ -575,35 +619,80 @@ class Arbiter:
 
     def _fail(
         self, admitted: _Admitted, ctx: ToolContext, exc: BaseException, lease: Lease
-    ) -> BaseException:
-        """Commit the failed call, release its locks, and return the exception to raise."""
+    ) -> tuple[BaseException, BaseException]:
+        """Commit the failed call, release its locks (or hand them to a body that is still
+        running), and return the exception to raise and the original one."""
         spec = admitted.tool.spec
+        running = None
+        if isinstance(exc, _Abandoned):
+            running, exc = exc.job, exc.error
         try:
-            error = self._as_tool_error(spec, admitted.call, exc)
+            error = self._as_tool_error(spec, admitted.call, exc, running=running is not None)
             if isinstance(error, ToolError):
                 status = ToolResult.from_error(error).status
             else:
                 status = "error"  # cancellation or interpreter exit: still audited
             self._commit(admitted, status, None)
         finally:
-            self.locks.release(lease)
+            if running is None:
+                self.locks.release(lease)
+            else:
+                self._hand_over(admitted, running, lease)
         logger.warning("tool %s (lane %s) -> %s: %s", spec.id, ctx.lane, status, error)
-        return error
+        return error, exc
 
-    def _as_tool_error(self, spec: ToolSpec, call: ToolCall, exc: BaseException) -> BaseException:
+    def _hand_over(self, admitted: _Admitted, job: Job, lease: Lease) -> None:
+        """The caller stops waiting for a body that still runs (a thread cannot be killed):
+        its locks stay held until the body returns, so no other call can touch the same
+        resources meanwhile, and its real end is appended to the commit log then."""
+
+        def late(finished: Job) -> None:
+            self._late(admitted, finished, lease)
+
+        if not self._workers.abandon(job, late):
+            late(job)  # it finished between the deadline and now
+
+    def _late(self, admitted: _Admitted, job: Job, lease: Lease) -> None:
+        spec = admitted.tool.spec
+        status: _LateStatus = "late_error" if job.failed else "late_success"
+        try:
+            self._commit(admitted, status, None)
+        except Exception:  # a worker thread has nobody to raise to; the locks must still go
+            logger.exception("tool %s: could not record the late end of its body", spec.id)
+        finally:
+            self.locks.release(lease)
+        logger.warning(
+            "tool %s (lane %s): the body abandoned at its timeout returned (%s); its locks "
+            "are released now",
+            spec.id,
+            admitted.call.lane,
+            status,
+        )
+
+    def _as_tool_error(
+        self, spec: ToolSpec, call: ToolCall, exc: BaseException, *, running: bool = False
+    ) -> BaseException:
         if not isinstance(exc, Exception):
             return exc
         code: FailureCode
         if isinstance(exc, TimeoutError):
             code = "tool_timeout"
             hint = "raise the tool's timeout_s or ask for less work per call"
-            message = f"tool {spec.id!r} ran longer than {spec.timeout_s}s; its locks were released"
+            if running:
+                after = (
+                    "it was told to stop (ctx.cancelled) and keeps its locks until its body returns"
+                )
+            else:
+                after = "it was stopped and its locks were released"
+            message = f"tool {spec.id!r} ran longer than {spec.timeout_s}s; {after}"
             if isinstance(exc, ToolTimeoutError) and str(exc):
                 message = str(exc)
             error: ToolError = ToolTimeoutError(self._redact(message), node=call.node)
         elif isinstance(exc, ToolError):
             if getattr(exc, "failure", None) is not None:
-                return exc  # already structured (e.g. a path escape inside a file tool)
+                # Already structured (e.g. a path escape inside a file tool): keep it, minus
+                # any secret it quotes.
+                return self._scrub(exc)
             # A typed error raised by the body keeps its class; the message is redacted.
             message = self._redact(str(exc))
             error = type(exc)(message, node=call.node)
@@ -628,7 +717,9 @@ class Arbiter:
             return ref, None
         return ref, orjson.loads(data) if self._needles else payload
 
-    def _commit(self, admitted: _Admitted, status: ToolStatus, ref: str | None) -> None:
+    def _commit(
+        self, admitted: _Admitted, status: ToolStatus | _LateStatus, ref: str | None
+    ) -> None:
         call, spec = admitted.call, admitted.tool.spec
         self.commit_log.append(
             CommitEntry.model_construct(
@@ -669,10 +760,43 @@ class Arbiter:
 
     # ----------------------------------------------------------------------- secrets
 
+    def _scrub(self, exc: ToolError) -> ToolError:
+        """``exc`` without secrets: itself when it quotes none, else a copy of the same class
+        whose message and structured failure are redacted."""
+        if not self._needles:
+            return exc
+        message = str(exc)
+        clean_message = self._redact(message)
+        failure = getattr(exc, "failure", None)
+        clean_failure = self._redact_failure(failure) if isinstance(failure, ToolFailure) else None
+        if clean_message == message and clean_failure is failure:
+            return exc
+        try:
+            error = type(exc)(clean_message, node=exc.node)
+        except TypeError:  # a subclass with its own constructor: keep the family
+            error = ToolError(clean_message, node=exc.node)
+        if clean_failure is not None:
+            _attach(error, clean_failure)
+        return error
+
+    def _redact_failure(self, failure: ToolFailure) -> ToolFailure:
+        """``failure`` itself when it quotes no secret, else a redacted copy (message, hint,
+        field messages and details alike)."""
+        data = orjson.dumps(failure.model_dump(mode="json"))
+        clean = self._redact_bytes(data)
+        if clean == data:
+            return failure
+        return ToolFailure.model_validate_json(clean)
+
     def _safe_cause(self, exc: BaseException) -> BaseException | None:
         """``exc`` to chain as ``__cause__``, or ``None`` when its text holds a secret: a
         logged traceback would print the original message unredacted."""
-        return None if self._redact(str(exc)) != str(exc) else exc
+        if self._redact(str(exc)) != str(exc):
+            return None
+        failure = getattr(exc, "failure", None)
+        if isinstance(failure, ToolFailure) and self._redact_failure(failure) is not failure:
+            return None
+        return exc
 
     def _redact(self, text: str) -> str:
         for value, _escaped, name in self._needles:
@@ -706,6 +830,33 @@ def _normalise(raw: object) -> tuple[str, JsonValue]:
     else:
         payload = to_jsonable_python(raw)
         summary = orjson.dumps(payload).decode()
-    if len(summary) > _SUMMARY_LIMIT:
-        summary = summary[: _SUMMARY_LIMIT - 1] + "…"
     return summary, payload
+
+
+def _raise(error: BaseException, original: BaseException, cause: BaseException | None) -> NoReturn:
+    """Raise ``error`` (``original`` itself when nothing replaced it) with ``cause``; called
+    outside ``except`` blocks so no unredacted error rides along as ``__context__``."""
+    if error is original:
+        raise original
+    raise error from cause
+
+
+def _truncate(summary: str) -> str:
+    if len(summary) > _SUMMARY_LIMIT:
+        return summary[: _SUMMARY_LIMIT - 1] + "…"
+    return summary
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():  # cancelled when the awaiting task gave up
+        future.set_result(None)
+
+
+class _Abandoned(Exception):  # an internal signal: never escapes the arbiter
+    """A sync body still runs on its worker after the caller stopped waiting (``error``:
+    the deadline or the caller's cancellation). Its lease goes with it."""
+
+    def __init__(self, job: Job, error: BaseException) -> None:
+        super().__init__()
+        self.job = job
+        self.error = error

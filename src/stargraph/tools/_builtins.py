@@ -87,7 +87,15 @@ def fs_search(
     hits: list[dict[str, Any]] = []
     for file in files:
         real = file.resolve()
-        if not real.is_relative_to(root) or real.stat().st_size > _SEARCH_FILE_LIMIT:
+        if not real.is_relative_to(root):
+            continue
+        try:
+            info = real.stat()
+        except OSError:
+            continue  # vanished or unreadable since the walk
+        # A second hard link may be a name outside the workspace (see Workspace): skip it,
+        # as a symlink out is skipped.
+        if info.st_size > _SEARCH_FILE_LIMIT or info.st_nlink > 1:
             continue
         try:
             text = real.read_text(encoding="utf-8")

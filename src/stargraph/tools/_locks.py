@@ -19,11 +19,12 @@ Design, and why it cannot deadlock:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final, Literal
@@ -84,6 +85,9 @@ class _Ticket:
     owner: str
     modes: dict[str, ResourceMode]
     granted: bool = field(default=False)
+    # Set for an asyncio waiter: called (under the mutex) whenever the grant state may have
+    # changed, instead of the waiter blocking a thread on the condition.
+    wake: Callable[[], None] | None = field(default=None)
 
 
 class LockManager:
@@ -143,7 +147,7 @@ class LockManager:
                 if not ticket.granted:
                     self._queue.remove(ticket)
                     # A removed waiter may have been what later requests queued behind.
-                    self._cond.notify_all()
+                    self._wake_all()
 
     def try_acquire(self, locks: Iterable[LockRequest], *, owner: str = "") -> Lease | None:
         """Grant ``locks`` now if possible (same fairness rule), else return ``None``."""
@@ -163,26 +167,51 @@ class LockManager:
         owner: str = "",
         timeout: float | None = None,
     ) -> Lease:
-        """:meth:`acquire` for asyncio: uncontended grants stay on the loop, waits go to a
-        thread. If the awaiting task is cancelled, a lease granted afterwards is released."""
-        requests = list(locks)
-        lease = self.try_acquire(requests, owner=owner)
-        if lease is not None:
-            return lease
-        loop = asyncio.get_running_loop()
-        future = loop.run_in_executor(
-            None, lambda: self.acquire(requests, owner=owner, timeout=timeout)
-        )
+        """:meth:`acquire` for asyncio, waiting on the event loop itself.
+
+        No thread is blocked while waiting: a waiting thread per call would come from the
+        loop's default executor, which a burst of waiters exhausts (the holders' bodies
+        then cannot run and everyone times out). The waiter is queued like any other
+        (same FIFO rule) and woken by :meth:`release` through ``call_soon_threadsafe``. If
+        the awaiting task is cancelled, nothing stays held or queued.
+        """
+        ticket = _Ticket(owner, self.expand(locks))
+        with self._cond:
+            self._queue.append(ticket)
+            if self._grantable(ticket):
+                return self._grant(ticket)
+            loop = asyncio.get_running_loop()
+            changed = asyncio.Event()
+
+            def wake() -> None:
+                # RuntimeError: the waiter's loop is closed, so there is nobody to wake.
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(changed.set)
+
+            ticket.wake = wake
+        deadline = None if timeout is None else loop.time() + timeout
         try:
-            return await asyncio.shield(future)
-        except asyncio.CancelledError:
-
-            def release_late(done: asyncio.Future[Lease]) -> None:
-                if not done.cancelled() and done.exception() is None:
-                    self.release(done.result())
-
-            future.add_done_callback(release_late)
-            raise
+            while True:
+                remaining = None if deadline is None else deadline - loop.time()
+                try:
+                    async with asyncio.timeout(remaining):
+                        await changed.wait()
+                except TimeoutError:
+                    with self._cond:
+                        if not self._grantable(ticket):
+                            raise self._timeout_error(ticket, timeout) from None
+                        return self._grant(ticket)
+                # Clear before looking: a release after the look sets the event again.
+                changed.clear()
+                with self._cond:
+                    if self._grantable(ticket):
+                        return self._grant(ticket)
+        finally:
+            if not ticket.granted:
+                with self._cond:
+                    self._queue.remove(ticket)
+                    # A removed waiter may have been what later requests queued behind.
+                    self._wake_all()
 
     def release(self, lease: Lease) -> None:
         """Return every lock of ``lease`` and wake waiters. Releasing twice is an error."""
@@ -196,7 +225,7 @@ class LockManager:
                     del counts[mode]
                 if not counts:
                     del self._held[resource]
-            self._cond.notify_all()
+            self._wake_all()
 
     @contextmanager
     def hold(
@@ -225,6 +254,13 @@ class LockManager:
             return len(self._queue)
 
     # ----------------------------------------------------------------------- internals
+
+    def _wake_all(self) -> None:
+        """Wake every waiter, threads and asyncio tasks alike (the mutex is held)."""
+        self._cond.notify_all()
+        for ticket in self._queue:
+            if ticket.wake is not None:
+                ticket.wake()
 
     def _conflicts(self, a: Mapping[str, str], b: Mapping[str, str]) -> bool:
         return any(r in b and b[r] not in _COMPATIBLE[m] for r, m in a.items())

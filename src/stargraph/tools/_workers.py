@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import _signal  # type: ignore[import-not-found]  # signal without its IntEnum conversions
 import signal
+import sys
 import threading
 from collections.abc import Callable
 from queue import SimpleQueue
+from types import FrameType
 from typing import Any, Final
 
 __all__ = ["Job", "WorkerPool", "alarm_available", "call_with_alarm"]
@@ -22,12 +24,15 @@ __all__ = ["Job", "WorkerPool", "alarm_available", "call_with_alarm"]
 class Job:
     """One submitted call: :meth:`wait` for it, then read :meth:`result`."""
 
-    __slots__ = ("_done", "_error", "_fn", "_value")
+    __slots__ = ("_done", "_error", "_fn", "_late", "_notify", "_over", "_value")
 
-    def __init__(self, fn: Callable[[], Any]) -> None:
+    def __init__(self, fn: Callable[[], Any], notify: Callable[[], None] | None = None) -> None:
         self._fn = fn
+        self._notify = notify
         self._value: Any = None
         self._error: BaseException | None = None
+        self._late: Callable[[Job], None] | None = None
+        self._over = False  # guarded by the pool's lock, like ``_late``
         # A bare lock held until the job finishes: cheaper to wait on than an Event
         # (no Condition, no per-wait waiter lock), and only one thread ever waits.
         self._done = threading.Lock()
@@ -50,6 +55,11 @@ class Job:
         except BaseException as exc:  # re-raised in the caller's thread by result()
             self._error = exc
 
+    @property
+    def failed(self) -> bool:
+        """Whether the finished function raised."""
+        return self._error is not None
+
     def result(self) -> Any:
         """The value, or re-raise the exception, of a finished job."""
         if self._error is not None:
@@ -68,9 +78,13 @@ class WorkerPool:
         self._count = 0
         self._closed = False
 
-    def submit(self, fn: Callable[[], Any]) -> Job:
-        """Run ``fn`` on a worker thread; return its :class:`Job` at once."""
-        job = Job(fn)
+    def submit(self, fn: Callable[[], Any], notify: Callable[[], None] | None = None) -> Job:
+        """Run ``fn`` on a worker thread; return its :class:`Job` at once.
+
+        ``notify`` is called on the worker thread once the job is finished (an asyncio
+        caller passes one that wakes its loop; it must not raise).
+        """
+        job = Job(fn, notify)
         with self._lock:
             if self._idle > 0:
                 self._idle -= 1  # reserve that worker: it is (or will be) blocked in get()
@@ -81,6 +95,15 @@ class WorkerPool:
         threading.Thread(target=self._work, args=(job,), name=name, daemon=True).start()
         return job
 
+    def abandon(self, job: Job, late: Callable[[Job], None]) -> bool:
+        """The caller stops waiting for ``job``: call ``late(job)`` on the worker thread
+        once the job really finishes. ``False`` (and no call) if it has finished already."""
+        with self._lock:
+            if job._over:
+                return False
+            job._late = late
+            return True
+
     def _work(self, first: Job) -> None:
         job: Job | None = first
         while job is not None:
@@ -88,10 +111,20 @@ class WorkerPool:
             # Book-keeping before waking the caller: once it is woken the caller wants
             # the GIL, and this thread should then only have to block in get().
             with self._lock:
+                job._over = True
+                late = job._late
                 closed = self._closed
-                if not closed:
+                if not closed and late is None:
                     self._idle += 1
             job._finish()
+            if job._notify is not None:
+                job._notify()
+            if late is not None:
+                late(job)  # the abandoned call's locks and audit record (must not raise)
+                with self._lock:
+                    closed = self._closed
+                    if not closed:
+                        self._idle += 1
             job = None  # drop the reference before blocking, so results can be collected
             if closed:
                 return
@@ -114,6 +147,10 @@ class _Deadline(BaseException):
 # Read once: every inline dispatch installs and restores the handler, and signal.signal's
 # enum conversions cost about as much as the rest of that (~3 µs per dispatch).
 _SIGALRM: Final = int(signal.SIGALRM)
+_REARM_S: Final = 0.05
+"""After the deadline the timer keeps firing at this interval until the body has stopped."""
+_FORCE_AFTER: Final = 10
+"""Firings a body may swallow before every line it runs raises (see :func:`call_with_alarm`)."""
 
 
 def alarm_available() -> bool:
@@ -125,6 +162,67 @@ def alarm_available() -> bool:
     )
 
 
+class _Alarm:
+    """The state of one :func:`call_with_alarm`: armed until the body is over; ``fired``
+    counts the firings past the deadline (any firing makes the outcome a timeout)."""
+
+    __slots__ = ("armed", "fired", "previous_profile", "previous_trace", "stop", "traced")
+
+    def __init__(self, stop: FrameType) -> None:
+        self.armed = True
+        self.fired = 0
+        self.traced = False
+        self.previous_trace: Any = None
+        self.previous_profile: Any = None
+        self.stop = stop  # call_with_alarm's own frame: the frames below it are the body's
+
+    def on_alarm(self, signum: int, frame: FrameType | None) -> None:
+        if not self.armed:
+            return  # a firing delivered after the body was over
+        self.fired += 1
+        if self.fired > _FORCE_AFTER:
+            self._force(frame)
+        raise _Deadline
+
+    def _force(self, frame: FrameType | None) -> None:
+        """Make every line the body runs raise, so no ``except BaseException`` (not even in
+        nested loops) can absorb the deadline. A raising trace function is uninstalled by
+        the interpreter, so a profile function (which never raises) puts it back."""
+        body: list[FrameType] = []
+        while frame is not None and frame is not self.stop:
+            body.append(frame)
+            frame = frame.f_back
+        if frame is None:
+            return  # not running below call_with_alarm: never touch anyone else's frames
+        for each in body:
+            each.f_trace = self._on_line
+            each.f_trace_lines = True
+        if not self.traced:
+            self.previous_trace, self.previous_profile = sys.gettrace(), sys.getprofile()
+            self.traced = True
+        sys.settrace(self._on_call)
+        sys.setprofile(self._on_profile)
+
+    def _on_call(self, frame: FrameType, event: str, arg: object) -> Any:
+        return self._on_line if self.armed else None
+
+    def _on_line(self, frame: FrameType, event: str, arg: object) -> Any:
+        if self.armed and event == "line":
+            raise _Deadline
+        return self._on_line if self.armed else None
+
+    def _on_profile(self, frame: FrameType, event: str, arg: object) -> None:
+        if self.armed and sys.gettrace() is None:
+            sys.settrace(self._on_call)
+
+    def restore(self) -> None:
+        """Disarm the timer and put back what the escalation replaced."""
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        if self.traced:
+            sys.setprofile(self.previous_profile)
+            sys.settrace(self.previous_trace)
+
+
 def call_with_alarm(fn: Callable[[], Any], timeout: float) -> Any:
     """Run ``fn`` on this (main) thread, interrupted with ``TimeoutError`` at ``timeout``.
 
@@ -133,20 +231,41 @@ def call_with_alarm(fn: Callable[[], Any], timeout: float) -> Any:
     that overruns, while the interval timer can (the handler raises inside the body, even in
     a blocking call such as ``time.sleep``). Only for Python bodies: a subprocess tool keeps
     its own deadline and must not be interrupted halfway through reaping its child.
+
+    The deadline holds against a body that catches ``BaseException``:
+
+    * once it passed, the outcome is ``TimeoutError`` even if the body then returns a value
+      or raises something else;
+    * the timer keeps firing every 50 ms, raising again each time, so a body that swallows
+      the first interruption is interrupted again wherever it is (a blocking call included);
+    * after 10 such firings (0.5 s past the deadline) every line the body executes raises,
+      so even nested swallowing loops unwind. This last resort also cuts short ``finally``
+      and ``__exit__`` code of the body, which by then has had half a second to clean up.
+
+    What no timer can stop is a body stuck inside one C call that never returns to the
+    interpreter (a huge regex match, a native extension loop).
     """
-
-    def on_alarm(signum: int, frame: object) -> None:
-        raise _Deadline
-
-    previous = _signal.signal(_SIGALRM, on_alarm)
+    state = _Alarm(sys._getframe())
+    previous = _signal.signal(_SIGALRM, state.on_alarm)
+    value: Any = None
+    error: BaseException | None = None
     try:
         try:
-            signal.setitimer(signal.ITIMER_REAL, timeout)
-            try:
-                return fn()
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
-        except _Deadline:
-            raise TimeoutError(f"timed out after {timeout}s") from None
+            signal.setitimer(signal.ITIMER_REAL, timeout, _REARM_S)
+            value = fn()
+        except BaseException as exc:  # re-raised below unless the deadline passed
+            error = exc
+        finally:
+            # First thing: from here on a firing returns without raising and the trace
+            # function stands down. A firing before this line raises into the except below.
+            state.armed = False
+    except _Deadline:
+        pass  # a firing raced the end of the body; ``fired`` already records it
     finally:
+        state.restore()
         _signal.signal(_SIGALRM, previous)
+    if state.fired:
+        raise TimeoutError(f"timed out after {timeout}s") from None
+    if error is not None:
+        raise error
+    return value

@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 from stargraph.tools._artifacts import ArtifactStore
 from stargraph.tools._canonical import GENESIS_HASH, canonical_json, content_ref, sha256_hex
-from stargraph.tools._commit import CommitEntry, CommitLog
+from stargraph.tools._commit import CommitEntry, CommitHead, CommitLog
 
 __all__ = ["check_artifact_store", "check_commit_log"]
 
@@ -28,11 +28,14 @@ def _expect(condition: bool, message: str) -> None:
 
 def check_commit_log(make: Callable[[], CommitLog]) -> None:
     """An empty log verifies; appends are sealed, chained from 64 zeros, returned in order,
-    hashed per D10, and concurrent appends from many threads still form one valid chain."""
+    hashed per D10; ``head()`` names the last record and ``verify_chain(expected_head=...)``
+    checks the log still reaches it; concurrent appends from many threads still form one
+    valid chain."""
     log = make()
     _expect(isinstance(log, CommitLog), "does not implement the CommitLog protocol")
     _expect(len(log) == 0 and log.records() == [], "a fresh log must be empty")
     _expect(log.verify_chain() is None, "an empty log must verify")
+    _expect(log.head() == CommitHead(seq=0, hash=GENESIS_HASH), "an empty head is (0, zeros)")
 
     entries = [
         CommitEntry(lane="core", tool="t.a@1.0.0", args_hash="a" * 64, status="success"),
@@ -58,6 +61,13 @@ def check_commit_log(make: Callable[[], CommitLog]) -> None:
     for record, entry in zip(sealed, entries, strict=True):
         fields = record.model_dump(include=set(CommitEntry.model_fields))
         _expect(CommitEntry(**fields) == entry, "a record must keep every field of its entry")
+    head = log.head()
+    _expect(head == CommitHead(seq=2, hash=sealed[1].hash), "head() must name the last record")
+    _expect(log.verify_chain(expected_head=head) is None, "the log must reach its own head")
+    beyond = CommitHead(seq=5, hash=sealed[1].hash)
+    _expect(log.verify_chain(expected_head=beyond) == 3, "a head beyond the log: truncated")
+    other = CommitHead(seq=2, hash="f" * 64)
+    _expect(log.verify_chain(expected_head=other) == 2, "another hash at the head: rewritten")
 
     def writer(index: int) -> None:
         for n in range(25):
@@ -73,6 +83,7 @@ def check_commit_log(make: Callable[[], CommitLog]) -> None:
     _expect(len(log) == 102, "concurrent appends must all be kept")
     _expect(log.verify_chain() is None, "concurrent appends must form one valid chain")
     _expect([r.seq for r in log.records()] == list(range(1, 103)), "seq must be gapless under load")
+    _expect(log.verify_chain(expected_head=head) is None, "an older head must still be reached")
 
 
 def check_artifact_store(make: Callable[[], ArtifactStore]) -> None:
