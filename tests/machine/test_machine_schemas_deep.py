@@ -16,9 +16,18 @@ import pytest
 from stargraph.errors import SkillValidationError
 from stargraph.llm import ScriptedChatModel
 from stargraph.runtime import RunContext
+from stargraph.skills import NestingProfile
 from stargraph.skills.machine import Frame, SchemaLibrary, SchemaRunState, SchemaSession
 from stargraph.skills.machine._schemas import _Turn
 from stargraph.tools import Arbiter, ToolRegistry
+
+DEEP = NestingProfile(name="deep", max_depth=100_000)
+"""These chains are far deeper than the default nesting profile allows (16 levels): the
+point here is that nothing recurses per level, so they are built under a deep profile."""
+
+
+def deep(docs: list[dict[str, Any]]) -> SchemaLibrary:
+    return SchemaLibrary.build(docs, nesting=DEEP)
 
 
 def chain(depth: int, *, fan: int = 1, max_steps: int = 1) -> list[dict[str, Any]]:
@@ -60,7 +69,7 @@ class CountingSchemas(dict[str, Any]):
 
 def test_bound_looks_at_each_schema_once_when_children_are_shared() -> None:
     # Every schema spawns the next from two states: 2**20 paths, 21 schemas.
-    library = SchemaLibrary.build(chain(20, fan=2, max_steps=2))
+    library = deep(chain(20, fan=2, max_steps=2))
     counted = SchemaLibrary.model_construct(schemas=CountingSchemas(dict(library.schemas)))
     assert counted.bound("m0") == expected_bound(20, 2)
     lookups = cast(CountingSchemas, counted.schemas).lookups
@@ -69,18 +78,18 @@ def test_bound_looks_at_each_schema_once_when_children_are_shared() -> None:
 
 @pytest.mark.parametrize("depth", [1_500, 10_000])
 def test_a_spawn_chain_deeper_than_the_recursion_limit_builds_and_bounds(depth: int) -> None:
-    library = SchemaLibrary.build(chain(depth))
+    library = deep(chain(depth))
     assert library.bound("m0") == depth + 1
     assert library.bound(f"m{depth}") == 1
     # A big max_steps gives a big (exact) bound, not an overflow.
-    assert SchemaLibrary.build(chain(1_500, max_steps=3)).bound("m0") == expected_bound(1_500, 3)
+    assert deep(chain(1_500, max_steps=3)).bound("m0") == expected_bound(1_500, 3)
 
 
 def test_a_deep_spawn_cycle_is_a_compile_error_naming_it() -> None:
     docs = chain(2_000)
     docs[-1]["states"]["start"]["spawns"] = [{"schema": "m1000", "exits": {"done": "ok"}}]
     with pytest.raises(SkillValidationError) as info:
-        SchemaLibrary.build(docs)
+        deep(docs)
     cycle = " -> ".join(f"m{i}" for i in [*range(1000, 2001), 1000])
     assert f"spawn cycle: {cycle}" in str(info.value)
 
@@ -102,7 +111,7 @@ def test_bound_of_an_unvalidated_library_names_cycles_and_unknown_schemas() -> N
 
 def test_an_exit_cascades_through_a_stack_deeper_than_the_recursion_limit() -> None:
     depth = 1_500
-    library = SchemaLibrary.build(chain(depth))
+    library = deep(chain(depth))
     config = {"root": "m0", "library": library.model_dump(mode="json", by_alias=True)}
     ctx = cast(RunContext, SimpleNamespace(config=config, node="step"))
     stack = [Frame(schema_name=f"m{i}", state="s0") for i in range(depth)]
@@ -118,7 +127,7 @@ def test_an_exit_cascades_through_a_stack_deeper_than_the_recursion_limit() -> N
 
 def test_a_session_over_a_chain_whose_bound_exceeds_any_step_limit_runs(tmp_path: Path) -> None:
     # max_steps 2 at each of 100 levels: the bound is about 2**101 LLM steps.
-    library = SchemaLibrary.build(chain(100, max_steps=2))
+    library = deep(chain(100, max_steps=2))
     assert library.bound("m0") > 2**100
     model = ScriptedChatModel(["I will not choose."])
     with Arbiter(ToolRegistry.build(), workspace=tmp_path) as arbiter:

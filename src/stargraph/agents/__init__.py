@@ -15,22 +15,37 @@
 
 Illegal transitions raise :class:`~stargraph.errors.LifecycleError`; ``orphan_scan()`` flags
 terminated agents that never wrote a thought record (warning + event, nothing rolled back);
-``allocate(profiles, TaskNeeds(...))`` picks a profile respecting skills, permissions and
-limits.
+``allocate(profiles, TaskNeeds(...), strategy=...)`` picks a profile respecting skills,
+permissions and limits under a pool strategy (FIFO, PRIORITY, ROUND_ROBIN, LEAST_LOADED,
+CAPACITY_AWARE, or your own :class:`Strategy`), and ``store.dispatch(profiles, tasks)`` does
+it for a queue of tasks against the store's live agents. ``spawn(agent_id, SpawnParams(...))``
+injects the seven spawn parameters; :func:`skill_list` lists skills by the six-tier taxonomy.
+Invalid agent data is an :class:`~stargraph.errors.AgentConfigError` naming field and value.
 """
 
 from __future__ import annotations
 
 from stargraph.agents._lifecycle import DEFAULT_LIFECYCLE, LIFECYCLE_DATA, AgentState, Lifecycle
-from stargraph.agents._profile import (
-    AgentProfile,
-    History,
-    Limits,
-    Permissions,
-    TaskNeeds,
+from stargraph.agents._pool import (
+    STRATEGIES,
+    Allocation,
+    Candidate,
+    PoolStrategy,
+    Strategy,
     allocate,
+    plan,
+)
+from stargraph.agents._profile import AgentProfile, History, Limits, Permissions, TaskNeeds
+from stargraph.agents._spawn import (
+    ContextSnapshot,
+    PoolAssignment,
+    SpawnParams,
+    WritebackContract,
+    WritebackItem,
+    task_slug,
 )
 from stargraph.agents._store import AgentRecord, AgentStore, AuditRow
+from stargraph.agents._taxonomy import SkillListing, SkillTier, skill_list
 from stargraph.agents._writeback import (
     AgentEvent,
     OrphanWarning,
@@ -46,7 +61,10 @@ __all__ = [
     "AgentRecord",
     "AgentState",
     "AgentStore",
+    "Allocation",
     "AuditRow",
+    "Candidate",
+    "ContextSnapshot",
     "DEFAULT_LIFECYCLE",
     "History",
     "LIFECYCLE_DATA",
@@ -54,10 +72,22 @@ __all__ = [
     "Limits",
     "OrphanWarning",
     "Permissions",
+    "PoolAssignment",
+    "PoolStrategy",
+    "STRATEGIES",
+    "SkillListing",
+    "SkillTier",
+    "SpawnParams",
+    "Strategy",
     "TaskNeeds",
     "TaskUpdate",
     "ThoughtRecord",
+    "WritebackContract",
+    "WritebackItem",
     "WritebackMode",
     "WritebackWarning",
     "allocate",
+    "plan",
+    "skill_list",
+    "task_slug",
 ]

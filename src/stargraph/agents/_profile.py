@@ -1,22 +1,24 @@
-"""Agent capability profiles (the donor's "CV") and allocation over them (D9)."""
+"""Agent capability profiles (the donor's "CV") and what a task needs of one (D9).
+
+Invalid data is an :class:`~stargraph.errors.AgentConfigError` naming field and value.
+Allocation over profiles (the pool strategies) is in :mod:`stargraph.agents._pool`.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from stargraph.agents._data import AgentData
+from stargraph.agents._spawn import PoolAssignment
 from stargraph.tools import matches_allowlist
 
-__all__ = ["AgentProfile", "History", "Limits", "Permissions", "TaskNeeds", "allocate"]
-
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
+__all__ = ["AgentProfile", "History", "Limits", "Permissions", "TaskNeeds"]
 
 
-class Permissions(BaseModel):
+class Permissions(AgentData):
     """What an agent may touch."""
-
-    model_config = _FROZEN
 
     tools: tuple[str, ...] = ()
     """Allowed tools: exact ids, ``ns.name`` (any version) or ``ns.*``."""
@@ -26,10 +28,8 @@ class Permissions(BaseModel):
     """May administer (registry, other agents)."""
 
 
-class Limits(BaseModel):
+class Limits(AgentData):
     """How much an agent type may take on."""
-
-    model_config = _FROZEN
 
     max_concurrent_tasks: int = Field(1, ge=1)
     """Live agents of this type at once (pool size)."""
@@ -39,10 +39,8 @@ class Limits(BaseModel):
     """Wall time one task may take."""
 
 
-class History(BaseModel):
+class History(AgentData):
     """Track record; the allocator prefers better and faster agents."""
-
-    model_config = _FROZEN
 
     success_rate: float = Field(0.0, ge=0.0, le=1.0)
     """Fraction of runs that succeeded."""
@@ -52,14 +50,18 @@ class History(BaseModel):
     """Runs so far."""
 
 
-class AgentProfile(BaseModel):
+class AgentProfile(AgentData):
     """An agent type's capability profile (the seed's CV).
 
     >>> AgentProfile(agent_type="coder", permissions={"tools": ["choir.fs.*"]}).limits
     Limits(max_concurrent_tasks=1, token_budget=100000, timeout_ms=300000)
+    >>> from stargraph.errors import AgentConfigError
+    >>> try:
+    ...     AgentProfile(agent_type="coder", history={"success_rate": 2})
+    ... except AgentConfigError as exc:
+    ...     print(exc.problems[0].pointer, exc.problems[0].message)
+    /history/success_rate Input should be less than or equal to 1 (got 2)
     """
-
-    model_config = _FROZEN
 
     agent_type: str = Field(min_length=1)
     """The type name."""
@@ -77,11 +79,15 @@ class AgentProfile(BaseModel):
         return [t for t in required if not matches_allowlist(t, self.permissions.tools)]
 
 
-class TaskNeeds(BaseModel):
+class TaskNeeds(AgentData):
     """What a task asks of the agent that takes it."""
 
-    model_config = _FROZEN
-
+    task_id: str | None = None
+    """The task, when known (a queue's tasks are told apart by it)."""
+    priority: int = 0
+    """Higher is served first under the ``PRIORITY`` pool strategy."""
+    pool: PoolAssignment | None = None
+    """The pool the agent is assigned to for this task."""
     skills: tuple[str, ...] = ()
     """Skills the agent must have."""
     tools: tuple[str, ...] = ()
@@ -90,9 +96,9 @@ class TaskNeeds(BaseModel):
     """Needs write access."""
     admin_access: bool = False
     """Needs admin access."""
-    tokens: int = 0
+    tokens: int = Field(0, ge=0)
     """Expected token use; must fit ``limits.token_budget``."""
-    timeout_ms: int = 0
+    timeout_ms: int = Field(0, ge=0)
     """Expected duration; must fit ``limits.timeout_ms``."""
 
     def reasons(self, profile: AgentProfile, active: int = 0) -> list[str]:
@@ -115,29 +121,3 @@ class TaskNeeds(BaseModel):
         if self.timeout_ms > profile.limits.timeout_ms:
             out.append(f"timeout {profile.limits.timeout_ms} ms < {self.timeout_ms} ms")
         return out
-
-
-def allocate(
-    profiles: Sequence[AgentProfile],
-    needs: TaskNeeds,
-    active: Mapping[str, int] | None = None,
-) -> AgentProfile | None:
-    """The best profile able to take the task, or ``None``.
-
-    Eligible profiles have the skills, permissions and spare capacity (``active`` counts live
-    agents per type); among them the highest success rate wins, then the lower mean
-    duration, then the least loaded (capacity-aware), then the type name.
-    """
-    counts = active or {}
-    eligible = [p for p in profiles if not needs.reasons(p, counts.get(p.agent_type, 0))]
-    if not eligible:
-        return None
-    return min(
-        eligible,
-        key=lambda p: (
-            -p.history.success_rate,
-            p.history.avg_duration_ms,
-            counts.get(p.agent_type, 0) / p.limits.max_concurrent_tasks,
-            p.agent_type,
-        ),
-    )

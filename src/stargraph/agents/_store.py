@@ -24,8 +24,11 @@ from typing import Any, Final
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from stargraph.agents._data import config_error
 from stargraph.agents._lifecycle import DEFAULT_LIFECYCLE, Lifecycle
-from stargraph.agents._profile import AgentProfile
+from stargraph.agents._pool import PoolStrategy, Strategy, plan
+from stargraph.agents._profile import AgentProfile, TaskNeeds
+from stargraph.agents._spawn import PoolAssignment, SpawnParams, WritebackContract
 from stargraph.agents._writeback import (
     AgentEvent,
     OrphanWarning,
@@ -34,7 +37,7 @@ from stargraph.agents._writeback import (
     WritebackMode,
     WritebackWarning,
 )
-from stargraph.errors import LifecycleError
+from stargraph.errors import AgentConfigError, LifecycleError, Problem
 from stargraph.ir import canonical_json
 from stargraph.tools import GENESIS_HASH, CommitEntry, seal, sha256_hex, verify_rows
 
@@ -53,6 +56,8 @@ CREATE TABLE IF NOT EXISTS thought_records (
     id INTEGER PRIMARY KEY AUTOINCREMENT, agent_id TEXT NOT NULL, task_id TEXT NOT NULL,
     type TEXT NOT NULL, branch TEXT NOT NULL, commit_sha TEXT NOT NULL,
     tests_run TEXT NOT NULL, blockers TEXT NOT NULL, at_ms INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS spawns (
+    agent_id TEXT PRIMARY KEY, params TEXT NOT NULL, at_ms INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS task_updates (
     id INTEGER PRIMARY KEY AUTOINCREMENT, agent_id TEXT NOT NULL, task_id TEXT NOT NULL,
     status TEXT NOT NULL, progress INTEGER NOT NULL, summary TEXT NOT NULL,
@@ -80,6 +85,9 @@ class AgentRecord(BaseModel):
     """The capability profile it runs under."""
     error: str | None
     """Why it failed, if it did."""
+    spawn: SpawnParams | None = None
+    """The parameters it was spawned with (``None`` before spawning, or when spawned
+    without any)."""
 
 
 class AuditRow(BaseModel):
@@ -194,11 +202,19 @@ class AgentStore:
         return str(row[0])
 
     def _move(
-        self, agent_id: str, to: str, *, error: str | None = None, **detail: Any
+        self,
+        agent_id: str,
+        to: str,
+        *,
+        error: str | None = None,
+        before: Callable[[sqlite3.Connection], None] | None = None,
+        **detail: Any,
     ) -> AgentRecord:
         with self._tx() as conn:
             current = self._status(conn, agent_id)
             event = self.lifecycle.event_for(current, to)
+            if before is not None:  # writes that belong to this move: same transaction
+                before(conn)
             conn.execute(
                 "UPDATE agents SET status = ?, error = COALESCE(?, error), updated_ms = ? "
                 "WHERE id = ?",
@@ -210,7 +226,11 @@ class AgentStore:
     # ------------------------------------------------------------------ lifecycle
 
     def allocate(
-        self, profile: AgentProfile, *, task_id: str | None = None, pool: str | None = None
+        self,
+        profile: AgentProfile,
+        *,
+        task_id: str | None = None,
+        pool: PoolAssignment | str | None = None,
     ) -> AgentRecord:
         """Reserve an agent in the initial state; refused when the type is at its
         ``limits.max_concurrent_tasks`` live agents."""
@@ -233,7 +253,7 @@ class AgentStore:
                 (
                     agent_id,
                     profile.agent_type,
-                    pool,
+                    None if pool is None else str(pool),
                     task_id,
                     self.lifecycle.initial,
                     profile.model_dump_json(),
@@ -254,14 +274,79 @@ class AgentStore:
         """Move an agent to state ``to``; ``LifecycleError`` when the lifecycle forbids it."""
         return self._move(agent_id, to, **detail)
 
-    def spawn(self, agent_id: str) -> AgentRecord:
-        """PENDING -> INITIALIZING."""
-        return self._move(agent_id, "INITIALIZING")
+    def spawn(self, agent_id: str, params: SpawnParams | None = None) -> AgentRecord:
+        """PENDING -> INITIALIZING, injecting the spawn parameters (D11).
+
+        ``params`` must name this agent and its pool (the allocated one, if any; otherwise it
+        becomes the agent's pool), and its ``skill_refs`` must be skills the profile may run;
+        an :class:`~stargraph.errors.AgentConfigError` lists every mismatch and nothing
+        moves. The parameters are stored with the agent (``AgentRecord.spawn``) and in the
+        audit log; ``initialize`` then loads only ``skill_refs`` and ``terminate`` enforces
+        the ``writeback_contract``.
+        """
+        if params is None:
+            return self._move(agent_id, "INITIALIZING")
+        record = self.get(agent_id)
+        problems = []
+        if params.agent_id != agent_id:
+            problems.append(
+                Problem(
+                    "/agent_id",
+                    f"the parameters are for agent {params.agent_id!r}, not {agent_id!r}",
+                    "spawn each agent with its own parameters",
+                )
+            )
+        if record.pool is not None and record.pool != params.pool_assignment.value:
+            problems.append(
+                Problem(
+                    "/pool_assignment",
+                    f"agent {agent_id!r} was allocated to pool {record.pool!r}, the parameters "
+                    f"assign {params.pool_assignment.value!r}",
+                    "spawn it in the pool it was allocated to",
+                )
+            )
+        lacking = [s for s in params.skill_refs if s not in record.profile.skills]
+        if lacking:
+            problems.append(
+                Problem(
+                    "/skill_refs",
+                    f"skills {lacking} are not among agent type {record.agent_type!r}'s skills "
+                    f"{list(record.profile.skills)}",
+                    "refer only to skills the profile may run, or extend the profile",
+                )
+            )
+        if problems:
+            raise AgentConfigError(problems, subject=f"spawn parameters of agent {agent_id!r}")
+        data = params.model_dump(mode="json")
+
+        def store(conn: sqlite3.Connection) -> None:
+            conn.execute(
+                "INSERT OR REPLACE INTO spawns VALUES (?, ?, ?)",
+                (agent_id, params.model_dump_json(), self._now()),
+            )
+            conn.execute(
+                "UPDATE agents SET pool = ? WHERE id = ?",
+                (params.pool_assignment.value, agent_id),
+            )
+
+        return self._move(agent_id, "INITIALIZING", before=store, params=data)
 
     def initialize(self, agent_id: str, skills: Sequence[Any] = ()) -> AgentRecord:
         """INITIALIZING -> READY, or -> FAILED naming every tool in the skills'
         ``required_tools`` that the profile's ``permissions.tools`` lacks (D5)."""
-        profile = self.get(agent_id).profile
+        record = self.get(agent_id)
+        profile = record.profile
+        if record.spawn is not None:
+            refs = record.spawn.skill_refs
+            outside = [str(s.name) for s in skills if str(s.name) not in refs]
+            if outside:
+                reason = (
+                    f"skills {outside} are not in the agent's skill_refs {list(refs)}; an "
+                    "agent loads only the skills it was spawned with"
+                )
+                failed = self._move(agent_id, "FAILED", error=reason, outside_skill_refs=outside)
+                self._emit("init_failed", agent_id, outside_skill_refs=outside)
+                return failed
         missing: dict[str, list[str]] = {}
         for skill in skills:
             lacking = profile.missing_tools(tuple(getattr(skill, "required_tools", ())))
@@ -288,14 +373,18 @@ class AgentStore:
         return self._move(agent_id, "FAILED", error=reason, reason=reason)
 
     def terminate(self, agent_id: str) -> AgentRecord:
-        """BUSY -> TERMINATED, enforcing the writeback contract (``warn`` or ``block``)."""
+        """BUSY -> TERMINATED, enforcing the writeback contract (``warn`` or ``block``): the
+        agent's ``writeback_contract`` when it was spawned with one, else the default
+        (``task_update`` and ``thought_record`` under the store's mode)."""
+        contract = self._contract(agent_id)
         missing = self.writeback_missing(agent_id)
         if missing:
+            calls = " and ".join(f"{m}(...)" for m in missing)
             message = (
                 f"agent {agent_id!r} terminates without its writeback: missing {missing}; "
-                "call task_update(...) and thought_record(...) first"
+                f"call {calls} first"
             )
-            if self.writeback == "block":
+            if (contract.mode or self.writeback) == "block":
                 raise LifecycleError(message)
             warnings.warn(message, WritebackWarning, stacklevel=2)
             self._emit("writeback_missing", agent_id, missing=missing)
@@ -308,10 +397,13 @@ class AgentStore:
             return value
         try:
             return model.model_validate(value)
-        except ValidationError as exc:
-            fields = [".".join(str(p) for p in e["loc"]) or "(root)" for e in exc.errors()]
+        except (ValidationError, AgentConfigError) as exc:
+            error = exc if isinstance(exc, AgentConfigError) else config_error(exc, what)
+            fields = [p.pointer.lstrip("/").replace("/", ".") or "(root)" for p in error.problems]
             raise LifecycleError(
-                f"{what} does not meet the writeback contract: bad fields {fields}"
+                f"{what} does not meet the writeback contract: bad fields {fields} ("
+                + "; ".join(p.render() for p in error.problems)
+                + ")"
             ) from None
 
     def task_update(self, agent_id: str, update: TaskUpdate | Mapping[str, Any]) -> TaskUpdate:
@@ -358,21 +450,24 @@ class AgentStore:
             self._status(conn, agent_id)
             self._audit(conn, agent_id, "memory_pack", {"session_id": session_id})
 
+    def _contract(self, agent_id: str) -> WritebackContract:
+        spawn = self.get(agent_id).spawn
+        return WritebackContract() if spawn is None else spawn.writeback_contract
+
     def writeback_missing(self, agent_id: str) -> list[str]:
-        """``task_update`` / ``thought_record`` not yet written by the agent."""
+        """The calls the agent's writeback contract requires that it has not made yet."""
+        queries = {
+            "task_update": "SELECT 1 FROM task_updates WHERE agent_id = ? LIMIT 1",
+            "thought_record": "SELECT 1 FROM thought_records WHERE agent_id = ? LIMIT 1",
+            "memory_pack": "SELECT 1 FROM audit_log WHERE agent_id = ? AND action = "
+            "'memory_pack' LIMIT 1",
+        }
         with self._lock:
-            out = []
-            for table, name in (
-                ("task_updates", "task_update"),
-                ("thought_records", "thought_record"),
-            ):
-                found = self._conn.execute(
-                    f"SELECT 1 FROM {table} WHERE agent_id = ? LIMIT 1",
-                    (agent_id,),
-                ).fetchone()
-                if found is None:
-                    out.append(name)
-            return out
+            return [
+                item
+                for item in self._contract(agent_id).required
+                if self._conn.execute(queries[item], (agent_id,)).fetchone() is None
+            ]
 
     def orphan_scan(self) -> list[str]:
         """Terminated agents without a thought record (D8): each one is warned about
@@ -406,6 +501,9 @@ class AgentStore:
                 "WHERE id = ?",
                 (agent_id,),
             ).fetchone()
+            spawn = self._conn.execute(
+                "SELECT params FROM spawns WHERE agent_id = ?", (agent_id,)
+            ).fetchone()
         if row is None:
             raise LifecycleError(f"no agent {agent_id!r} in {self.path}")
         return AgentRecord(
@@ -416,7 +514,54 @@ class AgentStore:
             status=row[4],
             profile=AgentProfile.model_validate_json(row[5]),
             error=row[6],
+            spawn=None if spawn is None else SpawnParams.model_validate_json(spawn[0]),
         )
+
+    def active_counts(self) -> dict[str, int]:
+        """Live (non-terminal) agents per agent type."""
+        terminal = sorted(self.lifecycle.terminal)
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT agent_type, COUNT(*) FROM agents WHERE status NOT IN "
+                f"({','.join('?' * len(terminal))}) GROUP BY agent_type",
+                terminal,
+            ).fetchall()
+        return {str(t): int(n) for t, n in rows}
+
+    def dispatch(
+        self,
+        profiles: Sequence[AgentProfile],
+        tasks: Sequence[TaskNeeds],
+        *,
+        strategy: PoolStrategy | str | Strategy = PoolStrategy.CAPACITY_AWARE,
+    ) -> list[tuple[TaskNeeds, AgentRecord | None]]:
+        """Allocate an agent for each task of a queue under a pool strategy (D11).
+
+        The strategy sees this store's live agents per type and, for ``ROUND_ROBIN``, the
+        type allocated last (so the rotation carries on across calls). Tasks come back in the
+        order they were served, each with its new agent (allocated with the task's
+        ``task_id`` and ``pool``) or ``None`` when no profile could take it.
+        """
+        with self._lock:
+            row = self._conn.execute(
+                "SELECT agent_type FROM agents ORDER BY rowid DESC LIMIT 1"
+            ).fetchone()
+            placed = plan(
+                profiles,
+                tasks,
+                self.active_counts(),
+                strategy=strategy,
+                last=None if row is None else str(row[0]),
+            )
+            return [
+                (
+                    a.task,
+                    None
+                    if a.profile is None
+                    else self.allocate(a.profile, task_id=a.task.task_id, pool=a.task.pool),
+                )
+                for a in placed
+            ]
 
     def agents(self, status: str | None = None) -> list[AgentRecord]:
         """Every agent (optionally only those in ``status``), by id."""

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
+from stargraph.agents._data import AgentData
 from stargraph.errors import OrphanWarning, WritebackWarning
 
 __all__ = [
@@ -17,16 +18,12 @@ __all__ = [
     "WritebackWarning",
 ]
 
-_FROZEN = ConfigDict(frozen=True, extra="forbid")
-
 WritebackMode = Literal["warn", "block"]
 """``warn`` (AMS): terminating without writeback warns; ``block`` (Colibri): it is refused."""
 
 
-class TaskUpdate(BaseModel):
+class TaskUpdate(AgentData):
     """``task_update``: where the agent's task stands."""
-
-    model_config = _FROZEN
 
     task_id: str = Field(min_length=1)
     """The task."""
@@ -38,10 +35,8 @@ class TaskUpdate(BaseModel):
     """What was done."""
 
 
-class ThoughtRecord(BaseModel):
+class ThoughtRecord(AgentData):
     """``thought_record``: the agent's reflection, tying the work to code."""
-
-    model_config = _FROZEN
 
     task_id: str = Field(min_length=1)
     """The task."""
@@ -57,14 +52,12 @@ class ThoughtRecord(BaseModel):
     """What stopped it, if anything."""
 
 
-class AgentEvent(BaseModel):
+class AgentEvent(AgentData):
     """An alert from the agent store: ``orphan``, ``writeback_missing``, ``init_failed``."""
-
-    model_config = _FROZEN
 
     kind: str
     """What happened."""
     agent_id: str
     """Which agent."""
-    detail: dict[str, Any] = {}
+    detail: dict[str, Any] = Field(default_factory=dict)
     """Specifics (missing items, missing tools ...)."""

@@ -9,7 +9,7 @@ once, through the parent's reducers. See ``stargraph.nodes._runner`` for the run
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from stargraph.errors import Problem, SkillValidationError
@@ -17,9 +17,33 @@ from stargraph.ir import GraphIR, NodeId, SubgraphNodeIR
 
 if TYPE_CHECKING:
     from stargraph.graph import Graph
-    from stargraph.skills import Skill
+    from stargraph.skills import NestingProfile, Skill
 
-__all__ = ["SubgraphNode"]
+__all__ = ["SubgraphNode", "nesting_chain"]
+
+
+def nesting_chain(ir: GraphIR) -> tuple[str, ...]:
+    """The deepest chain of subgraphs mounted inside ``ir`` (outermost first), each named
+    by its skill (``name@version``) or graph name; empty when ``ir`` mounts nothing.
+
+    Walked with an explicit stack; a chain that comes back to a graph already on it (a
+    forged cycle, which compile rejects) is cut there.
+    """
+    best: tuple[str, ...] = ()
+    stack: list[tuple[GraphIR, tuple[str, ...], frozenset[str]]] = [(ir, (), frozenset())]
+    while stack:
+        current, chain, on_path = stack.pop()
+        if len(chain) > len(best):
+            best = chain
+        for node in current.nodes:
+            if not isinstance(node, SubgraphNodeIR) or node.graph in on_path:
+                continue
+            child = current.subgraphs.get(node.graph)
+            if child is None:
+                continue
+            label = node.skill or child.name
+            stack.append((child, (*chain, label), on_path | {node.graph}))
+    return best
 
 
 class SubgraphNode:
@@ -59,11 +83,22 @@ class SubgraphNode:
         max_steps: int = 50,
         node_id: str | None = None,
         registry: Mapping[str, GraphIR] | None = None,
+        known_tools: Iterable[Any] | Mapping[str, str] | None = None,
+        nesting: NestingProfile | None = None,
     ) -> SubgraphNode:
         """Mount ``skill``. ``inputs``/``outputs`` map child channels to parent channels
         (default: same names; outputs default to every declared output). ``node_id``
         defaults to ``site`` or the skill's name; mount a skill twice with two node ids.
-        ``registry`` resolves a skill whose ``subgraph`` is a hash reference."""
+        ``registry`` resolves a skill whose ``subgraph`` is a hash reference.
+
+        Refused with a :class:`~stargraph.errors.SkillValidationError`: a ``utility`` skill
+        using a write or external tool (judged by the built-in tools and ``known_tools``,
+        E2), and a skill nesting deeper than ``nesting`` allows (default
+        :data:`~stargraph.skills.DEFAULT_NESTING`; :data:`~stargraph.skills.CHOIR_NESTING`
+        refuses a skill that mounts another skill)."""
+        from stargraph.skills import DEFAULT_NESTING, builtin_side_effects
+
+        skill.check_tools(builtin_side_effects(known_tools), registered=False)
         child = skill.subgraph
         if isinstance(child, str):
             found = (registry or {}).get(child)
@@ -85,6 +120,12 @@ class SubgraphNode:
                 [Problem("/subgraph", f"skill {skill.name!r} has no subgraph", "give it one")],
                 subject=f"skill {skill.name!r}",
             )
+        label = f"{skill.name}@{skill.version}"
+        too_deep = (nesting or DEFAULT_NESTING).depth_problem(
+            (label, *nesting_chain(child)), "/subgraph"
+        )
+        if too_deep is not None:
+            raise SkillValidationError([too_deep], subject=f"skill {skill.name!r}")
         declared = tuple(sorted(skill.state_schema.model_fields))
         if child.outputs != declared:
             child = GraphIR.model_validate({**child.model_dump(), "outputs": declared})
@@ -109,7 +150,7 @@ class SubgraphNode:
             node_id=node_id or site or skill.name,
             child=child,
             impls=skill.impls,
-            skill=f"{skill.name}@{skill.version}",
+            skill=label,
             site=site,
             inputs=inputs,
             outputs=outputs,

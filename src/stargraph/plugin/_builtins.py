@@ -17,11 +17,20 @@ __all__ = [
 
 @hookimpl
 def register_tools(register: Any) -> None:
-    """The built-in tools (file system, exec, http fetch)."""
+    """The built-in tools (file system, exec, http fetch) and, with the reference skills,
+    the ``refs.retrieve@1.0.0`` tool the ``autoresearch`` skill declares (registered unbound:
+    runs bind it to their stores, see ``research_arbiter``)."""
+    import importlib
+
     from stargraph.tools import builtin_tools
 
     for tool in builtin_tools():
         register(tool)
+    try:
+        autoresearch = importlib.import_module("stargraph.skills.refs.autoresearch")
+    except ImportError:  # no reference skills either: nothing declares the tool
+        return
+    register(autoresearch.unbound_retrieval_tool())
 
 
 @hookimpl

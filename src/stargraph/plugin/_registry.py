@@ -19,7 +19,13 @@ from typing import Any, Final, Literal
 
 import pluggy
 
-from stargraph.errors import CompileError, PluginLoadError, Problem, RegistryError
+from stargraph.errors import (
+    CompileError,
+    PluginLoadError,
+    Problem,
+    RegistryError,
+    SkillValidationError,
+)
 from stargraph.plugin._load import (
     DISABLE_ENV,
     PluginFailure,
@@ -213,7 +219,8 @@ class Registry:
             )
         if strict and problems:
             raise RegistryError(problems, subject="skill directories")
-        return cls(_resolve(collected), report=report, pm=pm)
+        entries, report = _check_skill_tools(_resolve(collected), report, strict)
+        return cls(entries, report=report, pm=pm)
 
     # ------------------------------------------------------------------ reading
 
@@ -278,6 +285,14 @@ class Registry:
             if any(str(t).lower() in words for t in triggers):
                 out.append(skill)
         return out
+
+    def skill_list(self, search: str | None = None, capability: str | None = None) -> list[Any]:
+        """The registered skills matching ``search`` (words in name, description, tags) and
+        ``capability`` (a tier of the six-tier taxonomy, or any tag), as
+        :class:`~stargraph.agents.SkillListing` rows sorted by name (D11)."""
+        from stargraph.agents import skill_list
+
+        return skill_list(self.skills.values(), search=search, capability=capability)
 
     def tool_registry(self) -> Any:
         """A frozen ``stargraph.tools.ToolRegistry`` of the registered tools."""
@@ -350,10 +365,65 @@ class Registry:
         )
 
     def with_skill(self, skill: Any, *, provider: str = "proposal") -> Registry:
-        """A new registry version with ``skill`` added or replaced (agent scope)."""
+        """A new registry version with ``skill`` added or replaced (agent scope); its tools
+        must be registered and fit its kind (E2), as at :meth:`build`."""
+        problems = _tool_problems(skill, _effects(self._entries.values()))
+        if problems:
+            raise SkillValidationError(
+                [
+                    Problem(f"{provider}: skills/{skill.name}{p.pointer}", p.message, p.hint)
+                    for p in problems
+                ],
+                subject="skill registry",
+            )
         entries = dict(self._entries)
         entries[("skill", skill.name)] = Entry("skill", skill.name, skill, "agent", provider)
         return Registry(entries.values(), version=self.version + 1, report=self.report, pm=self.pm)
+
+
+def _effects(entries: Iterable[Entry]) -> dict[str, str]:
+    return {e.name: str(e.item.spec.side_effect) for e in entries if e.kind == "tool"}
+
+
+def _tool_problems(skill: Any, effects: Mapping[str, str]) -> list[Problem]:
+    # A skill type of a third party may lack the check; everything a Skill is gets it.
+    check = getattr(skill, "tool_problems", None)
+    return list(check(effects, registered=True)) if callable(check) else []
+
+
+def _check_skill_tools(
+    entries: list[Entry], report: LoadReport, strict: bool
+) -> tuple[list[Entry], LoadReport]:
+    """Every skill's tools are registered and fit its kind (E2: no write or external tool in
+    a ``utility`` skill). A skill from a plugin that fails is always an error; a skill file
+    from a directory is skipped and reported when ``strict`` is off."""
+    effects = _effects(entries)
+    problems: list[Problem] = []
+    kept: list[Entry] = []
+    for entry in entries:
+        found = _tool_problems(entry.item, effects) if entry.kind == "skill" else []
+        if not found:
+            kept.append(entry)
+            continue
+        located = [
+            Problem(f"{entry.provider}: skills/{entry.name}{p.pointer}", p.message, p.hint)
+            for p in found
+        ]
+        if not strict and entry.scope in ("global", "agent"):
+            for problem in located:
+                log.warning("skipped skill %s", problem.render())
+            report = LoadReport(
+                loaded=report.loaded - 1,
+                skipped=(*report.skipped, entry.provider),
+                pruned=report.pruned,
+                total_on_disk=report.total_on_disk,
+                problems=report.problems + tuple(located),
+            )
+            continue
+        problems.extend(located)
+    if problems:
+        raise SkillValidationError(problems, subject="skill registry")
+    return kept, report
 
 
 def _resolve(collected: list[Entry]) -> list[Entry]:

@@ -14,10 +14,13 @@ Mount one in a parent graph with ``SubgraphNode.from_skill(skill, site="step-3")
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Callable, Mapping
+import typing
+from collections.abc import Callable, Iterable, Mapping, MutableSet
 from enum import StrEnum
-from typing import Any, Final
+from types import MappingProxyType
+from typing import Any, Final, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -31,9 +34,19 @@ from pydantic import (
 
 from stargraph.errors import Problem, SkillValidationError
 from stargraph.ir import ConditionalEdgeIR, GraphIR
-from stargraph.state import schema_problems
+from stargraph.state import schema_problems, type_repr
 
-__all__ = ["Example", "Skill", "SkillKind"]
+__all__ = [
+    "CHOIR_NESTING",
+    "DEFAULT_NESTING",
+    "Example",
+    "NestingProfile",
+    "Skill",
+    "SkillKind",
+    "SkillTier",
+    "builtin_side_effects",
+    "side_effects_of",
+]
 
 SLUG: Final = re.compile(r"^[a-z][a-z0-9-]+$")
 """Skill names: lowercase letters, digits and dashes (the SKILL.md rule, D1)."""
@@ -57,6 +70,94 @@ class SkillKind(StrEnum):
     """A fixed topology: no LLM-driven control flow."""
     UTILITY = "utility"
     """A pure transformation: no tool with write or external side effects."""
+
+
+class SkillTier(StrEnum):
+    """The six functional tiers of the donor taxonomy; a skill carries at most one of them
+    among its ``tags``."""
+
+    PM_ORCHESTRATION = "pm-orchestration"
+    """Coordinate tasks, delegate to sub-agents, manage pipelines."""
+    TASK_ROADMAP = "task-roadmap"
+    """Create, read, update and delete tasks, roadmaps, milestones."""
+    GSD_EXECUTION = "gsd-execution"
+    """Run workflow phases, execute implementation work."""
+    AUDIT_PROOF = "audit-proof"
+    """Build audit trails, generate proofs, manage memory."""
+    INFRASTRUCTURE = "infrastructure"
+    """Server operations, health monitoring, watchers."""
+    INTEGRATION = "integration"
+    """External system connections, sync, notifications."""
+
+
+_TIERS: Final = frozenset(t.value for t in SkillTier)
+
+TAG: Final = re.compile(r"^[a-z0-9][a-z0-9:._-]*$")
+"""Skill tags: lowercase letters, digits and ``: . _ -`` (a tier is one of the tags)."""
+
+
+class NestingProfile(BaseModel):
+    """How deep skills may nest (decision 3 of the seed checklist).
+
+    ``max_depth`` counts skill levels below the top-level graph: 1 means a graph may mount
+    skills but no skill may mount (start) another skill; 2 allows one more level, and so
+    on. Mounting (``SubgraphNode.from_skill``) and nested schemas
+    (``SchemaLibrary.build``) enforce it.
+
+    >>> CHOIR_NESTING.max_depth, CHOIR_NESTING.skills_start_skills
+    (1, False)
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = "custom"
+    """Shown in errors."""
+    max_depth: int = Field(16, ge=1)
+    """The deepest skill level allowed (the top-level graph is level 0)."""
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise SkillValidationError(
+                [
+                    Problem(
+                        "/" + "/".join(str(p) for p in err["loc"]),
+                        f"{err['msg']} (got {err.get('input')!r})",
+                        "max_depth is an int >= 1",
+                    )
+                    for err in exc.errors(include_url=False)
+                ],
+                subject="nesting profile",
+            ) from None
+
+    @property
+    def skills_start_skills(self) -> bool:
+        """Whether a skill may start (mount, spawn) another skill."""
+        return self.max_depth > 1
+
+    def depth_problem(self, chain: tuple[str, ...], pointer: str) -> Problem | None:
+        """The problem when a chain of nested skills (outermost first) is too deep."""
+        if len(chain) <= self.max_depth:
+            return None
+        why = (
+            "a skill cannot start another skill"
+            if self.max_depth == 1
+            else f"skills nest at most {self.max_depth} levels deep"
+        )
+        return Problem(
+            pointer,
+            f"{' > '.join(chain)} nests {len(chain)} skill levels; under the {self.name!r} "
+            f"nesting profile {why}",
+            "flatten the composition, or use a profile with a larger max_depth",
+        )
+
+
+DEFAULT_NESTING: Final = NestingProfile(name="stargraph", max_depth=16)
+"""Skills nest up to 16 levels (far beyond any sane design; it stops runaway IR)."""
+
+CHOIR_NESTING: Final = NestingProfile(name="choir", max_depth=1)
+"""The Choir profile: nesting depth 1, no skill starts a skill."""
 
 
 class Example(BaseModel):
@@ -94,6 +195,9 @@ class Skill(BaseModel):
     system_prompt: str | None = None
     state_schema: type[BaseModel] = Field(description="Fields = declared output channels.")
     requires: tuple[str, ...] = Field(default=(), description="Capability strings.")
+    tags: tuple[str, ...] = Field(
+        default=(), description="Free tags; at most one is a SkillTier (the taxonomy)."
+    )
     examples: tuple[Example, ...] = ()
     bubble_events: bool = True
     _impls: dict[str, Callable[..., Any]] = PrivateAttr(default_factory=dict)
@@ -148,6 +252,27 @@ class Skill(BaseModel):
             raise SkillValidationError(problems, subject="skill")
         return value
 
+    @field_validator("tags")
+    @classmethod
+    def _tags(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        problems = [
+            Problem(f"/tags/{i}", f"tag {tag!r} is not a lowercase tag", "write e.g. 'audit-proof'")
+            for i, tag in enumerate(value)
+            if not TAG.match(tag)
+        ]
+        tiers = [tag for tag in value if tag in _TIERS]
+        if len(tiers) > 1:
+            problems.append(
+                Problem(
+                    "/tags",
+                    f"a skill belongs to one tier, these tags name {len(tiers)}: {tiers}",
+                    "keep one tier tag",
+                )
+            )
+        if problems:
+            raise SkillValidationError(problems, subject="skill")
+        return value
+
     @field_validator("subgraph", mode="before")
     @classmethod
     def _subgraph_ref(cls, value: Any) -> Any:
@@ -161,6 +286,7 @@ class Skill(BaseModel):
     @classmethod
     def _schema(cls, value: type[BaseModel]) -> type[BaseModel]:
         problems = schema_problems(value, pointer="/state_schema")
+        problems += nested_set_problems(value, pointer="/state_schema")
         if problems:
             raise SkillValidationError(problems, subject="skill")
         return value
@@ -177,14 +303,33 @@ class Skill(BaseModel):
         return self
 
     @classmethod
-    def from_graph(cls, graph: Any, **fields: Any) -> Skill:
-        """A skill from a ``Graph``: its IR becomes ``subgraph`` (with declared outputs set to
-        ``state_schema``'s fields) and its registry-id callables travel along as ``impls``."""
+    def from_graph(
+        cls,
+        graph: Any,
+        *,
+        known_tools: Iterable[Any] | Mapping[str, str] | None = None,
+        **fields: Any,
+    ) -> Skill:
+        """A skill compiled from a ``Graph``: its IR becomes ``subgraph`` (with declared
+        outputs set to ``state_schema``'s fields) and its registry-id callables travel along
+        as ``impls``.
+
+        The kind's tool rule (E2) is checked here against the built-in tools and
+        ``known_tools`` (tools or ``{id: side_effect}``): a ``utility`` skill using a write or
+        external tool is a :class:`~stargraph.errors.SkillValidationError`. Tools unknown
+        here are judged when the registry is built (``Registry.build``).
+        """
         state_schema = fields["state_schema"]
         ir = graph.to_ir().model_copy(update={"outputs": tuple(sorted(state_schema.model_fields))})
         skill = cls(subgraph=GraphIR.model_validate(ir.model_dump()), **fields)
+        skill.check_tools(builtin_side_effects(known_tools), registered=False)
         skill._impls.update(graph.impls)
         return skill
+
+    @property
+    def tier(self) -> SkillTier | None:
+        """The skill's tier: the one tag that names a :class:`SkillTier`, if any."""
+        return next((SkillTier(t) for t in self.tags if t in _TIERS), None)
 
     @property
     def declared_outputs(self) -> tuple[str, ...]:
@@ -196,19 +341,22 @@ class Skill(BaseModel):
         """Callables for registry ids in the skill's graph."""
         return dict(self._impls)
 
-    def check_tools(self, side_effects: Mapping[str, str]) -> None:
-        """E2: a ``utility`` skill may not use a tool whose side effect is write or external.
-
-        ``side_effects`` maps tool ids to their ``ToolSpec.side_effect`` (a tool registry can
-        provide it); unknown tools are reported too.
-        """
+    def tool_problems(
+        self, side_effects: Mapping[str, str], *, registered: bool = True
+    ) -> list[Problem]:
+        """What :meth:`check_tools` would refuse, as a list (empty when all is well)."""
         problems = []
         for i, tool in enumerate(self.tools):
             effect = side_effects.get(tool)
             if effect is None:
-                problems.append(
-                    Problem(f"/tools/{i}", f"tool {tool!r} is not registered", "register it")
-                )
+                if registered:
+                    problems.append(
+                        Problem(
+                            f"/tools/{i}",
+                            f"tool {tool!r} is not registered",
+                            "register it (a plugin's register_tools hook) or drop it from tools",
+                        )
+                    )
             elif self.kind is SkillKind.UTILITY and effect in ("write", "external"):
                 problems.append(
                     Problem(
@@ -217,8 +365,112 @@ class Skill(BaseModel):
                         "make the skill kind 'workflow' or 'agent', or use a read-only tool",
                     )
                 )
+        return problems
+
+    def check_tools(self, side_effects: Mapping[str, str], *, registered: bool = True) -> None:
+        """E2: a ``utility`` skill may not use a tool whose side effect is write or external.
+
+        ``side_effects`` maps tool ids to their ``ToolSpec.side_effect`` (see
+        :func:`side_effects_of`). With ``registered=True`` a tool missing from it is a
+        problem too (the registry's check); with ``False`` only the tools it knows are
+        judged (a skill compiled or mounted before the registry is built). Raises one
+        :class:`~stargraph.errors.SkillValidationError` listing every problem.
+        """
+        problems = self.tool_problems(side_effects, registered=registered)
         if problems:
             raise SkillValidationError(problems, subject=f"skill {self.name!r}")
+
+
+def side_effects_of(tools: Iterable[Any] | Mapping[str, str]) -> dict[str, str]:
+    """``{tool id: side effect}`` of tools (``Tool`` objects or a ``ToolRegistry``), or a
+    copy of such a mapping."""
+    if isinstance(tools, Mapping):
+        return {str(k): str(v) for k, v in tools.items()}
+    found: Iterable[Any] = tools
+    return {str(t.spec.id): str(t.spec.side_effect) for t in found}
+
+
+@functools.cache
+def _builtin_effects() -> Mapping[str, str]:
+    from stargraph.tools import builtin_tools
+
+    return MappingProxyType(side_effects_of(builtin_tools()))
+
+
+def builtin_side_effects(
+    extra: Iterable[Any] | Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The side effects of stargraph's built-in tools, plus those of ``extra`` tools: what
+    compiling and mounting a skill judge a ``utility`` skill's tools by."""
+    out = dict(_builtin_effects())
+    if extra is not None:
+        out.update(side_effects_of(extra))
+    return out
+
+
+def nested_set_problems(model: type[BaseModel], pointer: str = "/state_schema") -> list[Problem]:
+    """``set`` fields of the models nested in ``model``'s fields, at any depth (E8).
+
+    :func:`stargraph.state.schema_problems` looks at the top-level fields; a set inside a
+    nested model (``list[Inner]`` where ``Inner`` has a set) has no stable order either, so
+    it would not hash or replay identically. Walked with an explicit stack and a seen set:
+    recursive models terminate.
+    """
+    problems: list[Problem] = []
+    seen: set[type[BaseModel]] = {model}
+    stack: list[tuple[type[BaseModel], str]] = [
+        (inner, f"{pointer}/fields/{name}")
+        for name, info in model.model_fields.items()
+        for inner in _models_in(info.annotation)
+    ]
+    while stack:
+        current, where = stack.pop(0)
+        if current in seen:
+            continue
+        seen.add(current)
+        for name, info in current.model_fields.items():
+            here = f"{where}/{current.__name__}/{name}"
+            if _has_set(info.annotation):
+                problems.append(
+                    Problem(
+                        here,
+                        f"field {name!r} of nested model {current.__name__} has type "
+                        f"{type_repr(info.annotation)}: sets have no stable order, so states "
+                        "would not hash or replay identically",
+                        "use frozenset (merged in sorted order) or a list",
+                    )
+                )
+            stack.extend((inner, here) for inner in _models_in(info.annotation))
+    return problems
+
+
+def _has_set(tp: Any) -> bool:
+    stack = [tp]
+    while stack:
+        current = stack.pop()
+        origin = get_origin(current)
+        if current in (set, MutableSet, typing.MutableSet) or origin in (
+            set,
+            MutableSet,
+            typing.MutableSet,
+        ):
+            return True
+        stack.extend(a for a in get_args(current) if not isinstance(a, str | int))
+    return False
+
+
+def _models_in(tp: Any) -> list[type[BaseModel]]:
+    """The pydantic models an annotation mentions (``list[M]``, ``M | None``, ``dict[str,
+    M]``, ``Annotated[M, ...]`` ...)."""
+    out: list[type[BaseModel]] = []
+    stack = [tp]
+    while stack:
+        current = stack.pop()
+        if isinstance(current, type) and issubclass(current, BaseModel):
+            out.append(current)
+            continue
+        stack.extend(a for a in get_args(current) if not isinstance(a, str | int))
+    return out
 
 
 def _declared_outputs_exist(ir: GraphIR, schema: type[BaseModel]) -> list[Problem]:

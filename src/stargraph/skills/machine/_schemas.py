@@ -34,6 +34,7 @@ from stargraph.errors import (
 from stargraph.graph import END, START, Graph
 from stargraph.llm import ChatModel, ChatRequest, ChatResponse
 from stargraph.runtime import RunContext
+from stargraph.skills import DEFAULT_NESTING, NestingProfile
 from stargraph.skills.machine._compile import StepNote, once_json, service
 from stargraph.skills.machine._prompt import MaskPart, PromptBuilder, PromptLevel
 from stargraph.skills.machine._proposals import (
@@ -147,10 +148,19 @@ class SchemaLibrary(BaseModel):
 
     @classmethod
     def build(
-        cls, documents: Mapping[str, Any] | list[Any], *, source: str = "schemas"
+        cls,
+        documents: Mapping[str, Any] | list[Any],
+        *,
+        source: str = "schemas",
+        nesting: NestingProfile | None = None,
     ) -> SchemaLibrary:
         """Parse and validate schema documents (a list, or a mapping name -> document);
-        raises one :class:`~stargraph.errors.SkillValidationError` with every problem."""
+        raises one :class:`~stargraph.errors.SkillValidationError` with every problem.
+
+        ``nesting`` bounds the spawn depth (default
+        :data:`~stargraph.skills.DEFAULT_NESTING`): a schema the root loop spawns is level 1,
+        one it spawns in turn level 2 ... Under :data:`~stargraph.skills.CHOIR_NESTING`
+        (depth 1) a spawned schema cannot spawn (no skill starts a skill)."""
         items = list(documents.values()) if isinstance(documents, Mapping) else list(documents)
         problems: list[Problem] = []
         schemas: dict[str, Schema] = {}
@@ -172,7 +182,22 @@ class SchemaLibrary(BaseModel):
             schemas[schema.name] = schema
         for schema in schemas.values():
             problems.extend(_schema_problems(schema, schemas, source))
-        problems.extend(_cycle_problems(schemas, source))
+        cycles = _cycle_problems(schemas, source)
+        problems.extend(cycles)
+        if not cycles:
+            chain = _deepest_spawn_chain(schemas)
+            # The chain's first schema is the loop that spawns; the levels below it count.
+            too_deep = (nesting or DEFAULT_NESTING).depth_problem(
+                chain[1:], f"{source}#/{chain[0]}" if chain else f"{source}#"
+            )
+            if too_deep is not None:
+                problems.append(
+                    Problem(
+                        too_deep.pointer,
+                        f"spawn chain {' -> '.join(chain)}: {too_deep.message}",
+                        too_deep.hint,
+                    )
+                )
         if problems:
             raise SkillValidationError(problems, subject=f"schema library {source}")
         return cls(schemas=schemas)
@@ -282,6 +307,27 @@ def _schema_problems(schema: Schema, schemas: Mapping[str, Schema], source: str)
                         )
                     )
     return problems
+
+
+def _deepest_spawn_chain(schemas: Mapping[str, Schema]) -> tuple[str, ...]:
+    """The longest spawn chain (schema names, spawner first) of an acyclic library. Each
+    schema is expanded once, with an explicit stack: chains may be deeper than Python's
+    recursion limit."""
+    graph = {name: tuple(c for c in _spawned(s) if c in schemas) for name, s in schemas.items()}
+    longest: dict[str, tuple[str, ...]] = {}
+    for root in sorted(graph):
+        stack: list[tuple[str, bool]] = [(root, False)]
+        while stack:
+            name, expanded = stack.pop()
+            if name in longest:
+                continue
+            if not expanded:
+                stack.append((name, True))
+                stack.extend((c, False) for c in graph[name] if c not in longest)
+                continue
+            below = max((longest[c] for c in graph[name]), key=len, default=())
+            longest[name] = (name, *below)
+    return max(longest.values(), key=len, default=())
 
 
 def _cycle_problems(schemas: Mapping[str, Schema], source: str) -> list[Problem]:

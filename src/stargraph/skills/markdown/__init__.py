@@ -10,6 +10,7 @@ documents (recorded, not read)::
     kind: workflow                        # agent | workflow | utility
     tools: [choir.fs.read@1.0.0, choir.fs.write@1.0.0]
     triggers: [archive notes, "#notes", "tool:choir.fs.*"]
+    tags: [gsd-execution, notes]          # at most one tier (SkillTier), plus free tags
     required_tools: [choir.fs.read, choir.fs.write]
     workflow:
       - {step: read the notes, tool: choir.fs.read@1.0.0, params: {path: notes.txt}}

@@ -15,7 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from stargraph.errors import Problem, SkillValidationError, UnknownKeyWarning
-from stargraph.skills import SEMVER, SLUG, TOOL_ID, Example, Skill, SkillKind
+from stargraph.skills import SEMVER, SLUG, TAG, TOOL_ID, Example, Skill, SkillKind
 from stargraph.skills.markdown._workflow import (
     Check,
     WorkflowOutput,
@@ -34,6 +34,7 @@ _KNOWN: Final = (
     "kind",
     "tools",
     "requires",
+    "tags",
     "triggers",
     "required_tools",
     "workflow",
@@ -379,6 +380,16 @@ def _fields(
             )
     out["tools"] = tuple(tools)
     out["requires"] = tuple(_str_list(data, "requires", where, problems))
+    out["tags"] = tuple(_str_list(data, "tags", where, problems))
+    for i, tag in enumerate(out["tags"]):
+        if not TAG.match(tag):
+            problems.append(
+                Problem(
+                    f"{where}/tags/{i}",
+                    f"tag {tag!r} is not a lowercase tag",
+                    "write e.g. 'audit-proof' (a tier) or 'notes'",
+                )
+            )
     out["required_tools"] = tuple(_str_list(data, "required_tools", where, problems))
     out["triggers"] = _triggers(data.get("triggers"), where, problems)
     out["workflow"] = _workflow(data.get("workflow"), tools, where, problems)
@@ -593,6 +604,7 @@ def _build(
         "tools": fields["tools"],
         "system_prompt": fields["system_prompt"],
         "requires": fields["requires"],
+        "tags": fields["tags"],
         "examples": fields["examples"],
     }
     if fields["workflow"]:
@@ -614,6 +626,7 @@ def _build(
     )
     values = {k: getattr(base, k) for k in Skill.model_fields}
     values["examples"] = fields["examples"]
+    values["tags"] = fields["tags"]
     skill = MarkdownSkill(**values, **md)
     skill._impls.update(base.impls)
     return skill

@@ -27,19 +27,21 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from typing import Annotated, Any, Final, Literal
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from stargraph import reducers
+from stargraph.errors import ToolError
 from stargraph.graph import END, START, Graph
 from stargraph.nodes import SubgraphNode
 from stargraph.skills import Skill, SkillKind
 from stargraph.skills.react import ReactStep, ToolCallRecord, react_skill
 from stargraph.skills.refs.embed import Embedder
 from stargraph.skills.refs.retrieval import RETRIEVAL_DEFAULTS, hybrid_search
-from stargraph.skills.refs.stores import DocumentStore, VectorStore
+from stargraph.skills.refs.stores import DocumentStore, Passage, VectorStore
 from stargraph.tools import (
     Arbiter,
     PythonTool,
@@ -64,6 +66,7 @@ __all__ = [
     "research_arbiter",
     "retrieval_tool",
     "sources_seen",
+    "unbound_retrieval_tool",
 ]
 
 FETCH_TOOL: Final = "choir.http.fetch@1.0.0"
@@ -155,6 +158,25 @@ class AutoresearchOutput(BaseModel):
 # --------------------------------------------------------------------------- tools
 
 
+def _retrieve(search: Callable[[str], list[Passage]]) -> PythonTool:
+    """The ``refs.retrieve@1.0.0`` tool over ``search``: one manifest, bound or not."""
+
+    @tool(id=RETRIEVE_TOOL, side_effect="read", timeout_s=30)
+    def retrieve_passages(
+        query: Annotated[str, Field(min_length=1, description="What to search for.")],
+    ) -> ToolOutput:
+        """Search the passage corpus (keywords and meaning); return the best passages with
+        their ids, which you cite as sources."""
+        found = search(query)
+        ids = ", ".join(p.id for p in found)
+        return ToolOutput(
+            summary=f"retrieved {len(found)} passages: {ids}",
+            payload=[p.model_dump() for p in found],
+        )
+
+    return retrieve_passages
+
+
 def retrieval_tool(
     *,
     docs: DocumentStore,
@@ -167,14 +189,8 @@ def retrieval_tool(
     """The ``refs.retrieve@1.0.0`` tool bound to these stores (a closure: tools do not see
     run services). Its summary names the ids it returned, so a verifier can read them from
     the tool-call records even when the payload went to an artifact store."""
-
-    @tool(id=RETRIEVE_TOOL, side_effect="read", timeout_s=30)
-    def retrieve_passages(
-        query: Annotated[str, Field(min_length=1, description="What to search for.")],
-    ) -> ToolOutput:
-        """Search the passage corpus (keywords and meaning); return the best passages with
-        their ids, which you cite as sources."""
-        found = hybrid_search(
+    return _retrieve(
+        lambda query: hybrid_search(
             query,
             docs=docs,
             vectors=vectors,
@@ -183,13 +199,22 @@ def retrieval_tool(
             candidates=candidates,
             rrf_k=rrf_k,
         )
-        ids = ", ".join(p.id for p in found)
-        return ToolOutput(
-            summary=f"retrieved {len(found)} passages: {ids}",
-            payload=[p.model_dump() for p in found],
-        )
+    )
 
-    return retrieve_passages
+
+def _not_bound(query: str) -> list[Passage]:
+    raise ToolError(
+        f"{RETRIEVE_TOOL} is registered but bound to no passage store; build the arbiter "
+        "with research_arbiter(docs=..., vectors=..., embedder=..., workspace=...) or put "
+        "retrieval_tool(docs=..., vectors=..., embedder=...) in your tool registry"
+    )
+
+
+def unbound_retrieval_tool() -> PythonTool:
+    """``refs.retrieve@1.0.0`` as the built-in plugin registers it: the same manifest as
+    :func:`retrieval_tool` (so registries know the tool and its side effect), bound to no
+    store; a call is a :class:`~stargraph.errors.ToolError` saying how to bind it."""
+    return _retrieve(_not_bound)
 
 
 def research_arbiter(
