@@ -27,7 +27,7 @@ from stargraph.ir import GraphIR
 
 __all__ = ["diff_runs", "register"]
 
-_STATUSES = ("running", "interrupted", "done", "failed")
+_STATUSES = ("running", "interrupted", "done", "failed", "orphaned")
 
 
 def _dumps(value: Any, *, indent: int | None = None) -> str:
@@ -101,6 +101,8 @@ def _summary(record: RunRecord) -> list[str]:
         lines.append(f"error      {record.error}")
     if record.interrupt is not None:
         lines.append(f"waiting on {_dumps(record.interrupt)}")
+    if record.owner is not None:
+        lines.append(f"owner      {record.owner.describe()}, lease until {record.lease_expires}")
     return lines
 
 
