@@ -124,6 +124,8 @@ def test_stores_agree_on_special_floats(tmp_path: Path) -> None:
 class Loose(BaseModel):
     data: Any = None
     table: dict[str, Any] = {}
+    name: str = ""
+    blob: bytes = b""
     done: bool = False
 
 
@@ -160,6 +162,8 @@ class Opaque:
         ({"data": {1: "one"}}, "data", ["int key 1", "'1'", "str keys"]),
         ({"table": {"k": (1, 2)}}, "table['k']", ["tuple"]),
         ({"table": {"k": "bad \ud800 text"}}, "table['k']", ["lone surrogate", "UTF-8"]),
+        ({"name": "x\udfff"}, "name", ["lone surrogate", "index 1"]),
+        ({"blob": b"\x80 not utf-8"}, "blob", ["not UTF-8", "0x80", "base64"]),
     ],
 )
 def test_any_channels_take_only_json_data(
