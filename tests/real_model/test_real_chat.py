@@ -73,7 +73,7 @@ def test_plain_chat_sync_async_and_streaming(chat: OpenAIChatModel) -> None:
     with chat.stream(HELLO) as stream:
         pieces = [delta.content for delta in stream]
     streamed = stream.response
-    assert "".join(pieces) == streamed.message.content
+    assert "".join(pieces) == (streamed.message.content or "")
     assert streamed.finish_reason in ("stop", "length")
     # llama.cpp sends no usage in streams, and the profile does not ask for it.
     assert streamed.usage.total_tokens == 0

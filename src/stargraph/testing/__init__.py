@@ -2,7 +2,8 @@
 
 * :class:`ScriptedOpenAIServer` - an HTTP server on 127.0.0.1 answering
   ``/v1/chat/completions`` (plain and SSE streaming) from a script of :class:`Reply` s, with
-  deterministic ids, injected errors and delays, and every request recorded.
+  deterministic ids, injected errors, delays and aborted answers, and every request recorded;
+  ``behaves_like="llama.cpp"`` reproduces what llama-cpp-python's server refuses and does.
 * :func:`check_chat_model` - the conformance suite for ``ChatModel`` implementations.
 * ``stargraph.testing.pytest_plugin`` - the ``scripted_openai`` fixture (kept in its own
   module so importing :mod:`stargraph.testing` does not import pytest).
