@@ -20,13 +20,19 @@ nothing that is named can name another function:
   :data:`FUNCTIONS` or a Python function the engine defines. No form takes a function name as
   data, so there is no way to call anything indirectly.
 * **Bounded work**: ``while`` is refused; ``loop-for-count`` needs literal bounds; fact
-  queries bind one fact variable and their conditions cannot loop, query or build values.
-  The engine's watchdog (:mod:`._engine`) checks time and memory after every rule firing
-  and every loop iteration; this module bounds what can happen *between* two checks:
-  a rule's actions may build strings and multifields totalling at most :data:`MAX_GROWTH`
-  times the largest value that existed at the last check (``(str-cat ?s ?s)`` doubles
-  ``?s``: a rule may do that three times, not thirty), and conditions (evaluated inside
+  queries bind one fact variable and their conditions cannot loop, query or build values;
+  functions that take quadratic time in one call (``str-index``, ``subsetp``) are left out.
+  The engine's watchdog (:class:`._raw.Watchdog`) checks time and memory after every rule
+  firing and every loop iteration; this module bounds what can happen *between* two
+  checks: a rule's actions may build strings and multifields totalling at most
+  :data:`MAX_GROWTH` times the largest value that existed at the last check (``(str-cat ?s
+  ?s)`` doubles ``?s``: a rule may do that three times, not thirty) plus
+  :data:`MAX_LITERAL_BYTES` from the pack's literals, and conditions (evaluated inside
   pattern matching, where no check can run) build nothing from variables.
+
+What stays outside these bounds: CLIPS matches patterns inside each ``assert``, where no
+check runs, so a rule joining many unconstrained patterns over many facts can spend time and
+memory in one step; the next check stops the decision (``docs/trust.md``).
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from stargraph.fathom import _sexpr as sx
 __all__ = [
     "FUNCTIONS",
     "MAX_GROWTH",
+    "MAX_LITERAL_BYTES",
     "MAX_LOOP",
     "Analysis",
     "Finding",
