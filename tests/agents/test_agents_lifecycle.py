@@ -23,7 +23,7 @@ from stargraph.agents import (
     WritebackWarning,
     allocate,
 )
-from stargraph.errors import CompileError, LifecycleError, RunError
+from stargraph.errors import AgentConfigError, CompileError, LifecycleError, RunError
 from stargraph.skills.markdown import parse_skill_md
 
 CODER = AgentProfile(
@@ -212,7 +212,7 @@ def test_D8_orphan_scan_flags_terminated_agents_without_thought_record(
 def test_D9_profile_validates_and_allocation_respects_skills_permissions_limits(
     store: AgentStore,
 ) -> None:
-    with pytest.raises(ValueError, match="success_rate"):
+    with pytest.raises(AgentConfigError, match="success_rate"):
         AgentProfile(agent_type="x", history={"success_rate": 2})  # type: ignore[arg-type]
     reviewer = AgentProfile(
         agent_type="reviewer",

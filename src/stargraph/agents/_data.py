@@ -28,10 +28,16 @@ def config_error(exc: ValidationError, subject: str) -> AgentConfigError:
     problems: list[Problem] = []
     for err in exc.errors(include_url=False):
         cause = err.get("ctx", {}).get("error")
-        if isinstance(cause, AgentConfigError):
-            problems.extend(cause.problems)
-            continue
         where = "/" + "/".join(str(p) for p in err["loc"])
+        if isinstance(cause, AgentConfigError):
+            # A nested agent model validated itself (its own __init__): its pointers are
+            # relative to where it sits in this one.
+            prefix = where.rstrip("/")
+            problems.extend(
+                Problem((prefix + p.pointer).rstrip("/") or "/", p.message, p.hint)
+                for p in cause.problems
+            )
+            continue
         message = err["msg"]
         if isinstance(cause, StargraphError):
             message = str(cause)

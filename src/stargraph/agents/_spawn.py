@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from enum import StrEnum
 from pathlib import PurePath
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from pydantic import Field, JsonValue, field_validator, model_validator
 
@@ -54,6 +54,8 @@ class PoolAssignment(StrEnum):
 WritebackItem = Literal["task_update", "thought_record", "memory_pack"]
 """The three writeback calls of the seed."""
 
+_OPTIONAL: Final[tuple[WritebackItem, ...]] = ("memory_pack",)
+
 
 class WritebackContract(AgentData):
     """What the agent must (and may) write back before it terminates.
@@ -68,6 +70,16 @@ class WritebackContract(AgentData):
     """Calls that are recommended, never enforced."""
     mode: WritebackMode | None = None
     """``warn`` or ``block``; ``None`` uses the store's enforcement."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_optional(cls, data: Any) -> Any:
+        # memory_pack is optional unless the contract requires it.
+        if isinstance(data, dict) and "optional" not in data:
+            required = data.get("required", ())
+            if isinstance(required, list | tuple):
+                return {**data, "optional": tuple(i for i in _OPTIONAL if i not in required)}
+        return data
 
     @model_validator(mode="after")
     def _disjoint(self) -> WritebackContract:
