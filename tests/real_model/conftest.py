@@ -21,7 +21,7 @@ import llamaserver  # noqa: E402
 
 from stargraph.llm import OpenAIChatModel  # noqa: E402
 
-API_KEY = "sk-real-model-tests"
+API_KEY = llamaserver.API_KEY
 
 
 @pytest.fixture(scope="session")

@@ -27,6 +27,8 @@ VENV: Final = Path(os.environ.get("STARGRAPH_LLAMA_VENV") or ROOT / ".venv-llama
 MODEL_FILE: Final = VENV / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 ALIAS: Final = "smollm2-135m"
 """The model name the server answers to."""
+API_KEY: Final = "sk-real-model-tests"
+"""The key the session's server asks for."""
 ENSURE_SCRIPT: Final = ROOT / "scripts" / "ensure_llama_server.sh"
 # The model loads in about 2 s; the deadline only bounds a server that never comes up.
 READY_DEADLINE_S: Final = 120.0

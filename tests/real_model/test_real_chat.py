@@ -151,7 +151,7 @@ def test_openai_shaped_requests_are_refused_once_not_retried(
     with OpenAIChatModel(
         llamaserver.ALIAS,
         base_url=llama.base_url,
-        api_key="sk-real-model-tests",
+        api_key=llamaserver.API_KEY,
         profile="openai",
         sleep=sleeps.append,
     ) as model:

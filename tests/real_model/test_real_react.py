@@ -19,7 +19,6 @@ from pathlib import Path
 import llamaserver
 import pytest
 import realagent
-from conftest import API_KEY
 
 from stargraph.checkpoint import SqliteStore
 from stargraph.llm import OpenAIChatModel
@@ -89,7 +88,7 @@ def test_a_run_killed_mid_way_resumes_without_repeating_itself(
     config = {
         "model": llamaserver.ALIAS,
         "base_url": llama.base_url,
-        "api_key": API_KEY,
+        "api_key": llamaserver.API_KEY,
         "db": str(tmp_path / "runs.db"),
         "commit_log": str(tmp_path / "commit.db"),
         "workspace": str(workspace),
@@ -149,7 +148,7 @@ def chat_model(llama: llamaserver.LlamaServer) -> OpenAIChatModel:
     return OpenAIChatModel(
         llamaserver.ALIAS,
         base_url=llama.base_url,
-        api_key=API_KEY,
+        api_key=llamaserver.API_KEY,
         profile="llama.cpp",
         timeout=120.0,
     )
