@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from test_machine_helpers import call, finish, memory_query
 
-from stargraph.errors import LaneBusy, SkillValidationError, ToolError
+from stargraph.errors import CompileError, LaneBusy, SkillValidationError, ToolError
 from stargraph.llm import OpenAIChatModel
 from stargraph.skills.machine import (
     CORE_LANE_MACHINE,
@@ -441,5 +441,11 @@ def test_B17_each_lane_has_its_own_memory_and_summary(session: LaneSession) -> N
     assert session.edge.memory.system == "You talk to the user."
     assert session.core.memory.system == "You run long jobs."
     assert session.edge.memory.window_size == session.core.memory.window_size == 50
-    with pytest.raises(ValueError, match="window must be >= 1"):
-        WorkingMemory("edge", window=0)
+    for bad in (0, -3, "50", True):
+        with pytest.raises(CompileError) as info:
+            WorkingMemory("edge", window=bad)  # type: ignore[arg-type]
+        assert [p.pointer for p in info.value.problems] == ["/window"]
+        assert f"window must be an int >= 1, got {bad!r}" in str(info.value)
+    with pytest.raises(CompileError, match=r"/kind: .*\(got 'shout'\)"):
+        small["edge"].append("shout", "hi")  # type: ignore[arg-type]
+    assert small["edge"].append("note", "after a refused event").seq == 6

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from pathlib import Path
@@ -13,6 +14,7 @@ from hypothesis import strategies as st
 from test_machine_helpers import example_doc, registry
 
 from stargraph.errors import Problem, RegistryError, SkillValidationError
+from stargraph.ir import canonical_json
 from stargraph.skills.machine import (
     MachineShape,
     SkillSpecRegistry,
@@ -21,6 +23,7 @@ from stargraph.skills.machine import (
     parse_skillspec,
     validate_machine,
 )
+from stargraph.tools import sha256_hex
 
 
 def _problems(doc: Any, source: str = "skills/x.json", **kw: Any) -> list[str]:
@@ -179,6 +182,33 @@ def test_A7_strict_load_fails_with_every_problem_and_no_registry(tmp_path: Path)
     _write(tmp_path / "g", "good", changed)
     rebuilt = SkillSpecRegistry.build(global_dir=tmp_path / "g", tools=registry())
     assert rebuilt.version != lenient.version
+
+
+def test_A7_registry_version_is_derived_from_the_specs_content(tmp_path: Path) -> None:
+    doc = example_doc()
+    first = _write(tmp_path / "one", "build", doc)
+    # Another directory, another file name, other JSON formatting and key order: same specs.
+    other = tmp_path / "two" / "renamed.json"
+    other.parent.mkdir()
+    other.write_text(json.dumps(dict(reversed(list(doc.items()))), indent=4), encoding="utf-8")
+    one = SkillSpecRegistry.build(global_dir=first.parent, tools=registry())
+    two = SkillSpecRegistry.build(agent_dir=other.parent, tools=registry())
+    assert one.version == two.version
+    expected = sha256_hex(canonical_json([spec.to_json() for spec in one]))
+    assert one.version == expected
+    # A changed spec is another version; changing it back gives the first version again
+    # (a digest of the content, not a counter or a build timestamp).
+    changed = copy.deepcopy(doc)
+    changed["states"]["plan"]["objective"] = "Plan differently."
+    _write(tmp_path / "one", "build", changed)
+    assert SkillSpecRegistry.build(global_dir=first.parent, tools=registry()).version not in (
+        one.version,
+        two.version,
+    )
+    _write(tmp_path / "one", "build", doc)
+    assert SkillSpecRegistry.build(global_dir=first.parent, tools=registry()).version == (
+        one.version
+    )
 
 
 def test_A8_agent_scope_overrides_global_and_duplicates_in_one_scope_fail(

@@ -22,6 +22,7 @@ from test_machine_helpers import (  # noqa: F401 -- fixtures
 
 from stargraph.errors import SkillValidationError
 from stargraph.llm import ChatMessage, OpenAIChatModel
+from stargraph.skills import CHOIR_NESTING, NestingProfile
 from stargraph.skills.machine import (
     PromptBuilder,
     PromptLevel,
@@ -282,6 +283,54 @@ def test_C5_parent_state_completes_only_when_the_child_exits(
         ("transition", "main", "complete"),
         ("exit", "main", "reply"),
     ]
+
+
+def test_C5_the_childs_exit_status_picks_the_parents_event(
+    server: ScriptedOpenAIServer, chat: OpenAIChatModel, arbiter: Arbiter
+) -> None:
+    # The miss path: every mapped event is the parent state's *second* transition, so a
+    # parent that took its first transition whatever the child's status would end in
+    # found/complete instead.
+    server.set_script([*DOWN_TO_SEARCH[:4], call("miss")])
+    final = _session(chat, arbiter).send("q")
+    moves = [
+        (e["kind"], e.get("schema"), e.get("on") or e.get("status"), e.get("to"))
+        for e in final.log
+        if e["kind"] in ("transition", "exit")
+    ]
+    assert moves[-6:] == [
+        ("transition", "search", "miss", "miss"),
+        ("exit", "search", "miss", None),
+        ("transition", "research", "give_up", "gave_up"),
+        ("exit", "research", "gave_up", None),
+        ("transition", "main", "fail", "reply"),
+        ("exit", "main", "reply", None),
+    ]
+    assert (final.status, final.reason) == ("exited", "reply")
+    assert len(server.chat_requests) == 5  # the parents decided nothing themselves
+
+
+def test_A17_choir_profile_refuses_a_spawned_schema_that_spawns(
+    server: ScriptedOpenAIServer, chat: OpenAIChatModel, arbiter: Arbiter
+) -> None:
+    # main (the loop) -> research is depth 1; research -> search would be a skill starting
+    # a skill.
+    with pytest.raises(SkillValidationError) as info:
+        SchemaLibrary.build([MAIN, RESEARCH, SEARCH], nesting=CHOIR_NESTING)
+    assert [p.pointer for p in info.value.problems] == ["schemas#/main"]
+    assert "spawn chain main -> research -> search" in str(info.value)
+    assert "a skill cannot start another skill" in str(info.value)
+    flat = copy.deepcopy(RESEARCH)
+    flat["states"]["plan"] = {
+        "prompt": "Decide.",
+        "transitions": RESEARCH["states"]["plan"]["transitions"],
+    }
+    library = SchemaLibrary.build([MAIN, flat], nesting=CHOIR_NESTING)
+    server.set_script([call("delegate"), call("spawn_research"), call("give_up")])
+    final = SchemaSession(library, model=chat, arbiter=arbiter).send("q")
+    assert (final.status, final.reason) == ("exited", "reply")
+    # The default profile allows the three levels; a depth-2 profile too.
+    SchemaLibrary.build([MAIN, RESEARCH, SEARCH], nesting=NestingProfile(max_depth=2))
 
 
 def test_C6_every_level_is_bounded_exit_to_parent_or_hand_back_to_user(

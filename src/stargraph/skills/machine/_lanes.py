@@ -34,6 +34,7 @@ from stargraph.errors import (
     Problem,
     SkillValidationError,
     ToolError,
+    ToolNotAllowedError,
 )
 from stargraph.llm import ChatModel
 from stargraph.skills.machine._memory import DEFAULT_WINDOW, CoreJobStart, WorkingMemory
@@ -225,9 +226,15 @@ class CoreJobLauncher:
         self, skill: str, values: dict[str, Any], reason: str, ctx: ToolContext
     ) -> dict[str, Any]:
         if ctx.lane != EDGE:
-            raise ValueError(f"core jobs start from the edge lane only (called from {ctx.lane!r})")
+            raise ToolNotAllowedError(
+                f"core jobs start from the edge lane only (called from {ctx.lane!r}); offer "
+                "core.start_job to edge-lane skills only"
+            )
         if self._session is None:
-            raise RuntimeError("the core.start_job tool is not bound to a LaneSession")
+            raise ToolError(
+                "the core.start_job tool is not bound to a LaneSession; call "
+                "launcher.bind(session) (LaneSession does it for its own launcher)"
+            )
         job = self._session.start_core_job(skill, values, origin_call=ctx.call_id, reason=reason)
         return {"status": "started", "job_id": job.job_id, "skill": job.skill}
 

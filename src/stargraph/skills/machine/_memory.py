@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
+from stargraph.errors import CompileError, Problem
 from stargraph.tools import ToolResult
 
 __all__ = [
@@ -124,8 +125,17 @@ class WorkingMemory:
         window: int = DEFAULT_WINDOW,
         summarizer: Summarizer = line_summarizer,
     ) -> None:
-        if window < 1:
-            raise ValueError(f"window must be >= 1, got {window}")
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise CompileError(
+                [
+                    Problem(
+                        "/window",
+                        f"window must be an int >= 1, got {window!r}",
+                        f"keep at least one event in full (default {DEFAULT_WINDOW})",
+                    )
+                ],
+                subject=f"working memory of lane {lane!r}",
+            )
         self.lane = lane
         self.system = system
         """The system prompt: never compacted."""
@@ -147,8 +157,21 @@ class WorkingMemory:
     def append(self, kind: EventKind, text: str, **data: JsonValue) -> MemoryEvent:
         """Append one event; events leaving the window roll into the summary."""
         with self._lock:
+            try:
+                event = MemoryEvent(seq=self._seq + 1, kind=kind, text=text, data=data)
+            except ValidationError as exc:
+                raise CompileError(
+                    [
+                        Problem(
+                            "/" + "/".join(str(p) for p in err["loc"]),
+                            f"{err['msg']} (got {err.get('input')!r})",
+                            "pass a known kind, text as str and JSON data",
+                        )
+                        for err in exc.errors(include_url=False)
+                    ],
+                    subject=f"memory event of lane {self.lane!r}",
+                ) from None
             self._seq += 1
-            event = MemoryEvent(seq=self._seq, kind=kind, text=text, data=data)
             self._window.append(event)
             self._compact()
             return event

@@ -1,0 +1,312 @@
+"""Seed rows proven on the real paths: E2 enforced where skills are registered, compiled and
+mounted; the registry's tool-presence check; decision 3 (configurable nesting depth, the
+Choir profile: a skill cannot start a skill); E8 for sets inside nested models."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from stargraph.errors import SkillValidationError, ToolError
+from stargraph.graph import END, START, Graph
+from stargraph.ir import GraphIR
+from stargraph.nodes import SubgraphNode, nesting_chain
+from stargraph.plugin import Registry, get_plugin_manager, hookimpl
+from stargraph.skills import (
+    CHOIR_NESTING,
+    DEFAULT_NESTING,
+    NestingProfile,
+    Skill,
+    SkillKind,
+    builtin_side_effects,
+)
+from stargraph.skills.markdown import parse_skill_md, skill_md_loaders
+from stargraph.skills.refs.autoresearch import RETRIEVE_TOOL, autoresearch_skill
+from stargraph.tools import ToolCall, ToolOutput, tool
+
+WRITE_EXEC = ("choir.fs.write@1.0.0", "choir.exec@1.0.0")
+
+
+class Out(BaseModel):
+    answer: str = ""
+
+
+def answer(state: Out) -> dict[str, Any]:
+    return {"answer": "42"}
+
+
+def small_graph(name: str = "scrub") -> Graph[Out]:
+    return (
+        Graph(name, state=Out)
+        .with_node("answer", answer)
+        .with_edge(START, "answer")
+        .with_edge("answer", END)
+    )
+
+
+def make_skill(
+    kind: str = "utility", tools: tuple[str, ...] = WRITE_EXEC, name: str = "scrub"
+) -> Skill:
+    """A skill built directly (no compile-time check), as a plugin or loader could."""
+    ir = small_graph(name).to_ir().model_copy(update={"outputs": ("answer",)})
+    return Skill(
+        name=name,
+        version="1.0.0",
+        kind=kind,
+        description="d",
+        subgraph=GraphIR.model_validate(ir.model_dump()),
+        state_schema=Out,
+        tools=tools,
+    )
+
+
+def refusal(exc: SkillValidationError) -> list[str]:
+    return sorted(p.message for p in exc.problems)
+
+
+UTILITY_REFUSAL = [
+    "utility skill uses tool 'choir.exec@1.0.0' whose side effect is 'write'",
+    "utility skill uses tool 'choir.fs.write@1.0.0' whose side effect is 'write'",
+]
+
+
+class Provides:
+    def __init__(self, *skills: Skill, tools: tuple[Any, ...] = ()) -> None:
+        self.skills = skills
+        self.tools = tools
+
+    @hookimpl
+    def register_skills(self, register: Any) -> None:
+        for skill in self.skills:
+            register(skill)
+
+    @hookimpl
+    def register_tools(self, register: Any) -> None:
+        for item in self.tools:
+            register(item)
+
+
+def registry_of(*skills: Skill, tools: tuple[Any, ...] = (), **options: Any) -> Registry:
+    pm = get_plugin_manager(plugins=[Provides(*skills, tools=tools)], entry_points=False)
+    return Registry.build(pm, **options)
+
+
+@tool(id="web.search@1.0.0", side_effect="read")
+def web_search(query: str) -> ToolOutput:
+    """Search the web."""
+    return ToolOutput(summary=query)
+
+
+@tool(id="mail.send@1.0.0", side_effect="external")
+def mail_send(to: str) -> ToolOutput:
+    """Send a mail."""
+    return ToolOutput(summary=to)
+
+
+# --------------------------------------------------------------------------- E2
+
+
+def test_E2_utility_skill_with_write_and_exec_tools_is_refused_where_registered() -> None:
+    with pytest.raises(SkillValidationError) as info:
+        registry_of(make_skill())
+    assert refusal(info.value) == UTILITY_REFUSAL
+    assert sorted(p.pointer.rsplit(": ", 1)[1] for p in info.value.problems) == [
+        "skills/scrub/tools/0",
+        "skills/scrub/tools/1",
+    ]
+    # The same tools in a workflow skill are fine: the rule is the utility kind's.
+    assert "scrub" in registry_of(make_skill(kind="workflow")).skills
+    # A new registry version (an approved proposal) is held to the same rule.
+    base = registry_of()
+    with pytest.raises(SkillValidationError, match="utility skill uses tool"):
+        base.with_skill(make_skill())
+    assert base.with_skill(make_skill(kind="agent")).version == base.version + 1
+
+
+def test_E2_utility_skill_with_write_and_exec_tools_is_refused_where_compiled() -> None:
+    with pytest.raises(SkillValidationError) as info:
+        Skill.from_graph(
+            small_graph(),
+            name="scrub",
+            version="1.0.0",
+            kind="utility",
+            description="d",
+            state_schema=Out,
+            tools=WRITE_EXEC,
+        )
+    assert refusal(info.value) == UTILITY_REFUSAL
+    # A tool the compile step is told about counts too: an external one is refused.
+    with pytest.raises(SkillValidationError, match=r"'mail\.send@1\.0\.0' whose side effect is"):
+        Skill.from_graph(
+            small_graph(),
+            known_tools=[mail_send],
+            name="mailer",
+            version="1.0.0",
+            kind="utility",
+            description="d",
+            state_schema=Out,
+            tools=("mail.send@1.0.0",),
+        )
+    # A SKILL.md utility workflow compiles through the same check, named by file.
+    text = (
+        "---\nname: scrub\ndescription: d\nkind: utility\n"
+        "tools: [choir.fs.read@1.0.0, choir.fs.write@1.0.0]\n"
+        "workflow:\n  - {step: read, tool: choir.fs.read@1.0.0, params: {path: a}}\n"
+        "  - {step: write, tool: choir.fs.write@1.0.0, params: {path: b, content: c}}\n---\n"
+    )
+    with pytest.raises(SkillValidationError) as md:
+        parse_skill_md(text, source="skills/scrub/SKILL.md")
+    assert [p.pointer for p in md.value.problems] == ["skills/scrub/SKILL.md#/tools/1"]
+    parse_skill_md(text.replace("kind: utility", "kind: workflow"), source="ok.md")
+
+
+def test_E2_utility_skill_with_write_and_exec_tools_is_refused_where_mounted() -> None:
+    with pytest.raises(SkillValidationError) as info:
+        SubgraphNode.from_skill(make_skill(), site="s")
+    assert refusal(info.value) == UTILITY_REFUSAL
+    read_only = make_skill(tools=("choir.fs.read@1.0.0",))
+    graph = small_graph("parent").with_node(SubgraphNode.from_skill(read_only, site="s"))
+    assert "s" in {n.id for n in graph.to_ir().nodes}
+    with pytest.raises(SkillValidationError, match=r"'mail\.send@1\.0\.0' whose side effect"):
+        SubgraphNode.from_skill(
+            make_skill(tools=("mail.send@1.0.0",)), site="s", known_tools=[mail_send]
+        )
+
+
+def test_E2_registry_build_requires_a_skills_tools_to_be_registered(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    searcher = make_skill(kind="agent", tools=("web.search@1.0.0",), name="searcher")
+    with pytest.raises(SkillValidationError) as info:
+        registry_of(searcher)
+    assert refusal(info.value) == ["tool 'web.search@1.0.0' is not registered"]
+    assert info.value.problems[0].pointer.endswith("skills/searcher/tools/0")
+    assert "searcher" in registry_of(searcher, tools=(web_search,)).skills
+    # A skill file naming an unregistered tool: strict fails, lenient skips and reports it.
+    folder = tmp_path / "agent" / "finder"
+    folder.mkdir(parents=True)
+    (folder / "SKILL.md").write_text(
+        "---\nname: finder\ndescription: d\nkind: agent\ntools: [web.search@1.0.0]\n---\n"
+    )
+    options = {"agent_dir": tmp_path / "agent", "skill_loaders": skill_md_loaders()}
+    with pytest.raises(SkillValidationError, match=r"'web\.search@1\.0\.0' is not registered"):
+        registry_of(**options)
+    with caplog.at_level(logging.WARNING, logger="stargraph.registry"):
+        lenient = registry_of(strict=False, **options)
+    assert "finder" not in lenient.skills
+    assert lenient.report.skipped == (str(folder / "SKILL.md"),)
+    assert (lenient.report.loaded, lenient.report.total_on_disk) == (0, 1)
+    assert "web.search@1.0.0" in caplog.text
+    assert "finder" in registry_of(tools=(web_search,), **options).skills
+
+
+def test_E2_default_registry_registers_every_reference_skill_tool(tmp_path: Path) -> None:
+    registry = Registry.build(get_plugin_manager(entry_points=False))
+    assert set(autoresearch_skill.tools) <= set(registry.tools)
+    assert registry.tools[RETRIEVE_TOOL].spec.side_effect == "read"
+    # Registered unbound: a call says how to bind it to stores instead of inventing results.
+    with (
+        registry.arbiter(tmp_path) as arbiter,
+        pytest.raises(ToolError, match=r"bound to no passage store.*research_arbiter"),
+    ):
+        arbiter.dispatch(ToolCall(tool=RETRIEVE_TOOL, args={"query": "x"}))
+    assert builtin_side_effects()["choir.exec@1.0.0"] == "write"
+
+
+# --------------------------------------------------------------------------- decision 3, A17
+
+
+def nested_skill(depth: int) -> Skill:
+    """A skill whose graph mounts a skill ... ``depth`` skill levels in all."""
+    skill = make_skill(kind="workflow", tools=(), name="level-1")
+    for level in range(2, depth + 1):
+        graph = small_graph(f"level-{level}").with_node(
+            SubgraphNode.from_skill(skill, site=f"inner-{level}")
+        )
+        skill = Skill.from_graph(
+            graph,
+            name=f"level-{level}",
+            version="1.0.0",
+            kind="workflow",
+            description="d",
+            state_schema=Out,
+        )
+    return skill
+
+
+def test_decision3_nesting_depth_is_configurable_and_the_choir_profile_is_depth_one() -> None:
+    three = nested_skill(3)
+    assert three.subgraph is not None
+    assert not isinstance(three.subgraph, str)
+    assert nesting_chain(three.subgraph) == ("level-2@1.0.0", "level-1@1.0.0")
+    assert DEFAULT_NESTING.max_depth == 16
+    SubgraphNode.from_skill(three, site="s")  # 3 levels: fine by default
+    SubgraphNode.from_skill(three, site="s", nesting=NestingProfile(max_depth=3))
+    with pytest.raises(SkillValidationError) as info:
+        SubgraphNode.from_skill(three, site="s", nesting=NestingProfile(name="flat", max_depth=2))
+    assert str(info.value) == (
+        "skill 'level-3' is invalid: /subgraph: level-3@1.0.0 > level-2@1.0.0 > level-1@1.0.0 "
+        "nests 3 skill levels; under the 'flat' nesting profile skills nest at most 2 levels "
+        "deep (fix: flatten the composition, or use a profile with a larger max_depth)"
+    )
+    # Choir: a skill may be mounted, but a skill that starts another skill may not.
+    assert not CHOIR_NESTING.skills_start_skills
+    SubgraphNode.from_skill(nested_skill(1), site="s", nesting=CHOIR_NESTING)
+    with pytest.raises(SkillValidationError, match="a skill cannot start another skill"):
+        SubgraphNode.from_skill(nested_skill(2), site="s", nesting=CHOIR_NESTING)
+    with pytest.raises(SkillValidationError, match=r"/max_depth: .*\(got 0\)"):
+        NestingProfile(max_depth=0)
+
+
+# --------------------------------------------------------------------------- E8
+
+
+class Leaf(BaseModel):
+    seen: set[str] = set()
+
+
+class Branch(BaseModel):
+    leaves: list[Leaf] = []
+
+
+class Ok(BaseModel):
+    seen: frozenset[str] = frozenset()
+
+
+class WithNested(BaseModel):
+    answer: str = ""
+    branch: Branch | None = None
+    ok: dict[str, Ok] = {}
+
+
+def test_E8_a_set_inside_a_nested_model_is_rejected() -> None:
+    with pytest.raises(SkillValidationError) as info:
+        Skill(
+            name="nested",
+            version="1.0.0",
+            kind=SkillKind.AGENT,
+            description="d",
+            subgraph=None,
+            state_schema=WithNested,
+        )
+    assert [p.pointer for p in info.value.problems] == [
+        "/state_schema/fields/branch/Branch/leaves/Leaf/seen"
+    ]
+    assert "field 'seen' of nested model Leaf has type set[str]" in str(info.value)
+
+    class Fine(BaseModel):
+        ok: dict[str, Ok] = {}
+        maybe: list[Ok] | None = None
+
+    Skill(
+        name="fine",
+        version="1.0.0",
+        kind="agent",
+        description="d",
+        subgraph=None,
+        state_schema=Fine,
+    )
