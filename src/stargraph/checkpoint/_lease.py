@@ -155,9 +155,8 @@ def busy_error(run_id: str, owner: RunOwner, expires: str | None) -> RunBusyErro
 
 def lease_lost(run_id: str, token: str | None, holder: RunOwner | None) -> CheckpointError:
     """The error for a write whose lease token is not the run's (any more)."""
-    if token is None:
-        assert holder is not None
-        return busy_error(run_id, holder, None)
+    if token is None and holder is not None:
+        return busy_error(run_id, holder, None)  # a writer without a lease: the run is taken
     now = f"{holder.describe()} holds it now" if holder is not None else "nobody holds it now"
     return LeaseLostError(
         f"run {run_id!r}: this process's lease on the run was lost ({now}); it stops "
