@@ -1,11 +1,13 @@
 """Regenerate the committed IR artifacts: the JSON Schema and the example IR documents.
 
 Run ``python scripts/regen_ir_artifacts.py`` after changing the IR models or the example
-graphs; ``tests/test_ir.py`` fails while either is stale.
+graphs; ``tests/test_ir.py`` fails while either is stale. It also refreshes the top-level
+``ir/`` specification (``ir/generate.py``), which ``tests/test_ir_spec.py`` keeps in step.
 """
 
 from __future__ import annotations
 
+import runpy
 from pathlib import Path
 
 import stargraph.ir
@@ -25,6 +27,9 @@ def main() -> None:
         basics.mapreduce_graph(),
     ):
         (EXAMPLES / f"{graph.name}.json").write_text(graph.to_ir().to_json(indent=True) + "\n")
+    runpy.run_path(
+        str(Path(__file__).resolve().parent.parent / "ir" / "generate.py"), run_name="__main__"
+    )
 
 
 if __name__ == "__main__":
