@@ -260,6 +260,10 @@ def test_decision3_nesting_depth_is_configurable_and_the_choir_profile_is_depth_
         SubgraphNode.from_skill(nested_skill(2), site="s", nesting=CHOIR_NESTING)
     with pytest.raises(SkillValidationError, match=r"/max_depth: .*\(got 0\)"):
         NestingProfile(max_depth=0)
+    # The compiler's own backstop for hand-written IR is the same default depth.
+    from stargraph.compile._subgraphs import MAX_DEPTH
+
+    assert DEFAULT_NESTING.max_depth == MAX_DEPTH
 
 
 # --------------------------------------------------------------------------- E8

@@ -171,6 +171,32 @@ def test_D11_any_malformed_spawn_params_raise_only_agent_config_errors(
         assert all(p.pointer.startswith("/") for p in error.problems)
 
 
+_PROFILE_KEYS = st.sampled_from(
+    ["agent_type", "skills", "permissions", "limits", "history", "tools", "tokens", "priority"]
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    model=st.sampled_from([AgentProfile, TaskNeeds, WritebackContract, ContextSnapshot]),
+    data=st.dictionaries(_PROFILE_KEYS, _VALUE)
+    | st.dictionaries(_PROFILE_KEYS, _VALUE).map(
+        lambda d: {"permissions": d, "limits": d, "history": d, "agent_type": "x"}
+    ),
+)
+def test_D9_any_malformed_agent_data_raises_only_agent_config_errors(
+    model: Any, data: dict[str, Any]
+) -> None:
+    errors: list[AgentConfigError] = []
+    try:
+        model.model_validate(data)
+    except AgentConfigError as exc:
+        errors.append(exc)
+    for error in errors:
+        assert error.problems
+        assert all(p.pointer.startswith("/") for p in error.problems)
+
+
 def test_D11_spawn_injects_params_through_the_store(store: AgentStore, tmp_path: Path) -> None:
     coder = profile("coder", skills=["archive-notes"])
     agent = store.allocate(coder, task_id="t1", pool="implementation")
