@@ -5,7 +5,7 @@ Layout (schema version 2, kept in ``<schema>.meta``; everything lives in its own
 
     runs     run_id PK, graph_name, graph_hash, code_hash, status, last_step,
              parent_run_id, parent_step, created_at, updated_at, extra (JSON or NULL),
-             lease_token, lease_owner (JSON RunOwner), lease_expires (server clock)
+             lease_token, lease_owner (JSON RunOwner but its token), lease_expires (server clock)
     steps    (run_id, step) PK, has_snapshot, payload (JSON StepRecord), crc; append-only
     pending  (run_id, step, node, idx) PK, payload (JSON PendingWrite), crc
     journal  (run_id, step, node, idx, seq) PK, kind, key, payload (JSON JournalEntry), crc
@@ -40,7 +40,14 @@ from typing import TYPE_CHECKING, Any, Final
 
 import pydantic_core
 
-from stargraph.checkpoint._lease import busy_error, effective_status, is_orphaned, lease_lost
+from stargraph.checkpoint._lease import (
+    busy_error,
+    effective_status,
+    is_orphaned,
+    lease_lost,
+    owner_blob,
+    owner_from,
+)
 from stargraph.checkpoint._records import (
     STORED_STATUSES,
     JournalEntry,
@@ -126,7 +133,7 @@ _RUN_COLUMNS: Final = (
 # What a runs row is read as: the stored columns, then the lease and whether it lapsed by
 # the server's clock.
 _RUN_SELECT: Final = (
-    f"{_RUN_COLUMNS}, lease_owner, lease_expires, lease_expires < clock_timestamp()"
+    f"{_RUN_COLUMNS}, lease_token, lease_owner, lease_expires, lease_expires < clock_timestamp()"
 )
 _EXTRA_FIELDS: Final = ("error", "stopped_by", "interrupt")
 _MAX_STEP: Final = 2**63 - 1
@@ -187,7 +194,7 @@ def _b(text: str | None, *, run_id: str) -> bytes | None:
 def _lease_columns(owner: RunOwner | None) -> tuple[str | None, bytes | None, float | None]:
     if owner is None:
         return None, None, None
-    return owner.token, owner.model_dump_json().encode(), owner.lease_s
+    return owner.token, owner_blob(owner), owner.lease_s
 
 
 def _key(run_id: str) -> bytes:
@@ -469,9 +476,9 @@ class PostgresStore:
                 if not isinstance(extra, dict) or not set(extra) <= set(_EXTRA_FIELDS):
                     raise TypeError("the extra column is not an object of error/stopped_by/...")
                 data.update(extra)
-            if row[11] is not None:
-                data["owner"] = RunOwner.model_validate_json(bytes(row[11]))
-                data["lease_expires"] = row[12].isoformat()
+            if row[12] is not None:
+                data["owner"] = owner_from(str(row[11]), bytes(row[12]))
+                data["lease_expires"] = row[13].isoformat()
             record = RunRecord.model_validate(data)
         except (ValueError, TypeError, AttributeError) as exc:  # ValidationError, Unicode...
             raise CorruptCheckpointError(
@@ -480,7 +487,7 @@ class PostgresStore:
                 run_id=run_id,
                 step=step,
             ) from exc
-        status = effective_status(record.status, record.owner, expired=bool(row[13]))
+        status = effective_status(record.status, record.owner, expired=bool(row[14]))
         return record if status == record.status else record.model_copy(update={"status": status})
 
     # ----------------------------------------------------------------- writes
@@ -530,7 +537,7 @@ class PostgresStore:
     ) -> CheckpointError:
         """Why a compare-and-set on ``(last_step, lease_token)`` matched no row."""
         row = conn.execute(
-            f"SELECT last_step, lease_owner FROM {self._s}.runs WHERE run_id = %s",
+            f"SELECT last_step, lease_token, lease_owner FROM {self._s}.runs WHERE run_id = %s",
             (_key(run_id),),
         ).fetchone()
         if row is None:
@@ -542,7 +549,7 @@ class PostgresStore:
                 run_id=run_id,
                 step=step,
             )
-        holder = None if row[1] is None else RunOwner.model_validate_json(bytes(row[1]))
+        holder = None if row[2] is None else owner_from(str(row[1]), bytes(row[2]))
         return lease_lost(run_id, owner, holder)
 
     def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
@@ -562,7 +569,7 @@ class PostgresStore:
                 held is not None
                 and held.token not in (replace, owner.token)
                 and before.status != "orphaned"
-                and not is_orphaned(held, expired=bool(row[13]))
+                and not is_orphaned(held, expired=bool(row[14]))
             ):
                 raise busy_error(run_id, held, before.lease_expires)
             token, blob, lease_s = _lease_columns(owner)

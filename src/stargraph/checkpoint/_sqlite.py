@@ -5,7 +5,7 @@ Layout (schema version 2, kept in ``meta.schema_version``)::
     runs     run_id PK, graph_name, graph_hash, code_hash, status, last_step,
              parent_run_id, parent_step, created_at, updated_at, extra (JSON or NULL:
              error / stopped_by / interrupt, only when set), lease_token, lease_owner
-             (JSON RunOwner), lease_expires (Unix seconds): the run's lease, NULL when free
+             (JSON RunOwner but its token), lease_expires (Unix seconds): the lease, NULL if free
     steps    (run_id, step) PK, has_snapshot, payload (JSON StepRecord), crc; append-only
     pending  (run_id, step, node, idx) PK, payload (JSON PendingWrite), crc
     journal  (run_id, step, node, idx, seq) PK, kind, key, payload (JSON JournalEntry), crc
@@ -45,7 +45,14 @@ from typing import Any, Final, Literal, TypeVar
 import pydantic_core
 from pydantic import BaseModel, ValidationError
 
-from stargraph.checkpoint._lease import busy_error, effective_status, is_orphaned, lease_lost
+from stargraph.checkpoint._lease import (
+    busy_error,
+    effective_status,
+    is_orphaned,
+    lease_lost,
+    owner_blob,
+    owner_from,
+)
 from stargraph.checkpoint._records import (
     STORED_STATUSES,
     JournalEntry,
@@ -264,7 +271,7 @@ def _decode_run(row: tuple[Any, ...]) -> RunRecord:
             data.update(extra)
         expired = False
         if row[12] is not None:
-            owner = RunOwner.model_validate_json(row[12])
+            owner = owner_from(str(row[11]), row[12])
             expires = float(row[13])
             expired = expires < time.time()
             data["owner"] = owner
@@ -601,14 +608,14 @@ class SqliteStore:
     def _lease_columns(owner: RunOwner | None) -> tuple[object, object, object]:
         if owner is None:
             return None, None, None
-        return owner.token, owner.model_dump_json().encode(), time.time() + owner.lease_s
+        return owner.token, owner_blob(owner), time.time() + owner.lease_s
 
     def _fence_error(
         self, conn: sqlite3.Connection, run_id: str, owner: str | None, step: int | None
     ) -> CheckpointError:
         """Why a compare-and-set on ``(last_step, lease_token)`` matched no row."""
         row = conn.execute(
-            "SELECT last_step, lease_owner FROM runs WHERE run_id = ?", (run_id,)
+            "SELECT last_step, lease_token, lease_owner FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
         if row is None:
             return self._missing(run_id)
@@ -619,7 +626,7 @@ class SqliteStore:
                 run_id=run_id,
                 step=step,
             )
-        holder = None if row[1] is None else RunOwner.model_validate_json(row[1])
+        holder = None if row[2] is None else owner_from(str(row[1]), row[2])
         return lease_lost(run_id, owner, holder)
 
     def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:

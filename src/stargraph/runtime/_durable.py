@@ -263,7 +263,7 @@ class Persistence:
         store, run_id, lease = self.store, run.run_id, self.lease
 
         def write(entry: JournalEntry) -> None:
-            if lease is not None and lease.lost.is_set():
+            if lease is not None and lease.lost:
                 # Another process took the run over: record (and so perform) nothing more.
                 raise LeaseLostError(
                     f"run {run_id!r}: this process's lease on the run was taken over; node "
