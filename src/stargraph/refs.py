@@ -5,6 +5,12 @@ another process and loaded again. A callable that has no stable import path (a l
 closure, a method of a local class) cannot be referenced by path; give it a registry id
 instead (``with_node("n", fn, ref="myns.name")``).
 
+A script run as ``python triage.py`` is the module ``__main__``, a name no other process can
+import. Refs never say ``__main__``: they name the module the script's file is importable as
+(``triage:classify``), so the graph hashes the same whether it was built by the script or
+imported by ``stargraph run triage:graph``; in the script's own process such a ref resolves to
+the running ``__main__`` module (the file is not imported, and run, a second time).
+
 Resolving a ref imports its module and later calls what it names, so an IR file is code:
 loading one from someone else runs whatever it points at. :func:`trusted_modules` limits
 resolution to modules you name (``docs/trust.md``).
@@ -17,12 +23,23 @@ import contextlib
 import contextvars
 import importlib
 import inspect
+import keyword
+import sys
 from collections.abc import Iterable, Iterator
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from stargraph.errors import Problem
 
-__all__ = ["ref_of", "resolve_ref", "trusted_modules", "try_ref_of"]
+__all__ = [
+    "importable_name",
+    "module_name_for_file",
+    "ref_of",
+    "resolve_ref",
+    "trusted_modules",
+    "try_ref_of",
+]
 
 # The module prefixes refs may resolve under, or None for no restriction (the default).
 _TRUSTED: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVar(
@@ -30,8 +47,76 @@ _TRUSTED: contextvars.ContextVar[tuple[str, ...] | None] = contextvars.ContextVa
 )
 
 
+def module_name_for_file(path: str | Path) -> tuple[str, Path] | None:
+    """The dotted module name a ``.py`` file is imported as, and the folder that must be on
+    ``sys.path`` for that; ``None`` when no import statement can name it.
+
+    Folders holding an ``__init__.py`` are packages, so ``app/flows/triage.py`` inside package
+    ``app`` is ``app.flows.triage`` under the folder above ``app``; a file outside a package
+    is its stem. A name part that is not an identifier (``my-flow.py``) has no import name.
+    """
+    file = Path(path).resolve()
+    if file.suffix != ".py":
+        return None
+    parts = [] if file.stem == "__init__" else [file.stem]
+    folder = file.parent
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if not parts or not all(p.isidentifier() and not keyword.iskeyword(p) for p in parts):
+        return None
+    return ".".join(parts), folder
+
+
+# __main__'s importable name, by the script's path (the path walk costs a few stat calls).
+_MAIN_NAMES: dict[str, str | None] = {}
+
+
+def _main_name() -> str | None:
+    """The name the running ``__main__`` module is importable as, if it has one."""
+    main = sys.modules.get("__main__")
+    spec = getattr(main, "__spec__", None)
+    name = getattr(spec, "name", None)
+    if isinstance(name, str) and name and name != "__main__":
+        return name  # python -m pkg.mod: the module's own name
+    file = getattr(main, "__file__", None)
+    if not isinstance(file, str) or not file:
+        return None  # an interactive session, python -c, a notebook: nothing to import
+    if file not in _MAIN_NAMES:
+        found = module_name_for_file(file)
+        _MAIN_NAMES[file] = found[0] if found is not None else None
+    return _MAIN_NAMES[file]
+
+
+def importable_name(module: str) -> str:
+    """``module``, except that ``__main__`` becomes the name its file is importable as.
+
+    ``python triage.py`` runs ``triage.py`` as ``__main__``; its functions are named
+    ``triage:...`` so another process (``stargraph resume``, a worker) finds them. A
+    ``__main__`` without an importable file (``python -c``, a notebook, ``my-flow.py``)
+    stays ``__main__``.
+    """
+    if module != "__main__":
+        return module
+    return _main_name() or module
+
+
+def _module(name: str) -> ModuleType:
+    """Import ``name``; the script running as ``__main__`` answers for its own name."""
+    found = sys.modules.get(name)
+    if found is not None:
+        return found
+    if name != "__main__" and name == _main_name():
+        return sys.modules["__main__"]
+    return importlib.import_module(name)
+
+
 def try_ref_of(obj: Any) -> str | Problem:
-    """``module:qualname`` of ``obj``, or a :class:`Problem` saying why it has none."""
+    """``module:qualname`` of ``obj``, or a :class:`Problem` saying why it has none.
+
+    An object defined by a script run as ``__main__`` is named by the module the script is
+    importable as (see :func:`importable_name`).
+    """
     module = getattr(obj, "__module__", None)
     qualname = getattr(obj, "__qualname__", None)
     name = getattr(obj, "__name__", repr(obj))
@@ -49,6 +134,7 @@ def try_ref_of(obj: Any) -> str | Problem:
             "define it at module level, or pass ref='ns.name' to with_node and supply the "
             "callable with Graph(..., impls={'ns.name': fn}) when loading the IR",
         )
+    module = importable_name(module)
     ref = f"{module}:{qualname}"
     try:
         # The object is already in hand: naming it is not resolving a ref from outside, so
@@ -159,7 +245,7 @@ def resolve_ref(ref: str) -> Any:
 
 
 def _import(module_name: str, qualname: str) -> Any:
-    obj: Any = importlib.import_module(module_name)
+    obj: Any = _module(module_name)
     for part in qualname.split("."):
         obj = getattr(obj, part)
     return obj
@@ -173,12 +259,12 @@ def _resolve_trusted(ref: str, module_name: str, qualname: str, trusted: tuple[s
         raise _untrusted(ref, "only exception classes may be named from builtins", trusted)
     if not _under(module_name, trusted):
         raise _untrusted(ref, f"module {module_name!r} is not trusted", trusted)
-    obj: Any = importlib.import_module(module_name)
+    obj: Any = _module(module_name)
     for part in qualname.split("."):
         obj = getattr(obj, part)
         if inspect.ismodule(obj):
             raise _untrusted(ref, f"{part!r} is a module reached through {module_name!r}", trusted)
     defined_in = getattr(obj, "__module__", None)
-    if isinstance(defined_in, str) and not _under(defined_in, trusted):
+    if isinstance(defined_in, str) and not _under(importable_name(defined_in), trusted):
         raise _untrusted(ref, f"it names an object defined in {defined_in!r}", trusted)
     return obj

@@ -20,7 +20,7 @@ from pydantic_core import PydanticUndefined
 from stargraph.errors import Problem
 from stargraph.ir import FieldIR, StateSchemaIR, content_hash
 from stargraph.reducers import BUILTIN_REDUCERS, Reducer
-from stargraph.refs import resolve_ref, try_ref_of
+from stargraph.refs import importable_name, resolve_ref, try_ref_of
 
 __all__ = [
     "Channel",
@@ -59,7 +59,7 @@ def type_repr(tp: Any) -> str:
     if isinstance(tp, type):
         if tp.__module__ == "builtins":
             return tp.__qualname__
-        name = f"{tp.__module__}.{tp.__qualname__}"
+        name = f"{importable_name(tp.__module__)}.{tp.__qualname__}"
         if issubclass(tp, BaseModel):
             return f"{name}#{content_hash(tp.model_json_schema())[7:23]}"
         return name

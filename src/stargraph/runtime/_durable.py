@@ -52,6 +52,7 @@ from stargraph.errors import (
     LeaseLostError,
     RunBusyError,
 )
+from stargraph.refs import importable_name
 from stargraph.runtime._plan import Task
 from stargraph.runtime._run import Run, jsonable
 from stargraph.state import Channel
@@ -90,7 +91,9 @@ def code_hash(fns: Sequence[Callable[..., Any]]) -> str:
             # A subgraph node: the code of its child graph, hashed the same way.
             parts.append(f"subgraph\n{nested}")
             continue
-        name = f"{getattr(fn, '__module__', '?')}:{getattr(fn, '__qualname__', repr(fn))}"
+        # A script's functions hash alike run as __main__ or imported (refs name them so too).
+        module = importable_name(str(getattr(fn, "__module__", "?")))
+        name = f"{module}:{getattr(fn, '__qualname__', repr(fn))}"
         try:
             source = inspect.getsource(fn)
         except (OSError, TypeError):
