@@ -382,7 +382,8 @@ class LockTimeoutError(ToolError, TimeoutError):
 
 
 class ToolTimeoutError(ToolError, TimeoutError):
-    """A tool ran longer than its ``timeout_s``; its locks were released."""
+    """A tool ran longer than its ``timeout_s``; its locks are released once its body has
+    stopped."""
 
 
 class LLMError(RunError):

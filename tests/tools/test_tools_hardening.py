@@ -203,7 +203,8 @@ def test_issue25_item7_a_cancelled_async_waiter_leaves_nothing_queued() -> None:
     held = locks.acquire([LockRequest("r", "X")], owner="holder")
 
     async def main() -> None:
-        task = asyncio.ensure_future(locks.acquire_async([LockRequest("r", "X")], owner="w"))
+        waiter = locks.acquire_async([LockRequest("r", "X")], owner="w", timeout=30)
+        task = asyncio.ensure_future(waiter)
         while locks.waiting == 0:
             await asyncio.sleep(0)
         task.cancel()
@@ -390,15 +391,15 @@ def test_issue25_item13_tail_truncation_is_detected_by_the_anchor(tmp_path: Path
     path = tmp_path / "log.db"
     log = SqliteCommitLog(path)
     for n in range(1, 5):
-        log.append(_entry(n))
-    head = log.head()
-    assert head.seq == 4
+        last = log.append(_entry(n))
+    head = CommitHead(seq=last.seq, hash=last.hash)
     log.close()
     _damage(path, "DELETE FROM commit_log WHERE seq >= 3")
     reopened = SqliteCommitLog(path)
     assert len(reopened) == 2
     assert reopened.verify_chain() == 3  # the old code said None: a shorter chain is valid
     assert reopened.verify_chain(expected_head=head) == 3
+    assert reopened.head() == CommitHead(seq=2, hash=reopened.records()[1].hash)
     # An append after the truncation does not bless it.
     reopened.append(_entry(5))
     assert reopened.verify_chain() == 3
@@ -584,3 +585,34 @@ def test_issue25_item13_search_skips_hard_linked_files(
     assert arbiter.dispatch(ToolCall(tool="choir.fs.read", args={"path": "own.txt"})).payload
     arbiter.dispatch(ToolCall(tool="choir.fs.write", args={"path": "new.txt", "content": "x"}))
     assert os.stat(workspace / "new.txt").st_nlink == 1
+
+
+def test_issue25_item13_a_log_written_before_anchors_is_anchored_at_first_open(
+    tmp_path: Path,
+) -> None:
+    """Trust on first use for unkeyed logs (documented); a keyed open of such a log cannot
+    vouch for its head and says so."""
+    path = tmp_path / "old.db"
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("CREATE TABLE commit_log (seq INTEGER PRIMARY KEY, record BLOB NOT NULL)")
+    prev = GENESIS_HASH
+    for seq in range(1, 4):
+        record, data = seal(_entry(seq), seq=seq, prev_hash=prev)
+        conn.execute("INSERT INTO commit_log VALUES (?, ?)", (seq, data))
+        prev = record.hash
+    conn.close()
+    copy = tmp_path / "copy.db"
+    copy.write_bytes(path.read_bytes())
+
+    keyed = SqliteCommitLog(copy, key=b"k" * 32)
+    assert keyed.verify_chain() == 3  # no anchor the key could have made
+    keyed.close()
+
+    log = SqliteCommitLog(path)
+    assert log.verify_chain() is None
+    assert log.head() == CommitHead(seq=3, hash=prev)
+    assert log.append(_entry(4)).prev_hash == prev
+    assert log.verify_chain() is None
+    log.close()
+    _damage(path, "DELETE FROM commit_log WHERE seq = 4")
+    assert SqliteCommitLog(path).verify_chain() == 4

@@ -10,7 +10,9 @@
 6. **execute** under the tool's timeout (sync bodies on a worker thread, async bodies awaited);
 7. **append** the outcome to the hash-chained commit log (plus an audit record for
    ``side_effect="external"``);
-8. **release** the locks (also after exceptions and timeouts);
+8. **release** the locks (also after exceptions and timeouts; a timed-out body that is still
+   running on its worker thread keeps them until it returns, and its real end is appended
+   to the commit log then as ``late_success``/``late_error``);
 9. **return** a :class:`ToolResult`, or raise a typed :class:`~stargraph.errors.ToolError`.
 
 Steps 1-4 run before anything is locked or executed, so a refused call never reaches the

@@ -85,9 +85,10 @@ class _Ticket:
     owner: str
     modes: dict[str, ResourceMode]
     granted: bool = field(default=False)
-    # Set for an asyncio waiter: called (under the mutex) whenever the grant state may have
-    # changed, instead of the waiter blocking a thread on the condition.
+    # An asyncio waiter: granted by whoever frees its resources (under the mutex), then woken
+    # with this, instead of blocking a thread on the condition.
     wake: Callable[[], None] | None = field(default=None)
+    lease: Lease | None = field(default=None)
 
 
 class LockManager:
@@ -181,51 +182,42 @@ class LockManager:
             if self._grantable(ticket):
                 return self._grant(ticket)
             loop = asyncio.get_running_loop()
-            changed = asyncio.Event()
+            granted = asyncio.Event()
 
             def wake() -> None:
                 # RuntimeError: the waiter's loop is closed, so there is nobody to wake.
                 with contextlib.suppress(RuntimeError):
-                    loop.call_soon_threadsafe(changed.set)
+                    loop.call_soon_threadsafe(granted.set)
 
             ticket.wake = wake
-        deadline = None if timeout is None else loop.time() + timeout
+        handed_over = False
         try:
-            while True:
-                remaining = None if deadline is None else deadline - loop.time()
-                try:
-                    async with asyncio.timeout(remaining):
-                        await changed.wait()
-                except TimeoutError:
-                    with self._cond:
-                        if not self._grantable(ticket):
-                            raise self._timeout_error(ticket, timeout) from None
-                        return self._grant(ticket)
-                # Clear before looking: a release after the look sets the event again.
-                changed.clear()
+            try:
+                async with asyncio.timeout(timeout):
+                    await granted.wait()
+            except TimeoutError:
                 with self._cond:
-                    if self._grantable(ticket):
-                        return self._grant(ticket)
+                    if not ticket.granted:
+                        raise self._timeout_error(ticket, timeout) from None
+            if ticket.lease is None:  # pragma: no cover - granted always comes with a lease
+                raise RuntimeError(f"lock ticket of {owner!r} woken without a lease")
+            handed_over = True
+            return ticket.lease
         finally:
-            if not ticket.granted:
+            if not handed_over:
                 with self._cond:
-                    self._queue.remove(ticket)
-                    # A removed waiter may have been what later requests queued behind.
-                    self._wake_all()
+                    if ticket.lease is not None:
+                        # Granted while the task was being cancelled: give it straight back.
+                        self._release_locked(ticket.lease)
+                    else:
+                        self._queue.remove(ticket)
+                        # A removed waiter may have been what later requests queued behind.
+                        self._wake_all()
 
     def release(self, lease: Lease) -> None:
         """Return every lock of ``lease`` and wake waiters. Releasing twice is an error."""
         with self._cond:
-            if self._leases.pop(lease.id, None) is None:
-                raise RuntimeError(f"lease {lease.id} of {lease.owner!r} is not held")
-            for resource, mode in lease.modes.items():
-                counts = self._held[resource]
-                counts[mode] -= 1
-                if counts[mode] == 0:
-                    del counts[mode]
-                if not counts:
-                    del self._held[resource]
-            self._wake_all()
+            self._release_locked(lease)
 
     @contextmanager
     def hold(
@@ -255,11 +247,28 @@ class LockManager:
 
     # ----------------------------------------------------------------------- internals
 
+    def _release_locked(self, lease: Lease) -> None:
+        if self._leases.pop(lease.id, None) is None:
+            raise RuntimeError(f"lease {lease.id} of {lease.owner!r} is not held")
+        for resource, mode in lease.modes.items():
+            counts = self._held[resource]
+            counts[mode] -= 1
+            if counts[mode] == 0:
+                del counts[mode]
+            if not counts:
+                del self._held[resource]
+        self._wake_all()
+
     def _wake_all(self) -> None:
-        """Wake every waiter, threads and asyncio tasks alike (the mutex is held)."""
+        """Wake the waiting threads, and grant asyncio waiters that can go now (the mutex is
+        held). Granting here, not when their task next runs, keeps them from stalling the
+        queue while their loop is busy, and keeps FIFO order exact (queue order)."""
         self._cond.notify_all()
-        for ticket in self._queue:
-            if ticket.wake is not None:
+        if not self._queue:
+            return
+        for ticket in list(self._queue):
+            if ticket.wake is not None and self._grantable(ticket):
+                ticket.lease = self._grant(ticket)
                 ticket.wake()
 
     def _conflicts(self, a: Mapping[str, str], b: Mapping[str, str]) -> bool:

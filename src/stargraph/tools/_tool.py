@@ -83,7 +83,7 @@ class ToolContext:
 
     ``secrets`` holds only the tool's declared ``secret_resources`` (B13). ``cancelled`` is set
     when the call timed out: a long-running Python body should check it, because a thread
-    cannot be stopped from outside.
+    cannot be stopped from outside (and the call's locks stay held until the body returns).
     """
 
     tool: str

@@ -4,7 +4,9 @@ Why not ``concurrent.futures.ThreadPoolExecutor``: its submit/result round trip 
 here, which alone would blow the dispatch budget (issue 6 asks for < 100 µs per call); a
 ``SimpleQueue`` plus ``Event`` hand-off costs ~15 µs. The pool grows whenever no worker is
 idle, because a timed-out body keeps its thread (Python threads cannot be killed) and must not
-starve later calls; idle workers are reused.
+starve later calls; idle workers are reused. A caller that stops waiting for a job hands it a
+callback (:meth:`WorkerPool.abandon`) that runs on the worker when the job really ends: the
+arbiter releases the call's locks there.
 """
 
 from __future__ import annotations
@@ -166,15 +168,14 @@ class _Alarm:
     """The state of one :func:`call_with_alarm`: armed until the body is over; ``fired``
     counts the firings past the deadline (any firing makes the outcome a timeout)."""
 
-    __slots__ = ("armed", "fired", "previous_profile", "previous_trace", "stop", "traced")
+    __slots__ = ("armed", "fired", "previous_profile", "previous_trace", "traced")
 
-    def __init__(self, stop: FrameType) -> None:
+    def __init__(self) -> None:
         self.armed = True
         self.fired = 0
         self.traced = False
         self.previous_trace: Any = None
         self.previous_profile: Any = None
-        self.stop = stop  # call_with_alarm's own frame: the frames below it are the body's
 
     def on_alarm(self, signum: int, frame: FrameType | None) -> None:
         if not self.armed:
@@ -188,8 +189,11 @@ class _Alarm:
         """Make every line the body runs raise, so no ``except BaseException`` (not even in
         nested loops) can absorb the deadline. A raising trace function is uninstalled by
         the interpreter, so a profile function (which never raises) puts it back."""
+        # The body's frames are those below call_with_alarm's own (found by its code object,
+        # not kept as a reference: a frame held by this state would make a reference cycle,
+        # and garbage to collect, on every dispatch).
         body: list[FrameType] = []
-        while frame is not None and frame is not self.stop:
+        while frame is not None and frame.f_code is not _CALL_WITH_ALARM_CODE:
             body.append(frame)
             frame = frame.f_back
         if frame is None:
@@ -245,7 +249,7 @@ def call_with_alarm(fn: Callable[[], Any], timeout: float) -> Any:
     What no timer can stop is a body stuck inside one C call that never returns to the
     interpreter (a huge regex match, a native extension loop).
     """
-    state = _Alarm(sys._getframe())
+    state = _Alarm()
     previous = _signal.signal(_SIGALRM, state.on_alarm)
     value: Any = None
     error: BaseException | None = None
@@ -269,3 +273,6 @@ def call_with_alarm(fn: Callable[[], Any], timeout: float) -> Any:
     if error is not None:
         raise error
     return value
+
+
+_CALL_WITH_ALARM_CODE: Final = call_with_alarm.__code__
