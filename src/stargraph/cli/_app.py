@@ -27,6 +27,7 @@ from stargraph.cli._load import (
     archive_ir,
     archived_ir,
     compile_target,
+    importable_cwd,
     load_target,
     open_store,
     parse_json,
@@ -88,10 +89,12 @@ class _Group(click.Group):
 def cli(debug: bool) -> None:
     """stargraph: compile agent workflows into content-hashed graphs and run them durably.
 
-    GRAPH arguments are an IR JSON file or a Python reference `module:attr` to a Graph, a
-    CompiledGraph, or a function returning one (imported with the current directory on
-    sys.path). Runs are kept in SQLite (--db, default .stargraph/stargraph.db).
+    GRAPH arguments are a Python file (triage.py, or triage.py:graph to pick one graph), a
+    reference module:attr to a Graph, a CompiledGraph or a function returning one, or an IR
+    JSON file. Every command imports your code with the current directory on sys.path.
+    Runs are kept in SQLite (--db, default .stargraph/stargraph.db).
     """
+    importable_cwd()
 
 
 # --------------------------------------------------------------------------- graphs
@@ -469,8 +472,7 @@ def _implementation(ref: str) -> Any:
     from stargraph.refs import resolve_ref
     from stargraph.tools import ToolSpec
 
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    importable_cwd()
     try:
         obj = resolve_ref(ref)
     except (ImportError, AttributeError) as exc:

@@ -1,8 +1,11 @@
 """Turning command-line arguments into graphs, stores and JSON values.
 
-A graph argument is either an IR JSON file or ``module:attr``, where ``attr`` (a dotted
-path inside the module) is a ``Graph``, a ``CompiledGraph``, or a zero-argument callable
-returning one. The current directory is put on ``sys.path`` first, as ``python -m`` does.
+A graph argument is an IR JSON file, a Python file ``triage.py[:attr]`` or ``module:attr``,
+where ``attr`` (a dotted path inside the module) is a ``Graph``, a ``CompiledGraph``, or a
+zero-argument callable returning one; a Python file without ``:attr`` stands for its one graph
+(or the one called ``graph``). The current directory is put on ``sys.path`` first, as
+``python -m`` does, and a Python file is imported by its module name (``triage``), so its
+graph hashes the same as when the script runs it.
 """
 
 from __future__ import annotations
@@ -13,11 +16,13 @@ import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 from typing import Any, Final
 
 import click
 
 from stargraph.checkpoint import CheckpointStore, SqliteStore
+from stargraph.errors import StargraphError
 from stargraph.graph import Graph
 from stargraph.ir import GraphIR
 from stargraph.runtime import CompiledGraph
@@ -30,6 +35,7 @@ __all__ = [
     "archive_ir",
     "archived_ir",
     "compile_target",
+    "importable_cwd",
     "load_target",
     "open_store",
     "parse_json",
@@ -63,40 +69,134 @@ class Target:
     compiled: CompiledGraph[Any] | None = None
 
 
+def importable_cwd() -> None:
+    """Put the current folder first on ``sys.path`` (as ``python -m`` does), once.
+
+    Every command calls it before it imports user code, so ``module:attr`` arguments and the
+    refs of an archived graph resolve the same way whichever command reads them.
+    """
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+
+
+_GRAPH_FILE_SUFFIXES: Final = (".json",)
+
+
 def load_target(spec: str) -> Target:
-    """Load ``spec`` (an IR JSON file or ``module:attr``) without compiling it."""
+    """Load ``spec`` without compiling it: an IR JSON file, a Python file ``file.py[:attr]``
+    or a reference ``module:attr``."""
+    importable_cwd()
     path = Path(spec)
     if path.is_file():
-        try:
-            text = path.read_bytes()
-        except OSError as exc:
-            raise CliError(f"cannot read {spec}: {exc.strerror or exc}") from exc
-        return Target(spec, GraphIR.from_json(text, source=str(path)))
-    if path.suffix.lower() == ".json" or os.sep in spec:
+        if path.suffix == ".py":
+            return _from_module(spec, _import_file(spec, path), None)
+        return _from_ir_file(spec, path)
+    file_part, colon, attr = spec.rpartition(":")
+    if colon and file_part.endswith(".py"):
+        if not Path(file_part).is_file():
+            raise CliError(f"no such file: {file_part} (from {spec!r})")
+        if not attr:
+            raise CliUsageError(
+                f"{spec!r} names no attribute; pass {file_part}:NAME or {file_part}"
+            )
+        return _from_module(spec, _import_file(spec, Path(file_part)), attr)
+    if path.suffix.lower() in (*_GRAPH_FILE_SUFFIXES, ".py") or os.sep in spec:
         raise CliError(f"no such file: {spec}")
     module_name, colon, attr = spec.partition(":")
     if not colon or not module_name or not attr or os.sep in module_name:
         raise CliUsageError(
-            f"{spec!r} is neither an existing file nor a 'module:attr' reference; pass an IR "
-            "JSON file (e.g. graph.json) or a Python reference (e.g. myapp.graphs:graph)"
+            f"{spec!r} is neither an existing file nor a 'module:attr' reference; pass a Python "
+            "file (triage.py or triage.py:graph), a reference (e.g. myapp.graphs:graph) or an "
+            "IR JSON file (e.g. graph.json)"
         )
-    if "" not in sys.path and os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
+    return _from_module(spec, _import_module(spec, module_name), attr)
+
+
+def _from_ir_file(spec: str, path: Path) -> Target:
     try:
-        module = importlib.import_module(module_name)
+        text = path.read_bytes()
+    except OSError as exc:
+        raise CliError(f"cannot read {spec}: {exc.strerror or exc}") from exc
+    if path.suffix.lower() not in _GRAPH_FILE_SUFFIXES and not text.lstrip().startswith(b"{"):
+        raise CliUsageError(
+            f"{spec} is neither an IR JSON file nor a Python file (.py); pass triage.py, "
+            "triage.py:graph, myapp.graphs:graph or graph.json"
+        )
+    return Target(spec, GraphIR.from_json(text, source=str(path)))
+
+
+def _import_module(spec: str, module_name: str) -> ModuleType:
+    """Import the user's module, telling a missing module from a failure inside it."""
+    try:
+        return importlib.import_module(module_name)
     except ImportError as exc:
+        missing = getattr(exc, "name", None)
+        if (
+            isinstance(exc, ModuleNotFoundError)
+            and missing is not None
+            and (module_name == missing or module_name.startswith(missing + "."))
+        ):
+            raise CliError(
+                f"cannot import module {module_name!r} (from {spec!r}): {exc}; run the command "
+                "from your project directory or add it to PYTHONPATH"
+            ) from exc
+        raise CliError(_in_user_code(f"importing {module_name!r}", exc)) from exc
+    except Exception as exc:
+        raise CliError(_in_user_code(f"importing {module_name!r}", exc)) from exc
+
+
+def _in_user_code(what: str, exc: BaseException) -> str:
+    """A failure raised by the user's own code: say so, and where to look."""
+    return (
+        f"{what} raised {type(exc).__name__}: {exc}; this is an error in your code, not in "
+        "stargraph - rerun with --debug for the traceback"
+    )
+
+
+def _import_file(spec: str, path: Path) -> ModuleType:
+    """Import ``path`` by the module name its location gives it (so refs of its functions
+    are the same as when the module is imported by name), with its root on ``sys.path``."""
+    from stargraph.refs import module_name_for_file
+
+    found = module_name_for_file(path)
+    if found is None:
+        stem = path.stem.replace("-", "_").replace(" ", "_")
+        raise CliUsageError(
+            f"{path} has no Python module name (a graph's nodes are referenced by module name, "
+            f"so its file must be importable); rename it, e.g. to {stem}.py"
+        )
+    name, root = found
+    if str(root) not in sys.path:
+        sys.path.insert(0, str(root))
+    loaded = sys.modules.get(name)
+    loaded_file = getattr(loaded, "__file__", None)
+    if loaded is not None and (not loaded_file or Path(loaded_file).resolve() != path.resolve()):
         raise CliError(
-            f"cannot import module {module_name!r} (from {spec!r}): {exc}; run the command from "
-            "your project directory or add it to PYTHONPATH"
-        ) from exc
-    obj: Any = module
-    for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError as exc:
-            raise CliError(f"module {module_name!r} has no attribute {attr!r}") from exc
+            f"{spec}: module {name!r} is already imported from {loaded_file or 'elsewhere'}; "
+            "rename your file so its module name is its own"
+        )
+    return _import_module(spec, name)
+
+
+def _from_module(spec: str, module: ModuleType, attr: str | None) -> Target:
+    if attr is None:
+        obj, attr = _only_graph(spec, module)
+    else:
+        obj = module
+        for part in attr.split("."):
+            try:
+                obj = getattr(obj, part)
+            except AttributeError as exc:
+                raise CliError(
+                    f"module {module.__name__!r} has no attribute {attr!r} (from {spec!r})"
+                ) from exc
     if not isinstance(obj, Graph | CompiledGraph) and callable(obj):
-        obj = obj()
+        try:
+            obj = obj()
+        except StargraphError:
+            raise
+        except Exception as exc:
+            raise CliError(_in_user_code(f"calling {module.__name__}.{attr}()", exc)) from exc
     if isinstance(obj, Graph):
         return Target(spec, obj.to_ir(), graph=obj)
     if isinstance(obj, CompiledGraph):
@@ -105,6 +205,29 @@ def load_target(spec: str) -> Target:
         f"{spec!r} is a {type(obj).__name__}, not a Graph, a CompiledGraph or a zero-argument "
         "function returning one"
     )
+
+
+def _only_graph(spec: str, module: ModuleType) -> tuple[Any, str]:
+    """The graph a Python file defines when no attribute is named: its one ``Graph`` (or
+    ``CompiledGraph``) at module level; with several, the one called ``graph``."""
+    found = {
+        name: value
+        for name, value in vars(module).items()
+        if not name.startswith("_") and isinstance(value, Graph | CompiledGraph)
+    }
+    if len(found) == 1:
+        [(name, value)] = found.items()
+        return value, name
+    if "graph" in found:
+        return found["graph"], "graph"
+    file = spec.rpartition(":")[0] if spec.endswith(":") else spec
+    if not found:
+        raise CliUsageError(
+            f"{file} defines no Graph at module level; pass {file}:NAME with a Graph, a "
+            "CompiledGraph or a function returning one"
+        )
+    names = ", ".join(f"{file}:{name}" for name in sorted(found))
+    raise CliUsageError(f"{file} defines several graphs; pick one: {names}")
 
 
 def compile_target(
