@@ -25,7 +25,7 @@ from stargraph.cli._load import (
     CliUsageError,
     Target,
     archive_ir,
-    archived_ir,
+    archived_target,
     compile_target,
     importable_cwd,
     load_target,
@@ -104,8 +104,11 @@ def cli(debug: bool) -> None:
 @click.argument("graph")
 def compile_command(graph: str) -> None:
     """Validate GRAPH (every problem at once) and print its graph hash."""
+    from stargraph.checkpoint import MemoryStore
+
     target = load_target(graph)
-    app = compile_target(target)
+    # With a store, as `run` compiles it: a graph that interrupts needs one and is valid.
+    app = compile_target(target, store=MemoryStore())
     click.echo(app.graph_hash)
 
 
@@ -268,7 +271,7 @@ def run_command(
     run_id = run_id or f"run-{secrets.token_hex(6)}"
     with open_store(db, must_exist=False) as store:
         app = compile_target(target, store=store, max_steps=max_steps)
-        archive_ir(db, app.ir)
+        archive_ir(db, app.ir, spec=graph)
         try:
             outcome = _drive(app.stream(data or {}, run_id=run_id), _view(live, quiet))
         except RunError as exc:
@@ -333,17 +336,17 @@ def resume_command(
 
 
 def _graph_for(spec: str | None, db: str, graph_hash: str, purpose: str) -> Target:
-    """The graph named by ``--graph``, else the IR archived for ``graph_hash``."""
+    """The graph named by ``--graph``, else the one ``stargraph run`` archived for the hash."""
     if spec is not None:
         return load_target(spec)
-    ir = archived_ir(db, graph_hash)
-    if ir is None:
+    target = archived_target(db, graph_hash)
+    if target is None:
         raise CliUsageError(
-            f"the graph {graph_hash} of this run is not archived beside {db}; pass --graph "
-            f"FILE|module:attr with the graph that made the run to {purpose}"
+            f"the graph {graph_hash} of this run is not archived beside {db} (runs started "
+            f"from Python are not); pass --graph FILE.py|module:attr with the graph that made "
+            f"the run to {purpose}"
         )
-    archive = Path(db).parent / "graphs" / f"{graph_hash.removeprefix('sha256:')}.json"
-    return Target(str(archive), ir)
+    return target
 
 
 # --------------------------------------------------------------------------- rules

@@ -2,8 +2,8 @@
 
 A graph argument is an IR JSON file, a Python file ``triage.py[:attr]`` or ``module:attr``,
 where ``attr`` (a dotted path inside the module) is a ``Graph``, a ``CompiledGraph``, or a
-zero-argument callable returning one; a Python file without ``:attr`` stands for its one graph
-(or the one called ``graph``). The current directory is put on ``sys.path`` first, as
+zero-argument callable returning one; a Python file without ``:attr`` stands for the graph it
+defines (see :func:`_only_graph`). The current directory is put on ``sys.path`` first, as
 ``python -m`` does, and a Python file is imported by its module name (``triage``), so its
 graph hashes the same as when the script runs it.
 """
@@ -34,6 +34,7 @@ __all__ = [
     "Target",
     "archive_ir",
     "archived_ir",
+    "archived_target",
     "compile_target",
     "importable_cwd",
     "load_target",
@@ -208,16 +209,19 @@ def _from_module(spec: str, module: ModuleType, attr: str | None) -> Target:
 
 
 def _only_graph(spec: str, module: ModuleType) -> tuple[Any, str]:
-    """The graph a Python file defines when no attribute is named: its one ``Graph`` (or
-    ``CompiledGraph``) at module level; with several, the one called ``graph``."""
+    """The graph a Python file defines when no attribute is named: its one ``Graph`` or
+    ``CompiledGraph`` at module level; with several, its one ``CompiledGraph`` (which carries
+    its services, such as a chat model), else the one called ``graph``."""
     found = {
         name: value
         for name, value in vars(module).items()
         if not name.startswith("_") and isinstance(value, Graph | CompiledGraph)
     }
-    if len(found) == 1:
-        [(name, value)] = found.items()
-        return value, name
+    compiled = {name: value for name, value in found.items() if isinstance(value, CompiledGraph)}
+    for candidates in (found, compiled):
+        if len(candidates) == 1:
+            [(name, value)] = candidates.items()
+            return value, name
     if "graph" in found:
         return found["graph"], "graph"
     file = spec.rpartition(":")[0] if spec.endswith(":") else spec
@@ -290,30 +294,78 @@ def parse_json(value: str | None, option: str) -> Any:
 
 
 # The store keeps runs, not graphs. The CLI files the IR of every graph it runs beside the
-# database, by hash, so `show`, `diff` and `resume` can find a run's graph without --graph.
+# database, by hash, so `show`, `diff` and `resume` can find a run's graph without --graph;
+# and the GRAPH argument that ran it, so `resume` and `replay` get the live object back,
+# services (a chat model, a tool arbiter) included, while the code still has that hash.
 def _archive_dir(db: str) -> Path:
     return Path(db).parent / "graphs"
 
 
-def archive_ir(db: str, ir: GraphIR) -> None:
-    """Save ``ir`` beside the database under its hash (once; best effort)."""
-    folder = _archive_dir(db)
-    path = folder / f"{ir.graph_hash.removeprefix('sha256:')}.json"
-    if path.exists():
-        return
+def _archive_path(db: str, graph_hash: str, suffix: str) -> Path:
+    return _archive_dir(db) / f"{graph_hash.removeprefix('sha256:')}{suffix}"
+
+
+def _write_atomically(path: Path, text: str) -> None:
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(ir.to_json(indent=True), encoding="utf-8")
+        tmp.write_text(text, encoding="utf-8")
         tmp.replace(path)
     except OSError:
         pass  # a read-only directory must not fail a run; --graph still works
 
 
+def archive_ir(db: str, ir: GraphIR, *, spec: str | None = None) -> None:
+    """Save ``ir`` beside the database under its hash (once; best effort), and ``spec``
+    (the Python GRAPH argument that ran it) with the folder it was given in."""
+    path = _archive_path(db, ir.graph_hash, ".json")
+    if not path.exists():
+        _write_atomically(path, ir.to_json(indent=True))
+    is_ir_file = spec is not None and Path(spec).is_file() and not spec.endswith(".py")
+    if spec is not None and not is_ir_file:
+        source = {"spec": spec, "cwd": os.getcwd()}
+        _write_atomically(_archive_path(db, ir.graph_hash, ".source.json"), json.dumps(source))
+
+
 def archived_ir(db: str, graph_hash: str) -> GraphIR | None:
     """The IR saved by :func:`archive_ir` for ``graph_hash``, if any."""
-    path = _archive_dir(db) / f"{graph_hash.removeprefix('sha256:')}.json"
+    path = _archive_path(db, graph_hash, ".json")
     if not path.is_file():
         return None
     ir = GraphIR.from_json(path.read_bytes(), source=str(path))
     return ir if ir.graph_hash == graph_hash else None
+
+
+def archived_target(db: str, graph_hash: str) -> Target | None:
+    """The graph of a run made by ``stargraph run``: the Python object it ran, when that
+    still loads with the same hash (its services come with it), else its archived IR."""
+    source_path = _archive_path(db, graph_hash, ".source.json")
+    if source_path.is_file():
+        try:
+            source = json.loads(source_path.read_text(encoding="utf-8"))
+            spec, folder = str(source["spec"]), str(source["cwd"])
+        except (OSError, ValueError, KeyError, TypeError):
+            spec = folder = ""
+        if spec:
+            target = _load_in(spec, folder)
+            if target is not None and target.ir.graph_hash == graph_hash:
+                return target
+    ir = archived_ir(db, graph_hash)
+    if ir is None:
+        return None
+    return Target(str(_archive_path(db, graph_hash, ".json")), ir)
+
+
+def _load_in(spec: str, folder: str) -> Target | None:
+    """``load_target(spec)`` as given in ``folder``; None when it no longer loads."""
+    file_part, colon, attr = spec.rpartition(":")
+    if not (colon and file_part.endswith(".py")):
+        file_part, colon, attr = spec, "", ""
+    if file_part.endswith(".py") and not Path(file_part).is_absolute():
+        spec = str(Path(folder) / file_part) + (f":{attr}" if colon else "")
+    elif folder not in sys.path:
+        sys.path.append(folder)
+    try:
+        return load_target(spec)
+    except (CliError, StargraphError):
+        return None

@@ -24,7 +24,7 @@ from stargraph.cli._load import (
     CliUsageError,
     Target,
     archive_ir,
-    archived_ir,
+    archived_target,
     compile_target,
     load_target,
     open_store,
@@ -77,13 +77,14 @@ def format_run_diff(run_diff: Any) -> list[str]:
 def _target_for(spec: str | None, db: str, graph_hash: str) -> Target:
     if spec is not None:
         return load_target(spec)
-    ir = archived_ir(db, graph_hash)
-    if ir is None:
+    target = archived_target(db, graph_hash)
+    if target is None:
         raise CliUsageError(
-            f"the graph {graph_hash} of this recording is not archived beside {db}; pass "
-            "--graph FILE|module:attr with the graph that made the run"
+            f"the graph {graph_hash} of this recording is not archived beside {db} (runs "
+            "started from Python are not); pass --graph FILE.py|module:attr with the graph "
+            "that made the run"
         )
-    return Target(f"archived graph {graph_hash}", ir)
+    return target
 
 
 @click.command("replay")
@@ -151,7 +152,7 @@ def replay_command(
                 _replay(app, source, source, quiet=quiet)
             else:
                 new_id = f"{source}~from{from_step}-{secrets.token_hex(3)}"
-                archive_ir(db, app.ir)
+                archive_ir(db, app.ir, spec=graph_spec)
                 app.replay(source, from_step=from_step, mutate=mutate, new_run_id=new_id)
                 changed = ", ".join(f"{k}={_dumps(v)}" for k, v in mutate.items()) or "no changes"
                 click.echo(
