@@ -342,9 +342,9 @@ def _graph_for(spec: str | None, db: str, graph_hash: str, purpose: str) -> Targ
     target = archived_target(db, graph_hash)
     if target is None:
         raise CliUsageError(
-            f"the graph {graph_hash} of this run is not archived beside {db} (runs started "
-            f"from Python are not); pass --graph FILE.py|module:attr with the graph that made "
-            f"the run to {purpose}"
+            f"the graph {graph_hash} of this run is not archived beside {db}; pass --graph "
+            f"FILE.py|module:attr with the graph that made the run to {purpose} (runs started "
+            "from Python are not archived)"
         )
     return target
 

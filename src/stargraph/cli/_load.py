@@ -324,7 +324,7 @@ def archive_ir(db: str, ir: GraphIR, *, spec: str | None = None) -> None:
     is_ir_file = spec is not None and Path(spec).is_file() and not spec.endswith(".py")
     if spec is not None and not is_ir_file:
         source = {"spec": spec, "cwd": os.getcwd()}
-        _write_atomically(_archive_path(db, ir.graph_hash, ".source.json"), json.dumps(source))
+        _write_atomically(_archive_path(db, ir.graph_hash, ".source"), json.dumps(source))
 
 
 def archived_ir(db: str, graph_hash: str) -> GraphIR | None:
@@ -339,7 +339,7 @@ def archived_ir(db: str, graph_hash: str) -> GraphIR | None:
 def archived_target(db: str, graph_hash: str) -> Target | None:
     """The graph of a run made by ``stargraph run``: the Python object it ran, when that
     still loads with the same hash (its services come with it), else its archived IR."""
-    source_path = _archive_path(db, graph_hash, ".source.json")
+    source_path = _archive_path(db, graph_hash, ".source")
     if source_path.is_file():
         try:
             source = json.loads(source_path.read_text(encoding="utf-8"))

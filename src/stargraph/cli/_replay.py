@@ -80,9 +80,9 @@ def _target_for(spec: str | None, db: str, graph_hash: str) -> Target:
     target = archived_target(db, graph_hash)
     if target is None:
         raise CliUsageError(
-            f"the graph {graph_hash} of this recording is not archived beside {db} (runs "
-            "started from Python are not); pass --graph FILE.py|module:attr with the graph "
-            "that made the run"
+            f"the graph {graph_hash} of this recording is not archived beside {db}; pass "
+            "--graph FILE.py|module:attr with the graph that made the run (runs started from "
+            "Python are not archived)"
         )
     return target
 
