@@ -122,6 +122,25 @@ def test_exhausted_script_fails_loudly_without_retries(
     assert len(scripted_openai.chat_requests) == 2
 
 
+def test_A14_set_script_answers_from_its_own_first_reply(
+    scripted_openai: ScriptedOpenAIServer, make_model: ModelFactory
+) -> None:
+    """A script set after some requests starts at its first reply, not at the reply whose
+    index is the number of requests the server answered before."""
+    model = make_model()
+    scripted_openai.set_script([Reply.text("one"), Reply.text("two")])
+    assert [model.complete(REQUEST).message.content for _ in range(2)] == ["one", "two"]
+    scripted_openai.set_script([Reply.text("a"), Reply.text("b"), Reply.text("c")])
+    assert [model.complete(REQUEST).message.content for _ in range(3)] == ["a", "b", "c"]
+    with pytest.raises(LLMError, match=r"no reply for chat request #4: its script holds 3"):
+        model.complete(REQUEST)
+    # A function script in between does not shift the next list script either.
+    scripted_openai.set_script(lambda _: Reply.text("f"))
+    assert model.complete(REQUEST).message.content == "f"
+    scripted_openai.set_script([Reply.text("x")])
+    assert model.complete(REQUEST).message.content == "x"
+
+
 def test_a_raising_script_function_is_reported(
     scripted_openai: ScriptedOpenAIServer, make_model: ModelFactory
 ) -> None:

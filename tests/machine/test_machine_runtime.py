@@ -240,7 +240,10 @@ def test_A14_third_invalid_proposal_fires_the_error_transition(
     assert retries == [2, 1, 0]
     assert result.transitions[-1]["to"] == "error"
 
-    # A valid proposal resets the counter.
+    # A valid proposal resets the counter: two rejections, a valid tool call, two more
+    # rejections, then the transition. Without the reset the fourth invalid proposal would
+    # be the third in a row and end the skill in "error".
+    before = len(server.chat_requests)
     server.set_script(
         [
             call("nope"),
@@ -252,8 +255,15 @@ def test_A14_third_invalid_proposal_fires_the_error_transition(
             finish(answer="42"),
         ]
     )
-    again = runtime.run("small")
+    # Seven LLM steps: more than small_spec's default max_steps of 6.
+    roomy = MachineRuntime(model=chat, arbiter=arbiter, skills=[small_spec(max_steps=10)])
+    again = roomy.run("small")
     assert (again.status, again.output) == ("done", {"answer": "42"})
+    # Every scripted reply reached the model, from the script's first one.
+    assert len(server.chat_requests) - before == 7
+    retries = [e.data["retries_left"] for e in again.events if e.kind == "rejected"]
+    assert retries == [2, 1, 2, 1]
+    assert QUERIES == ["q"]
 
 
 def test_A15_max_steps_counts_llm_steps_and_force_terminates(

@@ -100,11 +100,12 @@ class ScriptedOpenAIServer:
         """The server it answers like: ``openai`` or ``llama.cpp``."""
         self._function: Callable[[RecordedRequest], Reply] | None = None
         self._replies: list[Reply] = []
-        self.set_script(script)
         self._chat_count = 0
+        self._script_start = 0  # chat requests answered before the current script was set
         self._completion_count = 0
         self._call_count = 0
         self._lock = threading.Lock()
+        self.set_script(script)
         self._stop = threading.Event()
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -112,11 +113,18 @@ class ScriptedOpenAIServer:
     # ------------------------------------------------------------------ script
 
     def set_script(self, script: Script) -> None:
-        """Replace the script (replies already consumed stay consumed)."""
-        if callable(script):
-            self._function, self._replies = script, []
-        else:
-            self._function, self._replies = None, list(script)
+        """Replace the script; the next chat request gets its first reply.
+
+        A list script is indexed from the request that follows this call, not by how many
+        requests the server answered before: a test that runs twice on one server gives
+        each run its own script from the top.
+        """
+        with self._lock:
+            if callable(script):
+                self._function, self._replies = script, []
+            else:
+                self._function, self._replies = None, list(script)
+            self._script_start = self._chat_count
 
     def enqueue(self, *replies: Reply) -> None:
         """Append replies to a list script."""
@@ -181,7 +189,7 @@ class ScriptedOpenAIServer:
     def _next_reply(self, request: RecordedRequest) -> Reply:
         with self._lock:
             self._chat_count += 1
-            number = self._chat_count
+            number = self._chat_count - self._script_start  # 1-based, within this script
             function = self._function
             if function is None:
                 if number > len(self._replies):
