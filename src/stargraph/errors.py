@@ -27,6 +27,7 @@ keeps working for callers who do not know stargraph::
         ├── NodeTimeoutError (TimeoutError)  a node exceeded its timeout
         ├── AttemptAbandonedError            a timed-out attempt's thread used its journal
         ├── EngineError                      an untyped exception escaped the engine
+        ├── RunCancelledError                the run was cancelled; it stopped at a step boundary
         ├── RuleRuntimeError                 a rule decision could not be taken
         │   └── RuleBudgetError              a decision overran its time or memory budget
         ├── CheckpointError                  stored runs: missing, finished, corrupt, mismatched
@@ -37,7 +38,8 @@ keeps working for callers who do not know stargraph::
         │   ├── CorruptCheckpointError
         │   │   └── CommitLogCorruptError    a tool commit-log row or head anchor that is damaged
         │   ├── RunBusyError                 another live owner holds the run's lease
-        │   └── LeaseLostError               this process's lease on a run was taken over
+        │   ├── LeaseLostError               this process's lease on a run was taken over
+        │   └── StoreUnavailableError        disk full, read-only, I/O error, connection lost
         ├── ToolError                        the tool dispatch pipeline refused or failed a call
         │   ├── ToolArgumentError
         │   ├── ToolNotAllowedError (PermissionError)
@@ -115,6 +117,7 @@ __all__ = [
     "RuleCompileError",
     "RuleRuntimeError",
     "RunBusyError",
+    "RunCancelledError",
     "RunError",
     "RunNotFoundError",
     "RunNotResumableError",
@@ -123,6 +126,7 @@ __all__ = [
     "StargraphWarning",
     "StepLimitExceeded",
     "StoreError",
+    "StoreUnavailableError",
     "ToolArgumentError",
     "ToolError",
     "ToolNotAllowedError",
@@ -301,6 +305,24 @@ class EngineError(RunError):
     something untyped. The run is marked failed with it; the original is ``__cause__``."""
 
 
+class RunCancelledError(RunError):
+    """The run was cancelled (``CompiledGraph.cancel``, a first SIGINT or SIGTERM under
+    ``stargraph.runtime.cancel_on_signals``, a cancelled nested run) and stopped at a step
+    boundary: ``step`` is the last step it committed, and its store keeps it as
+    ``cancelled`` with ``reason`` in ``stopped_by``. ``resume(run_id)`` continues it."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str | None = None,
+        step: int | None = None,
+        reason: str = "",
+    ) -> None:
+        self.reason = reason
+        super().__init__(message, run_id=run_id, step=step)
+
+
 class RuleRuntimeError(RunError):
     """A rule could not be evaluated or asked for an impossible decision (``goto`` to a node
     that is not a successor, a Python callback that raised)."""
@@ -363,6 +385,14 @@ class RunBusyError(CheckpointError):
 class LeaseLostError(CheckpointError):
     """This process's (or worker's) lease on the run was taken over; it must not write the
     run any more."""
+
+
+class StoreUnavailableError(CheckpointError):
+    """The checkpoint store cannot take a write or cannot be reached: the disk is full, the
+    database file or its folder is read-only, an I/O error, a lost or refused connection.
+    The write was not applied (or, for a connection lost mid-commit, may have been: the
+    store's fences make a retry safe); what was committed before is intact. Fix the cause,
+    then resume the run."""
 
 
 class ToolError(RunError):
