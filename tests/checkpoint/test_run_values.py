@@ -26,7 +26,7 @@ from stargraph.errors import (
     InvalidWriteError,
     NodeError,
 )
-from stargraph.graph import END, START, Graph
+from stargraph.graph import END, START, Graph, Send
 
 WRITE: dict[str, Any] = {}
 SEEN: list[Any] = []
@@ -186,6 +186,30 @@ def test_any_channels_take_only_json_data(
     assert record.status == "failed"
     assert record.error is not None
     assert path in record.error
+
+
+def _send_payload(state: Loose) -> list[Send]:
+    return [Send("finish", {"data": WRITE["sent"]})]
+
+
+def test_a_send_payload_is_checked_like_a_write(store: CheckpointStore) -> None:
+    """Item 10: a ``Send`` payload is stored with the step's tasks, so a tuple sent to an
+    ``Any`` channel would reach a resumed task as a list; it is refused like a write."""
+    graph = (
+        Graph("sends", state=Loose)
+        .with_node("write", finish)
+        .with_node("finish", finish)
+        .with_edge(START, "write")
+        .with_conditional_edges("write", _send_payload, ["finish"])
+        .with_edge("finish", END)
+    )
+    app = graph.compile(store=store)
+    WRITE["sent"] = (1, 2)
+    with pytest.raises(InvalidWriteError, match=r"node 'finish'.*payload for 'data'.*tuple"):
+        app.invoke({}, run_id="r")
+    assert app.get_run("r").status == "failed"
+    WRITE["sent"] = [1, 2]
+    assert app.invoke({}, run_id="ok").done
 
 
 def test_json_data_in_any_channels_round_trips_exactly(store: CheckpointStore) -> None:

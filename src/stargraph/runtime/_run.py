@@ -328,7 +328,16 @@ class Run:
                 channel = channels.get(key)
                 if channel is None:
                     raise self._write_error(task, f"Send payload key {key!r} is not a state field")
-                values[key] = channel.validate(value)
+                values[key] = valid = channel.validate(value)
+                # A payload is stored with the step's tasks: it must come back as it was sent,
+                # or a resumed task would see another state than the first attempt did.
+                check = channel.check
+                if check is not None and (found := check(valid)) is not None:
+                    raise self._write_error(
+                        task,
+                        f"was sent a payload for {key!r} that a checkpoint store cannot give "
+                        f"back as it was: {key}{found[0]} is {found[1]}",
+                    )
         return fast_state(self.graph.state_model, values)
 
     def call_args(
