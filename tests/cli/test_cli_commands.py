@@ -225,9 +225,12 @@ def test_run_input_from_a_file_and_invalid_state() -> None:
     result = sg("run", "test_cli_commands:chain", "--input", "@in.json", "-q")
     assert json.loads(result.stdout)["counter"] == 8
     result = sg("run", "test_cli_commands:chain", "--input", '{"counter": "many"}', "-q")
-    assert result.exit_code == 1
+    assert result.exit_code == 2  # a usage error: no run was started, none to resume
     _one_paragraph(result)
+    assert "no run was started: input of run" in result.stderr
     assert "counter" in result.stderr
+    assert "stargraph resume" not in result.stderr
+    assert len(json.loads(sg("runs", "--json").stdout)) == 1  # the run from in.json only
 
 
 def test_interrupted_run_exits_0_and_says_how_to_resume() -> None:

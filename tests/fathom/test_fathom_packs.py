@@ -365,7 +365,12 @@ def test_unknown_state_fact_slot_is_a_compile_error() -> None:
         }
     )
     message = compile_error(pack, fact_fields={"present": int})
-    assert "pack 'facts' v1, rule 'r', line 6: CLIPS: [TMPLTDEF1] Invalid slot 'missing'" in message
+    assert (
+        "pack 'facts' v1, rule 'r', line 6: the rule reads state field 'missing', which is not "
+        "a rule fact (fields marked fathom.Fact(): done, present)" in message
+    )
+    assert "mark it in the state model, e.g. missing: Annotated[str, fathom.Fact()]" in message
+    assert "CLIPS" not in message
     validate_pack(pack, fact_fields={"missing": int})
 
 

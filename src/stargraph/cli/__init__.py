@@ -4,9 +4,9 @@
 rich and the engine are imported only when a command runs, so ``stargraph --help`` and
 library users importing ``stargraph.cli`` pay almost nothing.
 
-Commands: ``compile``, ``hash``, ``run``, ``resume``, ``runs``, ``show``, ``diff``, ``draw``,
-``replay``, ``skills list/show/run``, ``plugins list``, ``rules check``; ``proposals`` says
-what it waits on.
+Commands: ``compile``, ``hash``, ``run``, ``resume``, ``fork``, ``runs``, ``show``, ``diff``,
+``draw``, ``replay``, ``submit``, ``worker``, ``skills list/show/run``, ``plugins list``,
+``rules check``, ``proposals list/show/approve/reject``.
 Exit codes: 0 success, 1 failure, 2 usage error (``diff``: 0 same, 1 different, 2 trouble).
 """
 

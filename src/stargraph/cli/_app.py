@@ -34,10 +34,12 @@ from stargraph.cli._load import (
 )
 from stargraph.errors import (
     GraphHashMismatch,
+    InvalidInputError,
     ProposalNotFoundError,
     ProposalStateError,
     RunError,
     RunNotFoundError,
+    RunNotResumableError,
     StargraphError,
 )
 from stargraph.ir import StaticEdgeIR
@@ -56,6 +58,8 @@ def _describe_error(exc: BaseException) -> str:
         ]
         if where:
             text = f"{text} ({', '.join(where)})"
+    if isinstance(exc, RunNotResumableError) and "fork(" in text:
+        text = f"{text} (on the command line: `stargraph fork {exc.run_id} --step K`)"
     if isinstance(exc, RunNotFoundError):
         text = f"{text} (on the command line: `stargraph runs [--db PATH]`)"
     if isinstance(exc, ProposalNotFoundError):
@@ -76,6 +80,9 @@ class _Group(click.Group):
                 traceback.print_exception(exc)
             raise
         except (click.exceptions.Exit, click.Abort):
+            raise
+        except BrokenPipeError:
+            # The reader went away (`stargraph runs | head`): click's main exits quietly.
             raise
         except Exception as exc:
             if ctx.params.get("debug"):
@@ -275,6 +282,11 @@ def run_command(
         try:
             outcome = _drive(app.stream(data or {}, run_id=run_id), _view(live, quiet))
         except RunError as exc:
+            if not _stored(store, run_id):
+                # Refused before anything was stored (an --input that does not fit): there
+                # is no run to resume.
+                error = CliUsageError if isinstance(exc, InvalidInputError) else CliError
+                raise error(f"no run was started: {_describe_error(exc)}") from exc
             if exc.run_id == run_id or exc.run_id is None:
                 raise CliError(
                     f"{_describe_error(exc)}. The run is kept: fix the cause and continue it "
@@ -284,6 +296,14 @@ def run_command(
         finally:
             app.close()
         _report(outcome, app, run_id, graph, db)
+
+
+def _stored(store: Any, run_id: str) -> bool:
+    try:
+        store.get_run(run_id)
+    except RunNotFoundError:
+        return False
+    return True
 
 
 @cli.command("resume")
@@ -616,7 +636,15 @@ def proposals_reject(proposal_id: str, reason: str, db: str) -> None:
 from stargraph.cli import _inspect  # noqa: E402
 from stargraph.cli._registry import plugins_group, skills_group  # noqa: E402
 from stargraph.cli._replay import replay_command  # noqa: E402
+from stargraph.cli._workers import fork_command, submit_command, worker_command  # noqa: E402
 
 _inspect.register(cli)
-for _command in (replay_command, skills_group, plugins_group):
+for _command in (
+    replay_command,
+    skills_group,
+    plugins_group,
+    fork_command,
+    submit_command,
+    worker_command,
+):
     cli.add_command(_command)

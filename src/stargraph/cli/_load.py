@@ -10,6 +10,7 @@ graph hashes the same as when the script runs it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import json
 import os
@@ -40,6 +41,7 @@ __all__ = [
     "load_target",
     "open_store",
     "parse_json",
+    "python_reference",
 ]
 
 DEFAULT_DB: Final = ".stargraph/stargraph.db"
@@ -111,6 +113,29 @@ def load_target(spec: str) -> Target:
             "IR JSON file (e.g. graph.json)"
         )
     return _from_module(spec, _import_module(spec, module_name), attr)
+
+
+def python_reference(spec: str) -> str | None:
+    """``module:attr`` naming the graph of a loaded GRAPH argument (a Python file becomes
+    its module name), for another process to import; None for an IR file."""
+    path = Path(spec)
+    file_part, colon, attr = spec.rpartition(":")
+    if path.is_file():
+        if path.suffix != ".py":
+            return None
+        file, name = path, None
+    elif colon and file_part.endswith(".py"):
+        file, name = Path(file_part), attr
+    else:
+        return spec
+    from stargraph.refs import module_name_for_file
+
+    found = module_name_for_file(file)
+    if found is None:
+        return None
+    if name is None:
+        _, name = _only_graph(spec, importlib.import_module(found[0]))
+    return f"{found[0]}:{name}"
 
 
 def _from_ir_file(spec: str, path: Path) -> Target:
@@ -265,13 +290,42 @@ def compile_target(
 
 
 def open_store(db: str, *, must_exist: bool) -> SqliteStore:
-    """Open the SQLite store at ``db``; reading commands refuse to create an empty one."""
-    if must_exist and not Path(db).is_file():
+    """Open the SQLite store at ``db``; reading commands refuse to create an empty one, and
+    no command turns a database that is not stargraph's into one."""
+    path = Path(db)
+    if must_exist and not path.is_file():
         raise CliError(
             f"no run database at {db}; start a run with `stargraph run` first, or pass "
             "--db PATH to the database that holds your runs"
         )
+    if path.is_file() and path.stat().st_size > 0:
+        problem = _not_ours(path)
+        if problem is not None:
+            raise CliUsageError(
+                f"{db} is {problem}, not a stargraph run database; pass --db with the "
+                f"database your runs are in (default {DEFAULT_DB}) or a new file"
+            )
     return SqliteStore(db)
+
+
+# The tables every stargraph SQLite store has (checkpoint._sqlite creates them together).
+_STORE_TABLES: Final = frozenset({"runs", "steps", "meta"})
+
+
+def _not_ours(path: Path) -> str | None:
+    """Why the existing file at ``path`` is not a stargraph store, or None when it is one
+    (or an SQLite database without any table yet)."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
+            names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.DatabaseError:
+        return "not an SQLite database"
+    if not names or names >= _STORE_TABLES:
+        return None
+    tables = ", ".join(sorted(n for n in names if not n.startswith("sqlite_"))[:5])
+    return f"an SQLite database of something else (tables {tables})"
 
 
 def parse_json(value: str | None, option: str) -> Any:

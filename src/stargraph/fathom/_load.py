@@ -14,6 +14,7 @@ literals, so validating a pack evaluates nothing.
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -178,6 +179,7 @@ class _Checker:
 
     successors: Mapping[str, frozenset[str]] | None
     functions: frozenset[str] = frozenset()
+    fields: frozenset[str] = frozenset()  # the state fields marked fathom.Fact()
     known: set[str] = field(default_factory=lambda: set(ENGINE_TEMPLATES))
     # template -> its multislot names (the engine's templates have none)
     multislots: dict[str, frozenset[str]] = field(
@@ -276,6 +278,27 @@ class _Checker:
                 "move the assert into the rule's right-hand side",
             )
 
+    def _check_state_slots(self, pack: RulePack, what: str, pattern: sx.SExpr) -> None:
+        """A rule reads only the state fields marked as facts (CLIPS would say
+        ``[TMPLTDEF1] Invalid slot``)."""
+        for item in pattern.items[1:]:
+            if not isinstance(item, sx.SExpr) or not isinstance(item.head, str):
+                continue
+            name = item.head
+            if name in self.fields or name == "sg-tick":
+                continue
+            marked = ", ".join(sorted(self.fields)) or "none"
+            self.problem(
+                pack,
+                what,
+                item.line,
+                f"the rule reads state field {name!r}, which is not a rule fact (fields "
+                f"marked fathom.Fact(): {marked})",
+                f"mark it in the state model, e.g. {name}: Annotated[str, fathom.Fact()] = "
+                "''; rules see only the fields marked so (`stargraph rules check` needs "
+                "--graph to know them)",
+            )
+
     def _check_rule(self, pack: RulePack, what: str, c: sx.Construct) -> None:
         if c.name in self.rules:
             self.problem(
@@ -291,7 +314,28 @@ class _Checker:
         for pattern in sx.patterns(lhs):
             if pattern.head not in self.known:
                 self._unknown(pack, what, pattern.head, pattern.line)
+            elif pattern.head == "sg-state":
+                self._check_state_slots(pack, what, pattern)
         nodes = sx.static_nodes(lhs)
+        if nodes is not None and self.successors is not None:
+            # Only when no node it names exists can the rule never fire (a pack shared by
+            # graphs may name a node some of them lack).
+            graph_nodes = set(self.successors).union(*self.successors.values())
+            missing = sorted(nodes - graph_nodes) if nodes.isdisjoint(graph_nodes) else []
+
+            for node in missing:
+                close = difflib.get_close_matches(node, sorted(graph_nodes), n=1)
+                self.problem(
+                    pack,
+                    what,
+                    c.line,
+                    f"the rule matches node {node!r}, which is not a node of the graph "
+                    f"(nodes: {', '.join(repr(n) for n in sorted(graph_nodes))}), so it "
+                    "would never fire",
+                    f"did you mean {close[0]!r}?" if close else "fix the node's name",
+                )
+            if missing:
+                return  # a goto check would only repeat it
         for site in sx.decision_sites(rhs):
             if site.rule != c.name:
                 self.problem(
@@ -390,7 +434,7 @@ def load_packs(
         capture.activate()
         return Loaded(env, capture, dict(known))
     capture.activate()
-    rule_packs = _check_and_build(env, capture, packs, successors, functions)
+    rule_packs = _check_and_build(env, capture, packs, successors, functions, fields=fields)
     if len(_VALIDATED) >= _VALIDATED_MAX:
         _VALIDATED.clear()
     _VALIDATED[key] = rule_packs
@@ -403,8 +447,10 @@ def _check_and_build(
     packs: Sequence[RulePack],
     successors: Mapping[str, frozenset[str]] | None,
     functions: Mapping[str, Callable[..., Any]],
+    *,
+    fields: Iterable[str] = (),
 ) -> dict[str, str]:
-    checker = _Checker(successors, frozenset(functions))
+    checker = _Checker(successors, frozenset(functions), frozenset(fields))
     for name, function in functions.items():
         if not sx.NAME.fullmatch(name) or name.startswith("sg-"):
             checker.problems.append(

@@ -164,6 +164,7 @@ class CompiledGraph(StoredRuns[StateT]):
         max_steps: int | None = None,
     ) -> StateT:
         """Run to the end (or to an interrupt) and return the state reached."""
+        self._refuse_unknown_keys(input, run_id)
         run = self._new_run(input, run_id, max_steps, emit=None)
         self._run_to_end(run, fresh=True)
         return self._state(run)
@@ -177,6 +178,7 @@ class CompiledGraph(StoredRuns[StateT]):
     ) -> Iterator[Event]:
         """Run to the end, yielding events as each step completes."""
         buffer: list[Event] = []
+        self._refuse_unknown_keys(input, run_id)
         run = self._new_run(input, run_id, max_steps, emit=buffer.append)
         yield from self._stream(run, buffer, fresh=True)
 
@@ -188,6 +190,7 @@ class CompiledGraph(StoredRuns[StateT]):
         max_steps: int | None = None,
     ) -> StateT:
         """Async :meth:`invoke`: async nodes of one step run concurrently on this loop."""
+        self._refuse_unknown_keys(input, run_id)
         run = self._new_run(input, run_id, max_steps, emit=None)
         async for _ in self._adrive(run, fresh=True):
             pass
@@ -202,6 +205,7 @@ class CompiledGraph(StoredRuns[StateT]):
     ) -> AsyncIterator[Event]:
         """Async :meth:`stream`."""
         buffer: list[Event] = []
+        self._refuse_unknown_keys(input, run_id)
         run = self._new_run(input, run_id, max_steps, emit=buffer.append)
         try:
             async for _ in self._adrive(run, fresh=True):
@@ -324,6 +328,26 @@ class CompiledGraph(StoredRuns[StateT]):
             describe_exception(exc),
             exc_info=exc,
         )
+
+    def _refuse_unknown_keys(self, input: Any, run_id: str | None) -> None:
+        """A key of a run's input that names no channel is a typo, not something to drop."""
+        model = self.state_model
+        if not isinstance(input, Mapping) or model.model_config.get("extra") == "allow":
+            return
+        known = set(model.model_fields)
+        known.update(f.alias for f in model.model_fields.values() if f.alias)
+        unknown = sorted(str(key) for key in input if key not in known)
+        if unknown:
+            names = ", ".join(repr(k) for k in unknown)
+            run = f" of run {run_id!r}" if run_id else ""
+            raise InvalidInputError(
+                f"input{run} has {'a key' if len(unknown) == 1 else 'keys'} {names} that "
+                f"{model.__name__} has no field for; its fields are "
+                f"{', '.join(sorted(model.model_fields))} (fix the spelling, or add the field "
+                "to the state model)",
+                run_id=run_id,
+                step=0,
+            )
 
     def _initial_values(self, input: Mapping[str, Any] | BaseModel | None, run_id: str) -> Any:
         data: Any = {} if input is None else input
