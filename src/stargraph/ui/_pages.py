@@ -1,0 +1,318 @@
+"""Server-rendered HTML of the console: the runs list, a run, its steps, a diff.
+
+Every value that came from a run (ids, node names, state, model messages, errors) is masked
+(:mod:`stargraph.ui._mask`) and HTML-escaped. Pages load one script and one style sheet from
+the console itself (no CDN, no inline script: the Content-Security-Policy forbids both).
+"""
+
+from __future__ import annotations
+
+import json
+from html import escape
+from typing import Any, Final
+from urllib.parse import quote, urlencode
+
+from stargraph.checkpoint import JournalEntry, RunRecord, StepRecord
+from stargraph.ui._digest import RunDigest, usage_of
+from stargraph.ui._mask import Masker
+from stargraph.viz import format_ms
+from stargraph.viz._runs import rule_decision
+
+__all__ = ["PAGE_SIZE", "STATUSES", "escape", "layout", "run_rows", "step_rows"]
+
+PAGE_SIZE: Final = 50
+"""Steps per page of a run: a 1,000-step run renders 50 rows, not 1,000."""
+
+STATUSES: Final = ("running", "interrupted", "done", "failed", "cancelled", "orphaned")
+
+
+def layout(title: str, body: str, *, live: str = "") -> str:
+    """A whole page around ``body``; ``live`` is the SSE URL the script follows, if any."""
+    data_live = f' data-live="{escape(live)}"' if live else ""
+    return f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>{escape(title)}</title>
+<link rel="stylesheet" href="/static/ui.css">
+<script src="/static/ui.js" defer></script>
+</head>
+<body{data_live}>
+<header><a class="brand" href="/">stargraph</a> <span class="muted">run console</span></header>
+<main>
+{body}
+</main>
+</body>
+</html>
+"""
+
+
+def _json(masker: Masker, value: Any) -> str:
+    text = json.dumps(masker.data(value), indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    return escape(text)
+
+
+def _status(status: str) -> str:
+    return f'<span class="status status-{escape(status)}">{escape(status)}</span>'
+
+
+def _label(node: str, index: int) -> str:
+    return node if index == 0 else f"{node}[{index}]"
+
+
+# --------------------------------------------------------------------------- runs list
+
+
+def run_rows(runs: list[tuple[RunRecord, RunDigest]]) -> str:
+    """The ``<tr>`` rows of the runs list."""
+    rows = []
+    for run, digest in runs:
+        tokens = f"{digest.total_tokens:,}" if digest.model_calls else "-"
+        cost = f"${digest.cost:.4f}" if digest.cost is not None else "-"
+        rows.append(
+            f'<tr data-run="{escape(run.run_id)}">'
+            f'<td><a href="/runs/{quote(run.run_id, safe="")}">{escape(run.run_id)}</a></td>'
+            f"<td>{escape(run.graph_name)}</td><td>{_status(run.status)}</td>"
+            f'<td class="num">{run.last_step}</td><td class="num">{tokens}</td>'
+            f'<td class="num">{cost}</td>'
+            f"<td>{escape(run.created_at or '-')}</td><td>{escape(run.updated_at or '-')}</td>"
+            "</tr>"
+        )
+    return "".join(rows)
+
+
+def runs_page(
+    runs: list[tuple[RunRecord, RunDigest]],
+    graphs: list[str],
+    *,
+    status: str,
+    graph: str,
+    since: str,
+) -> str:
+    """The runs list with its filter form."""
+    status_options = "".join(
+        f'<option value="{s}"{" selected" if s == status else ""}>{s or "any"}</option>'
+        for s in ("", *STATUSES)
+    )
+    graph_options = "".join(
+        f'<option value="{escape(g)}"{" selected" if g == graph else ""}>{escape(g) or "any"}'
+        "</option>"
+        for g in ("", *graphs)
+    )
+    query = urlencode({"status": status, "graph": graph, "since": since})
+    body = f"""
+<h1>Runs</h1>
+<form class="filters" method="get" action="/">
+<label>status <select name="status">{status_options}</select></label>
+<label>graph <select name="graph">{graph_options}</select></label>
+<label>since <input name="since" type="datetime-local" value="{escape(since)}"></label>
+<button type="submit">filter</button>
+</form>
+<table class="runs" data-rows="/fragments/runs?{escape(query)}">
+<thead><tr><th>run</th><th>graph</th><th>status</th><th>steps</th><th>tokens</th>
+<th>cost</th><th>created</th><th>updated</th></tr></thead>
+<tbody id="run-rows">{run_rows(runs)}</tbody>
+</table>
+<p class="muted">{len(runs)} runs. Tokens are summed over the recorded model calls; cost is
+shown when the endpoint reported one.</p>
+"""
+    return layout("stargraph runs", body, live=f"/events/runs?{query}")
+
+
+# --------------------------------------------------------------------------- a run
+
+
+def _chat_message(masker: Masker, message: Any) -> str:
+    if not isinstance(message, dict):
+        return f'<div class="msg"><pre>{_json(masker, message)}</pre></div>'
+    role = str(message.get("role") or "?")
+    content = message.get("content")
+    if isinstance(content, list):  # content parts: keep the text ones
+        content = "\n".join(
+            str(p.get("text", "")) if isinstance(p, dict) else str(p) for p in content
+        )
+    body = escape(masker.text(str(content))) if content not in (None, "") else ""
+    calls = "".join(
+        f'<div class="tool-call"><code>{escape(str(c.get("name") or ""))}</code>'
+        f"<pre>{escape(masker.text(str(c.get('arguments') or '')))}</pre></div>"
+        for c in message.get("tool_calls") or ()
+        if isinstance(c, dict)
+    )
+    name = message.get("name") or message.get("tool_call_id")
+    who = escape(role) + (f" <code>{escape(str(name))}</code>" if name else "")
+    return (
+        f'<div class="msg role-{escape(role)}"><div class="who">{who}</div>'
+        f'<div class="text">{body}</div>{calls}</div>'
+    )
+
+
+def _call(masker: Masker, call: JournalEntry) -> str:
+    where = escape(_label(call.node, call.index))
+    if call.kind == "llm":
+        request = call.request if isinstance(call.request, dict) else {}
+        messages = request.get("messages") or []
+        reply = call.value.get("message") if isinstance(call.value, dict) else call.value
+        prompt, completion = usage_of(call.value)
+        model = ""
+        if isinstance(call.value, dict):
+            model = str(call.value.get("model") or request.get("model") or "")
+        chat = "".join(_chat_message(masker, m) for m in messages)
+        return (
+            f'<details class="call llm"><summary>model call from {where}'
+            f"{f' <code>{escape(model)}</code>' if model else ''}: {len(messages)} messages,"
+            f" {prompt:,} + {completion:,} tokens</summary>"
+            f'<div class="chat">{chat}</div><div class="chat reply">'
+            f"{_chat_message(masker, reply)}</div></details>"
+        )
+    if call.kind == "tool":
+        args = call.request.get("args", call.request) if isinstance(call.request, dict) else None
+        return (
+            f'<details class="call tool"><summary>tool <code>{escape(call.key)}</code> from '
+            f'{where}</summary><div class="kv"><b>arguments</b><pre>{_json(masker, args)}</pre>'
+            f"<b>result</b><pre>{_json(masker, call.value)}</pre></div></details>"
+        )
+    if call.kind == "interrupt":
+        return (
+            f'<div class="call interrupt">interrupt answered in {where}: '
+            f"<code>{_json(masker, call.value)}</code></div>"
+        )
+    key = f" {escape(call.key)}" if call.key else ""
+    return (
+        f'<div class="call other">{escape(call.kind)}{key} in {where}: '
+        f"<code>{_json(masker, call.value)}</code></div>"
+    )
+
+
+def step_rows(
+    masker: Masker, run_id: str, records: list[StepRecord], previous_ms: int | None
+) -> str:
+    """The ``<tr>`` rows of the step timeline for ``records`` (in order)."""
+    rows = []
+    last = previous_ms
+    for r in records:
+        took = f"{r.created_ms - last:,} ms" if last and r.created_ms and r.step else "-"
+        last = r.created_ms or last
+        nodes = ", ".join(_label(w.node, w.index) for w in r.writes)
+        writes = "".join(
+            f'<div class="write"><code>{escape(_label(w.node, w.index))}</code>'
+            f"<pre>{_json(masker, w.writes)}</pre></div>"
+            for w in r.writes
+        )
+        tasks = "".join(
+            f'<div class="task"><code>{escape(_label(t.node, t.index))}</code>'
+            + (
+                f'<details class="payload"><summary>Send payload</summary>'
+                f"<pre>{_json(masker, t.payload)}</pre></details>"
+                if t.payload is not None
+                else ""
+            )
+            + "</div>"
+            for t in r.next
+        )
+        if r.step == 0 and r.snapshot is not None:
+            writes = (
+                f'<div class="write"><code>input</code><pre>{_json(masker, r.snapshot)}</pre></div>'
+            )
+        decision = rule_decision(r)
+        decision_html = ""
+        if decision is not None:
+            targets = ", ".join(decision.targets)
+            decision_html = (
+                f'<div class="decision"><b>{escape(decision.kind)}</b> by rule '
+                f"<code>{escape(decision.rule)}</code>"
+                + (f" to {escape(targets)}" if targets else "")
+                + (f": {escape(masker.text(decision.reason))}" if decision.reason else "")
+                + "</div>"
+            )
+        calls = "".join(_call(masker, c) for c in r.calls)
+        state_url = f"/runs/{quote(run_id, safe='')}/state?step={r.step}"
+        rows.append(
+            f'<tr class="step" id="step-{r.step}" data-step="{r.step}">'
+            f'<td class="num">{r.step}</td>'
+            f'<td class="time">{escape(format_ms(r.created_ms))}<br>'
+            f'<span class="muted">{took}</span></td>'
+            f"<td>{escape(nodes) or '<span class=muted>input</span>'}</td>"
+            f'<td class="wide">{writes or "-"}{decision_html}{calls}'
+            f'<details class="state" data-url="{escape(state_url)}"><summary>state after step '
+            f"{r.step}</summary><pre>loading...</pre></details></td>"
+            f"<td>{tasks or '-'}</td></tr>"
+        )
+    return "".join(rows)
+
+
+def pager(run_id: str, page: int, pages: int) -> str:
+    """Links to the other pages of a run's steps."""
+    if pages <= 1:
+        return ""
+    base = f"/runs/{quote(run_id, safe='')}?page="
+    links = []
+    for n in sorted({0, max(page - 1, 0), page, min(page + 1, pages - 1), pages - 1}):
+        label = f"{n * PAGE_SIZE}-{min((n + 1) * PAGE_SIZE, 10**9) - 1}"
+        links.append(f"<b>{label}</b>" if n == page else f'<a href="{base}{n}">{label}</a>')
+    return f'<nav class="pager">steps: {" | ".join(links)} ({pages} pages)</nav>'
+
+
+def interrupt_form(masker: Masker, run: RunRecord, csrf: str, can_resume: bool) -> str:
+    """The waiting payload and, unless read-only, the approve / reject / edit form."""
+    payload = run.interrupt
+    shown = f"<pre>{_json(masker, payload)}</pre>"
+    if not can_resume:
+        return (
+            f'<section class="interrupt"><h2>Waiting on</h2>{shown}<p class="muted">Answering '
+            "needs the graph that made the run and a console started without --read-only.</p>"
+            "</section>"
+        )
+    proposed = payload.get("value", payload) if isinstance(payload, dict) else payload
+    action = f"/runs/{quote(run.run_id, safe='')}/answer"
+    return f"""<section class="interrupt"><h2>Waiting on</h2>{shown}
+<form method="post" action="{escape(action)}" class="answer">
+<input type="hidden" name="csrf" value="{escape(csrf)}">
+<label>reason / note <input name="reason" value=""></label>
+<label>edited value (JSON) <textarea name="value" rows="4">{_json(masker, proposed)}</textarea>
+</label>
+<div class="buttons">
+<button type="submit" name="action" value="approve" id="approve">approve</button>
+<button type="submit" name="action" value="reject" id="reject">reject</button>
+<button type="submit" name="action" value="edit" id="edit">approve edited value</button>
+</div>
+<p class="muted">The run resumes with <code>{{"approved": true}}</code>,
+<code>{{"approved": false, "reason": ...}}</code> or
+<code>{{"approved": true, "value": ...}}</code> as the answer of <code>ctx.interrupt()</code>.</p>
+</form></section>"""
+
+
+def summary_table(masker: Masker, run: RunRecord, digest: RunDigest) -> str:
+    """The run's status, hashes, totals and error."""
+    items = [
+        ("status", f'<span id="run-status">{_status(run.status)}</span>'),
+        ("graph", f"{escape(run.graph_name)} <code>{escape(run.graph_hash[:19])}</code>"),
+        ("last step", f'<span id="last-step">{run.last_step}</span>'),
+        ("created", escape(run.created_at or "-")),
+        ("updated", escape(run.updated_at or "-")),
+        (
+            "model calls",
+            f"{digest.model_calls} ({digest.prompt_tokens:,} prompt + "
+            f"{digest.completion_tokens:,} completion tokens)",
+        ),
+        ("tool calls", str(digest.tool_calls)),
+    ]
+    if digest.cost is not None:
+        items.append(("cost", f"${digest.cost:.4f}"))
+    if run.stopped_by:
+        items.append(("stopped by", f"<code>{escape(run.stopped_by)}</code>"))
+    if run.parent_run_id:
+        parent = quote(run.parent_run_id, safe="")
+        items.append(
+            (
+                "forked from",
+                f'<a href="/runs/{parent}">{escape(run.parent_run_id)}</a> at step '
+                f"{run.parent_step}",
+            )
+        )
+    if run.owner is not None:
+        items.append(("owner", escape(run.owner.describe())))
+    if run.error:
+        items.append(("error", f"<pre>{escape(masker.text(run.error))}</pre>"))
+    rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in items)
+    return f'<table class="summary">{rows}</table>'

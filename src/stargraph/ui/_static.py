@@ -1,0 +1,109 @@
+"""The console's own script and style sheet (vendored: no CDN, no build step)."""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["CSS", "JS"]
+
+JS: Final = r"""
+"use strict";
+// Live updates over server-sent events, and state fetched when a step's state is opened.
+(function () {
+  function fetchText(url, done) {
+    fetch(url, {credentials: "same-origin"}).then(function (r) {
+      if (!r.ok) { throw new Error(url + ": " + r.status); }
+      return r.text();
+    }).then(done).catch(function (e) { console.warn(String(e)); });
+  }
+  document.addEventListener("toggle", function (ev) {
+    var el = ev.target;
+    if (!el || !el.matches || !el.matches("details.state") || !el.open || el.dataset.loaded) {
+      return;
+    }
+    el.dataset.loaded = "1";
+    fetchText(el.dataset.url, function (text) { el.querySelector("pre").textContent = text; });
+  }, true);
+  var live = document.body.dataset.live;
+  if (!live || !window.EventSource) { return; }
+  var source = new EventSource(live);
+  window.sgLive = {events: 0, source: source};
+  source.addEventListener("runs", function () {
+    window.sgLive.events += 1;
+    var table = document.querySelector("table.runs");
+    if (!table) { return; }
+    fetchText(table.dataset.rows, function (html) {
+      document.getElementById("run-rows").innerHTML = html;
+    });
+  });
+  source.addEventListener("run", function (ev) {
+    window.sgLive.events += 1;
+    var data = JSON.parse(ev.data);
+    var body = document.body;
+    var shown = Number(body.dataset.lastStep);
+    if (data.status !== body.dataset.status) {
+      source.close();
+      window.location.reload();
+      return;
+    }
+    if (data.last_step <= shown) { return; }
+    body.dataset.lastStep = String(data.last_step);
+    document.getElementById("last-step").textContent = String(data.last_step);
+    var rows = document.getElementById("step-rows");
+    if (!rows || rows.dataset.follow !== "1") { return; }
+    fetchText(body.dataset.rows + "?after=" + shown + "&upto=" + data.last_step,
+      function (html) { rows.insertAdjacentHTML("beforeend", html); });
+  });
+})();
+"""
+
+CSS: Final = """
+*{box-sizing:border-box}
+body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:0;
+color:#1d1d1f;background:#fff}
+header{padding:.6rem 1.5rem;border-bottom:1px solid #ddd;background:#f5f5f7}
+.brand{font-weight:600;color:#1d1d1f;text-decoration:none}
+main{padding:1rem 1.5rem;max-width:100%}
+h1{font-size:1.4rem;margin:.2rem 0 1rem;overflow-wrap:anywhere}
+h2{font-size:1.1rem;margin-top:1.6rem;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;width:100%;table-layout:fixed}
+th,td{border:1px solid #ddd;padding:.3rem .5rem;vertical-align:top;text-align:left;
+overflow-wrap:anywhere}
+th{background:#f5f5f7}
+table.summary{max-width:60rem}table.summary th{width:9rem}
+table.runs th:nth-child(1){width:22%}table.runs th:nth-child(n+3){width:9%}
+table.timeline th:nth-child(1){width:4rem}table.timeline th:nth-child(2){width:13rem}
+table.timeline th:nth-child(3){width:10rem}table.timeline th:nth-child(5){width:12rem}
+.num{text-align:right;font-variant-numeric:tabular-nums}
+pre{background:#f5f5f7;padding:.4rem;margin:.2rem 0;font-size:.8rem;white-space:pre-wrap;
+overflow-wrap:anywhere;max-height:24rem;overflow-y:auto}
+code{font-size:.85rem;overflow-wrap:anywhere}
+.muted{color:#6e7781}
+.status{font-weight:600}.status-done{color:#1a7f37}.status-failed{color:#cf222e}
+.status-interrupted{color:#9a6700}.status-running{color:#0969da}
+.status-orphaned{color:#8250df}.status-cancelled{color:#6e7781}
+.filters{display:flex;gap:1rem;flex-wrap:wrap;margin-bottom:1rem;align-items:end}
+.picture{overflow-x:auto;max-width:100%}
+svg.graph{max-width:100%;height:auto}
+svg.graph .node rect{fill:#fff;stroke:#8c959f;stroke-width:1.2}
+svg.graph .node.start rect,svg.graph .node.end rect{fill:#f5f5f7}
+svg.graph .node.join rect{fill:#f5f5f7;stroke-dasharray:3 2}
+svg.graph .node.ran rect{fill:#dafbe1;stroke:#1a7f37;stroke-width:2.5}
+svg.graph text{font-size:13px;text-anchor:middle;fill:#1d1d1f}
+svg.graph text.detail{font-size:11px;fill:#57606a}
+svg.graph .link{fill:none;stroke:#8c959f;stroke-width:1.2}
+svg.graph .link.conditional{stroke-dasharray:5 3}svg.graph .link.rule{stroke:#bf8700}
+svg.graph .link.ran{stroke:#1a7f37;stroke-width:3}
+svg.graph marker path{fill:#8c959f}svg.graph marker path.ran{fill:#1a7f37}
+.call{margin:.3rem 0}.call>summary{cursor:pointer}
+.chat{display:flex;flex-direction:column;gap:.3rem;margin:.3rem 0}
+.msg{border:1px solid #ddd;border-radius:8px;padding:.3rem .6rem;max-width:90%}
+.msg .who{font-size:.75rem;color:#57606a}.msg .text{white-space:pre-wrap;overflow-wrap:anywhere}
+.role-user{align-self:flex-end;background:#ddf4ff}.role-assistant{background:#f6f8fa}
+.role-system{background:#fff8c5}.role-tool{background:#fbefff}
+.decision{margin:.3rem 0;padding:.2rem .4rem;border-left:3px solid #bf8700;background:#fff8c5}
+.interrupt{border:1px solid #d4a72c;padding:.5rem 1rem;background:#fffbe6}
+.answer label{display:block;margin:.4rem 0}.answer textarea,.answer input{width:100%}
+.buttons{display:flex;gap:.5rem;flex-wrap:wrap}
+.pager{margin:.5rem 0}
+"""

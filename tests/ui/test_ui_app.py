@@ -1,0 +1,245 @@
+"""The run console's pages, gate and actions, through Starlette's in-process test client.
+
+Runs are real: the graphs of ``ui_graphs`` run on a SQLite store and the console reads that
+store. Browser behaviour (live updates, clicks, layout) is in ``test_ui_browser.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from starlette.testclient import TestClient
+from ui_graphs import GATES, approval_graph, loop_graph, scripted_model
+
+from stargraph.checkpoint import SqliteStore
+from stargraph.examples.basics import mapreduce_graph
+from stargraph.ui import UiSettings, create_app
+
+LOCAL = "http://127.0.0.1:8765"
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqliteStore]:
+    with SqliteStore(tmp_path / "runs.db") as s:
+        yield s
+
+
+def _client(store: SqliteStore, apps: list[Any], **settings: Any) -> TestClient:
+    app = create_app(store, graphs=apps, settings=UiSettings(**settings))
+    return TestClient(app, base_url=settings.pop("base_url", LOCAL))
+
+
+def _approval(store: SqliteStore, run_id: str = "order-1") -> Any:
+    app = approval_graph().compile(store=store, services={"model": scripted_model()})
+    app.invoke({"item": "widget", "api_key": "sk-live-0123456789"}, run_id=run_id)
+    assert app.get_run(run_id).status == "interrupted"
+    return app
+
+
+def _wait_status(store: SqliteStore, run_id: str, status: str) -> None:
+    deadline = time.monotonic() + 60
+    while store.get_run(run_id).status != status:
+        assert time.monotonic() < deadline, store.get_run(run_id)
+        time.sleep(0.02)
+
+
+def test_runs_list_filters_and_totals_tokens(store: SqliteStore) -> None:
+    approval = _approval(store)
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 2}, run_id="loop-1")
+    client = _client(store, [approval, loop])
+    page = client.get("/")
+    assert page.status_code == 200
+    assert 'href="/runs/order-1"' in page.text and 'href="/runs/loop-1"' in page.text
+    row = re.search(r'<tr data-run="order-1">(.*?)</tr>', page.text)
+    assert row is not None
+    assert "interrupted" in row.group(1)
+    assert ">150<" in row.group(1)  # 120 prompt + 30 completion tokens of the model call
+    only_done = client.get("/?status=done").text
+    assert "loop-1" in only_done and "order-1" not in only_done
+    only_approval = client.get("/?graph=approval").text
+    assert "order-1" in only_approval and "/runs/loop-1" not in only_approval
+    future = client.get("/?since=2999-01-01T00:00").text
+    assert "/runs/order-1" not in future
+
+
+def test_run_page_shows_chat_path_masking_and_durations(store: SqliteStore) -> None:
+    approval = _approval(store)
+    client = _client(store, [approval])
+    page = client.get("/runs/order-1")
+    assert page.status_code == 200
+    text = page.text
+    # The model conversation is rendered as chat messages, escaped, not as a JSON dump.
+    assert 'class="msg role-system"' in text and 'class="msg role-user"' in text
+    assert "Write a note for one widget." in text
+    assert "One widget, please &lt;b&gt;soon&lt;/b&gt;." in text
+    assert '"role": "user"' not in text
+    # The credential in the state is masked wherever it would appear.
+    assert "sk-live-0123456789" not in text
+    assert "[redacted:api_key]" in text
+    state = client.get("/runs/order-1/state?step=1")
+    assert "sk-live-0123456789" not in state.text and "[redacted:api_key]" in state.text
+    # The path that ran: START -> draft is highlighted, finish (not run yet) is not.
+    assert re.search(r'<g class="node node ran" data-node="draft">', text)
+    assert re.search(r'<g class="node node" data-node="finish">', text)
+    assert 'class="link solid ran"' in text
+    assert re.search(r"1x, [\d,]+ ms", text)  # per-node count and time
+    assert "send this order?" in text
+    assert 'id="approve"' in text
+
+
+def test_send_payloads_and_rule_free_steps_render(store: SqliteStore) -> None:
+    app = mapreduce_graph().compile(store=store)
+    app.invoke({"limit": 3}, run_id="mr")
+    text = _client(store, [app]).get("/runs/mr").text
+    assert text.count("Send payload") == 3
+    assert "work[2]" in text
+
+
+def test_a_long_run_is_paginated(store: SqliteStore) -> None:
+    app = loop_graph().compile(store=store, max_steps=500)
+    app.invoke({"limit": 120}, run_id="long")
+    client = _client(store, [app])
+    last = client.get("/runs/long").text
+    assert last.count('<tr class="step"') == 120 % 50 + 1  # steps 100..120
+    first = client.get("/runs/long?page=0").text
+    assert first.count('<tr class="step"') == 50
+    assert 'href="/runs/long?page=2"' in first
+    rows = client.get("/runs/long/rows?after=110&upto=115").text
+    assert [int(s) for s in re.findall(r'data-step="(\d+)"', rows)] == [111, 112, 113, 114, 115]
+
+
+def test_non_loopback_bind_without_token_refuses_everything(store: SqliteStore) -> None:
+    client = _client(store, [], host="0.0.0.0")
+    response = client.get("/", headers={"host": "10.0.0.5:8765"})
+    assert response.status_code == 403
+    assert "--token" in response.text
+
+
+def test_token_is_required_on_every_request(store: SqliteStore) -> None:
+    _approval(store)
+    client = _client(store, [], host="0.0.0.0", token="s3cret-token")
+    for path in ("/", "/runs/order-1", "/runs/order-1/events", "/static/ui.js"):
+        assert client.get(path).status_code == 401, path
+    wrong = client.get("/", headers={"authorization": "Bearer s3cret-tokeX"})
+    assert wrong.status_code == 401
+    ok = client.get("/", headers={"authorization": "Bearer s3cret-token"})
+    assert ok.status_code == 200 and "order-1" in ok.text
+    # A link with ?token= sets the cookie and drops the token from the address bar.
+    fresh = _client(store, [], host="0.0.0.0", token="s3cret-token")
+    hop = fresh.get("/?token=s3cret-token&status=interrupted", follow_redirects=False)
+    assert hop.status_code == 303 and hop.headers["location"] == "/?status=interrupted"
+    assert fresh.get("/runs/order-1").status_code == 200  # the cookie carries it now
+
+
+def test_loopback_console_refuses_foreign_host_names(store: SqliteStore) -> None:
+    client = _client(store, [])
+    assert client.get("/").status_code == 200
+    rebound = client.get("/", headers={"host": "evil.example:8765"})
+    assert rebound.status_code == 403
+
+
+def _form(client: TestClient, run_id: str) -> dict[str, str]:
+    page = client.get(f"/runs/{run_id}").text
+    match = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert match is not None
+    return {"csrf": match.group(1)}
+
+
+def test_cross_site_post_is_refused(store: SqliteStore) -> None:
+    approval = _approval(store)
+    client = _client(store, [approval])
+    form = {**_form(client, "order-1"), "action": "approve"}
+    foreign = client.post(
+        "/runs/order-1/answer", data=form, headers={"origin": "http://evil.example"}
+    )
+    assert foreign.status_code == 403 and "cross-site" in foreign.text
+    no_origin = client.post("/runs/order-1/answer", data=form)
+    assert no_origin.status_code == 403
+    # Same origin but no CSRF token (a form forged elsewhere and replayed) is refused too.
+    forged = client.post(
+        "/runs/order-1/answer", data={"action": "approve"}, headers={"origin": LOCAL}
+    )
+    assert forged.status_code == 403 and "CSRF" in forged.text
+    assert store.get_run("order-1").status == "interrupted"
+
+
+def test_approve_resumes_the_run(store: SqliteStore) -> None:
+    approval = _approval(store)
+    client = _client(store, [approval])
+    form = {**_form(client, "order-1"), "action": "approve", "reason": "fine"}
+    response = client.post(
+        "/runs/order-1/answer", data=form, headers={"origin": LOCAL}, follow_redirects=False
+    )
+    assert response.status_code == 303, response.text
+    _wait_status(store, "order-1", "done")
+    assert approval.get_state("order-1").answer == {"approved": True, "reason": "fine"}
+
+
+def test_edit_and_reject_answers(store: SqliteStore) -> None:
+    approval = _approval(store, "order-2")
+    _approval(store, "order-3")
+    client = _client(store, [approval])
+    edit = {**_form(client, "order-2"), "action": "edit", "value": '{"amount": 7}'}
+    response = client.post("/runs/order-2/answer", data=edit, headers={"origin": LOCAL})
+    assert response.status_code == 200
+    reject = {**_form(client, "order-3"), "action": "reject", "reason": "too dear"}
+    client.post("/runs/order-3/answer", data=reject, headers={"origin": LOCAL})
+    _wait_status(store, "order-2", "done")
+    _wait_status(store, "order-3", "done")
+    assert approval.get_state("order-2").answer == {"approved": True, "value": {"amount": 7}}
+    assert approval.get_state("order-3").answer == {"approved": False, "reason": "too dear"}
+
+
+def test_read_only_hides_and_refuses_actions(store: SqliteStore) -> None:
+    approval = _approval(store)
+    client = _client(store, [approval], read_only=True)
+    page = client.get("/runs/order-1").text
+    assert 'id="approve"' not in page and "send this order?" in page
+    refused = client.post(
+        "/runs/order-1/answer", data={"action": "approve"}, headers={"origin": LOCAL}
+    )
+    assert refused.status_code == 403
+
+
+def test_event_stream_reports_new_steps(store: SqliteStore) -> None:
+    gate = GATES["sse"] = threading.Semaphore(0)
+    app = loop_graph().compile(store=store)
+    worker = threading.Thread(
+        target=app.invoke, args=({"limit": 2, "gate": "sse"},), kwargs={"run_id": "live"}
+    )
+    worker.start()
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # the run exists once step 0 is committed
+            try:
+                store.get_run("live")
+                break
+            except Exception:
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+        client = _client(store, [app], poll_s=0.05)
+        events: list[dict[str, Any]] = []
+        with client.stream("GET", "/runs/live/events") as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                    if len(events) == 1:
+                        gate.release()  # let step 1 commit, then step 2
+                        gate.release()
+                    if events[-1]["status"] == "done":
+                        break
+        steps = [e["last_step"] for e in events]
+        assert steps == sorted(steps) and steps[-1] == 2
+        assert events[0]["status"] == "running"
+    finally:
+        gate.release(2)
+        worker.join(60)
+    assert not worker.is_alive()

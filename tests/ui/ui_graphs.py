@@ -1,0 +1,93 @@
+"""Graphs the console tests run: a gated loop (steps committed on the test's signal), an
+approval that calls a model and parks on ``ctx.interrupt``, and a rule-routed graph."""
+
+from __future__ import annotations
+
+import threading
+from typing import Annotated, Any
+
+from pydantic import BaseModel
+
+from stargraph import reducers
+from stargraph.graph import END, START, Graph
+from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, Usage
+from stargraph.runtime import RunContext
+
+# Gate name -> semaphore the ``tick`` node waits on: the test decides when each step runs.
+GATES: dict[str, threading.Semaphore] = {}
+
+
+class Loop(BaseModel):
+    n: int = 0
+    limit: int = 3
+    gate: str = ""
+    log: Annotated[list[str], reducers.append] = []
+
+
+def tick(state: Loop) -> dict[str, Any]:
+    if state.gate:
+        assert GATES[state.gate].acquire(timeout=120), "the test never opened the gate"
+    return {"n": state.n + 1, "log": [f"tick {state.n + 1}"]}
+
+
+def again(state: Loop) -> str:
+    return "tick" if state.n < state.limit else END
+
+
+def loop_graph() -> Graph[Loop]:
+    return (
+        Graph("loop", state=Loop)
+        .with_node("tick", tick)
+        .with_edge(START, "tick")
+        .with_conditional_edges("tick", again, {"tick": "tick", END: END})
+    )
+
+
+class Order(BaseModel):
+    item: str = "widget"
+    api_key: str = ""
+    draft: str = ""
+    answer: Any = None
+    done: bool = False
+
+
+def draft(state: Order, ctx: RunContext) -> dict[str, Any]:
+    request = ChatRequest(
+        messages=(
+            ChatMessage.system("You write purchase notes."),
+            ChatMessage.user(f"Write a note for one {state.item}."),
+        )
+    )
+    reply = ctx.services["model"].complete(request)
+    return {"draft": reply.message.content or ""}
+
+
+def ask(state: Order, ctx: RunContext) -> dict[str, Any]:
+    answer = ctx.interrupt({"question": "send this order?", "value": {"amount": 5}})
+    return {"answer": answer}
+
+
+def finish(state: Order) -> dict[str, Any]:
+    return {"done": True}
+
+
+def approval_graph() -> Graph[Order]:
+    return (
+        Graph("approval", state=Order)
+        .with_node("draft", draft)
+        .with_node("ask", ask)
+        .with_node("finish", finish)
+        .with_edge(START, "draft")
+        .with_edge("draft", "ask")
+        .with_edge("ask", "finish")
+        .with_edge("finish", END)
+    )
+
+
+def scripted_model() -> ScriptedChatModel:
+    reply = ChatResponse(
+        message=ChatMessage(role="assistant", content="One widget, please <b>soon</b>."),
+        usage=Usage(prompt_tokens=120, completion_tokens=30, total_tokens=150),
+        model="scripted-model",
+    )
+    return ScriptedChatModel(lambda request: reply)
