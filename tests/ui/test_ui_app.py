@@ -57,15 +57,18 @@ def test_runs_list_filters_and_totals_tokens(store: SqliteStore) -> None:
     client = _client(store, [approval, loop])
     page = client.get("/")
     assert page.status_code == 200
-    assert 'href="/runs/order-1"' in page.text and 'href="/runs/loop-1"' in page.text
+    assert 'href="/runs/order-1"' in page.text
+    assert 'href="/runs/loop-1"' in page.text
     row = re.search(r'<tr data-run="order-1">(.*?)</tr>', page.text)
     assert row is not None
     assert "interrupted" in row.group(1)
     assert ">150<" in row.group(1)  # 120 prompt + 30 completion tokens of the model call
     only_done = client.get("/?status=done").text
-    assert "loop-1" in only_done and "order-1" not in only_done
+    assert "loop-1" in only_done
+    assert "order-1" not in only_done
     only_approval = client.get("/?graph=approval").text
-    assert "order-1" in only_approval and "/runs/loop-1" not in only_approval
+    assert "order-1" in only_approval
+    assert "/runs/loop-1" not in only_approval
     future = client.get("/?since=2999-01-01T00:00").text
     assert "/runs/order-1" not in future
 
@@ -77,7 +80,8 @@ def test_run_page_shows_chat_path_masking_and_durations(store: SqliteStore) -> N
     assert page.status_code == 200
     text = page.text
     # The model conversation is rendered as chat messages, escaped, not as a JSON dump.
-    assert 'class="msg role-system"' in text and 'class="msg role-user"' in text
+    assert 'class="msg role-system"' in text
+    assert 'class="msg role-user"' in text
     assert "Write a note for one widget." in text
     assert "One widget, please &lt;b&gt;soon&lt;/b&gt;." in text
     assert '"role": "user"' not in text
@@ -85,7 +89,8 @@ def test_run_page_shows_chat_path_masking_and_durations(store: SqliteStore) -> N
     assert "sk-live-0123456789" not in text
     assert "[redacted:api_key]" in text
     state = client.get("/runs/order-1/state?step=1")
-    assert "sk-live-0123456789" not in state.text and "[redacted:api_key]" in state.text
+    assert "sk-live-0123456789" not in state.text
+    assert "[redacted:api_key]" in state.text
     # The path that ran: START -> draft is highlighted, finish (not run yet) is not.
     assert re.search(r'<g class="node node ran" data-node="draft">', text)
     assert re.search(r'<g class="node node" data-node="finish">', text)
@@ -131,11 +136,13 @@ def test_token_is_required_on_every_request(store: SqliteStore) -> None:
     wrong = client.get("/", headers={"authorization": "Bearer s3cret-tokeX"})
     assert wrong.status_code == 401
     ok = client.get("/", headers={"authorization": "Bearer s3cret-token"})
-    assert ok.status_code == 200 and "order-1" in ok.text
+    assert ok.status_code == 200
+    assert "order-1" in ok.text
     # A link with ?token= sets the cookie and drops the token from the address bar.
     fresh = _client(store, [], host="0.0.0.0", token="s3cret-token")
     hop = fresh.get("/?token=s3cret-token&status=interrupted", follow_redirects=False)
-    assert hop.status_code == 303 and hop.headers["location"] == "/?status=interrupted"
+    assert hop.status_code == 303
+    assert hop.headers["location"] == "/?status=interrupted"
     assert fresh.get("/runs/order-1").status_code == 200  # the cookie carries it now
 
 
@@ -160,14 +167,16 @@ def test_cross_site_post_is_refused(store: SqliteStore) -> None:
     foreign = client.post(
         "/runs/order-1/answer", data=form, headers={"origin": "http://evil.example"}
     )
-    assert foreign.status_code == 403 and "cross-site" in foreign.text
+    assert foreign.status_code == 403
+    assert "cross-site" in foreign.text
     no_origin = client.post("/runs/order-1/answer", data=form)
     assert no_origin.status_code == 403
     # Same origin but no CSRF token (a form forged elsewhere and replayed) is refused too.
     forged = client.post(
         "/runs/order-1/answer", data={"action": "approve"}, headers={"origin": LOCAL}
     )
-    assert forged.status_code == 403 and "CSRF" in forged.text
+    assert forged.status_code == 403
+    assert "CSRF" in forged.text
     assert store.get_run("order-1").status == "interrupted"
 
 
@@ -202,7 +211,8 @@ def test_read_only_hides_and_refuses_actions(store: SqliteStore) -> None:
     approval = _approval(store)
     client = _client(store, [approval], read_only=True)
     page = client.get("/runs/order-1").text
-    assert 'id="approve"' not in page and "send this order?" in page
+    assert 'id="approve"' not in page
+    assert "send this order?" in page
     refused = client.post(
         "/runs/order-1/answer", data={"action": "approve"}, headers={"origin": LOCAL}
     )
@@ -237,7 +247,8 @@ def test_event_stream_reports_new_steps(store: SqliteStore) -> None:
                     if events[-1]["status"] == "done":
                         break
         steps = [e["last_step"] for e in events]
-        assert steps == sorted(steps) and steps[-1] == 2
+        assert steps == sorted(steps)
+        assert steps[-1] == 2
         assert events[0]["status"] == "running"
     finally:
         gate.release(2)

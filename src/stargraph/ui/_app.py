@@ -38,7 +38,7 @@ from stargraph.ui import _pages as pages
 from stargraph.ui._digest import DigestCache
 from stargraph.ui._graph import graph_svg
 from stargraph.ui._mask import Masker
-from stargraph.ui._static import CSS, JS
+from stargraph.ui._static import CSS, ICON, JS
 
 __all__ = ["RunGraph", "UiSettings", "create_app", "is_loopback"]
 
@@ -359,7 +359,11 @@ def create_app(
                 "archives it beside the database).</p>"
             )
         else:
-            svg = graph_svg(graph.ir, digest, finished=run.status == "done")
+            tail = records[-1] if records and records[-1].step == run.last_step else None
+            if tail is None:
+                tail = store.get_steps(run_id, start=run.last_step, end=run.last_step)[0]
+            pending = frozenset() if run.status == "done" else frozenset(t.node for t in tail.next)
+            svg = graph_svg(graph.ir, digest, finished=run.status == "done", waiting=pending)
             picture = f'<div class="picture">{svg}</div>'
             if not digest.timed:
                 picture += '<p class="muted">These steps carry no commit times: no durations.</p>'
@@ -547,6 +551,9 @@ def create_app(
     async def style(request: Request) -> Response:
         return Response(CSS, media_type="text/css")
 
+    async def icon(request: Request) -> Response:
+        return Response(ICON, media_type="image/svg+xml")
+
     routes = [
         Route("/", runs_page),
         Route("/fragments/runs", runs_fragment),
@@ -558,6 +565,7 @@ def create_app(
         Route("/runs/{run_id:path}", run_page),
         Route("/static/ui.js", script),
         Route("/static/ui.css", style),
+        Route("/favicon.ico", icon),
     ]
     app = Starlette(routes=routes)
 

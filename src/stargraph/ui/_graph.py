@@ -76,8 +76,11 @@ def _layers(keys: list[str], edges: list[tuple[str, str]]) -> dict[str, int]:
     return layer
 
 
-def graph_svg(ir: GraphIR, digest: RunDigest, *, finished: bool) -> str:
-    """Inline SVG of ``ir`` with the nodes and links the run took marked ``ran``.
+def graph_svg(
+    ir: GraphIR, digest: RunDigest, *, finished: bool, waiting: frozenset[str] = frozenset()
+) -> str:
+    """Inline SVG of ``ir`` with the nodes and links the run took marked ``ran``, and the
+    nodes scheduled next (``waiting``: say an interrupted node) marked ``next``.
 
     A node box shows how many times the node ran and its total time (see
     :mod:`stargraph.ui._digest` for what that time includes).
@@ -124,11 +127,13 @@ def graph_svg(ir: GraphIR, digest: RunDigest, *, finished: bool) -> str:
     parts: list[str] = [
         f'<svg class="graph" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
         f'width="{width}" height="{height}" role="img" aria-label="graph {escape(ir.name)}">',
-        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
-        'markerHeight="7" orient="auto-start-reverse"><path d="M0,0L10,5L0,10z"/></marker>'
-        '<marker id="arrow-ran" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="7" '
-        'markerHeight="7" orient="auto-start-reverse"><path class="ran" d="M0,0L10,5L0,10z"/>'
-        "</marker></defs>",
+        # Arrow heads sized in user units: a thick highlighted edge keeps a normal head.
+        '<defs><marker id="arrow" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="9" '
+        'markerHeight="9" markerUnits="userSpaceOnUse" orient="auto-start-reverse">'
+        '<path d="M0,0L10,5L0,10z"/></marker>'
+        '<marker id="arrow-ran" viewBox="0 0 10 10" refX="9" refY="5" markerWidth="11" '
+        'markerHeight="11" markerUnits="userSpaceOnUse" orient="auto-start-reverse">'
+        '<path class="ran" d="M0,0L10,5L0,10z"/></marker></defs>',
     ]
     for link in links:
         (x1, y1), (x2, y2) = pos[link.source], pos[link.target]
@@ -153,7 +158,7 @@ def graph_svg(ir: GraphIR, digest: RunDigest, *, finished: bool) -> str:
         if runs:
             ms = digest.node_ms.get(box.key, 0)
             detail = f"{runs}x, {ms:,} ms" if digest.timed else f"{runs}x"
-        cls = f"node {box.kind}{' ran' if on else ''}"
+        cls = f"node {box.kind}{' ran' if on else ''}{' next' if box.key in waiting else ''}"
         parts.append(
             f'<g class="{cls}" data-node="{escape(box.key)}">'
             f"<title>{escape(' '.join(box.lines))}</title>"

@@ -64,6 +64,14 @@ def _label(node: str, index: int) -> str:
 # --------------------------------------------------------------------------- runs list
 
 
+def _when(iso: str) -> str:
+    """``2026-01-02 03:04:05`` (UTC) for a stored ISO time, the full value in a tooltip."""
+    if not iso:
+        return "-"
+    short = escape(iso[:19].replace("T", " "))
+    return f'<time datetime="{escape(iso)}" title="{escape(iso)}">{short}</time>'
+
+
 def run_rows(runs: list[tuple[RunRecord, RunDigest]]) -> str:
     """The ``<tr>`` rows of the runs list."""
     rows = []
@@ -76,7 +84,7 @@ def run_rows(runs: list[tuple[RunRecord, RunDigest]]) -> str:
             f"<td>{escape(run.graph_name)}</td><td>{_status(run.status)}</td>"
             f'<td class="num">{run.last_step}</td><td class="num">{tokens}</td>'
             f'<td class="num">{cost}</td>'
-            f"<td>{escape(run.created_at or '-')}</td><td>{escape(run.updated_at or '-')}</td>"
+            f"<td>{_when(run.created_at)}</td><td>{_when(run.updated_at)}</td>"
             "</tr>"
         )
     return "".join(rows)
@@ -110,8 +118,9 @@ def runs_page(
 <button type="submit">filter</button>
 </form>
 <table class="runs" data-rows="/fragments/runs?{escape(query)}">
-<thead><tr><th>run</th><th>graph</th><th>status</th><th>steps</th><th>tokens</th>
-<th>cost</th><th>created</th><th>updated</th></tr></thead>
+<thead><tr><th class="c-run">run</th><th>graph</th><th>status</th><th>steps</th>
+<th>tokens</th><th>cost</th><th class="c-time">created (UTC)</th>
+<th class="c-time">updated (UTC)</th></tr></thead>
 <tbody id="run-rows">{run_rows(runs)}</tbody>
 </table>
 <p class="muted">{len(runs)} runs. Tokens are summed over the recorded model calls; cost is
@@ -255,8 +264,17 @@ def pager(run_id: str, page: int, pages: int) -> str:
 
 def interrupt_form(masker: Masker, run: RunRecord, csrf: str, can_resume: bool) -> str:
     """The waiting payload and, unless read-only, the approve / reject / edit form."""
-    payload = run.interrupt
-    shown = f"<pre>{_json(masker, payload)}</pre>"
+    raw = run.interrupt
+    # A node's interrupt is stored as {kind, node, step, payload, ...}: show what it asked.
+    payload = (
+        raw.get("payload", raw) if isinstance(raw, dict) and raw.get("kind") == "node" else raw
+    )
+    where = ""
+    if isinstance(raw, dict) and raw.get("node"):
+        where = (
+            f"<p>node <code>{escape(str(raw['node']))}</code> at step {raw.get('step')} asks:</p>"
+        )
+    shown = f"{where}<pre>{_json(masker, payload)}</pre>"
     if not can_resume:
         return (
             f'<section class="interrupt"><h2>Waiting on</h2>{shown}<p class="muted">Answering '

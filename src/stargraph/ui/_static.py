@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from typing import Final
 
-__all__ = ["CSS", "JS"]
+__all__ = ["CSS", "ICON", "JS"]
+
+ICON: Final = (
+    '<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16"><path fill="#1a7f37" '
+    'd="M8 0l2 6h6l-5 4 2 6-5-4-5 4 2-6-5-4h6z"/></svg>'
+)
 
 JS: Final = r"""
 "use strict";
@@ -71,7 +76,7 @@ th,td{border:1px solid #ddd;padding:.3rem .5rem;vertical-align:top;text-align:le
 overflow-wrap:anywhere}
 th{background:#f5f5f7}
 table.summary{max-width:60rem}table.summary th{width:9rem}
-table.runs th:nth-child(1){width:22%}table.runs th:nth-child(n+3){width:9%}
+table.runs th{width:8%}table.runs th.c-run{width:30%}table.runs th.c-time{width:13%}
 table.timeline th:nth-child(1){width:4rem}table.timeline th:nth-child(2){width:13rem}
 table.timeline th:nth-child(3){width:10rem}table.timeline th:nth-child(5){width:12rem}
 .num{text-align:right;font-variant-numeric:tabular-nums}
@@ -88,6 +93,7 @@ svg.graph{max-width:100%;height:auto}
 svg.graph .node rect{fill:#fff;stroke:#8c959f;stroke-width:1.2}
 svg.graph .node.start rect,svg.graph .node.end rect{fill:#f5f5f7}
 svg.graph .node.join rect{fill:#f5f5f7;stroke-dasharray:3 2}
+svg.graph .node.next rect{fill:#fff8c5;stroke:#bf8700;stroke-width:2.5;stroke-dasharray:4 2}
 svg.graph .node.ran rect{fill:#dafbe1;stroke:#1a7f37;stroke-width:2.5}
 svg.graph text{font-size:13px;text-anchor:middle;fill:#1d1d1f}
 svg.graph text.detail{font-size:11px;fill:#57606a}

@@ -1,0 +1,251 @@
+"""The run console in a real browser: Debian's headless ``chromium`` over DevTools.
+
+The console is served by uvicorn in a thread of the test (port 0, the address read back from
+the bound socket); the graphs run in other threads against the same SQLite store. Every
+wait is a deadline-bounded poll of the page (see ``cdp.py``). Screenshots at 1280x800 are
+kept under the test's tmp dir (their paths are printed) and every page is checked for
+console errors and for anything sticking out past the right edge.
+
+``scripts/ensure_chromium.sh`` installs the browser when it is missing (apt, as root); the
+fixture runs it itself, so these tests never skip for want of a browser.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+from cdp import Browser
+from ui_graphs import GATES, approval_graph, loop_graph, scripted_model
+
+from stargraph.checkpoint import SqliteStore
+from stargraph.ui import UiSettings, create_app
+
+ROOT = Path(__file__).resolve().parents[2]
+DEADLINE_S = 60.0
+
+
+@pytest.fixture(scope="module")
+def chromium() -> str:
+    found = shutil.which("chromium")
+    if found is None:
+        subprocess.run(["bash", str(ROOT / "scripts" / "ensure_chromium.sh")], check=True)
+        found = shutil.which("chromium")
+    assert found is not None, "scripts/ensure_chromium.sh did not install chromium"
+    return found
+
+
+@pytest.fixture
+def browser(chromium: str, tmp_path: Path) -> Iterator[Browser]:
+    b = Browser(chromium, tmp_path / "profile")
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[SqliteStore]:
+    with SqliteStore(tmp_path / "runs.db") as s:
+        yield s
+
+
+class Served:
+    """The console served by uvicorn on a free loopback port, in a thread."""
+
+    def __init__(self, store: SqliteStore, graphs: list[Any]) -> None:
+        self.app = create_app(store, graphs=graphs, settings=UiSettings(poll_s=0.05))
+        config = uvicorn.Config(
+            self.app, host="127.0.0.1", port=0, log_level="warning", timeout_graceful_shutdown=5
+        )
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + DEADLINE_S
+        while not self.server.started:
+            assert self.thread.is_alive(), "uvicorn stopped before it started"
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+
+    def close(self) -> None:
+        self.app.state.console.closing.set()  # ends the event streams
+        self.server.should_exit = True
+        self.thread.join(DEADLINE_S)
+        self.app.state.console.close()
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def serve(store: SqliteStore) -> Iterator[Any]:
+    started: list[Served] = []
+
+    def start(graphs: list[Any]) -> Served:
+        served = Served(store, graphs)
+        started.append(served)
+        return served
+
+    yield start
+    for served in started:
+        served.close()
+
+
+def check_page(browser: Browser, shot: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No console error, nothing past the right edge, and a screenshot kept."""
+    assert browser.console_errors() == []
+    assert browser.overflowing() == []
+    browser.screenshot(shot)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with capsys.disabled():
+        print(f"\nconsole screenshot: {shot}")
+
+
+def _approval_run(store: SqliteStore) -> Any:
+    app = approval_graph().compile(store=store, services={"model": scripted_model()})
+    app.invoke({"item": "widget", "api_key": "sk-live-0123456789"}, run_id="order-1")
+    return app
+
+
+def test_runs_list_then_run_with_taken_path(
+    browser: Browser,
+    serve: Any,
+    store: SqliteStore,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    approval = _approval_run(store)
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 4}, run_id="loop-" + "x" * 90)  # a long id must wrap, not overflow
+    served = serve([approval, loop])
+    browser.open(served.url + "/")
+    assert browser.eval("document.querySelectorAll('#run-rows tr').length") == 2
+    check_page(browser, tmp_path / "runs.png", capsys)
+
+    browser.click_and_wait_navigation('a[href="/runs/order-1"]')
+    assert browser.eval("location.pathname") == "/runs/order-1"
+    ran = browser.eval(
+        "[...document.querySelectorAll('svg.graph g.node.ran')].map(g => g.dataset.node)"
+    )
+    assert sorted(ran) == ["__start__", "draft"]
+    # The node the run waits in (ask, interrupted) is marked as next, not as ran.
+    assert browser.eval("document.querySelector('g.node.next').dataset.node") == "ask"
+    # Highlighted means drawn differently, not just a class name: the stroke is green.
+    stroke = browser.eval(
+        "getComputedStyle(document.querySelector('g.node.ran[data-node=draft] rect')).stroke"
+    )
+    plain = browser.eval(
+        "getComputedStyle(document.querySelector('g.node[data-node=finish] rect')).stroke"
+    )
+    assert stroke == "rgb(26, 127, 55)"
+    assert plain != stroke
+    # The model call renders as chat bubbles once opened; the state loads on demand.
+    browser.eval("document.querySelector('details.call.llm').open = true")
+    assert browser.eval("document.querySelectorAll('.chat .msg').length") == 3
+    browser.eval("document.querySelector('details.state').open = true")
+    browser.wait_for(
+        "document.querySelector('details.state pre').textContent.includes('redacted:api_key')",
+        "the masked state to load",
+    )
+    check_page(browser, tmp_path / "run.png", capsys)
+    browser.eval("document.querySelector('svg.graph').scrollIntoView()")
+    check_page(browser, tmp_path / "run-graph.png", capsys)
+
+
+def test_running_run_gains_steps_live(
+    browser: Browser,
+    serve: Any,
+    store: SqliteStore,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    gate = GATES["browser-live"] = threading.Semaphore(0)
+    loop = loop_graph().compile(store=store)
+    worker = threading.Thread(
+        target=loop.invoke,
+        args=({"limit": 3, "gate": "browser-live"},),
+        kwargs={"run_id": "live"},
+    )
+    worker.start()
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while True:
+            try:
+                store.get_run("live")
+                break
+            except Exception:
+                assert time.monotonic() < deadline, "the run never started"
+                time.sleep(0.02)
+        served = serve([loop])
+        browser.open(served.url + "/runs/live")
+        rows = "document.querySelectorAll('#step-rows tr.step').length"
+        assert browser.eval(rows) == 1  # just the input
+        browser.eval("window.__samePage = true")
+        browser.wait_for("window.sgLive && window.sgLive.events > 0", "the event stream")
+        gate.release()
+        browser.wait_for(f"{rows} === 2", "step 1 to appear live")
+        gate.release()
+        browser.wait_for(f"{rows} === 3", "step 2 to appear live")
+        assert browser.eval("window.__samePage") is True  # appended, not reloaded
+        assert browser.eval("document.getElementById('last-step').textContent") == "2"
+        check_page(browser, tmp_path / "live.png", capsys)
+        gate.release()
+        # The run finishing changes its status: the page reloads itself to show it.
+        browser.wait_for(
+            "document.readyState === 'complete' && document.querySelector('#run-status') &&"
+            " document.querySelector('#run-status').textContent === 'done'",
+            "the run to show as done",
+        )
+        assert browser.eval(rows) == 4
+        assert browser.console_errors() == []
+    finally:
+        gate.release(3)
+        worker.join(DEADLINE_S)
+    assert not worker.is_alive()
+
+
+def test_approve_an_interrupt_and_see_the_run_finish(
+    browser: Browser,
+    serve: Any,
+    store: SqliteStore,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    approval = _approval_run(store)
+    served = serve([approval])
+    browser.open(served.url + "/runs/order-1")
+    assert browser.eval("document.querySelector('#run-status').textContent") == "interrupted"
+    check_page(browser, tmp_path / "interrupt.png", capsys)
+    browser.click_and_wait_navigation("#approve")
+    browser.wait_for(
+        "document.readyState === 'complete' && document.querySelector('#run-status') &&"
+        " document.querySelector('#run-status').textContent === 'done'",
+        "the approved run to finish",
+    )
+    ran = browser.eval(
+        "[...document.querySelectorAll('svg.graph g.node.ran')].map(g => g.dataset.node)"
+    )
+    assert sorted(ran) == ["__end__", "__start__", "ask", "draft", "finish"]
+    assert approval.get_state("order-1").answer == {"approved": True}
+    check_page(browser, tmp_path / "approved.png", capsys)
+
+
+def test_the_console_check_sees_errors_and_overflow(
+    browser: Browser, serve: Any, store: SqliteStore
+) -> None:
+    served = serve([])
+    browser.open(served.url + "/")
+    browser.eval("console.error('boom')")
+    browser.eval(
+        "const d = document.createElement('div'); d.style.width = '3000px';"
+        " d.textContent = 'x'; document.body.appendChild(d)"
+    )
+    assert any("boom" in e for e in browser.console_errors())
+    assert browser.overflowing() != []
