@@ -636,6 +636,7 @@ def proposals_reject(proposal_id: str, reason: str, db: str) -> None:
 from stargraph.cli import _inspect  # noqa: E402
 from stargraph.cli._registry import plugins_group, skills_group  # noqa: E402
 from stargraph.cli._replay import replay_command  # noqa: E402
+from stargraph.cli._ui import ui_command  # noqa: E402
 from stargraph.cli._workers import fork_command, submit_command, worker_command  # noqa: E402
 
 _inspect.register(cli)
@@ -646,5 +647,6 @@ for _command in (
     fork_command,
     submit_command,
     worker_command,
+    ui_command,
 ):
     cli.add_command(_command)
