@@ -345,8 +345,12 @@ def create_app(
         digest = console.digests.get(run_id, run.last_step)
         graph = console.graph(run.graph_hash)
         pages_n = run.last_step // pages.PAGE_SIZE + 1
-        page = pages_n - 1 if page is None else min(max(page, 0), pages_n - 1)
-        start = page * pages.PAGE_SIZE
+        if page is None:  # the newest steps, followed live
+            start = max(run.last_step - pages.PAGE_SIZE + 1, 0)
+            page = pages_n - 1
+        else:
+            page = min(max(page, 0), pages_n - 1)
+            start = page * pages.PAGE_SIZE
         end = min(start + pages.PAGE_SIZE - 1, run.last_step)
         records = store.get_steps(run_id, start=max(start - 1, 0), end=end)
         previous = records[0].created_ms if start > 0 and records else None
