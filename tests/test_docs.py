@@ -11,7 +11,7 @@ An HTML comment right before a fence steers its block (it does not show on the s
 
 ``<!-- docs-test: file=triage.py -->``
     save the block as ``triage.py`` (a file later blocks and commands use); otherwise it is
-    ``block_<n>.py``.
+    ``block_<n>.py``. Before a block in another language (``json``), save it as that file.
 ``<!-- docs-test: pytest -->``
     the block is a test module: run it with pytest too.
 ``<!-- docs-test: input='{"text": "x"}' response='"yes"' -->``
@@ -26,8 +26,8 @@ An HTML comment right before a fence steers its block (it does not show on the s
 
 Blocks that talk to a model get a real one over HTTP: ``OPENAI_BASE_URL`` points at a
 :class:`~stargraph.testing.ScriptedOpenAIServer` that plays a model (:func:`docs_model`), so
-no block is skipped for want of an API key. ``STARGRAPH_DOCS_PG`` holds a PostgreSQL DSN for
-the pages that need one (the suite's embedded server).
+no block is skipped for want of an API key. ``DATABASE_URL`` holds a PostgreSQL DSN for the
+pages that need one (a server the test starts, as tests/postgres does).
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ PAGES = sorted(
 )
 PAGE_IDS = [str(p.relative_to(ROOT)) for p in PAGES]
 PG_PAGES = {"docs/how-to/postgres.md", "docs/how-to/workers.md"}
+"""Pages whose blocks get ``DATABASE_URL``: a PostgreSQL server of the test's own."""
 
 _FENCE = re.compile(
     r"(?:^<!--\s*docs-test:(?P<directive>[^\n]*?)-->\n)?^```(?P<lang>[a-z]*)\n(?P<body>.*?)^```\s*$",
@@ -175,7 +176,8 @@ def _env(extra: dict[str, str]) -> dict[str, str]:
     env = {
         k: v
         for k, v in os.environ.items()
-        if not k.startswith(("OPENAI_", "STARGRAPH_", "PYTEST_", "COV_")) and k != "PYTHONPATH"
+        if not k.startswith(("OPENAI_", "STARGRAPH_", "PYTEST_", "COV_"))
+        and k not in ("PYTHONPATH", "DATABASE_URL")
     }
     env["PATH"] = f"{BIN}{os.pathsep}{env.get('PATH', '')}"
     return {**env, **extra}
@@ -213,14 +215,18 @@ def _fail(block: Block, what: str, result: subprocess.CompletedProcess[str]) -> 
 _KILLER = textwrap.dedent(
     """
     # Runs the stargraph command, killing the process with SIGKILL right after the first step
-    # it commits: a crash between two steps, as a power cut would make it.
+    # it commits, or right before it records that the run stopped (a run that waits at its
+    # first step commits none): a crash between two steps, as a power cut would make it.
     import os, signal, sys
     from stargraph.checkpoint import SqliteStore
-    _commit = SqliteStore.commit_step
+    _commit, _set_status = SqliteStore.commit_step, SqliteStore.set_status
     def _commit_then_die(self, *args, **kwargs):
         _commit(self, *args, **kwargs)
         os.kill(os.getpid(), signal.SIGKILL)
+    def _die_instead(self, *args, **kwargs):
+        os.kill(os.getpid(), signal.SIGKILL)
     SqliteStore.commit_step = _commit_then_die
+    SqliteStore.set_status = _die_instead
     from stargraph.cli import main
     main(sys.argv[1:])
     """
@@ -302,7 +308,7 @@ def docs_pg() -> Iterator[str]:
 def _pg_dsn(request: pytest.FixtureRequest, page: str) -> dict[str, str]:
     if page not in PG_PAGES:
         return {}
-    return {"STARGRAPH_DOCS_PG": str(request.getfixturevalue("docs_pg"))}
+    return {"DATABASE_URL": str(request.getfixturevalue("docs_pg"))}
 
 
 @pytest.mark.slow
@@ -331,6 +337,8 @@ def test_every_python_block_runs(
                 assert result.returncode == 0, _fail(block, line, result)
             continue
         if block.lang != "python":
+            if "file" in block.options:  # a data file the page's code reads (a rule pack ...)
+                (folder / block.options["file"]).write_text(block.body, encoding="utf-8")
             continue
         file = block.options.get("file", f"block_{block.index}.py")
         (folder / file).parent.mkdir(parents=True, exist_ok=True)
