@@ -276,6 +276,11 @@ class OtelObserver:
                 if run is not None:
                     run.set_attribute("stargraph.status", "failed")
                 self._end_run(run_id, (str(event.error_type), str(event.error)))
+            elif kind == "run_cancelled":
+                if run is not None:
+                    run.set_attribute("stargraph.status", "cancelled")
+                    run.set_attribute("stargraph.stopped_by", str(event.reason))
+                self._end_run(run_id)
 
     @hookimpl
     def before_tool_call(self, call: Any) -> None:

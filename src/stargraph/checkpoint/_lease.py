@@ -12,7 +12,9 @@ A run whose owner is gone is reported as ``orphaned`` and can be taken over at o
 - on the owner's own host, by asking the operating system (its pid is gone, a zombie, or a
   later process that reused the pid), and, in the owner's own process, by whether the lease
   is still held here (a run abandoned by an exception is not);
-- anywhere, when the lease lapsed: no heartbeat for ``lease_s`` seconds.
+- anywhere, when the lease lapsed: no heartbeat for ``lease_s`` seconds, or at once when its
+  owner abandoned it (``Lease.abandon``: a run stopped at once by a second Ctrl-C, or by a
+  store error, keeps ``running`` with its owner on record and a lease that has lapsed).
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ DEFAULT_LEASE_S: Final = 30.0
 """How long a run's lease lasts without a heartbeat (heartbeats come every third of it)."""
 
 HOST: Final = socket.gethostname()
+
+_LAPSED_S: Final = 1e-6
+"""The lease a run abandoned by its owner is renewed for (see ``Lease.abandon``)."""
 
 
 def _proc_stat(pid: int) -> tuple[str, int] | None:
@@ -233,6 +238,20 @@ class Lease:
             self.store.release(self.run_id, self.token)
         except StargraphError as exc:  # the lease lapses by itself
             log.warning("run %s: releasing its lease failed: %s", self.run_id, exc)
+
+    def abandon(self) -> None:
+        """Stop heartbeats and let the lease lapse now, without a status change: the run
+        keeps its owner on record and shows as ``orphaned`` everywhere at once (a run
+        stopped at once, or by a store error), so the next resume takes it over without
+        waiting. A store that cannot take the write lets the lease lapse by itself (at once
+        in this process, which no longer holds it)."""
+        _KEEPER.remove(self)
+        # A renewal for (almost) no time: expiring a lease needs no store method of its own.
+        lapsed = self.owner.model_copy(update={"lease_s": _LAPSED_S})
+        try:
+            self.store.heartbeat(self.run_id, lapsed)
+        except StargraphError as exc:
+            log.warning("run %s: giving up its lease failed: %s", self.run_id, exc)
 
     def _beat(self) -> bool:
         """Renew once; ``False`` when the lease is gone for good."""

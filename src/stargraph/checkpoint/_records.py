@@ -37,13 +37,16 @@ __all__ = [
     "unicode_problem",
 ]
 
-RunStatus = Literal["running", "interrupted", "done", "failed", "orphaned"]
-"""What a run is doing. ``orphaned`` is never stored: a store reports a ``running`` run as
-``orphaned`` when the owner of its lease is gone (its process died, or its heartbeat stopped
-for longer than the lease); such a run resumes at once. A ``running`` run without an owner
-(written before leases, or released) is resumable too."""
+RunStatus = Literal["running", "interrupted", "done", "failed", "cancelled", "orphaned"]
+"""What a run is doing. ``cancelled``: it was asked to stop and stopped at a step boundary
+(``last_step`` is the step reached, ``stopped_by`` says what cancelled it); it resumes like a
+failed run. ``orphaned`` is never stored: a store reports a ``running`` run as ``orphaned``
+when the owner of its lease is gone (its process died, it stopped at once on a second signal,
+or its heartbeat stopped for longer than the lease); such a run resumes at once. A
+``running`` run without an owner (a fork not yet resumed, or written before leases) is
+resumable too."""
 
-STORED_STATUSES: Final = frozenset({"running", "interrupted", "done", "failed"})
+STORED_STATUSES: Final = frozenset({"running", "interrupted", "done", "failed", "cancelled"})
 """The statuses a store keeps (``set_status`` / ``commit_step`` take only these)."""
 
 MAX_ERROR_CHARS: Final = 16_000
@@ -201,7 +204,10 @@ class RunRecord(BaseModel):
     created_at: str = ""
     updated_at: str = ""
     error: str | None = None
-    stopped_by: str | None = Field(default=None, description="Rule that halted the run.")
+    stopped_by: str | None = Field(
+        default=None,
+        description="The rule that halted the run, or what cancelled it (a signal, cancel()).",
+    )
     interrupt: Any = Field(default=None, description="What an interrupted run waits on.")
     owner: RunOwner | None = Field(
         default=None, description="Who holds the run's lease (None: nobody runs it)."

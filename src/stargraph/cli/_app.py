@@ -37,12 +37,14 @@ from stargraph.errors import (
     InvalidInputError,
     ProposalNotFoundError,
     ProposalStateError,
+    RunCancelledError,
     RunError,
     RunNotFoundError,
     RunNotResumableError,
     StargraphError,
 )
 from stargraph.ir import StaticEdgeIR
+from stargraph.runtime import SignalScope, cancel_on_signals
 
 __all__ = ["cli"]
 
@@ -279,8 +281,16 @@ def run_command(
     with open_store(db, must_exist=False) as store:
         app = compile_target(target, store=store, max_steps=max_steps)
         archive_ir(db, app.ir, spec=graph)
+        hint = _resume_hint(run_id, graph, db)
         try:
-            outcome = _drive(app.stream(data or {}, run_id=run_id), _view(live, quiet))
+            with cancel_on_signals(announce=not quiet) as signals:
+                outcome = _drive(app.stream(data or {}, run_id=run_id), _view(live, quiet))
+        except RunCancelledError as exc:
+            raise _stopped(exc, signals, store, run_id, hint) from exc
+        except (KeyboardInterrupt, SystemExit) as exc:
+            if not signals.forced:
+                raise
+            raise _stopped(exc, signals, store, run_id, hint) from exc
         except RunError as exc:
             if not _stored(store, run_id):
                 # Refused before anything was stored (an --input that does not fit): there
@@ -296,6 +306,24 @@ def run_command(
         finally:
             app.close()
         _report(outcome, app, run_id, graph, db)
+
+
+def _stopped(
+    exc: BaseException, signals: SignalScope, store: Any, run_id: str, hint: str
+) -> CliError:
+    """A run stopped by Ctrl-C or SIGTERM (or cancelled): what became of it, and the command
+    that continues it; the exit status is the shell's for the signal (130 for Ctrl-C)."""
+    if isinstance(exc, RunCancelledError):
+        what = f"was cancelled ({exc.reason}) after step {exc.step}, its last committed step"
+    else:
+        step = store.get_run(run_id).last_step
+        what = (
+            f"stopped at once on a second {signals.name}; it shows as orphaned until resumed "
+            f"from step {step}, its last committed step"
+        )
+    code = signals.exit_code if signals.signum is not None else 1
+    stopped = type("RunStopped", (CliError,), {"exit_code": code})
+    return stopped(f"run {run_id} {what}; continue it with: {hint}")  # type: ignore[no-any-return]
 
 
 def _stored(store: Any, run_id: str) -> bool:
@@ -342,8 +370,16 @@ def resume_command(
         record = store.get_run(run_id)
         target = _graph_for(graph_spec, db, record.graph_hash, "resume it")
         app = compile_target(target, store=store)
+        hint = _resume_hint(run_id, target.spec, db)
         try:
-            outcome = _drive(app.resume_stream(run_id, **options), _view(live, quiet))
+            with cancel_on_signals(announce=not quiet) as signals:
+                outcome = _drive(app.resume_stream(run_id, **options), _view(live, quiet))
+        except RunCancelledError as exc:
+            raise _stopped(exc, signals, store, run_id, hint) from exc
+        except (KeyboardInterrupt, SystemExit) as exc:
+            if not signals.forced:
+                raise
+            raise _stopped(exc, signals, store, run_id, hint) from exc
         except GraphHashMismatch as exc:
             raise CliError(
                 f"run {run_id} was recorded by graph {exc.stored}, but {target.spec} is graph "

@@ -27,7 +27,7 @@ from stargraph.ir import GraphIR
 
 __all__ = ["diff_runs", "register"]
 
-_STATUSES = ("running", "interrupted", "done", "failed", "orphaned")
+_STATUSES = ("running", "interrupted", "done", "failed", "cancelled", "orphaned")
 
 
 def _dumps(value: Any, *, indent: int | None = None) -> str:

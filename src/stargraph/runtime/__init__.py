@@ -1,17 +1,20 @@
 """The runtime: executor, run context, events.
 
 ``CompiledGraph`` is produced by ``Graph.compile()``; nodes that take a second argument get a
-:class:`RunContext`; ``stream()`` yields :data:`Event` values.
+:class:`RunContext`; ``stream()`` yields :data:`Event` values. ``CompiledGraph.cancel`` and
+:func:`cancel_on_signals` (Ctrl-C, SIGTERM) stop runs at a step boundary, resumably.
 """
 
 from __future__ import annotations
 
+from stargraph.runtime._cancel import SignalScope, cancel_on_signals
 from stargraph.runtime._context import Entropy, RunContext, SeededEntropy, SystemEntropy
 from stargraph.runtime._events import (
     Event,
     NodeFinished,
     NodeStarted,
     RuleDecided,
+    RunCancelled,
     RunFailed,
     RunFinished,
     RunInterrupted,
@@ -35,15 +38,18 @@ __all__ = [
     "RouterSpec",
     "RuleDecided",
     "RuleSet",
+    "RunCancelled",
     "RunContext",
     "RunFailed",
     "RunFinished",
     "RunInterrupted",
     "RunStarted",
     "SeededEntropy",
+    "SignalScope",
     "StepCompleted",
     "StepDecision",
     "SystemEntropy",
     "Task",
     "accepts_ctx",
+    "cancel_on_signals",
 ]

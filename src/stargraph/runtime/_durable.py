@@ -22,10 +22,11 @@ again on resume. Effects made through ``ctx.once`` / ``ctx.now`` / ``ctx.uuid`` 
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import inspect
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Durability",
     "Persistence",
+    "atake_lease",
     "check_run_id",
     "check_values",
     "code_hash",
@@ -128,12 +130,11 @@ def check_values(
             )
 
 
-def take_lease(
-    store: CheckpointStore, run_id: str, *, wait: bool | float = False
-) -> tuple[Lease, RunRecord]:
-    """Lease ``run_id`` to this process (heartbeats start at once); the run's record from
-    just before. Raises ``RunBusyError`` while another live owner holds it, unless ``wait``
-    (``True``, or at most that many seconds) lets it wait for the owner to let go."""
+def _acquiring(
+    store: CheckpointStore, run_id: str, wait: bool | float
+) -> Generator[float, None, tuple[Lease, RunRecord]]:
+    """Try to lease ``run_id``; yields how long to sleep before the next try while another
+    live owner holds it and ``wait`` allows waiting; returns the lease and the record."""
     owner = new_owner(DEFAULT_LEASE_S)
     deadline = None if wait is True else time.monotonic() + float(wait)
     delay = 0.01
@@ -145,11 +146,38 @@ def take_lease(
             if wait is False or (deadline is not None and time.monotonic() >= deadline):
                 raise
             # Polling the store: the owner may be another process, on another host.
-            time.sleep(delay if deadline is None else min(delay, deadline - time.monotonic()))
+            yield delay if deadline is None else max(0.0, min(delay, deadline - time.monotonic()))
             delay = min(delay * 2, 0.25)
     lease = Lease(store, run_id, owner)
     lease.hold()
     return lease, record
+
+
+def take_lease(
+    store: CheckpointStore, run_id: str, *, wait: bool | float = False
+) -> tuple[Lease, RunRecord]:
+    """Lease ``run_id`` to this process (heartbeats start at once); the run's record from
+    just before. Raises ``RunBusyError`` while another live owner holds it, unless ``wait``
+    (``True``, or at most that many seconds) lets it wait for the owner to let go."""
+    tries = _acquiring(store, run_id, wait)
+    try:
+        while True:
+            time.sleep(next(tries))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def atake_lease(
+    store: CheckpointStore, run_id: str, *, wait: bool | float = False
+) -> tuple[Lease, RunRecord]:
+    """:func:`take_lease` for a coroutine: waiting for the owner sleeps on the event loop
+    instead of blocking its thread."""
+    tries = _acquiring(store, run_id, wait)
+    try:
+        while True:
+            await asyncio.sleep(next(tries))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 def task_records(tasks: Sequence[Task]) -> tuple[TaskRecord, ...]:
@@ -213,11 +241,15 @@ class Persistence:
             self.lease.drop()
             self._hold(None)
 
-    def release(self) -> None:
-        """Give the lease up without a status change (a run abandoned by a store error)."""
+    def abandon(self) -> None:
+        """Give the lease up at once without a status change: the run stopped here without
+        a word to its store (a store error, ``KeyboardInterrupt``, a second signal). It
+        stays ``running`` with this owner on record, shown as ``orphaned``, and the next
+        resume takes it over at once."""
         if self.lease is not None:
-            self.lease.release()
+            lease = self.lease
             self._hold(None)
+            lease.abandon()
 
     def _guarded(self, write: Callable[[], None]) -> None:
         """Run a store write; if the store refuses it, let the lease go, since the run will
@@ -225,7 +257,7 @@ class Persistence:
         try:
             write()
         except CheckpointError:
-            self.release()
+            self.abandon()
             raise
 
     def start(
@@ -317,7 +349,7 @@ class Persistence:
         try:
             self.store.commit_step(run.run_id, record, owner=self.owner)
         except CheckpointError:
-            self.release()  # the run will not go on in this process
+            self.abandon()  # the run will not go on in this process
             raise
         run.decision = None
         run.attempts = {}
@@ -342,6 +374,11 @@ class Persistence:
         """Mark the run failed (it stays resumable: fix the cause, then resume). The store
         keeps the head and tail of a very long error."""
         self._stop(run, "failed", error=error)
+
+    def cancel(self, run: Run, reason: str) -> None:
+        """Mark the run cancelled at its last committed step, saying what cancelled it
+        (and release its lease)."""
+        self._stop(run, "cancelled", stopped_by=reason)
 
     def flush(self, run: Run) -> None:
         """In ``exit`` mode, copy the buffered run into the real store."""

@@ -17,6 +17,7 @@ __all__ = [
     "NodeFinished",
     "NodeStarted",
     "RuleDecided",
+    "RunCancelled",
     "RunFailed",
     "RunFinished",
     "RunInterrupted",
@@ -92,6 +93,14 @@ class RunFinished(_EventBase):
     stopped_by: str | None = Field(default=None, description="Rule that halted the run.")
 
 
+class RunCancelled(_EventBase):
+    """The run was cancelled and stopped after ``step``, its last committed step
+    (``reason``: what cancelled it); ``resume(run_id)`` continues it."""
+
+    kind: Literal["run_cancelled"] = "run_cancelled"
+    reason: str
+
+
 class RunFailed(_EventBase):
     """The run stopped with an error."""
 
@@ -108,7 +117,8 @@ Event = Annotated[
     | RuleDecided
     | RunInterrupted
     | RunFinished
-    | RunFailed,
+    | RunFailed
+    | RunCancelled,
     Field(discriminator="kind"),
 ]
 """Any run event, discriminated on ``kind``."""

@@ -10,11 +10,20 @@ about the result depends on which task finished first.
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import os
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Callable,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from functools import cached_property
 from typing import Any, Literal, TypeVar
 
@@ -29,9 +38,11 @@ from stargraph.errors import (
     EngineError,
     InvalidInputError,
     ReplayError,
+    RunCancelledError,
     StargraphError,
 )
 from stargraph.ir import END, GraphIR
+from stargraph.runtime import _cancel
 from stargraph.runtime._context import Entropy, SystemEntropy
 from stargraph.runtime._durable import (
     Durability,
@@ -43,6 +54,7 @@ from stargraph.runtime._events import (
     NodeFinished,
     NodeStarted,
     RuleDecided,
+    RunCancelled,
     RunFailed,
     RunFinished,
     RunInterrupted,
@@ -207,8 +219,9 @@ class CompiledGraph(StoredRuns[StateT]):
         buffer: list[Event] = []
         self._refuse_unknown_keys(input, run_id)
         run = self._new_run(input, run_id, max_steps, emit=buffer.append)
+        drive = self._adrive(run, fresh=True)
         try:
-            async for _ in self._adrive(run, fresh=True):
+            async for _ in drive:
                 for event in buffer:
                     yield event
                 buffer.clear()
@@ -216,6 +229,8 @@ class CompiledGraph(StoredRuns[StateT]):
             for event in buffer:
                 yield event
             raise
+        finally:
+            await drive.aclose()  # a consumer that stops reading cancels the run (see stream)
         for event in buffer:
             yield event
 
@@ -372,6 +387,10 @@ class CompiledGraph(StoredRuns[StateT]):
             run.emit(event)
 
     def _begin(self, run: Run, fresh: bool) -> None:
+        # Registered while it executes, so that cancel() and signals can reach it.
+        _cancel.ACTIVE[id(run)] = run
+        if _cancel.SIGNALLED.reason is not None and run.cancelled is None:
+            run.cancelled = _cancel.SIGNALLED.reason
         if run.emit is not None:
             run.emit(
                 RunStarted(
@@ -457,48 +476,75 @@ class CompiledGraph(StoredRuns[StateT]):
             return False
         return not (self._interrupts and self._park_after(run, [t for t, _ in outcome.results]))
 
+    # The drivers below share one shape. The loop checks ``run.cancelled`` before each step
+    # (a step boundary) and leaves it to stop the run after the ``try``: cancelling is not
+    # a failure. A RunCancelledError met inside a step comes from a nested run; BaseException
+    # (KeyboardInterrupt, SystemExit) stops the run at once, abandoning its lease.
+
     def _run_to_end(self, run: Run, *, fresh: bool) -> None:
         """Sync driver for invoke/resume: no generator on the hot path."""
         try:
             self._begin(run, fresh)
             while run.tasks:
+                if run.cancelled is not None:
+                    break
                 if not self._step_once(run):
                     return
-            self._finish(run)
+            else:
+                self._finish(run)
+                return
+        except RunCancelledError as exc:
+            raise self._nested_cancel(run, exc) from exc
         except StargraphError as exc:
             self._fail(run, exc)
             raise
         except Exception as exc:
             raise self._engine_failed(run, exc) from exc
+        except BaseException as exc:
+            self._abandon(run, exc)
+            raise
         finally:
-            if run.rules is not None:
-                run.rules.close()
-                run.rules = None
+            self._end(run)
+        raise self._cancel(run)
 
-    def _drive(self, run: Run, *, fresh: bool) -> Iterator[int]:
+    def _drive(self, run: Run, *, fresh: bool) -> Generator[int, None, None]:
         """Sync driver for streams: yields after each committed step."""
         try:
             self._begin(run, fresh)
             while run.tasks:
+                if run.cancelled is not None:
+                    break
                 if not self._step_once(run):
                     return
                 yield run.step
-            self._finish(run)
+            else:
+                self._finish(run)
+                return
+        except GeneratorExit:
+            # The consumer closed the stream; it was waiting at the yield, a step boundary.
+            self._cancel_quietly(run, "its event stream was closed")
+            raise
+        except RunCancelledError as exc:
+            raise self._nested_cancel(run, exc) from exc
         except StargraphError as exc:
             self._fail(run, exc)
             raise
         except Exception as exc:
             raise self._engine_failed(run, exc) from exc
+        except BaseException as exc:
+            self._abandon(run, exc)
+            raise
         finally:
-            if run.rules is not None:
-                run.rules.close()
-                run.rules = None
+            self._end(run)
+        raise self._cancel(run)
 
-    async def _adrive(self, run: Run, *, fresh: bool) -> AsyncIterator[int]:
+    async def _adrive(self, run: Run, *, fresh: bool) -> AsyncGenerator[int, None]:
         """Async driver: yields after each committed step."""
         try:
             self._begin(run, fresh)
             while run.tasks:
+                if run.cancelled is not None:
+                    break
                 if self._interrupts and self._park_before(run):
                     return
                 run.step += 1
@@ -509,33 +555,134 @@ class CompiledGraph(StoredRuns[StateT]):
                     self._park_node(run, outcome)
                     return
                 self._complete_step(run, outcome.results)
-                yield run.step
                 if run.rule_park is not None:
                     self._park(run, run.rule_park)
                     return
                 if self._interrupts and self._park_after(run, [t for t, _ in outcome.results]):
                     return
-            self._finish(run)
+                # After the parks: a consumer that stops reading here cancels a running run.
+                yield run.step
+            else:
+                self._finish(run)
+                return
+        except GeneratorExit:
+            self._cancel_quietly(run, "its event stream was closed")
+            raise
+        except asyncio.CancelledError:
+            # The task was cancelled where it awaited, inside a step: that step is dropped.
+            run.step -= 1
+            self._cancel_quietly(run, "its asyncio task was cancelled")
+            raise
+        except RunCancelledError as exc:
+            raise self._nested_cancel(run, exc) from exc
         except StargraphError as exc:
             self._fail(run, exc)
             raise
         except Exception as exc:
             raise self._engine_failed(run, exc) from exc
+        except BaseException as exc:
+            self._abandon(run, exc)
+            raise
         finally:
-            if run.rules is not None:
-                run.rules.close()
-                run.rules = None
+            self._end(run)
+        raise self._cancel(run)
 
     def _stream(self, run: Run, buffer: list[Event], *, fresh: bool) -> Iterator[Event]:
+        drive = self._drive(run, fresh=fresh)
         try:
-            for _ in self._drive(run, fresh=fresh):
+            for _ in drive:
                 yield from buffer
                 buffer.clear()
         except StargraphError:
             # The consumer sees the failing step's events and run_failed before the error.
             yield from buffer
             raise
+        finally:
+            # A consumer that stops reading cancels the run at the step it reached, now
+            # rather than whenever the driver is garbage collected.
+            drive.close()
         yield from buffer
+
+    # ------------------------------------------------------------------ stopping early
+
+    def cancel(self, run_id: str, *, reason: str = "cancel() was called") -> bool:
+        """Ask run ``run_id`` of this graph, executing in this process (in any thread), to
+        stop at its next step boundary; returns whether such a run was found.
+
+        The step in flight finishes and commits; then the run is stored as ``cancelled`` at
+        that step (``stopped_by`` is ``reason``), its lease is released, and the call that
+        runs it (``invoke``, ``resume``, a stream) raises
+        :class:`~stargraph.errors.RunCancelledError`; ``resume(run_id)`` continues it. The
+        nested runs of its subgraph nodes are cancelled with it. A run executing in another
+        process is stopped by signalling that process (see
+        :func:`~stargraph.runtime.cancel_on_signals`); a parked or failed run needs no
+        cancelling. Safe to call from any thread.
+        """
+        return _cancel.request(self, run_id, reason)
+
+    def _end(self, run: Run) -> None:
+        """However a driver leaves: close the rule engines, unregister the run."""
+        if run.rules is not None:
+            run.rules.close()
+            run.rules = None
+        _cancel.ACTIVE.pop(id(run), None)
+
+    def _cancel(self, run: Run) -> RunCancelledError:
+        """Stop the run at this step boundary: store it as cancelled; the error to raise."""
+        reason = run.cancelled or "cancelled"
+        if run.persistence is not None:
+            run.persistence.cancel(run, reason)
+        self._emit(
+            run, RunCancelled(run_id=run.run_id, step=run.step, path=run.path, reason=reason)
+        )
+        then = (
+            f"continue it with resume({run.run_id!r})"
+            if run.persistence is not None
+            else "it had no checkpoint store, so it cannot be resumed"
+        )
+        return RunCancelledError(
+            f"run {run.run_id!r} was cancelled ({reason}) and stopped after step {run.step}, "
+            f"its last committed step; {then}",
+            run_id=run.run_id,
+            step=run.step,
+            reason=reason,
+        )
+
+    def _nested_cancel(self, run: Run, exc: RunCancelledError) -> StargraphError:
+        """A nested run (a subgraph node's, or one a node invoked) was cancelled inside the
+        step in flight. If this run was asked to stop too, it stops at its last committed
+        step (the step re-runs on resume, resuming the nested run); otherwise its node
+        failed with that error, as a node whose call raised."""
+        if run.cancelled is None:
+            self._fail(run, exc)
+            return exc
+        run.step -= 1  # the step in flight was not committed
+        return self._cancel(run)
+
+    def _cancel_quietly(self, run: Run, reason: str) -> None:
+        """Cancel the run where nobody waits for the error (a closed stream, a cancelled
+        task); a store that refuses is logged and the run abandoned instead."""
+        run.cancelled = run.cancelled or reason
+        try:
+            self._cancel(run)
+        except Exception as exc:  # the store refused; the lease must go all the same
+            _log.warning(
+                "run %r could not be marked cancelled (%s); it shows as orphaned instead",
+                run.run_id,
+                describe_exception(exc),
+            )
+            if run.persistence is not None:
+                run.persistence.abandon()
+
+    def _abandon(self, run: Run, exc: BaseException) -> None:
+        """Stop at once (KeyboardInterrupt, SystemExit, a second signal): write nothing
+        more, but give the lease up so the run shows as orphaned and resumes at once."""
+        if run.persistence is not None and run.persistence.lease is not None:
+            run.persistence.abandon()
+            exc.add_note(
+                f"run {run.run_id!r} stopped at once; it shows as 'orphaned' until resumed "
+                f"from its last committed step: resume({run.run_id!r})"
+            )
 
     def _complete_step(self, run: Run, results: list[tuple[Task, dict[str, Any]]]) -> None:
         ran = [task for task, _ in results]
@@ -643,17 +790,23 @@ class CompiledGraph(StoredRuns[StateT]):
         return error
 
     def _fail(self, run: Run, exc: StargraphError) -> None:
-        if run.persistence is not None and not isinstance(exc, CheckpointError):
-            # A checkpoint error means the store itself refused; do not write through it.
-            try:
-                run.persistence.fail(run, str(exc))
-            except Exception as store_exc:
-                # The run cannot be marked failed (not created yet, or the store is down):
-                # the error itself must still reach the caller.
-                exc.add_note(
-                    f"run {run.run_id!r} could not be marked failed in its store: "
-                    f"{describe_exception(store_exc)}"
-                )
+        persistence = run.persistence
+        if persistence is not None:
+            if isinstance(exc, CheckpointError) and exc.run_id in (None, run.run_id):
+                # The store itself refused this run (or its lease was lost): write nothing
+                # more through it, but let the lease go so the run shows as orphaned.
+                persistence.abandon()
+            else:
+                try:
+                    persistence.fail(run, str(exc))
+                except Exception as store_exc:
+                    # The run cannot be marked failed (not created yet, or the store is
+                    # down): the error itself must still reach the caller.
+                    persistence.abandon()
+                    exc.add_note(
+                        f"run {run.run_id!r} could not be marked failed in its store: "
+                        f"{describe_exception(store_exc)}"
+                    )
         self._emit(
             run,
             RunFailed(

@@ -188,9 +188,7 @@ class ReplayDriver:
                 stack.remove(self)
                 if not stack:
                     del _ACTIVE[run.run_id]
-            if run.rules is not None:
-                run.rules.close()
-                run.rules = None
+            graph._end(run)  # close the rule engines; the run no longer executes
 
     def _apply_special(self, record: StepRecord) -> None:
         run = self.run

@@ -67,6 +67,7 @@ class Run:
 
     __slots__ = (
         "attempts",
+        "cancelled",
         "child_events",
         "collect",
         "decision",
@@ -137,6 +138,8 @@ class Run:
         self.replay_calls: dict[tuple[str, int], list[JournalEntry]] | None = None
         self.stopped_by: str | None = None
         self.rule_park: dict[str, Any] | None = None
+        # Why the run is to stop at its next step boundary (see ``_cancel``); None: go on.
+        self.cancelled: str | None = None
         # The state object built for this step's routers, handed on to the next step's task
         # when it runs alone (saves building the same pydantic object twice per step).
         self.view: Any = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
@@ -29,9 +29,10 @@ from stargraph.errors import (
     InvalidInputError,
     RunNotResumableError,
 )
-from stargraph.runtime._context import Entropy, SystemEntropy
+from stargraph.runtime._context import Entropy
 from stargraph.runtime._durable import (
     Persistence,
+    atake_lease,
     check_run_id,
     check_values,
     decode_writes,
@@ -104,7 +105,7 @@ class StoredRuns(Generic[StateT]):
 
         def _stream(self, run: Run, buffer: list[Event], *, fresh: bool) -> Iterator[Event]: ...
 
-        def _adrive(self, run: Run, *, fresh: bool) -> AsyncIterator[int]: ...
+        def _adrive(self, run: Run, *, fresh: bool) -> AsyncGenerator[int, None]: ...
 
         def _state(self, run: Run) -> StateT: ...
 
@@ -158,6 +159,7 @@ class StoredRuns(Generic[StateT]):
         response: Any = NO_RESPONSE,
         update: Mapping[str, Any] | None = None,
         max_steps: int | None = None,
+        migration: Migration | None = None,
         wait: bool | float = False,
     ) -> Iterator[Event]:
         """:meth:`resume`, yielding events."""
@@ -168,6 +170,7 @@ class StoredRuns(Generic[StateT]):
             update=update,
             max_steps=max_steps,
             emit=buffer.append,
+            migration=migration,
             wait=wait,
         )
         yield from self._stream(run, buffer, fresh=False)
@@ -179,11 +182,22 @@ class StoredRuns(Generic[StateT]):
         response: Any = NO_RESPONSE,
         update: Mapping[str, Any] | None = None,
         max_steps: int | None = None,
+        migration: Migration | None = None,
         wait: bool | float = False,
     ) -> StateT:
-        """Async :meth:`resume` (``wait`` blocks this thread while it waits)."""
+        """Async :meth:`resume`; with ``wait``, waiting for another owner to let go sleeps on
+        the event loop (other tasks run meanwhile)."""
+        store = self._require_store()
+        check_run_id(run_id)
+        taken = await atake_lease(store, run_id, wait=wait)
         run = self._load(
-            run_id, response=response, update=update, max_steps=max_steps, emit=None, wait=wait
+            run_id,
+            response=response,
+            update=update,
+            max_steps=max_steps,
+            emit=None,
+            migration=migration,
+            taken=taken,
         )
         async for _ in self._adrive(run, fresh=False):
             pass
@@ -269,7 +283,7 @@ class StoredRuns(Generic[StateT]):
                 new_id,
                 values,
                 max_steps=self.max_steps,
-                entropy=SystemEntropy(),
+                entropy=self._entropy_factory(),
                 emit=None,
             )
             run.step = step
@@ -393,12 +407,14 @@ class StoredRuns(Generic[StateT]):
         emit: Callable[[Event], None] | None,
         migration: Migration | None = None,
         wait: bool | float = False,
+        taken: tuple[Lease, RunRecord] | None = None,
     ) -> Run:
         store = self._require_store()
         check_run_id(run_id)
         # The lease first: nothing below (the interrupt's answer, the status, a node) may
-        # be written by a second resumer while another process runs the run.
-        lease, record = take_lease(store, run_id, wait=wait)
+        # be written by a second resumer while another process runs the run. ``taken``: the
+        # caller took it already (aresume, waiting on its event loop).
+        lease, record = take_lease(store, run_id, wait=wait) if taken is None else taken
         try:
             return self._load_leased(
                 record,
