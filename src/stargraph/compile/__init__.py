@@ -43,6 +43,7 @@ from stargraph.state import build_channels
 
 if TYPE_CHECKING:
     from stargraph.graph import Graph
+    from stargraph.skills import NestingProfile
 
 __all__ = ["compile_graph", "compile_ir"]
 
@@ -69,6 +70,7 @@ def compile_ir(
     services: Mapping[str, Any] | None = None,
     plugins: Any = None,
     executor: concurrent.futures.Executor | None = None,
+    nesting: NestingProfile | None = None,
 ) -> CompiledGraph[StateT]:
     """Validate ``ir`` against ``state`` and the callables it references; build the plan.
 
@@ -82,6 +84,8 @@ def compile_ir(
     a process pool, ``stargraph.runtime.ray.RayExecutor``, Dask's) runs the tasks of sync
     ``blocking=True`` nodes of steps with several tasks in other processes; such nodes must be
     importable by path and pure functions of state and config (see ``runtime._remote``).
+    ``nesting`` (a :class:`~stargraph.skills.NestingProfile`) sets how deep embedded
+    subgraphs may nest (default: ``stargraph.skills.DEFAULT_NESTING``'s 16 levels).
     """
     impls = dict(impls or {})
     problems, resolved = validate_ir(ir, impls, state)
@@ -98,7 +102,16 @@ def compile_ir(
                     )
                 )
     rules = _rules_factory(ir, state, problems)
-    nested = subgraph_problems(ir, set(state.model_fields))
+    if nesting is not None and type(getattr(nesting, "max_depth", None)) is not int:
+        problems.append(
+            Problem(
+                "/",
+                f"nesting={nesting!r} is not a nesting profile",
+                "pass nesting=stargraph.skills.NestingProfile(max_depth=...)",
+            )
+        )
+        nesting = None
+    nested = subgraph_problems(ir, set(state.model_fields), nesting)
     problems.extend(nested.problems)
     if executor is not None:
         from stargraph.runtime._remote import remote_problems
@@ -128,6 +141,7 @@ def compile_ir(
         # Not the plugins: a child's events reach observers through its parent (bubbled),
         # once; giving the child its own observer would report them twice.
         "executor": executor,
+        "nesting": nesting,
     }
 
     def router_spec(edge: ConditionalEdgeIR) -> RouterSpec:
@@ -330,7 +344,8 @@ def _rules_factory(
     Only here, and only when a graph mounts packs, is ``stargraph.fathom`` (and so clipspy)
     imported: graphs without rules never pay for it.
     """
-    node_packs = {n.id: n.rules for n in ir.nodes if n.rules}
+    # Keyed by node id, with the node's index in the IR (its JSON pointer slot).
+    node_packs = {n.id: (i, n.rules) for i, n in enumerate(ir.nodes) if n.rules}
     if not ir.rule_packs and not node_packs:
         return None
     from stargraph import fathom
@@ -358,8 +373,7 @@ def _rules_factory(
 
     graph_packs = packs_of(ir.rule_packs, "/rule_packs")
     per_node = {
-        node: packs_of(packs, f"/nodes/{i}/rules")
-        for i, (node, packs) in enumerate(node_packs.items())
+        node: packs_of(packs, f"/nodes/{i}/rules") for node, (i, packs) in node_packs.items()
     }
 
     def engine(packs: list[fathom.RulePack]) -> Callable[[], DecisionMaker]:

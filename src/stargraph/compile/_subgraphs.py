@@ -8,14 +8,20 @@ channel the skill does not declare, is an :class:`~stargraph.errors.UndeclaredOu
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from stargraph.errors import Problem
 from stargraph.ir import GraphIR, SubgraphNodeIR
 
-__all__ = ["SubgraphProblems", "site_of", "subgraph_problems"]
+if TYPE_CHECKING:
+    from stargraph.skills import NestingProfile
+
+__all__ = ["MAX_DEPTH", "SubgraphProblems", "site_of", "subgraph_problems"]
 
 MAX_DEPTH = 16
-"""Deepest nesting of subgraphs accepted (far beyond any sane design; stops runaway IR)."""
+"""Deepest nesting of subgraphs accepted when ``compile(nesting=...)`` is not given: the
+depth of ``stargraph.skills.DEFAULT_NESTING`` (a test pins the two together; the compiler
+does not import the skills package for it)."""
 
 
 class SubgraphProblems:
@@ -37,8 +43,11 @@ def _subgraph_nodes(ir: GraphIR) -> Iterator[tuple[int, SubgraphNodeIR]]:
             yield i, node
 
 
-def subgraph_problems(ir: GraphIR, parent_fields: set[str]) -> SubgraphProblems:
-    """Check every subgraph node of ``ir`` against its embedded child and the parent state."""
+def subgraph_problems(
+    ir: GraphIR, parent_fields: set[str], nesting: NestingProfile | None = None
+) -> SubgraphProblems:
+    """Check every subgraph node of ``ir`` against its embedded child and the parent state;
+    subgraphs may nest ``nesting.max_depth`` levels deep (default :data:`MAX_DEPTH`)."""
     found = SubgraphProblems()
     for key, child in sorted(ir.subgraphs.items()):
         if child.graph_hash != key:
@@ -50,7 +59,9 @@ def subgraph_problems(ir: GraphIR, parent_fields: set[str]) -> SubgraphProblems:
                     "re-embed the child graph (mount the skill again)",
                 )
             )
-    _check_nesting(ir, (), found)
+    depth = MAX_DEPTH if nesting is None else nesting.max_depth
+    profile = "" if nesting is None else f" (the {nesting.name!r} nesting profile)"
+    _check_nesting(ir, (), found, depth, profile)
     sites: dict[str, str] = {}
     for i, node in _subgraph_nodes(ir):
         where = f"/nodes/{i}"
@@ -121,13 +132,16 @@ def subgraph_problems(ir: GraphIR, parent_fields: set[str]) -> SubgraphProblems:
     return found
 
 
-def _check_nesting(ir: GraphIR, chain: tuple[str, ...], found: SubgraphProblems) -> None:
-    if len(chain) > MAX_DEPTH:
+def _check_nesting(
+    ir: GraphIR, chain: tuple[str, ...], found: SubgraphProblems, depth: int, profile: str
+) -> None:
+    if len(chain) > depth:
         found.problems.append(
             Problem(
                 "/subgraphs",
-                f"subgraphs nest deeper than {MAX_DEPTH} levels: {' > '.join(chain)}",
-                "flatten the skill composition",
+                f"subgraphs nest deeper than {depth} levels{profile}: {' > '.join(chain)}",
+                "flatten the skill composition, or compile with "
+                "nesting=NestingProfile(max_depth=...) allowing more levels",
             )
         )
         return
@@ -144,4 +158,4 @@ def _check_nesting(ir: GraphIR, chain: tuple[str, ...], found: SubgraphProblems)
             continue
         child = ir.subgraphs.get(node.graph)
         if child is not None:
-            _check_nesting(child, (*chain, node.graph), found)
+            _check_nesting(child, (*chain, node.graph), found, depth, profile)
