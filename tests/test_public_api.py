@@ -89,6 +89,7 @@ PUBLIC_PACKAGES = [
     "stargraph.viz",
     "stargraph.testing",
     "stargraph.tools",
+    "stargraph.tools.builtins",
 ]
 
 

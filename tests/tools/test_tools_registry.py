@@ -137,8 +137,8 @@ def test_every_manifest_problem_is_reported_at_once(tmp_path: Path) -> None:
     rendered = [p.render() for p in info.value.problems]
     assert rendered == [
         f"{path}#/runtime/colour: unknown key 'colour' (fix: use ['exec_path', 'exposure', "
-        "'idempotent', 'locks', 'network', 'prompt_mask', 'secret_resources', 'side_effect', "
-        "'timeout_ms', 'timeout_s', 'version'])",
+        "'host_executed', 'idempotent', 'locks', 'network', 'prompt_mask', 'secret_resources', "
+        "'side_effect', 'timeout_ms', 'timeout_s', 'version'])",
         f"{path}#/llm/name: 'Messy' is not a canonical namespaced name (fix: use 'ns.name[.sub]')",
         f"{path}#/runtime/exec_path: '{tmp_path / 'messy'}' is not executable (fix: chmod +x it)",
         f"{path}#/runtime/timeout_ms: timeout_ms must be a number of milliseconds",

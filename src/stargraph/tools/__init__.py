@@ -41,6 +41,13 @@ from stargraph.tools._commit import (
     seal,
     verify_rows,
 )
+from stargraph.tools._host import (
+    HostHandlers,
+    HostRequest,
+    HostTool,
+    ToolHost,
+    host_tool,
+)
 from stargraph.tools._locks import Lease, LockManager, LockRequest
 from stargraph.tools._manifest import load_manifest
 from stargraph.tools._registry import LoadReport, SkippedManifest, ToolRegistry, matches_allowlist
@@ -78,6 +85,9 @@ __all__ = [
     "DirectoryArtifactStore",
     "FieldProblem",
     "GENESIS_HASH",
+    "HostHandlers",
+    "HostRequest",
+    "HostTool",
     "InMemoryArtifactStore",
     "InMemoryCommitLog",
     "Lease",
@@ -95,6 +105,7 @@ __all__ = [
     "ToolCall",
     "ToolContext",
     "ToolFailure",
+    "ToolHost",
     "ToolId",
     "ToolOutput",
     "ToolRegistry",
@@ -106,6 +117,7 @@ __all__ = [
     "canonical_json",
     "content_ref",
     "failure_of",
+    "host_tool",
     "llm_name_for",
     "load_manifest",
     "matches_allowlist",

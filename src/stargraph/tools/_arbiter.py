@@ -7,7 +7,9 @@
 3. confine **workspace paths** (arguments used in ``file:{...}`` locks) to the root;
 4. ask the ``authorize_action`` **policy hooks** (any ``False`` denies, fail-closed on error);
 5. **acquire** the whole lockset, all or nothing;
-6. **execute** under the tool's timeout (sync bodies on a worker thread, async bodies awaited);
+6. **execute** under the tool's timeout (sync bodies on a worker thread, async bodies awaited)
+   -- locally, or **delegated** to the ``ToolHost`` for a host-executed tool (``HostTool``),
+   with the same locks, timeout and commit log;
 7. **append** the outcome to the hash-chained commit log (plus an audit record for
    ``side_effect="external"``);
 8. **release** the locks (also after exceptions and timeouts; a timed-out body that is still
@@ -72,6 +74,7 @@ from stargraph.tools._workers import Job, WorkerPool, alarm_available, call_with
 from stargraph.tools._workspace import Workspace
 
 if TYPE_CHECKING:
+    from stargraph.tools._host import ToolHost
     from stargraph.tools._recorded import JournaledArbiter
 
 __all__ = ["Arbiter", "PolicyHook", "ToolCall"]
@@ -210,6 +213,7 @@ class _Plan:
     path_args: tuple[str, ...]
     is_async: bool
     secrets_wanted: tuple[str, ...]
+    delegated: bool  # executor "host": the execute step goes to the arbiter's ToolHost
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +237,8 @@ class Arbiter:
 
     One arbiter is shared by all lanes of an agent (B16). The defaults are in-memory; pass a
     :class:`SqliteCommitLog` and :class:`DirectoryArtifactStore` for durable audit. Secrets
-    come from ``secrets`` (name -> value) and reach only tools declaring them.
+    come from ``secrets`` (name -> value) and reach only tools declaring them. ``host``
+    executes the host-delegated tools (``executor="host"``); without one they are refused.
     """
 
     def __init__(
@@ -251,8 +256,10 @@ class Arbiter:
         default_allow: bool = True,
         before_call: Callable[[ToolCall], None] | None = None,
         after_call: Callable[[ToolCall, ToolResult | None, ToolError | None], None] | None = None,
+        host: ToolHost | None = None,
     ) -> None:
         self.registry = registry
+        self.host = host
         # Observers (the plugin hooks before_tool_call / after_tool_call): told of every call
         # and its outcome, refused calls included; they cannot change either.
         self.before_call = before_call
@@ -283,7 +290,11 @@ class Arbiter:
         if plan is None:
             spec = tool.spec
             plan = _Plan(
-                spec.lock_templates, spec.path_args, is_async_tool(tool), spec.secret_resources
+                spec.lock_templates,
+                spec.path_args,
+                is_async_tool(tool),
+                spec.secret_resources,
+                spec.executor == "host",
             )
             self._plans[spec.id] = plan
         return plan
@@ -414,6 +425,8 @@ class Arbiter:
             self._check_allowlist(normalised, spec)
             lock_values = self._confine_paths(spec, plan.path_args, args.json)
             self._check_policies(normalised, spec)
+            if plan.delegated and self.host is None:
+                raise _no_host(spec, call.node)
         except ToolError as exc:
             self._refuse(call, spec.id, exc, args_hash)
             raise
@@ -529,6 +542,8 @@ class Arbiter:
             secrets=self._secrets.subset(spec.secret_resources)
             if admitted.plan.secrets_wanted
             else _NO_SECRETS,
+            # Only a host-executed tool reaches the host; a local body never sees it.
+            host=self.host if admitted.plan.delegated else None,
         )
 
     def _run_sync(self, admitted: _Admitted, ctx: ToolContext) -> object:
@@ -811,6 +826,13 @@ class Arbiter:
             if escaped in data:
                 data = data.replace(escaped, f"[redacted:{name}]".encode())
         return data
+
+
+def _no_host(spec: ToolSpec, node: str | None) -> ToolError:
+    hint = "give the arbiter a tool host: Arbiter(..., host=HostHandlers({...}))"
+    message = f"tool {spec.id!r} is executed by the host, and this arbiter has none (fix: {hint})"
+    failure = ToolFailure(code="host_unavailable", tool=spec.id, message=message, hint=hint)
+    return _attach(ToolError(message, node=node), failure)
 
 
 def _args_hash(args: Mapping[str, Any]) -> str:

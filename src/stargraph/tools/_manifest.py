@@ -11,8 +11,10 @@ The manifest has the two views of the seed::
 ``llm.parameters`` is accepted for ``input_schema``; locks may also be written as strings
 (``"file:{path}:S"``); ``timeout_s`` may replace ``timeout_ms``. A ``MAJOR.MINOR`` version (the
 seed writes ``"1.0"``) is read as ``MAJOR.MINOR.0``. ``exec_path`` is relative to the manifest
-and defaults to the manifest's file name without ``.json``. Every problem in one manifest is
-reported at once, each with the file and a JSON pointer.
+and defaults to the manifest's file name without ``.json``. ``"host_executed": true`` declares
+a tool the host executes (a :class:`~stargraph.tools.HostTool`, delegated by the arbiter to its
+``ToolHost``): it has no executable. Every problem in one manifest is reported at once, each
+with the file and a JSON pointer.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from typing import Any, Final
 import orjson
 
 from stargraph.errors import Problem, ToolSpecError
+from stargraph.tools._host import HostTool
 from stargraph.tools._schema import model_from_json_schema
 from stargraph.tools._spec import NAME_RE, ToolSpec
 from stargraph.tools._tool import SubprocessTool
@@ -45,6 +48,7 @@ _RUNTIME_KEYS: Final = frozenset(
         "version",
         "exposure",
         "prompt_mask",
+        "host_executed",
     }
 )
 # Runtime fields copied onto ToolSpec under the same name.
@@ -57,7 +61,7 @@ _SPEC_POINTER: Final = {
 }
 
 
-def load_manifest(path: str | os.PathLike[str]) -> SubprocessTool:
+def load_manifest(path: str | os.PathLike[str]) -> SubprocessTool | HostTool:
     """Load one manifest and check its executable; raise :class:`ToolSpecError` naming the file.
 
     The error lists every problem found (bad JSON, unknown keys, bad id, unsupported schema
@@ -92,7 +96,17 @@ def load_manifest(path: str | os.PathLike[str]) -> SubprocessTool:
     tool_id = _tool_id(llm, runtime, problem)
     schema_key = "parameters" if "parameters" in llm else "input_schema"
     schema = llm.get(schema_key, {"type": "object", "properties": {}})
-    exec_path = _executable(file, runtime, problem)
+    host_executed = runtime.get("host_executed", False)
+    if not isinstance(host_executed, bool):
+        problem("/runtime/host_executed", "host_executed must be true or false")
+        host_executed = False
+    if host_executed and "exec_path" in runtime:
+        problem(
+            "/runtime/exec_path",
+            "a host-executed tool has no executable",
+            "remove exec_path, or host_executed to run it as a subprocess",
+        )
+    exec_path = None if host_executed else _executable(file, runtime, problem)
 
     fields: dict[str, Any] = {k: runtime[k] for k in _PASSTHROUGH if k in runtime}
     fields["secret_resources"] = tuple(runtime.get("secret_resources", ()))
@@ -111,8 +125,8 @@ def load_manifest(path: str | os.PathLike[str]) -> SubprocessTool:
             id=tool_id or "invalid.invalid@0.0.0",
             description=llm.get("description", ""),
             input_schema=schema,
-            executor="subprocess",
-            exec_path=str(exec_path or file.with_suffix("")),
+            executor="host" if host_executed else "subprocess",
+            exec_path=None if host_executed else str(exec_path or file.with_suffix("")),
             **fields,
         )
     except ToolSpecError as exc:
@@ -131,6 +145,8 @@ def load_manifest(path: str | os.PathLike[str]) -> SubprocessTool:
         problems.extend(exc.problems)
     if problems or spec is None:
         raise fail()
+    if host_executed:
+        return HostTool(spec, arguments, source=source)
     return SubprocessTool(spec, arguments, source=source)
 
 

@@ -32,7 +32,7 @@ __all__ = [
 
 ToolStatus = Literal["success", "error", "timeout", "denied", "invalid"]
 """``success``; ``error`` (the body raised); ``timeout``; ``denied`` (allowlist, policy, path,
-lock timeout); ``invalid`` (unknown tool or arguments failing the schema)."""
+lock timeout, no tool host); ``invalid`` (unknown tool or arguments failing the schema)."""
 
 FailureCode = Literal[
     "unknown_tool",
@@ -43,6 +43,7 @@ FailureCode = Literal[
     "lock_timeout",
     "tool_timeout",
     "tool_failed",
+    "host_unavailable",
 ]
 
 
@@ -84,6 +85,7 @@ _STATUS_BY_CODE: dict[str, ToolStatus] = {
     "lock_timeout": "denied",
     "tool_timeout": "timeout",
     "tool_failed": "error",
+    "host_unavailable": "denied",
 }
 
 

@@ -40,7 +40,7 @@ ToolId = NewType("ToolId", str)
 
 SideEffect = Literal["none", "read", "write", "external"]
 Exposure = Literal["edge", "core", "both", "none"]
-ExecutorKind = Literal["local", "subprocess"]
+ExecutorKind = Literal["local", "subprocess", "host"]
 LockMode = Literal["S", "X"]
 
 # A segment never starts or ends with "_" or "-" and never holds "__": that is what makes the
@@ -192,7 +192,9 @@ class ToolSpec(BaseModel):
     prompt_mask: bool = Field(
         False, description="Only status, summary and artifact_ref reach the prompt (B11)."
     )
-    executor: ExecutorKind = Field("local", description="local (Python) or subprocess.")
+    executor: ExecutorKind = Field(
+        "local", description="local (Python), subprocess, or host (delegated to the host)."
+    )
     exec_path: str | None = Field(None, description="Executable of a subprocess tool.")
 
     def __init__(self, **data: Any) -> None:
@@ -241,6 +243,8 @@ class ToolSpec(BaseModel):
                 )
         if self.executor == "subprocess" and not self.exec_path:
             raise ValueError("a subprocess tool needs exec_path")
+        if self.executor == "host" and self.exec_path:
+            raise ValueError("a host-executed tool has no exec_path (the host runs it)")
         return self
 
     # ----------------------------------------------------------------------- derived views

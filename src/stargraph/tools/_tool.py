@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, get_type_hints, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, get_type_hints, runtime_checkable
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -29,6 +29,9 @@ from stargraph.tools._result import ToolOutput
 from stargraph.tools._schema import ArgumentModel, ValidatedArgs
 from stargraph.tools._spec import Exposure, SideEffect, ToolSpec
 from stargraph.tools._workspace import Workspace
+
+if TYPE_CHECKING:
+    from stargraph.tools._host import ToolHost
 
 __all__ = [
     "AsyncPythonTool",
@@ -84,6 +87,7 @@ class ToolContext:
     ``secrets`` holds only the tool's declared ``secret_resources`` (B13). ``cancelled`` is set
     when the call timed out: a long-running Python body should check it, because a thread
     cannot be stopped from outside (and the call's locks stay held until the body returns).
+    ``host`` is the arbiter's tool host, given only to host-executed tools.
     """
 
     tool: str
@@ -95,6 +99,7 @@ class ToolContext:
     deadline: float
     secrets: Secrets = field(default_factory=Secrets, repr=False)
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
+    host: ToolHost | None = field(default=None, repr=False)
 
     def remaining(self) -> float:
         """Seconds left before the call's timeout (never negative)."""
