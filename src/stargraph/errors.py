@@ -8,6 +8,7 @@ keeps working for callers who do not know stargraph::
     StargraphError
     ├── CompileError (ValueError)            problems found before anything runs
     │   ├── IRError                          malformed IR JSON, unknown kind, wrong ir_version
+    │   │   └── UnknownNodeError (LookupError)   a node id the graph does not have
     │   ├── UnreferenceableNodeError         a callable the IR cannot name (lambda, closure)
     │   ├── UndeclaredOutputError            a subgraph/skill writes outside its declared outputs
     │   ├── SkillValidationError             a Skill / SkillSpec / SKILL.md that is invalid
@@ -37,6 +38,7 @@ keeps working for callers who do not know stargraph::
         │   ├── CodeHashMismatch
         │   ├── CorruptCheckpointError
         │   │   └── CommitLogCorruptError    a tool commit-log row or head anchor that is damaged
+        │   ├── ArtifactNotFoundError (LookupError)   no stored tool artifact with that ref
         │   ├── RunBusyError                 another live owner holds the run's lease
         │   ├── LeaseLostError               this process's lease on a run was taken over
         │   └── StoreUnavailableError        disk full, read-only, I/O error, connection lost
@@ -55,6 +57,8 @@ keeps working for callers who do not know stargraph::
         ├── GraphvizNotFoundError (FileNotFoundError)   no ``dot`` to render a picture
         ├── StoreError (ValueError)          a document/vector store refused its input
         ├── LaneBusy                         a lane already runs a skill (one active per lane)
+        ├── WaitTimeoutError (TimeoutError)  waiting for a skill run or a lane outlasted the wait
+        ├── ServiceNotStartedError           a local server used before start() / after close()
         ├── LifecycleError                   an illegal agent transition or unmet writeback
         └── ReplayError                      replay could not reproduce the recorded run
             ├── ReplayMissError (LookupError)
@@ -77,6 +81,7 @@ from dataclasses import dataclass
 
 __all__ = [
     "AgentConfigError",
+    "ArtifactNotFoundError",
     "AttemptAbandonedError",
     "CassetteError",
     "CheckpointError",
@@ -121,6 +126,7 @@ __all__ = [
     "RunError",
     "RunNotFoundError",
     "RunNotResumableError",
+    "ServiceNotStartedError",
     "SkillValidationError",
     "StargraphError",
     "StargraphWarning",
@@ -134,8 +140,10 @@ __all__ = [
     "ToolTimeoutError",
     "UndeclaredOutputError",
     "UnknownKeyWarning",
+    "UnknownNodeError",
     "UnreferenceableNodeError",
     "UntrustedRefError",
+    "WaitTimeoutError",
     "WritebackWarning",
 ]
 
@@ -186,6 +194,10 @@ class CompileError(StargraphError, ValueError):
 
 class IRError(CompileError):
     """The IR document itself is malformed: bad JSON, unknown node ``kind``, wrong version."""
+
+
+class UnknownNodeError(IRError, LookupError):
+    """A node id the graph (its IR) does not have; the message lists the ids it has."""
 
 
 class UnreferenceableNodeError(CompileError):
@@ -373,6 +385,11 @@ class CommitLogCorruptError(CorruptCheckpointError):
     file."""
 
 
+class ArtifactNotFoundError(CheckpointError, LookupError):
+    """An artifact store holds nothing under this ref (or the text is no ``sha256:<hex>``
+    ref at all). A ``LookupError``, as the store's ``get`` is a lookup."""
+
+
 class RunBusyError(CheckpointError):
     """Another live owner (host, pid, since when) holds the run's lease: it is being run or
     resumed elsewhere. Raised before any node runs; ``owner`` describes the holder."""
@@ -460,6 +477,16 @@ class StoreError(RunError, ValueError):
 
 class LaneBusy(RunError):
     """A skill was started on a lane that already runs one (one active skill per lane)."""
+
+
+class WaitTimeoutError(RunError, TimeoutError):
+    """Waiting for a skill run or a lane's runs to end took longer than the caller's
+    ``timeout``. The run itself goes on: wait again, or cancel it."""
+
+
+class ServiceNotStartedError(RunError):
+    """A local server (``ScriptedOpenAIServer``, an example service fake) was asked for its
+    address before ``start()`` or after ``close()``: use it in a ``with`` block."""
 
 
 class LifecycleError(RunError):

@@ -30,7 +30,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from stargraph.errors import Problem
+from stargraph.errors import CompileError, Problem
 
 __all__ = [
     "importable_name",
@@ -190,7 +190,14 @@ def trusted_modules(*prefixes: str) -> Iterator[tuple[str, ...]]:
     """
     cleaned = tuple(p.strip(".") for p in prefixes)
     if not cleaned or any(not p for p in cleaned):
-        raise ValueError("trusted_modules needs module prefixes such as 'myapp'")
+        raise CompileError(
+            [
+                Problem(
+                    "trusted_modules()", "needs module prefixes", "e.g. trusted_modules('myapp')"
+                )
+            ],
+            subject="trusted_modules",
+        )
     outer = _TRUSTED.get()
     token = _TRUSTED.set(cleaned if outer is None else _narrow(outer, cleaned))
     try:

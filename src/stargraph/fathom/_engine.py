@@ -23,7 +23,7 @@ import clips
 from clips._clips import ffi, lib
 from pydantic import BaseModel, ConfigDict, Field
 
-from stargraph.errors import RuleBudgetError, RuleRuntimeError
+from stargraph.errors import Problem, RuleBudgetError, RuleCompileError, RuleRuntimeError
 from stargraph.fathom._load import (
     Capture,
     clips_message,
@@ -124,6 +124,37 @@ def _wrap(
     return call
 
 
+def _check_budget(run_limit: object, decide_timeout_s: object, memory_limit: object) -> None:
+    """Raise one :class:`RuleCompileError` (a ``ValueError``) naming every bad budget."""
+    problems = []
+    if not isinstance(run_limit, int) or isinstance(run_limit, bool) or run_limit < 1:
+        problems.append(
+            Problem(
+                "RuleEngine/run_limit",
+                f"run_limit must be an int >= 1, got {run_limit!r}",
+                "allow at least one rule firing per decision, e.g. run_limit=1000",
+            )
+        )
+    if not (isinstance(decide_timeout_s, int | float) and 0 < decide_timeout_s < math.inf):
+        problems.append(
+            Problem(
+                "RuleEngine/decide_timeout_s",
+                f"decide_timeout_s must be a positive number, got {decide_timeout_s!r}",
+                "give seconds, e.g. decide_timeout_s=2.0",
+            )
+        )
+    if not isinstance(memory_limit, int) or isinstance(memory_limit, bool) or memory_limit < 1:
+        problems.append(
+            Problem(
+                "RuleEngine/memory_limit",
+                f"memory_limit must be a positive int (bytes), got {memory_limit!r}",
+                "give bytes, e.g. memory_limit=64_000_000",
+            )
+        )
+    if problems:
+        raise RuleCompileError(problems, subject="rule engine budget")
+
+
 class RuleEngine:
     """Decides routing and termination for one run, from rule packs over one CLIPS env.
 
@@ -153,14 +184,7 @@ class RuleEngine:
         decide_timeout_s: float = DEFAULT_DECIDE_TIMEOUT_S,
         memory_limit: int = DEFAULT_MEMORY_LIMIT,
     ) -> None:
-        if run_limit < 1:
-            raise ValueError("run_limit must be >= 1")
-        if not (isinstance(decide_timeout_s, int | float) and 0 < decide_timeout_s < math.inf):
-            raise ValueError(
-                f"decide_timeout_s must be a positive number, got {decide_timeout_s!r}"
-            )
-        if not isinstance(memory_limit, int) or isinstance(memory_limit, bool) or memory_limit < 1:
-            raise ValueError(f"memory_limit must be a positive int (bytes), got {memory_limit!r}")
+        _check_budget(run_limit, decide_timeout_s, memory_limit)
         self._owner = threading.get_ident()
         self._packs = tuple(packs)
         self._fields: dict[str, FactField] = normalise_fields(fact_fields or {})
@@ -474,7 +498,9 @@ class RuleEngine:
                 assert_fact(self._raw, template, {k: to_clips(v) for k, v in slots.items()})
             for name, value in snapshot["globals"].items():
                 env.find_global(name).value = to_clips(value)
-        except (LookupError, ValueError, TypeError, clips.CLIPSError) as exc:
+        # RuleRuntimeError: assert_fact's refusals; the builtins: clipspy's own, converting
+        # a restored value.
+        except (RuleRuntimeError, LookupError, ValueError, TypeError, clips.CLIPSError) as exc:
             self._capture.take_errors()
             raise RuleRuntimeError(
                 f"the rule snapshot does not fit this engine ({exc}); it is corrupt or was "

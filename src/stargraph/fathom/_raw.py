@@ -33,6 +33,8 @@ import clips._clips
 from clips._clips import ffi, lib
 from clips.values import clips_value, python_value
 
+from stargraph.errors import RuleRuntimeError
+
 __all__ = [
     "CallBuilder",
     "Watchdog",
@@ -106,7 +108,7 @@ class Watchdog:
 
         self._callback = _ABI.callback("VoidCallFunction", check)
         if not _C.AddPeriodicFunction(self._env, _WATCHDOG, self._callback, 0, _ABI.NULL):
-            raise RuntimeError("CLIPS refused the watchdog")  # pragma: no cover - a bug
+            raise RuleRuntimeError("CLIPS refused the watchdog")  # pragma: no cover - a bug
         _C.EnablePeriodicFunctions(self._env, False)
 
     def arm(self) -> None:
@@ -172,7 +174,7 @@ class CallBuilder:
             elif kind is float:
                 value.value = lib.CreateFloat(env, arg)
             else:
-                raise TypeError(f"cannot pass {kind.__name__} to CLIPS")
+                raise RuleRuntimeError(f"cannot pass a {kind.__name__} to CLIPS")
             lib.FCBAppend(builder, value)
         return int(lib.FCBCall(builder, name, self._result))
 
@@ -227,17 +229,19 @@ def iter_facts(env: Any) -> Iterator[tuple[str, dict[str, Any]]]:
 def assert_fact(env: Any, template: str, slots: Mapping[str, Any]) -> None:
     """Assert one fact of ``template`` with plain slot values, keeping no handle to it.
 
-    Raises LookupError for an unknown template, ValueError for a slot the template lacks or
-    a value it refuses, and clips.CLIPSError when CLIPS refuses the fact.
+    Raises :class:`~stargraph.errors.RuleRuntimeError` for an unknown template, a slot the
+    template lacks or a value it refuses, and clips.CLIPSError when CLIPS refuses the fact.
     """
     builder = lib.CreateFactBuilder(env, ffi.NULL)
     try:
         if lib.FBSetDeftemplate(builder, template.encode()) != lib.FBE_NO_ERROR:
-            raise LookupError(f"no template {template!r}")
+            raise RuleRuntimeError(f"no template {template!r}")
         for slot, slot_value in slots.items():
             code = lib.FBPutSlot(builder, slot.encode(), clips_value(env, value=slot_value))
             if code != 0:  # PSE_NO_ERROR
-                raise ValueError(f"template {template!r} refuses slot {slot!r} = {slot_value!r}")
+                raise RuleRuntimeError(
+                    f"template {template!r} refuses slot {slot!r} = {slot_value!r}"
+                )
         if lib.FBAssert(builder) == ffi.NULL:
             raise clips.CLIPSError(env, code=lib.FBError(env))
     finally:

@@ -240,7 +240,7 @@ def decode_value(value: Any) -> Any:
         return [decode_value(v) for v in value]
     if isinstance(value, bool | int | float):
         return value
-    raise TypeError(f"unexpected CLIPS value {value!r}")
+    raise RuleRuntimeError(f"unexpected CLIPS value {value!r}: rules cannot hand it over")
 
 
 def to_clips(value: Any) -> Any:

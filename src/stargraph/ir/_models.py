@@ -16,7 +16,7 @@ from typing import Annotated, Any, Final, Literal, NewType
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from stargraph.errors import IRError, Problem
+from stargraph.errors import IRError, Problem, UnknownNodeError
 from stargraph.ir._canonical import content_hash
 
 __all__ = [
@@ -332,11 +332,20 @@ class GraphIR(_IRModel):
         return GraphHash(content_hash(view))
 
     def node(self, node_id: str) -> FunctionNodeIR | SubgraphNodeIR:
-        """The node with this id; ``KeyError`` if there is none."""
+        """The node with this id; :class:`~stargraph.errors.UnknownNodeError` (a
+        ``LookupError``) naming the ids there are if there is none."""
         for node in self.nodes:
             if node.id == node_id:
                 return node
-        raise KeyError(node_id)
+        known = sorted(node.id for node in self.nodes)
+        raise UnknownNodeError(
+            [
+                Problem(
+                    "/nodes", f"graph {self.name!r} has no node {node_id!r}", f"use one of {known}"
+                )
+            ],
+            subject=f"graph {self.name!r}",
+        )
 
     def to_json(self, *, indent: bool = False) -> str:
         """Serialise to JSON (sorted keys, so equal IRs give equal text)."""

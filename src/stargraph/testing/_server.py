@@ -35,6 +35,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
 from typing import Any, Final, Literal, Self
 
+from stargraph.errors import ServiceNotStartedError
 from stargraph.llm import Usage
 from stargraph.testing._replies import RecordedRequest, Reply
 
@@ -141,7 +142,9 @@ class ScriptedOpenAIServer:
     def base_url(self) -> str:
         """``http://127.0.0.1:<port>/v1``; only valid while the server runs."""
         if self._httpd is None:
-            raise RuntimeError("ScriptedOpenAIServer is not started; use it in a with block")
+            raise ServiceNotStartedError(
+                "ScriptedOpenAIServer is not started; use it in a with block (or call start())"
+            )
         return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
     def start(self) -> Self:

@@ -43,6 +43,7 @@ from pydantic import (
     Field,
     JsonValue,
     SerializerFunctionWrapHandler,
+    ValidationError,
     model_serializer,
 )
 from pydantic_core import to_jsonable_python
@@ -111,6 +112,14 @@ class ToolCall(BaseModel):
         None, description="The model's argument text when it is not a JSON object."
     )
 
+    def __init__(self, **data: Any) -> None:
+        """Validate ``data``; a bad field raises :class:`ToolArgumentError` naming each field
+        and the value given (never a bare pydantic error)."""
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _bad_call(exc, data) from None
+
     @model_serializer(mode="wrap")
     def _dump(self, handler: SerializerFunctionWrapHandler) -> Any:
         # Left out when unset, so a dumped call (the request a journal fingerprints) reads as
@@ -158,6 +167,28 @@ class ToolCall(BaseModel):
             allowed=tuple(allowed) if allowed is not None else None,
             raw_arguments=_as_text(raw) if problem else None,
         )
+
+
+def _bad_call(exc: ValidationError, data: Mapping[str, Any]) -> ToolArgumentError:
+    fields = tuple(
+        FieldProblem(
+            field=".".join(str(part) for part in error["loc"]) or "<call>",
+            message=f"{error['msg']} (got {error.get('input')!r:.80})",
+            type=error["type"],
+        )
+        for error in exc.errors(include_url=False)
+    )
+    tool = str(data.get("tool", "<tool>"))
+    listed = "; ".join(f"{p.field}: {p.message}" for p in fields)
+    hint = "give a tool name and the arguments as one JSON object"
+    message = f"tool call {tool!r} is invalid: {listed} (fix: {hint})"
+    failure = ToolFailure(
+        code="invalid_arguments", tool=tool, message=message, hint=hint, fields=fields
+    )
+    node = data.get("node")
+    return _attach(
+        ToolArgumentError(message, node=node if isinstance(node, str) else None), failure
+    )
 
 
 def _parse_arguments(raw: Any) -> tuple[dict[str, Any], str]:

@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from stargraph.errors import CorruptCheckpointError
+from stargraph.errors import ArtifactNotFoundError, CorruptCheckpointError
 from stargraph.tools._canonical import content_ref
 
 __all__ = ["ArtifactStore", "DirectoryArtifactStore", "InMemoryArtifactStore"]
@@ -27,7 +27,8 @@ class ArtifactStore(Protocol):
         ...
 
     def get(self, ref: str) -> bytes:
-        """The bytes stored under ``ref``; ``KeyError`` if absent."""
+        """The bytes stored under ``ref``; a ``LookupError`` if absent (stargraph's stores
+        raise :class:`~stargraph.errors.ArtifactNotFoundError`)."""
         ...
 
     def __contains__(self, ref: object) -> bool:
@@ -52,10 +53,13 @@ class InMemoryArtifactStore:
     def get(self, ref: str) -> bytes:
         """Stored bytes for ``ref``."""
         with self._lock:
-            try:
-                return self._data[ref]
-            except KeyError:
-                raise KeyError(f"no artifact {ref!r} in this store") from None
+            data = self._data.get(ref)
+        if data is None:
+            raise ArtifactNotFoundError(
+                f"no artifact {ref!r} in this in-memory store (fix: read it from the store the "
+                "arbiter that produced it used; an in-memory store forgets on exit)"
+            )
+        return data
 
     def __contains__(self, ref: object) -> bool:
         return ref in self._data
@@ -78,7 +82,10 @@ class DirectoryArtifactStore:
             or len(digest) != 64
             or not all(c in "0123456789abcdef" for c in digest)
         ):
-            raise KeyError(f"{ref!r} is not an artifact ref ('sha256:<64 hex>')")
+            raise ArtifactNotFoundError(
+                f"{ref!r} is not an artifact ref (fix: pass the 'sha256:<64 hex>' artifact_ref "
+                "of a tool result)"
+            )
         return self.root / digest[:2] / digest
 
     def put(self, data: bytes) -> str:
@@ -104,7 +111,10 @@ class DirectoryArtifactStore:
         try:
             data = path.read_bytes()
         except FileNotFoundError:
-            raise KeyError(f"no artifact {ref!r} under {self.root}") from None
+            raise ArtifactNotFoundError(
+                f"no artifact {ref!r} under {self.root} (fix: open the directory the arbiter "
+                "that produced it wrote to)"
+            ) from None
         if content_ref(data) != ref:
             raise CorruptCheckpointError(
                 f"artifact file {path} does not match its hash {ref}; it was modified on disk "
@@ -117,5 +127,5 @@ class DirectoryArtifactStore:
             return False
         try:
             return self._path(ref).exists()
-        except KeyError:
+        except ArtifactNotFoundError:
             return False

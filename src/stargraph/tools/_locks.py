@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from stargraph.errors import LockTimeoutError
+from stargraph.errors import LockTimeoutError, Problem, ToolError, ToolSpecError
 from stargraph.tools._result import ToolFailure
 
 __all__ = ["Lease", "LockManager", "LockRequest", "ResourceMode"]
@@ -63,10 +63,22 @@ class LockRequest:
 
     @classmethod
     def parse(cls, text: str) -> LockRequest:
-        """``"file:a.txt:S"`` -> ``LockRequest("file:a.txt", "S")``."""
+        """``"file:a.txt:S"`` -> ``LockRequest("file:a.txt", "S")``.
+
+        Raises :class:`~stargraph.errors.ToolSpecError` (a ``ValueError``) naming the text.
+        """
         resource, _, mode = text.rpartition(":")
         if mode not in ("S", "X") or not resource:
-            raise ValueError(f"lock {text!r} must end in ':S' or ':X'")
+            raise ToolSpecError(
+                [
+                    Problem(
+                        f"lock {text!r}",
+                        "a lock must end in ':S' or ':X' after a resource",
+                        "write e.g. 'workspace:X' or 'file:notes.txt:S'",
+                    )
+                ],
+                subject="lock request",
+            )
         return cls(resource, mode)  # type: ignore[arg-type]
 
 
@@ -200,7 +212,7 @@ class LockManager:
                     if not ticket.granted:
                         raise self._timeout_error(ticket, timeout) from None
             if ticket.lease is None:  # pragma: no cover - granted always comes with a lease
-                raise RuntimeError(f"lock ticket of {owner!r} woken without a lease")
+                raise ToolError(f"lock ticket of {owner!r} woken without a lease (a bug)")
             handed_over = True
             return ticket.lease
         finally:
@@ -215,7 +227,11 @@ class LockManager:
                         self._wake_all()
 
     def release(self, lease: Lease) -> None:
-        """Return every lock of ``lease`` and wake waiters. Releasing twice is an error."""
+        """Return every lock of ``lease`` and wake waiters.
+
+        Releasing a lease twice (or one of another manager) raises
+        :class:`~stargraph.errors.ToolError` naming the lease and its owner.
+        """
         with self._cond:
             self._release_locked(lease)
 
@@ -249,7 +265,10 @@ class LockManager:
 
     def _release_locked(self, lease: Lease) -> None:
         if self._leases.pop(lease.id, None) is None:
-            raise RuntimeError(f"lease {lease.id} of {lease.owner!r} is not held")
+            raise ToolError(
+                f"lease {lease.id} of {lease.owner!r} is not held by this lock manager (fix: "
+                "release each lease once, on the manager that granted it)"
+            )
         for resource, mode in lease.modes.items():
             counts = self._held[resource]
             counts[mode] -= 1

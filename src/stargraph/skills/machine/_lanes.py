@@ -35,6 +35,7 @@ from stargraph.errors import (
     SkillValidationError,
     ToolError,
     ToolNotAllowedError,
+    WaitTimeoutError,
 )
 from stargraph.llm import ChatModel
 from stargraph.skills.machine._memory import DEFAULT_WINDOW, CoreJobStart, WorkingMemory
@@ -394,7 +395,11 @@ class LaneSession:
         lane.machine.try_fire(event)
 
     def wait(self, timeout: float | None = 60.0) -> None:
-        """Wait until every run started so far (and its bookkeeping) has ended."""
+        """Wait until every run started so far (and its bookkeeping) has ended.
+
+        A run still going after ``timeout`` seconds raises
+        :class:`~stargraph.errors.WaitTimeoutError` (a ``TimeoutError``) naming it.
+        """
         while True:
             with self._lock:
                 pending = [w for w in self._watchers if w.is_alive()]
@@ -403,7 +408,10 @@ class LaneSession:
             for watcher in pending:
                 watcher.join(timeout)
                 if watcher.is_alive():
-                    raise TimeoutError(f"{watcher.name} still runs after {timeout}s")
+                    raise WaitTimeoutError(
+                        f"{watcher.name} still runs after {timeout}s (fix: wait again with a "
+                        "longer timeout, or cancel the lane's skill)"
+                    )
 
     def close(self, timeout: float | None = 60.0) -> None:
         """Wait for the runs, stop both lane machines and unhook the arbiter."""

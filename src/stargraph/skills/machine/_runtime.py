@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from stargraph.checkpoint import CheckpointStore
-from stargraph.errors import InvalidInputError, LaneBusy
+from stargraph.errors import InvalidInputError, LaneBusy, WaitTimeoutError
 from stargraph.llm import ChatModel
 from stargraph.runtime import CompiledGraph
 from stargraph.skills.machine._compile import (
@@ -109,9 +109,16 @@ class SkillRun:
         return self._done.is_set()
 
     def result(self, timeout: float | None = 60.0) -> MachineResult:
-        """Wait for the run; re-raise what it raised."""
+        """Wait for the run; re-raise what it raised.
+
+        After ``timeout`` seconds raises :class:`~stargraph.errors.WaitTimeoutError` (a
+        ``TimeoutError``); the run goes on.
+        """
         if not self._done.wait(timeout):
-            raise TimeoutError(f"skill {self.spec.name!r} on lane {self.lane!r} still runs")
+            raise WaitTimeoutError(
+                f"skill {self.spec.name!r} on lane {self.lane!r} still runs after {timeout}s "
+                "(fix: wait again with a longer timeout, or cancel() it)"
+            )
         if self._thread is not None:
             self._thread.join()
         if self._error is not None:

@@ -21,7 +21,12 @@ from urllib.parse import parse_qs, urlsplit
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from stargraph.errors import ToolArgumentError, ToolError, ToolTimeoutError
+from stargraph.errors import (
+    ServiceNotStartedError,
+    ToolArgumentError,
+    ToolError,
+    ToolTimeoutError,
+)
 from stargraph.tools._host import HostRequest
 from stargraph.tools._tool import ToolContext
 
@@ -155,7 +160,9 @@ class LocalHTTPServer:
     def url(self) -> str:
         """``http://127.0.0.1:<port>`` (the server must be started)."""
         if self._httpd is None:
-            raise ToolError(f"{type(self).__name__} is not started; use it in a with block")
+            raise ServiceNotStartedError(
+                f"{type(self).__name__} is not started; use it in a with block (or start())"
+            )
         return f"http://127.0.0.1:{self._httpd.server_address[1]}"
 
     def start(self) -> Self:
