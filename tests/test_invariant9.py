@@ -336,7 +336,7 @@ def test_invariant9_a_malformed_tool_call_raises_a_tool_argument_error() -> None
 
 
 @pytest.fixture
-def gated() -> Iterator[tuple[Any, threading.Event]]:
+def gated(tmp_path: Path) -> Iterator[tuple[Any, threading.Event]]:
     """A SkillSpec runtime whose scripted model answers only once the gate opens."""
     from stargraph.llm import OpenAIChatModel
     from stargraph.skills.machine import LaneSession, parse_skillspec
@@ -370,7 +370,7 @@ def gated() -> Iterator[tuple[Any, threading.Event]]:
     with (
         ScriptedOpenAIServer(script) as server,
         OpenAIChatModel("m", base_url=server.base_url, api_key="k", max_retries=0) as chat,
-        Arbiter(ToolRegistry.build(), workspace=Path.cwd()) as arbiter,
+        Arbiter(ToolRegistry.build(), workspace=tmp_path) as arbiter,
     ):
         lanes = LaneSession(model=chat, arbiter=arbiter, skills=[spec], session="s")
         try:
