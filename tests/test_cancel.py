@@ -709,3 +709,14 @@ def test_cli_resume_cancelled_by_ctrl_c_prints_the_resume_command(tmp_path: Path
     assert code == 0, stderr
     assert json.loads(stdout) == CLI_RESULT
     assert _ledger(tmp_path) == Counter(f"n{i} {i + 1}" for i in range(5))
+
+
+def test_closing_a_stream_after_its_last_step_finishes_the_run(store: CheckpointStore) -> None:
+    app = chain().compile(store=store)
+    stream = app.stream({}, run_id="r")
+    for event in stream:
+        if event.kind == "step_completed" and not event.next:
+            break  # the last step is committed; run_finished not read yet
+    stream.close()
+    assert app.get_run("r").status == "done"
+    assert app.get_state("r") == REFERENCE

@@ -151,6 +151,11 @@ class Cluster:
         )
         if init.returncode != 0:
             raise ClusterError(f"initdb failed ({init.returncode}): {init.stderr}{init.stdout}")
+        self.start_server()
+
+    def start_server(self) -> None:
+        """Start the server on the existing data directory (after :meth:`stop`: a restart),
+        waiting until it accepts connections."""
         options = " ".join(
             [
                 "-c listen_addresses=127.0.0.1",
@@ -181,8 +186,14 @@ class Cluster:
             log = (self.root / "server.log").read_text(errors="replace")[-4000:]
             raise ClusterError(f"pg_ctl start failed: {started.stderr}{started.stdout}\n{log}")
 
+    def restart(self) -> None:
+        """Stop the server at once (as a crash would; every connection drops) and start it
+        again on the same port and data."""
+        self.stop()
+        self.start_server()
+
     def stop(self) -> None:
-        """Stop the server (fast shutdown); safe to call twice."""
+        """Stop the server (immediate shutdown); safe to call twice."""
         if (self.data / "postmaster.pid").exists():
             self._run(
                 str(self.bindir / "pg_ctl"), "-D", str(self.data), "-m", "immediate", "-w", "stop"

@@ -16,6 +16,8 @@ import workgraph
 
 from stargraph.checkpoint import SqliteStore
 from stargraph.errors import CheckpointError, RunNotFoundError
+from stargraph.graph import END, START, Graph
+from stargraph.runtime import RunContext
 from stargraph.workers import SqliteQueue, Worker, submit
 
 HERE = Path(__file__).parent
@@ -105,3 +107,63 @@ def test_in_process_worker_and_queue_api(tmp_path: Path, monkeypatch: pytest.Mon
         assert "no_such_graph" in (bad.reason or "")
         with pytest.raises(RunNotFoundError):
             worker.queue.get("never-queued")
+
+
+STOPPING: list[Worker] = []
+
+
+def stop_my_worker(state: workgraph.WorkState, ctx: RunContext) -> dict[str, object]:
+    """Asks the worker running it to stop with cancel=True (as its SIGTERM would), once."""
+    while STOPPING:
+        STOPPING.pop().stop(cancel=True)
+    return workgraph.work(state, ctx)
+
+
+def stopping_graph() -> Graph[workgraph.WorkState]:
+    return (
+        Graph("work-stopping", state=workgraph.WorkState)
+        .with_node("a", workgraph.work)
+        .with_node("b", stop_my_worker)
+        .with_node("c", workgraph.work)
+        .with_edge(START, "a")
+        .with_edge("a", "b")
+        .with_edge("b", "c")
+        .with_edge("c", END)
+    )
+
+
+def test_a_stopping_worker_hands_its_run_back_to_the_sqlite_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stop(cancel=True) - what SIGTERM does - stops the run after its step in flight and
+    queues it again (this claim not counted); the next worker resumes it from there."""
+    db, ledger = tmp_path / "runs.db", tmp_path / "ledger.db"
+    monkeypatch.setenv("SG_LEDGER", str(ledger))
+    workgraph.setup_ledger(str(ledger))
+    run_id = submit(db, f"{__name__}:stopping_graph", {})
+    outcomes: list[tuple[str, str]] = []
+    with Worker(db, lease_s=30) as first:
+        STOPPING.append(first)
+        assert first.run(idle_exit_s=0, on_outcome=lambda r, o: outcomes.append((r, o))) == 1
+    assert outcomes == [(run_id, "requeued")]
+    queue = SqliteQueue(db)
+    try:
+        item = queue.get(run_id)
+        assert (item.status, item.attempts, item.lease_owner) == ("queued", 0, None)
+    finally:
+        queue.close()
+    with SqliteStore(db) as store:
+        record = store.get_run(run_id)
+        assert (record.status, record.last_step, record.stopped_by) == (
+            "cancelled",
+            2,
+            "its worker is stopping",
+        )
+    with Worker(db, lease_s=30) as second:
+        assert second.run_once() == "done"
+    assert sorted(row[1:] for row in workgraph.ledger_rows(str(ledger))) == [
+        ("a", 1),
+        ("b", 2),
+        ("c", 3),
+    ]
+    assert len(workgraph.ledger_rows(str(ledger), table="executions")) == 3  # each once

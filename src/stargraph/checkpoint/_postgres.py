@@ -60,7 +60,12 @@ from stargraph.checkpoint._records import (
     unicode_problem,
 )
 from stargraph.checkpoint._sqlite import _crc, _decode, _encode, _encode_extra, _why
-from stargraph.errors import CheckpointError, CorruptCheckpointError, RunNotFoundError
+from stargraph.errors import (
+    CheckpointError,
+    CorruptCheckpointError,
+    RunNotFoundError,
+    StoreUnavailableError,
+)
 
 if TYPE_CHECKING:
     import psycopg
@@ -261,6 +266,16 @@ class _Pool:
                     conn.close()
             slots.release()
 
+    def discard_idle(self) -> None:
+        """Close the idle connections: one was found broken (the server restarted, or
+        killed it), so the others are likely broken too; new ones are opened on demand."""
+        with self._lock:
+            idle, self._idle = self._idle, []
+        if os.getpid() != self._pid:
+            return
+        for conn in idle:
+            conn.close()
+
     def close(self) -> None:
         with self._lock:
             self._closed = True
@@ -342,9 +357,11 @@ class PostgresStore:
                 application_name=self._application_name,
             )
         except self._psycopg.Error as exc:
-            raise CheckpointError(
-                f"cannot connect to PostgreSQL at {self._where}: "
-                f"{redact(str(exc).strip(), self._password)}"
+            # libpq's message spans lines (a hint on the second): one paragraph here.
+            reason = " ".join(redact(str(exc), self._password).split())
+            raise StoreUnavailableError(
+                f"cannot connect to PostgreSQL at {self._where}: {reason}; check that the "
+                "server is up and reachable (a worker keeps retrying)"
             ) from None
 
     def connect(self) -> psycopg.Connection[Any]:
@@ -363,6 +380,19 @@ class PostgresStore:
 
     def _db_error(self, exc: Exception, run_id: str | None = None) -> CheckpointError:
         where = f"run {run_id!r} in " if run_id else ""
+        psycopg = self._psycopg
+        if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+            # The connection broke (a restart, pg_terminate_backend, a network cut) or the
+            # server is short of a resource; the others in the pool are likely broken too.
+            self._pool.discard_idle()
+            reason = " ".join(redact(str(exc), self._password).split())
+            return StoreUnavailableError(
+                f"{where}PostgreSQL store at {self._where} (schema {self._schema}): "
+                f"{reason}; the statement was not applied, "
+                "or for a lost connection it may have been (the store's fences make a retry "
+                "safe); the next call reconnects: check the server, then resume the run",
+                run_id=run_id,
+            )
         return CheckpointError(
             f"{where}PostgreSQL store at {self._where} (schema {self._schema}): "
             f"{redact(str(exc).strip(), self._password)}",

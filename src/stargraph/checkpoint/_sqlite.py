@@ -65,7 +65,12 @@ from stargraph.checkpoint._records import (
     clip_error,
     unicode_problem,
 )
-from stargraph.errors import CheckpointError, CorruptCheckpointError, RunNotFoundError
+from stargraph.errors import (
+    CheckpointError,
+    CorruptCheckpointError,
+    RunNotFoundError,
+    StoreUnavailableError,
+)
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
@@ -163,6 +168,21 @@ _DROP_PENDING: Final = "DELETE FROM pending WHERE run_id = ? AND step = ?"
 _DROP_JOURNAL: Final = "DELETE FROM journal WHERE run_id = ? AND step = ?"
 
 _STATUSES: Final = STORED_STATUSES
+
+# SQLite's primary result codes for what the environment refuses, with the fix to name.
+_UNAVAILABLE: Final = {
+    sqlite3.SQLITE_FULL: "free space on its disk",
+    sqlite3.SQLITE_READONLY: (
+        "make the file and its folder writable by this user (SQLite also writes the -wal "
+        "and -shm files beside it)"
+    ),
+    sqlite3.SQLITE_PERM: "make the file and its folder writable by this user",
+    sqlite3.SQLITE_CANTOPEN: (
+        "check that its folder exists and is writable by this user (SQLite creates the -wal "
+        "and -shm files beside it)"
+    ),
+    sqlite3.SQLITE_IOERR: "check the disk and the file system it lives on",
+}
 
 _RecordT = TypeVar("_RecordT", bound=BaseModel)
 
@@ -341,8 +361,9 @@ class SqliteStore:
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise CheckpointError(
-                f"cannot create the directory of checkpoint file {str(self._path)!r}: {exc}"
+            raise StoreUnavailableError(
+                f"cannot create the directory of checkpoint file {str(self._path)!r}: {exc}; "
+                "create it, or pass a path in a folder this user can write"
             ) from exc
         try:
             self._setup()
@@ -387,6 +408,9 @@ class SqliteStore:
                 cached_statements=64,
             )
         except sqlite3.Error as exc:
+            unavailable = self._unavailable(exc, "cannot open")
+            if unavailable is not None:
+                raise unavailable from exc
             raise CheckpointError(
                 f"cannot open checkpoint file {str(self._path)!r}: {exc}"
             ) from exc
@@ -396,7 +420,7 @@ class SqliteStore:
             conn.execute(f"PRAGMA synchronous = {self._synchronous}")
         except sqlite3.Error as exc:
             conn.close()
-            raise self._db_error(exc) from exc
+            raise (self._unavailable(exc, "cannot open") or self._db_error(exc)) from exc
         except BaseException:
             conn.close()
             raise
@@ -474,8 +498,12 @@ class SqliteStore:
             try:
                 conn.execute("COMMIT")
             except sqlite3.Error as exc:
+                # WAL mode writes at COMMIT: a full disk or an I/O error shows up here.
                 if conn.in_transaction:
                     conn.execute("ROLLBACK")
+                unavailable = self._unavailable(exc, "cannot commit to")
+                if unavailable is not None:
+                    raise unavailable from exc
                 raise CheckpointError(
                     f"commit to checkpoint file {str(self._path)!r} failed: {exc}"
                 ) from exc
@@ -532,7 +560,24 @@ class SqliteStore:
             f"the {SCHEMA_VERSION} this stargraph understands; upgrade stargraph"
         )
 
+    def _unavailable(self, exc: sqlite3.Error, doing: str = "") -> StoreUnavailableError | None:
+        """A typed error for what the environment refused (a full disk, a read-only file or
+        folder, an I/O error, a file that cannot be opened), or ``None``. Nothing of the
+        refused write is stored, and what was committed before stays intact."""
+        code = getattr(exc, "sqlite_errorcode", None)
+        fix = _UNAVAILABLE.get(-1 if code is None else code & 0xFF)
+        if fix is None:
+            return None
+        what = f"{doing} checkpoint file" if doing else "checkpoint file"
+        return StoreUnavailableError(
+            f"{what} {str(self._path)!r}: {exc}; what was committed before is intact (a "
+            f"refused write stores nothing): {fix}, then resume the run"
+        )
+
     def _db_error(self, exc: sqlite3.Error, run_id: str | None = None) -> CheckpointError:
+        unavailable = self._unavailable(exc)
+        if unavailable is not None:
+            return unavailable
         where = f"run {run_id!r} in " if run_id else ""
         cls = (
             CorruptCheckpointError

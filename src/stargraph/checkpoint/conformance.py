@@ -755,6 +755,42 @@ class CheckpointStoreConformance:
         assert store.get_run("r1").status == "running"
         assert store.heartbeat("r1", owner) is False, "the old owner learns it lost the run"
 
+    def test_an_abandoned_lease_shows_as_orphaned_at_once(self, store: CheckpointStore) -> None:
+        """A run stopped at once (a second Ctrl-C, a store error) keeps its owner on record
+        with a lease that lapsed: orphaned for every reader, taken over without waiting."""
+        owner = _foreign_owner("abandoned")
+        store.create_run(make_run("r1", owner=owner), make_step(0))
+        Lease(store, "r1", owner).abandon()
+        run = store.get_run("r1")
+        assert run.status == "orphaned"
+        assert run.owner is not None
+        assert (run.owner.host, run.owner.pid) == (owner.host, owner.pid)
+        assert [r.run_id for r in store.list_runs(status="orphaned")] == ["r1"]
+        assert store.acquire("r1", _foreign_owner("next")).status == "orphaned"
+        assert store.get_run("r1").status == "running"
+
+    def test_cancelled_is_a_stored_status_that_releases_the_lease(
+        self, store: CheckpointStore
+    ) -> None:
+        owner = _foreign_owner()
+        store.create_run(make_run("r1", owner=owner), make_step(0))
+        store.create_run(make_run("r2"), make_step(0))
+        store.commit_step("r1", make_step(1), owner=owner.token)
+        store.set_status("r1", "cancelled", stopped_by="SIGINT", owner=owner.token)
+        run = store.get_run("r1")
+        assert (run.status, run.last_step, run.stopped_by, run.owner, run.lease_expires) == (
+            "cancelled",
+            1,
+            "SIGINT",
+            None,
+            None,
+        )
+        assert [r.run_id for r in store.list_runs(status="cancelled")] == ["r1"]
+        # A cancelled run is taken up again like any free run.
+        store.acquire("r1", _foreign_owner("resumer"))
+        store.set_status("r1", "running", owner="resumer")
+        assert store.get_run("r1").status == "running"
+
     def test_two_acquirers_exactly_one_wins(self, store: CheckpointStore) -> None:
         store.create_run(make_run("r1"), make_step(0))
         barrier = threading.Barrier(8)

@@ -243,7 +243,8 @@ def worker_command(
     """Claim queued runs (`stargraph submit`) and run them to their end, durably.
 
     Graphs are imported by reference with the current folder on sys.path. SIGTERM or
-    Ctrl-C stops the worker after its current run; a worker that dies loses its lease and
+    Ctrl-C stops the worker: its current run stops at its next step boundary and goes back
+    to the queue (a second signal stops at once); a worker that dies loses its lease and
     another one resumes the run from its last committed step.
     """
     from stargraph.workers import Worker
@@ -279,7 +280,9 @@ def serve(
             report(json.dumps({"run_id": run_id, "outcome": what}))
 
     try:
-        worker.run(max_runs=max_runs, idle_exit_s=idle_exit, on_outcome=outcome)
+        worker.run(
+            max_runs=max_runs, idle_exit_s=idle_exit, on_outcome=outcome, handle_signals=True
+        )
     except KeyboardInterrupt:
         pass
     finally:

@@ -28,7 +28,7 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
@@ -104,7 +104,10 @@ class SignalScope:
 
 @contextlib.contextmanager
 def cancel_on_signals(
-    signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM), *, announce: bool = False
+    signals: Sequence[int] = (signal.SIGINT, signal.SIGTERM),
+    *,
+    announce: bool = False,
+    on_signal: Callable[[int], None] | None = None,
 ) -> Iterator[SignalScope]:
     """Turn ``signals`` (default SIGINT and SIGTERM) into cancellation while the block runs.
 
@@ -115,8 +118,9 @@ def cancel_on_signals(
     stops at once: ``KeyboardInterrupt`` (``SystemExit(128 + signum)`` for other signals) is
     raised in the main thread, and an interrupted run writes nothing more but gives its
     lease up, so it shows as ``orphaned`` until resumed. ``announce`` writes one line to
-    stderr at the first signal, saying so. The previous handlers come back when the block
-    ends. Only the main thread can install signal handlers; elsewhere this raises
+    stderr at the first signal, saying so; ``on_signal(signum)`` is called then too (say, to
+    stop taking new work). The previous handlers come back when the block ends. Only the
+    main thread can install signal handlers; elsewhere this raises
     :class:`~stargraph.errors.RunError` (use :meth:`CompiledGraph.cancel` there)::
 
         with cancel_on_signals() as scope:
@@ -139,6 +143,8 @@ def cancel_on_signals(
             scope.signum = signum
             SIGNALLED.reason = name
             cancel_all(name)
+            if on_signal is not None:
+                on_signal(signum)
             if announce:
                 # os.write, not print: a handler may run while the main thread is inside a
                 # write to sys.stderr, and buffered streams refuse a reentrant call.

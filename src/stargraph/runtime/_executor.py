@@ -522,7 +522,7 @@ class CompiledGraph(StoredRuns[StateT]):
                 return
         except GeneratorExit:
             # The consumer closed the stream; it was waiting at the yield, a step boundary.
-            self._cancel_quietly(run, "its event stream was closed")
+            self._closed(run)
             raise
         except RunCancelledError as exc:
             raise self._nested_cancel(run, exc) from exc
@@ -566,7 +566,7 @@ class CompiledGraph(StoredRuns[StateT]):
                 self._finish(run)
                 return
         except GeneratorExit:
-            self._cancel_quietly(run, "its event stream was closed")
+            self._closed(run)
             raise
         except asyncio.CancelledError:
             # The task was cancelled where it awaited, inside a step: that step is dropped.
@@ -658,6 +658,19 @@ class CompiledGraph(StoredRuns[StateT]):
             return exc
         run.step -= 1  # the step in flight was not committed
         return self._cancel(run)
+
+    def _closed(self, run: Run) -> None:
+        """The consumer closed the run's event stream at a step boundary: the run is
+        cancelled there, or finished if that step was its last."""
+        if run.tasks:
+            self._cancel_quietly(run, "its event stream was closed")
+            return
+        try:
+            self._finish(run)
+        except Exception as exc:  # as in _cancel_quietly: nobody waits for this error
+            _log.warning("run %r could not be marked done (%s)", run.run_id, exc)
+            if run.persistence is not None:
+                run.persistence.abandon()
 
     def _cancel_quietly(self, run: Run, reason: str) -> None:
         """Cancel the run where nobody waits for the error (a closed stream, a cancelled

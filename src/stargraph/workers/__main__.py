@@ -11,9 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import signal
 import sys
-from types import FrameType
 
 from stargraph.errors import StargraphError
 from stargraph.workers._worker import Worker, submit
@@ -76,12 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
-    def _stop(signum: int, frame: FrameType | None) -> None:
-        worker.stop()
-
-    signal.signal(signal.SIGTERM, _stop)
     try:
-        worker.run(max_runs=opts.max_runs, idle_exit_s=opts.idle_exit)
+        # SIGTERM or Ctrl-C: the run in progress goes back to the queue at its next step
+        # boundary and the worker exits; a second one stops it at once.
+        worker.run(max_runs=opts.max_runs, idle_exit_s=opts.idle_exit, handle_signals=True)
     except KeyboardInterrupt:
         pass
     finally:

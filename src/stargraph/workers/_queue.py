@@ -103,6 +103,11 @@ class RunQueue(Protocol):
         """Set the final status while the lease is held; ``False`` if it was lost."""
         ...
 
+    def requeue(self, claim: Claim, reason: str | None = None) -> bool:
+        """Hand a claimed run back (its worker is shutting down): queued again, at its old
+        place, with this claim not counted as an attempt; ``False`` if the lease was lost."""
+        ...
+
     def get(self, run_id: str) -> QueueItem:
         """A queue row; ``RunNotFoundError`` if the run was never queued."""
         ...
@@ -297,6 +302,21 @@ class PostgresQueue:
             )
             return cursor.rowcount == 1
 
+    def requeue(self, claim: Claim, reason: str | None = None) -> bool:
+        """Queue a claimed run again (this claim is not counted as an attempt)."""
+        with self._conn() as conn:
+            cursor = conn.execute(
+                f"UPDATE {self._s}.queue SET status = 'queued', reason = %s, "
+                "attempts = attempts - 1, lease_owner = NULL, lease_expires = NULL, "
+                "updated_at = clock_timestamp() "
+                "WHERE run_id = %s AND lease_token = %s AND status = 'running'",
+                (reason, claim.run_id, claim.token),
+            )
+            notify = cursor.rowcount == 1
+            if notify:
+                conn.execute("SELECT pg_notify(%s, '')", (self._channel,))
+            return notify
+
     def get(self, run_id: str) -> QueueItem:
         """A queue row."""
         with self._conn() as conn:
@@ -316,11 +336,18 @@ class PostgresQueue:
         return [_item(row) for row in rows]
 
     def wait(self, timeout_s: float) -> None:
-        """Block on ``LISTEN`` until a submit notifies, or ``timeout_s`` passes."""
+        """Block on ``LISTEN`` until a submit notifies, or ``timeout_s`` passes (a server
+        that cannot be reached just makes it sleep: the caller's next call reports it)."""
         with self._lock:
             if self._listener is None or self._listener.closed:
-                self._listener = self._store.connect()
-                self._listener.execute(f'LISTEN "{self._channel}"')
+                try:
+                    self._listener = self._store.connect()
+                    self._listener.execute(f'LISTEN "{self._channel}"')
+                except Exception:  # server down or restarting: no wake-ups until it is back
+                    if self._listener is not None:
+                        self._listener.close()
+                    time.sleep(timeout_s)
+                    return
             listener = self._listener
         try:
             for _ in listener.notifies(timeout=timeout_s, stop_after=1):
@@ -481,6 +508,17 @@ class SqliteQueue:
                 "UPDATE queue SET status = ?, reason = ?, lease_expires = NULL, updated_at = ? "
                 "WHERE run_id = ? AND lease_token = ? AND status = 'running'",
                 (status, reason, time.time(), claim.run_id, claim.token),
+            )
+            return cursor.rowcount == 1
+
+    def requeue(self, claim: Claim, reason: str | None = None) -> bool:
+        """Queue a claimed run again (this claim is not counted as an attempt)."""
+        with self._write() as conn:
+            cursor = conn.execute(
+                "UPDATE queue SET status = 'queued', reason = ?, attempts = attempts - 1, "
+                "lease_owner = NULL, lease_expires = NULL, updated_at = ? "
+                "WHERE run_id = ? AND lease_token = ? AND status = 'running'",
+                (reason, time.time(), claim.run_id, claim.token),
             )
             return cursor.rowcount == 1
 

@@ -7,6 +7,18 @@ worker claims the run and resumes it. Two workers can never both write a step: t
 taken over stops writing at its next store call (its store is fenced by the lease) and
 leaves the run to its new owner. A run whose worker died ``max_attempts`` times (claimed
 more often than that) is dead-lettered with the reason instead of being run again.
+
+A worker asked to stop with ``cancel=True`` (SIGTERM or Ctrl-C under ``run(handle_signals=
+True)``, which ``python -m stargraph.workers`` uses) does not wait for its run to end: the
+run stops at its next step boundary as ``cancelled`` and goes back to the queue, where
+another worker resumes it from that step. A second signal stops the worker at once (the run
+is then orphaned, and taken over when its claim lapses).
+
+A database that goes away (a lost connection, ``pg_terminate_backend``, a server restart)
+does not fail the run: what was committed is intact, so the worker waits for the database
+with backoff and resumes the run from its last committed step (a step cut off mid-commit
+runs again; effects keyed by ``ctx.idempotency_key`` happen once). An idle worker keeps
+polling until the database is back.
 """
 
 from __future__ import annotations
@@ -27,14 +39,30 @@ from stargraph.checkpoint import (
     RunRecord,
     StepRecord,
 )
-from stargraph.errors import CheckpointError, LeaseLostError, StargraphError
-from stargraph.workers._queue import Claim, RunQueue, is_postgres, open_queue, worker_name
+from stargraph.errors import (
+    CheckpointError,
+    LeaseLostError,
+    RunCancelledError,
+    StargraphError,
+    StoreUnavailableError,
+)
+from stargraph.workers._queue import (
+    Claim,
+    RunQueue,
+    is_postgres,
+    open_queue,
+    worker_name,
+)
 
 __all__ = ["LeaseLostError", "Outcome", "Worker", "load_graph", "submit"]
 
 log = logging.getLogger("stargraph.workers")
 
-Outcome = Literal["done", "failed", "interrupted", "dead", "lost"]
+Outcome = Literal["done", "failed", "interrupted", "dead", "lost", "requeued"]
+
+_RETRY_FIRST_S = 0.05
+_RETRY_MAX_S = 2.0
+"""Backoff between tries while the database is unavailable."""
 
 
 def load_graph(graph_ref: str) -> Any:
@@ -230,6 +258,9 @@ class Worker:
             raise
         self._graphs: dict[str, Any] = {}
         self._stop = threading.Event()
+        self._cancelling = False
+        # The run in progress (its graph and id), for stop(cancel=True).
+        self._current: tuple[Any, str] | None = None
         self.processed = 0
 
     # ----------------------------------------------------------------- one run
@@ -253,10 +284,35 @@ class Worker:
             if outcome == "lost" or lease.lost.is_set():
                 log.warning("run %s: lease lost to another worker; stopping", claim.run_id)
                 return "lost"
-            if not self.queue.finish(claim, outcome, why):
+            if outcome == "requeued":
+                log.warning("run %s: %s", claim.run_id, why)
+                requeued = self._queue_write(claim, lambda: self.queue.requeue(claim, why))
+                return "requeued" if requeued else "lost"
+            if not self._queue_write(claim, lambda: self.queue.finish(claim, outcome, why)):
                 return "lost"
         self.processed += 1
         return outcome
+
+    def _retry_wait(self, delay: float, what: str, exc: StoreUnavailableError) -> float | None:
+        """Wait ``delay`` before the next try while the database is unavailable; the next
+        delay, or ``None`` when :meth:`stop` was called meanwhile."""
+        log.warning("%s: the database is unavailable (%s); retrying in %.2fs", what, exc, delay)
+        if self._stop.wait(delay):
+            return None
+        return min(delay * 2, _RETRY_MAX_S)
+
+    def _queue_write(self, claim: Claim, write: Callable[[], bool]) -> bool:
+        """Record a claim's outcome in the queue (``write``), retrying while the database
+        is unavailable; ``False`` if the claim was lost."""
+        delay = _RETRY_FIRST_S
+        while True:
+            try:
+                return write()
+            except StoreUnavailableError as exc:
+                next_delay = self._retry_wait(delay, f"run {claim.run_id}", exc)
+                if next_delay is None:
+                    return False  # stopping: the claim lapses and another worker finishes it
+                delay = next_delay
 
     def _compiled(self, graph_ref: str, store: CheckpointStore) -> Any:
         graph = self._graphs.get(graph_ref)
@@ -270,18 +326,36 @@ class Worker:
             app = self._compiled(claim.graph_ref, fenced)
         except StargraphError as exc:
             return "failed", f"{type(exc).__name__}: {exc}"
+        # stop(cancel=True) reaches the run through it (a signal reaches every run anyway,
+        # also one that is just starting).
+        self._current = (app, claim.run_id)
         try:
-            try:
-                status: str | None = self.store.get_run(claim.run_id).status
-            except LookupError:
-                status = None
-            if status is None:
-                app.invoke(claim.input, run_id=claim.run_id)
-            elif status in ("running", "orphaned"):
-                app.resume(claim.run_id)
-            record = self.store.get_run(claim.run_id)
+            delay = _RETRY_FIRST_S
+            while True:
+                if self._cancelling:
+                    return "requeued", "its worker stopped before running it; queued again"
+                try:
+                    record = self._run_once(app, claim)
+                    break
+                except StoreUnavailableError as exc:
+                    # The database went away mid-run: what it committed is intact, so wait
+                    # for it and resume the run from there (a new connection each try).
+                    if lease.lost.is_set():
+                        return "lost", None
+                    next_delay = self._retry_wait(delay, f"run {claim.run_id}", exc)
+                    if next_delay is None:
+                        return "lost", None  # stopping: the claim lapses, another resumes
+                    delay = next_delay
         except LeaseLostError:
             return "lost", None
+        except RunCancelledError as exc:
+            if exc.run_id != claim.run_id:  # a nested run a node invoked was cancelled
+                return "failed", f"{type(exc).__name__}: {exc}"
+            # stop(cancel=True): the run stopped at a step boundary; another worker resumes it.
+            return "requeued", (
+                f"its worker stopped ({exc.reason}); cancelled after step {exc.step} and "
+                "queued again"
+            )
         except CheckpointError as exc:
             # A refused commit (another writer advanced the run) or a run created meanwhile
             # means this worker no longer owns the run; anything else is a real failure.
@@ -293,6 +367,7 @@ class Worker:
                 return "lost", None
             return "failed", f"{type(exc).__name__}: {exc}"
         finally:
+            self._current = None
             app.close()
         if record.status == "done":
             return "done", None
@@ -301,6 +376,19 @@ class Worker:
         if record.status == "failed":
             return "failed", record.error
         return "failed", f"the run stopped with status {record.status!r}"
+
+    def _run_once(self, app: Any, claim: Claim) -> RunRecord:
+        """Invoke the run if it never started, resume it if it stopped part-way; its record
+        afterwards. Asked again after a database outage, it picks up where the run is."""
+        try:
+            status: str | None = self.store.get_run(claim.run_id).status
+        except LookupError:
+            status = None
+        if status is None:
+            app.invoke(claim.input, run_id=claim.run_id)
+        elif status in ("running", "orphaned", "cancelled"):
+            app.resume(claim.run_id)
+        return self.store.get_run(claim.run_id)
 
     def _still_owner(self, claim: Claim) -> bool:
         try:
@@ -321,13 +409,33 @@ class Worker:
         max_runs: int | None = None,
         idle_exit_s: float | None = None,
         on_outcome: Callable[[str, Outcome], None] | None = None,
+        handle_signals: bool = False,
     ) -> int:
         """Process runs until :meth:`stop`, ``max_runs`` runs, or ``idle_exit_s`` without
-        work; returns how many runs this call processed."""
+        work; returns how many runs this call processed. ``handle_signals`` (main thread
+        only): the first SIGINT or SIGTERM is ``stop(cancel=True)`` - the run in progress
+        goes back to the queue at its next step boundary - and a second one stops at once
+        (see :func:`stargraph.runtime.cancel_on_signals`)."""
+        if handle_signals:
+            from stargraph.runtime import cancel_on_signals
+
+            with cancel_on_signals(on_signal=lambda _: self.stop(cancel=True)):
+                return self.run(max_runs=max_runs, idle_exit_s=idle_exit_s, on_outcome=on_outcome)
         count = 0
         idle_since = time.monotonic()
+        delay = _RETRY_FIRST_S
         while not self._stop.is_set() and (max_runs is None or count < max_runs):
-            claim = self.claim()
+            try:
+                claim = self.claim()
+            except StoreUnavailableError as exc:
+                # Not idle: the database is away (a restart); wait for it with backoff.
+                next_delay = self._retry_wait(delay, f"worker {self.name}", exc)
+                if next_delay is None:
+                    break
+                delay = next_delay
+                idle_since = time.monotonic()
+                continue
+            delay = _RETRY_FIRST_S
             if claim is None:
                 if idle_exit_s is not None and time.monotonic() - idle_since >= idle_exit_s:
                     break
@@ -343,9 +451,17 @@ class Worker:
             idle_since = time.monotonic()
         return count
 
-    def stop(self) -> None:
-        """Ask :meth:`run` to return after the current run."""
+    def stop(self, *, cancel: bool = False) -> None:
+        """Ask :meth:`run` to return after the current run; with ``cancel``, without waiting
+        for it to end: it stops at its next step boundary (``cancelled``) and goes back to
+        the queue, where another worker resumes it from there. Safe from any thread and
+        from a signal handler."""
+        self._cancelling = self._cancelling or cancel
         self._stop.set()
+        current = self._current
+        if cancel and current is not None:
+            app, run_id = current
+            app.cancel(run_id, reason="its worker is stopping")
 
     def close(self) -> None:
         """Close the queue and the store."""
