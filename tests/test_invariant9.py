@@ -10,10 +10,8 @@ anywhere in ``src/stargraph``, except:
   resulting ``ValidationError`` (tests below pin the ones that matter);
 * inside a ``try`` of the same function whose handler catches it and does not re-raise
   (local control flow: it never leaves the function);
-* entries of :data:`ALLOWED`, each saying why the builtin is right there;
-* entries of :data:`PENDING_OWNED_ELSEWHERE`: raises in files another workstream owns,
-  listed so the suite stays green until they are converted (the list should shrink to
-  nothing; an entry that no longer matches fails the test, so it cannot go stale).
+* entries of :data:`ALLOWED`, each saying why the builtin is right there (an entry that
+  no longer matches fails the test, so the list cannot go stale).
 
 ``ImportError``, ``AttributeError``, ``NotImplementedError``, ``StopIteration`` and
 ``AssertionError`` are protocol exceptions (imports, module ``__getattr__``, abstract
@@ -78,20 +76,13 @@ ALLOWED: dict[Site, str] = {
         "RuleRuntimeError chaining it, whose message names it ('TypeError: function ... "
         "returned object'); the user never catches the TypeError itself"
     ),
+    ("runtime/_tasks.py", "_call_with_timeout", "TimeoutError"): (
+        "private signal of the node timeout thread: its only caller's retry decision "
+        "(_retry_delay) turns it into NodeTimeoutError naming run, step and node"
+    ),
     ("tools/_workers.py", "call_with_alarm", "TimeoutError"): (
         "private signal of the interval-timer runner: its only caller, Arbiter._run_sync, "
         "catches TimeoutError and raises ToolTimeoutError"
-    ),
-}
-
-PENDING_OWNED_ELSEWHERE: dict[Site, str] = {
-    # runtime/ is owned by another workstream; convert there and delete these entries.
-    ("runtime/_tasks.py", "_call_with_timeout", "TimeoutError"): (
-        "private; its caller retries on Exception -- check the user sees NodeTimeoutError"
-    ),
-    ("runtime/ray.py", "RayExecutor.submit", "RuntimeError"): (
-        "submit after shutdown; concurrent.futures raises RuntimeError here, so a RunError "
-        "subclass (a RuntimeError) keeps the executor protocol"
     ),
 }
 
@@ -180,7 +171,7 @@ def test_invariant9_no_bare_builtin_raise_outside_the_allowlist() -> None:
     offenders = [
         f"src/stargraph/{path}:{line} ({where}) raises bare {name}"
         for (path, where, name), line in bare_raises()
-        if (path, where, name) not in ALLOWED | PENDING_OWNED_ELSEWHERE
+        if (path, where, name) not in ALLOWED
     ]
     assert offenders == [], (
         "raise a stargraph.errors class instead (add one there, subclassing the builtin it "
@@ -191,7 +182,7 @@ def test_invariant9_no_bare_builtin_raise_outside_the_allowlist() -> None:
 
 def test_invariant9_allowlists_hold_no_stale_entries() -> None:
     sites = {site for site, _ in bare_raises()}
-    stale = sorted(set(ALLOWED) - sites) + sorted(set(PENDING_OWNED_ELSEWHERE) - sites)
+    stale = sorted(set(ALLOWED) - sites)
     assert stale == [], f"remove these entries, their raise is gone: {stale}"
 
 

@@ -64,7 +64,10 @@ class RayExecutor(concurrent.futures.Executor):
         ray = _ray()
         with self._lock:
             if self._shutdown:
-                raise RuntimeError("cannot schedule new futures after shutdown")
+                # A RunError is a RuntimeError, which concurrent.futures executors raise here.
+                raise RayUnavailableError(
+                    "this RayExecutor was shut down; create a new one to schedule more work"
+                )
             if not ray.is_initialized():
                 raise RayUnavailableError(
                     "Ray is not initialised; call ray.init(address=...) to join a cluster, or "
