@@ -34,7 +34,7 @@ from stargraph import reducers
 from stargraph.checkpoint import CheckpointStore, MemoryStore, SqliteStore
 from stargraph.errors import NodeError, RunCancelledError, RunError
 from stargraph.graph import END, START, Graph
-from stargraph.runtime import RunCancelled, RunContext, cancel_on_signals
+from stargraph.runtime import RunCancelled, RunContext, _cancel, cancel_on_signals
 
 DEADLINE_S = 60.0
 CALLS: Counter[str] = Counter()
@@ -379,9 +379,21 @@ def test_a_nested_run_cancelled_alone_fails_its_parent_node(store: CheckpointSto
 # --------------------------------------------------------------------------- signals
 
 
+def _signal_self(signum: int) -> None:
+    """Send ``signum`` to this process and wait (in Python code, where the interpreter runs
+    signal handlers) until its handler has run: the first signal is then on record, and a
+    second one has raised."""
+    before = _cancel.SIGNALLED.reason
+    os.kill(os.getpid(), signum)
+    deadline = time.monotonic() + DEADLINE_S
+    while _cancel.SIGNALLED.reason == before:
+        assert time.monotonic() < deadline, "the signal handler never ran"
+        time.sleep(0.001)
+
+
 def test_a_first_signal_cancels_at_the_step_boundary(store: CheckpointStore) -> None:
     app = chain().compile(store=store)
-    ACTIONS[("n1", 2)] = lambda ctx: os.kill(os.getpid(), signal.SIGINT)
+    ACTIONS[("n1", 2)] = lambda ctx: _signal_self(signal.SIGINT)
     before = signal.getsignal(signal.SIGINT)
     with cancel_on_signals() as scope, pytest.raises(RunCancelledError) as info:
         app.invoke({}, run_id="r")
@@ -399,7 +411,7 @@ def test_runs_started_after_the_signal_stop_at_their_first_boundary(
 ) -> None:
     app = chain().compile(store=store)
     with cancel_on_signals():
-        os.kill(os.getpid(), signal.SIGTERM)
+        _signal_self(signal.SIGTERM)
         with pytest.raises(RunCancelledError):
             app.invoke({}, run_id="late")
     assert (app.get_run("late").status, app.get_run("late").last_step) == ("cancelled", 0)
@@ -414,8 +426,8 @@ def test_a_second_signal_stops_at_once_and_leaves_the_run_orphaned(
     app = chain().compile(store=store)
 
     def twice(ctx: RunContext) -> None:
-        os.kill(os.getpid(), signal.SIGINT)
-        os.kill(os.getpid(), signal.SIGINT)  # raises KeyboardInterrupt here, mid-step
+        _signal_self(signal.SIGINT)
+        _signal_self(signal.SIGINT)  # raises KeyboardInterrupt here, mid-step
         raise AssertionError("not reached")
 
     ACTIONS[("n1", 2)] = twice

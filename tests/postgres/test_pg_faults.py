@@ -4,8 +4,10 @@ middle of runs. Workers reconnect, resume from the last committed step, and ever
 finishes exactly once: its history is contiguous and the side-effect ledger holds exactly
 one entry per node execution of that history.
 
-Each fault is made at a moment the test observes (a commit blocked on a lock, a number of
-committed steps), never after a guessed sleep.
+Each fault is made at a moment the test brings about and observes, never after a guessed
+sleep: a trigger on the steps table makes the commit of a chosen step wait, inside its
+statement, for an advisory lock the test holds; the test waits until every worker is
+waiting there, then kills those connections or restarts the server.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pgcluster
 import psycopg
@@ -43,12 +46,6 @@ def _spawn(dsn: str, schema: str, *args: str, **env: str) -> subprocess.Popen[by
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-
-
-def _committed(dsn: str, schema: str) -> int:
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        row = conn.execute(f'SELECT coalesce(sum(last_step), 0) FROM "{schema}".runs').fetchone()
-    return 0 if row is None else int(row[0])
 
 
 def _wait_for(what: str, check: object) -> None:
@@ -90,47 +87,64 @@ def _finish(procs: list[subprocess.Popen[bytes]]) -> str:
     return "\n".join(errors)
 
 
-@pytest.fixture
-def locker(pg_dsn: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
-    conn = psycopg.connect(pg_dsn)  # not autocommit: it holds its lock until rollback
-    yield conn
-    conn.close()
+HOLD_KEY = 1717
+
+
+def _hold_commits_of_step(dsn: str, schema: str, step: int) -> psycopg.Connection[Any]:
+    """Make every commit of ``step`` wait, inside its statement, while the returned
+    connection lives (or until it runs ``pg_advisory_unlock``)."""
+    holder = psycopg.connect(dsn, autocommit=True)
+    holder.execute(
+        f'CREATE FUNCTION "{schema}".hold_step() RETURNS trigger LANGUAGE plpgsql AS $$ '
+        f"BEGIN IF NEW.step = {int(step)} THEN PERFORM pg_advisory_xact_lock({HOLD_KEY}); "
+        "END IF; RETURN NEW; END $$"
+    )
+    holder.execute(
+        f'CREATE TRIGGER hold BEFORE INSERT ON "{schema}".steps FOR EACH ROW '
+        f'EXECUTE FUNCTION "{schema}".hold_step()'
+    )
+    holder.execute("SELECT pg_advisory_lock(%s)", (HOLD_KEY,))
+    return holder
+
+
+def _held_commits(dsn: str, schema: str) -> list[int]:
+    """The backends whose commit waits on the hold (their statement writes ``steps``)."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
+            "AND wait_event_type = 'Lock' AND wait_event = 'advisory' AND query LIKE %s",
+            (f'%INSERT INTO "{schema}".steps%',),
+        ).fetchall()
+    return [int(row[0]) for row in rows]
 
 
 def test_a_connection_killed_mid_commit_is_retried_and_each_run_finishes_once(
-    pg_dsn: str, pg_schema: str, locker: psycopg.Connection[tuple[object, ...]]
+    pg_dsn: str, pg_schema: str
 ) -> None:
     workgraph.setup_ledger(pg_dsn, pg_schema)
     PostgresStore(pg_dsn, schema=pg_schema).close()  # migrate before the workers race
+    holder = _hold_commits_of_step(pg_dsn, pg_schema, 2)
     ids = [submit(pg_dsn, "faultgraph:chain", {}, schema=pg_schema) for _ in range(4)]
     args = ("--lease", "15", "--heartbeat", "1", "--poll", "0.2", "--idle-exit", "2")
     procs = [_spawn(pg_dsn, pg_schema, *args) for _ in range(2)]
     try:
-        _wait_for("the workers made progress", lambda: _committed(pg_dsn, pg_schema) >= 3)
-        # Commits now wait for this lock, inside their statement: kill them right there.
-        locker.execute(f'LOCK TABLE "{pg_schema}".steps IN EXCLUSIVE MODE')
+        # Both workers are inside the commit of their run's step 2: kill them right there.
         victims: list[int] = []
 
-        def blocked_commits() -> bool:
-            with psycopg.connect(pg_dsn, autocommit=True) as conn:
-                rows = conn.execute(
-                    "SELECT pid FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
-                    "AND wait_event_type = 'Lock' AND query LIKE %s",
-                    (f'%INSERT INTO "{pg_schema}".steps%',),
-                ).fetchall()
-            victims[:] = [int(row[0]) for row in rows]
-            return bool(victims)
+        def every_worker_waits() -> bool:
+            victims[:] = _held_commits(pg_dsn, pg_schema)
+            return len(victims) == len(procs)
 
-        _wait_for("a commit blocked on the lock", blocked_commits)
+        _wait_for("every worker waits inside a commit", every_worker_waits)
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
-            killed = [
-                bool(conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()[0])  # type: ignore[index]
-                for pid in victims
-            ]
-        assert all(killed), victims
-        locker.rollback()
+            for pid in victims:
+                row = conn.execute("SELECT pg_terminate_backend(%s)", (pid,)).fetchone()
+                assert row is not None
+                assert row[0], pid
+        holder.execute("SELECT pg_advisory_unlock(%s)", (HOLD_KEY,))
         stderr = _finish(procs)
     finally:
+        holder.close()
         for proc in procs:
             if proc.poll() is None:
                 proc.kill()
@@ -153,17 +167,20 @@ def test_a_server_restart_mid_run_every_run_finishes_once() -> None:
         dsn = cluster.dsn
         workgraph.setup_ledger(dsn, schema)
         PostgresStore(dsn, schema=schema).close()
+        holder = _hold_commits_of_step(dsn, schema, 3)
         ids = [submit(dsn, "faultgraph:chain", {}, schema=schema) for _ in range(6)]
         args = ("--lease", "20", "--heartbeat", "1", "--poll", "0.2", "--idle-exit", "2")
-        procs = [_spawn(dsn, schema, *args, SG_NODE_SLEEP="0.02") for _ in range(2)]
+        procs = [_spawn(dsn, schema, *args) for _ in range(2)]
         try:
-            _wait_for("the workers made progress", lambda: _committed(dsn, schema) >= 8)
-            cluster.restart()  # every connection drops; runs are mid-flight
-            with PostgresStore(dsn, schema=schema) as store:
-                at_restart = sum(r.last_step for r in store.list_runs())
-            assert at_restart < len(ids) * STEPS, "the restart came after every run finished"
+            _wait_for(
+                "every worker waits inside a commit",
+                lambda: len(_held_commits(dsn, schema)) == len(procs),
+            )
+            # Every connection drops (the hold's too: after the restart nothing waits).
+            cluster.restart()
             stderr = _finish(procs)
         finally:
+            holder.close()
             for proc in procs:
                 if proc.poll() is None:
                     proc.kill()
@@ -186,29 +203,56 @@ def test_sigterm_hands_a_workers_run_back_at_a_step_boundary(pg_dsn: str, pg_sch
     the claim to lapse; the next worker resumes it, and every step's node runs once."""
     workgraph.setup_ledger(pg_dsn, pg_schema)
     PostgresStore(pg_dsn, schema=pg_schema).close()
+    holder = _hold_commits_of_step(pg_dsn, pg_schema, 3)
     run_id = submit(pg_dsn, "faultgraph:chain", {}, schema=pg_schema)
-    first = _spawn(pg_dsn, pg_schema, "--lease", "30", "--idle-exit", "30", SG_NODE_SLEEP="0.05")
+    first = _spawn(pg_dsn, pg_schema, "-v", "--lease", "30", "--idle-exit", "30")
+    lines: list[str] = []
+    seen = threading.Condition()
+
+    def read() -> None:
+        assert first.stderr is not None
+        for raw in first.stderr:
+            with seen:
+                lines.append(raw.decode())
+                seen.notify_all()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     try:
-        _wait_for("the worker made progress", lambda: _committed(pg_dsn, pg_schema) >= 2)
+        _wait_for(
+            "the worker waits inside step 3", lambda: len(_held_commits(pg_dsn, pg_schema)) == 1
+        )
         first.send_signal(signal.SIGTERM)
-        _, err = first.communicate(timeout=DEADLINE_S)
+        # Step 3 may finish once the worker has taken the signal in.
+        with seen:
+            assert seen.wait_for(
+                lambda: any("is stopping" in line for line in lines), DEADLINE_S
+            ), lines
+        holder.execute("SELECT pg_advisory_unlock(%s)", (HOLD_KEY,))
+        assert first.wait(DEADLINE_S) == 0, lines
+        reader.join(DEADLINE_S)
     finally:
+        holder.close()
         if first.poll() is None:
             first.kill()
-            first.communicate()
-    assert first.returncode == 0, err.decode()
+        first.wait(DEADLINE_S)
+        if first.stderr is not None:
+            first.stderr.close()
     queue = open_queue(pg_dsn, schema=pg_schema)
     try:
         item = queue.get(run_id)
     finally:
         queue.close()
     assert (item.status, item.attempts, item.lease_owner) == ("queued", 0, None), item
-    assert item.reason is not None
-    assert "cancelled after step" in item.reason
+    assert item.reason == "its worker stopped (SIGTERM); cancelled after step 3 and queued again"
     with PostgresStore(pg_dsn, schema=pg_schema) as store:
         record = store.get_run(run_id)
-        assert (record.status, record.stopped_by, record.owner) == ("cancelled", "SIGTERM", None)
-        assert 2 <= record.last_step < STEPS
+        assert (record.status, record.last_step, record.stopped_by, record.owner) == (
+            "cancelled",
+            3,
+            "SIGTERM",
+            None,
+        )
     second = _spawn(pg_dsn, pg_schema, "--idle-exit", "1")
     _finish([second])
     executions = _check_each_run_finished_once(pg_dsn, pg_schema, [run_id])

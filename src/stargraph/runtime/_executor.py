@@ -494,7 +494,10 @@ class CompiledGraph(StoredRuns[StateT]):
                 self._finish(run)
                 return
         except RunCancelledError as exc:
-            raise self._nested_cancel(run, exc) from exc
+            if run.cancelled is None:  # only a nested run was asked to stop: its node failed
+                self._fail(run, exc)
+                raise
+            raise self._cancel_in_flight(run) from exc
         except StargraphError as exc:
             self._fail(run, exc)
             raise
@@ -525,7 +528,10 @@ class CompiledGraph(StoredRuns[StateT]):
             self._closed(run)
             raise
         except RunCancelledError as exc:
-            raise self._nested_cancel(run, exc) from exc
+            if run.cancelled is None:  # only a nested run was asked to stop: its node failed
+                self._fail(run, exc)
+                raise
+            raise self._cancel_in_flight(run) from exc
         except StargraphError as exc:
             self._fail(run, exc)
             raise
@@ -574,7 +580,10 @@ class CompiledGraph(StoredRuns[StateT]):
             self._cancel_quietly(run, "its asyncio task was cancelled")
             raise
         except RunCancelledError as exc:
-            raise self._nested_cancel(run, exc) from exc
+            if run.cancelled is None:  # only a nested run was asked to stop: its node failed
+                self._fail(run, exc)
+                raise
+            raise self._cancel_in_flight(run) from exc
         except StargraphError as exc:
             self._fail(run, exc)
             raise
@@ -648,14 +657,10 @@ class CompiledGraph(StoredRuns[StateT]):
             reason=reason,
         )
 
-    def _nested_cancel(self, run: Run, exc: RunCancelledError) -> StargraphError:
-        """A nested run (a subgraph node's, or one a node invoked) was cancelled inside the
-        step in flight. If this run was asked to stop too, it stops at its last committed
-        step (the step re-runs on resume, resuming the nested run); otherwise its node
-        failed with that error, as a node whose call raised."""
-        if run.cancelled is None:
-            self._fail(run, exc)
-            return exc
+    def _cancel_in_flight(self, run: Run) -> RunCancelledError:
+        """A nested run (a subgraph node's, or one a node invoked) stopped inside the step
+        in flight, and this run was asked to stop too: it stops at its last committed step
+        (the step runs again on resume, resuming the nested run)."""
         run.step -= 1  # the step in flight was not committed
         return self._cancel(run)
 

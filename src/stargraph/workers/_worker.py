@@ -462,6 +462,7 @@ class Worker:
         if cancel and current is not None:
             app, run_id = current
             app.cancel(run_id, reason="its worker is stopping")
+            log.info("worker %s is stopping: run %s goes back to the queue", self.name, run_id)
 
     def close(self) -> None:
         """Close the queue and the store."""
