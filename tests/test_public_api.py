@@ -18,6 +18,7 @@ def test_top_level_all_is_sorted_and_pinned() -> None:
         "CompiledGraph",
         "END",
         "Graph",
+        "RetryPolicy",
         "RunContext",
         "RunError",
         "START",

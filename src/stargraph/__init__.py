@@ -17,6 +17,7 @@ from __future__ import annotations
 from stargraph import reducers
 from stargraph.errors import CompileError, RunError, StargraphError
 from stargraph.graph import END, START, Graph, Send
+from stargraph.ir import RetryPolicyIR as RetryPolicy
 from stargraph.runtime import CompiledGraph, RunContext
 
 __version__ = "0.1.0"
@@ -26,6 +27,7 @@ __all__ = [
     "CompiledGraph",
     "END",
     "Graph",
+    "RetryPolicy",
     "RunContext",
     "RunError",
     "START",

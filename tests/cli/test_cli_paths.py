@@ -288,3 +288,55 @@ def test_a_script_without_an_importable_name_still_runs_in_memory(tmp_path: Path
     )
     out = python(tmp_path, "my-flow.py").stdout.splitlines()
     assert out == ["['__main__:approve', '__main__:classify']", "billing"]
+
+
+FLAKY = """
+from pydantic import BaseModel
+
+from stargraph import END, START, Graph, RetryPolicy
+
+
+class Flaky(Exception):
+    pass
+
+
+class State(BaseModel):
+    tries: int = 0
+
+
+CALLS = []
+
+
+def fetch(state: State) -> dict:
+    CALLS.append(1)
+    if len(CALLS) < 3:
+        raise Flaky("not yet")
+    return {"tries": len(CALLS)}
+
+
+graph = (
+    Graph("flaky", state=State)
+    .with_node("fetch", fetch, retry=RetryPolicy(retry_on=[Flaky], initial_interval_s=0))
+    .with_edge(START, "fetch")
+    .with_edge("fetch", END)
+)
+
+if __name__ == "__main__":
+    app = graph.compile()
+    print(app.graph_hash)
+    print(",".join(graph.to_ir().nodes[0].retry.retry_on))
+    print(app.invoke().tries)
+"""
+
+
+def test_retry_on_a_class_of_a_script_hashes_like_the_imported_module(tmp_path: Path) -> None:
+    """An exception class named in ``retry_on`` by a script run as ``python flaky.py`` used to
+    be recorded as ``__main__:Flaky``: another hash than the CLI's ``flaky:graph``. In the
+    script's own process the importable name still resolves to the very class it raises, so
+    the node is retried."""
+    (tmp_path / "flaky.py").write_text(FLAKY)
+    graph_hash, retry_on, tries = python(tmp_path, "flaky.py").stdout.split()
+    assert retry_on == "flaky:Flaky"
+    assert graph_hash == run(tmp_path, "hash", "flaky:graph").stdout.strip()
+    assert graph_hash == run(tmp_path, "compile", "flaky.py").stdout.strip()
+    assert tries == "3"

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from stargraph.errors import IRError, Problem, UnknownNodeError
 from stargraph.ir._canonical import content_hash
+from stargraph.refs import importable_name
 
 __all__ = [
     "END",
@@ -139,10 +140,13 @@ class RetryPolicyIR(_IRModel):
     @field_validator("retry_on", mode="before")
     @classmethod
     def _refs_of_classes(cls, value: Any) -> Any:
-        # Accept exception classes for convenience; the IR keeps their import paths.
+        # Accept exception classes for convenience; the IR keeps their import paths, named
+        # as the module is importable (a class of a script run as __main__ hashes like the
+        # same class imported by the CLI, and resolves back to it in the script's process).
         if isinstance(value, list | tuple):
             return tuple(
-                f"{v.__module__}:{v.__qualname__}" if isinstance(v, type) else v for v in value
+                f"{importable_name(v.__module__)}:{v.__qualname__}" if isinstance(v, type) else v
+                for v in value
             )
         return value
 
