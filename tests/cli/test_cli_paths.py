@@ -340,3 +340,69 @@ def test_retry_on_a_class_of_a_script_hashes_like_the_imported_module(tmp_path: 
     assert graph_hash == run(tmp_path, "hash", "flaky:graph").stdout.strip()
     assert graph_hash == run(tmp_path, "compile", "flaky.py").stdout.strip()
     assert tries == "3"
+
+
+# --------------------------------------------------------------------------- a factory's store
+
+FACTORY = """
+from stargraph.checkpoint import {store_cls}
+from triage import graph
+
+
+def make():
+    return graph.compile(store={store_expr})
+"""
+
+
+def _factory(project: Path, store_cls: str, store_expr: str) -> None:
+    (project / "factory.py").write_text(FACTORY.format(store_cls=store_cls, store_expr=store_expr))
+
+
+def test_a_factory_store_is_not_silently_replaced_by_db(project: Path) -> None:
+    """``--db`` used to replace the store a factory compiled its graph with, silently: the
+    run went to another database than the one the user's code names."""
+    _factory(project, "SqliteStore", "SqliteStore('mine.db')")
+    result = run(project, "run", "factory:make", "--run-id", "f-1", "-q", check=False)
+    assert result.returncode == 2
+    message = _error(result)
+    assert "compiled with its own store (SqliteStore at 'mine.db')" in message
+    assert "pass --db mine.db" in message
+    assert not (project / ".stargraph" / "stargraph.db").exists()
+
+
+def test_a_factory_store_is_used_when_db_names_it(project: Path) -> None:
+    _factory(project, "SqliteStore", "SqliteStore('mine.db')")
+    run(project, "run", "factory:make", "--run-id", "f-1", "-q", "--db", "mine.db")
+    listed = run(project, "runs", "--db", "mine.db").stdout
+    assert "f-1" in listed
+    assert "waiting" in listed or "interrupted" in listed
+
+
+def test_a_factory_with_a_memory_store_says_why_the_command_cannot_use_it(
+    project: Path,
+) -> None:
+    _factory(project, "MemoryStore", "MemoryStore()")
+    result = run(project, "run", "factory:make", "-q", check=False)
+    assert result.returncode == 2
+    assert "compiled with its own store (MemoryStore)" in _error(result)
+
+
+def test_a_seeded_factory_keeps_its_entropy_under_the_command_store(project: Path) -> None:
+    """The CLI recompiles a compiled graph with its own store; it used to drop everything
+    else the user compiled with (here a seeded entropy, so ids were random again)."""
+    (project / "seeded.py").write_text(
+        "from pydantic import BaseModel\n"
+        "from stargraph import END, START, Graph\n"
+        "from stargraph.runtime import RunContext, SeededEntropy\n\n\n"
+        "class S(BaseModel):\n    token: str = ''\n\n\n"
+        "def mint(state: S, ctx: RunContext) -> dict:\n"
+        "    return {'token': ctx.uuid()}\n\n\n"
+        "def make():\n"
+        "    graph = Graph('seeded', state=S).with_node('mint', mint)"
+        ".with_edge(START, 'mint').with_edge('mint', END)\n"
+        "    return graph.compile(entropy=lambda: SeededEntropy(7))\n"
+    )
+    args = ("run", "seeded:make", "-q", "--run-id", "s-1", "--db")
+    first = json.loads(run(project, *args, "one.db").stdout)
+    again = json.loads(run(project, *args, "two.db").stdout)
+    assert first["token"] == again["token"] != ""

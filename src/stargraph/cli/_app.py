@@ -31,6 +31,7 @@ from stargraph.cli._load import (
     load_target,
     open_store,
     parse_json,
+    refuse_another_store,
 )
 from stargraph.errors import (
     GraphHashMismatch,
@@ -277,6 +278,7 @@ def run_command(
     if data is not None and not isinstance(data, dict):
         raise CliUsageError(f"--input must be a JSON object, got {type(data).__name__}")
     target = load_target(graph)
+    refuse_another_store(target, db)
     run_id = run_id or f"run-{secrets.token_hex(6)}"
     with open_store(db, must_exist=False) as store:
         app = compile_target(target, store=store, max_steps=max_steps)

@@ -14,6 +14,7 @@ import contextlib
 import importlib
 import json
 import os
+import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -42,6 +43,7 @@ __all__ = [
     "open_store",
     "parse_json",
     "python_reference",
+    "refuse_another_store",
 ]
 
 DEFAULT_DB: Final = ".stargraph/stargraph.db"
@@ -270,6 +272,8 @@ def compile_target(
         app = target.compiled
         if store is None:
             return app
+        if isinstance(store, SqliteStore):
+            refuse_another_store(target, store.path)
         # Recompile the same IR with the command's store; the callables come from the
         # compiled graph's own node and router specs.
         from stargraph.compile import compile_ir
@@ -282,11 +286,44 @@ def compile_target(
         for router in app.start_routers:
             impls[router.ref] = router.fn
         options.setdefault("max_steps", app.max_steps)
+        # What the user compiled with stays (a seeded entropy, durability, an executor);
+        # only the store is the command's.
         return compile_ir(
-            app.ir, state=app.state_model, impls=impls, services=app.services, **options
+            app.ir,
+            state=app.state_model,
+            impls=impls,
+            services=app.services,
+            entropy=app._entropy_factory,
+            durability=app.durability,
+            snapshot_every=app.snapshot_every,
+            on_code_change=app.on_code_change,
+            executor=app.executor,
+            **options,
         )
     graph = target.graph if target.graph is not None else Graph(target.ir)
     return graph.compile(**options)
+
+
+def refuse_another_store(target: Target, db: str | Path) -> None:
+    """A compiled graph that brings its own store is not silently moved to ``--db``: the
+    command would keep (or look for) its runs somewhere the user did not choose. Called
+    before the command opens (and so creates) ``db``."""
+    own = None if target.compiled is None else target.compiled.store
+    if own is None:
+        return
+    if isinstance(own, SqliteStore):
+        if own.path.resolve() == Path(db).resolve():
+            return
+        where = f"SqliteStore at {str(own.path)!r}"
+        fix = f"pass --db {shlex.quote(str(own.path))}, or"
+    else:
+        where = type(own).__name__
+        fix = "use the Python API for that store, or"
+    raise CliUsageError(
+        f"{target.spec} is a graph compiled with its own store ({where}), but this command "
+        f"keeps its runs in {str(db)!r}; {fix} make {target.spec} return the Graph (or "
+        "compile it without store=) so that --db decides where runs are kept"
+    )
 
 
 def open_store(db: str, *, must_exist: bool) -> SqliteStore:
