@@ -128,7 +128,7 @@ def test_replay_from_step_makes_a_counterfactual_and_prints_its_diff() -> None:
     assert "fork of r-1 before step 2 with limit=4; status done" in first
     new_id = first.split()[2].rstrip(":")
     assert f"--- r-1\n+++ {new_id}" in result.stdout
-    assert "step 2: writes A = " in result.stdout
+    assert 'step 2 (B only): writes {"__update__/0": {"limit": 4}}' in result.stdout
     with SqliteStore(".stargraph/stargraph.db") as store:
         record = store.get_run(new_id)
         assert (record.parent_run_id, record.status) == ("r-1", "done")
@@ -136,6 +136,60 @@ def test_replay_from_step_makes_a_counterfactual_and_prints_its_diff() -> None:
     shown = sg("show", new_id)
     assert shown.exit_code == 0, shown.output
     assert '"counter": 4' in shown.stdout
+
+
+class Abc(BaseModel):
+    n: int = 0
+
+
+def add_one(state: Abc) -> dict[str, Any]:
+    return {"n": state.n + 1}
+
+
+def times_ten(state: Abc) -> dict[str, Any]:
+    return {"n": state.n * 10}
+
+
+def plus_five(state: Abc) -> dict[str, Any]:
+    return {"n": state.n + 5}
+
+
+def abc() -> Graph[Abc]:
+    """a -> b -> c: each step's write depends on the one before."""
+    return (
+        Graph("abc", state=Abc)
+        .with_node("a", add_one)
+        .with_node("b", times_ten)
+        .with_node("c", plus_five)
+        .with_edge(START, "a")
+        .with_edge("a", "b")
+        .with_edge("b", "c")
+        .with_edge("c", END)
+    )
+
+
+def test_a_counterfactual_diff_lines_up_the_steps_after_its_update() -> None:
+    """The update a counterfactual inserts is a step of its own; the diff used to compare
+    the parent's step k with the child's step k, one step off from there on (the parent's
+    ``b`` beside the child's ``__update__``, its ``c`` beside the child's ``b``)."""
+    assert sg("run", "test_cli_more:abc", "--run-id", "p-1", "-q").exit_code == 0
+    result = sg("replay", "p-1", "--from-step", "2", "--set", "n=100")
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()[3:]
+    assert lines == [
+        'step 2 (B only): writes {"__update__/0": {"n": 100}}; next [\'b/0\']',
+        'step 2 (B: step 3): writes A = {"b/0": {"n": 10}}  B = {"b/0": {"n": 1000}}',
+        'step 3 (B: step 4): writes A = {"c/0": {"n": 15}}  B = {"c/0": {"n": 1005}}',
+    ]
+    child = result.stdout.splitlines()[0].split()[2].rstrip(":")
+    diffed = sg("diff", "p-1", child)
+    assert diffed.exit_code == 1
+    assert diffed.stdout.splitlines()[2:] == [
+        "step 2: only in B (__update__)",
+        "step 2 (B: step 3) b n: A = 10  B = 1000",
+        "step 3 (B: step 4) c n: A = 15  B = 1005",
+        "final state n: A = 15  B = 1005",
+    ]
 
 
 def test_replay_from_step_without_changes_has_no_differences() -> None:

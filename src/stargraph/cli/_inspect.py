@@ -201,17 +201,20 @@ def diff_runs(
     out: list[str] = []
     if rec_a.graph_hash != rec_b.graph_hash:
         out.append(f"graph: A = {rec_a.graph_hash}  B = {rec_b.graph_hash}")
-    steps_a = {s.step: s for s in store.get_steps(run_a)}
-    steps_b = {s.step: s for s in store.get_steps(run_b)}
-    for k in sorted(set(steps_a) | set(steps_b)):
-        if k not in steps_b:
-            out.append(f"step {k}: only in A ({', '.join(w.node for w in steps_a[k].writes)})")
+    from stargraph.replay import align_steps
+
+    for sa, sb in align_steps(store.get_steps(run_a), store.get_steps(run_b)):
+        if sb is None:
+            assert sa is not None
+            nodes = ", ".join(w.node for w in sa.writes)
+            out.append(f"step {sa.step}: only in A ({nodes})")
             continue
-        if k not in steps_a:
-            out.append(f"step {k}: only in B ({', '.join(w.node for w in steps_b[k].writes)})")
+        if sa is None:
+            nodes = ", ".join(w.node for w in sb.writes)
+            out.append(f"step {sb.step}: only in B ({nodes})")
             continue
-        sa, sb = steps_a[k], steps_b[k]
-        if k == 0:
+        k = sa.step if sa.step == sb.step else f"{sa.step} (B: step {sb.step})"
+        if sa.step == sb.step == 0:
             for line in _changes(sa.snapshot, sb.snapshot, ""):
                 out.append(f"step 0 input {line}")
         writes_a = {(w.node, w.index): w.writes for w in sa.writes}

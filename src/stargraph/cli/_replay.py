@@ -57,10 +57,32 @@ def _dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
+def _where(step: Any) -> str:
+    """``step K``, or which side a step is on when the two runs number it differently."""
+    if step.step_a is None:
+        return f"step {step.step_b} (B only)"
+    if step.step_b is None:
+        return f"step {step.step_a} (A only)"
+    if step.step_a != step.step_b:
+        return f"step {step.step_a} (B: step {step.step_b})"
+    return f"step {step.step}"
+
+
 def format_run_diff(run_diff: Any) -> list[str]:
     """Lines describing a :class:`stargraph.replay.RunDiff` (empty when the runs agree)."""
     lines: list[str] = []
     for step in run_diff.steps:
+        if step.step_a is None or step.step_b is None:  # a step only one side has
+            writes, then = (
+                (step.writes_b, step.next_b)
+                if step.step_a is None
+                else (
+                    step.writes_a,
+                    step.next_a,
+                )
+            )
+            lines.append(f"{_where(step)}: writes {_dumps(writes)}; next {then}")
+            continue
         parts = []
         if step.writes_a != step.writes_b:
             parts.append(f"writes A = {_dumps(step.writes_a)}  B = {_dumps(step.writes_b)}")
@@ -68,7 +90,7 @@ def format_run_diff(run_diff: Any) -> list[str]:
             parts.append(f"next A = {step.next_a}  B = {step.next_b}")
         if step.facts_differ:
             parts.append("rule facts differ")
-        lines.append(f"step {step.step}: " + ("; ".join(parts) or "input differs"))
+        lines.append(f"{_where(step)}: " + ("; ".join(parts) or "input differs"))
     if run_diff.status_a != run_diff.status_b:
         lines.append(f"status: A = {run_diff.status_a}  B = {run_diff.status_b}")
     return lines

@@ -30,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -46,6 +47,7 @@ __all__ = [
     "Cassette",
     "RunDiff",
     "StepDiff",
+    "align_steps",
     "diff",
     "export_cassette",
     "load_cassette",
@@ -232,7 +234,13 @@ def _check_signature(where: str, document: dict[str, Any], key: bytes | None) ->
 
 
 class StepDiff(BaseModel):
-    """How one step differs between two runs (absent side: ``None``)."""
+    """How one step differs between two runs (absent side: ``None``).
+
+    Steps are aligned by what ran, not by number: a step only one side has (the
+    ``__update__`` step a fork or counterfactual inserts, a migration) is shown alone, and the
+    steps after it are compared with the other side's matching steps, so ``step_a`` and
+    ``step_b`` may differ. ``step`` is ``step_a`` (``step_b`` for a step only B has).
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -242,6 +250,8 @@ class StepDiff(BaseModel):
     next_a: list[str] | None
     next_b: list[str] | None
     facts_differ: bool
+    step_a: int | None = None
+    step_b: int | None = None
 
 
 class RunDiff(BaseModel):
@@ -266,6 +276,10 @@ class RunDiff(BaseModel):
         return not self.steps and self.status_a == self.status_b
 
 
+def _number(step: StepRecord) -> int:
+    return step.step
+
+
 def _writes(step: StepRecord | None) -> dict[str, Any] | None:
     if step is None:
         return None
@@ -276,15 +290,49 @@ def _next(step: StepRecord | None) -> list[str] | None:
     return None if step is None else [f"{t.node}/{t.index}" for t in step.next]
 
 
+# Steps written by the engine on the user's behalf rather than by the graph's nodes.
+_INSERTED = frozenset({"__update__", "__migration__"})
+
+
+def _inserted(step: StepRecord | None) -> bool:
+    return step is not None and bool(step.writes) and all(w.node in _INSERTED for w in step.writes)
+
+
+def align_steps(
+    a: Sequence[StepRecord], b: Sequence[StepRecord]
+) -> Iterator[tuple[StepRecord | None, StepRecord | None]]:
+    """Pairs of steps of two runs that correspond, in order: an inserted step (the
+    ``__update__`` of a fork or counterfactual, a ``__migration__``) that the other side has
+    not got at that point is paired with ``None``, so the steps after it still line up."""
+    i = j = 0
+    while i < len(a) or j < len(b):
+        sa = a[i] if i < len(a) else None
+        sb = b[j] if j < len(b) else None
+        if _inserted(sa) and not _inserted(sb):
+            yield sa, None
+            i += 1
+        elif _inserted(sb) and not _inserted(sa):
+            yield None, sb
+            j += 1
+        else:
+            yield sa, sb
+            i += sa is not None
+            j += sb is not None
+
+
 def diff(a: Recording, b: Recording) -> RunDiff:
-    """Compare two runs step by step: writes per task, scheduled tasks, rule facts."""
-    steps_a = {s.step: s for s in a.steps}
-    steps_b = {s.step: s for s in b.steps}
+    """Compare two runs step by step: writes per task, scheduled tasks, rule facts.
+
+    Steps are aligned by what ran (see :class:`StepDiff`), so a counterfactual is compared
+    with its parent task by task after the update it inserted."""
     out = []
-    for number in sorted(set(steps_a) | set(steps_b)):
-        sa, sb = steps_a.get(number), steps_b.get(number)
+    for sa, sb in align_steps(sorted(a.steps, key=_number), sorted(b.steps, key=_number)):
+        step_a = None if sa is None else sa.step
+        step_b = None if sb is None else sb.step
         entry = StepDiff(
-            step=number,
+            step=step_a if step_a is not None else step_b if step_b is not None else 0,
+            step_a=step_a,
+            step_b=step_b,
             writes_a=_writes(sa),
             writes_b=_writes(sb),
             next_a=_next(sa),
@@ -295,7 +343,7 @@ def diff(a: Recording, b: Recording) -> RunDiff:
             entry.writes_a != entry.writes_b
             or entry.next_a != entry.next_b
             or entry.facts_differ
-            or (number == 0 and sa and sb and sa.snapshot != sb.snapshot)
+            or (step_a == step_b == 0 and sa and sb and sa.snapshot != sb.snapshot)
         ):
             out.append(entry)
     return RunDiff(
