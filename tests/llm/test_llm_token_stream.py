@@ -6,6 +6,7 @@ serves it unchanged)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -22,7 +23,7 @@ from stargraph.llm import (
     ScriptedChatModel,
 )
 from stargraph.llm._scripted import word_pieces
-from stargraph.testing import Reply, ScriptedOpenAIServer
+from stargraph.testing import Reply, ScriptedOpenAIServer, check_chat_model
 
 TOOLS = (
     {
@@ -280,3 +281,15 @@ def test_issue18_a_model_that_cannot_stream_delivers_its_text_whole(how: str) ->
     )
     assert response.message.content == "Four."
     assert tokens == ["Four."]
+
+
+def test_issue18_the_conformance_suite_checks_streaming() -> None:
+    class LosesAPiece(ScriptedChatModel):
+        def complete_streaming(
+            self, request: ChatRequest, on_token: Callable[[str], None]
+        ) -> ChatResponse:
+            return super().complete_streaming(request, lambda piece: None)
+
+    check_chat_model(lambda script: contextlib.nullcontext(ScriptedChatModel(script)))
+    with pytest.raises(AssertionError, match="streamed reply: the streamed pieces"):
+        check_chat_model(lambda script: contextlib.nullcontext(LosesAPiece(script)))
