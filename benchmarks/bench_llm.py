@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import Any
 
 from stargraph.llm import ChatMessage, ChatRequest, OpenAIChatModel, ScriptedChatModel
 from stargraph.testing import RecordedRequest, Reply, ScriptedOpenAIServer
@@ -30,16 +31,49 @@ def calc_call(request: RecordedRequest) -> Reply:
     return Reply.tool_calls([("calc", {"expr": "2+2"})])
 
 
+def text_reply(request: RecordedRequest) -> Reply:
+    return Reply.text("Two and two make four, as far as anyone can tell.")
+
+
+class _Journal:
+    """A journal that records nothing: only the binding's own cost is measured."""
+
+    def __init__(self, tokens: Callable[[str], None] | None = None) -> None:
+        self.tokens = tokens
+
+    def call(self, kind: str, key: str, compute: Callable[[], Any], *, request: Any = None) -> Any:
+        return compute()
+
+    async def acall(self, kind: str, key: str, compute: Any, *, request: Any = None) -> Any:
+        return await compute()
+
+
 def main() -> None:
     scripted = ScriptedChatModel(lambda request: "4")
     report("ScriptedChatModel.complete", lambda: scripted.complete(REQUEST), 10 * CALLS)
     report("ChatRequest.fingerprint", REQUEST.fingerprint, 10 * CALLS)
+    bound = scripted.bind_journal(_Journal())
+    report("journaled complete (no tokens)", lambda: bound.complete(REQUEST), 10 * CALLS)
+    streamed = scripted.bind_journal(_Journal(lambda text: None))
+    report("journaled complete (tokens)", lambda: streamed.complete(REQUEST), 10 * CALLS)
     with (
         ScriptedOpenAIServer(calc_call) as server,
         OpenAIChatModel("m", base_url=server.base_url) as model,
     ):
         model.complete(REQUEST)  # warm up: client construction, first connection
         report("OpenAIChatModel.complete (HTTP)", lambda: model.complete(REQUEST), CALLS)
+    with (
+        ScriptedOpenAIServer(text_reply) as server,
+        OpenAIChatModel("m", base_url=server.base_url) as model,
+    ):
+        model.complete(REQUEST)
+        report("  text reply, unstreamed (HTTP)", lambda: model.complete(REQUEST), CALLS)
+        pieces: list[str] = []
+        report(
+            "  text reply, streamed (HTTP)",
+            lambda: model.complete_streaming(REQUEST, pieces.append),
+            CALLS,
+        )
 
 
 if __name__ == "__main__":

@@ -221,18 +221,7 @@ class OpenAIChatModel:
         """Send ``request`` and return the first choice, retrying transient failures."""
         client = self._sync_client()
         profile = self._profile or self._detected(client)
-        kwargs = self._create_kwargs(request, profile)
-        failures: list[_Failure] = []
-        while True:
-            try:
-                completion = client.chat.completions.create(**kwargs)
-            except Exception as exc:
-                if not _is_openai_error(exc):
-                    raise
-                failure = _Failure(exc, self.timeout, profile)
-                self._sleep(self._after_failure(failures, failure))
-                continue
-            return ChatResponse.from_openai(completion.model_dump(mode="json"))
+        return self._complete_with(client, self._create_kwargs(request, profile), profile)
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         """Like :meth:`complete`, without blocking the event loop.
@@ -241,25 +230,96 @@ class OpenAIChatModel:
         that created it, and callers (tests, ``asyncio.run`` per invocation) switch loops.
         The TLS context, which costs ~20 ms to build, is made once and shared.
         """
-        import asyncio
-
         import openai
 
-        failures: list[_Failure] = []
         http_client = openai.DefaultAsyncHttpxClient(verify=self._tls_context())
         options = self._client_options()
         async with http_client, openai.AsyncOpenAI(http_client=http_client, **options) as client:
             profile = self._profile or await self._adetected(client)
             kwargs = self._create_kwargs(request, profile)
-            while True:
+            return await self._acomplete_with(client, kwargs, profile)
+
+    def complete_streaming(
+        self, request: ChatRequest, on_token: Callable[[str], None]
+    ) -> ChatResponse:
+        """Like :meth:`complete`, but the reply is streamed: ``on_token(text)`` is called with
+        each piece of its content as it arrives, and the response returned is the one
+        :meth:`complete` would have returned (assembled from the stream).
+
+        A run that streams model tokens calls this through the task's journal, which records
+        the request and this response exactly as for :meth:`complete` (``stream`` is a
+        transport detail, never part of the request), so a replay, which never streams,
+        serves the same record.
+
+        Failures are those of :meth:`complete`, plus :class:`~stargraph.errors.LLMError` for
+        a stream the server ends without a ``finish_reason`` (an aborted answer). A transient
+        failure is retried only while no token has been delivered yet: after that a new
+        attempt would deliver the start of the answer a second time, so the call fails
+        instead, saying so (a node retry policy may then run the node again, whose tokens are
+        delivered anew, as LangGraph does). On an endpoint that cannot stream the request
+        (:attr:`EndpointProfile.stream_tools`), the call is made unstreamed and its whole
+        content delivered as one piece.
+        """
+        client = self._sync_client()
+        profile = self._profile or self._detected(client)
+        kwargs = self._create_kwargs(request, profile)
+        if not _streamable(kwargs, profile):
+            response = self._complete_with(client, kwargs, profile)
+            _deliver_whole(response, on_token)
+            return response
+        _ask_to_stream(kwargs, profile)
+        failures: list[_Failure] = []
+        while True:
+            relay = _TokenRelay(on_token)
+            try:
+                chunks = client.chat.completions.create(**kwargs)
                 try:
-                    completion = await client.chat.completions.create(**kwargs)
+                    for chunk in chunks:
+                        relay.add(chunk)
+                finally:
+                    chunks.close()
+            except Exception as exc:
+                if not _is_openai_error(exc):
+                    raise
+                failure = self._stream_failure(exc, profile, relay.delivered)
+                self._sleep(self._after_failure(failures, failure))
+                continue
+            return relay.response(self._subject())
+
+    async def acomplete_streaming(
+        self, request: ChatRequest, on_token: Callable[[str], None]
+    ) -> ChatResponse:
+        """Async :meth:`complete_streaming` (an async client per call, as :meth:`acomplete`)."""
+        import asyncio
+
+        import openai
+
+        http_client = openai.DefaultAsyncHttpxClient(verify=self._tls_context())
+        options = self._client_options()
+        async with http_client, openai.AsyncOpenAI(http_client=http_client, **options) as client:
+            profile = self._profile or await self._adetected(client)
+            kwargs = self._create_kwargs(request, profile)
+            if not _streamable(kwargs, profile):
+                response = await self._acomplete_with(client, kwargs, profile)
+                _deliver_whole(response, on_token)
+                return response
+            _ask_to_stream(kwargs, profile)
+            failures: list[_Failure] = []
+            while True:
+                relay = _TokenRelay(on_token)
+                try:
+                    chunks = await client.chat.completions.create(**kwargs)
+                    try:
+                        async for chunk in chunks:
+                            relay.add(chunk)
+                    finally:
+                        await chunks.close()
                 except openai.OpenAIError as exc:
-                    failure = _Failure(exc, self.timeout, profile)
+                    failure = self._stream_failure(exc, profile, relay.delivered)
                     delay = self._after_failure(failures, failure)
                     await (self._asleep or asyncio.sleep)(delay)
                     continue
-                return ChatResponse.from_openai(completion.model_dump(mode="json"))
+                return relay.response(self._subject())
 
     def stream(self, request: ChatRequest, *, include_usage: bool = True) -> ChatStream:
         """Stream the reply as :class:`ChatDelta` s; the assembled response follows.
@@ -300,6 +360,54 @@ class OpenAIChatModel:
             return ChatStream(chunks, on_error=on_error, subject=self._subject())
 
     # ------------------------------------------------------------------ internals
+
+    def _complete_with(
+        self, client: openai.OpenAI, kwargs: dict[str, Any], profile: EndpointProfile
+    ) -> ChatResponse:
+        failures: list[_Failure] = []
+        while True:
+            try:
+                completion = client.chat.completions.create(**kwargs)
+            except Exception as exc:
+                if not _is_openai_error(exc):
+                    raise
+                failure = _Failure(exc, self.timeout, profile)
+                self._sleep(self._after_failure(failures, failure))
+                continue
+            return ChatResponse.from_openai(completion.model_dump(mode="json"))
+
+    async def _acomplete_with(
+        self, client: openai.AsyncOpenAI, kwargs: dict[str, Any], profile: EndpointProfile
+    ) -> ChatResponse:
+        import asyncio
+
+        import openai
+
+        failures: list[_Failure] = []
+        while True:
+            try:
+                completion = await client.chat.completions.create(**kwargs)
+            except openai.OpenAIError as exc:
+                failure = _Failure(exc, self.timeout, profile)
+                delay = self._after_failure(failures, failure)
+                await (self._asleep or asyncio.sleep)(delay)
+                continue
+            return ChatResponse.from_openai(completion.model_dump(mode="json"))
+
+    def _stream_failure(self, exc: Exception, profile: EndpointProfile, delivered: int) -> _Failure:
+        failure = _Failure(exc, self.timeout, profile)
+        if delivered and failure.transient:
+            # The reader already has the start of the answer; a new attempt would hand it
+            # over again (and a model need not even repeat it), so the call fails here.
+            failure.transient = False
+            plural = "piece" if delivered == 1 else "pieces"
+            failure.advice = (
+                f"not re-sent: {delivered} {plural} of the answer had already been delivered "
+                "to the token stream, which a new attempt would deliver again; give the node "
+                "a retry policy to run it again (its tokens are then streamed anew), or do "
+                "not stream the run's model tokens"
+            )
+        return failure
 
     def _client_options(self) -> dict[str, Any]:
         api_key = self._api_key
@@ -524,13 +632,7 @@ class ChatStream:
         self._done = True
         self._chunks.close()
         if not self._assembler.finished:
-            raise LLMError(
-                f"the stream of {self._subject} ended before the model finished (no "
-                "finish_reason and no [DONE]): the server aborted the answer, and what arrived "
-                "is not the whole reply; see the server's log (llama.cpp, for one, cannot "
-                "stream a reply while tools are offered with tool_choice='auto'), or call "
-                "complete() instead"
-            )
+            raise _aborted(self._subject)
 
     @property
     def response(self) -> ChatResponse:
@@ -555,6 +657,64 @@ class ChatStream:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+class _TokenRelay:
+    """One attempt at a streamed call: folds its chunks into the response and hands each
+    piece of content to ``on_token`` as it arrives."""
+
+    def __init__(self, on_token: Callable[[str], None]) -> None:
+        self._on_token = on_token
+        self._assembler = StreamAssembler()
+        self._model = ""
+        self._id = ""
+        self.delivered = 0
+        """Pieces of content handed to ``on_token`` so far."""
+
+    def add(self, chunk: ChatCompletionChunk) -> None:
+        raw = chunk.model_dump(mode="json")
+        self._model = raw.get("model") or self._model
+        self._id = raw.get("id") or self._id
+        delta = delta_from_chunk(raw)
+        self._assembler.add(delta)
+        if delta.content:
+            self.delivered += 1
+            self._on_token(delta.content)
+
+    def response(self, subject: str) -> ChatResponse:
+        """The assembled response; :class:`LLMError` if the server aborted the answer."""
+        if not self._assembler.finished:
+            raise _aborted(subject)
+        return self._assembler.response(model=self._model, id=self._id)
+
+
+def _aborted(subject: str) -> LLMError:
+    return LLMError(
+        f"the stream of {subject} ended before the model finished (no finish_reason and no "
+        "[DONE]): the server aborted the answer, and what arrived is not the whole reply; see "
+        "the server's log (llama.cpp, for one, cannot stream a reply while tools are offered "
+        "with tool_choice='auto'), or call complete() instead"
+    )
+
+
+def _streamable(kwargs: dict[str, Any], profile: EndpointProfile) -> bool:
+    """Whether the endpoint can stream the request ``kwargs`` describe."""
+    if profile.stream_tools:
+        return True
+    body = kwargs["extra_body"]
+    return not (body.get("tools") and body.get("tool_choice") == "auto")
+
+
+def _ask_to_stream(kwargs: dict[str, Any], profile: EndpointProfile) -> None:
+    kwargs["stream"] = True
+    if profile.stream_usage:
+        # So that the streamed response carries the usage a non-streamed one would.
+        kwargs["stream_options"] = {"include_usage": True}
+
+
+def _deliver_whole(response: ChatResponse, on_token: Callable[[str], None]) -> None:
+    if response.message.content:
+        on_token(response.message.content)
 
 
 def delta_from_chunk(chunk: dict[str, Any]) -> ChatDelta:

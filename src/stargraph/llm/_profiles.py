@@ -76,6 +76,11 @@ class EndpointProfile(BaseModel):
     ``max_completion_tokens``)."""
     stream_usage: bool = True
     """Whether asking for usage in a stream (``stream_options``) means anything."""
+    stream_tools: bool = True
+    """Whether a streamed request may offer tools with ``tool_choice="auto"``
+    (llama-cpp-python aborts such a stream); if not, a call asked to stream its tokens
+    (:meth:`~stargraph.llm.OpenAIChatModel.complete_streaming`) is made unstreamed and its
+    content delivered in one piece."""
     retry_timeouts: bool = True
     """Whether a timed-out request may be sent again. A single-slot local server keeps
     generating the answer nobody waits for, so a re-sent request only queues behind it."""
@@ -142,6 +147,7 @@ LLAMA_CPP: Final = EndpointProfile(
     tool_choices=("auto", "none", "function"),
     structured_output="json_object_schema",
     stream_usage=False,
+    stream_tools=False,
     retry_timeouts=False,
 )
 """llama.cpp's servers (``llama_cpp.server`` of llama-cpp-python, and ``llama-server``)."""

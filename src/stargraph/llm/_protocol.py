@@ -22,6 +22,11 @@ class ChatModel(Protocol):
     Implementations retry transient failures themselves and raise
     :class:`stargraph.errors.LLMError` once they give up; anything the *model* got wrong
     (a refusal, malformed tool arguments, an unknown tool) is returned as data, not raised.
+
+    A model that can stream also offers ``complete_streaming(request, on_token)`` and its
+    async twin ``acomplete_streaming``: the same response, its content handed to
+    ``on_token`` piece by piece as it is produced (a run streaming model tokens uses them;
+    a model without them has its content delivered whole).
     """
 
     def complete(self, request: ChatRequest) -> ChatResponse:

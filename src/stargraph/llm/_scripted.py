@@ -6,6 +6,7 @@ server; ``stargraph.testing.ScriptedOpenAIServer`` is its over-HTTP sibling.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -14,7 +15,7 @@ from stargraph.errors import LLMError
 from stargraph.llm._messages import ChatMessage, ChatRequest, ChatResponse
 from stargraph.llm._recorded import JournaledChatModel
 
-__all__ = ["ScriptedChatModel"]
+__all__ = ["ScriptedChatModel", "word_pieces"]
 
 ScriptFunction = Callable[[ChatRequest], "ChatResponse | str"]
 
@@ -32,7 +33,8 @@ class ScriptedChatModel:
         1
 
     Running past the end of a list script raises :class:`~stargraph.errors.LLMError`, the
-    same error a real model raises when it fails for good.
+    same error a real model raises when it fails for good. :meth:`complete_streaming` hands
+    out a reply's text word by word, as the scripted server streams it.
     """
 
     def __init__(
@@ -80,6 +82,21 @@ class ScriptedChatModel:
         """Same as :meth:`complete`; the script never blocks, so there is nothing to await."""
         return self.complete(request)
 
+    def complete_streaming(
+        self, request: ChatRequest, on_token: Callable[[str], None]
+    ) -> ChatResponse:
+        """:meth:`complete`, its content handed to ``on_token`` in word pieces first."""
+        response = self.complete(request)
+        for piece in word_pieces(response.message.content):
+            on_token(piece)
+        return response
+
+    async def acomplete_streaming(
+        self, request: ChatRequest, on_token: Callable[[str], None]
+    ) -> ChatResponse:
+        """Same as :meth:`complete_streaming`."""
+        return self.complete_streaming(request, on_token)
+
     def _as_response(self, reply: ChatResponse | str, index: int) -> ChatResponse:
         if isinstance(reply, str):
             reply = ChatResponse(message=ChatMessage.assistant(reply), finish_reason="stop")
@@ -90,3 +107,15 @@ class ScriptedChatModel:
             # Same id scheme as the scripted server, so the two fakes are interchangeable.
             updates["id"] = f"chatcmpl-{index:04d}"
         return reply.model_copy(update=updates) if updates else reply
+
+
+def word_pieces(text: str | None) -> list[str]:
+    """``text`` cut as a model streams it: words with their leading whitespace, so the pieces
+    join back to ``text`` exactly.
+
+    >>> word_pieces("Hi  there.")
+    ['Hi', '  there.']
+    """
+    if not text:
+        return []
+    return re.findall(r"\s*\S+|\s+$", text)

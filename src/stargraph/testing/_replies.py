@@ -45,6 +45,7 @@ class Reply(BaseModel):
         Reply.error(401, body={"detail": "Invalid API key"})   # a FastAPI-shaped body
         Reply.text("late").delayed(2.0)
         Reply.text("cut short").aborted(after=2)   # the server drops the connection
+        Reply.text("stuck").stalled(after=2)       # the stream goes silent: a read timeout
     """
 
     # Fields are named apart from the constructors (``calls``, not ``tool_calls``) because a
@@ -76,6 +77,9 @@ class Reply(BaseModel):
     abort_after: int | None = None
     """Drop the connection after this many stream chunks: no ``finish_reason``, no
     ``[DONE]`` (a server that aborts the answer); a non-streamed request gets no answer."""
+    stall_after: int | None = None
+    """Go silent after this many stream chunks, holding the connection open until the server
+    closes (a server that hangs mid-answer: the client's read timeout fires)."""
 
     @classmethod
     def text(cls, content: str, *, usage: Usage | None = None) -> Reply:
@@ -148,6 +152,11 @@ class Reply(BaseModel):
         """This reply, cut off by the server: a stream ends after ``after`` chunks without a
         ``finish_reason`` or ``[DONE]``; a non-streamed request gets no answer at all."""
         return self.model_copy(update={"abort_after": after})
+
+    def stalled(self, *, after: int = 1) -> Reply:
+        """This reply, streamed up to ``after`` chunks, then nothing more until the server
+        closes: the client times out in the middle of the stream."""
+        return self.model_copy(update={"stall_after": after})
 
 
 class RecordedRequest(BaseModel):

@@ -28,7 +28,6 @@ against those behaviours without the real server:
 from __future__ import annotations
 
 import json
-import re
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -37,6 +36,7 @@ from typing import Any, Final, Literal, Self
 
 from stargraph.errors import ServiceNotStartedError
 from stargraph.llm import Usage
+from stargraph.llm._scripted import word_pieces
 from stargraph.testing._replies import RecordedRequest, Reply
 
 __all__ = ["FIXED_CREATED", "ScriptedOpenAIServer"]
@@ -78,9 +78,11 @@ class ScriptedOpenAIServer:
     Streaming (``"stream": true``) sends SSE chunks: a role chunk, text in word pieces,
     tool-call fragments (id and name first, then the arguments in pieces), a finish chunk,
     a usage chunk when ``stream_options.include_usage`` is set, then ``data: [DONE]``.
-    A request past the end of a list script gets HTTP 400 naming the problem (400 so that
-    clients do not retry it). ``behaves_like="llama.cpp"`` reproduces llama-cpp-python's
-    server (module docstring); a request it refuses consumes no reply of the script.
+    ``Reply.aborted`` / ``Reply.stalled`` cut a stream short (closed, or silent until the
+    server closes). A request past the end of a list script gets HTTP 400 naming the problem
+    (400 so that clients do not retry it). ``behaves_like="llama.cpp"`` reproduces
+    llama-cpp-python's server (module docstring); a request it refuses consumes no reply of
+    the script.
     """
 
     def __init__(
@@ -275,9 +277,9 @@ class ScriptedOpenAIServer:
             return {**head, "choices": [choice]}
 
         yield chunk({"role": "assistant", "content": "" if reply.content is not None else None})
-        for piece in _pieces(reply.content):
+        for piece in word_pieces(reply.content):
             yield chunk({"content": piece})
-        for piece in _pieces(reply.refusal_text):
+        for piece in word_pieces(reply.refusal_text):
             yield chunk({"refusal": piece})
         for index, (call_id, call) in enumerate(zip(call_ids, reply.calls, strict=True)):
             first = {"index": index, "id": call_id, "type": "function"}
@@ -364,7 +366,12 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send_error(reply.status, reply.error_message, reply.headers)
         elif body.get("stream"):
             chunks = scripted.chunks(reply, body)
-            self._send_stream(chunks, reply.headers, abort_after=reply.abort_after)
+            self._send_stream(
+                chunks,
+                reply.headers,
+                abort_after=reply.abort_after,
+                stall_after=reply.stall_after,
+            )
         elif reply.abort_after is not None:
             # The connection closes without an answer (a server killed mid-call).
             return
@@ -402,6 +409,7 @@ class _Handler(BaseHTTPRequestHandler):
         headers: dict[str, str],
         *,
         abort_after: int | None = None,
+        stall_after: int | None = None,
     ) -> None:
         try:
             self.send_response(200)
@@ -413,6 +421,11 @@ class _Handler(BaseHTTPRequestHandler):
             for sent, chunk in enumerate(chunks):
                 if abort_after is not None and sent >= abort_after:
                     break
+                if stall_after is not None and sent >= stall_after:
+                    # Silent until close() (which wakes every wait): the client times out.
+                    self.wfile.flush()
+                    self.server.scripted._stop.wait()
+                    return
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
             if abort_after is None:
                 self.wfile.write(b"data: [DONE]\n\n")
@@ -499,10 +512,3 @@ def _usage(reply: Reply, body: dict[str, Any]) -> Usage:
     return Usage(
         prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion
     )
-
-
-def _pieces(text: str | None) -> list[str]:
-    # Word pieces keep their leading whitespace, so the pieces join back to the text exactly.
-    if not text:
-        return []
-    return re.findall(r"\s*\S+|\s+$", text)

@@ -74,8 +74,23 @@ CONFORMANCE_SCRIPT: Final[tuple[ChatResponse, ...]] = (
         usage=Usage(prompt_tokens=4, completion_tokens=6, total_tokens=10),
         refusal="I can't help with that.",
     ),
+    # Used only by a model that can stream (complete_streaming / acomplete_streaming).
+    ChatResponse(
+        message=ChatMessage.assistant("Streamed, piece by piece."),
+        finish_reason="stop",
+        usage=Usage(prompt_tokens=3, completion_tokens=5, total_tokens=8),
+    ),
+    ChatResponse(
+        message=ChatMessage.assistant(
+            "Checking.",
+            tool_calls=[ToolCall(id="call_d", name="calc", arguments='{"expr": "3*3"}')],
+        ),
+        finish_reason="tool_calls",
+        usage=Usage(prompt_tokens=7, completion_tokens=9, total_tokens=16),
+    ),
 )
-"""What the harness is asked to script, in the order the suite consumes it."""
+"""What the harness is asked to script, in the order the suite consumes it (the last two
+only by a model that can stream its replies)."""
 
 
 def check_chat_model(harness: ChatModelHarness) -> None:
@@ -85,7 +100,10 @@ def check_chat_model(harness: ChatModelHarness) -> None:
     finish reason and usage survive; parallel tool calls keep their order, ids and raw
     argument text (malformed or naming unknown tools, without raising); a conversation
     carrying tool results is accepted; ``acomplete`` answers like ``complete``; a refusal is
-    returned as data. Uses ``asyncio.run``, so call it outside a running event loop.
+    returned as data. A model that can stream (``complete_streaming(request, on_token)`` and
+    ``acomplete_streaming``) must return the same reply as unstreamed, having handed over its
+    content in pieces that join to it exactly. Uses ``asyncio.run``, so call it outside a
+    running event loop.
     """
     script = CONFORMANCE_SCRIPT
     with harness(script) as model:
@@ -108,6 +126,21 @@ def check_chat_model(harness: ChatModelHarness) -> None:
         )
         _expect("refusal", model.complete(first), script[3])
 
+        stream = getattr(model, "complete_streaming", None)
+        astream = getattr(model, "acomplete_streaming", None)
+        if stream is None and astream is None:
+            return
+        if stream is None or astream is None:
+            raise AssertionError(
+                f"{model!r} has only one of complete_streaming and acomplete_streaming"
+            )
+        pieces: list[str] = []
+        _expect("streamed reply", stream(first, pieces.append), script[4])
+        _expect_pieces("streamed reply", pieces, script[4])
+        pieces = []
+        _expect("async streamed tool calls", asyncio.run(astream(ask, pieces.append)), script[5])
+        _expect_pieces("async streamed tool calls", pieces, script[5])
+
 
 def _expect(what: str, got: object, want: ChatResponse) -> None:
     if not isinstance(got, ChatResponse):
@@ -123,3 +156,9 @@ def _expect(what: str, got: object, want: ChatResponse) -> None:
             raise AssertionError(f"{what}: {field} is {actual!r}, expected {expected!r}")
     if got.message.role != "assistant":
         raise AssertionError(f"{what}: role is {got.message.role!r}, expected 'assistant'")
+
+
+def _expect_pieces(what: str, pieces: list[str], want: ChatResponse) -> None:
+    text = want.message.content or ""
+    if "".join(pieces) != text:
+        raise AssertionError(f"{what}: the streamed pieces {pieces!r} do not join to {text!r}")
