@@ -6,6 +6,7 @@ store. Browser behaviour (live updates, clicks, layout) is in ``test_ui_browser.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import threading
@@ -255,3 +256,146 @@ def test_event_stream_reports_new_steps(store: SqliteStore) -> None:
         gate.release(2)
         worker.join(60)
     assert not worker.is_alive()
+
+
+# --------------------------------------------------------------------------- fork, replay
+
+
+def _post(client: TestClient, path: str, form: dict[str, str]) -> Any:
+    return client.post(path, data=form, headers={"origin": LOCAL}, follow_redirects=False)
+
+
+def _fork_form(client: TestClient, run_id: str, step: int) -> dict[str, str]:
+    page = client.get(f"/runs/{run_id}/fork?step={step}")
+    assert page.status_code == 200, page.text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    state = re.search(
+        r'<textarea name="state" id="fork-state" rows="16">(.*?)</textarea>', page.text, re.S
+    )
+    assert csrf is not None
+    assert state is not None
+    return {"csrf": csrf.group(1), "step": str(step), "state": html.unescape(state.group(1))}
+
+
+def _edited(form: dict[str, str], **changes: Any) -> dict[str, str]:
+    state = json.loads(form["state"])
+    state.update(changes)
+    return {**form, "state": json.dumps(state)}
+
+
+def test_fork_from_a_step_with_an_edited_state_then_continue_it(store: SqliteStore) -> None:
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 3}, run_id="loop-1")
+    client = _client(store, [loop])
+    page = client.get("/runs/loop-1").text
+    assert 'href="/runs/loop-1/fork?step=1"' in page
+    form = _fork_form(client, "loop-1", 1)
+    assert json.loads(form["state"]) == {"gate": "", "limit": 3, "log": ["tick 1"], "n": 1}
+    response = _post(client, "/runs/loop-1/fork", {**_edited(form, limit=5), "action": "fork"})
+    assert response.status_code == 303, response.text
+    new_id = response.headers["location"].removeprefix("/runs/")
+    assert new_id.startswith("loop-1~fork1-")
+    fork = store.get_run(new_id)
+    assert (fork.parent_run_id, fork.parent_step, fork.status) == ("loop-1", 1, "running")
+    # Only the changed field is written, as the fork's step 2, by __update__.
+    update = store.get_steps(new_id, start=2, end=2)[0]
+    assert [(w.node, w.writes) for w in update.writes] == [("__update__", {"limit": 5})]
+    fork_page = client.get(f"/runs/{new_id}").text
+    assert 'id="continue"' in fork_page
+    assert f'href="/diff?a=loop-1&amp;b={new_id}"' in fork_page
+    csrf = re.search(r'name="csrf" value="([^"]+)"', fork_page)
+    assert csrf is not None
+    go = _post(client, f"/runs/{new_id}/continue", {"csrf": csrf.group(1)})
+    assert go.status_code == 303, go.text
+    _wait_status(store, new_id, "done")
+    state = loop.get_state(new_id)
+    assert (state.n, state.limit) == (5, 5)
+    assert state.log == [f"tick {i}" for i in range(1, 6)]
+    assert loop.get_state("loop-1").n == 3  # the parent is untouched
+    # Once continued it is no longer offered.
+    assert 'id="continue"' not in client.get(f"/runs/{new_id}").text
+
+
+def test_counterfactual_replay_is_compiled_graph_replay(store: SqliteStore) -> None:
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 3}, run_id="loop-1")
+    expected = loop.replay("loop-1", from_step=2, mutate={"limit": 4}, new_run_id="by-api")
+    client = _client(store, [loop])
+    form = _edited(_fork_form(client, "loop-1", 1), limit=4)
+    response = _post(client, "/runs/loop-1/fork", {**form, "action": "counterfactual"})
+    assert response.status_code == 303, response.text
+    new_id = response.headers["location"].removeprefix("/runs/")
+    assert new_id.startswith("loop-1~from2-")
+    _wait_status(store, new_id, "done")
+    assert loop.get_state(new_id) == expected
+    ours = [(s.step, [(w.node, w.writes) for w in s.writes]) for s in store.get_steps(new_id)]
+    theirs = [(s.step, [(w.node, w.writes) for w in s.writes]) for s in store.get_steps("by-api")]
+    assert ours == theirs
+
+
+def test_fork_writes_through_reducers_and_keeps_masked_secrets(store: SqliteStore) -> None:
+    approval = _approval(store)
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 2}, run_id="loop-1")
+    client = _client(store, [approval, loop])
+    # The state shown masks the key; leaving it as shown does not write the placeholder.
+    form = _fork_form(client, "order-1", 1)
+    assert json.loads(form["state"])["api_key"] == "[redacted:api_key]"
+    response = _post(
+        client, "/runs/order-1/fork", {**_edited(form, item="gadget"), "action": "fork"}
+    )
+    assert response.status_code == 303, response.text
+    new_id = response.headers["location"].removeprefix("/runs/")
+    forked = approval.get_state(new_id)
+    assert (forked.item, forked.api_key) == ("gadget", "sk-live-0123456789")
+    # A reducer field cannot be set whole; its writes box goes through the reducer.
+    loop_form = _fork_form(client, "loop-1", 1)
+    whole = _post(client, "/runs/loop-1/fork", {**_edited(loop_form, log=["x"]), "action": "fork"})
+    assert whole.status_code == 400
+    assert "'log' merges writes through a reducer" in whole.text
+    added = _post(
+        client, "/runs/loop-1/fork", {**loop_form, "writes": '{"log": ["note"]}', "action": "fork"}
+    )
+    assert added.status_code == 303, added.text
+    assert loop.get_state(added.headers["location"].removeprefix("/runs/")).log == [
+        "tick 1",
+        "note",
+    ]
+
+
+def test_fork_refuses_bad_edits(store: SqliteStore) -> None:
+    approval = _approval(store)
+    client = _client(store, [approval])
+    form = _fork_form(client, "order-1", 1)
+    cases = {
+        "not JSON": ({**form, "state": "{"}, "not JSON"),
+        "unknown field": (_edited(form, colour="red"), "['colour'], which are not fields"),
+        "masked kept inside a change": (
+            _edited(form, answer={"key": "[redacted:api_key]"}),
+            "still holds a masked value",
+        ),
+        "bad type": (_edited(form, done="not a bool"), "done"),
+        "step out of range": ({**form, "step": "99"}, "there is no step 99"),
+    }
+    for what, (bad, message) in cases.items():
+        response = _post(client, "/runs/order-1/fork", {**bad, "action": "fork"})
+        assert response.status_code == 400, what
+        assert message in response.text, (what, response.text)
+    assert [r.run_id for r in store.list_runs()] == ["order-1"]  # nothing was made
+
+
+def test_fork_actions_need_same_origin_csrf_and_no_read_only(store: SqliteStore) -> None:
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 2}, run_id="loop-1")
+    client = _client(store, [loop])
+    form = {**_fork_form(client, "loop-1", 1), "action": "counterfactual"}
+    foreign = client.post("/runs/loop-1/fork", data=form, headers={"origin": "http://evil.example"})
+    assert foreign.status_code == 403
+    forged = _post(client, "/runs/loop-1/fork", {**form, "csrf": "guessed"})
+    assert forged.status_code == 403
+    assert "CSRF" in forged.text
+    read_only = _client(store, [loop], read_only=True)
+    assert "fork / replay from here" not in read_only.get("/runs/loop-1").text
+    assert read_only.get("/runs/loop-1/fork?step=1").status_code == 409
+    assert _post(read_only, "/runs/loop-1/fork", form).status_code == 403
+    assert [r.run_id for r in store.list_runs()] == ["loop-1"]

@@ -18,7 +18,16 @@ from stargraph.ui._mask import Masker
 from stargraph.viz import format_ms
 from stargraph.viz._runs import rule_decision
 
-__all__ = ["PAGE_SIZE", "STATUSES", "escape", "layout", "run_rows", "step_rows"]
+__all__ = [
+    "PAGE_SIZE",
+    "STATUSES",
+    "continue_form",
+    "escape",
+    "fork_page",
+    "layout",
+    "run_rows",
+    "step_rows",
+]
 
 PAGE_SIZE: Final = 50
 """Steps per page of a run: a 1,000-step run renders 50 rows, not 1,000."""
@@ -194,10 +203,17 @@ def _call(masker: Masker, call: JournalEntry) -> str:
 
 
 def step_rows(
-    masker: Masker, run_id: str, records: list[StepRecord], previous_ms: int | None
+    masker: Masker,
+    run_id: str,
+    records: list[StepRecord],
+    previous_ms: int | None,
+    *,
+    can_fork: bool = False,
 ) -> str:
-    """The ``<tr>`` rows of the step timeline for ``records`` (in order)."""
+    """The ``<tr>`` rows of the step timeline for ``records`` (in order); ``can_fork`` adds
+    each step's link to fork or replay the run from there."""
     rows = []
+    rid = quote(run_id, safe="")
     last = previous_ms
     for r in records:
         took = f"{r.created_ms - last:,} ms" if last and r.created_ms and r.step else "-"
@@ -235,13 +251,19 @@ def step_rows(
                 + "</div>"
             )
         calls = "".join(_call(masker, c) for c in r.calls)
-        state_url = f"/runs/{quote(run_id, safe='')}/state?step={r.step}"
+        state_url = f"/runs/{rid}/state?step={r.step}"
+        fork = (
+            f'<a class="fork" href="/runs/{rid}/fork?step={r.step}">fork / replay from here</a>'
+            if can_fork
+            else ""
+        )
         rows.append(
             f'<tr class="step" id="step-{r.step}" data-step="{r.step}">'
             f'<td class="num">{r.step}</td>'
             f'<td class="time">{escape(format_ms(r.created_ms))}<br>'
             f'<span class="muted">{took}</span></td>'
-            f"<td>{escape(nodes) or '<span class=muted>input</span>'}</td>"
+            f"<td>{escape(nodes) or '<span class=muted>input</span>'}"
+            f"{fork and '<br>' + fork}</td>"
             f'<td class="wide">{writes or "-"}{decision_html}{calls}'
             f'<details class="state" data-url="{escape(state_url)}"><summary>state after step '
             f"{r.step}</summary><pre>loading...</pre></details></td>"
@@ -300,6 +322,64 @@ def interrupt_form(masker: Masker, run: RunRecord, csrf: str, can_resume: bool) 
 </form></section>"""
 
 
+def fork_page(
+    run: RunRecord,
+    step: int,
+    state_json: str,
+    reducers: dict[str, str],
+    csrf: str,
+) -> str:
+    """The form that forks ``run`` after ``step`` with an edited state, or replays it live
+    from there as a counterfactual (``state_json`` is the masked state after ``step``)."""
+    rid = quote(run.run_id, safe="")
+    merged = ", ".join(
+        f"<code>{escape(name)}</code> ({escape(reducer)})" for name, reducer in reducers.items()
+    )
+    merged_note = (
+        f"<p>These fields merge writes through a reducer: {merged}. Their whole value cannot "
+        "be set from the state box; put what to add in the writes box instead.</p>"
+        if reducers
+        else ""
+    )
+    body = f"""
+<h1>Fork run {escape(run.run_id)} after step {step}</h1>
+<p><a href="/runs/{rid}#step-{step}">back to the run</a></p>
+<form method="post" action="/runs/{rid}/fork" class="answer fork-form">
+<input type="hidden" name="csrf" value="{escape(csrf)}">
+<input type="hidden" name="step" value="{step}">
+<label>state after step {step} (JSON; fields you change are written)
+<textarea name="state" id="fork-state" rows="16">{escape(state_json)}</textarea></label>
+{merged_note}
+<label>writes through the reducers (JSON object, optional, as <code>stargraph fork
+--update</code>) <textarea name="writes" id="fork-writes" rows="3"></textarea></label>
+<div class="buttons">
+<button type="submit" name="action" value="fork" id="fork">fork (run it later)</button>
+<button type="submit" name="action" value="counterfactual" id="counterfactual">replay
+live from step {step + 1} (counterfactual)</button>
+</div>
+<p class="muted">Both make a new run holding steps 0..{step} of this one and your changes as
+step {step + 1} (<code>CompiledGraph.fork</code>). <b>fork</b> stops there: continue it from
+its page. <b>replay live</b> continues it at once, as
+<code>CompiledGraph.replay(run_id, from_step={step + 1}, mutate=...)</code> and
+<code>stargraph replay RUN --from-step {step + 1} --set ...</code> do, and the new run links to
+its diff with this one. Masked values (<code>[redacted:...]</code>) left as they are are not
+written.</p>
+</form>
+"""
+    return layout(f"fork {run.run_id}", body)
+
+
+def continue_form(run: RunRecord, csrf: str) -> str:
+    """The button that continues a fork nobody runs yet."""
+    action = f"/runs/{quote(run.run_id, safe='')}/continue"
+    return f"""<section class="interrupt"><h2>Not started</h2>
+<p>This fork holds its parent's steps and your changes; nothing runs it yet.</p>
+<form method="post" action="{escape(action)}" class="answer">
+<input type="hidden" name="csrf" value="{escape(csrf)}">
+<div class="buttons"><button type="submit" id="continue">continue this run</button></div>
+</form></section>"""
+
+
 def summary_table(masker: Masker, run: RunRecord, digest: RunDigest) -> str:
     """The run's status, hashes, totals and error."""
     items = [
@@ -324,8 +404,10 @@ def summary_table(masker: Masker, run: RunRecord, digest: RunDigest) -> str:
         items.append(
             (
                 "forked from",
-                f'<a href="/runs/{parent}">{escape(run.parent_run_id)}</a> at step '
-                f"{run.parent_step}",
+                f'<a href="/runs/{parent}">{escape(run.parent_run_id)}</a> after step '
+                f'{run.parent_step} (<a id="diff-parent" '
+                f'href="/diff?{escape(urlencode({"a": run.parent_run_id, "b": run.run_id}))}">'
+                "diff with it</a>)",
             )
         )
     if run.owner is not None:
