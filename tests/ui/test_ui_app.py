@@ -399,3 +399,62 @@ def test_fork_actions_need_same_origin_csrf_and_no_read_only(store: SqliteStore)
     assert read_only.get("/runs/loop-1/fork?step=1").status_code == 409
     assert _post(read_only, "/runs/loop-1/fork", form).status_code == 403
     assert [r.run_id for r in store.list_runs()] == ["loop-1"]
+
+
+# --------------------------------------------------------------------------- diff
+
+
+def _pairs(page: str) -> list[tuple[str, str, str]]:
+    return re.findall(r'<tr class="pair ([a-z-]+)" data-a="(\d*)" data-b="(\d*)">', page)
+
+
+def test_diff_aligns_a_counterfactual_after_its_inserted_update(store: SqliteStore) -> None:
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 3}, run_id="a")
+    # As `stargraph replay a --from-step 2 --set n=5` does: steps 0..1 copied, the update is
+    # step 2 of b, and b's step 3 runs what a ran as its step 2.
+    loop.replay("a", from_step=2, mutate={"n": 5}, new_run_id="b")
+    client = _client(store, [loop])
+    page = client.get("/diff?a=a&b=b").text
+    assert _pairs(page) == [
+        ("same", "0", "0"),
+        ("same", "1", "1"),
+        ("inserted", "", "2"),
+        ("differs", "2", "3"),  # tick after step 1 in both: n 2 vs 6; by number it was 2 vs 2
+        ("only-a", "3", ""),
+    ]
+    assert "B is a fork of A after step 1 with an update as its step 2" in page
+    assert "tick n: A = 2  B = 6" in page
+    assert "tick log: A = [&quot;tick 2&quot;]  B = [&quot;tick 6&quot;]" in page
+    assert "final state n: A = 3  B = 6" in page
+    # The same pair the other way round: A is now the fork.
+    reverse = client.get("/diff?a=b&b=a").text
+    assert ("differs", "3", "2") in _pairs(reverse)
+    assert ("inserted", "2", "") in _pairs(reverse)
+    assert "A is a fork of B after step 1" in reverse
+
+
+def test_diff_of_identical_runs_folds_and_does_not_shift(store: SqliteStore) -> None:
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 4}, run_id="a")
+    loop.resume(loop.fork("a", 1, new_run_id="b"))  # no update: nothing inserted
+    page = _client(store, [loop]).get("/diff?a=a&b=b").text
+    assert 'id="verdict">The runs are the same.<' in page
+    assert "5 steps the same" in page
+    assert "is a fork of" not in page
+
+
+def test_diff_masks_secrets_and_reports_missing_runs(store: SqliteStore) -> None:
+    approval = _approval(store)
+    approval.invoke({"item": "gadget", "api_key": "sk-live-0123456789"}, run_id="order-2")
+    client = _client(store, [approval])
+    page = client.get("/diff?a=order-1&b=order-2")
+    assert page.status_code == 200
+    assert "sk-live-0123456789" not in page.text
+    assert "input item: A = &quot;widget&quot;  B = &quot;gadget&quot;" in page.text
+    assert _pairs(page.text)[0] == ("differs", "0", "0")
+    missing = client.get("/diff?a=order-1&b=nope")
+    assert missing.status_code == 404
+    assert "nope" in missing.text
+    assert 'action="/diff"' in client.get("/diff").text
+    assert 'href="/diff"' in client.get("/").text

@@ -35,6 +35,7 @@ from stargraph.errors import RunNotFoundError, StargraphError
 from stargraph.ir import GraphIR
 from stargraph.runtime import CompiledGraph
 from stargraph.ui import _pages as pages
+from stargraph.ui._diff import diff_pair
 from stargraph.ui._digest import DigestCache
 from stargraph.ui._graph import graph_svg
 from stargraph.ui._mask import Masker
@@ -762,6 +763,43 @@ def create_app(
         console.resume(run_id, app)
         return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
 
+    def final_state(run: RunRecord) -> dict[str, Any] | None:
+        from stargraph.viz import state_at
+
+        graph = console.graph(run.graph_hash)
+        if graph is None:
+            return None
+        try:
+            return state_at(graph.ir, store, run.run_id)
+        except StargraphError:
+            return None
+
+    def render_diff(a: str, b: str) -> str:
+        if not a or not b:
+            return pages.diff_page(console.masker, None, a, b)
+        run_a, run_b = store.get_run(a), store.get_run(b)
+        found = diff_pair(
+            console.masker,
+            run_a,
+            store.get_steps(a),
+            run_b,
+            store.get_steps(b),
+            final_a=final_state(run_a),
+            final_b=final_state(run_b),
+        )
+        return pages.diff_page(console.masker, found, a, b)
+
+    async def diff_view(request: Request) -> Response:
+        a = request.query_params.get("a", "").strip()
+        b = request.query_params.get("b", "").strip()
+        try:
+            text = await run_in_threadpool(render_diff, a, b)
+        except RunNotFoundError as exc:
+            return PlainTextResponse(
+                f"{console.masker.text(str(exc))}; pick two runs of this store", status_code=404
+            )
+        return _html(request, text)
+
     async def script(request: Request) -> Response:
         return Response(JS, media_type="text/javascript")
 
@@ -775,6 +813,7 @@ def create_app(
         Route("/", runs_page),
         Route("/fragments/runs", runs_fragment),
         Route("/events/runs", runs_events),
+        Route("/diff", diff_view),
         Route("/runs/{run_id:path}/events", run_events),
         Route("/runs/{run_id:path}/rows", run_rows),
         Route("/runs/{run_id:path}/state", run_state),

@@ -13,6 +13,7 @@ from typing import Any, Final
 from urllib.parse import quote, urlencode
 
 from stargraph.checkpoint import JournalEntry, RunRecord, StepRecord
+from stargraph.ui._diff import AlignedStep, RunPairDiff
 from stargraph.ui._digest import RunDigest, usage_of
 from stargraph.ui._mask import Masker
 from stargraph.viz import format_ms
@@ -22,6 +23,7 @@ __all__ = [
     "PAGE_SIZE",
     "STATUSES",
     "continue_form",
+    "diff_page",
     "escape",
     "fork_page",
     "layout",
@@ -133,7 +135,7 @@ def runs_page(
 <tbody id="run-rows">{run_rows(runs)}</tbody>
 </table>
 <p class="muted">{len(runs)} runs. Tokens are summed over the recorded model calls; cost is
-shown when the endpoint reported one.</p>
+shown when the endpoint reported one. <a href="/diff">Diff two runs</a>.</p>
 """
     return layout("stargraph runs", body, live=f"/events/runs?{query}")
 
@@ -416,3 +418,129 @@ def summary_table(masker: Masker, run: RunRecord, digest: RunDigest) -> str:
         items.append(("error", f"<pre>{escape(masker.text(run.error))}</pre>"))
     rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in items)
     return f'<table class="summary">{rows}</table>'
+
+
+# --------------------------------------------------------------------------- two runs
+
+
+def _diff_side(masker: Masker, record: StepRecord | None) -> str:
+    if record is None:
+        return '<span class="muted">-</span>'
+    if record.step == 0 and record.snapshot is not None:
+        shown = _json(masker, record.snapshot)
+        return f'<div class="write"><code>input</code><pre>{shown}</pre></div>'
+    writes = "".join(
+        f'<div class="write"><code>{escape(_label(w.node, w.index))}</code>'
+        f"<pre>{_json(masker, w.writes)}</pre></div>"
+        for w in record.writes
+    )
+    nxt = ", ".join(_label(t.node, t.index) for t in record.next)
+    return (writes or '<span class="muted">no writes</span>') + (
+        f'<div class="muted">next: {escape(nxt)}</div>' if nxt else ""
+    )
+
+
+def _diff_row(masker: Masker, row: AlignedStep) -> str:
+    if row.inserted:
+        kind, note = "inserted", "the fork's update: no counterpart"
+    elif row.a is None:
+        kind, note = "only-b", "only in B"
+    elif row.b is None:
+        kind, note = "only-a", "only in A"
+    elif row.changes:
+        kind, note = "differs", ""
+    else:
+        kind, note = "same", ""
+    step_a = "" if row.a is None else str(row.a.step)
+    step_b = "" if row.b is None else str(row.b.step)
+    out = (
+        f'<tr class="pair {kind}" data-a="{step_a}" data-b="{step_b}">'
+        f'<td class="num">{step_a}</td><td>{_diff_side(masker, row.a)}</td>'
+        f'<td class="num">{step_b}</td><td>{_diff_side(masker, row.b)}</td></tr>'
+    )
+    if row.changes or note:
+        items = "".join(f"<li>{escape(c)}</li>" for c in row.changes) or f"<li>{note}</li>"
+        out += f'<tr class="changes {kind}"><td colspan="4"><ul>{items}</ul></td></tr>'
+    return out
+
+
+def _same_run(rows: list[AlignedStep]) -> str:
+    # Rows that are the same have both sides.
+    steps_a = [r.a.step for r in rows if r.a is not None]
+    steps_b = [r.b.step for r in rows if r.b is not None]
+    span_a = f"{steps_a[0]}-{steps_a[-1]}"
+    span_b = f"{steps_b[0]}-{steps_b[-1]}"
+    return (
+        f'<tr class="pair same-run"><td class="num">{span_a}</td>'
+        f'<td colspan="2" class="muted">{len(rows)} steps the same</td>'
+        f'<td class="num">{span_b}</td></tr>'
+    )
+
+
+def _diff_rows(masker: Masker, rows: tuple[AlignedStep, ...]) -> str:
+    """Aligned rows; three or more identical steps in a row fold into one line."""
+    out: list[str] = []
+    same: list[AlignedStep] = []
+
+    def flush() -> None:
+        if len(same) >= 3:
+            out.append(_same_run(same))
+        else:
+            out.extend(_diff_row(masker, r) for r in same)
+        same.clear()
+
+    for row in rows:
+        if row.same:
+            same.append(row)
+            continue
+        flush()
+        out.append(_diff_row(masker, row))
+    flush()
+    return "".join(out)
+
+
+def _run_head(side: str, run: RunRecord) -> str:
+    rid = quote(run.run_id, safe="")
+    return (
+        f'<th class="c-run">{side}: <a href="/runs/{rid}">{escape(run.run_id)}</a> '
+        f"{_status(run.status)}</th>"
+    )
+
+
+def diff_form(a: str, b: str) -> str:
+    """The two run ids to compare."""
+    return f"""<form class="filters" method="get" action="/diff">
+<label>run A <input name="a" value="{escape(a)}"></label>
+<label>run B <input name="b" value="{escape(b)}"></label>
+<button type="submit">diff</button>
+</form>"""
+
+
+def diff_page(masker: Masker, diff: RunPairDiff | None, a: str, b: str) -> str:
+    """Two runs side by side (or just the form when no pair is chosen)."""
+    if diff is None:
+        body = f"<h1>Diff two runs</h1>{diff_form(a, b)}"
+        return layout("stargraph diff", body)
+    differing = sum(1 for r in diff.rows if not r.same)
+    verdict = (
+        "The runs are the same."
+        if diff.identical
+        else f"{differing} of {len(diff.rows)} aligned steps differ."
+    )
+    shift = f'<p class="shift">{escape(diff.shift)}.</p>' if diff.shift else ""
+    outcome = "".join(f"<li>{escape(line)}</li>" for line in diff.outcome)
+    outcome_html = f'<h2>Outcome</h2><ul class="outcome">{outcome}</ul>' if outcome else ""
+    body = f"""
+<h1>Diff of two runs</h1>
+{diff_form(a, b)}
+<p id="verdict">{escape(verdict)}</p>
+{shift}
+{outcome_html}
+<h2>Steps</h2>
+<table class="diff">
+<thead><tr><th class="c-step">step</th>{_run_head("A", diff.run_a)}
+<th class="c-step">step</th>{_run_head("B", diff.run_b)}</tr></thead>
+<tbody id="diff-rows">{_diff_rows(masker, diff.rows)}</tbody>
+</table>
+"""
+    return layout(f"stargraph diff {diff.run_a.run_id} {diff.run_b.run_id}", body)

@@ -112,4 +112,12 @@ svg.graph marker path{fill:#8c959f}svg.graph marker path.ran{fill:#1a7f37}
 .answer label{display:block;margin:.4rem 0}.answer textarea,.answer input{width:100%}
 .buttons{display:flex;gap:.5rem;flex-wrap:wrap}
 .pager{margin:.5rem 0}
+table.diff th.c-step{width:4rem}
+table.diff tr.differs>td,table.diff tr.changes.differs>td{background:#fff8c5}
+table.diff tr.only-a>td{background:#ffebe9}table.diff tr.only-b>td,table.diff tr.inserted>td{
+background:#dafbe1}
+table.diff tr.changes ul{margin:.1rem 0;padding-left:1.2rem;font-size:.85rem}
+table.diff tr.changes li{overflow-wrap:anywhere;font-family:ui-monospace,monospace}
+.shift{padding:.3rem .6rem;border-left:3px solid #0969da;background:#ddf4ff}
+ul.outcome li{overflow-wrap:anywhere;font-family:ui-monospace,monospace;font-size:.85rem}
 """
