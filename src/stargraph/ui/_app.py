@@ -9,7 +9,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from http.cookies import SimpleCookie
@@ -30,9 +30,10 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from stargraph.checkpoint import CheckpointStore, RunRecord
+from stargraph.checkpoint import CheckpointStore, RunRecord, StepRecord
+from stargraph.compile._subgraphs import site_of  # how the runner names a child run
 from stargraph.errors import RunNotFoundError, StargraphError
-from stargraph.ir import GraphIR
+from stargraph.ir import GraphIR, SubgraphNodeIR
 from stargraph.runtime import CompiledGraph
 from stargraph.ui import _pages as pages
 from stargraph.ui._diff import diff_pair
@@ -101,10 +102,53 @@ GraphResolver = Callable[[str], RunGraph | None]
 """Graph hash -> the graph that made runs with that hash, or ``None`` when unknown."""
 
 
+ChildRuns = dict[tuple[Any, ...], str]
+"""Keys as :func:`child_runs` makes them -> child run ids."""
+
+
+def _subgraphs(ir: GraphIR) -> Iterator[tuple[str, GraphIR]]:
+    """Every child graph embedded in ``ir``, nested ones included, by graph hash."""
+    for child_hash, child in ir.subgraphs.items():
+        yield child_hash, child
+        yield from _subgraphs(child)
+
+
+def child_runs(
+    ir: GraphIR, run: RunRecord, records: Iterable[StepRecord], owner: Callable[[int], str]
+) -> ChildRuns:
+    """Child run ids of the subgraph tasks in ``records``: ``(step, node, index)`` keys for
+    the tasks that ran in a step, ``("next", step, node, index)`` for the tasks the run's
+    last step scheduled (running or waiting now, in the step after). ``owner(step)`` is the
+    run that ran ``step`` (a fork's copied steps ran in its parent)."""
+    sites: dict[str, str] = {
+        str(node.id): site_of(node) for node in ir.nodes if isinstance(node, SubgraphNodeIR)
+    }
+    if not sites:
+        return {}
+    out: ChildRuns = {}
+    for record in records:
+        for write in record.writes:
+            if write.node in sites:
+                key = (record.step, write.node, write.index)
+                out[key] = f"{owner(record.step)}::{sites[write.node]}@{record.step}.{write.index}"
+        if record.step == run.last_step:
+            for task in record.next:
+                if task.node in sites:
+                    step = record.step + 1
+                    out[("next", record.step, task.node, task.index)] = (
+                        f"{run.run_id}::{sites[task.node]}@{step}.{task.index}"
+                    )
+    return out
+
+
 def _resolver(graphs: GraphResolver | Iterable[CompiledGraph[Any]]) -> GraphResolver:
     if callable(graphs):
         return graphs
-    known: dict[str, RunGraph] = {str(g.ir.graph_hash): RunGraph(g.ir, g) for g in graphs}
+    known: dict[str, RunGraph] = {}
+    for g in graphs:
+        known[str(g.ir.graph_hash)] = RunGraph(g.ir, g)
+        for child_hash, child in _subgraphs(g.ir):
+            known.setdefault(child_hash, RunGraph(child))  # drawn and read, not resumed
 
     def lookup(graph_hash: str) -> RunGraph | None:
         return known.get(graph_hash)
@@ -235,6 +279,47 @@ class _Console:
                 except StargraphError:
                     self._graphs[graph_hash] = None
             return self._graphs[graph_hash]
+
+    def graph_of(self, run: RunRecord) -> RunGraph | None:
+        """The graph of ``run``; a child (skill) run's graph is found in its parent's."""
+        graph = self.graph(run.graph_hash)
+        if graph is not None or "::" not in run.run_id:
+            return graph
+        try:
+            parent = self.store.get_run(run.run_id.rpartition("::")[0])
+        except RunNotFoundError:
+            return None
+        found = self.graph_of(parent)
+        if found is None:
+            return None
+        for child_hash, child in _subgraphs(found.ir):
+            if child_hash == run.graph_hash:
+                with self._lock:
+                    self._graphs[run.graph_hash] = RunGraph(child)
+                return RunGraph(child)
+        return None
+
+    def owner_of(self, run: RunRecord) -> Callable[[int], str]:
+        """``step -> id of the run that ran it``: a fork's copied steps ran in its parent
+        (whose child runs keep the parent's id)."""
+        chain: list[tuple[int, str]] = []  # (last copied step, run that ran it), nearest first
+        current = run
+        while current.parent_run_id is not None and current.parent_step is not None:
+            chain.append((current.parent_step, current.parent_run_id))
+            try:
+                current = self.store.get_run(current.parent_run_id)
+            except RunNotFoundError:
+                break
+
+        def owner(step: int) -> str:
+            found = run.run_id
+            for last, parent in chain:
+                if step > last:
+                    break
+                found = parent
+            return found
+
+        return owner
 
     def resume(self, run_id: str, app: CompiledGraph[Any], response: Any = _NO_ANSWER) -> None:
         """Resume ``run_id`` in a thread of the console (with ``response`` as the answer to
@@ -405,7 +490,7 @@ def create_app(
     def render_run(run_id: str, page: int | None, csrf: str) -> str:
         run = store.get_run(run_id)
         digest = console.digests.get(run_id, run.last_step)
-        graph = console.graph(run.graph_hash)
+        graph = console.graph_of(run)
         pages_n = run.last_step // pages.PAGE_SIZE + 1
         if page is None:  # the newest steps, followed live
             start = max(run.last_step - pages.PAGE_SIZE + 1, 0)
@@ -451,7 +536,10 @@ def create_app(
             shown_failure = pages.escape(masker.text(failure))
             waiting += f'<p class="status-failed">resume failed: {shown_failure}</p>'
         follow = "1" if page == pages_n - 1 else "0"
-        rows_html = pages.step_rows(masker, run_id, shown, previous, can_fork=can_resume)
+        children = {} if graph is None else child_runs(graph.ir, run, shown, console.owner_of(run))
+        rows_html = pages.step_rows(
+            masker, run_id, shown, previous, can_fork=can_resume, children=children
+        )
         rid = quote(run_id, safe="")
         body = f"""
 <h1>Run {pages.escape(run_id)}</h1>
@@ -494,13 +582,46 @@ def create_app(
         upto = min(upto, after + pages.PAGE_SIZE)
 
         def rows() -> str:
+            run = store.get_run(run_id)
             records = store.get_steps(run_id, start=after, end=upto)
             previous = records[0].created_ms if records else None
             shown = [r for r in records if r.step > after]
-            can_fork = actor(console.graph(store.get_run(run_id).graph_hash)) is not None
-            return pages.step_rows(console.masker, run_id, shown, previous, can_fork=can_fork)
+            graph = console.graph_of(run)
+            children = (
+                {} if graph is None else child_runs(graph.ir, run, shown, console.owner_of(run))
+            )
+            return pages.step_rows(
+                console.masker,
+                run_id,
+                shown,
+                previous,
+                can_fork=actor(graph) is not None,
+                children=children,
+            )
 
         return HTMLResponse(await run_in_threadpool(rows))
+
+    async def run_nested(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+
+        def nested() -> str:
+            run = store.get_run(run_id)
+            records = store.get_steps(run_id, start=0, end=pages.PAGE_SIZE - 1)
+            graph = console.graph_of(run)
+            children = (
+                {} if graph is None else child_runs(graph.ir, run, records, console.owner_of(run))
+            )
+            # A child run is part of its parent's step: it is not forked on its own.
+            rows = pages.step_rows(console.masker, run_id, records, None, children=children)
+            return pages.nested_run(run, rows, len(records))
+
+        try:
+            return HTMLResponse(await run_in_threadpool(nested))
+        except RunNotFoundError:
+            return PlainTextResponse(
+                f"no run {run_id!r} in this store (a skill run is stored once its node starts)",
+                status_code=404,
+            )
 
     async def run_state(request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -510,7 +631,7 @@ def create_app(
             from stargraph.viz import state_at
 
             run = store.get_run(run_id)
-            graph = console.graph(run.graph_hash)
+            graph = console.graph_of(run)
             if graph is None:
                 records = store.get_steps(run_id, start=step, end=step)
                 snap = records[0].snapshot if records else None
@@ -817,6 +938,7 @@ def create_app(
         Route("/runs/{run_id:path}/events", run_events),
         Route("/runs/{run_id:path}/rows", run_rows),
         Route("/runs/{run_id:path}/state", run_state),
+        Route("/runs/{run_id:path}/nested", run_nested),
         Route("/runs/{run_id:path}/answer", answer, methods=["POST"]),
         Route("/runs/{run_id:path}/fork", fork_page, methods=["GET"]),
         Route("/runs/{run_id:path}/fork", fork_post, methods=["POST"]),

@@ -8,6 +8,7 @@ the console itself (no CDN, no inline script: the Content-Security-Policy forbid
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from html import escape
 from typing import Any, Final
 from urllib.parse import quote, urlencode
@@ -27,6 +28,7 @@ __all__ = [
     "escape",
     "fork_page",
     "layout",
+    "nested_run",
     "run_rows",
     "step_rows",
 ]
@@ -204,6 +206,32 @@ def _call(masker: Masker, call: JournalEntry) -> str:
     )
 
 
+def _child(child_id: str | None) -> str:
+    """An expandable child (skill) run: its steps load when opened."""
+    if child_id is None:
+        return ""
+    cid = quote(child_id, safe="")
+    return (
+        f'<details class="child" data-url="/runs/{cid}/nested"><summary>skill run '
+        f'<code>{escape(child_id)}</code></summary><div class="nested">loading...</div>'
+        "</details>"
+    )
+
+
+def nested_run(run: RunRecord, rows: str, shown: int) -> str:
+    """A child run inside its parent's page: status, its steps, a link to its own page."""
+    cid = quote(run.run_id, safe="")
+    total = run.last_step + 1
+    more = f" (the first {shown} of {total} steps: the rest on its page)" if shown < total else ""
+    return (
+        f'<div class="nested-run"><p>{_status(run.status)} {total} steps{more} - '
+        f'<a href="/runs/{cid}">open this run</a></p>'
+        '<table class="timeline nested"><thead><tr><th>step</th><th>committed (UTC)</th>'
+        "<th>nodes</th><th>writes, rule decisions, calls, state</th><th>next tasks</th></tr>"
+        f"</thead><tbody>{rows}</tbody></table></div>"
+    )
+
+
 def step_rows(
     masker: Masker,
     run_id: str,
@@ -211,11 +239,16 @@ def step_rows(
     previous_ms: int | None,
     *,
     can_fork: bool = False,
+    children: Mapping[tuple[Any, ...], str] | None = None,
 ) -> str:
     """The ``<tr>`` rows of the step timeline for ``records`` (in order); ``can_fork`` adds
-    each step's link to fork or replay the run from there."""
+    each step's link to fork or replay the run from there. ``children`` maps
+    ``(step, node, index)`` (a task that ran) and ``("next", step, node, index)`` (a task
+    a step scheduled) to the id of its child (skill) run, shown as an expandable nested run.
+    """
     rows = []
     rid = quote(run_id, safe="")
+    children = children or {}
     last = previous_ms
     for r in records:
         took = f"{r.created_ms - last:,} ms" if last and r.created_ms and r.step else "-"
@@ -223,7 +256,8 @@ def step_rows(
         nodes = ", ".join(_label(w.node, w.index) for w in r.writes)
         writes = "".join(
             f'<div class="write"><code>{escape(_label(w.node, w.index))}</code>'
-            f"<pre>{_json(masker, w.writes)}</pre></div>"
+            f"<pre>{_json(masker, w.writes)}</pre>"
+            f"{_child(children.get((r.step, w.node, w.index)))}</div>"
             for w in r.writes
         )
         tasks = "".join(
@@ -234,6 +268,7 @@ def step_rows(
                 if t.payload is not None
                 else ""
             )
+            + _child(children.get(("next", r.step, t.node, t.index)))
             + "</div>"
             for t in r.next
         )
@@ -410,6 +445,15 @@ def summary_table(masker: Masker, run: RunRecord, digest: RunDigest) -> str:
                 f'{run.parent_step} (<a id="diff-parent" '
                 f'href="/diff?{escape(urlencode({"a": run.parent_run_id, "b": run.run_id}))}">'
                 "diff with it</a>)",
+            )
+        )
+    if "::" in run.run_id:
+        parent, _, site = run.run_id.rpartition("::")
+        items.append(
+            (
+                "skill run of",
+                f'<a href="/runs/{quote(parent, safe="")}">{escape(parent)}</a> '
+                f"(<code>{escape(site)}</code>: site@step.task)",
             )
         )
     if run.owner is not None:
