@@ -128,7 +128,7 @@ svg.graph marker path{fill:#8c959f}svg.graph marker path.ran{fill:#1a7f37}
 details.child{margin:.3rem 0;border-left:3px solid #8250df;padding-left:.4rem}
 details.child>summary{cursor:pointer}
 table.nested{font-size:.85rem}
-table.nested th:nth-child(1){width:2.6rem}table.nested th:nth-child(2){width:6.5rem}
+table.nested th:nth-child(1){width:3.4rem}table.nested th:nth-child(2){width:6.5rem}
 table.nested th:nth-child(3){width:6rem}table.nested th:nth-child(5){width:6rem}
 table.diff th.c-step{width:4rem}
 table.diff tr.differs>td,table.diff tr.changes.differs>td{background:#fff8c5}
