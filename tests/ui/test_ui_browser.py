@@ -297,6 +297,8 @@ def test_fork_a_run_replay_it_and_diff_the_two_side_by_side(
     assert b_cell["width"] > 200
     assert "next: A = []  B = ['tick']" in browser.eval("document.body.textContent")
     check_page(browser, tmp_path / "diff.png", capsys)
+    browser.eval("document.querySelector('#diff-rows tr.inserted').scrollIntoView()")
+    check_page(browser, tmp_path / "diff-steps.png", capsys)
 
 
 def test_a_child_run_expands_in_its_parent(

@@ -478,9 +478,9 @@ def _diff_side(masker: Masker, record: StepRecord | None) -> str:
         f"<pre>{_json(masker, w.writes)}</pre></div>"
         for w in record.writes
     )
-    nxt = ", ".join(_label(t.node, t.index) for t in record.next)
+    nxt = ", ".join(_label(t.node, t.index) for t in record.next) or "nothing"
     return (writes or '<span class="muted">no writes</span>') + (
-        f'<div class="muted">next: {escape(nxt)}</div>' if nxt else ""
+        f'<div class="muted">next: {escape(nxt)}</div>'
     )
 
 
