@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, quote, urlencode
 from pydantic import BaseModel, ConfigDict
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -373,18 +374,6 @@ def _holds_mask(value: Any) -> bool:
     return False
 
 
-class _Refused(Exception):
-    """An action the console will not take: the HTTP status and the reason shown.
-
-    Private control flow of the routes, never raised out of the app: each route that calls
-    code raising it turns it into a plain-text response."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-
 def _html(request: Request, text: str, csrf: str | None = None) -> HTMLResponse:
     response = HTMLResponse(text)
     if csrf is not None and request.cookies.get(_CSRF_COOKIE) != csrf:
@@ -734,7 +723,7 @@ def create_app(
     def acting_graph(run: RunRecord) -> CompiledGraph[Any]:
         app = actor(console.graph(run.graph_hash))
         if app is None:
-            raise _Refused(
+            raise HTTPException(
                 409,
                 f"the console cannot act on run {run.run_id}: it does not have the graph "
                 f"{run.graph_hash[:19]} (start it with --graph FILE.py)",
@@ -746,7 +735,7 @@ def create_app(
         from stargraph.viz import state_at
 
         if not 0 <= step <= run.last_step:
-            raise _Refused(
+            raise HTTPException(
                 400, f"run {run.run_id} has steps 0..{run.last_step}; there is no step {step}"
             )
         value = state_at(app.ir, store, run.run_id, step)
@@ -773,8 +762,6 @@ def create_app(
             text = await run_in_threadpool(render_fork, run_id, int(raw), csrf)
         except RunNotFoundError:
             return PlainTextResponse(f"no run {run_id!r} in this store", status_code=404)
-        except _Refused as exc:
-            return PlainTextResponse(exc.message, status_code=exc.status)
         return _html(request, text, csrf)
 
     def fork_update(
@@ -786,14 +773,14 @@ def create_app(
             edited = json.loads(form.get("state") or "{}")
             writes = json.loads(form.get("writes") or "{}")
         except ValueError as exc:
-            raise _Refused(
+            raise HTTPException(
                 400, f"the state or writes box is not JSON ({exc}); go back and fix it"
             ) from exc
         if not isinstance(edited, dict) or not isinstance(writes, dict):
-            raise _Refused(400, "the state and writes boxes must each hold one JSON object")
+            raise HTTPException(400, "the state and writes boxes must each hold one JSON object")
         unknown = sorted(set(edited) - set(shown))
         if unknown:
-            raise _Refused(
+            raise HTTPException(
                 400,
                 f"the edited state names {unknown}, which are not fields of the state "
                 f"(fields: {sorted(shown)}); put new values under existing fields",
@@ -804,13 +791,13 @@ def create_app(
                 continue  # unchanged, masked placeholders included: not written
             channel = app.channels[key]
             if channel.reducer is not None:
-                raise _Refused(
+                raise HTTPException(
                     400,
                     f"field {key!r} merges writes through a reducer, so its whole value cannot "
                     "be set; leave it as shown and put what to add to it in the writes box",
                 )
             if _holds_mask(value):
-                raise _Refused(
+                raise HTTPException(
                     400,
                     f"field {key!r} still holds a masked value ([redacted:...]), which the "
                     "console cannot write back; replace it whole or leave the field unchanged",
@@ -818,11 +805,13 @@ def create_app(
             update[key] = value
         both = sorted(set(update) & set(writes))
         if both:
-            raise _Refused(
+            raise HTTPException(
                 400, f"{both} changed in the state box and written in the writes box; pick one"
             )
         if _holds_mask(writes):
-            raise _Refused(400, "the writes box holds a masked value ([redacted:...]); remove it")
+            raise HTTPException(
+                400, "the writes box holds a masked value ([redacted:...]); remove it"
+            )
         return {**update, **writes}
 
     def make_fork(run_id: str, form: Mapping[str, str]) -> str:
@@ -831,10 +820,10 @@ def create_app(
 
         action = form.get("action", "")
         if action not in ("fork", "counterfactual"):
-            raise _Refused(400, f"unknown action {action!r}; use fork or counterfactual")
+            raise HTTPException(400, f"unknown action {action!r}; use fork or counterfactual")
         raw = form.get("step", "")
         if not raw.isdigit():
-            raise _Refused(400, "the fork form lost its step; reload it from the run page")
+            raise HTTPException(400, "the fork form lost its step; reload it from the run page")
         step = int(raw)
         run = store.get_run(run_id)
         app = acting_graph(run)
@@ -847,7 +836,8 @@ def create_app(
             # is sent to it), the live resume in a console thread.
             app.fork(run_id, step, update=update or None, new_run_id=new_id)
         except InvalidInputError as exc:
-            raise _Refused(400, f"{exc}; go back and fix the value") from exc
+            message = console.masker.text(f"{exc}; go back and fix the value")
+            raise HTTPException(400, message) from exc
         if action == "counterfactual":
             console.resume(new_id, app)
         return new_id
@@ -862,8 +852,6 @@ def create_app(
             new_id = await run_in_threadpool(make_fork, run_id, form)
         except RunNotFoundError:
             return PlainTextResponse(f"no run {run_id!r}", status_code=404)
-        except _Refused as exc:
-            return PlainTextResponse(console.masker.text(exc.message), status_code=exc.status)
         return RedirectResponse(f"/runs/{quote(new_id, safe='')}", status_code=303)
 
     async def continue_post(request: Request) -> Response:
@@ -875,12 +863,10 @@ def create_app(
         try:
             run = await run_in_threadpool(store.get_run, run_id)
             if not _unstarted_fork(run):
-                raise _Refused(409, f"run {run_id} is not a fork waiting to be continued")
+                raise HTTPException(409, f"run {run_id} is not a fork waiting to be continued")
             app = await run_in_threadpool(acting_graph, run)
         except RunNotFoundError:
             return PlainTextResponse(f"no run {run_id!r}", status_code=404)
-        except _Refused as exc:
-            return PlainTextResponse(exc.message, status_code=exc.status)
         console.resume(run_id, app)
         return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
 
