@@ -396,8 +396,14 @@ def test_fork_actions_need_same_origin_csrf_and_no_read_only(store: SqliteStore)
     assert "CSRF" in forged.text
     read_only = _client(store, [loop], read_only=True)
     assert "fork / replay from here" not in read_only.get("/runs/loop-1").text
-    assert read_only.get("/runs/loop-1/fork?step=1").status_code == 409
+    form_page = read_only.get("/runs/loop-1/fork?step=1")
+    assert form_page.status_code == 403
+    assert "--read-only" in form_page.text
     assert _post(read_only, "/runs/loop-1/fork", form).status_code == 403
+    # A console without the graph shows the run but offers no fork.
+    blind = _client(store, [])
+    assert "fork / replay from here" not in blind.get("/runs/loop-1").text
+    assert "does not have the graph" in blind.get("/runs/loop-1/fork?step=1").text
     assert [r.run_id for r in store.list_runs()] == ["loop-1"]
 
 

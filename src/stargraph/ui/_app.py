@@ -721,6 +721,8 @@ def create_app(
         return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
 
     def acting_graph(run: RunRecord) -> CompiledGraph[Any]:
+        if settings.read_only:
+            raise HTTPException(403, "refused: this console was started with --read-only")
         app = actor(console.graph(run.graph_hash))
         if app is None:
             raise HTTPException(
@@ -838,6 +840,9 @@ def create_app(
         except InvalidInputError as exc:
             message = console.masker.text(f"{exc}; go back and fix the value")
             raise HTTPException(400, message) from exc
+        except StargraphError as exc:  # say a graph whose code changed since the run
+            message = console.masker.text(f"cannot fork run {run_id}: {exc}")
+            raise HTTPException(409, message) from exc
         if action == "counterfactual":
             console.resume(new_id, app)
         return new_id
