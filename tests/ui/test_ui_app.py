@@ -6,6 +6,7 @@ store. Browser behaviour (live updates, clicks, layout) is in ``test_ui_browser.
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import threading
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
-from ui_graphs import GATES, approval_graph, loop_graph, scripted_model
+from ui_graphs import GATES, approval_graph, loop_graph, scripted_model, trip_graph
 
 from stargraph.checkpoint import SqliteStore
 from stargraph.examples.basics import mapreduce_graph
@@ -255,3 +256,271 @@ def test_event_stream_reports_new_steps(store: SqliteStore) -> None:
         gate.release(2)
         worker.join(60)
     assert not worker.is_alive()
+
+
+# --------------------------------------------------------------------------- fork, replay
+
+
+def _post(client: TestClient, path: str, form: dict[str, str]) -> Any:
+    return client.post(path, data=form, headers={"origin": LOCAL}, follow_redirects=False)
+
+
+def _fork_form(client: TestClient, run_id: str, step: int) -> dict[str, str]:
+    page = client.get(f"/runs/{run_id}/fork?step={step}")
+    assert page.status_code == 200, page.text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    state = re.search(
+        r'<textarea name="state" id="fork-state" rows="16">(.*?)</textarea>', page.text, re.S
+    )
+    assert csrf is not None
+    assert state is not None
+    return {"csrf": csrf.group(1), "step": str(step), "state": html.unescape(state.group(1))}
+
+
+def _edited(form: dict[str, str], **changes: Any) -> dict[str, str]:
+    state = json.loads(form["state"])
+    state.update(changes)
+    return {**form, "state": json.dumps(state)}
+
+
+def test_fork_from_a_step_with_an_edited_state_then_continue_it(store: SqliteStore) -> None:
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 3}, run_id="loop-1")
+    client = _client(store, [loop])
+    page = client.get("/runs/loop-1").text
+    assert 'href="/runs/loop-1/fork?step=1"' in page
+    form = _fork_form(client, "loop-1", 1)
+    assert json.loads(form["state"]) == {"gate": "", "limit": 3, "log": ["tick 1"], "n": 1}
+    response = _post(client, "/runs/loop-1/fork", {**_edited(form, limit=5), "action": "fork"})
+    assert response.status_code == 303, response.text
+    new_id = response.headers["location"].removeprefix("/runs/")
+    assert new_id.startswith("loop-1~fork1-")
+    fork = store.get_run(new_id)
+    assert (fork.parent_run_id, fork.parent_step, fork.status) == ("loop-1", 1, "running")
+    # Only the changed field is written, as the fork's step 2, by __update__.
+    update = store.get_steps(new_id, start=2, end=2)[0]
+    assert [(w.node, w.writes) for w in update.writes] == [("__update__", {"limit": 5})]
+    fork_page = client.get(f"/runs/{new_id}").text
+    assert 'id="continue"' in fork_page
+    assert f'href="/diff?a=loop-1&amp;b={new_id}"' in fork_page
+    csrf = re.search(r'name="csrf" value="([^"]+)"', fork_page)
+    assert csrf is not None
+    go = _post(client, f"/runs/{new_id}/continue", {"csrf": csrf.group(1)})
+    assert go.status_code == 303, go.text
+    _wait_status(store, new_id, "done")
+    state = loop.get_state(new_id)
+    assert (state.n, state.limit) == (5, 5)
+    assert state.log == [f"tick {i}" for i in range(1, 6)]
+    assert loop.get_state("loop-1").n == 3  # the parent is untouched
+    # Once continued it is no longer offered.
+    assert 'id="continue"' not in client.get(f"/runs/{new_id}").text
+
+
+def test_counterfactual_replay_is_compiled_graph_replay(store: SqliteStore) -> None:
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 3}, run_id="loop-1")
+    expected = loop.replay("loop-1", from_step=2, mutate={"limit": 4}, new_run_id="by-api")
+    client = _client(store, [loop])
+    form = _edited(_fork_form(client, "loop-1", 1), limit=4)
+    response = _post(client, "/runs/loop-1/fork", {**form, "action": "counterfactual"})
+    assert response.status_code == 303, response.text
+    new_id = response.headers["location"].removeprefix("/runs/")
+    assert new_id.startswith("loop-1~from2-")
+    _wait_status(store, new_id, "done")
+    assert loop.get_state(new_id) == expected
+    ours = [(s.step, [(w.node, w.writes) for w in s.writes]) for s in store.get_steps(new_id)]
+    theirs = [(s.step, [(w.node, w.writes) for w in s.writes]) for s in store.get_steps("by-api")]
+    assert ours == theirs
+
+
+def test_fork_writes_through_reducers_and_keeps_masked_secrets(store: SqliteStore) -> None:
+    approval = _approval(store)
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 2}, run_id="loop-1")
+    client = _client(store, [approval, loop])
+    # The state shown masks the key; leaving it as shown does not write the placeholder.
+    form = _fork_form(client, "order-1", 1)
+    assert json.loads(form["state"])["api_key"] == "[redacted:api_key]"
+    response = _post(
+        client, "/runs/order-1/fork", {**_edited(form, item="gadget"), "action": "fork"}
+    )
+    assert response.status_code == 303, response.text
+    new_id = response.headers["location"].removeprefix("/runs/")
+    forked = approval.get_state(new_id)
+    assert (forked.item, forked.api_key) == ("gadget", "sk-live-0123456789")
+    # A reducer field cannot be set whole; its writes box goes through the reducer.
+    loop_form = _fork_form(client, "loop-1", 1)
+    whole = _post(client, "/runs/loop-1/fork", {**_edited(loop_form, log=["x"]), "action": "fork"})
+    assert whole.status_code == 400
+    assert "'log' merges writes through a reducer" in whole.text
+    added = _post(
+        client, "/runs/loop-1/fork", {**loop_form, "writes": '{"log": ["note"]}', "action": "fork"}
+    )
+    assert added.status_code == 303, added.text
+    assert loop.get_state(added.headers["location"].removeprefix("/runs/")).log == [
+        "tick 1",
+        "note",
+    ]
+
+
+def test_fork_refuses_bad_edits(store: SqliteStore) -> None:
+    approval = _approval(store)
+    client = _client(store, [approval])
+    form = _fork_form(client, "order-1", 1)
+    cases = {
+        "not JSON": ({**form, "state": "{"}, "not JSON"),
+        "unknown field": (_edited(form, colour="red"), "['colour'], which are not fields"),
+        "masked kept inside a change": (
+            _edited(form, answer={"key": "[redacted:api_key]"}),
+            "still holds a masked value",
+        ),
+        "bad type": (_edited(form, done="not a bool"), "done"),
+        "step out of range": ({**form, "step": "99"}, "there is no step 99"),
+    }
+    for what, (bad, message) in cases.items():
+        response = _post(client, "/runs/order-1/fork", {**bad, "action": "fork"})
+        assert response.status_code == 400, what
+        assert message in response.text, (what, response.text)
+    assert [r.run_id for r in store.list_runs()] == ["order-1"]  # nothing was made
+
+
+def test_fork_actions_need_same_origin_csrf_and_no_read_only(store: SqliteStore) -> None:
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 2}, run_id="loop-1")
+    client = _client(store, [loop])
+    form = {**_fork_form(client, "loop-1", 1), "action": "counterfactual"}
+    foreign = client.post("/runs/loop-1/fork", data=form, headers={"origin": "http://evil.example"})
+    assert foreign.status_code == 403
+    forged = _post(client, "/runs/loop-1/fork", {**form, "csrf": "guessed"})
+    assert forged.status_code == 403
+    assert "CSRF" in forged.text
+    read_only = _client(store, [loop], read_only=True)
+    assert "fork / replay from here" not in read_only.get("/runs/loop-1").text
+    form_page = read_only.get("/runs/loop-1/fork?step=1")
+    assert form_page.status_code == 403
+    assert "--read-only" in form_page.text
+    assert _post(read_only, "/runs/loop-1/fork", form).status_code == 403
+    # A console without the graph shows the run but offers no fork.
+    blind = _client(store, [])
+    assert "fork / replay from here" not in blind.get("/runs/loop-1").text
+    assert "does not have the graph" in blind.get("/runs/loop-1/fork?step=1").text
+    assert [r.run_id for r in store.list_runs()] == ["loop-1"]
+
+
+# --------------------------------------------------------------------------- diff
+
+
+def _pairs(page: str) -> list[tuple[str, str, str]]:
+    return re.findall(r'<tr class="pair ([a-z-]+)" data-a="(\d*)" data-b="(\d*)">', page)
+
+
+def test_diff_aligns_a_counterfactual_after_its_inserted_update(store: SqliteStore) -> None:
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 3}, run_id="a")
+    # As `stargraph replay a --from-step 2 --set n=5` does: steps 0..1 copied, the update is
+    # step 2 of b, and b's step 3 runs what a ran as its step 2.
+    loop.replay("a", from_step=2, mutate={"n": 5}, new_run_id="b")
+    client = _client(store, [loop])
+    page = client.get("/diff?a=a&b=b").text
+    assert _pairs(page) == [
+        ("same", "0", "0"),
+        ("same", "1", "1"),
+        ("inserted", "", "2"),
+        ("differs", "2", "3"),  # tick after step 1 in both: n 2 vs 6; by number it was 2 vs 2
+        ("only-a", "3", ""),
+    ]
+    assert "B is a fork of A after step 1 with an update as its step 2" in page
+    assert "tick n: A = 2  B = 6" in page
+    assert "tick log: A = [&quot;tick 2&quot;]  B = [&quot;tick 6&quot;]" in page
+    assert "final state n: A = 3  B = 6" in page
+    # The same pair the other way round: A is now the fork.
+    reverse = client.get("/diff?a=b&b=a").text
+    assert ("differs", "3", "2") in _pairs(reverse)
+    assert ("inserted", "2", "") in _pairs(reverse)
+    assert "A is a fork of B after step 1" in reverse
+
+
+def test_diff_of_identical_runs_folds_and_does_not_shift(store: SqliteStore) -> None:
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 4}, run_id="a")
+    loop.resume(loop.fork("a", 1, new_run_id="b"))  # no update: nothing inserted
+    page = _client(store, [loop]).get("/diff?a=a&b=b").text
+    assert 'id="verdict">The runs are the same.<' in page
+    assert "5 steps the same" in page
+    assert "is a fork of" not in page
+
+
+def test_diff_masks_secrets_and_reports_missing_runs(store: SqliteStore) -> None:
+    approval = _approval(store)
+    approval.invoke({"item": "gadget", "api_key": "sk-live-0123456789"}, run_id="order-2")
+    client = _client(store, [approval])
+    page = client.get("/diff?a=order-1&b=order-2")
+    assert page.status_code == 200
+    assert "sk-live-0123456789" not in page.text
+    assert "input item: A = &quot;widget&quot;  B = &quot;gadget&quot;" in page.text
+    assert _pairs(page.text)[0] == ("differs", "0", "0")
+    missing = client.get("/diff?a=order-1&b=nope")
+    assert missing.status_code == 404
+    assert "nope" in missing.text
+    assert 'action="/diff"' in client.get("/diff").text
+    assert 'href="/diff"' in client.get("/").text
+
+
+# --------------------------------------------------------------------------- child runs
+
+
+def _child_urls(page: str) -> list[str]:
+    return re.findall(r'<details class="child" data-url="([^"]+)">', page)
+
+
+def test_child_runs_are_nested_under_the_step_that_ran_them(store: SqliteStore) -> None:
+    trip = trip_graph().compile(store=store)
+    trip.invoke({}, run_id="t1")
+    client = _client(store, [trip])
+    page = client.get("/runs/t1").text
+    assert _child_urls(page) == ["/runs/t1%3A%3Ahotel%402.0/nested"]
+    step_2 = re.search(r'<tr class="step" id="step-2".*?</tr>', page, re.S)
+    assert step_2 is not None
+    assert "t1::hotel@2.0" in step_2.group(0)  # under the hotel write of step 2
+    nested = client.get("/runs/t1%3A%3Ahotel%402.0/nested")
+    assert nested.status_code == 200
+    steps = re.findall(r'<tr class="step" id="step-(\d+)"', nested.text)
+    assert steps == ["0", "1", "2"]
+    assert "look at hotels in Oslo" in nested.text
+    assert "booked Oslo" in nested.text
+    assert 'href="/runs/t1%3A%3Ahotel%402.0">open this run' in nested.text
+    assert "fork / replay from here" not in nested.text
+    # The child's own page names its parent and draws the skill's graph from the parent's.
+    child = client.get("/runs/t1::hotel@2.0").text
+    assert 'skill run of</th><td><a href="/runs/t1">t1</a>' in child
+    ran = re.findall(r'<g class="node node ran" data-node="([^"]+)">', child)
+    assert sorted(ran) == ["book", "look"]
+    state = client.get("/runs/t1%3A%3Ahotel%402.0/state?step=2").text
+    assert '"booked": true' in state
+    assert client.get("/runs/t1%3A%3Aother%402.0/nested").status_code == 404
+
+
+def test_a_waiting_child_run_shows_under_the_next_task(store: SqliteStore) -> None:
+    trip = trip_graph().compile(store=store)
+    trip.invoke({"confirm": True}, run_id="t2")
+    client = _client(store, [trip])
+    page = client.get("/runs/t2").text
+    assert _child_urls(page) == ["/runs/t2%3A%3Ahotel%402.0/nested"]
+    task = re.search(r'<div class="task"><code>hotel</code>(.*?)</div>', page, re.S)
+    assert task is not None
+    assert "t2::hotel@2.0" in task.group(1)
+    nested = client.get("/runs/t2%3A%3Ahotel%402.0/nested").text
+    assert "status-interrupted" in nested
+
+
+def test_a_fork_shows_the_child_runs_of_its_copied_steps(store: SqliteStore) -> None:
+    trip = trip_graph().compile(store=store)
+    trip.invoke({}, run_id="t1")
+    trip.resume(trip.fork("t1", 2, update={"city": "Bergen"}, new_run_id="t1b"))
+    trip.resume(trip.fork("t1", 1, update={"city": "Bergen"}, new_run_id="t1c"))
+    client = _client(store, [trip])
+    # Step 2 of t1b is a copy: its hotel ran in t1, whose child run holds its steps.
+    assert _child_urls(client.get("/runs/t1b").text) == ["/runs/t1%3A%3Ahotel%402.0/nested"]
+    # t1c re-ran hotel itself, in its step 3 (after its update, step 2).
+    assert _child_urls(client.get("/runs/t1c").text) == ["/runs/t1c%3A%3Ahotel%403.0/nested"]
+    assert "booked Bergen" in client.get("/runs/t1c%3A%3Ahotel%403.0/nested").text

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 import uvicorn
 from cdp import Browser
-from ui_graphs import GATES, approval_graph, loop_graph, scripted_model
+from ui_graphs import GATES, approval_graph, loop_graph, scripted_model, trip_graph
 
 from stargraph.checkpoint import SqliteStore
 from stargraph.ui import UiSettings, create_app
@@ -235,6 +235,96 @@ def test_approve_an_interrupt_and_see_the_run_finish(
     assert sorted(ran) == ["__end__", "__start__", "ask", "draft", "finish"]
     assert approval.get_state("order-1").answer == {"approved": True}
     check_page(browser, tmp_path / "approved.png", capsys)
+
+
+def test_fork_a_run_replay_it_and_diff_the_two_side_by_side(
+    browser: Browser,
+    serve: Any,
+    store: SqliteStore,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 3}, run_id="loop-1")
+    served = serve([loop])
+    browser.open(served.url + "/runs/loop-1")
+    browser.click_and_wait_navigation('a[href="/runs/loop-1/fork?step=1"]')
+    assert browser.eval("location.pathname") == "/runs/loop-1/fork"
+    assert browser.eval("JSON.parse(document.getElementById('fork-state').value).n") == 1
+    check_page(browser, tmp_path / "fork.png", capsys)
+    # Edit the state as a person would: the limit in the JSON box goes from 3 to 5.
+    browser.eval(
+        "const box = document.getElementById('fork-state');"
+        " const state = JSON.parse(box.value); state.limit = 5;"
+        " box.value = JSON.stringify(state, null, 2)"
+    )
+    browser.click_and_wait_navigation("#counterfactual")
+    new_id = browser.eval("decodeURIComponent(location.pathname)").removeprefix("/runs/")
+    assert new_id.startswith("loop-1~from2-")
+    browser.wait_for(
+        "document.readyState === 'complete' && document.querySelector('#run-status') &&"
+        " document.querySelector('#run-status').textContent === 'done'",
+        "the counterfactual run to finish",
+    )
+    assert loop.get_state(new_id).n == 5
+    browser.click_and_wait_navigation("#diff-parent")
+    assert browser.eval("location.pathname") == "/diff"
+    pairs = browser.eval(
+        "[...document.querySelectorAll('#diff-rows tr.pair')]"
+        ".map(tr => [tr.className.replace('pair ', ''), tr.dataset.a, tr.dataset.b])"
+    )
+    # Aligned past the inserted update, the fork's step 3 is the parent's step 2 (the same
+    # tick, the same writes); the runs part where the parent stopped at its limit of 3.
+    assert pairs == [
+        ["same", "0", "0"],
+        ["same", "1", "1"],
+        ["inserted", "", "2"],
+        ["same", "2", "3"],
+        ["differs", "3", "4"],
+        ["only-b", "", "5"],
+        ["only-b", "", "6"],
+    ]
+    # Side by side: in a row, A's cell ends left of where B's begins, on the same line.
+    a_cell, b_cell = browser.eval(
+        "[...document.querySelectorAll('#diff-rows tr.pair.differs')[0].children]"
+        ".filter((td, i) => i === 1 || i === 3)"
+        ".map(td => { const r = td.getBoundingClientRect();"
+        " return {left: r.left, right: r.right, top: r.top, width: r.width}; })"
+    )
+    assert a_cell["right"] <= b_cell["left"]
+    assert a_cell["top"] == b_cell["top"]
+    assert a_cell["width"] > 200
+    assert b_cell["width"] > 200
+    assert "next: A = []  B = ['tick']" in browser.eval("document.body.textContent")
+    check_page(browser, tmp_path / "diff.png", capsys)
+    browser.eval("document.querySelector('#diff-rows tr.inserted').scrollIntoView()")
+    check_page(browser, tmp_path / "diff-steps.png", capsys)
+
+
+def test_a_child_run_expands_in_its_parent(
+    browser: Browser,
+    serve: Any,
+    store: SqliteStore,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    trip = trip_graph().compile(store=store)
+    trip.invoke({}, run_id="trip-1")
+    served = serve([trip])
+    browser.open(served.url + "/runs/trip-1")
+    nested = "document.querySelectorAll('details.child table.nested tr.step').length"
+    assert browser.eval(nested) == 0  # not loaded until opened
+    browser.eval("document.querySelector('details.child > summary').click()")
+    browser.wait_for("document.querySelector('details.child').dataset.ready", "the child's steps")
+    assert browser.eval(nested) == 3
+    shown = browser.eval("document.querySelector('details.child .nested').innerText")
+    assert "look at hotels in Oslo" in shown
+    assert "booked Oslo" in shown
+    browser.eval("document.querySelector('details.child').scrollIntoView()")
+    check_page(browser, tmp_path / "child.png", capsys)
+    browser.click_and_wait_navigation("details.child .nested-run a")
+    assert browser.eval("decodeURIComponent(location.pathname)") == "/runs/trip-1::hotel@2.0"
+    check_page(browser, tmp_path / "child-page.png", capsys)
 
 
 def test_the_console_check_sees_errors_and_overflow(

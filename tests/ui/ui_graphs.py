@@ -91,3 +91,61 @@ def scripted_model() -> ScriptedChatModel:
         model="scripted-model",
     )
     return ScriptedChatModel(lambda request: reply)
+
+
+class Trip(BaseModel):
+    city: str = "Oslo"
+    confirm: bool = False
+    notes: Annotated[list[str], reducers.append] = []
+    booked: bool = False
+
+
+def plan(state: Trip) -> dict[str, Any]:
+    return {"notes": [f"plan {state.city}"]}
+
+
+def look(state: Trip) -> dict[str, Any]:
+    return {"notes": [f"look at hotels in {state.city}"]}
+
+
+def book(state: Trip, ctx: RunContext) -> dict[str, Any]:
+    if state.confirm:
+        ctx.interrupt({"question": f"book a hotel in {state.city}?"})
+    return {"notes": [f"booked {state.city}"], "booked": True}
+
+
+def done(state: Trip) -> dict[str, Any]:
+    return {"notes": ["done"]}
+
+
+def trip_graph() -> Graph[Trip]:
+    """A parent whose ``hotel`` node runs a two-step skill (look, book) as a child run."""
+    from stargraph.nodes import SubgraphNode
+    from stargraph.skills import Skill
+
+    child = (
+        Graph("hotel", state=Trip)
+        .with_node("look", look)
+        .with_node("book", book)
+        .with_edge(START, "look")
+        .with_edge("look", "book")
+        .with_edge("book", END)
+    )
+    skill = Skill.from_graph(
+        child,
+        name="hotel",
+        version="1.0.0",
+        kind="workflow",
+        description="find and book a hotel",
+        state_schema=Trip,
+    )
+    return (
+        Graph("trip", state=Trip)
+        .with_node("plan", plan)
+        .with_node(SubgraphNode.from_skill(skill, site="hotel"))
+        .with_node("done", done)
+        .with_edge(START, "plan")
+        .with_edge("plan", "hotel")
+        .with_edge("hotel", "done")
+        .with_edge("done", END)
+    )

@@ -9,7 +9,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from http.cookies import SimpleCookie
@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, quote, urlencode
 from pydantic import BaseModel, ConfigDict
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -30,11 +31,13 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from stargraph.checkpoint import CheckpointStore, RunRecord
+from stargraph.checkpoint import CheckpointStore, RunRecord, StepRecord
+from stargraph.compile._subgraphs import site_of  # how the runner names a child run
 from stargraph.errors import RunNotFoundError, StargraphError
-from stargraph.ir import GraphIR
+from stargraph.ir import GraphIR, SubgraphNodeIR
 from stargraph.runtime import CompiledGraph
 from stargraph.ui import _pages as pages
+from stargraph.ui._diff import diff_pair
 from stargraph.ui._digest import DigestCache
 from stargraph.ui._graph import graph_svg
 from stargraph.ui._mask import Masker
@@ -44,6 +47,8 @@ __all__ = ["RunGraph", "UiSettings", "create_app", "is_loopback"]
 
 _CSRF_COOKIE: Final = "sg_csrf"
 _TOKEN_COOKIE: Final = "sg_token"
+_NO_ANSWER: Final = object()
+_MASK_MARK: Final = "[redacted:"
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 _CSP: Final = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
@@ -98,10 +103,53 @@ GraphResolver = Callable[[str], RunGraph | None]
 """Graph hash -> the graph that made runs with that hash, or ``None`` when unknown."""
 
 
+ChildRuns = dict[tuple[Any, ...], str]
+"""Keys as :func:`child_runs` makes them -> child run ids."""
+
+
+def _subgraphs(ir: GraphIR) -> Iterator[tuple[str, GraphIR]]:
+    """Every child graph embedded in ``ir``, nested ones included, by graph hash."""
+    for child_hash, child in ir.subgraphs.items():
+        yield child_hash, child
+        yield from _subgraphs(child)
+
+
+def child_runs(
+    ir: GraphIR, run: RunRecord, records: Iterable[StepRecord], owner: Callable[[int], str]
+) -> ChildRuns:
+    """Child run ids of the subgraph tasks in ``records``: ``(step, node, index)`` keys for
+    the tasks that ran in a step, ``("next", step, node, index)`` for the tasks the run's
+    last step scheduled (running or waiting now, in the step after). ``owner(step)`` is the
+    run that ran ``step`` (a fork's copied steps ran in its parent)."""
+    sites: dict[str, str] = {
+        str(node.id): site_of(node) for node in ir.nodes if isinstance(node, SubgraphNodeIR)
+    }
+    if not sites:
+        return {}
+    out: ChildRuns = {}
+    for record in records:
+        for write in record.writes:
+            if write.node in sites:
+                key = (record.step, write.node, write.index)
+                out[key] = f"{owner(record.step)}::{sites[write.node]}@{record.step}.{write.index}"
+        if record.step == run.last_step:
+            for task in record.next:
+                if task.node in sites:
+                    step = record.step + 1
+                    out[("next", record.step, task.node, task.index)] = (
+                        f"{run.run_id}::{sites[task.node]}@{step}.{task.index}"
+                    )
+    return out
+
+
 def _resolver(graphs: GraphResolver | Iterable[CompiledGraph[Any]]) -> GraphResolver:
     if callable(graphs):
         return graphs
-    known: dict[str, RunGraph] = {str(g.ir.graph_hash): RunGraph(g.ir, g) for g in graphs}
+    known: dict[str, RunGraph] = {}
+    for g in graphs:
+        known[str(g.ir.graph_hash)] = RunGraph(g.ir, g)
+        for child_hash, child in _subgraphs(g.ir):
+            known.setdefault(child_hash, RunGraph(child))  # drawn and read, not resumed
 
     def lookup(graph_hash: str) -> RunGraph | None:
         return known.get(graph_hash)
@@ -233,10 +281,57 @@ class _Console:
                     self._graphs[graph_hash] = None
             return self._graphs[graph_hash]
 
-    def resume(self, run_id: str, app: CompiledGraph[Any], response: Any) -> None:
+    def graph_of(self, run: RunRecord) -> RunGraph | None:
+        """The graph of ``run``; a child (skill) run's graph is found in its parent's."""
+        graph = self.graph(run.graph_hash)
+        if graph is not None or "::" not in run.run_id:
+            return graph
+        try:
+            parent = self.store.get_run(run.run_id.rpartition("::")[0])
+        except RunNotFoundError:
+            return None
+        found = self.graph_of(parent)
+        if found is None:
+            return None
+        for child_hash, child in _subgraphs(found.ir):
+            if child_hash == run.graph_hash:
+                with self._lock:
+                    self._graphs[run.graph_hash] = RunGraph(child)
+                return RunGraph(child)
+        return None
+
+    def owner_of(self, run: RunRecord) -> Callable[[int], str]:
+        """``step -> id of the run that ran it``: a fork's copied steps ran in its parent
+        (whose child runs keep the parent's id)."""
+        chain: list[tuple[int, str]] = []  # (last copied step, run that ran it), nearest first
+        current = run
+        while current.parent_run_id is not None and current.parent_step is not None:
+            chain.append((current.parent_step, current.parent_run_id))
+            try:
+                current = self.store.get_run(current.parent_run_id)
+            except RunNotFoundError:
+                break
+
+        def owner(step: int) -> str:
+            found = run.run_id
+            for last, parent in chain:
+                if step > last:
+                    break
+                found = parent
+            return found
+
+        return owner
+
+    def resume(self, run_id: str, app: CompiledGraph[Any], response: Any = _NO_ANSWER) -> None:
+        """Resume ``run_id`` in a thread of the console (with ``response`` as the answer to
+        its interrupt, if given); a failure is kept for the run page."""
+
         def work() -> None:
             try:
-                app.resume(run_id, response=response)
+                if response is _NO_ANSWER:
+                    app.resume(run_id)
+                else:
+                    app.resume(run_id, response=response)
             except Exception as exc:  # shown on the run page; the store has the status
                 self.failures[run_id] = f"{type(exc).__name__}: {exc}"
 
@@ -254,6 +349,29 @@ class _Console:
 
 def _csrf(request: Request) -> str:
     return request.cookies.get(_CSRF_COOKIE) or secrets.token_urlsafe(24)
+
+
+def _csrf_refusal(request: Request, form: Mapping[str, str]) -> Response | None:
+    """403 unless the form carries the CSRF token of the console's cookie."""
+    sent = str(form.get("csrf", ""))
+    cookie = request.cookies.get(_CSRF_COOKIE, "")
+    if not cookie or not hmac.compare_digest(sent.encode(), cookie.encode()):
+        return PlainTextResponse(
+            "refused: missing or wrong CSRF token; reload the console's page and act there",
+            status_code=403,
+        )
+    return None
+
+
+def _holds_mask(value: Any) -> bool:
+    """Whether JSON data still holds a ``[redacted:...]`` placeholder of the masker."""
+    if isinstance(value, str):
+        return _MASK_MARK in value
+    if isinstance(value, dict):
+        return any(_holds_mask(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_holds_mask(v) for v in value)
+    return False
 
 
 def _html(request: Request, text: str, csrf: str | None = None) -> HTMLResponse:
@@ -277,6 +395,18 @@ async def _form(request: Request) -> dict[str, str]:
         if len(body) > _MAX_FORM_BYTES:
             return {}
     return {k: v[-1] for k, v in parse_qs(body.decode("utf-8", "replace")).items()}
+
+
+def _unstarted_fork(run: RunRecord) -> bool:
+    """A fork nobody has continued: still ``running``, unleased, no step past its copy and
+    its update."""
+    return (
+        run.parent_run_id is not None
+        and run.parent_step is not None
+        and run.status == "running"
+        and run.owner is None
+        and run.last_step <= run.parent_step + 1
+    )
 
 
 def _since_ok(run: RunRecord, since: str) -> bool:
@@ -315,6 +445,12 @@ def create_app(
     settings = settings or UiSettings()
     console = _Console(store, _resolver(graphs), settings, Masker(secrets_to_mask))
 
+    def actor(graph: RunGraph | None) -> CompiledGraph[Any] | None:
+        """The compiled graph that may act on a run, unless read-only or unknown."""
+        if settings.read_only or graph is None:
+            return None
+        return graph.app
+
     def list_filtered(request: Request) -> tuple[list[Any], list[str], str, str, str]:
         status = request.query_params.get("status", "")
         graph = request.query_params.get("graph", "")
@@ -343,7 +479,7 @@ def create_app(
     def render_run(run_id: str, page: int | None, csrf: str) -> str:
         run = store.get_run(run_id)
         digest = console.digests.get(run_id, run.last_step)
-        graph = console.graph(run.graph_hash)
+        graph = console.graph_of(run)
         pages_n = run.last_step // pages.PAGE_SIZE + 1
         if page is None:  # the newest steps, followed live
             start = max(run.last_step - pages.PAGE_SIZE + 1, 0)
@@ -376,18 +512,23 @@ def create_app(
                     '<p class="muted">Highlighted: the nodes and edges this run took. A node\'s '
                     "time is the wall time of the steps it ran in.</p>"
                 )
-        can_resume = not settings.read_only and graph is not None and graph.app is not None
+        can_resume = actor(graph) is not None
         waiting = (
             pages.interrupt_form(masker, run, csrf, can_resume)
             if run.status == "interrupted"
             else ""
         )
+        if can_resume and _unstarted_fork(run):
+            waiting += pages.continue_form(run, csrf)
         failure = console.failures.get(run_id)
         if failure:
             shown_failure = pages.escape(masker.text(failure))
             waiting += f'<p class="status-failed">resume failed: {shown_failure}</p>'
         follow = "1" if page == pages_n - 1 else "0"
-        rows_html = pages.step_rows(masker, run_id, shown, previous)
+        children = {} if graph is None else child_runs(graph.ir, run, shown, console.owner_of(run))
+        rows_html = pages.step_rows(
+            masker, run_id, shown, previous, can_fork=can_resume, children=children
+        )
         rid = quote(run_id, safe="")
         body = f"""
 <h1>Run {pages.escape(run_id)}</h1>
@@ -430,12 +571,46 @@ def create_app(
         upto = min(upto, after + pages.PAGE_SIZE)
 
         def rows() -> str:
+            run = store.get_run(run_id)
             records = store.get_steps(run_id, start=after, end=upto)
             previous = records[0].created_ms if records else None
             shown = [r for r in records if r.step > after]
-            return pages.step_rows(console.masker, run_id, shown, previous)
+            graph = console.graph_of(run)
+            children = (
+                {} if graph is None else child_runs(graph.ir, run, shown, console.owner_of(run))
+            )
+            return pages.step_rows(
+                console.masker,
+                run_id,
+                shown,
+                previous,
+                can_fork=actor(graph) is not None,
+                children=children,
+            )
 
         return HTMLResponse(await run_in_threadpool(rows))
+
+    async def run_nested(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+
+        def nested() -> str:
+            run = store.get_run(run_id)
+            records = store.get_steps(run_id, start=0, end=pages.PAGE_SIZE - 1)
+            graph = console.graph_of(run)
+            children = (
+                {} if graph is None else child_runs(graph.ir, run, records, console.owner_of(run))
+            )
+            # A child run is part of its parent's step: it is not forked on its own.
+            rows = pages.step_rows(console.masker, run_id, records, None, children=children)
+            return pages.nested_run(run, rows, len(records))
+
+        try:
+            return HTMLResponse(await run_in_threadpool(nested))
+        except RunNotFoundError:
+            return PlainTextResponse(
+                f"no run {run_id!r} in this store (a skill run is stored once its node starts)",
+                status_code=404,
+            )
 
     async def run_state(request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -445,7 +620,7 @@ def create_app(
             from stargraph.viz import state_at
 
             run = store.get_run(run_id)
-            graph = console.graph(run.graph_hash)
+            graph = console.graph_of(run)
             if graph is None:
                 records = store.get_steps(run_id, start=step, end=step)
                 snap = records[0].snapshot if records else None
@@ -505,13 +680,9 @@ def create_app(
     async def answer(request: Request) -> Response:
         run_id = request.path_params["run_id"]
         form = await _form(request)
-        sent = str(form.get("csrf", ""))
-        cookie = request.cookies.get(_CSRF_COOKIE, "")
-        if not cookie or not hmac.compare_digest(sent.encode(), cookie.encode()):
-            return PlainTextResponse(
-                "refused: missing or wrong CSRF token; reload the run page and answer there",
-                status_code=403,
-            )
+        refused = _csrf_refusal(request, form)
+        if refused is not None:
+            return refused
         action = str(form.get("action", ""))
         reason = str(form.get("reason", ""))
         if action == "approve":
@@ -549,6 +720,198 @@ def create_app(
         console.resume(run_id, graph.app, response)
         return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
 
+    def acting_graph(run: RunRecord) -> CompiledGraph[Any]:
+        if settings.read_only:
+            raise HTTPException(403, "refused: this console was started with --read-only")
+        app = actor(console.graph(run.graph_hash))
+        if app is None:
+            raise HTTPException(
+                409,
+                f"the console cannot act on run {run.run_id}: it does not have the graph "
+                f"{run.graph_hash[:19]} (start it with --graph FILE.py)",
+            )
+        return app
+
+    def shown_state(app: CompiledGraph[Any], run: RunRecord, step: int) -> dict[str, Any]:
+        """The state after ``step`` as the fork form shows it: masked JSON data."""
+        from stargraph.viz import state_at
+
+        if not 0 <= step <= run.last_step:
+            raise HTTPException(
+                400, f"run {run.run_id} has steps 0..{run.last_step}; there is no step {step}"
+            )
+        value = state_at(app.ir, store, run.run_id, step)
+        shown: dict[str, Any] = json.loads(
+            json.dumps(console.masker.data(value), ensure_ascii=False, default=str)
+        )
+        return shown
+
+    def render_fork(run_id: str, step: int, csrf: str) -> str:
+        run = store.get_run(run_id)
+        app = acting_graph(run)
+        shown = shown_state(app, run, step)
+        reducers = {f.name: f.reducer for f in app.ir.state.fields if f.reducer is not None}
+        text = json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False)
+        return pages.fork_page(run, step, text, reducers, csrf)
+
+    async def fork_page(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        raw = request.query_params.get("step", "")
+        if not raw.isdigit():
+            return PlainTextResponse("fork needs ?step=K, a step of the run", status_code=400)
+        csrf = _csrf(request)
+        try:
+            text = await run_in_threadpool(render_fork, run_id, int(raw), csrf)
+        except RunNotFoundError:
+            return PlainTextResponse(f"no run {run_id!r} in this store", status_code=404)
+        return _html(request, text, csrf)
+
+    def fork_update(
+        app: CompiledGraph[Any], run: RunRecord, step: int, form: Mapping[str, str]
+    ) -> dict[str, Any]:
+        """The fork's update: the state fields the form changed, plus its raw writes."""
+        shown = shown_state(app, run, step)
+        try:
+            edited = json.loads(form.get("state") or "{}")
+            writes = json.loads(form.get("writes") or "{}")
+        except ValueError as exc:
+            raise HTTPException(
+                400, f"the state or writes box is not JSON ({exc}); go back and fix it"
+            ) from exc
+        if not isinstance(edited, dict) or not isinstance(writes, dict):
+            raise HTTPException(400, "the state and writes boxes must each hold one JSON object")
+        unknown = sorted(set(edited) - set(shown))
+        if unknown:
+            raise HTTPException(
+                400,
+                f"the edited state names {unknown}, which are not fields of the state "
+                f"(fields: {sorted(shown)}); put new values under existing fields",
+            )
+        update: dict[str, Any] = {}
+        for key, value in edited.items():
+            if value == shown[key]:
+                continue  # unchanged, masked placeholders included: not written
+            channel = app.channels[key]
+            if channel.reducer is not None:
+                raise HTTPException(
+                    400,
+                    f"field {key!r} merges writes through a reducer, so its whole value cannot "
+                    "be set; leave it as shown and put what to add to it in the writes box",
+                )
+            if _holds_mask(value):
+                raise HTTPException(
+                    400,
+                    f"field {key!r} still holds a masked value ([redacted:...]), which the "
+                    "console cannot write back; replace it whole or leave the field unchanged",
+                )
+            update[key] = value
+        both = sorted(set(update) & set(writes))
+        if both:
+            raise HTTPException(
+                400, f"{both} changed in the state box and written in the writes box; pick one"
+            )
+        if _holds_mask(writes):
+            raise HTTPException(
+                400, "the writes box holds a masked value ([redacted:...]); remove it"
+            )
+        return {**update, **writes}
+
+    def make_fork(run_id: str, form: Mapping[str, str]) -> str:
+        """Fork (and for a counterfactual, continue) the run; the new run's id."""
+        from stargraph.errors import InvalidInputError
+
+        action = form.get("action", "")
+        if action not in ("fork", "counterfactual"):
+            raise HTTPException(400, f"unknown action {action!r}; use fork or counterfactual")
+        raw = form.get("step", "")
+        if not raw.isdigit():
+            raise HTTPException(400, "the fork form lost its step; reload it from the run page")
+        step = int(raw)
+        run = store.get_run(run_id)
+        app = acting_graph(run)
+        update = fork_update(app, run, step, form)
+        tag = f"fork{step}" if action == "fork" else f"from{step + 1}"
+        new_id = f"{run_id}~{tag}-{secrets.token_hex(3)}"
+        try:
+            # A counterfactual from step k+1 is CompiledGraph.replay(from_step=k+1, mutate=)
+            # done in two halves: the fork here (so the new run exists before the browser
+            # is sent to it), the live resume in a console thread.
+            app.fork(run_id, step, update=update or None, new_run_id=new_id)
+        except InvalidInputError as exc:
+            message = console.masker.text(f"{exc}; go back and fix the value")
+            raise HTTPException(400, message) from exc
+        except StargraphError as exc:  # say a graph whose code changed since the run
+            message = console.masker.text(f"cannot fork run {run_id}: {exc}")
+            raise HTTPException(409, message) from exc
+        if action == "counterfactual":
+            console.resume(new_id, app)
+        return new_id
+
+    async def fork_post(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        form = await _form(request)
+        refused = _csrf_refusal(request, form)
+        if refused is not None:
+            return refused
+        try:
+            new_id = await run_in_threadpool(make_fork, run_id, form)
+        except RunNotFoundError:
+            return PlainTextResponse(f"no run {run_id!r}", status_code=404)
+        return RedirectResponse(f"/runs/{quote(new_id, safe='')}", status_code=303)
+
+    async def continue_post(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        form = await _form(request)
+        refused = _csrf_refusal(request, form)
+        if refused is not None:
+            return refused
+        try:
+            run = await run_in_threadpool(store.get_run, run_id)
+            if not _unstarted_fork(run):
+                raise HTTPException(409, f"run {run_id} is not a fork waiting to be continued")
+            app = await run_in_threadpool(acting_graph, run)
+        except RunNotFoundError:
+            return PlainTextResponse(f"no run {run_id!r}", status_code=404)
+        console.resume(run_id, app)
+        return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
+
+    def final_state(run: RunRecord) -> dict[str, Any] | None:
+        from stargraph.viz import state_at
+
+        graph = console.graph(run.graph_hash)
+        if graph is None:
+            return None
+        try:
+            return state_at(graph.ir, store, run.run_id)
+        except StargraphError:
+            return None
+
+    def render_diff(a: str, b: str) -> str:
+        if not a or not b:
+            return pages.diff_page(console.masker, None, a, b)
+        run_a, run_b = store.get_run(a), store.get_run(b)
+        found = diff_pair(
+            console.masker,
+            run_a,
+            store.get_steps(a),
+            run_b,
+            store.get_steps(b),
+            final_a=final_state(run_a),
+            final_b=final_state(run_b),
+        )
+        return pages.diff_page(console.masker, found, a, b)
+
+    async def diff_view(request: Request) -> Response:
+        a = request.query_params.get("a", "").strip()
+        b = request.query_params.get("b", "").strip()
+        try:
+            text = await run_in_threadpool(render_diff, a, b)
+        except RunNotFoundError as exc:
+            return PlainTextResponse(
+                f"{console.masker.text(str(exc))}; pick two runs of this store", status_code=404
+            )
+        return _html(request, text)
+
     async def script(request: Request) -> Response:
         return Response(JS, media_type="text/javascript")
 
@@ -562,10 +925,15 @@ def create_app(
         Route("/", runs_page),
         Route("/fragments/runs", runs_fragment),
         Route("/events/runs", runs_events),
+        Route("/diff", diff_view),
         Route("/runs/{run_id:path}/events", run_events),
         Route("/runs/{run_id:path}/rows", run_rows),
         Route("/runs/{run_id:path}/state", run_state),
+        Route("/runs/{run_id:path}/nested", run_nested),
         Route("/runs/{run_id:path}/answer", answer, methods=["POST"]),
+        Route("/runs/{run_id:path}/fork", fork_page, methods=["GET"]),
+        Route("/runs/{run_id:path}/fork", fork_post, methods=["POST"]),
+        Route("/runs/{run_id:path}/continue", continue_post, methods=["POST"]),
         Route("/runs/{run_id:path}", run_page),
         Route("/static/ui.js", script),
         Route("/static/ui.css", style),

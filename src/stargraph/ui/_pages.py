@@ -8,17 +8,30 @@ the console itself (no CDN, no inline script: the Content-Security-Policy forbid
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from html import escape
 from typing import Any, Final
 from urllib.parse import quote, urlencode
 
 from stargraph.checkpoint import JournalEntry, RunRecord, StepRecord
+from stargraph.ui._diff import AlignedStep, RunPairDiff
 from stargraph.ui._digest import RunDigest, usage_of
 from stargraph.ui._mask import Masker
 from stargraph.viz import format_ms
 from stargraph.viz._runs import rule_decision
 
-__all__ = ["PAGE_SIZE", "STATUSES", "escape", "layout", "run_rows", "step_rows"]
+__all__ = [
+    "PAGE_SIZE",
+    "STATUSES",
+    "continue_form",
+    "diff_page",
+    "escape",
+    "fork_page",
+    "layout",
+    "nested_run",
+    "run_rows",
+    "step_rows",
+]
 
 PAGE_SIZE: Final = 50
 """Steps per page of a run: a 1,000-step run renders 50 rows, not 1,000."""
@@ -124,7 +137,7 @@ def runs_page(
 <tbody id="run-rows">{run_rows(runs)}</tbody>
 </table>
 <p class="muted">{len(runs)} runs. Tokens are summed over the recorded model calls; cost is
-shown when the endpoint reported one.</p>
+shown when the endpoint reported one. <a href="/diff">Diff two runs</a>.</p>
 """
     return layout("stargraph runs", body, live=f"/events/runs?{query}")
 
@@ -193,11 +206,49 @@ def _call(masker: Masker, call: JournalEntry) -> str:
     )
 
 
+def _child(child_id: str | None) -> str:
+    """An expandable child (skill) run: its steps load when opened."""
+    if child_id is None:
+        return ""
+    cid = quote(child_id, safe="")
+    return (
+        f'<details class="child" data-url="/runs/{cid}/nested"><summary>skill run '
+        f'<code>{escape(child_id)}</code></summary><div class="nested">loading...</div>'
+        "</details>"
+    )
+
+
+def nested_run(run: RunRecord, rows: str, shown: int) -> str:
+    """A child run inside its parent's page: status, its steps, a link to its own page."""
+    cid = quote(run.run_id, safe="")
+    total = run.last_step + 1
+    more = f" (the first {shown} of {total} steps: the rest on its page)" if shown < total else ""
+    return (
+        f'<div class="nested-run"><p>{_status(run.status)} {total} steps{more} - '
+        f'<a href="/runs/{cid}">open this run</a></p>'
+        '<table class="timeline nested"><thead><tr><th>step</th><th>committed (UTC)</th>'
+        "<th>nodes</th><th>writes, rule decisions, calls, state</th><th>next tasks</th></tr>"
+        f"</thead><tbody>{rows}</tbody></table></div>"
+    )
+
+
 def step_rows(
-    masker: Masker, run_id: str, records: list[StepRecord], previous_ms: int | None
+    masker: Masker,
+    run_id: str,
+    records: list[StepRecord],
+    previous_ms: int | None,
+    *,
+    can_fork: bool = False,
+    children: Mapping[tuple[Any, ...], str] | None = None,
 ) -> str:
-    """The ``<tr>`` rows of the step timeline for ``records`` (in order)."""
+    """The ``<tr>`` rows of the step timeline for ``records`` (in order); ``can_fork`` adds
+    each step's link to fork or replay the run from there. ``children`` maps
+    ``(step, node, index)`` (a task that ran) and ``("next", step, node, index)`` (a task
+    a step scheduled) to the id of its child (skill) run, shown as an expandable nested run.
+    """
     rows = []
+    rid = quote(run_id, safe="")
+    children = children or {}
     last = previous_ms
     for r in records:
         took = f"{r.created_ms - last:,} ms" if last and r.created_ms and r.step else "-"
@@ -205,7 +256,8 @@ def step_rows(
         nodes = ", ".join(_label(w.node, w.index) for w in r.writes)
         writes = "".join(
             f'<div class="write"><code>{escape(_label(w.node, w.index))}</code>'
-            f"<pre>{_json(masker, w.writes)}</pre></div>"
+            f"<pre>{_json(masker, w.writes)}</pre>"
+            f"{_child(children.get((r.step, w.node, w.index)))}</div>"
             for w in r.writes
         )
         tasks = "".join(
@@ -216,6 +268,7 @@ def step_rows(
                 if t.payload is not None
                 else ""
             )
+            + _child(children.get(("next", r.step, t.node, t.index)))
             + "</div>"
             for t in r.next
         )
@@ -235,13 +288,19 @@ def step_rows(
                 + "</div>"
             )
         calls = "".join(_call(masker, c) for c in r.calls)
-        state_url = f"/runs/{quote(run_id, safe='')}/state?step={r.step}"
+        state_url = f"/runs/{rid}/state?step={r.step}"
+        fork = (
+            f'<a class="fork" href="/runs/{rid}/fork?step={r.step}">fork / replay from here</a>'
+            if can_fork
+            else ""
+        )
         rows.append(
             f'<tr class="step" id="step-{r.step}" data-step="{r.step}">'
             f'<td class="num">{r.step}</td>'
             f'<td class="time">{escape(format_ms(r.created_ms))}<br>'
             f'<span class="muted">{took}</span></td>'
-            f"<td>{escape(nodes) or '<span class=muted>input</span>'}</td>"
+            f"<td>{escape(nodes) or '<span class=muted>input</span>'}"
+            f"{fork and '<br>' + fork}</td>"
             f'<td class="wide">{writes or "-"}{decision_html}{calls}'
             f'<details class="state" data-url="{escape(state_url)}"><summary>state after step '
             f"{r.step}</summary><pre>loading...</pre></details></td>"
@@ -300,6 +359,64 @@ def interrupt_form(masker: Masker, run: RunRecord, csrf: str, can_resume: bool) 
 </form></section>"""
 
 
+def fork_page(
+    run: RunRecord,
+    step: int,
+    state_json: str,
+    reducers: dict[str, str],
+    csrf: str,
+) -> str:
+    """The form that forks ``run`` after ``step`` with an edited state, or replays it live
+    from there as a counterfactual (``state_json`` is the masked state after ``step``)."""
+    rid = quote(run.run_id, safe="")
+    merged = ", ".join(
+        f"<code>{escape(name)}</code> ({escape(reducer)})" for name, reducer in reducers.items()
+    )
+    merged_note = (
+        f"<p>These fields merge writes through a reducer: {merged}. Their whole value cannot "
+        "be set from the state box; put what to add in the writes box instead.</p>"
+        if reducers
+        else ""
+    )
+    body = f"""
+<h1>Fork run {escape(run.run_id)} after step {step}</h1>
+<p><a href="/runs/{rid}#step-{step}">back to the run</a></p>
+<form method="post" action="/runs/{rid}/fork" class="answer fork-form">
+<input type="hidden" name="csrf" value="{escape(csrf)}">
+<input type="hidden" name="step" value="{step}">
+<label>state after step {step} (JSON; fields you change are written)
+<textarea name="state" id="fork-state" rows="16">{escape(state_json)}</textarea></label>
+{merged_note}
+<label>writes through the reducers (JSON object, optional, as <code>stargraph fork
+--update</code>) <textarea name="writes" id="fork-writes" rows="3"></textarea></label>
+<div class="buttons">
+<button type="submit" name="action" value="fork" id="fork">fork (run it later)</button>
+<button type="submit" name="action" value="counterfactual" id="counterfactual">replay
+live from step {step + 1} (counterfactual)</button>
+</div>
+<p class="muted">Both make a new run holding steps 0..{step} of this one and your changes as
+step {step + 1} (<code>CompiledGraph.fork</code>). <b>fork</b> stops there: continue it from
+its page. <b>replay live</b> continues it at once, as
+<code>CompiledGraph.replay(run_id, from_step={step + 1}, mutate=...)</code> and
+<code>stargraph replay RUN --from-step {step + 1} --set ...</code> do, and the new run links to
+its diff with this one. Masked values (<code>[redacted:...]</code>) left as they are are not
+written.</p>
+</form>
+"""
+    return layout(f"fork {run.run_id}", body)
+
+
+def continue_form(run: RunRecord, csrf: str) -> str:
+    """The button that continues a fork nobody runs yet."""
+    action = f"/runs/{quote(run.run_id, safe='')}/continue"
+    return f"""<section class="interrupt"><h2>Not started</h2>
+<p>This fork holds its parent's steps and your changes; nothing runs it yet.</p>
+<form method="post" action="{escape(action)}" class="answer">
+<input type="hidden" name="csrf" value="{escape(csrf)}">
+<div class="buttons"><button type="submit" id="continue">continue this run</button></div>
+</form></section>"""
+
+
 def summary_table(masker: Masker, run: RunRecord, digest: RunDigest) -> str:
     """The run's status, hashes, totals and error."""
     items = [
@@ -324,8 +441,19 @@ def summary_table(masker: Masker, run: RunRecord, digest: RunDigest) -> str:
         items.append(
             (
                 "forked from",
-                f'<a href="/runs/{parent}">{escape(run.parent_run_id)}</a> at step '
-                f"{run.parent_step}",
+                f'<a href="/runs/{parent}">{escape(run.parent_run_id)}</a> after step '
+                f'{run.parent_step} (<a id="diff-parent" '
+                f'href="/diff?{escape(urlencode({"a": run.parent_run_id, "b": run.run_id}))}">'
+                "diff with it</a>)",
+            )
+        )
+    if "::" in run.run_id:
+        parent, _, site = run.run_id.rpartition("::")
+        items.append(
+            (
+                "skill run of",
+                f'<a href="/runs/{quote(parent, safe="")}">{escape(parent)}</a> '
+                f"(<code>{escape(site)}</code>: site@step.task)",
             )
         )
     if run.owner is not None:
@@ -334,3 +462,129 @@ def summary_table(masker: Masker, run: RunRecord, digest: RunDigest) -> str:
         items.append(("error", f"<pre>{escape(masker.text(run.error))}</pre>"))
     rows = "".join(f"<tr><th>{k}</th><td>{v}</td></tr>" for k, v in items)
     return f'<table class="summary">{rows}</table>'
+
+
+# --------------------------------------------------------------------------- two runs
+
+
+def _diff_side(masker: Masker, record: StepRecord | None) -> str:
+    if record is None:
+        return '<span class="muted">-</span>'
+    if record.step == 0 and record.snapshot is not None:
+        shown = _json(masker, record.snapshot)
+        return f'<div class="write"><code>input</code><pre>{shown}</pre></div>'
+    writes = "".join(
+        f'<div class="write"><code>{escape(_label(w.node, w.index))}</code>'
+        f"<pre>{_json(masker, w.writes)}</pre></div>"
+        for w in record.writes
+    )
+    nxt = ", ".join(_label(t.node, t.index) for t in record.next) or "nothing"
+    return (writes or '<span class="muted">no writes</span>') + (
+        f'<div class="muted">next: {escape(nxt)}</div>'
+    )
+
+
+def _diff_row(masker: Masker, row: AlignedStep) -> str:
+    if row.inserted:
+        kind, note = "inserted", "the fork's update: no counterpart"
+    elif row.a is None:
+        kind, note = "only-b", "only in B"
+    elif row.b is None:
+        kind, note = "only-a", "only in A"
+    elif row.changes:
+        kind, note = "differs", ""
+    else:
+        kind, note = "same", ""
+    step_a = "" if row.a is None else str(row.a.step)
+    step_b = "" if row.b is None else str(row.b.step)
+    out = (
+        f'<tr class="pair {kind}" data-a="{step_a}" data-b="{step_b}">'
+        f'<td class="num">{step_a}</td><td>{_diff_side(masker, row.a)}</td>'
+        f'<td class="num">{step_b}</td><td>{_diff_side(masker, row.b)}</td></tr>'
+    )
+    if row.changes or note:
+        items = "".join(f"<li>{escape(c)}</li>" for c in row.changes) or f"<li>{note}</li>"
+        out += f'<tr class="changes {kind}"><td colspan="4"><ul>{items}</ul></td></tr>'
+    return out
+
+
+def _same_run(rows: list[AlignedStep]) -> str:
+    # Rows that are the same have both sides.
+    steps_a = [r.a.step for r in rows if r.a is not None]
+    steps_b = [r.b.step for r in rows if r.b is not None]
+    span_a = f"{steps_a[0]}-{steps_a[-1]}"
+    span_b = f"{steps_b[0]}-{steps_b[-1]}"
+    return (
+        f'<tr class="pair same-run"><td class="num">{span_a}</td>'
+        f'<td colspan="2" class="muted">{len(rows)} steps the same</td>'
+        f'<td class="num">{span_b}</td></tr>'
+    )
+
+
+def _diff_rows(masker: Masker, rows: tuple[AlignedStep, ...]) -> str:
+    """Aligned rows; three or more identical steps in a row fold into one line."""
+    out: list[str] = []
+    same: list[AlignedStep] = []
+
+    def flush() -> None:
+        if len(same) >= 3:
+            out.append(_same_run(same))
+        else:
+            out.extend(_diff_row(masker, r) for r in same)
+        same.clear()
+
+    for row in rows:
+        if row.same:
+            same.append(row)
+            continue
+        flush()
+        out.append(_diff_row(masker, row))
+    flush()
+    return "".join(out)
+
+
+def _run_head(side: str, run: RunRecord) -> str:
+    rid = quote(run.run_id, safe="")
+    return (
+        f'<th class="c-run">{side}: <a href="/runs/{rid}">{escape(run.run_id)}</a> '
+        f"{_status(run.status)}</th>"
+    )
+
+
+def diff_form(a: str, b: str) -> str:
+    """The two run ids to compare."""
+    return f"""<form class="filters" method="get" action="/diff">
+<label>run A <input name="a" value="{escape(a)}"></label>
+<label>run B <input name="b" value="{escape(b)}"></label>
+<button type="submit">diff</button>
+</form>"""
+
+
+def diff_page(masker: Masker, diff: RunPairDiff | None, a: str, b: str) -> str:
+    """Two runs side by side (or just the form when no pair is chosen)."""
+    if diff is None:
+        body = f"<h1>Diff two runs</h1>{diff_form(a, b)}"
+        return layout("stargraph diff", body)
+    differing = sum(1 for r in diff.rows if not r.same)
+    verdict = (
+        "The runs are the same."
+        if diff.identical
+        else f"{differing} of {len(diff.rows)} aligned steps differ."
+    )
+    shift = f'<p class="shift">{escape(diff.shift)}.</p>' if diff.shift else ""
+    outcome = "".join(f"<li>{escape(line)}</li>" for line in diff.outcome)
+    outcome_html = f'<h2>Outcome</h2><ul class="outcome">{outcome}</ul>' if outcome else ""
+    body = f"""
+<h1>Diff of two runs</h1>
+{diff_form(a, b)}
+<p id="verdict">{escape(verdict)}</p>
+{shift}
+{outcome_html}
+<h2>Steps</h2>
+<table class="diff">
+<thead><tr><th class="c-step">step</th>{_run_head("A", diff.run_a)}
+<th class="c-step">step</th>{_run_head("B", diff.run_b)}</tr></thead>
+<tbody id="diff-rows">{_diff_rows(masker, diff.rows)}</tbody>
+</table>
+"""
+    return layout(f"stargraph diff {diff.run_a.run_id} {diff.run_b.run_id}", body)

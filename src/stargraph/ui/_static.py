@@ -29,6 +29,19 @@ JS: Final = r"""
     el.dataset.loaded = "1";
     fetchText(el.dataset.url, function (text) { el.querySelector("pre").textContent = text; });
   }, true);
+  // A child (skill) run opens into its steps, fetched once (they may hold children too).
+  document.addEventListener("toggle", function (ev) {
+    var el = ev.target;
+    if (!el || !el.matches || !el.matches("details.child") || !el.open || el.dataset.loaded) {
+      return;
+    }
+    el.dataset.loaded = "1";
+    fetchText(el.dataset.url, function (html) {
+      var box = el.querySelector(".nested");
+      box.innerHTML = html;
+      el.dataset.ready = "1";
+    });
+  }, true);
   var live = document.body.dataset.live;
   if (!live || !window.EventSource) { return; }
   var source = new EventSource(live);
@@ -112,4 +125,17 @@ svg.graph marker path{fill:#8c959f}svg.graph marker path.ran{fill:#1a7f37}
 .answer label{display:block;margin:.4rem 0}.answer textarea,.answer input{width:100%}
 .buttons{display:flex;gap:.5rem;flex-wrap:wrap}
 .pager{margin:.5rem 0}
+details.child{margin:.3rem 0;border-left:3px solid #8250df;padding-left:.4rem}
+details.child>summary{cursor:pointer}
+table.nested{font-size:.85rem}
+table.nested th:nth-child(1){width:3.4rem}table.nested th:nth-child(2){width:6.5rem}
+table.nested th:nth-child(3){width:6rem}table.nested th:nth-child(5){width:6rem}
+table.diff th.c-step{width:4rem}
+table.diff tr.differs>td,table.diff tr.changes.differs>td{background:#fff8c5}
+table.diff tr.only-a>td{background:#ffebe9}table.diff tr.only-b>td,table.diff tr.inserted>td{
+background:#dafbe1}
+table.diff tr.changes ul{margin:.1rem 0;padding-left:1.2rem;font-size:.85rem}
+table.diff tr.changes li{overflow-wrap:anywhere;font-family:ui-monospace,monospace}
+.shift{padding:.3rem .6rem;border-left:3px solid #0969da;background:#ddf4ff}
+ul.outcome li{overflow-wrap:anywhere;font-family:ui-monospace,monospace;font-size:.85rem}
 """

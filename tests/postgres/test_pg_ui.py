@@ -1,0 +1,167 @@
+"""The run console over a real PostgreSQL store, served by uvicorn and read over HTTP.
+
+The same pages and live events as over SQLite (``tests/ui``): the runs list, a run page, a
+run gaining steps live (the event stream polls the store), an answer that resumes the run,
+a nested skill run and a fork's diff, all against the server ``conftest`` starts.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from stargraph.checkpoint import PostgresStore
+from stargraph.ui import UiSettings, create_app
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ui"))
+from ui_graphs import GATES, approval_graph, loop_graph, scripted_model, trip_graph
+
+DEADLINE_S = 60.0
+
+
+@pytest.fixture
+def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
+    s = PostgresStore(pg_dsn, schema=pg_schema)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+class Console:
+    """The console over ``store`` on a free loopback port, in a thread of the test."""
+
+    def __init__(self, store: PostgresStore, graphs: list[Any]) -> None:
+        self.app = create_app(store, graphs=graphs, settings=UiSettings(poll_s=0.05))
+        config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + DEADLINE_S
+        while not self.server.started:
+            assert self.thread.is_alive(), "uvicorn stopped before it started"
+            assert time.monotonic() < deadline, "uvicorn did not start"
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}"
+        self.http = httpx.Client(base_url=self.url, timeout=DEADLINE_S)
+
+    def close(self) -> None:
+        self.http.close()
+        self.app.state.console.closing.set()
+        self.server.should_exit = True
+        self.thread.join(DEADLINE_S)
+        self.app.state.console.close()
+        assert not self.thread.is_alive()
+
+
+@pytest.fixture
+def serve() -> Iterator[Any]:
+    started: list[Console] = []
+
+    def start(store: PostgresStore, graphs: list[Any]) -> Console:
+        started.append(Console(store, graphs))
+        return started[-1]
+
+    yield start
+    for console in started:
+        console.close()
+
+
+def _wait_status(store: PostgresStore, run_id: str, status: str) -> None:
+    deadline = time.monotonic() + DEADLINE_S
+    while store.get_run(run_id).status != status:
+        assert time.monotonic() < deadline, store.get_run(run_id)
+        time.sleep(0.02)
+
+
+def test_runs_list_run_page_and_answer_over_postgres(store: PostgresStore, serve: Any) -> None:
+    approval = approval_graph().compile(store=store, services={"model": scripted_model()})
+    approval.invoke({"item": "widget", "api_key": "sk-live-0123456789"}, run_id="order-1")
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 2}, run_id="loop-1")
+    console = serve(store, [approval, loop])
+    runs = console.http.get("/")
+    assert runs.status_code == 200
+    row = re.search(r'<tr data-run="order-1">(.*?)</tr>', runs.text)
+    assert row is not None
+    assert "interrupted" in row.group(1)
+    assert ">150<" in row.group(1)  # the model call's tokens
+    assert 'href="/runs/loop-1"' in runs.text
+    assert "/runs/order-1" not in console.http.get("/?status=done").text
+    page = console.http.get("/runs/order-1")
+    assert page.status_code == 200
+    assert 'class="msg role-user"' in page.text
+    assert re.search(r'<g class="node node ran" data-node="draft">', page.text)
+    assert "sk-live-0123456789" not in page.text
+    csrf = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert csrf is not None
+    answered = console.http.post(
+        "/runs/order-1/answer",
+        data={"csrf": csrf.group(1), "action": "approve"},
+        headers={"origin": console.url},
+    )
+    assert answered.status_code == 303, answered.text  # to the run page
+    _wait_status(store, "order-1", "done")
+    assert approval.get_state("order-1").answer == {"approved": True}
+
+
+def test_a_running_run_updates_live_over_postgres(store: PostgresStore, serve: Any) -> None:
+    gate = GATES["pg-live"] = threading.Semaphore(0)
+    loop = loop_graph().compile(store=store)
+    worker = threading.Thread(
+        target=loop.invoke, args=({"limit": 2, "gate": "pg-live"},), kwargs={"run_id": "live"}
+    )
+    worker.start()
+    try:
+        deadline = time.monotonic() + DEADLINE_S
+        while not [r for r in store.list_runs() if r.run_id == "live"]:
+            assert time.monotonic() < deadline, "the run never started"
+            time.sleep(0.02)
+        console = serve(store, [loop])
+        assert console.http.get("/runs/live").text.count('<tr class="step"') == 1
+        events: list[dict[str, Any]] = []
+        with console.http.stream("GET", "/runs/live/events") as stream:
+            for line in stream.iter_lines():
+                if line.startswith("data: "):
+                    events.append(json.loads(line[6:]))
+                    if len(events) == 1:
+                        gate.release(2)  # let steps 1 and 2 commit
+                    if events[-1]["status"] == "done":
+                        break
+        assert events[0] == {"last_step": 0, "status": "running"}
+        steps = [e["last_step"] for e in events]
+        assert steps == sorted(steps)
+        assert events[-1] == {"last_step": 2, "status": "done"}
+        rows = console.http.get("/runs/live/rows?after=0&upto=2").text
+        assert [int(s) for s in re.findall(r'data-step="(\d+)"', rows)] == [1, 2]
+    finally:
+        gate.release(2)
+        worker.join(DEADLINE_S)
+    assert not worker.is_alive()
+
+
+def test_child_runs_and_a_fork_diff_over_postgres(store: PostgresStore, serve: Any) -> None:
+    trip = trip_graph().compile(store=store)
+    trip.invoke({}, run_id="t1")
+    trip.replay("t1", from_step=2, mutate={"city": "Bergen"}, new_run_id="t1b")
+    console = serve(store, [trip])
+    page = console.http.get("/runs/t1").text
+    assert '<details class="child" data-url="/runs/t1%3A%3Ahotel%402.0/nested">' in page
+    nested = console.http.get("/runs/t1%3A%3Ahotel%402.0/nested").text
+    assert "booked Oslo" in nested
+    diff = console.http.get("/diff", params={"a": "t1", "b": "t1b"}).text
+    pairs = re.findall(r'<tr class="pair ([a-z-]+)" data-a="(\d*)" data-b="(\d*)">', diff)
+    assert ("inserted", "", "2") in pairs
+    assert ("differs", "2", "3") in pairs  # the hotel skill, re-run for Bergen
+    assert "final state city: A = &quot;Oslo&quot;  B = &quot;Bergen&quot;" in diff
