@@ -899,7 +899,8 @@ class CheckpointStoreConformance:
             thread.start()
         for thread in threads:
             thread.join(timeout=60)
-        assert len(wins) == 1 and len(refused) == 7
+        assert len(wins) == 1
+        assert len(refused) == 7
         assert [r.run_id for r in store.get_thread("t")] == wins
 
     def test_a_turn_needs_its_thread_and_the_thread_its_turn(self, store: CheckpointStore) -> None:
