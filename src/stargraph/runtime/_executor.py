@@ -166,6 +166,7 @@ class CompiledGraph(StoredRuns[StateT]):
         fns: list[Callable[..., Any]] = [spec.fn for spec in self.specs.values()]
         fns += [r.fn for spec in self.specs.values() for r in spec.routers]
         fns += [r.fn for r in self.start_routers]
+        fns += [spec.input for spec in self.specs.values() if spec.input is not None]
         return code_hash(fns)
 
     # ------------------------------------------------------------------ running
