@@ -327,6 +327,27 @@ def test_a_schema_2_sqlite_file_is_migrated_and_takes_threads(tmp_path: Path) ->
     assert "UNIQUE" in index[0]
 
 
+def test_stargraph_runs_and_show_name_the_thread(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from stargraph.cli._app import cli
+
+    db = tmp_path / "cli.db"
+    with SqliteStore(db) as store:
+        app = threadgraph.app(store)
+        app.invoke({"messages": ["x"]}, run_id="alone")
+        for rid in ("t-1", "t-2"):
+            app.invoke({"messages": [rid]}, thread_id="chat", run_id=rid)
+    listed = CliRunner().invoke(cli, ["runs", "--db", str(db)], catch_exceptions=False)
+    assert listed.exit_code == 0
+    lines = listed.stdout.splitlines()
+    assert lines[0].split()[:5] == ["RUN", "ID", "GRAPH", "STATUS", "THREAD"]
+    threads = {line.split()[0]: line.split()[4:6] for line in lines[1:]}
+    assert threads == {"t-2": ["chat", "#2"], "t-1": ["chat", "#1"], "alone": ["-", "2"]}
+    shown = CliRunner().invoke(cli, ["show", "t-2", "--db", str(db)], catch_exceptions=False)
+    assert "thread     chat, turn 2" in shown.stdout
+
+
 # --------------------------------------------------------------------------- helpers
 
 
