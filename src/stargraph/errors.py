@@ -24,6 +24,7 @@ keeps working for callers who do not know stargraph::
         ├── NodeError                        a node raised; the original is ``__cause__``
         ├── InvalidInputError (ValueError)   the run's input does not fit the state model
         ├── InvalidWriteError                a node wrote something the state cannot take
+        ├── InvalidPayloadError (ValueError) a Send payload that does not fit the node's input
         ├── StepLimitExceeded                the run hit its step limit
         ├── NodeTimeoutError (TimeoutError)  a node exceeded its timeout
         ├── AttemptAbandonedError            a timed-out attempt's thread used its journal
@@ -41,6 +42,8 @@ keeps working for callers who do not know stargraph::
         │   ├── ArtifactNotFoundError (LookupError)   no stored tool artifact with that ref
         │   ├── RunBusyError                 another live owner holds the run's lease
         │   ├── LeaseLostError               this process's lease on a run was taken over
+        │   ├── ThreadNotFoundError (LookupError)   no thread with that id in the store
+        │   ├── ThreadBusyError              a thread's last turn has not finished yet
         │   └── StoreUnavailableError        disk full, read-only, I/O error, connection lost
         ├── ToolError                        the tool dispatch pipeline refused or failed a call
         │   ├── ToolArgumentError
@@ -96,6 +99,7 @@ __all__ = [
     "GraphvizNotFoundError",
     "IRError",
     "InvalidInputError",
+    "InvalidPayloadError",
     "InvalidProposalError",
     "InvalidWriteError",
     "LLMError",
@@ -133,6 +137,8 @@ __all__ = [
     "StepLimitExceeded",
     "StoreError",
     "StoreUnavailableError",
+    "ThreadBusyError",
+    "ThreadNotFoundError",
     "ToolArgumentError",
     "ToolError",
     "ToolNotAllowedError",
@@ -295,6 +301,25 @@ class InvalidWriteError(RunError):
     nodes wrote one reducer-less channel in the same step."""
 
 
+class InvalidPayloadError(RunError, ValueError):
+    """A task's input does not fit the input model its node declares
+    (``with_node(..., input=Model)``): a ``Send`` payload, or the state a node with an input
+    model was reached with. ``node`` and ``step`` locate it; ``field`` names the first field
+    at fault (a dotted path, ``""`` for the payload as a whole)."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str | None = None,
+        step: int | None = None,
+        node: str | None = None,
+        field: str = "",
+    ) -> None:
+        self.field = field
+        super().__init__(message, run_id=run_id, step=step, node=node)
+
+
 class StepLimitExceeded(RunError):
     """The run took more supersteps than its ``max_steps`` allows."""
 
@@ -402,6 +427,16 @@ class RunBusyError(CheckpointError):
 class LeaseLostError(CheckpointError):
     """This process's (or worker's) lease on the run was taken over; it must not write the
     run any more."""
+
+
+class ThreadNotFoundError(CheckpointError, LookupError):
+    """No run of the store belongs to a thread with this id."""
+
+
+class ThreadBusyError(CheckpointError):
+    """A new turn of a thread cannot start: its last turn (``run_id``) is still running, is
+    interrupted, failed or was cancelled (resume it first), or another caller started the
+    same turn at the same moment."""
 
 
 class StoreUnavailableError(CheckpointError):

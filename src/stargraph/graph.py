@@ -190,6 +190,7 @@ class Graph(Generic[StateT]):
         must_stub: bool = False,
         rules: Sequence[Any] = (),
         metadata: Mapping[str, Any] | None = None,
+        input: type[BaseModel] | None = None,
     ) -> Graph[StateT]:
         """Add a node: ``with_node("id", fn)`` for a callable, or ``with_node(SubgraphNode...)``.
 
@@ -198,6 +199,12 @@ class Graph(Generic[StateT]):
         compile and run time). ``blocking=True`` runs a sync node on a worker thread so it
         overlaps with its siblings in the same step (sync nodes otherwise run in turn, on the
         calling thread, in node-id order).
+
+        ``input=Model`` (a pydantic model defined at module level) gives the node a private
+        input: it receives a ``Model`` instance instead of the state, validated from the
+        ``Send`` payload of its task (which may carry keys that are not state fields) or, when
+        it is reached without one, from the state's fields that ``Model`` declares. The
+        model's import path is part of the graph hash.
         """
         if not isinstance(node, str):
             node_ir, children, child_impls = node.mount(self)
@@ -228,9 +235,11 @@ class Graph(Generic[StateT]):
             ref = found
         else:
             impls = {**impls, ref: fn}
+        input_ref = None if input is None else _input_ref(node, input, self._name)
         node_ir = FunctionNodeIR(
             id=NodeId(node),
             ref=ref,
+            input=input_ref,
             config=dict(config or {}),
             writes=tuple(writes) if writes is not None else None,
             retry=retry,
@@ -346,6 +355,35 @@ class Graph(Generic[StateT]):
 
     def __repr__(self) -> str:
         return f"Graph({self._name!r}, nodes={[n.id for n in self._nodes]})"
+
+
+def _input_ref(node: str, model: Any, graph: str) -> str:
+    """The import path of a node's input model, or the error saying why it has none."""
+    where = f"/nodes/{node}/input"
+    if not (inspect.isclass(model) and issubclass(model, BaseModel)):
+        raise CompileError(
+            [
+                Problem(
+                    where,
+                    f"input={model!r} is not a pydantic model",
+                    "pass a BaseModel subclass describing what the node receives",
+                )
+            ],
+            subject=f"node {node!r} of graph {graph!r}",
+        )
+    found = try_ref_of(model)
+    if isinstance(found, Problem):
+        raise UnreferenceableNodeError(
+            [
+                Problem(
+                    where,
+                    f"input model {model.__qualname__!r} cannot be referenced by import path",
+                    "define the input model at module level",
+                )
+            ],
+            subject=f"node {node!r} of graph {graph!r}",
+        )
+    return found
 
 
 def _pack_ir(pack: Any) -> RulePackIR:

@@ -16,7 +16,9 @@ from stargraph.checkpoint._records import (
     RunStatus,
     StepRecord,
     check_text,
+    check_thread,
     clip_error,
+    turn_taken,
 )
 from stargraph.errors import CheckpointError, RunNotFoundError
 
@@ -90,12 +92,17 @@ class MemoryStore:
             error=run.error,
         )
         _check_status(run.run_id, run.status)
+        check_thread(run)
         with self._lock:
             if run.run_id in self._runs:
                 raise CheckpointError(
                     f"run {run.run_id!r} already exists; pick another run_id or resume it",
                     run_id=run.run_id,
                 )
+            if run.thread_id is not None:
+                for other in self._runs.values():
+                    if other.thread_id == run.thread_id and other.turn == run.turn:
+                        raise turn_taken(run, other.run_id)
             now = _now()
             self._runs[run.run_id] = run.model_copy(
                 update={
@@ -224,6 +231,26 @@ class MemoryStore:
         runs = [r for r in shown if status is None or r.status == status]
         runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
         return runs[:limit]
+
+    def get_thread(self, thread_id: str) -> list[RunRecord]:
+        """The runs of a thread in turn order."""
+        with self._lock:
+            runs = [self._shown(r) for r in self._runs.values() if r.thread_id == thread_id]
+        return sorted(runs, key=lambda r: r.turn or 0)
+
+    def list_threads(self, *, limit: int = 100) -> list[RunRecord]:
+        """The latest turn of each thread, newest first."""
+        with self._lock:
+            latest: dict[str, RunRecord] = {}
+            for run in self._runs.values():
+                if run.thread_id is None:
+                    continue
+                seen = latest.get(run.thread_id)
+                if seen is None or (seen.turn or 0) < (run.turn or 0):
+                    latest[run.thread_id] = run
+            shown = [self._shown(r) for r in latest.values()]
+        shown.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
+        return shown[:limit]
 
     def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
         """Committed steps ``start..end``."""

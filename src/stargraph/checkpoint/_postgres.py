@@ -1,11 +1,12 @@
 """``PostgresStore``: the ``CheckpointStore`` on PostgreSQL (psycopg 3, extra ``postgres``).
 
-Layout (schema version 2, kept in ``<schema>.meta``; everything lives in its own schema,
+Layout (schema version 3, kept in ``<schema>.meta``; everything lives in its own schema,
 ``stargraph`` by default)::
 
     runs     run_id PK, graph_name, graph_hash, code_hash, status, last_step,
              parent_run_id, parent_step, created_at, updated_at, extra (JSON or NULL),
-             lease_token, lease_owner (JSON RunOwner but its token), lease_expires (server clock)
+             lease_token, lease_owner (JSON RunOwner but its token), lease_expires (server
+             clock), thread_id, turn (NULL outside a thread; unique together)
     steps    (run_id, step) PK, has_snapshot, payload (JSON StepRecord), crc; append-only
     pending  (run_id, step, node, idx) PK, payload (JSON PendingWrite), crc
     journal  (run_id, step, node, idx, seq) PK, kind, key, payload (JSON JournalEntry), crc
@@ -56,7 +57,9 @@ from stargraph.checkpoint._records import (
     RunRecord,
     RunStatus,
     StepRecord,
+    check_thread,
     clip_error,
+    turn_taken,
     unicode_problem,
 )
 from stargraph.checkpoint._sqlite import _crc, _decode, _encode, _encode_extra, _why
@@ -72,7 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "describe_dsn", "redact"]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The schema this code writes; older schemas are migrated when a store opens them."""
 
 # Each entry takes the schema from version ``i`` to ``i + 1``. ``{s}`` is the quoted schema.
@@ -127,6 +130,13 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE {s}.pending ADD COLUMN crc bigint",
         "ALTER TABLE {s}.journal ADD COLUMN crc bigint",
     ),
+    (
+        # Threads (see the SQLite store): the unique index fences two callers starting the
+        # same turn of a thread.
+        "ALTER TABLE {s}.runs ADD COLUMN thread_id bytea, ADD COLUMN turn bigint",
+        "CREATE UNIQUE INDEX runs_by_thread ON {s}.runs (thread_id, turn) "
+        "WHERE thread_id IS NOT NULL",
+    ),
 )
 
 _SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
@@ -138,7 +148,8 @@ _RUN_COLUMNS: Final = (
 # What a runs row is read as: the stored columns, then the lease and whether it lapsed by
 # the server's clock.
 _RUN_SELECT: Final = (
-    f"{_RUN_COLUMNS}, lease_token, lease_owner, lease_expires, lease_expires < clock_timestamp()"
+    f"{_RUN_COLUMNS}, lease_token, lease_owner, lease_expires, lease_expires < clock_timestamp(), "
+    "thread_id, turn"
 )
 _EXTRA_FIELDS: Final = ("error", "stopped_by", "interrupt")
 _MAX_STEP: Final = 2**63 - 1
@@ -509,6 +520,8 @@ class PostgresStore:
             if row[12] is not None:
                 data["owner"] = owner_from(str(row[11]), bytes(row[12]))
                 data["lease_expires"] = row[13].isoformat()
+            if row[15] is not None:
+                data["thread_id"], data["turn"] = _t(row[15]), row[16]
             record = RunRecord.model_validate(data)
         except (ValueError, TypeError, AttributeError) as exc:  # ValidationError, Unicode...
             raise CorruptCheckpointError(
@@ -528,6 +541,7 @@ class PostgresStore:
         rid = run.run_id
         key = _key(rid)
         self._check_status(rid, run.status)
+        check_thread(run)
         payload = _encode(first, run_id=rid, step=first.step)
         extra = _encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
         now = _now()
@@ -544,19 +558,29 @@ class PostgresStore:
             now,
             extra,
             *_lease_columns(run.owner),
+            _b(run.thread_id, run_id=rid),
+            run.turn,
         )
         with self._conn() as conn:
+            # ON CONFLICT without a target: a clash on the run id or on (thread, turn) both
+            # insert nothing; which one it was is looked up below.
             row = conn.execute(
                 f"WITH ins AS (INSERT INTO {self._s}.runs ({_RUN_COLUMNS}, lease_token, "
-                "lease_owner, lease_expires) "
+                "lease_owner, lease_expires, thread_id, turn) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
-                "clock_timestamp() + %s * interval '1 second') "
-                "ON CONFLICT (run_id) DO NOTHING RETURNING run_id), "
+                "clock_timestamp() + %s * interval '1 second', %s, %s) "
+                "ON CONFLICT DO NOTHING RETURNING run_id), "
                 f"st AS (INSERT INTO {self._s}.steps (run_id, step, has_snapshot, payload, crc) "
                 "SELECT run_id, %s, %s, %s, %s FROM ins) SELECT count(*) FROM ins",
                 (*values, first.step, first.snapshot is not None, payload, _crc(payload)),
             ).fetchone()
             if row is None or row[0] != 1:
+                if run.thread_id is not None and not self._exists(conn, key):
+                    holder = conn.execute(
+                        f"SELECT run_id FROM {self._s}.runs WHERE thread_id = %s AND turn = %s",
+                        (_b(run.thread_id, run_id=rid), run.turn),
+                    ).fetchone()
+                    raise turn_taken(run, None if holder is None else _t(holder[0]))
                 raise CheckpointError(
                     f"run {rid!r} already exists; pick another run_id or resume it",
                     run_id=rid,
@@ -813,6 +837,26 @@ class PostgresStore:
                     "ORDER BY created_at DESC, run_id DESC LIMIT %s",
                     (status, limit),
                 ).fetchall()
+        return [self._decode_run(row) for row in rows]
+
+    def get_thread(self, thread_id: str) -> list[RunRecord]:
+        """The runs of thread ``thread_id`` in turn order (empty for an unknown thread)."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT {_RUN_SELECT} FROM {self._s}.runs WHERE thread_id = %s ORDER BY turn",
+                (_b(thread_id, run_id=thread_id),),
+            ).fetchall()
+        return [self._decode_run(row) for row in rows]
+
+    def list_threads(self, *, limit: int = 100) -> list[RunRecord]:
+        """The latest turn of each thread, newest first."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT {_RUN_SELECT} FROM {self._s}.runs AS r WHERE thread_id IS NOT NULL "
+                f"AND turn = (SELECT MAX(turn) FROM {self._s}.runs WHERE thread_id = r.thread_id) "
+                "ORDER BY created_at DESC, run_id DESC LIMIT %s",
+                (limit,),
+            ).fetchall()
         return [self._decode_run(row) for row in rows]
 
     def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:

@@ -35,11 +35,16 @@ class CheckpointStore(Protocol):
     ``list_runs`` report a ``running`` run whose owner is gone as ``orphaned``. Stored text
     must be valid Unicode (a run id with a lone surrogate is refused with a
     ``CheckpointError`` naming it); a stored ``error`` is cut to ``MAX_ERROR_CHARS``.
+
+    Threads: a run created with ``thread_id`` and ``turn`` is that turn of that thread; a
+    store holds at most one run per ``(thread_id, turn)`` and refuses a second with
+    ``ThreadBusyError`` (how two callers starting the same turn are fenced apart).
     """
 
     def create_run(self, run: RunRecord, first: StepRecord) -> None:
-        """Insert a new run with its step 0, atomically. Raises if the run id exists.
-        With ``run.owner`` set, the new run is leased to that owner."""
+        """Insert a new run with its step 0, atomically. Raises if the run id exists (or,
+        for a turn of a thread, ``ThreadBusyError`` if that turn exists). With
+        ``run.owner`` set, the new run is leased to that owner."""
         ...
 
     def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
@@ -98,6 +103,14 @@ class CheckpointStore(Protocol):
 
     def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
         """Runs, newest first, optionally filtered by status."""
+        ...
+
+    def get_thread(self, thread_id: str) -> list[RunRecord]:
+        """The runs of thread ``thread_id`` in turn order (empty for an unknown thread)."""
+        ...
+
+    def list_threads(self, *, limit: int = 100) -> list[RunRecord]:
+        """The latest turn of each thread, newest first."""
         ...
 
     def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:

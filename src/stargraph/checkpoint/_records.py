@@ -18,7 +18,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from stargraph.errors import CheckpointError
+from stargraph.errors import CheckpointError, ThreadBusyError
 
 __all__ = [
     "MAX_ERROR_CHARS",
@@ -33,7 +33,9 @@ __all__ = [
     "TaskRecord",
     "WriteRecord",
     "check_text",
+    "check_thread",
     "clip_error",
+    "turn_taken",
     "unicode_problem",
 ]
 
@@ -92,6 +94,29 @@ def check_text(run_id: str, /, **texts: str | None) -> None:
                 "stored text must be valid Unicode (UTF-8), so use a plain string",
                 run_id=run_id,
             )
+
+
+def check_thread(run: RunRecord) -> None:
+    """Refuse a run record that names a thread without a turn, or a turn without a thread."""
+    if (run.thread_id is None) != (run.turn is None):
+        raise CheckpointError(
+            f"run {run.run_id!r} has thread_id={run.thread_id!r} and turn={run.turn!r}; a "
+            "turn of a thread needs both, a run on its own neither",
+            run_id=run.run_id,
+        )
+    if run.thread_id is not None:
+        check_text(run.run_id, thread_id=run.thread_id)
+
+
+def turn_taken(run: RunRecord, holder: str | None = None) -> ThreadBusyError:
+    """The error for a second run created as the same turn of the same thread."""
+    by = f" (run {holder!r})" if holder else ""
+    return ThreadBusyError(
+        f"thread {run.thread_id!r} already has a turn {run.turn}{by}, so run {run.run_id!r} "
+        "cannot be that turn: another caller started it at the same moment; let that turn "
+        "finish, then start the next one",
+        run_id=run.run_id,
+    )
 
 
 class TaskRecord(BaseModel):
@@ -215,6 +240,17 @@ class RunRecord(BaseModel):
     lease_expires: str | None = Field(
         default=None,
         description="When the owner's lease lapses without a heartbeat (ISO; set by the store).",
+    )
+    thread_id: str | None = Field(
+        default=None,
+        description="The thread this run is a turn of (``invoke(..., thread_id=...)``); None "
+        "for a run on its own.",
+    )
+    turn: int | None = Field(
+        default=None,
+        ge=1,
+        description="Which turn of its thread the run is, from 1 (None outside a thread). A "
+        "store keeps one run per thread and turn.",
     )
 
 

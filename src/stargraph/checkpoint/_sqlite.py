@@ -1,11 +1,12 @@
 """``SqliteStore``: the embedded ``CheckpointStore`` (stdlib ``sqlite3``, WAL, one file).
 
-Layout (schema version 2, kept in ``meta.schema_version``)::
+Layout (schema version 3, kept in ``meta.schema_version``)::
 
     runs     run_id PK, graph_name, graph_hash, code_hash, status, last_step,
              parent_run_id, parent_step, created_at, updated_at, extra (JSON or NULL:
              error / stopped_by / interrupt, only when set), lease_token, lease_owner
-             (JSON RunOwner but its token), lease_expires (Unix seconds): the lease, NULL if free
+             (JSON RunOwner but its token), lease_expires (Unix seconds): the lease, NULL if
+             free; thread_id, turn (NULL for a run outside a thread; unique together)
     steps    (run_id, step) PK, has_snapshot, payload (JSON StepRecord), crc; append-only
     pending  (run_id, step, node, idx) PK, payload (JSON PendingWrite), crc
     journal  (run_id, step, node, idx, seq) PK, kind, key, payload (JSON JournalEntry), crc
@@ -62,7 +63,9 @@ from stargraph.checkpoint._records import (
     RunStatus,
     StepRecord,
     check_text,
+    check_thread,
     clip_error,
+    turn_taken,
     unicode_problem,
 )
 from stargraph.errors import (
@@ -74,7 +77,7 @@ from stargraph.errors import (
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
-SCHEMA_VERSION: Final = 2
+SCHEMA_VERSION: Final = 3
 """The schema this code writes; older files are migrated when opened."""
 
 # Each migration takes the schema from version ``i`` to ``i + 1``; statements run one by one
@@ -137,11 +140,20 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE pending ADD COLUMN crc INTEGER",
         "ALTER TABLE journal ADD COLUMN crc INTEGER",
     ),
+    (
+        # Threads: a run may be a turn of a thread. The unique index fences two callers
+        # starting the same turn, and serves get_thread and list_threads; partial, so runs
+        # outside threads cost it nothing.
+        "ALTER TABLE runs ADD COLUMN thread_id TEXT",
+        "ALTER TABLE runs ADD COLUMN turn INTEGER",
+        "CREATE UNIQUE INDEX runs_by_thread ON runs (thread_id, turn) WHERE thread_id IS NOT NULL",
+    ),
 )
 
 _RUN_COLUMNS: Final = (
     "run_id, graph_name, graph_hash, code_hash, status, last_step, parent_run_id, "
-    "parent_step, created_at, updated_at, extra, lease_token, lease_owner, lease_expires"
+    "parent_step, created_at, updated_at, extra, lease_token, lease_owner, lease_expires, "
+    "thread_id, turn"
 )
 _RUN_FIELDS: Final = (
     "run_id",
@@ -296,6 +308,8 @@ def _decode_run(row: tuple[Any, ...]) -> RunRecord:
             expired = expires < time.time()
             data["owner"] = owner
             data["lease_expires"] = datetime.fromtimestamp(expires, UTC).isoformat()
+        if row[14] is not None:
+            data["thread_id"], data["turn"] = row[14], row[15]
         record = RunRecord.model_validate(data)
     except (ValueError, TypeError) as exc:  # ValidationError is a ValueError
         raise CorruptCheckpointError(
@@ -615,6 +629,7 @@ class SqliteStore:
         rid = run.run_id
         check_text(rid, run_id=rid, graph_name=run.graph_name, parent_run_id=run.parent_run_id)
         self._check_status(rid, run.status)
+        check_thread(run)
         payload = _encode(first, run_id=rid, step=first.step)
         extra = _encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
         owner = run.owner
@@ -623,7 +638,7 @@ class SqliteStore:
             try:
                 conn.execute(
                     f"INSERT INTO runs ({_RUN_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         rid,
                         run.graph_name,
@@ -637,9 +652,17 @@ class SqliteStore:
                         now,
                         extra,
                         *self._lease_columns(owner),
+                        run.thread_id,
+                        run.turn,
                     ),
                 )
             except sqlite3.IntegrityError as exc:
+                if "thread_id" in str(exc):
+                    holder = conn.execute(
+                        "SELECT run_id FROM runs WHERE thread_id = ? AND turn = ?",
+                        (run.thread_id, run.turn),
+                    ).fetchone()
+                    raise turn_taken(run, None if holder is None else holder[0]) from exc
                 raise CheckpointError(
                     f"run {rid!r} already exists; pick another run_id or resume it",
                     run_id=rid,
@@ -874,6 +897,23 @@ class SqliteStore:
                 "ORDER BY created_at DESC, run_id DESC LIMIT ?",
                 (status, limit),
             )
+        return [_decode_run(row) for row in rows]
+
+    def get_thread(self, thread_id: str) -> list[RunRecord]:
+        """The runs of thread ``thread_id`` in turn order (empty for an unknown thread)."""
+        rows = self._rows(
+            f"SELECT {_RUN_COLUMNS} FROM runs WHERE thread_id = ? ORDER BY turn", (thread_id,)
+        )
+        return [_decode_run(row) for row in rows]
+
+    def list_threads(self, *, limit: int = 100) -> list[RunRecord]:
+        """The latest turn of each thread, newest first."""
+        rows = self._rows(
+            f"SELECT {_RUN_COLUMNS} FROM runs AS r WHERE thread_id IS NOT NULL AND turn = "
+            "(SELECT MAX(turn) FROM runs WHERE thread_id = r.thread_id) "
+            "ORDER BY created_at DESC, run_id DESC LIMIT ?",
+            (limit,),
+        )
         return [_decode_run(row) for row in rows]
 
     def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:

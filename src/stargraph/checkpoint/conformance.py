@@ -42,7 +42,13 @@ from stargraph.checkpoint._records import (
     TaskRecord,
     WriteRecord,
 )
-from stargraph.errors import CheckpointError, LeaseLostError, RunBusyError, RunNotFoundError
+from stargraph.errors import (
+    CheckpointError,
+    LeaseLostError,
+    RunBusyError,
+    RunNotFoundError,
+    ThreadBusyError,
+)
 
 __all__ = ["ODD_VALUES", "CheckpointStoreConformance", "make_run", "make_step", "same_value"]
 
@@ -829,6 +835,78 @@ class CheckpointStoreConformance:
         assert store.get_journal("r1", 1) == [first], "without replace the first entry stays"
         store.append_journal("r1", again, replace=True)
         assert store.get_journal("r1", 1) == [again]
+
+    # ------------------------------------------------------------------ threads
+
+    def test_thread_runs_come_back_in_turn_order(self, store: CheckpointStore) -> None:
+        # Created out of order and with created_at against turn order: turns decide.
+        for rid, turn, at in (("t-2", 2, "2024-01-01"), ("t-1", 1, "2024-01-02")):
+            store.create_run(
+                make_run(rid, thread_id="chat 🦀\u0000", turn=turn, created_at=at), make_step(0)
+            )
+        store.create_run(make_run("alone"), make_step(0))
+        store.create_run(make_run("other-1", thread_id="other", turn=1), make_step(0))
+        runs = store.get_thread("chat 🦀\u0000")
+        assert [(r.run_id, r.thread_id, r.turn) for r in runs] == [
+            ("t-1", "chat 🦀\u0000", 1),
+            ("t-2", "chat 🦀\u0000", 2),
+        ]
+        assert store.get_thread("nobody") == []
+        assert store.get_run("alone").thread_id is None
+        assert store.get_run("alone").turn is None
+        got = store.get_run("t-2")
+        assert (got.thread_id, got.turn) == ("chat 🦀\u0000", 2)
+
+    def test_list_threads_gives_the_latest_turn_of_each_newest_first(
+        self, store: CheckpointStore
+    ) -> None:
+        store.create_run(make_run("a1", thread_id="a", turn=1, created_at="1"), make_step(0))
+        store.create_run(make_run("b1", thread_id="b", turn=1, created_at="2"), make_step(0))
+        store.create_run(make_run("a2", thread_id="a", turn=2, created_at="3"), make_step(0))
+        store.create_run(make_run("solo", created_at="4"), make_step(0))
+        assert [r.run_id for r in store.list_threads()] == ["a2", "b1"]
+        assert [r.run_id for r in store.list_threads(limit=1)] == ["a2"]
+        store.set_status("a2", "done")
+        assert store.list_threads()[0].status == "done"
+
+    def test_a_second_run_for_the_same_turn_is_refused(self, store: CheckpointStore) -> None:
+        store.create_run(make_run("first", thread_id="t", turn=1), make_step(0))
+        with pytest.raises(ThreadBusyError, match=r"thread 't' already has a turn 1.*'first'"):
+            store.create_run(make_run("second", thread_id="t", turn=1), make_step(0))
+        with pytest.raises(RunNotFoundError):
+            store.get_run("second")
+        assert [r.run_id for r in store.get_thread("t")] == ["first"]
+        # The run id clash is still the run id clash.
+        with pytest.raises(CheckpointError, match="'first' already exists") as info:
+            store.create_run(make_run("first", thread_id="t", turn=2), make_step(0))
+        assert not isinstance(info.value, ThreadBusyError)
+
+    def test_two_starters_of_one_turn_exactly_one_wins(self, store: CheckpointStore) -> None:
+        barrier = threading.Barrier(8, timeout=30)
+        wins: list[str] = []
+        refused: list[str] = []
+
+        def start(i: int) -> None:
+            barrier.wait()
+            try:
+                store.create_run(make_run(f"r{i}", thread_id="t", turn=1), make_step(0))
+                wins.append(f"r{i}")
+            except ThreadBusyError:
+                refused.append(f"r{i}")
+
+        threads = [threading.Thread(target=start, args=(i,)) for i in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+        assert len(wins) == 1
+        assert len(refused) == 7
+        assert [r.run_id for r in store.get_thread("t")] == wins
+
+    def test_a_turn_needs_its_thread_and_the_thread_its_turn(self, store: CheckpointStore) -> None:
+        for fields in ({"thread_id": "t"}, {"turn": 3}):
+            with pytest.raises(CheckpointError, match="needs both"):
+                store.create_run(make_run("r", **fields), make_step(0))
 
 
 def _plain(value: Any) -> Any:

@@ -66,7 +66,14 @@ def runs_command(db: str, status: str | None, limit: int, as_json: bool) -> None
         )
         for r in records
     ]
-    header = ("RUN ID", "GRAPH", "STATUS", "LAST STEP", "UPDATED")
+    header: tuple[str, ...] = ("RUN ID", "GRAPH", "STATUS", "LAST STEP", "UPDATED")
+    if any(r.thread_id is not None for r in records):
+        # Only when some run is a turn of a thread: other listings keep their columns.
+        header = (*header[:3], "THREAD", *header[3:])
+        rows = [
+            (*row[:3], "-" if r.thread_id is None else f"{r.thread_id} #{r.turn}", *row[3:])
+            for row, r in zip(rows, records, strict=True)
+        ]
     if sys.stdout.isatty():
         from rich.console import Console
         from rich.table import Table
@@ -93,6 +100,8 @@ def _summary(record: RunRecord) -> list[str]:
         f"created    {record.created_at or '-'}",
         f"updated    {record.updated_at or '-'}",
     ]
+    if record.thread_id is not None:
+        lines.append(f"thread     {record.thread_id}, turn {record.turn}")
     if record.parent_run_id:
         lines.append(f"forked     from {record.parent_run_id} at step {record.parent_step}")
     if record.stopped_by:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 from pydantic import BaseModel
 
 from stargraph.checkpoint import CheckpointStore
+from stargraph.compile._inputs import input_models
 from stargraph.compile._subgraphs import site_of, subgraph_problems
 from stargraph.compile._validate import is_async_callable, validate_ir
 from stargraph.errors import CompileError, Problem, UndeclaredOutputError
@@ -89,6 +90,7 @@ def compile_ir(
     """
     impls = dict(impls or {})
     problems, resolved = validate_ir(ir, impls, state)
+    inputs = input_models(ir, impls, problems, remote=executor is not None)
     if store is None:
         for i, node in enumerate(ir.nodes):
             if node.interrupt_before or node.interrupt_after:
@@ -199,6 +201,7 @@ def compile_ir(
             static_next=tuple(sorted(set(static_next[node.id]))),
             routers=tuple(routers[node.id]),
             joins=tuple(joins[node.id]),
+            input=inputs.get(node.id),
         )
     return CompiledGraph(
         ir=ir,

@@ -195,6 +195,12 @@ class FunctionNodeIR(_NodeBase):
     config: dict[str, JsonValue] = Field(
         default_factory=dict, description="Static configuration handed to the node via ctx."
     )
+    input: str | None = Field(
+        default=None,
+        description="'module:qualname' (or registry id) of the node's input model: the node "
+        "receives a validated instance of it - a Send's payload, or the state's fields it "
+        "declares - instead of the state. None: the node receives the state.",
+    )
 
     @field_validator("config")
     @classmethod

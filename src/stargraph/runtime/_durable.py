@@ -213,6 +213,8 @@ class Persistence:
         self.snapshot_every = snapshot_every
         self.lease: Lease | None = None
         self.owner: str | None = None
+        # (thread id, turn) when the run is a turn of a thread (see runtime._threads).
+        self.thread: tuple[str, int] | None = None
         self._hold(lease)
 
     def _hold(self, lease: Lease | None) -> None:
@@ -279,6 +281,8 @@ class Persistence:
             parent_step=parent_step,
             created_at=_now(),
             owner=owner,
+            thread_id=None if self.thread is None else self.thread[0],
+            turn=None if self.thread is None else self.thread[1],
         )
         first = StepRecord(
             step=run.step,

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ValidationError
 from stargraph.checkpoint import (
     CheckpointStore,
     Recording,
+    RunRecord,
 )
 from stargraph.errors import (
     CheckpointError,
@@ -42,7 +43,7 @@ from stargraph.errors import (
     StargraphError,
 )
 from stargraph.ir import END, GraphIR
-from stargraph.runtime import _cancel
+from stargraph.runtime import _cancel, _threads
 from stargraph.runtime._context import Entropy, SystemEntropy
 from stargraph.runtime._durable import (
     Durability,
@@ -68,6 +69,7 @@ from stargraph.runtime._rules import RuleSet
 from stargraph.runtime._run import MAX_STEPS_BOUND, Run, describe_exception, jsonable
 from stargraph.runtime._stored import StoredRuns, _describe
 from stargraph.runtime._tasks import StepOutcome, execute_async, execute_sync
+from stargraph.runtime._threads import start_turn
 from stargraph.state import Channel
 
 __all__ = ["DEFAULT_MAX_STEPS", "MAX_STEPS_BOUND", "CompiledGraph"]
@@ -164,6 +166,7 @@ class CompiledGraph(StoredRuns[StateT]):
         fns: list[Callable[..., Any]] = [spec.fn for spec in self.specs.values()]
         fns += [r.fn for spec in self.specs.values() for r in spec.routers]
         fns += [r.fn for r in self.start_routers]
+        fns += [spec.input for spec in self.specs.values() if spec.input is not None]
         return code_hash(fns)
 
     # ------------------------------------------------------------------ running
@@ -174,10 +177,15 @@ class CompiledGraph(StoredRuns[StateT]):
         *,
         run_id: str | None = None,
         max_steps: int | None = None,
+        thread_id: str | None = None,
     ) -> StateT:
-        """Run to the end (or to an interrupt) and return the state reached."""
+        """Run to the end (or to an interrupt) and return the state reached.
+
+        With ``thread_id`` the run is the next turn of that thread: it starts from the state
+        the thread's last turn finished with, ``input`` applied through the reducers (see
+        ``runtime._threads``; needs a store)."""
         self._refuse_unknown_keys(input, run_id)
-        run = self._new_run(input, run_id, max_steps, emit=None)
+        run = self._new_run(input, run_id, max_steps, emit=None, thread_id=thread_id)
         self._run_to_end(run, fresh=True)
         return self._state(run)
 
@@ -187,11 +195,13 @@ class CompiledGraph(StoredRuns[StateT]):
         *,
         run_id: str | None = None,
         max_steps: int | None = None,
+        thread_id: str | None = None,
     ) -> Iterator[Event]:
-        """Run to the end, yielding events as each step completes."""
+        """Run to the end, yielding events as each step completes (``thread_id``: as in
+        :meth:`invoke`)."""
         buffer: list[Event] = []
         self._refuse_unknown_keys(input, run_id)
-        run = self._new_run(input, run_id, max_steps, emit=buffer.append)
+        run = self._new_run(input, run_id, max_steps, emit=buffer.append, thread_id=thread_id)
         yield from self._stream(run, buffer, fresh=True)
 
     async def ainvoke(
@@ -200,10 +210,11 @@ class CompiledGraph(StoredRuns[StateT]):
         *,
         run_id: str | None = None,
         max_steps: int | None = None,
+        thread_id: str | None = None,
     ) -> StateT:
         """Async :meth:`invoke`: async nodes of one step run concurrently on this loop."""
         self._refuse_unknown_keys(input, run_id)
-        run = self._new_run(input, run_id, max_steps, emit=None)
+        run = self._new_run(input, run_id, max_steps, emit=None, thread_id=thread_id)
         async for _ in self._adrive(run, fresh=True):
             pass
         return self._state(run)
@@ -214,11 +225,12 @@ class CompiledGraph(StoredRuns[StateT]):
         *,
         run_id: str | None = None,
         max_steps: int | None = None,
+        thread_id: str | None = None,
     ) -> AsyncIterator[Event]:
         """Async :meth:`stream`."""
         buffer: list[Event] = []
         self._refuse_unknown_keys(input, run_id)
-        run = self._new_run(input, run_id, max_steps, emit=buffer.append)
+        run = self._new_run(input, run_id, max_steps, emit=buffer.append, thread_id=thread_id)
         drive = self._adrive(run, fresh=True)
         try:
             async for _ in drive:
@@ -278,6 +290,16 @@ class CompiledGraph(StoredRuns[StateT]):
             raise
         yield from buffer
 
+    def get_thread(self, thread_id: str) -> list[RunRecord]:
+        """The runs of a thread, one per turn, in turn order; the last one's final state is
+        the conversation so far (``get_state(runs[-1].run_id)``). Raises
+        :class:`~stargraph.errors.ThreadNotFoundError` for a thread with no run."""
+        return _threads.get_thread(self, thread_id)
+
+    def threads(self, *, limit: int = 100) -> list[RunRecord]:
+        """The latest turn of each thread in the store, newest first."""
+        return _threads.list_threads(self, limit)
+
     def _recording(self, source: str | Recording) -> Recording:
         if isinstance(source, Recording):
             return source
@@ -291,9 +313,11 @@ class CompiledGraph(StoredRuns[StateT]):
         run_id: str | None,
         max_steps: int | None,
         emit: Callable[[Event], None] | None,
+        thread_id: str | None = None,
     ) -> Run:
         run_id = run_id or f"run-{os.urandom(8).hex()}"
-        values = self._initial_values(input, run_id)
+        turn = None if thread_id is None else start_turn(self, input, thread_id, run_id)
+        values = self._initial_values(input, run_id) if turn is None else turn.values
         run = Run(
             self,
             run_id,
@@ -306,6 +330,8 @@ class CompiledGraph(StoredRuns[StateT]):
             run.persistence = Persistence(
                 self, self.store, durability=self.durability, snapshot_every=self.snapshot_every
             )
+            if turn is not None:
+                run.persistence.thread = (turn.thread_id, turn.number)
         return run
 
     def _observed(self, emit: Callable[[Event], None] | None) -> Callable[[Event], None] | None:

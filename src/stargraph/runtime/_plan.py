@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from pydantic import BaseModel
+
 from stargraph.ir import RetryPolicyIR
 
 __all__ = ["JoinSpec", "NodeSpec", "RouterSpec", "Send", "Task", "accepts_ctx"]
@@ -21,7 +23,9 @@ class Send:
     """Returned by a router to run ``node`` once more in the next step, map-reduce style.
 
     ``payload`` (a JSON-compatible mapping of state fields) is overlaid on the state that this
-    one execution of ``node`` sees; it is checkpointed with the pending task.
+    one execution of ``node`` sees; it is checkpointed with the pending task. A node that
+    declares an input model (``with_node(..., input=Model)``) receives the payload instead,
+    validated into that model, and it may hold keys that are not state fields.
     """
 
     node: str
@@ -82,6 +86,9 @@ class NodeSpec:
     static_next: tuple[str, ...] = ()
     routers: tuple[RouterSpec, ...] = ()
     joins: tuple[JoinSpec, ...] = ()
+    # The node's input model (with_node(..., input=Model)): it receives an instance of it
+    # instead of the state (see runtime._inputs).
+    input: type[BaseModel] | None = None
 
     @property
     def plain(self) -> bool:

@@ -24,6 +24,7 @@ from stargraph.errors import (
 from stargraph.ir import END
 from stargraph.runtime._context import AttemptFence, Entropy, RunContext, TaskJournal
 from stargraph.runtime._events import Event
+from stargraph.runtime._inputs import node_input
 from stargraph.runtime._plan import NodeSpec, RouterSpec, Send, Task
 from stargraph.state import Channel, fast_state
 
@@ -354,7 +355,7 @@ class Run:
 
         Each attempt gets its own state object and ctx (with its own journal handle), so an
         abandoned attempt that still runs shares nothing mutable with the next one."""
-        state = self.task_state(task)
+        state = self.task_state(task) if spec.input is None else node_input(self, task, spec.input)
         if spec.takes_ctx:
             return (state, self._ctx(task.node, task.index, spec.config, fence, attempt))
         return (state,)

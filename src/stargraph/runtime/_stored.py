@@ -267,6 +267,9 @@ class StoredRuns(Generic[StateT]):
                     "stopped_by": None,
                     "interrupt": None,
                     "owner": None,  # the parent's lease, if any, is not the fork's
+                    # A fork of a thread's turn is a branch beside the thread, not a turn.
+                    "thread_id": None,
+                    "turn": None,
                     "lease_expires": None,
                     "created_at": "",
                     "updated_at": "",

@@ -162,6 +162,12 @@ class _FencedStore:
     def list_runs(self, *, status: Any = None, limit: int = 100) -> list[RunRecord]:
         return self._inner.list_runs(status=status, limit=limit)
 
+    def get_thread(self, thread_id: str) -> list[RunRecord]:
+        return self._inner.get_thread(thread_id)
+
+    def list_threads(self, *, limit: int = 100) -> list[RunRecord]:
+        return self._inner.list_threads(limit=limit)
+
     def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
         return self._inner.get_steps(run_id, start=start, end=end)
 

@@ -1,0 +1,61 @@
+"""Private node input: a node may declare an input model instead of reading the state.
+
+``with_node("work", fn, input=WorkItem)`` makes ``fn`` receive a ``WorkItem`` as its first
+argument (``fn(item)`` or ``fn(item, ctx)``), like a LangGraph node with a private input
+schema. The instance is validated from
+
+- the task's ``Send`` payload, when it has one: ``Send("work", {"url": ..., "depth": 2})``
+  may carry any keys ``WorkItem`` accepts, state fields or not (the payload is checkpointed
+  with the pending task, so a resumed or replayed task gets the same input);
+- otherwise (the node was reached by an edge, or sent an empty payload), the state's values
+  of the fields ``WorkItem`` declares.
+
+The node still *writes* state channels, validated as for any node. A payload that does not
+fit the model is an :class:`~stargraph.errors.InvalidPayloadError` naming node, step and the
+fields at fault, raised before the node runs.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from pydantic import BaseModel, ValidationError
+
+from stargraph.errors import InvalidPayloadError
+
+if TYPE_CHECKING:
+    from stargraph.runtime._plan import Task
+    from stargraph.runtime._run import Run
+
+__all__ = ["node_input"]
+
+
+def _where(loc: tuple[int | str, ...]) -> str:
+    return ".".join(str(part) for part in loc)
+
+
+def node_input(run: Run, task: Task, model: type[BaseModel]) -> BaseModel:
+    """The validated input of ``task``, whose node declares ``model`` as its input."""
+    if task.payload:
+        data: Any = task.payload
+        source = "the Send payload"
+    else:
+        values = run.values
+        data = {name: values[name] for name in model.model_fields if name in values}
+        source = "the state"
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        problems = "; ".join(f"{_where(e['loc']) or '<payload>'}: {e['msg']}" for e in errors)
+        keys = sorted(map(str, data)) if isinstance(data, dict) else []
+        raise InvalidPayloadError(
+            f"node {task.node!r} at step {run.step} of run {run.run_id!r}: {source} "
+            f"(keys {keys}) does not fit its input model {model.__name__}: {problems}; send a "
+            f"payload that {model.__name__} accepts, e.g. Send({task.node!r}, "
+            f"{{...fields of {model.__name__}...}})",
+            run_id=run.run_id,
+            step=run.step,
+            node=task.node,
+            field=_where(errors[0]["loc"]) if errors else "",
+        ) from exc
