@@ -7,6 +7,7 @@ this directory on ``sys.path``, as the CLI does with the current directory.
 from __future__ import annotations
 
 import json
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -325,8 +326,12 @@ def test_resume_failure_paths() -> None:
     assert "--update must be a JSON object" in result.stderr
     for path in Path(".stargraph/graphs").iterdir():  # the archived IR and the GRAPH argument
         path.unlink()
+    # ... and the IR the store keeps: a run stored by a stargraph that kept no graphs.
+    with sqlite3.connect(".stargraph/stargraph.db") as conn:
+        conn.execute("DELETE FROM graphs")
     result = sg("resume", "t-4", "--response", "1")
     assert result.exit_code == 2
+    assert "neither archived beside .stargraph/stargraph.db nor kept in it" in result.stderr
     assert "pass --graph" in result.stderr
 
 
@@ -391,6 +396,8 @@ def test_show_interrupted_run_and_state_without_a_graph() -> None:
     sg("run", "test_cli_commands:approval", "--run-id", "a-1", "-q")
     for path in Path(".stargraph/graphs").glob("*.json"):
         path.unlink()
+    with sqlite3.connect(".stargraph/stargraph.db") as conn:  # as stored by an older stargraph
+        conn.execute("DELETE FROM graphs")
     out = sg("show", "a-1").stdout
     assert 'waiting on {"index": 0, "kind": "node", "node": "ask"' in out
     assert "pass --graph to rebuild the state" in out
@@ -418,6 +425,11 @@ def test_show_html_writes_a_report() -> None:
     assert "c-1" in html
     for path in Path(".stargraph/graphs").glob("*.json"):
         path.unlink()
+    result = sg("show", "c-1", "--html", "from-store.html")  # the store keeps the IR too
+    assert result.exit_code == 0, result.output
+    assert Path("from-store.html").read_text() == html
+    with sqlite3.connect(".stargraph/stargraph.db") as conn:  # as stored by an older stargraph
+        conn.execute("DELETE FROM graphs")
     result = sg("show", "c-1", "--html", "r2.html")
     assert result.exit_code == 2
     assert "pass --graph" in result.stderr

@@ -227,7 +227,7 @@ def test_replay_of_a_cassette_refuses_counterfactuals_and_needs_its_graph() -> N
     assert "need a run id in --db, not a cassette file" in result.stderr
     elsewhere = sg("replay", "c.json", "--db", "other/x.db")
     assert elsewhere.exit_code == 2
-    assert "is not archived beside other/x.db; pass --graph" in one_paragraph_error(elsewhere)
+    assert "is neither archived beside other/x.db nor kept in it" in one_paragraph_error(elsewhere)
 
 
 # --------------------------------------------------------------------------- plugins

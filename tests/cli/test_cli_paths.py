@@ -276,6 +276,29 @@ def test_a_run_made_by_a_script_resumes_from_the_command_line(project: Path) -> 
     assert resumed.stderr == ""
 
 
+def test_a_run_made_from_python_needs_no_graph_option(project: Path) -> None:
+    """A durable run gives its store its graph's IR (once per hash), so the commands find
+    the graph of a run started from Python with no ``--graph`` and no archive beside the
+    database: show, resume (importing the nodes from the current folder) and replay."""
+    (project / "main_run.py").write_text(
+        TRIAGE.replace(
+            'if __name__ == "__main__":\n    print(graph.compile().graph_hash)',
+            'if __name__ == "__main__":\n'
+            "    from stargraph.checkpoint import SqliteStore\n"
+            '    app = graph.compile(store=SqliteStore(".stargraph/stargraph.db"))\n'
+            '    app.invoke({"text": "an invoice"}, run_id="m-1")\n',
+        )
+    )
+    python(project, "main_run.py")
+    assert not list((project / ".stargraph").glob("graphs/*")), "nothing is archived"
+    shown = run(project, "show", "m-1")
+    assert "waiting" in shown.stdout or "interrupted" in shown.stdout
+    resumed = run(project, "resume", "m-1", "--response", "true", "-q")
+    assert json.loads(resumed.stdout)["log"] == ["classify", "approved=True"]
+    assert resumed.stderr == ""
+    assert run(project, "replay", "m-1", "-q").returncode == 0
+
+
 def test_a_script_without_an_importable_name_still_runs_in_memory(tmp_path: Path) -> None:
     (tmp_path / "my-flow.py").write_text(
         TRIAGE.replace(

@@ -49,7 +49,7 @@ def test_a_schema_2_database_is_migrated_and_takes_threads(pg_dsn: str, pg_schem
             (make_step(0).model_dump_json(exclude_defaults=True).encode(),),
         )
     with PostgresStore(pg_dsn, schema=pg_schema) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 3
+        assert store.schema_version() == SCHEMA_VERSION == 4
         old = store.get_run("r1")
         assert (old.status, old.thread_id, old.turn) == ("done", None, None)
         assert store.get_steps("r1") == [make_step(0)]
@@ -57,4 +57,4 @@ def test_a_schema_2_database_is_migrated_and_takes_threads(pg_dsn: str, pg_schem
         assert [r.run_id for r in store.get_thread("t")] == ["t1"]
         assert [r.run_id for r in store.list_threads()] == ["t1"]
     with PostgresStore(pg_dsn, schema=pg_schema) as again:  # reopening migrates nothing
-        assert again.schema_version() == 3
+        assert again.schema_version() == SCHEMA_VERSION

@@ -47,6 +47,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[str, RunRecord] = {}
+        self._graphs: dict[str, bytes] = {}
         self._steps: dict[str, list[StepRecord]] = {}
         self._pending: dict[tuple[str, int], dict[tuple[str, int], PendingWrite]] = {}
         self._journal: dict[tuple[str, int], dict[tuple[str, int, int], JournalEntry]] = {}
@@ -231,6 +232,16 @@ class MemoryStore:
         runs = [r for r in shown if status is None or r.status == status]
         runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
         return runs[:limit]
+
+    def put_graph(self, graph_hash: str, ir: bytes) -> None:
+        """Keep a graph's IR by its hash (the first copy stays)."""
+        with self._lock:
+            self._graphs.setdefault(graph_hash, bytes(ir))
+
+    def get_graph(self, graph_hash: str) -> bytes | None:
+        """The IR kept for ``graph_hash``, or ``None``."""
+        with self._lock:
+            return self._graphs.get(graph_hash)
 
     def get_thread(self, thread_id: str) -> list[RunRecord]:
         """The runs of a thread in turn order."""

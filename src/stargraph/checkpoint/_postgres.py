@@ -75,7 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "describe_dsn", "redact"]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The schema this code writes; older schemas are migrated when a store opens them."""
 
 # Each entry takes the schema from version ``i`` to ``i + 1``. ``{s}`` is the quoted schema.
@@ -136,6 +136,10 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE {s}.runs ADD COLUMN thread_id bytea, ADD COLUMN turn bigint",
         "CREATE UNIQUE INDEX runs_by_thread ON {s}.runs (thread_id, turn) "
         "WHERE thread_id IS NOT NULL",
+    ),
+    (
+        # Graphs (see the SQLite store): the IR every run's graph_hash names, once per hash.
+        "CREATE TABLE {s}.graphs (graph_hash bytea PRIMARY KEY, ir bytea NOT NULL)",
     ),
 )
 
@@ -748,6 +752,24 @@ class PostgresStore:
             )
             if cursor.rowcount != 1:
                 raise self._missing(run_id)
+
+    def put_graph(self, graph_hash: str, ir: bytes) -> None:
+        """Keep a graph's IR by its hash (the first copy stays)."""
+        with self._conn() as conn:
+            conn.execute(
+                f"INSERT INTO {self._s}.graphs (graph_hash, ir) VALUES (%s, %s) "
+                "ON CONFLICT (graph_hash) DO NOTHING",
+                (_b(graph_hash, run_id=graph_hash), bytes(ir)),
+            )
+
+    def get_graph(self, graph_hash: str) -> bytes | None:
+        """The IR kept for ``graph_hash``, or ``None``."""
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT ir FROM {self._s}.graphs WHERE graph_hash = %s",
+                (_b(graph_hash, run_id=graph_hash),),
+            ).fetchone()
+        return None if row is None else bytes(row[0])
 
     def _insert_child(self, run_id: str, sql: str, params: tuple[object, ...]) -> None:
         with self._conn() as conn:

@@ -105,6 +105,15 @@ class CheckpointStore(Protocol):
         """Runs, newest first, optionally filtered by status."""
         ...
 
+    def put_graph(self, graph_hash: str, ir: bytes) -> None:
+        """Keep the IR (canonical JSON) of graph ``graph_hash``, once per hash (idempotent):
+        what a run's ``graph_hash`` names, so any process can load the graph of a stored run."""
+        ...
+
+    def get_graph(self, graph_hash: str) -> bytes | None:
+        """The IR kept by :meth:`put_graph` for ``graph_hash``, or ``None``."""
+        ...
+
     def get_thread(self, thread_id: str) -> list[RunRecord]:
         """The runs of thread ``thread_id`` in turn order (empty for an unknown thread)."""
         ...

@@ -77,7 +77,7 @@ from stargraph.errors import (
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
 
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 """The schema this code writes; older files are migrated when opened."""
 
 # Each migration takes the schema from version ``i`` to ``i + 1``; statements run one by one
@@ -147,6 +147,11 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "ALTER TABLE runs ADD COLUMN thread_id TEXT",
         "ALTER TABLE runs ADD COLUMN turn INTEGER",
         "CREATE UNIQUE INDEX runs_by_thread ON runs (thread_id, turn) WHERE thread_id IS NOT NULL",
+    ),
+    (
+        # Graphs: the IR every run's graph_hash names, once per hash, so a run made from
+        # Python can be shown, resumed and replayed by any process that can import its code.
+        "CREATE TABLE graphs (graph_hash TEXT PRIMARY KEY, ir BLOB NOT NULL)",
     ),
 )
 
@@ -809,6 +814,18 @@ class SqliteStore:
             )
             if cursor.rowcount != 1:
                 raise self._missing(run_id)
+
+    def put_graph(self, graph_hash: str, ir: bytes) -> None:
+        """Keep a graph's IR by its hash (the first copy stays)."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO graphs (graph_hash, ir) VALUES (?, ?)", (graph_hash, ir)
+            )
+
+    def get_graph(self, graph_hash: str) -> bytes | None:
+        """The IR kept for ``graph_hash``, or ``None``."""
+        rows = self._rows("SELECT ir FROM graphs WHERE graph_hash = ?", (graph_hash,))
+        return bytes(rows[0][0]) if rows else None
 
     def put_pending(self, run_id: str, write: PendingWrite) -> None:
         """Save one finished task's writes for a step not yet committed (idempotent)."""

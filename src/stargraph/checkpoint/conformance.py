@@ -281,6 +281,19 @@ class CheckpointStoreConformance:
 
     # ------------------------------------------------------------------ steps
 
+    def test_a_graph_is_kept_once_by_its_hash(self, store: CheckpointStore) -> None:
+        """``put_graph`` keeps the first IR given for a hash (the IR is content-addressed, so
+        another one under the same hash is a bug elsewhere, never a reason to overwrite);
+        bytes come back exactly; an unknown hash is ``None``."""
+        ir = b'{"name":"g","nodes":[{"id":"\xc3\xa9"}],"big":"' + b"x" * 70_000 + b'"}'
+        assert store.get_graph("sha256:abc") is None
+        store.put_graph("sha256:abc", ir)
+        store.put_graph("sha256:abc", b"{}")
+        assert store.get_graph("sha256:abc") == ir
+        store.put_graph("sha256:def", b"{}")
+        assert store.get_graph("sha256:def") == b"{}"
+        assert store.get_graph("sha256:abc") == ir
+
     def test_commit_step_appends_in_order_and_updates_run(self, store: CheckpointStore) -> None:
         store.create_run(make_run("r1"), make_step(0))
         for k in range(1, 6):

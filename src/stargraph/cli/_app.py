@@ -23,10 +23,9 @@ from stargraph.cli._load import (
     DEFAULT_DB,
     CliError,
     CliUsageError,
-    Target,
     archive_ir,
-    archived_target,
     compile_target,
+    graph_for,
     importable_cwd,
     load_target,
     open_store,
@@ -370,7 +369,7 @@ def resume_command(
         options["max_steps"] = max_steps
     with open_store(db, must_exist=True) as store:
         record = store.get_run(run_id)
-        target = _graph_for(graph_spec, db, record.graph_hash, "resume it")
+        target = graph_for(graph_spec, db, record.graph_hash, purpose="resume it")
         app = compile_target(target, store=store)
         hint = _resume_hint(run_id, target.spec, db)
         try:
@@ -391,20 +390,6 @@ def resume_command(
         finally:
             app.close()
         _report(outcome, app, run_id, target.spec, db)
-
-
-def _graph_for(spec: str | None, db: str, graph_hash: str, purpose: str) -> Target:
-    """The graph named by ``--graph``, else the one ``stargraph run`` archived for the hash."""
-    if spec is not None:
-        return load_target(spec)
-    target = archived_target(db, graph_hash)
-    if target is None:
-        raise CliUsageError(
-            f"the graph {graph_hash} of this run is not archived beside {db}; pass --graph "
-            f"FILE.py|module:attr with the graph that made the run to {purpose} (runs started "
-            "from Python are not archived)"
-        )
-    return target
 
 
 # --------------------------------------------------------------------------- rules

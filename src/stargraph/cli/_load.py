@@ -38,12 +38,14 @@ __all__ = [
     "archived_ir",
     "archived_target",
     "compile_target",
+    "graph_for",
     "importable_cwd",
     "load_target",
     "open_store",
     "parse_json",
     "python_reference",
     "refuse_another_store",
+    "stored_ir",
 ]
 
 DEFAULT_DB: Final = ".stargraph/stargraph.db"
@@ -419,11 +421,24 @@ def archive_ir(db: str, ir: GraphIR, *, spec: str | None = None) -> None:
 
 
 def archived_ir(db: str, graph_hash: str) -> GraphIR | None:
-    """The IR saved by :func:`archive_ir` for ``graph_hash``, if any."""
+    """The IR saved by :func:`archive_ir` for ``graph_hash``, else the one the store at
+    ``db`` keeps for it (every durable run gives its store its graph's IR), if any."""
     path = _archive_path(db, graph_hash, ".json")
-    if not path.is_file():
+    if path.is_file():
+        ir = GraphIR.from_json(path.read_bytes(), source=str(path))
+        return ir if ir.graph_hash == graph_hash else None
+    return stored_ir(db, graph_hash)
+
+
+def stored_ir(db: str, graph_hash: str) -> GraphIR | None:
+    """The IR the store at ``db`` keeps for ``graph_hash`` (``None`` when it has none)."""
+    if not Path(db).is_file():
         return None
-    ir = GraphIR.from_json(path.read_bytes(), source=str(path))
+    with open_store(db, must_exist=True) as store:
+        data = store.get_graph(graph_hash)
+    if data is None:
+        return None
+    ir = GraphIR.from_json(data, source=f"{db} (graph {graph_hash})")
     return ir if ir.graph_hash == graph_hash else None
 
 
@@ -441,10 +456,28 @@ def archived_target(db: str, graph_hash: str) -> Target | None:
             target = _load_in(spec, folder)
             if target is not None and target.ir.graph_hash == graph_hash:
                 return target
+    archived = _archive_path(db, graph_hash, ".json")
     ir = archived_ir(db, graph_hash)
     if ir is None:
         return None
-    return Target(str(_archive_path(db, graph_hash, ".json")), ir)
+    return Target(str(archived) if archived.is_file() else f"{db} (graph {graph_hash})", ir)
+
+
+def graph_for(
+    spec: str | None, db: str, graph_hash: str, *, purpose: str, what: str = "run"
+) -> Target:
+    """The graph named by ``--graph``, else the one kept for ``graph_hash`` (archived
+    beside ``db`` by ``stargraph run``, or in the store at ``db`` by any durable run)."""
+    if spec is not None:
+        return load_target(spec)
+    target = archived_target(db, graph_hash)
+    if target is None:
+        raise CliUsageError(
+            f"the graph {graph_hash} of this {what} is neither archived beside {db} nor kept "
+            f"in it (a run stored by an older stargraph, or another database); pass --graph "
+            f"FILE.py|module:attr with the graph that made the run to {purpose}"
+        )
+    return target
 
 
 def _load_in(spec: str, folder: str) -> Target | None:

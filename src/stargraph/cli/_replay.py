@@ -22,11 +22,9 @@ from stargraph.cli._load import (
     DEFAULT_DB,
     CliError,
     CliUsageError,
-    Target,
     archive_ir,
-    archived_target,
     compile_target,
-    load_target,
+    graph_for,
     open_store,
 )
 from stargraph.errors import ReplayError
@@ -96,19 +94,6 @@ def format_run_diff(run_diff: Any) -> list[str]:
     return lines
 
 
-def _target_for(spec: str | None, db: str, graph_hash: str) -> Target:
-    if spec is not None:
-        return load_target(spec)
-    target = archived_target(db, graph_hash)
-    if target is None:
-        raise CliUsageError(
-            f"the graph {graph_hash} of this recording is not archived beside {db}; pass "
-            "--graph FILE.py|module:attr with the graph that made the run (runs started from "
-            "Python are not archived)"
-        )
-    return target
-
-
 @click.command("replay")
 @click.argument("source")
 @click.option("--graph", "graph_spec", help="The run's graph (default: the archived IR).")
@@ -161,13 +146,15 @@ def replay_command(
                 f"({source}); a counterfactual continues a stored run"
             )
         cassette = replay_pkg.load_cassette(source)
-        target = _target_for(graph_spec, db, cassette.run.graph_hash)
+        target = graph_for(
+            graph_spec, db, cassette.run.graph_hash, purpose="replay it", what="recording"
+        )
         app = compile_target(target)
         _replay(app, cassette, cassette.run.run_id, quiet=quiet)
         return
     with open_store(db, must_exist=True) as store:
         record = store.get_run(source)
-        target = _target_for(graph_spec, db, record.graph_hash)
+        target = graph_for(graph_spec, db, record.graph_hash, purpose="replay it")
         app = compile_target(target, store=store)
         try:
             if from_step is None:

@@ -21,8 +21,8 @@ from stargraph.cli._load import (
     CliUsageError,
     Target,
     archive_ir,
-    archived_target,
     compile_target,
+    graph_for,
     load_target,
     open_store,
     parse_json,
@@ -74,7 +74,7 @@ def fork_command(
             raise CliUsageError(
                 f"run {run_id} has steps 0..{record.last_step}; pass --step 0 to {record.last_step}"
             )
-        target = _graph(graph_spec, db, record.graph_hash)
+        target = graph_for(graph_spec, db, record.graph_hash, purpose="fork it")
         app = compile_target(target, store=store)
         try:
             new_id = app.fork(run_id, step, update=updates, new_run_id=new_run_id)
@@ -86,19 +86,6 @@ def fork_command(
         f"stargraph resume {shlex.quote(new_id)}{_db_part(db)}",
         err=True,
     )
-
-
-def _graph(spec: str | None, db: str, graph_hash: str) -> Target:
-    if spec is not None:
-        return load_target(spec)
-    target = archived_target(db, graph_hash)
-    if target is None:
-        raise CliUsageError(
-            f"the graph {graph_hash} of this run is not archived beside {db}; pass --graph "
-            "FILE.py|module:attr with the graph that made the run (runs started from Python "
-            "are not archived)"
-        )
-    return target
 
 
 _db_option = click.option(

@@ -23,9 +23,12 @@ again on resume. Effects made through ``ctx.once`` / ``ctx.now`` / ``ctx.uuid`` 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import inspect
+import threading
 import time
+import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Literal
@@ -193,6 +196,29 @@ def joins_record(joins: Mapping[int, frozenset[str]]) -> dict[str, tuple[str, ..
     return {str(k): tuple(sorted(v)) for k, v in sorted(joins.items()) if v}
 
 
+# The stores each compiled graph has already given its IR to (weakly: a store may be dropped
+# while the graph lives on), so a graph's IR is written once per store, not once per run.
+_KEPT: weakref.WeakKeyDictionary[CompiledGraph[Any], weakref.WeakSet[CheckpointStore]] = (
+    weakref.WeakKeyDictionary()
+)
+_KEPT_LOCK = threading.Lock()
+
+
+def keep_graph(graph: CompiledGraph[Any], store: CheckpointStore) -> None:
+    """Give ``store`` the IR of ``graph`` (content-addressed by its hash) unless this process
+    already did: every stored run can then be loaded by any process that can import the
+    graph's code, with no ``--graph`` and no file beside the database."""
+    with _KEPT_LOCK:
+        kept = _KEPT.get(graph)
+        if kept is None:
+            kept = _KEPT[graph] = weakref.WeakSet()
+        if store in kept:
+            return
+    store.put_graph(graph.graph_hash, graph.ir.to_json().encode())
+    with _KEPT_LOCK, contextlib.suppress(TypeError):  # a store that takes no weak reference
+        kept.add(store)
+
+
 class Persistence:
     """Writes one run's progress to a store (or, in ``exit`` mode, to a buffer first), under
     the run's lease when it holds one."""
@@ -291,6 +317,7 @@ class Persistence:
             joins=joins_record(run.joins_seen),
             created_ms=_now_ms(),
         )
+        keep_graph(self.graph, self.target)
         self.store.create_run(record, first)
         if owner is not None:
             lease = Lease(self.store, run.run_id, owner)

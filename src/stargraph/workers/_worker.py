@@ -165,6 +165,12 @@ class _FencedStore:
     def get_thread(self, thread_id: str) -> list[RunRecord]:
         return self._inner.get_thread(thread_id)
 
+    def put_graph(self, graph_hash: str, ir: bytes) -> None:
+        self._inner.put_graph(graph_hash, ir)
+
+    def get_graph(self, graph_hash: str) -> bytes | None:
+        return self._inner.get_graph(graph_hash)
+
     def list_threads(self, *, limit: int = 100) -> list[RunRecord]:
         return self._inner.list_threads(limit=limit)
 
