@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from stargraph.errors import SkillValidationError, ToolError
+from stargraph.errors import SkillValidationError, ToolError, ToolNotAllowedError
 from stargraph.graph import END, START, Graph
 from stargraph.ir import GraphIR
 from stargraph.nodes import SubgraphNode, nesting_chain
@@ -26,7 +26,7 @@ from stargraph.skills import (
 )
 from stargraph.skills.markdown import parse_skill_md, skill_md_loaders
 from stargraph.skills.refs.autoresearch import RETRIEVE_TOOL, autoresearch_skill
-from stargraph.tools import ToolCall, ToolOutput, tool
+from stargraph.tools import Arbiter, ToolCall, ToolOutput, ToolRegistry, failure_of, tool
 
 WRITE_EXEC = ("choir.fs.write@1.0.0", "choir.exec@1.0.0")
 
@@ -314,3 +314,37 @@ def test_E8_a_set_inside_a_nested_model_is_rejected() -> None:
         subgraph=None,
         state_schema=Fine,
     )
+
+
+# --------------------------------------------------------------------------- A11: no allowlist
+
+
+def test_A11_a_call_from_a_skill_state_without_an_allowlist_admits_no_tool(
+    tmp_path: Path,
+) -> None:
+    ran: list[str] = []
+
+    @tool(id="demo.note@1.0.0", side_effect="read")
+    def note(text: str) -> ToolOutput:
+        """Note something."""
+        ran.append(text)
+        return ToolOutput(summary=text)
+
+    with Arbiter(ToolRegistry.build(builtins=[note]), workspace=tmp_path) as arbiter:
+        for allowed in (None, ()):
+            call = ToolCall(tool="demo.note", args={"text": "x"}, state="plan", allowed=allowed)
+            with pytest.raises(ToolNotAllowedError, match=r"'demo\.note@1\.0\.0' is not allowed"):
+                arbiter.dispatch(call)
+        failure = None
+        try:
+            arbiter.dispatch(ToolCall(tool="demo.note", args={"text": "x"}, state="plan"))
+        except ToolNotAllowedError as exc:
+            failure = failure_of(exc)
+        assert failure is not None
+        assert (failure.code, failure.details["allowed_tools"]) == ("tool_not_allowed", [])
+        assert "has no allowlist" in failure.message
+        assert ran == []  # nothing ran
+        assert [r.status for r in arbiter.commit_log.records()] == ["denied"] * 3
+        # Host code calling the arbiter itself (no skill state) is not a model's proposal.
+        assert arbiter.dispatch(ToolCall(tool="demo.note", args={"text": "y"})).summary == "y"
+        assert ran == ["y"]
