@@ -6,6 +6,10 @@ constraint" -- so a state built with ``allowed_tools=None`` (or a schema state w
 call is rejected as ``tool_not_allowed`` and its body never runs.
 """
 
+# Fixtures are imported from test_machine_helpers (no conftest here) and then requested as
+# arguments, which pyflakes reads as redefinitions.
+# ruff: noqa: F811
+
 from __future__ import annotations
 
 import json
