@@ -5,12 +5,15 @@ inside nested models; A11 for a skill state without an allowlist."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from stargraph.compile import compile_ir
@@ -226,7 +229,7 @@ def mounted(skill: Skill, site: str) -> Graph[Out]:
     return Graph("parent", state=Out).with_node(node).with_edge(START, site).with_edge(site, END)
 
 
-def _retyped(graph: Graph[Out], kind: str) -> GraphIR:
+def _retyped(graph: Graph[Out], kind: Any) -> GraphIR:
     """``graph``'s IR as JSON with the mounted skill's recorded kind changed to ``kind``, as
     an IR written by hand, by another implementation or edited after export could say."""
     data = json.loads(graph.to_ir().to_json())
@@ -259,8 +262,9 @@ def test_E2_utility_skill_with_write_and_exec_tools_is_refused_where_compiled_fr
     ]
     with pytest.raises(SkillValidationError, match="utility skill uses tool"):
         compile_ir(utility, state=Out)
-    with pytest.raises(SkillValidationError, match=r"declares skill kind 'wizard'"):
-        Graph(_retyped(graph, "wizard"), state=Out).compile()
+    for bad in ("wizard", ["utility"]):
+        with pytest.raises(SkillValidationError, match=r"declares skill kind .*no skill kind"):
+            Graph(_retyped(graph, bad), state=Out).compile()
 
 
 def test_E2_ir_compile_judges_tools_by_the_arbiter_it_is_given(tmp_path: Path) -> None:
@@ -275,6 +279,26 @@ def test_E2_ir_compile_judges_tools_by_the_arbiter_it_is_given(tmp_path: Path) -
         fine = mounted(read_only, "f")
         with Arbiter(ToolRegistry.build(builtins=[web_search]), workspace=tmp_path) as reader:
             fine.compile(services={"arbiter": reader})
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.sampled_from(["utility", "agent", "workflow"])
+    | st.sampled_from(WRITE_EXEC) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=6,
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=_JSON, tools=_JSON)
+def test_E2_any_recorded_kind_and_tools_compile_or_raise_only_skill_validation_errors(
+    kind: Any, tools: Any
+) -> None:
+    data = json.loads(mounted(make_skill(kind="agent"), "s").to_ir().to_json())
+    (node,) = [n for n in data["nodes"] if n["kind"] == "subgraph"]
+    node["metadata"] = {"skill_kind": kind, "skill_tools": tools}
+    with contextlib.suppress(SkillValidationError):
+        Graph(GraphIR.from_json(json.dumps(data)), state=Out).compile()
 
 
 def llm(state: Out) -> dict[str, Any]:

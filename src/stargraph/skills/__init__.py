@@ -416,11 +416,11 @@ def mounted_skill_problems(
         return []
     where = f"{pointer}/metadata"
     label = f"node {node.id!r}" + (f" (skill {node.skill})" if node.skill else "")
-    if kind not in _KINDS:
+    if not isinstance(kind, str) or kind not in _KINDS:
         return [
             Problem(
                 f"{where}/skill_kind",
-                f"{label} declares skill kind {kind!r}",
+                f"{label} declares skill kind {kind!r}, which is no skill kind",
                 f"use one of {sorted(_KINDS)}",
             )
         ]
