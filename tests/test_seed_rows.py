@@ -1,19 +1,25 @@
-"""Seed rows proven on the real paths: E2 enforced where skills are registered, compiled and
-mounted; the registry's tool-presence check; decision 3 (configurable nesting depth, the
-Choir profile: a skill cannot start a skill); E8 for sets inside nested models."""
+"""Seed rows proven on the real paths: E2 enforced where skills are registered, compiled (from
+a graph and from IR JSON) and mounted; the registry's tool-presence check; decision 3
+(configurable nesting depth, the Choir profile: a skill cannot start a skill); E8 for sets
+inside nested models; A11 for a skill state without an allowlist."""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from pydantic import BaseModel
 
-from stargraph.errors import SkillValidationError, ToolError
+from stargraph.compile import compile_ir
+from stargraph.errors import SkillValidationError, ToolError, ToolNotAllowedError
 from stargraph.graph import END, START, Graph
-from stargraph.ir import GraphIR
+from stargraph.ir import GraphIR, SubgraphNodeIR
 from stargraph.nodes import SubgraphNode, nesting_chain
 from stargraph.plugin import Registry, get_plugin_manager, hookimpl
 from stargraph.skills import (
@@ -26,7 +32,7 @@ from stargraph.skills import (
 )
 from stargraph.skills.markdown import parse_skill_md, skill_md_loaders
 from stargraph.skills.refs.autoresearch import RETRIEVE_TOOL, autoresearch_skill
-from stargraph.tools import ToolCall, ToolOutput, tool
+from stargraph.tools import Arbiter, ToolCall, ToolOutput, ToolRegistry, failure_of, tool
 
 WRITE_EXEC = ("choir.fs.write@1.0.0", "choir.exec@1.0.0")
 
@@ -217,6 +223,114 @@ def test_E2_default_registry_registers_every_reference_skill_tool(tmp_path: Path
     assert builtin_side_effects()["choir.exec@1.0.0"] == "write"
 
 
+def mounted(skill: Skill, site: str) -> Graph[Out]:
+    """A parent graph running ``skill`` mounted at ``site`` as its only node."""
+    node = SubgraphNode.from_skill(skill, site=site)
+    return Graph("parent", state=Out).with_node(node).with_edge(START, site).with_edge(site, END)
+
+
+def _retyped(graph: Graph[Out], kind: Any) -> GraphIR:
+    """``graph``'s IR as JSON with the mounted skill's recorded kind changed to ``kind``, as
+    an IR written by hand, by another implementation or edited after export could say."""
+    data = json.loads(graph.to_ir().to_json())
+    (node,) = [n for n in data["nodes"] if n["kind"] == "subgraph"]
+    node["metadata"]["skill_kind"] = kind
+    return GraphIR.from_json(json.dumps(data))
+
+
+def test_E2_utility_skill_with_write_and_exec_tools_is_refused_where_compiled_from_ir() -> None:
+    agent = make_skill(kind="agent")
+    graph = mounted(agent, "s")
+    (node,) = [n for n in graph.to_ir().nodes if isinstance(n, SubgraphNodeIR)]
+    assert node.metadata == {"skill_kind": "agent", "skill_tools": list(WRITE_EXEC)}
+    Graph(GraphIR.from_json(graph.to_ir().to_json()), state=Out).compile()  # an agent may
+    utility = _retyped(graph, "utility")
+    assert utility.graph_hash == graph.graph_hash  # declarations, not hashed behaviour
+    with pytest.raises(SkillValidationError) as info:
+        Graph(utility, state=Out).compile()
+    assert sorted((p.pointer, p.message) for p in info.value.problems) == [
+        (
+            "/nodes/0/metadata/skill_tools/0",
+            "node 's' (skill scrub@1.0.0): utility skill uses tool 'choir.fs.write@1.0.0' "
+            "whose side effect is 'write'",
+        ),
+        (
+            "/nodes/0/metadata/skill_tools/1",
+            "node 's' (skill scrub@1.0.0): utility skill uses tool 'choir.exec@1.0.0' whose "
+            "side effect is 'write'",
+        ),
+    ]
+    with pytest.raises(SkillValidationError, match="utility skill uses tool"):
+        compile_ir(utility, state=Out)
+    for bad in ("wizard", ["utility"]):
+        with pytest.raises(SkillValidationError, match=r"declares skill kind .*no skill kind"):
+            Graph(_retyped(graph, bad), state=Out).compile()
+
+
+def test_E2_ir_compile_judges_tools_by_the_arbiter_it_is_given(tmp_path: Path) -> None:
+    mailer = make_skill(tools=("mail.send@1.0.0",), name="mailer")
+    # Mounted without known_tools: mail.send is judged when its side effect is known.
+    graph = mounted(mailer, "m")
+    graph.compile()
+    with Arbiter(ToolRegistry.build(builtins=[mail_send]), workspace=tmp_path) as arbiter:
+        with pytest.raises(SkillValidationError, match=r"'mail\.send@1\.0\.0' whose side effect"):
+            graph.compile(services={"arbiter": arbiter})
+        read_only = make_skill(tools=("web.search@1.0.0",), name="finder")
+        fine = mounted(read_only, "f")
+        with Arbiter(ToolRegistry.build(builtins=[web_search]), workspace=tmp_path) as reader:
+            fine.compile(services={"arbiter": reader})
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.sampled_from(["utility", "agent", "workflow"])
+    | st.sampled_from(WRITE_EXEC) | st.text(max_size=6),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=6,
+)  # fmt: skip
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(kind=_JSON, tools=_JSON)
+def test_E2_any_recorded_kind_and_tools_compile_or_raise_only_skill_validation_errors(
+    kind: Any, tools: Any
+) -> None:
+    data = json.loads(mounted(make_skill(kind="agent"), "s").to_ir().to_json())
+    (node,) = [n for n in data["nodes"] if n["kind"] == "subgraph"]
+    node["metadata"] = {"skill_kind": kind, "skill_tools": tools}
+    with contextlib.suppress(SkillValidationError):
+        Graph(GraphIR.from_json(json.dumps(data)), state=Out).compile()
+
+
+def llm(state: Out) -> dict[str, Any]:
+    return {"answer": "routed"}
+
+
+def route(state: Out) -> str:
+    return "end"
+
+
+def test_E2_workflow_skill_routing_on_an_llm_node_is_refused_where_compiled_from_ir() -> None:
+    child = (
+        Graph("router", state=Out)
+        .with_node("llm", llm, must_stub=True)
+        .with_edge(START, "llm")
+        .with_conditional_edges("llm", route, {"end": END})
+    )
+    routed = Skill.from_graph(
+        child, name="router", version="1.0.0", kind="agent", description="d", state_schema=Out
+    )
+    graph = mounted(routed, "r")
+    graph.compile()
+    with pytest.raises(SkillValidationError) as info:
+        Graph(_retyped(graph, "workflow"), state=Out).compile()
+    assert [(p.pointer, p.message) for p in info.value.problems] == [
+        (
+            "/nodes/0/subgraph/edges/0",
+            "node 'r' (skill router@1.0.0): workflow skill routes on the output of LLM node 'llm'",
+        )
+    ]
+
+
 # --------------------------------------------------------------------------- decision 3, A17
 
 
@@ -314,3 +428,37 @@ def test_E8_a_set_inside_a_nested_model_is_rejected() -> None:
         subgraph=None,
         state_schema=Fine,
     )
+
+
+# --------------------------------------------------------------------------- A11: no allowlist
+
+
+def test_A11_a_call_from_a_skill_state_without_an_allowlist_admits_no_tool(
+    tmp_path: Path,
+) -> None:
+    ran: list[str] = []
+
+    @tool(id="demo.note@1.0.0", side_effect="read")
+    def note(text: str) -> ToolOutput:
+        """Note something."""
+        ran.append(text)
+        return ToolOutput(summary=text)
+
+    with Arbiter(ToolRegistry.build(builtins=[note]), workspace=tmp_path) as arbiter:
+        for allowed in (None, ()):
+            call = ToolCall(tool="demo.note", args={"text": "x"}, state="plan", allowed=allowed)
+            with pytest.raises(ToolNotAllowedError, match=r"'demo\.note@1\.0\.0' is not allowed"):
+                arbiter.dispatch(call)
+        failure = None
+        try:
+            arbiter.dispatch(ToolCall(tool="demo.note", args={"text": "x"}, state="plan"))
+        except ToolNotAllowedError as exc:
+            failure = failure_of(exc)
+        assert failure is not None
+        assert (failure.code, failure.details["allowed_tools"]) == ("tool_not_allowed", [])
+        assert "has no allowlist" in failure.message
+        assert ran == []  # nothing ran
+        assert [r.status for r in arbiter.commit_log.records()] == ["denied"] * 3
+        # Host code calling the arbiter itself (no skill state) is not a model's proposal.
+        assert arbiter.dispatch(ToolCall(tool="demo.note", args={"text": "y"})).summary == "y"
+        assert ran == ["y"]

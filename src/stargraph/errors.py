@@ -51,6 +51,7 @@ keeps working for callers who do not know stargraph::
         │   ├── LockTimeoutError (TimeoutError)
         │   └── ToolTimeoutError (TimeoutError)
         ├── LLMError                         the chat model failed after retries
+        │   └── ChatDataError (ValueError)   a chat message/request/response of the wrong shape
         ├── ProposalError                    deciding a stored proposal
         │   ├── ProposalNotFoundError (LookupError)
         │   └── ProposalStateError (ValueError)
@@ -87,6 +88,7 @@ __all__ = [
     "ArtifactNotFoundError",
     "AttemptAbandonedError",
     "CassetteError",
+    "ChatDataError",
     "CheckpointError",
     "CodeHashMismatch",
     "CodeHashWarning",
@@ -470,6 +472,24 @@ class ToolTimeoutError(ToolError, TimeoutError):
 
 class LLMError(RunError):
     """The chat model failed after the retry policy gave up."""
+
+
+class ChatDataError(LLMError, ValueError):
+    """A chat message, request or response built from data of the wrong shape (a role that
+    does not exist, content that is not text, a malformed reply); ``problems`` names each
+    field, the value given and the fix. Nothing was sent to a model."""
+
+    def __init__(self, problems: Iterable[Problem] | str, *, subject: str = "chat data") -> None:
+        if isinstance(problems, str):
+            problems = [Problem("", problems)]
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        self.subject = subject
+        if len(self.problems) == 1:
+            message = f"{subject} is invalid: {self.problems[0].render()}"
+        else:
+            lines = "\n".join(f"  - {p.render()}" for p in self.problems)
+            message = f"{subject} has {len(self.problems)} problems:\n{lines}"
+        super().__init__(message)
 
 
 class ProposalError(RunError):

@@ -10,12 +10,11 @@ import subprocess
 import sys
 from typing import Any
 
-import pydantic
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from stargraph.errors import LLMError
+from stargraph.errors import ChatDataError, LLMError
 from stargraph.llm import (
     ChatMessage,
     ChatModel,
@@ -125,7 +124,7 @@ def test_data_is_frozen_and_round_trips_through_json() -> None:
         message=ChatMessage.assistant("x", [ToolCall(id="c1", name="t", arguments='{"a": 1}')]),
         finish_reason="tool_calls",
     )
-    with pytest.raises(pydantic.ValidationError):
+    with pytest.raises(ChatDataError, match="frozen"):
         response.message.content = "changed"
     assert ChatResponse.model_validate_json(response.model_dump_json()) == response
 

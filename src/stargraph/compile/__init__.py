@@ -16,7 +16,7 @@ from stargraph.checkpoint import CheckpointStore
 from stargraph.compile._inputs import input_models
 from stargraph.compile._subgraphs import site_of, subgraph_problems
 from stargraph.compile._validate import is_async_callable, validate_ir
-from stargraph.errors import CompileError, Problem, UndeclaredOutputError
+from stargraph.errors import CompileError, Problem, SkillValidationError, UndeclaredOutputError
 from stargraph.ir import (
     START,
     ConditionalEdgeIR,
@@ -115,6 +115,7 @@ def compile_ir(
         nesting = None
     nested = subgraph_problems(ir, set(state.model_fields), nesting)
     problems.extend(nested.problems)
+    skill_rules = _mounted_skill_problems(ir, services)
     if executor is not None:
         from stargraph.runtime._remote import remote_problems
 
@@ -127,6 +128,10 @@ def compile_ir(
     if steps_problem is not None:
         problems.append(
             Problem("/", steps_problem, f"pass compile(max_steps=...) from 1 to {MAX_STEPS_BOUND}")
+        )
+    if skill_rules:
+        raise SkillValidationError(
+            [*skill_rules, *nested.undeclared, *problems], subject=f"graph {ir.name!r}"
         )
     if nested.undeclared:
         raise UndeclaredOutputError([*nested.undeclared, *problems], subject=f"graph {ir.name!r}")
@@ -220,6 +225,28 @@ def compile_ir(
         on_event=_event_hook(plugins),
         executor=executor,
     )
+
+
+def _mounted_skill_problems(ir: GraphIR, services: Mapping[str, Any] | None) -> list[Problem]:
+    """E2 again for every skill mounted in ``ir`` whose node records its kind and tools:
+    tools are judged by the built-in tools and those of the arbiter in ``services``."""
+    mounted = [
+        (i, node)
+        for i, node in enumerate(ir.nodes)
+        if isinstance(node, SubgraphNodeIR) and "skill_kind" in node.metadata
+    ]
+    if not mounted:
+        return []  # the common case costs no import of the skills package
+    from stargraph.skills import builtin_side_effects, mounted_skill_problems
+
+    registry = getattr((services or {}).get("arbiter"), "registry", None)
+    side_effects = builtin_side_effects(registry)
+    problems: list[Problem] = []
+    for i, node in mounted:
+        child = ir.subgraphs.get(node.graph)
+        if child is not None:  # a missing child is reported by subgraph_problems
+            problems += mounted_skill_problems(node, child, side_effects, pointer=f"/nodes/{i}")
+    return problems
 
 
 def _event_hook(plugins: Any) -> Callable[[Any], None] | None:

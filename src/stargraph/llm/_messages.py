@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Mapping
-from typing import Any, Literal
+from typing import Any, Literal, Self
 
 import rfc8785
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from stargraph.errors import ChatDataError, Problem
 
 __all__ = [
     "ChatDelta",
@@ -37,7 +39,83 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _ModelClass = type[BaseModel]
 
 
-class ToolCall(BaseModel):
+def _hint(error: Any) -> str:
+    kind = error["type"]
+    if kind == "missing":
+        return "add it"
+    if kind == "extra_forbidden":
+        return "remove it or check its spelling"
+    if kind == "frozen_instance":
+        return "chat data is frozen: make a changed copy with model_copy(update={...})"
+    if kind == "literal_error":
+        return f"use one of {error.get('ctx', {}).get('expected', 'the allowed values')}"
+    return "pass a value of the documented type"
+
+
+def _data_error(cls: type[BaseModel], exc: ValidationError) -> ChatDataError:
+    """Every problem pydantic found, named by field path and the value given."""
+    problems: list[Problem] = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in error["loc"])
+        nested = error.get("ctx", {}).get("error")
+        if isinstance(nested, ChatDataError):
+            # A nested model built from data (its __init__ raised): keep its own problems,
+            # under this field's path, instead of one "Value error" quoting them all.
+            problems += [
+                Problem(".".join(p for p in (where, n.pointer) if p), n.message, n.hint)
+                for n in nested.problems
+            ]
+            continue
+        message = f"{error['msg']} (got {error.get('input')!r:.80})"
+        problems.append(Problem(where or "<data>", message, _hint(error)))
+    return ChatDataError(problems, subject=f"{cls.__name__} data")
+
+
+class _ChatData(BaseModel):
+    """Frozen chat data whose validation errors are :class:`ChatDataError` (never a bare
+    pydantic error): built directly, validated from data or JSON, or assigned to."""
+
+    model_config = _FROZEN
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _data_error(type(self), exc) from None
+
+    # Marked as pydantic's own __init__, so that validating a parent (a request's messages
+    # given as dicts) builds the nested models in pydantic-core instead of calling this
+    # method once per message (three times slower); their errors reach the parent's wrapper
+    # with their full path.
+    __init__.__pydantic_base_init__ = True  # type: ignore[attr-defined]
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # Frozen: pydantic refuses with its own ValidationError; keep the one error tree.
+        try:
+            super().__setattr__(name, value)
+        except ValidationError as exc:
+            raise _data_error(type(self), exc) from None
+
+    @classmethod
+    def model_validate(cls, obj: Any, **options: Any) -> Self:
+        """Validate ``obj``; :class:`~stargraph.errors.ChatDataError` naming every bad
+        field."""
+        try:
+            return super().model_validate(obj, **options)
+        except ValidationError as exc:
+            raise _data_error(cls, exc) from None
+
+    @classmethod
+    def model_validate_json(cls, json_data: str | bytes | bytearray, **options: Any) -> Self:
+        """Validate JSON text; :class:`~stargraph.errors.ChatDataError` naming every bad
+        field."""
+        try:
+            return super().model_validate_json(json_data, **options)
+        except ValidationError as exc:
+            raise _data_error(cls, exc) from None
+
+
+class ToolCall(_ChatData):
     """One function call the model asked for, exactly as it sent it.
 
     ``arguments`` stays the raw JSON *string* the model produced: models do send malformed
@@ -63,7 +141,7 @@ class ToolCall(BaseModel):
         }
 
 
-class ChatMessage(BaseModel):
+class ChatMessage(_ChatData):
     """One message of a conversation.
 
     Build them with the role constructors, which read better than keyword soup::
@@ -121,7 +199,7 @@ class ChatMessage(BaseModel):
         return out
 
 
-class Usage(BaseModel):
+class Usage(_ChatData):
     """Token counts reported by the endpoint for one completion."""
 
     model_config = _FROZEN
@@ -151,7 +229,7 @@ class Usage(BaseModel):
         )
 
 
-class ResponseFormat(BaseModel):
+class ResponseFormat(_ChatData):
     """What shape the reply must have: free ``text``, any JSON object, or JSON matching a
     schema.
 
@@ -211,7 +289,7 @@ class ResponseFormat(BaseModel):
         return {"type": "json_schema", "json_schema": spec}
 
 
-class RequestOptions(BaseModel):
+class RequestOptions(_ChatData):
     """Request fields a graph fixes for every model call it makes, as data (so they are part
     of the graph's hash): ``react_graph(..., request=RequestOptions(...))``.
 
@@ -233,7 +311,7 @@ class RequestOptions(BaseModel):
     """Further body fields (``seed``, ``top_p`` ...), sent as they are."""
 
 
-class ChatRequest(BaseModel):
+class ChatRequest(_ChatData):
     """Everything a chat model is asked, as data; :meth:`fingerprint` keys recordings.
 
     ``model=None`` means "the chat model's own default model". ``tools`` are OpenAI tool
@@ -295,7 +373,7 @@ class ChatRequest(BaseModel):
         return body
 
 
-class ChatResponse(BaseModel):
+class ChatResponse(_ChatData):
     """One completion: the assistant message plus why it stopped and what it cost."""
 
     model_config = _FROZEN
@@ -342,7 +420,7 @@ class ChatResponse(BaseModel):
         )
 
 
-class ToolCallDelta(BaseModel):
+class ToolCallDelta(_ChatData):
     """A fragment of one tool call in a stream; fragments with one ``index`` concatenate."""
 
     model_config = _FROZEN
@@ -357,7 +435,7 @@ class ToolCallDelta(BaseModel):
     """The next piece of the raw JSON arguments."""
 
 
-class ChatDelta(BaseModel):
+class ChatDelta(_ChatData):
     """One streamed chunk: text, refusal or tool-call fragments, and at the end the reason
     the model stopped and (if asked for) the usage."""
 

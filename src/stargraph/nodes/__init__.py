@@ -61,6 +61,8 @@ class SubgraphNode:
         outputs: Mapping[str, str] | None = None,
         max_steps: int = 50,
         bubble_events: bool = True,
+        skill_kind: str | None = None,
+        skill_tools: tuple[str, ...] = (),
     ) -> None:
         self.node_id = node_id
         self.child = child
@@ -71,6 +73,10 @@ class SubgraphNode:
         self.outputs = None if outputs is None else dict(outputs)
         self.max_steps = max_steps
         self.bubble_events = bubble_events
+        # The mounted skill's kind and tools travel in the node's (unhashed) metadata, so a
+        # graph compiled from its IR is held to E2 as the mount was.
+        self.skill_kind = skill_kind
+        self.skill_tools = tuple(skill_tools)
 
     @classmethod
     def from_skill(
@@ -156,6 +162,8 @@ class SubgraphNode:
             outputs=outputs,
             max_steps=max_steps,
             bubble_events=skill.bubble_events,
+            skill_kind=str(skill.kind),
+            skill_tools=tuple(skill.tools),
         )
 
     def mount(
@@ -181,5 +189,10 @@ class SubgraphNode:
             outputs=outputs,
             max_steps=self.max_steps,
             bubble_events=self.bubble_events,
+            metadata=(
+                {"skill_kind": self.skill_kind, "skill_tools": list(self.skill_tools)}
+                if self.skill_kind is not None
+                else {}
+            ),
         )
         return node, {self.child.graph_hash: self.child}, self.impls

@@ -33,7 +33,7 @@ from pydantic import (
 )
 
 from stargraph.errors import Problem, SkillValidationError
-from stargraph.ir import ConditionalEdgeIR, GraphIR
+from stargraph.ir import ConditionalEdgeIR, GraphIR, SubgraphNodeIR
 from stargraph.state import schema_problems, type_repr
 
 __all__ = [
@@ -45,6 +45,8 @@ __all__ = [
     "SkillKind",
     "SkillTier",
     "builtin_side_effects",
+    "kind_tool_problems",
+    "mounted_skill_problems",
     "side_effects_of",
 ]
 
@@ -91,6 +93,7 @@ class SkillTier(StrEnum):
 
 
 _TIERS: Final = frozenset(t.value for t in SkillTier)
+_KINDS: Final = frozenset(k.value for k in SkillKind)
 
 TAG: Final = re.compile(r"^[a-z0-9][a-z0-9:._-]*$")
 """Skill tags: lowercase letters, digits and ``: . _ -`` (a tier is one of the tags)."""
@@ -345,27 +348,7 @@ class Skill(BaseModel):
         self, side_effects: Mapping[str, str], *, registered: bool = True
     ) -> list[Problem]:
         """What :meth:`check_tools` would refuse, as a list (empty when all is well)."""
-        problems = []
-        for i, tool in enumerate(self.tools):
-            effect = side_effects.get(tool)
-            if effect is None:
-                if registered:
-                    problems.append(
-                        Problem(
-                            f"/tools/{i}",
-                            f"tool {tool!r} is not registered",
-                            "register it (a plugin's register_tools hook) or drop it from tools",
-                        )
-                    )
-            elif self.kind is SkillKind.UTILITY and effect in ("write", "external"):
-                problems.append(
-                    Problem(
-                        f"/tools/{i}",
-                        f"utility skill uses tool {tool!r} whose side effect is {effect!r}",
-                        "make the skill kind 'workflow' or 'agent', or use a read-only tool",
-                    )
-                )
-        return problems
+        return kind_tool_problems(self.kind, self.tools, side_effects, registered=registered)
 
     def check_tools(self, side_effects: Mapping[str, str], *, registered: bool = True) -> None:
         """E2: a ``utility`` skill may not use a tool whose side effect is write or external.
@@ -379,6 +362,89 @@ class Skill(BaseModel):
         problems = self.tool_problems(side_effects, registered=registered)
         if problems:
             raise SkillValidationError(problems, subject=f"skill {self.name!r}")
+
+
+def kind_tool_problems(
+    kind: SkillKind | str,
+    tools: Iterable[str],
+    side_effects: Mapping[str, str],
+    *,
+    registered: bool = True,
+    pointer: str = "/tools",
+) -> list[Problem]:
+    """E2's tool rule for a skill of ``kind`` declaring ``tools``: a ``utility`` skill may not
+    use a tool whose side effect (looked up in ``side_effects``) is write or external. With
+    ``registered=True`` a tool ``side_effects`` lacks is a problem too. Each problem points
+    at ``<pointer>/<index>``."""
+    problems = []
+    for i, tool in enumerate(tools):
+        effect = side_effects.get(tool)
+        if effect is None:
+            if registered:
+                problems.append(
+                    Problem(
+                        f"{pointer}/{i}",
+                        f"tool {tool!r} is not registered",
+                        "register it (a plugin's register_tools hook) or drop it from tools",
+                    )
+                )
+        elif kind == SkillKind.UTILITY and effect in ("write", "external"):
+            problems.append(
+                Problem(
+                    f"{pointer}/{i}",
+                    f"utility skill uses tool {tool!r} whose side effect is {effect!r}",
+                    "make the skill kind 'workflow' or 'agent', or use a read-only tool",
+                )
+            )
+    return problems
+
+
+def mounted_skill_problems(
+    node: SubgraphNodeIR,
+    child: GraphIR,
+    side_effects: Mapping[str, str],
+    *,
+    pointer: str = "",
+) -> list[Problem]:
+    """E2 for a skill mounted in an IR: the kind and tools ``SubgraphNode.from_skill``
+    recorded in the node's ``metadata`` (``skill_kind``, ``skill_tools``) judged again, so a
+    graph compiled from IR JSON (written by hand, by another implementation, or edited) is
+    held to the rules a mount checks. A node without them (no skill, or an IR written before
+    they were recorded) has nothing to judge."""
+    kind = node.metadata.get("skill_kind")
+    if kind is None:
+        return []
+    where = f"{pointer}/metadata"
+    label = f"node {node.id!r}" + (f" (skill {node.skill})" if node.skill else "")
+    if not isinstance(kind, str) or kind not in _KINDS:
+        return [
+            Problem(
+                f"{where}/skill_kind",
+                f"{label} declares skill kind {kind!r}, which is no skill kind",
+                f"use one of {sorted(_KINDS)}",
+            )
+        ]
+    tools = node.metadata.get("skill_tools", [])
+    if not (isinstance(tools, list) and all(isinstance(t, str) for t in tools)):
+        return [
+            Problem(
+                f"{where}/skill_tools",
+                f"{label} declares skill tools {tools!r}",
+                "give a list of tool ids",
+            )
+        ]
+    problems = [
+        Problem(p.pointer, f"{label}: {p.message}", p.hint)
+        for p in kind_tool_problems(
+            kind, tools, side_effects, registered=False, pointer=f"{where}/skill_tools"
+        )
+    ]
+    if kind == SkillKind.WORKFLOW:
+        problems += [
+            Problem(f"{pointer}{p.pointer}", f"{label}: {p.message}", p.hint)
+            for p in _llm_routed_nodes(child)
+        ]
+    return problems
 
 
 def side_effects_of(tools: Iterable[Any] | Mapping[str, str]) -> dict[str, str]:

@@ -94,8 +94,10 @@ _NO_SECRETS: Final = Secrets()
 class ToolCall(BaseModel):
     """One structured tool call as the model proposed it, plus who is calling.
 
-    ``allowed`` is the allowlist of the calling node or skill state (ids, names or ``ns.*``);
-    ``None`` means every registered tool. Build it from an OpenAI tool call with
+    ``allowed`` is the allowlist of the calling node or skill state (ids, names or ``ns.*``).
+    ``None`` means every registered tool only for a call from host code (no ``state``); a
+    call from a skill state (``state`` set) with no allowlist admits no tool, since a state
+    defines exactly the tools it may call. Build it from an OpenAI tool call with
     :meth:`from_openai`.
     """
 
@@ -107,7 +109,9 @@ class ToolCall(BaseModel):
     lane: str = Field("core", description="Calling lane: 'edge' or 'core'.")
     node: str | None = Field(None, description="Calling graph node.")
     state: str | None = Field(None, description="Calling skill state, if any.")
-    allowed: tuple[str, ...] | None = Field(None, description="Allowlist; None = any tool.")
+    allowed: tuple[str, ...] | None = Field(
+        None, description="Allowlist; None = any tool for host code, none in a skill state."
+    )
     raw_arguments: str | None = Field(
         None, description="The model's argument text when it is not a JSON object."
     )
@@ -468,12 +472,25 @@ class Arbiter:
         return _Admitted(tool, plan, normalised, args, args_hash, locks, owner)
 
     def _check_allowlist(self, call: ToolCall, spec: ToolSpec) -> None:
-        if call.allowed is None or matches_allowlist(spec.id, call.allowed):
+        if call.allowed is None and call.state is None:
+            return  # host code calling the arbiter itself: no model proposed this call
+        # Deny by default in a skill state: "each state defines exactly which tools the LLM
+        # may call" (seed 000), so a state that lists none admits none.
+        allowed = call.allowed or ()
+        if matches_allowlist(spec.id, allowed):
             return
         where = f"node {call.node!r}" if call.node else "this call"
         where += f" (state {call.state!r})" if call.state else ""
-        hint = f"call one of {sorted(call.allowed)}"
-        message = f"tool {spec.id!r} is not allowed in {where} (fix: {hint})"
+        if call.allowed is None:
+            hint = f"list it in the state's allowed tools: allowed=[{spec.name!r}]"
+            message = f"tool {spec.id!r} is not allowed in {where}, which has no allowlist"
+            message += f" (fix: {hint})"
+        elif not allowed and call.state is not None:
+            hint = "this state allows no tool: propose one of its transitions instead"
+            message = f"tool {spec.id!r} is not allowed in {where} (fix: {hint})"
+        else:
+            hint = f"call one of {sorted(allowed)}"
+            message = f"tool {spec.id!r} is not allowed in {where} (fix: {hint})"
         failure = ToolFailure(
             code="tool_not_allowed",
             tool=spec.id,
@@ -482,7 +499,7 @@ class Arbiter:
             details={
                 "node": call.node,
                 "state": call.state,
-                "allowed_tools": sorted(call.allowed),
+                "allowed_tools": sorted(allowed),
             },
         )
         raise _attach(ToolNotAllowedError(message, node=call.node), failure)

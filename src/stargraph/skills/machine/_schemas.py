@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
 from stargraph import fathom, reducers
 from stargraph.errors import (
@@ -111,11 +111,18 @@ class SchemaState(BaseModel):
     transitions: tuple[SchemaTransition, ...] = ()
     """Its exits."""
     tools: tuple[str, ...] = ()
-    """Tools allowed here (their descriptions come from the tool registry)."""
+    """Tools allowed here (their descriptions come from the tool registry). Empty (or
+    ``None``) admits no tool: a call is refused as ``tool_not_allowed``."""
     spawns: tuple[Spawn, ...] = ()
     """Sub-schemas this state may spawn."""
     terminal: bool = False
     """Reaching it exits the schema with this state's name as status."""
+
+    @field_validator("tools", mode="before")
+    @classmethod
+    def _none_admits_nothing(cls, value: Any) -> Any:
+        # Deny by default, as for a SkillSpec state: no allowlist is the empty one.
+        return () if value is None else value
 
 
 class Schema(BaseModel):

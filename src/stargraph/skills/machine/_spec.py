@@ -23,7 +23,7 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from stargraph.errors import Problem, SkillValidationError, ToolSpecError
 from stargraph.skills.machine._validate import MachineShape, StateShape, validate_machine
@@ -78,11 +78,19 @@ class StateSpec(BaseModel):
     objective: str = ""
     """What the model should accomplish in this state (the only objective it sees)."""
     allowed_tools: tuple[str, ...] = ()
-    """Tools the model may call here: a hard allowlist enforced by the arbiter."""
+    """Tools the model may call here: a hard allowlist enforced by the arbiter. Empty (or
+    ``None``) admits no tool: a call is refused as ``tool_not_allowed``."""
     transitions: tuple[Transition, ...] = ()
     """The valid exits of this state."""
     terminal: bool = False
     """An end state: no transitions; ``finish`` is offered here and only here."""
+
+    @field_validator("allowed_tools", mode="before")
+    @classmethod
+    def _none_admits_nothing(cls, value: Any) -> Any:
+        # Deny by default: a state defines exactly the tools it may call (seed 000), so no
+        # allowlist is the empty one, never "any tool".
+        return () if value is None else value
 
     def transition_for(self, event: str) -> Transition | None:
         """The transition taken on ``event``, or ``None``."""

@@ -17,6 +17,12 @@ plugin's servers, logging in as the agent's address with the secret ``email_pass
 server (the subset the clients use) on 127.0.0.1, one mailbox per user, run by asyncio on
 a background thread. It refuses what a real server refuses: mail before login, a sender
 address that is not the logged-in user, recipients it does not host, a bad password.
+
+TLS: given ``tls=`` (an ``ssl.SSLContext``), the fake speaks implicit TLS on both ports
+(SMTPS and IMAPS, as ports 465 and 993 do) and the tools given ``tls=`` (a client context)
+connect with ``SMTP_SSL`` / ``IMAP4_SSL``, verifying the server's certificate and host name.
+A certificate the client does not accept is a :class:`~stargraph.errors.ToolError` saying
+why and how to trust the right one; nothing is sent.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ import email.policy
 import imaplib
 import re
 import smtplib
+import ssl
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -101,6 +108,21 @@ class _Endpoint:
     smtp_port: int
     imap_port: int
     address: str
+    tls: ssl.SSLContext | None = None
+
+    def smtp(self, ctx: ToolContext) -> smtplib.SMTP:
+        """An SMTP client connected to the server (over TLS when ``tls`` is set)."""
+        if self.tls is None:
+            return smtplib.SMTP(self.host, self.smtp_port, timeout=_timeout(ctx))
+        return smtplib.SMTP_SSL(self.host, self.smtp_port, timeout=_timeout(ctx), context=self.tls)
+
+    def imap(self, ctx: ToolContext) -> imaplib.IMAP4:
+        """An IMAP client connected to the server (over TLS when ``tls`` is set)."""
+        if self.tls is None:
+            return imaplib.IMAP4(self.host, self.imap_port, timeout=_timeout(ctx))
+        return imaplib.IMAP4_SSL(
+            self.host, self.imap_port, ssl_context=self.tls, timeout=_timeout(ctx)
+        )
 
 
 def _timeout(ctx: ToolContext) -> float:
@@ -119,6 +141,19 @@ def _password(ctx: ToolContext) -> str:
 
 
 def _mail_error(ctx: ToolContext, service: str, exc: BaseException) -> ToolError:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        reason = exc.verify_message or exc.reason or str(exc)
+        return ToolError(
+            f"tool {ctx.tool!r}: the {service} server's TLS certificate was not accepted "
+            f"({reason}); nothing was sent (fix: connect to the host name the certificate "
+            "names, and trust its issuer: tls=ssl.create_default_context(cafile=...))"
+        )
+    if isinstance(exc, ssl.SSLError):
+        return ToolError(
+            f"tool {ctx.tool!r}: TLS with the {service} server failed ({exc.reason or exc}) "
+            "(fix: check that the server speaks TLS on that port, or leave tls unset for a "
+            "plain-text server)"
+        )
     if isinstance(exc, TimeoutError):
         return ToolTimeoutError(f"tool {ctx.tool!r}: the {service} server did not answer in time")
     if isinstance(exc, smtplib.SMTPAuthenticationError | imaplib.IMAP4.error) and (
@@ -133,10 +168,16 @@ def _mail_error(ctx: ToolContext, service: str, exc: BaseException) -> ToolError
 
 
 def email_tools(
-    *, host: str, smtp_port: int, imap_port: int, address: str
+    *,
+    host: str,
+    smtp_port: int,
+    imap_port: int,
+    address: str,
+    tls: ssl.SSLContext | None = None,
 ) -> tuple[PythonTool, PythonTool, PythonTool]:
-    """``choir.email.send``, ``.receive`` and ``.check`` for ``address`` at ``host``."""
-    where = _Endpoint(host, smtp_port, imap_port, address)
+    """``choir.email.send``, ``.receive`` and ``.check`` for ``address`` at ``host``;
+    ``tls`` (a client ``ssl.SSLContext``) connects over implicit TLS (SMTPS, IMAPS)."""
+    where = _Endpoint(host, smtp_port, imap_port, address, tls)
 
     @tool(
         id="choir.email.send@1.0.0",
@@ -162,7 +203,7 @@ def email_tools(
         message["Date"] = formatdate(usegmt=True)
         message.set_content(args.body)
         try:
-            with smtplib.SMTP(where.host, where.smtp_port, timeout=_timeout(ctx)) as smtp:
+            with where.smtp(ctx) as smtp:
                 smtp.ehlo()
                 smtp.login(where.address, password)
                 refused = smtp.send_message(message)
@@ -196,7 +237,7 @@ def email_tools(
         """Check a mailbox for new (unseen) messages: counts, and sender and subject of each."""
         password = _password(ctx)
         try:
-            with imaplib.IMAP4(where.host, where.imap_port, timeout=_timeout(ctx)) as imap:
+            with where.imap(ctx) as imap:
                 imap.login(where.address, password)
                 status, data = imap.status(args.mailbox, "(MESSAGES UNSEEN)")
                 _expect_ok(ctx, status, data, f"STATUS {args.mailbox}")
@@ -247,7 +288,7 @@ def email_tools(
         password = _password(ctx)
         messages = []
         try:
-            with imaplib.IMAP4(where.host, where.imap_port, timeout=_timeout(ctx)) as imap:
+            with where.imap(ctx) as imap:
                 imap.login(where.address, password)
                 _expect_ok(ctx, *imap.select(args.mailbox), f"SELECT {args.mailbox}")
                 criterion = "UNSEEN" if args.unseen_only else "ALL"
@@ -307,21 +348,37 @@ def _read(number: int, raw: bytes, limit: int) -> dict[str, Any]:
 
 
 class EmailPlugin:
-    """Example plugin: the three email tools for ``address`` at ``host``."""
+    """Example plugin: the three email tools for ``address`` at ``host`` (over implicit TLS
+    when given ``tls``, a client ``ssl.SSLContext``)."""
 
-    def __init__(self, *, host: str, smtp_port: int, imap_port: int, address: str) -> None:
+    def __init__(
+        self,
+        *,
+        host: str,
+        smtp_port: int,
+        imap_port: int,
+        address: str,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
         self.send, self.receive, self.check = email_tools(
-            host=host, smtp_port=smtp_port, imap_port=imap_port, address=address
+            host=host, smtp_port=smtp_port, imap_port=imap_port, address=address, tls=tls
         )
 
     @classmethod
-    def for_server(cls, server: LocalMailServer, address: str) -> EmailPlugin:
-        """The plugin for ``address`` on a :class:`LocalMailServer`."""
+    def for_server(
+        cls, server: LocalMailServer, address: str, *, tls: ssl.SSLContext | None = None
+    ) -> EmailPlugin:
+        """The plugin for ``address`` on a :class:`LocalMailServer`. For a server started
+        with ``tls``, the client verifies its certificate with ``tls`` (default: the
+        system's trust store, as for any real server)."""
+        if server.tls is not None and tls is None:
+            tls = ssl.create_default_context()
         return cls(
             host=server.host,
             smtp_port=server.smtp_port,
             imap_port=server.imap_port,
             address=address,
+            tls=tls,
         )
 
     @hookimpl
@@ -348,11 +405,16 @@ class LocalMailServer:
     accepts only the logged-in address as sender and only hosted users as recipients. IMAP
     serves ``CAPABILITY LOGIN SELECT EXAMINE STATUS SEARCH FETCH CLOSE NOOP LOGOUT``.
     :meth:`deliver` puts a message in a mailbox as if it came from outside.
+
+    ``tls`` (a server ``ssl.SSLContext`` holding the certificate and key) serves both ports
+    over implicit TLS; a client that does not accept the certificate gets no session.
     """
 
     host: Final = "127.0.0.1"
 
-    def __init__(self, users: Mapping[str, str]) -> None:
+    def __init__(self, users: Mapping[str, str], *, tls: ssl.SSLContext | None = None) -> None:
+        self.tls = tls
+        """The server TLS context, or ``None`` for plain text."""
         self._users = dict(users)
         self._boxes: dict[str, list[_Stored]] = {address: [] for address in self._users}
         self._lock = threading.Lock()
@@ -411,8 +473,8 @@ class LocalMailServer:
         return self
 
     async def _open(self) -> None:
-        smtp = await asyncio.start_server(self._smtp_session, self.host, 0)
-        imap = await asyncio.start_server(self._imap_session, self.host, 0)
+        smtp = await asyncio.start_server(self._smtp_session, self.host, 0, ssl=self.tls)
+        imap = await asyncio.start_server(self._imap_session, self.host, 0, ssl=self.tls)
         self._servers = [smtp, imap]
         self._ports = (smtp.sockets[0].getsockname()[1], imap.sockets[0].getsockname()[1])
 
