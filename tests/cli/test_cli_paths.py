@@ -429,3 +429,16 @@ def test_a_seeded_factory_keeps_its_entropy_under_the_command_store(project: Pat
     first = json.loads(run(project, *args, "one.db").stdout)
     again = json.loads(run(project, *args, "two.db").stdout)
     assert first["token"] == again["token"] != ""
+
+
+def test_resuming_under_edited_node_code_warns_in_one_plain_line(project: Path) -> None:
+    """The code-hash warning used to come out as Python prints warnings: the library's
+    file name and line number, then a source line."""
+    run(project, "run", "triage.py", "--run-id", "t-1", "--input", '{"text": "x"}', "-q")
+    source = (project / "triage.py").read_text()
+    (project / "triage.py").write_text(source.replace('["classify"]', '["classified"]'))
+    resumed = run(project, "resume", "t-1", "--response", "true", "-q")
+    lines = resumed.stderr.splitlines()
+    assert len(lines) == 1, resumed.stderr
+    assert lines[0].startswith("warning: run 't-1' was checkpointed by different node code")
+    assert lines[0].endswith("nodes will run the new code (CodeHashWarning)")

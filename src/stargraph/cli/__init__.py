@@ -12,13 +12,41 @@ Exit codes: 0 success, 1 failure, 2 usage error (``diff``: 0 same, 1 different, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TextIO
 
 __all__ = ["main"]
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the ``stargraph`` command with ``argv`` (default: ``sys.argv[1:]``); exits."""
+    import warnings
+
     from stargraph.cli._app import cli
 
+    warnings.showwarning = _plain_warnings(warnings.showwarning)
     cli.main(args=list(argv) if argv is not None else None, prog_name="stargraph")
+
+
+def _plain_warnings(show: Callable[..., None]) -> Callable[..., None]:
+    """``show``, except that stargraph's own warnings read like its errors: ``warning:
+    ...`` in one paragraph, without the library's file name and source line."""
+
+    def show_warning(  # noqa: PLR0917 - the signature of warnings.showwarning
+        message: Warning | str,
+        category: type[Warning],
+        filename: str,
+        lineno: int,
+        file: TextIO | None = None,
+        line: str | None = None,
+    ) -> None:
+        import sys
+
+        from stargraph.errors import StargraphWarning
+
+        if not issubclass(category, StargraphWarning):
+            show(message, category, filename, lineno, file, line)
+            return
+        (sys.stderr if file is None else file).write(f"warning: {message} ({category.__name__})\n")
+
+    return show_warning
