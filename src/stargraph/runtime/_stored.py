@@ -103,7 +103,13 @@ class StoredRuns(Generic[StateT]):
 
         def _run_to_end(self, run: Run, *, fresh: bool) -> None: ...
 
-        def _stream(self, run: Run, buffer: list[Event], *, fresh: bool) -> Iterator[Event]: ...
+        def _live(
+            self,
+            make_run: Callable[[Callable[[Event], None]], Run],
+            modes: tuple[str, ...],
+            *,
+            fresh: bool,
+        ) -> Iterator[Any]: ...
 
         def _adrive(self, run: Run, *, fresh: bool) -> AsyncGenerator[int, None]: ...
 
@@ -162,18 +168,20 @@ class StoredRuns(Generic[StateT]):
         migration: Migration | None = None,
         wait: bool | float = False,
     ) -> Iterator[Event]:
-        """:meth:`resume`, yielding events."""
-        buffer: list[Event] = []
-        run = self._load(
-            run_id,
-            response=response,
-            update=update,
-            max_steps=max_steps,
-            emit=buffer.append,
-            migration=migration,
-            wait=wait,
+        """:meth:`resume`, yielding events as they happen (as ``stream`` does)."""
+        yield from self._live(
+            lambda emit: self._load(
+                run_id,
+                response=response,
+                update=update,
+                max_steps=max_steps,
+                emit=emit,
+                migration=migration,
+                wait=wait,
+            ),
+            ("events",),
+            fresh=False,
         )
-        yield from self._stream(run, buffer, fresh=False)
 
     async def aresume(
         self,

@@ -13,6 +13,7 @@ writes; retries, timeouts, validation, journaling and checkpoints stay here.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import threading
 import time
@@ -199,8 +200,8 @@ def _call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
 
 
 def _inline(spec: NodeSpec) -> bool:
-    """Sync nodes without ``blocking`` or a timeout run on the driver's own thread."""
-    return not spec.is_async and not spec.blocking and not spec.timeout_s
+    """Sync nodes marked ``inline=True`` run on the driver's own thread, in task order."""
+    return spec.inline and not spec.is_async
 
 
 def _remote(run: Run, tasks: Sequence[Task]) -> Remote | None:
@@ -213,8 +214,100 @@ def _on(remote: Remote | None, spec: NodeSpec) -> Remote | None:
     return remote if remote is not None and remote.handles(spec) else None
 
 
+class _Batch:
+    """The thread-run tasks of one step, shared by the driver and the worker threads.
+
+    Work stealing: every runner (the driver's thread and each worker) takes the next task
+    until none is left, and a runner that takes a task while others still wait first asks
+    the pool for one more runner. Tiny tasks are then mostly run by the driver before a
+    worker has even woken (a fan-out of pure functions costs about what it did inline),
+    while tasks that block each end up on a thread of their own and overlap.
+    """
+
+    __slots__ = (
+        "finished",
+        "limit",
+        "lock",
+        "outcomes",
+        "pool",
+        "queue",
+        "remaining",
+        "remote",
+        "run",
+        "siblings",
+        "spawned",
+    )
+
+    def __init__(
+        self,
+        run: Run,
+        tasks: list[Task],
+        *,
+        siblings: int,
+        pool: Pool,
+        remote: Remote | None,
+        limit: int,
+    ) -> None:
+        self.run = run
+        self.queue = collections.deque(tasks)
+        self.siblings = siblings
+        self.pool = pool
+        self.remote = remote
+        self.lock = threading.Lock()
+        self.finished = threading.Event()
+        self.remaining = len(tasks)
+        self.outcomes: dict[tuple[str, int], tuple[dict[str, Any] | None, BaseException | None]]
+        self.outcomes = {}
+        # Worker threads to ask for at most: the driver itself is a runner too.
+        self.limit = limit
+        self.spawned = 0
+
+    def spawn(self) -> None:
+        with self.lock:
+            if self.spawned >= self.limit:
+                return
+            self.spawned += 1
+        self.pool().submit(self.work)
+
+    def _take(self) -> Task | None:
+        try:
+            task = self.queue.popleft()
+        except IndexError:
+            return None
+        if self.queue:
+            self.spawn()
+        return task
+
+    def work(self) -> None:
+        """Run tasks until none is left (on the driver's thread or a worker's)."""
+        specs = self.run.graph.specs
+        while (task := self._take()) is not None:
+            spec = specs[task.node]
+            outcome: tuple[dict[str, Any] | None, BaseException | None]
+            try:
+                writes = run_task_sync(
+                    self.run, task, spec, self.siblings, remote=_on(self.remote, spec)
+                )
+                outcome = (writes, None)
+            except (Exception, GraphInterrupt) as exc:  # sorted out in task order below
+                outcome = (None, exc)
+            self.done(task, outcome)
+
+    def done(self, task: Task, outcome: tuple[dict[str, Any] | None, BaseException | None]) -> None:
+        with self.lock:
+            self.outcomes[task.key] = outcome
+            self.remaining -= 1
+            if self.remaining == 0:
+                self.finished.set()
+
+
 def execute_sync(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
-    """Run a step's tasks from synchronous code."""
+    """Run a step's tasks from synchronous code.
+
+    One plain task runs right here. Several run concurrently: sync ones on the pool's
+    threads (``inline`` ones here, in task order), async ones on the run's event loop.
+    Whatever finishes first, the outcome lists the tasks in task order.
+    """
     specs = run.graph.specs
     if len(tasks) == 1 and not run.done:
         task = tasks[0]
@@ -236,46 +329,62 @@ def execute_sync(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
                 return StepOutcome([(task, run_task_sync(run, task, spec, 1))])
             except GraphInterrupt as signal:
                 return StepOutcome([], (task, signal))
-    if any(specs[t.node].is_async for t in tasks if t.key not in run.done):
-        return asyncio.run(execute_async(run, tasks, pool))
-    results: list[TaskResult] = []
-    interrupts: list[tuple[Task, GraphInterrupt]] = []
     todo = [t for t in tasks if t.key not in run.done]
-    results.extend((t, run.done[t.key]) for t in tasks if t.key in run.done)
-    remote = _remote(run, tasks)
-    # A remote task still takes a pool thread: it waits there for its result, so retries and
-    # timeouts work as for local tasks.
-    futures = [
-        (
-            t,
-            pool().submit(
-                run_task_sync, run, t, specs[t.node], len(tasks), remote=_on(remote, specs[t.node])
-            ),
+    if any(specs[t.node].is_async for t in todo):
+        # The whole step on the run's one loop: async tasks as coroutines, sync ones on
+        # the pool's threads through it.
+        return run.event_loop().run(execute_async(run, tasks, pool))
+    results: list[TaskResult] = [(t, run.done[t.key]) for t in tasks if t.key in run.done]
+    interrupts: list[tuple[Task, GraphInterrupt]] = []
+    here = [t for t in todo if _inline(specs[t.node])]
+    shared = [t for t in todo if not _inline(specs[t.node])]
+    batch = None
+    if shared:
+        # With tasks of its own to run first, the driver joins the batch late: then every
+        # shared task may need a worker of its own.
+        limit = len(shared) if here else len(shared) - 1
+        batch = _Batch(
+            run, shared, siblings=len(tasks), pool=pool, remote=_remote(run, tasks), limit=limit
         )
-        for t in todo
-        if not _inline(specs[t.node])
-    ]
-    for task in todo:
-        if _inline(specs[task.node]):
-            try:
-                results.append((task, run_task_sync(run, task, specs[task.node], len(tasks))))
-            except GraphInterrupt as signal:
-                interrupts.append((task, signal))
-    for task, future in futures:
+        if here:
+            batch.spawn()
+    for task in here:
         try:
-            results.append((task, future.result()))
+            results.append((task, run_task_sync(run, task, specs[task.node], len(tasks))))
         except GraphInterrupt as signal:
             interrupts.append((task, signal))
+    if batch is not None:
+        batch.work()
+        batch.finished.wait()
+        for task in shared:
+            writes, error = batch.outcomes[task.key]
+            if isinstance(error, GraphInterrupt):
+                interrupts.append((task, error))
+            elif error is not None:
+                # The first failure in task order, whichever failed first in time.
+                raise error
+            else:
+                assert writes is not None
+                results.append((task, writes))
     return StepOutcome(results, _first(interrupts))
 
 
 async def execute_async(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
-    """Run a step's tasks on the running event loop."""
+    """Run a step's tasks on the running event loop: async ones as coroutines, sync ones on
+    the pool's threads (``inline`` ones, and a lone plain one when nobody streams the run,
+    on the loop's thread)."""
     specs = run.graph.specs
     results: list[TaskResult] = [(t, run.done[t.key]) for t in tasks if t.key in run.done]
     todo = [t for t in tasks if t.key not in run.done]
     interrupts: list[tuple[Task, GraphInterrupt]] = []
     remote = _remote(run, tasks)
+    alone = len(todo) == 1 and run.feed is None
+
+    def on_loop(spec: NodeSpec) -> bool:
+        if spec.is_async:
+            return False
+        return spec.inline or (alone and not spec.blocking and not spec.timeout_s)
+
     pending = [
         (
             t,
@@ -286,11 +395,11 @@ async def execute_async(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutc
             ),
         )
         for t in todo
-        if not _inline(specs[t.node])
+        if not on_loop(specs[t.node])
     ]
     try:
         for task in todo:
-            if _inline(specs[task.node]):
+            if on_loop(specs[task.node]):
                 try:
                     results.append((task, run_task_sync(run, task, specs[task.node], len(tasks))))
                 except GraphInterrupt as signal:
