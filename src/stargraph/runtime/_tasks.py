@@ -30,6 +30,9 @@ from stargraph.runtime._run import Run
 __all__ = ["StepOutcome", "execute_async", "execute_sync"]
 
 TaskResult = tuple[Task, dict[str, Any]]
+
+_PATIENCE = 0.0002
+"""Seconds a new worker watches the other runners take tasks before it takes one itself."""
 Pool = Callable[[], concurrent.futures.ThreadPoolExecutor]
 
 
@@ -218,10 +221,11 @@ class _Batch:
     """The thread-run tasks of one step, shared by the driver and the worker threads.
 
     Work stealing: every runner (the driver's thread and each worker) takes the next task
-    until none is left, and a runner that takes a task while others still wait first asks
-    the pool for one more runner. Tiny tasks are then mostly run by the driver before a
-    worker has even woken (a fan-out of pure functions costs about what it did inline),
-    while tasks that block each end up on a thread of their own and overlap.
+    until none is left, and a runner that takes a task while others still wait makes sure
+    one more runner is on its way (one at a time: a worker asked for and not started yet
+    is enough). Tiny tasks are then mostly run by the driver before that worker has even
+    woken (a fan-out of pure functions costs about what it did inline), while tasks that
+    block each end up on a thread of their own and overlap.
     """
 
     __slots__ = (
@@ -236,6 +240,8 @@ class _Batch:
         "run",
         "siblings",
         "spawned",
+        "starting",
+        "taken",
     )
 
     def __init__(
@@ -261,33 +267,51 @@ class _Batch:
         # Worker threads to ask for at most: the driver itself is a runner too.
         self.limit = limit
         self.spawned = 0
+        self.starting = 0  # workers asked for that have not started taking tasks yet
+        self.taken = 0  # tasks taken so far, by any runner: progress a worker can watch
 
     def spawn(self) -> None:
         with self.lock:
-            if self.spawned >= self.limit:
+            if self.spawned >= self.limit or self.starting:
                 return
             self.spawned += 1
-        self.pool().submit(self.work)
+            self.starting += 1
+        self.pool().submit(self.work, True)
 
     def _take(self) -> Task | None:
         try:
             task = self.queue.popleft()
         except IndexError:
             return None
-        if self.queue:
+        self.taken += 1
+        if self.queue and not self.starting:
             self.spawn()
         return task
 
-    def work(self) -> None:
-        """Run tasks until none is left (on the driver's thread or a worker's)."""
-        specs = self.run.graph.specs
+    def work(self, worker: bool = False) -> None:
+        """Run tasks until none is left (on the driver's thread or, ``worker``, a pool's)."""
+        if worker:
+            with self.lock:
+                self.starting -= 1
+            # While the runners already at work keep taking tasks, leave the tasks to them:
+            # a worker only steps in when they stall (a task that blocks). Tiny tasks are
+            # then all run by the driver, and no result crosses threads.
+            seen = -1
+            while self.queue and self.taken != seen:
+                seen = self.taken
+                time.sleep(_PATIENCE)
+        run, siblings, remote = self.run, self.siblings, self.remote
+        specs = run.graph.specs
         while (task := self._take()) is not None:
             spec = specs[task.node]
             outcome: tuple[dict[str, Any] | None, BaseException | None]
             try:
-                writes = run_task_sync(
-                    self.run, task, spec, self.siblings, remote=_on(self.remote, spec)
-                )
+                if spec.plain and remote is None:
+                    # As for a lone task: no retry or timeout machinery to go through.
+                    writes = _plain(run, task, spec)
+                    _finish(run, task, 1, writes, siblings)
+                else:
+                    writes = run_task_sync(run, task, spec, siblings, remote=_on(remote, spec))
                 outcome = (writes, None)
             except (Exception, GraphInterrupt) as exc:  # sorted out in task order below
                 outcome = (None, exc)
@@ -299,6 +323,17 @@ class _Batch:
             self.remaining -= 1
             if self.remaining == 0:
                 self.finished.set()
+
+
+def _plain(run: Run, task: Task, spec: NodeSpec) -> dict[str, Any]:
+    """Call a plain node (sync, no retry policy, timeout or executor) and check its writes."""
+    try:
+        result = spec.fn(*run.call_args(task, spec))
+    except (GraphInterrupt, StargraphError):
+        raise
+    except Exception as exc:
+        raise run.node_failed(task, exc) from exc
+    return run.validate_writes(task, result)
 
 
 def execute_sync(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
