@@ -299,3 +299,43 @@ def test_issue18_a_stream_closed_inside_a_step_commits_that_step_then_cancels() 
     with pytest.raises(RunCancelledError):
         cancel_at_step_one()
     assert store.get_run("d").last_step == 1
+
+
+class Inner(BaseModel):
+    said: Annotated[list[str], reducers.append] = []
+
+
+def inner_talks(state: Inner, ctx: RunContext) -> dict[str, Any]:
+    ctx.emit("inside")
+    return {"said": [ctx.services["chat"].say("deep down")]}
+
+
+def test_issue18_nested_runs_stream_custom_events_and_tokens_with_their_path() -> None:
+    from stargraph.nodes import SubgraphNode
+    from stargraph.skills import Skill
+
+    child = Graph("inner", state=Inner).with_node("speak", inner_talks)
+    child = child.with_edge(START, "speak").with_edge("speak", END)
+    skill = Skill.from_graph(
+        child,
+        name="inner",
+        version="1.0.0",
+        kind="workflow",
+        description="one step",
+        state_schema=Inner,
+    )
+    parent = (
+        Graph("outer", state=S)
+        .with_node(SubgraphNode.from_skill(skill, site="site"))
+        .with_edge(START, "site")
+        .with_edge("site", END)
+    )
+    app = parent.compile(services={"chat": FakeChat()})
+    items = list(app.stream({}, mode=["custom", "messages"]))
+    assert [(m, i.path, i.node) for m, i in items] == [
+        ("custom", ("site",), "speak"),
+        ("messages", ("site",), "speak"),
+        ("messages", ("site",), "speak"),
+    ]
+    assert items[0][1].payload == "inside"
+    assert "".join(i.text for m, i in items if m == "messages") == "deep down "

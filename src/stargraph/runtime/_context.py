@@ -438,6 +438,7 @@ class RunContext:
     __slots__ = (
         "_custom",
         "_draws",
+        "_feed",
         "_revoked",
         "config",
         "entropy",
@@ -465,10 +466,14 @@ class RunContext:
         services: Mapping[str, Any] | None = None,
         events: list[Any] | None = None,
         custom: Callable[[Any], None] | None = None,
+        feed: Any = None,
     ) -> None:
         self.journal = journal
         # Where ctx.emit() hands payloads: the run's live stream in mode "custom", or None.
         self._custom = custom
+        # The run's live stream, handed down to the nested run of a subgraph node so that
+        # its nodes' custom events and model tokens reach the same consumer.
+        self._feed = feed
         self._draws = 0
         self._revoked = False
         # Where a subgraph node puts its child's events; the executor streams them, in task

@@ -397,6 +397,7 @@ class Run:
             services=services,
             events=None if self.emit is None else self.child_events.setdefault((node, index), []),
             custom=custom,
+            feed=feed,
         )
 
     def _sink(self, feed: Feed, mode: str, node: str, index: int) -> Callable[[Any], None]:

@@ -325,9 +325,12 @@ class StoredRuns(Generic[StateT]):
                 record = self.store.get_run(run_id)
             except LookupError:
                 record = None
+        # The parent's live stream (if any) gets the child's custom events and model tokens
+        # as they happen; the child's typed events go to ``emit``, in task order.
+        feed = getattr(parent, "_feed", None)
         if record is None:
             run = self._new_run(input, run_id, None, emit)
-            run.path, run.collect = path, raw
+            run.path, run.collect, run.feed = path, raw, feed
             self._run_to_end(run, fresh=True)
         else:
             store = self._require_store()
@@ -341,7 +344,7 @@ class StoredRuns(Generic[StateT]):
                 if isinstance(record.interrupt, dict) and record.interrupt.get("kind") == "node":
                     response = answer
             run = self._load(run_id, response=response, update=None, max_steps=None, emit=emit)
-            run.path, run.collect = path, raw
+            run.path, run.collect, run.feed = path, raw, feed
             self._run_to_end(run, fresh=False)
         if self.store is not None:
             after = self.store.get_run(run_id)
