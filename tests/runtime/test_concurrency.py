@@ -263,3 +263,19 @@ def fail_early(state: Fan) -> dict[str, Any]:
         raise ValueError("b broke")
     finally:
         FAILED_B.set()
+
+
+def exits_on_worker(state: Fan) -> dict[str, Any]:
+    THREADS["b"] = threading.current_thread().name
+    raise SystemExit(3)
+
+
+def test_issue18_a_base_exception_on_a_worker_reaches_the_caller() -> None:
+    THREADS.clear()
+    graph = Graph("inl", state=Fan).with_node("a", where_a, inline=True)
+    graph = graph.with_node("b", exits_on_worker).with_edge(START, "b").with_edge("b", END)
+    app = graph.with_edge(START, "a").with_edge("a", END).compile()
+    with pytest.raises(SystemExit):
+        app.invoke({})  # raised on the worker, re-raised here: the step does not hang
+    assert THREADS["b"].startswith("stargraph-inl")
+    app.close()

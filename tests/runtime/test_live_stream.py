@@ -159,7 +159,7 @@ def test_issue18_updates_and_values_modes() -> None:
 
 def test_issue18_an_unknown_mode_is_a_typed_error() -> None:
     with pytest.raises(InvalidInputError, match="'update'"):
-        _chain().compile().stream({}, mode="update")  # type: ignore[call-overload]
+        list(_chain().compile().stream({}, mode="update"))  # type: ignore[call-overload]
 
 
 GO_ON = threading.Event()

@@ -225,7 +225,7 @@ class CompiledGraph(StoredRuns[StateT]):
         """
         modes = stream_modes(mode)
         self._refuse_unknown_keys(input, run_id)
-        return self._live(
+        yield from self._live(
             lambda emit: self._new_run(input, run_id, max_steps, emit=emit), modes, fresh=True
         )
 

@@ -276,7 +276,13 @@ class _Batch:
                 return
             self.spawned += 1
             self.starting += 1
-        self.pool().submit(self.work, True)
+        try:
+            self.pool().submit(self.work, True)
+        except RuntimeError:
+            # The pool is shutting down (close(), interpreter exit): the runners already at
+            # work take the remaining tasks, one after another.
+            with self.lock:
+                self.starting -= 1
 
     def _take(self) -> Task | None:
         try:
@@ -315,6 +321,10 @@ class _Batch:
                 outcome = (writes, None)
             except (Exception, GraphInterrupt) as exc:  # sorted out in task order below
                 outcome = (None, exc)
+            except BaseException as exc:
+                if not worker:
+                    raise  # Ctrl-C on the driver's thread stops the run at once
+                outcome = (None, exc)  # on a worker: the driver raises it, nothing hangs
             self.done(task, outcome)
 
     def done(self, task: Task, outcome: tuple[dict[str, Any] | None, BaseException | None]) -> None:
