@@ -339,3 +339,17 @@ def test_issue18_nested_runs_stream_custom_events_and_tokens_with_their_path() -
     ]
     assert items[0][1].payload == "inside"
     assert "".join(i.text for m, i in items if m == "messages") == "deep down "
+
+
+def test_issue18_a_stream_of_inline_nodes_runs_them_on_the_consumer_thread() -> None:
+    seen: list[str] = []
+
+    def mark(state: S) -> dict[str, Any]:
+        seen.append(threading.current_thread().name)
+        return {"n": state.n + 1}
+
+    graph = Graph("inl", state=S).with_node("m", mark, ref="inline-mark", inline=True)
+    app = graph.with_edge(START, "m").with_edge("m", END).compile()
+    kinds = [e.kind for e in app.stream({})]
+    assert kinds[-1] == "run_finished"
+    assert seen == [threading.current_thread().name]  # no thread hop for an inline step

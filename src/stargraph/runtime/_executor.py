@@ -573,6 +573,10 @@ class CompiledGraph(StoredRuns[StateT]):
             return False
         return not (self._interrupts and self._park_after(run, [t for t, _ in outcome.results]))
 
+    def _all_inline(self, tasks: Sequence[Task]) -> bool:
+        specs = self.specs
+        return all(specs[t.node].inline and not specs[t.node].is_async for t in tasks)
+
     def _pumped(
         self, run: Run, feed: Feed, stepper: concurrent.futures.Executor
     ) -> Generator[int, None, StepOutcome]:
@@ -660,7 +664,9 @@ class CompiledGraph(StoredRuns[StateT]):
             while run.tasks:
                 if run.cancelled is not None:
                     break
-                if feed is None or stepper is None:
+                if feed is None or stepper is None or self._all_inline(run.tasks):
+                    # Nothing to hand on while the tasks run: inline ones (tiny pure
+                    # functions) run right here, sparing the thread hop.
                     if not self._step_once(run):
                         return
                 else:
