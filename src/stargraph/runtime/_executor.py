@@ -1,11 +1,15 @@
 """``CompiledGraph``: run, stream, resume, fork and inspect runs of a compiled graph.
 
 A run is a sequence of *steps*. In each step every scheduled task (node execution) runs -
-concurrently where that helps (async nodes on asyncio, ``blocking`` sync nodes on threads),
-otherwise inline in a fixed order - and then, only when all have finished, their writes merge
-in ``(node, index)`` order through the channels' reducers. Successors are scheduled from the
-merged state, and (with a store) the step is committed before the next one starts. Nothing
-about the result depends on which task finished first.
+a lone task right on the driver's thread; several concurrently (sync nodes on worker threads,
+``inline`` ones on the driver's thread, async nodes on one event loop per run) - and then,
+only when all have finished, their writes merge in ``(node, index)`` order through the
+channels' reducers. Successors are scheduled from the merged state, and (with a store) the
+step is committed before the next one starts. Nothing about the result or the order of the
+typed events depends on which task finished first.
+
+A live stream (``stream``/``astream``) hands on what the run's feed receives while a step
+runs (see ``_stream``); ``iter`` steps the run one superstep per item.
 """
 
 from __future__ import annotations

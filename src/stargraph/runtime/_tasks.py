@@ -1,9 +1,13 @@
 """Executing one step's tasks: inline, on threads or on asyncio; retries, timeouts, interrupts.
 
-Whatever runs where, the result is the same list of ``(task, writes)`` pairs, merged later in
-``(node, index)`` order. Tasks whose writes were saved before a crash (``run.done``) are not
-run again. In a step of several tasks, each finished task's writes are saved at once as
-pending writes, so a crash of a sibling does not cost the finished ones.
+A lone task runs on the driver's thread. Several run concurrently: sync ones on the graph's
+worker threads, shared by work stealing with the driver (``_Batch``), ``inline`` ones on the
+driver's thread; async ones on the running loop (``ainvoke``) or the run's own loop (a sync
+driver, see ``_loop``). Whatever runs where, the result is the same list of
+``(task, writes)`` pairs, merged later in ``(node, index)`` order. Tasks whose writes were
+saved before a crash (``run.done``) are not run again. In a step of several tasks, each
+finished task's writes are saved at once as pending writes, so a crash of a sibling does
+not cost the finished ones.
 
 With ``compile(executor=...)``, the ``blocking`` sync tasks of a step of several tasks run on
 that executor (another process or machine) through ``_remote``: the worker only computes the
