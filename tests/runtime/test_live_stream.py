@@ -353,3 +353,12 @@ def test_issue18_a_stream_of_inline_nodes_runs_them_on_the_consumer_thread() -> 
     kinds = [e.kind for e in app.stream({})]
     assert kinds[-1] == "run_finished"
     assert seen == [threading.current_thread().name]  # no thread hop for an inline step
+
+
+def test_issue18_astream_takes_the_same_modes() -> None:
+    app = _chain().compile()
+
+    async def main() -> list[Any]:
+        return [item async for item in app.astream({}, mode=["updates", "values"])]
+
+    assert asyncio.run(main()) == list(app.stream({}, mode=["updates", "values"]))
