@@ -218,7 +218,7 @@ def test_issue18_inline_nodes_stay_on_the_driver_thread() -> None:
     assert app.invoke({}).items == ["a", "b", "c"]
     assert THREADS["a"] == threading.current_thread().name
     # While the driver ran the inline task, a worker ran b alongside it.
-    assert THREADS["b"].startswith("stargraph-inl")
+    assert THREADS["b"].startswith("stargraph-worker")
     app.close()
 
 
@@ -277,5 +277,5 @@ def test_issue18_a_base_exception_on_a_worker_reaches_the_caller() -> None:
     app = graph.with_edge(START, "a").with_edge("a", END).compile()
     with pytest.raises(SystemExit):
         app.invoke({})  # raised on the worker, re-raised here: the step does not hang
-    assert THREADS["b"].startswith("stargraph-inl")
+    assert THREADS["b"].startswith("stargraph-worker")
     app.close()

@@ -72,7 +72,7 @@ from stargraph.runtime._rules import RuleSet
 from stargraph.runtime._run import MAX_STEPS_BOUND, Run, describe_exception, jsonable
 from stargraph.runtime._stored import StoredRuns, _describe
 from stargraph.runtime._stream import Feed, StreamMode, Superstep, stream_modes
-from stargraph.runtime._tasks import StepOutcome, execute_async, execute_sync
+from stargraph.runtime._tasks import StepOutcome, execute_async, execute_sync, worker_threads
 from stargraph.state import Channel
 
 __all__ = ["DEFAULT_MAX_STEPS", "MAX_STEPS_BOUND", "CompiledGraph"]
@@ -146,7 +146,6 @@ class CompiledGraph(StoredRuns[StateT]):
         # One-task tuples per target, for routers that pick a single node.
         self.single_tasks: dict[str, tuple[Task, ...]] = {node: (Task(node),) for node in specs}
         self.single_tasks[END] = ()
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._interrupts = any(s.interrupt_before or s.interrupt_after for s in specs.values())
         self._observer_failures = 0
         self._observer_lock = threading.Lock()
@@ -1092,23 +1091,16 @@ class CompiledGraph(StoredRuns[StateT]):
                     )
                 )
 
-    def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
-        pool = self._pool
-        if pool is None:
-            # Worker threads ask for the pool too (work stealing): make it once.
-            with self._observer_lock:
-                pool = self._pool
-                if pool is None:
-                    pool = self._pool = concurrent.futures.ThreadPoolExecutor(
-                        max_workers=32, thread_name_prefix=f"stargraph-{self.ir.name}"
-                    )
-        return pool
+    @staticmethod
+    def _threads() -> concurrent.futures.ThreadPoolExecutor:
+        # Shared by every graph of the process: a graph compiled per run (as a worker does)
+        # reuses the same threads, and what nodes keep per thread, rather than adding its own.
+        return worker_threads()
 
     def close(self) -> None:
-        """Release the worker threads (a compiled graph stays usable; they are re-created)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        """Kept for compatibility: the worker threads are shared by every compiled graph of
+        the process and idle between steps, so a graph holds nothing to release (it stays
+        usable either way)."""
 
     def __repr__(self) -> str:
         return f"CompiledGraph({self.ir.name!r}, {self.graph_hash})"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -31,7 +32,46 @@ from stargraph.runtime._plan import NodeSpec, Task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run
 
-__all__ = ["StepOutcome", "execute_async", "execute_sync"]
+__all__ = ["WORKER_THREADS", "StepOutcome", "execute_async", "execute_sync", "worker_threads"]
+
+WORKER_THREADS = 64
+"""Threads the process's worker pool may start; steps of several tasks share them."""
+
+
+class _SharedPool:
+    """The process's worker pool, started on first use."""
+
+    __slots__ = ("lock", "pool")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def get(self) -> concurrent.futures.ThreadPoolExecutor:
+        pool = self.pool
+        if pool is None:
+            with self.lock:
+                pool = self.pool
+                if pool is None:
+                    pool = self.pool = concurrent.futures.ThreadPoolExecutor(
+                        max_workers=WORKER_THREADS, thread_name_prefix="stargraph-worker"
+                    )
+        return pool
+
+    def forget(self) -> None:
+        # A forked child has none of its parent's threads: it starts a pool of its own.
+        self.lock = threading.Lock()
+        self.pool = None
+
+
+_SHARED = _SharedPool()
+os.register_at_fork(after_in_child=_SHARED.forget)
+
+
+def worker_threads() -> concurrent.futures.ThreadPoolExecutor:
+    """The process's worker threads, shared by every compiled graph (started on first use)."""
+    return _SHARED.get()
+
 
 TaskResult = tuple[Task, dict[str, Any]]
 
