@@ -185,6 +185,7 @@ class Graph(Generic[StateT]):
         retry: RetryPolicyIR | None = None,
         timeout_s: float | None = None,
         blocking: bool = False,
+        inline: bool = False,
         interrupt_before: bool = False,
         interrupt_after: bool = False,
         must_stub: bool = False,
@@ -196,9 +197,11 @@ class Graph(Generic[StateT]):
 
         ``fn(state)`` or ``fn(state, ctx)`` returns a mapping of channel writes (or ``None``);
         it may be ``async``. ``writes`` declares the channels it may write (checked at
-        compile and run time). ``blocking=True`` runs a sync node on a worker thread so it
-        overlaps with its siblings in the same step (sync nodes otherwise run in turn, on the
-        calling thread, in node-id order).
+        compile and run time). The tasks of a step with several tasks run concurrently:
+        sync nodes on the graph's worker threads, async nodes on the run's event loop.
+        ``inline=True`` keeps a tiny pure sync node on the driver's thread instead (no thread
+        hop); ``blocking=True`` marks a sync node that blocks, which is what
+        ``compile(executor=...)`` ships to its executor.
 
         ``input=Model`` (a pydantic model defined at module level) gives the node a private
         input: it receives a ``Model`` instance instead of the state, validated from the
@@ -245,6 +248,7 @@ class Graph(Generic[StateT]):
             retry=retry,
             timeout_s=timeout_s,
             blocking=blocking,
+            inline=inline,
             interrupt_before=interrupt_before,
             interrupt_after=interrupt_after,
             must_stub=must_stub,

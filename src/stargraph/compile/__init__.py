@@ -196,6 +196,7 @@ def compile_ir(
             takes_ctx=takes_ctx,
             is_async=is_async,
             blocking=node.blocking,
+            inline=node.inline,
             writes=frozenset(node.writes) if node.writes is not None else None,
             timeout_s=node.timeout_s,
             retry=node.retry,

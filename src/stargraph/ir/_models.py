@@ -169,7 +169,13 @@ class _NodeBase(_IRModel):
     blocking: bool = Field(
         default=False,
         description="Sync node doing blocking I/O: run it on a worker thread so siblings "
-        "in the same step overlap with it.",
+        "in the same step overlap with it (sync nodes of a step of several tasks run on "
+        "worker threads by default; with compile(executor=...) blocking nodes go there).",
+    )
+    inline: bool = Field(
+        default=False,
+        description="Tiny pure sync node: run it on the driver's thread, in task order, "
+        "instead of on a worker thread, when its step has several tasks.",
     )
     interrupt_before: bool = False
     interrupt_after: bool = False

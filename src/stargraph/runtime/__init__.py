@@ -1,7 +1,9 @@
 """The runtime: executor, run context, events.
 
 ``CompiledGraph`` is produced by ``Graph.compile()``; nodes that take a second argument get a
-:class:`RunContext`; ``stream()`` yields :data:`Event` values. ``CompiledGraph.cancel`` and
+:class:`RunContext`; ``stream()`` yields :data:`Event` values as they happen (or, with
+``mode=``, updates, values, :class:`CustomEvent` and :class:`MessageChunk` items), and
+``iter()`` yields one :class:`Superstep` per step. ``CompiledGraph.cancel`` and
 :func:`cancel_on_signals` (Ctrl-C, SIGTERM) stop runs at a step boundary, resumably.
 """
 
@@ -24,14 +26,17 @@ from stargraph.runtime._events import (
 from stargraph.runtime._executor import DEFAULT_MAX_STEPS, CompiledGraph
 from stargraph.runtime._plan import JoinSpec, NodeSpec, RouterSpec, Task, accepts_ctx
 from stargraph.runtime._rules import DecisionMaker, RuleSet, StepDecision
+from stargraph.runtime._stream import CustomEvent, MessageChunk, Superstep
 
 __all__ = [
     "CompiledGraph",
+    "CustomEvent",
     "DEFAULT_MAX_STEPS",
     "DecisionMaker",
     "Entropy",
     "Event",
     "JoinSpec",
+    "MessageChunk",
     "NodeFinished",
     "NodeSpec",
     "NodeStarted",
@@ -48,6 +53,7 @@ __all__ = [
     "SignalScope",
     "StepCompleted",
     "StepDecision",
+    "Superstep",
     "SystemEntropy",
     "Task",
     "accepts_ctx",

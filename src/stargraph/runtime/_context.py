@@ -182,6 +182,7 @@ class TaskJournal:
     __slots__ = (
         "attempt",
         "entries",
+        "ephemeral",
         "fence",
         "index",
         "node",
@@ -191,6 +192,7 @@ class TaskJournal:
         "run_id",
         "seq",
         "step",
+        "tokens",
     )
 
     def __init__(
@@ -205,6 +207,7 @@ class TaskJournal:
         run_id: str | None = None,
         fence: AttemptFence | None = None,
         attempt: int = 1,
+        ephemeral: bool = False,
     ) -> None:
         self.step = step
         self.node = node
@@ -217,6 +220,13 @@ class TaskJournal:
         self.fence = fence
         self.attempt = attempt
         self.revoked = False
+        # A journal of a run without a store, made only so that services bound to it
+        # reach the live stream: nothing keeps it, so it cannot park the run either.
+        self.ephemeral = ephemeral
+        # Where a service streaming a model's answer hands each piece of text as it
+        # arrives (stream mode "messages"); None when nobody streams the run's messages.
+        # The recorded call stays the whole answer, so replay does not depend on it.
+        self.tokens: Callable[[str], None] | None = None
 
     def restart(self) -> None:
         """Serve the journal again from its first call (same attempt)."""
@@ -426,7 +436,9 @@ class RunContext:
     """
 
     __slots__ = (
+        "_custom",
         "_draws",
+        "_feed",
         "_revoked",
         "config",
         "entropy",
@@ -453,8 +465,15 @@ class RunContext:
         journal: TaskJournal | None = None,
         services: Mapping[str, Any] | None = None,
         events: list[Any] | None = None,
+        custom: Callable[[Any], None] | None = None,
+        feed: Any = None,
     ) -> None:
         self.journal = journal
+        # Where ctx.emit() hands payloads: the run's live stream in mode "custom", or None.
+        self._custom = custom
+        # The run's live stream, handed down to the nested run of a subgraph node so that
+        # its nodes' custom events and model tokens reach the same consumer.
+        self._feed = feed
         self._draws = 0
         self._revoked = False
         # Where a subgraph node puts its child's events; the executor streams them, in task
@@ -470,6 +489,17 @@ class RunContext:
         self.path = path
         self.config = config
         self.entropy = entropy
+
+    def emit(self, payload: Any) -> None:
+        """Hand ``payload`` to whoever streams the run in mode ``"custom"``, at once, as a
+        :class:`~stargraph.runtime.CustomEvent` naming this node (progress, partial results).
+
+        It is not recorded and not replayed; when nobody streams the run in that mode it
+        does nothing, so a node can call it unconditionally.
+        """
+        custom = self._custom
+        if custom is not None and not self._revoked:
+            custom(payload)
 
     def revoke(self) -> None:
         """This attempt was abandoned (it timed out; a retry took over): from now on its
@@ -582,7 +612,7 @@ class RunContext:
         """
         from stargraph.errors import RunError
 
-        if self.journal is None:
+        if self.journal is None or self.journal.ephemeral:
             raise RunError(
                 f"node {self.node!r} called ctx.interrupt() but the graph has no checkpoint "
                 "store to park the run in; compile it with store=SqliteStore(...) or "

@@ -1,11 +1,15 @@
 """``CompiledGraph``: run, stream, resume, fork and inspect runs of a compiled graph.
 
 A run is a sequence of *steps*. In each step every scheduled task (node execution) runs -
-concurrently where that helps (async nodes on asyncio, ``blocking`` sync nodes on threads),
-otherwise inline in a fixed order - and then, only when all have finished, their writes merge
-in ``(node, index)`` order through the channels' reducers. Successors are scheduled from the
-merged state, and (with a store) the step is committed before the next one starts. Nothing
-about the result depends on which task finished first.
+a lone task right on the driver's thread; several concurrently (sync nodes on worker threads,
+``inline`` ones on the driver's thread, async nodes on one event loop per run) - and then,
+only when all have finished, their writes merge in ``(node, index)`` order through the
+channels' reducers. Successors are scheduled from the merged state, and (with a store) the
+step is committed before the next one starts. Nothing about the result or the order of the
+typed events depends on which task finished first.
+
+A live stream (``stream``/``astream``) hands on what the run's feed receives while a step
+runs (see ``_stream``); ``iter`` steps the run one superstep per item.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from collections.abc import (
     Sequence,
 )
 from functools import cached_property
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -68,7 +72,8 @@ from stargraph.runtime._replay import ReplayDriver
 from stargraph.runtime._rules import RuleSet
 from stargraph.runtime._run import MAX_STEPS_BOUND, Run, describe_exception, jsonable
 from stargraph.runtime._stored import StoredRuns, _describe
-from stargraph.runtime._tasks import StepOutcome, execute_async, execute_sync
+from stargraph.runtime._stream import Feed, StreamMode, Superstep, stream_modes
+from stargraph.runtime._tasks import StepOutcome, execute_async, execute_sync, worker_threads
 from stargraph.runtime._threads import start_turn
 from stargraph.state import Channel
 
@@ -143,10 +148,13 @@ class CompiledGraph(StoredRuns[StateT]):
         # One-task tuples per target, for routers that pick a single node.
         self.single_tasks: dict[str, tuple[Task, ...]] = {node: (Task(node),) for node in specs}
         self.single_tasks[END] = ()
-        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._interrupts = any(s.interrupt_before or s.interrupt_after for s in specs.values())
         self._observer_failures = 0
         self._observer_lock = threading.Lock()
+        # Async routers are awaited by the async driver before it schedules.
+        self._async_routers = any(r.is_async for r in self.start_routers) or any(
+            r.is_async for spec in specs.values() for r in spec.routers
+        )
 
     @property
     def observer_failures(self) -> int:
@@ -189,20 +197,54 @@ class CompiledGraph(StoredRuns[StateT]):
         self._run_to_end(run, fresh=True)
         return self._state(run)
 
+    @overload
     def stream(
         self,
         input: Mapping[str, Any] | StateT | None = None,
         *,
+        mode: Literal["events"] = "events",
         run_id: str | None = None,
         max_steps: int | None = None,
         thread_id: str | None = None,
-    ) -> Iterator[Event]:
-        """Run to the end, yielding events as each step completes (``thread_id``: as in
-        :meth:`invoke`)."""
-        buffer: list[Event] = []
+    ) -> Iterator[Event]: ...
+
+    @overload
+    def stream(
+        self,
+        input: Mapping[str, Any] | StateT | None = None,
+        *,
+        mode: StreamMode | Sequence[StreamMode],
+        run_id: str | None = None,
+        max_steps: int | None = None,
+        thread_id: str | None = None,
+    ) -> Iterator[Any]: ...
+
+    def stream(
+        self,
+        input: Mapping[str, Any] | StateT | None = None,
+        *,
+        mode: StreamMode | Sequence[StreamMode] = "events",
+        run_id: str | None = None,
+        max_steps: int | None = None,
+        thread_id: str | None = None,
+    ) -> Iterator[Any]:
+        """Run to the end, yielding what happens as it happens.
+
+        ``mode`` picks what: ``"events"`` (the typed run events; the default), ``"updates"``
+        (``{node: writes}`` for each finished node), ``"values"`` (the state after each
+        step), ``"custom"`` (a :class:`~stargraph.runtime.CustomEvent` per ``ctx.emit``) or
+        ``"messages"`` (a :class:`~stargraph.runtime.MessageChunk` per piece of a model's
+        answer). With a list of modes, items come as ``(mode, item)`` pairs. A consumer
+        that stops reading cancels the run at the step it reached. ``thread_id``: as in
+        :meth:`invoke`.
+        """
+        modes = stream_modes(mode)
         self._refuse_unknown_keys(input, run_id)
-        run = self._new_run(input, run_id, max_steps, emit=buffer.append, thread_id=thread_id)
-        yield from self._stream(run, buffer, fresh=True)
+        yield from self._live(
+            lambda emit: self._new_run(input, run_id, max_steps, emit=emit, thread_id=thread_id),
+            modes,
+            fresh=True,
+        )
 
     async def ainvoke(
         self,
@@ -219,32 +261,88 @@ class CompiledGraph(StoredRuns[StateT]):
             pass
         return self._state(run)
 
+    @overload
+    def astream(
+        self,
+        input: Mapping[str, Any] | StateT | None = None,
+        *,
+        mode: Literal["events"] = "events",
+        run_id: str | None = None,
+        max_steps: int | None = None,
+        thread_id: str | None = None,
+    ) -> AsyncIterator[Event]: ...
+
+    @overload
+    def astream(
+        self,
+        input: Mapping[str, Any] | StateT | None = None,
+        *,
+        mode: StreamMode | Sequence[StreamMode],
+        run_id: str | None = None,
+        max_steps: int | None = None,
+        thread_id: str | None = None,
+    ) -> AsyncIterator[Any]: ...
+
     async def astream(
+        self,
+        input: Mapping[str, Any] | StateT | None = None,
+        *,
+        mode: StreamMode | Sequence[StreamMode] = "events",
+        run_id: str | None = None,
+        max_steps: int | None = None,
+        thread_id: str | None = None,
+    ) -> AsyncIterator[Any]:
+        """Async :meth:`stream` (same modes)."""
+        modes = stream_modes(mode)
+        self._refuse_unknown_keys(input, run_id)
+        feed = Feed(modes)
+        feed.loop = asyncio.get_running_loop()
+        feed.awake = asyncio.Event()
+        run = self._new_run(
+            input, run_id, max_steps, emit=self._feeder(feed), thread_id=thread_id
+        )
+        self._attach(run, feed)
+        drive = self._adrive(run, fresh=True)
+        try:
+            async for _ in drive:
+                for item in self._items(feed, modes):
+                    yield item
+        except StargraphError:
+            for item in self._items(feed, modes):
+                yield item
+            raise
+        finally:
+            await drive.aclose()  # a consumer that stops reading cancels the run (see stream)
+        for item in self._items(feed, modes):
+            yield item
+
+    def iter(
         self,
         input: Mapping[str, Any] | StateT | None = None,
         *,
         run_id: str | None = None,
         max_steps: int | None = None,
         thread_id: str | None = None,
-    ) -> AsyncIterator[Event]:
-        """Async :meth:`stream`."""
-        buffer: list[Event] = []
+    ) -> Iterator[Superstep]:
+        """Run one superstep at a time: yields a :class:`~stargraph.runtime.Superstep` (what
+        ran, what runs next, the state) after each committed step. The next step starts
+        only when the next one is asked for; closing the iterator (or leaving the ``for``)
+        between steps cancels the run there, as closing a stream does. ``thread_id``: as in
+        :meth:`invoke`."""
         self._refuse_unknown_keys(input, run_id)
-        run = self._new_run(input, run_id, max_steps, emit=buffer.append, thread_id=thread_id)
-        drive = self._adrive(run, fresh=True)
+        run = self._new_run(input, run_id, max_steps, emit=None, thread_id=thread_id)
+        drive = self._drive(run, fresh=True)
         try:
-            async for _ in drive:
-                for event in buffer:
-                    yield event
-                buffer.clear()
-        except StargraphError:
-            for event in buffer:
-                yield event
-            raise
+            for step in drive:
+                yield Superstep(
+                    run_id=run.run_id,
+                    step=step,
+                    nodes=tuple(t.node for t in run.ran),
+                    next=tuple(t.node for t in run.tasks),
+                    state=self._state(run),
+                )
         finally:
-            await drive.aclose()  # a consumer that stops reading cancels the run (see stream)
-        for event in buffer:
-            yield event
+            drive.close()
 
     def replay(
         self,
@@ -485,6 +583,12 @@ class CompiledGraph(StoredRuns[StateT]):
 
     def _step_once(self, run: Run) -> bool:
         """Run and commit one step with the sync driver; ``False`` when the run parked."""
+        if not self._start_step(run):
+            return False
+        return self._end_step(run, execute_sync(run, run.tasks, self._threads))
+
+    def _start_step(self, run: Run) -> bool:
+        """Open the next step (``False``: the run parked before it instead)."""
         if self._interrupts and self._park_before(run):
             return False
         run.step += 1
@@ -492,15 +596,61 @@ class CompiledGraph(StoredRuns[StateT]):
             run.check_step_limit()
         if run.emit is not None:
             self._emit_started(run, run.tasks)
-        outcome = execute_sync(run, run.tasks, self._threads)
+        return True
+
+    def _end_step(self, run: Run, outcome: StepOutcome) -> bool:
+        """Commit the step its tasks produced ``outcome`` for (``False``: the run parked)."""
         if outcome.interrupt is not None:
             self._park_node(run, outcome)
             return False
         self._complete_step(run, outcome.results)
+        return self._parked_after(run, outcome)
+
+    def _parked_after(self, run: Run, outcome: StepOutcome) -> bool:
         if run.rule_park is not None:
             self._park(run, run.rule_park)
             return False
         return not (self._interrupts and self._park_after(run, [t for t, _ in outcome.results]))
+
+    def _all_inline(self, tasks: Sequence[Task]) -> bool:
+        specs = self.specs
+        return all(specs[t.node].inline and not specs[t.node].is_async for t in tasks)
+
+    def _pumped(
+        self, run: Run, feed: Feed, stepper: concurrent.futures.Executor
+    ) -> Generator[int, None, StepOutcome]:
+        """Execute the step's tasks on ``stepper`` while handing the consumer what the
+        feed receives meanwhile (yields -1 for that); returns the step's outcome. Closed
+        in the middle of the step, it lets the step finish and commits it first (see
+        :meth:`_drive`)."""
+        stepping = stepper.submit(execute_sync, run, run.tasks, self._threads)
+        stepping.add_done_callback(feed.signal)
+        try:
+            while not stepping.done():
+                feed.wait()
+                if feed.items:
+                    yield -1
+        except GeneratorExit:
+            concurrent.futures.wait([stepping])
+            self._close_in_step(run, stepping)
+            raise
+        return stepping.result()
+
+    def _close_in_step(self, run: Run, stepping: concurrent.futures.Future[StepOutcome]) -> None:
+        """The consumer closed the stream while a step ran: as with ``cancel()``, that step
+        commits (its effects happened), then the run is cancelled (or finished) there."""
+        try:
+            if self._end_step(run, stepping.result()):
+                self._closed(run)
+        except RunCancelledError as exc:
+            if run.cancelled is None:
+                self._fail(run, exc)
+            else:
+                self._cancel_in_flight(run)
+        except StargraphError as exc:
+            self._fail(run, exc)
+        except Exception as exc:
+            self._engine_failed(run, exc)
 
     # The drivers below share one shape. The loop checks ``run.cancelled`` before each step
     # (a step boundary) and leaves it to stop the run after the ``try``: cancelling is not
@@ -537,21 +687,44 @@ class CompiledGraph(StoredRuns[StateT]):
         raise self._cancel(run)
 
     def _drive(self, run: Run, *, fresh: bool) -> Generator[int, None, None]:
-        """Sync driver for streams: yields after each committed step."""
+        """Sync driver for streams and ``iter``: yields after each committed step, and -1
+        whenever a live stream's feed has something new while a step runs."""
+        feed = run.feed
+        # A live stream runs each step's tasks on a thread of its own, so that this driver
+        # (the consumer's thread) hands on events while they run.
+        stepper = (
+            None
+            if feed is None
+            else concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stargraph-step")
+        )
+        closed_in_step = False
         try:
             self._begin(run, fresh)
             while run.tasks:
                 if run.cancelled is not None:
                     break
-                if not self._step_once(run):
-                    return
+                if feed is None or stepper is None or self._all_inline(run.tasks):
+                    # Nothing to hand on while the tasks run: inline ones (tiny pure
+                    # functions) run right here, sparing the thread hop.
+                    if not self._step_once(run):
+                        return
+                else:
+                    if not self._start_step(run):
+                        return
+                    closed_in_step = True
+                    outcome = yield from self._pumped(run, feed, stepper)
+                    closed_in_step = False
+                    if not self._end_step(run, outcome):
+                        return
                 yield run.step
             else:
                 self._finish(run)
                 return
         except GeneratorExit:
-            # The consumer closed the stream; it was waiting at the yield, a step boundary.
-            self._closed(run)
+            # The consumer closed the stream: at a step boundary, where it waits at the
+            # yield, or inside a step (then _pumped committed that step already).
+            if not closed_in_step:
+                self._closed(run)
             raise
         except RunCancelledError as exc:
             if run.cancelled is None:  # only a nested run was asked to stop: its node failed
@@ -567,30 +740,46 @@ class CompiledGraph(StoredRuns[StateT]):
             self._abandon(run, exc)
             raise
         finally:
+            if stepper is not None:
+                stepper.shutdown(wait=False)
             self._end(run)
         raise self._cancel(run)
 
     async def _adrive(self, run: Run, *, fresh: bool) -> AsyncGenerator[int, None]:
-        """Async driver: yields after each committed step."""
+        """Async driver: yields after each committed step, and -1 whenever a live stream's
+        feed has something new while a step runs. Async routers are awaited on this loop."""
+        feed = run.feed
+        stepping: asyncio.Future[StepOutcome] | None = None
         try:
+            if fresh and self._async_routers:
+                await run.await_routers([("__start__", self.start_routers)])
             self._begin(run, fresh)
             while run.tasks:
                 if run.cancelled is not None:
                     break
-                if self._interrupts and self._park_before(run):
+                if not self._start_step(run):
                     return
-                run.step += 1
-                run.check_step_limit()
-                self._emit_started(run, run.tasks)
-                outcome = await execute_async(run, run.tasks, self._threads)
+                if feed is None:
+                    outcome = await execute_async(run, run.tasks, self._threads)
+                else:
+                    stepping = asyncio.ensure_future(execute_async(run, run.tasks, self._threads))
+                    stepping.add_done_callback(feed.signal)
+                    while not stepping.done():
+                        await feed.await_wake()
+                        if feed.items:
+                            yield -1
+                    outcome, stepping = stepping.result(), None
                 if outcome.interrupt is not None:
                     self._park_node(run, outcome)
                     return
-                self._complete_step(run, outcome.results)
-                if run.rule_park is not None:
-                    self._park(run, run.rule_park)
-                    return
-                if self._interrupts and self._park_after(run, [t for t, _ in outcome.results]):
+                if self._async_routers:
+                    run.merge(outcome.results)
+                    done = sorted({t.node for t, _ in outcome.results})
+                    await run.await_routers([(n, self.specs[n].routers) for n in done])
+                    self._complete_step(run, outcome.results, merged=True)
+                else:
+                    self._complete_step(run, outcome.results)
+                if not self._parked_after(run, outcome):
                     return
                 # After the parks: a consumer that stops reading here cancels a running run.
                 yield run.step
@@ -598,10 +787,19 @@ class CompiledGraph(StoredRuns[StateT]):
                 self._finish(run)
                 return
         except GeneratorExit:
-            self._closed(run)
+            if stepping is not None:
+                # Closed inside a step: its tasks are cancelled and the step dropped.
+                stepping.cancel()
+                await asyncio.gather(stepping, return_exceptions=True)
+                run.step -= 1
+                self._cancel_quietly(run, "its event stream was closed")
+            else:
+                self._closed(run)
             raise
         except asyncio.CancelledError:
             # The task was cancelled where it awaited, inside a step: that step is dropped.
+            if stepping is not None:
+                stepping.cancel()
             run.step -= 1
             self._cancel_quietly(run, "its asyncio task was cancelled")
             raise
@@ -622,21 +820,67 @@ class CompiledGraph(StoredRuns[StateT]):
             self._end(run)
         raise self._cancel(run)
 
-    def _stream(self, run: Run, buffer: list[Event], *, fresh: bool) -> Iterator[Event]:
+    def _live(
+        self,
+        make_run: Callable[[Callable[[Event], None]], Run],
+        modes: tuple[str, ...],
+        *,
+        fresh: bool,
+    ) -> Iterator[Any]:
+        """Stream the run ``make_run`` builds (given its emit function) in ``modes``."""
+        feed = Feed(modes)
+        run = make_run(self._feeder(feed))
+        self._attach(run, feed)
+        return self._stream(run, feed, modes, fresh=fresh)
+
+    def _attach(self, run: Run, feed: Feed) -> None:
+        run.feed = feed
+        feed.snapshot = lambda: self._state(run)
+
+    def _stream(
+        self, run: Run, feed: Feed, modes: tuple[str, ...], *, fresh: bool
+    ) -> Iterator[Any]:
         drive = self._drive(run, fresh=fresh)
         try:
             for _ in drive:
-                yield from buffer
-                buffer.clear()
+                yield from self._items(feed, modes)
         except StargraphError:
             # The consumer sees the failing step's events and run_failed before the error.
-            yield from buffer
+            yield from self._items(feed, modes)
             raise
         finally:
             # A consumer that stops reading cancels the run at the step it reached, now
             # rather than whenever the driver is garbage collected.
             drive.close()
-        yield from buffer
+        yield from self._items(feed, modes)
+
+    @staticmethod
+    def _items(feed: Feed, modes: tuple[str, ...]) -> list[Any]:
+        """What the consumer gets of the feed's items: items of one mode, else pairs."""
+        items = feed.drain()
+        if len(modes) == 1:
+            return [item for _, item in items]
+        return items
+
+    def _feeder(self, feed: Feed) -> Callable[[Event], None]:
+        """The emit function of a streamed run: its events, as the feed's modes want them."""
+        modes = feed.modes
+        events, updates, values = "events" in modes, "updates" in modes, "values" in modes
+
+        def emit(event: Event) -> None:
+            if events:
+                feed.put("events", event)
+            if event.path:
+                return  # a subgraph's events: its updates and values are the parent's
+            if updates and isinstance(event, NodeFinished):
+                assert event.node is not None
+                feed.put("updates", {event.node: event.writes})
+            elif values and isinstance(event, StepCompleted | RunStarted):
+                # The state when the run starts, then after each step.
+                assert feed.snapshot is not None
+                feed.put("values", feed.snapshot())
+
+        return emit  # the run adds the on_event observer (see _observed)
 
     # ------------------------------------------------------------------ stopping early
 
@@ -656,10 +900,13 @@ class CompiledGraph(StoredRuns[StateT]):
         return _cancel.request(self, run_id, reason)
 
     def _end(self, run: Run) -> None:
-        """However a driver leaves: close the rule engines, unregister the run."""
+        """However a driver leaves: close the rule engines and the run's event loop,
+        unregister the run."""
         if run.rules is not None:
             run.rules.close()
             run.rules = None
+        if run.loop is not None:
+            run.close_loop()
         _cancel.ACTIVE.pop(id(run), None)
 
     def _cancel(self, run: Run) -> RunCancelledError:
@@ -728,9 +975,13 @@ class CompiledGraph(StoredRuns[StateT]):
                 f"from its last committed step: resume({run.run_id!r})"
             )
 
-    def _complete_step(self, run: Run, results: list[tuple[Task, dict[str, Any]]]) -> None:
+    def _complete_step(
+        self, run: Run, results: list[tuple[Task, dict[str, Any]]], *, merged: bool = False
+    ) -> None:
         ran = [task for task, _ in results]
-        run.merge(results)
+        run.ran = ran
+        if not merged:
+            run.merge(results)
         run.schedule_next(ran)
         if run.rules is not None:
             self._apply_rules(run, ran)
@@ -876,18 +1127,16 @@ class CompiledGraph(StoredRuns[StateT]):
                     )
                 )
 
-    def _threads(self) -> concurrent.futures.ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = concurrent.futures.ThreadPoolExecutor(
-                max_workers=32, thread_name_prefix=f"stargraph-{self.ir.name}"
-            )
-        return self._pool
+    @staticmethod
+    def _threads() -> concurrent.futures.ThreadPoolExecutor:
+        # Shared by every graph of the process: a graph compiled per run (as a worker does)
+        # reuses the same threads, and what nodes keep per thread, rather than adding its own.
+        return worker_threads()
 
     def close(self) -> None:
-        """Release the worker threads (a compiled graph stays usable; they are re-created)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        """Kept for compatibility: the worker threads are shared by every compiled graph of
+        the process and idle between steps, so a graph holds nothing to release (it stays
+        usable either way)."""
 
     def __repr__(self) -> str:
         return f"CompiledGraph({self.ir.name!r}, {self.graph_hash})"

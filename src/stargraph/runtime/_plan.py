@@ -76,6 +76,7 @@ class NodeSpec:
     takes_ctx: bool
     is_async: bool
     blocking: bool = False
+    inline: bool = False
     writes: frozenset[str] | None = None
     timeout_s: float | None = None
     retry: RetryPolicyIR | None = None

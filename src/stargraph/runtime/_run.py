@@ -25,6 +25,7 @@ from stargraph.ir import END
 from stargraph.runtime._context import AttemptFence, Entropy, RunContext, TaskJournal
 from stargraph.runtime._events import Event
 from stargraph.runtime._inputs import node_input
+from stargraph.runtime._loop import RunLoop
 from stargraph.runtime._plan import NodeSpec, RouterSpec, Send, Task
 from stargraph.state import Channel, fast_state
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from stargraph.runtime._durable import Persistence
     from stargraph.runtime._executor import CompiledGraph
     from stargraph.runtime._rules import RuleSet
+    from stargraph.runtime._stream import Feed
 
 __all__ = [
     "MAX_STEPS_BOUND",
@@ -75,13 +77,17 @@ class Run:
         "done",
         "emit",
         "entropy",
+        "feed",
         "graph",
         "joins_seen",
         "journals",
+        "loop",
         "max_steps",
         "path",
         "persistence",
+        "ran",
         "replay_calls",
+        "routed",
         "rule_park",
         "rules",
         "run_id",
@@ -144,6 +150,27 @@ class Run:
         # The state object built for this step's routers, handed on to the next step's task
         # when it runs alone (saves building the same pydantic object twice per step).
         self.view: Any = None
+        # A live stream's feed (None when nobody streams the run live), the run's own event
+        # loop under a sync driver (made on first need, closed when the run ends), the
+        # results of async routers the async driver awaited before scheduling, and the
+        # tasks of the step last completed.
+        self.feed: Feed | None = None
+        self.loop: RunLoop | None = None
+        self.routed: dict[int, Any] | None = None
+        self.ran: Sequence[Task] = ()
+
+    def event_loop(self) -> RunLoop:
+        """The run's own event loop (sync drivers), started on first use."""
+        loop = self.loop
+        if loop is None:
+            loop = self.loop = RunLoop()
+        return loop
+
+    def close_loop(self) -> None:
+        """The run stopped executing: close its event loop, if it made one."""
+        loop, self.loop = self.loop, None
+        if loop is not None:
+            loop.close()
 
     # ------------------------------------------------------------------ scheduling
 
@@ -167,12 +194,17 @@ class Run:
     ) -> None:
 
         try:
-            if router.takes_ctx:
-                result = router.fn(state, self._ctx(source, 0, {}))
+            routed = self.routed
+            if router.is_async and routed is not None and id(router) in routed:
+                result = routed.pop(id(router))  # awaited by the async driver
             else:
-                result = router.fn(state)
-            if router.is_async:
-                result = _run_coroutine(result)
+                if router.takes_ctx:
+                    result = router.fn(state, self._ctx(source, 0, {}))
+                else:
+                    result = router.fn(state)
+                if router.is_async and asyncio.iscoroutine(result):
+                    # A sync driver: on the run's own loop, as its async nodes are.
+                    result = self.event_loop().run(result)
         except StargraphError:
             raise
         except Exception as exc:
@@ -189,6 +221,31 @@ class Run:
                 raise self._bad_route(router, source, item)
             if target != END:
                 static.add(target)
+
+    async def await_routers(self, sources: Sequence[tuple[str, Sequence[RouterSpec]]]) -> None:
+        """Await the async routers about to route (out of each ``(source, routers)``) on the
+        running loop, before the sync scheduling code takes their results (async driver)."""
+        state = None
+        for source, routers in sources:
+            for router in routers:
+                if not router.is_async:
+                    continue
+                if state is None:
+                    state = fast_state(self.graph.state_model, dict(self.values))
+                try:
+                    if router.takes_ctx:
+                        result = router.fn(state, self._ctx(source, 0, {}))
+                    else:
+                        result = router.fn(state)
+                    if asyncio.iscoroutine(result):
+                        result = await result
+                except StargraphError:
+                    raise
+                except Exception as exc:
+                    raise self._router_failed(router, source, exc) from exc
+                if self.routed is None:
+                    self.routed = {}
+                self.routed[id(router)] = result
 
     def _route_one(self, router: RouterSpec, source: str) -> str | None:
         """Route with a plain key result; ``None`` when the router returned anything else
@@ -300,6 +357,28 @@ class Run:
                 fence=fence,
                 attempt=attempt,
             )
+        feed = self.feed
+        custom = None
+        if feed is not None:
+            if "messages" in feed.modes:
+                if journal is None and self.graph.bindable:
+                    # No store keeps this run's calls, but its models must reach the
+                    # stream: a journal of this attempt alone, kept nowhere.
+                    journal = TaskJournal(
+                        step=self.step,
+                        node=node,
+                        index=index,
+                        entries=[],
+                        persist=None,
+                        run_id=self.run_id,
+                        fence=fence,
+                        attempt=attempt,
+                        ephemeral=True,
+                    )
+                if journal is not None:
+                    journal.tokens = self._sink(feed, "messages", node, index)
+            if "custom" in feed.modes:
+                custom = self._sink(feed, "custom", node, index)
         services = self.graph.services
         if journal is not None and self.graph.bindable:
             # Chat models and tool arbiters route their calls through this task's journal.
@@ -318,7 +397,32 @@ class Run:
             journal=journal,
             services=services,
             events=None if self.emit is None else self.child_events.setdefault((node, index), []),
+            custom=custom,
+            feed=feed,
         )
+
+    def _sink(self, feed: Feed, mode: str, node: str, index: int) -> Callable[[Any], None]:
+        """What a task hands its live items to: each becomes a typed chunk on the feed."""
+        from stargraph.runtime._stream import CustomEvent, MessageChunk
+
+        run_id, step, path = self.run_id, self.step, self.path
+        if mode == "messages":
+
+            def tokens(text: str) -> None:
+                chunk = MessageChunk(
+                    run_id=run_id, step=step, path=path, node=node, index=index, text=text
+                )
+                feed.put(mode, chunk)
+
+            return tokens
+
+        def custom(payload: Any) -> None:
+            event = CustomEvent(
+                run_id=run_id, step=step, path=path, node=node, index=index, payload=payload
+            )
+            feed.put(mode, event)
+
+        return custom
 
     def task_state(self, task: Task) -> Any:
         """The state a task sees: current values, with a ``Send`` payload overlaid."""
@@ -505,10 +609,6 @@ def describe_exception(exc: BaseException) -> str:
     except Exception:
         text = f"<unprintable {name}>"
     return f"{name}: {text}"
-
-
-def _run_coroutine(coro: Any) -> Any:
-    return asyncio.run(coro) if asyncio.iscoroutine(coro) else coro
 
 
 def jsonable(channels: Mapping[str, Channel], values: Mapping[str, Any]) -> dict[str, Any]:

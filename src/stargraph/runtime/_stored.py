@@ -103,7 +103,13 @@ class StoredRuns(Generic[StateT]):
 
         def _run_to_end(self, run: Run, *, fresh: bool) -> None: ...
 
-        def _stream(self, run: Run, buffer: list[Event], *, fresh: bool) -> Iterator[Event]: ...
+        def _live(
+            self,
+            make_run: Callable[[Callable[[Event], None]], Run],
+            modes: tuple[str, ...],
+            *,
+            fresh: bool,
+        ) -> Iterator[Any]: ...
 
         def _adrive(self, run: Run, *, fresh: bool) -> AsyncGenerator[int, None]: ...
 
@@ -162,18 +168,20 @@ class StoredRuns(Generic[StateT]):
         migration: Migration | None = None,
         wait: bool | float = False,
     ) -> Iterator[Event]:
-        """:meth:`resume`, yielding events."""
-        buffer: list[Event] = []
-        run = self._load(
-            run_id,
-            response=response,
-            update=update,
-            max_steps=max_steps,
-            emit=buffer.append,
-            migration=migration,
-            wait=wait,
+        """:meth:`resume`, yielding events as they happen (as ``stream`` does)."""
+        yield from self._live(
+            lambda emit: self._load(
+                run_id,
+                response=response,
+                update=update,
+                max_steps=max_steps,
+                emit=emit,
+                migration=migration,
+                wait=wait,
+            ),
+            ("events",),
+            fresh=False,
         )
-        yield from self._stream(run, buffer, fresh=False)
 
     async def aresume(
         self,
@@ -320,9 +328,12 @@ class StoredRuns(Generic[StateT]):
                 record = self.store.get_run(run_id)
             except LookupError:
                 record = None
+        # The parent's live stream (if any) gets the child's custom events and model tokens
+        # as they happen; the child's typed events go to ``emit``, in task order.
+        feed = getattr(parent, "_feed", None)
         if record is None:
             run = self._new_run(input, run_id, None, emit)
-            run.path, run.collect = path, raw
+            run.path, run.collect, run.feed = path, raw, feed
             self._run_to_end(run, fresh=True)
         else:
             store = self._require_store()
@@ -336,7 +347,7 @@ class StoredRuns(Generic[StateT]):
                 if isinstance(record.interrupt, dict) and record.interrupt.get("kind") == "node":
                     response = answer
             run = self._load(run_id, response=response, update=None, max_steps=None, emit=emit)
-            run.path, run.collect = path, raw
+            run.path, run.collect, run.feed = path, raw, feed
             self._run_to_end(run, fresh=False)
         if self.store is not None:
             after = self.store.get_run(run_id)

@@ -1,9 +1,13 @@
 """Executing one step's tasks: inline, on threads or on asyncio; retries, timeouts, interrupts.
 
-Whatever runs where, the result is the same list of ``(task, writes)`` pairs, merged later in
-``(node, index)`` order. Tasks whose writes were saved before a crash (``run.done``) are not
-run again. In a step of several tasks, each finished task's writes are saved at once as
-pending writes, so a crash of a sibling does not cost the finished ones.
+A lone task runs on the driver's thread. Several run concurrently: sync ones on the graph's
+worker threads, shared by work stealing with the driver (``_Batch``), ``inline`` ones on the
+driver's thread; async ones on the running loop (``ainvoke``) or the run's own loop (a sync
+driver, see ``_loop``). Whatever runs where, the result is the same list of
+``(task, writes)`` pairs, merged later in ``(node, index)`` order. Tasks whose writes were
+saved before a crash (``run.done``) are not run again. In a step of several tasks, each
+finished task's writes are saved at once as pending writes, so a crash of a sibling does
+not cost the finished ones.
 
 With ``compile(executor=...)``, the ``blocking`` sync tasks of a step of several tasks run on
 that executor (another process or machine) through ``_remote``: the worker only computes the
@@ -13,7 +17,9 @@ writes; retries, timeouts, validation, journaling and checkpoints stay here.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
+import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -26,9 +32,51 @@ from stargraph.runtime._plan import NodeSpec, Task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run
 
-__all__ = ["StepOutcome", "execute_async", "execute_sync"]
+__all__ = ["WORKER_THREADS", "StepOutcome", "execute_async", "execute_sync", "worker_threads"]
+
+WORKER_THREADS = 64
+"""Threads the process's worker pool may start; steps of several tasks share them."""
+
+
+class _SharedPool:
+    """The process's worker pool, started on first use."""
+
+    __slots__ = ("lock", "pool")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    def get(self) -> concurrent.futures.ThreadPoolExecutor:
+        pool = self.pool
+        if pool is None:
+            with self.lock:
+                pool = self.pool
+                if pool is None:
+                    pool = self.pool = concurrent.futures.ThreadPoolExecutor(
+                        max_workers=WORKER_THREADS, thread_name_prefix="stargraph-worker"
+                    )
+        return pool
+
+    def forget(self) -> None:
+        # A forked child has none of its parent's threads: it starts a pool of its own.
+        self.lock = threading.Lock()
+        self.pool = None
+
+
+_SHARED = _SharedPool()
+os.register_at_fork(after_in_child=_SHARED.forget)
+
+
+def worker_threads() -> concurrent.futures.ThreadPoolExecutor:
+    """The process's worker threads, shared by every compiled graph (started on first use)."""
+    return _SHARED.get()
+
 
 TaskResult = tuple[Task, dict[str, Any]]
+
+_PATIENCE = 0.0002
+"""Seconds a new worker watches the other runners take tasks before it takes one itself."""
 Pool = Callable[[], concurrent.futures.ThreadPoolExecutor]
 
 
@@ -199,8 +247,8 @@ def _call(fn: Callable[..., Any], args: tuple[Any, ...]) -> Any:
 
 
 def _inline(spec: NodeSpec) -> bool:
-    """Sync nodes without ``blocking`` or a timeout run on the driver's own thread."""
-    return not spec.is_async and not spec.blocking and not spec.timeout_s
+    """Sync nodes marked ``inline=True`` run on the driver's own thread, in task order."""
+    return spec.inline and not spec.is_async
 
 
 def _remote(run: Run, tasks: Sequence[Task]) -> Remote | None:
@@ -213,8 +261,142 @@ def _on(remote: Remote | None, spec: NodeSpec) -> Remote | None:
     return remote if remote is not None and remote.handles(spec) else None
 
 
+class _Batch:
+    """The thread-run tasks of one step, shared by the driver and the worker threads.
+
+    Work stealing: every runner (the driver's thread and each worker) takes the next task
+    until none is left, and a runner that takes a task while others still wait makes sure
+    one more runner is on its way (one at a time: a worker asked for and not started yet
+    is enough). Tiny tasks are then mostly run by the driver before that worker has even
+    woken (a fan-out of pure functions costs about what it did inline), while tasks that
+    block each end up on a thread of their own and overlap.
+    """
+
+    __slots__ = (
+        "finished",
+        "limit",
+        "lock",
+        "outcomes",
+        "pool",
+        "queue",
+        "remaining",
+        "remote",
+        "run",
+        "siblings",
+        "spawned",
+        "starting",
+        "taken",
+    )
+
+    def __init__(
+        self,
+        run: Run,
+        tasks: list[Task],
+        *,
+        siblings: int,
+        pool: Pool,
+        remote: Remote | None,
+        limit: int,
+    ) -> None:
+        self.run = run
+        self.queue = collections.deque(tasks)
+        self.siblings = siblings
+        self.pool = pool
+        self.remote = remote
+        self.lock = threading.Lock()
+        self.finished = threading.Event()
+        self.remaining = len(tasks)
+        self.outcomes: dict[tuple[str, int], tuple[dict[str, Any] | None, BaseException | None]]
+        self.outcomes = {}
+        # Worker threads to ask for at most: the driver itself is a runner too.
+        self.limit = limit
+        self.spawned = 0
+        self.starting = 0  # workers asked for that have not started taking tasks yet
+        self.taken = 0  # tasks taken so far, by any runner: progress a worker can watch
+
+    def spawn(self) -> None:
+        with self.lock:
+            if self.spawned >= self.limit or self.starting:
+                return
+            self.spawned += 1
+            self.starting += 1
+        try:
+            self.pool().submit(self.work, True)
+        except RuntimeError:
+            # The pool is shutting down (close(), interpreter exit): the runners already at
+            # work take the remaining tasks, one after another.
+            with self.lock:
+                self.starting -= 1
+
+    def _take(self) -> Task | None:
+        try:
+            task = self.queue.popleft()
+        except IndexError:
+            return None
+        self.taken += 1
+        if self.queue and not self.starting:
+            self.spawn()
+        return task
+
+    def work(self, worker: bool = False) -> None:
+        """Run tasks until none is left (on the driver's thread or, ``worker``, a pool's)."""
+        if worker:
+            with self.lock:
+                self.starting -= 1
+            # While the runners already at work keep taking tasks, leave the tasks to them:
+            # a worker only steps in when they stall (a task that blocks). Tiny tasks are
+            # then all run by the driver, and no result crosses threads.
+            seen = -1
+            while self.queue and self.taken != seen:
+                seen = self.taken
+                time.sleep(_PATIENCE)
+        run, siblings, remote = self.run, self.siblings, self.remote
+        specs = run.graph.specs
+        while (task := self._take()) is not None:
+            spec = specs[task.node]
+            outcome: tuple[dict[str, Any] | None, BaseException | None]
+            try:
+                if spec.plain and remote is None:
+                    # As for a lone task: no retry or timeout machinery to go through.
+                    writes = _plain(run, task, spec)
+                    _finish(run, task, 1, writes, siblings)
+                else:
+                    writes = run_task_sync(run, task, spec, siblings, remote=_on(remote, spec))
+                outcome = (writes, None)
+            except (Exception, GraphInterrupt) as exc:  # sorted out in task order below
+                outcome = (None, exc)
+            except BaseException as exc:
+                if not worker:
+                    raise  # Ctrl-C on the driver's thread stops the run at once
+                outcome = (None, exc)  # on a worker: the driver raises it, nothing hangs
+            self.done(task, outcome)
+
+    def done(self, task: Task, outcome: tuple[dict[str, Any] | None, BaseException | None]) -> None:
+        with self.lock:
+            self.outcomes[task.key] = outcome
+            self.remaining -= 1
+            if self.remaining == 0:
+                self.finished.set()
+
+
+def _plain(run: Run, task: Task, spec: NodeSpec) -> dict[str, Any]:
+    """Call a plain node (sync, no retry policy, timeout or executor) and check its writes."""
+    try:
+        result = spec.fn(*run.call_args(task, spec))
+    except (GraphInterrupt, StargraphError):
+        raise
+    except Exception as exc:
+        raise run.node_failed(task, exc) from exc
+    return run.validate_writes(task, result)
+
+
 def execute_sync(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
-    """Run a step's tasks from synchronous code."""
+    """Run a step's tasks from synchronous code.
+
+    One plain task runs right here. Several run concurrently: sync ones on the pool's
+    threads (``inline`` ones here, in task order), async ones on the run's event loop.
+    Whatever finishes first, the outcome lists the tasks in task order.
+    """
     specs = run.graph.specs
     if len(tasks) == 1 and not run.done:
         task = tasks[0]
@@ -236,46 +418,62 @@ def execute_sync(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
                 return StepOutcome([(task, run_task_sync(run, task, spec, 1))])
             except GraphInterrupt as signal:
                 return StepOutcome([], (task, signal))
-    if any(specs[t.node].is_async for t in tasks if t.key not in run.done):
-        return asyncio.run(execute_async(run, tasks, pool))
-    results: list[TaskResult] = []
-    interrupts: list[tuple[Task, GraphInterrupt]] = []
     todo = [t for t in tasks if t.key not in run.done]
-    results.extend((t, run.done[t.key]) for t in tasks if t.key in run.done)
-    remote = _remote(run, tasks)
-    # A remote task still takes a pool thread: it waits there for its result, so retries and
-    # timeouts work as for local tasks.
-    futures = [
-        (
-            t,
-            pool().submit(
-                run_task_sync, run, t, specs[t.node], len(tasks), remote=_on(remote, specs[t.node])
-            ),
+    if any(specs[t.node].is_async for t in todo):
+        # The whole step on the run's one loop: async tasks as coroutines, sync ones on
+        # the pool's threads through it.
+        return run.event_loop().run(execute_async(run, tasks, pool))
+    results: list[TaskResult] = [(t, run.done[t.key]) for t in tasks if t.key in run.done]
+    interrupts: list[tuple[Task, GraphInterrupt]] = []
+    here = [t for t in todo if _inline(specs[t.node])]
+    shared = [t for t in todo if not _inline(specs[t.node])]
+    batch = None
+    if shared:
+        # With tasks of its own to run first, the driver joins the batch late: then every
+        # shared task may need a worker of its own.
+        limit = len(shared) if here else len(shared) - 1
+        batch = _Batch(
+            run, shared, siblings=len(tasks), pool=pool, remote=_remote(run, tasks), limit=limit
         )
-        for t in todo
-        if not _inline(specs[t.node])
-    ]
-    for task in todo:
-        if _inline(specs[task.node]):
-            try:
-                results.append((task, run_task_sync(run, task, specs[task.node], len(tasks))))
-            except GraphInterrupt as signal:
-                interrupts.append((task, signal))
-    for task, future in futures:
+        if here:
+            batch.spawn()
+    for task in here:
         try:
-            results.append((task, future.result()))
+            results.append((task, run_task_sync(run, task, specs[task.node], len(tasks))))
         except GraphInterrupt as signal:
             interrupts.append((task, signal))
+    if batch is not None:
+        batch.work()
+        batch.finished.wait()
+        for task in shared:
+            writes, error = batch.outcomes[task.key]
+            if isinstance(error, GraphInterrupt):
+                interrupts.append((task, error))
+            elif error is not None:
+                # The first failure in task order, whichever failed first in time.
+                raise error
+            else:
+                assert writes is not None
+                results.append((task, writes))
     return StepOutcome(results, _first(interrupts))
 
 
 async def execute_async(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
-    """Run a step's tasks on the running event loop."""
+    """Run a step's tasks on the running event loop: async ones as coroutines, sync ones on
+    the pool's threads (``inline`` ones, and a lone plain one when nobody streams the run,
+    on the loop's thread)."""
     specs = run.graph.specs
     results: list[TaskResult] = [(t, run.done[t.key]) for t in tasks if t.key in run.done]
     todo = [t for t in tasks if t.key not in run.done]
     interrupts: list[tuple[Task, GraphInterrupt]] = []
     remote = _remote(run, tasks)
+    alone = len(todo) == 1 and run.feed is None
+
+    def on_loop(spec: NodeSpec) -> bool:
+        if spec.is_async:
+            return False
+        return spec.inline or (alone and not spec.blocking and not spec.timeout_s)
+
     pending = [
         (
             t,
@@ -286,11 +484,11 @@ async def execute_async(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutc
             ),
         )
         for t in todo
-        if not _inline(specs[t.node])
+        if not on_loop(specs[t.node])
     ]
     try:
         for task in todo:
-            if _inline(specs[task.node]):
+            if on_loop(specs[task.node]):
                 try:
                     results.append((task, run_task_sync(run, task, specs[task.node], len(tasks))))
                 except GraphInterrupt as signal:

@@ -1,0 +1,149 @@
+"""Live streams: what a streamed run hands its consumer while it runs, in which modes.
+
+A streamed run puts items on a :class:`Feed` as they happen, from whichever thread makes
+them (the driver, a worker thread running a node, the run's event loop); the driver, waiting
+for a step's tasks, wakes whenever an item arrives and hands it on. The typed events keep
+their fixed order within a step (node started events in task order at the start of the
+step, finished events in task order at its end); ``custom`` and ``messages`` items arrive in
+the order the nodes make them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from stargraph.errors import InvalidInputError
+
+__all__ = [
+    "CustomEvent",
+    "Feed",
+    "MessageChunk",
+    "StreamMode",
+    "Superstep",
+    "stream_modes",
+]
+
+StreamMode = Literal["events", "updates", "values", "custom", "messages"]
+"""What ``stream(..., mode=...)`` yields: ``events`` (the typed run events), ``updates``
+(``{node: writes}`` per finished node), ``values`` (the state after each step), ``custom``
+(:class:`CustomEvent` from ``ctx.emit``) and ``messages`` (:class:`MessageChunk` tokens)."""
+
+_MODES: frozenset[str] = frozenset(get_args(StreamMode))
+
+
+def stream_modes(mode: str | Sequence[str]) -> tuple[str, ...]:
+    """The modes asked for, checked, in the order given (duplicates dropped)."""
+    asked = (mode,) if isinstance(mode, str) else tuple(mode)
+    unknown = [m for m in asked if m not in _MODES]
+    if unknown or not asked:
+        raise InvalidInputError(
+            f"stream mode {unknown or list(asked)} is not one of {sorted(_MODES)}; pass one "
+            'of them, e.g. mode="updates", or several, e.g. mode=["events", "custom"]',
+            step=0,
+        )
+    return tuple(dict.fromkeys(asked))
+
+
+class _Chunk(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    run_id: str
+    step: int
+    path: tuple[str, ...] = ()
+    node: str
+    index: int = 0
+
+
+class CustomEvent(_Chunk):
+    """A payload a node handed to ``ctx.emit(payload)`` (stream mode ``custom``)."""
+
+    kind: Literal["custom"] = "custom"
+    payload: Any = None
+
+
+class MessageChunk(_Chunk):
+    """A piece of a model's answer as it arrives (stream mode ``messages``)."""
+
+    kind: Literal["message_chunk"] = "message_chunk"
+    text: str
+
+
+class Superstep(BaseModel):
+    """One step of a run driven by ``app.iter(input)``: what ran, what runs next, and the
+    state after the step (an instance of the graph's state model)."""
+
+    model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
+
+    run_id: str
+    step: int
+    nodes: tuple[str, ...] = Field(description="Nodes that ran in this step, in task order.")
+    next: tuple[str, ...] = Field(description="Nodes scheduled for the next step.")
+    state: Any = Field(description="The state after this step.")
+
+
+class Feed:
+    """Items for a stream's consumer, put from any thread, with a wake-up for the driver.
+
+    ``put`` never blocks: the driver drains the items whenever it wakes (between steps, or
+    while it waits for a step's tasks), so a node is never slowed by a slow consumer beyond
+    the step boundary, where the driver waits for the consumer as before.
+    """
+
+    __slots__ = ("awake", "items", "loop", "modes", "snapshot", "wake")
+
+    def __init__(self, modes: tuple[str, ...]) -> None:
+        self.modes = frozenset(modes)
+        self.items: collections.deque[tuple[str, Any]] = collections.deque()
+        self.wake = threading.Event()
+        # Set by an async driver: items put from other threads wake it on its loop.
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.awake: asyncio.Event | None = None
+        # The run's state as the graph's state model, for mode "values".
+        self.snapshot: Callable[[], Any] | None = None
+
+    def put(self, mode: str, item: Any) -> None:
+        """Hand ``item`` (of stream mode ``mode``) to the consumer."""
+        self.items.append((mode, item))
+        self.signal()
+
+    def signal(self, *_: Any) -> None:
+        """Wake the driver (also a future's done callback)."""
+        self.wake.set()
+        loop, awake = self.loop, self.awake
+        if loop is None or awake is None:
+            return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            awake.set()
+            return
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits any more
+            loop.call_soon_threadsafe(awake.set)
+
+    def wait(self) -> None:
+        """Block until something was put or signalled since the last wait."""
+        self.wake.wait()
+        self.wake.clear()
+
+    async def await_wake(self) -> None:
+        """:meth:`wait` on the async driver's loop."""
+        assert self.awake is not None
+        await self.awake.wait()
+        self.awake.clear()
+
+    def drain(self) -> list[tuple[str, Any]]:
+        """Take every item put so far, in order."""
+        items = self.items
+        out: list[tuple[str, Any]] = []
+        while items:
+            out.append(items.popleft())
+        return out
