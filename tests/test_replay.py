@@ -107,6 +107,44 @@ def test_replay_reproduces_state_and_events_without_calling_the_model(
     assert calls == ["uuid", "random", "now", "llm", "llm"]
 
 
+def test_replay_needs_no_model_service(store: SqliteStore) -> None:
+    """A replay compiled without the model a node asks for (offline, in CI): its calls
+    are answered by the record; it used to fail with ``KeyError: 'model'``."""
+    live = llm_graph().compile(store=store, services={"model": _scripted(2)})
+    live.invoke({}, run_id="r")
+    offline = llm_graph().compile(store=store)
+    assert offline.replay("r") == live.get_state("r")
+
+
+class Lookup(BaseModel):
+    found: str = ""
+
+
+def look_up(state: Lookup, ctx: RunContext) -> dict[str, Any]:
+    return {"found": ctx.services["db"].query("x")}
+
+
+def test_a_replay_missing_a_non_model_service_names_it(store: SqliteStore) -> None:
+    """Only model calls are in the record: a replay that reaches another service it was not
+    given fails with a typed error naming the service and the fix (not a ``KeyError``)."""
+
+    class Db:
+        def query(self, key: str) -> str:
+            return key.upper()
+
+    graph = Graph("lookup", state=Lookup).with_node("look_up", look_up)
+    graph = graph.with_edge(START, "look_up").with_edge("look_up", END)
+    live = graph.compile(store=store, services={"db": Db()})
+    assert live.invoke({}, run_id="l").found == "X"
+    offline = graph.compile(store=store)
+    with pytest.raises(ReplayMissError) as caught:
+        offline.replay("l")
+    message = str(caught.value)
+    assert "services['db'].query" in message
+    assert "compile the replaying graph with services={'db': ...}" in message
+    assert graph.compile(store=store, services={"db": Db()}).replay("l").found == "X"
+
+
 def test_prompt_change_raises_divergence_with_a_diff(store: SqliteStore) -> None:
     llm_graph("hi").compile(store=store, services={"model": _scripted(2)}).invoke({}, run_id="r")
     changed = llm_graph("hello").compile(store=store, services={"model": _scripted(0)})

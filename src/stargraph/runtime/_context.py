@@ -481,7 +481,7 @@ class RunContext:
         self.events = events
         # Live objects a node needs but the IR cannot hold (a chat model, a tool arbiter, a
         # database handle), given to compile(services=...); never part of the hash.
-        self.services: Mapping[str, Any] = services or {}
+        self.services: Mapping[str, Any] = {} if services is None else services
         self.run_id = run_id
         self.step = step
         self.node = node

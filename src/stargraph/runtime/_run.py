@@ -386,6 +386,12 @@ class Run:
                 **services,
                 **{name: services[name].bind_journal(journal) for name in self.graph.bindable},
             }
+        if journal is not None and journal.replay:
+            # A replay needs no live services: a model it was not given is answered by the
+            # record (see runtime._offline).
+            from stargraph.runtime._offline import OfflineServices
+
+            services = OfflineServices(services, journal)
         return RunContext(
             run_id=self.run_id,
             step=self.step,
