@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from stargraph.errors import CheckpointError
 
@@ -128,7 +128,17 @@ class JournalEntry(BaseModel):
     key: str = Field(default="", description="What was called: a name, a model, a tool id.")
     value: Any = None
     fingerprint: str = Field(default="", description="sha256 of the canonical request.")
-    request: Any = Field(default=None, description="The request, to explain a divergence.")
+    request: Any = Field(
+        default=None,
+        description="The request, to explain a divergence. When ``base`` is set, only what is "
+        "new since that request.",
+    )
+    base: str = Field(
+        default="",
+        description="As stored: the fingerprint of the earlier request of the same "
+        "conversation that ``request`` extends (empty: ``request`` is whole). "
+        "``Recording.from_store`` and loaded cassettes hold whole requests.",
+    )
 
 
 class StepRecord(BaseModel):
@@ -139,7 +149,15 @@ class StepRecord(BaseModel):
     step: int = Field(ge=0)
     writes: tuple[WriteRecord, ...] = ()
     snapshot: dict[str, Any] | None = Field(
-        default=None, description="Full channel values after this step (step 0 and every Nth)."
+        default=None,
+        description="Channel values after this step (step 0 and every Nth), but those named in "
+        "``carried``.",
+    )
+    carried: dict[str, int] = Field(
+        default_factory=dict,
+        description="Append-only channels a snapshot leaves out, each with the step whose "
+        "snapshot holds its value in full: its value here is that one with the writes of every "
+        "later step up to this one appended, so a snapshot never copies a growing list again.",
     )
     next: tuple[TaskRecord, ...] = ()
     joins: dict[str, tuple[str, ...]] = Field(
@@ -242,6 +260,16 @@ class Recording(BaseModel):
 
     run: RunRecord
     steps: tuple[StepRecord, ...]
+
+    @model_validator(mode="after")
+    def _whole_requests(self) -> Recording:
+        # Stored calls hold each model request as a delta on the previous one of the same
+        # conversation; a recording (what replay compares and diffs) holds them whole.
+        from stargraph.checkpoint._compact import expand_steps
+
+        if any(call.base for step in self.steps for call in step.calls):
+            object.__setattr__(self, "steps", tuple(expand_steps(self.steps, {})))
+        return self
 
     @classmethod
     def from_store(cls, store: Any, run_id: str) -> Recording:

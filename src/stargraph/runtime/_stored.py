@@ -20,6 +20,7 @@ from stargraph.checkpoint import (
     StepRecord,
     WriteRecord,
 )
+from stargraph.checkpoint._compact import expand_steps
 from stargraph.checkpoint._lease import Lease
 from stargraph.errors import (
     CheckpointError,
@@ -212,8 +213,9 @@ class StoredRuns(Generic[StateT]):
         return self._require_store().list_runs(status=status, limit=limit)
 
     def history(self, run_id: str) -> list[StepRecord]:
-        """Every committed step of a run, in order (step 0 is the input)."""
-        return self._require_store().get_steps(run_id)
+        """Every committed step of a run, in order (step 0 is the input), with its recorded
+        model requests whole."""
+        return expand_steps(self._require_store().get_steps(run_id), {})
 
     def get_state(self, run_id: str, step: int | None = None) -> StateT:
         """The state of a stored run after ``step`` (default: its last committed step)."""

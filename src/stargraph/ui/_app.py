@@ -31,6 +31,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stargraph.checkpoint import CheckpointStore, RunRecord
+from stargraph.checkpoint._compact import expand_stored
 from stargraph.errors import RunNotFoundError, StargraphError
 from stargraph.ir import GraphIR
 from stargraph.runtime import CompiledGraph
@@ -352,7 +353,9 @@ def create_app(
             page = min(max(page, 0), pages_n - 1)
             start = page * pages.PAGE_SIZE
         end = min(start + pages.PAGE_SIZE - 1, run.last_step)
-        records = store.get_steps(run_id, start=max(start - 1, 0), end=end)
+        records = expand_stored(
+            store, run_id, store.get_steps(run_id, start=max(start - 1, 0), end=end)
+        )
         previous = records[0].created_ms if start > 0 and records else None
         shown = [r for r in records if r.step >= start]
         masker = console.masker
@@ -430,7 +433,7 @@ def create_app(
         upto = min(upto, after + pages.PAGE_SIZE)
 
         def rows() -> str:
-            records = store.get_steps(run_id, start=after, end=upto)
+            records = expand_stored(store, run_id, store.get_steps(run_id, start=after, end=upto))
             previous = records[0].created_ms if records else None
             shown = [r for r in records if r.step > after]
             return pages.step_rows(console.masker, run_id, shown, previous)
