@@ -8,6 +8,7 @@ tests/checkpoint/old_format.py``): the file is the fixture of the migration test
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -63,12 +64,10 @@ def app(store: SqliteStore, workspace: Path, *, broken: bool) -> Any:
 def main() -> None:
     FIXTURE.unlink(missing_ok=True)
     with SqliteStore(FIXTURE) as store:
-        try:
+        with contextlib.suppress(NodeError):
             app(store, FIXTURE.parent / "ws", broken=True).invoke(
                 {"task": "observe"}, run_id=RUN_ID
             )
-        except NodeError:
-            pass
         print(store.get_run(RUN_ID).status, store.get_run(RUN_ID).last_step, file=sys.stderr)
     for leftover in FIXTURE.parent.glob("v2_react.db-*"):
         leftover.unlink()

@@ -51,9 +51,11 @@ def test_issue19_a_run_stored_in_the_old_format_loads_replays_and_resumes(tmp_pa
         # and snapshots leave the trajectory to the steps' writes.
         llm = [c for s in new for c in s.calls if c.kind == "llm"]
         assert len(llm) >= 3
-        assert not llm[0].base and all(c.base for c in llm[1:])
+        assert not llm[0].base
+        assert all(c.base for c in llm[1:])
         snapshots = [s for s in new if s.snapshot is not None]
-        assert snapshots and all(s.carried.get("trajectory") == 12 for s in snapshots)
+        assert snapshots
+        assert all(s.carried.get("trajectory") == 12 for s in snapshots)
         assert app.get_state(RUN_ID) == final
 
         # The whole run (old steps and new) reads back with whole requests, and replays.
