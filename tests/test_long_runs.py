@@ -7,6 +7,7 @@ or a snapshot that copies the whole conversation, grows with the square of the r
 
 from __future__ import annotations
 
+import random
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,9 +18,13 @@ from pydantic import BaseModel
 
 from stargraph import reducers
 from stargraph.checkpoint import Recording, SqliteStore
+from stargraph.errors import NodeError
 from stargraph.graph import END, START, Graph
+from stargraph.ir import content_hash
 from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
+from stargraph.llm._recorded import encode_request
 from stargraph.replay import export_cassette, load_cassette
+from stargraph.runtime import RunContext
 from stargraph.skills.react import react_graph
 from stargraph.tools import Arbiter, ToolRegistry, llm_name_for, tool
 
@@ -145,3 +150,87 @@ def test_issue19_requests_come_back_whole(tmp_path: Path, arbiter: Arbiter) -> N
     assert [c.fingerprint for c in stored] == [
         ChatRequest.model_validate(r).fingerprint() for r in asked
     ]
+
+
+def test_issue19_incremental_request_fingerprints_equal_the_whole_hash() -> None:
+    """The recorded body and fingerprint of each request of a conversation, computed from the
+    previous request's, are those of the whole request, whatever changed in between."""
+    rnd = random.Random(19)
+    texts = ["hi", "héllo ✓", 'a"b\\c\n', "1.5", "", "x" * 300, "\u2028", "😀"]
+    tool = {"type": "function", "function": {"name": "f", "parameters": {"x": 1.25}}}
+    for _ in range(150):
+        messages = [ChatMessage.system(rnd.choice(texts))]
+        head: dict[str, Any] = {
+            "temperature": rnd.choice([None, 0.5, 1e-7]),
+            "model": rnd.choice([None, "m"]),
+            "extra": rnd.choice([{}, {"seed": 3, "top_p": 0.25, "é": [1.5, "z"]}]),
+            "max_tokens": rnd.choice([None, 5]),
+            "tools": rnd.choice([(), (tool,)]),
+        }
+        for turn in range(rnd.randint(1, 10)):
+            pick = rnd.random()
+            if pick < 0.4:
+                messages.append(ChatMessage.user(rnd.choice(texts)))
+            elif pick < 0.7:
+                call = ToolCall(id=f"c{turn}", name="f", arguments='{"a": 1.5}')
+                messages.append(ChatMessage.assistant(tool_calls=[call]))
+            elif pick < 0.8 and len(messages) > 2:
+                messages[1] = ChatMessage.user("edited " + rnd.choice(texts))
+            elif pick < 0.9:
+                messages[0] = ChatMessage.system(messages[0].content)  # equal, not the same
+            else:
+                head["temperature"] = rnd.choice([None, 0.7])
+            request = ChatRequest(
+                messages=tuple(messages), **{k: v for k, v in head.items() if v is not None}
+            )
+            body, fingerprint = encode_request(request)
+            whole = request.model_dump(mode="json", exclude_defaults=True)
+            assert body == whole
+            assert fingerprint == content_hash(whole) == request.fingerprint()
+
+
+class Chat(BaseModel):
+    answers: Annotated[list[str], reducers.append] = []
+
+
+FAIL_ONCE = {"talk": True}
+
+
+def talk(state: Chat, ctx: RunContext) -> dict[str, Any]:
+    model = ctx.services["model"]
+    history = [ChatMessage.user("first question")]
+    first = model.complete(ChatRequest(messages=tuple(history)))
+    history += [first.message, ChatMessage.user("second question")]
+    second = model.complete(ChatRequest(messages=tuple(history)))
+    if FAIL_ONCE.pop("talk", False):
+        raise RuntimeError("crash after both model calls")
+    return {"answers": [first.message.content or "", second.message.content or ""]}
+
+
+def test_issue19_a_step_resumed_after_a_crash_is_served_its_delta_journal(tmp_path: Path) -> None:
+    """The journal rows of a step in flight store the second request of a conversation as a
+    delta; a resume rebuilds it and serves both recorded replies without asking again."""
+    model = ScriptedChatModel(
+        lambda request: ChatResponse(message=ChatMessage.assistant(f"a{len(request.messages)}"))
+    )
+    graph = Graph("talker", state=Chat).with_node("talk", talk).with_edge(START, "talk")
+    with SqliteStore(tmp_path / "t.db") as store:
+        app = graph.with_edge("talk", END).compile(store=store, services={"model": model})
+        FAIL_ONCE["talk"] = True
+        with pytest.raises(NodeError):
+            app.invoke({}, run_id="t")
+        rows = store.get_journal("t", 1)
+        assert [bool(r.base) for r in rows] == [False, True]
+        assert rows[1].request == {
+            "append": [
+                {"role": "assistant", "content": "a1"},
+                {"role": "user", "content": "second question"},
+            ]
+        }
+        final = app.resume("t")
+        assert final.answers == ["a1", "a3"]
+        assert len(model.requests) == 2  # served from the journal on resume
+        (step,) = Recording.from_store(store, "t").steps[1:]
+        assert [c.request for c in step.calls] == [
+            r.model_dump(mode="json", exclude_defaults=True) for r in model.requests
+        ]

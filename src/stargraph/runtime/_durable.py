@@ -43,7 +43,7 @@ from stargraph.checkpoint import (
     TaskRecord,
     WriteRecord,
 )
-from stargraph.checkpoint._compact import Conversations, compact_calls
+from stargraph.checkpoint._compact import Conversations, compact_calls, expand_steps
 from stargraph.checkpoint._lease import DEFAULT_LEASE_S, Lease, new_owner
 from stargraph.checkpoint._records import unicode_problem
 from stargraph.errors import (
@@ -65,12 +65,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Durability",
-    "appendable",
     "Persistence",
+    "appendable",
     "atake_lease",
     "check_run_id",
     "check_values",
     "code_hash",
+    "load_journal",
     "load_values",
     "take_lease",
 ]
@@ -219,6 +220,9 @@ class Persistence:
         self._hold(lease)
         # The last model request of each conversation, so the next one is stored as a delta.
         self._conversations: Conversations = {}
+        # The same, for the journal rows written as calls are made (in the order they are
+        # made; a commit orders a step's calls by task).
+        self._journaled: Conversations = {}
         # Append-only channels, and the step whose snapshot holds each in full (None: not
         # known yet in this process; read from the store at the first snapshot).
         self._appends = appendable(graph.channels)
@@ -305,7 +309,7 @@ class Persistence:
 
     def journal_writer(self, run: Run) -> Callable[[JournalEntry], None]:
         """A function that saves one journal entry of ``run``."""
-        store, run_id, lease = self.store, run.run_id, self.lease
+        store, run_id, lease, journaled = self.store, run.run_id, self.lease, self._journaled
 
         def write(entry: JournalEntry) -> None:
             if lease is not None and lease.lost:
@@ -317,7 +321,10 @@ class Persistence:
                     step=entry.step,
                     node=entry.node,
                 )
-            store.append_journal(run_id, entry)
+            # A model request goes in as a delta, like in the step's record: the row of every
+            # call must not hold the whole conversation again (see load_journal).
+            (row,) = compact_calls((entry,), journaled)
+            store.append_journal(run_id, row)
 
         return write
 
@@ -547,6 +554,19 @@ def _merge(
                 values[key].extend(value)
             else:
                 values[key] = value if reducer is None else reducer(values[key], value)
+
+
+def load_journal(store: CheckpointStore, run_id: str, step: int) -> list[JournalEntry]:
+    """The journal of ``step`` (not yet committed) with its model requests whole: a row
+    holding a delta is rebuilt from the earlier requests of its conversation (read once,
+    from the committed steps, only when there is one)."""
+    entries = store.get_journal(run_id, step)
+    if not any(entry.base for entry in entries):
+        return entries
+    known: dict[str, Any] = {}
+    expand_steps(store.get_steps(run_id, end=step - 1), known)
+    (record,) = expand_steps([StepRecord(step=step, calls=tuple(entries))], known)
+    return list(record.calls)
 
 
 def tasks_from(records: Sequence[TaskRecord]) -> list[Task]:

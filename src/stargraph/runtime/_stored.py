@@ -38,6 +38,7 @@ from stargraph.runtime._durable import (
     check_values,
     decode_writes,
     joins_from,
+    load_journal,
     load_values,
     take_lease,
     tasks_from,
@@ -510,7 +511,7 @@ class StoredRuns(Generic[StateT]):
             # before the status changed left it unread), and this answer is the operator's
             # latest word.
             store.append_journal(run_id, answer, replace=True)
-        for entry in store.get_journal(run_id, nxt):
+        for entry in load_journal(store, run_id, nxt):
             run.journals.setdefault((entry.node, entry.index), []).append(entry)
         if isinstance(waiting, dict) and waiting.get("kind") == "before":
             run.skip_interrupt_before = True
