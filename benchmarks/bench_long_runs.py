@@ -12,10 +12,12 @@ tool result is ~200 bytes of text that does not compress to nothing (hex digests
 
 - bytes: the database file (WAL checkpointed into it) after the run;
 - total s: wall time of the whole run;
-- µs/step at the start and at the end: mean time between consecutive step commits over the
-  first and the last ``min(100, steps // 5)`` steps (a graph step: stargraph runs a ReAct step
-  as three, think/act/observe, LangGraph as two, agent/tools). Flat cost per step means the
-  two are close.
+- µs/step at the start and at the end: the process's CPU time between step commits (CPU
+  time, not wall time, so that other processes on the machine do not blur it), over the first
+  and the last ``min(100, steps // 5)`` steps, taken per ReAct step (the median over the
+  window, divided by the graph steps of a ReAct step: stargraph runs one as three graph
+  steps, think/act/observe, LangGraph as two, agent/tools). Flat cost per step means the two
+  are close.
 
 LangGraph runs only up to 200 tool calls (its cost per step grows with the transcript, so
 1,000 calls take minutes).
@@ -24,8 +26,8 @@ LangGraph runs only up to 200 tool calls (its cost per step grows with the trans
 from __future__ import annotations
 
 import hashlib
-import itertools
 import sqlite3
+import statistics
 import sys
 import tempfile
 import time
@@ -73,13 +75,18 @@ class LongResult:
     end_us: float
 
 
-def _window(stamps: Sequence[float]) -> tuple[float, float]:
-    """Mean µs between consecutive commits over the first and the last steps."""
-    gaps = [b - a for a, b in itertools.pairwise(stamps)]
-    if not gaps:
+def _window(stamps: Sequence[float], per: int) -> tuple[float, float]:
+    """µs per graph step over the first and the last steps: the median over the window of
+    the time a ReAct step (``per`` consecutive commits) took, divided by ``per``."""
+    n = max(per, min(100, (len(stamps) - 1) // 5))
+    if len(stamps) <= per:
         return 0.0, 0.0
-    n = max(1, min(100, len(gaps) // 5))
-    return sum(gaps[:n]) / n * 1e6, sum(gaps[-n:]) / n * 1e6
+
+    def median_us(marks: Sequence[float]) -> float:
+        spans = [b - a for a, b in zip(marks, marks[per:], strict=False)][::per]
+        return statistics.median(spans) / per * 1e6 if spans else 0.0
+
+    return median_us(stamps[: n + 1]), median_us(stamps[-n - 1 :])
 
 
 def _file_bytes(path: Path) -> int:
@@ -95,12 +102,19 @@ class _TimedStore(SqliteStore):
 
     def commit_step(self, run_id: str, step: Any, **kwargs: Any) -> None:
         super().commit_step(run_id, step, **kwargs)
-        self.stamps.append(time.perf_counter())
+        self.stamps.append(time.process_time())
+
+
+def _answered(last_call_id: str | None) -> int:
+    """Tool calls answered so far, from the id of the last message's answered call (the
+    fakes read it there instead of counting the transcript's tool messages, which would
+    make the model itself cost more per step as the transcript grows)."""
+    return 0 if last_call_id is None else int(last_call_id.removeprefix("call_")) + 1
 
 
 def _script(calls: int) -> Callable[[ChatRequest], ChatResponse]:
     def answer(request: ChatRequest) -> ChatResponse:
-        done = sum(1 for m in request.messages if m.role == "tool")
+        done = _answered(request.messages[-1].tool_call_id)
         if done >= calls:
             return ChatResponse(message=ChatMessage.assistant("done"), finish_reason="stop")
         call = ToolCall(id=f"call_{done}", name=LOOKUP_NAME, arguments=f'{{"i": {done}}}')
@@ -131,7 +145,7 @@ def stargraph_run(calls: int, workdir: Path) -> LongResult:
     finally:
         store.close()
         arbiter.close()
-    start_us, end_us = _window(store.stamps)
+    start_us, end_us = _window(store.stamps, 3)
     return LongResult(
         "stargraph", calls, len(store.stamps), _file_bytes(path), total, start_us, end_us
     )
@@ -165,7 +179,8 @@ def langgraph_run(calls: int, workdir: Path) -> LongResult:
         def _generate(
             self, messages: list[BaseMessage], stop: Any = None, **kwargs: Any
         ) -> ChatResult:
-            done = sum(1 for m in messages if isinstance(m, ToolMessage))
+            last = messages[-1]
+            done = _answered(last.tool_call_id if isinstance(last, ToolMessage) else None)
             if done < calls:
                 message = AIMessage(
                     content="",
@@ -182,7 +197,7 @@ def langgraph_run(calls: int, workdir: Path) -> LongResult:
     class TimedSaver(SqliteSaver):
         def put(self, *args: Any, **kwargs: Any) -> Any:
             out = super().put(*args, **kwargs)
-            stamps.append(time.perf_counter())
+            stamps.append(time.process_time())
             return out
 
     path = workdir / f"langgraph-{calls}.db"
@@ -200,7 +215,7 @@ def langgraph_run(calls: int, workdir: Path) -> LongResult:
     conn.close()
     assert out["messages"][-1].content == "done"
     assert sum(1 for m in out["messages"] if isinstance(m, ToolMessage)) == calls
-    start_us, end_us = _window(stamps)
+    start_us, end_us = _window(stamps, 2)
     return LongResult("langgraph", calls, len(stamps), _file_bytes(path), total, start_us, end_us)
 
 

@@ -56,6 +56,8 @@ anything runs (logged, in the commit log, under the canonical tool id).
 
 from __future__ import annotations
 
+import itertools
+import operator
 import re
 import weakref
 from collections.abc import Callable, Mapping, Sequence
@@ -539,6 +541,9 @@ def _check_answer(config: Mapping[str, Any], text: str) -> tuple[Any, str | None
         )
 
 
+_MESSAGE: Final = operator.attrgetter("message")
+
+
 def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     """Ask the model for the next step; take its answer or prepare its tool calls."""
     config = ctx.config
@@ -548,7 +553,9 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     new_steps: list[ReactStep] = []
     if not state.trajectory and state.task:
         new_steps.append(ReactStep(llm_step=0, kind="task", message=ChatMessage.user(state.task)))
-    messages = [step.message for step in state.trajectory]
+    # attrgetter through map: the transcript is read at C speed (this runs every LLM step
+    # over the whole conversation, so a Python loop here is the cost that grows).
+    messages = list(map(_MESSAGE, state.trajectory))
     messages += [step.message for step in new_steps]
     system = _system_prompt(config)
     if system:
@@ -734,7 +741,10 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
 def observe(state: ReactState) -> dict[str, Any]:
     """Append the pending observations to the trajectory; expose the last tool status."""
     last = state.trajectory[-1].llm_step if state.trajectory else 0
-    step_calls = [r for r in state.tool_calls if r.llm_step == last]
+    # The calls of the last LLM step are at the end: read back only those, not every call
+    # of the run (a long run would pay for its whole history each step).
+    recent = itertools.takewhile(lambda r: r.llm_step == last, reversed(state.tool_calls))
+    step_calls = list(recent)[::-1]
     out: dict[str, Any] = {
         "trajectory": [
             ReactStep(llm_step=last, kind="observation", message=message)
