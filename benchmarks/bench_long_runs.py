@@ -1,8 +1,8 @@
 """Long agent runs: a durable ReAct run whose transcript grows every step.
 
 Run: ``.venv/bin/python benchmarks/bench_long_runs.py [tool calls ...]`` (default 10 50 200
-1000), or as the ``long`` section of ``python -m benchmarks`` (``--only long``; ``--quick``
-stops at 200).
+1000; ``cheap`` instead runs only the table of the cheap cases below), or as the ``long``
+section of ``python -m benchmarks`` (``--only long``; ``--quick`` stops at 200).
 
 Both agents run in the same process on a fresh SQLite file each, committing every step before
 the next (stargraph: ``SqliteStore``, ``durability="sync"``; LangGraph: ``create_react_agent``
@@ -18,6 +18,9 @@ tool result is ~200 bytes of text that does not compress to nothing (hex digests
   window, divided by the graph steps of a ReAct step: stargraph runs one as three graph
   steps, think/act/observe, LangGraph as two, agent/tools). Flat cost per step means the two
   are close.
+
+A second table times the cheap cases on the 10-node chain of the core workloads: no store,
+``MemoryStore``, and ``SqliteStore`` with ``durability="sync"`` and ``"exit"`` (µs per node).
 
 LangGraph runs only up to 200 tool calls (its cost per step grows with the transcript, so
 1,000 calls take minutes).
@@ -268,10 +271,61 @@ def render(results: Sequence[LongResult]) -> str:
     return "\n".join([head, *(_row(r) for r in results)])
 
 
+def cheap_cases(invocations: int = 300, rounds: int = 5) -> tuple[str, list[str]]:
+    """The 10-node chain with no store, ``MemoryStore``, and ``SqliteStore`` in ``sync`` and
+    in ``exit`` durability: µs per node (median over rounds of ``invocations`` runs, each
+    on a new run id, engines interleaved within a round)."""
+    import itertools
+
+    from benchmarks.workloads import chain_graph
+    from stargraph.checkpoint import MemoryStore
+
+    graph = chain_graph(10)
+    with tempfile.TemporaryDirectory() as tmp:
+        stores = {
+            "no store": None,
+            "MemoryStore": MemoryStore(),
+            "SqliteStore sync": SqliteStore(Path(tmp) / "sync.db"),
+            "SqliteStore exit": SqliteStore(Path(tmp) / "exit.db"),
+        }
+        apps = {
+            name: graph.compile(
+                store=store, max_steps=20, durability="exit" if "exit" in name else "sync"
+            )
+            for name, store in stores.items()
+        }
+        ids = (f"run-{i}" for i in itertools.count())
+        samples: dict[str, list[float]] = {name: [] for name in apps}
+        for app in apps.values():
+            for _ in range(20):
+                app.invoke({}, run_id=next(ids))  # warm up
+        for _ in range(rounds):
+            for name, app in apps.items():
+                started = time.perf_counter()
+                for _ in range(invocations):
+                    app.invoke({}, run_id=next(ids))
+                samples[name].append((time.perf_counter() - started) / invocations / 10 * 1e6)
+        for store in stores.values():
+            if store is not None:
+                store.close()
+    us = {name: statistics.median(values) for name, values in samples.items()}
+    lines = ["10-node chain, us per node (median of rounds)"]
+    lines += [f"  {name:<18}{value:8.1f}" for name, value in us.items()]
+    memory = us["MemoryStore"] - us["no store"]
+    lines.append(f"  MemoryStore overhead {memory:6.1f} us/node (target <= 15)")
+    misses = []
+    if memory > 15:
+        misses.append(f"MemoryStore adds {memory:.1f} us per node (target 15)")
+    if us["SqliteStore exit"] >= us["SqliteStore sync"]:
+        misses.append("durability='exit' is not cheaper than 'sync'")
+    return "\n".join(lines), misses
+
+
 def long_section(*, quick: bool, rounds: int) -> tuple[str, list[str]]:
     """The ``long`` report section of ``python -m benchmarks``."""
     results, misses = run_all(SIZES[:3] if quick else SIZES)
-    return render(results), misses
+    cheap, missed = cheap_cases(100 if quick else 300, rounds)
+    return render(results) + "\n\n" + cheap, misses + missed
 
 
 SECTIONS = {"long": long_section}
@@ -279,6 +333,12 @@ SECTIONS = {"long": long_section}
 
 
 def main(argv: Sequence[str]) -> None:
+    if argv[:1] == ["cheap"]:
+        text, misses = cheap_cases()
+        print(text)
+        for miss in misses:
+            print(f"  missed: {miss}")
+        return
     sizes = [int(a) for a in argv] or list(SIZES)
     results, misses = run_all(sizes)
     print(render(results))
