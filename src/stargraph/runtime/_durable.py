@@ -45,7 +45,7 @@ from stargraph.checkpoint import (
 )
 from stargraph.checkpoint._compact import Conversations, compact_calls, expand_steps
 from stargraph.checkpoint._lease import DEFAULT_LEASE_S, Lease, new_owner
-from stargraph.checkpoint._records import unicode_problem
+from stargraph.checkpoint._records import trusted, unicode_problem
 from stargraph.errors import (
     CheckpointError,
     CorruptCheckpointError,
@@ -187,7 +187,9 @@ async def atake_lease(
 def task_records(tasks: Sequence[Task]) -> tuple[TaskRecord, ...]:
     """Scheduled tasks as records."""
     return tuple(
-        TaskRecord(node=t.node, index=t.index, payload=dict(t.payload) if t.payload else None)
+        trusted(
+            TaskRecord, node=t.node, index=t.index, payload=dict(t.payload) if t.payload else None
+        )
         for t in tasks
     )
 
@@ -344,19 +346,22 @@ class Persistence:
         carried: dict[str, int] = {}
         if run.step % self.snapshot_every == 0:
             snapshot, carried = self._snapshot(run)
-        record = StepRecord(
+        # Built without validation: every field is made here, of its declared type (the
+        # writes were validated by their channels; _dump made them JSON).
+        record = trusted(
+            StepRecord,
             step=run.step,
             writes=tuple(
-                WriteRecord(node=t.node, index=t.index, writes=self._dump(run, w, t.node))
+                trusted(WriteRecord, node=t.node, index=t.index, writes=self._dump(run, w, t.node))
                 for t, w in sorted(results, key=lambda r: r[0].key)
             ),
             snapshot=snapshot,
             carried=carried,
             next=task_records(run.tasks),
             joins=joins_record(run.joins_seen),
-            attempts=dict(run.attempts),
             facts=run.rules.snapshot() if run.rules is not None else None,
             decision=run.decision,
+            attempts=dict(run.attempts),
             calls=compact_calls(
                 sorted(
                     (e for entries in run.journals.values() for e in entries),
