@@ -234,3 +234,46 @@ def test_issue19_a_step_resumed_after_a_crash_is_served_its_delta_journal(tmp_pa
         assert [c.request for c in step.calls] == [
             r.model_dump(mode="json", exclude_defaults=True) for r in model.requests
         ]
+
+
+class CountingStore(SqliteStore):
+    """Counts the store's write calls."""
+
+    calls: dict[str, int]
+
+    def create_run(self, *args: Any, **kwargs: Any) -> None:
+        self.calls["create_run"] = self.calls.get("create_run", 0) + 1
+        super().create_run(*args, **kwargs)
+
+    def commit_step(self, *args: Any, **kwargs: Any) -> None:
+        self.calls["commit_step"] = self.calls.get("commit_step", 0) + 1
+        super().commit_step(*args, **kwargs)
+
+    def write_run(self, *args: Any, **kwargs: Any) -> None:
+        self.calls["write_run"] = self.calls.get("write_run", 0) + 1
+        super().write_run(*args, **kwargs)
+
+
+def test_issue19_durability_exit_writes_the_run_once(tmp_path: Path) -> None:
+    """A run kept in memory reaches the file in one write when it stops, and reads back like
+    a run committed step by step."""
+    graph = (
+        Graph("growing-loop", state=Log)
+        .with_node("grow", grow)
+        .with_edge(START, "grow")
+        .with_conditional_edges("grow", again, ["grow", END])
+    )
+    with CountingStore(tmp_path / "exit.db") as store, SqliteStore(tmp_path / "sync.db") as ref:
+        store.calls = {}
+        exit_app = graph.compile(store=store, durability="exit", max_steps=200, snapshot_every=7)
+        final = exit_app.invoke({"limit": 60}, run_id="x")
+        assert store.calls == {"write_run": 1}
+        sync_app = graph.compile(store=ref, max_steps=200, snapshot_every=7)
+        assert sync_app.invoke({"limit": 60}, run_id="x") == final
+        assert store.get_run("x").status == "done"
+        assert store.get_run("x").owner is None
+        assert [s.model_copy(update={"created_ms": 0}) for s in store.get_steps("x")] == [
+            s.model_copy(update={"created_ms": 0}) for s in ref.get_steps("x")
+        ]
+        for step in (0, 13, 60):
+            assert exit_app.get_state("x", step) == sync_app.get_state("x", step)

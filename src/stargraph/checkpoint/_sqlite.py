@@ -37,7 +37,7 @@ import sqlite3
 import threading
 import time
 import zlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -668,6 +668,84 @@ class SqliteStore:
                 _INSERT_STEP,
                 (rid, first.step, first.snapshot is not None, payload, _crc(payload)),
             )
+
+    def write_run(
+        self,
+        run: RunRecord,
+        steps: Sequence[StepRecord],
+        *,
+        pending: Sequence[PendingWrite] = (),
+        journal: Sequence[JournalEntry] = (),
+    ) -> None:
+        """Insert a whole run - its record as it ended, every step from 0, the pending writes
+        and journal of its unfinished step - in one transaction, without a lease: what a run
+        kept in memory (``durability="exit"``) writes when it stops. Raises like
+        :meth:`create_run` if the run id exists."""
+        rid = run.run_id
+        check_text(rid, run_id=rid, graph_name=run.graph_name, parent_run_id=run.parent_run_id)
+        self._check_status(rid, run.status)
+        if not steps or [s.step for s in steps] != list(range(steps[0].step, run.last_step + 1)):
+            raise CheckpointError(
+                f"run {rid!r}: write_run needs its steps {steps[0].step if steps else 0}.."
+                f"{run.last_step} in order, without gaps",
+                run_id=rid,
+            )
+        rows = []
+        for step in steps:
+            payload = _encode(step, run_id=rid, step=step.step, pack=True)
+            rows.append((rid, step.step, step.snapshot is not None, payload, _crc(payload)))
+        extra = _encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
+        now = _now()
+        with self._write() as conn:
+            try:
+                conn.execute(
+                    f"INSERT INTO runs ({_RUN_COLUMNS}) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL)",
+                    (
+                        rid,
+                        run.graph_name,
+                        run.graph_hash,
+                        run.code_hash,
+                        run.status,
+                        run.last_step,
+                        run.parent_run_id,
+                        run.parent_step,
+                        run.created_at or now,
+                        now,
+                        extra,
+                    ),
+                )
+            except sqlite3.IntegrityError as exc:
+                raise CheckpointError(
+                    f"run {rid!r} already exists; pick another run_id or resume it",
+                    run_id=rid,
+                ) from exc
+            conn.executemany(_INSERT_STEP, rows)
+            for write in pending:
+                payload = _encode(write, run_id=rid, step=write.step)
+                conn.execute(
+                    "INSERT OR IGNORE INTO pending (run_id, step, node, idx, payload, crc) "
+                    "VALUES (?, ?, ?, ?, ?, ?)",
+                    (rid, write.step, write.node, write.index, payload, _crc(payload)),
+                )
+            for entry in journal:
+                payload = _encode(entry, run_id=rid, step=entry.step)
+                conn.execute(
+                    "INSERT OR IGNORE INTO journal "
+                    "(run_id, step, node, idx, seq, kind, key, payload, crc) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        rid,
+                        entry.step,
+                        entry.node,
+                        entry.index,
+                        entry.seq,
+                        entry.kind,
+                        entry.key,
+                        payload,
+                        _crc(payload),
+                    ),
+                )
 
     @staticmethod
     def _lease_columns(owner: RunOwner | None) -> tuple[object, object, object]:
