@@ -277,3 +277,52 @@ def test_issue19_durability_exit_writes_the_run_once(tmp_path: Path) -> None:
         ]
         for step in (0, 13, 60):
             assert exit_app.get_state("x", step) == sync_app.get_state("x", step)
+
+
+class Fan(BaseModel):
+    done: Annotated[list[str], reducers.append] = []
+
+
+RAN: list[str] = []
+BROKEN = {"right": True}
+
+
+def left(state: Fan, ctx: RunContext) -> dict[str, Any]:
+    RAN.append("left")
+    return {"done": [f"left {ctx.uuid()}"]}
+
+
+def right(state: Fan) -> dict[str, Any]:
+    RAN.append("right")
+    if BROKEN.pop("right", False):
+        raise RuntimeError("right fails once")
+    return {"done": ["right"]}
+
+
+def test_issue19_an_exit_run_that_failed_keeps_its_finished_branch(tmp_path: Path) -> None:
+    """A run kept in memory that fails mid-step is written whole (with the finished sibling's
+    writes and journal), and its resume does not run that sibling again."""
+    RAN.clear()
+    BROKEN["right"] = True
+    graph = (
+        Graph("fan", state=Fan)
+        .with_node("left", left)
+        .with_node("right", right)
+        .with_edge(START, "left")
+        .with_edge(START, "right")
+        .with_edge("left", END)
+        .with_edge("right", END)
+    )
+    with CountingStore(tmp_path / "fan.db") as store:
+        store.calls = {}
+        app = graph.compile(store=store, durability="exit")
+        with pytest.raises(NodeError):
+            app.invoke({}, run_id="f")
+        assert store.calls == {"write_run": 1}
+        assert store.get_run("f").status == "failed"
+        assert [p.node for p in store.get_pending("f", 1)] == ["left"]
+        assert [e.kind for e in store.get_journal("f", 1)] == ["uuid"]
+        final = app.resume("f")
+    assert sorted(RAN) == ["left", "right", "right"]
+    assert sorted(final.done)[1] == "right"
+    assert final.done[0].startswith("left ")
