@@ -326,3 +326,23 @@ def test_issue19_an_exit_run_that_failed_keeps_its_finished_branch(tmp_path: Pat
     assert sorted(RAN) == ["left", "right", "right"]
     assert sorted(final.done)[1] == "right"
     assert final.done[0].startswith("left ")
+
+
+def test_issue19_transcripts_are_read_from_the_steps_added_since() -> None:
+    """``think`` reads a grown trajectory's messages from the kept ones, and a trajectory
+    whose earlier steps were replaced from scratch."""
+    from stargraph.skills.react import ReactStep, _transcript
+
+    def steps(*texts: str) -> list[ReactStep]:
+        return [
+            ReactStep(llm_step=i, kind="observation", message=ChatMessage.user(t))
+            for i, t in enumerate(texts)
+        ]
+
+    first = steps("a", "b", "c")
+    assert _transcript(first) == [s.message for s in first]
+    grown = [*first, *steps("d", "e")]
+    assert _transcript(grown) == [s.message for s in grown]
+    edited = [first[0], *steps("B"), *grown[2:], *steps("f")]
+    assert _transcript(edited) == [s.message for s in edited]
+    assert [m.content for m in _transcript(edited)] == ["a", "B", "c", "d", "e", "f"]
