@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 import sqlite3
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -237,17 +238,18 @@ def test_issue19_a_step_resumed_after_a_crash_is_served_its_delta_journal(tmp_pa
 
 
 class CountingStore(SqliteStore):
-    """Counts the store's write calls."""
+    """Counts the write transactions it begins, and the runs written whole."""
 
-    calls: dict[str, int]
+    def __init__(self, path: Path) -> None:
+        self.calls: dict[str, int] = {}
+        super().__init__(path)
 
-    def create_run(self, *args: Any, **kwargs: Any) -> None:
-        self.calls["create_run"] = self.calls.get("create_run", 0) + 1
-        super().create_run(*args, **kwargs)
-
-    def commit_step(self, *args: Any, **kwargs: Any) -> None:
-        self.calls["commit_step"] = self.calls.get("commit_step", 0) + 1
-        super().commit_step(*args, **kwargs)
+    @contextmanager
+    def _write(self) -> Iterator[sqlite3.Connection]:
+        if getattr(self._local, "batch", None) is None:
+            self.calls["transactions"] = self.calls.get("transactions", 0) + 1
+        with super()._write() as conn:
+            yield conn
 
     def write_run(self, *args: Any, **kwargs: Any) -> None:
         self.calls["write_run"] = self.calls.get("write_run", 0) + 1
@@ -267,7 +269,7 @@ def test_issue19_durability_exit_writes_the_run_once(tmp_path: Path) -> None:
         store.calls = {}
         exit_app = graph.compile(store=store, durability="exit", max_steps=200, snapshot_every=7)
         final = exit_app.invoke({"limit": 60}, run_id="x")
-        assert store.calls == {"write_run": 1}
+        assert store.calls == {"write_run": 1, "transactions": 1}
         sync_app = graph.compile(store=ref, max_steps=200, snapshot_every=7)
         assert sync_app.invoke({"limit": 60}, run_id="x") == final
         assert store.get_run("x").status == "done"
@@ -318,7 +320,7 @@ def test_issue19_an_exit_run_that_failed_keeps_its_finished_branch(tmp_path: Pat
         app = graph.compile(store=store, durability="exit")
         with pytest.raises(NodeError):
             app.invoke({}, run_id="f")
-        assert store.calls == {"write_run": 1}
+        assert store.calls == {"write_run": 1, "transactions": 1}
         assert store.get_run("f").status == "failed"
         assert [p.node for p in store.get_pending("f", 1)] == ["left"]
         assert [e.kind for e in store.get_journal("f", 1)] == ["uuid"]
@@ -346,3 +348,31 @@ def test_issue19_transcripts_are_read_from_the_steps_added_since() -> None:
     edited = [first[0], *steps("B"), *grown[2:], *steps("f")]
     assert _transcript(edited) == [s.message for s in edited]
     assert [m.content for m in _transcript(edited)] == ["a", "B", "c", "d", "e", "f"]
+
+
+def test_issue19_write_run_is_all_or_nothing(tmp_path: Path) -> None:
+    """A run written whole whose id is taken writes nothing (one transaction)."""
+    from stargraph.checkpoint import RunRecord, StepRecord, WriteRecord
+    from stargraph.errors import CheckpointError
+
+    def record(status: Any) -> RunRecord:
+        return RunRecord(run_id="w", graph_name="g", graph_hash="h", code_hash="c", status=status)
+
+    steps = [
+        StepRecord(step=0, snapshot={"n": 0}),
+        StepRecord(step=1, writes=(WriteRecord(node="a", writes={"n": 1}),)),
+    ]
+    with SqliteStore(tmp_path / "w.db") as store:
+        store.write_run(record("done").model_copy(update={"last_step": 1}), steps)
+        assert (store.get_run("w").status, store.get_run("w").last_step) == ("done", 1)
+        assert store.get_steps("w") == steps
+        with pytest.raises(CheckpointError, match="already exists"):
+            store.write_run(record("failed"), steps)
+        assert store.get_run("w").status == "done"
+        store.create_run(record("running").model_copy(update={"run_id": "v"}), steps[0])
+        with pytest.raises(CheckpointError, match="step 2 cannot follow"):
+            store.write_run(
+                record("done").model_copy(update={"run_id": "u"}),
+                [steps[0], steps[0].model_copy(update={"step": 2})],
+            )
+        assert sorted(r.run_id for r in store.list_runs()) == ["v", "w"]

@@ -497,7 +497,12 @@ class SqliteStore:
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        """One ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back on error."""
+        """One ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back on error.
+        Inside :meth:`write_run` (same thread), the statements join its transaction."""
+        batch = getattr(self._local, "batch", None)
+        if batch is not None:
+            yield batch
+            return
         conn = self._conn()
         with self._write_lock:
             self._retry(conn, "BEGIN IMMEDIATE")
@@ -680,72 +685,42 @@ class SqliteStore:
         """Insert a whole run - its record as it ended, every step from 0, the pending writes
         and journal of its unfinished step - in one transaction, without a lease: what a run
         kept in memory (``durability="exit"``) writes when it stops. Raises like
-        :meth:`create_run` if the run id exists."""
+        :meth:`create_run` if the run id exists; nothing is written then."""
         rid = run.run_id
-        check_text(rid, run_id=rid, graph_name=run.graph_name, parent_run_id=run.parent_run_id)
-        self._check_status(rid, run.status)
-        if not steps or [s.step for s in steps] != list(range(steps[0].step, run.last_step + 1)):
-            raise CheckpointError(
-                f"run {rid!r}: write_run needs its steps {steps[0].step if steps else 0}.."
-                f"{run.last_step} in order, without gaps",
-                run_id=rid,
-            )
-        rows = []
-        for step in steps:
-            payload = _encode(step, run_id=rid, step=step.step, pack=True)
-            rows.append((rid, step.step, step.snapshot is not None, payload, _crc(payload)))
-        extra = _encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
-        now = _now()
+        if not steps:
+            raise CheckpointError(f"run {rid!r}: write_run needs at least step 0", run_id=rid)
+        start = run.model_copy(
+            update={
+                "status": "running",
+                "last_step": steps[0].step,
+                "error": None,
+                "stopped_by": None,
+                "interrupt": None,
+                "owner": None,
+                "lease_expires": None,
+            }
+        )
         with self._write() as conn:
+            # The methods below run inside this transaction (see _write): one commit, and
+            # every row written exactly as those methods write it.
+            self._local.batch = conn
             try:
-                conn.execute(
-                    f"INSERT INTO runs ({_RUN_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, NULL, NULL, NULL)",
-                    (
-                        rid,
-                        run.graph_name,
-                        run.graph_hash,
-                        run.code_hash,
-                        run.status,
-                        run.last_step,
-                        run.parent_run_id,
-                        run.parent_step,
-                        run.created_at or now,
-                        now,
-                        extra,
-                    ),
+                self.create_run(start, steps[0])
+                for step in steps[1:]:
+                    self.commit_step(rid, step)
+                for write in pending:
+                    self.put_pending(rid, write)
+                for entry in journal:
+                    self.append_journal(rid, entry)
+                self.set_status(
+                    rid,
+                    run.status,
+                    error=run.error,
+                    stopped_by=run.stopped_by,
+                    interrupt=run.interrupt,
                 )
-            except sqlite3.IntegrityError as exc:
-                raise CheckpointError(
-                    f"run {rid!r} already exists; pick another run_id or resume it",
-                    run_id=rid,
-                ) from exc
-            conn.executemany(_INSERT_STEP, rows)
-            for write in pending:
-                payload = _encode(write, run_id=rid, step=write.step)
-                conn.execute(
-                    "INSERT OR IGNORE INTO pending (run_id, step, node, idx, payload, crc) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (rid, write.step, write.node, write.index, payload, _crc(payload)),
-                )
-            for entry in journal:
-                payload = _encode(entry, run_id=rid, step=entry.step)
-                conn.execute(
-                    "INSERT OR IGNORE INTO journal "
-                    "(run_id, step, node, idx, seq, kind, key, payload, crc) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        rid,
-                        entry.step,
-                        entry.node,
-                        entry.index,
-                        entry.seq,
-                        entry.kind,
-                        entry.key,
-                        payload,
-                        _crc(payload),
-                    ),
-                )
+            finally:
+                self._local.batch = None
 
     @staticmethod
     def _lease_columns(owner: RunOwner | None) -> tuple[object, object, object]:
