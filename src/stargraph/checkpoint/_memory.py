@@ -17,6 +17,7 @@ from stargraph.checkpoint._records import (
     StepRecord,
     check_text,
     clip_error,
+    trusted,
 )
 from stargraph.errors import CheckpointError, RunNotFoundError
 
@@ -50,9 +51,6 @@ class MemoryStore:
         self._journal: dict[tuple[str, int], dict[tuple[str, int, int], JournalEntry]] = {}
         # When each held lease lapses (time.time()), by run id.
         self._expires: dict[str, float] = {}
-        # What commits changed in a run's record since it was last read: applied when the
-        # record is next needed, so a commit costs a dict, not a model copy and a timestamp.
-        self._advanced: dict[str, dict[str, object]] = {}
 
     def _expired(self, run_id: str) -> bool:
         return self._expires.get(run_id, float("inf")) < time.time()
@@ -75,12 +73,6 @@ class MemoryStore:
         return run if status == run.status else run.model_copy(update={"status": status})
 
     def _run(self, run_id: str) -> RunRecord:
-        advanced = self._advanced.pop(run_id, None)
-        if advanced is not None:
-            stamp = advanced.pop("updated")
-            advanced["updated_at"] = _iso(stamp)  # type: ignore[arg-type]
-            run = self._runs[run_id] = self._runs[run_id].model_copy(update=advanced)
-            return run
         try:
             return self._runs[run_id]
         except KeyError:
@@ -162,26 +154,28 @@ class MemoryStore:
         """Append ``step`` and update the run, atomically."""
         _check_status(run_id, status)
         with self._lock:
-            run = self._runs.get(run_id) or self._run(run_id)
-            advanced = self._advanced.get(run_id)
-            last = run.last_step if advanced is None else advanced["last_step"]
-            if step.step != last + 1:  # type: ignore[operator]
+            run = self._run(run_id)
+            if step.step != run.last_step + 1:
                 raise CheckpointError(
                     f"run {run_id!r}: step {step.step} cannot follow committed step "
-                    f"{last}; another writer owns this run, or history was forked",
+                    f"{run.last_step}; another writer owns this run, or history was forked",
                     run_id=run_id,
                     step=step.step,
                 )
             self._fence(run, owner)
             self._steps[run_id].append(step)
-            self._advanced[run_id] = {
-                "last_step": step.step,
-                "status": status,
-                "error": clip_error(error),
-                "stopped_by": stopped_by,
-                "interrupt": interrupt,
-                "updated": time.time(),
-            }
+            # A copy of the record's fields, not model_copy: every step pays for this, and
+            # the new values are of the right types (the status was checked above).
+            fields = dict(run.__dict__)
+            fields.update(
+                last_step=step.step,
+                status=status,
+                error=clip_error(error),
+                stopped_by=stopped_by,
+                interrupt=interrupt,
+                updated_at=_now(),
+            )
+            self._runs[run_id] = trusted(RunRecord, **fields)
             self._pending.pop((run_id, step.step), None)
             self._journal.pop((run_id, step.step), None)
 
@@ -229,7 +223,7 @@ class MemoryStore:
     def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
         """Runs, newest first."""
         with self._lock:
-            shown = [self._shown(self._run(r)) for r in list(self._runs)]
+            shown = [self._shown(r) for r in self._runs.values()]
         runs = [r for r in shown if status is None or r.status == status]
         runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
         return runs[:limit]
