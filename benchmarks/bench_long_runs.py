@@ -225,7 +225,7 @@ def langgraph_run(calls: int, workdir: Path) -> LongResult:
 def _row(r: LongResult) -> str:
     return (
         f"{r.engine:<10}{r.calls:>6}{r.steps:>7}{r.bytes:>14,}{r.total_s:>10.3f}"
-        f"{r.start_us:>11.0f}{r.end_us:>11.0f}{r.end_us / max(r.start_us, 1e-9):>8.2f}x"
+        f"{r.start_us:>11.0f}{r.end_us:>13.0f}{r.end_us / max(r.start_us, 1e-9):>8.2f}x"
     )
 
 
@@ -266,7 +266,7 @@ def render(results: Sequence[LongResult]) -> str:
     head = (
         "long ReAct runs, durable (SQLite, sync), one ~200-byte tool result per call\n"
         f"{'engine':<10}{'calls':>6}{'steps':>7}{'bytes':>14}{'total s':>10}"
-        f"{'us/step@0':>11}{'us/step@end':>11}{'end/0':>9}"
+        f"{'us/step@0':>11}{'us/step@end':>13}{'end/0':>9}"
     )
     return "\n".join([head, *(_row(r) for r in results)])
 
