@@ -221,7 +221,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--only",
         action="append",
         metavar="NAME",
-        help="run only this workload or report section (durable, bytes); repeatable, or "
+        help="run only this workload or report section (durable, bytes, long); repeatable, or "
         "comma-separated",
     )
     parser.add_argument("--rounds", type=int, help="timed rounds per engine (default 7)")
@@ -236,9 +236,10 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def all_sections() -> dict[str, Section]:
     """Report sections printed after the core table, by ``--only`` name, in report order."""
+    from benchmarks.bench_long_runs import SECTIONS as LONG
     from benchmarks.durable import SECTIONS
 
-    return dict(SECTIONS)
+    return {**SECTIONS, **LONG}
 
 
 def _select(

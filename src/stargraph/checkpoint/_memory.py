@@ -18,6 +18,7 @@ from stargraph.checkpoint._records import (
     check_text,
     check_thread,
     clip_error,
+    trusted,
     turn_taken,
 )
 from stargraph.errors import CheckpointError, RunNotFoundError
@@ -171,16 +172,18 @@ class MemoryStore:
                 )
             self._fence(run, owner)
             self._steps[run_id].append(step)
-            self._runs[run_id] = run.model_copy(
-                update={
-                    "last_step": step.step,
-                    "status": status,
-                    "error": clip_error(error),
-                    "stopped_by": stopped_by,
-                    "interrupt": interrupt,
-                    "updated_at": _now(),
-                }
+            # A copy of the record's fields, not model_copy: every step pays for this, and
+            # the new values are of the right types (the status was checked above).
+            fields = dict(run.__dict__)
+            fields.update(
+                last_step=step.step,
+                status=status,
+                error=clip_error(error),
+                stopped_by=stopped_by,
+                interrupt=interrupt,
+                updated_at=_now(),
             )
+            self._runs[run_id] = trusted(RunRecord, **fields)
             self._pending.pop((run_id, step.step), None)
             self._journal.pop((run_id, step.step), None)
 

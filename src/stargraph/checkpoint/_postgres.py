@@ -7,7 +7,8 @@ Layout (schema version 3, kept in ``<schema>.meta``; everything lives in its own
              parent_run_id, parent_step, created_at, updated_at, extra (JSON or NULL),
              lease_token, lease_owner (JSON RunOwner but its token), lease_expires (server
              clock), thread_id, turn (NULL outside a thread; unique together)
-    steps    (run_id, step) PK, has_snapshot, payload (JSON StepRecord), crc; append-only
+    steps    (run_id, step) PK, has_snapshot, payload (JSON StepRecord, compressed as in
+             ``SqliteStore``), crc; append-only
     pending  (run_id, step, node, idx) PK, payload (JSON PendingWrite), crc
     journal  (run_id, step, node, idx, seq) PK, kind, key, payload (JSON JournalEntry), crc
 
@@ -546,7 +547,7 @@ class PostgresStore:
         key = _key(rid)
         self._check_status(rid, run.status)
         check_thread(run)
-        payload = _encode(first, run_id=rid, step=first.step)
+        payload = _encode(first, run_id=rid, step=first.step, pack=True)
         extra = _encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
         now = _now()
         values = (
@@ -674,7 +675,7 @@ class PostgresStore:
         Fenced on ``owner`` (the lease token; the lease itself is kept)."""
         self._check_status(run_id, status)
         number = step.step
-        payload = _encode(step, run_id=run_id, step=number)
+        payload = _encode(step, run_id=run_id, step=number, pack=True)
         extra = _encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
         key = _key(run_id)
         s = self._s

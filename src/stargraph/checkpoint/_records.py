@@ -14,9 +14,9 @@ list linear in size instead of quadratic; a full snapshot every few steps keeps 
 
 from __future__ import annotations
 
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from stargraph.errors import CheckpointError, ThreadBusyError
 
@@ -119,6 +119,22 @@ def turn_taken(run: RunRecord, holder: str | None = None) -> ThreadBusyError:
     )
 
 
+_ModelT = TypeVar("_ModelT", bound=BaseModel)
+
+
+def trusted(cls: type[_ModelT], **fields: Any) -> _ModelT:
+    """A record built from fields its writer knows to be valid and of the declared types
+    (tuples where a tuple is declared), every field given: what ``model_construct`` does,
+    without its cost. The executor builds several records per step; validating what it has
+    just built would cost more than storing it in memory."""
+    record = cls.__new__(cls)
+    object.__setattr__(record, "__dict__", fields)
+    object.__setattr__(record, "__pydantic_fields_set__", set(fields))
+    object.__setattr__(record, "__pydantic_extra__", None)
+    object.__setattr__(record, "__pydantic_private__", None)
+    return record
+
+
 class TaskRecord(BaseModel):
     """A scheduled node execution: ``(node, index)`` plus a ``Send`` payload, if any."""
 
@@ -153,7 +169,17 @@ class JournalEntry(BaseModel):
     key: str = Field(default="", description="What was called: a name, a model, a tool id.")
     value: Any = None
     fingerprint: str = Field(default="", description="sha256 of the canonical request.")
-    request: Any = Field(default=None, description="The request, to explain a divergence.")
+    request: Any = Field(
+        default=None,
+        description="The request, to explain a divergence. When ``base`` is set, only what is "
+        "new since that request.",
+    )
+    base: str = Field(
+        default="",
+        description="As stored: the fingerprint of the earlier request of the same "
+        "conversation that ``request`` extends (empty: ``request`` is whole). "
+        "``Recording.from_store`` and loaded cassettes hold whole requests.",
+    )
 
 
 class StepRecord(BaseModel):
@@ -164,7 +190,15 @@ class StepRecord(BaseModel):
     step: int = Field(ge=0)
     writes: tuple[WriteRecord, ...] = ()
     snapshot: dict[str, Any] | None = Field(
-        default=None, description="Full channel values after this step (step 0 and every Nth)."
+        default=None,
+        description="Channel values after this step (step 0 and every Nth), but those named in "
+        "``carried``.",
+    )
+    carried: dict[str, int] = Field(
+        default_factory=dict,
+        description="Append-only channels a snapshot leaves out, each with the step whose "
+        "snapshot holds its value in full: its value here is that one with the writes of every "
+        "later step up to this one appended, so a snapshot never copies a growing list again.",
     )
     next: tuple[TaskRecord, ...] = ()
     joins: dict[str, tuple[str, ...]] = Field(
@@ -278,6 +312,16 @@ class Recording(BaseModel):
 
     run: RunRecord
     steps: tuple[StepRecord, ...]
+
+    @model_validator(mode="after")
+    def _whole_requests(self) -> Recording:
+        # Stored calls hold each model request as a delta on the previous one of the same
+        # conversation; a recording (what replay compares and diffs) holds them whole.
+        from stargraph.checkpoint._compact import expand_steps
+
+        if any(call.base for step in self.steps for call in step.calls):
+            object.__setattr__(self, "steps", tuple(expand_steps(self.steps, {})))
+        return self
 
     @classmethod
     def from_store(cls, store: Any, run_id: str) -> Recording:

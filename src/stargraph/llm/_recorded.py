@@ -15,12 +15,17 @@ one. A call served from the record delivers no tokens: nothing is generated.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any, Protocol
+import hashlib
+import operator
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any, Final, Protocol
 
-from stargraph.llm._messages import ChatRequest, ChatResponse
+from stargraph.ir import canonical_json
+from stargraph.llm._messages import ChatMessage, ChatRequest, ChatResponse
 
-__all__ = ["JournaledChatModel", "Journal", "TokenSink"]
+__all__ = ["Journal", "JournaledChatModel", "TokenSink", "encode_request"]
 
 KIND = "llm"
 """Journal kind of chat-model calls."""
@@ -36,13 +41,123 @@ class Journal(Protocol):
     journals that do not stream have no such attribute.
     """
 
-    def call(self, kind: str, key: str, compute: Any, *, request: Any = None) -> Any:
-        """Recorded value, or ``compute()`` recorded."""
+    def call(
+        self, kind: str, key: str, compute: Any, *, request: Any = None, fingerprint: Any = None
+    ) -> Any:
+        """Recorded value, or ``compute()`` recorded (``fingerprint``: the request's, if
+        already known)."""
         ...
 
-    async def acall(self, kind: str, key: str, compute: Any, *, request: Any = None) -> Any:
+    async def acall(
+        self, kind: str, key: str, compute: Any, *, request: Any = None, fingerprint: Any = None
+    ) -> Any:
         """Async :meth:`call`."""
         ...
+
+
+class _Encoded:
+    """One encoded request, kept so the next request of its conversation (the same messages,
+    and more) is encoded from it: the messages' JSON and the hash state after them."""
+
+    __slots__ = ("dumped", "head", "messages", "state")
+
+    def __init__(
+        self,
+        messages: Sequence[ChatMessage],
+        head: dict[str, Any],
+        dumped: list[Any],
+        state: Any,
+    ) -> None:
+        self.messages = messages  # held: the ids keying the cache stay theirs
+        self.head = head
+        self.dumped = dumped
+        self.state = state
+
+
+_RECENT: Final = 256
+"""Conversations whose last request is kept (least recently used ones are dropped)."""
+
+_recent: OrderedDict[int, _Encoded] = OrderedDict()
+_recent_lock = threading.Lock()
+
+
+def _field(key: str, value: Any) -> bytes:
+    return canonical_json(key) + b":" + canonical_json(value)
+
+
+def _starts_with(messages: Sequence[ChatMessage], prefix: Sequence[ChatMessage]) -> bool:
+    """``messages[:len(prefix)] == prefix``, by identity first (a conversation's messages are
+    the same objects request after request), so the common case costs no comparisons."""
+    same = list(map(operator.is_, prefix, messages))
+    if len(same) != len(prefix):
+        return False
+    at = 0
+    while True:
+        try:
+            at = same.index(False, at)
+        except ValueError:
+            return True
+        if prefix[at] != messages[at]:
+            return False
+        at += 1
+
+
+def _previous(messages: Sequence[ChatMessage], head: dict[str, Any]) -> _Encoded | None:
+    """The kept request whose messages start ``messages`` (ending a few messages back)."""
+    with _recent_lock:
+        for end in range(len(messages) - 1, max(len(messages) - 9, -1), -1):
+            found = _recent.get(id(messages[end]))
+            if (
+                found is not None
+                and len(found.messages) == end + 1
+                and found.messages[end] is messages[end]
+                and found.head == head
+                and _starts_with(messages, found.messages)
+            ):
+                _recent.move_to_end(id(messages[end]))
+                return found
+    return None
+
+
+def encode_request(request: ChatRequest) -> tuple[dict[str, Any], str]:
+    """``request`` as recorded JSON (``model_dump(mode="json", exclude_defaults=True)``) and
+    its fingerprint (``content_hash`` of that JSON), in time proportional to what is new
+    since the previous request of the same conversation: its messages' JSON is reused and
+    the hash continues from the state after them (RFC 8785 JSON is the fields in key order,
+    so the messages' bytes are a run that a new message only extends).
+
+    >>> from stargraph.ir import content_hash
+    >>> first = ChatRequest(messages=(ChatMessage.user("hi"),), temperature=0.5)
+    >>> body, fingerprint = encode_request(first)
+    >>> fingerprint == content_hash(first.model_dump(mode="json", exclude_defaults=True))
+    True
+    """
+    messages = request.messages
+    head = request.model_dump(mode="json", exclude_defaults=True, exclude={"messages"})
+    previous = _previous(messages, head) if messages else None
+    if previous is None:
+        start, dumped = 0, []
+        state = hashlib.sha256(
+            b"{"
+            + b"".join(_field(k, head[k]) + b"," for k in sorted(head) if k < "messages")
+            + b'"messages":['
+        )
+    else:
+        start, dumped, state = len(previous.messages), [*previous.dumped], previous.state.copy()
+    for message in messages[start:]:
+        data = message.model_dump(mode="json", exclude_defaults=True)
+        dumped.append(data)
+        state.update(b"," + canonical_json(data) if len(dumped) > 1 else canonical_json(data))
+    if messages:
+        with _recent_lock:
+            _recent[id(messages[-1])] = _Encoded(messages, head, dumped, state.copy())
+            _recent.move_to_end(id(messages[-1]))
+            while len(_recent) > _RECENT:
+                _recent.popitem(last=False)
+    state.update(
+        b"]" + b"".join(b"," + _field(k, head[k]) for k in sorted(head) if k > "messages") + b"}"
+    )
+    return {"messages": dumped, **head}, "sha256:" + state.hexdigest()
 
 
 class _Model(Protocol):
@@ -68,11 +183,13 @@ class JournaledChatModel:
                 return self.model.complete(request).model_dump(mode="json")
             return _streamed(self.model, request, tokens).model_dump(mode="json")
 
+        body, fingerprint = encode_request(request)
         value = self.journal.call(
             KIND,
             "chat",
             compute,
-            request=request.model_dump(mode="json", exclude_defaults=True),
+            request=body,
+            fingerprint=fingerprint,
         )
         return ChatResponse.model_validate(value)
 
@@ -85,11 +202,9 @@ class JournaledChatModel:
                 return (await self.model.acomplete(request)).model_dump(mode="json")
             return (await _astreamed(self.model, request, tokens)).model_dump(mode="json")
 
+        body, fingerprint = encode_request(request)
         value = await self.journal.acall(
-            KIND,
-            "chat",
-            compute,
-            request=request.model_dump(mode="json", exclude_defaults=True),
+            KIND, "chat", compute, request=body, fingerprint=fingerprint
         )
         return ChatResponse.model_validate(value)
 

@@ -8,6 +8,10 @@ recordings in and out of files and compares runs::
     app.replay(recording)
     diff(Recording.from_store(store, "a"), Recording.from_store(store, "b")).first_step
 
+A cassette stores each recorded model request as what is new since the previous request of
+the same conversation (``JournalEntry.base`` names that one by fingerprint); a loaded cassette
+holds them whole again. Cassettes written before, with whole requests, load as they are.
+
 A cassette is JSON with a checksum over its canonical content, so a truncated file or a stray
 edit is refused with a :class:`~stargraph.errors.CassetteError` naming what is wrong.
 
@@ -38,6 +42,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stargraph.checkpoint import CheckpointStore, Recording, StepRecord
+from stargraph.checkpoint._compact import compact_steps
 from stargraph.errors import CassetteError
 from stargraph.ir import content_hash
 
@@ -94,6 +99,10 @@ class Cassette(Recording):
 
 
 def _body(recording: Recording, *, timestamps: bool = True) -> dict[str, Any]:
+    # Model requests go in as deltas on the previous request of their conversation (a
+    # cassette of a long conversation grows with it, not with its square); loading rebuilds
+    # them whole (``Recording`` does).
+    recording = recording.model_copy(update={"steps": tuple(compact_steps(recording.steps))})
     if not timestamps:
         recording = recording.model_copy(
             update={

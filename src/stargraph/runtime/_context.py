@@ -256,9 +256,12 @@ class TaskJournal:
         compute: Callable[[], Any],
         *,
         request: Any = None,
+        fingerprint: str | None = None,
     ) -> Any:
         """The recorded value of call number ``seq`` if there is one, else ``compute()``
-        (recorded). ``request`` (JSON) is fingerprinted and compared with the record.
+        (recorded). ``request`` (JSON) is fingerprinted (unless its ``fingerprint`` is given:
+        ``content_hash(request)``, computed by a caller that can do it faster) and compared
+        with the record.
 
         A recorded call of another kind, key or request means the node is not deterministic
         given its inputs (or the graph changed); that is reported, never papered over.
@@ -267,7 +270,7 @@ class TaskJournal:
             raise self._abandoned(kind, key)
         fence = self.fence
         if fence is None:
-            seq, fingerprint, hit = self._lookup(kind, key, request)
+            seq, fingerprint, hit = self._lookup(kind, key, request, fingerprint)
             if hit is not None:
                 return hit.value
             return self._record(
@@ -278,7 +281,7 @@ class TaskJournal:
         with fence.gate:
             if self.revoked:
                 raise self._abandoned(kind, key)
-            seq, fingerprint, hit = self._lookup(kind, key, request)
+            seq, fingerprint, hit = self._lookup(kind, key, request, fingerprint)
             if hit is not None:
                 return hit.value
             value = compute()
@@ -296,20 +299,26 @@ class TaskJournal:
         compute: Callable[[], Awaitable[Any]],
         *,
         request: Any = None,
+        fingerprint: str | None = None,
     ) -> Any:
         """Async :meth:`call`: ``compute`` is awaited only when there is no record."""
         if self.revoked:
             raise self._abandoned(kind, key)
-        seq, fingerprint, hit = self._lookup(kind, key, request)
+        seq, fingerprint, hit = self._lookup(kind, key, request, fingerprint)
         if hit is not None:
             return hit.value
         value = await compute()
         return self._record(seq, kind, key, fingerprint=fingerprint, request=request, value=value)
 
-    def _lookup(self, kind: str, key: str, request: Any) -> tuple[int, str, JournalEntry | None]:
+    def _lookup(
+        self, kind: str, key: str, request: Any, known: str | None = None
+    ) -> tuple[int, str, JournalEntry | None]:
         seq = self.seq
         self.seq += 1
-        fingerprint = "" if request is None else _fingerprint(request)
+        if known is not None:
+            fingerprint = known
+        else:
+            fingerprint = "" if request is None else _fingerprint(request)
         if seq < len(self.entries):
             entry = self.entries[seq]
             if entry.kind != kind or entry.key != key or entry.fingerprint != fingerprint:

@@ -46,8 +46,9 @@ from stargraph.checkpoint import (
     TaskRecord,
     WriteRecord,
 )
+from stargraph.checkpoint._compact import Conversations, compact_calls, expand_steps
 from stargraph.checkpoint._lease import DEFAULT_LEASE_S, Lease, new_owner
-from stargraph.checkpoint._records import unicode_problem
+from stargraph.checkpoint._records import trusted, unicode_problem
 from stargraph.errors import (
     CheckpointError,
     CorruptCheckpointError,
@@ -56,6 +57,7 @@ from stargraph.errors import (
     LeaseLostError,
     RunBusyError,
 )
+from stargraph.reducers import append as _append_reducer
 from stargraph.refs import importable_name
 from stargraph.runtime._plan import Task
 from stargraph.runtime._run import Run, jsonable
@@ -67,10 +69,12 @@ if TYPE_CHECKING:
 __all__ = [
     "Durability",
     "Persistence",
+    "appendable",
     "atake_lease",
     "check_run_id",
     "check_values",
     "code_hash",
+    "load_journal",
     "load_values",
     "take_lease",
 ]
@@ -186,7 +190,9 @@ async def atake_lease(
 def task_records(tasks: Sequence[Task]) -> tuple[TaskRecord, ...]:
     """Scheduled tasks as records."""
     return tuple(
-        TaskRecord(node=t.node, index=t.index, payload=dict(t.payload) if t.payload else None)
+        trusted(
+            TaskRecord, node=t.node, index=t.index, payload=dict(t.payload) if t.payload else None
+        )
         for t in tasks
     )
 
@@ -242,6 +248,15 @@ class Persistence:
         # (thread id, turn) when the run is a turn of a thread (see runtime._threads).
         self.thread: tuple[str, int] | None = None
         self._hold(lease)
+        # The last model request of each conversation, so the next one is stored as a delta.
+        self._conversations: Conversations = {}
+        # The same, for the journal rows written as calls are made (in the order they are
+        # made; a commit orders a step's calls by task).
+        self._journaled: Conversations = {}
+        # Append-only channels, and the step whose snapshot holds each in full (None: not
+        # known yet in this process; read from the store at the first snapshot).
+        self._appends = appendable(graph.channels)
+        self._roots: dict[str, int] | None = None
 
     def _hold(self, lease: Lease | None) -> None:
         """Adopt ``lease`` (``None``: none held). ``owner`` is its token, kept as a plain
@@ -310,6 +325,7 @@ class Persistence:
             thread_id=None if self.thread is None else self.thread[0],
             turn=None if self.thread is None else self.thread[1],
         )
+        self._roots = dict.fromkeys(self._appends, run.step)
         first = StepRecord(
             step=run.step,
             snapshot=self._dump(run, run.values, None),
@@ -326,7 +342,7 @@ class Persistence:
 
     def journal_writer(self, run: Run) -> Callable[[JournalEntry], None]:
         """A function that saves one journal entry of ``run``."""
-        store, run_id, lease = self.store, run.run_id, self.lease
+        store, run_id, lease, journaled = self.store, run.run_id, self.lease, self._journaled
 
         def write(entry: JournalEntry) -> None:
             if lease is not None and lease.lost:
@@ -338,7 +354,10 @@ class Persistence:
                     step=entry.step,
                     node=entry.node,
                 )
-            store.append_journal(run_id, entry)
+            # A model request goes in as a delta, like in the step's record: the row of every
+            # call must not hold the whole conversation again (see load_journal).
+            (row,) = compact_calls((entry,), journaled)
+            store.append_journal(run_id, row)
 
         return write
 
@@ -354,26 +373,32 @@ class Persistence:
 
     def commit(self, run: Run, results: Sequence[tuple[Task, dict[str, Any]]]) -> None:
         """Commit the step just merged: its writes, next tasks, joins (one transaction)."""
-        snapshot = None
+        snapshot: dict[str, Any] | None = None
+        carried: dict[str, int] = {}
         if run.step % self.snapshot_every == 0:
-            snapshot = self._dump(run, run.values, None)
-        record = StepRecord(
+            snapshot, carried = self._snapshot(run)
+        # Built without validation: every field is made here, of its declared type (the
+        # writes were validated by their channels; _dump made them JSON).
+        record = trusted(
+            StepRecord,
             step=run.step,
             writes=tuple(
-                WriteRecord(node=t.node, index=t.index, writes=self._dump(run, w, t.node))
+                trusted(WriteRecord, node=t.node, index=t.index, writes=self._dump(run, w, t.node))
                 for t, w in sorted(results, key=lambda r: r[0].key)
             ),
             snapshot=snapshot,
+            carried=carried,
             next=task_records(run.tasks),
             joins=joins_record(run.joins_seen),
-            attempts=dict(run.attempts),
             facts=run.rules.snapshot() if run.rules is not None else None,
             decision=run.decision,
-            calls=tuple(
+            attempts=dict(run.attempts),
+            calls=compact_calls(
                 sorted(
                     (e for entries in run.journals.values() for e in entries),
                     key=lambda e: (e.node, e.index, e.seq),
-                )
+                ),
+                self._conversations,
             ),
             created_ms=_now_ms(),
         )
@@ -386,6 +411,34 @@ class Persistence:
         run.attempts = {}
         run.done = {}
         run.journals = {}
+
+    def _snapshot(self, run: Run) -> tuple[dict[str, Any], dict[str, int]]:
+        """The snapshot of ``run`` after its current step: every channel but the append-only
+        ones, which it refers back to (their items are stored once, in the steps' writes)."""
+        if not self._appends:
+            return self._dump(run, run.values, None), {}
+        roots = self._roots
+        if roots is None:
+            roots = self._roots = self._stored_roots(run)
+        carried = {name: roots[name] for name in self._appends if name in roots}
+        values = {k: v for k, v in run.values.items() if k not in carried}
+        return self._dump(run, values, None), carried
+
+    def _stored_roots(self, run: Run) -> dict[str, int]:
+        """Where the append-only channels of a run this process did not start are held in
+        full: read from its newest snapshot before the current step (one row)."""
+        store, run_id = self.store, run.run_id
+        try:
+            at = store.snapshot_step(run_id, run.step - 1)
+            (before,) = store.get_steps(run_id, start=at, end=at)
+        except (LookupError, ValueError):
+            return {}  # unknown history: this snapshot holds every channel in full
+        held = before.snapshot or {}
+        return {
+            name: before.carried.get(name, at)
+            for name in self._appends
+            if name in before.carried or name in held
+        }
 
     def _stop(self, run: Run, status: Any, **fields: Any) -> None:
         owner = self.owner
@@ -418,10 +471,22 @@ class Persistence:
         buffer, target, run_id = self.store, self.target, run.run_id
         record = buffer.get_run(run_id)
         steps = buffer.get_steps(run_id)
+        pending_step = record.last_step + 1
+        write_run = getattr(target, "write_run", None)
+        if callable(write_run):
+            # One transaction for the whole run: what makes "exit" cheaper than "sync".
+            write_run(
+                record.model_copy(update={"owner": None, "lease_expires": None}),
+                steps,
+                pending=buffer.get_pending(run_id, pending_step),
+                journal=buffer.get_journal(run_id, pending_step),
+            )
+            self.store = target
+            self.durability = "sync"
+            return
         target.create_run(record.model_copy(update={"status": "running"}), steps[0])
         for step in steps[1:]:
             target.commit_step(run_id, step)
-        pending_step = record.last_step + 1
         for write in buffer.get_pending(run_id, pending_step):
             target.put_pending(run_id, write)
         for entry in buffer.get_journal(run_id, pending_step):
@@ -457,33 +522,99 @@ def decode_writes(
         raise _corrupt(run_id, step, exc) from exc
 
 
+def appendable(channels: Mapping[str, Channel]) -> tuple[str, ...]:
+    """The channels whose every write appends to the value (``reducers.append``): a snapshot
+    refers back to them instead of copying them."""
+    return tuple(name for name, ch in channels.items() if ch.reducer is _append_reducer.fn)
+
+
 def load_values(
     store: CheckpointStore, channels: Mapping[str, Channel], run_id: str, step: int
 ) -> tuple[dict[str, Any], StepRecord]:
     """Channel values after ``step`` of ``run_id``, and that step's record.
 
     Starts from the newest snapshot at or before ``step`` and merges the later steps' writes
-    through the reducers, in the order they were merged when the run made them.
+    through the reducers, in the order they were merged when the run made them. A channel
+    the snapshot carries (an append-only one) starts from the snapshot that holds it in full
+    and takes the writes of every step since: each of its items is read once.
     """
     base = store.snapshot_step(run_id, step)
     steps = store.get_steps(run_id, start=base, end=step)
     if not steps or steps[-1].step != step or steps[0].snapshot is None:
-        raise CorruptCheckpointError(
-            f"run {run_id!r} has no complete history up to step {step}; the store lost rows",
-            run_id=run_id,
-            step=step,
-        )
-    values = decode_writes(channels, run_id, base, steps[0].snapshot)
+        raise _lost(run_id, step)
+    head = steps[0]
+    values = decode_writes(channels, run_id, base, head.snapshot or {})
+    roots = {name: at for name, at in head.carried.items() if name not in values}
+    if any(at >= base for at in roots.values()):
+        raise _corrupt(run_id, base, KeyError(sorted(roots)))
+    if roots:
+        # An older-format snapshot holds every channel; a newer one refers back for the
+        # append-only channels: read from the oldest snapshot they need.
+        earlier = store.get_steps(run_id, start=min(roots.values()), end=base - 1)
+        if len(earlier) != base - min(roots.values()):
+            raise _lost(run_id, base)
+        for name, at in roots.items():
+            origin = earlier[at - earlier[0].step]
+            if origin.snapshot is None or name not in origin.snapshot:
+                raise _corrupt(run_id, base, KeyError(name))
+            values[name] = decode_writes(channels, run_id, at, {name: origin.snapshot[name]})[name]
+        for record in [*earlier, head]:
+            _merge(channels, run_id, record, values, only=roots, after=roots)
     missing = set(channels) - set(values)
     if missing:
         raise _corrupt(run_id, base, KeyError(sorted(missing)))
     for record in steps[1:]:
-        for write in record.writes:
-            decoded = decode_writes(channels, run_id, record.step, write.writes)
-            for key, value in decoded.items():
-                reducer = channels[key].reducer
-                values[key] = value if reducer is None else reducer(values[key], value)
+        _merge(channels, run_id, record, values)
     return values, steps[-1]
+
+
+def _lost(run_id: str, step: int) -> CorruptCheckpointError:
+    return CorruptCheckpointError(
+        f"run {run_id!r} has no complete history up to step {step}; the store lost rows",
+        run_id=run_id,
+        step=step,
+    )
+
+
+def _merge(
+    channels: Mapping[str, Channel],
+    run_id: str,
+    record: StepRecord,
+    values: dict[str, Any],
+    *,
+    only: Mapping[str, int] | None = None,
+    after: Mapping[str, int] | None = None,
+) -> None:
+    """Merge ``record``'s writes into ``values`` (``only`` those channels, each only in the
+    steps ``after`` its root)."""
+    for write in record.writes:
+        raw = write.writes
+        if only is not None and after is not None:
+            raw = {k: v for k, v in raw.items() if k in only and record.step > after[k]}
+            if not raw:
+                continue
+        decoded = decode_writes(channels, run_id, record.step, raw)
+        for key, value in decoded.items():
+            reducer = channels[key].reducer
+            if reducer is _append_reducer.fn and type(values[key]) is list:
+                # The loaded value is this function's own copy: extend it in place instead
+                # of copying the whole list once per step.
+                values[key].extend(value)
+            else:
+                values[key] = value if reducer is None else reducer(values[key], value)
+
+
+def load_journal(store: CheckpointStore, run_id: str, step: int) -> list[JournalEntry]:
+    """The journal of ``step`` (not yet committed) with its model requests whole: a row
+    holding a delta is rebuilt from the earlier requests of its conversation (read once,
+    from the committed steps, only when there is one)."""
+    entries = store.get_journal(run_id, step)
+    if not any(entry.base for entry in entries):
+        return entries
+    known: dict[str, Any] = {}
+    expand_steps(store.get_steps(run_id, end=step - 1), known)
+    (record,) = expand_steps([StepRecord(step=step, calls=tuple(entries))], known)
+    return list(record.calls)
 
 
 def tasks_from(records: Sequence[TaskRecord]) -> list[Task]:

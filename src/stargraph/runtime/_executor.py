@@ -298,9 +298,7 @@ class CompiledGraph(StoredRuns[StateT]):
         feed = Feed(modes)
         feed.loop = asyncio.get_running_loop()
         feed.awake = asyncio.Event()
-        run = self._new_run(
-            input, run_id, max_steps, emit=self._feeder(feed), thread_id=thread_id
-        )
+        run = self._new_run(input, run_id, max_steps, emit=self._feeder(feed), thread_id=thread_id)
         self._attach(run, feed)
         drive = self._adrive(run, fresh=True)
         try:

@@ -20,6 +20,7 @@ from stargraph.checkpoint import (
     StepRecord,
     WriteRecord,
 )
+from stargraph.checkpoint._compact import expand_steps
 from stargraph.checkpoint._lease import Lease
 from stargraph.errors import (
     CheckpointError,
@@ -37,6 +38,7 @@ from stargraph.runtime._durable import (
     check_values,
     decode_writes,
     joins_from,
+    load_journal,
     load_values,
     take_lease,
     tasks_from,
@@ -220,8 +222,9 @@ class StoredRuns(Generic[StateT]):
         return self._require_store().list_runs(status=status, limit=limit)
 
     def history(self, run_id: str) -> list[StepRecord]:
-        """Every committed step of a run, in order (step 0 is the input)."""
-        return self._require_store().get_steps(run_id)
+        """Every committed step of a run, in order (step 0 is the input), with its recorded
+        model requests whole."""
+        return expand_steps(self._require_store().get_steps(run_id), {})
 
     def get_state(self, run_id: str, step: int | None = None) -> StateT:
         """The state of a stored run after ``step`` (default: its last committed step)."""
@@ -522,7 +525,7 @@ class StoredRuns(Generic[StateT]):
             # before the status changed left it unread), and this answer is the operator's
             # latest word.
             store.append_journal(run_id, answer, replace=True)
-        for entry in store.get_journal(run_id, nxt):
+        for entry in load_journal(store, run_id, nxt):
             run.journals.setdefault((entry.node, entry.index), []).append(entry)
         if isinstance(waiting, dict) and waiting.get("kind") == "before":
             run.skip_interrupt_before = True

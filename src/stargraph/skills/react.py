@@ -56,8 +56,12 @@ anything runs (logged, in the commit log, under the canonical tool id).
 
 from __future__ import annotations
 
+import itertools
+import operator
 import re
+import threading
 import weakref
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar, cast
 
@@ -539,6 +543,39 @@ def _check_answer(config: Mapping[str, Any], text: str) -> tuple[Any, str | None
         )
 
 
+_MESSAGE: Final = operator.attrgetter("message")
+
+# The messages of recent trajectories, by the id of their last step: a trajectory only grows,
+# so the next ``think`` of the same run reads only the steps added since (visiting every step
+# object of a long run each LLM step is the cost that grew with the run).
+_TRANSCRIPTS: OrderedDict[int, tuple[Sequence[ReactStep], list[ChatMessage]]] = OrderedDict()
+_TRANSCRIPTS_LOCK = threading.Lock()
+_KEPT_TRANSCRIPTS: Final = 64
+
+
+def _transcript(trajectory: Sequence[ReactStep]) -> list[ChatMessage]:
+    """``[step.message for step in trajectory]``, from the messages of an earlier
+    trajectory this one extends (same step objects, checked by identity) when one is kept."""
+    found = None
+    with _TRANSCRIPTS_LOCK:
+        for end in range(len(trajectory) - 1, max(len(trajectory) - 33, -1), -1):
+            kept = _TRANSCRIPTS.get(id(trajectory[end]))
+            if kept is not None and len(kept[0]) == end + 1 and kept[0][end] is trajectory[end]:
+                found = kept
+                break
+    if found is not None and all(map(operator.is_, found[0], trajectory)):
+        messages = [*found[1], *map(_MESSAGE, trajectory[len(found[0]) :])]
+    else:
+        messages = list(map(_MESSAGE, trajectory))
+    if trajectory:
+        with _TRANSCRIPTS_LOCK:
+            _TRANSCRIPTS[id(trajectory[-1])] = (trajectory, messages)
+            _TRANSCRIPTS.move_to_end(id(trajectory[-1]))
+            while len(_TRANSCRIPTS) > _KEPT_TRANSCRIPTS:
+                _TRANSCRIPTS.popitem(last=False)
+    return list(messages)
+
+
 def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     """Ask the model for the next step; take its answer or prepare its tool calls."""
     config = ctx.config
@@ -548,7 +585,7 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     new_steps: list[ReactStep] = []
     if not state.trajectory and state.task:
         new_steps.append(ReactStep(llm_step=0, kind="task", message=ChatMessage.user(state.task)))
-    messages = [step.message for step in state.trajectory]
+    messages = _transcript(state.trajectory)
     messages += [step.message for step in new_steps]
     system = _system_prompt(config)
     if system:
@@ -734,7 +771,10 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
 def observe(state: ReactState) -> dict[str, Any]:
     """Append the pending observations to the trajectory; expose the last tool status."""
     last = state.trajectory[-1].llm_step if state.trajectory else 0
-    step_calls = [r for r in state.tool_calls if r.llm_step == last]
+    # The calls of the last LLM step are at the end: read back only those, not every call
+    # of the run (a long run would pay for its whole history each step).
+    recent = itertools.takewhile(lambda r: r.llm_step == last, reversed(state.tool_calls))
+    step_calls = list(recent)[::-1]
     out: dict[str, Any] = {
         "trajectory": [
             ReactStep(llm_step=last, kind="observation", message=message)

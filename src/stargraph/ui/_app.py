@@ -32,6 +32,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stargraph.checkpoint import CheckpointStore, RunRecord, StepRecord
+from stargraph.checkpoint._compact import expand_stored
 from stargraph.compile._subgraphs import site_of  # how the runner names a child run
 from stargraph.errors import RunNotFoundError, StargraphError
 from stargraph.ir import GraphIR, SubgraphNodeIR
@@ -488,7 +489,9 @@ def create_app(
             page = min(max(page, 0), pages_n - 1)
             start = page * pages.PAGE_SIZE
         end = min(start + pages.PAGE_SIZE - 1, run.last_step)
-        records = store.get_steps(run_id, start=max(start - 1, 0), end=end)
+        records = expand_stored(
+            store, run_id, store.get_steps(run_id, start=max(start - 1, 0), end=end)
+        )
         previous = records[0].created_ms if start > 0 and records else None
         shown = [r for r in records if r.step >= start]
         masker = console.masker
@@ -572,7 +575,7 @@ def create_app(
 
         def rows() -> str:
             run = store.get_run(run_id)
-            records = store.get_steps(run_id, start=after, end=upto)
+            records = expand_stored(store, run_id, store.get_steps(run_id, start=after, end=upto))
             previous = records[0].created_ms if records else None
             shown = [r for r in records if r.step > after]
             graph = console.graph_of(run)
@@ -595,7 +598,9 @@ def create_app(
 
         def nested() -> str:
             run = store.get_run(run_id)
-            records = store.get_steps(run_id, start=0, end=pages.PAGE_SIZE - 1)
+            records = expand_stored(
+                store, run_id, store.get_steps(run_id, start=0, end=pages.PAGE_SIZE - 1)
+            )
             graph = console.graph_of(run)
             children = (
                 {} if graph is None else child_runs(graph.ir, run, records, console.owner_of(run))

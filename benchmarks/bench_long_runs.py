@@ -1,0 +1,350 @@
+"""Long agent runs: a durable ReAct run whose transcript grows every step.
+
+Run: ``.venv/bin/python benchmarks/bench_long_runs.py [tool calls ...]`` (default 10 50 200
+1000; ``cheap`` instead runs only the table of the cheap cases below), or as the ``long``
+section of ``python -m benchmarks`` (``--only long``; ``--quick`` stops at 200).
+
+Both agents run in the same process on a fresh SQLite file each, committing every step before
+the next (stargraph: ``SqliteStore``, ``durability="sync"``; LangGraph: ``create_react_agent``
+with ``SqliteSaver``, ``durability="sync"``; both WAL with ``synchronous=NORMAL``). The fake
+model asks for one tool call per reply until ``n`` calls were answered, then answers; every
+tool result is ~200 bytes of text that does not compress to nothing (hex digests). Figures:
+
+- bytes: the database file (WAL checkpointed into it) after the run;
+- total s: wall time of the whole run;
+- µs/step at the start and at the end: the process's CPU time between step commits (CPU
+  time, not wall time, so that other processes on the machine do not blur it), over the first
+  and the last ``min(100, steps // 5)`` steps, taken per ReAct step (the median over the
+  window, divided by the graph steps of a ReAct step: stargraph runs one as three graph
+  steps, think/act/observe, LangGraph as two, agent/tools). Flat cost per step means the two
+  are close.
+
+A second table times the cheap cases on the 10-node chain of the core workloads: no store,
+``MemoryStore``, and ``SqliteStore`` with ``durability="sync"`` and ``"exit"`` (µs per node).
+
+LangGraph runs only up to 200 tool calls (its cost per step grows with the transcript, so
+1,000 calls take minutes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stargraph.checkpoint import SqliteStore
+from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
+from stargraph.skills.react import react_graph
+from stargraph.tools import Arbiter, ToolRegistry, llm_name_for, tool
+
+SIZES = (10, 50, 200, 1000)
+LANGGRAPH_MAX = 200
+LOOKUP = "bench.lookup@1.0.0"
+LOOKUP_NAME = llm_name_for(LOOKUP)
+
+__all__ = ["SECTIONS", "LongResult", "langgraph_run", "long_section", "stargraph_run"]
+
+
+def observation(i: int) -> str:
+    """The ~200-byte result of tool call ``i``."""
+    digest = hashlib.sha256(str(i).encode()).hexdigest()
+    return f"record {i}: {digest} {digest[:120]}"
+
+
+@tool(id=LOOKUP)
+def lookup(i: int) -> str:
+    """Look record ``i`` up."""
+    return observation(i)
+
+
+@dataclass(frozen=True)
+class LongResult:
+    """One engine's run of ``calls`` tool calls."""
+
+    engine: str
+    calls: int
+    steps: int
+    bytes: int
+    total_s: float
+    start_us: float
+    end_us: float
+
+
+def _window(stamps: Sequence[float], per: int) -> tuple[float, float]:
+    """µs per graph step over the first and the last steps: the median over the window of
+    the time a ReAct step (``per`` consecutive commits) took, divided by ``per``."""
+    n = max(per, min(100, (len(stamps) - 1) // 5))
+    if len(stamps) <= per:
+        return 0.0, 0.0
+
+    def median_us(marks: Sequence[float]) -> float:
+        spans = [b - a for a, b in zip(marks, marks[per:], strict=False)][::per]
+        return statistics.median(spans) / per * 1e6 if spans else 0.0
+
+    return median_us(stamps[: n + 1]), median_us(stamps[-n - 1 :])
+
+
+def _file_bytes(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+
+
+class _TimedStore(SqliteStore):
+    """``SqliteStore`` noting when each step commit returns."""
+
+    stamps: list[float]
+
+    def commit_step(self, run_id: str, step: Any, **kwargs: Any) -> None:
+        super().commit_step(run_id, step, **kwargs)
+        self.stamps.append(time.process_time())
+
+
+def _answered(last_call_id: str | None) -> int:
+    """Tool calls answered so far, from the id of the last message's answered call (the
+    fakes read it there instead of counting the transcript's tool messages, which would
+    make the model itself cost more per step as the transcript grows)."""
+    return 0 if last_call_id is None else int(last_call_id.removeprefix("call_")) + 1
+
+
+def _script(calls: int) -> Callable[[ChatRequest], ChatResponse]:
+    def answer(request: ChatRequest) -> ChatResponse:
+        done = _answered(request.messages[-1].tool_call_id)
+        if done >= calls:
+            return ChatResponse(message=ChatMessage.assistant("done"), finish_reason="stop")
+        call = ToolCall(id=f"call_{done}", name=LOOKUP_NAME, arguments=f'{{"i": {done}}}')
+        return ChatResponse(
+            message=ChatMessage.assistant(tool_calls=[call]), finish_reason="tool_calls"
+        )
+
+    return answer
+
+
+def stargraph_run(calls: int, workdir: Path) -> LongResult:
+    """The durable stargraph ReAct run of ``calls`` tool calls in a fresh file."""
+    path = workdir / f"stargraph-{calls}.db"
+    arbiter = Arbiter(ToolRegistry.build(builtins=[lookup]), workspace=str(workdir / "ws"))
+    store = _TimedStore(path)
+    store.stamps = []
+    try:
+        app = react_graph(tools=[LOOKUP], max_steps=calls + 2).compile(
+            store=store,
+            services={"model": ScriptedChatModel(_script(calls)), "arbiter": arbiter},
+            max_steps=3 * calls + 10,
+        )
+        started = time.perf_counter()
+        final = app.invoke({"task": "look every record up"}, run_id=f"long-{calls}")
+        total = time.perf_counter() - started
+        assert final.final_answer == "done", final.final_answer
+        assert len(final.tool_calls) == calls
+    finally:
+        store.close()
+        arbiter.close()
+    start_us, end_us = _window(store.stamps, 3)
+    return LongResult(
+        "stargraph", calls, len(store.stamps), _file_bytes(path), total, start_us, end_us
+    )
+
+
+def langgraph_run(calls: int, workdir: Path) -> LongResult:
+    """LangGraph's prebuilt ReAct agent with ``SqliteSaver`` over the same script."""
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+    from langchain_core.tools import tool as lc_tool
+    from langgraph.checkpoint.sqlite import SqliteSaver
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # create_react_agent is deprecated in langgraph 1.x
+        from langgraph.prebuilt import create_react_agent
+
+    @lc_tool
+    def bench_lookup(i: int) -> str:
+        """Look record ``i`` up."""
+        return observation(i)
+
+    class FakeToolCallingModel(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "fake-tool-calling"
+
+        def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+            return self
+
+        def _generate(
+            self, messages: list[BaseMessage], stop: Any = None, **kwargs: Any
+        ) -> ChatResult:
+            last = messages[-1]
+            done = _answered(last.tool_call_id if isinstance(last, ToolMessage) else None)
+            if done < calls:
+                message = AIMessage(
+                    content="",
+                    tool_calls=[
+                        {"id": f"call_{done}", "name": "bench_lookup", "args": {"i": done}}
+                    ],
+                )
+            else:
+                message = AIMessage(content="done")
+            return ChatResult(generations=[ChatGeneration(message=message)])
+
+    stamps: list[float] = []
+
+    class TimedSaver(SqliteSaver):
+        def put(self, *args: Any, **kwargs: Any) -> Any:
+            out = super().put(*args, **kwargs)
+            stamps.append(time.process_time())
+            return out
+
+    path = workdir / f"langgraph-{calls}.db"
+    conn = sqlite3.connect(path, check_same_thread=False)
+    conn.execute("PRAGMA synchronous = NORMAL")
+    saver = TimedSaver(conn)
+    saver.setup()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        agent = create_react_agent(FakeToolCallingModel(), [bench_lookup], checkpointer=saver)
+    config: Any = {"configurable": {"thread_id": "long"}, "recursion_limit": 3 * calls + 10}
+    started = time.perf_counter()
+    out = agent.invoke({"messages": [("user", "look every record up")]}, config, durability="sync")
+    total = time.perf_counter() - started
+    conn.close()
+    assert out["messages"][-1].content == "done"
+    assert sum(1 for m in out["messages"] if isinstance(m, ToolMessage)) == calls
+    start_us, end_us = _window(stamps, 2)
+    return LongResult("langgraph", calls, len(stamps), _file_bytes(path), total, start_us, end_us)
+
+
+def _row(r: LongResult) -> str:
+    return (
+        f"{r.engine:<10}{r.calls:>6}{r.steps:>7}{r.bytes:>14,}{r.total_s:>10.3f}"
+        f"{r.start_us:>11.0f}{r.end_us:>13.0f}{r.end_us / max(r.start_us, 1e-9):>8.2f}x"
+    )
+
+
+def run_all(sizes: Sequence[int]) -> tuple[list[LongResult], list[str]]:
+    """Both engines at every size (LangGraph up to :data:`LANGGRAPH_MAX`); the results and
+    the acceptance targets missed."""
+    results: list[LongResult] = []
+    misses: list[str] = []
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        for calls in sizes:
+            ours = stargraph_run(calls, work)
+            results.append(ours)
+            if calls <= LANGGRAPH_MAX:
+                theirs = langgraph_run(calls, work)
+                results.append(theirs)
+                if calls == LANGGRAPH_MAX:
+                    if theirs.bytes < 50 * ours.bytes:
+                        misses.append(
+                            f"long run, {calls} calls: {theirs.bytes / ours.bytes:.1f}x fewer "
+                            "bytes than LangGraph (target 50x)"
+                        )
+                    if theirs.total_s < 10 * ours.total_s:
+                        misses.append(
+                            f"long run, {calls} calls: {theirs.total_s / ours.total_s:.1f}x "
+                            "faster than LangGraph (target 10x)"
+                        )
+            if calls >= 1000 and ours.end_us > 1.5 * ours.start_us:
+                misses.append(
+                    f"long run, {calls} calls: the last steps cost "
+                    f"{ours.end_us / ours.start_us:.2f}x the first (target 1.5x)"
+                )
+    return results, misses
+
+
+def render(results: Sequence[LongResult]) -> str:
+    """The report table."""
+    head = (
+        "long ReAct runs, durable (SQLite, sync), one ~200-byte tool result per call\n"
+        f"{'engine':<10}{'calls':>6}{'steps':>7}{'bytes':>14}{'total s':>10}"
+        f"{'us/step@0':>11}{'us/step@end':>13}{'end/0':>9}"
+    )
+    return "\n".join([head, *(_row(r) for r in results)])
+
+
+def cheap_cases(invocations: int = 300, rounds: int = 5) -> tuple[str, list[str]]:
+    """The 10-node chain with no store, ``MemoryStore``, and ``SqliteStore`` in ``sync`` and
+    in ``exit`` durability: µs of process CPU time per node (median over rounds of
+    ``invocations`` runs, each on a new run id, engines interleaved within a round)."""
+    import itertools
+
+    from benchmarks.workloads import chain_graph
+    from stargraph.checkpoint import MemoryStore
+
+    graph = chain_graph(10)
+    with tempfile.TemporaryDirectory() as tmp:
+        stores = {
+            "no store": None,
+            "MemoryStore": MemoryStore(),
+            "SqliteStore sync": SqliteStore(Path(tmp) / "sync.db"),
+            "SqliteStore exit": SqliteStore(Path(tmp) / "exit.db"),
+        }
+        apps = {
+            name: graph.compile(
+                store=store, max_steps=20, durability="exit" if "exit" in name else "sync"
+            )
+            for name, store in stores.items()
+        }
+        ids = (f"run-{i}" for i in itertools.count())
+        samples: dict[str, list[float]] = {name: [] for name in apps}
+        for app in apps.values():
+            for _ in range(20):
+                app.invoke({}, run_id=next(ids))  # warm up
+        for _ in range(rounds):
+            for name, app in apps.items():
+                started = time.process_time()
+                for _ in range(invocations):
+                    app.invoke({}, run_id=next(ids))
+                samples[name].append((time.process_time() - started) / invocations / 10 * 1e6)
+        for store in stores.values():
+            if store is not None:
+                store.close()
+    us = {name: statistics.median(values) for name, values in samples.items()}
+    lines = ["10-node chain, CPU us per node (median of rounds)"]
+    lines += [f"  {name:<18}{value:8.1f}" for name, value in us.items()]
+    memory = us["MemoryStore"] - us["no store"]
+    lines.append(f"  MemoryStore overhead {memory:6.1f} us/node (target <= 15)")
+    misses = []
+    if memory > 15:
+        misses.append(f"MemoryStore adds {memory:.1f} us per node (target 15)")
+    if us["SqliteStore exit"] >= us["SqliteStore sync"]:
+        misses.append("durability='exit' is not cheaper than 'sync'")
+    return "\n".join(lines), misses
+
+
+def long_section(*, quick: bool, rounds: int) -> tuple[str, list[str]]:
+    """The ``long`` report section of ``python -m benchmarks``."""
+    results, misses = run_all(SIZES[:3] if quick else SIZES)
+    cheap, missed = cheap_cases(100 if quick else 300, rounds)
+    return render(results) + "\n\n" + cheap, misses + missed
+
+
+SECTIONS = {"long": long_section}
+"""This module's report sections by ``--only`` name."""
+
+
+def main(argv: Sequence[str]) -> None:
+    if argv[:1] == ["cheap"]:
+        text, misses = cheap_cases()
+        print(text)
+        for miss in misses:
+            print(f"  missed: {miss}")
+        return
+    sizes = [int(a) for a in argv] or list(SIZES)
+    results, misses = run_all(sizes)
+    print(render(results))
+    for miss in misses:
+        print(f"  missed: {miss}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,66 @@
+"""Records the executor builds without validation are the records validation would build;
+compressed step rows read back, and a damaged one is named by run and step."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+from typing import Annotated, Any
+
+import pytest
+from pydantic import BaseModel
+
+from stargraph import reducers
+from stargraph.checkpoint import MemoryStore, SqliteStore, StepRecord
+from stargraph.errors import CorruptCheckpointError
+from stargraph.graph import END, START, Graph
+
+
+class Notes(BaseModel):
+    notes: Annotated[list[str], reducers.append] = []
+    n: int = 0
+
+
+def jot(state: Notes) -> dict[str, Any]:
+    return {"notes": [f"note {state.n} " + "z" * 1200], "n": state.n + 1}
+
+
+def again(state: Notes) -> str:
+    return "jot" if state.n < 12 else END
+
+
+GRAPH = (
+    Graph("notes", state=Notes)
+    .with_node("jot", jot)
+    .with_edge(START, "jot")
+    .with_conditional_edges("jot", again, ["jot", END])
+)
+
+
+def test_issue19_trusted_step_records_equal_validated_ones() -> None:
+    store = MemoryStore()
+    app = GRAPH.compile(store=store, snapshot_every=5)
+    app.invoke({}, run_id="n")
+    for step in store.get_steps("n"):
+        assert set(step.__dict__) == set(StepRecord.model_fields)
+        assert StepRecord.model_validate_json(step.model_dump_json()) == step
+
+
+def test_issue19_compressed_step_rows_read_back_and_fail_their_checksum(tmp_path: Path) -> None:
+    path = tmp_path / "n.db"
+    with SqliteStore(path) as store:
+        app = GRAPH.compile(store=store, snapshot_every=5)
+        final = app.invoke({}, run_id="n")
+        assert app.get_state("n") == final
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT step, payload FROM steps ORDER BY step").fetchall()
+        packed = [step for step, payload in rows if bytes(payload)[:1] == b"x"]
+        assert packed, "a step over 1 KiB is stored compressed"
+        step, payload = next((s, p) for s, p in rows if s == packed[-1])
+        damaged = bytes(payload[:-3]) + bytes(b ^ 0xFF for b in payload[-3:])
+        conn.execute("UPDATE steps SET payload = ? WHERE step = ?", (damaged, step))
+    with (
+        SqliteStore(path) as store,
+        pytest.raises(CorruptCheckpointError, match=rf"run 'n' step {step}"),
+    ):
+        store.get_steps("n")
