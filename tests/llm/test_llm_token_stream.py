@@ -78,14 +78,28 @@ class FakeJournal:
         self.entries.append({"kind": kind, "key": key, "request": request, "value": value})
         return value
 
-    def call(self, kind: str, key: str, compute: Callable[[], Any], *, request: Any = None) -> Any:
+    def call(
+        self,
+        kind: str,
+        key: str,
+        compute: Callable[[], Any],
+        *,
+        request: Any = None,
+        fingerprint: Any = None,
+    ) -> Any:
         entry = self._served(kind, key, request)
         if entry is not None:
             return entry["value"]
         return self._record(kind, key, request, compute())
 
     async def acall(
-        self, kind: str, key: str, compute: Callable[[], Awaitable[Any]], *, request: Any = None
+        self,
+        kind: str,
+        key: str,
+        compute: Callable[[], Awaitable[Any]],
+        *,
+        request: Any = None,
+        fingerprint: Any = None,
     ) -> Any:
         entry = self._served(kind, key, request)
         if entry is not None:

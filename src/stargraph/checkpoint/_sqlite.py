@@ -709,10 +709,12 @@ class SqliteStore:
         *,
         pending: Sequence[PendingWrite] = (),
         journal: Sequence[JournalEntry] = (),
+        graph: tuple[str, bytes] | None = None,
     ) -> None:
         """Insert a whole run - its record as it ended, every step from 0, the pending writes
-        and journal of its unfinished step - in one transaction, without a lease: what a run
-        kept in memory (``durability="exit"``) writes when it stops. Raises like
+        and journal of its unfinished step, and ``graph`` (its hash and IR, as
+        :meth:`put_graph` keeps them) - in one transaction, without a lease: what a run kept
+        in memory (``durability="exit"``) writes when it stops. Raises like
         :meth:`create_run` if the run id exists; nothing is written then."""
         rid = run.run_id
         if not steps:
@@ -733,6 +735,8 @@ class SqliteStore:
             # every row written exactly as those methods write it.
             self._local.batch = conn
             try:
+                if graph is not None:
+                    self.put_graph(*graph)
                 self.create_run(start, steps[0])
                 for step in steps[1:]:
                     self.commit_step(rid, step)

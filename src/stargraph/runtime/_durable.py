@@ -333,7 +333,8 @@ class Persistence:
             joins=joins_record(run.joins_seen),
             created_ms=_now_ms(),
         )
-        keep_graph(self.graph, self.target)
+        if self.durability == "sync":  # an exit-mode run gives its graph when it is written
+            keep_graph(self.graph, self.target)
         self.store.create_run(record, first)
         if owner is not None:
             lease = Lease(self.store, run.run_id, owner)
@@ -480,10 +481,12 @@ class Persistence:
                 steps,
                 pending=buffer.get_pending(run_id, pending_step),
                 journal=buffer.get_journal(run_id, pending_step),
+                graph=(self.graph.graph_hash, self.graph.ir.to_json().encode()),
             )
             self.store = target
             self.durability = "sync"
             return
+        keep_graph(self.graph, target)
         target.create_run(record.model_copy(update={"status": "running"}), steps[0])
         for step in steps[1:]:
             target.commit_step(run_id, step)
