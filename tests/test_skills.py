@@ -132,6 +132,23 @@ def test_skill_validators_name_field_and_value(field: str, value: Any, message: 
     assert f"/{field}" in str(info.value)
 
 
+@pytest.mark.parametrize(
+    ("name", "suggested"),
+    [("Triage_Flow", "'triage-flow'"), ("web research 2", "'web-research-2'"), ("9x", "e.g.")],
+)
+def test_a_name_that_is_no_slug_gets_the_slug_to_use_and_why_node_ids_differ(
+    name: str, suggested: str
+) -> None:
+    """A node id like ``triage_flow`` is fine while the same skill name is refused: the
+    error says which name to use instead, and that the mounted node keeps any id."""
+    with pytest.raises(SkillValidationError) as info:
+        make_skill(name=name)
+    message = str(info.value)
+    assert f"use {suggested}" in message
+    assert "as SKILL.md names are" in message
+    assert "SubgraphNode.from_skill(skill, node_id=...)" in message
+
+
 def test_set_field_rejected_frozenset_accepted() -> None:
     class WithSet(BaseModel):
         tags: set[str] = set()

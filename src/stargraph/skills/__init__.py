@@ -173,6 +173,19 @@ class Example(BaseModel):
     description: str = ""
 
 
+def _slug_fix(value: object) -> str:
+    """How to name a skill whose name is not a slug: the slug closest to it, and why node
+    ids differ (a skill's name is its SKILL.md name; a node id is only a place in a graph)."""
+    rule = "lowercase letters, digits and hyphens, starting with a letter, two or more"
+    guess = re.sub(r"[^a-z0-9]+", "-", str(value).lower()).strip("-")
+    guess = re.sub(r"^[^a-z]+", "", guess)
+    use = f"use {guess!r}" if SLUG.match(guess) else "use e.g. 'web-research'"
+    return (
+        f"{use} ({rule}, as SKILL.md names are); the node the skill is mounted as may keep "
+        "any node id: SubgraphNode.from_skill(skill, node_id=...)"
+    )
+
+
 def _bad(field: str, value: Any, why: str, fix: str) -> SkillValidationError:
     return SkillValidationError([Problem(f"/{field}", f"{why}: {value!r}", fix)], subject="skill")
 
@@ -229,7 +242,7 @@ class Skill(BaseModel):
     @classmethod
     def _slug(cls, value: str) -> str:
         if not SLUG.match(value):
-            raise _bad("name", value, "skill name is not a slug", "use e.g. 'web-research'")
+            raise _bad("name", value, "skill name is not a slug", _slug_fix(value))
         return value
 
     @field_validator("version")
