@@ -401,13 +401,11 @@ def test_a_factory_store_is_used_when_db_names_it(project: Path) -> None:
     assert "waiting" in listed or "interrupted" in listed
 
 
-def test_a_factory_with_a_memory_store_says_why_the_command_cannot_use_it(
-    project: Path,
-) -> None:
+def test_a_factory_with_a_memory_store_runs_in_the_command_store(project: Path) -> None:
+    """A ``MemoryStore`` dies with the process: the command keeps the run in ``--db``."""
     _factory(project, "MemoryStore", "MemoryStore()")
-    result = run(project, "run", "factory:make", "-q", check=False)
-    assert result.returncode == 2
-    assert "compiled with its own store (MemoryStore)" in _error(result)
+    run(project, "run", "factory:make", "--run-id", "f-2", "-q")
+    assert "f-2" in run(project, "runs").stdout
 
 
 def test_a_seeded_factory_keeps_its_entropy_under_the_command_store(project: Path) -> None:

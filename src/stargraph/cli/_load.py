@@ -23,7 +23,7 @@ from typing import Any, Final
 
 import click
 
-from stargraph.checkpoint import CheckpointStore, SqliteStore
+from stargraph.checkpoint import CheckpointStore, MemoryStore, SqliteStore
 from stargraph.errors import StargraphError
 from stargraph.graph import Graph
 from stargraph.ir import GraphIR
@@ -307,11 +307,12 @@ def compile_target(
 
 
 def refuse_another_store(target: Target, db: str | Path) -> None:
-    """A compiled graph that brings its own store is not silently moved to ``--db``: the
-    command would keep (or look for) its runs somewhere the user did not choose. Called
-    before the command opens (and so creates) ``db``."""
+    """A compiled graph that brings its own persistent store is not silently moved to
+    ``--db``: the command would keep (or look for) its runs somewhere the user did not
+    choose. A ``MemoryStore`` dies with the process, so the command's store replaces it.
+    Called before the command opens (and so creates) ``db``."""
     own = None if target.compiled is None else target.compiled.store
-    if own is None:
+    if own is None or isinstance(own, MemoryStore):
         return
     if isinstance(own, SqliteStore):
         if own.path.resolve() == Path(db).resolve():
