@@ -279,3 +279,21 @@ def test_issue18_a_base_exception_on_a_worker_reaches_the_caller() -> None:
         app.invoke({})  # raised on the worker, re-raised here: the step does not hang
     assert THREADS["b"].startswith("stargraph-worker")
     app.close()
+
+
+WIDE = threading.Barrier(20)
+
+
+def meets_nineteen_others(state: Fan) -> dict[str, Any]:
+    WIDE.wait(timeout=TIMEOUT)  # passes only with all twenty inside at once
+    return {"items": ["met"]}
+
+
+def test_issue18_twenty_blocking_branches_each_get_a_thread() -> None:
+    WIDE.reset()
+    graph = Graph("twenty", state=Fan)
+    for i in range(20):
+        name = f"w{i:02d}"
+        graph = graph.with_node(name, meets_nineteen_others).with_edge(START, name)
+        graph = graph.with_edge(name, END)
+    assert graph.compile().invoke({}).items == ["met"] * 20

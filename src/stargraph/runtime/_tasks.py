@@ -328,13 +328,15 @@ class _Batch:
             with self.lock:
                 self.starting -= 1
 
-    def _take(self) -> Task | None:
+    def _take(self, first: bool) -> Task | None:
         try:
             task = self.queue.popleft()
         except IndexError:
             return None
         self.taken += 1
-        if self.queue and not self.starting:
+        # Each runner asks for a successor once, before its first task: the newest worker
+        # always does, so while tasks wait one more runner is on its way or at work.
+        if first and self.queue and not self.starting:
             self.spawn()
         return task
 
@@ -352,7 +354,9 @@ class _Batch:
                 time.sleep(_PATIENCE)
         run, siblings, remote = self.run, self.siblings, self.remote
         specs = run.graph.specs
-        while (task := self._take()) is not None:
+        first = True
+        while (task := self._take(first)) is not None:
+            first = False
             spec = specs[task.node]
             outcome: tuple[dict[str, Any] | None, BaseException | None]
             try:
