@@ -20,6 +20,7 @@ from starlette.testclient import TestClient
 from ui_graphs import GATES, approval_graph, loop_graph, scripted_model, trip_graph
 
 from stargraph.checkpoint import SqliteStore
+from stargraph.errors import RunNotFoundError
 from stargraph.examples.basics import mapreduce_graph
 from stargraph.ui import UiSettings, create_app
 
@@ -234,7 +235,7 @@ def test_event_stream_reports_new_steps(store: SqliteStore) -> None:
             try:
                 store.get_run("live")
                 break
-            except Exception:
+            except RunNotFoundError:  # not stored yet
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
         client = _client(store, [app], poll_s=0.05)

@@ -26,6 +26,7 @@ from cdp import Browser
 from ui_graphs import GATES, approval_graph, loop_graph, scripted_model, trip_graph
 
 from stargraph.checkpoint import SqliteStore
+from stargraph.errors import RunNotFoundError
 from stargraph.ui import UiSettings, create_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -180,7 +181,7 @@ def test_running_run_gains_steps_live(
             try:
                 store.get_run("live")
                 break
-            except Exception:
+            except RunNotFoundError:  # not stored yet
                 assert time.monotonic() < deadline, "the run never started"
                 time.sleep(0.02)
         served = serve([loop])
