@@ -55,6 +55,7 @@ __all__ = [
     "align_steps",
     "diff",
     "export_cassette",
+    "inserted_step",
     "load_cassette",
 ]
 
@@ -303,7 +304,9 @@ def _next(step: StepRecord | None) -> list[str] | None:
 _INSERTED = frozenset({"__update__", "__migration__"})
 
 
-def _inserted(step: StepRecord | None) -> bool:
+def inserted_step(step: StepRecord | None) -> bool:
+    """Whether ``step`` was written by the engine on the user's behalf (the ``__update__`` of
+    a fork, a counterfactual or ``resume(update=...)``, a ``__migration__``), not by nodes."""
     return step is not None and bool(step.writes) and all(w.node in _INSERTED for w in step.writes)
 
 
@@ -317,10 +320,10 @@ def align_steps(
     while i < len(a) or j < len(b):
         sa = a[i] if i < len(a) else None
         sb = b[j] if j < len(b) else None
-        if _inserted(sa) and not _inserted(sb):
+        if inserted_step(sa) and not inserted_step(sb):
             yield sa, None
             i += 1
-        elif _inserted(sb) and not _inserted(sa):
+        elif inserted_step(sb) and not inserted_step(sa):
             yield None, sb
             j += 1
         else:

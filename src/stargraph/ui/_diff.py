@@ -14,15 +14,15 @@ and its later steps are set against the parent's step one lower.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any
 
 from stargraph.checkpoint import RunRecord, StepRecord
 from stargraph.cli._inspect import _changes
+from stargraph.replay import align_steps as replay_align_steps
+from stargraph.replay import inserted_step
 from stargraph.ui._mask import Masker
 
 __all__ = ["AlignedStep", "RunPairDiff", "align_steps", "diff_pair"]
-
-UPDATE_NODE: Final = "__update__"
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,59 +59,38 @@ class RunPairDiff:
         return all(r.same for r in self.rows) and not self.outcome
 
 
-def _update_step(child: RunRecord, steps: dict[int, StepRecord], parent_id: str) -> int | None:
-    """The number of ``child``'s update step when it is a fork of ``parent_id`` with one."""
-    if child.parent_run_id != parent_id or child.parent_step is None:
-        return None
-    inserted = steps.get(child.parent_step + 1)
-    if inserted is None or not inserted.writes:
-        return None
-    if any(w.node != UPDATE_NODE for w in inserted.writes):
-        return None
-    return inserted.step
-
-
-def _keys(steps: dict[int, StepRecord], inserted: int | None) -> dict[float, StepRecord]:
-    """Alignment keys: the step number, shifted down by one after an inserted update step
-    (which itself sits half-way between its neighbours)."""
-    if inserted is None:
-        return {float(n): s for n, s in steps.items()}
-    out: dict[float, StepRecord] = {}
-    for n, s in steps.items():
-        if n < inserted:
-            out[float(n)] = s
-        elif n == inserted:
-            out[n - 0.5] = s
-        else:
-            out[float(n - 1)] = s
-    return out
-
-
 def align_steps(
     run_a: RunRecord, steps_a: list[StepRecord], run_b: RunRecord, steps_b: list[StepRecord]
 ) -> tuple[list[tuple[StepRecord | None, StepRecord | None, bool]], str | None]:
-    """Pairs ``(step of A, step of B, inserted)`` in order, and how they were aligned."""
-    by_a = {s.step: s for s in steps_a}
-    by_b = {s.step: s for s in steps_b}
-    in_b = _update_step(run_b, by_b, run_a.run_id)
-    in_a = None if in_b is not None else _update_step(run_a, by_a, run_b.run_id)
-    keys_a, keys_b = _keys(by_a, in_a), _keys(by_b, in_b)
+    """Pairs ``(step of A, step of B, inserted)`` in order (the pairing of
+    :func:`stargraph.replay.align_steps`, as ``stargraph diff`` makes it), and how they were
+    aligned, for the reader."""
     pairs = [
-        (keys_a.get(k), keys_b.get(k), not k.is_integer())
-        for k in sorted(set(keys_a) | set(keys_b))
+        (sa, sb, (sa is None) != (sb is None) and inserted_step(sa or sb))
+        for sa, sb in replay_align_steps(sorted(steps_a, key=_number), sorted(steps_b, key=_number))
     ]
-    shift = None
-    if in_b is not None:
-        shift = (
-            f"B is a fork of A after step {in_b - 1} with an update as its step {in_b}; "
-            f"B's steps from {in_b + 1} on are set against A's from {in_b} on"
-        )
-    elif in_a is not None:
-        shift = (
-            f"A is a fork of B after step {in_a - 1} with an update as its step {in_a}; "
-            f"A's steps from {in_a + 1} on are set against B's from {in_a} on"
-        )
-    return pairs, shift
+    for sa, sb, inserted in pairs:
+        if inserted:
+            return pairs, _shift(run_a, run_b, sa, sb)
+    return pairs, None
+
+
+def _number(step: StepRecord) -> int:
+    return step.step
+
+
+def _shift(run_a: RunRecord, run_b: RunRecord, sa: StepRecord | None, sb: StepRecord | None) -> str:
+    """Says where the first inserted step is and how the steps after it are paired."""
+    side, other, run, parent, step = (
+        ("B", "A", run_b, run_a, sb) if sb is not None else ("A", "B", run_a, run_b, sa)
+    )
+    assert step is not None
+    n = step.step
+    if run.parent_run_id == parent.run_id:
+        where = f"{side} is a fork of {other} after step {n - 1} with an update as its step {n}"
+    else:
+        where = f"{side} has an update as its step {n} that {other} has not"
+    return f"{where}; {side}'s steps from {n + 1} on are set against {other}'s from {n} on"
 
 
 def _label(node: str, index: int) -> str:
