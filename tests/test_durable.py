@@ -465,3 +465,32 @@ def test_explicit_migration_continues_under_the_new_graph(store: CheckpointStore
     record = new.get_run("r")
     assert record.graph_hash == new.graph_hash
     assert [w.node for w in new.history("r")[2].writes] == ["__migration__"]
+
+
+class _CountingStore(SqliteStore):
+    """Counts what reaches ``put_graph``."""
+
+    puts: int = 0
+
+    def put_graph(self, graph_hash: str, ir: bytes) -> None:
+        type(self).puts += 1
+        super().put_graph(graph_hash, ir)
+
+
+@pytest.mark.parametrize("durability", ["sync", "exit"])
+def test_a_store_keeps_the_graph_of_its_runs_once(tmp_path: Path, durability: str) -> None:
+    """Every durable run leaves its graph's IR in the store (so any process can load the
+    run by its graph hash); a second run of the same graph does not write or serialise it
+    again (``exit``: inside the one transaction that writes the run)."""
+    from stargraph.ir import GraphIR
+
+    _CountingStore.puts = 0
+    with _CountingStore(tmp_path / "g.db") as store:
+        app = chain().compile(store=store, durability=durability)  # type: ignore[arg-type]
+        app.invoke({}, run_id="one")
+        app.invoke({}, run_id="two")
+        kept = store.get_graph(app.graph_hash)
+        assert kept is not None
+        assert GraphIR.from_json(kept).graph_hash == app.graph_hash
+        assert _CountingStore.puts == 1
+        assert store.get_graph("sha256:" + "0" * 64) is None

@@ -210,19 +210,37 @@ _KEPT: weakref.WeakKeyDictionary[CompiledGraph[Any], weakref.WeakSet[CheckpointS
 _KEPT_LOCK = threading.Lock()
 
 
+def _stores_holding(graph: CompiledGraph[Any]) -> weakref.WeakSet[CheckpointStore]:
+    # Called with _KEPT_LOCK held.
+    kept = _KEPT.get(graph)
+    if kept is None:
+        kept = _KEPT[graph] = weakref.WeakSet()
+    return kept
+
+
+def graph_to_keep(graph: CompiledGraph[Any], store: CheckpointStore) -> tuple[str, bytes] | None:
+    """``(graph_hash, IR)`` for ``store`` to keep, or ``None`` when this process already gave
+    it to that store (the IR is serialised once per graph and store, not once per run)."""
+    with _KEPT_LOCK:
+        if store in _stores_holding(graph):
+            return None
+    return graph.graph_hash, graph.ir.to_json().encode()
+
+
+def mark_kept(graph: CompiledGraph[Any], store: CheckpointStore) -> None:
+    """Record that ``store`` now holds ``graph``'s IR."""
+    with _KEPT_LOCK, contextlib.suppress(TypeError):  # a store that takes no weak reference
+        _stores_holding(graph).add(store)
+
+
 def keep_graph(graph: CompiledGraph[Any], store: CheckpointStore) -> None:
     """Give ``store`` the IR of ``graph`` (content-addressed by its hash) unless this process
     already did: every stored run can then be loaded by any process that can import the
     graph's code, with no ``--graph`` and no file beside the database."""
-    with _KEPT_LOCK:
-        kept = _KEPT.get(graph)
-        if kept is None:
-            kept = _KEPT[graph] = weakref.WeakSet()
-        if store in kept:
-            return
-    store.put_graph(graph.graph_hash, graph.ir.to_json().encode())
-    with _KEPT_LOCK, contextlib.suppress(TypeError):  # a store that takes no weak reference
-        kept.add(store)
+    kept = graph_to_keep(graph, store)
+    if kept is not None:
+        store.put_graph(*kept)
+        mark_kept(graph, store)
 
 
 class Persistence:
@@ -481,8 +499,9 @@ class Persistence:
                 steps,
                 pending=buffer.get_pending(run_id, pending_step),
                 journal=buffer.get_journal(run_id, pending_step),
-                graph=(self.graph.graph_hash, self.graph.ir.to_json().encode()),
+                graph=graph_to_keep(self.graph, target),
             )
+            mark_kept(self.graph, target)
             self.store = target
             self.durability = "sync"
             return
