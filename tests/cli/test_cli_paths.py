@@ -257,9 +257,9 @@ def test_a_script_run_as_main_hashes_like_the_imported_module(project: Path) -> 
     assert python(project, os.path.join("pkg", "flow.py")).stdout.strip() == in_package
 
 
-def test_a_run_made_by_a_script_resumes_from_the_command_line(project: Path) -> None:
-    """The run's graph hash and code hash are the ones the CLI computes for ``triage.py``:
-    no GraphHashMismatch and no code-change warning on resume."""
+def _run_from_a_script(project: Path) -> None:
+    """``python main_run.py``: the triage graph run from Python into the default database
+    as run ``m-1``, which waits for an answer."""
     (project / "main_run.py").write_text(
         TRIAGE.replace(
             'if __name__ == "__main__":\n    print(graph.compile().graph_hash)',
@@ -270,6 +270,12 @@ def test_a_run_made_by_a_script_resumes_from_the_command_line(project: Path) -> 
         )
     )
     python(project, "main_run.py")
+
+
+def test_a_run_made_by_a_script_resumes_from_the_command_line(project: Path) -> None:
+    """The run's graph hash and code hash are the ones the CLI computes for ``triage.py``:
+    no GraphHashMismatch and no code-change warning on resume."""
+    _run_from_a_script(project)
     resumed = run(project, "resume", "m-1", "--graph", "main_run.py", "--response", "true", "-q")
     assert json.loads(resumed.stdout)["log"] == ["classify", "approved=True"]
     assert "CodeHashWarning" not in resumed.stderr
@@ -280,16 +286,7 @@ def test_a_run_made_from_python_needs_no_graph_option(project: Path) -> None:
     """A durable run gives its store its graph's IR (once per hash), so the commands find
     the graph of a run started from Python with no ``--graph`` and no archive beside the
     database: show, resume (importing the nodes from the current folder) and replay."""
-    (project / "main_run.py").write_text(
-        TRIAGE.replace(
-            'if __name__ == "__main__":\n    print(graph.compile().graph_hash)',
-            'if __name__ == "__main__":\n'
-            "    from stargraph.checkpoint import SqliteStore\n"
-            '    app = graph.compile(store=SqliteStore(".stargraph/stargraph.db"))\n'
-            '    app.invoke({"text": "an invoice"}, run_id="m-1")\n',
-        )
-    )
-    python(project, "main_run.py")
+    _run_from_a_script(project)
     assert not list((project / ".stargraph").glob("graphs/*")), "nothing is archived"
     shown = run(project, "show", "m-1")
     assert "waiting" in shown.stdout or "interrupted" in shown.stdout
