@@ -18,6 +18,7 @@ def test_top_level_all_is_sorted_and_pinned() -> None:
         "CompiledGraph",
         "END",
         "Graph",
+        "Interrupt",
         "RetryPolicy",
         "RunContext",
         "RunError",
@@ -25,6 +26,7 @@ def test_top_level_all_is_sorted_and_pinned() -> None:
         "Send",
         "StargraphError",
         "__version__",
+        "interrupt_of",
         "reducers",
     ]
 

@@ -227,3 +227,31 @@ def test_rule_text_is_part_of_the_hash() -> None:
     one = _looping(fathom.default_termination_pack(5, 3)).to_ir().graph_hash
     two = _looping(fathom.default_termination_pack(6, 3)).to_ir().graph_hash
     assert one != two
+
+
+class Verdict(BaseModel):
+    done: str = ""  # the user's own field, not the termination flag (not marked Fact())
+
+
+def write_verdict(state: Verdict) -> dict[str, Any]:
+    return {"done": "shipped"}
+
+
+def test_an_unmarked_done_field_that_is_not_a_bool_is_not_read_by_the_rules() -> None:
+    # It failed every rule decision with "fact 'done' = '' is not a bool as declared",
+    # though rules see only fields marked Fact().
+    watch = fathom.RulePack.from_spec(
+        {
+            "id": "watch",
+            "version": "1",
+            "rules": [{"name": "n", "when": [{"step": 9}], "then": {"halt": "never here"}}],
+        }
+    )
+    graph = (
+        Graph("verdict", state=Verdict)
+        .with_node("write", write_verdict)
+        .with_edge(START, "write")
+        .with_edge("write", END)
+        .with_rules(watch)
+    )
+    assert graph.compile().invoke({}).done == "shipped"

@@ -18,7 +18,7 @@ from stargraph import reducers
 from stargraph.errors import CompileError, RunError, StargraphError
 from stargraph.graph import END, START, Graph, Send
 from stargraph.ir import RetryPolicyIR as RetryPolicy
-from stargraph.runtime import CompiledGraph, RunContext
+from stargraph.runtime import CompiledGraph, Interrupt, RunContext, interrupt_of
 
 __version__ = "0.1.0"
 
@@ -27,6 +27,7 @@ __all__ = [
     "CompiledGraph",
     "END",
     "Graph",
+    "Interrupt",
     "RetryPolicy",
     "RunContext",
     "RunError",
@@ -34,5 +35,6 @@ __all__ = [
     "Send",
     "StargraphError",
     "__version__",
+    "interrupt_of",
     "reducers",
 ]

@@ -188,6 +188,10 @@ class RuleEngine:
         self._owner = threading.get_ident()
         self._packs = tuple(packs)
         self._fields: dict[str, FactField] = normalise_fields(fact_fields or {})
+        # A state field named ``done`` that is not marked Fact() is the termination flag only
+        # when it is a bool: rules see no other unmarked field, and a ``done: str`` of the
+        # user's own must not fail every rule decision.
+        self._done_marked = "done" in (fact_fields or {})
         self._names = sorted(self._fields)
         self._successors = freeze_successors(successors)
         self._run_limit = run_limit
@@ -311,6 +315,8 @@ class RuleEngine:
         for name, field in self._encoders:
             if name in state_facts:
                 value = state_facts[name]
+                if name == "done" and type(value) is not bool and not self._done_marked:
+                    value = False
             elif name == "done":
                 value = False  # always a slot, so the termination pack works for any state
             else:

@@ -24,6 +24,7 @@ from stargraph.runtime._events import (
     StepCompleted,
 )
 from stargraph.runtime._executor import DEFAULT_MAX_STEPS, CompiledGraph
+from stargraph.runtime._interrupt import Interrupt, interrupt_of
 from stargraph.runtime._plan import JoinSpec, NodeSpec, RouterSpec, Task, accepts_ctx
 from stargraph.runtime._rules import DecisionMaker, RuleSet, StepDecision
 from stargraph.runtime._stream import CustomEvent, MessageChunk, Superstep
@@ -35,6 +36,7 @@ __all__ = [
     "DecisionMaker",
     "Entropy",
     "Event",
+    "Interrupt",
     "JoinSpec",
     "MessageChunk",
     "NodeFinished",
@@ -58,4 +60,5 @@ __all__ = [
     "Task",
     "accepts_ctx",
     "cancel_on_signals",
+    "interrupt_of",
 ]

@@ -66,6 +66,7 @@ from stargraph.runtime._events import (
     RunStarted,
     StepCompleted,
 )
+from stargraph.runtime._interrupt import Interrupt, mark_interrupted
 from stargraph.runtime._plan import NodeSpec, RouterSpec, Task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._replay import ReplayDriver
@@ -195,7 +196,7 @@ class CompiledGraph(StoredRuns[StateT]):
         self._refuse_unknown_keys(input, run_id)
         run = self._new_run(input, run_id, max_steps, emit=None, thread_id=thread_id)
         self._run_to_end(run, fresh=True)
-        return self._state(run)
+        return self._result(run)
 
     @overload
     def stream(
@@ -259,7 +260,7 @@ class CompiledGraph(StoredRuns[StateT]):
         run = self._new_run(input, run_id, max_steps, emit=None, thread_id=thread_id)
         async for _ in self._adrive(run, fresh=True):
             pass
-        return self._state(run)
+        return self._result(run)
 
     @overload
     def astream(
@@ -504,6 +505,13 @@ class CompiledGraph(StoredRuns[StateT]):
     def _state(self, run: Run) -> StateT:
         return self.state_model.model_validate(run.values)
 
+    def _result(self, run: Run) -> StateT:
+        # What invoke/resume return: the state, marked when the run stopped at an interrupt.
+        state = self._state(run)
+        if run.interrupt is not None:
+            mark_interrupted(state, Interrupt.from_stored(run.run_id, run.interrupt))
+        return state
+
     def _emit(self, run: Run, event: Event) -> None:
         if run.emit is not None:
             run.emit(event)
@@ -552,6 +560,7 @@ class CompiledGraph(StoredRuns[StateT]):
     def _park(self, run: Run, interrupt: dict[str, Any]) -> None:
         assert run.persistence is not None
         run.persistence.park(run, interrupt)
+        run.interrupt = interrupt
         self._emit(
             run,
             RunInterrupted(

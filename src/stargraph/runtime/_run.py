@@ -79,6 +79,7 @@ class Run:
         "entropy",
         "feed",
         "graph",
+        "interrupt",
         "joins_seen",
         "journals",
         "loop",
@@ -145,6 +146,8 @@ class Run:
         self.replay_calls: dict[tuple[str, int], list[JournalEntry]] | None = None
         self.stopped_by: str | None = None
         self.rule_park: dict[str, Any] | None = None
+        # What the run stopped at when it parked on an interrupt (the stored mapping).
+        self.interrupt: dict[str, Any] | None = None
         # Why the run is to stop at its next step boundary (see ``_cancel``); None: go on.
         self.cancelled: str | None = None
         # The state object built for this step's routers, handed on to the next step's task

@@ -116,6 +116,7 @@ class StoredRuns(Generic[StateT]):
         def _adrive(self, run: Run, *, fresh: bool) -> AsyncGenerator[int, None]: ...
 
         def _state(self, run: Run) -> StateT: ...
+        def _result(self, run: Run) -> StateT: ...
 
         def _observed(
             self, emit: Callable[[Event], None] | None
@@ -158,7 +159,7 @@ class StoredRuns(Generic[StateT]):
             wait=wait,
         )
         self._run_to_end(run, fresh=False)
-        return self._state(run)
+        return self._result(run)
 
     def resume_stream(
         self,
@@ -211,7 +212,7 @@ class StoredRuns(Generic[StateT]):
         )
         async for _ in self._adrive(run, fresh=False):
             pass
-        return self._state(run)
+        return self._result(run)
 
     def get_run(self, run_id: str) -> RunRecord:
         """The stored record of a run (status, last step, interrupt, error)."""
