@@ -236,10 +236,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def all_sections() -> dict[str, Section]:
     """Report sections printed after the core table, by ``--only`` name, in report order."""
+    from benchmarks.bench_concurrency import SECTIONS as CONCURRENCY
     from benchmarks.bench_long_runs import SECTIONS as LONG
     from benchmarks.durable import SECTIONS
 
-    return {**SECTIONS, **LONG}
+    return {**SECTIONS, **LONG, **CONCURRENCY}
 
 
 def _select(

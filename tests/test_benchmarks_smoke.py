@@ -176,3 +176,12 @@ def test_quick_run_prints_durable_sections(capsys: pytest.CaptureFixture[str]) -
     for engine in ("stargraph-full", "langgraph-full", "plain"):
         assert engine in out
     assert "µs/node" not in out  # the core table was not selected
+
+
+def test_concurrency_section_is_registered_and_its_fanout_agrees_between_runs() -> None:
+    from benchmarks.bench_concurrency import jittered_fanout
+    from benchmarks.core_harness import all_sections
+
+    assert "concurrency" in all_sections()
+    _, same = jittered_fanout(runs=3)
+    assert same
