@@ -34,24 +34,18 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-import pydantic_core
-
-from stargraph.checkpoint._lease import (
-    busy_error,
-    effective_status,
-    is_orphaned,
-    lease_lost,
-    owner_blob,
-    owner_from,
-)
+from stargraph.checkpoint._codec import crc as _crc
+from stargraph.checkpoint._codec import decode as _decode
+from stargraph.checkpoint._codec import encode as _encode
+from stargraph.checkpoint._codec import encode_extra as _encode_extra
+from stargraph.checkpoint._lease import owner_blob
 from stargraph.checkpoint._records import (
-    STORED_STATUSES,
     JournalEntry,
     PendingWrite,
     RunOwner,
@@ -63,13 +57,19 @@ from stargraph.checkpoint._records import (
     turn_taken,
     unicode_problem,
 )
-from stargraph.checkpoint._sqlite import _crc, _decode, _encode, _encode_extra, _why
-from stargraph.errors import (
-    CheckpointError,
-    CorruptCheckpointError,
-    RunNotFoundError,
-    StoreUnavailableError,
+from stargraph.checkpoint._sql import (
+    RELEASE,
+    RUN_COLUMNS,
+    check_status,
+    decode_run,
+    fence_error,
+    list_runs_sql,
+    list_threads_sql,
+    may_acquire,
+    missing,
+    write_whole_run,
 )
+from stargraph.errors import CheckpointError, RunNotFoundError, StoreUnavailableError
 
 if TYPE_CHECKING:
     import psycopg
@@ -145,18 +145,10 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 )
 
 _SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-_STATUSES: Final = STORED_STATUSES
-_RUN_COLUMNS: Final = (
-    "run_id, graph_name, graph_hash, code_hash, status, last_step, parent_run_id, "
-    "parent_step, created_at, updated_at, extra"
-)
-# What a runs row is read as: the stored columns, then the lease and whether it lapsed by
-# the server's clock.
-_RUN_SELECT: Final = (
-    f"{_RUN_COLUMNS}, lease_token, lease_owner, lease_expires, lease_expires < clock_timestamp(), "
-    "thread_id, turn"
-)
-_EXTRA_FIELDS: Final = ("error", "stopped_by", "interrupt")
+# What a runs row is read as: the stored columns, then whether the lease lapsed by the
+# server's clock.
+_RUN_SELECT: Final = f"{RUN_COLUMNS}, lease_expires < clock_timestamp()"
+_EXPIRED: Final = 16
 _MAX_STEP: Final = 2**63 - 1
 
 
@@ -226,6 +218,11 @@ def _key(run_id: str) -> bytes:
 
 def _t(raw: bytes | memoryview | None) -> str | None:
     return None if raw is None else bytes(raw).decode()
+
+
+def _lease(expires: datetime, row: Any) -> tuple[str, bool]:
+    """A stored lease expiry as ISO text, and whether it lapsed by the server's clock."""
+    return expires.isoformat(), bool(row[_EXPIRED])
 
 
 class _Pool:
@@ -340,6 +337,8 @@ class PostgresStore:
         self._connect_timeout = max(1, round(connect_timeout_s))
         self._application_name = application_name
         self._closed = False
+        # The connection of a write_run under way on this thread (see _conn).
+        self._local = threading.local()
         self._pool = _Pool(self._open, pool_size, timeout=max(30.0, connect_timeout_s * 3))
         try:
             self._setup()
@@ -386,6 +385,10 @@ class PostgresStore:
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        batch = getattr(self._local, "batch", None)
+        if batch is not None:  # inside write_run on this thread: join its transaction
+            yield batch
+            return
         if self._closed:
             raise CheckpointError(f"the PostgresStore on {self._where} is closed")
         with self._pool.connection() as conn:
@@ -483,60 +486,19 @@ class PostgresStore:
     # ----------------------------------------------------------------- helpers
 
     def _missing(self, run_id: str) -> RunNotFoundError:
-        return RunNotFoundError(
-            f"no run {run_id!r} in PostgreSQL schema {self._schema} at {self._where}; "
-            "list runs with store.list_runs()",
-            run_id=run_id,
-        )
-
-    def _check_status(self, run_id: str, status: str) -> None:
-        if status not in _STATUSES:
-            raise CheckpointError(
-                f"run {run_id!r}: unknown status {status!r}; use one of {sorted(_STATUSES)}",
-                run_id=run_id,
-            )
+        return missing(run_id, f"PostgreSQL schema {self._schema} at {self._where}")
 
     def _exists(self, conn: psycopg.Connection[Any], key: bytes) -> bool:
         row = conn.execute(f"SELECT 1 FROM {self._s}.runs WHERE run_id = %s", (key,)).fetchone()
         return row is not None
 
     def _decode_run(self, row: tuple[Any, ...]) -> RunRecord:
-        run_id = "?"
-        step = row[5] if isinstance(row[5], int) else None
-        try:
-            run_id = _t(row[0]) or ""
-            data: dict[str, Any] = {
-                "run_id": run_id,
-                "graph_name": _t(row[1]),
-                "graph_hash": _t(row[2]),
-                "code_hash": _t(row[3]),
-                "status": row[4],
-                "last_step": row[5],
-                "parent_run_id": _t(row[6]),
-                "parent_step": row[7],
-                "created_at": _t(row[8]),
-                "updated_at": row[9],
-            }
-            if row[10] is not None:
-                extra = pydantic_core.from_json(bytes(row[10]))
-                if not isinstance(extra, dict) or not set(extra) <= set(_EXTRA_FIELDS):
-                    raise TypeError("the extra column is not an object of error/stopped_by/...")
-                data.update(extra)
-            if row[12] is not None:
-                data["owner"] = owner_from(str(row[11]), bytes(row[12]))
-                data["lease_expires"] = row[13].isoformat()
-            if row[15] is not None:
-                data["thread_id"], data["turn"] = _t(row[15]), row[16]
-            record = RunRecord.model_validate(data)
-        except (ValueError, TypeError, AttributeError) as exc:  # ValidationError, Unicode...
-            raise CorruptCheckpointError(
-                f"run {run_id!r} step {step}: the runs row cannot be decoded "
-                f"({_why(exc)}); the PostgreSQL schema {self._schema} is damaged",
-                run_id=run_id,
-                step=step,
-            ) from exc
-        status = effective_status(record.status, record.owner, expired=bool(row[14]))
-        return record if status == record.status else record.model_copy(update={"status": status})
+        return decode_run(
+            row,
+            lease=_lease,
+            damaged=f"the PostgreSQL schema {self._schema} is damaged",
+            text=_t,
+        )
 
     # ----------------------------------------------------------------- writes
 
@@ -545,7 +507,7 @@ class PostgresStore:
         With ``run.owner`` set, the new run is leased to that owner."""
         rid = run.run_id
         key = _key(rid)
-        self._check_status(rid, run.status)
+        check_status(rid, run.status)
         check_thread(run)
         payload = _encode(first, run_id=rid, step=first.step, pack=True)
         extra = _encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
@@ -570,8 +532,7 @@ class PostgresStore:
             # ON CONFLICT without a target: a clash on the run id or on (thread, turn) both
             # insert nothing; which one it was is looked up below.
             row = conn.execute(
-                f"WITH ins AS (INSERT INTO {self._s}.runs ({_RUN_COLUMNS}, lease_token, "
-                "lease_owner, lease_expires, thread_id, turn) "
+                f"WITH ins AS (INSERT INTO {self._s}.runs ({RUN_COLUMNS}) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
                 "clock_timestamp() + %s * interval '1 second', %s, %s) "
                 "ON CONFLICT DO NOTHING RETURNING run_id), "
@@ -591,6 +552,29 @@ class PostgresStore:
                     run_id=rid,
                 )
 
+    def write_run(
+        self,
+        run: RunRecord,
+        steps: Sequence[StepRecord],
+        *,
+        pending: Sequence[PendingWrite] = (),
+        journal: Sequence[JournalEntry] = (),
+        graph: tuple[str, bytes] | None = None,
+    ) -> None:
+        """Insert a whole run - its record as it ended, every step from 0, the pending writes
+        and journal of its unfinished step, and ``graph`` (its hash and IR, as
+        :meth:`put_graph` keeps them) - in one transaction, without a lease: what a run kept
+        in memory (``durability="exit"``) writes when it stops. Raises like
+        :meth:`create_run` if the run id exists; nothing is written then."""
+        with self._conn() as conn, conn.transaction():
+            # The methods write_whole_run calls take this connection (see _conn): one
+            # transaction, every row written exactly as those methods write it.
+            self._local.batch = conn
+            try:
+                write_whole_run(self, run, steps, pending=pending, journal=journal, graph=graph)
+            finally:
+                self._local.batch = None
+
     def _fence_error(
         self, conn: psycopg.Connection[Any], run_id: str, owner: str | None, step: int | None
     ) -> CheckpointError:
@@ -599,17 +583,9 @@ class PostgresStore:
             f"SELECT last_step, lease_token, lease_owner FROM {self._s}.runs WHERE run_id = %s",
             (_key(run_id),),
         ).fetchone()
-        if row is None:
-            return self._missing(run_id)
-        if step is not None and row[0] != step - 1:
-            return CheckpointError(
-                f"run {run_id!r}: step {step} cannot follow committed step {row[0]}; "
-                "another writer owns this run, or history was forked",
-                run_id=run_id,
-                step=step,
-            )
-        holder = None if row[2] is None else owner_from(str(row[1]), bytes(row[2]))
-        return lease_lost(run_id, owner, holder)
+        return fence_error(
+            row, run_id, owner, step, where=f"PostgreSQL schema {self._schema} at {self._where}"
+        )
 
     def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
         """Lease the run to ``owner`` unless another live owner holds it; returns the run's
@@ -623,14 +599,7 @@ class PostgresStore:
             if row is None:
                 raise self._missing(run_id)
             before = self._decode_run(row)
-            held = before.owner
-            if (
-                held is not None
-                and held.token not in (replace, owner.token)
-                and before.status != "orphaned"
-                and not is_orphaned(held, expired=bool(row[14]))
-            ):
-                raise busy_error(run_id, held, before.lease_expires)
+            may_acquire(before, owner, replace=replace, expired=bool(row[_EXPIRED]))
             token, blob, lease_s = _lease_columns(owner)
             conn.execute(
                 f"UPDATE {s}.runs SET lease_token = %s, lease_owner = %s, "
@@ -673,7 +642,7 @@ class PostgresStore:
         """In one transaction: append ``step`` (must be ``last_step + 1``), set the run's
         ``last_step``/status fields, and drop the pending writes and journal of that step.
         Fenced on ``owner`` (the lease token; the lease itself is kept)."""
-        self._check_status(run_id, status)
+        check_status(run_id, status)
         number = step.step
         payload = _encode(step, run_id=run_id, step=number, pack=True)
         extra = _encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
@@ -722,13 +691,9 @@ class PostgresStore:
     ) -> None:
         """Change a run's status without committing a step (park, fail, finish). Fenced on
         ``owner``; any status but ``running`` also releases the lease."""
-        self._check_status(run_id, status)
+        check_status(run_id, status)
         extra = _encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
-        release = (
-            ""
-            if status == "running"
-            else ", lease_token = NULL, lease_owner = NULL, lease_expires = NULL"
-        )
+        release = "" if status == "running" else RELEASE
         with self._conn() as conn:
             cursor = conn.execute(
                 f"UPDATE {self._s}.runs SET status = %s, extra = %s, updated_at = %s{release} "
@@ -839,28 +804,13 @@ class PostgresStore:
 
     def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
         """Runs, newest first, optionally filtered by status."""
+        sql, params, refine = list_runs_sql(
+            f"SELECT {_RUN_SELECT} FROM {self._s}.runs", status, limit, mark="%s"
+        )
         with self._conn() as conn:
-            if status is None:
-                rows = conn.execute(
-                    f"SELECT {_RUN_SELECT} FROM {self._s}.runs "
-                    "ORDER BY created_at DESC, run_id DESC LIMIT %s",
-                    (limit,),
-                ).fetchall()
-            elif status in ("running", "orphaned"):
-                # Stored as running; which of them are orphaned is known once decoded.
-                rows = conn.execute(
-                    f"SELECT {_RUN_SELECT} FROM {self._s}.runs WHERE status = 'running' "
-                    "ORDER BY created_at DESC, run_id DESC"
-                ).fetchall()
-                runs = [self._decode_run(row) for row in rows]
-                return [r for r in runs if r.status == status][:limit]
-            else:
-                rows = conn.execute(
-                    f"SELECT {_RUN_SELECT} FROM {self._s}.runs WHERE status = %s "
-                    "ORDER BY created_at DESC, run_id DESC LIMIT %s",
-                    (status, limit),
-                ).fetchall()
-        return [self._decode_run(row) for row in rows]
+            rows = conn.execute(sql, params).fetchall()
+        runs = [self._decode_run(row) for row in rows]
+        return [r for r in runs if r.status == status][:limit] if refine else runs
 
     def get_thread(self, thread_id: str) -> list[RunRecord]:
         """The runs of thread ``thread_id`` in turn order (empty for an unknown thread)."""
@@ -873,13 +823,11 @@ class PostgresStore:
 
     def list_threads(self, *, limit: int = 100) -> list[RunRecord]:
         """The latest turn of each thread, newest first."""
+        sql = list_threads_sql(
+            f"SELECT {_RUN_SELECT} FROM {self._s}.runs", f"{self._s}.runs", mark="%s"
+        )
         with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT {_RUN_SELECT} FROM {self._s}.runs AS r WHERE thread_id IS NOT NULL "
-                f"AND turn = (SELECT MAX(turn) FROM {self._s}.runs WHERE thread_id = r.thread_id) "
-                "ORDER BY created_at DESC, run_id DESC LIMIT %s",
-                (limit,),
-            ).fetchall()
+            rows = conn.execute(sql, (limit,)).fetchall()
         return [self._decode_run(row) for row in rows]
 
     def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
