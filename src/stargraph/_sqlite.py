@@ -311,6 +311,17 @@ class Database:
             except (sqlite3.Error, UnicodeEncodeError) as exc:
                 self._raise(exc, "write")
 
+    def script(self, sql: str) -> None:
+        """A script of statements (a schema's ``CREATE ... IF NOT EXISTS``), run outside any
+        transaction (``executescript`` commits first) and queued behind this process's
+        writers. Errors come back through ``fail`` as ``"write"``."""
+        conn = self.connection()
+        with self._lock:
+            try:
+                conn.executescript(sql)
+            except sqlite3.Error as exc:
+                self._raise(exc, "write")
+
     @contextmanager
     def read(self, *, snapshot: bool = False) -> Iterator[sqlite3.Connection]:
         """This thread's connection for reading (``":memory:"``: held under the lock).
