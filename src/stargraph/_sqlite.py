@@ -280,25 +280,21 @@ class Database:
     def _begin(self, conn: sqlite3.Connection) -> None:
         """``BEGIN IMMEDIATE``, retried with jittered backoff while another process holds
         the write lock, until the busy timeout is spent."""
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            return
-        except sqlite3.OperationalError as exc:
-            if not is_locked(exc):
-                self._raise(exc, "write")
-        deadline = time.monotonic() + self.timeout
+        deadline: float | None = None
         delay = 0.001
         while True:
-            time.sleep(delay * (0.5 + random.random()))
-            delay = min(delay * 2, 0.1)
             try:
                 conn.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:
                 if not is_locked(exc):
                     self._raise(exc, "write")
-                if time.monotonic() >= deadline:
+                if deadline is None:  # first refusal: the busy timeout starts now
+                    deadline = time.monotonic() + self.timeout
+                elif time.monotonic() >= deadline:
                     self._raise(exc, "locked")
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.1)
 
     def run(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         """One statement in its own (implicit) transaction, queued behind this process's

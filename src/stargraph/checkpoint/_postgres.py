@@ -37,11 +37,9 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from stargraph.checkpoint._codec import crc as _crc
-from stargraph.checkpoint._codec import decode as _decode
 from stargraph.checkpoint._codec import encode as _encode
 from stargraph.checkpoint._codec import encode_extra as _encode_extra
 from stargraph.checkpoint._lease import owner_blob
@@ -58,16 +56,13 @@ from stargraph.checkpoint._records import (
     unicode_problem,
 )
 from stargraph.checkpoint._sql import (
-    RELEASE,
     RUN_COLUMNS,
+    SqlStore,
     check_status,
     decode_run,
     fence_error,
-    list_runs_sql,
-    list_threads_sql,
     may_acquire,
     missing,
-    write_whole_run,
 )
 from stargraph.errors import CheckpointError, RunNotFoundError, StoreUnavailableError
 
@@ -149,7 +144,6 @@ _SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 # server's clock.
 _RUN_SELECT: Final = f"{RUN_COLUMNS}, lease_expires < clock_timestamp()"
 _EXPIRED: Final = 16
-_MAX_STEP: Final = 2**63 - 1
 
 
 def _now() -> str:
@@ -299,7 +293,7 @@ class _Pool:
             conn.close()
 
 
-class PostgresStore:
+class PostgresStore(SqlStore):
     """A ``CheckpointStore`` in a PostgreSQL database, safe across threads and processes.
 
     ``dsn`` is a libpq connection string (``postgresql://user@host:5432/db``); tables live in
@@ -307,6 +301,8 @@ class PostgresStore:
     A bad connection string or an unreachable server raises ``CheckpointError`` naming the
     host and never the password. Use it as a context manager or call :meth:`close`.
     """
+
+    _mark = "%s"
 
     def __init__(
         self,
@@ -334,6 +330,7 @@ class PostgresStore:
         self._where, self._password = describe_dsn(dsn)
         self._schema = schema
         self._s = f'"{schema}"'
+        self._select_runs = f"SELECT {_RUN_SELECT} FROM {self._s}.runs"
         self._connect_timeout = max(1, round(connect_timeout_s))
         self._application_name = application_name
         self._closed = False
@@ -423,17 +420,6 @@ class PostgresStore:
         self._closed = True
         self._pool.close()
 
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     # ----------------------------------------------------------------- schema
 
     def schema_version(self) -> int:
@@ -488,11 +474,21 @@ class PostgresStore:
     def _missing(self, run_id: str) -> RunNotFoundError:
         return missing(run_id, f"PostgreSQL schema {self._schema} at {self._where}")
 
+    def _table(self, name: str) -> str:
+        return f"{self._s}.{name}"
+
+    def _key(self, text: str) -> object:
+        return _key(text)
+
+    def _query(self, sql: str, params: Sequence[object]) -> list[Any]:
+        with self._conn() as conn:
+            return conn.execute(sql, params).fetchall()
+
     def _exists(self, conn: psycopg.Connection[Any], key: bytes) -> bool:
         row = conn.execute(f"SELECT 1 FROM {self._s}.runs WHERE run_id = %s", (key,)).fetchone()
         return row is not None
 
-    def _decode_run(self, row: tuple[Any, ...]) -> RunRecord:
+    def _decode_run(self, row: Sequence[Any]) -> RunRecord:
         return decode_run(
             row,
             lease=_lease,
@@ -552,26 +548,13 @@ class PostgresStore:
                     run_id=rid,
                 )
 
-    def write_run(
-        self,
-        run: RunRecord,
-        steps: Sequence[StepRecord],
-        *,
-        pending: Sequence[PendingWrite] = (),
-        journal: Sequence[JournalEntry] = (),
-        graph: tuple[str, bytes] | None = None,
-    ) -> None:
-        """Insert a whole run - its record as it ended, every step from 0, the pending writes
-        and journal of its unfinished step, and ``graph`` (its hash and IR, as
-        :meth:`put_graph` keeps them) - in one transaction, without a lease: what a run kept
-        in memory (``durability="exit"``) writes when it stops. Raises like
-        :meth:`create_run` if the run id exists; nothing is written then."""
+    @contextmanager
+    def _batch(self) -> Iterator[psycopg.Connection[Any]]:
         with self._conn() as conn, conn.transaction():
-            # The methods write_whole_run calls take this connection (see _conn): one
-            # transaction, every row written exactly as those methods write it.
+            # The store's methods take this connection while it is set (see _conn).
             self._local.batch = conn
             try:
-                write_whole_run(self, run, steps, pending=pending, journal=journal, graph=graph)
+                yield conn
             finally:
                 self._local.batch = None
 
@@ -628,24 +611,17 @@ class PostgresStore:
                 (_key(run_id), token),
             )
 
-    def commit_step(
+    def _advance(
         self,
         run_id: str,
-        step: StepRecord,
+        number: int,
         *,
-        status: RunStatus = "running",
-        error: str | None = None,
-        stopped_by: str | None = None,
-        interrupt: object = None,
-        owner: str | None = None,
+        status: RunStatus,
+        extra: bytes | None,
+        owner: str | None,
+        snapshot: bool,
+        payload: bytes,
     ) -> None:
-        """In one transaction: append ``step`` (must be ``last_step + 1``), set the run's
-        ``last_step``/status fields, and drop the pending writes and journal of that step.
-        Fenced on ``owner`` (the lease token; the lease itself is kept)."""
-        check_status(run_id, status)
-        number = step.step
-        payload = _encode(step, run_id=run_id, step=number, pack=True)
-        extra = _encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
         key = _key(run_id)
         s = self._s
         with self._conn() as conn:
@@ -670,7 +646,7 @@ class PostgresStore:
                     "run": key,
                     "prev": number - 1,
                     "owner": owner,
-                    "snap": step.snapshot is not None,
+                    "snap": snapshot,
                     "payload": payload,
                     "crc": _crc(payload),
                 },
@@ -679,21 +655,9 @@ class PostgresStore:
                 return
             raise self._fence_error(conn, run_id, owner, number)
 
-    def set_status(
-        self,
-        run_id: str,
-        status: RunStatus,
-        *,
-        error: str | None = None,
-        stopped_by: str | None = None,
-        interrupt: object = None,
-        owner: str | None = None,
+    def _change_status(
+        self, run_id: str, status: RunStatus, extra: bytes | None, owner: str | None, release: str
     ) -> None:
-        """Change a run's status without committing a step (park, fail, finish). Fenced on
-        ``owner``; any status but ``running`` also releases the lease."""
-        check_status(run_id, status)
-        extra = _encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
-        release = "" if status == "running" else RELEASE
         with self._conn() as conn:
             cursor = conn.execute(
                 f"UPDATE {self._s}.runs SET status = %s, extra = %s, updated_at = %s{release} "
@@ -790,109 +754,6 @@ class PostgresStore:
         )
 
     # ----------------------------------------------------------------- reads
-
-    def get_run(self, run_id: str) -> RunRecord:
-        """The run's record; ``RunNotFoundError`` if there is none."""
-        with self._conn() as conn:
-            row = conn.execute(
-                f"SELECT {_RUN_SELECT} FROM {self._s}.runs WHERE run_id = %s",
-                (_b(run_id, run_id=run_id),),
-            ).fetchone()
-        if row is None:
-            raise self._missing(run_id)
-        return self._decode_run(row)
-
-    def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
-        """Runs, newest first, optionally filtered by status."""
-        sql, params, refine = list_runs_sql(
-            f"SELECT {_RUN_SELECT} FROM {self._s}.runs", status, limit, mark="%s"
-        )
-        with self._conn() as conn:
-            rows = conn.execute(sql, params).fetchall()
-        runs = [self._decode_run(row) for row in rows]
-        return [r for r in runs if r.status == status][:limit] if refine else runs
-
-    def get_thread(self, thread_id: str) -> list[RunRecord]:
-        """The runs of thread ``thread_id`` in turn order (empty for an unknown thread)."""
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT {_RUN_SELECT} FROM {self._s}.runs WHERE thread_id = %s ORDER BY turn",
-                (_b(thread_id, run_id=thread_id),),
-            ).fetchall()
-        return [self._decode_run(row) for row in rows]
-
-    def list_threads(self, *, limit: int = 100) -> list[RunRecord]:
-        """The latest turn of each thread, newest first."""
-        sql = list_threads_sql(
-            f"SELECT {_RUN_SELECT} FROM {self._s}.runs", f"{self._s}.runs", mark="%s"
-        )
-        with self._conn() as conn:
-            rows = conn.execute(sql, (limit,)).fetchall()
-        return [self._decode_run(row) for row in rows]
-
-    def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
-        """Committed steps ``start..end`` (inclusive) in order."""
-        key = _key(run_id)
-        hi = min(end, _MAX_STEP) if end is not None else _MAX_STEP
-        lo = max(min(start, _MAX_STEP), -_MAX_STEP)
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT step, payload, crc FROM {self._s}.steps "
-                "WHERE run_id = %s AND step >= %s AND step <= %s ORDER BY step",
-                (key, lo, hi),
-            ).fetchall()
-            if not rows and not self._exists(conn, key):
-                raise self._missing(run_id)
-        return [
-            _decode(StepRecord, bytes(payload), run_id=run_id, step=step, table="steps", crc=crc)
-            for step, payload, crc in rows
-        ]
-
-    def snapshot_step(self, run_id: str, at_or_before: int) -> int:
-        """The newest step ``<= at_or_before`` that holds a full snapshot (0 always does)."""
-        key = _key(run_id)
-        with self._conn() as conn:
-            row = conn.execute(
-                f"SELECT max(step) FROM {self._s}.steps "
-                "WHERE run_id = %s AND step <= %s AND has_snapshot",
-                (key, min(at_or_before, _MAX_STEP)),
-            ).fetchone()
-            found = None if row is None else row[0]
-            if found is None:
-                if not self._exists(conn, key):
-                    raise self._missing(run_id)
-                return 0
-        return int(found)
-
-    def get_pending(self, run_id: str, step: int) -> list[PendingWrite]:
-        """Pending writes saved for ``step``, ordered by ``(node, index)``."""
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT payload, crc FROM {self._s}.pending WHERE run_id = %s AND step = %s "
-                "ORDER BY node, idx",
-                (_b(run_id, run_id=run_id), step),
-            ).fetchall()
-        return [
-            _decode(
-                PendingWrite, bytes(payload), run_id=run_id, step=step, table="pending", crc=crc
-            )
-            for payload, crc in rows
-        ]
-
-    def get_journal(self, run_id: str, step: int) -> list[JournalEntry]:
-        """Journal entries of ``step``, ordered by ``(node, index, seq)``."""
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT payload, crc FROM {self._s}.journal WHERE run_id = %s AND step = %s "
-                "ORDER BY node, idx, seq",
-                (_b(run_id, run_id=run_id), step),
-            ).fetchall()
-        return [
-            _decode(
-                JournalEntry, bytes(payload), run_id=run_id, step=step, table="journal", crc=crc
-            )
-            for payload, crc in rows
-        ]
 
     # ----------------------------------------------------------------- maintenance
 

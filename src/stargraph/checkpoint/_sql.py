@@ -1,19 +1,23 @@
 """What the SQL stores (``SqliteStore``, ``PostgresStore``) share: the runs row's columns and
 their mapping to a :class:`RunRecord`, the status check, the fences' error messages, the
-lease takeover rule, the run listing queries and the whole-run write.
+lease takeover rule, the queries that read runs, steps, pending writes and the journal, and
+the whole-run write (:class:`SqlStore`, their base class).
 
 Each store keeps only what differs: its placeholders (``?`` or ``%s``), how it stores text
-(SQLite ``TEXT``, PostgreSQL ``bytea``) and times, and its connections.
+(SQLite ``TEXT``, PostgreSQL ``bytea``) and times, its connections and transactions, and the
+statements whose form differs (the fenced commit, the inserts).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final
+from contextlib import AbstractContextManager
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Final, Self, cast
 
 import pydantic_core
 
-from stargraph.checkpoint._codec import why
+from stargraph.checkpoint._codec import decode, encode, encode_extra, why
 from stargraph.checkpoint._lease import (
     busy_error,
     effective_status,
@@ -29,6 +33,7 @@ from stargraph.checkpoint._records import (
     RunRecord,
     RunStatus,
     StepRecord,
+    clip_error,
 )
 from stargraph.errors import CheckpointError, CorruptCheckpointError, RunNotFoundError
 
@@ -38,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RELEASE",
     "RUN_COLUMNS",
+    "SqlStore",
     "check_status",
     "decode_run",
     "fence_error",
@@ -77,6 +83,7 @@ RELEASE: Final = ", lease_token = NULL, lease_owner = NULL, lease_expires = NULL
 """What a ``SET`` adds to give up the run's lease."""
 
 _NEWEST: Final = "ORDER BY created_at DESC, run_id DESC"
+_MAX_STEP: Final = 2**63 - 1
 
 
 def _same(value: Any) -> Any:
@@ -239,3 +246,225 @@ def write_whole_run(
     store.set_status(
         rid, run.status, error=run.error, stopped_by=run.stopped_by, interrupt=run.interrupt
     )
+
+
+class SqlStore:
+    """The base of the SQL ``CheckpointStore`` implementations: the public methods whose
+    logic is the same in every SQL database, written once over a few hooks each store
+    implements (its placeholder, table names, key encoding, queries and transactions)."""
+
+    _mark: str
+    """The parameter placeholder: ``?`` (SQLite) or ``%s`` (PostgreSQL)."""
+    _select_runs: str
+    """``SELECT <RUN_COLUMNS ...> FROM <runs table>``: what :meth:`_decode_run` decodes."""
+
+    # ----------------------------------------------------------------- hooks
+
+    def _table(self, name: str) -> str:
+        """The table ``name`` as the store's SQL names it (a schema may qualify it)."""
+        return name
+
+    def _key(self, text: str) -> object:
+        """A run id (or thread id) as the store binds it."""
+        return text
+
+    def _query(self, sql: str, params: Sequence[object]) -> list[Any]:
+        """Every row of one read."""
+        raise NotImplementedError
+
+    def _decode_run(self, row: Sequence[Any]) -> RunRecord:
+        raise NotImplementedError
+
+    def _missing(self, run_id: str) -> CheckpointError:
+        raise NotImplementedError
+
+    def _advance(
+        self,
+        run_id: str,
+        number: int,
+        *,
+        status: RunStatus,
+        extra: bytes | None,
+        owner: str | None,
+        snapshot: bool,
+        payload: bytes,
+    ) -> None:
+        """The fenced commit of step ``number`` (see :meth:`commit_step`)."""
+        raise NotImplementedError
+
+    def _change_status(
+        self, run_id: str, status: RunStatus, extra: bytes | None, owner: str | None, release: str
+    ) -> None:
+        """The fenced status change (see :meth:`set_status`); ``release`` is :data:`RELEASE`
+        or empty."""
+        raise NotImplementedError
+
+    def _batch(self) -> AbstractContextManager[object]:
+        """One transaction that the store's own methods join, on this thread."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        """Release the store's connections. Safe to call twice."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # ----------------------------------------------------------------- writes
+
+    def commit_step(
+        self,
+        run_id: str,
+        step: StepRecord,
+        *,
+        status: RunStatus = "running",
+        error: str | None = None,
+        stopped_by: str | None = None,
+        interrupt: object = None,
+        owner: str | None = None,
+    ) -> None:
+        """In one transaction: append ``step`` (must be ``last_step + 1``), set the run's
+        ``last_step``/status fields, and drop the pending writes and journal of that step.
+        Fenced on ``owner`` (the lease token; the lease itself is kept)."""
+        check_status(run_id, status)
+        number = step.step
+        payload = encode(step, run_id=run_id, step=number, pack=True)
+        extra = encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
+        self._advance(
+            run_id,
+            number,
+            status=status,
+            extra=extra,
+            owner=owner,
+            snapshot=step.snapshot is not None,
+            payload=payload,
+        )
+
+    def set_status(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        error: str | None = None,
+        stopped_by: str | None = None,
+        interrupt: object = None,
+        owner: str | None = None,
+    ) -> None:
+        """Change a run's status without committing a step (park, fail, finish). Fenced on
+        ``owner``; any status but ``running`` also releases the lease."""
+        check_status(run_id, status)
+        extra = encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
+        self._change_status(run_id, status, extra, owner, "" if status == "running" else RELEASE)
+
+    def write_run(
+        self,
+        run: RunRecord,
+        steps: Sequence[StepRecord],
+        *,
+        pending: Sequence[PendingWrite] = (),
+        journal: Sequence[JournalEntry] = (),
+        graph: tuple[str, bytes] | None = None,
+    ) -> None:
+        """Insert a whole run - its record as it ended, every step from 0, the pending writes
+        and journal of its unfinished step, and ``graph`` (its hash and IR, as ``put_graph``
+        keeps them) - in one transaction, without a lease: what a run kept in memory
+        (``durability="exit"``) writes when it stops. Raises like ``create_run`` if the run
+        id exists; nothing is written then."""
+        with self._batch():
+            # The store's methods join this transaction: one commit, every row written
+            # exactly as those methods write it.
+            store = cast("CheckpointStore", self)  # the subclasses implement it all
+            write_whole_run(store, run, steps, pending=pending, journal=journal, graph=graph)
+
+    # ----------------------------------------------------------------- reads
+
+    def _check_exists(self, run_id: str) -> None:
+        sql = f"SELECT 1 FROM {self._table('runs')} WHERE run_id = {self._mark}"
+        if not self._query(sql, (self._key(run_id),)):
+            raise self._missing(run_id)
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run's record; ``RunNotFoundError`` if there is none."""
+        rows = self._query(f"{self._select_runs} WHERE run_id = {self._mark}", (self._key(run_id),))
+        if not rows:
+            raise self._missing(run_id)
+        return self._decode_run(rows[0])
+
+    def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
+        """Runs, newest first, optionally filtered by status."""
+        sql, params, refine = list_runs_sql(self._select_runs, status, limit, mark=self._mark)
+        runs = [self._decode_run(row) for row in self._query(sql, params)]
+        return [r for r in runs if r.status == status][:limit] if refine else runs
+
+    def get_thread(self, thread_id: str) -> list[RunRecord]:
+        """The runs of thread ``thread_id`` in turn order (empty for an unknown thread)."""
+        rows = self._query(
+            f"{self._select_runs} WHERE thread_id = {self._mark} ORDER BY turn",
+            (self._key(thread_id),),
+        )
+        return [self._decode_run(row) for row in rows]
+
+    def list_threads(self, *, limit: int = 100) -> list[RunRecord]:
+        """The latest turn of each thread, newest first."""
+        sql = list_threads_sql(self._select_runs, self._table("runs"), mark=self._mark)
+        return [self._decode_run(row) for row in self._query(sql, (limit,))]
+
+    def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
+        """Committed steps ``start..end`` (inclusive) in order."""
+        m = self._mark
+        hi = _MAX_STEP if end is None else min(end, _MAX_STEP)
+        rows = self._query(
+            f"SELECT step, payload, crc FROM {self._table('steps')} "
+            f"WHERE run_id = {m} AND step >= {m} AND step <= {m} ORDER BY step",
+            (self._key(run_id), max(min(start, _MAX_STEP), -_MAX_STEP), hi),
+        )
+        if not rows:
+            self._check_exists(run_id)  # an unknown run, or else just an empty range
+        return [
+            decode(StepRecord, payload, run_id=run_id, step=step, table="steps", crc=crc)
+            for step, payload, crc in rows
+        ]
+
+    def snapshot_step(self, run_id: str, at_or_before: int) -> int:
+        """The newest step ``<= at_or_before`` that holds a full snapshot (0 always does)."""
+        m = self._mark
+        rows = self._query(
+            f"SELECT MAX(step) FROM {self._table('steps')} "
+            f"WHERE run_id = {m} AND step <= {m} AND has_snapshot",
+            (self._key(run_id), min(at_or_before, _MAX_STEP)),
+        )
+        found = rows[0][0] if rows else None
+        if found is None:
+            self._check_exists(run_id)
+            return 0
+        return int(found)
+
+    def get_pending(self, run_id: str, step: int) -> list[PendingWrite]:
+        """Pending writes saved for ``step``, ordered by ``(node, index)``."""
+        return [
+            decode(PendingWrite, payload, run_id=run_id, step=step, table="pending", crc=crc)
+            for payload, crc in self._children("pending", run_id, step, "node, idx")
+        ]
+
+    def get_journal(self, run_id: str, step: int) -> list[JournalEntry]:
+        """Journal entries of ``step``, ordered by ``(node, index, seq)``."""
+        return [
+            decode(JournalEntry, payload, run_id=run_id, step=step, table="journal", crc=crc)
+            for payload, crc in self._children("journal", run_id, step, "node, idx, seq")
+        ]
+
+    def _children(self, table: str, run_id: str, step: int, order: str) -> list[Any]:
+        m = self._mark
+        return self._query(
+            f"SELECT payload, crc FROM {self._table(table)} WHERE run_id = {m} AND step = {m} "
+            f"ORDER BY {order}",
+            (self._key(run_id), step),
+        )

@@ -37,12 +37,10 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final, Literal
 
 from stargraph._sqlite import Database, Doing, is_locked
 from stargraph.checkpoint._codec import crc as _crc
-from stargraph.checkpoint._codec import decode as _decode
 from stargraph.checkpoint._codec import encode as _encode
 from stargraph.checkpoint._codec import encode_extra as _encode_extra
 from stargraph.checkpoint._lease import owner_blob
@@ -60,16 +58,13 @@ from stargraph.checkpoint._records import (
     unicode_problem,
 )
 from stargraph.checkpoint._sql import (
-    RELEASE,
     RUN_COLUMNS,
+    SqlStore,
     check_status,
     decode_run,
     fence_error,
-    list_runs_sql,
-    list_threads_sql,
     may_acquire,
     missing,
-    write_whole_run,
 )
 from stargraph.errors import (
     CheckpointError,
@@ -157,7 +152,6 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     ),
 )
 
-_SELECT_RUNS: Final = f"SELECT {RUN_COLUMNS} FROM runs"
 _ADVANCE: Final = (
     "UPDATE runs SET last_step = ?, status = ?, extra = ?, updated_at = ? "
     "WHERE run_id = ? AND last_step = ? AND lease_token IS ?"
@@ -194,10 +188,6 @@ def _lease(expires: Any, row: Any) -> tuple[str, bool]:
     return datetime.fromtimestamp(at, UTC).isoformat(), at < time.time()
 
 
-def _decode_run(row: tuple[Any, ...]) -> RunRecord:
-    return decode_run(row, lease=_lease, damaged="the checkpoint file is damaged")
-
-
 def _bad_text(exc: UnicodeEncodeError) -> CheckpointError:
     text = exc.object if isinstance(exc.object, str) else ""
     problem = unicode_problem(text) or str(exc)
@@ -207,7 +197,7 @@ def _bad_text(exc: UnicodeEncodeError) -> CheckpointError:
     )
 
 
-class SqliteStore:
+class SqliteStore(SqlStore):
     """A ``CheckpointStore`` in one SQLite file, safe across threads and processes.
 
     ``synchronous="NORMAL"`` (default) survives process crashes; a power loss may lose the
@@ -220,6 +210,9 @@ class SqliteStore:
     ...         store.integrity_check()
     'ok'
     """
+
+    _mark = "?"
+    _select_runs = f"SELECT {RUN_COLUMNS} FROM runs"
 
     def __init__(
         self,
@@ -267,17 +260,6 @@ class SqliteStore:
         """Close every connection this store opened, in any thread. Safe to call twice."""
         self._db.close()
 
-    def __enter__(self) -> SqliteStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back on error.
         Inside :meth:`write_run` (same thread), the statements join its transaction."""
@@ -309,8 +291,16 @@ class SqliteStore:
             )
         return self._db_error(exc)
 
-    def _rows(self, sql: str, params: tuple[object, ...]) -> list[tuple[Any, ...]]:
+    def _query(self, sql: str, params: Sequence[object]) -> list[Any]:
         return self._db.rows(sql, params)
+
+    _rows = _query
+
+    def _batch(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        return self._write()
+
+    def _decode_run(self, row: Sequence[Any]) -> RunRecord:
+        return decode_run(row, lease=_lease, damaged="the checkpoint file is damaged")
 
     def _setup(self) -> None:
         conn = self._conn()
@@ -378,10 +368,6 @@ class SqliteStore:
     def _missing(self, run_id: str) -> CheckpointError:
         return missing(run_id, self._where)
 
-    def _check_exists(self, run_id: str) -> None:
-        if not self._rows("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)):
-            raise self._missing(run_id)
-
     # ----------------------------------------------------------------- writes
 
     def create_run(self, run: RunRecord, first: StepRecord) -> None:
@@ -433,25 +419,6 @@ class SqliteStore:
                 (rid, first.step, first.snapshot is not None, payload, _crc(payload)),
             )
 
-    def write_run(
-        self,
-        run: RunRecord,
-        steps: Sequence[StepRecord],
-        *,
-        pending: Sequence[PendingWrite] = (),
-        journal: Sequence[JournalEntry] = (),
-        graph: tuple[str, bytes] | None = None,
-    ) -> None:
-        """Insert a whole run - its record as it ended, every step from 0, the pending writes
-        and journal of its unfinished step, and ``graph`` (its hash and IR, as
-        :meth:`put_graph` keeps them) - in one transaction, without a lease: what a run kept
-        in memory (``durability="exit"``) writes when it stops. Raises like
-        :meth:`create_run` if the run id exists; nothing is written then."""
-        with self._write():
-            # The methods write_whole_run calls run inside this transaction (a write opened
-            # inside another joins it): one commit, every row written as they write it.
-            write_whole_run(self, run, steps, pending=pending, journal=journal, graph=graph)
-
     @staticmethod
     def _lease_columns(owner: RunOwner | None) -> tuple[object, object, object]:
         if owner is None:
@@ -471,10 +438,10 @@ class SqliteStore:
         """Lease the run to ``owner`` unless another live owner holds it; returns the run's
         record from just before."""
         with self._write() as conn:
-            row = conn.execute(f"{_SELECT_RUNS} WHERE run_id = ?", (run_id,)).fetchone()
+            row = conn.execute(f"{self._select_runs} WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
                 raise self._missing(run_id)
-            before = _decode_run(row)
+            before = self._decode_run(row)
             expired = row[13] is not None and float(row[13]) < time.time()
             may_acquire(before, owner, replace=replace, expired=expired)
             conn.execute(
@@ -502,24 +469,17 @@ class SqliteStore:
                 (run_id, token),
             )
 
-    def commit_step(
+    def _advance(
         self,
         run_id: str,
-        step: StepRecord,
+        number: int,
         *,
-        status: RunStatus = "running",
-        error: str | None = None,
-        stopped_by: str | None = None,
-        interrupt: object = None,
-        owner: str | None = None,
+        status: RunStatus,
+        extra: bytes | None,
+        owner: str | None,
+        snapshot: bool,
+        payload: bytes,
     ) -> None:
-        """In one transaction: append ``step`` (must be ``last_step + 1``), set the run's
-        ``last_step``/status fields, and drop the pending writes and journal of that step.
-        Fenced on ``owner`` (the lease token; the lease itself is kept)."""
-        check_status(run_id, status)
-        number = step.step
-        payload = _encode(step, run_id=run_id, step=number, pack=True)
-        extra = _encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
         with self._write() as conn:
             # Compare-and-set on last_step and the lease: the fence between two writers.
             cursor = conn.execute(
@@ -529,26 +489,14 @@ class SqliteStore:
                 raise self._fence_error(conn, run_id, owner, number)
             conn.execute(
                 _INSERT_STEP,
-                (run_id, number, step.snapshot is not None, payload, _crc(payload)),
+                (run_id, number, snapshot, payload, _crc(payload)),
             )
             conn.execute(_DROP_PENDING, (run_id, number))
             conn.execute(_DROP_JOURNAL, (run_id, number))
 
-    def set_status(
-        self,
-        run_id: str,
-        status: RunStatus,
-        *,
-        error: str | None = None,
-        stopped_by: str | None = None,
-        interrupt: object = None,
-        owner: str | None = None,
+    def _change_status(
+        self, run_id: str, status: RunStatus, extra: bytes | None, owner: str | None, release: str
     ) -> None:
-        """Change a run's status without committing a step (park, fail, finish). Fenced on
-        ``owner``; any status but ``running`` also releases the lease."""
-        check_status(run_id, status)
-        extra = _encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
-        release = "" if status == "running" else RELEASE
         with self._write() as conn:
             cursor = conn.execute(
                 f"UPDATE runs SET status = ?, extra = ?, updated_at = ?{release} "
@@ -620,78 +568,6 @@ class SqliteStore:
                 raise self._missing(run_id) from exc
 
     # ----------------------------------------------------------------- reads
-
-    def get_run(self, run_id: str) -> RunRecord:
-        """The run's record; ``RunNotFoundError`` if there is none."""
-        rows = self._rows(f"{_SELECT_RUNS} WHERE run_id = ?", (run_id,))
-        if not rows:
-            raise self._missing(run_id)
-        return _decode_run(rows[0])
-
-    def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
-        """Runs, newest first, optionally filtered by status."""
-        sql, params, refine = list_runs_sql(_SELECT_RUNS, status, limit, mark="?")
-        runs = [_decode_run(row) for row in self._rows(sql, params)]
-        return [r for r in runs if r.status == status][:limit] if refine else runs
-
-    def get_thread(self, thread_id: str) -> list[RunRecord]:
-        """The runs of thread ``thread_id`` in turn order (empty for an unknown thread)."""
-        rows = self._rows(f"{_SELECT_RUNS} WHERE thread_id = ? ORDER BY turn", (thread_id,))
-        return [_decode_run(row) for row in rows]
-
-    def list_threads(self, *, limit: int = 100) -> list[RunRecord]:
-        """The latest turn of each thread, newest first."""
-        rows = self._rows(list_threads_sql(_SELECT_RUNS, "runs", mark="?"), (limit,))
-        return [_decode_run(row) for row in rows]
-
-    def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
-        """Committed steps ``start..end`` (inclusive) in order."""
-        rows = self._rows(
-            "SELECT step, payload, crc FROM steps WHERE run_id = ? AND step >= ? AND step <= ? "
-            "ORDER BY step",
-            (run_id, start, end if end is not None else 2**63 - 1),
-        )
-        if not rows:
-            self._check_exists(run_id)  # an unknown run, or else just an empty range
-        return [
-            _decode(StepRecord, payload, run_id=run_id, step=step, table="steps", crc=crc)
-            for step, payload, crc in rows
-        ]
-
-    def snapshot_step(self, run_id: str, at_or_before: int) -> int:
-        """The newest step ``<= at_or_before`` that holds a full snapshot (0 always does)."""
-        rows = self._rows(
-            "SELECT MAX(step) FROM steps WHERE run_id = ? AND step <= ? AND has_snapshot",
-            (run_id, at_or_before),
-        )
-        found = rows[0][0]
-        if found is None:
-            self._check_exists(run_id)
-            return 0
-        return int(found)
-
-    def get_pending(self, run_id: str, step: int) -> list[PendingWrite]:
-        """Pending writes saved for ``step``, ordered by ``(node, index)``."""
-        rows = self._rows(
-            "SELECT payload, crc FROM pending WHERE run_id = ? AND step = ? ORDER BY node, idx",
-            (run_id, step),
-        )
-        return [
-            _decode(PendingWrite, payload, run_id=run_id, step=step, table="pending", crc=crc)
-            for payload, crc in rows
-        ]
-
-    def get_journal(self, run_id: str, step: int) -> list[JournalEntry]:
-        """Journal entries of ``step``, ordered by ``(node, index, seq)``."""
-        rows = self._rows(
-            "SELECT payload, crc FROM journal WHERE run_id = ? AND step = ? "
-            "ORDER BY node, idx, seq",
-            (run_id, step),
-        )
-        return [
-            _decode(JournalEntry, payload, run_id=run_id, step=step, table="journal", crc=crc)
-            for payload, crc in rows
-        ]
 
     # ----------------------------------------------------------------- maintenance
 
