@@ -36,7 +36,8 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
+from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from stargraph.checkpoint._codec import crc as _crc
@@ -48,7 +49,6 @@ from stargraph.checkpoint._records import (
     PendingWrite,
     RunOwner,
     RunRecord,
-    RunStatus,
     StepRecord,
     check_thread,
     clip_error,
@@ -57,12 +57,14 @@ from stargraph.checkpoint._records import (
 )
 from stargraph.checkpoint._sql import (
     RUN_COLUMNS,
+    Commit,
     SqlStore,
     check_status,
     decode_run,
     fence_error,
     may_acquire,
     missing,
+    now,
 )
 from stargraph.errors import CheckpointError, RunNotFoundError, StoreUnavailableError
 
@@ -144,10 +146,6 @@ _SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 # server's clock.
 _RUN_SELECT: Final = f"{RUN_COLUMNS}, lease_expires < clock_timestamp()"
 _EXPIRED: Final = 16
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
 
 
 def redact(text: str, password: str | None = None) -> str:
@@ -420,6 +418,17 @@ class PostgresStore(SqlStore):
         self._closed = True
         self._pool.close()
 
+    def __enter__(self) -> PostgresStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
     # ----------------------------------------------------------------- schema
 
     def schema_version(self) -> int:
@@ -507,7 +516,7 @@ class PostgresStore(SqlStore):
         check_thread(run)
         payload = _encode(first, run_id=rid, step=first.step, pack=True)
         extra = _encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
-        now = _now()
+        at = now()
         values = (
             key,
             _b(run.graph_name, run_id=rid),
@@ -517,8 +526,8 @@ class PostgresStore(SqlStore):
             first.step,
             _b(run.parent_run_id, run_id=rid),
             run.parent_step,
-            _b(run.created_at or now, run_id=rid),
-            now,
+            _b(run.created_at or at, run_id=rid),
+            at,
             extra,
             *_lease_columns(run.owner),
             _b(run.thread_id, run_id=rid),
@@ -592,36 +601,25 @@ class PostgresStore(SqlStore):
             )
         return before
 
-    def heartbeat(self, run_id: str, owner: RunOwner) -> bool:
-        """Renew ``owner``'s lease; ``False`` if it is not the run's lease any more."""
-        with self._conn() as conn:
-            cursor = conn.execute(
-                f"UPDATE {self._s}.runs SET lease_expires = clock_timestamp() + "
-                "%s * interval '1 second' WHERE run_id = %s AND lease_token = %s",
-                (owner.lease_s, _key(run_id), owner.token),
-            )
-            return cursor.rowcount == 1
+    _token_is = "lease_token IS NOT DISTINCT FROM %s::text"
 
-    def release(self, run_id: str, token: str) -> None:
-        """Give up the lease ``token`` without changing the status."""
-        with self._conn() as conn:
-            conn.execute(
-                f"UPDATE {self._s}.runs SET lease_token = NULL, lease_owner = NULL, "
-                "lease_expires = NULL WHERE run_id = %s AND lease_token = %s",
-                (_key(run_id), token),
-            )
+    def _lease_until(self, lease_s: float) -> tuple[str, object]:
+        return "clock_timestamp() + %s * interval '1 second'", lease_s
 
-    def _advance(
-        self,
-        run_id: str,
-        number: int,
-        *,
-        status: RunStatus,
-        extra: bytes | None,
-        owner: str | None,
-        snapshot: bool,
-        payload: bytes,
-    ) -> None:
+    def _text(self, value: str | None, run_id: str) -> object:
+        return _b(value, run_id=run_id)
+
+    def _change(self, sql: str, params: Sequence[object]) -> int:
+        with self._conn() as conn:
+            return int(conn.execute(sql, params).rowcount)
+
+    def _fenced(self, sql: str, params: Sequence[object], run_id: str, owner: str | None) -> None:
+        with self._conn() as conn:
+            if conn.execute(sql, params).rowcount != 1:
+                raise self._fence_error(conn, run_id, owner, None)
+
+    def _advance(self, run_id: str, number: int, commit: Commit) -> None:
+        status, extra, owner, snapshot, payload = commit
         key = _key(run_id)
         s = self._s
         with self._conn() as conn:
@@ -642,7 +640,7 @@ class PostgresStore(SqlStore):
                     "n": number,
                     "status": status,
                     "extra": extra,
-                    "now": _now(),
+                    "now": now(),
                     "run": key,
                     "prev": number - 1,
                     "owner": owner,
@@ -654,34 +652,6 @@ class PostgresStore(SqlStore):
             if row is not None and row[0] == 1:
                 return
             raise self._fence_error(conn, run_id, owner, number)
-
-    def _change_status(
-        self, run_id: str, status: RunStatus, extra: bytes | None, owner: str | None, release: str
-    ) -> None:
-        with self._conn() as conn:
-            cursor = conn.execute(
-                f"UPDATE {self._s}.runs SET status = %s, extra = %s, updated_at = %s{release} "
-                "WHERE run_id = %s AND lease_token IS NOT DISTINCT FROM %s::text",
-                (status, extra, _now(), _key(run_id), owner),
-            )
-            if cursor.rowcount != 1:
-                raise self._fence_error(conn, run_id, owner, None)
-
-    def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
-        """Record that the run continues under another graph (after an explicit migration)."""
-        with self._conn() as conn:
-            cursor = conn.execute(
-                f"UPDATE {self._s}.runs SET graph_hash = %s, code_hash = %s, updated_at = %s "
-                "WHERE run_id = %s",
-                (
-                    _b(graph_hash, run_id=run_id),
-                    _b(code_hash, run_id=run_id),
-                    _now(),
-                    _b(run_id, run_id=run_id),
-                ),
-            )
-            if cursor.rowcount != 1:
-                raise self._missing(run_id)
 
     def put_graph(self, graph_hash: str, ir: bytes) -> None:
         """Keep a graph's IR by its hash (the first copy stays)."""

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, Self, cast
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 import pydantic_core
 
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 __all__ = [
     "RELEASE",
     "RUN_COLUMNS",
+    "Commit",
     "SqlStore",
     "check_status",
     "decode_run",
@@ -88,6 +89,21 @@ _MAX_STEP: Final = 2**63 - 1
 
 def _same(value: Any) -> Any:
     return value
+
+
+def now() -> str:
+    """The ``updated_at`` (and default ``created_at``) of a row written now."""
+    return datetime.now(UTC).isoformat()
+
+
+class Commit(NamedTuple):
+    """What a fenced step commit writes besides the step number (see ``commit_step``)."""
+
+    status: RunStatus
+    extra: bytes | None
+    owner: str | None
+    snapshot: bool
+    payload: bytes
 
 
 def check_status(run_id: str, status: str) -> None:
@@ -278,45 +294,33 @@ class SqlStore:
     def _missing(self, run_id: str) -> CheckpointError:
         raise NotImplementedError
 
-    def _advance(
-        self,
-        run_id: str,
-        number: int,
-        *,
-        status: RunStatus,
-        extra: bytes | None,
-        owner: str | None,
-        snapshot: bool,
-        payload: bytes,
-    ) -> None:
-        """The fenced commit of step ``number`` (see :meth:`commit_step`)."""
+    def _text(self, value: str | None, run_id: str) -> object:
+        """Other caller-given text of run ``run_id`` as the store binds it."""
+        return value
+
+    _token_is: str
+    """SQL comparing ``lease_token`` with a parameter that may be NULL."""
+
+    def _lease_until(self, lease_s: float) -> tuple[str, object]:
+        """The SQL and the parameter for a lease that lasts ``lease_s`` from now."""
         raise NotImplementedError
 
-    def _change_status(
-        self, run_id: str, status: RunStatus, extra: bytes | None, owner: str | None, release: str
-    ) -> None:
-        """The fenced status change (see :meth:`set_status`); ``release`` is :data:`RELEASE`
-        or empty."""
+    def _change(self, sql: str, params: Sequence[object]) -> int:
+        """One write statement in its own transaction; the number of rows it changed."""
+        raise NotImplementedError
+
+    def _fenced(self, sql: str, params: Sequence[object], run_id: str, owner: str | None) -> None:
+        """One compare-and-set on the run's lease; when it matched no row, raise why (read
+        in the same transaction)."""
+        raise NotImplementedError
+
+    def _advance(self, run_id: str, number: int, commit: Commit) -> None:
+        """The fenced commit of step ``number`` (see :meth:`commit_step`)."""
         raise NotImplementedError
 
     def _batch(self) -> AbstractContextManager[object]:
         """One transaction that the store's own methods join, on this thread."""
         raise NotImplementedError
-
-    def close(self) -> None:
-        """Release the store's connections. Safe to call twice."""
-        raise NotImplementedError
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # ----------------------------------------------------------------- writes
 
@@ -339,13 +343,7 @@ class SqlStore:
         payload = encode(step, run_id=run_id, step=number, pack=True)
         extra = encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
         self._advance(
-            run_id,
-            number,
-            status=status,
-            extra=extra,
-            owner=owner,
-            snapshot=step.snapshot is not None,
-            payload=payload,
+            run_id, number, Commit(status, extra, owner, step.snapshot is not None, payload)
         )
 
     def set_status(
@@ -362,7 +360,51 @@ class SqlStore:
         ``owner``; any status but ``running`` also releases the lease."""
         check_status(run_id, status)
         extra = encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
-        self._change_status(run_id, status, extra, owner, "" if status == "running" else RELEASE)
+        release = "" if status == "running" else RELEASE
+        m = self._mark
+        self._fenced(
+            f"UPDATE {self._table('runs')} SET status = {m}, extra = {m}, updated_at = {m}"
+            f"{release} WHERE run_id = {m} AND {self._token_is}",
+            (status, extra, now(), self._key(run_id), owner),
+            run_id,
+            owner,
+        )
+
+    def heartbeat(self, run_id: str, owner: RunOwner) -> bool:
+        """Renew ``owner``'s lease; ``False`` if it is not the run's lease any more."""
+        until, param = self._lease_until(owner.lease_s)
+        m = self._mark
+        changed = self._change(
+            f"UPDATE {self._table('runs')} SET lease_expires = {until} "
+            f"WHERE run_id = {m} AND lease_token = {m}",
+            (param, self._key(run_id), owner.token),
+        )
+        return changed == 1
+
+    def release(self, run_id: str, token: str) -> None:
+        """Give up the lease ``token`` without changing the status."""
+        m = self._mark
+        self._change(
+            f"UPDATE {self._table('runs')} SET {RELEASE[2:]} "
+            f"WHERE run_id = {m} AND lease_token = {m}",
+            (self._key(run_id), token),
+        )
+
+    def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
+        """Record that the run continues under another graph (after an explicit migration)."""
+        m = self._mark
+        changed = self._change(
+            f"UPDATE {self._table('runs')} SET graph_hash = {m}, code_hash = {m}, "
+            f"updated_at = {m} WHERE run_id = {m}",
+            (
+                self._text(graph_hash, run_id),
+                self._text(code_hash, run_id),
+                now(),
+                self._key(run_id),
+            ),
+        )
+        if changed != 1:
+            raise self._missing(run_id)
 
     def write_run(
         self,

@@ -37,6 +37,7 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Final, Literal
 
 from stargraph._sqlite import Database, Doing, is_locked
@@ -49,7 +50,6 @@ from stargraph.checkpoint._records import (
     PendingWrite,
     RunOwner,
     RunRecord,
-    RunStatus,
     StepRecord,
     check_text,
     check_thread,
@@ -59,12 +59,14 @@ from stargraph.checkpoint._records import (
 )
 from stargraph.checkpoint._sql import (
     RUN_COLUMNS,
+    Commit,
     SqlStore,
     check_status,
     decode_run,
     fence_error,
     may_acquire,
     missing,
+    now,
 )
 from stargraph.errors import (
     CheckpointError,
@@ -178,10 +180,6 @@ _UNAVAILABLE: Final = {
 }
 
 
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
-
-
 def _lease(expires: Any, row: Any) -> tuple[str, bool]:
     """A stored lease expiry (Unix seconds) as ISO text, and whether it lapsed."""
     at = float(expires)
@@ -259,6 +257,17 @@ class SqliteStore(SqlStore):
     def close(self) -> None:
         """Close every connection this store opened, in any thread. Safe to call twice."""
         self._db.close()
+
+    def __enter__(self) -> SqliteStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
 
     def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back on error.
@@ -380,7 +389,7 @@ class SqliteStore(SqlStore):
         payload = _encode(first, run_id=rid, step=first.step, pack=True)
         extra = _encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
         owner = run.owner
-        now = _now()
+        at = now()
         with self._write() as conn:
             try:
                 conn.execute(
@@ -395,8 +404,8 @@ class SqliteStore(SqlStore):
                         first.step,
                         run.parent_run_id,
                         run.parent_step,
-                        run.created_at or now,
-                        now,
+                        run.created_at or at,
+                        at,
                         extra,
                         *self._lease_columns(owner),
                         run.thread_id,
@@ -451,39 +460,26 @@ class SqliteStore(SqlStore):
             )
         return before
 
-    def heartbeat(self, run_id: str, owner: RunOwner) -> bool:
-        """Renew ``owner``'s lease; ``False`` if it is not the run's lease any more."""
-        with self._write() as conn:
-            cursor = conn.execute(
-                "UPDATE runs SET lease_expires = ? WHERE run_id = ? AND lease_token = ?",
-                (time.time() + owner.lease_s, run_id, owner.token),
-            )
-            return cursor.rowcount == 1
+    _token_is = "lease_token IS ?"
 
-    def release(self, run_id: str, token: str) -> None:
-        """Give up the lease ``token`` without changing the status."""
-        with self._write() as conn:
-            conn.execute(
-                "UPDATE runs SET lease_token = NULL, lease_owner = NULL, lease_expires = NULL "
-                "WHERE run_id = ? AND lease_token = ?",
-                (run_id, token),
-            )
+    def _lease_until(self, lease_s: float) -> tuple[str, object]:
+        return "?", time.time() + lease_s
 
-    def _advance(
-        self,
-        run_id: str,
-        number: int,
-        *,
-        status: RunStatus,
-        extra: bytes | None,
-        owner: str | None,
-        snapshot: bool,
-        payload: bytes,
-    ) -> None:
+    def _change(self, sql: str, params: Sequence[object]) -> int:
+        with self._write() as conn:
+            return int(conn.execute(sql, params).rowcount)
+
+    def _fenced(self, sql: str, params: Sequence[object], run_id: str, owner: str | None) -> None:
+        with self._write() as conn:
+            if conn.execute(sql, params).rowcount != 1:
+                raise self._fence_error(conn, run_id, owner, None)
+
+    def _advance(self, run_id: str, number: int, commit: Commit) -> None:
+        status, extra, owner, snapshot, payload = commit
         with self._write() as conn:
             # Compare-and-set on last_step and the lease: the fence between two writers.
             cursor = conn.execute(
-                _ADVANCE, (number, status, extra, _now(), run_id, number - 1, owner)
+                _ADVANCE, (number, status, extra, now(), run_id, number - 1, owner)
             )
             if cursor.rowcount != 1:
                 raise self._fence_error(conn, run_id, owner, number)
@@ -493,28 +489,6 @@ class SqliteStore(SqlStore):
             )
             conn.execute(_DROP_PENDING, (run_id, number))
             conn.execute(_DROP_JOURNAL, (run_id, number))
-
-    def _change_status(
-        self, run_id: str, status: RunStatus, extra: bytes | None, owner: str | None, release: str
-    ) -> None:
-        with self._write() as conn:
-            cursor = conn.execute(
-                f"UPDATE runs SET status = ?, extra = ?, updated_at = ?{release} "
-                "WHERE run_id = ? AND lease_token IS ?",
-                (status, extra, _now(), run_id, owner),
-            )
-            if cursor.rowcount != 1:
-                raise self._fence_error(conn, run_id, owner, None)
-
-    def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
-        """Record that the run continues under another graph (after an explicit migration)."""
-        with self._write() as conn:
-            cursor = conn.execute(
-                "UPDATE runs SET graph_hash = ?, code_hash = ?, updated_at = ? WHERE run_id = ?",
-                (graph_hash, code_hash, _now(), run_id),
-            )
-            if cursor.rowcount != 1:
-                raise self._missing(run_id)
 
     def put_graph(self, graph_hash: str, ir: bytes) -> None:
         """Keep a graph's IR by its hash (the first copy stays)."""
