@@ -386,10 +386,13 @@ class AgentStore:
         return record
 
     def assign(self, agent_id: str, task_id: str) -> AgentRecord:
-        """READY -> BUSY on ``task_id``."""
-        with self._lock:
-            self._conn.execute("UPDATE agents SET task_id = ? WHERE id = ?", (task_id, agent_id))
-            return self._move(agent_id, "BUSY", task_id=task_id)
+        """READY -> BUSY on ``task_id``; the task is recorded in the move's transaction, so a
+        refused move leaves the agent's task as it was."""
+
+        def store(conn: sqlite3.Connection) -> None:
+            conn.execute("UPDATE agents SET task_id = ? WHERE id = ?", (task_id, agent_id))
+
+        return self._move(agent_id, "BUSY", before=store, task_id=task_id)
 
     def fail(self, agent_id: str, reason: str) -> AgentRecord:
         """Any non-terminal state -> FAILED."""

@@ -173,6 +173,18 @@ _PG_ITEM: Final = (
 )
 
 
+def _claim(row: tuple[Any, ...]) -> Claim:
+    """A claimed row (``run_id, graph_ref, input, attempts, max_attempts, lease_token``)."""
+    return Claim(
+        run_id=row[0],
+        graph_ref=row[1],
+        input=pydantic_core.from_json(bytes(row[2])),
+        attempts=int(row[3]),
+        max_attempts=int(row[4]),
+        token=int(row[5]),
+    )
+
+
 def _item(row: tuple[Any, ...]) -> QueueItem:
     return QueueItem(
         run_id=row[0],
@@ -271,16 +283,7 @@ class PostgresQueue:
                 "RETURNING run_id, graph_ref, input, attempts, max_attempts, lease_token",
                 (owner, lease_s),
             ).fetchone()
-        if row is None:
-            return None
-        return Claim(
-            run_id=row[0],
-            graph_ref=row[1],
-            input=pydantic_core.from_json(bytes(row[2])),
-            attempts=int(row[3]),
-            max_attempts=int(row[4]),
-            token=int(row[5]),
-        )
+        return None if row is None else _claim(row)
 
     def renew(self, claim: Claim, owner: str, lease_s: float) -> bool:
         """Extend the lease while ``claim.token`` is still the row's token."""
@@ -453,14 +456,7 @@ class SqliteQueue:
                 "FROM queue WHERE run_id = ?",
                 (row[0],),
             ).fetchone()
-        return Claim(
-            run_id=got[0],
-            graph_ref=got[1],
-            input=pydantic_core.from_json(got[2]),
-            attempts=int(got[3]),
-            max_attempts=int(got[4]),
-            token=int(got[5]),
-        )
+        return _claim(got)
 
     def renew(self, claim: Claim, owner: str, lease_s: float) -> bool:
         """Extend the lease while ``claim.token`` is still the row's token."""
