@@ -25,12 +25,18 @@ def test_a_nested_write_joins_the_outer_transaction(tmp_path: Path) -> None:
     db = Database(tmp_path / "t.db")
     with db.write() as conn:
         conn.execute("CREATE TABLE t (n INTEGER)")
-    with pytest.raises(RuntimeError), db.write() as outer:
-        outer.execute("INSERT INTO t VALUES (1)")
-        with db.write() as inner:
-            assert inner is outer and db.writing
-            inner.execute("INSERT INTO t VALUES (2)")
-        raise RuntimeError("after the inner write: everything rolls back")
+
+    def write_then_fail() -> None:
+        with db.write() as outer:
+            outer.execute("INSERT INTO t VALUES (1)")
+            with db.write() as inner:
+                assert inner is outer
+                assert db.writing
+                inner.execute("INSERT INTO t VALUES (2)")
+            raise RuntimeError("after the inner write: everything rolls back")
+
+    with pytest.raises(RuntimeError):
+        write_then_fail()
     assert db.rows("SELECT n FROM t") == []
     with db.write() as outer:
         with db.write() as inner:
