@@ -246,7 +246,7 @@ class CountingStore(SqliteStore):
 
     @contextmanager
     def _write(self) -> Iterator[sqlite3.Connection]:
-        if getattr(self._local, "batch", None) is None:
+        if not self._db.writing:
             self.calls["transactions"] = self.calls.get("transactions", 0) + 1
         with super()._write() as conn:
             yield conn

@@ -173,7 +173,7 @@ def test_connections_of_finished_threads_are_released(store: SqliteStore) -> Non
         t.start()
         t.join()
     store.get_run("r1")
-    assert len(store._conns) <= 2, "dead threads' connections are closed on the next open"
+    assert len(store._db._conns) <= 2, "dead threads' connections are closed on the next open"
 
 
 def test_integrity_check(store: SqliteStore) -> None:

@@ -18,12 +18,12 @@ import uuid
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any, Final
 
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from stargraph._sqlite import Database, Doing
 from stargraph.agents._data import config_error
 from stargraph.agents._lifecycle import DEFAULT_LIFECYCLE, Lifecycle
 from stargraph.agents._pool import PoolStrategy, Strategy, plan
@@ -138,21 +138,44 @@ class AgentStore:
         self.on_event = on_event
         self._clock = clock
         self._new_id = new_id
+        # Makes each compound operation (check, then write) atomic within this process.
         self._lock = threading.RLock()
-        self._conn = _open(self.path)
+        self._db = Database(self.path, fail=self._fail)
+        self._db.connection()  # a file that cannot be opened fails here, naming it
+        try:
+            self._db.script(_SCHEMA)
+        except sqlite3.Error as exc:
+            self._db.close()
+            raise self._not_ours(exc) from exc
 
     # ------------------------------------------------------------------ plumbing
 
+    @property
+    def _conn(self) -> sqlite3.Connection:
+        """This thread's connection (``":memory:"``: the shared one, used under ``_lock``)."""
+        return self._db.connection()
+
     @contextmanager
     def _tx(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                yield self._conn
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+        with self._lock, self._db.write() as conn:
+            yield conn
+
+    def _fail(self, exc: BaseException, doing: Doing) -> BaseException:
+        """The store's typed errors for a file it cannot open; the rest passes through."""
+        if doing == "folder" or (doing == "open" and not _not_a_database(exc)):
+            return LifecycleError(
+                f"cannot open the agent store {self.path!r}: {exc}; its directory must exist "
+                "(or be creatable) and be readable and writable"
+            )
+        if doing == "open":
+            return self._not_ours(exc)
+        return exc
+
+    def _not_ours(self, exc: BaseException) -> LifecycleError:
+        return LifecycleError(
+            f"cannot open the agent store {self.path!r}: {exc}; is it an agent store made by "
+            "stargraph? Pass another path, or move this file away"
+        )
 
     def _now(self) -> int:
         return int(self._clock() * 1000)
@@ -363,10 +386,13 @@ class AgentStore:
         return record
 
     def assign(self, agent_id: str, task_id: str) -> AgentRecord:
-        """READY -> BUSY on ``task_id``."""
-        with self._lock:
-            self._conn.execute("UPDATE agents SET task_id = ? WHERE id = ?", (task_id, agent_id))
-            return self._move(agent_id, "BUSY", task_id=task_id)
+        """READY -> BUSY on ``task_id``; the task is recorded in the move's transaction, so a
+        refused move leaves the agent's task as it was."""
+
+        def store(conn: sqlite3.Connection) -> None:
+            conn.execute("UPDATE agents SET task_id = ? WHERE id = ?", (task_id, agent_id))
+
+        return self._move(agent_id, "BUSY", before=store, task_id=task_id)
 
     def fail(self, agent_id: str, reason: str) -> AgentRecord:
         """Any non-terminal state -> FAILED."""
@@ -638,9 +664,9 @@ class AgentStore:
         return broken
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connections."""
         with self._lock:
-            self._conn.close()
+            self._db.close()
 
     def __enter__(self) -> AgentStore:
         return self
@@ -649,27 +675,10 @@ class AgentStore:
         self.close()
 
 
-def _open(path: str) -> sqlite3.Connection:
-    """The store's connection with its schema; a ``LifecycleError`` naming the file when its
-    directory cannot be made or the file is not a usable SQLite database."""
-    try:
-        if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
-    except (OSError, sqlite3.Error) as exc:
-        raise LifecycleError(
-            f"cannot open the agent store {path!r}: {exc}; its directory must exist (or be "
-            "creatable) and be readable and writable"
-        ) from exc
-    try:
-        conn.executescript(_SCHEMA)
-    except sqlite3.Error as exc:
-        conn.close()
-        raise LifecycleError(
-            f"cannot open the agent store {path!r}: {exc}; is it an agent store made by "
-            "stargraph? Pass another path, or move this file away"
-        ) from exc
-    return conn
+def _not_a_database(exc: BaseException) -> bool:
+    """A file SQLite opened but cannot read (not a database, or damaged), as opposed to a
+    path it cannot open at all (``OperationalError``)."""
+    return isinstance(exc, sqlite3.DatabaseError) and not isinstance(exc, sqlite3.OperationalError)
 
 
 def _columns_hash(columns: Mapping[str, Any]) -> str:

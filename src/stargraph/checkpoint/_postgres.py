@@ -34,42 +34,39 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime
+from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
-import pydantic_core
-
-from stargraph.checkpoint._lease import (
-    busy_error,
-    effective_status,
-    is_orphaned,
-    lease_lost,
-    owner_blob,
-    owner_from,
-)
+from stargraph.checkpoint._codec import crc as _crc
+from stargraph.checkpoint._codec import encode as _encode
+from stargraph.checkpoint._codec import encode_extra as _encode_extra
+from stargraph.checkpoint._lease import owner_blob
 from stargraph.checkpoint._records import (
-    STORED_STATUSES,
     JournalEntry,
     PendingWrite,
     RunOwner,
     RunRecord,
-    RunStatus,
     StepRecord,
     check_thread,
     clip_error,
     turn_taken,
     unicode_problem,
 )
-from stargraph.checkpoint._sqlite import _crc, _decode, _encode, _encode_extra, _why
-from stargraph.errors import (
-    CheckpointError,
-    CorruptCheckpointError,
-    RunNotFoundError,
-    StoreUnavailableError,
+from stargraph.checkpoint._sql import (
+    RUN_COLUMNS,
+    Commit,
+    SqlStore,
+    check_status,
+    decode_run,
+    fence_error,
+    may_acquire,
+    missing,
+    now,
 )
+from stargraph.errors import CheckpointError, RunNotFoundError, StoreUnavailableError
 
 if TYPE_CHECKING:
     import psycopg
@@ -145,23 +142,10 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 )
 
 _SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
-_STATUSES: Final = STORED_STATUSES
-_RUN_COLUMNS: Final = (
-    "run_id, graph_name, graph_hash, code_hash, status, last_step, parent_run_id, "
-    "parent_step, created_at, updated_at, extra"
-)
-# What a runs row is read as: the stored columns, then the lease and whether it lapsed by
-# the server's clock.
-_RUN_SELECT: Final = (
-    f"{_RUN_COLUMNS}, lease_token, lease_owner, lease_expires, lease_expires < clock_timestamp(), "
-    "thread_id, turn"
-)
-_EXTRA_FIELDS: Final = ("error", "stopped_by", "interrupt")
-_MAX_STEP: Final = 2**63 - 1
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
+# What a runs row is read as: the stored columns, then whether the lease lapsed by the
+# server's clock.
+_RUN_SELECT: Final = f"{RUN_COLUMNS}, lease_expires < clock_timestamp()"
+_EXPIRED: Final = 16
 
 
 def redact(text: str, password: str | None = None) -> str:
@@ -226,6 +210,11 @@ def _key(run_id: str) -> bytes:
 
 def _t(raw: bytes | memoryview | None) -> str | None:
     return None if raw is None else bytes(raw).decode()
+
+
+def _lease(expires: datetime, row: Any) -> tuple[str, bool]:
+    """A stored lease expiry as ISO text, and whether it lapsed by the server's clock."""
+    return expires.isoformat(), bool(row[_EXPIRED])
 
 
 class _Pool:
@@ -302,7 +291,7 @@ class _Pool:
             conn.close()
 
 
-class PostgresStore:
+class PostgresStore(SqlStore):
     """A ``CheckpointStore`` in a PostgreSQL database, safe across threads and processes.
 
     ``dsn`` is a libpq connection string (``postgresql://user@host:5432/db``); tables live in
@@ -310,6 +299,8 @@ class PostgresStore:
     A bad connection string or an unreachable server raises ``CheckpointError`` naming the
     host and never the password. Use it as a context manager or call :meth:`close`.
     """
+
+    _mark = "%s"
 
     def __init__(
         self,
@@ -337,9 +328,12 @@ class PostgresStore:
         self._where, self._password = describe_dsn(dsn)
         self._schema = schema
         self._s = f'"{schema}"'
+        self._select_runs = f"SELECT {_RUN_SELECT} FROM {self._s}.runs"
         self._connect_timeout = max(1, round(connect_timeout_s))
         self._application_name = application_name
         self._closed = False
+        # The connection of a write_run under way on this thread (see _conn).
+        self._local = threading.local()
         self._pool = _Pool(self._open, pool_size, timeout=max(30.0, connect_timeout_s * 3))
         try:
             self._setup()
@@ -386,6 +380,10 @@ class PostgresStore:
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        batch = getattr(self._local, "batch", None)
+        if batch is not None:  # inside write_run on this thread: join its transaction
+            yield batch
+            return
         if self._closed:
             raise CheckpointError(f"the PostgresStore on {self._where} is closed")
         with self._pool.connection() as conn:
@@ -483,60 +481,29 @@ class PostgresStore:
     # ----------------------------------------------------------------- helpers
 
     def _missing(self, run_id: str) -> RunNotFoundError:
-        return RunNotFoundError(
-            f"no run {run_id!r} in PostgreSQL schema {self._schema} at {self._where}; "
-            "list runs with store.list_runs()",
-            run_id=run_id,
-        )
+        return missing(run_id, f"PostgreSQL schema {self._schema} at {self._where}")
 
-    def _check_status(self, run_id: str, status: str) -> None:
-        if status not in _STATUSES:
-            raise CheckpointError(
-                f"run {run_id!r}: unknown status {status!r}; use one of {sorted(_STATUSES)}",
-                run_id=run_id,
-            )
+    def _table(self, name: str) -> str:
+        return f"{self._s}.{name}"
+
+    def _key(self, text: str) -> object:
+        return _key(text)
+
+    def _query(self, sql: str, params: Sequence[object]) -> list[Any]:
+        with self._conn() as conn:
+            return conn.execute(sql, params).fetchall()
 
     def _exists(self, conn: psycopg.Connection[Any], key: bytes) -> bool:
         row = conn.execute(f"SELECT 1 FROM {self._s}.runs WHERE run_id = %s", (key,)).fetchone()
         return row is not None
 
-    def _decode_run(self, row: tuple[Any, ...]) -> RunRecord:
-        run_id = "?"
-        step = row[5] if isinstance(row[5], int) else None
-        try:
-            run_id = _t(row[0]) or ""
-            data: dict[str, Any] = {
-                "run_id": run_id,
-                "graph_name": _t(row[1]),
-                "graph_hash": _t(row[2]),
-                "code_hash": _t(row[3]),
-                "status": row[4],
-                "last_step": row[5],
-                "parent_run_id": _t(row[6]),
-                "parent_step": row[7],
-                "created_at": _t(row[8]),
-                "updated_at": row[9],
-            }
-            if row[10] is not None:
-                extra = pydantic_core.from_json(bytes(row[10]))
-                if not isinstance(extra, dict) or not set(extra) <= set(_EXTRA_FIELDS):
-                    raise TypeError("the extra column is not an object of error/stopped_by/...")
-                data.update(extra)
-            if row[12] is not None:
-                data["owner"] = owner_from(str(row[11]), bytes(row[12]))
-                data["lease_expires"] = row[13].isoformat()
-            if row[15] is not None:
-                data["thread_id"], data["turn"] = _t(row[15]), row[16]
-            record = RunRecord.model_validate(data)
-        except (ValueError, TypeError, AttributeError) as exc:  # ValidationError, Unicode...
-            raise CorruptCheckpointError(
-                f"run {run_id!r} step {step}: the runs row cannot be decoded "
-                f"({_why(exc)}); the PostgreSQL schema {self._schema} is damaged",
-                run_id=run_id,
-                step=step,
-            ) from exc
-        status = effective_status(record.status, record.owner, expired=bool(row[14]))
-        return record if status == record.status else record.model_copy(update={"status": status})
+    def _decode_run(self, row: Sequence[Any]) -> RunRecord:
+        return decode_run(
+            row,
+            lease=_lease,
+            damaged=f"the PostgreSQL schema {self._schema} is damaged",
+            text=_t,
+        )
 
     # ----------------------------------------------------------------- writes
 
@@ -545,11 +512,11 @@ class PostgresStore:
         With ``run.owner`` set, the new run is leased to that owner."""
         rid = run.run_id
         key = _key(rid)
-        self._check_status(rid, run.status)
+        check_status(rid, run.status)
         check_thread(run)
         payload = _encode(first, run_id=rid, step=first.step, pack=True)
         extra = _encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
-        now = _now()
+        at = now()
         values = (
             key,
             _b(run.graph_name, run_id=rid),
@@ -559,8 +526,8 @@ class PostgresStore:
             first.step,
             _b(run.parent_run_id, run_id=rid),
             run.parent_step,
-            _b(run.created_at or now, run_id=rid),
-            now,
+            _b(run.created_at or at, run_id=rid),
+            at,
             extra,
             *_lease_columns(run.owner),
             _b(run.thread_id, run_id=rid),
@@ -570,8 +537,7 @@ class PostgresStore:
             # ON CONFLICT without a target: a clash on the run id or on (thread, turn) both
             # insert nothing; which one it was is looked up below.
             row = conn.execute(
-                f"WITH ins AS (INSERT INTO {self._s}.runs ({_RUN_COLUMNS}, lease_token, "
-                "lease_owner, lease_expires, thread_id, turn) "
+                f"WITH ins AS (INSERT INTO {self._s}.runs ({RUN_COLUMNS}) "
                 "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, "
                 "clock_timestamp() + %s * interval '1 second', %s, %s) "
                 "ON CONFLICT DO NOTHING RETURNING run_id), "
@@ -591,6 +557,16 @@ class PostgresStore:
                     run_id=rid,
                 )
 
+    @contextmanager
+    def _batch(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._conn() as conn, conn.transaction():
+            # The store's methods take this connection while it is set (see _conn).
+            self._local.batch = conn
+            try:
+                yield conn
+            finally:
+                self._local.batch = None
+
     def _fence_error(
         self, conn: psycopg.Connection[Any], run_id: str, owner: str | None, step: int | None
     ) -> CheckpointError:
@@ -599,17 +575,9 @@ class PostgresStore:
             f"SELECT last_step, lease_token, lease_owner FROM {self._s}.runs WHERE run_id = %s",
             (_key(run_id),),
         ).fetchone()
-        if row is None:
-            return self._missing(run_id)
-        if step is not None and row[0] != step - 1:
-            return CheckpointError(
-                f"run {run_id!r}: step {step} cannot follow committed step {row[0]}; "
-                "another writer owns this run, or history was forked",
-                run_id=run_id,
-                step=step,
-            )
-        holder = None if row[2] is None else owner_from(str(row[1]), bytes(row[2]))
-        return lease_lost(run_id, owner, holder)
+        return fence_error(
+            row, run_id, owner, step, where=f"PostgreSQL schema {self._schema} at {self._where}"
+        )
 
     def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
         """Lease the run to ``owner`` unless another live owner holds it; returns the run's
@@ -623,14 +591,7 @@ class PostgresStore:
             if row is None:
                 raise self._missing(run_id)
             before = self._decode_run(row)
-            held = before.owner
-            if (
-                held is not None
-                and held.token not in (replace, owner.token)
-                and before.status != "orphaned"
-                and not is_orphaned(held, expired=bool(row[14]))
-            ):
-                raise busy_error(run_id, held, before.lease_expires)
+            may_acquire(before, owner, replace=replace, expired=bool(row[_EXPIRED]))
             token, blob, lease_s = _lease_columns(owner)
             conn.execute(
                 f"UPDATE {s}.runs SET lease_token = %s, lease_owner = %s, "
@@ -640,43 +601,25 @@ class PostgresStore:
             )
         return before
 
-    def heartbeat(self, run_id: str, owner: RunOwner) -> bool:
-        """Renew ``owner``'s lease; ``False`` if it is not the run's lease any more."""
-        with self._conn() as conn:
-            cursor = conn.execute(
-                f"UPDATE {self._s}.runs SET lease_expires = clock_timestamp() + "
-                "%s * interval '1 second' WHERE run_id = %s AND lease_token = %s",
-                (owner.lease_s, _key(run_id), owner.token),
-            )
-            return cursor.rowcount == 1
+    _token_is = "lease_token IS NOT DISTINCT FROM %s::text"
 
-    def release(self, run_id: str, token: str) -> None:
-        """Give up the lease ``token`` without changing the status."""
-        with self._conn() as conn:
-            conn.execute(
-                f"UPDATE {self._s}.runs SET lease_token = NULL, lease_owner = NULL, "
-                "lease_expires = NULL WHERE run_id = %s AND lease_token = %s",
-                (_key(run_id), token),
-            )
+    def _lease_until(self, lease_s: float) -> tuple[str, object]:
+        return "clock_timestamp() + %s * interval '1 second'", lease_s
 
-    def commit_step(
-        self,
-        run_id: str,
-        step: StepRecord,
-        *,
-        status: RunStatus = "running",
-        error: str | None = None,
-        stopped_by: str | None = None,
-        interrupt: object = None,
-        owner: str | None = None,
-    ) -> None:
-        """In one transaction: append ``step`` (must be ``last_step + 1``), set the run's
-        ``last_step``/status fields, and drop the pending writes and journal of that step.
-        Fenced on ``owner`` (the lease token; the lease itself is kept)."""
-        self._check_status(run_id, status)
-        number = step.step
-        payload = _encode(step, run_id=run_id, step=number, pack=True)
-        extra = _encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
+    def _text(self, value: str | None, run_id: str) -> object:
+        return _b(value, run_id=run_id)
+
+    def _change(self, sql: str, params: Sequence[object]) -> int:
+        with self._conn() as conn:
+            return int(conn.execute(sql, params).rowcount)
+
+    def _fenced(self, sql: str, params: Sequence[object], run_id: str, owner: str | None) -> None:
+        with self._conn() as conn:
+            if conn.execute(sql, params).rowcount != 1:
+                raise self._fence_error(conn, run_id, owner, None)
+
+    def _advance(self, run_id: str, number: int, commit: Commit) -> None:
+        status, extra, owner, snapshot, payload = commit
         key = _key(run_id)
         s = self._s
         with self._conn() as conn:
@@ -697,11 +640,11 @@ class PostgresStore:
                     "n": number,
                     "status": status,
                     "extra": extra,
-                    "now": _now(),
+                    "now": now(),
                     "run": key,
                     "prev": number - 1,
                     "owner": owner,
-                    "snap": step.snapshot is not None,
+                    "snap": snapshot,
                     "payload": payload,
                     "crc": _crc(payload),
                 },
@@ -709,50 +652,6 @@ class PostgresStore:
             if row is not None and row[0] == 1:
                 return
             raise self._fence_error(conn, run_id, owner, number)
-
-    def set_status(
-        self,
-        run_id: str,
-        status: RunStatus,
-        *,
-        error: str | None = None,
-        stopped_by: str | None = None,
-        interrupt: object = None,
-        owner: str | None = None,
-    ) -> None:
-        """Change a run's status without committing a step (park, fail, finish). Fenced on
-        ``owner``; any status but ``running`` also releases the lease."""
-        self._check_status(run_id, status)
-        extra = _encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
-        release = (
-            ""
-            if status == "running"
-            else ", lease_token = NULL, lease_owner = NULL, lease_expires = NULL"
-        )
-        with self._conn() as conn:
-            cursor = conn.execute(
-                f"UPDATE {self._s}.runs SET status = %s, extra = %s, updated_at = %s{release} "
-                "WHERE run_id = %s AND lease_token IS NOT DISTINCT FROM %s::text",
-                (status, extra, _now(), _key(run_id), owner),
-            )
-            if cursor.rowcount != 1:
-                raise self._fence_error(conn, run_id, owner, None)
-
-    def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
-        """Record that the run continues under another graph (after an explicit migration)."""
-        with self._conn() as conn:
-            cursor = conn.execute(
-                f"UPDATE {self._s}.runs SET graph_hash = %s, code_hash = %s, updated_at = %s "
-                "WHERE run_id = %s",
-                (
-                    _b(graph_hash, run_id=run_id),
-                    _b(code_hash, run_id=run_id),
-                    _now(),
-                    _b(run_id, run_id=run_id),
-                ),
-            )
-            if cursor.rowcount != 1:
-                raise self._missing(run_id)
 
     def put_graph(self, graph_hash: str, ir: bytes) -> None:
         """Keep a graph's IR by its hash (the first copy stays)."""
@@ -825,126 +724,6 @@ class PostgresStore:
         )
 
     # ----------------------------------------------------------------- reads
-
-    def get_run(self, run_id: str) -> RunRecord:
-        """The run's record; ``RunNotFoundError`` if there is none."""
-        with self._conn() as conn:
-            row = conn.execute(
-                f"SELECT {_RUN_SELECT} FROM {self._s}.runs WHERE run_id = %s",
-                (_b(run_id, run_id=run_id),),
-            ).fetchone()
-        if row is None:
-            raise self._missing(run_id)
-        return self._decode_run(row)
-
-    def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
-        """Runs, newest first, optionally filtered by status."""
-        with self._conn() as conn:
-            if status is None:
-                rows = conn.execute(
-                    f"SELECT {_RUN_SELECT} FROM {self._s}.runs "
-                    "ORDER BY created_at DESC, run_id DESC LIMIT %s",
-                    (limit,),
-                ).fetchall()
-            elif status in ("running", "orphaned"):
-                # Stored as running; which of them are orphaned is known once decoded.
-                rows = conn.execute(
-                    f"SELECT {_RUN_SELECT} FROM {self._s}.runs WHERE status = 'running' "
-                    "ORDER BY created_at DESC, run_id DESC"
-                ).fetchall()
-                runs = [self._decode_run(row) for row in rows]
-                return [r for r in runs if r.status == status][:limit]
-            else:
-                rows = conn.execute(
-                    f"SELECT {_RUN_SELECT} FROM {self._s}.runs WHERE status = %s "
-                    "ORDER BY created_at DESC, run_id DESC LIMIT %s",
-                    (status, limit),
-                ).fetchall()
-        return [self._decode_run(row) for row in rows]
-
-    def get_thread(self, thread_id: str) -> list[RunRecord]:
-        """The runs of thread ``thread_id`` in turn order (empty for an unknown thread)."""
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT {_RUN_SELECT} FROM {self._s}.runs WHERE thread_id = %s ORDER BY turn",
-                (_b(thread_id, run_id=thread_id),),
-            ).fetchall()
-        return [self._decode_run(row) for row in rows]
-
-    def list_threads(self, *, limit: int = 100) -> list[RunRecord]:
-        """The latest turn of each thread, newest first."""
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT {_RUN_SELECT} FROM {self._s}.runs AS r WHERE thread_id IS NOT NULL "
-                f"AND turn = (SELECT MAX(turn) FROM {self._s}.runs WHERE thread_id = r.thread_id) "
-                "ORDER BY created_at DESC, run_id DESC LIMIT %s",
-                (limit,),
-            ).fetchall()
-        return [self._decode_run(row) for row in rows]
-
-    def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
-        """Committed steps ``start..end`` (inclusive) in order."""
-        key = _key(run_id)
-        hi = min(end, _MAX_STEP) if end is not None else _MAX_STEP
-        lo = max(min(start, _MAX_STEP), -_MAX_STEP)
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT step, payload, crc FROM {self._s}.steps "
-                "WHERE run_id = %s AND step >= %s AND step <= %s ORDER BY step",
-                (key, lo, hi),
-            ).fetchall()
-            if not rows and not self._exists(conn, key):
-                raise self._missing(run_id)
-        return [
-            _decode(StepRecord, bytes(payload), run_id=run_id, step=step, table="steps", crc=crc)
-            for step, payload, crc in rows
-        ]
-
-    def snapshot_step(self, run_id: str, at_or_before: int) -> int:
-        """The newest step ``<= at_or_before`` that holds a full snapshot (0 always does)."""
-        key = _key(run_id)
-        with self._conn() as conn:
-            row = conn.execute(
-                f"SELECT max(step) FROM {self._s}.steps "
-                "WHERE run_id = %s AND step <= %s AND has_snapshot",
-                (key, min(at_or_before, _MAX_STEP)),
-            ).fetchone()
-            found = None if row is None else row[0]
-            if found is None:
-                if not self._exists(conn, key):
-                    raise self._missing(run_id)
-                return 0
-        return int(found)
-
-    def get_pending(self, run_id: str, step: int) -> list[PendingWrite]:
-        """Pending writes saved for ``step``, ordered by ``(node, index)``."""
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT payload, crc FROM {self._s}.pending WHERE run_id = %s AND step = %s "
-                "ORDER BY node, idx",
-                (_b(run_id, run_id=run_id), step),
-            ).fetchall()
-        return [
-            _decode(
-                PendingWrite, bytes(payload), run_id=run_id, step=step, table="pending", crc=crc
-            )
-            for payload, crc in rows
-        ]
-
-    def get_journal(self, run_id: str, step: int) -> list[JournalEntry]:
-        """Journal entries of ``step``, ordered by ``(node, index, seq)``."""
-        with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT payload, crc FROM {self._s}.journal WHERE run_id = %s AND step = %s "
-                "ORDER BY node, idx, seq",
-                (_b(run_id, run_id=run_id), step),
-            ).fetchall()
-        return [
-            _decode(
-                JournalEntry, bytes(payload), run_id=run_id, step=step, table="journal", crc=crc
-            )
-            for payload, crc in rows
-        ]
 
     # ----------------------------------------------------------------- maintenance
 

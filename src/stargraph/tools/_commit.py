@@ -44,12 +44,12 @@ import os
 import sqlite3
 import threading
 from collections.abc import Iterable, Sequence
-from pathlib import Path
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from stargraph._sqlite import Database
 from stargraph.errors import CommitLogCorruptError
 from stargraph.tools._canonical import GENESIS_HASH, canonical_json, sha256_hex
 
@@ -269,8 +269,8 @@ class InMemoryCommitLog:
 
 
 class SqliteCommitLog:
-    """Commit log in a SQLite file (stdlib ``sqlite3``, WAL). Safe across threads and
-    processes.
+    """Commit log in a SQLite file (through the shared SQLite layer ``stargraph._sqlite``:
+    WAL, a connection per thread). Safe across threads and processes.
 
     Appends are optimistic: the head (seq, hash) is cached and the record is inserted in one
     statement. ``seq`` is the primary key, so if another process appended meanwhile the insert
@@ -306,37 +306,31 @@ class SqliteCommitLog:
 
     def __init__(self, path: str | os.PathLike[str], *, key: bytes | None = None) -> None:
         self.path = str(path)
-        if self.path != ":memory:":
-            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
         self._key = key
-        # isolation_level=None: transactions are explicit (BEGIN IMMEDIATE per append).
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._conn.create_function("stargraph_commit_mac", 2, self._mac, deterministic=True)
+        # The head cache below is read and advanced as one step per append.
         self._lock = threading.Lock()
+        # Every connection (one per thread) gets the anchor trigger's MAC function.
+        self._db = Database(
+            self.path,
+            on_connect=lambda conn: conn.create_function(
+                "stargraph_commit_mac", 2, self._mac, deterministic=True
+            ),
+        )
         with self._lock:
-            self._conn.execute("PRAGMA journal_mode=WAL")
-            # NORMAL in WAL mode is durable against application crashes; an OS crash may
-            # lose the last transactions but never corrupts the chain.
-            self._conn.execute("PRAGMA synchronous=NORMAL")
-            self._conn.execute("BEGIN IMMEDIATE")
-            try:
-                anchored = self._conn.execute(
+            with self._db.write() as conn:
+                anchored = conn.execute(
                     "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
                     ("commit_log_head",),
                 ).fetchone()
                 for statement in self._SCHEMA:
-                    self._conn.execute(statement)
+                    conn.execute(statement)
                 if anchored is None and key is None:
                     # A log written before anchors existed: anchor its current head (trust
                     # on first use). A keyed log must be keyed from its creation on.
-                    self._conn.execute(
+                    conn.execute(
                         "INSERT INTO commit_log_head SELECT 1, seq, record, NULL FROM "
                         "commit_log ORDER BY seq DESC LIMIT 1"
                     )
-                self._conn.execute("COMMIT")
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
             self._head = self._read_head()
 
     def _mac(self, seq: int, record: object) -> bytes | None:
@@ -352,14 +346,11 @@ class SqliteCommitLog:
         sql = "SELECT seq, record FROM commit_log ORDER BY seq"
         if not everything:
             sql += " DESC LIMIT 1"
-        self._conn.execute("BEGIN")
-        try:
-            rows = self._conn.execute(sql).fetchall()
-            anchor = self._conn.execute(
+        with self._db.read(snapshot=True) as conn:
+            rows = conn.execute(sql).fetchall()
+            anchor = conn.execute(
                 "SELECT seq, record, mac FROM commit_log_head WHERE id = 1"
             ).fetchone()
-        finally:
-            self._conn.execute("COMMIT")
         return rows, anchor
 
     def _vouched(self, anchor: Any) -> tuple[int, str] | None:
@@ -395,7 +386,7 @@ class SqliteCommitLog:
                 seq, prev = self._head
                 record, data = seal(entry, seq=seq + 1, prev_hash=prev)
                 try:
-                    self._conn.execute("INSERT INTO commit_log VALUES (?, ?)", (seq + 1, data))
+                    self._db.run("INSERT INTO commit_log VALUES (?, ?)", (seq + 1, data))
                 except sqlite3.IntegrityError:
                     self._head = self._read_head()  # another process appended first
                     continue
@@ -422,8 +413,7 @@ class SqliteCommitLog:
         Raises :class:`CommitLogCorruptError` naming the first row (``seq``) that is not a
         sealed record; :meth:`verify_chain` still reports where the chain breaks.
         """
-        with self._lock:
-            rows = self._conn.execute("SELECT seq, record FROM commit_log ORDER BY seq").fetchall()
+        rows = self._db.rows("SELECT seq, record FROM commit_log ORDER BY seq")
         out = []
         for seq, data in rows:
             if not isinstance(data, bytes):
@@ -464,14 +454,12 @@ class SqliteCommitLog:
         return _first(verify_rows(rows), unanchored, _check_expected_head(data, expected_head))
 
     def __len__(self) -> int:
-        with self._lock:
-            (count,) = self._conn.execute("SELECT COUNT(*) FROM commit_log").fetchone()
+        ((count,),) = self._db.rows("SELECT COUNT(*) FROM commit_log")
         return int(count)
 
     def close(self) -> None:
-        """Close the connection."""
-        with self._lock:
-            self._conn.close()
+        """Close the connections."""
+        self._db.close()
 
 
 def _hash_of(data: object) -> str:

@@ -11,7 +11,8 @@ and bumps ``attempts`` and ``lease_token``. A worker renews its lease with heart
 finishes the row only while its token is still the row's token: a worker whose lease was
 taken over can no longer touch the row. PostgreSQL claims with ``FOR UPDATE SKIP LOCKED``
 and wakes idle workers with ``NOTIFY``; SQLite claims in a ``BEGIN IMMEDIATE`` transaction
-(several processes on one machine) and idle workers poll.
+(several processes on one machine, through the shared SQLite layer ``stargraph._sqlite``) and
+idle workers poll.
 """
 
 from __future__ import annotations
@@ -23,13 +24,14 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final, Literal, Protocol
 
 import pydantic_core
 
+from stargraph._sqlite import Database, Doing
 from stargraph.errors import CheckpointError, RunNotFoundError
 
 if TYPE_CHECKING:
@@ -171,6 +173,18 @@ _PG_ITEM: Final = (
 )
 
 
+def _claim(row: tuple[Any, ...]) -> Claim:
+    """A claimed row (``run_id, graph_ref, input, attempts, max_attempts, lease_token``)."""
+    return Claim(
+        run_id=row[0],
+        graph_ref=row[1],
+        input=pydantic_core.from_json(bytes(row[2])),
+        attempts=int(row[3]),
+        max_attempts=int(row[4]),
+        token=int(row[5]),
+    )
+
+
 def _item(row: tuple[Any, ...]) -> QueueItem:
     return QueueItem(
         run_id=row[0],
@@ -269,16 +283,7 @@ class PostgresQueue:
                 "RETURNING run_id, graph_ref, input, attempts, max_attempts, lease_token",
                 (owner, lease_s),
             ).fetchone()
-        if row is None:
-            return None
-        return Claim(
-            run_id=row[0],
-            graph_ref=row[1],
-            input=pydantic_core.from_json(bytes(row[2])),
-            attempts=int(row[3]),
-            max_attempts=int(row[4]),
-            token=int(row[5]),
-        )
+        return None if row is None else _claim(row)
 
     def renew(self, claim: Claim, owner: str, lease_s: float) -> bool:
         """Extend the lease while ``claim.token`` is still the row's token."""
@@ -388,59 +393,28 @@ class SqliteQueue:
 
     def __init__(self, path: str | Path, *, busy_timeout_s: float = 30.0) -> None:
         self._path = Path(path)
-        self._timeout = busy_timeout_s
-        self._local = threading.local()
-        self._conns: list[sqlite3.Connection] = []
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
+        self._db = Database(self._path, busy_timeout_s=busy_timeout_s, fail=self._fail)
         try:
-            self._path.parent.mkdir(parents=True, exist_ok=True)
-            with self._write() as conn:
+            with self._db.write() as conn:
                 conn.execute(_SQLITE_TABLE)
                 conn.execute("CREATE INDEX IF NOT EXISTS queue_claimable ON queue (status, seq)")
         except BaseException:
             self.close()
             raise
 
-    def _conn(self) -> sqlite3.Connection:
-        if os.getpid() != self._pid:
-            with self._lock:
-                self._conns, self._local, self._pid = [], threading.local(), os.getpid()
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            try:
-                conn = sqlite3.connect(
-                    self._path,
-                    timeout=self._timeout,
-                    isolation_level=None,
-                    check_same_thread=False,
-                )
-                conn.execute("PRAGMA journal_mode = WAL")
-            except sqlite3.Error as exc:
-                raise CheckpointError(f"cannot open queue file {str(self._path)!r}: {exc}") from exc
-            with self._lock:
-                self._conns.append(conn)
-            self._local.conn = conn
-        return conn
+    def _fail(self, exc: BaseException, doing: Doing) -> BaseException:
+        """The queue's typed errors for what the SQLite layer met."""
+        where = repr(str(self._path))
+        if doing == "closed":
+            return CheckpointError(f"the queue on file {where} is closed")
+        if doing in ("folder", "open"):
+            return CheckpointError(f"cannot open queue file {where}: {exc}")
+        if isinstance(exc, sqlite3.Error):
+            return CheckpointError(f"queue file {where}: {exc}")
+        return exc
 
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        conn = self._conn()
-        deadline = time.monotonic() + self._timeout
-        while True:
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-                break
-            except sqlite3.OperationalError as exc:
-                if "locked" not in str(exc) or time.monotonic() >= deadline:
-                    raise CheckpointError(f"queue file {str(self._path)!r}: {exc}") from exc
-                time.sleep(0.005)
-        try:
-            yield conn
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+    def _write(self) -> AbstractContextManager[sqlite3.Connection]:
+        return self._db.write()
 
     def submit(
         self, graph_ref: str, input: Any = None, *, run_id: str | None = None, max_attempts: int = 3
@@ -482,14 +456,7 @@ class SqliteQueue:
                 "FROM queue WHERE run_id = ?",
                 (row[0],),
             ).fetchone()
-        return Claim(
-            run_id=got[0],
-            graph_ref=got[1],
-            input=pydantic_core.from_json(got[2]),
-            attempts=int(got[3]),
-            max_attempts=int(got[4]),
-            token=int(got[5]),
-        )
+        return _claim(got)
 
     def renew(self, claim: Claim, owner: str, lease_s: float) -> bool:
         """Extend the lease while ``claim.token`` is still the row's token."""
@@ -524,18 +491,14 @@ class SqliteQueue:
 
     def get(self, run_id: str) -> QueueItem:
         """A queue row."""
-        row = (
-            self._conn()
-            .execute(f"SELECT {_PG_ITEM} FROM queue WHERE run_id = ?", (run_id,))
-            .fetchone()
-        )
-        if row is None:
+        rows = self._db.rows(f"SELECT {_PG_ITEM} FROM queue WHERE run_id = ?", (run_id,))
+        if not rows:
             raise RunNotFoundError(f"run {run_id!r} was never queued", run_id=run_id)
-        return _item(row)
+        return _item(rows[0])
 
     def items(self) -> list[QueueItem]:
         """Every queue row, oldest first."""
-        rows = self._conn().execute(f"SELECT {_PG_ITEM} FROM queue ORDER BY seq").fetchall()
+        rows = self._db.rows(f"SELECT {_PG_ITEM} FROM queue ORDER BY seq")
         return [_item(row) for row in rows]
 
     def wait(self, timeout_s: float) -> None:
@@ -544,11 +507,7 @@ class SqliteQueue:
 
     def close(self) -> None:
         """Close this process's connections."""
-        with self._lock:
-            conns, self._conns = self._conns, []
-        if os.getpid() == self._pid:
-            for conn in conns:
-                conn.close()
+        self._db.close()
 
 
 def is_postgres(db: str | Path) -> bool:

@@ -34,6 +34,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
+from stargraph._sqlite import Database
 from stargraph.errors import (
     CompileError,
     ExecutableProposalError,
@@ -350,16 +351,13 @@ class ProposalStore:
         self.path = str(path)
         self.tools = tools
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-        self._db.execute("PRAGMA busy_timeout = 5000")
-        if self.path != ":memory:":
-            self._db.execute("PRAGMA journal_mode = WAL")
-        self._db.executescript(_SCHEMA)
+        self._file = Database(self.path, busy_timeout_s=5.0)
+        self._file.script(_SCHEMA)
 
     def close(self) -> None:
         """Close the database."""
         with self._lock:
-            self._db.close()
+            self._file.close()
 
     def __enter__(self) -> ProposalStore:
         return self
@@ -405,9 +403,8 @@ class ProposalStore:
         data = json.loads(json.dumps(dict(payload)))
         digest = sha256_hex(canonical_json(data))
         now = time.time()
-        with self._lock, self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            cursor = self._db.execute(
+        with self._lock, self._file.write() as db:
+            cursor = db.execute(
                 "INSERT INTO proposals (id, kind, status, payload, digest, rationale, lane, "
                 "session, created_at) VALUES (?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
                 (
@@ -423,21 +420,18 @@ class ProposalStore:
             )
             seq = int(cursor.lastrowid or 0)
             proposal_id = f"prop-{seq:04d}-{digest[:8]}"
-            self._db.execute("UPDATE proposals SET id = ? WHERE seq = ?", (proposal_id, seq))
-            self._log(proposal_id, "submitted", {"kind": kind, "lane": lane}, now)
+            db.execute("UPDATE proposals SET id = ? WHERE seq = ?", (proposal_id, seq))
+            self._log(db, proposal_id, "submitted", {"kind": kind, "lane": lane}, now)
         return self.get(proposal_id)
 
     # ----------------------------------------------------------------------- reading
 
     def get(self, proposal_id: str) -> Proposal:
         """The proposal ``proposal_id``; :class:`ProposalNotFoundError` if there is none."""
-        with self._lock:
-            row = self._db.execute(
-                f"SELECT {_COLUMNS} FROM proposals WHERE id = ?", (proposal_id,)
-            ).fetchone()
-        if row is None:
+        rows = self._file.rows(f"SELECT {_COLUMNS} FROM proposals WHERE id = ?", (proposal_id,))
+        if not rows:
             raise ProposalNotFoundError(f"no proposal {proposal_id!r} in {self.path}")
-        return _proposal(row)
+        return _proposal(rows[0])
 
     def list(
         self, status: str | None = None, *, kind: str | None = None
@@ -453,8 +447,7 @@ class ProposalStore:
         if kind is not None:
             query += " AND kind = ?"
             params.append(kind)
-        with self._lock:
-            rows = self._db.execute(query + " ORDER BY seq", params).fetchall()
+        rows = self._file.rows(query + " ORDER BY seq", params)
         return [_proposal(row) for row in rows]
 
     def log(self, proposal_id: str | None = None) -> builtins.list[dict[str, Any]]:
@@ -464,8 +457,7 @@ class ProposalStore:
         if proposal_id is not None:
             query += " WHERE proposal_id = ?"
             params = (proposal_id,)
-        with self._lock:
-            rows = self._db.execute(query + " ORDER BY seq", params).fetchall()
+        rows = self._file.rows(query + " ORDER BY seq", params)
         return [
             {"proposal_id": r[0], "action": r[1], "at": r[2], "detail": json.loads(r[3])}
             for r in rows
@@ -475,8 +467,7 @@ class ProposalStore:
         return iter(self.list())
 
     def __len__(self) -> int:
-        with self._lock:
-            return int(self._db.execute("SELECT COUNT(*) FROM proposals").fetchone()[0])
+        return int(self._file.rows("SELECT COUNT(*) FROM proposals")[0][0])
 
     # ----------------------------------------------------------------------- deciding
 
@@ -528,9 +519,8 @@ class ProposalStore:
         self, proposal_id: str, status: str, reason: str | None, version: str | None
     ) -> None:
         now = time.time()
-        with self._lock, self._db:
-            self._db.execute("BEGIN IMMEDIATE")
-            cursor = self._db.execute(
+        with self._lock, self._file.write() as db:
+            cursor = db.execute(
                 "UPDATE proposals SET status = ?, decided_at = ?, reason = ?, "
                 "registry_version = ? WHERE id = ? AND status = 'pending'",
                 (status, now, reason, version, proposal_id),
@@ -538,10 +528,17 @@ class ProposalStore:
             if cursor.rowcount != 1:
                 raise ProposalStateError(f"proposal {proposal_id!r} was decided concurrently")
             detail = {"reason": reason, "registry_version": version}
-            self._log(proposal_id, status, detail, now)
+            self._log(db, proposal_id, status, detail, now)
 
-    def _log(self, proposal_id: str, action: str, detail: Mapping[str, Any], at: float) -> None:
-        self._db.execute(
+    @staticmethod
+    def _log(
+        db: sqlite3.Connection,
+        proposal_id: str,
+        action: str,
+        detail: Mapping[str, Any],
+        at: float,
+    ) -> None:
+        db.execute(
             "INSERT INTO proposal_log (proposal_id, action, at, detail) VALUES (?, ?, ?, ?)",
             (proposal_id, action, at, json.dumps(dict(detail), sort_keys=True)),
         )

@@ -1,7 +1,8 @@
 """Passage stores behind two small protocols, each with a SQLite and an in-memory default.
 
 * :class:`DocumentStore` - passages by id plus keyword search (BM25). SQLite: a plain table
-  and an FTS5 index (stdlib ``sqlite3``); memory: dicts and an inverted index.
+  and an FTS5 index (through the shared SQLite layer ``stargraph._sqlite``); memory: dicts
+  and an inverted index.
 * :class:`VectorStore` - one vector per passage id, exact cosine search. SQLite keeps the
   vectors as float32 blobs and searches a cached normalised matrix with one numpy product;
   exact search is fast enough at the scale of a reference corpus (``benchmarks/bench_refs.py``:
@@ -33,6 +34,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
+from stargraph._sqlite import Database
 from stargraph.errors import StoreError
 
 __all__ = [
@@ -214,55 +216,44 @@ class SqliteDocumentStore:
     and an FTS5 index ranked with ``bm25()``. Safe to share between threads."""
 
     def __init__(self, path: str | Path = ":memory:") -> None:
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._lock = threading.Lock()
-        with self._lock:
-            self._db.executescript(
-                """
-                PRAGMA journal_mode=WAL;
+        self._file = Database(path)
+        self._file.script(
+            """
                 CREATE TABLE IF NOT EXISTS passages (
                     rid INTEGER PRIMARY KEY, id TEXT UNIQUE NOT NULL, text TEXT NOT NULL,
                     source TEXT NOT NULL, title TEXT NOT NULL);
                 CREATE VIRTUAL TABLE IF NOT EXISTS passages_fts USING fts5(
                     body, tokenize = 'unicode61 remove_diacritics 0');
                 """
-            )
+        )
 
     def add(self, passages: Iterable[Passage]) -> None:
         """Insert or replace passages in one transaction."""
-        with self._lock:
-            cur = self._db.cursor()
-            cur.execute("BEGIN")
-            try:
-                for p in passages:
-                    row = cur.execute("SELECT rid FROM passages WHERE id = ?", (p.id,)).fetchone()
-                    if row is not None:
-                        cur.execute("DELETE FROM passages_fts WHERE rowid = ?", row)
-                        cur.execute("DELETE FROM passages WHERE rid = ?", row)
-                    cur.execute(
-                        "INSERT INTO passages (id, text, source, title) VALUES (?, ?, ?, ?)",
-                        (p.id, p.text, p.source, p.title),
-                    )
-                    # The FTS body is the tokenised text, so both stores see the same words.
-                    cur.execute(
-                        "INSERT INTO passages_fts (rowid, body) VALUES (?, ?)",
-                        (cur.lastrowid, " ".join(tokenize(p.text))),
-                    )
-                cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
+        with self._file.write() as db:
+            cur = db.cursor()
+            for p in passages:
+                row = cur.execute("SELECT rid FROM passages WHERE id = ?", (p.id,)).fetchone()
+                if row is not None:
+                    cur.execute("DELETE FROM passages_fts WHERE rowid = ?", row)
+                    cur.execute("DELETE FROM passages WHERE rid = ?", row)
+                cur.execute(
+                    "INSERT INTO passages (id, text, source, title) VALUES (?, ?, ?, ?)",
+                    (p.id, p.text, p.source, p.title),
+                )
+                # The FTS body is the tokenised text, so both stores see the same words.
+                cur.execute(
+                    "INSERT INTO passages_fts (rowid, body) VALUES (?, ?)",
+                    (cur.lastrowid, " ".join(tokenize(p.text))),
+                )
 
     def get(self, ids: Sequence[str]) -> list[Passage]:
         """Passages in the order asked."""
         if not ids:
             return []
         marks = ",".join("?" * len(ids))
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT id, text, source, title FROM passages WHERE id IN ({marks})",
-                tuple(ids),
-            ).fetchall()
+        rows = self._file.rows(
+            f"SELECT id, text, source, title FROM passages WHERE id IN ({marks})", tuple(ids)
+        )
         found = {r[0]: Passage(id=r[0], text=r[1], source=r[2], title=r[3]) for r in rows}
         return [found[i] for i in ids if i in found]
 
@@ -273,23 +264,20 @@ class SqliteDocumentStore:
         if not terms:
             return []
         match = " OR ".join('"' + t.replace('"', '""') + '"' for t in terms)
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT p.id, -bm25(passages_fts) AS score FROM passages_fts "
-                "JOIN passages p ON p.rid = passages_fts.rowid "
-                "WHERE passages_fts MATCH ? ORDER BY score DESC, p.id LIMIT ?",
-                (match, k),
-            ).fetchall()
+        rows = self._file.rows(
+            "SELECT p.id, -bm25(passages_fts) AS score FROM passages_fts "
+            "JOIN passages p ON p.rid = passages_fts.rowid "
+            "WHERE passages_fts MATCH ? ORDER BY score DESC, p.id LIMIT ?",
+            (match, k),
+        )
         return [Hit(r[0], float(r[1])) for r in rows]
 
     def __len__(self) -> int:
-        with self._lock:
-            return int(self._db.execute("SELECT count(*) FROM passages").fetchone()[0])
+        return int(self._file.rows("SELECT count(*) FROM passages")[0][0])
 
     def close(self) -> None:
-        """Close the connection."""
-        with self._lock:
-            self._db.close()
+        """Close the connections."""
+        self._file.close()
 
 
 # --------------------------------------------------------------------------- vectors
@@ -393,21 +381,25 @@ class SqliteVectorStore:
     Safe to share between threads."""
 
     def __init__(self, path: str | Path = ":memory:") -> None:
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
+        self._file = Database(path)
+        # Keeps the cached matrix in step with the table (dropped by add, rebuilt by search).
         self._lock = threading.Lock()
         self._cache: tuple[list[str], npt.NDArray[np.float32]] | None = None
-        with self._lock:
-            self._db.executescript(
-                """
-                PRAGMA journal_mode=WAL;
-                CREATE TABLE IF NOT EXISTS vectors (id TEXT PRIMARY KEY, vec BLOB NOT NULL);
-                CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-                """
-            )
+        self._file.script(
+            """
+            CREATE TABLE IF NOT EXISTS vectors (id TEXT PRIMARY KEY, vec BLOB NOT NULL);
+            CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            """
+        )
+
+    @property
+    def _db(self) -> sqlite3.Connection:
+        """This thread's connection (``":memory:"``: the shared one)."""
+        return self._file.connection()
 
     def _dim(self) -> int | None:
-        row = self._db.execute("SELECT value FROM meta WHERE key = 'dim'").fetchone()
-        return None if row is None else int(row[0])
+        rows = self._file.rows("SELECT value FROM meta WHERE key = 'dim'")
+        return int(rows[0][0]) if rows else None
 
     @property
     def dim(self) -> int | None:
@@ -419,29 +411,23 @@ class SqliteVectorStore:
         """Insert or replace vectors in one transaction."""
         with self._lock:
             matrix = _as_matrix(vectors, len(ids), self._dim())
-            cur = self._db.cursor()
-            cur.execute("BEGIN")
-            try:
-                cur.execute(
+            with self._file.write() as db:
+                db.execute(
                     "INSERT OR IGNORE INTO meta (key, value) VALUES ('dim', ?)",
                     (str(matrix.shape[1]),),
                 )
-                cur.executemany(
+                db.executemany(
                     "INSERT OR REPLACE INTO vectors (id, vec) VALUES (?, ?)",
                     [
                         (pid, row.astype("<f4").tobytes())
                         for pid, row in zip(ids, matrix, strict=True)
                     ],
                 )
-                cur.execute("COMMIT")
-            except BaseException:
-                cur.execute("ROLLBACK")
-                raise
             self._cache = None
 
     def _loaded(self) -> tuple[list[str], npt.NDArray[np.float32]]:
         if self._cache is None:
-            rows = self._db.execute("SELECT id, vec FROM vectors ORDER BY id").fetchall()
+            rows = self._file.rows("SELECT id, vec FROM vectors ORDER BY id")
             dim = self._dim() or 0
             ids = [r[0] for r in rows]
             blob = b"".join(r[1] for r in rows)
@@ -456,11 +442,10 @@ class SqliteVectorStore:
             return _cosine_top(ids, matrix, vector, k)
 
     def __len__(self) -> int:
-        with self._lock:
-            return int(self._db.execute("SELECT count(*) FROM vectors").fetchone()[0])
+        return int(self._file.rows("SELECT count(*) FROM vectors")[0][0])
 
     def close(self) -> None:
-        """Close the connection."""
+        """Close the connections."""
         with self._lock:
-            self._db.close()
+            self._file.close()
             self._cache = None

@@ -1,0 +1,371 @@
+"""The one SQLite layer every stargraph store opens its file through (stdlib ``sqlite3``).
+
+:class:`Database` owns the connections and the write transaction, so that the checkpoint
+store, the run queue, the tool commit log, the agent and proposal stores and the reference
+stores all meet a busy file, a fork or a closed store the same way:
+
+* **Connections.** A file gets one connection per thread (WAL readers never block each other
+  or the writer), opened on first use and closed together by :meth:`Database.close`; a
+  forked child opens its own and never touches (or closes) the parent's. ``":memory:"`` is
+  one connection shared by every thread under a lock, since each connection to it would be
+  another, empty, database.
+* **PRAGMAs, in one place.** ``busy_timeout`` (other processes wait in SQLite's busy handler),
+  ``synchronous`` (``NORMAL``: survives a process crash, a power loss may lose the last
+  commits but never corrupts the file; ``FULL`` adds an fsync per commit), ``foreign_keys``
+  when asked, and ``journal_mode = WAL`` for a file, switched once per :class:`Database` and
+  retried while another process holds the file.
+* **The write transaction.** :meth:`Database.write` is ``BEGIN IMMEDIATE`` ... ``COMMIT``: the
+  writer takes the write lock up front instead of failing to upgrade a read lock later, and a
+  per-database lock queues this process's writers in Python rather than in SQLite's sleeping
+  busy handler. While another process holds the lock, ``BEGIN`` is retried with jittered
+  backoff until ``busy_timeout_s`` is spent. An error rolls back; a write opened inside
+  another on the same thread joins it (one commit for both).
+* **Errors.** The layer raises nothing of its own: every failure goes through the owner's
+  ``fail(exc, doing)`` hook, which turns it into that owner's typed error (a
+  ``CheckpointError`` naming the checkpoint file, a ``LifecycleError`` naming the agent
+  store ...), or returns ``exc`` to let it through unchanged.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Final, Literal, NoReturn
+
+__all__ = ["Database", "Doing", "Fail", "is_locked", "keep"]
+
+Doing = Literal["folder", "open", "closed", "locked", "write", "commit", "read"]
+"""What failed: creating the file's folder, opening a connection (connect, PRAGMAs, WAL),
+using a closed database, waiting for the write lock past the busy timeout, a statement of a
+write transaction (rolled back), its ``COMMIT`` (rolled back), or a read."""
+
+Fail = Callable[[BaseException, Doing], BaseException]
+"""The owner's error hook: the exception to raise for ``exc`` met while ``doing``."""
+
+MEMORY: Final = ":memory:"
+
+
+def keep(exc: BaseException, doing: Doing) -> BaseException:
+    """The default hook: let the ``sqlite3`` error through unchanged."""
+    return exc
+
+
+def is_locked(exc: sqlite3.OperationalError) -> bool:
+    """Whether SQLite refused because another connection holds the file ("database is
+    locked" / "busy"), which waiting may cure."""
+    text = str(exc)
+    return "locked" in text or "busy" in text
+
+
+class Database:
+    """One SQLite file (or ``":memory:"``) with per-thread connections and a write
+    transaction; see the module docstring. Thread safe; use :meth:`close` when done.
+
+    ``on_connect`` runs on every new connection (to register SQL functions, say); ``fail``
+    maps errors to the owner's typed ones. ``check_same_thread`` is off: :meth:`close` may
+    run on another thread than the one that opened a connection.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        busy_timeout_s: float = 30.0,
+        synchronous: Literal["NORMAL", "FULL"] = "NORMAL",
+        foreign_keys: bool = False,
+        wal: bool = True,
+        cached_statements: int = 128,
+        on_connect: Callable[[sqlite3.Connection], None] | None = None,
+        fail: Fail = keep,
+    ) -> None:
+        self.path = str(path)
+        self.memory = self.path == MEMORY
+        self.timeout = float(busy_timeout_s)
+        self._pragmas = (
+            f"PRAGMA busy_timeout = {int(self.timeout * 1000)}",
+            f"PRAGMA synchronous = {synchronous}",
+            *(["PRAGMA foreign_keys = ON"] if foreign_keys else []),
+        )
+        self._wal = wal and not self.memory
+        self._cached = cached_statements
+        self._on_connect = on_connect
+        self._fail = fail
+        self._local = threading.local()
+        # Every connection opened, by the thread that opened it, so close() reaches them all.
+        self._conns: dict[threading.Thread, sqlite3.Connection] = {}
+        self._conns_lock = threading.Lock()
+        # Queues this process's writers (and, for ":memory:", every use of the one connection).
+        self._lock = threading.RLock()
+        self._shared: sqlite3.Connection | None = None
+        self._closed = False
+        self._pid = os.getpid()
+        # Connections inherited through fork() must not be used (or closed) by the child;
+        # they are parked here so the child never touches them.
+        self._inherited: list[sqlite3.Connection] = []
+        if not self.memory:
+            try:
+                Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                self._raise(exc, "folder")
+
+    # ----------------------------------------------------------------- errors
+
+    def _raise(self, exc: BaseException, doing: Doing) -> NoReturn:
+        """Raise the owner's error for ``exc`` (``exc`` itself when the hook keeps it)."""
+        mapped = self._fail(exc, doing)
+        if mapped is exc:
+            raise exc
+        raise mapped from exc
+
+    # ----------------------------------------------------------------- connections
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called."""
+        return self._closed
+
+    def connection(self) -> sqlite3.Connection:
+        """This thread's connection (``":memory:"``: the shared one; hold :meth:`read` or
+        :meth:`write` around its use), opened on first use."""
+        if self._closed:
+            self._raise(sqlite3.ProgrammingError("Cannot operate on a closed database."), "closed")
+        if self.memory:
+            if self._shared is None:
+                with self._lock:
+                    if self._shared is None:
+                        self._shared = self._open()
+            return self._shared
+        if os.getpid() != self._pid:
+            self._after_fork()
+        try:
+            conn: sqlite3.Connection = self._local.conn
+        except AttributeError:
+            conn = self._open()
+            me = threading.current_thread()
+            with self._conns_lock:
+                if self._closed:
+                    conn.close()
+                    self._raise(
+                        sqlite3.ProgrammingError("Cannot operate on a closed database."), "closed"
+                    )
+                # Connections of threads that have ended would otherwise pile up until close().
+                for thread in [t for t in self._conns if not t.is_alive()]:
+                    self._conns.pop(thread).close()
+                self._conns[me] = conn
+            self._local.conn = conn
+        return conn
+
+    def _after_fork(self) -> None:
+        with self._conns_lock:
+            self._inherited.extend(self._conns.values())
+            self._conns = {}
+            self._local = threading.local()
+            self._lock = threading.RLock()  # a lock held by another thread at fork stays held
+            self._pid = os.getpid()
+
+    def _open(self) -> sqlite3.Connection:
+        try:
+            # isolation_level=None: BEGIN IMMEDIATE / COMMIT are issued here, not by sqlite3.
+            conn = sqlite3.connect(
+                self.path,
+                timeout=self.timeout,
+                isolation_level=None,
+                check_same_thread=False,
+                cached_statements=self._cached,
+            )
+        except sqlite3.Error as exc:
+            self._raise(exc, "open")
+        try:
+            for pragma in self._pragmas:
+                conn.execute(pragma)
+            if self._on_connect is not None:
+                self._on_connect(conn)
+            if self._wal:
+                self._switch_to_wal(conn)
+        except sqlite3.Error as exc:
+            conn.close()
+            self._raise(exc, "open")
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _switch_to_wal(self, conn: sqlite3.Connection) -> None:
+        """``journal_mode = WAL`` (kept in the file, so once per database is enough); it needs
+        a moment of exclusive access, so it is retried while other processes open the file."""
+        deadline = time.monotonic() + self.timeout
+        while True:
+            try:
+                mode = str(conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]).lower()
+                break
+            except sqlite3.OperationalError as exc:
+                if not is_locked(exc) or time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.005 * (0.5 + random.random()))
+        if mode != "wal":
+            raise sqlite3.OperationalError(
+                f"cannot use WAL mode (journal_mode stays {mode!r}); put the file on a local "
+                "file system"
+            )
+        self._wal = False
+
+    def close(self) -> None:
+        """Close every connection this database opened, in any thread. Safe to call twice."""
+        with self._conns_lock:
+            self._closed = True
+            conns, self._conns = list(self._conns.values()), {}
+            shared, self._shared = self._shared, None
+        if os.getpid() != self._pid:
+            return
+        if shared is not None:
+            with self._lock:
+                shared.close()
+        for conn in conns:
+            conn.close()
+
+    # ----------------------------------------------------------------- transactions
+
+    @property
+    def writing(self) -> bool:
+        """Whether this thread is inside :meth:`write` (a nested write joins that one)."""
+        return bool(getattr(self._local, "depth", 0))
+
+    @contextmanager
+    def write(self) -> Iterator[sqlite3.Connection]:
+        """One ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back on error.
+        Inside another :meth:`write` of the same thread, the statements join its
+        transaction (the outer one commits)."""
+        conn = self.connection()
+        local = self._local
+        depth = getattr(local, "depth", 0)
+        if depth:
+            local.depth = depth + 1
+            try:
+                yield conn
+            finally:
+                local.depth = depth
+            return
+        with self._lock:
+            self._begin(conn)
+            local.depth = 1
+            try:
+                yield conn
+            except (sqlite3.Error, UnicodeEncodeError) as exc:
+                # disk full, I/O error, a lone surrogate in a bound string ...: rolled back
+                self._rollback(conn)
+                self._raise(exc, "write")
+            except BaseException:
+                self._rollback(conn)
+                raise
+            finally:
+                local.depth = 0
+            try:
+                conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                # WAL mode writes at COMMIT: a full disk or an I/O error shows up here.
+                self._rollback(conn)
+                self._raise(exc, "commit")
+
+    @staticmethod
+    def _rollback(conn: sqlite3.Connection) -> None:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+
+    def _begin(self, conn: sqlite3.Connection) -> None:
+        """``BEGIN IMMEDIATE``, retried with jittered backoff while another process holds
+        the write lock, until the busy timeout is spent."""
+        deadline: float | None = None
+        delay = 0.001
+        while True:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+                return
+            except sqlite3.OperationalError as exc:
+                if not is_locked(exc):
+                    self._raise(exc, "write")
+                if deadline is None:  # first refusal: the busy timeout starts now
+                    deadline = time.monotonic() + self.timeout
+                elif time.monotonic() >= deadline:
+                    self._raise(exc, "locked")
+            time.sleep(delay * (0.5 + random.random()))
+            delay = min(delay * 2, 0.1)
+
+    def run(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
+        """One statement in its own (implicit) transaction, queued behind this process's
+        other writers: a single ``INSERT`` costs one statement instead of three. Errors of
+        the statement itself come back through ``fail`` as ``"write"``."""
+        conn = self.connection()
+        with self._lock:
+            try:
+                return conn.execute(sql, params)
+            except (sqlite3.Error, UnicodeEncodeError) as exc:
+                self._raise(exc, "write")
+
+    def script(self, sql: str) -> None:
+        """A script of statements (a schema's ``CREATE ... IF NOT EXISTS``), run outside any
+        transaction (``executescript`` commits first) and queued behind this process's
+        writers. Errors come back through ``fail`` as ``"write"``."""
+        conn = self.connection()
+        with self._lock:
+            try:
+                conn.executescript(sql)
+            except sqlite3.Error as exc:
+                self._raise(exc, "write")
+
+    @contextmanager
+    def read(self, *, snapshot: bool = False) -> Iterator[sqlite3.Connection]:
+        """This thread's connection for reading (``":memory:"``: held under the lock).
+        ``snapshot`` wraps the reads in one transaction, so they see one state of the file."""
+        if not self.memory and not snapshot:
+            yield self.connection()
+            return
+        with self._lock if self.memory else _NO_LOCK:
+            conn = self.connection()
+            begin = snapshot and not conn.in_transaction
+            if begin:
+                conn.execute("BEGIN")
+            try:
+                yield conn
+            finally:
+                if begin:
+                    conn.execute("COMMIT")
+
+    def rows(self, sql: str, params: Sequence[Any] = ()) -> list[Any]:
+        """All rows of one query. WAL readers do not wait on writers: "locked" here means
+        WAL recovery by another process, which is brief, so it is retried until the busy
+        timeout; other errors come back through ``fail`` as ``"read"``."""
+        if self.memory:
+            with self._lock:
+                return self._rows(self.connection(), sql, params)
+        return self._rows(self.connection(), sql, params)
+
+    def _rows(self, conn: sqlite3.Connection, sql: str, params: Sequence[Any]) -> list[Any]:
+        deadline: float | None = None
+        while True:
+            try:
+                return conn.execute(sql, params).fetchall()
+            except sqlite3.OperationalError as exc:
+                if deadline is None:
+                    deadline = time.monotonic() + self.timeout
+                if not is_locked(exc) or time.monotonic() >= deadline:
+                    self._raise(exc, "read")
+                time.sleep(0.002)
+            except (sqlite3.Error, UnicodeEncodeError) as exc:
+                self._raise(exc, "read")
+
+
+class _NoLock:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *_: object) -> None:
+        return None
+
+
+_NO_LOCK: Final = _NoLock()

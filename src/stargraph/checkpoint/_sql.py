@@ -1,0 +1,512 @@
+"""What the SQL stores (``SqliteStore``, ``PostgresStore``) share: the runs row's columns and
+their mapping to a :class:`RunRecord`, the status check, the fences' error messages, the
+lease takeover rule, the queries that read runs, steps, pending writes and the journal, and
+the whole-run write (:class:`SqlStore`, their base class).
+
+Each store keeps only what differs: its placeholders (``?`` or ``%s``), how it stores text
+(SQLite ``TEXT``, PostgreSQL ``bytea``) and times, its connections and transactions, and the
+statements whose form differs (the fenced commit, the inserts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
+
+import pydantic_core
+
+from stargraph.checkpoint._codec import decode, encode, encode_extra, why
+from stargraph.checkpoint._lease import (
+    busy_error,
+    effective_status,
+    is_orphaned,
+    lease_lost,
+    owner_from,
+)
+from stargraph.checkpoint._records import (
+    STORED_STATUSES,
+    JournalEntry,
+    PendingWrite,
+    RunOwner,
+    RunRecord,
+    RunStatus,
+    StepRecord,
+    clip_error,
+)
+from stargraph.errors import CheckpointError, CorruptCheckpointError, RunNotFoundError
+
+if TYPE_CHECKING:
+    from stargraph.checkpoint._protocol import CheckpointStore
+
+__all__ = [
+    "RELEASE",
+    "RUN_COLUMNS",
+    "Commit",
+    "SqlStore",
+    "check_status",
+    "decode_run",
+    "fence_error",
+    "list_runs_sql",
+    "list_threads_sql",
+    "may_acquire",
+    "missing",
+    "write_whole_run",
+]
+
+RUN_COLUMNS: Final = (
+    "run_id, graph_name, graph_hash, code_hash, status, last_step, parent_run_id, "
+    "parent_step, created_at, updated_at, extra, lease_token, lease_owner, lease_expires, "
+    "thread_id, turn"
+)
+"""The runs row as both stores read it; :func:`decode_run` takes the columns in this order."""
+
+_RUN_FIELDS: Final = (
+    "run_id",
+    "graph_name",
+    "graph_hash",
+    "code_hash",
+    "status",
+    "last_step",
+    "parent_run_id",
+    "parent_step",
+    "created_at",
+    "updated_at",
+)
+# Columns holding caller-given text (PostgreSQL stores it as bytea: see its module).
+_TEXT_FIELDS: Final = frozenset(
+    {"run_id", "graph_name", "graph_hash", "code_hash", "parent_run_id", "created_at"}
+)
+_EXTRA_FIELDS: Final = ("error", "stopped_by", "interrupt")
+
+RELEASE: Final = ", lease_token = NULL, lease_owner = NULL, lease_expires = NULL"
+"""What a ``SET`` adds to give up the run's lease."""
+
+_NEWEST: Final = "ORDER BY created_at DESC, run_id DESC"
+_MAX_STEP: Final = 2**63 - 1
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def now() -> str:
+    """The ``updated_at`` (and default ``created_at``) of a row written now."""
+    return datetime.now(UTC).isoformat()
+
+
+class Commit(NamedTuple):
+    """What a fenced step commit writes besides the step number (see ``commit_step``)."""
+
+    status: RunStatus
+    extra: bytes | None
+    owner: str | None
+    snapshot: bool
+    payload: bytes
+
+
+def check_status(run_id: str, status: str) -> None:
+    """Refuse a status no store keeps."""
+    if status not in STORED_STATUSES:
+        raise CheckpointError(
+            f"run {run_id!r}: unknown status {status!r}; use one of {sorted(STORED_STATUSES)}",
+            run_id=run_id,
+        )
+
+
+def missing(run_id: str, where: str) -> RunNotFoundError:
+    """The error for a run ``where`` (a file, a schema) does not hold."""
+    return RunNotFoundError(
+        f"no run {run_id!r} in {where}; list runs with store.list_runs()", run_id=run_id
+    )
+
+
+def decode_run(
+    row: Sequence[Any],
+    *,
+    lease: Callable[[Any, Any], tuple[str, bool]],
+    damaged: str,
+    text: Callable[[Any], Any] = _same,
+    blob: Callable[[Any], bytes] = bytes,
+) -> RunRecord:
+    """The record of a runs row read as :data:`RUN_COLUMNS` plus anything after them.
+
+    ``lease(lease_expires, row)`` gives the expiry as ISO text and whether it lapsed (each
+    store keeps its own clock); ``text`` and ``blob`` turn the stored text and blobs back
+    into ``str`` and ``bytes``. A row that does not decode raises ``CorruptCheckpointError``
+    saying that ``damaged`` ("the checkpoint file is damaged").
+    """
+    run_id: object = row[0]
+    step = row[5] if isinstance(row[5], int) else None
+    try:
+        run_id = text(row[0])
+        data: dict[str, Any] = {
+            name: text(value) if name in _TEXT_FIELDS else value
+            for name, value in zip(_RUN_FIELDS, row, strict=False)
+        }
+        if row[10] is not None:
+            extra = pydantic_core.from_json(blob(row[10]))
+            if not isinstance(extra, dict) or not set(extra) <= set(_EXTRA_FIELDS):
+                raise TypeError("the extra column is not an object of error/stopped_by/interrupt")
+            data.update(extra)
+        expired = False
+        if row[12] is not None:
+            data["owner"] = owner_from(str(row[11]), blob(row[12]))
+            data["lease_expires"], expired = lease(row[13], row)
+        if row[14] is not None:
+            data["thread_id"], data["turn"] = text(row[14]), row[15]
+        record = RunRecord.model_validate(data)
+    except (ValueError, TypeError, AttributeError) as exc:  # ValidationError, Unicode ...
+        raise CorruptCheckpointError(
+            f"run {run_id!r} step {step}: the runs row cannot be decoded ({why(exc)}); {damaged}",
+            run_id=str(run_id),
+            step=step,
+        ) from exc
+    status = effective_status(record.status, record.owner, expired=expired)
+    return record if status == record.status else record.model_copy(update={"status": status})
+
+
+def fence_error(
+    row: Sequence[Any] | None,
+    run_id: str,
+    owner: str | None,
+    step: int | None,
+    *,
+    where: str,
+) -> CheckpointError:
+    """Why a compare-and-set on ``(last_step, lease_token)`` matched no row, given the run's
+    ``(last_step, lease_token, lease_owner)`` row read after it (``None``: no such run)."""
+    if row is None:
+        return missing(run_id, where)
+    if step is not None and row[0] != step - 1:
+        return CheckpointError(
+            f"run {run_id!r}: step {step} cannot follow committed step {row[0]}; "
+            "another writer owns this run, or history was forked",
+            run_id=run_id,
+            step=step,
+        )
+    holder = None if row[2] is None else owner_from(str(row[1]), bytes(row[2]))
+    return lease_lost(run_id, owner, holder)
+
+
+def may_acquire(before: RunRecord, owner: RunOwner, *, replace: str | None, expired: bool) -> None:
+    """Refuse ``owner`` the run while another live owner holds its lease (``replace``: a
+    token ``owner`` takes over knowingly)."""
+    held = before.owner
+    if (
+        held is not None
+        and held.token not in (replace, owner.token)
+        and before.status != "orphaned"
+        and not is_orphaned(held, expired=expired)
+    ):
+        raise busy_error(before.run_id, held, before.lease_expires)
+
+
+def list_runs_sql(
+    select: str, status: RunStatus | None, limit: int, *, mark: str
+) -> tuple[str, tuple[object, ...], bool]:
+    """The query listing runs newest first (``select`` is ``SELECT ... FROM runs``), its
+    parameters, and whether the caller must still keep only ``status`` and cut at ``limit``:
+    orphaned runs are stored as running and told apart only once decoded."""
+    if status is None:
+        return f"{select} {_NEWEST} LIMIT {mark}", (limit,), False
+    if status in ("running", "orphaned"):
+        return f"{select} WHERE status = 'running' {_NEWEST}", (), True
+    return f"{select} WHERE status = {mark} {_NEWEST} LIMIT {mark}", (status, limit), False
+
+
+def list_threads_sql(select: str, runs: str, *, mark: str) -> str:
+    """The query for the latest turn of each thread, newest first (``select`` reads ``runs``
+    as ``r``); its one parameter is the limit."""
+    return (
+        f"{select} AS r WHERE thread_id IS NOT NULL AND turn = "
+        f"(SELECT MAX(turn) FROM {runs} WHERE thread_id = r.thread_id) {_NEWEST} LIMIT {mark}"
+    )
+
+
+def write_whole_run(
+    store: CheckpointStore,
+    run: RunRecord,
+    steps: Sequence[StepRecord],
+    *,
+    pending: Sequence[PendingWrite],
+    journal: Sequence[JournalEntry],
+    graph: tuple[str, bytes] | None,
+) -> None:
+    """Write a whole run through ``store``'s own methods, each row exactly as they write it;
+    the caller runs this inside one transaction (``write_run``)."""
+    rid = run.run_id
+    if not steps:
+        raise CheckpointError(f"run {rid!r}: write_run needs at least step 0", run_id=rid)
+    start = run.model_copy(
+        update={
+            "status": "running",
+            "last_step": steps[0].step,
+            "error": None,
+            "stopped_by": None,
+            "interrupt": None,
+            "owner": None,
+            "lease_expires": None,
+        }
+    )
+    if graph is not None:
+        store.put_graph(*graph)
+    store.create_run(start, steps[0])
+    for step in steps[1:]:
+        store.commit_step(rid, step)
+    for write in pending:
+        store.put_pending(rid, write)
+    for entry in journal:
+        store.append_journal(rid, entry)
+    store.set_status(
+        rid, run.status, error=run.error, stopped_by=run.stopped_by, interrupt=run.interrupt
+    )
+
+
+class SqlStore:
+    """The base of the SQL ``CheckpointStore`` implementations: the public methods whose
+    logic is the same in every SQL database, written once over a few hooks each store
+    implements (its placeholder, table names, key encoding, queries and transactions)."""
+
+    _mark: str
+    """The parameter placeholder: ``?`` (SQLite) or ``%s`` (PostgreSQL)."""
+    _select_runs: str
+    """``SELECT <RUN_COLUMNS ...> FROM <runs table>``: what :meth:`_decode_run` decodes."""
+
+    # ----------------------------------------------------------------- hooks
+
+    def _table(self, name: str) -> str:
+        """The table ``name`` as the store's SQL names it (a schema may qualify it)."""
+        return name
+
+    def _key(self, text: str) -> object:
+        """A run id (or thread id) as the store binds it."""
+        return text
+
+    def _query(self, sql: str, params: Sequence[object]) -> list[Any]:
+        """Every row of one read."""
+        raise NotImplementedError
+
+    def _decode_run(self, row: Sequence[Any]) -> RunRecord:
+        raise NotImplementedError
+
+    def _missing(self, run_id: str) -> CheckpointError:
+        raise NotImplementedError
+
+    def _text(self, value: str | None, run_id: str) -> object:
+        """Other caller-given text of run ``run_id`` as the store binds it."""
+        return value
+
+    _token_is: str
+    """SQL comparing ``lease_token`` with a parameter that may be NULL."""
+
+    def _lease_until(self, lease_s: float) -> tuple[str, object]:
+        """The SQL and the parameter for a lease that lasts ``lease_s`` from now."""
+        raise NotImplementedError
+
+    def _change(self, sql: str, params: Sequence[object]) -> int:
+        """One write statement in its own transaction; the number of rows it changed."""
+        raise NotImplementedError
+
+    def _fenced(self, sql: str, params: Sequence[object], run_id: str, owner: str | None) -> None:
+        """One compare-and-set on the run's lease; when it matched no row, raise why (read
+        in the same transaction)."""
+        raise NotImplementedError
+
+    def _advance(self, run_id: str, number: int, commit: Commit) -> None:
+        """The fenced commit of step ``number`` (see :meth:`commit_step`)."""
+        raise NotImplementedError
+
+    def _batch(self) -> AbstractContextManager[object]:
+        """One transaction that the store's own methods join, on this thread."""
+        raise NotImplementedError
+
+    # ----------------------------------------------------------------- writes
+
+    def commit_step(
+        self,
+        run_id: str,
+        step: StepRecord,
+        *,
+        status: RunStatus = "running",
+        error: str | None = None,
+        stopped_by: str | None = None,
+        interrupt: object = None,
+        owner: str | None = None,
+    ) -> None:
+        """In one transaction: append ``step`` (must be ``last_step + 1``), set the run's
+        ``last_step``/status fields, and drop the pending writes and journal of that step.
+        Fenced on ``owner`` (the lease token; the lease itself is kept)."""
+        check_status(run_id, status)
+        number = step.step
+        payload = encode(step, run_id=run_id, step=number, pack=True)
+        extra = encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
+        self._advance(
+            run_id, number, Commit(status, extra, owner, step.snapshot is not None, payload)
+        )
+
+    def set_status(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        error: str | None = None,
+        stopped_by: str | None = None,
+        interrupt: object = None,
+        owner: str | None = None,
+    ) -> None:
+        """Change a run's status without committing a step (park, fail, finish). Fenced on
+        ``owner``; any status but ``running`` also releases the lease."""
+        check_status(run_id, status)
+        extra = encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
+        release = "" if status == "running" else RELEASE
+        m = self._mark
+        self._fenced(
+            f"UPDATE {self._table('runs')} SET status = {m}, extra = {m}, updated_at = {m}"
+            f"{release} WHERE run_id = {m} AND {self._token_is}",
+            (status, extra, now(), self._key(run_id), owner),
+            run_id,
+            owner,
+        )
+
+    def heartbeat(self, run_id: str, owner: RunOwner) -> bool:
+        """Renew ``owner``'s lease; ``False`` if it is not the run's lease any more."""
+        until, param = self._lease_until(owner.lease_s)
+        m = self._mark
+        changed = self._change(
+            f"UPDATE {self._table('runs')} SET lease_expires = {until} "
+            f"WHERE run_id = {m} AND lease_token = {m}",
+            (param, self._key(run_id), owner.token),
+        )
+        return changed == 1
+
+    def release(self, run_id: str, token: str) -> None:
+        """Give up the lease ``token`` without changing the status."""
+        m = self._mark
+        self._change(
+            f"UPDATE {self._table('runs')} SET {RELEASE[2:]} "
+            f"WHERE run_id = {m} AND lease_token = {m}",
+            (self._key(run_id), token),
+        )
+
+    def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
+        """Record that the run continues under another graph (after an explicit migration)."""
+        m = self._mark
+        changed = self._change(
+            f"UPDATE {self._table('runs')} SET graph_hash = {m}, code_hash = {m}, "
+            f"updated_at = {m} WHERE run_id = {m}",
+            (
+                self._text(graph_hash, run_id),
+                self._text(code_hash, run_id),
+                now(),
+                self._key(run_id),
+            ),
+        )
+        if changed != 1:
+            raise self._missing(run_id)
+
+    def write_run(
+        self,
+        run: RunRecord,
+        steps: Sequence[StepRecord],
+        *,
+        pending: Sequence[PendingWrite] = (),
+        journal: Sequence[JournalEntry] = (),
+        graph: tuple[str, bytes] | None = None,
+    ) -> None:
+        """Insert a whole run - its record as it ended, every step from 0, the pending writes
+        and journal of its unfinished step, and ``graph`` (its hash and IR, as ``put_graph``
+        keeps them) - in one transaction, without a lease: what a run kept in memory
+        (``durability="exit"``) writes when it stops. Raises like ``create_run`` if the run
+        id exists; nothing is written then."""
+        with self._batch():
+            # The store's methods join this transaction: one commit, every row written
+            # exactly as those methods write it.
+            store = cast("CheckpointStore", self)  # the subclasses implement it all
+            write_whole_run(store, run, steps, pending=pending, journal=journal, graph=graph)
+
+    # ----------------------------------------------------------------- reads
+
+    def _check_exists(self, run_id: str) -> None:
+        sql = f"SELECT 1 FROM {self._table('runs')} WHERE run_id = {self._mark}"
+        if not self._query(sql, (self._key(run_id),)):
+            raise self._missing(run_id)
+
+    def get_run(self, run_id: str) -> RunRecord:
+        """The run's record; ``RunNotFoundError`` if there is none."""
+        rows = self._query(f"{self._select_runs} WHERE run_id = {self._mark}", (self._key(run_id),))
+        if not rows:
+            raise self._missing(run_id)
+        return self._decode_run(rows[0])
+
+    def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
+        """Runs, newest first, optionally filtered by status."""
+        sql, params, refine = list_runs_sql(self._select_runs, status, limit, mark=self._mark)
+        runs = [self._decode_run(row) for row in self._query(sql, params)]
+        return [r for r in runs if r.status == status][:limit] if refine else runs
+
+    def get_thread(self, thread_id: str) -> list[RunRecord]:
+        """The runs of thread ``thread_id`` in turn order (empty for an unknown thread)."""
+        rows = self._query(
+            f"{self._select_runs} WHERE thread_id = {self._mark} ORDER BY turn",
+            (self._key(thread_id),),
+        )
+        return [self._decode_run(row) for row in rows]
+
+    def list_threads(self, *, limit: int = 100) -> list[RunRecord]:
+        """The latest turn of each thread, newest first."""
+        sql = list_threads_sql(self._select_runs, self._table("runs"), mark=self._mark)
+        return [self._decode_run(row) for row in self._query(sql, (limit,))]
+
+    def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
+        """Committed steps ``start..end`` (inclusive) in order."""
+        m = self._mark
+        hi = _MAX_STEP if end is None else min(end, _MAX_STEP)
+        rows = self._query(
+            f"SELECT step, payload, crc FROM {self._table('steps')} "
+            f"WHERE run_id = {m} AND step >= {m} AND step <= {m} ORDER BY step",
+            (self._key(run_id), max(min(start, _MAX_STEP), -_MAX_STEP), hi),
+        )
+        if not rows:
+            self._check_exists(run_id)  # an unknown run, or else just an empty range
+        return [
+            decode(StepRecord, payload, run_id=run_id, step=step, table="steps", crc=crc)
+            for step, payload, crc in rows
+        ]
+
+    def snapshot_step(self, run_id: str, at_or_before: int) -> int:
+        """The newest step ``<= at_or_before`` that holds a full snapshot (0 always does)."""
+        m = self._mark
+        rows = self._query(
+            f"SELECT MAX(step) FROM {self._table('steps')} "
+            f"WHERE run_id = {m} AND step <= {m} AND has_snapshot",
+            (self._key(run_id), min(at_or_before, _MAX_STEP)),
+        )
+        found = rows[0][0] if rows else None
+        if found is None:
+            self._check_exists(run_id)
+            return 0
+        return int(found)
+
+    def get_pending(self, run_id: str, step: int) -> list[PendingWrite]:
+        """Pending writes saved for ``step``, ordered by ``(node, index)``."""
+        return [
+            decode(PendingWrite, payload, run_id=run_id, step=step, table="pending", crc=crc)
+            for payload, crc in self._children("pending", run_id, step, "node, idx")
+        ]
+
+    def get_journal(self, run_id: str, step: int) -> list[JournalEntry]:
+        """Journal entries of ``step``, ordered by ``(node, index, seq)``."""
+        return [
+            decode(JournalEntry, payload, run_id=run_id, step=step, table="journal", crc=crc)
+            for payload, crc in self._children("journal", run_id, step, "node, idx, seq")
+        ]
+
+    def _children(self, table: str, run_id: str, step: int, order: str) -> list[Any]:
+        m = self._mark
+        return self._query(
+            f"SELECT payload, crc FROM {self._table(table)} WHERE run_id = {m} AND step = {m} "
+            f"ORDER BY {order}",
+            (self._key(run_id), step),
+        )

@@ -1,0 +1,105 @@
+"""The one SQLite layer (``stargraph._sqlite.Database``) and what moving every SQLite store
+onto it fixed: a nested write joins its transaction, a lock held past the busy timeout goes
+through the owner's typed error, ``":memory:"`` is one database for every thread, a closed
+queue says so, and an agent's refused move leaves its task as it was."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from pathlib import Path
+
+import pytest
+
+from stargraph._sqlite import Database, Doing
+from stargraph.agents import AgentProfile, AgentStore
+from stargraph.errors import CheckpointError, LifecycleError
+from stargraph.workers._queue import SqliteQueue
+
+
+class Refused(Exception):
+    """The owner's error in these tests."""
+
+
+def test_a_nested_write_joins_the_outer_transaction(tmp_path: Path) -> None:
+    db = Database(tmp_path / "t.db")
+    with db.write() as conn:
+        conn.execute("CREATE TABLE t (n INTEGER)")
+
+    def write_then_fail() -> None:
+        with db.write() as outer:
+            outer.execute("INSERT INTO t VALUES (1)")
+            with db.write() as inner:
+                assert inner is outer
+                assert db.writing
+                inner.execute("INSERT INTO t VALUES (2)")
+            raise RuntimeError("after the inner write: everything rolls back")
+
+    with pytest.raises(RuntimeError):
+        write_then_fail()
+    assert db.rows("SELECT n FROM t") == []
+    with db.write() as outer:
+        with db.write() as inner:
+            inner.execute("INSERT INTO t VALUES (3)")
+        assert outer.in_transaction, "the inner write did not commit on its own"
+    assert db.rows("SELECT n FROM t") == [(3,)]
+    assert not db.writing
+    db.close()
+
+
+def test_a_lock_held_past_the_busy_timeout_goes_through_the_owner_hook(tmp_path: Path) -> None:
+    seen: list[Doing] = []
+
+    def fail(exc: BaseException, doing: Doing) -> BaseException:
+        seen.append(doing)
+        return Refused(f"{doing}: {exc}")
+
+    path = tmp_path / "t.db"
+    db = Database(path, busy_timeout_s=0.2, fail=fail)
+    with db.write() as conn:
+        conn.execute("CREATE TABLE t (n INTEGER)")
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    try:
+        with pytest.raises(Refused, match="locked: database is locked"), db.write() as conn:
+            conn.execute("INSERT INTO t VALUES (1)")
+    finally:
+        other.execute("COMMIT")
+        other.close()
+    assert seen == ["locked"]
+    with db.write() as conn:  # the lock is free again: the same database writes
+        conn.execute("INSERT INTO t VALUES (1)")
+    db.close()
+    with pytest.raises(Refused, match="closed"):
+        db.rows("SELECT n FROM t")
+
+
+def test_memory_is_one_database_for_every_thread() -> None:
+    db = Database(":memory:")
+    with db.write() as conn:
+        conn.execute("CREATE TABLE t (n INTEGER)")
+        conn.execute("INSERT INTO t VALUES (7)")
+    box: dict[str, object] = {}
+    reader = threading.Thread(target=lambda: box.update(rows=db.rows("SELECT n FROM t")))
+    reader.start()
+    reader.join(30)
+    assert box["rows"] == [(7,)]
+    db.close()
+
+
+def test_a_closed_sqlite_queue_is_a_typed_error_naming_its_file(tmp_path: Path) -> None:
+    path = tmp_path / "q.db"
+    queue = SqliteQueue(path)
+    queue.submit("pkg.mod:graph", {"x": 1}, run_id="r")
+    queue.close()
+    with pytest.raises(CheckpointError, match=f"the queue on file {str(path)!r} is closed"):
+        queue.get("r")
+
+
+def test_a_refused_assign_leaves_the_agents_task_as_it_was(tmp_path: Path) -> None:
+    profile = AgentProfile.model_validate({"agent_type": "coder"})
+    with AgentStore(tmp_path / "agents.db") as store:
+        agent = store.allocate(profile, task_id="t1")
+        with pytest.raises(LifecycleError, match="PENDING -> BUSY"):
+            store.assign(agent.id, "t2")
+        assert store.get(agent.id).task_id == "t1"
