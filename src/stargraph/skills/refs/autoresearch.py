@@ -39,6 +39,7 @@ from stargraph.graph import END, START, Graph
 from stargraph.nodes import SubgraphNode
 from stargraph.skills import Skill, SkillKind
 from stargraph.skills.react import ReactStep, ToolCallRecord, react_skill
+from stargraph.skills.refs._loop import reference_skill
 from stargraph.skills.refs.embed import Embedder
 from stargraph.skills.refs.retrieval import RETRIEVAL_DEFAULTS, hybrid_search
 from stargraph.skills.refs.stores import DocumentStore, Passage, VectorStore
@@ -319,10 +320,9 @@ def autoresearch_graph(
 def make_autoresearch_skill(**options: Any) -> Skill:
     """:func:`autoresearch_graph` (with ``options``) packaged as the ``autoresearch`` agent
     skill whose declared outputs are :class:`AutoresearchOutput`'s fields."""
-    return Skill.from_graph(
+    return reference_skill(
         autoresearch_graph(**options),
         name="autoresearch",
-        version="1.0.0",
         kind=SkillKind.AGENT,
         description=(
             "Research a question with web fetch and passage retrieval; return a structured "
@@ -330,7 +330,7 @@ def make_autoresearch_skill(**options: Any) -> Skill:
         ),
         tools=(FETCH_TOOL, RETRIEVE_TOOL),
         system_prompt=str(options.get("system_prompt", AUTORESEARCH_PROMPT)),
-        state_schema=AutoresearchOutput,
+        outputs=AutoresearchOutput,
         requires=("service:arbiter", "service:model"),
     )
 
