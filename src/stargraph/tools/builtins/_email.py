@@ -41,11 +41,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from email.utils import formatdate
-from types import TracebackType
 from typing import Annotated, Any, Final, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stargraph._lifecycle import Started
 from stargraph.errors import ToolError, ToolTimeoutError
 from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._canonical import sha256_hex
@@ -398,7 +398,7 @@ class _Stored:
     flags: set[str] = field(default_factory=set)
 
 
-class LocalMailServer:
+class LocalMailServer(Started):
     """SMTP submission and IMAP4rev1 (a subset) on 127.0.0.1; one ``INBOX`` per user.
 
     ``users`` maps an address to its password. SMTP needs ``AUTH PLAIN`` before ``MAIL``,
@@ -495,17 +495,6 @@ class LocalMailServer:
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         self._loop = self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ mailboxes
 
