@@ -26,6 +26,7 @@ from typing import Any, Final
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
 
 from stargraph.errors import Problem, SkillValidationError, ToolSpecError
+from stargraph.skills._files import read_utf8
 from stargraph.skills.machine._validate import MachineShape, StateShape, validate_machine
 from stargraph.tools import matches_allowlist, model_from_json_schema
 
@@ -322,26 +323,13 @@ def load_skillspec(path: str | Path, *, tools: Collection[str] | None = None) ->
     :class:`~stargraph.errors.SkillValidationError` naming the file and the first bad byte.
     """
     path = Path(path)
-    try:
-        # utf-8-sig: editors on Windows save JSON with a BOM, which json.loads refuses.
-        text = path.read_bytes().decode("utf-8-sig")
-    except OSError as exc:
-        raise SkillValidationError(
-            [Problem(f"{path}#", f"cannot read the file: {exc}", "check the path")],
-            subject=f"SkillSpec {path}",
-        ) from exc
-    except UnicodeDecodeError as exc:
-        raise SkillValidationError(
-            [
-                Problem(
-                    f"{path}#",
-                    f"the file is not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset "
-                    f"{exc.start} ({exc.reason})",
-                    "SkillSpec files must be UTF-8 JSON; save the file as UTF-8",
-                )
-            ],
-            subject=f"SkillSpec {path}",
-        ) from None
+    # utf-8-sig: editors on Windows save JSON with a BOM, which json.loads refuses.
+    text = read_utf8(
+        path,
+        subject=f"SkillSpec {path}",
+        encoding="utf-8-sig",
+        rule="SkillSpec files must be UTF-8 JSON",
+    )
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stargraph.errors import Problem, SkillValidationError, UnknownKeyWarning
 from stargraph.skills import SEMVER, SLUG, TAG, TOOL_ID, Example, Skill, SkillKind
+from stargraph.skills._files import read_utf8
 from stargraph.skills.markdown._workflow import (
     Check,
     WorkflowOutput,
@@ -138,25 +139,7 @@ def load_skill_md(path: str | os.PathLike[str]) -> MarkdownSkill:
     :class:`~stargraph.errors.SkillValidationError` naming it (never a silently empty skill).
     """
     path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise SkillValidationError(
-            [Problem(f"{path}#", f"cannot read the file: {exc}", "check the path")],
-            subject=f"SKILL.md {path}",
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise SkillValidationError(
-            [
-                Problem(
-                    f"{path}#",
-                    f"the file is not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset "
-                    f"{exc.start} ({exc.reason})",
-                    "SKILL.md files must be UTF-8 text; save the file as UTF-8",
-                )
-            ],
-            subject=f"SKILL.md {path}",
-        ) from None
+    text = read_utf8(path, subject=f"SKILL.md {path}", rule="SKILL.md files must be UTF-8 text")
     return parse_skill_md(text, source=str(path), references=_references(path.parent))
 
 
