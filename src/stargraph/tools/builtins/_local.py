@@ -30,7 +30,14 @@ from stargraph.errors import (
 from stargraph.tools._host import HostRequest
 from stargraph.tools._tool import ToolContext
 
-__all__ = ["HttpAnswer", "HttpRequest", "LocalHTTPServer", "http_json", "parse_host_args"]
+__all__ = [
+    "HttpAnswer",
+    "HttpRequest",
+    "LocalHTTPServer",
+    "http_json",
+    "parse_host_args",
+    "required_secret",
+]
 
 _BODY_LIMIT: Final = 4_000_000
 _M = TypeVar("_M", bound=BaseModel)
@@ -177,6 +184,17 @@ class LocalHTTPServer(Started):
         if self._serving is not None:
             self._serving.stop()  # handlers still running may read self.url until joined
             self._serving = None
+
+
+def required_secret(ctx: ToolContext, name: str) -> str:
+    """The call's secret ``name`` (one of the tool's ``secret_resources``); a ToolError
+    saying how to give it to the arbiter when it is missing or empty."""
+    value = ctx.secrets.get(name)
+    if not value:
+        raise ToolError(
+            f"tool {ctx.tool!r} needs the secret {name!r} (fix: Arbiter(secrets={{{name!r}: ...}}))"
+        )
+    return value
 
 
 def http_json(
