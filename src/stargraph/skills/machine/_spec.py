@@ -21,9 +21,9 @@ import json
 import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
 from stargraph.errors import Problem, SkillValidationError, ToolSpecError
 from stargraph.skills._files import read_utf8
@@ -60,6 +60,16 @@ _TYPE_NAMES: Final = {
 }
 
 
+def _none_admits_nothing(value: Any) -> Any:
+    # Deny by default: a state defines exactly the tools it may call (seed 000), so no
+    # allowlist is the empty one, never "any tool".
+    return () if value is None else value
+
+
+ToolAllowlist = Annotated[tuple[str, ...], BeforeValidator(_none_admits_nothing)]
+"""The tools a machine state admits; ``None`` is read as the empty allowlist."""
+
+
 class Transition(BaseModel):
     """``{"on": event, "to": state}``: on ``event`` the machine moves to ``state``."""
 
@@ -78,20 +88,13 @@ class StateSpec(BaseModel):
 
     objective: str = ""
     """What the model should accomplish in this state (the only objective it sees)."""
-    allowed_tools: tuple[str, ...] = ()
+    allowed_tools: ToolAllowlist = ()
     """Tools the model may call here: a hard allowlist enforced by the arbiter. Empty (or
     ``None``) admits no tool: a call is refused as ``tool_not_allowed``."""
     transitions: tuple[Transition, ...] = ()
     """The valid exits of this state."""
     terminal: bool = False
     """An end state: no transitions; ``finish`` is offered here and only here."""
-
-    @field_validator("allowed_tools", mode="before")
-    @classmethod
-    def _none_admits_nothing(cls, value: Any) -> Any:
-        # Deny by default: a state defines exactly the tools it may call (seed 000), so no
-        # allowlist is the empty one, never "any tool".
-        return () if value is None else value
 
     def transition_for(self, event: str) -> Transition | None:
         """The transition taken on ``event``, or ``None``."""
