@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections.abc
 from typing import Annotated, Any
 
 import pytest
@@ -75,6 +76,20 @@ def test_set_fields_rejected_frozenset_accepted() -> None:
     )
     assert rendered[1].startswith("/state/fields/nested: field 'nested' has type list[set[int]]")
     assert not any("'ok'" in m for m in rendered)
+
+
+class AbcSetState(BaseModel):
+    marks: collections.abc.MutableSet[str] = set()
+
+
+def test_issue23_abc_mutable_set_field_rejected_as_in_nested_models() -> None:
+    # The top-level check missed collections.abc.MutableSet, which the nested-model check
+    # (skills) caught: one check serves both now.
+    graph = Graph("abc", state=AbcSetState).with_node("a", inc).with_edge(START, "a")
+    with pytest.raises(CompileError) as info:
+        graph.with_edge("a", END).compile()
+    assert [p.pointer for p in info.value.problems] == ["/state/fields/marks"]
+    assert "sets have no stable order" in info.value.problems[0].message
 
 
 def test_conflicting_reducers() -> None:

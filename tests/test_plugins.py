@@ -11,7 +11,6 @@ from typing import Any
 
 import pytest
 
-from stargraph import fathom
 from stargraph.errors import PluginLoadError, RegistryError, ToolNotAllowedError
 from stargraph.graph import END, START, Graph
 from stargraph.plugin import (
@@ -21,6 +20,7 @@ from stargraph.plugin import (
     hookimpl,
     load_entry_points,
 )
+from stargraph.runtime import RunFinished
 from stargraph.skills import Skill
 from stargraph.tools import ToolCall
 
@@ -116,8 +116,10 @@ def test_installed_plugin_contributes_a_skill_a_tool_and_a_rule_pack(
         .with_rules(registry.rule_packs["acme-stop"])
     )
     events = list(graph.compile().stream({}))
-    assert events[-1].state["log"] == ["hello from acme-greeter"]
-    assert events[-1].stopped_by == "acme-stop/stop"
+    finished = events[-1]
+    assert isinstance(finished, RunFinished)
+    assert finished.state["log"] == ["hello from acme-greeter"]
+    assert finished.stopped_by == "acme-stop/stop"
     arbiter = registry.arbiter(tmp_path)
     result = arbiter.dispatch(ToolCall(tool="acme.shout@1.0.0", args={"text": "hi"}))
     assert result.payload == "HI"
@@ -300,7 +302,7 @@ def test_unknown_names_are_typed_errors() -> None:
         registry.skill("ghost")
     with pytest.raises(RegistryError, match="no checkpoint store for scheme 'ftp'"):
         registry.store("ftp://x")
-    assert fathom.RulePack  # the termination pack is a built-in
+    # the termination pack is a built-in
     assert "termination" in registry.rule_packs
 
 

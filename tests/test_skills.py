@@ -24,7 +24,7 @@ from stargraph.errors import (
 )
 from stargraph.graph import END, START, Graph
 from stargraph.nodes import SubgraphNode
-from stargraph.runtime import RunContext
+from stargraph.runtime import RunContext, RunFinished
 from stargraph.skills import Example, Skill, SkillKind
 
 CALLS: list[str] = []
@@ -234,7 +234,9 @@ def test_missing_subgraph_hash_names_hash_and_skill() -> None:
 
 def test_seed_example_compiles_and_runs() -> None:
     parent_ir = Graph("host", state=Parent).with_node("before", parent_step).to_ir()
-    graph = Graph(parent_ir).with_node(SubgraphNode.from_skill(make_skill(), site="step-3"))
+    graph: Graph[Any] = Graph(parent_ir).with_node(
+        SubgraphNode.from_skill(make_skill(), site="step-3")
+    )
     graph = graph.with_edge(START, "before").with_edge("before", "step-3")
     final = graph.with_edge("step-3", END).compile().invoke({})
     assert final.answer == "why? -> 2 thoughts"
@@ -437,7 +439,9 @@ def test_bubble_events_on_and_off() -> None:
     assert all(on.index(e) < position for e in child)
     off = list(parent_graph(make_skill(bubble_events=False)).compile().stream({}))
     assert [e for e in off if e.path] == []
-    assert off[-1].state["answer"] == "why? -> 2 thoughts"  # the child still ran
+    finished = off[-1]
+    assert isinstance(finished, RunFinished)
+    assert finished.state["answer"] == "why? -> 2 thoughts"  # the child still ran
 
 
 # ------------------------------------------------------------------ nested durability

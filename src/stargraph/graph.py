@@ -227,17 +227,9 @@ class Graph(Generic[StateT]):
                 ],
                 subject=f"graph {self._name!r}",
             )
-        impls = self._impls
-        if ref is None:
-            found = try_ref_of(fn)
-            if isinstance(found, Problem):
-                raise UnreferenceableNodeError(
-                    [Problem(f"/nodes/{node}", found.message, found.hint)],
-                    subject=f"node {node!r} of graph {self._name!r}",
-                )
-            ref = found
-        else:
-            impls = {**impls, ref: fn}
+        ref, impls = self._referenced(
+            fn, ref, f"/nodes/{node}", f"node {node!r} of graph {self._name!r}"
+        )
         input_ref = None if input is None else _input_ref(node, input, self._name)
         node_ir = FunctionNodeIR(
             id=NodeId(node),
@@ -256,6 +248,20 @@ class Graph(Generic[StateT]):
             metadata=dict(metadata or {}),
         )
         return self._replace(_nodes=(*self._nodes, node_ir), _impls=impls)
+
+    def _referenced(
+        self, fn: Callable[..., Any], ref: str | None, pointer: str, subject: str
+    ) -> tuple[str, dict[str, Callable[..., Any]]]:
+        """How the IR names ``fn``, and the impls that resolve it: its import path, or the
+        registry id ``ref`` given for it (the callable then travels in the impls)."""
+        if ref is not None:
+            return ref, {**self._impls, ref: fn}
+        found = try_ref_of(fn)
+        if isinstance(found, Problem):
+            raise UnreferenceableNodeError(
+                [Problem(pointer, found.message, found.hint)], subject=subject
+            )
+        return found, self._impls
 
     def with_edge(self, source: str | Sequence[str], target: str) -> Graph[StateT]:
         """``source -> target``; a list of sources is a join (target runs once after all)."""
@@ -283,17 +289,9 @@ class Graph(Generic[StateT]):
         ``mapping`` may be a dict, a list of node ids, or omitted when the router's return
         annotation is a ``Literal[...]`` of node ids.
         """
-        if ref is None:
-            found = try_ref_of(router)
-            if isinstance(found, Problem):
-                raise UnreferenceableNodeError(
-                    [Problem(f"/edges/{source}", found.message, found.hint)],
-                    subject=f"router of {source!r} in graph {self._name!r}",
-                )
-            ref = found
-            impls = self._impls
-        else:
-            impls = {**self._impls, ref: router}
+        ref, impls = self._referenced(
+            router, ref, f"/edges/{source}", f"router of {source!r} in graph {self._name!r}"
+        )
         if mapping is None:
             targets = _router_targets(router)
             if targets is None:

@@ -12,7 +12,7 @@ import types
 import typing
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, PydanticUserError, TypeAdapter
 from pydantic_core import PydanticUndefined
@@ -30,9 +30,14 @@ __all__ = [
     "json_problem",
     "schema_ir",
     "schema_problems",
+    "set_field_problem",
     "type_repr",
     "value_checker",
 ]
+
+# Mutable sets in any spelling: their iteration order is not stable, so a state holding one
+# would not hash or replay identically.
+_SETS: Final = (set, collections.abc.MutableSet, typing.MutableSet)
 
 
 def type_repr(tp: Any) -> str:
@@ -66,11 +71,24 @@ def type_repr(tp: Any) -> str:
     return repr(tp)
 
 
-def _contains_set(tp: Any) -> bool:
-    origin = get_origin(tp)
-    if tp is set or origin is set or tp is typing.MutableSet or origin is typing.MutableSet:
-        return True
-    return any(_contains_set(a) for a in get_args(tp) if not isinstance(a, str | int))
+def set_field_problem(
+    where: str, name: str, annotation: Any, *, nested_in: str | None = None
+) -> Problem | None:
+    """The problem with field ``name`` (of nested model ``nested_in``, if given) when its type
+    holds a set at any depth: sets have no stable order. ``None`` when it holds none."""
+    stack = [annotation]
+    while stack:
+        current = stack.pop()
+        if current in _SETS or get_origin(current) in _SETS:
+            of = "" if nested_in is None else f" of nested model {nested_in}"
+            return Problem(
+                where,
+                f"field {name!r}{of} has type {type_repr(annotation)}: sets have no stable "
+                "order, so states would not hash or replay identically",
+                "use frozenset (merged in sorted order) or a list",
+            )
+        stack.extend(a for a in get_args(current) if not isinstance(a, str | int))
+    return None
 
 
 def _is_fact_marker(meta: Any) -> bool:
@@ -100,15 +118,9 @@ def schema_problems(model: type[BaseModel], pointer: str = "/state") -> list[Pro
     problems: list[Problem] = []
     for name, info in model.model_fields.items():
         where = f"{pointer}/fields/{name}"
-        if _contains_set(info.annotation):
-            problems.append(
-                Problem(
-                    where,
-                    f"field {name!r} has type {type_repr(info.annotation)}: sets have no "
-                    "stable order, so states would not hash or replay identically",
-                    "use frozenset (merged in sorted order) or a list",
-                )
-            )
+        unordered = set_field_problem(where, name, info.annotation)
+        if unordered is not None:
+            problems.append(unordered)
         candidates = _reducer_candidates(list(info.metadata))
         if len(candidates) > 1:
             names = [getattr(c, "id", getattr(c, "__name__", repr(c))) for c in candidates]

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, Final
 
+from stargraph._lifecycle import Closing
 from stargraph.plugin.hookspecs import hookimpl
 
 __all__ = ["JsonLinesObserver", "OtelObserver"]
@@ -352,7 +353,7 @@ class OtelObserver:
                 self._tools.pop(call).end()
 
 
-class JsonLinesObserver:
+class JsonLinesObserver(Closing):
     """A plugin writing every run event and tool call as one JSON object per line.
 
     ``path`` is a file (appended to; parent directories are created) or an open text
@@ -430,9 +431,3 @@ class JsonLinesObserver:
         with self._lock:
             if self._owned and not self._file.closed:
                 self._file.close()
-
-    def __enter__(self) -> JsonLinesObserver:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()

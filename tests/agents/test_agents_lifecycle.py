@@ -29,9 +29,9 @@ from stargraph.skills.markdown import parse_skill_md
 CODER = AgentProfile(
     agent_type="coder",
     skills=("archive-notes",),
-    permissions={"tools": ["choir.fs.*"], "write_access": True},  # type: ignore[arg-type]
-    limits={"max_concurrent_tasks": 2, "token_budget": 50_000, "timeout_ms": 60_000},  # type: ignore[arg-type]
-    history={"success_rate": 0.9, "avg_duration_ms": 1000, "total_runs": 10},  # type: ignore[arg-type]
+    permissions={"tools": ["choir.fs.*"], "write_access": True},
+    limits={"max_concurrent_tasks": 2, "token_budget": 50_000, "timeout_ms": 60_000},
+    history={"success_rate": 0.9, "avg_duration_ms": 1000, "total_runs": 10},
 )
 SKILL = parse_skill_md(
     """---
@@ -213,12 +213,12 @@ def test_D9_profile_validates_and_allocation_respects_skills_permissions_limits(
     store: AgentStore,
 ) -> None:
     with pytest.raises(AgentConfigError, match="success_rate"):
-        AgentProfile(agent_type="x", history={"success_rate": 2})  # type: ignore[arg-type]
+        AgentProfile(agent_type="x", history={"success_rate": 2})
     reviewer = AgentProfile(
         agent_type="reviewer",
         skills=("archive-notes",),
-        permissions={"tools": ["choir.fs.read"]},  # type: ignore[arg-type]
-        history={"success_rate": 0.99},  # type: ignore[arg-type]
+        permissions={"tools": ["choir.fs.read"]},
+        history={"success_rate": 0.99},
     )
     read = TaskNeeds(skills=("archive-notes",), tools=("choir.fs.read",))
     write = TaskNeeds(skills=("archive-notes",), tools=("choir.fs.write",), write_access=True)

@@ -5,7 +5,7 @@ access decide allocation), all through the real ``AgentStore`` / ``Registry`` pa
 from __future__ import annotations
 
 import string
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -350,7 +350,7 @@ def test_D11_round_robin_skips_ineligible_types_and_priority_orders_the_queue() 
 
 
 def test_D11_a_strategy_of_your_own_plugs_in() -> None:
-    def last_in_pool(candidates: Any, last: int | None) -> Candidate:
+    def last_in_pool(candidates: Sequence[Candidate], last: int | None) -> Candidate:
         return candidates[-1]
 
     mine = Strategy("last-in-pool", last_in_pool)

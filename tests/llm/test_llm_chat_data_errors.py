@@ -5,6 +5,7 @@ a ``ValueError`` for callers who do not know stargraph."""
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -62,7 +63,7 @@ def test_a_bad_reply_is_typed_from_data_json_and_the_wire() -> None:
 def test_assigning_to_frozen_chat_data_is_typed_and_says_how_to_change_it() -> None:
     message = ChatMessage.user("hi")
     with pytest.raises(ChatDataError) as info:
-        message.content = "bye"  # type: ignore[misc]
+        message.content = "bye"
     assert _problems(info.value) == [
         ("content", "chat data is frozen: make a changed copy with model_copy(update={...})")
     ]
@@ -97,6 +98,10 @@ _FIELDS = ["role", "content", "tool_calls", "tool_call_id", "name", "messages", 
 def test_any_bad_chat_data_raises_only_chat_data_errors(
     model: type[BaseModel], data: dict[str, Any]
 ) -> None:
-    for build in (lambda: model(**data), lambda: model.model_validate(data)):
+    builds: list[Callable[[], BaseModel]] = [
+        lambda: model(**data),
+        lambda: model.model_validate(data),
+    ]
+    for build in builds:
         with contextlib.suppress(ChatDataError):
             build()

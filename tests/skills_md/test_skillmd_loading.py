@@ -5,6 +5,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
+import pluggy
 import pytest
 
 from stargraph.errors import RegistryError, SkillValidationError
@@ -45,7 +46,7 @@ def write(root: Path, name: str, text: str) -> Path:
     return path
 
 
-def pm() -> object:
+def pm() -> pluggy.PluginManager:
     return get_plugin_manager(entry_points=False)
 
 

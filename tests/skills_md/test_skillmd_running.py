@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from stargraph import CompiledGraph
 from stargraph.checkpoint import SqliteStore
 from stargraph.graph import END, START, Graph
 from stargraph.llm import OpenAIChatModel
@@ -57,7 +58,7 @@ def arbiter(workspace: Path) -> Iterator[Arbiter]:
 def run(skill: MarkdownSkill, arbiter: Arbiter, store: SqliteStore, run_id: str) -> Any:
     assert skill.subgraph is not None
     assert not isinstance(skill.subgraph, str)
-    app = Graph(skill.subgraph, impls=skill.impls).compile(
+    app: CompiledGraph[Any] = Graph(skill.subgraph, impls=skill.impls).compile(
         store=store, services={"arbiter": arbiter}
     )
     final = app.invoke({}, run_id=run_id)
@@ -150,7 +151,7 @@ def test_D3_agent_skill_mounts_react_against_the_scripted_server(arbiter: Arbite
     with ScriptedOpenAIServer(script) as server:
         chat = OpenAIChatModel("gpt-test", base_url=server.base_url, api_key="sk-test")
         try:
-            app = Graph(skill.subgraph, impls=skill.impls).compile(  # type: ignore[arg-type]
+            app: CompiledGraph[Any] = Graph(skill.subgraph, impls=skill.impls).compile(  # type: ignore[arg-type]
                 services={"model": chat, "arbiter": arbiter}
             )
             final = app.invoke({"task": "What is the first word of notes.txt?"})

@@ -303,6 +303,34 @@ def test_clash_within_one_scope_names_both_sources(tmp_path: Path) -> None:
     )
 
 
+def test_issue23_an_unlistable_tool_directory_is_an_error_not_an_empty_registry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The tool registry now loads its scopes as the SkillSpec registry does; before, a
+    # directory it could not list silently held no tools.
+    folder = tmp_path / "tools"
+    write_tool(folder, "good")
+    real = os.scandir
+
+    def scandir(path: Any = ".") -> Any:
+        # As without read permission (tests may run as root, whom chmod 000 does not stop).
+        if Path(os.fsdecode(path)) == folder:
+            raise PermissionError(13, "Permission denied", os.fsdecode(path))
+        return real(path)
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    with pytest.raises(ToolSpecError) as info:
+        ToolRegistry.build(agent_dir=folder)
+    assert [p.render() for p in info.value.problems] == [
+        f"{folder}: cannot list the tool directory: Permission denied (fix: make it "
+        "readable (chmod u+rx) or remove it)"
+    ]
+    lenient = ToolRegistry.build(agent_dir=folder, strict=False)
+    assert lenient.ids == ()
+    assert [s.path for s in lenient.report.skipped] == [str(folder)]
+    assert ToolRegistry.build(agent_dir=tmp_path / "missing").ids == ()
+
+
 def test_builtin_clash_is_an_error() -> None:
     with pytest.raises(RegistryError, match="defined twice in the builtin scope"):
         ToolRegistry.build(builtins=[builtin("core.x"), builtin("core.x", "2.0.0")])

@@ -13,14 +13,15 @@ test server). Two choices shape it:
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Final, NoReturn, Self
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Final, NoReturn, Self, TypeVar
 
+from stargraph._lifecycle import Closing
 from stargraph.errors import LLMError
 from stargraph.llm._messages import (
     ChatDelta,
@@ -56,6 +57,8 @@ _VALIDATION: Final = re.compile(
 )
 # Error text longer than this is cut: a server may put a whole traceback in it.
 _ERROR_TEXT_LIMIT: Final = 2000
+
+_T = TypeVar("_T")
 
 
 class _Failure:
@@ -102,7 +105,7 @@ class _Failure:
             self.detail = f"{type(exc).__name__}: {exc}"
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(Closing):
     """A :class:`~stargraph.llm.ChatModel` over any OpenAI-compatible endpoint.
 
     ``base_url`` and ``api_key`` default to ``OPENAI_BASE_URL`` and ``OPENAI_API_KEY``
@@ -199,17 +202,6 @@ class OpenAIChatModel:
         if client is not None:
             client.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
     # ------------------------------------------------------------------ calls
 
     def bind_journal(self, journal: Any) -> JournaledChatModel:
@@ -219,8 +211,7 @@ class OpenAIChatModel:
 
     def complete(self, request: ChatRequest) -> ChatResponse:
         """Send ``request`` and return the first choice, retrying transient failures."""
-        client = self._sync_client()
-        profile = self._profile or self._detected(client)
+        client, profile = self._session()
         return self._complete_with(client, self._create_kwargs(request, profile), profile)
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
@@ -230,12 +221,7 @@ class OpenAIChatModel:
         that created it, and callers (tests, ``asyncio.run`` per invocation) switch loops.
         The TLS context, which costs ~20 ms to build, is made once and shared.
         """
-        import openai
-
-        http_client = openai.DefaultAsyncHttpxClient(verify=self._tls_context())
-        options = self._client_options()
-        async with http_client, openai.AsyncOpenAI(http_client=http_client, **options) as client:
-            profile = self._profile or await self._adetected(client)
+        async with self._asession() as (client, profile):
             kwargs = self._create_kwargs(request, profile)
             return await self._acomplete_with(client, kwargs, profile)
 
@@ -260,66 +246,52 @@ class OpenAIChatModel:
         (:attr:`EndpointProfile.stream_tools`), the call is made unstreamed and its whole
         content delivered as one piece.
         """
-        client = self._sync_client()
-        profile = self._profile or self._detected(client)
+        client, profile = self._session()
         kwargs = self._create_kwargs(request, profile)
         if not _streamable(kwargs, profile):
-            response = self._complete_with(client, kwargs, profile)
-            _deliver_whole(response, on_token)
-            return response
+            return _deliver_whole(self._complete_with(client, kwargs, profile), on_token)
         _ask_to_stream(kwargs, profile)
-        failures: list[_Failure] = []
-        while True:
+        relay = _TokenRelay(on_token)
+
+        def attempt() -> ChatResponse:
+            nonlocal relay
             relay = _TokenRelay(on_token)
+            chunks = client.chat.completions.create(**kwargs)
             try:
-                chunks = client.chat.completions.create(**kwargs)
-                try:
-                    for chunk in chunks:
-                        relay.add(chunk)
-                finally:
-                    chunks.close()
-            except Exception as exc:
-                if not _is_openai_error(exc):
-                    raise
-                failure = self._stream_failure(exc, profile, relay.delivered)
-                self._sleep(self._after_failure(failures, failure))
-                continue
+                for chunk in chunks:
+                    relay.add(chunk)
+            finally:
+                chunks.close()
             return relay.response(self._subject())
+
+        return self._retry(attempt, lambda exc: self._stream_failure(exc, profile, relay.delivered))
 
     async def acomplete_streaming(
         self, request: ChatRequest, on_token: Callable[[str], None]
     ) -> ChatResponse:
         """Async :meth:`complete_streaming` (an async client per call, as :meth:`acomplete`)."""
-        import asyncio
-
-        import openai
-
-        http_client = openai.DefaultAsyncHttpxClient(verify=self._tls_context())
-        options = self._client_options()
-        async with http_client, openai.AsyncOpenAI(http_client=http_client, **options) as client:
-            profile = self._profile or await self._adetected(client)
+        async with self._asession() as (client, profile):
             kwargs = self._create_kwargs(request, profile)
             if not _streamable(kwargs, profile):
                 response = await self._acomplete_with(client, kwargs, profile)
-                _deliver_whole(response, on_token)
-                return response
+                return _deliver_whole(response, on_token)
             _ask_to_stream(kwargs, profile)
-            failures: list[_Failure] = []
-            while True:
+            relay = _TokenRelay(on_token)
+
+            async def attempt() -> ChatResponse:
+                nonlocal relay
                 relay = _TokenRelay(on_token)
+                chunks = await client.chat.completions.create(**kwargs)
                 try:
-                    chunks = await client.chat.completions.create(**kwargs)
-                    try:
-                        async for chunk in chunks:
-                            relay.add(chunk)
-                    finally:
-                        await chunks.close()
-                except openai.OpenAIError as exc:
-                    failure = self._stream_failure(exc, profile, relay.delivered)
-                    delay = self._after_failure(failures, failure)
-                    await (self._asleep or asyncio.sleep)(delay)
-                    continue
+                    async for chunk in chunks:
+                        relay.add(chunk)
+                finally:
+                    await chunks.close()
                 return relay.response(self._subject())
+
+            return await self._aretry(
+                attempt, lambda exc: self._stream_failure(exc, profile, relay.delivered)
+            )
 
     def stream(self, request: ChatRequest, *, include_usage: bool = True) -> ChatStream:
         """Stream the reply as :class:`ChatDelta` s; the assembled response follows.
@@ -337,62 +309,84 @@ class OpenAIChatModel:
         ``include_usage`` asks for token counts in the stream where the endpoint profile
         says the server can send them.
         """
-        client = self._sync_client()
-        profile = self._profile or self._detected(client)
+        client, profile = self._session()
         kwargs = self._create_kwargs(request, profile)
         kwargs["stream"] = True
         if include_usage and profile.stream_usage:
             kwargs["stream_options"] = {"include_usage": True}
+        failure_of = self._failure_of(profile)
+        chunks = self._retry(lambda: client.chat.completions.create(**kwargs), failure_of)
+
+        def on_error(exc: Exception) -> NoReturn:
+            self._give_up([failure_of(exc)])
+
+        return ChatStream(chunks, on_error=on_error, subject=self._subject())
+
+    # ------------------------------------------------------------------ internals
+    #
+    # One core, two thin shells: what an attempt sends, how a failure is classified and how
+    # long to wait before the next one (_create_kwargs, _Failure, _after_failure) are shared;
+    # _retry and _aretry differ only in calling, awaiting and sleeping.
+
+    def _session(self) -> tuple[openai.OpenAI, EndpointProfile]:
+        """The shared sync client and the endpoint profile to use with it."""
+        client = self._sync_client()
+        return client, self._profile or self._detected(client)
+
+    @contextlib.asynccontextmanager
+    async def _asession(self) -> AsyncIterator[tuple[openai.AsyncOpenAI, EndpointProfile]]:
+        """An async client for this call (see :meth:`acomplete`) and the profile to use."""
+        import openai
+
+        http_client = openai.DefaultAsyncHttpxClient(verify=self._tls_context())
+        options = self._client_options()
+        async with http_client, openai.AsyncOpenAI(http_client=http_client, **options) as client:
+            yield client, self._profile or await self._adetected(client)
+
+    def _failure_of(self, profile: EndpointProfile) -> Callable[[Exception], _Failure]:
+        return lambda exc: _Failure(exc, self.timeout, profile)
+
+    def _retry(self, attempt: Callable[[], _T], failure_of: Callable[[Exception], _Failure]) -> _T:
+        """``attempt()`` until it returns; an openai error is classified by ``failure_of``
+        and slept on before the next attempt, or raised (:meth:`_after_failure`)."""
         failures: list[_Failure] = []
         while True:
             try:
-                chunks = client.chat.completions.create(**kwargs)
+                return attempt()
             except Exception as exc:
                 if not _is_openai_error(exc):
                     raise
-                failure = _Failure(exc, self.timeout, profile)
-                self._sleep(self._after_failure(failures, failure))
-                continue
+                self._sleep(self._after_failure(failures, failure_of(exc)))
 
-            def on_error(exc: Exception) -> NoReturn:
-                self._give_up([_Failure(exc, self.timeout, profile)])
+    async def _aretry(
+        self, attempt: Callable[[], Awaitable[_T]], failure_of: Callable[[Exception], _Failure]
+    ) -> _T:
+        """Async :meth:`_retry`: awaits each attempt and sleeps with ``asleep``."""
+        import asyncio
 
-            return ChatStream(chunks, on_error=on_error, subject=self._subject())
-
-    # ------------------------------------------------------------------ internals
+        failures: list[_Failure] = []
+        while True:
+            try:
+                return await attempt()
+            except Exception as exc:
+                if not _is_openai_error(exc):
+                    raise
+                delay = self._after_failure(failures, failure_of(exc))
+                await (self._asleep or asyncio.sleep)(delay)
 
     def _complete_with(
         self, client: openai.OpenAI, kwargs: dict[str, Any], profile: EndpointProfile
     ) -> ChatResponse:
-        failures: list[_Failure] = []
-        while True:
-            try:
-                completion = client.chat.completions.create(**kwargs)
-            except Exception as exc:
-                if not _is_openai_error(exc):
-                    raise
-                failure = _Failure(exc, self.timeout, profile)
-                self._sleep(self._after_failure(failures, failure))
-                continue
-            return ChatResponse.from_openai(completion.model_dump(mode="json"))
+        create = client.chat.completions.create
+        completion = self._retry(lambda: create(**kwargs), self._failure_of(profile))
+        return ChatResponse.from_openai(completion.model_dump(mode="json"))
 
     async def _acomplete_with(
         self, client: openai.AsyncOpenAI, kwargs: dict[str, Any], profile: EndpointProfile
     ) -> ChatResponse:
-        import asyncio
-
-        import openai
-
-        failures: list[_Failure] = []
-        while True:
-            try:
-                completion = await client.chat.completions.create(**kwargs)
-            except openai.OpenAIError as exc:
-                failure = _Failure(exc, self.timeout, profile)
-                delay = self._after_failure(failures, failure)
-                await (self._asleep or asyncio.sleep)(delay)
-                continue
-            return ChatResponse.from_openai(completion.model_dump(mode="json"))
+        create = client.chat.completions.create
+        completion = await self._aretry(lambda: create(**kwargs), self._failure_of(profile))
+        return ChatResponse.from_openai(completion.model_dump(mode="json"))
 
     def _stream_failure(self, exc: Exception, profile: EndpointProfile, delivered: int) -> _Failure:
         failure = _Failure(exc, self.timeout, profile)
@@ -571,7 +565,7 @@ class StreamAssembler:
         )
 
 
-class ChatStream:
+class ChatStream(Closing):
     """An open streamed completion: iterate it for deltas, then read :attr:`response`.
 
     It is its own iterator: leaving the ``for`` loop early and reading :attr:`response`
@@ -647,17 +641,6 @@ class ChatStream:
             self._closed = True
         self._chunks.close()
 
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
-
 
 class _TokenRelay:
     """One attempt at a streamed call: folds its chunks into the response and hands each
@@ -712,9 +695,10 @@ def _ask_to_stream(kwargs: dict[str, Any], profile: EndpointProfile) -> None:
         kwargs["stream_options"] = {"include_usage": True}
 
 
-def _deliver_whole(response: ChatResponse, on_token: Callable[[str], None]) -> None:
+def _deliver_whole(response: ChatResponse, on_token: Callable[[str], None]) -> ChatResponse:
     if response.message.content:
         on_token(response.message.content)
+    return response
 
 
 def delta_from_chunk(chunk: dict[str, Any]) -> ChatDelta:

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict
 
-from stargraph.llm._messages import ChatMessage, ChatResponse
+from stargraph.llm._messages import ChatMessage, ChatResponse, ToolCall
 
 __all__ = ["NormalizedToolCalls", "ParsedToolCall", "ProblemKind", "ToolCallProblem"]
 
@@ -122,53 +122,49 @@ def normalize_tool_calls(
         )
     offered = ", ".join(repr(name) for name in sorted(known_tools)) or "(none)"
     for call in response.message.tool_calls:
-        if call.name not in known_tools:
-            problems.append(
-                ToolCallProblem(
-                    kind="unknown_tool",
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                    message=(
-                        f"There is no tool named {call.name!r}; this call was not run. "
-                        f"The tools you can call are: {offered}."
-                    ),
-                )
-            )
-            continue
-        raw = call.arguments.strip() or "{}"
-        try:
-            parsed = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            problems.append(
-                ToolCallProblem(
-                    kind="invalid_json",
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                    message=(
-                        f"The arguments of your call to {call.name!r} are not valid JSON "
-                        f"({exc}); this call was not run. You sent: {_echo(call.arguments)}. "
-                        "Call the tool again with a JSON object that matches its parameters."
-                    ),
-                )
-            )
-            continue
-        if not isinstance(parsed, dict):
-            problems.append(
-                ToolCallProblem(
-                    kind="arguments_not_object",
-                    tool_call_id=call.id,
-                    tool_name=call.name,
-                    message=(
-                        f"The arguments of your call to {call.name!r} must be a JSON object, "
-                        f"not a {_json_type(parsed)}; this call was not run. You sent: "
-                        f"{_echo(call.arguments)}. Call the tool again with an object such "
-                        'as {"name": value}.'
-                    ),
-                )
-            )
-            continue
-        calls.append(ParsedToolCall(id=call.id, name=call.name, arguments=parsed))
+        parsed = _parse_call(call, known_tools, offered)
+        if isinstance(parsed, ParsedToolCall):
+            calls.append(parsed)
+        else:
+            problems.append(parsed)
     return NormalizedToolCalls(calls=tuple(calls), problems=tuple(problems))
+
+
+def _parse_call(
+    call: ToolCall, known_tools: Collection[str], offered: str
+) -> ParsedToolCall | ToolCallProblem:
+    """``call`` with its arguments parsed, or the one problem that stops it from running."""
+    if call.name not in known_tools:
+        return _problem(
+            call,
+            "unknown_tool",
+            f"There is no tool named {call.name!r}; this call was not run. "
+            f"The tools you can call are: {offered}.",
+        )
+    try:
+        parsed = orjson.loads(call.arguments.strip() or "{}")
+    except orjson.JSONDecodeError as exc:
+        return _problem(
+            call,
+            "invalid_json",
+            f"The arguments of your call to {call.name!r} are not valid JSON "
+            f"({exc}); this call was not run. You sent: {_echo(call.arguments)}. "
+            "Call the tool again with a JSON object that matches its parameters.",
+        )
+    if not isinstance(parsed, dict):
+        return _problem(
+            call,
+            "arguments_not_object",
+            f"The arguments of your call to {call.name!r} must be a JSON object, "
+            f"not a {_json_type(parsed)}; this call was not run. You sent: "
+            f"{_echo(call.arguments)}. Call the tool again with an object such "
+            'as {"name": value}.',
+        )
+    return ParsedToolCall(id=call.id, name=call.name, arguments=parsed)
+
+
+def _problem(call: ToolCall, kind: ProblemKind, message: str) -> ToolCallProblem:
+    return ToolCallProblem(kind=kind, tool_call_id=call.id, tool_name=call.name, message=message)
 
 
 def _echo(text: str) -> str:

@@ -33,6 +33,7 @@ from stargraph.plugin._load import (
     describe_error,
     plugin_source,
 )
+from stargraph.plugin._manager import get_plugin_manager
 
 __all__ = ["Entry", "LoadReport", "Registry", "Scope", "SkillLoader"]
 
@@ -81,6 +82,27 @@ def _name_of(kind: Kind, item: Any) -> str:
     if kind == "rule_pack":
         return str(item.id)
     raise AssertionError(kind)
+
+
+def _registrar(
+    collected: list[Entry],
+    kind: Kind,
+    origin: tuple[Scope, str, PluginSource | None],
+    *,
+    named: bool,
+) -> Callable[..., None]:
+    """The ``register`` a hook implementation is called with: ``register(item)`` (the item
+    names itself) or, when ``named``, ``register(name, item)``; each call appends an entry
+    from ``origin`` (scope, provider, source) to ``collected``."""
+    scope, provider, source = origin
+
+    def register_named(name: str, item: Any) -> None:
+        collected.append(Entry(kind, name, item, scope, provider, source))
+
+    def register(item: Any) -> None:
+        register_named(_name_of(kind, item), item)
+
+    return register_named if named else register
 
 
 def _provider(pm: pluggy.PluginManager, plugin: Any) -> tuple[Scope, str, PluginSource | None]:
@@ -144,59 +166,25 @@ class Registry:
         ``strict=True`` fails with every problem found in the directories; ``strict=False``
         skips bad files and reports ``{loaded, skipped, pruned, total_on_disk}``.
         """
-        from stargraph.plugin import get_plugin_manager
-
         pm = pm or get_plugin_manager()
         collected: list[Entry] = []
         problems: list[Problem] = []
         failures: list[PluginFailure] = []
-        items: list[tuple[Kind, Any]] = [
-            ("skill", pm.hook.register_skills),
-            ("tool", pm.hook.register_tools),
-            ("rule_pack", pm.hook.register_rule_packs),
+        # (kind, hook, whether register() takes the name too): items name themselves.
+        hooks: list[tuple[Kind, Any, bool]] = [
+            ("skill", pm.hook.register_skills, False),
+            ("tool", pm.hook.register_tools, False),
+            ("rule_pack", pm.hook.register_rule_packs, False),
+            ("node", pm.hook.register_nodes, True),
+            ("store", pm.hook.register_checkpoint_stores, True),
+            ("model", pm.hook.register_models, True),
         ]
-        named: list[tuple[Kind, Any]] = [
-            ("node", pm.hook.register_nodes),
-            ("store", pm.hook.register_checkpoint_stores),
-            ("model", pm.hook.register_models),
-        ]
-        for kind, hook in items:
+        for kind, hook, named in hooks:
             for impl in hook.get_hookimpls():
-                scope, provider, source = _provider(pm, impl.plugin)
-
-                def register(
-                    item: Any,
-                    *,
-                    kind: Kind = kind,
-                    scope: Scope = scope,
-                    provider: str = provider,
-                    source: PluginSource | None = source,
-                ) -> None:
-                    name = _name_of(kind, item)
-                    collected.append(Entry(kind, name, item, scope, provider, source))
-
+                register = _registrar(collected, kind, _provider(pm, impl.plugin), named=named)
                 try:
                     impl.function(register=register)
                 except Exception as exc:  # any plugin bug: name the plugin, keep going
-                    failures.append(_hook_failure(pm, impl.plugin, hook.name, exc))
-        for kind, hook in named:
-            for impl in hook.get_hookimpls():
-                scope, provider, source = _provider(pm, impl.plugin)
-
-                def register_named(
-                    name: str,
-                    item: Any,
-                    *,
-                    kind: Kind = kind,
-                    scope: Scope = scope,
-                    provider: str = provider,
-                    source: PluginSource | None = source,
-                ) -> None:
-                    collected.append(Entry(kind, name, item, scope, provider, source))
-
-                try:
-                    impl.function(register=register_named)
-                except Exception as exc:
                     failures.append(_hook_failure(pm, impl.plugin, hook.name, exc))
         if failures:
             raise PluginLoadError(
@@ -204,7 +192,11 @@ class Registry:
             )
         report = LoadReport()
         loaders = dict(skill_loaders or {})
-        for scope, directory in (("global", global_dir), ("agent", agent_dir)):
+        directories: tuple[tuple[Scope, str | Path | None], ...] = (
+            ("global", global_dir),
+            ("agent", agent_dir),
+        )
+        for scope, directory in directories:
             if directory is None:
                 continue
             found, scan = _scan(Path(directory), loaders, scope, strict)

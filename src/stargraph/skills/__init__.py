@@ -16,11 +16,10 @@ from __future__ import annotations
 
 import functools
 import re
-import typing
-from collections.abc import Callable, Iterable, Mapping, MutableSet
+from collections.abc import Callable, Iterable, Mapping
 from enum import StrEnum
 from types import MappingProxyType
-from typing import Any, Final, get_args, get_origin
+from typing import Any, Final, get_args
 
 from pydantic import (
     BaseModel,
@@ -34,7 +33,8 @@ from pydantic import (
 
 from stargraph.errors import Problem, SkillValidationError
 from stargraph.ir import ConditionalEdgeIR, GraphIR, SubgraphNodeIR
-from stargraph.state import schema_problems, type_repr
+from stargraph.skills._files import validation_problems
+from stargraph.state import schema_problems, set_field_problem
 
 __all__ = [
     "CHOIR_NESTING",
@@ -123,15 +123,7 @@ class NestingProfile(BaseModel):
             super().__init__(**data)
         except ValidationError as exc:
             raise SkillValidationError(
-                [
-                    Problem(
-                        "/" + "/".join(str(p) for p in err["loc"]),
-                        f"{err['msg']} (got {err.get('input')!r})",
-                        "max_depth is an int >= 1",
-                    )
-                    for err in exc.errors(include_url=False)
-                ],
-                subject="nesting profile",
+                validation_problems(exc, "max_depth is an int >= 1"), subject="nesting profile"
             ) from None
 
     @property
@@ -224,18 +216,8 @@ class Skill(BaseModel):
         try:
             super().__init__(**data)
         except ValidationError as exc:
-            problems: list[Problem] = []
-            for err in exc.errors():
-                cause = err.get("ctx", {}).get("error")
-                if isinstance(cause, SkillValidationError):
-                    problems.extend(cause.problems)
-                    continue
-                where = "/" + "/".join(str(p) for p in err["loc"])
-                problems.append(
-                    Problem(where, f"{err['msg']} (got {err.get('input')!r})", "correct it")
-                )
             raise SkillValidationError(
-                problems, subject=f"skill {data.get('name', '?')!r}"
+                validation_problems(exc, "correct it"), subject=f"skill {data.get('name', '?')!r}"
             ) from None
 
     @field_validator("name")
@@ -509,33 +491,11 @@ def nested_set_problems(model: type[BaseModel], pointer: str = "/state_schema") 
         seen.add(current)
         for name, info in current.model_fields.items():
             here = f"{where}/{current.__name__}/{name}"
-            if _has_set(info.annotation):
-                problems.append(
-                    Problem(
-                        here,
-                        f"field {name!r} of nested model {current.__name__} has type "
-                        f"{type_repr(info.annotation)}: sets have no stable order, so states "
-                        "would not hash or replay identically",
-                        "use frozenset (merged in sorted order) or a list",
-                    )
-                )
+            unordered = set_field_problem(here, name, info.annotation, nested_in=current.__name__)
+            if unordered is not None:
+                problems.append(unordered)
             stack.extend((inner, here) for inner in _models_in(info.annotation))
     return problems
-
-
-def _has_set(tp: Any) -> bool:
-    stack = [tp]
-    while stack:
-        current = stack.pop()
-        origin = get_origin(current)
-        if current in (set, MutableSet, typing.MutableSet) or origin in (
-            set,
-            MutableSet,
-            typing.MutableSet,
-        ):
-            return True
-        stack.extend(a for a in get_args(current) if not isinstance(a, str | int))
-    return False
 
 
 def _models_in(tp: Any) -> list[type[BaseModel]]:

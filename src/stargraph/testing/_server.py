@@ -31,9 +31,9 @@ import json
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Final, Literal, Self
 
+from stargraph._lifecycle import ServerThread, Started
 from stargraph.errors import ServiceNotStartedError
 from stargraph.llm import Usage
 from stargraph.llm._scripted import word_pieces
@@ -63,7 +63,7 @@ class _HTTPServer(ThreadingHTTPServer):
     scripted: ScriptedOpenAIServer
 
 
-class ScriptedOpenAIServer:
+class ScriptedOpenAIServer(Started):
     """An OpenAI-compatible server answering ``POST /v1/chat/completions`` from a script.
 
     Use it as a context manager; :attr:`base_url` (``http://127.0.0.1:<port>/v1``) goes to
@@ -110,8 +110,7 @@ class ScriptedOpenAIServer:
         self._lock = threading.Lock()
         self.set_script(script)
         self._stop = threading.Event()
-        self._httpd: _HTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._serving: ServerThread | None = None
 
     # ------------------------------------------------------------------ script
 
@@ -143,51 +142,29 @@ class ScriptedOpenAIServer:
     @property
     def base_url(self) -> str:
         """``http://127.0.0.1:<port>/v1``; only valid while the server runs."""
-        if self._httpd is None:
+        if self._serving is None:
             raise ServiceNotStartedError(
                 "ScriptedOpenAIServer is not started; use it in a with block (or call start())"
             )
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+        return f"http://127.0.0.1:{self._serving.port}/v1"
 
     def start(self) -> Self:
         """Bind an ephemeral port on 127.0.0.1 and serve in a background thread."""
-        if self._httpd is not None:
+        if self._serving is not None:
             return self
         self._stop.clear()
         httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
         httpd.scripted = self
-        self._httpd = httpd
-        self._thread = threading.Thread(
-            target=httpd.serve_forever,
-            kwargs={"poll_interval": 0.05},
-            name="scripted-openai-server",
-            daemon=True,
-        )
-        self._thread.start()
+        self._serving = ServerThread(httpd, name="scripted-openai-server")
         return self
 
     def close(self) -> None:
         """Stop serving, wake delayed replies, close the socket and join every thread."""
-        httpd, thread = self._httpd, self._thread
-        if httpd is None:
+        if self._serving is None:
             return
         self._stop.set()
-        httpd.shutdown()
-        httpd.server_close()
-        if thread is not None:
-            thread.join()
-        self._httpd = self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+        self._serving.stop()
+        self._serving = None
 
     # ------------------------------------------------------------------ answering
 

@@ -31,41 +31,15 @@ Only host-executed tools see the host: a local tool's :class:`ToolContext` has
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Mapping
-from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import BaseModel
 
 from stargraph.errors import Problem, ToolError, ToolSpecError
 from stargraph.tools._schema import ArgumentModel, ValidatedArgs
 from stargraph.tools._spec import Exposure, SideEffect, ToolSpec
-from stargraph.tools._tool import ToolContext
+from stargraph.tools._tool import HostRequest, SpecTool, ToolContext, ToolHost
 
 __all__ = ["HostHandler", "HostHandlers", "HostRequest", "HostTool", "ToolHost", "host_tool"]
-
-
-class HostRequest(BaseModel):
-    """One delegated execution, as the host receives it (JSON-serialisable, so a host may sit
-    behind an RPC boundary). ``args`` are the validated, normalised arguments."""
-
-    model_config = ConfigDict(frozen=True)
-
-    tool: str = Field(description="Canonical tool id, e.g. 'choir.web.browse@1.0.0'.")
-    name: str = Field(description="The namespaced name the host routes on: 'choir.web.browse'.")
-    args: dict[str, JsonValue] = Field(description="Validated, normalised arguments.")
-    call_id: str | None = Field(None, description="The model's tool_call id.")
-    lane: str = Field("core", description="Calling lane.")
-    node: str | None = Field(None, description="Calling graph node.")
-    timeout_s: float = Field(description="The tool's timeout; the arbiter enforces it.")
-
-
-@runtime_checkable
-class ToolHost(Protocol):
-    """What executes host-delegated tools: the agent's host daemon, or a stand-in for it."""
-
-    def execute_host_tool(self, request: HostRequest) -> object:
-        """Run ``request``; return what a local body would (``ToolOutput``, JSON, ``None``)
-        or raise (a :class:`~stargraph.errors.ToolError` keeps its class)."""
-        ...
 
 
 HostHandler = Callable[[HostRequest], object]
@@ -116,14 +90,14 @@ class HostHandlers:
         return handler(request)
 
 
-class HostTool:
+class HostTool(SpecTool):
     """A tool executed by the host: spec and argument model, no body of its own.
 
     Only the arbiter runs it; its execute step delegates to the arbiter's :class:`ToolHost`
     (given to this call through ``ctx.host``).
     """
 
-    __slots__ = ("arguments", "source", "spec")
+    __slots__ = ()
 
     def __init__(self, spec: ToolSpec, arguments: ArgumentModel, *, source: str) -> None:
         if spec.executor != "host":
@@ -131,12 +105,7 @@ class HostTool:
                 [Problem(f"{source}#/executor", "a host tool needs executor 'host'")],
                 subject=f"tool {spec.id}",
             )
-        self.spec = spec
-        self.arguments = arguments
-        self.source = source
-
-    def __repr__(self) -> str:
-        return f"HostTool({self.spec.id!r}, source={self.source!r})"
+        super().__init__(spec, arguments, source=source)
 
     def execute(self, ctx: ToolContext, args: ValidatedArgs) -> object:
         """Hand the call to the host (the arbiter refuses it earlier when it has none)."""

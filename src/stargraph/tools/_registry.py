@@ -13,12 +13,12 @@ import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
 from stargraph.errors import Problem, RegistryError, ToolArgumentError, ToolSpecError
 from stargraph.tools._canonical import canonical_json, sha256_hex
+from stargraph.tools._layers import load_layers
 from stargraph.tools._manifest import load_manifest
 from stargraph.tools._result import ToolFailure
 from stargraph.tools._spec import tool_id_from_llm_name
@@ -88,70 +88,28 @@ class ToolRegistry:
         ``strict=False`` skips them and lists them in :attr:`report`. A name clash within one
         scope always raises :class:`RegistryError` naming both sources.
         """
-        entries: dict[str, _Entry] = {}
-        pruned: list[str] = []
-        skipped: list[SkippedManifest] = []
-        spec_problems: list[Problem] = []
-        total_on_disk = 0
-
-        scopes: list[tuple[str, list[tuple[Tool, str]]]] = [
-            ("builtin", [(t, getattr(t, "source", repr(t))) for t in builtins])
-        ]
-        for scope, directory in (("global", global_dir), ("agent", agent_dir)):
-            if directory is None:
-                continue
-            files = sorted(Path(directory).glob("*.json"))
-            total_on_disk += len(files)
-            loaded: list[tuple[Tool, str]] = []
-            for file in files:
-                try:
-                    loaded.append((load_manifest(file), str(file)))
-                except ToolSpecError as exc:
-                    spec_problems.extend(exc.problems)
-                    skipped.append(
-                        SkippedManifest(str(file), tuple(p.render() for p in exc.problems))
-                    )
-            scopes.append((scope, loaded))
-        if strict and spec_problems:
-            raise ToolSpecError(spec_problems, subject="tool registry")
-
-        for scope, tools in scopes:
-            seen: dict[str, str] = {}
-            clashes: list[Problem] = []
-            for candidate, source in tools:
-                name = candidate.spec.name
-                if name in seen:
-                    clashes.append(
-                        Problem(
-                            f"{scope}:{name}",
-                            f"defined twice in the {scope} scope: {seen[name]} and {source}",
-                            "remove or rename one of them",
-                        )
-                    )
-                    continue
-                seen[name] = source
-                previous = entries.get(name)
-                if previous is not None:
-                    logger.info(
-                        "tool %s from %s (%s) overrides %s from %s (%s)",
-                        candidate.spec.id,
-                        scope,
-                        source,
-                        previous.tool.spec.id,
-                        previous.scope,
-                        previous.source,
-                    )
-                    pruned.append(previous.tool.spec.id)
-                entries[name] = _Entry(candidate, scope, source)
-            if clashes:
-                raise RegistryError(clashes, subject="tool registry")
-        for skip in skipped:
-            logger.warning("skipped tool manifest %s: %s", skip.path, "; ".join(skip.reasons))
+        layered = load_layers(
+            [(t, getattr(t, "source", repr(t))) for t in builtins],
+            [("global", global_dir), ("agent", agent_dir)],
+            load=load_manifest,
+            name_of=lambda tool: tool.spec.name,
+            label_of=lambda tool: tool.spec.id,
+            invalid=ToolSpecError,
+            noun="tool",
+            file_noun="tool manifest",
+            subject="tool registry",
+            strict=strict,
+            logger=logger,
+        )
+        entries = {
+            name: _Entry(placed.item, placed.scope, placed.source)
+            for name, placed in layered.placed.items()
+        }
         report = LoadReport(
             loaded=tuple(sorted(e.tool.spec.id for e in entries.values())),
-            skipped=tuple(skipped),
-            pruned=tuple(pruned),
-            total_on_disk=total_on_disk,
+            skipped=tuple(SkippedManifest(path, reasons) for path, reasons in layered.skipped),
+            pruned=tuple(old.item.spec.id for old in layered.replaced),
+            total_on_disk=layered.total_on_disk,
         )
         return cls(entries, report)
 

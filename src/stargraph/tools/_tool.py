@@ -19,10 +19,10 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, get_type_hints, runtime_checkable
+from typing import Any, Protocol, get_type_hints, runtime_checkable
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, create_model
 
 from stargraph.errors import Problem, ToolError, ToolSpecError, ToolTimeoutError
 from stargraph.tools._result import ToolOutput
@@ -30,16 +30,16 @@ from stargraph.tools._schema import ArgumentModel, ValidatedArgs
 from stargraph.tools._spec import Exposure, SideEffect, ToolSpec
 from stargraph.tools._workspace import Workspace
 
-if TYPE_CHECKING:
-    from stargraph.tools._host import ToolHost
-
 __all__ = [
     "AsyncPythonTool",
+    "HostRequest",
     "PythonTool",
     "Secrets",
+    "SpecTool",
     "SubprocessTool",
     "Tool",
     "ToolContext",
+    "ToolHost",
     "is_async_tool",
     "secret_env_name",
     "tool",
@@ -78,6 +78,31 @@ def secret_env_name(resource: str) -> str:
     'STARGRAPH_SECRET_GIT_IDENTITY'
     """
     return "STARGRAPH_SECRET_" + resource.upper()
+
+
+class HostRequest(BaseModel):
+    """One delegated execution, as the host receives it (JSON-serialisable, so a host may sit
+    behind an RPC boundary). ``args`` are the validated, normalised arguments."""
+
+    model_config = ConfigDict(frozen=True)
+
+    tool: str = Field(description="Canonical tool id, e.g. 'choir.web.browse@1.0.0'.")
+    name: str = Field(description="The namespaced name the host routes on: 'choir.web.browse'.")
+    args: dict[str, JsonValue] = Field(description="Validated, normalised arguments.")
+    call_id: str | None = Field(None, description="The model's tool_call id.")
+    lane: str = Field("core", description="Calling lane.")
+    node: str | None = Field(None, description="Calling graph node.")
+    timeout_s: float = Field(description="The tool's timeout; the arbiter enforces it.")
+
+
+@runtime_checkable
+class ToolHost(Protocol):
+    """What executes host-delegated tools: the agent's host daemon, or a stand-in for it."""
+
+    def execute_host_tool(self, request: HostRequest) -> object:
+        """Run ``request``; return what a local body would (``ToolOutput``, JSON, ``None``)
+        or raise (a :class:`~stargraph.errors.ToolError` keeps its class)."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -302,7 +327,22 @@ class _ExternalOutput(BaseModel):
     payload: Any = Field(None)
 
 
-class SubprocessTool:
+class SpecTool:
+    """A tool made of a spec and an argument model whose body is not Python code of this
+    process (a subprocess, the host); ``source`` says where it was declared."""
+
+    __slots__ = ("arguments", "source", "spec")
+
+    def __init__(self, spec: ToolSpec, arguments: ArgumentModel, *, source: str) -> None:
+        self.spec = spec
+        self.arguments = arguments
+        self.source = source
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.spec.id!r}, source={self.source!r})"
+
+
+class SubprocessTool(SpecTool):
     """An external tool: manifest plus executable speaking JSON on stdin/stdout.
 
     The child gets the validated arguments as one JSON object on stdin, the workspace root as
@@ -315,7 +355,7 @@ class SubprocessTool:
     value is the payload.
     """
 
-    __slots__ = ("arguments", "source", "spec")
+    __slots__ = ()
 
     def __init__(self, spec: ToolSpec, arguments: ArgumentModel, *, source: str) -> None:
         if spec.executor != "subprocess" or spec.exec_path is None:
@@ -323,12 +363,7 @@ class SubprocessTool:
                 [Problem(f"{source}#/runtime/exec_path", "a subprocess tool needs exec_path")],
                 subject=f"tool manifest {source}",
             )
-        self.spec = spec
-        self.arguments = arguments
-        self.source = source
-
-    def __repr__(self) -> str:
-        return f"SubprocessTool({self.spec.id!r}, source={self.source!r})"
+        super().__init__(spec, arguments, source=source)
 
     def execute(self, ctx: ToolContext, args: ValidatedArgs) -> object:
         """Run the executable once; raise on timeout, non-zero exit or unreadable output."""

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
+from stargraph._lifecycle import Closing
 from stargraph.checkpoint import (
     CheckpointStore,
     JournalEntry,
@@ -227,7 +228,7 @@ class _Lease:
                 log.warning("heartbeat of run %s failed: %s", self.claim.run_id, exc)
 
 
-class Worker:
+class Worker(Closing):
     """Claims runs from the queue on ``db`` and runs them (``postgresql://`` DSN or SQLite file).
 
     ``lease_s`` is how long a claim lasts without a heartbeat (a dead worker's runs are taken
@@ -480,9 +481,3 @@ class Worker:
         """Close the queue and the store."""
         self.queue.close()
         self.store.close()
-
-    def __enter__(self) -> Worker:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()

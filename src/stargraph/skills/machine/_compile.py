@@ -21,10 +21,11 @@ from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 from stargraph import fathom, reducers
-from stargraph.errors import NodeError, ToolArgumentError, ToolError, ToolNotAllowedError
+from stargraph.errors import ToolArgumentError, ToolError, ToolNotAllowedError
 from stargraph.graph import END, START, Graph
 from stargraph.llm import ChatModel, ChatRequest, ChatResponse
 from stargraph.runtime import RunContext
+from stargraph.skills._services import typed_service
 from stargraph.skills.machine._prompt import PromptBuilder, PromptLevel
 from stargraph.skills.machine._proposals import (
     Rejection,
@@ -306,16 +307,7 @@ _S = TypeVar("_S")
 
 def service(ctx: RunContext, key: str, kind: type[_S]) -> _S:
     """``ctx.services[key]``, checked; a clear NodeError when it is missing."""
-    found = ctx.services.get(key)
-    if not isinstance(found, kind):
-        got = "nothing" if found is None else type(found).__name__
-        raise NodeError(
-            f"skill node {ctx.node!r} needs services[{key!r}] ({kind.__name__}) but got {got}; "
-            f"compile the graph with services={{{key!r}: ...}}",
-            run_id=ctx.run_id,
-            step=ctx.step,
-            node=ctx.node,
-        )
+    found: _S = typed_service(ctx, key, kind, who="skill node")
     return found
 
 

@@ -27,6 +27,7 @@ from typing import Any, Final
 
 from pydantic import JsonValue
 
+from stargraph._lifecycle import Closing
 from stargraph.checkpoint import CheckpointStore
 from stargraph.errors import (
     LaneBusy,
@@ -243,7 +244,7 @@ class CoreJobLauncher:
 AfterCall = Callable[[ToolCall, ToolResult | None, ToolError | None], None]
 
 
-class LaneSession:
+class LaneSession(Closing):
     """An edge lane and a core lane running SkillSpecs concurrently (B16).
 
     Both lanes run on one :class:`MachineRuntime` (one model, one arbiter: one lock manager,
@@ -422,12 +423,6 @@ class LaneSession:
                 lane.machine.try_fire("stop")
             self.arbiter.before_call = self._before
             self.arbiter.after_call = self._after
-
-    def __enter__(self) -> LaneSession:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
     # ----------------------------------------------------------------------- arbiter hooks
 

@@ -24,6 +24,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from stargraph.errors import CompileError, Problem
+from stargraph.skills._files import validation_problems
 from stargraph.tools import ToolResult
 
 __all__ = [
@@ -161,14 +162,7 @@ class WorkingMemory:
                 event = MemoryEvent(seq=self._seq + 1, kind=kind, text=text, data=data)
             except ValidationError as exc:
                 raise CompileError(
-                    [
-                        Problem(
-                            "/" + "/".join(str(p) for p in err["loc"]),
-                            f"{err['msg']} (got {err.get('input')!r})",
-                            "pass a known kind, text as str and JSON data",
-                        )
-                        for err in exc.errors(include_url=False)
-                    ],
+                    validation_problems(exc, "pass a known kind, text as str and JSON data"),
                     subject=f"memory event of lane {self.lane!r}",
                 ) from None
             self._seq += 1

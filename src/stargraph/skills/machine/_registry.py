@@ -13,13 +13,13 @@ import logging
 import os
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from types import MappingProxyType
 from typing import Any, NoReturn
 
 from stargraph.errors import Problem, RegistryError, SkillValidationError
 from stargraph.skills.machine._spec import SkillSpec, load_skillspec
 from stargraph.tools import canonical_json, sha256_hex
+from stargraph.tools._layers import load_layers
 
 __all__ = ["SkillLoadReport", "SkillSpecRegistry", "SkippedSpec"]
 
@@ -80,66 +80,26 @@ class SkillSpecRegistry:
 
         ``tools`` (a ``ToolRegistry``) checks every ``allowed_tools`` entry (A6).
         """
-        scopes: list[tuple[str, list[tuple[SkillSpec, str]]]] = [
-            ("builtin", [(spec, spec.source) for spec in builtins])
-        ]
-        problems: list[Problem] = []
-        skipped: list[SkippedSpec] = []
-        total = 0
-        for scope, directory in (("global", global_dir), ("agent", agent_dir)):
-            if directory is None:
-                continue
-            files, unreadable = _json_files(Path(directory))
-            if unreadable is not None:
-                problems.append(unreadable)
-                skipped.append(SkippedSpec(str(directory), (unreadable.render(),)))
-            total += len(files)
-            loaded: list[tuple[SkillSpec, str]] = []
-            for file in files:
-                try:
-                    loaded.append((load_skillspec(file, tools=tools), str(file)))
-                except SkillValidationError as exc:
-                    problems.extend(exc.problems)
-                    skipped.append(SkippedSpec(str(file), tuple(p.render() for p in exc.problems)))
-            scopes.append((scope, loaded))
-        if strict and problems:
-            raise SkillValidationError(problems, subject="skill registry")
-        specs: dict[str, SkillSpec] = {}
-        sources: dict[str, tuple[str, str]] = {}
-        pruned: list[str] = []
-        for scope, entries in scopes:
-            seen: dict[str, str] = {}
-            clashes: list[Problem] = []
-            for spec, source in entries:
-                if spec.name in seen:
-                    clashes.append(
-                        Problem(
-                            f"{scope}:{spec.name}",
-                            f"skill {spec.name!r} is defined twice in the {scope} scope: "
-                            f"{seen[spec.name]} and {source}",
-                            "remove or rename one of them",
-                        )
-                    )
-                    continue
-                seen[spec.name] = source
-                if spec.name in specs:
-                    old_scope, old_source = sources[spec.name]
-                    logger.info(
-                        "skill %s from %s (%s) overrides the one from %s (%s)",
-                        spec.name,
-                        scope,
-                        source,
-                        old_scope,
-                        old_source,
-                    )
-                    pruned.append(f"{spec.name} ({old_source})")
-                specs[spec.name] = spec
-                sources[spec.name] = (scope, source)
-            if clashes:
-                raise RegistryError(clashes, subject="skill registry")
-        for skip in skipped:
-            logger.warning("skipped SkillSpec %s: %s", skip.path, "; ".join(skip.reasons))
-        report = SkillLoadReport(tuple(sorted(specs)), tuple(skipped), tuple(pruned), total)
+        layered = load_layers(
+            [(spec, spec.source) for spec in builtins],
+            [("global", global_dir), ("agent", agent_dir)],
+            load=lambda file: load_skillspec(file, tools=tools),
+            name_of=lambda spec: spec.name,
+            label_of=lambda spec: spec.name,
+            invalid=SkillValidationError,
+            noun="skill",
+            file_noun="SkillSpec",
+            subject="skill registry",
+            strict=strict,
+            logger=logger,
+        )
+        specs = {name: placed.item for name, placed in layered.placed.items()}
+        report = SkillLoadReport(
+            tuple(sorted(specs)),
+            tuple(SkippedSpec(path, reasons) for path, reasons in layered.skipped),
+            tuple(f"{old.item.name} ({old.source})" for old in layered.replaced),
+            layered.total_on_disk,
+        )
         return cls(specs, report)
 
     def register(self, *_: Any, **__: Any) -> NoReturn:
@@ -174,20 +134,3 @@ class SkillSpecRegistry:
 
     def __repr__(self) -> str:
         return f"SkillSpecRegistry({list(self._specs)}, version={self.version[:12]})"
-
-
-def _json_files(directory: Path) -> tuple[list[Path], Problem | None]:
-    """The ``*.json`` files of ``directory`` (none if it does not exist), or the problem
-    when it cannot be listed: ``Path.glob`` would silently find nothing there."""
-    try:
-        with os.scandir(directory) as entries:
-            names = [e.name for e in entries if e.name.endswith(".json")]
-    except FileNotFoundError:
-        return [], None
-    except OSError as exc:
-        return [], Problem(
-            str(directory),
-            f"cannot list the skill directory: {exc.strerror or exc}",
-            "make it readable (chmod u+rx) or remove it",
-        )
-    return sorted(directory / n for n in names), None

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
 from stargraph import fathom, reducers
 from stargraph.errors import (
@@ -44,6 +44,7 @@ from stargraph.skills.machine._proposals import (
     event_function,
     offered_tools,
 )
+from stargraph.skills.machine._spec import ToolAllowlist
 from stargraph.skills.machine._validate import MachineShape, StateShape, validate_machine
 from stargraph.tools import Arbiter, ToolCall, ToolResult, failure_of
 
@@ -110,19 +111,13 @@ class SchemaState(BaseModel):
     """The state's objective."""
     transitions: tuple[SchemaTransition, ...] = ()
     """Its exits."""
-    tools: tuple[str, ...] = ()
+    tools: ToolAllowlist = ()
     """Tools allowed here (their descriptions come from the tool registry). Empty (or
     ``None``) admits no tool: a call is refused as ``tool_not_allowed``."""
     spawns: tuple[Spawn, ...] = ()
     """Sub-schemas this state may spawn."""
     terminal: bool = False
     """Reaching it exits the schema with this state's name as status."""
-
-    @field_validator("tools", mode="before")
-    @classmethod
-    def _none_admits_nothing(cls, value: Any) -> Any:
-        # Deny by default, as for a SkillSpec state: no allowlist is the empty one.
-        return () if value is None else value
 
 
 class Schema(BaseModel):

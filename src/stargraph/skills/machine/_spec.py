@@ -21,11 +21,12 @@ import json
 import re
 from collections.abc import Collection, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
 from stargraph.errors import Problem, SkillValidationError, ToolSpecError
+from stargraph.skills._files import read_utf8
 from stargraph.skills.machine._validate import MachineShape, StateShape, validate_machine
 from stargraph.tools import matches_allowlist, model_from_json_schema
 
@@ -59,6 +60,16 @@ _TYPE_NAMES: Final = {
 }
 
 
+def _none_admits_nothing(value: Any) -> Any:
+    # Deny by default: a state defines exactly the tools it may call (seed 000), so no
+    # allowlist is the empty one, never "any tool".
+    return () if value is None else value
+
+
+ToolAllowlist = Annotated[tuple[str, ...], BeforeValidator(_none_admits_nothing)]
+"""The tools a machine state admits; ``None`` is read as the empty allowlist."""
+
+
 class Transition(BaseModel):
     """``{"on": event, "to": state}``: on ``event`` the machine moves to ``state``."""
 
@@ -77,20 +88,13 @@ class StateSpec(BaseModel):
 
     objective: str = ""
     """What the model should accomplish in this state (the only objective it sees)."""
-    allowed_tools: tuple[str, ...] = ()
+    allowed_tools: ToolAllowlist = ()
     """Tools the model may call here: a hard allowlist enforced by the arbiter. Empty (or
     ``None``) admits no tool: a call is refused as ``tool_not_allowed``."""
     transitions: tuple[Transition, ...] = ()
     """The valid exits of this state."""
     terminal: bool = False
     """An end state: no transitions; ``finish`` is offered here and only here."""
-
-    @field_validator("allowed_tools", mode="before")
-    @classmethod
-    def _none_admits_nothing(cls, value: Any) -> Any:
-        # Deny by default: a state defines exactly the tools it may call (seed 000), so no
-        # allowlist is the empty one, never "any tool".
-        return () if value is None else value
 
     def transition_for(self, event: str) -> Transition | None:
         """The transition taken on ``event``, or ``None``."""
@@ -322,26 +326,13 @@ def load_skillspec(path: str | Path, *, tools: Collection[str] | None = None) ->
     :class:`~stargraph.errors.SkillValidationError` naming the file and the first bad byte.
     """
     path = Path(path)
-    try:
-        # utf-8-sig: editors on Windows save JSON with a BOM, which json.loads refuses.
-        text = path.read_bytes().decode("utf-8-sig")
-    except OSError as exc:
-        raise SkillValidationError(
-            [Problem(f"{path}#", f"cannot read the file: {exc}", "check the path")],
-            subject=f"SkillSpec {path}",
-        ) from exc
-    except UnicodeDecodeError as exc:
-        raise SkillValidationError(
-            [
-                Problem(
-                    f"{path}#",
-                    f"the file is not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset "
-                    f"{exc.start} ({exc.reason})",
-                    "SkillSpec files must be UTF-8 JSON; save the file as UTF-8",
-                )
-            ],
-            subject=f"SkillSpec {path}",
-        ) from None
+    # utf-8-sig: editors on Windows save JSON with a BOM, which json.loads refuses.
+    text = read_utf8(
+        path,
+        subject=f"SkillSpec {path}",
+        encoding="utf-8-sig",
+        rule="SkillSpec files must be UTF-8 JSON",
+    )
     try:
         data = json.loads(text)
     except (json.JSONDecodeError, RecursionError) as exc:

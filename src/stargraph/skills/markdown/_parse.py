@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stargraph.errors import Problem, SkillValidationError, UnknownKeyWarning
 from stargraph.skills import SEMVER, SLUG, TAG, TOOL_ID, Example, Skill, SkillKind
+from stargraph.skills._files import read_utf8
 from stargraph.skills.markdown._workflow import (
     Check,
     WorkflowOutput,
@@ -138,25 +139,7 @@ def load_skill_md(path: str | os.PathLike[str]) -> MarkdownSkill:
     :class:`~stargraph.errors.SkillValidationError` naming it (never a silently empty skill).
     """
     path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise SkillValidationError(
-            [Problem(f"{path}#", f"cannot read the file: {exc}", "check the path")],
-            subject=f"SKILL.md {path}",
-        ) from None
-    except UnicodeDecodeError as exc:
-        raise SkillValidationError(
-            [
-                Problem(
-                    f"{path}#",
-                    f"the file is not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset "
-                    f"{exc.start} ({exc.reason})",
-                    "SKILL.md files must be UTF-8 text; save the file as UTF-8",
-                )
-            ],
-            subject=f"SKILL.md {path}",
-        ) from None
+    text = read_utf8(path, subject=f"SKILL.md {path}", rule="SKILL.md files must be UTF-8 text")
     return parse_skill_md(text, source=str(path), references=_references(path.parent))
 
 
@@ -430,16 +413,22 @@ def _fields(
     return out
 
 
-def _triggers(value: Any, where: str, problems: list[Problem]) -> tuple[Trigger, ...]:
+def _entries(
+    value: Any, key: str, where: str, problems: list[Problem], what: str = "a list"
+) -> list[Any]:
+    """The entries of frontmatter list ``key``: none when it is absent; none and a problem
+    when it is not a list."""
     if value is None:
-        return ()
+        return []
     if not isinstance(value, list):
-        problems.append(
-            Problem(f"{where}/triggers", f"triggers must be a list, got {_show(value)}")
-        )
-        return ()
+        problems.append(Problem(f"{where}/{key}", f"{key} must be {what}, got {_show(value)}"))
+        return []
+    return value
+
+
+def _triggers(value: Any, where: str, problems: list[Problem]) -> tuple[Trigger, ...]:
     out = []
-    for i, raw in enumerate(value):
+    for i, raw in enumerate(_entries(value, "triggers", where, problems)):
         ok_map = (
             isinstance(raw, dict)
             and len(raw) == 1
@@ -462,17 +451,10 @@ def _triggers(value: Any, where: str, problems: list[Problem]) -> tuple[Trigger,
 def _workflow(
     value: Any, tools: list[str], where: str, problems: list[Problem]
 ) -> tuple[WorkflowStep, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        problems.append(
-            Problem(f"{where}/workflow", f"workflow must be a list of steps, got {_show(value)}")
-        )
-        return ()
     from stargraph.tools import matches_allowlist
 
     steps = []
-    for i, raw in enumerate(value):
+    for i, raw in enumerate(_entries(value, "workflow", where, problems, "a list of steps")):
         here = f"{where}/workflow/{i}"
         if not isinstance(raw, dict):
             problems.append(
@@ -518,15 +500,8 @@ def _workflow(
 
 
 def _verification(value: Any, where: str, problems: list[Problem]) -> tuple[str | Check, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        problems.append(
-            Problem(f"{where}/verification", f"verification must be a list, got {_show(value)}")
-        )
-        return ()
     out: list[str | Check] = []
-    for i, raw in enumerate(value):
+    for i, raw in enumerate(_entries(value, "verification", where, problems)):
         here = f"{where}/verification/{i}"
         if isinstance(raw, str):
             out.append(raw)
@@ -557,15 +532,8 @@ def _first_line(exc: Exception) -> str:
 
 
 def _examples(value: Any, where: str, problems: list[Problem]) -> tuple[Example, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        problems.append(
-            Problem(f"{where}/examples", f"examples must be a list, got {_show(value)}")
-        )
-        return ()
     out = []
-    for i, raw in enumerate(value):
+    for i, raw in enumerate(_entries(value, "examples", where, problems)):
         try:
             if not isinstance(raw, dict):
                 raise TypeError(f"expected a mapping, got {_show(raw)}")

@@ -10,9 +10,10 @@ import orjson
 from pydantic import BaseModel, ConfigDict, JsonValue
 
 from stargraph import fathom, reducers
-from stargraph.errors import NodeError, ToolError
+from stargraph.errors import ToolError
 from stargraph.graph import END, START, Graph
 from stargraph.runtime import RunContext
+from stargraph.skills._services import require_service
 
 __all__ = [
     "Check",
@@ -181,18 +182,16 @@ def _call(
 ) -> StepResult:
     from stargraph.tools import ToolCall, ToolResult
 
-    arbiter = ctx.services.get("arbiter")
-    if not callable(getattr(arbiter, "dispatch", None)):
-        raise NodeError(
-            f"workflow node {ctx.node!r} needs a tool Arbiter as services['arbiter']; "
-            "compile the graph with services={'arbiter': ...}",
-            run_id=ctx.run_id,
-            step=ctx.step,
-            node=ctx.node,
-        )
+    arbiter = require_service(
+        ctx,
+        "arbiter",
+        lambda found: callable(getattr(found, "dispatch", None)),
+        "a tool Arbiter",
+        who="workflow node",
+    )
     call = ToolCall(tool=tool, args=dict(params), node=ctx.node, allowed=(tool,))
     try:
-        result: ToolResult = arbiter.dispatch(call)  # type: ignore[union-attr]
+        result: ToolResult = arbiter.dispatch(call)
     except ToolError as exc:
         result = ToolResult.from_error(exc)
     return StepResult(

@@ -31,14 +31,14 @@ from collections.abc import Callable
 from typing import Annotated, Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from stargraph import reducers
 from stargraph.errors import ToolError
 from stargraph.graph import END, START, Graph
 from stargraph.nodes import SubgraphNode
 from stargraph.skills import Skill, SkillKind
-from stargraph.skills.react import ReactStep, ToolCallRecord, react_skill
+from stargraph.skills.react import ReactOutput, ToolCallRecord, react_skill
+from stargraph.skills.refs._loop import reference_skill
 from stargraph.skills.refs.embed import Embedder
 from stargraph.skills.refs.retrieval import RETRIEVAL_DEFAULTS, hybrid_search
 from stargraph.skills.refs.stores import DocumentStore, Passage, VectorStore
@@ -108,27 +108,18 @@ class Report(BaseModel):
 Outcome = Literal["reported", "unsupported", "no_report"]
 
 
-class AutoresearchState(BaseModel):
+# BaseModel is named again (ReactOutput is one) so that linters know the list defaults are
+# pydantic field defaults, copied per instance, not shared class attributes.
+class AutoresearchState(ReactOutput, BaseModel):
     """State of the autoresearch graph. Start it with ``{"task": ...}``.
 
-    The first seven fields are the ReAct loop's (its declared outputs come back into them);
-    the rest are what ``verify`` concludes.
+    The ReAct loop's declared outputs (:class:`~stargraph.skills.react.ReactOutput`, whose
+    fields this model inherits) come back into the same channels; ``task`` goes in, and the
+    rest are what ``verify`` concludes.
     """
 
     task: str = ""
     """The research question."""
-    trajectory: Annotated[list[ReactStep], reducers.append] = []
-    """The agent's conversation."""
-    tool_calls: Annotated[list[ToolCallRecord], reducers.append] = []
-    """Every tool call the agent made, with its outcome."""
-    done: bool = False
-    """Whether the agent gave a final answer that validated as a :class:`Report`."""
-    error_budget: int = 3
-    """Errors the agent had left."""
-    final_answer: str | None = None
-    """The agent's final answer (canonical JSON of the report)."""
-    final_output: dict[str, JsonValue] | None = None
-    """The agent's final answer as data."""
     report: Report | None = None
     """The verified report (``None`` unless ``outcome == "reported"``)."""
     outcome: Outcome | None = None
@@ -319,10 +310,9 @@ def autoresearch_graph(
 def make_autoresearch_skill(**options: Any) -> Skill:
     """:func:`autoresearch_graph` (with ``options``) packaged as the ``autoresearch`` agent
     skill whose declared outputs are :class:`AutoresearchOutput`'s fields."""
-    return Skill.from_graph(
+    return reference_skill(
         autoresearch_graph(**options),
         name="autoresearch",
-        version="1.0.0",
         kind=SkillKind.AGENT,
         description=(
             "Research a question with web fetch and passage retrieval; return a structured "
@@ -330,7 +320,7 @@ def make_autoresearch_skill(**options: Any) -> Skill:
         ),
         tools=(FETCH_TOOL, RETRIEVE_TOOL),
         system_prompt=str(options.get("system_prompt", AUTORESEARCH_PROMPT)),
-        state_schema=AutoresearchOutput,
+        outputs=AutoresearchOutput,
         requires=("service:arbiter", "service:model"),
     )
 

@@ -34,18 +34,22 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel
 
-from stargraph.graph import END, START, Graph
-from stargraph.llm import ChatMessage
+from stargraph.graph import START, Graph
 from stargraph.runtime import RunContext
 from stargraph.skills import Skill, SkillKind
-from stargraph.skills.refs.retrieval import (
-    RETRIEVAL_DEFAULTS,
-    ask_model,
-    citations,
-    format_passages,
-    retrieve,
+from stargraph.skills.refs._loop import (
+    Verdict,
+    ask_with_feedback,
+    check_numbers,
+    model_config,
+    reference_skill,
+    retrieval_config,
+    retrieve_query,
+    retry_verdict,
+    with_retry_loop,
 )
-from stargraph.skills.refs.stores import Passage, StoreError
+from stargraph.skills.refs.retrieval import RETRIEVAL_DEFAULTS, citations, format_passages
+from stargraph.skills.refs.stores import Passage
 
 __all__ = [
     "INSUFFICIENT",
@@ -68,7 +72,6 @@ RAG_PROMPT: Final = (
 )
 """The default system prompt of the ``answer`` node."""
 
-Verdict = Literal["accept", "retry", "give_up"]
 Outcome = Literal["answered", "insufficient_context"]
 
 
@@ -113,8 +116,7 @@ class RagOutput(BaseModel):
 
 def retrieve_node(state: RagState, ctx: RunContext) -> dict[str, Any]:
     """Hybrid retrieval for the question."""
-    question = state.question.strip()
-    return {"passages": retrieve(ctx, question, ctx.config) if question else []}
+    return {"passages": retrieve_query(ctx, state.question)}
 
 
 def after_retrieve(state: RagState) -> Literal["answer", "give_up"]:
@@ -124,16 +126,11 @@ def after_retrieve(state: RagState) -> Literal["answer", "give_up"]:
 
 def answer_node(state: RagState, ctx: RunContext) -> dict[str, Any]:
     """Ask the model, giving it the passages' text; on a retry, also what went wrong."""
-    config = ctx.config
-    messages = [
-        ChatMessage.system(str(config.get("system_prompt", RAG_PROMPT))),
-        ChatMessage.user(
-            f"Passages:\n\n{format_passages(state.passages)}\n\nQuestion: {state.question}"
-        ),
-    ]
-    if state.feedback and state.answer is not None:
-        messages += [ChatMessage.assistant(state.answer), ChatMessage.user(state.feedback)]
-    return {"answer": ask_model(ctx, messages, config), "attempts": state.attempts + 1}
+    text = f"Passages:\n\n{format_passages(state.passages)}\n\nQuestion: {state.question}"
+    answer = ask_with_feedback(
+        ctx, RAG_PROMPT, text, previous=state.answer, feedback=state.feedback
+    )
+    return {"answer": answer, "attempts": state.attempts + 1}
 
 
 def validate_node(state: RagState, ctx: RunContext) -> dict[str, Any]:
@@ -155,17 +152,16 @@ def validate_node(state: RagState, ctx: RunContext) -> dict[str, Any]:
         )
     if not problems:
         return {"verdict": "accept", "feedback": None, "citations": cited, "outcome": "answered"}
-    budget = int(ctx.config.get("budget", 2))
     feedback = (
         " ".join(problems)
         + f" Cite only these passage ids: {retrieved}. Answer again, or reply exactly "
         "INSUFFICIENT CONTEXT."
     )
-    verdict: Verdict = "retry" if state.attempts < budget else "give_up"
+    verdict = retry_verdict(state.attempts, ctx.config)
     return {"verdict": verdict, "feedback": feedback, "citations": []}
 
 
-def after_validate(state: RagState) -> Literal["accept", "retry", "give_up"]:
+def after_validate(state: RagState) -> Verdict:
     """Route on the validation's verdict."""
     return state.verdict or "give_up"
 
@@ -200,56 +196,45 @@ def rag_graph(
     ['answer', 'give_up', 'retrieve', 'validate']
     """
     numbers = {"k": k, "candidates": candidates, "rrf_k": rrf_k, "budget": budget}
-    bad = {n: v for n, v in numbers.items() if not isinstance(v, int) or v < 1}
-    if bad or candidates < k:
-        raise StoreError(
-            f"rag_graph needs ints >= 1 and candidates >= k, got {numbers}; e.g. k=4, "
-            "candidates=20, rrf_k=60, budget=2"
-        )
-    retrieval: dict[str, Any] = {"k": k, "candidates": candidates, "rrf_k": rrf_k}
-    if embedder is not None:
-        retrieval["embedder"] = embedder
-    llm: dict[str, Any] = {"system_prompt": system_prompt}
-    if model is not None:
-        llm["model"] = model
-    if temperature is not None:
-        llm["temperature"] = temperature
-    return (
+    check_numbers("rag_graph", numbers, "k=4, candidates=20, rrf_k=60, budget=2")
+    llm = {"system_prompt": system_prompt, **model_config(model, temperature)}
+    graph = (
         Graph(name, state=RagState)
-        .with_node("retrieve", retrieve_node, config=retrieval, writes=("passages",))
-        .with_node("answer", answer_node, config=llm, must_stub=True, writes=("answer", "attempts"))
         .with_node(
-            "validate",
-            validate_node,
-            config={"budget": budget},
-            writes=("verdict", "feedback", "citations", "outcome"),
+            "retrieve",
+            retrieve_node,
+            config=retrieval_config(k, candidates, rrf_k, embedder),
+            writes=("passages",),
         )
-        .with_node("give_up", give_up_node, writes=("answer", "citations", "outcome"))
+        .with_node("answer", answer_node, config=llm, must_stub=True, writes=("answer", "attempts"))
         .with_edge(START, "retrieve")
         .with_conditional_edges("retrieve", after_retrieve)
-        .with_edge("answer", "validate")
-        .with_conditional_edges(
-            "validate", after_validate, {"accept": END, "retry": "answer", "give_up": "give_up"}
-        )
-        .with_edge("give_up", END)
+    )
+    return with_retry_loop(
+        graph,
+        "answer",
+        validate=validate_node,
+        after_validate=after_validate,
+        give_up=give_up_node,
+        budget=budget,
+        validate_writes=("verdict", "feedback", "citations", "outcome"),
+        give_up_writes=("answer", "citations", "outcome"),
     )
 
 
 def make_rag_skill(**options: Any) -> Skill:
     """:func:`rag_graph` (with ``options``) packaged as the ``rag`` workflow skill whose
     declared outputs are :class:`RagOutput`'s fields."""
-    return Skill.from_graph(
+    return reference_skill(
         rag_graph(**options),
         name="rag",
-        version="1.0.0",
         kind=SkillKind.WORKFLOW,
         description=(
             "Answer a question from a passage corpus: hybrid retrieval (vector + keyword, "
             "fused), an answer citing the retrieved passages, validated citations."
         ),
         system_prompt=str(options.get("system_prompt", RAG_PROMPT)),
-        state_schema=RagOutput,
-        requires=("service:docs", "service:embedder", "service:model", "service:vectors"),
+        outputs=RagOutput,
     )
 
 

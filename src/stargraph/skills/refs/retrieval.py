@@ -18,8 +18,8 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
-from stargraph.errors import NodeError
 from stargraph.runtime import RunContext
+from stargraph.skills._services import node_error, require_service, typed_service
 from stargraph.skills.refs.embed import Embedder
 from stargraph.skills.refs.stores import DocumentStore, Passage, VectorStore
 
@@ -104,20 +104,6 @@ def hybrid_search(
     return docs.get([pid for pid, _ in fused[:k]])
 
 
-def _service(ctx: RunContext, key: str, kind: type[Any]) -> Any:
-    found = ctx.services.get(key)
-    if not isinstance(found, kind):
-        got = "nothing" if found is None else type(found).__name__
-        raise NodeError(
-            f"node {ctx.node!r} needs a {kind.__name__} as services[{key!r}] but got {got}; "
-            f"compile the graph with services={{{key!r}: ...}}",
-            run_id=ctx.run_id,
-            step=ctx.step,
-            node=ctx.node,
-        )
-    return found
-
-
 def retrieve(ctx: RunContext, query: str, config: Mapping[str, Any]) -> list[Passage]:
     """:func:`hybrid_search` for a node, with stores from ``ctx.services`` and numbers from
     ``config`` (defaults :data:`RETRIEVAL_DEFAULTS`); recorded in the run's journal.
@@ -131,17 +117,15 @@ def retrieve(ctx: RunContext, query: str, config: Mapping[str, Any]) -> list[Pas
     request = {"query": query, **settings}
 
     def search() -> list[dict[str, Any]]:
-        docs = _service(ctx, "docs", DocumentStore)
-        vectors = _service(ctx, "vectors", VectorStore)
-        embedder = _service(ctx, "embedder", Embedder)
+        docs = typed_service(ctx, "docs", DocumentStore)
+        vectors = typed_service(ctx, "vectors", VectorStore)
+        embedder = typed_service(ctx, "embedder", Embedder)
         wanted = config.get("embedder")
         if wanted is not None and wanted != embedder.name:
-            raise NodeError(
+            raise node_error(
+                ctx,
                 f"node {ctx.node!r} is configured for embedder {wanted!r} but "
                 f"services['embedder'] is {embedder.name!r}; index and query with one embedder",
-                run_id=ctx.run_id,
-                step=ctx.step,
-                node=ctx.node,
             )
         found = hybrid_search(query, docs=docs, vectors=vectors, embedder=embedder, **settings)
         return [p.model_dump() for p in found]
@@ -165,20 +149,13 @@ def ask_model(ctx: RunContext, messages: Sequence[Any], config: Mapping[str, Any
     of the reply ("" when it had none)."""
     from stargraph.llm import ChatRequest
 
-    model = ctx.services.get("model")
-    if not callable(getattr(model, "complete", None)):
-        got = "nothing" if model is None else type(model).__name__
-        raise NodeError(
-            f"node {ctx.node!r} needs a ChatModel as services['model'] but got {got}; "
-            "compile the graph with services={'model': ...}",
-            run_id=ctx.run_id,
-            step=ctx.step,
-            node=ctx.node,
-        )
+    model = require_service(
+        ctx, "model", lambda found: callable(getattr(found, "complete", None)), "a ChatModel"
+    )
     request = ChatRequest(
         messages=tuple(messages),
         model=config.get("model"),
         temperature=config.get("temperature"),
     )
-    response = model.complete(request)  # type: ignore[union-attr]
+    response = model.complete(request)
     return str(response.message.content or "")

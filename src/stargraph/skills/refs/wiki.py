@@ -33,18 +33,22 @@ import orjson
 from pydantic import BaseModel, ConfigDict
 
 from stargraph import reducers
-from stargraph.graph import END, START, Graph, Send
-from stargraph.llm import ChatMessage
+from stargraph.graph import START, Graph, Send
 from stargraph.runtime import RunContext
 from stargraph.skills import Skill, SkillKind
-from stargraph.skills.refs.retrieval import (
-    RETRIEVAL_DEFAULTS,
-    ask_model,
-    citations,
-    format_passages,
-    retrieve,
+from stargraph.skills.refs._loop import (
+    Verdict,
+    ask_with_feedback,
+    check_numbers,
+    model_config,
+    reference_skill,
+    retrieval_config,
+    retrieve_query,
+    retry_verdict,
+    with_retry_loop,
 )
-from stargraph.skills.refs.stores import Passage, StoreError
+from stargraph.skills.refs.retrieval import RETRIEVAL_DEFAULTS, citations, format_passages
+from stargraph.skills.refs.stores import Passage
 
 __all__ = [
     "PLAN_PROMPT",
@@ -77,7 +81,6 @@ _SENTENCE_END: Final = re.compile(r"(?<=[.!?])\s+(?!\[)|(?<=\])\s+(?=[A-Z0-9\"'(
 _BULLET: Final = re.compile(r"^\s*(?:[-*+]|\d+[.)])\s+")
 _FENCE: Final = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n(?P<body>.*)\n\s*```\s*$", re.DOTALL)
 
-Verdict = Literal["accept", "retry", "give_up"]
 Outcome = Literal["written", "insufficient_context", "rejected"]
 
 
@@ -201,13 +204,9 @@ def _unique(passages: list[Passage]) -> list[Passage]:
 
 def plan_node(state: WikiState, ctx: RunContext) -> dict[str, Any]:
     """Ask the model for search queries about the topic."""
-    config = ctx.config
-    limit = int(config.get("max_queries", 4))
-    messages = [
-        ChatMessage.system(str(config.get("system_prompt", PLAN_PROMPT))),
-        ChatMessage.user(f"Topic: {state.topic}\nAt most {limit} queries."),
-    ]
-    return {"queries": parse_queries(ask_model(ctx, messages, config), state.topic, limit)}
+    limit = int(ctx.config.get("max_queries", 4))
+    reply = ask_with_feedback(ctx, PLAN_PROMPT, f"Topic: {state.topic}\nAt most {limit} queries.")
+    return {"queries": parse_queries(reply, state.topic, limit)}
 
 
 def fan_out(state: WikiState) -> list[Send]:
@@ -217,8 +216,7 @@ def fan_out(state: WikiState) -> list[Send]:
 
 def research_node(state: WikiState, ctx: RunContext) -> dict[str, Any]:
     """Retrieve passages for this task's query."""
-    query = state.query.strip()
-    return {"sources": retrieve(ctx, query, ctx.config) if query else []}
+    return {"sources": retrieve_query(ctx, state.query)}
 
 
 def after_research(state: WikiState) -> Literal["write", "give_up"]:
@@ -229,16 +227,11 @@ def after_research(state: WikiState) -> Literal["write", "give_up"]:
 def write_node(state: WikiState, ctx: RunContext) -> dict[str, Any]:
     """Ask the model for the entry, giving it the sources' text (and, on a retry, what was
     wrong with its last draft)."""
-    config = ctx.config
-    messages = [
-        ChatMessage.system(str(config.get("system_prompt", WRITE_PROMPT))),
-        ChatMessage.user(
-            f"Sources:\n\n{format_passages(_unique(state.sources))}\n\nTopic: {state.topic}"
-        ),
-    ]
-    if state.feedback and state.draft is not None:
-        messages += [ChatMessage.assistant(state.draft), ChatMessage.user(state.feedback)]
-    return {"draft": ask_model(ctx, messages, config), "attempts": state.attempts + 1}
+    text = f"Sources:\n\n{format_passages(_unique(state.sources))}\n\nTopic: {state.topic}"
+    draft = ask_with_feedback(
+        ctx, WRITE_PROMPT, text, previous=state.draft, feedback=state.feedback
+    )
+    return {"draft": draft, "attempts": state.attempts + 1}
 
 
 def validate_node(state: WikiState, ctx: RunContext) -> dict[str, Any]:
@@ -264,13 +257,11 @@ def validate_node(state: WikiState, ctx: RunContext) -> dict[str, Any]:
             "claims": claims,
             "outcome": "written",
         }
-    budget = int(ctx.config.get("budget", 2))
     feedback = " ".join(problems) + f" Cite only these ids: {known}. Write the entry again."
-    verdict: Verdict = "retry" if state.attempts < budget else "give_up"
-    return {**out, "verdict": verdict, "feedback": feedback}
+    return {**out, "verdict": retry_verdict(state.attempts, ctx.config), "feedback": feedback}
 
 
-def after_validate(state: WikiState) -> Literal["accept", "retry", "give_up"]:
+def after_validate(state: WikiState) -> Verdict:
     """Route on the validation's verdict."""
     return state.verdict or "give_up"
 
@@ -305,20 +296,9 @@ def wiki_graph(
     """
     numbers = {"max_queries": max_queries, "k": k, "candidates": candidates, "rrf_k": rrf_k}
     numbers["budget"] = budget
-    if any(not isinstance(v, int) or v < 1 for v in numbers.values()) or candidates < k:
-        raise StoreError(
-            f"wiki_graph needs ints >= 1 and candidates >= k, got {numbers}; e.g. "
-            "max_queries=4, k=4, candidates=20, rrf_k=60, budget=2"
-        )
-    llm: dict[str, Any] = {}
-    if model is not None:
-        llm["model"] = model
-    if temperature is not None:
-        llm["temperature"] = temperature
-    retrieval: dict[str, Any] = {"k": k, "candidates": candidates, "rrf_k": rrf_k}
-    if embedder is not None:
-        retrieval["embedder"] = embedder
-    return (
+    check_numbers("wiki_graph", numbers, "max_queries=4, k=4, candidates=20, rrf_k=60, budget=2")
+    llm = model_config(model, temperature)
+    graph = (
         Graph(name, state=WikiState)
         .with_node(
             "plan",
@@ -327,7 +307,12 @@ def wiki_graph(
             must_stub=True,
             writes=("queries",),
         )
-        .with_node("research", research_node, config=retrieval, writes=("sources",))
+        .with_node(
+            "research",
+            research_node,
+            config=retrieval_config(k, candidates, rrf_k, embedder),
+            writes=("sources",),
+        )
         .with_node(
             "write",
             write_node,
@@ -335,39 +320,35 @@ def wiki_graph(
             must_stub=True,
             writes=("draft", "attempts"),
         )
-        .with_node(
-            "validate",
-            validate_node,
-            config={"budget": budget},
-            writes=("uncited", "unknown", "verdict", "feedback", "entry", "claims", "outcome"),
-        )
-        .with_node("give_up", give_up_node, writes=("entry", "claims", "outcome"))
         .with_edge(START, "plan")
         .with_conditional_edges("plan", fan_out, ["research"])
         .with_conditional_edges("research", after_research)
-        .with_edge("write", "validate")
-        .with_conditional_edges(
-            "validate", after_validate, {"accept": END, "retry": "write", "give_up": "give_up"}
-        )
-        .with_edge("give_up", END)
+    )
+    return with_retry_loop(
+        graph,
+        "write",
+        validate=validate_node,
+        after_validate=after_validate,
+        give_up=give_up_node,
+        budget=budget,
+        validate_writes=("uncited", "unknown", "verdict", "feedback", "entry", "claims", "outcome"),
+        give_up_writes=("entry", "claims", "outcome"),
     )
 
 
 def make_wiki_skill(**options: Any) -> Skill:
     """:func:`wiki_graph` (with ``options``) packaged as the ``wiki`` agent skill whose
     declared outputs are :class:`WikiOutput`'s fields."""
-    return Skill.from_graph(
+    return reference_skill(
         wiki_graph(**options),
         name="wiki",
-        version="1.0.0",
         kind=SkillKind.AGENT,
         description=(
             "Write a Markdown wiki entry on a topic: planned queries researched in parallel, "
             "every claim citing a retrieved source, uncited claims rejected."
         ),
         system_prompt=str(options.get("write_prompt", WRITE_PROMPT)),
-        state_schema=WikiOutput,
-        requires=("service:docs", "service:embedder", "service:model", "service:vectors"),
+        outputs=WikiOutput,
     )
 
 

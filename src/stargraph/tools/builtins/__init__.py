@@ -45,11 +45,12 @@ and a deterministic synthesizer writing WAV files (:class:`ToneSynthesizer`).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from types import MappingProxyType, TracebackType
+from types import MappingProxyType
 from typing import Any, Final, Self
 
 from pydantic import JsonValue
 
+from stargraph._lifecycle import Started
 from stargraph.tools._host import HostHandlers
 from stargraph.tools.builtins._email import (
     EmailCheckArgs,
@@ -194,7 +195,7 @@ DEMO_NOTION: Final[dict[str, list[dict[str, JsonValue]]]] = {
 """The demo Notion workspace of :class:`LocalServices`: one task database."""
 
 
-class LocalServices:
+class LocalServices(Started):
     """Every example service on 127.0.0.1 with demo content, plus what uses them:
     :attr:`plugins` (pass to ``get_plugin_manager(plugins=...)``), :attr:`host` (the tool
     host for ``Arbiter(host=...)``) and :attr:`secrets` (for ``Arbiter(secrets=...)``).
@@ -262,18 +263,3 @@ class LocalServices:
         self.notion.close()
         self.site.close()
         self.memory.close()
-
-    def __enter__(self) -> Self:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

@@ -37,20 +37,22 @@ import re
 import smtplib
 import ssl
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from email.utils import formatdate
-from types import TracebackType
 from typing import Annotated, Any, Final, Self
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stargraph._lifecycle import Started
 from stargraph.errors import ToolError, ToolTimeoutError
 from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._canonical import sha256_hex
 from stargraph.tools._result import ToolOutput
+from stargraph.tools._spec import SideEffect
 from stargraph.tools._tool import PythonTool, ToolContext, tool
+from stargraph.tools.builtins._local import required_secret
 
 __all__ = [
     "EmailCheckArgs",
@@ -130,14 +132,20 @@ def _timeout(ctx: ToolContext) -> float:
     return max(ctx.remaining(), 0.001)
 
 
-def _password(ctx: ToolContext) -> str:
-    password = ctx.secrets.get("email_password")
-    if not password:
-        raise ToolError(
-            f"tool {ctx.tool!r} needs the secret 'email_password' "
-            "(fix: Arbiter(secrets={'email_password': ...}))"
-        )
-    return password
+def _mail_tool(
+    id: str, args_model: type[BaseModel], side_effect: SideEffect, *, idempotent: bool = False
+) -> Callable[[Callable[..., Any]], PythonTool]:
+    """The ``@tool`` of the mail tools: each talks to the mail server over the network,
+    within 30 s, with the mailbox password."""
+    return tool(
+        id=id,
+        side_effect=side_effect,
+        network=True,
+        idempotent=idempotent,
+        timeout_s=30,
+        secret_resources=("email_password",),
+        args_model=args_model,
+    )
 
 
 def _mail_error(ctx: ToolContext, service: str, exc: BaseException) -> ToolError:
@@ -179,17 +187,10 @@ def email_tools(
     ``tls`` (a client ``ssl.SSLContext``) connects over implicit TLS (SMTPS, IMAPS)."""
     where = _Endpoint(host, smtp_port, imap_port, address, tls)
 
-    @tool(
-        id="choir.email.send@1.0.0",
-        side_effect="external",
-        network=True,
-        timeout_s=30,
-        secret_resources=("email_password",),
-        args_model=EmailSendArgs,
-    )
+    @_mail_tool("choir.email.send@1.0.0", EmailSendArgs, "external")
     def email_send(ctx: ToolContext, args: EmailSendArgs) -> ToolOutput:
         """Send an email from the agent's address."""
-        password = _password(ctx)
+        password = required_secret(ctx, "email_password")
         digest = sha256_hex(
             "\0".join([where.address, *args.to, "|", *args.cc, args.subject, args.body]).encode()
         )
@@ -224,18 +225,10 @@ def email_tools(
             },
         )
 
-    @tool(
-        id="choir.email.check@1.0.0",
-        side_effect="read",
-        network=True,
-        idempotent=True,
-        timeout_s=30,
-        secret_resources=("email_password",),
-        args_model=EmailCheckArgs,
-    )
+    @_mail_tool("choir.email.check@1.0.0", EmailCheckArgs, "read", idempotent=True)
     def email_check(ctx: ToolContext, args: EmailCheckArgs) -> ToolOutput:
         """Check a mailbox for new (unseen) messages: counts, and sender and subject of each."""
-        password = _password(ctx)
+        password = required_secret(ctx, "email_password")
         try:
             with where.imap(ctx) as imap:
                 imap.login(where.address, password)
@@ -275,17 +268,10 @@ def email_tools(
             },
         )
 
-    @tool(
-        id="choir.email.receive@1.0.0",
-        side_effect="external",
-        network=True,
-        timeout_s=30,
-        secret_resources=("email_password",),
-        args_model=EmailReceiveArgs,
-    )
+    @_mail_tool("choir.email.receive@1.0.0", EmailReceiveArgs, "external")
     def email_receive(ctx: ToolContext, args: EmailReceiveArgs) -> ToolOutput:
         """Fetch messages (newest first, unseen only by default); they become seen."""
-        password = _password(ctx)
+        password = required_secret(ctx, "email_password")
         messages = []
         try:
             with where.imap(ctx) as imap:
@@ -398,7 +384,7 @@ class _Stored:
     flags: set[str] = field(default_factory=set)
 
 
-class LocalMailServer:
+class LocalMailServer(Started):
     """SMTP submission and IMAP4rev1 (a subset) on 127.0.0.1; one ``INBOX`` per user.
 
     ``users`` maps an address to its password. SMTP needs ``AUTH PLAIN`` before ``MAIL``,
@@ -495,17 +481,6 @@ class LocalMailServer:
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         self._loop = self._thread = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # ------------------------------------------------------------------ mailboxes
 

@@ -14,13 +14,13 @@ import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from types import TracebackType
 from typing import Any, Final, Self, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
 from pydantic import BaseModel, ValidationError
 
+from stargraph._lifecycle import ServerThread, Started
 from stargraph.errors import (
     ServiceNotStartedError,
     ToolArgumentError,
@@ -30,7 +30,14 @@ from stargraph.errors import (
 from stargraph.tools._host import HostRequest
 from stargraph.tools._tool import ToolContext
 
-__all__ = ["HttpAnswer", "HttpRequest", "LocalHTTPServer", "http_json", "parse_host_args"]
+__all__ = [
+    "HttpAnswer",
+    "HttpRequest",
+    "LocalHTTPServer",
+    "http_json",
+    "parse_host_args",
+    "required_secret",
+]
 
 _BODY_LIMIT: Final = 4_000_000
 _M = TypeVar("_M", bound=BaseModel)
@@ -139,7 +146,7 @@ class _Handler(BaseHTTPRequestHandler):
         self._serve()
 
 
-class LocalHTTPServer:
+class LocalHTTPServer(Started):
     """An HTTP server on an ephemeral port of 127.0.0.1, answering from :meth:`answer`.
 
     Use it as a context manager. Every request is kept in :attr:`requests`.
@@ -149,8 +156,7 @@ class LocalHTTPServer:
         self.requests: list[HttpRequest] = []
         """Every request received, in arrival order."""
         self._lock = threading.Lock()
-        self._httpd: _Server | None = None
-        self._thread: threading.Thread | None = None
+        self._serving: ServerThread | None = None
 
     def answer(self, request: HttpRequest) -> HttpAnswer:
         """The answer to ``request`` (subclasses override it)."""
@@ -159,48 +165,36 @@ class LocalHTTPServer:
     @property
     def url(self) -> str:
         """``http://127.0.0.1:<port>`` (the server must be started)."""
-        if self._httpd is None:
+        if self._serving is None:
             raise ServiceNotStartedError(
                 f"{type(self).__name__} is not started; use it in a with block (or start())"
             )
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        return f"http://127.0.0.1:{self._serving.port}"
 
     def start(self) -> Self:
         """Bind the port and serve in a background thread."""
-        if self._httpd is None:
+        if self._serving is None:
             httpd = _Server(("127.0.0.1", 0), _Handler)
             httpd.owner = self
-            self._httpd = httpd
-            self._thread = threading.Thread(
-                target=httpd.serve_forever,
-                kwargs={"poll_interval": 0.05},
-                name=type(self).__name__,
-                daemon=True,
-            )
-            self._thread.start()
+            self._serving = ServerThread(httpd, name=type(self).__name__)
         return self
 
     def close(self) -> None:
         """Stop serving and join every thread."""
-        httpd, thread = self._httpd, self._thread
-        if httpd is None:
-            return
-        httpd.shutdown()
-        httpd.server_close()
-        if thread is not None:
-            thread.join()
-        self._httpd = self._thread = None
+        if self._serving is not None:
+            self._serving.stop()  # handlers still running may read self.url until joined
+            self._serving = None
 
-    def __enter__(self) -> Self:
-        return self.start()
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
+def required_secret(ctx: ToolContext, name: str) -> str:
+    """The call's secret ``name`` (one of the tool's ``secret_resources``); a ToolError
+    saying how to give it to the arbiter when it is missing or empty."""
+    value = ctx.secrets.get(name)
+    if not value:
+        raise ToolError(
+            f"tool {ctx.tool!r} needs the secret {name!r} (fix: Arbiter(secrets={{{name!r}: ...}}))"
+        )
+    return value
 
 
 def http_json(

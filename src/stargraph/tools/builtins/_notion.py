@@ -20,7 +20,13 @@ from stargraph.errors import ToolError
 from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._result import ToolOutput
 from stargraph.tools._tool import PythonTool, ToolContext, tool
-from stargraph.tools.builtins._local import HttpAnswer, HttpRequest, LocalHTTPServer, http_json
+from stargraph.tools.builtins._local import (
+    HttpAnswer,
+    HttpRequest,
+    LocalHTTPServer,
+    http_json,
+    required_secret,
+)
 
 __all__ = [
     "NOTION_ENDPOINT",
@@ -72,12 +78,7 @@ def notion_query_tool(endpoint: str = NOTION_ENDPOINT) -> PythonTool:
     )
     def notion_query(ctx: ToolContext, args: NotionQueryArgs) -> ToolOutput:
         """Query a Notion database; optionally only pages whose property contains a text."""
-        token = ctx.secrets.get("notion_token")
-        if not token:
-            raise ToolError(
-                f"tool {ctx.tool!r} needs the secret 'notion_token' "
-                "(fix: Arbiter(secrets={'notion_token': ...}))"
-            )
+        token = required_secret(ctx, "notion_token")
         body: dict[str, Any] = {"page_size": args.page_size}
         if args.contains is not None:
             # Notion filters a title property with "title", any text property with

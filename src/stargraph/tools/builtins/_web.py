@@ -38,6 +38,7 @@ from stargraph.tools.builtins._local import (
     LocalHTTPServer,
     http_json,
     parse_host_args,
+    required_secret,
 )
 
 __all__ = [
@@ -89,12 +90,7 @@ def web_search_tool(endpoint: str = BRAVE_ENDPOINT) -> PythonTool:
     )
     def web_search(ctx: ToolContext, args: WebSearchArgs) -> ToolOutput:
         """Search the web (Brave Search); return titles, URLs and snippets."""
-        key = ctx.secrets.get("brave_api_key")
-        if not key:
-            raise ToolError(
-                f"tool {ctx.tool!r} needs the secret 'brave_api_key' "
-                "(fix: Arbiter(secrets={'brave_api_key': ...}))"
-            )
+        key = required_secret(ctx, "brave_api_key")
         query = urlencode({"q": args.q, "count": args.count, "offset": args.offset})
         data = http_json(
             ctx,
