@@ -161,8 +161,8 @@ def test_prompt_change_raises_divergence_with_a_diff(store: SqliteStore) -> None
     assert "node 'q0' at step 2, call #0: made llm('chat')" in message
     assert '-   "content": "hi 0",' in message
     assert '+   "content": "hello 0",' in message
-    assert info.value.call_index == 0  # type: ignore[attr-defined]
-    assert info.value.recorded_fingerprint != info.value.fingerprint  # type: ignore[attr-defined]
+    assert info.value.call_index == 0
+    assert info.value.recorded_fingerprint != info.value.fingerprint
 
 
 def test_more_calls_than_recorded_is_a_miss(store: SqliteStore) -> None:

@@ -331,15 +331,11 @@ def load_skillspec(path: str | Path, *, tools: Collection[str] | None = None) ->
             subject=f"SkillSpec {path}",
         ) from exc
     except UnicodeDecodeError as exc:
-        raise SkillValidationError(
-            [
-                Problem(
-                    f"{path}#",
-                    f"the file is not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset "
-                    f"{exc.start} ({exc.reason})",
-                    "SkillSpec files must be UTF-8 JSON; save the file as UTF-8",
-                )
-            ],
+        raise SkillValidationError.at(
+            f"{path}#",
+            f"the file is not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset "
+            f"{exc.start} ({exc.reason})",
+            "SkillSpec files must be UTF-8 JSON; save the file as UTF-8",
             subject=f"SkillSpec {path}",
         ) from None
     try:

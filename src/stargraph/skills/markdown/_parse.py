@@ -146,15 +146,11 @@ def load_skill_md(path: str | os.PathLike[str]) -> MarkdownSkill:
             subject=f"SKILL.md {path}",
         ) from None
     except UnicodeDecodeError as exc:
-        raise SkillValidationError(
-            [
-                Problem(
-                    f"{path}#",
-                    f"the file is not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset "
-                    f"{exc.start} ({exc.reason})",
-                    "SKILL.md files must be UTF-8 text; save the file as UTF-8",
-                )
-            ],
+        raise SkillValidationError.at(
+            f"{path}#",
+            f"the file is not UTF-8: byte 0x{exc.object[exc.start]:02x} at offset "
+            f"{exc.start} ({exc.reason})",
+            "SKILL.md files must be UTF-8 text; save the file as UTF-8",
             subject=f"SKILL.md {path}",
         ) from None
     return parse_skill_md(text, source=str(path), references=_references(path.parent))
@@ -215,14 +211,10 @@ def parse_skill_md(
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise SkillValidationError(
-                [
-                    Problem(
-                        where,
-                        f"frontmatter must be a mapping, got {type(data).__name__}",
-                        "write 'key: value' lines between the --- markers",
-                    )
-                ],
+            raise SkillValidationError.at(
+                where,
+                f"frontmatter must be a mapping, got {type(data).__name__}",
+                "write 'key: value' lines between the --- markers",
                 subject=f"SKILL.md {source}",
             )
     elif text.lstrip("\ufeff").startswith("---"):
