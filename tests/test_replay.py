@@ -6,7 +6,6 @@ import asyncio
 import itertools
 import json
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -80,13 +79,6 @@ def fan_graph() -> Graph[S]:
     for name in names:
         graph = graph.with_node(name, timed_branch, blocking=True).with_edge("s", name)
     return graph.with_node("j", stamp).with_edge(names, "j").with_edge("j", END)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
-    s = SqliteStore(tmp_path / "r.db")
-    yield s
-    s.close()
 
 
 def _scripted(n: int) -> ScriptedChatModel:
