@@ -31,7 +31,7 @@ import pytest
 from pydantic import BaseModel
 
 from stargraph import reducers
-from stargraph.checkpoint import CheckpointStore, MemoryStore, SqliteStore
+from stargraph.checkpoint import CheckpointStore, SqliteStore
 from stargraph.errors import NodeError, RunCancelledError, RunError
 from stargraph.graph import END, START, Graph
 from stargraph.runtime import RunCancelled, RunContext, _cancel, cancel_on_signals
@@ -58,13 +58,8 @@ def _reset() -> Iterator[None]:
     ACTIONS.clear()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CheckpointStore]:
-    made: CheckpointStore = (
-        MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "sg.db")
-    )
-    yield made
-    made.close()
+# Every test here holds for both stores that need no server (the shared `store` fixture).
+pytestmark = pytest.mark.stores("memory", "sqlite")
 
 
 class S(BaseModel):

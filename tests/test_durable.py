@@ -20,7 +20,7 @@ import pytest
 from pydantic import BaseModel
 
 from stargraph import reducers
-from stargraph.checkpoint import CheckpointStore, MemoryStore, SqliteStore
+from stargraph.checkpoint import CheckpointStore, SqliteStore
 from stargraph.errors import (
     CheckpointError,
     CodeHashMismatch,
@@ -70,13 +70,8 @@ def _reset() -> Iterator[None]:
     FAIL.clear()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CheckpointStore]:
-    made: CheckpointStore = (
-        MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "sg.db")
-    )
-    yield made
-    made.close()
+# Every test here holds for both stores that need no server (the shared `store` fixture).
+pytestmark = pytest.mark.stores("memory", "sqlite")
 
 
 def chain(n: int = 4) -> Graph[S]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 
+import pytest
+
 from stargraph import errors
 from stargraph.errors import (
     CompileError,
@@ -11,6 +13,7 @@ from stargraph.errors import (
     Problem,
     RunError,
     StargraphError,
+    UsageError,
 )
 
 
@@ -24,12 +27,59 @@ def _classes() -> list[type[BaseException]]:
     ]
 
 
-def test_every_error_is_compile_or_run_time() -> None:
+def test_every_error_is_compile_run_or_usage() -> None:
     for cls in _classes():
         assert issubclass(cls, StargraphError)
         if cls is not StargraphError:
-            assert issubclass(cls, CompileError) != issubclass(cls, RunError), cls
+            branches = [issubclass(cls, b) for b in (CompileError, RunError, UsageError)]
+            assert branches.count(True) == 1, cls
         assert cls.__doc__, cls
+
+
+def test_issue23_store_and_graphviz_errors_are_usage_errors_not_run_errors() -> None:
+    # Neither happens while a run executes: a store refusing its input, no `dot` installed.
+    for cls in (errors.StoreError, errors.GraphvizNotFoundError):
+        assert issubclass(cls, UsageError), cls
+        assert not issubclass(cls, RunError), cls
+    assert issubclass(errors.StoreError, ValueError)
+    assert issubclass(errors.GraphvizNotFoundError, FileNotFoundError)
+
+
+def test_issue23_compile_error_at_raises_one_located_problem() -> None:
+    err = errors.SkillValidationError.at("/name", "empty name", "name the skill", subject="x")
+    assert type(err) is errors.SkillValidationError
+    assert err.problems == (Problem("/name", "empty name", "name the skill"),)
+    assert str(err) == "x is invalid: /name: empty name (fix: name the skill)"
+    # Without a subject, each class keeps its own default.
+    assert errors.PluginLoadError.at("/p", "broken").subject == "plugin setup"
+    assert CompileError.at("/p", "broken").subject == "graph"
+
+
+def test_issue23_replay_divergence_error_declares_its_fields() -> None:
+    err = errors.ReplayDivergenceError(
+        "diverged",
+        run_id="r",
+        step=2,
+        node="n",
+        call_index=0,
+        fingerprint="a",
+        recorded_fingerprint="b",
+    )
+    assert (err.call_index, err.fingerprint, err.recorded_fingerprint) == (0, "a", "b")
+    assert (err.run_id, err.step, err.node) == ("r", 2, "n")
+    bare = errors.ReplayDivergenceError("the graph scheduled other nodes")
+    assert (bare.call_index, bare.fingerprint, bare.recorded_fingerprint) == (None, None, None)
+
+
+def test_issue23_lane_busy_is_a_deprecated_alias_of_lane_busy_error() -> None:
+    assert "LaneBusy" not in errors.__all__
+    with pytest.warns(
+        DeprecationWarning, match=r"errors\.LaneBusy is deprecated; use .*LaneBusyError"
+    ):
+        from stargraph.errors import LaneBusy
+    assert LaneBusy is errors.LaneBusyError
+    with pytest.raises(AttributeError, match="no attribute 'LaneBusier'"):
+        _ = errors.LaneBusier
 
 
 def test_errors_also_subclass_the_builtin_they_resemble() -> None:

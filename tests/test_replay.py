@@ -6,7 +6,6 @@ import asyncio
 import itertools
 import json
 import random
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -82,13 +81,6 @@ def fan_graph() -> Graph[S]:
     return graph.with_node("j", stamp).with_edge(names, "j").with_edge("j", END)
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
-    s = SqliteStore(tmp_path / "r.db")
-    yield s
-    s.close()
-
-
 def _scripted(n: int) -> ScriptedChatModel:
     return ScriptedChatModel([f"answer {i}" for i in range(n)])
 
@@ -161,8 +153,8 @@ def test_prompt_change_raises_divergence_with_a_diff(store: SqliteStore) -> None
     assert "node 'q0' at step 2, call #0: made llm('chat')" in message
     assert '-   "content": "hi 0",' in message
     assert '+   "content": "hello 0",' in message
-    assert info.value.call_index == 0  # type: ignore[attr-defined]
-    assert info.value.recorded_fingerprint != info.value.fingerprint  # type: ignore[attr-defined]
+    assert info.value.call_index == 0
+    assert info.value.recorded_fingerprint != info.value.fingerprint
 
 
 def test_more_calls_than_recorded_is_a_miss(store: SqliteStore) -> None:

@@ -15,7 +15,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +37,8 @@ if str(HERE) not in sys.path:
 import threadgraph  # noqa: E402
 from threadgraph import Chat  # noqa: E402
 
-
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CheckpointStore]:
-    if request.param == "memory":
-        yield MemoryStore()
-        return
-    with SqliteStore(tmp_path / "runs.db") as sqlite:
-        yield sqlite
+# Every test here holds for both stores that need no server (the shared `store` fixture).
+pytestmark = pytest.mark.stores("memory", "sqlite")
 
 
 def test_a_thread_of_three_turns_keeps_the_conversation(store: CheckpointStore) -> None:

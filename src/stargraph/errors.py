@@ -2,7 +2,8 @@
 
 Every error the library raises on purpose is a subclass of :class:`StargraphError`. The tree
 splits errors a user can fix before running (compile-time) from errors met while running
-(run-time); each class also subclasses the built-in it resembles, so ``except ValueError``
+(run-time), and both from the refusals of helpers used on their own, outside any graph
+(usage); each class also subclasses the built-in it resembles, so ``except ValueError``
 keeps working for callers who do not know stargraph::
 
     StargraphError
@@ -20,54 +21,58 @@ keeps working for callers who do not know stargraph::
     │   ├── RuleCompileError                 a rule pack that does not load
     │   ├── AgentConfigError                 an agent profile, spawn parameters or pool setting
     │   └── UntrustedRefError (ImportError)  an IR ref outside the trusted modules
-    └── RunError (RuntimeError)              problems met while a run executes
-        ├── NodeError                        a node raised; the original is ``__cause__``
-        ├── InvalidInputError (ValueError)   the run's input does not fit the state model
-        ├── InvalidWriteError                a node wrote something the state cannot take
-        ├── InvalidPayloadError (ValueError) a Send payload that does not fit the node's input
-        ├── StepLimitExceeded                the run hit its step limit
-        ├── NodeTimeoutError (TimeoutError)  a node exceeded its timeout
-        ├── AttemptAbandonedError            a timed-out attempt's thread used its journal
-        ├── EngineError                      an untyped exception escaped the engine
-        ├── RunCancelledError                the run was cancelled; it stopped at a step boundary
-        ├── RuleRuntimeError                 a rule decision could not be taken
-        │   └── RuleBudgetError              a decision overran its time or memory budget
-        ├── CheckpointError                  stored runs: missing, finished, corrupt, mismatched
-        │   ├── RunNotFoundError (LookupError)
-        │   ├── RunNotResumableError
-        │   ├── GraphHashMismatch
-        │   ├── CodeHashMismatch
-        │   ├── CorruptCheckpointError
-        │   │   └── CommitLogCorruptError    a tool commit-log row or head anchor that is damaged
-        │   ├── ArtifactNotFoundError (LookupError)   no stored tool artifact with that ref
-        │   ├── RunBusyError                 another live owner holds the run's lease
-        │   ├── LeaseLostError               this process's lease on a run was taken over
-        │   ├── ThreadNotFoundError (LookupError)   no thread with that id in the store
-        │   ├── ThreadBusyError              a thread's last turn has not finished yet
-        │   └── StoreUnavailableError        disk full, read-only, I/O error, connection lost
-        ├── ToolError                        the tool dispatch pipeline refused or failed a call
-        │   ├── ToolArgumentError
-        │   ├── ToolNotAllowedError (PermissionError)
-        │   ├── LockTimeoutError (TimeoutError)
-        │   └── ToolTimeoutError (TimeoutError)
-        ├── LLMError                         the chat model failed after retries
-        │   └── ChatDataError (ValueError)   a chat message/request/response of the wrong shape
-        ├── ProposalError                    deciding a stored proposal
-        │   ├── ProposalNotFoundError (LookupError)
-        │   └── ProposalStateError (ValueError)
-        ├── LaneTransitionError              an event a lane state machine does not allow
-        ├── RemoteContextError               a remote node used an orchestrator-only ctx part
-        ├── RayUnavailableError              Ray missing, unconnected, or not on loopback
+    ├── RunError (RuntimeError)              problems met while a run executes
+    │   ├── NodeError                        a node raised; the original is ``__cause__``
+    │   ├── InvalidInputError (ValueError)   the run's input does not fit the state model
+    │   ├── InvalidWriteError                a node wrote something the state cannot take
+    │   ├── InvalidPayloadError (ValueError) a Send payload that does not fit the node's input
+    │   ├── StepLimitExceeded                the run hit its step limit
+    │   ├── NodeTimeoutError (TimeoutError)  a node exceeded its timeout
+    │   ├── AttemptAbandonedError            a timed-out attempt's thread used its journal
+    │   ├── EngineError                      an untyped exception escaped the engine
+    │   ├── RunCancelledError                the run was cancelled; it stopped at a step boundary
+    │   ├── RuleRuntimeError                 a rule decision could not be taken
+    │   │   └── RuleBudgetError              a decision overran its time or memory budget
+    │   ├── CheckpointError                  stored runs: missing, finished, corrupt, mismatched
+    │   │   ├── RunNotFoundError (LookupError)
+    │   │   ├── RunNotResumableError
+    │   │   ├── GraphHashMismatch
+    │   │   ├── CodeHashMismatch
+    │   │   ├── CorruptCheckpointError
+    │   │   │   └── CommitLogCorruptError    a tool commit-log row or head anchor that is damaged
+    │   │   ├── ArtifactNotFoundError (LookupError)   no stored tool artifact with that ref
+    │   │   ├── RunBusyError                 another live owner holds the run's lease
+    │   │   ├── LeaseLostError               this process's lease on a run was taken over
+    │   │   ├── ThreadNotFoundError (LookupError)   no thread with that id in the store
+    │   │   ├── ThreadBusyError              a thread's last turn has not finished yet
+    │   │   └── StoreUnavailableError        disk full, read-only, I/O error, connection lost
+    │   ├── ToolError                        the tool dispatch pipeline refused or failed a call
+    │   │   ├── ToolArgumentError
+    │   │   ├── ToolNotAllowedError (PermissionError)
+    │   │   ├── LockTimeoutError (TimeoutError)
+    │   │   └── ToolTimeoutError (TimeoutError)
+    │   ├── LLMError                         the chat model failed after retries
+    │   │   └── ChatDataError (ValueError)   a chat message/request/response of the wrong shape
+    │   ├── ProposalError                    deciding a stored proposal
+    │   │   ├── ProposalNotFoundError (LookupError)
+    │   │   └── ProposalStateError (ValueError)
+    │   ├── LaneTransitionError              an event a lane state machine does not allow
+    │   ├── RemoteContextError               a remote node used an orchestrator-only ctx part
+    │   ├── RayUnavailableError              Ray missing, unconnected, or not on loopback
+    │   ├── LaneBusyError                    a lane already runs a skill (one active per lane)
+    │   ├── WaitTimeoutError (TimeoutError)  waiting for a skill run or a lane outlasted the wait
+    │   ├── ServiceNotStartedError           a local server used before start() / after close()
+    │   ├── LifecycleError                   an illegal agent transition or unmet writeback
+    │   └── ReplayError                      replay could not reproduce the recorded run
+    │       ├── ReplayMissError (LookupError)
+    │       ├── ReplayDivergenceError
+    │       └── CassetteError                a cassette file that is truncated, edited, foreign
+    └── UsageError                           a helper used on its own refused the call
         ├── GraphvizNotFoundError (FileNotFoundError)   no ``dot`` to render a picture
-        ├── StoreError (ValueError)          a document/vector store refused its input
-        ├── LaneBusy                         a lane already runs a skill (one active per lane)
-        ├── WaitTimeoutError (TimeoutError)  waiting for a skill run or a lane outlasted the wait
-        ├── ServiceNotStartedError           a local server used before start() / after close()
-        ├── LifecycleError                   an illegal agent transition or unmet writeback
-        └── ReplayError                      replay could not reproduce the recorded run
-            ├── ReplayMissError (LookupError)
-            ├── ReplayDivergenceError
-            └── CassetteError                a cassette file that is truncated, edited, foreign
+        └── StoreError (ValueError)          a document/vector store refused its input
+
+``LaneBusy`` is the old name of :class:`LaneBusyError`: it still imports, with a
+``DeprecationWarning``.
 
 Warnings have their own small tree: ``StargraphWarning(UserWarning)`` and
 ``CodeHashWarning`` (node source changed since a run was checkpointed), ``UnknownKeyWarning``
@@ -80,8 +85,10 @@ the problem; ``tests/test_errors.py`` and the feature tests pin them.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Self
 
 __all__ = [
     "AgentConfigError",
@@ -105,7 +112,7 @@ __all__ = [
     "InvalidProposalError",
     "InvalidWriteError",
     "LLMError",
-    "LaneBusy",
+    "LaneBusyError",
     "LaneTransitionError",
     "LeaseLostError",
     "LifecycleError",
@@ -151,6 +158,7 @@ __all__ = [
     "UnknownNodeError",
     "UnreferenceableNodeError",
     "UntrustedRefError",
+    "UsageError",
     "WaitTimeoutError",
     "WritebackWarning",
 ]
@@ -174,6 +182,14 @@ class Problem:
         return f"{text} (fix: {self.hint})" if self.hint else text
 
 
+def _problems_message(problems: tuple[Problem, ...], subject: str) -> str:
+    """``<subject> is invalid: <problem>``, or ``<subject> has N problems:`` and one line each."""
+    if len(problems) == 1:
+        return f"{subject} is invalid: {problems[0].render()}"
+    lines = "\n".join(f"  - {p.render()}" for p in problems)
+    return f"{subject} has {len(problems)} problems:\n{lines}"
+
+
 class StargraphError(Exception):
     """Root of every error stargraph raises on purpose."""
 
@@ -192,12 +208,18 @@ class CompileError(StargraphError, ValueError):
             problems = [Problem("", problems)]
         self.problems: tuple[Problem, ...] = tuple(problems)
         self.subject = subject
-        if len(self.problems) == 1:
-            message = f"{subject} is invalid: {self.problems[0].render()}"
-        else:
-            lines = "\n".join(f"  - {p.render()}" for p in self.problems)
-            message = f"{subject} has {len(self.problems)} problems:\n{lines}"
-        super().__init__(message)
+        super().__init__(_problems_message(self.problems, subject))
+
+    @classmethod
+    def at(cls, pointer: str, message: str, hint: str = "", *, subject: str | None = None) -> Self:
+        """The error for one problem: ``message`` at ``pointer``, fixed by ``hint``.
+
+        ``subject`` names what is invalid (``"graph"``, ``"skill 'x'"``); left out, the
+        class's own default is used. Shorthand for ``cls([Problem(pointer, message, hint)],
+        subject=subject)``, the form most validators raise.
+        """
+        problems = [Problem(pointer, message, hint)]
+        return cls(problems) if subject is None else cls(problems, subject=subject)
 
 
 class IRError(CompileError):
@@ -484,12 +506,7 @@ class ChatDataError(LLMError, ValueError):
             problems = [Problem("", problems)]
         self.problems: tuple[Problem, ...] = tuple(problems)
         self.subject = subject
-        if len(self.problems) == 1:
-            message = f"{subject} is invalid: {self.problems[0].render()}"
-        else:
-            lines = "\n".join(f"  - {p.render()}" for p in self.problems)
-            message = f"{subject} has {len(self.problems)} problems:\n{lines}"
-        super().__init__(message)
+        super().__init__(_problems_message(self.problems, subject))
 
 
 class ProposalError(RunError):
@@ -518,20 +535,10 @@ class RayUnavailableError(RunError):
     """Ray is not installed, not connected, or not listening where it was asked to."""
 
 
-class GraphvizNotFoundError(RunError, FileNotFoundError):
-    """Graphviz's ``dot`` program is not installed, so PNG/SVG cannot be produced.
+class LaneBusyError(RunError):
+    """A skill was started on a lane that already runs one (one active skill per lane).
 
-    Mermaid and DOT *text* need no Graphviz; only rendering images does.
-    """
-
-
-class StoreError(RunError, ValueError):
-    """A document or vector store was given data it cannot take (a vector of the wrong
-    length, a bad id) or an embedder it cannot use."""
-
-
-class LaneBusy(RunError):
-    """A skill was started on a lane that already runs one (one active skill per lane)."""
+    Formerly ``LaneBusy``; that name still imports, with a ``DeprecationWarning``."""
 
 
 class WaitTimeoutError(RunError, TimeoutError):
@@ -558,11 +565,53 @@ class ReplayMissError(ReplayError, LookupError):
 
 
 class ReplayDivergenceError(ReplayError):
-    """The request made during replay differs from the recorded one."""
+    """The replayed run did not do what the recorded one did: another call or request, other
+    writes, other scheduled nodes.
+
+    For a diverging call, ``call_index`` is its number within the node's attempt and
+    ``fingerprint`` / ``recorded_fingerprint`` are the content hashes of the request made and
+    of the one recorded (``None`` when the divergence is not about one call).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run_id: str | None = None,
+        step: int | None = None,
+        node: str | None = None,
+        call_index: int | None = None,
+        fingerprint: str | None = None,
+        recorded_fingerprint: str | None = None,
+    ) -> None:
+        self.call_index = call_index
+        self.fingerprint = fingerprint
+        self.recorded_fingerprint = recorded_fingerprint
+        super().__init__(message, run_id=run_id, step=step, node=node)
 
 
 class CassetteError(ReplayError):
     """A cassette file is truncated, was edited by hand, or belongs to another graph."""
+
+
+# --------------------------------------------------------------------------- usage
+
+
+class UsageError(StargraphError):
+    """A helper used on its own, outside compiling or running a graph, refused the call: it
+    was given input it cannot take, or a program it needs is missing."""
+
+
+class GraphvizNotFoundError(UsageError, FileNotFoundError):
+    """Graphviz's ``dot`` program is not installed, so PNG/SVG cannot be produced.
+
+    Mermaid and DOT *text* need no Graphviz; only rendering images does.
+    """
+
+
+class StoreError(UsageError, ValueError):
+    """A document or vector store was given data it cannot take (a vector of the wrong
+    length, a bad id) or an embedder it cannot use."""
 
 
 # --------------------------------------------------------------------------- warnings
@@ -586,3 +635,23 @@ class WritebackWarning(StargraphWarning):
 
 class OrphanWarning(StargraphWarning):
     """The orphan scan found a terminated agent with no thought record."""
+
+
+_DEPRECATED: dict[str, tuple[str, type[StargraphError]]] = {
+    "LaneBusy": ("LaneBusyError", LaneBusyError),
+}
+
+
+def __getattr__(name: str) -> type[StargraphError]:
+    """Old names of renamed errors: still importable, with a ``DeprecationWarning`` that
+    names the new one (``LaneBusy`` is ``LaneBusyError``)."""
+    if name in _DEPRECATED:
+        new, cls = _DEPRECATED[name]
+        warnings.warn(
+            f"stargraph.errors.{name} is deprecated; use stargraph.errors.{new} (the same "
+            "class under its new name)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return cls
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -124,14 +124,10 @@ class Graph(Generic[StateT]):
             self._meta: dict[str, Any] = dict(metadata or ir.metadata)
             return
         if state is None or not (isinstance(state, type) and issubclass(state, BaseModel)):
-            raise CompileError(
-                [
-                    Problem(
-                        "/state",
-                        f"state must be a pydantic BaseModel subclass, got {state!r}",
-                        "pass state=YourModel where YourModel subclasses pydantic.BaseModel",
-                    )
-                ],
+            raise CompileError.at(
+                "/state",
+                f"state must be a pydantic BaseModel subclass, got {state!r}",
+                "pass state=YourModel where YourModel subclasses pydantic.BaseModel",
                 subject=f"graph {name_or_ir!r}",
             )
         self._name = name_or_ir
@@ -217,14 +213,10 @@ class Graph(Generic[StateT]):
                 _impls={**child_impls, **self._impls},
             )
         if fn is None:
-            raise CompileError(
-                [
-                    Problem(
-                        f"/nodes/{node}",
-                        "no callable given",
-                        "call with_node(id, fn) with the node's function",
-                    )
-                ],
+            raise CompileError.at(
+                f"/nodes/{node}",
+                "no callable given",
+                "call with_node(id, fn) with the node's function",
                 subject=f"graph {self._name!r}",
             )
         ref, impls = self._referenced(
@@ -295,15 +287,11 @@ class Graph(Generic[StateT]):
         if mapping is None:
             targets = _router_targets(router)
             if targets is None:
-                raise CompileError(
-                    [
-                        Problem(
-                            f"/edges/{source}",
-                            f"router {ref!r} has no mapping and no Literal return annotation",
-                            "pass mapping={result: node_id} (or a list of node ids), or "
-                            "annotate the router as returning Literal['a', 'b']",
-                        )
-                    ],
+                raise CompileError.at(
+                    f"/edges/{source}",
+                    f"router {ref!r} has no mapping and no Literal return annotation",
+                    "pass mapping={result: node_id} (or a list of node ids), or "
+                    "annotate the router as returning Literal['a', 'b']",
                     subject=f"graph {self._name!r}",
                 )
         elif isinstance(mapping, Mapping):
@@ -363,26 +351,18 @@ def _input_ref(node: str, model: Any, graph: str) -> str:
     """The import path of a node's input model, or the error saying why it has none."""
     where = f"/nodes/{node}/input"
     if not (inspect.isclass(model) and issubclass(model, BaseModel)):
-        raise CompileError(
-            [
-                Problem(
-                    where,
-                    f"input={model!r} is not a pydantic model",
-                    "pass a BaseModel subclass describing what the node receives",
-                )
-            ],
+        raise CompileError.at(
+            where,
+            f"input={model!r} is not a pydantic model",
+            "pass a BaseModel subclass describing what the node receives",
             subject=f"node {node!r} of graph {graph!r}",
         )
     found = try_ref_of(model)
     if isinstance(found, Problem):
-        raise UnreferenceableNodeError(
-            [
-                Problem(
-                    where,
-                    f"input model {model.__qualname__!r} cannot be referenced by import path",
-                    "define the input model at module level",
-                )
-            ],
+        raise UnreferenceableNodeError.at(
+            where,
+            f"input model {model.__qualname__!r} cannot be referenced by import path",
+            "define the input model at module level",
             subject=f"node {node!r} of graph {graph!r}",
         )
     return found
@@ -398,25 +378,17 @@ def _import_state(schema: StateSchemaIR) -> Any:
     try:
         model = resolve_ref(schema.ref)
     except (ImportError, AttributeError) as exc:
-        raise CompileError(
-            [
-                Problem(
-                    "/state/ref",
-                    f"cannot import state model {schema.ref!r}: {exc}",
-                    "make the module importable, or pass Graph(ir, state=Model)",
-                )
-            ],
+        raise CompileError.at(
+            "/state/ref",
+            f"cannot import state model {schema.ref!r}: {exc}",
+            "make the module importable, or pass Graph(ir, state=Model)",
             subject="graph IR",
         ) from exc
     if not (inspect.isclass(model) and issubclass(model, BaseModel)):
-        raise CompileError(
-            [
-                Problem(
-                    "/state/ref",
-                    f"{schema.ref!r} is not a pydantic model",
-                    "point state.ref at a pydantic BaseModel subclass",
-                )
-            ],
+        raise CompileError.at(
+            "/state/ref",
+            f"{schema.ref!r} is not a pydantic model",
+            "point state.ref at a pydantic BaseModel subclass",
             subject="graph IR",
         )
     return model

@@ -190,12 +190,10 @@ def trusted_modules(*prefixes: str) -> Iterator[tuple[str, ...]]:
     """
     cleaned = tuple(p.strip(".") for p in prefixes)
     if not cleaned or any(not p for p in cleaned):
-        raise CompileError(
-            [
-                Problem(
-                    "trusted_modules()", "needs module prefixes", "e.g. trusted_modules('myapp')"
-                )
-            ],
+        raise CompileError.at(
+            "trusted_modules()",
+            "needs module prefixes",
+            "e.g. trusted_modules('myapp')",
             subject="trusted_modules",
         )
     outer = _TRUSTED.get()
@@ -221,16 +219,12 @@ def _untrusted(ref: str, why: str, trusted: tuple[str, ...]) -> Exception:
     from stargraph.errors import UntrustedRefError
 
     names = ", ".join(repr(p) for p in trusted if p) or "none"
-    return UntrustedRefError(
-        [
-            Problem(
-                ref,
-                f"{why}; only modules under {names} are trusted here, and resolving a ref "
-                "imports its module and later calls what it names",
-                "load IR files only from people you trust; if this module is yours, add it "
-                "to trusted_modules(...)",
-            )
-        ],
+    return UntrustedRefError.at(
+        ref,
+        f"{why}; only modules under {names} are trusted here, and resolving a ref "
+        "imports its module and later calls what it names",
+        "load IR files only from people you trust; if this module is yours, add it "
+        "to trusted_modules(...)",
         subject=f"ref {ref!r}",
     )
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from stargraph.checkpoint import CheckpointStore, MemoryStore, SqliteStore
+from stargraph.checkpoint import CheckpointStore, SqliteStore
 from stargraph.checkpoint._lease import DEFAULT_LEASE_S, Lease, new_owner
 from stargraph.errors import LeaseLostError, RunBusyError, RunNotResumableError
 from stargraph.graph import END, START, Graph
@@ -44,13 +44,8 @@ def _reset() -> Iterator[None]:
     CALLS.clear()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CheckpointStore]:
-    made: CheckpointStore = (
-        MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "sg.db")
-    )
-    yield made
-    made.close()
+# Every test here holds for both stores that need no server (the shared `store` fixture).
+pytestmark = pytest.mark.stores("memory", "sqlite")
 
 
 class S(BaseModel):

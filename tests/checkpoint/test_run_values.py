@@ -41,13 +41,8 @@ def _reset() -> Iterator[None]:
     SEEN.clear()
 
 
-@pytest.fixture(params=["memory", "sqlite"])
-def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[CheckpointStore]:
-    made: CheckpointStore = (
-        MemoryStore() if request.param == "memory" else SqliteStore(tmp_path / "sg.db")
-    )
-    yield made
-    made.close()
+# Every test here holds for both stores that need no server (the shared `store` fixture).
+pytestmark = pytest.mark.stores("memory", "sqlite")
 
 
 class Floats(BaseModel):

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from stargraph.cli._app import waiting_message
 from stargraph.cli._live import LiveView, PlainView, describe_event, watch
+from stargraph.cli._output import waiting_message
 from stargraph.runtime import (
     NodeFinished,
     NodeStarted,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from test_machine_helpers import call, finish, memory_query
 
-from stargraph.errors import CompileError, LaneBusy, SkillValidationError, ToolError
+from stargraph.errors import CompileError, LaneBusyError, SkillValidationError, ToolError
 from stargraph.llm import OpenAIChatModel
 from stargraph.skills.machine import (
     CORE_LANE_MACHINE,
@@ -374,7 +374,7 @@ def test_B16_lane_machines_are_data_checked_by_the_one_validator(
     server.set_script(script)
     run = session.start("core", "core_job")
     assert session.core.state == "REASONING"
-    with pytest.raises(LaneBusy, match="lane 'core' already runs skill 'core_job'"):
+    with pytest.raises(LaneBusyError, match="lane 'core' already runs skill 'core_job'"):
         session.start("core", "core_job")
     gate.set()
     assert run.result().status == "done"

@@ -33,7 +33,12 @@ from test_machine_helpers import (  # noqa: F401 -- fixtures
 )
 
 from stargraph import reducers
-from stargraph.errors import InvalidInputError, LaneBusy, SkillValidationError, ToolNotAllowedError
+from stargraph.errors import (
+    InvalidInputError,
+    LaneBusyError,
+    SkillValidationError,
+    ToolNotAllowedError,
+)
 from stargraph.graph import END, START, Graph
 from stargraph.llm import OpenAIChatModel
 from stargraph.nodes import SubgraphNode
@@ -330,7 +335,7 @@ def test_A17_one_active_skill_per_lane(
 
     server.set_script(script)
     first = runtime.start("small", lane="core")
-    with pytest.raises(LaneBusy, match="lane 'core' already runs skill 'small'"):
+    with pytest.raises(LaneBusyError, match="lane 'core' already runs skill 'small'"):
         runtime.start("small", lane="core")
     gate.set()
     assert first.result().status == "done"

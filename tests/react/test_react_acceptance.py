@@ -96,13 +96,6 @@ def chat(
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
-    db = SqliteStore(tmp_path / "runs.db")
-    yield db
-    db.close()
-
-
-@pytest.fixture
 def page_url() -> Iterator[str]:
     """A local HTTP page on 127.0.0.1 for ``choir.http.fetch``."""
 

@@ -44,13 +44,6 @@ def arbiter(tmp_path: Path) -> Iterator[Arbiter]:
 
 
 @pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
-    db = SqliteStore(tmp_path / "runs.db")
-    yield db
-    db.close()
-
-
-@pytest.fixture
 def llama() -> Iterator[ScriptedOpenAIServer]:
     with ScriptedOpenAIServer(behaves_like="llama.cpp") as server:
         yield server

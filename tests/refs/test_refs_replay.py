@@ -12,11 +12,10 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import pytest
 import test_refs_autoresearch as autoresearch
 import test_refs_wiki as wiki
-from conftest import DATA, Corpus
 
+from conftest import DATA, Corpus
 from stargraph.checkpoint import SqliteStore
 from stargraph.llm import OpenAIChatModel
 from stargraph.skills.refs import HashingEmbedder, SqliteDocumentStore, SqliteVectorStore
@@ -47,12 +46,6 @@ def serve_site() -> Iterator[str]:
         server.shutdown()
         server.server_close()
         thread.join()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
-    with SqliteStore(tmp_path / "runs.db") as s:
-        yield s
 
 
 def _offline_arbiter(tmp_path: Path) -> Any:

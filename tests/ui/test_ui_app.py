@@ -11,11 +11,8 @@ import json
 import re
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-import pytest
 from starlette.testclient import TestClient
 from ui_graphs import GATES, approval_graph, loop_graph, scripted_model, trip_graph
 
@@ -25,12 +22,6 @@ from stargraph.examples.basics import mapreduce_graph
 from stargraph.ui import UiSettings, create_app
 
 LOCAL = "http://127.0.0.1:8765"
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
-    with SqliteStore(tmp_path / "runs.db") as s:
-        yield s
 
 
 def _client(store: SqliteStore, apps: list[Any], **settings: Any) -> TestClient:

@@ -52,12 +52,6 @@ def browser(chromium: str, tmp_path: Path) -> Iterator[Browser]:
         b.close()
 
 
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
-    with SqliteStore(tmp_path / "runs.db") as s:
-        yield s
-
-
 class Served:
     """The console served by uvicorn on a free loopback port, in a thread."""
 

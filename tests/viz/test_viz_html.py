@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -49,12 +48,6 @@ def _graph(*nodes: tuple[str, Any]) -> Graph[Note]:
     for a, b in itertools.pairwise(names):
         graph = graph.with_edge(a, b)
     return graph.with_edge(names[-1], END)
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[SqliteStore]:
-    with SqliteStore(tmp_path / "runs.db") as s:
-        yield s
 
 
 @pytest.fixture

@@ -168,14 +168,10 @@ def resolve_strategy(strategy: PoolStrategy | str | Strategy) -> Strategy:
     try:
         return STRATEGIES[PoolStrategy(strategy)]
     except ValueError:
-        raise AgentConfigError(
-            [
-                Problem(
-                    "/strategy",
-                    f"unknown pool strategy {strategy!r}",
-                    f"use one of {[s.value for s in PoolStrategy]} or a Strategy object",
-                )
-            ],
+        raise AgentConfigError.at(
+            "/strategy",
+            f"unknown pool strategy {strategy!r}",
+            f"use one of {[s.value for s in PoolStrategy]} or a Strategy object",
             subject="pool allocation",
         ) from None
 
@@ -240,15 +236,11 @@ def plan(
         previous = next((i for i, p in enumerate(profiles) if p.agent_type == last), None)
         pick = chosen.choose(candidates, previous)
         if pick not in candidates:
-            raise AgentConfigError(
-                [
-                    Problem(
-                        "/strategy",
-                        f"strategy {chosen.name!r} chose {pick.profile.agent_type!r}, which is "
-                        "not one of the eligible candidates it was given",
-                        "return one of the candidates passed to choose()",
-                    )
-                ],
+            raise AgentConfigError.at(
+                "/strategy",
+                f"strategy {chosen.name!r} chose {pick.profile.agent_type!r}, which is "
+                "not one of the eligible candidates it was given",
+                "return one of the candidates passed to choose()",
                 subject="pool allocation",
             )
         counts[pick.profile.agent_type] = pick.active + 1

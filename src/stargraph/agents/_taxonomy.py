@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from stargraph.errors import AgentConfigError, Problem
+from stargraph.errors import AgentConfigError
 from stargraph.skills import TAG, SkillKind, SkillTier
 
 __all__ = ["SkillListing", "SkillTier", "skill_list"]
@@ -72,14 +72,10 @@ def skill_list(
     if capability is not None:
         wanted = str(capability.value if isinstance(capability, SkillTier) else capability)
         if not TAG.match(wanted):
-            raise AgentConfigError(
-                [
-                    Problem(
-                        "/capability",
-                        f"{capability!r} is not a tier or tag",
-                        f"use a tier ({[t.value for t in SkillTier]}) or a lowercase tag",
-                    )
-                ],
+            raise AgentConfigError.at(
+                "/capability",
+                f"{capability!r} is not a tier or tag",
+                f"use a tier ({[t.value for t in SkillTier]}) or a lowercase tag",
                 subject="skill_list",
             )
     words = (search or "").lower().split()

@@ -23,9 +23,11 @@ from stargraph.cli._load import (
     load_target,
     open_store,
 )
+from stargraph.cli._output import describe_error, print_table
 from stargraph.ir import GraphIR
+from stargraph.replay import align_steps, value_changes
 
-__all__ = ["diff_runs", "register"]
+__all__ = ["diff_command", "diff_runs", "runs_command", "show_command"]
 
 _STATUSES = ("running", "interrupted", "done", "failed", "cancelled", "orphaned")
 
@@ -86,9 +88,7 @@ def runs_command(db: str, status: str | None, limit: int, as_json: bool) -> None
     if not rows:
         click.echo("no runs" + (f" with status {status}" if status else ""), err=True)
         return
-    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-    for row in (header, *rows):
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
+    print_table(header, rows)
 
 
 def _summary(record: RunRecord) -> list[str]:
@@ -174,24 +174,6 @@ def _state_text(ir: GraphIR | None, store: CheckpointStore, run_id: str, step: i
     return "  (unknown: pass --graph to rebuild the state through the graph's reducers)"
 
 
-def _changes(a: Any, b: Any, where: str) -> list[str]:
-    """Paths where two JSON values differ, with both values."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        out: list[str] = []
-        for key in sorted(set(a) | set(b)):
-            sub = f"{where}.{key}" if where else str(key)
-            if key not in a:
-                out.append(f"{sub}: only in B = {_dumps(b[key])}")
-            elif key not in b:
-                out.append(f"{sub}: only in A = {_dumps(a[key])}")
-            else:
-                out += _changes(a[key], b[key], sub)
-        return out
-    if a != b:
-        return [f"{where or '<value>'}: A = {_dumps(a)}  B = {_dumps(b)}"]
-    return []
-
-
 def diff_runs(
     store: CheckpointStore,
     run_a: str,
@@ -210,8 +192,6 @@ def diff_runs(
     out: list[str] = []
     if rec_a.graph_hash != rec_b.graph_hash:
         out.append(f"graph: A = {rec_a.graph_hash}  B = {rec_b.graph_hash}")
-    from stargraph.replay import align_steps
-
     for sa, sb in align_steps(store.get_steps(run_a), store.get_steps(run_b)):
         if sb is None:
             assert sa is not None
@@ -224,7 +204,7 @@ def diff_runs(
             continue
         k = sa.step if sa.step == sb.step else f"{sa.step} (B: step {sb.step})"
         if sa.step == sb.step == 0:
-            for line in _changes(sa.snapshot, sb.snapshot, ""):
+            for line in value_changes(sa.snapshot, sb.snapshot, ""):
                 out.append(f"step 0 input {line}")
         writes_a = {(w.node, w.index): w.writes for w in sa.writes}
         writes_b = {(w.node, w.index): w.writes for w in sb.writes}
@@ -235,7 +215,9 @@ def diff_runs(
             elif key not in writes_a:
                 out.append(f"step {k} {label}: ran only in B")
             else:
-                out += [f"step {k} {label} {c}" for c in _changes(writes_a[key], writes_b[key], "")]
+                out += [
+                    f"step {k} {label} {c}" for c in value_changes(writes_a[key], writes_b[key], "")
+                ]
         next_a = [(t.node, t.index) for t in sa.next]
         next_b = [(t.node, t.index) for t in sb.next]
         if next_a != next_b:
@@ -247,7 +229,7 @@ def diff_runs(
     if ir_a is not None and ir_b is not None:
         state_a = viz.state_at(ir_a, store, run_a)
         state_b = viz.state_at(ir_b, store, run_b)
-        out += [f"final state {c}" for c in _changes(state_a, state_b, "")]
+        out += [f"final state {c}" for c in value_changes(state_a, state_b, "")]
     return out
 
 
@@ -274,9 +256,7 @@ def diff_command(run_a: str, run_b: str, db: str, graph_spec: str | None) -> Non
     except CliError as exc:
         raise CliUsageError(exc.message) from exc.__cause__
     except Exception as exc:
-        from stargraph.cli._app import _describe_error
-
-        raise CliUsageError(_describe_error(exc)) from exc
+        raise CliUsageError(describe_error(exc)) from exc
     if not lines:
         click.echo(f"runs {run_a} and {run_b} are the same", err=True)
         return
@@ -284,9 +264,3 @@ def diff_command(run_a: str, run_b: str, db: str, graph_spec: str | None) -> Non
     for line in lines:
         click.echo(line)
     sys.exit(1)
-
-
-def register(group: click.Group) -> None:
-    """Add ``runs``, ``show`` and ``diff`` to ``group``."""
-    for command in (runs_command, show_command, diff_command):
-        group.add_command(command)

@@ -9,27 +9,22 @@ from __future__ import annotations
 import json
 import secrets
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import click
 
 from stargraph.cli._load import DEFAULT_DB, CliUsageError, archive_ir, open_store, parse_json
+from stargraph.cli._output import drive, print_table, report, view
 
-__all__ = ["plugins_group", "skills_group"]
+__all__ = ["installed_registry", "plugins_group", "skills_group"]
 
 
-def _registry() -> Any:
+def installed_registry() -> Any:
+    """The registry of stargraph's built-ins and every installed plugin."""
     from stargraph.plugin import Registry, get_plugin_manager
 
     return Registry.build(get_plugin_manager())
-
-
-def _table(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> None:
-    widths = [max(len(r[i]) for r in (header, *rows)) for i in range(len(header))]
-    for row in (header, *rows):
-        click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip())
 
 
 # --------------------------------------------------------------------------- skills
@@ -44,7 +39,7 @@ def skills_group() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print the skills as JSON.")
 def skills_list(as_json: bool) -> None:
     """List registered skills: name, version, kind, provider, description."""
-    registry = _registry()
+    registry = installed_registry()
     rows = [
         (
             name,
@@ -66,14 +61,14 @@ def skills_list(as_json: bool) -> None:
             err=True,
         )
         return
-    _table(("NAME", "VERSION", "KIND", "PROVIDER", "DESCRIPTION"), rows)
+    print_table(("NAME", "VERSION", "KIND", "PROVIDER", "DESCRIPTION"), rows)
 
 
 @skills_group.command("show")
 @click.argument("name")
 def skills_show(name: str) -> None:
     """Show one skill: metadata, tools, declared outputs, graph hash, examples."""
-    registry = _registry()
+    registry = installed_registry()
     skill = registry.skill(name)
     graph = skill.subgraph
     graph_hash = graph if isinstance(graph, str) else graph.graph_hash if graph else "-"
@@ -134,13 +129,12 @@ def skills_run(
     Agent skills talk to the OpenAI-compatible endpoint in OPENAI_BASE_URL; every skill's
     tools go through the arbiter with the plugin hooks, inside --workspace.
     """
-    from stargraph.cli._app import _drive, _report, _view
     from stargraph.graph import Graph
 
     data = parse_json(input_json, "--input")
     if data is not None and not isinstance(data, dict):
         raise CliUsageError(f"--input must be a JSON object, got {type(data).__name__}")
-    registry = _registry()
+    registry = installed_registry()
     skill = registry.skill(name)
     if not hasattr(skill.subgraph, "graph_hash"):
         raise CliUsageError(
@@ -159,14 +153,14 @@ def skills_run(
             app = graph.compile(store=store, services=services)
             archive_ir(db, app.ir)
             try:
-                outcome = _drive(app.stream(data or {}, run_id=run_id), _view(live, quiet))
+                outcome = drive(app.stream(data or {}, run_id=run_id), view(live, quiet))
             finally:
                 app.close()
                 for service in services.values():
                     close = getattr(service, "close", None)
                     if callable(close):
                         close()
-            _report(outcome, app, run_id, f"skill {name}", db)
+            report(outcome, app, run_id, f"skill {name}", db)
 
 
 # --------------------------------------------------------------------------- plugins
@@ -247,6 +241,6 @@ def plugins_list(as_json: bool) -> None:
         ]
         click.echo(json.dumps(data, indent=2))
     else:
-        _table(("PLUGIN", "DISTRIBUTION", "STATUS", "HOOKS"), [r[:4] for r in rows])
+        print_table(("PLUGIN", "DISTRIBUTION", "STATUS", "HOOKS"), [r[:4] for r in rows])
     if problems:
         raise PluginLoadError(problems, plugins=sorted(set(culprits)))

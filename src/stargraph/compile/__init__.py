@@ -275,15 +275,11 @@ def _subgraph_runner(
             child_ir, state=child_state, impls=impls, max_steps=node.max_steps, **options
         )
     except (ImportError, AttributeError) as exc:
-        raise CompileError(
-            [
-                Problem(
-                    f"/subgraphs/{node.graph}/state/ref",
-                    f"cannot import the state model {child_ir.state.ref!r} of subgraph "
-                    f"{child_ir.name!r}: {exc}",
-                    "make the module importable",
-                )
-            ],
+        raise CompileError.at(
+            f"/subgraphs/{node.graph}/state/ref",
+            f"cannot import the state model {child_ir.state.ref!r} of subgraph "
+            f"{child_ir.name!r}: {exc}",
+            "make the module importable",
             subject=f"graph {ir.name!r}",
         ) from exc
     except CompileError as exc:

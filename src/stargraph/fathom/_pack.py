@@ -63,14 +63,10 @@ class RulePack(BaseModel):
         pack = cls.model_validate(fields)
         recorded = data.get("source_hash")
         if recorded is not None and recorded != pack.source_hash:
-            raise RuleCompileError(
-                [
-                    Problem(
-                        f"pack {pack.id!r} v{pack.version}",
-                        f"source_hash {recorded} does not match the source ({pack.source_hash})",
-                        "the IR was edited by hand; recompile the graph",
-                    )
-                ],
+            raise RuleCompileError.at(
+                f"pack {pack.id!r} v{pack.version}",
+                f"source_hash {recorded} does not match the source ({pack.source_hash})",
+                "the IR was edited by hand; recompile the graph",
                 subject=f"rule pack {pack.id!r}",
             )
         return pack
@@ -117,13 +113,17 @@ class RulePack(BaseModel):
             try:
                 spec = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise RuleCompileError(
-                    [Problem(f"{path}:{exc.lineno}", f"invalid JSON: {exc.msg}", "fix the JSON")],
+                raise RuleCompileError.at(
+                    f"{path}:{exc.lineno}",
+                    f"invalid JSON: {exc.msg}",
+                    "fix the JSON",
                     subject=f"rule pack {path.name!r}",
                 ) from exc
             if not isinstance(spec, dict):
-                raise RuleCompileError(
-                    [Problem(str(path), "a spec must be a JSON object", "wrap it in {...}")],
+                raise RuleCompileError.at(
+                    str(path),
+                    "a spec must be a JSON object",
+                    "wrap it in {...}",
                     subject=f"rule pack {path.name!r}",
                 )
             if id is not None:
@@ -132,8 +132,10 @@ class RulePack(BaseModel):
                 spec["version"] = version
             return cls.from_spec(spec)
         if path.suffix != ".clp":
-            raise RuleCompileError(
-                [Problem(str(path), "unknown rule pack file type", "use .clp or .json")],
+            raise RuleCompileError.at(
+                str(path),
+                "unknown rule pack file type",
+                "use .clp or .json",
                 subject=f"rule pack {path.name!r}",
             )
         header: dict[str, str] = {}
@@ -145,14 +147,10 @@ class RulePack(BaseModel):
         pack_id = id or header.get("id") or path.stem
         pack_version = version or header.get("version")
         if not pack_version:
-            raise RuleCompileError(
-                [
-                    Problem(
-                        str(path),
-                        "the pack has no version",
-                        "add a line '; fathom-pack: id=<id> version=<v>' or pass version=",
-                    )
-                ],
+            raise RuleCompileError.at(
+                str(path),
+                "the pack has no version",
+                "add a line '; fathom-pack: id=<id> version=<v>' or pass version=",
                 subject=f"rule pack {pack_id!r}",
             )
         return cls.from_clp(pack_id, pack_version, text)

@@ -184,8 +184,10 @@ def compile_spec(pack_id: str, spec: Mapping[str, Any]) -> str:
     """CLIPS text for a spec; raises RuleCompileError naming every bad rule at once."""
     rules = spec.get("rules")
     if not isinstance(rules, list):
-        raise RuleCompileError(
-            [Problem(f"pack {pack_id!r}", "'rules' must be a list", 'add "rules": [...]')],
+        raise RuleCompileError.at(
+            f"pack {pack_id!r}",
+            "'rules' must be a list",
+            'add "rules": [...]',
             subject=f"rule pack {pack_id!r}",
         )
     problems: list[Problem] = []

@@ -137,14 +137,10 @@ def normalise_fields(fields: Mapping[str, Any]) -> dict[str, FactField]:
     out = {name: fact_field(name, tp) for name, tp in fields.items()}
     done = out.get("done")
     if done is not None and done.base is not bool:
-        raise RuleCompileError(
-            [
-                Problem(
-                    "fact 'done'",
-                    "the fact 'done' is read by the termination rules and must be a bool",
-                    "declare it as done: Annotated[bool, Fact()] = False",
-                )
-            ],
+        raise RuleCompileError.at(
+            "fact 'done'",
+            "the fact 'done' is read by the termination rules and must be a bool",
+            "declare it as done: Annotated[bool, Fact()] = False",
             subject="fact fields",
         )
     out.setdefault("done", FactField(bool, False))

@@ -354,12 +354,10 @@ class GraphIR(_IRModel):
             if node.id == node_id:
                 return node
         known = sorted(node.id for node in self.nodes)
-        raise UnknownNodeError(
-            [
-                Problem(
-                    "/nodes", f"graph {self.name!r} has no node {node_id!r}", f"use one of {known}"
-                )
-            ],
+        raise UnknownNodeError.at(
+            "/nodes",
+            f"graph {self.name!r} has no node {node_id!r}",
+            f"use one of {known}",
             subject=f"graph {self.name!r}",
         )
 
@@ -374,8 +372,10 @@ class GraphIR(_IRModel):
         try:
             data = orjson.loads(text)
         except orjson.JSONDecodeError as exc:
-            raise IRError(
-                [Problem(source, f"not valid JSON: {exc}", "fix the JSON syntax")],
+            raise IRError.at(
+                source,
+                f"not valid JSON: {exc}",
+                "fix the JSON syntax",
                 subject=f"IR document {source}",
             ) from exc
         return cls.from_data(data, source=source)
@@ -384,15 +384,11 @@ class GraphIR(_IRModel):
     def from_data(cls, data: Any, *, source: str = "<ir>") -> GraphIR:
         """Validate already-parsed JSON data as IR, translating errors into :class:`IRError`."""
         if isinstance(data, dict) and "ir_version" in data and data["ir_version"] != IR_VERSION:
-            raise IRError(
-                [
-                    Problem(
-                        f"{source}#/ir_version",
-                        f"IR version {data['ir_version']!r} is not supported "
-                        f"(this stargraph reads version {IR_VERSION!r})",
-                        "re-export the graph with this stargraph version, or upgrade stargraph",
-                    )
-                ],
+            raise IRError.at(
+                f"{source}#/ir_version",
+                f"IR version {data['ir_version']!r} is not supported "
+                f"(this stargraph reads version {IR_VERSION!r})",
+                "re-export the graph with this stargraph version, or upgrade stargraph",
                 subject=f"IR document {source}",
             )
         try:

@@ -109,21 +109,19 @@ class SubgraphNode:
         if isinstance(child, str):
             found = (registry or {}).get(child)
             if found is None:
-                raise SkillValidationError(
-                    [
-                        Problem(
-                            "/subgraph",
-                            f"skill {skill.name!r} refers to subgraph {child}, which is not in "
-                            "the registry given",
-                            "pass registry={hash: GraphIR} or embed the IR in the skill",
-                        )
-                    ],
+                raise SkillValidationError.at(
+                    "/subgraph",
+                    f"skill {skill.name!r} refers to subgraph {child}, which is not in "
+                    "the registry given",
+                    "pass registry={hash: GraphIR} or embed the IR in the skill",
                     subject=f"skill {skill.name!r}",
                 )
             child = found
         if child is None:
-            raise SkillValidationError(
-                [Problem("/subgraph", f"skill {skill.name!r} has no subgraph", "give it one")],
+            raise SkillValidationError.at(
+                "/subgraph",
+                f"skill {skill.name!r} has no subgraph",
+                "give it one",
                 subject=f"skill {skill.name!r}",
             )
         label = f"{skill.name}@{skill.version}"

@@ -247,14 +247,10 @@ class Registry:
         """The skill called ``name``; ``RegistryError`` listing the known ones otherwise."""
         found = self._entries.get(("skill", name))
         if found is None:
-            raise RegistryError(
-                [
-                    Problem(
-                        f"skills/{name}",
-                        f"no skill {name!r}",
-                        f"known skills: {sorted(self.skills)}",
-                    )
-                ],
+            raise RegistryError.at(
+                f"skills/{name}",
+                f"no skill {name!r}",
+                f"known skills: {sorted(self.skills)}",
                 subject="registry",
             )
         return found.item
@@ -315,14 +311,10 @@ class Registry:
         scheme = url.split(":", 1)[0]
         factory = self._entries.get(("store", scheme))
         if factory is None:
-            raise RegistryError(
-                [
-                    Problem(
-                        url,
-                        f"no checkpoint store for scheme {scheme!r}",
-                        f"known: {sorted(self._of('store'))}",
-                    )
-                ],
+            raise RegistryError.at(
+                url,
+                f"no checkpoint store for scheme {scheme!r}",
+                f"known: {sorted(self._of('store'))}",
                 subject="registry",
             )
         return factory.item(url)
@@ -331,12 +323,10 @@ class Registry:
         """A chat model from the registered factories."""
         factory = self._entries.get(("model", name))
         if factory is None:
-            raise RegistryError(
-                [
-                    Problem(
-                        name, f"no model factory {name!r}", f"known: {sorted(self._of('model'))}"
-                    )
-                ],
+            raise RegistryError.at(
+                name,
+                f"no model factory {name!r}",
+                f"known: {sorted(self._of('model'))}",
                 subject="registry",
             )
         return factory.item(**options)
@@ -345,14 +335,10 @@ class Registry:
 
     def register(self, *_: Any, **__: Any) -> None:
         """Always refused: a built registry is frozen (A7, B4)."""
-        raise RegistryError(
-            [
-                Problem(
-                    "registry",
-                    f"registry version {self.version} is frozen",
-                    "approve a proposal (registry.with_skill) to get a new version",
-                )
-            ],
+        raise RegistryError.at(
+            "registry",
+            f"registry version {self.version} is frozen",
+            "approve a proposal (registry.with_skill) to get a new version",
             subject="registry",
         )
 

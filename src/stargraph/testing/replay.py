@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from stargraph.errors import CompileError, Problem
+from stargraph.errors import CompileError
 from stargraph.runtime import CompiledGraph
 
 __all__ = ["assert_replays_every_step"]
@@ -41,14 +41,10 @@ def assert_replays_every_step(
     live one. Returns the final state. ``app`` must have a checkpoint store."""
     store = app.store
     if store is None:
-        raise CompileError(
-            [
-                Problem(
-                    "compile(store=...)",
-                    "assert_replays_every_step needs a graph compiled with a checkpoint store",
-                    "compile(store=MemoryStore())",
-                )
-            ],
+        raise CompileError.at(
+            "compile(store=...)",
+            "assert_replays_every_step needs a graph compiled with a checkpoint store",
+            "compile(store=MemoryStore())",
             subject="the graph under test",
         )
     checked = -1

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Final, Literal
 
-from stargraph.errors import LockTimeoutError, Problem, ToolError, ToolSpecError
+from stargraph.errors import LockTimeoutError, ToolError, ToolSpecError
 from stargraph.tools._result import ToolFailure
 
 __all__ = ["Lease", "LockManager", "LockRequest", "ResourceMode"]
@@ -69,14 +69,10 @@ class LockRequest:
         """
         resource, _, mode = text.rpartition(":")
         if mode not in ("S", "X") or not resource:
-            raise ToolSpecError(
-                [
-                    Problem(
-                        f"lock {text!r}",
-                        "a lock must end in ':S' or ':X' after a resource",
-                        "write e.g. 'workspace:X' or 'file:notes.txt:S'",
-                    )
-                ],
+            raise ToolSpecError.at(
+                f"lock {text!r}",
+                "a lock must end in ':S' or ':X' after a resource",
+                "write e.g. 'workspace:X' or 'file:notes.txt:S'",
                 subject="lock request",
             )
         return cls(resource, mode)  # type: ignore[arg-type]

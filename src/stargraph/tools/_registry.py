@@ -115,14 +115,10 @@ class ToolRegistry:
 
     def register(self, *_: Any, **__: Any) -> NoReturn:
         """Always raises: the registry is frozen once built (B4)."""
-        raise RegistryError(
-            [
-                Problem(
-                    "tool registry",
-                    "the registry is frozen after build",
-                    "build a new registry with ToolRegistry.build(...) including the tool",
-                )
-            ],
+        raise RegistryError.at(
+            "tool registry",
+            "the registry is frozen after build",
+            "build a new registry with ToolRegistry.build(...) including the tool",
             subject="tool registry",
         )
 

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from stargraph.checkpoint import RunRecord, StepRecord
-from stargraph.cli._inspect import _changes
 from stargraph.replay import align_steps as replay_align_steps
 from stargraph.replay import inserted_step
+from stargraph.replay import value_changes as _changes
 from stargraph.ui._mask import Masker
 
 __all__ = ["AlignedStep", "RunPairDiff", "align_steps", "diff_pair"]

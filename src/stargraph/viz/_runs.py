@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from stargraph.checkpoint import CheckpointStore, StepRecord
-from stargraph.errors import CompileError, Problem
+from stargraph.errors import CompileError
 from stargraph.ir import GraphIR
 
 __all__ = [
@@ -132,14 +132,10 @@ def state_at(
     try:
         model = resolve_ref(ir.state.ref)
     except (ImportError, AttributeError) as exc:
-        raise CompileError(
-            [
-                Problem(
-                    "/state/ref",
-                    f"cannot import state model {ir.state.ref!r}: {exc}",
-                    "run from the project directory (or set PYTHONPATH) so it imports",
-                )
-            ],
+        raise CompileError.at(
+            "/state/ref",
+            f"cannot import state model {ir.state.ref!r}: {exc}",
+            "run from the project directory (or set PYTHONPATH) so it imports",
             subject=f"graph {ir.name!r}",
         ) from exc
     last = store.get_run(run_id).last_step

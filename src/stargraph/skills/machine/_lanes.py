@@ -30,7 +30,7 @@ from pydantic import JsonValue
 from stargraph._lifecycle import Closing
 from stargraph.checkpoint import CheckpointStore
 from stargraph.errors import (
-    LaneBusy,
+    LaneBusyError,
     LaneTransitionError,
     Problem,
     SkillValidationError,
@@ -326,7 +326,7 @@ class LaneSession(Closing):
         target = self.lanes[lane]
         busy = target.run
         if busy is not None and not busy.done():
-            raise LaneBusy(
+            raise LaneBusyError(
                 f"lane {lane!r} already runs skill {busy.spec.name!r} (run {busy.run_id!r}); "
                 "only one skill may be active per lane: wait for it or cancel it",
                 run_id=busy.run_id,

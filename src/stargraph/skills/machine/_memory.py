@@ -127,14 +127,10 @@ class WorkingMemory:
         summarizer: Summarizer = line_summarizer,
     ) -> None:
         if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-            raise CompileError(
-                [
-                    Problem(
-                        "/window",
-                        f"window must be an int >= 1, got {window!r}",
-                        f"keep at least one event in full (default {DEFAULT_WINDOW})",
-                    )
-                ],
+            raise CompileError.at(
+                "/window",
+                f"window must be an int >= 1, got {window!r}",
+                f"keep at least one event in full (default {DEFAULT_WINDOW})",
                 subject=f"working memory of lane {lane!r}",
             )
         self.lane = lane

@@ -21,7 +21,7 @@ from typing import Any, Final, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from stargraph.errors import Problem, SkillValidationError
+from stargraph.errors import SkillValidationError
 from stargraph.llm import ChatMessage
 
 __all__ = ["MaskPart", "PromptBuilder", "PromptLevel", "Section"]
@@ -75,14 +75,10 @@ class PromptBuilder(BaseModel):
     @model_validator(mode="after")
     def _check_order(self) -> PromptBuilder:
         if sorted(self.order) != sorted(_SECTIONS):
-            raise SkillValidationError(
-                [
-                    Problem(
-                        "/order",
-                        f"order {list(self.order)} must name each of {list(_SECTIONS)} once",
-                        "e.g. order=('master', 'user', 'levels', 'context')",
-                    )
-                ],
+            raise SkillValidationError.at(
+                "/order",
+                f"order {list(self.order)} must name each of {list(_SECTIONS)} once",
+                "e.g. order=('master', 'user', 'levels', 'context')",
                 subject="PromptBuilder",
             )
         return self

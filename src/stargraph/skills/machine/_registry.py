@@ -104,14 +104,10 @@ class SkillSpecRegistry:
 
     def register(self, *_: Any, **__: Any) -> NoReturn:
         """Always raises: the registry is frozen once built (A7)."""
-        raise RegistryError(
-            [
-                Problem(
-                    "skill registry",
-                    "the skill registry is frozen after build",
-                    "build a new registry version with SkillSpecRegistry.build(...)",
-                )
-            ],
+        raise RegistryError.at(
+            "skill registry",
+            "the skill registry is frozen after build",
+            "build a new registry version with SkillSpecRegistry.build(...)",
             subject="skill registry",
         )
 

@@ -4,7 +4,7 @@ It owns what a session shares - the chat model, the tool arbiter (and so the com
 :class:`MachineControl` for cancellation - and hands them to the compiled graphs as services,
 so skill code never holds a tool handle of its own (A19). ``start()`` runs a skill on a lane
 in a background thread and returns a :class:`SkillRun`; a second start on a busy lane raises
-:class:`~stargraph.errors.LaneBusy` (A17). Input is checked against ``input_schema`` before
+:class:`~stargraph.errors.LaneBusyError`. Input is checked against ``input_schema`` before
 anything runs (A18).
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from stargraph.checkpoint import CheckpointStore
-from stargraph.errors import InvalidInputError, LaneBusy, WaitTimeoutError
+from stargraph.errors import InvalidInputError, LaneBusyError, WaitTimeoutError
 from stargraph.llm import ChatModel
 from stargraph.runtime import CompiledGraph
 from stargraph.skills.machine._compile import (
@@ -191,7 +191,7 @@ class MachineRuntime:
     ) -> SkillRun:
         """Start ``skill`` on ``lane`` in the background.
 
-        Raises :class:`~stargraph.errors.LaneBusy` if the lane runs a skill already and
+        Raises :class:`~stargraph.errors.LaneBusyError` if the lane runs a skill already and
         :class:`~stargraph.errors.InvalidInputError` if ``input`` fails ``input_schema``.
         """
         spec = self.skills[skill] if isinstance(skill, str) else skill
@@ -207,7 +207,7 @@ class MachineRuntime:
         with self._lock:
             busy = self._active.get(lane)
             if busy is not None:
-                raise LaneBusy(
+                raise LaneBusyError(
                     f"lane {lane!r} already runs skill {busy.spec.name!r} (run "
                     f"{busy.run_id!r}); only one skill may be active per lane: wait for it, "
                     "cancel it, or use another lane",

@@ -228,26 +228,17 @@ class SchemaLibrary(BaseModel):
                 continue
             if current in shapes:  # reached again from its own descendants
                 cycle = [*open_[open_.index(current) :], current]
-                raise SkillValidationError(
-                    [
-                        Problem(
-                            f"schemas#/{current}",
-                            "spawn cycle: " + " -> ".join(cycle),
-                            "build the library with SchemaLibrary.build, which refuses cycles",
-                        )
-                    ],
+                raise SkillValidationError.at(
+                    f"schemas#/{current}",
+                    "spawn cycle: " + " -> ".join(cycle),
+                    "build the library with SchemaLibrary.build, which refuses cycles",
                     subject="schema library",
                 )
             if current not in self.schemas:
-                raise SkillValidationError(
-                    [
-                        Problem(
-                            f"schemas#/{current}",
-                            f"no schema {current!r}"
-                            + (f" (spawned by {open_[-1]!r})" if open_ else ""),
-                            f"use one of {sorted(self.schemas)}",
-                        )
-                    ],
+                raise SkillValidationError.at(
+                    f"schemas#/{current}",
+                    f"no schema {current!r}" + (f" (spawned by {open_[-1]!r})" if open_ else ""),
+                    f"use one of {sorted(self.schemas)}",
                     subject="schema library",
                 )
             schema = self.schemas[current]
@@ -690,14 +681,10 @@ class SchemaSession:
         """Run a user command: ``/loop <schema>`` swaps the root schema."""
         verb, _, arg = text.strip().partition(" ")
         if verb != "/loop" or arg.strip() not in self.library.schemas:
-            raise SkillValidationError(
-                [
-                    Problem(
-                        "/command",
-                        f"unknown command {text!r}",
-                        f"use '/loop <schema>' with one of {sorted(self.library.schemas)}",
-                    )
-                ],
+            raise SkillValidationError.at(
+                "/command",
+                f"unknown command {text!r}",
+                f"use '/loop <schema>' with one of {sorted(self.library.schemas)}",
                 subject="schema session",
             )
         previous, self.root = self.root, arg.strip()

@@ -55,7 +55,7 @@ import os
 from pathlib import Path
 from typing import Any, Final
 
-from stargraph.errors import Problem, SkillValidationError
+from stargraph.errors import SkillValidationError
 from stargraph.skills.markdown._parse import (
     MarkdownSkill,
     Trigger,
@@ -121,15 +121,10 @@ def _is_dir(path: Path) -> bool:
     try:
         return path.is_dir()
     except OSError as exc:
-        raise SkillValidationError(
-            [
-                Problem(
-                    str(path),
-                    f"cannot check the skill directory: {exc.strerror or exc}",
-                    f"make its parent directories searchable (chmod u+x), or point {ENV_VAR} "
-                    "elsewhere",
-                )
-            ],
+        raise SkillValidationError.at(
+            str(path),
+            f"cannot check the skill directory: {exc.strerror or exc}",
+            f"make its parent directories searchable (chmod u+x), or point {ENV_VAR} elsewhere",
             subject="skill directories",
         ) from None
 

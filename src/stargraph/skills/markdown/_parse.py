@@ -198,14 +198,10 @@ def parse_skill_md(
         if data is None:
             data = {}
         if not isinstance(data, dict):
-            raise SkillValidationError(
-                [
-                    Problem(
-                        where,
-                        f"frontmatter must be a mapping, got {type(data).__name__}",
-                        "write 'key: value' lines between the --- markers",
-                    )
-                ],
+            raise SkillValidationError.at(
+                where,
+                f"frontmatter must be a mapping, got {type(data).__name__}",
+                "write 'key: value' lines between the --- markers",
                 subject=f"SKILL.md {source}",
             )
     elif text.lstrip("\ufeff").startswith("---"):
