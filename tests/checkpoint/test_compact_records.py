@@ -4,6 +4,7 @@ compressed step rows read back, and a damaged one is named by run and step."""
 from __future__ import annotations
 
 import sqlite3
+import zlib
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -54,7 +55,7 @@ def test_issue19_compressed_step_rows_read_back_and_fail_their_checksum(tmp_path
         assert app.get_state("n") == final
     with sqlite3.connect(path) as conn:
         rows = conn.execute("SELECT step, payload FROM steps ORDER BY step").fetchall()
-        packed = [step for step, payload in rows if bytes(payload)[:1] == b"x"]
+        packed = [step for step, payload in rows if bytes(payload)[:1] == b"H"]
         assert packed, "a step over 1 KiB is stored compressed"
         step, payload = next((s, p) for s, p in rows if s == packed[-1])
         damaged = bytes(payload[:-3]) + bytes(b ^ 0xFF for b in payload[-3:])
@@ -64,3 +65,25 @@ def test_issue19_compressed_step_rows_read_back_and_fail_their_checksum(tmp_path
         pytest.raises(CorruptCheckpointError, match=rf"run 'n' step {step}"),
     ):
         store.get_steps("n")
+
+
+def test_issue19_step_rows_packed_with_the_old_32k_window_still_read_back(tmp_path: Path) -> None:
+    """Rows are now packed with a 4 KiB zlib window (first byte ``H``); rows written before
+    with ``zlib.compress`` (first byte ``x``) read back the same."""
+    path = tmp_path / "n.db"
+    with SqliteStore(path) as store:
+        GRAPH.compile(store=store, snapshot_every=5).invoke({}, run_id="n")
+        before = store.get_steps("n")
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT step, payload FROM steps ORDER BY step").fetchall()
+        for step, payload in rows:
+            raw = bytes(payload)
+            text = zlib.decompress(raw) if raw[:1] in (b"H", b"x") else raw
+            old = zlib.compress(text, 1)
+            assert old[:1] == b"x"
+            conn.execute(
+                "UPDATE steps SET payload = ?, crc = ? WHERE step = ?",
+                (old, zlib.crc32(old), step),
+            )
+    with SqliteStore(path) as store:
+        assert store.get_steps("n") == before
