@@ -87,3 +87,29 @@ def test_issue19_step_rows_packed_with_the_old_32k_window_still_read_back(tmp_pa
             )
     with SqliteStore(path) as store:
         assert store.get_steps("n") == before
+
+
+def test_issue19_memory_store_commits_without_rebuilding_the_run_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A commit to a ``MemoryStore`` notes the new last step and status; the frozen run
+    record is rebuilt once, when it is next read, not at every step."""
+    from stargraph.checkpoint import RunRecord, _memory
+
+    store = MemoryStore()
+    store.create_run(
+        RunRecord(run_id="m", graph_name="g", graph_hash="h", code_hash="c"), StepRecord(step=0)
+    )
+    built = []
+    real = _memory.trusted
+    monkeypatch.setattr(_memory, "trusted", lambda cls, **f: built.append(cls) or real(cls, **f))
+    for step in range(1, 101):
+        store.commit_step("m", StepRecord(step=step))
+    assert built == []
+    store.commit_step("m", StepRecord(step=101), status="done", stopped_by="rule/x")
+    run = store.get_run("m")
+    assert (run.last_step, run.status, run.stopped_by) == (101, "done", "rule/x")
+    assert run.updated_at >= run.created_at
+    assert built == [RunRecord]
+    assert store.get_run("m") == run
+    assert built == [RunRecord]
