@@ -4,6 +4,7 @@ compressed step rows read back, and a damaged one is named by run and step."""
 from __future__ import annotations
 
 import sqlite3
+import zlib
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -54,7 +55,7 @@ def test_issue19_compressed_step_rows_read_back_and_fail_their_checksum(tmp_path
         assert app.get_state("n") == final
     with sqlite3.connect(path) as conn:
         rows = conn.execute("SELECT step, payload FROM steps ORDER BY step").fetchall()
-        packed = [step for step, payload in rows if bytes(payload)[:1] == b"x"]
+        packed = [step for step, payload in rows if bytes(payload)[:1] == b"H"]
         assert packed, "a step over 1 KiB is stored compressed"
         step, payload = next((s, p) for s, p in rows if s == packed[-1])
         damaged = bytes(payload[:-3]) + bytes(b ^ 0xFF for b in payload[-3:])
@@ -64,3 +65,51 @@ def test_issue19_compressed_step_rows_read_back_and_fail_their_checksum(tmp_path
         pytest.raises(CorruptCheckpointError, match=rf"run 'n' step {step}"),
     ):
         store.get_steps("n")
+
+
+def test_issue19_step_rows_packed_with_the_old_32k_window_still_read_back(tmp_path: Path) -> None:
+    """Rows are now packed with a 4 KiB zlib window (first byte ``H``); rows written before
+    with ``zlib.compress`` (first byte ``x``) read back the same."""
+    path = tmp_path / "n.db"
+    with SqliteStore(path) as store:
+        GRAPH.compile(store=store, snapshot_every=5).invoke({}, run_id="n")
+        before = store.get_steps("n")
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT step, payload FROM steps ORDER BY step").fetchall()
+        for step, payload in rows:
+            raw = bytes(payload)
+            text = zlib.decompress(raw) if raw[:1] in (b"H", b"x") else raw
+            old = zlib.compress(text, 1)
+            assert old[:1] == b"x"
+            conn.execute(
+                "UPDATE steps SET payload = ?, crc = ? WHERE step = ?",
+                (old, zlib.crc32(old), step),
+            )
+    with SqliteStore(path) as store:
+        assert store.get_steps("n") == before
+
+
+def test_issue19_memory_store_commits_without_rebuilding_the_run_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A commit to a ``MemoryStore`` notes the new last step and status; the frozen run
+    record is rebuilt once, when it is next read, not at every step."""
+    from stargraph.checkpoint import RunRecord, _memory
+
+    store = MemoryStore()
+    store.create_run(
+        RunRecord(run_id="m", graph_name="g", graph_hash="h", code_hash="c"), StepRecord(step=0)
+    )
+    built = []
+    real = _memory.trusted
+    monkeypatch.setattr(_memory, "trusted", lambda cls, **f: built.append(cls) or real(cls, **f))
+    for step in range(1, 101):
+        store.commit_step("m", StepRecord(step=step))
+    assert built == []
+    store.commit_step("m", StepRecord(step=101), status="done", stopped_by="rule/x")
+    run = store.get_run("m")
+    assert (run.last_step, run.status, run.stopped_by) == (101, "done", "rule/x")
+    assert run.updated_at >= run.created_at
+    assert built == [RunRecord]
+    assert store.get_run("m") == run
+    assert built == [RunRecord]

@@ -386,3 +386,31 @@ def test_snapshot_from_other_packs_is_refused() -> None:
     b = RuleEngine([default_termination_pack(max_steps=4, error_budget=3)])
     with b, pytest.raises(RuleRuntimeError, match="snapshot was taken with different rule packs"):
         b.restore(snap)
+
+
+def test_issue19_snapshot_is_read_once_until_the_facts_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A run stores the facts with every step, most of which ask no rule: the engine reads
+    its facts out of CLIPS once per change (decide, restore, reset), not once per step."""
+    from stargraph.fathom import _engine
+
+    reads = []
+    real = _engine.iter_facts
+    monkeypatch.setattr(_engine, "iter_facts", lambda env: reads.append(1) or real(env))
+    with make_engine() as engine:
+        engine.decide(**inputs(1))
+        first = engine.snapshot()
+        assert engine.snapshot() == first
+        assert engine.snapshot() == first
+        assert len(reads) == 1
+        engine.decide(**inputs(2))
+        second = engine.snapshot()
+        assert second != first
+        assert len(reads) == 2
+        engine.restore(first)
+        assert engine.snapshot() == first
+        assert len(reads) == 3
+        engine.reset()
+        assert engine.snapshot() != first
+        assert len(reads) == 4

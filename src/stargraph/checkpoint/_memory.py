@@ -48,6 +48,10 @@ class MemoryStore:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[str, RunRecord] = {}
+        # What commit_step changed in a run record, applied when the record is next read
+        # (see _settle): a run commits far more often than anything reads its record, and
+        # rebuilding the frozen record (and its updated_at text) was most of a commit's cost.
+        self._advanced: dict[str, tuple[int, str, str | None, str | None, object, float]] = {}
         self._graphs: dict[str, bytes] = {}
         self._steps: dict[str, list[StepRecord]] = {}
         self._pending: dict[tuple[str, int], dict[tuple[str, int], PendingWrite]] = {}
@@ -75,7 +79,32 @@ class MemoryStore:
         status = effective_status(run.status, run.owner, expired=self._expired(run.run_id))
         return run if status == run.status else run.model_copy(update={"status": status})
 
+    def _settle(self, run_id: str) -> None:
+        """Fold the fields of the commits since the run record was last read into it."""
+        advanced = self._advanced.pop(run_id, None)
+        if advanced is None:
+            return
+        step, status, error, stopped_by, interrupt, at = advanced
+        fields = dict(self._runs[run_id].__dict__)
+        fields.update(
+            last_step=step,
+            status=status,
+            error=error,
+            stopped_by=stopped_by,
+            interrupt=interrupt,
+            updated_at=_iso(at),
+        )
+        self._runs[run_id] = trusted(RunRecord, **fields)
+
+    def _records(self) -> list[RunRecord]:
+        """Every run record, up to date."""
+        for run_id in list(self._advanced):
+            self._settle(run_id)
+        return list(self._runs.values())
+
     def _run(self, run_id: str) -> RunRecord:
+        if run_id in self._advanced:
+            self._settle(run_id)
         try:
             return self._runs[run_id]
         except KeyError:
@@ -102,7 +131,7 @@ class MemoryStore:
                     run_id=run.run_id,
                 )
             if run.thread_id is not None:
-                for other in self._runs.values():
+                for other in self._records():
                     if other.thread_id == run.thread_id and other.turn == run.turn:
                         raise turn_taken(run, other.run_id)
             now = _now()
@@ -144,7 +173,7 @@ class MemoryStore:
     def release(self, run_id: str, token: str) -> None:
         """Give up the lease ``token``."""
         with self._lock:
-            run = self._runs.get(run_id)
+            run = self._run(run_id) if run_id in self._runs else None
             if run is not None and run.owner is not None and run.owner.token == token:
                 self._runs[run_id] = run.model_copy(update=self._lease(run_id, None))
 
@@ -160,32 +189,37 @@ class MemoryStore:
         owner: str | None = None,
     ) -> None:
         """Append ``step`` and update the run, atomically."""
-        _check_status(run_id, status)
+        if status not in STORED_STATUSES:
+            _check_status(run_id, status)
         with self._lock:
-            run = self._run(run_id)
-            if step.step != run.last_step + 1:
+            run = self._runs.get(run_id)
+            if run is None:
+                run = self._run(run_id)  # raises RunNotFoundError
+            advanced = self._advanced.get(run_id)
+            last_step = run.last_step if advanced is None else advanced[0]
+            if step.step != last_step + 1:
                 raise CheckpointError(
                     f"run {run_id!r}: step {step.step} cannot follow committed step "
-                    f"{run.last_step}; another writer owns this run, or history was forked",
+                    f"{last_step}; another writer owns this run, or history was forked",
                     run_id=run_id,
                     step=step.step,
                 )
+            # Only commit_step defers changes, and it leaves the lease alone: run.owner is
+            # the current one.
             self._fence(run, owner)
             self._steps[run_id].append(step)
-            # A copy of the record's fields, not model_copy: every step pays for this, and
-            # the new values are of the right types (the status was checked above).
-            fields = dict(run.__dict__)
-            fields.update(
-                last_step=step.step,
-                status=status,
-                error=clip_error(error),
-                stopped_by=stopped_by,
-                interrupt=interrupt,
-                updated_at=_now(),
+            self._advanced[run_id] = (
+                step.step,
+                status,
+                error if error is None else clip_error(error),
+                stopped_by,
+                interrupt,
+                time.time(),
             )
-            self._runs[run_id] = trusted(RunRecord, **fields)
-            self._pending.pop((run_id, step.step), None)
-            self._journal.pop((run_id, step.step), None)
+            if self._pending:
+                self._pending.pop((run_id, step.step), None)
+            if self._journal:
+                self._journal.pop((run_id, step.step), None)
 
     def set_status(
         self,
@@ -231,7 +265,7 @@ class MemoryStore:
     def list_runs(self, *, status: RunStatus | None = None, limit: int = 100) -> list[RunRecord]:
         """Runs, newest first."""
         with self._lock:
-            shown = [self._shown(r) for r in self._runs.values()]
+            shown = [self._shown(r) for r in self._records()]
         runs = [r for r in shown if status is None or r.status == status]
         runs.sort(key=lambda r: (r.created_at, r.run_id), reverse=True)
         return runs[:limit]
@@ -249,14 +283,14 @@ class MemoryStore:
     def get_thread(self, thread_id: str) -> list[RunRecord]:
         """The runs of a thread in turn order."""
         with self._lock:
-            runs = [self._shown(r) for r in self._runs.values() if r.thread_id == thread_id]
+            runs = [self._shown(r) for r in self._records() if r.thread_id == thread_id]
         return sorted(runs, key=lambda r: r.turn or 0)
 
     def list_threads(self, *, limit: int = 100) -> list[RunRecord]:
         """The latest turn of each thread, newest first."""
         with self._lock:
             latest: dict[str, RunRecord] = {}
-            for run in self._runs.values():
+            for run in self._records():
                 if run.thread_id is None:
                     continue
                 seen = latest.get(run.thread_id)

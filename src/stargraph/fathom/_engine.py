@@ -214,6 +214,9 @@ class RuleEngine:
         self._rule_packs = loaded.rule_packs
         # Per-name encoders, resolved once: the decision path runs at every step.
         self._encoders = tuple((name, self._fields[name]) for name in self._names)
+        # The last snapshot, until something changes the facts (decide, restore, reset): a
+        # run stores the facts with every step, and most steps ask no rule.
+        self._snapshot: dict[str, Any] | None = None
         self._start("the rules failed while the engine started")
 
     def _start(self, what: str) -> None:
@@ -221,6 +224,7 @@ class RuleEngine:
 
         Patterns are matched as facts are asserted, so a rule function can already fail here.
         """
+        self._snapshot = None
         lib.Reset(self._raw)
         code = self._calls.call(b"sg-init", ())
         error = error_message(self._raw, self._probe)
@@ -305,6 +309,7 @@ class RuleEngine:
         RuleBudgetError when the decision overran its time or memory budget.
         """
         env = self._checked_env(step, node)
+        self._snapshot = None
         args: list[Any] = [
             step,
             encode_string(node),
@@ -467,9 +472,13 @@ class RuleEngine:
         """Everything needed to take the same decisions after :meth:`restore` (JSON-able).
 
         Holds every fact (engine, state, asserted) and every defglobal, plus the pack hashes
-        so a snapshot cannot be restored into an engine with different rules.
+        so a snapshot cannot be restored into an engine with different rules. Until the next
+        :meth:`decide`, :meth:`restore` or :meth:`reset` the same (unchanged) dict is
+        returned again: treat it as read-only.
         """
         env = self._checked_env()
+        if self._snapshot is not None:
+            return self._snapshot
         facts = [
             [name, {k: decode_value(v) for k, v in slots.items()}]
             for name, slots in iter_facts(self._raw)
@@ -477,12 +486,13 @@ class RuleEngine:
         globals_ = {
             g.name: decode_value(g.value) for g in env.globals() if not g.name.startswith("sg-")
         }
-        return {
+        self._snapshot = {
             "version": SNAPSHOT_VERSION,
             "packs": [[p.id, p.source_hash] for p in self._packs],
             "facts": facts,
             "globals": globals_,
         }
+        return self._snapshot
 
     def restore(self, snapshot: Mapping[str, Any]) -> None:
         """Replace this engine's facts and globals with a :meth:`snapshot`'s.
@@ -498,6 +508,7 @@ class RuleEngine:
                 f"({snapshot.get('packs')!r}) than this engine's ({packs!r}); resume with "
                 "the graph (and packs) that made the run"
             )
+        self._snapshot = None
         env.eval("(retract *)")
         try:
             for template, slots in snapshot["facts"]:

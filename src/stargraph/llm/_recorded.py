@@ -55,21 +55,31 @@ class Journal(Protocol):
         ...
 
 
+_HEAD_FIELDS: Final = tuple(name for name in ChatRequest.model_fields if name != "messages")
+"""The request's fields but its messages, which a conversation usually repeats as they were."""
+
+
 class _Encoded:
     """One encoded request, kept so the next request of its conversation (the same messages,
-    and more) is encoded from it: the messages' JSON and the hash state after them."""
+    and more) is encoded from it: the messages' JSON and the hash state after them, and the
+    other fields (as given, and as JSON with the bytes that close the hashed text)."""
 
-    __slots__ = ("dumped", "head", "messages", "state")
+    __slots__ = ("dumped", "fields", "head", "messages", "state", "tail")
 
     def __init__(
         self,
         messages: Sequence[ChatMessage],
+        *,
+        fields: tuple[Any, ...],
         head: dict[str, Any],
+        tail: bytes,
         dumped: list[Any],
         state: Any,
     ) -> None:
         self.messages = messages  # held: the ids keying the cache stay theirs
+        self.fields = fields
         self.head = head
+        self.tail = tail
         self.dumped = dumped
         self.state = state
 
@@ -102,7 +112,7 @@ def _starts_with(messages: Sequence[ChatMessage], prefix: Sequence[ChatMessage])
         at += 1
 
 
-def _previous(messages: Sequence[ChatMessage], head: dict[str, Any]) -> _Encoded | None:
+def _previous(messages: Sequence[ChatMessage], fields: tuple[Any, ...]) -> _Encoded | None:
     """The kept request whose messages start ``messages`` (ending a few messages back)."""
     with _recent_lock:
         for end in range(len(messages) - 1, max(len(messages) - 9, -1), -1):
@@ -111,7 +121,7 @@ def _previous(messages: Sequence[ChatMessage], head: dict[str, Any]) -> _Encoded
                 found is not None
                 and len(found.messages) == end + 1
                 and found.messages[end] is messages[end]
-                and found.head == head
+                and found.fields == fields
                 and _starts_with(messages, found.messages)
             ):
                 _recent.move_to_end(id(messages[end]))
@@ -133,9 +143,15 @@ def encode_request(request: ChatRequest) -> tuple[dict[str, Any], str]:
     True
     """
     messages = request.messages
-    head = request.model_dump(mode="json", exclude_defaults=True, exclude={"messages"})
-    previous = _previous(messages, head) if messages else None
+    # Compared as given (the offered tools are the same objects call after call), so the
+    # fields are dumped and encoded only when they change, not at every call.
+    fields = tuple(map(request.__dict__.__getitem__, _HEAD_FIELDS))
+    previous = _previous(messages, fields) if messages else None
     if previous is None:
+        head = request.model_dump(mode="json", exclude_defaults=True, exclude={"messages"})
+        tail = (
+            b"]" + b"".join(b"," + _field(k, head[k]) for k in sorted(head) if k > "messages")
+        ) + b"}"
         start, dumped = 0, []
         state = hashlib.sha256(
             b"{"
@@ -143,6 +159,7 @@ def encode_request(request: ChatRequest) -> tuple[dict[str, Any], str]:
             + b'"messages":['
         )
     else:
+        head, tail = previous.head, previous.tail
         start, dumped, state = len(previous.messages), [*previous.dumped], previous.state.copy()
     for message in messages[start:]:
         data = message.model_dump(mode="json", exclude_defaults=True)
@@ -150,13 +167,13 @@ def encode_request(request: ChatRequest) -> tuple[dict[str, Any], str]:
         state.update(b"," + canonical_json(data) if len(dumped) > 1 else canonical_json(data))
     if messages:
         with _recent_lock:
-            _recent[id(messages[-1])] = _Encoded(messages, head, dumped, state.copy())
+            _recent[id(messages[-1])] = _Encoded(
+                messages, fields=fields, head=head, tail=tail, dumped=dumped, state=state.copy()
+            )
             _recent.move_to_end(id(messages[-1]))
             while len(_recent) > _RECENT:
                 _recent.popitem(last=False)
-    state.update(
-        b"]" + b"".join(b"," + _field(k, head[k]) for k in sorted(head) if k > "messages") + b"}"
-    )
+    state.update(tail)
     return {"messages": dumped, **head}, "sha256:" + state.hexdigest()
 
 

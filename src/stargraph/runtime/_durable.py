@@ -91,6 +91,10 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+def _by_task(result: tuple[Task, Any]) -> tuple[str, int]:
+    return result[0].key
+
+
 def code_hash(fns: Sequence[Callable[..., Any]]) -> str:
     """``sha256:`` of the source code of the given callables (by qualified name, sorted)."""
     parts = []
@@ -403,23 +407,27 @@ class Persistence:
             step=run.step,
             writes=tuple(
                 trusted(WriteRecord, node=t.node, index=t.index, writes=self._dump(run, w, t.node))
-                for t, w in sorted(results, key=lambda r: r[0].key)
+                for t, w in (results if len(results) < 2 else sorted(results, key=_by_task))
             ),
             snapshot=snapshot,
             carried=carried,
             next=task_records(run.tasks),
-            joins=joins_record(run.joins_seen),
+            # The common step (one task, no join, retry or recorded call) skips the empty
+            # copies and sorts: this runs at every step of every run with a store.
+            joins=joins_record(run.joins_seen) if run.joins_seen else {},
             facts=run.rules.snapshot() if run.rules is not None else None,
             decision=run.decision,
-            attempts=dict(run.attempts),
+            attempts=dict(run.attempts) if run.attempts else {},
             calls=compact_calls(
                 sorted(
                     (e for entries in run.journals.values() for e in entries),
                     key=lambda e: (e.node, e.index, e.seq),
                 ),
                 self._conversations,
-            ),
-            created_ms=_now_ms(),
+            )
+            if run.journals
+            else (),
+            created_ms=time.time_ns() // 1_000_000,
         )
         try:
             self.store.commit_step(run.run_id, record, owner=self.owner)

@@ -591,8 +591,11 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     if system:
         messages.insert(0, ChatMessage.system(system))
     options = config.get("request") or _NO_OPTIONS
+    # Validated without the messages, which are then set unvalidated: they are ChatMessage
+    # objects already (the trajectory's), and checking each of them again would cost every
+    # step time in proportion to the whole conversation.
     request = ChatRequest(
-        messages=tuple(messages),
+        messages=(),
         model=config.get("model"),
         tools=_offered_tools(ctx, arbiter, tuple(config["tools"])),
         temperature=config.get("temperature"),
@@ -600,7 +603,7 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
         max_tokens=options.get("max_tokens"),
         response_format=options.get("response_format"),
         extra=options.get("extra") or {},
-    )
+    ).model_copy(update={"messages": tuple(messages)})
     response = _once(ctx, "llm", ChatResponse, lambda: model.complete(request))
     reply = response.message
     new_steps.append(
