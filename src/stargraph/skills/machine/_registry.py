@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Collection, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NoReturn
 
 from stargraph.errors import Problem, RegistryError, SkillValidationError
-from stargraph.skills.machine._spec import SkillSpec, load_skillspec
+from stargraph.skills.machine._spec import KnownTools, SkillSpec, load_skillspec
 from stargraph.tools import canonical_json, sha256_hex
 from stargraph.tools._layers import load_layers
 
@@ -73,7 +73,7 @@ class SkillSpecRegistry:
         builtins: Iterable[SkillSpec] = (),
         global_dir: str | os.PathLike[str] | None = None,
         agent_dir: str | os.PathLike[str] | None = None,
-        tools: Collection[str] | None = None,
+        tools: KnownTools | None = None,
         strict: bool = True,
     ) -> SkillSpecRegistry:
         """Load built-ins, then ``global_dir``, then ``agent_dir`` (``*.json`` SkillSpecs).

@@ -28,7 +28,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 from stargraph.errors import Problem, SkillValidationError, ToolSpecError
 from stargraph.skills._files import read_utf8
 from stargraph.skills.machine._validate import MachineShape, StateShape, validate_machine
-from stargraph.tools import matches_allowlist, model_from_json_schema
+from stargraph.tools import ToolRegistry, matches_allowlist, model_from_json_schema
 
 __all__ = [
     "SkillSpec",
@@ -58,6 +58,11 @@ _TYPE_NAMES: Final = {
     bool: "a boolean",
     list: "an array",
 }
+
+
+KnownTools = ToolRegistry | Collection[str]
+"""What ``allowed_tools`` entries are checked against: the tool registry (by id, name or
+namespace wildcard) or any collection of tool ids."""
 
 
 def _none_admits_nothing(value: Any) -> Any:
@@ -154,7 +159,7 @@ def _describe(value: Any) -> str:
 
 
 def parse_skillspec(
-    data: Any, *, source: str = "<memory>", tools: Collection[str] | None = None
+    data: Any, *, source: str = "<memory>", tools: KnownTools | None = None
 ) -> SkillSpec:
     """Validate a SkillSpec document (parsed JSON) and build the :class:`SkillSpec`.
 
@@ -300,10 +305,11 @@ def _schema_problems(schema: Mapping[str, Any], source: str, key: str) -> list[P
     return []
 
 
-def _tool_problems(
-    states: Mapping[str, StateSpec], tools: Collection[str], where: str
-) -> list[Problem]:
-    ids: tuple[str, ...] = tuple(getattr(tools, "ids", None) or tools)
+def _tool_problems(states: Mapping[str, StateSpec], tools: KnownTools, where: str) -> list[Problem]:
+    if isinstance(tools, ToolRegistry):
+        ids = tools.ids
+    else:  # any registry-like object with .ids works too (duck-typed, as before)
+        ids = tuple(getattr(tools, "ids", None) or tools)
     problems = []
     for name, state in states.items():
         for i, entry in enumerate(state.allowed_tools):
@@ -319,7 +325,7 @@ def _tool_problems(
     return problems
 
 
-def load_skillspec(path: str | Path, *, tools: Collection[str] | None = None) -> SkillSpec:
+def load_skillspec(path: str | Path, *, tools: KnownTools | None = None) -> SkillSpec:
     """Read and validate one SkillSpec ``.json`` file (see :func:`parse_skillspec`).
 
     The file must be UTF-8 (a byte-order mark is allowed); anything else is a

@@ -24,7 +24,7 @@ __all__ = [
     "Verdict",
     "ask_with_feedback",
     "check_numbers",
-    "model_config",
+    "llm_settings",
     "reference_skill",
     "retrieval_config",
     "retrieve_query",
@@ -58,7 +58,7 @@ def retrieval_config(k: int, candidates: int, rrf_k: int, embedder: str | None) 
     return config
 
 
-def model_config(model: str | None, temperature: float | None) -> dict[str, Any]:
+def llm_settings(model: str | None, temperature: float | None) -> dict[str, Any]:
     """The model settings of a node's config: only those given, so defaults stay unhashed."""
     config: dict[str, Any] = {}
     if model is not None:

@@ -37,17 +37,7 @@ from pydantic import BaseModel
 from stargraph.graph import START, Graph
 from stargraph.runtime import RunContext
 from stargraph.skills import Skill, SkillKind
-from stargraph.skills.refs._loop import (
-    Verdict,
-    ask_with_feedback,
-    check_numbers,
-    model_config,
-    reference_skill,
-    retrieval_config,
-    retrieve_query,
-    retry_verdict,
-    with_retry_loop,
-)
+from stargraph.skills.refs import _loop
 from stargraph.skills.refs.retrieval import RETRIEVAL_DEFAULTS, citations, format_passages
 from stargraph.skills.refs.stores import Passage
 
@@ -90,7 +80,7 @@ class RagState(BaseModel):
     """Answers asked of the model so far."""
     feedback: str | None = None
     """What was wrong with the last answer, told to the model on a retry."""
-    verdict: Verdict | None = None
+    verdict: _loop.Verdict | None = None
     """The last validation's decision."""
     outcome: Outcome | None = None
     """``answered`` or ``insufficient_context`` once the run is over."""
@@ -116,7 +106,7 @@ class RagOutput(BaseModel):
 
 def retrieve_node(state: RagState, ctx: RunContext) -> dict[str, Any]:
     """Hybrid retrieval for the question."""
-    return {"passages": retrieve_query(ctx, state.question)}
+    return {"passages": _loop.retrieve_query(ctx, state.question)}
 
 
 def after_retrieve(state: RagState) -> Literal["answer", "give_up"]:
@@ -127,7 +117,7 @@ def after_retrieve(state: RagState) -> Literal["answer", "give_up"]:
 def answer_node(state: RagState, ctx: RunContext) -> dict[str, Any]:
     """Ask the model, giving it the passages' text; on a retry, also what went wrong."""
     text = f"Passages:\n\n{format_passages(state.passages)}\n\nQuestion: {state.question}"
-    answer = ask_with_feedback(
+    answer = _loop.ask_with_feedback(
         ctx, RAG_PROMPT, text, previous=state.answer, feedback=state.feedback
     )
     return {"answer": answer, "attempts": state.attempts + 1}
@@ -157,11 +147,11 @@ def validate_node(state: RagState, ctx: RunContext) -> dict[str, Any]:
         + f" Cite only these passage ids: {retrieved}. Answer again, or reply exactly "
         "INSUFFICIENT CONTEXT."
     )
-    verdict = retry_verdict(state.attempts, ctx.config)
+    verdict = _loop.retry_verdict(state.attempts, ctx.config)
     return {"verdict": verdict, "feedback": feedback, "citations": []}
 
 
-def after_validate(state: RagState) -> Verdict:
+def after_validate(state: RagState) -> _loop.Verdict:
     """Route on the validation's verdict."""
     return state.verdict or "give_up"
 
@@ -196,21 +186,21 @@ def rag_graph(
     ['answer', 'give_up', 'retrieve', 'validate']
     """
     numbers = {"k": k, "candidates": candidates, "rrf_k": rrf_k, "budget": budget}
-    check_numbers("rag_graph", numbers, "k=4, candidates=20, rrf_k=60, budget=2")
-    llm = {"system_prompt": system_prompt, **model_config(model, temperature)}
+    _loop.check_numbers("rag_graph", numbers, "k=4, candidates=20, rrf_k=60, budget=2")
+    llm = {"system_prompt": system_prompt, **_loop.llm_settings(model, temperature)}
     graph = (
         Graph(name, state=RagState)
         .with_node(
             "retrieve",
             retrieve_node,
-            config=retrieval_config(k, candidates, rrf_k, embedder),
+            config=_loop.retrieval_config(k, candidates, rrf_k, embedder),
             writes=("passages",),
         )
         .with_node("answer", answer_node, config=llm, must_stub=True, writes=("answer", "attempts"))
         .with_edge(START, "retrieve")
         .with_conditional_edges("retrieve", after_retrieve)
     )
-    return with_retry_loop(
+    return _loop.with_retry_loop(
         graph,
         "answer",
         validate=validate_node,
@@ -225,7 +215,7 @@ def rag_graph(
 def make_rag_skill(**options: Any) -> Skill:
     """:func:`rag_graph` (with ``options``) packaged as the ``rag`` workflow skill whose
     declared outputs are :class:`RagOutput`'s fields."""
-    return reference_skill(
+    return _loop.reference_skill(
         rag_graph(**options),
         name="rag",
         kind=SkillKind.WORKFLOW,

@@ -36,17 +36,7 @@ from stargraph import reducers
 from stargraph.graph import START, Graph, Send
 from stargraph.runtime import RunContext
 from stargraph.skills import Skill, SkillKind
-from stargraph.skills.refs._loop import (
-    Verdict,
-    ask_with_feedback,
-    check_numbers,
-    model_config,
-    reference_skill,
-    retrieval_config,
-    retrieve_query,
-    retry_verdict,
-    with_retry_loop,
-)
+from stargraph.skills.refs import _loop
 from stargraph.skills.refs.retrieval import RETRIEVAL_DEFAULTS, citations, format_passages
 from stargraph.skills.refs.stores import Passage
 
@@ -120,7 +110,7 @@ class WikiState(BaseModel):
     """Drafts asked of the model so far."""
     feedback: str | None = None
     """What was wrong with the last draft."""
-    verdict: Verdict | None = None
+    verdict: _loop.Verdict | None = None
     """The last validation's decision."""
     outcome: Outcome | None = None
     """``written``, ``insufficient_context`` or ``rejected`` once the run is over."""
@@ -205,7 +195,9 @@ def _unique(passages: list[Passage]) -> list[Passage]:
 def plan_node(state: WikiState, ctx: RunContext) -> dict[str, Any]:
     """Ask the model for search queries about the topic."""
     limit = int(ctx.config.get("max_queries", 4))
-    reply = ask_with_feedback(ctx, PLAN_PROMPT, f"Topic: {state.topic}\nAt most {limit} queries.")
+    reply = _loop.ask_with_feedback(
+        ctx, PLAN_PROMPT, f"Topic: {state.topic}\nAt most {limit} queries."
+    )
     return {"queries": parse_queries(reply, state.topic, limit)}
 
 
@@ -216,7 +208,7 @@ def fan_out(state: WikiState) -> list[Send]:
 
 def research_node(state: WikiState, ctx: RunContext) -> dict[str, Any]:
     """Retrieve passages for this task's query."""
-    return {"sources": retrieve_query(ctx, state.query)}
+    return {"sources": _loop.retrieve_query(ctx, state.query)}
 
 
 def after_research(state: WikiState) -> Literal["write", "give_up"]:
@@ -228,7 +220,7 @@ def write_node(state: WikiState, ctx: RunContext) -> dict[str, Any]:
     """Ask the model for the entry, giving it the sources' text (and, on a retry, what was
     wrong with its last draft)."""
     text = f"Sources:\n\n{format_passages(_unique(state.sources))}\n\nTopic: {state.topic}"
-    draft = ask_with_feedback(
+    draft = _loop.ask_with_feedback(
         ctx, WRITE_PROMPT, text, previous=state.draft, feedback=state.feedback
     )
     return {"draft": draft, "attempts": state.attempts + 1}
@@ -258,10 +250,10 @@ def validate_node(state: WikiState, ctx: RunContext) -> dict[str, Any]:
             "outcome": "written",
         }
     feedback = " ".join(problems) + f" Cite only these ids: {known}. Write the entry again."
-    return {**out, "verdict": retry_verdict(state.attempts, ctx.config), "feedback": feedback}
+    return {**out, "verdict": _loop.retry_verdict(state.attempts, ctx.config), "feedback": feedback}
 
 
-def after_validate(state: WikiState) -> Verdict:
+def after_validate(state: WikiState) -> _loop.Verdict:
     """Route on the validation's verdict."""
     return state.verdict or "give_up"
 
@@ -296,8 +288,10 @@ def wiki_graph(
     """
     numbers = {"max_queries": max_queries, "k": k, "candidates": candidates, "rrf_k": rrf_k}
     numbers["budget"] = budget
-    check_numbers("wiki_graph", numbers, "max_queries=4, k=4, candidates=20, rrf_k=60, budget=2")
-    llm = model_config(model, temperature)
+    _loop.check_numbers(
+        "wiki_graph", numbers, "max_queries=4, k=4, candidates=20, rrf_k=60, budget=2"
+    )
+    llm = _loop.llm_settings(model, temperature)
     graph = (
         Graph(name, state=WikiState)
         .with_node(
@@ -310,7 +304,7 @@ def wiki_graph(
         .with_node(
             "research",
             research_node,
-            config=retrieval_config(k, candidates, rrf_k, embedder),
+            config=_loop.retrieval_config(k, candidates, rrf_k, embedder),
             writes=("sources",),
         )
         .with_node(
@@ -324,7 +318,7 @@ def wiki_graph(
         .with_conditional_edges("plan", fan_out, ["research"])
         .with_conditional_edges("research", after_research)
     )
-    return with_retry_loop(
+    return _loop.with_retry_loop(
         graph,
         "write",
         validate=validate_node,
@@ -339,7 +333,7 @@ def wiki_graph(
 def make_wiki_skill(**options: Any) -> Skill:
     """:func:`wiki_graph` (with ``options``) packaged as the ``wiki`` agent skill whose
     declared outputs are :class:`WikiOutput`'s fields."""
-    return reference_skill(
+    return _loop.reference_skill(
         wiki_graph(**options),
         name="wiki",
         kind=SkillKind.AGENT,
