@@ -25,6 +25,11 @@ cleanup, so of two writers committing the same step exactly one wins and the oth
 with skewed clocks agree on when a lease lapsed. ``crc`` is the CRC-32 of the payload, checked
 on every read, as in SQLite.
 
+Change notices: each write that changes what a run looks like (a new run, a step committed, a
+status change, a lease taken) also ``NOTIFY``s the schema's channel (:attr:`PostgresStore.channel`)
+with the run id as payload, in the write's own statement, so the notice goes out exactly when
+the write commits. :meth:`PostgresStore.watch` listens for them (the console's live view).
+
 psycopg is imported when a store is created, not when ``stargraph`` is imported.
 """
 
@@ -73,6 +78,8 @@ from stargraph.errors import (
 
 if TYPE_CHECKING:
     import psycopg
+
+    from stargraph.checkpoint._watch import RunWatch
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "describe_dsn", "redact"]
 
@@ -538,6 +545,42 @@ class PostgresStore:
         status = effective_status(record.status, record.owner, expired=bool(row[14]))
         return record if status == record.status else record.model_copy(update={"status": status})
 
+    # ----------------------------------------------------------------- change notices
+
+    @property
+    def channel(self) -> str:
+        """The ``NOTIFY`` channel of this store's schema. Its payload is the id of the run
+        that changed, or ``''`` for an id a payload cannot carry (one holding NUL, or over
+        7,900 bytes): some run changed."""
+        return f"stargraph_{self._schema}"[:63]  # a channel name has at most 63 bytes
+
+    def _notify_from(self, rows: str) -> str:
+        """A CTE ``nt`` that notifies :attr:`channel` once per run id that the CTE ``rows``
+        returns, inside the write's statement: the notice goes out when the write commits,
+        and not at all when it changed nothing. The statement must select from ``nt`` (a
+        CTE nobody reads does not run)."""
+        payload = (
+            "CASE WHEN position('\\x00'::bytea IN run_id) = 0 AND octet_length(run_id) < 7900 "
+            "THEN convert_from(run_id, 'UTF8') ELSE '' END"
+        )
+        return f"nt AS (SELECT pg_notify('{self.channel}', {payload}) FROM {rows})"
+
+    def watch(self, run_id: str | None = None) -> RunWatch:
+        """Wait for changes of run ``run_id`` (of any run: ``None``) as they commit, on a
+        dedicated connection that ``LISTEN``s on :attr:`channel`: opened by ``async with``,
+        closed when the block ends (see :class:`~stargraph.checkpoint.RunWatch`)."""
+        from stargraph.checkpoint._watch import ListenWatch
+
+        return ListenWatch(
+            self._dsn,
+            self.channel,
+            run_id,
+            where=self._where,
+            password=self._password,
+            connect_timeout=self._connect_timeout,
+            application_name=f"{self._application_name}-listen",
+        )
+
     # ----------------------------------------------------------------- writes
 
     def create_run(self, run: RunRecord, first: StepRecord) -> None:
@@ -576,7 +619,8 @@ class PostgresStore:
                 "clock_timestamp() + %s * interval '1 second', %s, %s) "
                 "ON CONFLICT DO NOTHING RETURNING run_id), "
                 f"st AS (INSERT INTO {self._s}.steps (run_id, step, has_snapshot, payload, crc) "
-                "SELECT run_id, %s, %s, %s, %s FROM ins) SELECT count(*) FROM ins",
+                f"SELECT run_id, %s, %s, %s, %s FROM ins), {self._notify_from('ins')} "
+                "SELECT count(*) FROM ins, nt",
                 (*values, first.step, first.snapshot is not None, payload, _crc(payload)),
             ).fetchone()
             if row is None or row[0] != 1:
@@ -633,9 +677,10 @@ class PostgresStore:
                 raise busy_error(run_id, held, before.lease_expires)
             token, blob, lease_s = _lease_columns(owner)
             conn.execute(
-                f"UPDATE {s}.runs SET lease_token = %s, lease_owner = %s, "
+                f"WITH up AS (UPDATE {s}.runs SET lease_token = %s, lease_owner = %s, "
                 "lease_expires = clock_timestamp() + %s * interval '1 second' "
-                "WHERE run_id = %s",
+                f"WHERE run_id = %s RETURNING run_id), {self._notify_from('up')} "
+                "SELECT count(*) FROM up, nt",
                 (token, blob, lease_s, key),
             )
         return before
@@ -691,8 +736,8 @@ class PostgresStore:
                 f"dp AS (DELETE FROM {s}.pending WHERE run_id = %(run)s AND step = %(n)s "
                 "AND EXISTS (SELECT 1 FROM adv)), "
                 f"dj AS (DELETE FROM {s}.journal WHERE run_id = %(run)s AND step = %(n)s "
-                "AND EXISTS (SELECT 1 FROM adv)) "
-                "SELECT count(*) FROM adv",
+                "AND EXISTS (SELECT 1 FROM adv)), "
+                f"{self._notify_from('adv')} SELECT count(*) FROM adv, nt",
                 {
                     "n": number,
                     "status": status,
@@ -730,12 +775,14 @@ class PostgresStore:
             else ", lease_token = NULL, lease_owner = NULL, lease_expires = NULL"
         )
         with self._conn() as conn:
-            cursor = conn.execute(
-                f"UPDATE {self._s}.runs SET status = %s, extra = %s, updated_at = %s{release} "
-                "WHERE run_id = %s AND lease_token IS NOT DISTINCT FROM %s::text",
+            row = conn.execute(
+                f"WITH up AS (UPDATE {self._s}.runs SET status = %s, extra = %s, "
+                f"updated_at = %s{release} WHERE run_id = %s "
+                "AND lease_token IS NOT DISTINCT FROM %s::text RETURNING run_id), "
+                f"{self._notify_from('up')} SELECT count(*) FROM up, nt",
                 (status, extra, _now(), _key(run_id), owner),
-            )
-            if cursor.rowcount != 1:
+            ).fetchone()
+            if row is None or row[0] != 1:
                 raise self._fence_error(conn, run_id, owner, None)
 
     def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
