@@ -16,6 +16,7 @@ from http.cookies import SimpleCookie
 from typing import Any, Final
 from urllib.parse import parse_qs, quote, urlencode
 
+import anyio
 from pydantic import BaseModel, ConfigDict
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -31,16 +32,17 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from stargraph.checkpoint import CheckpointStore, RunRecord, StepRecord
+from stargraph.checkpoint import CheckpointStore, PollingWatch, RunRecord, StepRecord, watch_runs
 from stargraph.checkpoint._compact import expand_stored
 from stargraph.compile._subgraphs import site_of  # how the runner names a child run
-from stargraph.errors import RunNotFoundError, StargraphError
+from stargraph.errors import RunNotFoundError, StargraphError, StoreUnavailableError
 from stargraph.ir import GraphIR, SubgraphNodeIR
 from stargraph.runtime import CompiledGraph
 from stargraph.ui import _pages as pages
 from stargraph.ui._diff import diff_pair
 from stargraph.ui._digest import DigestCache
 from stargraph.ui._graph import graph_svg
+from stargraph.ui._live import Closing, LiveText, Wakeup, Wakeups
 from stargraph.ui._mask import Masker
 from stargraph.ui._static import CSS, ICON, JS
 
@@ -78,7 +80,11 @@ class UiSettings(BaseModel):
 
     ``host`` is the address the server binds (it decides whether a token is required:
     any non-loopback address needs one). ``poll_s`` is how often live views look for new
-    steps in the store.
+    steps in a store that cannot tell when runs change (SQLite); one that can (PostgreSQL,
+    through ``LISTEN``/``NOTIFY``) wakes them as each write commits, and ``recheck_s`` is
+    how often they look anyway (a run whose process died writes nothing: its lease lapses).
+    ``stream_tokens``: runs the console itself continues (an answer, a continued fork, a live
+    replay) stream their model tokens to the page.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -87,6 +93,8 @@ class UiSettings(BaseModel):
     token: str | None = None
     read_only: bool = False
     poll_s: float = 0.25
+    recheck_s: float = 5.0
+    stream_tokens: bool = True
     stream_s: float = 300.0
     """How long one event stream lasts before the browser reconnects (it does so itself)."""
 
@@ -269,7 +277,9 @@ class _Console:
         self._resolver = resolver
         self._graphs: dict[str, RunGraph | None] = {}
         self._lock = threading.Lock()
-        self.closing = threading.Event()
+        self.wakeups = Wakeups()
+        self.closing = Closing(self.wakeups)
+        self.live = LiveText(self.wakeups)
         self.workers: list[threading.Thread] = []
         self.failures: dict[str, str] = {}
 
@@ -325,16 +335,24 @@ class _Console:
 
     def resume(self, run_id: str, app: CompiledGraph[Any], response: Any = _NO_ANSWER) -> None:
         """Resume ``run_id`` in a thread of the console (with ``response`` as the answer to
-        its interrupt, if given); a failure is kept for the run page."""
+        its interrupt, if given); a failure is kept for the run page. With
+        ``stream_tokens`` the run streams its model tokens to :attr:`live`."""
+        answer: dict[str, Any] = {} if response is _NO_ANSWER else {"response": response}
 
         def work() -> None:
             try:
-                if response is _NO_ANSWER:
-                    app.resume(run_id)
-                else:
-                    app.resume(run_id, response=response)
+                if not self.settings.stream_tokens:
+                    app.resume(run_id, **answer)
+                    return
+                for mode, item in app.resume_stream(run_id, mode=("messages", "events"), **answer):
+                    if mode == "messages":
+                        self.live.add(run_id, item)
+                    elif item.kind == "step_completed":
+                        self.live.committed(item.run_id, item.step)
             except Exception as exc:  # shown on the run page; the store has the status
                 self.failures[run_id] = f"{type(exc).__name__}: {exc}"
+            finally:
+                self.live.ended(run_id)
 
         thread = threading.Thread(target=work, name=f"stargraph-ui-resume-{run_id}")
         self.workers = [t for t in self.workers if t.is_alive()]
@@ -537,6 +555,7 @@ def create_app(
 <h1>Run {pages.escape(run_id)}</h1>
 {pages.summary_table(masker, run, digest)}
 {waiting}
+{pages.LIVE_OUTPUT}
 <h2>Graph</h2>
 {picture}
 <h2>Steps</h2>
@@ -551,7 +570,8 @@ def create_app(
         html = pages.layout(f"stargraph run {run_id}", body, live=f"/runs/{rid}/events")
         return html.replace(
             "<body",
-            f'<body data-status="{pages.escape(run.status)}" data-last-step="{run.last_step}" '
+            f'<body data-run="{pages.escape(run_id)}" data-status="{pages.escape(run.status)}" '
+            f'data-last-step="{run.last_step}" '
             f'data-rows="/runs/{rid}/rows"',
             1,
         )
@@ -643,19 +663,64 @@ def create_app(
 
         return PlainTextResponse(await run_in_threadpool(state))
 
-    async def sse(request: Request, poll: Callable[[], Any], event: str) -> StreamingResponse:
+    async def follow(run_id: str | None, wakeup: Wakeup, ready: asyncio.Event) -> None:
+        """Wake ``wakeup`` whenever the store may hold news of ``run_id`` (of any run:
+        ``None``): on the store's notice, else every ``poll_s``; until cancelled."""
+        try:
+            async with watch_runs(store, run_id, poll_s=settings.poll_s) as watch:
+                ready.set()
+                while True:
+                    await watch.wait(settings.recheck_s)
+                    wakeup.set()
+        except StoreUnavailableError:
+            pass  # no LISTEN connection (or it broke): poll instead
+        ready.set()
+        async with PollingWatch(settings.poll_s) as polling:
+            while True:
+                await polling.wait(settings.recheck_s)
+                wakeup.set()
+
+    async def sse(
+        request: Request,
+        run_id: str | None,
+        poll: Callable[[], Any],
+        event: str,
+        partial: Callable[[], Any] | None = None,
+    ) -> StreamingResponse:
+        """An event stream sending ``poll()`` as ``event`` (and ``partial()``, the model
+        output in flight, as ``tokens``) whenever it changes."""
+
         async def stream() -> AsyncIterator[str]:
-            yield "retry: 1000\n\n"
-            last: Any = None
-            deadline = time.monotonic() + settings.stream_s
-            while not console.closing.is_set() and time.monotonic() < deadline:
-                current = await run_in_threadpool(poll)
-                if current != last:
-                    last = current
-                    yield f"event: {event}\ndata: {json.dumps(current)}\n\n"
-                if await request.is_disconnected():
-                    return
-                await asyncio.sleep(settings.poll_s)
+            wakeup = Wakeup()
+            console.wakeups.add(run_id, wakeup)
+            ready = asyncio.Event()
+            watcher = asyncio.create_task(follow(run_id, wakeup, ready))
+            try:
+                await ready.wait()  # watching before the first read: no change falls between
+                yield "retry: 1000\n\n"
+                last: Any = None
+                last_partial: Any = []
+                deadline = time.monotonic() + settings.stream_s
+                while not console.closing.is_set() and time.monotonic() < deadline:
+                    wakeup.clear()
+                    current = await run_in_threadpool(poll)
+                    if current != last:
+                        last = current
+                        yield f"event: {event}\ndata: {json.dumps(current)}\n\n"
+                    shown = [] if partial is None else partial()
+                    if shown != last_partial:
+                        last_partial = shown
+                        yield f"event: tokens\ndata: {json.dumps(shown)}\n\n"
+                    if await request.is_disconnected():
+                        return
+                    await wakeup.wait(deadline - time.monotonic())
+            finally:
+                console.wakeups.discard(run_id, wakeup)
+                watcher.cancel()
+                # Closing the LISTEN connection must not be cut short by the cancellation
+                # of a stream whose client went away.
+                with anyio.CancelScope(shield=True):
+                    await asyncio.wait({watcher})
 
         return StreamingResponse(
             stream(),
@@ -670,17 +735,28 @@ def create_app(
             run = store.get_run(run_id)
             return {"last_step": run.last_step, "status": run.status}
 
+        def partial() -> list[dict[str, Any]]:
+            return [
+                {
+                    "run": p.run_id,
+                    "step": p.step,
+                    "task": p.node if p.index == 0 else f"{p.node}[{p.index}]",
+                    "text": console.masker.text(p.text),
+                }
+                for p in console.live.of(run_id)
+            ]
+
         try:
             await run_in_threadpool(store.get_run, run_id)
         except RunNotFoundError:
             return PlainTextResponse(f"no run {run_id!r}", status_code=404)
-        return await sse(request, poll, "run")
+        return await sse(request, run_id, poll, "run", partial)
 
     async def runs_events(request: Request) -> Response:
         def poll() -> list[Any]:
             return [[r.run_id, r.status, r.last_step] for r in store.list_runs(limit=200)]
 
-        return await sse(request, poll, "runs")
+        return await sse(request, None, poll, "runs")
 
     async def answer(request: Request) -> Response:
         run_id = request.path_params["run_id"]

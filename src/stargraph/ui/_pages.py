@@ -21,6 +21,7 @@ from stargraph.viz import format_ms
 from stargraph.viz._runs import rule_decision
 
 __all__ = [
+    "LIVE_OUTPUT",
     "PAGE_SIZE",
     "STATUSES",
     "continue_form",
@@ -37,6 +38,14 @@ PAGE_SIZE: Final = 50
 """Steps per page of a run: a 1,000-step run renders 50 rows, not 1,000."""
 
 STATUSES: Final = ("running", "interrupted", "done", "failed", "cancelled", "orphaned")
+
+LIVE_OUTPUT: Final = (
+    '<section id="live-output" class="live-output" hidden><h2>Model output, streaming</h2>'
+    '<div id="live-calls" class="chat"></div><p class="muted">The reply of each model call '
+    "in flight, as its tokens arrive (runs this console continues). It moves into the step "
+    "timeline when its step commits.</p></section>"
+)
+"""The run page's box for the model output in flight, filled by the ``tokens`` events."""
 
 
 def layout(title: str, body: str, *, live: str = "") -> str:
