@@ -17,11 +17,21 @@ from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
-from ui_graphs import GATES, approval_graph, loop_graph, scripted_model, trip_graph
+from ui_graphs import (
+    GATES,
+    HeldServer,
+    approval_graph,
+    letter_graph,
+    letter_model,
+    loop_graph,
+    scripted_model,
+    trip_graph,
+)
 
 from stargraph.checkpoint import SqliteStore
 from stargraph.errors import RunNotFoundError
 from stargraph.examples.basics import mapreduce_graph
+from stargraph.testing import Reply
 from stargraph.ui import UiSettings, create_app
 
 LOCAL = "http://127.0.0.1:8765"
@@ -257,6 +267,73 @@ def test_event_stream_reports_new_steps(store: SqliteStore) -> None:
         gate.release(2)
         worker.join(60)
     assert not worker.is_alive()
+
+
+def _sse(stream: Any) -> Iterator[tuple[str, Any]]:
+    """``(event, data)`` of a server-sent event stream."""
+    event = "message"
+    for line in stream.iter_lines():
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            yield event, json.loads(line[6:])
+            event = "message"
+
+
+LETTER = "Dear Ada, sk-live-0123456789 ships on Monday. Regards, Bob"
+SHOWN = LETTER.replace("sk-live-0123456789", "[redacted:shop_key]")  # as the page shows it
+
+
+def test_tokens_of_a_run_the_console_continues_stream_to_its_page(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STARGRAPH_SECRET_SHOP_KEY", "sk-live-0123456789")
+    # The server sends the role chunk and three words (the last a secret), then holds.
+    with HeldServer([Reply.text(LETTER)], hold_after=4) as server:
+        app = letter_graph().compile(store=store, services={"model": letter_model(server)})
+        app.invoke({"to": "Ada"}, run_id="letter-1")
+        # A stream lasts 30 s: a console that never sends tokens fails the test, not hangs it.
+        client = _client(store, [app], poll_s=0.05, stream_s=30.0)
+        page = client.get("/runs/letter-1").text
+        assert 'id="live-output"' in page
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert csrf is not None
+        answered = _post(
+            client, "/runs/letter-1/answer", {"csrf": csrf.group(1), "action": "approve"}
+        )
+        assert answered.status_code == 303
+        assert server.held.wait(60), "the model call never started"
+        partial: list[Any] = []
+        with client.stream("GET", "/runs/letter-1/events") as stream:
+            for event, data in _sse(stream):
+                if event == "tokens" and data:
+                    partial = data
+                    break
+        # The reply so far, masked, while the model call is still open.
+        assert partial == [
+            {"run": "letter-1", "step": 2, "task": "write", "text": "Dear Ada, [redacted:shop_key]"}
+        ]
+        assert store.get_run("letter-1").status == "running"
+        tokens: list[str] = []
+        with client.stream("GET", "/runs/letter-1/events") as stream:
+            for event, data in _sse(stream):
+                if event != "tokens":
+                    continue
+                tokens.append(data[0]["text"] if data else "")
+                if len(tokens) == 1:
+                    server.release.set()  # the rest of the reply streams
+                elif not data:
+                    break  # the step committed: its text left the live box
+        _wait_status(store, "letter-1", "done")
+    assert app.get_state("letter-1").text == LETTER
+    # The text grew as tokens came (a stream that woke once for several shows them at once)
+    # and was dropped once its step committed: the step's record has the whole reply.
+    shown = [t for t in tokens if t]
+    assert shown[0] == "Dear Ada, [redacted:shop_key]"
+    assert all(SHOWN.startswith(t) for t in shown)
+    assert [len(t) for t in shown] == sorted({len(t) for t in shown})
+    assert tokens[-1] == ""
+    assert client.app.state.console.live.of("letter-1") == []
 
 
 # --------------------------------------------------------------------------- fork, replay
