@@ -151,6 +151,7 @@ svg.graph marker path{fill:#8c959f}svg.graph marker path.ran{fill:#1a7f37}
 .buttons{display:flex;gap:.5rem;flex-wrap:wrap}
 .pager{margin:.5rem 0}
 .live-output{border:1px solid #0969da;padding:.3rem 1rem;margin-top:1rem}
+.live-output h2{margin-top:.4rem}
 .live-call .text::after{content:"\\2588";color:#0969da}
 details.child{margin:.3rem 0;border-left:3px solid #8250df;padding-left:.4rem}
 details.child>summary{cursor:pointer}
