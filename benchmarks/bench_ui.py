@@ -39,11 +39,13 @@ from stargraph.ui import UiSettings, create_app
 class Loop(BaseModel):
     n: int = 0
     limit: int = 1000
+    seed: int = 0
     log: Annotated[list[str], reducers.append] = []
 
 
 def tick(state: Loop) -> dict[str, Any]:
-    return {"n": state.n + 1, "log": [f"tick {state.n + 1}: looked at item {state.n * 7 % 13}"]}
+    item = (state.n * 7 + state.seed) % 13
+    return {"n": state.n + 1, "log": [f"tick {state.n + 1}: looked at item {item}"]}
 
 
 def again(state: Loop) -> str:

@@ -528,6 +528,48 @@ def test_diff_of_identical_runs_folds_and_does_not_shift(store: SqliteStore) -> 
     assert "is a fork of" not in page
 
 
+def _diff_pairs(page: str) -> list[tuple[str, str]]:
+    return re.findall(r'<tr class="pair [a-z-]+" data-a="(\d*)" data-b="(\d*)">', page)
+
+
+def test_a_long_diff_is_paginated(store: SqliteStore) -> None:
+    loop = loop_graph().compile(store=store, max_steps=300)
+    loop.invoke({"limit": 120}, run_id="a")
+    loop.invoke({"limit": 120, "tag": "!"}, run_id="b")  # every step differs
+    client = _client(store, [loop])
+    first = client.get("/diff?a=a&b=b").text
+    assert _diff_pairs(first) == [(str(n), str(n)) for n in range(50)]
+    assert 'id="verdict">121 of 121 aligned steps differ.<' in first
+    assert "(3 pages of 50)" in first
+    assert 'href="/diff?a=a&amp;b=b&amp;page=2">101-150</a>' in first
+    last = client.get("/diff?a=a&b=b&page=2").text
+    assert _diff_pairs(last) == [(str(n), str(n)) for n in range(100, 121)]
+    assert 'id="verdict">121 of 121 aligned steps differ.<' in last  # over all pages
+    assert '<a class="first-change" href="/diff?a=a&amp;b=b&amp;page=0">' in last
+    assert client.get("/diff?a=a&b=b&page=99").text == last  # past the end: the last page
+
+
+def test_a_long_diffs_pages_count_a_fold_of_identical_steps_as_one_line(
+    store: SqliteStore,
+) -> None:
+    loop = loop_graph().compile(store=store, max_steps=300)
+    loop.invoke({"limit": 150}, run_id="a")
+    loop.fork("a", 100, update={"tag": "!"}, new_run_id="b")
+    client = _client(store, [loop])
+    before = client.get("/diff?a=a&b=b").text  # the fork not run yet: steps of A only
+    assert ("101", "") in _diff_pairs(before)
+    loop.resume("b")  # a diff is kept while neither run changes: this one did
+    # 52 lines: steps 0-100 folded, the fork's update (inserted), then 50 differing pairs.
+    page = client.get("/diff?a=a&b=b").text
+    assert '<tr class="pair same-run"><td class="num">0-100</td>' in page
+    pairs = _diff_pairs(page)
+    assert pairs[0] == ("", "101")
+    assert pairs[1:] == [(str(n), str(n + 1)) for n in range(101, 149)]
+    assert "(2 pages of 50)" in page
+    rest = client.get("/diff?a=a&b=b&page=1").text
+    assert _diff_pairs(rest) == [("149", "150"), ("150", "151")]
+
+
 def test_diff_masks_secrets_and_reports_missing_runs(store: SqliteStore) -> None:
     approval = _approval(store)
     approval.invoke({"item": "gadget", "api_key": "sk-live-0123456789"}, run_id="order-2")

@@ -31,13 +31,14 @@ class Loop(BaseModel):
     n: int = 0
     limit: int = 3
     gate: str = ""
+    tag: str = ""
     log: Annotated[list[str], reducers.append] = []
 
 
 def tick(state: Loop) -> dict[str, Any]:
     if state.gate:
         assert GATES[state.gate].acquire(timeout=120), "the test never opened the gate"
-    return {"n": state.n + 1, "log": [f"tick {state.n + 1}"]}
+    return {"n": state.n + 1, "log": [f"tick {state.n + 1}{state.tag}"]}
 
 
 def again(state: Loop) -> str:

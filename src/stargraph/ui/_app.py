@@ -39,7 +39,7 @@ from stargraph.errors import RunNotFoundError, StargraphError, StoreUnavailableE
 from stargraph.ir import GraphIR, SubgraphNodeIR
 from stargraph.runtime import CompiledGraph
 from stargraph.ui import _pages as pages
-from stargraph.ui._diff import diff_pair
+from stargraph.ui._diff import RunPairDiff, diff_pair
 from stargraph.ui._digest import DigestCache
 from stargraph.ui._graph import graph_svg
 from stargraph.ui._live import Closing, LiveText, Wakeup, Wakeups
@@ -280,6 +280,7 @@ class _Console:
         self.wakeups = Wakeups()
         self.closing = Closing(self.wakeups)
         self.live = LiveText(self.wakeups)
+        self.diffs = _Recent(4)
         self.workers: list[threading.Thread] = []
         self.failures: dict[str, str] = {}
 
@@ -426,6 +427,34 @@ def _unstarted_fork(run: RunRecord) -> bool:
         and run.owner is None
         and run.last_step <= run.parent_step + 1
     )
+
+
+def _version(run: RunRecord) -> tuple[str, int, str, str, str]:
+    """What changes whenever a run's steps or outcome do."""
+    return (run.run_id, run.last_step, run.status, run.updated_at, run.graph_hash)
+
+
+class _Recent:
+    """The last few diffs made, by the versions of their two runs (thread-safe)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._items: dict[Any, RunPairDiff] = {}
+
+    def get(self, key: Any) -> RunPairDiff | None:
+        with self._lock:
+            found = self._items.pop(key, None)
+            if found is not None:
+                self._items[key] = found  # now the most recent
+            return found
+
+    def put(self, key: Any, value: RunPairDiff) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+            self._items[key] = value
+            while len(self._items) > self._size:
+                del self._items[next(iter(self._items))]
 
 
 def _since_ok(run: RunRecord, since: str) -> bool:
@@ -967,26 +996,33 @@ def create_app(
         except StargraphError:
             return None
 
-    def render_diff(a: str, b: str) -> str:
+    def render_diff(a: str, b: str, page: int | None) -> str:
         if not a or not b:
             return pages.diff_page(console.masker, None, a, b)
         run_a, run_b = store.get_run(a), store.get_run(b)
-        found = diff_pair(
-            console.masker,
-            run_a,
-            store.get_steps(a),
-            run_b,
-            store.get_steps(b),
-            final_a=final_state(run_a),
-            final_b=final_state(run_b),
-        )
-        return pages.diff_page(console.masker, found, a, b)
+        # Paging through a diff compares the runs once: kept while neither run changes.
+        key = (_version(run_a), _version(run_b))
+        found = console.diffs.get(key)
+        if found is None:
+            found = diff_pair(
+                console.masker,
+                run_a,
+                store.get_steps(a),
+                run_b,
+                store.get_steps(b),
+                final_a=final_state(run_a),
+                final_b=final_state(run_b),
+            )
+            console.diffs.put(key, found)
+        return pages.diff_page(console.masker, found, a, b, page)
 
     async def diff_view(request: Request) -> Response:
         a = request.query_params.get("a", "").strip()
         b = request.query_params.get("b", "").strip()
+        raw = request.query_params.get("page", "")
+        page = int(raw) if raw.isdigit() else None
         try:
-            text = await run_in_threadpool(render_diff, a, b)
+            text = await run_in_threadpool(render_diff, a, b, page)
         except RunNotFoundError as exc:
             return PlainTextResponse(
                 f"{console.masker.text(str(exc))}; pick two runs of this store", status_code=404
