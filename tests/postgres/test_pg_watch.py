@@ -1,6 +1,7 @@
-"""``PostgresStore`` change notices: each write that changes a run ``NOTIFY``s the schema's
-channel with the run id, and ``store.watch(run_id)`` wakes on them (``LISTEN`` on a
-connection of its own), whichever connection or process wrote."""
+"""``PostgresStore`` change notices: each write that changes what a run looks like is
+followed by a ``NOTIFY`` on the schema's channel with the run id, and ``store.watch(run_id)``
+wakes on them (``LISTEN`` on a connection of its own), whichever connection or process
+wrote."""
 
 from __future__ import annotations
 
@@ -57,12 +58,12 @@ def test_each_write_that_changes_a_run_notifies_with_its_id(
         with pytest.raises(CheckpointError):
             store.commit_step("a", StepRecord(step=1))  # refused (fenced): no notice
         store.set_status("a", "interrupted")
-        store.acquire("a", owner)  # a lease taken: an orphaned run shows running again
-        assert store.heartbeat("a", owner)  # a renewal changes nothing shown: no notice
+        store.acquire("a", owner)  # a lease taken or renewed: no notice (nothing shown moved)
+        assert store.heartbeat("a", owner)
         store.set_status("a", "done", owner="t1")
         store.create_run(make_run("b"), StepRecord(step=0, snapshot={}))
 
-    assert _notices(pg_dsn, store.channel, act) == ["a", "a", "a", "a", "a", "b"]
+    assert _notices(pg_dsn, store.channel, act) == ["a", "a", "a", "a", "b"]
 
 
 def test_a_run_id_no_payload_can_carry_is_announced_as_any_run(

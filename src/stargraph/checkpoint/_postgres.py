@@ -26,15 +26,16 @@ with skewed clocks agree on when a lease lapsed. ``crc`` is the CRC-32 of the pa
 on every read, as in SQLite.
 
 Change notices: each write that changes what a run looks like (a new run, a step committed, a
-status change, a lease taken) also ``NOTIFY``s the schema's channel (:attr:`PostgresStore.channel`)
-with the run id as payload, in the write's own statement, so the notice goes out exactly when
-the write commits. :meth:`PostgresStore.watch` listens for them (the console's live view).
+status change) is followed by a ``NOTIFY`` on the schema's channel
+(:attr:`PostgresStore.channel`) with the run id as payload; :meth:`PostgresStore.watch`
+listens for them (the console's live view).
 
 psycopg is imported when a store is created, not when ``stargraph`` is imported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -554,16 +555,20 @@ class PostgresStore:
         7,900 bytes): some run changed."""
         return f"stargraph_{self._schema}"[:63]  # a channel name has at most 63 bytes
 
-    def _notify_from(self, rows: str) -> str:
-        """A CTE ``nt`` that notifies :attr:`channel` once per run id that the CTE ``rows``
-        returns, inside the write's statement: the notice goes out when the write commits,
-        and not at all when it changed nothing. The statement must select from ``nt`` (a
-        CTE nobody reads does not run)."""
-        payload = (
-            "CASE WHEN position('\\x00'::bytea IN run_id) = 0 AND octet_length(run_id) < 7900 "
-            "THEN convert_from(run_id, 'UTF8') ELSE '' END"
-        )
-        return f"nt AS (SELECT pg_notify('{self.channel}', {payload}) FROM {rows})"
+    def _notify(self, conn: psycopg.Connection[Any], run_id: str) -> None:
+        """Tell listeners that ``run_id`` changed: called on the write's connection right
+        after the write committed.
+
+        The notice is a transaction of its own, not part of the write's: a transaction that
+        notifies holds a database-wide lock from its commit until it ends, WAL flush
+        included, so notifying writes commit one at a time (4 threads committing steps with
+        fsync on: 203 commits/s with the notice inside, 427 with it after, 508 without). A
+        notice that cannot be sent is dropped (the write stands; listeners also look again
+        every few seconds)."""
+        payload = run_id if "\x00" not in run_id and len(run_id.encode()) < 7900 else ""
+        # A broken connection is dropped by the pool when handed back.
+        with contextlib.suppress(self._psycopg.Error):
+            conn.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
 
     def watch(self, run_id: str | None = None) -> RunWatch:
         """Wait for changes of run ``run_id`` (of any run: ``None``) as they commit, on a
@@ -619,8 +624,7 @@ class PostgresStore:
                 "clock_timestamp() + %s * interval '1 second', %s, %s) "
                 "ON CONFLICT DO NOTHING RETURNING run_id), "
                 f"st AS (INSERT INTO {self._s}.steps (run_id, step, has_snapshot, payload, crc) "
-                f"SELECT run_id, %s, %s, %s, %s FROM ins), {self._notify_from('ins')} "
-                "SELECT count(*) FROM ins, nt",
+                "SELECT run_id, %s, %s, %s, %s FROM ins) SELECT count(*) FROM ins",
                 (*values, first.step, first.snapshot is not None, payload, _crc(payload)),
             ).fetchone()
             if row is None or row[0] != 1:
@@ -634,6 +638,7 @@ class PostgresStore:
                     f"run {rid!r} already exists; pick another run_id or resume it",
                     run_id=rid,
                 )
+            self._notify(conn, rid)
 
     def _fence_error(
         self, conn: psycopg.Connection[Any], run_id: str, owner: str | None, step: int | None
@@ -677,10 +682,9 @@ class PostgresStore:
                 raise busy_error(run_id, held, before.lease_expires)
             token, blob, lease_s = _lease_columns(owner)
             conn.execute(
-                f"WITH up AS (UPDATE {s}.runs SET lease_token = %s, lease_owner = %s, "
+                f"UPDATE {s}.runs SET lease_token = %s, lease_owner = %s, "
                 "lease_expires = clock_timestamp() + %s * interval '1 second' "
-                f"WHERE run_id = %s RETURNING run_id), {self._notify_from('up')} "
-                "SELECT count(*) FROM up, nt",
+                "WHERE run_id = %s",
                 (token, blob, lease_s, key),
             )
         return before
@@ -736,8 +740,8 @@ class PostgresStore:
                 f"dp AS (DELETE FROM {s}.pending WHERE run_id = %(run)s AND step = %(n)s "
                 "AND EXISTS (SELECT 1 FROM adv)), "
                 f"dj AS (DELETE FROM {s}.journal WHERE run_id = %(run)s AND step = %(n)s "
-                "AND EXISTS (SELECT 1 FROM adv)), "
-                f"{self._notify_from('adv')} SELECT count(*) FROM adv, nt",
+                "AND EXISTS (SELECT 1 FROM adv)) "
+                "SELECT count(*) FROM adv",
                 {
                     "n": number,
                     "status": status,
@@ -752,6 +756,7 @@ class PostgresStore:
                 },
             ).fetchone()
             if row is not None and row[0] == 1:
+                self._notify(conn, run_id)
                 return
             raise self._fence_error(conn, run_id, owner, number)
 
@@ -775,15 +780,14 @@ class PostgresStore:
             else ", lease_token = NULL, lease_owner = NULL, lease_expires = NULL"
         )
         with self._conn() as conn:
-            row = conn.execute(
-                f"WITH up AS (UPDATE {self._s}.runs SET status = %s, extra = %s, "
-                f"updated_at = %s{release} WHERE run_id = %s "
-                "AND lease_token IS NOT DISTINCT FROM %s::text RETURNING run_id), "
-                f"{self._notify_from('up')} SELECT count(*) FROM up, nt",
+            cursor = conn.execute(
+                f"UPDATE {self._s}.runs SET status = %s, extra = %s, updated_at = %s{release} "
+                "WHERE run_id = %s AND lease_token IS NOT DISTINCT FROM %s::text",
                 (status, extra, _now(), _key(run_id), owner),
-            ).fetchone()
-            if row is None or row[0] != 1:
+            )
+            if cursor.rowcount != 1:
                 raise self._fence_error(conn, run_id, owner, None)
+            self._notify(conn, run_id)
 
     def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
         """Record that the run continues under another graph (after an explicit migration)."""
