@@ -368,7 +368,13 @@ def test_fork_from_a_step_with_an_edited_state_then_continue_it(store: SqliteSto
     page = client.get("/runs/loop-1").text
     assert 'href="/runs/loop-1/fork?step=1"' in page
     form = _fork_form(client, "loop-1", 1)
-    assert json.loads(form["state"]) == {"gate": "", "limit": 3, "log": ["tick 1"], "n": 1}
+    assert json.loads(form["state"]) == {
+        "gate": "",
+        "limit": 3,
+        "log": ["tick 1"],
+        "n": 1,
+        "tag": "",
+    }
     response = _post(client, "/runs/loop-1/fork", {**_edited(form, limit=5), "action": "fork"})
     assert response.status_code == 303, response.text
     new_id = response.headers["location"].removeprefix("/runs/")

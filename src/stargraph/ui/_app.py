@@ -51,6 +51,8 @@ __all__ = ["RunGraph", "UiSettings", "create_app", "is_loopback"]
 _CSRF_COOKIE: Final = "sg_csrf"
 _TOKEN_COOKIE: Final = "sg_token"
 _NO_ANSWER: Final = object()
+_COALESCE_S: Final = 0.1
+"""After a store's notice, a live view waits this long before it listens again."""
 _MASK_MARK: Final = "[redacted:"
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 _CSP: Final = (
@@ -692,21 +694,29 @@ def create_app(
 
         return PlainTextResponse(await run_in_threadpool(state))
 
-    async def follow(run_id: str | None, wakeup: Wakeup, ready: asyncio.Event) -> None:
-        """Wake ``wakeup`` whenever the store may hold news of ``run_id`` (of any run:
-        ``None``): on the store's notice, else every ``poll_s``; until cancelled."""
+    async def follow(
+        run_id: str | None, wakeup: Wakeup, news: asyncio.Event, ready: asyncio.Event
+    ) -> None:
+        """Set ``news`` (and wake the stream) whenever the store may hold news of ``run_id``
+        (of any run: ``None``): on the store's notice, at most every ``_COALESCE_S``, else
+        every ``poll_s``; until cancelled."""
         try:
             async with watch_runs(store, run_id, poll_s=settings.poll_s) as watch:
                 ready.set()
                 while True:
                     await watch.wait(settings.recheck_s)
+                    news.set()
                     wakeup.set()
+                    # Busy writers send notices by the hundred a second: one read covers
+                    # those of the next moment too.
+                    await asyncio.sleep(_COALESCE_S)
         except StoreUnavailableError:
             pass  # no LISTEN connection (or it broke): poll instead
         ready.set()
         async with PollingWatch(settings.poll_s) as polling:
             while True:
                 await polling.wait(settings.recheck_s)
+                news.set()
                 wakeup.set()
 
     async def sse(
@@ -717,13 +727,15 @@ def create_app(
         partial: Callable[[], Any] | None = None,
     ) -> StreamingResponse:
         """An event stream sending ``poll()`` as ``event`` (and ``partial()``, the model
-        output in flight, as ``tokens``) whenever it changes."""
+        output in flight, as ``tokens``) whenever it changes. The store is read when its
+        watch says it may have changed; the model output (in memory) whenever woken."""
 
         async def stream() -> AsyncIterator[str]:
             wakeup = Wakeup()
             console.wakeups.add(run_id, wakeup)
-            ready = asyncio.Event()
-            watcher = asyncio.create_task(follow(run_id, wakeup, ready))
+            news, ready = asyncio.Event(), asyncio.Event()
+            news.set()  # the first read
+            watcher = asyncio.create_task(follow(run_id, wakeup, news, ready))
             try:
                 await ready.wait()  # watching before the first read: no change falls between
                 yield "retry: 1000\n\n"
@@ -732,10 +744,12 @@ def create_app(
                 deadline = time.monotonic() + settings.stream_s
                 while not console.closing.is_set() and time.monotonic() < deadline:
                     wakeup.clear()
-                    current = await run_in_threadpool(poll)
-                    if current != last:
-                        last = current
-                        yield f"event: {event}\ndata: {json.dumps(current)}\n\n"
+                    if news.is_set():
+                        news.clear()
+                        current = await run_in_threadpool(poll)
+                        if current != last:
+                            last = current
+                            yield f"event: {event}\ndata: {json.dumps(current)}\n\n"
                     shown = [] if partial is None else partial()
                     if shown != last_partial:
                         last_partial = shown

@@ -69,9 +69,10 @@ class Wakeups:
                     del self._by_run[run_id]
 
     def wake(self, *run_ids: str) -> None:
-        """Wake the streams of these runs and those of every run."""
+        """Wake the streams that follow these runs (not those of the runs list: the store's
+        watch wakes those)."""
         with self._lock:
-            woken = [w for key in (*run_ids, None) for w in self._by_run.get(key, ())]
+            woken = [w for key in run_ids for w in self._by_run.get(key, ())]
         for wakeup in woken:
             wakeup.set()
 
