@@ -35,7 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from stargraph.checkpoint import CheckpointStore, PollingWatch, RunRecord, StepRecord, watch_runs
 from stargraph.checkpoint._compact import expand_stored
 from stargraph.compile._subgraphs import site_of  # how the runner names a child run
-from stargraph.errors import RunNotFoundError, StargraphError, StoreUnavailableError
+from stargraph.errors import RunNotFoundError, StargraphError
 from stargraph.ir import GraphIR, SubgraphNodeIR
 from stargraph.runtime import CompiledGraph
 from stargraph.ui import _pages as pages
@@ -699,7 +699,7 @@ def create_app(
     ) -> None:
         """Set ``news`` (and wake the stream) whenever the store may hold news of ``run_id``
         (of any run: ``None``): on the store's notice, at most every ``_COALESCE_S``, else
-        every ``poll_s``; until cancelled."""
+        every ``poll_s``; until cancelled. ``ready`` is set once it watches."""
         try:
             async with watch_runs(store, run_id, poll_s=settings.poll_s) as watch:
                 ready.set()
@@ -710,9 +710,10 @@ def create_app(
                     # Busy writers send notices by the hundred a second: one read covers
                     # those of the next moment too.
                     await asyncio.sleep(_COALESCE_S)
-        except StoreUnavailableError:
+        except StargraphError:
             pass  # no LISTEN connection (or it broke): poll instead
-        ready.set()
+        finally:
+            ready.set()  # the stream must not wait on a watch that failed to start
         async with PollingWatch(settings.poll_s) as polling:
             while True:
                 await polling.wait(settings.recheck_s)
