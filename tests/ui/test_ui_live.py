@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 
+from ui_graphs import letter_graph
+
+from stargraph.checkpoint import SqliteStore
+from stargraph.llm import ChatMessage, ChatResponse, ScriptedChatModel
 from stargraph.runtime import MessageChunk
 from stargraph.ui._live import Closing, LiveText, Wakeup, Wakeups
 
@@ -54,3 +59,19 @@ def test_tokens_wake_the_pages_of_their_runs_and_closing_wakes_every_page() -> N
         assert runs_list._event.is_set()
 
     asyncio.run(main())
+
+
+def test_resume_stream_takes_the_stream_modes_of_stream(tmp_path: Path) -> None:
+    """What the console resumes runs with: ``resume_stream(..., mode=[...])``."""
+    reply = ChatResponse(message=ChatMessage(role="assistant", content="Dear Ada, hello."))
+    model = ScriptedChatModel(lambda request: reply)
+    with SqliteStore(tmp_path / "runs.db") as store:
+        app = letter_graph().compile(store=store, services={"model": model})
+        app.invoke({"to": "Ada"}, run_id="l")
+        items = list(app.resume_stream("l", response=True, mode=["messages", "events"]))
+        chunks = [item for mode, item in items if mode == "messages"]
+        assert all(isinstance(c, MessageChunk) for c in chunks)
+        assert "".join(c.text for c in chunks) == "Dear Ada, hello."
+        assert {c.node for c in chunks} == {"write"}
+        assert [item.kind for mode, item in items if mode == "events"][-1] == "run_finished"
+        assert app.get_state("l").text == "Dear Ada, hello."
