@@ -546,8 +546,8 @@ def test_a_long_diff_is_paginated(store: SqliteStore) -> None:
     first = client.get("/diff?a=a&b=b").text
     assert _diff_pairs(first) == [(str(n), str(n)) for n in range(50)]
     assert 'id="verdict">121 of 121 aligned steps differ.<' in first
-    assert "(3 pages of 50)" in first
-    assert 'href="/diff?a=a&amp;b=b&amp;page=2">101-150</a>' in first
+    assert "(121 lines, 3 pages)" in first
+    assert 'href="/diff?a=a&amp;b=b&amp;page=2">101-121</a>' in first
     last = client.get("/diff?a=a&b=b&page=2").text
     assert _diff_pairs(last) == [(str(n), str(n)) for n in range(100, 121)]
     assert 'id="verdict">121 of 121 aligned steps differ.<' in last  # over all pages
@@ -571,7 +571,7 @@ def test_a_long_diffs_pages_count_a_fold_of_identical_steps_as_one_line(
     pairs = _diff_pairs(page)
     assert pairs[0] == ("", "101")
     assert pairs[1:] == [(str(n), str(n + 1)) for n in range(101, 149)]
-    assert "(2 pages of 50)" in page
+    assert "(52 lines, 2 pages)" in page
     rest = client.get("/diff?a=a&b=b&page=1").text
     assert _diff_pairs(rest) == [("149", "150"), ("150", "151")]
 

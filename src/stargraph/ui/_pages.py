@@ -562,8 +562,10 @@ def _diff_line(masker: Masker, line: tuple[AlignedStep, ...]) -> str:
     return _same_run(list(line)) if len(line) > 1 else _diff_row(masker, line[0])
 
 
-def _diff_pager(a: str, b: str, page: int, pages: int, first_change: int | None) -> str:
-    """Links to the other pages of a diff, and to the page of its first difference."""
+def _diff_pager(a: str, b: str, page: int, lines: int, first_change: int | None) -> str:
+    """Links to the other pages of a diff of ``lines`` lines, and to the page of its first
+    difference."""
+    pages = -(-lines // DIFF_PAGE_SIZE)
     if pages <= 1:
         return ""
 
@@ -572,15 +574,14 @@ def _diff_pager(a: str, b: str, page: int, pages: int, first_change: int | None)
 
     links = []
     for n in sorted({0, max(page - 1, 0), page, min(page + 1, pages - 1), pages - 1}):
-        label = f"{n * DIFF_PAGE_SIZE + 1}-{(n + 1) * DIFF_PAGE_SIZE}"
+        label = f"{n * DIFF_PAGE_SIZE + 1}-{min((n + 1) * DIFF_PAGE_SIZE, lines)}"
         links.append(f"<b>{label}</b>" if n == page else f'<a href="{href(n)}">{label}</a>')
     first = ""
     if first_change is not None and first_change // DIFF_PAGE_SIZE != page:
         n = first_change // DIFF_PAGE_SIZE
         first = f' - <a class="first-change" href="{href(n)}">first difference</a>'
     return (
-        f'<nav class="pager">lines: {" | ".join(links)} ({pages} pages of '
-        f"{DIFF_PAGE_SIZE}){first}</nav>"
+        f'<nav class="pager">lines: {" | ".join(links)} ({lines} lines, {pages} pages){first}</nav>'
     )
 
 
@@ -618,7 +619,7 @@ def diff_page(
         page = 0 if first_change is None else first_change // DIFF_PAGE_SIZE
     page = min(max(page, 0), pages - 1)
     shown = lines[page * DIFF_PAGE_SIZE : (page + 1) * DIFF_PAGE_SIZE]
-    pager = _diff_pager(a, b, page, pages, first_change)
+    pager = _diff_pager(a, b, page, len(lines), first_change)
     rows = "".join(_diff_line(masker, line) for line in shown)
     differing = sum(1 for r in diff.rows if not r.same)
     verdict = (
