@@ -188,13 +188,15 @@ with PostgresStore(sys.argv[1], schema=sys.argv[2], application_name="far-writer
 """
 
 
-def _listening(pg_dsn: str) -> int:
-    """How many connections of the console LISTEN for changes now."""
+def _listening(pg_dsn: str, channel: str) -> int:
+    """How many connections LISTEN on ``channel`` now (other tests' schemas aside)."""
     import psycopg
 
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
         row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'stargraph-listen'"
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'stargraph-listen' "
+            "AND query = %s",
+            (f'LISTEN "{channel}"',),
         ).fetchone()
     assert row is not None
     return int(row[0])
@@ -222,7 +224,7 @@ def test_a_commit_by_another_process_wakes_the_event_stream_without_polling(
                 events.append(json.loads(line[6:]))
                 if len(events) == 1:
                     # The stream listens (it did before its first read of the store).
-                    assert _listening(pg_dsn) == 1
+                    assert _listening(pg_dsn, store.channel) == 1
                 step = events[-1]["last_step"]
                 if step == 2:
                     break
@@ -238,6 +240,6 @@ def test_a_commit_by_another_process_wakes_the_event_stream_without_polling(
     ]
     # The client went away: its LISTEN connection is closed.
     deadline = time.monotonic() + DEADLINE_S
-    while _listening(pg_dsn) != 0:
+    while _listening(pg_dsn, store.channel) != 0:
         assert time.monotonic() < deadline, "the stream's LISTEN connection stayed open"
         time.sleep(0.02)

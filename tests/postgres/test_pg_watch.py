@@ -107,8 +107,8 @@ def test_a_watch_holds_one_listening_connection_until_it_is_left(
     def listening() -> int:
         with psycopg.connect(pg_dsn, autocommit=True) as conn:
             row = conn.execute(
-                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
-                ("stargraph-listen",),
+                "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND query = %s",
+                ("stargraph-listen", f'LISTEN "{store.channel}"'),
             ).fetchone()
         assert row is not None
         return int(row[0])
