@@ -1,14 +1,17 @@
 """The run console over a real PostgreSQL store, served by uvicorn and read over HTTP.
 
 The same pages and live events as over SQLite (``tests/ui``): the runs list, a run page, a
-run gaining steps live (the event stream polls the store), an answer that resumes the run,
-a nested skill run and a fork's diff, all against the server ``conftest`` starts.
+run gaining steps live, an answer that resumes the run, a nested skill run and a fork's
+diff, all against the server ``conftest`` starts. On PostgreSQL the event streams wake on
+the store's ``NOTIFY`` (``LISTEN`` on a connection per stream, closed when the client goes):
+a commit by another process reaches the page with the poll interval set to an hour.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import subprocess
 import sys
 import threading
 import time
@@ -20,7 +23,8 @@ import httpx
 import pytest
 import uvicorn
 
-from stargraph.checkpoint import PostgresStore
+from stargraph.checkpoint import PostgresStore, StepRecord
+from stargraph.checkpoint.conformance import make_run
 from stargraph.ui import UiSettings, create_app
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ui"))
@@ -41,8 +45,11 @@ def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
 class Console:
     """The console over ``store`` on a free loopback port, in a thread of the test."""
 
-    def __init__(self, store: PostgresStore, graphs: list[Any]) -> None:
-        self.app = create_app(store, graphs=graphs, settings=UiSettings(poll_s=0.05))
+    def __init__(
+        self, store: PostgresStore, graphs: list[Any], settings: UiSettings | None = None
+    ) -> None:
+        settings = settings or UiSettings(poll_s=0.05)
+        self.app = create_app(store, graphs=graphs, settings=settings)
         config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning")
         self.server = uvicorn.Server(config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -69,8 +76,10 @@ class Console:
 def serve() -> Iterator[Any]:
     started: list[Console] = []
 
-    def start(store: PostgresStore, graphs: list[Any]) -> Console:
-        started.append(Console(store, graphs))
+    def start(
+        store: PostgresStore, graphs: list[Any], settings: UiSettings | None = None
+    ) -> Console:
+        started.append(Console(store, graphs, settings))
         return started[-1]
 
     yield start
@@ -165,3 +174,72 @@ def test_child_runs_and_a_fork_diff_over_postgres(store: PostgresStore, serve: A
     assert ("inserted", "", "2") in pairs
     assert ("differs", "2", "3") in pairs  # the hotel skill, re-run for Bergen
     assert "final state city: A = &quot;Oslo&quot;  B = &quot;Bergen&quot;" in diff
+
+
+# Commits steps of run "far" in a process of its own, one per line read from stdin.
+WRITER = """
+import sys
+from stargraph.checkpoint import PostgresStore, StepRecord
+with PostgresStore(sys.argv[1], schema=sys.argv[2], application_name="far-writer") as store:
+    for line in sys.stdin:
+        step = int(line)
+        store.commit_step("far", StepRecord(step=step), status="done" if step == 2 else "running")
+        print(step, flush=True)
+"""
+
+
+def _listening(pg_dsn: str, channel: str) -> int:
+    """How many connections LISTEN on ``channel`` now (other tests' schemas aside)."""
+    import psycopg
+
+    with psycopg.connect(pg_dsn, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'stargraph-listen' "
+            "AND query = %s",
+            (f'LISTEN "{channel}"',),
+        ).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def test_a_commit_by_another_process_wakes_the_event_stream_without_polling(
+    store: PostgresStore, serve: Any, pg_dsn: str, pg_schema: str
+) -> None:
+    store.create_run(make_run("far"), StepRecord(step=0, snapshot={}))
+    # The console would look at the store once an hour: only a NOTIFY can bring the steps.
+    console = serve(store, [], UiSettings(poll_s=3600.0, recheck_s=3600.0))
+    with subprocess.Popen(
+        [sys.executable, "-c", WRITER, pg_dsn, pg_schema],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as writer:
+        assert writer.stdin is not None
+        assert writer.stdout is not None
+        events: list[dict[str, Any]] = []
+        with console.http.stream("GET", "/runs/far/events") as stream:
+            for line in stream.iter_lines():  # each read is bounded by the client's timeout
+                if not line.startswith("data: "):
+                    continue
+                events.append(json.loads(line[6:]))
+                if len(events) == 1:
+                    # The stream listens (it did before its first read of the store).
+                    assert _listening(pg_dsn, store.channel) == 1
+                step = events[-1]["last_step"]
+                if step == 2:
+                    break
+                writer.stdin.write(f"{step + 1}\n")
+                writer.stdin.flush()
+                assert writer.stdout.readline().strip() == str(step + 1)
+        writer.stdin.close()
+        assert writer.wait(DEADLINE_S) == 0
+    assert events == [
+        {"last_step": 0, "status": "running"},
+        {"last_step": 1, "status": "running"},
+        {"last_step": 2, "status": "done"},
+    ]
+    # The client went away: its LISTEN connection is closed.
+    deadline = time.monotonic() + DEADLINE_S
+    while _listening(pg_dsn, store.channel) != 0:
+        assert time.monotonic() < deadline, "the stream's LISTEN connection stayed open"
+        time.sleep(0.02)

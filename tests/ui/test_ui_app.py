@@ -14,11 +14,21 @@ import time
 from typing import Any
 
 from starlette.testclient import TestClient
-from ui_graphs import GATES, approval_graph, loop_graph, scripted_model, trip_graph
+from ui_graphs import (
+    GATES,
+    HeldServer,
+    approval_graph,
+    letter_graph,
+    letter_model,
+    loop_graph,
+    scripted_model,
+    trip_graph,
+)
 
 from stargraph.checkpoint import SqliteStore
 from stargraph.errors import RunNotFoundError
 from stargraph.examples.basics import mapreduce_graph
+from stargraph.testing import Reply
 from stargraph.ui import UiSettings, create_app
 
 LOCAL = "http://127.0.0.1:8765"
@@ -250,6 +260,73 @@ def test_event_stream_reports_new_steps(store: SqliteStore) -> None:
     assert not worker.is_alive()
 
 
+def _sse(stream: Any) -> Iterator[tuple[str, Any]]:
+    """``(event, data)`` of a server-sent event stream."""
+    event = "message"
+    for line in stream.iter_lines():
+        if line.startswith("event: "):
+            event = line[7:]
+        elif line.startswith("data: "):
+            yield event, json.loads(line[6:])
+            event = "message"
+
+
+LETTER = "Dear Ada, sk-live-0123456789 ships on Monday. Regards, Bob"
+SHOWN = LETTER.replace("sk-live-0123456789", "[redacted:shop_key]")  # as the page shows it
+
+
+def test_tokens_of_a_run_the_console_continues_stream_to_its_page(
+    store: SqliteStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("STARGRAPH_SECRET_SHOP_KEY", "sk-live-0123456789")
+    # The server sends the role chunk and three words (the last a secret), then holds.
+    with HeldServer([Reply.text(LETTER)], hold_after=4) as server:
+        app = letter_graph().compile(store=store, services={"model": letter_model(server)})
+        app.invoke({"to": "Ada"}, run_id="letter-1")
+        # A stream lasts 30 s: a console that never sends tokens fails the test, not hangs it.
+        client = _client(store, [app], poll_s=0.05, stream_s=30.0)
+        page = client.get("/runs/letter-1").text
+        assert 'id="live-output"' in page
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert csrf is not None
+        answered = _post(
+            client, "/runs/letter-1/answer", {"csrf": csrf.group(1), "action": "approve"}
+        )
+        assert answered.status_code == 303
+        assert server.held.wait(60), "the model call never started"
+        partial: list[Any] = []
+        with client.stream("GET", "/runs/letter-1/events") as stream:
+            for event, data in _sse(stream):
+                if event == "tokens" and data:
+                    partial = data
+                    break
+        # The reply so far, masked, while the model call is still open.
+        assert partial == [
+            {"run": "letter-1", "step": 2, "task": "write", "text": "Dear Ada, [redacted:shop_key]"}
+        ]
+        assert store.get_run("letter-1").status == "running"
+        tokens: list[str] = []
+        with client.stream("GET", "/runs/letter-1/events") as stream:
+            for event, data in _sse(stream):
+                if event != "tokens":
+                    continue
+                tokens.append(data[0]["text"] if data else "")
+                if len(tokens) == 1:
+                    server.release.set()  # the rest of the reply streams
+                elif not data:
+                    break  # the step committed: its text left the live box
+        _wait_status(store, "letter-1", "done")
+    assert app.get_state("letter-1").text == LETTER
+    # The text grew as tokens came (a stream that woke once for several shows them at once)
+    # and was dropped once its step committed: the step's record has the whole reply.
+    shown = [t for t in tokens if t]
+    assert shown[0] == "Dear Ada, [redacted:shop_key]"
+    assert all(SHOWN.startswith(t) for t in shown)
+    assert [len(t) for t in shown] == sorted({len(t) for t in shown})
+    assert tokens[-1] == ""
+    assert client.app.state.console.live.of("letter-1") == []
+
+
 # --------------------------------------------------------------------------- fork, replay
 
 
@@ -282,7 +359,13 @@ def test_fork_from_a_step_with_an_edited_state_then_continue_it(store: SqliteSto
     page = client.get("/runs/loop-1").text
     assert 'href="/runs/loop-1/fork?step=1"' in page
     form = _fork_form(client, "loop-1", 1)
-    assert json.loads(form["state"]) == {"gate": "", "limit": 3, "log": ["tick 1"], "n": 1}
+    assert json.loads(form["state"]) == {
+        "gate": "",
+        "limit": 3,
+        "log": ["tick 1"],
+        "n": 1,
+        "tag": "",
+    }
     response = _post(client, "/runs/loop-1/fork", {**_edited(form, limit=5), "action": "fork"})
     assert response.status_code == 303, response.text
     new_id = response.headers["location"].removeprefix("/runs/")
@@ -440,6 +523,48 @@ def test_diff_of_identical_runs_folds_and_does_not_shift(store: SqliteStore) -> 
     assert 'id="verdict">The runs are the same.<' in page
     assert "5 steps the same" in page
     assert "is a fork of" not in page
+
+
+def _diff_pairs(page: str) -> list[tuple[str, str]]:
+    return re.findall(r'<tr class="pair [a-z-]+" data-a="(\d*)" data-b="(\d*)">', page)
+
+
+def test_a_long_diff_is_paginated(store: SqliteStore) -> None:
+    loop = loop_graph().compile(store=store, max_steps=300)
+    loop.invoke({"limit": 120}, run_id="a")
+    loop.invoke({"limit": 120, "tag": "!"}, run_id="b")  # every step differs
+    client = _client(store, [loop])
+    first = client.get("/diff?a=a&b=b").text
+    assert _diff_pairs(first) == [(str(n), str(n)) for n in range(50)]
+    assert 'id="verdict">121 of 121 aligned steps differ.<' in first
+    assert "(121 lines, 3 pages)" in first
+    assert 'href="/diff?a=a&amp;b=b&amp;page=2">101-121</a>' in first
+    last = client.get("/diff?a=a&b=b&page=2").text
+    assert _diff_pairs(last) == [(str(n), str(n)) for n in range(100, 121)]
+    assert 'id="verdict">121 of 121 aligned steps differ.<' in last  # over all pages
+    assert '<a class="first-change" href="/diff?a=a&amp;b=b&amp;page=0">' in last
+    assert client.get("/diff?a=a&b=b&page=99").text == last  # past the end: the last page
+
+
+def test_a_long_diffs_pages_count_a_fold_of_identical_steps_as_one_line(
+    store: SqliteStore,
+) -> None:
+    loop = loop_graph().compile(store=store, max_steps=300)
+    loop.invoke({"limit": 150}, run_id="a")
+    loop.fork("a", 100, update={"tag": "!"}, new_run_id="b")
+    client = _client(store, [loop])
+    before = client.get("/diff?a=a&b=b").text  # the fork not run yet: steps of A only
+    assert ("101", "") in _diff_pairs(before)
+    loop.resume("b")  # a diff is kept while neither run changes: this one did
+    # 52 lines: steps 0-100 folded, the fork's update (inserted), then 50 differing pairs.
+    page = client.get("/diff?a=a&b=b").text
+    assert '<tr class="pair same-run"><td class="num">0-100</td>' in page
+    pairs = _diff_pairs(page)
+    assert pairs[0] == ("", "101")
+    assert pairs[1:] == [(str(n), str(n + 1)) for n in range(101, 149)]
+    assert "(52 lines, 2 pages)" in page
+    rest = client.get("/diff?a=a&b=b&page=1").text
+    assert _diff_pairs(rest) == [("149", "150"), ("150", "151")]
 
 
 def test_diff_masks_secrets_and_reports_missing_runs(store: SqliteStore) -> None:

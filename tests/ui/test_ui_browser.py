@@ -23,10 +23,20 @@ from typing import Any
 import pytest
 import uvicorn
 from cdp import Browser
-from ui_graphs import GATES, approval_graph, loop_graph, scripted_model, trip_graph
+from ui_graphs import (
+    GATES,
+    HeldServer,
+    approval_graph,
+    letter_graph,
+    letter_model,
+    loop_graph,
+    scripted_model,
+    trip_graph,
+)
 
 from stargraph.checkpoint import SqliteStore
 from stargraph.errors import RunNotFoundError
+from stargraph.testing import Reply
 from stargraph.ui import UiSettings, create_app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -230,6 +240,50 @@ def test_approve_an_interrupt_and_see_the_run_finish(
     assert sorted(ran) == ["__end__", "__start__", "ask", "draft", "finish"]
     assert approval.get_state("order-1").answer == {"approved": True}
     check_page(browser, tmp_path / "approved.png", capsys)
+
+
+def test_approve_and_watch_the_model_reply_stream_in(
+    browser: Browser,
+    serve: Any,
+    *,
+    store: SqliteStore,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("STARGRAPH_SECRET_SHOP_KEY", "sk-live-0123456789")
+    letter = "Dear Ada, sk-live-0123456789 ships on Monday. Regards, Bob"
+    # The scripted server sends the role chunk and three words, then holds the reply.
+    with HeldServer([Reply.text(letter)], hold_after=4) as server:
+        app = letter_graph().compile(store=store, services={"model": letter_model(server)})
+        app.invoke({"to": "Ada"}, run_id="letter-1")
+        served = serve([app])
+        browser.open(served.url + "/runs/letter-1")
+        assert browser.eval("document.getElementById('live-output').hidden") is True
+        browser.click_and_wait_navigation("#approve")
+        assert server.held.wait(DEADLINE_S), "the model call never started"
+        text = "document.querySelector('#live-calls .live-call .text')"
+        browser.wait_for(
+            f"{text} && {text}.textContent === 'Dear Ada, [redacted:shop_key]'",
+            "the first words of the reply, while the model call is open",
+        )
+        assert browser.eval("document.getElementById('live-output').hidden") is False
+        assert store.get_run("letter-1").status == "running"
+        who = browser.eval("document.querySelector('#live-calls .who').textContent")
+        assert who == "assistant, streaming: write in step 2"
+        check_page(browser, tmp_path / "tokens.png", capsys)
+        server.release.set()
+        browser.wait_for(
+            "document.readyState === 'complete' && document.querySelector('#run-status') &&"
+            " document.querySelector('#run-status').textContent === 'done'",
+            "the run to finish",
+        )
+    assert browser.eval("document.getElementById('live-output').hidden") is True
+    # The whole reply is in the step that ran the model, as a chat.
+    browser.eval("document.querySelector('details.call.llm').open = true")
+    reply = browser.eval("document.querySelector('.chat.reply .text').textContent")
+    assert reply == letter.replace("sk-live-0123456789", "[redacted:shop_key]")
+    assert browser.console_errors() == []
 
 
 def test_fork_a_run_replay_it_and_diff_the_two_side_by_side(

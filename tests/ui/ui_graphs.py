@@ -1,17 +1,27 @@
 """Graphs the console tests run: a gated loop (steps committed on the test's signal), an
-approval that calls a model and parks on ``ctx.interrupt``, and a rule-routed graph."""
+approval that calls a model and parks on ``ctx.interrupt``, a rule-routed graph, and a letter
+that parks first and then streams a model's reply from a server the test holds mid-stream."""
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 from pydantic import BaseModel
 
 from stargraph import reducers
 from stargraph.graph import END, START, Graph
-from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, Usage
+from stargraph.llm import (
+    ChatMessage,
+    ChatRequest,
+    ChatResponse,
+    OpenAIChatModel,
+    ScriptedChatModel,
+    Usage,
+)
 from stargraph.runtime import RunContext
+from stargraph.testing import Reply, ScriptedOpenAIServer
 
 # Gate name -> semaphore the ``tick`` node waits on: the test decides when each step runs.
 GATES: dict[str, threading.Semaphore] = {}
@@ -21,13 +31,14 @@ class Loop(BaseModel):
     n: int = 0
     limit: int = 3
     gate: str = ""
+    tag: str = ""
     log: Annotated[list[str], reducers.append] = []
 
 
 def tick(state: Loop) -> dict[str, Any]:
     if state.gate:
         assert GATES[state.gate].acquire(timeout=120), "the test never opened the gate"
-    return {"n": state.n + 1, "log": [f"tick {state.n + 1}"]}
+    return {"n": state.n + 1, "log": [f"tick {state.n + 1}{state.tag}"]}
 
 
 def again(state: Loop) -> str:
@@ -148,4 +159,65 @@ def trip_graph() -> Graph[Trip]:
         .with_edge("plan", "hotel")
         .with_edge("hotel", "done")
         .with_edge("done", END)
+    )
+
+
+class Letter(BaseModel):
+    to: str = "Ada"
+    answer: Any = None
+    text: str = ""
+
+
+def confirm(state: Letter, ctx: RunContext) -> dict[str, Any]:
+    return {"answer": ctx.interrupt({"question": f"write to {state.to}?"})}
+
+
+def write(state: Letter, ctx: RunContext) -> dict[str, Any]:
+    request = ChatRequest(messages=(ChatMessage.user(f"Write to {state.to}."),))
+    reply = ctx.services["model"].complete(request)
+    return {"text": reply.message.content or ""}
+
+
+def letter_graph() -> Graph[Letter]:
+    """Parks on an interrupt first, then calls a model: answering it in the console runs the
+    model call in the console's process, where its tokens stream to the page."""
+    return (
+        Graph("letter", state=Letter)
+        .with_node("confirm", confirm)
+        .with_node("write", write)
+        .with_edge(START, "confirm")
+        .with_edge("confirm", "write")
+        .with_edge("write", END)
+    )
+
+
+class HeldServer(ScriptedOpenAIServer):
+    """A scripted OpenAI-compatible server whose streamed replies stop after ``hold_after``
+    SSE chunks (the first is the role chunk, then one per word) until the test sets
+    ``release``; ``held`` is set when a reply reaches that point."""
+
+    def __init__(self, script: list[Reply], *, hold_after: int) -> None:
+        super().__init__(script)
+        self.hold_after = hold_after
+        self.held = threading.Event()
+        self.release = threading.Event()
+
+    def chunks(self, reply: Reply, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        """The scripted chunks, held at ``hold_after``."""
+        for sent, chunk in enumerate(super().chunks(reply, body)):
+            if sent == self.hold_after:
+                self.held.set()
+                if not self.release.wait(120):
+                    return  # the test never let go: the stream ends short
+            yield chunk
+
+    def close(self) -> None:
+        """Let any held reply go, then stop."""
+        self.release.set()
+        super().close()
+
+
+def letter_model(server: ScriptedOpenAIServer) -> OpenAIChatModel:
+    return OpenAIChatModel(
+        "scripted-model", base_url=server.base_url, api_key="x", max_retries=0, backoff=0
     )

@@ -4,6 +4,8 @@
 for one machine, ``PostgresStore`` for several; all pass the shared conformance suite in
 ``stargraph.checkpoint.conformance``. A run has one owner at a time (a lease with
 heartbeats, :class:`RunOwner`); a run whose owner is gone is reported as ``orphaned``.
+:func:`watch_runs` waits for a run to change (``PostgresStore`` tells at once, through
+``LISTEN``/``NOTIFY``; other stores are polled).
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from stargraph.checkpoint._records import (
     WriteRecord,
 )
 from stargraph.checkpoint._sqlite import SqliteStore
+from stargraph.checkpoint._watch import PollingWatch, RunWatch, WatchableStore, watch_runs
 
 if TYPE_CHECKING:
     from stargraph.checkpoint._postgres import PostgresStore
@@ -33,15 +36,19 @@ __all__ = [
     "JournalEntry",
     "MemoryStore",
     "PendingWrite",
+    "PollingWatch",
     "PostgresStore",
     "Recording",
     "RunOwner",
     "RunRecord",
     "RunStatus",
+    "RunWatch",
     "SqliteStore",
     "StepRecord",
     "TaskRecord",
+    "WatchableStore",
     "WriteRecord",
+    "watch_runs",
 ]
 
 

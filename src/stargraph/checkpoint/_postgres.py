@@ -25,11 +25,17 @@ cleanup, so of two writers committing the same step exactly one wins and the oth
 with skewed clocks agree on when a lease lapsed. ``crc`` is the CRC-32 of the payload, checked
 on every read, as in SQLite.
 
+Change notices: each write that changes what a run looks like (a new run, a step committed, a
+status change) is followed by a ``NOTIFY`` on the schema's channel
+(:attr:`PostgresStore.channel`) with the run id as payload; :meth:`PostgresStore.watch`
+listens for them (the console's live view).
+
 psycopg is imported when a store is created, not when ``stargraph`` is imported.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import threading
@@ -70,6 +76,8 @@ from stargraph.errors import CheckpointError, RunNotFoundError, StoreUnavailable
 
 if TYPE_CHECKING:
     import psycopg
+
+    from stargraph.checkpoint._watch import RunWatch
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "describe_dsn", "redact"]
 
@@ -505,6 +513,46 @@ class PostgresStore(SqlStore):
             text=_t,
         )
 
+    # ----------------------------------------------------------------- change notices
+
+    @property
+    def channel(self) -> str:
+        """The ``NOTIFY`` channel of this store's schema. Its payload is the id of the run
+        that changed, or ``''`` for an id a payload cannot carry (one holding NUL, or over
+        7,900 bytes): some run changed."""
+        return f"stargraph_{self._schema}"[:63]  # a channel name has at most 63 bytes
+
+    def _notify(self, conn: psycopg.Connection[Any], run_id: str) -> None:
+        """Tell listeners that ``run_id`` changed: called on the write's connection right
+        after the write committed.
+
+        The notice is a transaction of its own, not part of the write's: a transaction that
+        notifies holds a database-wide lock from its commit until it ends, WAL flush
+        included, so notifying writes commit one at a time (4 threads committing steps with
+        fsync on: 203 commits/s with the notice inside, 427 with it after, 508 without). A
+        notice that cannot be sent is dropped (the write stands; listeners also look again
+        every few seconds)."""
+        payload = run_id if "\x00" not in run_id and len(run_id.encode()) < 7900 else ""
+        # A broken connection is dropped by the pool when handed back.
+        with contextlib.suppress(self._psycopg.Error):
+            conn.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
+
+    def watch(self, run_id: str | None = None) -> RunWatch:
+        """Wait for changes of run ``run_id`` (of any run: ``None``) as they commit, on a
+        dedicated connection that ``LISTEN``s on :attr:`channel`: opened by ``async with``,
+        closed when the block ends (see :class:`~stargraph.checkpoint.RunWatch`)."""
+        from stargraph.checkpoint._watch import ListenWatch
+
+        return ListenWatch(
+            self._dsn,
+            self.channel,
+            run_id,
+            where=self._where,
+            password=self._password,
+            connect_timeout=self._connect_timeout,
+            application_name=f"{self._application_name}-listen",
+        )
+
     # ----------------------------------------------------------------- writes
 
     def create_run(self, run: RunRecord, first: StepRecord) -> None:
@@ -556,6 +604,7 @@ class PostgresStore(SqlStore):
                     f"run {rid!r} already exists; pick another run_id or resume it",
                     run_id=rid,
                 )
+            self._notify(conn, rid)
 
     @contextmanager
     def _batch(self) -> Iterator[psycopg.Connection[Any]]:
@@ -617,6 +666,7 @@ class PostgresStore(SqlStore):
         with self._conn() as conn:
             if conn.execute(sql, params).rowcount != 1:
                 raise self._fence_error(conn, run_id, owner, None)
+            self._notify(conn, run_id)  # a status change (park, fail, finish)
 
     def _advance(self, run_id: str, number: int, commit: Commit) -> None:
         status, extra, owner, snapshot, payload = commit
@@ -650,6 +700,7 @@ class PostgresStore(SqlStore):
                 },
             ).fetchone()
             if row is not None and row[0] == 1:
+                self._notify(conn, run_id)
                 return
             raise self._fence_error(conn, run_id, owner, number)
 

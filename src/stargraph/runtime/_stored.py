@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import uuid
 import warnings
-from collections.abc import AsyncGenerator, Callable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast
+from collections.abc import AsyncGenerator, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, cast, overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -47,6 +47,7 @@ from stargraph.runtime._events import Event
 from stargraph.runtime._plan import NodeSpec, Task
 from stargraph.runtime._rules import RuleSet
 from stargraph.runtime._run import Run, jsonable
+from stargraph.runtime._stream import StreamMode, stream_modes
 from stargraph.state import Channel
 
 if TYPE_CHECKING:
@@ -161,6 +162,7 @@ class StoredRuns(Generic[StateT]):
         self._run_to_end(run, fresh=False)
         return self._result(run)
 
+    @overload
     def resume_stream(
         self,
         run_id: str,
@@ -170,8 +172,36 @@ class StoredRuns(Generic[StateT]):
         max_steps: int | None = None,
         migration: Migration | None = None,
         wait: bool | float = False,
-    ) -> Iterator[Event]:
-        """:meth:`resume`, yielding events as they happen (as ``stream`` does)."""
+        mode: Literal["events"] = "events",
+    ) -> Iterator[Event]: ...
+
+    @overload
+    def resume_stream(
+        self,
+        run_id: str,
+        *,
+        response: Any = NO_RESPONSE,
+        update: Mapping[str, Any] | None = None,
+        max_steps: int | None = None,
+        migration: Migration | None = None,
+        wait: bool | float = False,
+        mode: StreamMode | Sequence[StreamMode],
+    ) -> Iterator[Any]: ...
+
+    def resume_stream(
+        self,
+        run_id: str,
+        *,
+        response: Any = NO_RESPONSE,
+        update: Mapping[str, Any] | None = None,
+        max_steps: int | None = None,
+        migration: Migration | None = None,
+        wait: bool | float = False,
+        mode: StreamMode | Sequence[StreamMode] = "events",
+    ) -> Iterator[Any]:
+        """:meth:`resume`, yielding what happens as it happens, in the stream ``mode`` of
+        ``stream`` (typed events by default; ``"messages"`` for model tokens)."""
+        modes = stream_modes(mode)
         yield from self._live(
             lambda emit: self._load(
                 run_id,
@@ -182,7 +212,7 @@ class StoredRuns(Generic[StateT]):
                 migration=migration,
                 wait=wait,
             ),
-            ("events",),
+            modes,
             fresh=False,
         )
 

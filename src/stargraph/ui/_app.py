@@ -16,6 +16,7 @@ from http.cookies import SimpleCookie
 from typing import Any, Final
 from urllib.parse import parse_qs, quote, urlencode
 
+import anyio
 from pydantic import BaseModel, ConfigDict
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -31,16 +32,17 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from stargraph.checkpoint import CheckpointStore, RunRecord, StepRecord
+from stargraph.checkpoint import CheckpointStore, PollingWatch, RunRecord, StepRecord, watch_runs
 from stargraph.checkpoint._compact import expand_stored
 from stargraph.compile._subgraphs import site_of  # how the runner names a child run
 from stargraph.errors import RunNotFoundError, StargraphError
 from stargraph.ir import GraphIR, SubgraphNodeIR
 from stargraph.runtime import CompiledGraph
 from stargraph.ui import _pages as pages
-from stargraph.ui._diff import diff_pair
+from stargraph.ui._diff import RunPairDiff, diff_pair
 from stargraph.ui._digest import DigestCache
 from stargraph.ui._graph import graph_svg
+from stargraph.ui._live import Closing, LiveText, Wakeup, Wakeups
 from stargraph.ui._mask import Masker
 from stargraph.ui._static import CSS, ICON, JS
 
@@ -49,6 +51,8 @@ __all__ = ["RunGraph", "UiSettings", "create_app", "is_loopback"]
 _CSRF_COOKIE: Final = "sg_csrf"
 _TOKEN_COOKIE: Final = "sg_token"
 _NO_ANSWER: Final = object()
+_COALESCE_S: Final = 0.1
+"""After a store's notice, a live view waits this long before it listens again."""
 _MASK_MARK: Final = "[redacted:"
 _LOOPBACK_NAMES: Final = frozenset({"localhost", "127.0.0.1", "::1"})
 _CSP: Final = (
@@ -78,7 +82,11 @@ class UiSettings(BaseModel):
 
     ``host`` is the address the server binds (it decides whether a token is required:
     any non-loopback address needs one). ``poll_s`` is how often live views look for new
-    steps in the store.
+    steps in a store that cannot tell when runs change (SQLite); one that can (PostgreSQL,
+    through ``LISTEN``/``NOTIFY``) wakes them as each write commits, and ``recheck_s`` is
+    how often they look anyway (a run whose process died writes nothing: its lease lapses).
+    ``stream_tokens``: runs the console itself continues (an answer, a continued fork, a live
+    replay) stream their model tokens to the page.
     """
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -87,6 +95,8 @@ class UiSettings(BaseModel):
     token: str | None = None
     read_only: bool = False
     poll_s: float = 0.25
+    recheck_s: float = 5.0
+    stream_tokens: bool = True
     stream_s: float = 300.0
     """How long one event stream lasts before the browser reconnects (it does so itself)."""
 
@@ -269,7 +279,10 @@ class _Console:
         self._resolver = resolver
         self._graphs: dict[str, RunGraph | None] = {}
         self._lock = threading.Lock()
-        self.closing = threading.Event()
+        self.wakeups = Wakeups()
+        self.closing = Closing(self.wakeups)
+        self.live = LiveText(self.wakeups)
+        self.diffs = _Recent(4)
         self.workers: list[threading.Thread] = []
         self.failures: dict[str, str] = {}
 
@@ -325,16 +338,24 @@ class _Console:
 
     def resume(self, run_id: str, app: CompiledGraph[Any], response: Any = _NO_ANSWER) -> None:
         """Resume ``run_id`` in a thread of the console (with ``response`` as the answer to
-        its interrupt, if given); a failure is kept for the run page."""
+        its interrupt, if given); a failure is kept for the run page. With
+        ``stream_tokens`` the run streams its model tokens to :attr:`live`."""
+        answer: dict[str, Any] = {} if response is _NO_ANSWER else {"response": response}
 
         def work() -> None:
             try:
-                if response is _NO_ANSWER:
-                    app.resume(run_id)
-                else:
-                    app.resume(run_id, response=response)
+                if not self.settings.stream_tokens:
+                    app.resume(run_id, **answer)
+                    return
+                for mode, item in app.resume_stream(run_id, mode=("messages", "events"), **answer):
+                    if mode == "messages":
+                        self.live.add(run_id, item)
+                    elif item.kind == "step_completed":
+                        self.live.committed(item.run_id, item.step)
             except Exception as exc:  # shown on the run page; the store has the status
                 self.failures[run_id] = f"{type(exc).__name__}: {exc}"
+            finally:
+                self.live.ended(run_id)
 
         thread = threading.Thread(target=work, name=f"stargraph-ui-resume-{run_id}")
         self.workers = [t for t in self.workers if t.is_alive()]
@@ -408,6 +429,34 @@ def _unstarted_fork(run: RunRecord) -> bool:
         and run.owner is None
         and run.last_step <= run.parent_step + 1
     )
+
+
+def _version(run: RunRecord) -> tuple[str, int, str, str, str]:
+    """What changes whenever a run's steps or outcome do."""
+    return (run.run_id, run.last_step, run.status, run.updated_at, run.graph_hash)
+
+
+class _Recent:
+    """The last few diffs made, by the versions of their two runs (thread-safe)."""
+
+    def __init__(self, size: int) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._items: dict[Any, RunPairDiff] = {}
+
+    def get(self, key: Any) -> RunPairDiff | None:
+        with self._lock:
+            found = self._items.pop(key, None)
+            if found is not None:
+                self._items[key] = found  # now the most recent
+            return found
+
+    def put(self, key: Any, value: RunPairDiff) -> None:
+        with self._lock:
+            self._items.pop(key, None)
+            self._items[key] = value
+            while len(self._items) > self._size:
+                del self._items[next(iter(self._items))]
 
 
 def _since_ok(run: RunRecord, since: str) -> bool:
@@ -537,6 +586,7 @@ def create_app(
 <h1>Run {pages.escape(run_id)}</h1>
 {pages.summary_table(masker, run, digest)}
 {waiting}
+{pages.LIVE_OUTPUT}
 <h2>Graph</h2>
 {picture}
 <h2>Steps</h2>
@@ -551,7 +601,8 @@ def create_app(
         html = pages.layout(f"stargraph run {run_id}", body, live=f"/runs/{rid}/events")
         return html.replace(
             "<body",
-            f'<body data-status="{pages.escape(run.status)}" data-last-step="{run.last_step}" '
+            f'<body data-run="{pages.escape(run_id)}" data-status="{pages.escape(run.status)}" '
+            f'data-last-step="{run.last_step}" '
             f'data-rows="/runs/{rid}/rows"',
             1,
         )
@@ -643,19 +694,77 @@ def create_app(
 
         return PlainTextResponse(await run_in_threadpool(state))
 
-    async def sse(request: Request, poll: Callable[[], Any], event: str) -> StreamingResponse:
+    async def follow(
+        run_id: str | None, wakeup: Wakeup, news: asyncio.Event, ready: asyncio.Event
+    ) -> None:
+        """Set ``news`` (and wake the stream) whenever the store may hold news of ``run_id``
+        (of any run: ``None``): on the store's notice, at most every ``_COALESCE_S``, else
+        every ``poll_s``; until cancelled. ``ready`` is set once it watches."""
+        try:
+            async with watch_runs(store, run_id, poll_s=settings.poll_s) as watch:
+                ready.set()
+                while True:
+                    await watch.wait(settings.recheck_s)
+                    news.set()
+                    wakeup.set()
+                    # Busy writers send notices by the hundred a second: one read covers
+                    # those of the next moment too.
+                    await asyncio.sleep(_COALESCE_S)
+        except StargraphError:
+            pass  # no LISTEN connection (or it broke): poll instead
+        finally:
+            ready.set()  # the stream must not wait on a watch that failed to start
+        async with PollingWatch(settings.poll_s) as polling:
+            while True:
+                await polling.wait(settings.recheck_s)
+                news.set()
+                wakeup.set()
+
+    async def sse(
+        request: Request,
+        run_id: str | None,
+        poll: Callable[[], Any],
+        event: str,
+        partial: Callable[[], Any] | None = None,
+    ) -> StreamingResponse:
+        """An event stream sending ``poll()`` as ``event`` (and ``partial()``, the model
+        output in flight, as ``tokens``) whenever it changes. The store is read when its
+        watch says it may have changed; the model output (in memory) whenever woken."""
+
         async def stream() -> AsyncIterator[str]:
-            yield "retry: 1000\n\n"
-            last: Any = None
-            deadline = time.monotonic() + settings.stream_s
-            while not console.closing.is_set() and time.monotonic() < deadline:
-                current = await run_in_threadpool(poll)
-                if current != last:
-                    last = current
-                    yield f"event: {event}\ndata: {json.dumps(current)}\n\n"
-                if await request.is_disconnected():
-                    return
-                await asyncio.sleep(settings.poll_s)
+            wakeup = Wakeup()
+            console.wakeups.add(run_id, wakeup)
+            news, ready = asyncio.Event(), asyncio.Event()
+            news.set()  # the first read
+            watcher = asyncio.create_task(follow(run_id, wakeup, news, ready))
+            try:
+                await ready.wait()  # watching before the first read: no change falls between
+                yield "retry: 1000\n\n"
+                last: Any = None
+                last_partial: Any = []
+                deadline = time.monotonic() + settings.stream_s
+                while not console.closing.is_set() and time.monotonic() < deadline:
+                    wakeup.clear()
+                    if news.is_set():
+                        news.clear()
+                        current = await run_in_threadpool(poll)
+                        if current != last:
+                            last = current
+                            yield f"event: {event}\ndata: {json.dumps(current)}\n\n"
+                    shown = [] if partial is None else partial()
+                    if shown != last_partial:
+                        last_partial = shown
+                        yield f"event: tokens\ndata: {json.dumps(shown)}\n\n"
+                    if await request.is_disconnected():
+                        return
+                    await wakeup.wait(deadline - time.monotonic())
+            finally:
+                console.wakeups.discard(run_id, wakeup)
+                watcher.cancel()
+                # Closing the LISTEN connection must not be cut short by the cancellation
+                # of a stream whose client went away.
+                with anyio.CancelScope(shield=True):
+                    await asyncio.wait({watcher})
 
         return StreamingResponse(
             stream(),
@@ -670,17 +779,28 @@ def create_app(
             run = store.get_run(run_id)
             return {"last_step": run.last_step, "status": run.status}
 
+        def partial() -> list[dict[str, Any]]:
+            return [
+                {
+                    "run": p.run_id,
+                    "step": p.step,
+                    "task": p.node if p.index == 0 else f"{p.node}[{p.index}]",
+                    "text": console.masker.text(p.text),
+                }
+                for p in console.live.of(run_id)
+            ]
+
         try:
             await run_in_threadpool(store.get_run, run_id)
         except RunNotFoundError:
             return PlainTextResponse(f"no run {run_id!r}", status_code=404)
-        return await sse(request, poll, "run")
+        return await sse(request, run_id, poll, "run", partial)
 
     async def runs_events(request: Request) -> Response:
         def poll() -> list[Any]:
             return [[r.run_id, r.status, r.last_step] for r in store.list_runs(limit=200)]
 
-        return await sse(request, poll, "runs")
+        return await sse(request, None, poll, "runs")
 
     async def answer(request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -891,26 +1011,33 @@ def create_app(
         except StargraphError:
             return None
 
-    def render_diff(a: str, b: str) -> str:
+    def render_diff(a: str, b: str, page: int | None) -> str:
         if not a or not b:
             return pages.diff_page(console.masker, None, a, b)
         run_a, run_b = store.get_run(a), store.get_run(b)
-        found = diff_pair(
-            console.masker,
-            run_a,
-            store.get_steps(a),
-            run_b,
-            store.get_steps(b),
-            final_a=final_state(run_a),
-            final_b=final_state(run_b),
-        )
-        return pages.diff_page(console.masker, found, a, b)
+        # Paging through a diff compares the runs once: kept while neither run changes.
+        key = (_version(run_a), _version(run_b))
+        found = console.diffs.get(key)
+        if found is None:
+            found = diff_pair(
+                console.masker,
+                run_a,
+                store.get_steps(a),
+                run_b,
+                store.get_steps(b),
+                final_a=final_state(run_a),
+                final_b=final_state(run_b),
+            )
+            console.diffs.put(key, found)
+        return pages.diff_page(console.masker, found, a, b, page)
 
     async def diff_view(request: Request) -> Response:
         a = request.query_params.get("a", "").strip()
         b = request.query_params.get("b", "").strip()
+        raw = request.query_params.get("page", "")
+        page = int(raw) if raw.isdigit() else None
         try:
-            text = await run_in_threadpool(render_diff, a, b)
+            text = await run_in_threadpool(render_diff, a, b, page)
         except RunNotFoundError as exc:
             return PlainTextResponse(
                 f"{console.masker.text(str(exc))}; pick two runs of this store", status_code=404

@@ -21,9 +21,12 @@ from stargraph.viz import format_ms
 from stargraph.viz._runs import rule_decision
 
 __all__ = [
+    "DIFF_PAGE_SIZE",
+    "LIVE_OUTPUT",
     "PAGE_SIZE",
     "STATUSES",
     "continue_form",
+    "diff_lines",
     "diff_page",
     "escape",
     "fork_page",
@@ -36,7 +39,18 @@ __all__ = [
 PAGE_SIZE: Final = 50
 """Steps per page of a run: a 1,000-step run renders 50 rows, not 1,000."""
 
+DIFF_PAGE_SIZE: Final = 50
+"""Lines per page of a diff (a fold of identical steps is one line)."""
+
 STATUSES: Final = ("running", "interrupted", "done", "failed", "cancelled", "orphaned")
+
+LIVE_OUTPUT: Final = (
+    '<section id="live-output" class="live-output" hidden><h2>Model output, streaming</h2>'
+    '<div id="live-calls" class="chat"></div><p class="muted">The reply of each model call '
+    "in flight, as its tokens arrive (runs this console continues). It moves into the step "
+    "timeline when its step commits.</p></section>"
+)
+"""The run page's box for the model output in flight, filled by the ``tokens`` events."""
 
 
 def layout(title: str, body: str, *, live: str = "") -> str:
@@ -521,16 +535,17 @@ def _same_run(rows: list[AlignedStep]) -> str:
     )
 
 
-def _diff_rows(masker: Masker, rows: tuple[AlignedStep, ...]) -> str:
-    """Aligned rows; three or more identical steps in a row fold into one line."""
-    out: list[str] = []
+def diff_lines(rows: tuple[AlignedStep, ...]) -> list[tuple[AlignedStep, ...]]:
+    """The lines of the side-by-side view: three or more identical steps in a row fold into
+    one line; every other aligned step is a line of its own."""
+    out: list[tuple[AlignedStep, ...]] = []
     same: list[AlignedStep] = []
 
     def flush() -> None:
         if len(same) >= 3:
-            out.append(_same_run(same))
+            out.append(tuple(same))
         else:
-            out.extend(_diff_row(masker, r) for r in same)
+            out.extend((r,) for r in same)
         same.clear()
 
     for row in rows:
@@ -538,9 +553,36 @@ def _diff_rows(masker: Masker, rows: tuple[AlignedStep, ...]) -> str:
             same.append(row)
             continue
         flush()
-        out.append(_diff_row(masker, row))
+        out.append((row,))
     flush()
-    return "".join(out)
+    return out
+
+
+def _diff_line(masker: Masker, line: tuple[AlignedStep, ...]) -> str:
+    return _same_run(list(line)) if len(line) > 1 else _diff_row(masker, line[0])
+
+
+def _diff_pager(a: str, b: str, page: int, lines: int, first_change: int | None) -> str:
+    """Links to the other pages of a diff of ``lines`` lines, and to the page of its first
+    difference."""
+    pages = -(-lines // DIFF_PAGE_SIZE)
+    if pages <= 1:
+        return ""
+
+    def href(n: int) -> str:
+        return escape("/diff?" + urlencode({"a": a, "b": b, "page": n}))
+
+    links = []
+    for n in sorted({0, max(page - 1, 0), page, min(page + 1, pages - 1), pages - 1}):
+        label = f"{n * DIFF_PAGE_SIZE + 1}-{min((n + 1) * DIFF_PAGE_SIZE, lines)}"
+        links.append(f"<b>{label}</b>" if n == page else f'<a href="{href(n)}">{label}</a>')
+    first = ""
+    if first_change is not None and first_change // DIFF_PAGE_SIZE != page:
+        n = first_change // DIFF_PAGE_SIZE
+        first = f' - <a class="first-change" href="{href(n)}">first difference</a>'
+    return (
+        f'<nav class="pager">lines: {" | ".join(links)} ({lines} lines, {pages} pages){first}</nav>'
+    )
 
 
 def _run_head(side: str, run: RunRecord) -> str:
@@ -560,11 +602,25 @@ def diff_form(a: str, b: str) -> str:
 </form>"""
 
 
-def diff_page(masker: Masker, diff: RunPairDiff | None, a: str, b: str) -> str:
-    """Two runs side by side (or just the form when no pair is chosen)."""
+def diff_page(
+    masker: Masker, diff: RunPairDiff | None, a: str, b: str, page: int | None = None
+) -> str:
+    """Two runs side by side (or just the form when no pair is chosen): one page of
+    :data:`DIFF_PAGE_SIZE` lines, the page of the first difference unless ``page`` says."""
     if diff is None:
         body = f"<h1>Diff two runs</h1>{diff_form(a, b)}"
         return layout("stargraph diff", body)
+    lines = diff_lines(diff.rows)
+    pages = max(1, -(-len(lines) // DIFF_PAGE_SIZE))
+    first_change = next(
+        (i for i, line in enumerate(lines) if len(line) == 1 and not line[0].same), None
+    )
+    if page is None:
+        page = 0 if first_change is None else first_change // DIFF_PAGE_SIZE
+    page = min(max(page, 0), pages - 1)
+    shown = lines[page * DIFF_PAGE_SIZE : (page + 1) * DIFF_PAGE_SIZE]
+    pager = _diff_pager(a, b, page, len(lines), first_change)
+    rows = "".join(_diff_line(masker, line) for line in shown)
     differing = sum(1 for r in diff.rows if not r.same)
     verdict = (
         "The runs are the same."
@@ -581,10 +637,12 @@ def diff_page(masker: Masker, diff: RunPairDiff | None, a: str, b: str) -> str:
 {shift}
 {outcome_html}
 <h2>Steps</h2>
+{pager}
 <table class="diff">
 <thead><tr><th class="c-step">step</th>{_run_head("A", diff.run_a)}
 <th class="c-step">step</th>{_run_head("B", diff.run_b)}</tr></thead>
-<tbody id="diff-rows">{_diff_rows(masker, diff.rows)}</tbody>
+<tbody id="diff-rows" data-page="{page}">{rows}</tbody>
 </table>
+{pager}
 """
     return layout(f"stargraph diff {diff.run_a.run_id} {diff.run_b.run_id}", body)

@@ -54,6 +54,31 @@ JS: Final = r"""
       document.getElementById("run-rows").innerHTML = html;
     });
   });
+  // The model output in flight (runs the console continues), replaced whole each time.
+  source.addEventListener("tokens", function (ev) {
+    window.sgLive.tokens = (window.sgLive.tokens || 0) + 1;
+    var box = document.getElementById("live-output");
+    if (!box) { return; }
+    var calls = JSON.parse(ev.data);
+    var list = document.getElementById("live-calls");
+    list.textContent = "";
+    calls.forEach(function (call) {
+      var msg = document.createElement("div");
+      msg.className = "msg role-assistant live-call";
+      msg.dataset.task = call.task + "@" + call.step;
+      var who = document.createElement("div");
+      who.className = "who";
+      who.textContent = "assistant, streaming: " + call.task + " in step " + call.step +
+        (call.run === document.body.dataset.run ? "" : " of skill run " + call.run);
+      var text = document.createElement("div");
+      text.className = "text";
+      text.textContent = call.text;
+      msg.appendChild(who);
+      msg.appendChild(text);
+      list.appendChild(msg);
+    });
+    box.hidden = calls.length === 0;
+  });
   source.addEventListener("run", function (ev) {
     window.sgLive.events += 1;
     var data = JSON.parse(ev.data);
@@ -125,6 +150,9 @@ svg.graph marker path{fill:#8c959f}svg.graph marker path.ran{fill:#1a7f37}
 .answer label{display:block;margin:.4rem 0}.answer textarea,.answer input{width:100%}
 .buttons{display:flex;gap:.5rem;flex-wrap:wrap}
 .pager{margin:.5rem 0}
+.live-output{border:1px solid #0969da;padding:.3rem 1rem;margin-top:1rem}
+.live-output h2{margin-top:.4rem}
+.live-call .text::after{content:"\\2588";color:#0969da}
 details.child{margin:.3rem 0;border-left:3px solid #8250df;padding-left:.4rem}
 details.child>summary{cursor:pointer}
 table.nested{font-size:.85rem}
