@@ -136,6 +136,13 @@ def _json(value: Any, run_id: str) -> bytes:
         ) from exc
 
 
+def _submission(graph_ref: str, input: Any, run_id: str | None) -> tuple[str, bytes]:
+    """A checked submission's run id (a new one when none is given) and stored input."""
+    _check_ref(graph_ref)
+    run_id = run_id or uuid.uuid4().hex
+    return run_id, _json(input if input is not None else {}, run_id)
+
+
 def _check_ref(graph_ref: str) -> None:
     module, _, attr = graph_ref.partition(":")
     if not module or not attr:
@@ -254,9 +261,7 @@ class PostgresQueue:
         self, graph_ref: str, input: Any = None, *, run_id: str | None = None, max_attempts: int = 3
     ) -> str:
         """Queue a run and wake the workers; returns its id."""
-        _check_ref(graph_ref)
-        run_id = run_id or uuid.uuid4().hex
-        payload = _json(input if input is not None else {}, run_id)
+        run_id, payload = _submission(graph_ref, input, run_id)
         with self._conn() as conn:
             row = conn.execute(
                 f"WITH ins AS (INSERT INTO {self._s}.queue "
@@ -420,9 +425,7 @@ class SqliteQueue:
         self, graph_ref: str, input: Any = None, *, run_id: str | None = None, max_attempts: int = 3
     ) -> str:
         """Queue a run; returns its id."""
-        _check_ref(graph_ref)
-        run_id = run_id or uuid.uuid4().hex
-        payload = _json(input if input is not None else {}, run_id)
+        run_id, payload = _submission(graph_ref, input, run_id)
         with self._write() as conn:
             try:
                 conn.execute(
