@@ -236,26 +236,22 @@ class PostgresQueue:
             yield conn
 
     def _setup(self) -> None:
+        from stargraph.checkpoint._postgres import migrate
+
         with self._conn() as conn:
             row = conn.execute(
                 f"SELECT value FROM {self._s}.meta WHERE key = 'queue_version'"
             ).fetchone()
             if row is not None and int(row[0]) >= QUEUE_VERSION:
                 return
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"sg:{self._s}:queue",))
-                row = conn.execute(
-                    f"SELECT value FROM {self._s}.meta WHERE key = 'queue_version'"
-                ).fetchone()
-                version = int(row[0]) if row else 0
-                for statements in _PG_MIGRATIONS[version:]:
-                    for sql in statements:
-                        conn.execute(sql.format(s=self._s))
-                conn.execute(
-                    f"INSERT INTO {self._s}.meta (key, value) VALUES ('queue_version', %s) "
-                    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                    (str(QUEUE_VERSION),),
-                )
+            migrate(
+                conn,
+                self._s,
+                key="queue_version",
+                target=QUEUE_VERSION,
+                migrations=_PG_MIGRATIONS,
+                lock=f"sg:{self._s}:queue",
+            )
 
     def submit(
         self, graph_ref: str, input: Any = None, *, run_id: str | None = None, max_attempts: int = 3
