@@ -40,7 +40,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from types import TracebackType
@@ -79,7 +79,7 @@ if TYPE_CHECKING:
 
     from stargraph.checkpoint._watch import RunWatch
 
-__all__ = ["SCHEMA_VERSION", "PostgresStore", "describe_dsn", "redact"]
+__all__ = ["SCHEMA_VERSION", "PostgresStore", "describe_dsn", "migrate", "redact"]
 
 SCHEMA_VERSION: Final = 4
 """The schema this code writes; older schemas are migrated when a store opens them."""
@@ -208,6 +208,41 @@ def _lease_columns(owner: RunOwner | None) -> tuple[str | None, bytes | None, fl
     if owner is None:
         return None, None, None
     return owner.token, owner_blob(owner), owner.lease_s
+
+
+def migrate(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    *,
+    key: str,
+    target: int,
+    migrations: Sequence[Sequence[str]],
+    lock: str,
+    too_new: Callable[[int], Exception] | None = None,
+) -> None:
+    """Bring the version ``key`` in ``<schema>.meta`` to ``target``: the migrations from the
+    recorded version on (``{s}`` in each statement is ``schema``, quoted), in one transaction
+    under the advisory lock ``lock``, so several processes opening a fresh database at once
+    migrate it exactly once (the others wait, then find it done). ``too_new`` is raised for
+    a version this code does not know."""
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (lock,))
+        conn.execute(f"CREATE SCHEMA IF NOT EXISTS {schema}")
+        conn.execute(
+            f"CREATE TABLE IF NOT EXISTS {schema}.meta (key text PRIMARY KEY, value text NOT NULL)"
+        )
+        row = conn.execute(f"SELECT value FROM {schema}.meta WHERE key = %s", (key,)).fetchone()
+        version = int(row[0]) if row else 0
+        if version > target and too_new is not None:
+            raise too_new(version)
+        for statements in migrations[version:]:
+            for sql in statements:
+                conn.execute(sql.format(s=schema))
+        conn.execute(
+            f"INSERT INTO {schema}.meta (key, value) VALUES (%s, %s) "
+            "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
+            (key, str(target)),
+        )
 
 
 def _key(run_id: str) -> bytes:
@@ -460,25 +495,15 @@ class PostgresStore(SqlStore):
                 raise self._too_new(version)
             if version == SCHEMA_VERSION:
                 return
-            with conn.transaction():
-                # One migrator per schema at a time; the others wait, then see it is done.
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"sg:{self._schema}",))
-                conn.execute(f"CREATE SCHEMA IF NOT EXISTS {self._s}")
-                conn.execute(
-                    f"CREATE TABLE IF NOT EXISTS {self._s}.meta "
-                    "(key text PRIMARY KEY, value text NOT NULL)"
-                )
-                version = self._version(conn)
-                if version > SCHEMA_VERSION:
-                    raise self._too_new(version)
-                for statements in _MIGRATIONS[version:]:
-                    for sql in statements:
-                        conn.execute(sql.format(s=self._s))
-                conn.execute(
-                    f"INSERT INTO {self._s}.meta (key, value) VALUES ('schema_version', %s) "
-                    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                    (str(SCHEMA_VERSION),),
-                )
+            migrate(
+                conn,
+                self._s,
+                key="schema_version",
+                target=SCHEMA_VERSION,
+                migrations=_MIGRATIONS,
+                lock=f"sg:{self._schema}",
+                too_new=self._too_new,
+            )
 
     def _too_new(self, version: int) -> CheckpointError:
         return CheckpointError(

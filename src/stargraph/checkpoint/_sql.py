@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 import pydantic_core
@@ -141,10 +142,10 @@ def decode_run(
     step = row[5] if isinstance(row[5], int) else None
     try:
         run_id = text(row[0])
-        data: dict[str, Any] = {
-            name: text(value) if name in _TEXT_FIELDS else value
-            for name, value in zip(_RUN_FIELDS, row, strict=False)
-        }
+        data: dict[str, Any] = dict(zip(_RUN_FIELDS, row, strict=False))
+        if text is not _same:
+            for name in _TEXT_FIELDS:
+                data[name] = text(data[name])
         if row[10] is not None:
             extra = pydantic_core.from_json(blob(row[10]))
             if not isinstance(extra, dict) or not set(extra) <= set(_EXTRA_FIELDS):
@@ -276,6 +277,23 @@ class SqlStore:
 
     # ----------------------------------------------------------------- hooks
 
+    @cached_property
+    def _statements(self) -> dict[str, str]:
+        return {}
+
+    def _sql(self, template: str) -> str:
+        """``template`` in this store's SQL, formatted once: ``{m}`` is the placeholder,
+        ``{runs}``, ``{steps}``, ``{pending}``, ``{journal}`` the tables, ``{select}``
+        :attr:`_select_runs`."""
+        sql = self._statements.get(template)
+        if sql is None:
+            sql = self._statements[template] = template.format(
+                m=self._mark,
+                select=self._select_runs,
+                **{t: self._table(t) for t in ("runs", "steps", "pending", "journal")},
+            )
+        return sql
+
     def _table(self, name: str) -> str:
         """The table ``name`` as the store's SQL names it (a schema may qualify it)."""
         return name
@@ -361,10 +379,11 @@ class SqlStore:
         check_status(run_id, status)
         extra = encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
         release = "" if status == "running" else RELEASE
-        m = self._mark
         self._fenced(
-            f"UPDATE {self._table('runs')} SET status = {m}, extra = {m}, updated_at = {m}"
-            f"{release} WHERE run_id = {m} AND {self._token_is}",
+            self._sql(
+                "UPDATE {runs} SET status = {m}, extra = {m}, updated_at = {m}"
+                f"{release} WHERE run_id = {{m}} AND {self._token_is}"
+            ),
             (status, extra, now(), self._key(run_id), owner),
             run_id,
             owner,
@@ -373,29 +392,31 @@ class SqlStore:
     def heartbeat(self, run_id: str, owner: RunOwner) -> bool:
         """Renew ``owner``'s lease; ``False`` if it is not the run's lease any more."""
         until, param = self._lease_until(owner.lease_s)
-        m = self._mark
         changed = self._change(
-            f"UPDATE {self._table('runs')} SET lease_expires = {until} "
-            f"WHERE run_id = {m} AND lease_token = {m}",
+            self._sql(
+                f"UPDATE {{runs}} SET lease_expires = {until} "
+                "WHERE run_id = {m} AND lease_token = {m}"
+            ),
             (param, self._key(run_id), owner.token),
         )
         return changed == 1
 
     def release(self, run_id: str, token: str) -> None:
         """Give up the lease ``token`` without changing the status."""
-        m = self._mark
         self._change(
-            f"UPDATE {self._table('runs')} SET {RELEASE[2:]} "
-            f"WHERE run_id = {m} AND lease_token = {m}",
+            self._sql(
+                f"UPDATE {{runs}} SET {RELEASE[2:]} WHERE run_id = {{m}} AND lease_token = {{m}}"
+            ),
             (self._key(run_id), token),
         )
 
     def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
         """Record that the run continues under another graph (after an explicit migration)."""
-        m = self._mark
         changed = self._change(
-            f"UPDATE {self._table('runs')} SET graph_hash = {m}, code_hash = {m}, "
-            f"updated_at = {m} WHERE run_id = {m}",
+            self._sql(
+                "UPDATE {runs} SET graph_hash = {m}, code_hash = {m}, updated_at = {m} "
+                "WHERE run_id = {m}"
+            ),
             (
                 self._text(graph_hash, run_id),
                 self._text(code_hash, run_id),
@@ -429,13 +450,14 @@ class SqlStore:
     # ----------------------------------------------------------------- reads
 
     def _check_exists(self, run_id: str) -> None:
-        sql = f"SELECT 1 FROM {self._table('runs')} WHERE run_id = {self._mark}"
-        if not self._query(sql, (self._key(run_id),)):
+        if not self._query(
+            self._sql("SELECT 1 FROM {runs} WHERE run_id = {m}"), (self._key(run_id),)
+        ):
             raise self._missing(run_id)
 
     def get_run(self, run_id: str) -> RunRecord:
         """The run's record; ``RunNotFoundError`` if there is none."""
-        rows = self._query(f"{self._select_runs} WHERE run_id = {self._mark}", (self._key(run_id),))
+        rows = self._query(self._sql("{select} WHERE run_id = {m}"), (self._key(run_id),))
         if not rows:
             raise self._missing(run_id)
         return self._decode_run(rows[0])
@@ -449,8 +471,7 @@ class SqlStore:
     def get_thread(self, thread_id: str) -> list[RunRecord]:
         """The runs of thread ``thread_id`` in turn order (empty for an unknown thread)."""
         rows = self._query(
-            f"{self._select_runs} WHERE thread_id = {self._mark} ORDER BY turn",
-            (self._key(thread_id),),
+            self._sql("{select} WHERE thread_id = {m} ORDER BY turn"), (self._key(thread_id),)
         )
         return [self._decode_run(row) for row in rows]
 
@@ -461,11 +482,12 @@ class SqlStore:
 
     def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
         """Committed steps ``start..end`` (inclusive) in order."""
-        m = self._mark
         hi = _MAX_STEP if end is None else min(end, _MAX_STEP)
         rows = self._query(
-            f"SELECT step, payload, crc FROM {self._table('steps')} "
-            f"WHERE run_id = {m} AND step >= {m} AND step <= {m} ORDER BY step",
+            self._sql(
+                "SELECT step, payload, crc FROM {steps} "
+                "WHERE run_id = {m} AND step >= {m} AND step <= {m} ORDER BY step"
+            ),
             (self._key(run_id), max(min(start, _MAX_STEP), -_MAX_STEP), hi),
         )
         if not rows:
@@ -477,10 +499,10 @@ class SqlStore:
 
     def snapshot_step(self, run_id: str, at_or_before: int) -> int:
         """The newest step ``<= at_or_before`` that holds a full snapshot (0 always does)."""
-        m = self._mark
         rows = self._query(
-            f"SELECT MAX(step) FROM {self._table('steps')} "
-            f"WHERE run_id = {m} AND step <= {m} AND has_snapshot",
+            self._sql(
+                "SELECT MAX(step) FROM {steps} WHERE run_id = {m} AND step <= {m} AND has_snapshot"
+            ),
             (self._key(run_id), min(at_or_before, _MAX_STEP)),
         )
         found = rows[0][0] if rows else None
@@ -504,9 +526,10 @@ class SqlStore:
         ]
 
     def _children(self, table: str, run_id: str, step: int, order: str) -> list[Any]:
-        m = self._mark
         return self._query(
-            f"SELECT payload, crc FROM {self._table(table)} WHERE run_id = {m} AND step = {m} "
-            f"ORDER BY {order}",
+            self._sql(
+                f"SELECT payload, crc FROM {{{table}}} WHERE run_id = {{m}} AND step = {{m}} "
+                f"ORDER BY {order}"
+            ),
             (self._key(run_id), step),
         )

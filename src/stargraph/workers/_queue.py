@@ -136,6 +136,13 @@ def _json(value: Any, run_id: str) -> bytes:
         ) from exc
 
 
+def _submission(graph_ref: str, input: Any, run_id: str | None) -> tuple[str, bytes]:
+    """A checked submission's run id (a new one when none is given) and stored input."""
+    _check_ref(graph_ref)
+    run_id = run_id or uuid.uuid4().hex
+    return run_id, _json(input if input is not None else {}, run_id)
+
+
 def _check_ref(graph_ref: str) -> None:
     module, _, attr = graph_ref.partition(":")
     if not module or not attr:
@@ -229,34 +236,28 @@ class PostgresQueue:
             yield conn
 
     def _setup(self) -> None:
+        from stargraph.checkpoint._postgres import migrate
+
         with self._conn() as conn:
             row = conn.execute(
                 f"SELECT value FROM {self._s}.meta WHERE key = 'queue_version'"
             ).fetchone()
             if row is not None and int(row[0]) >= QUEUE_VERSION:
                 return
-            with conn.transaction():
-                conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"sg:{self._s}:queue",))
-                row = conn.execute(
-                    f"SELECT value FROM {self._s}.meta WHERE key = 'queue_version'"
-                ).fetchone()
-                version = int(row[0]) if row else 0
-                for statements in _PG_MIGRATIONS[version:]:
-                    for sql in statements:
-                        conn.execute(sql.format(s=self._s))
-                conn.execute(
-                    f"INSERT INTO {self._s}.meta (key, value) VALUES ('queue_version', %s) "
-                    "ON CONFLICT (key) DO UPDATE SET value = EXCLUDED.value",
-                    (str(QUEUE_VERSION),),
-                )
+            migrate(
+                conn,
+                self._s,
+                key="queue_version",
+                target=QUEUE_VERSION,
+                migrations=_PG_MIGRATIONS,
+                lock=f"sg:{self._s}:queue",
+            )
 
     def submit(
         self, graph_ref: str, input: Any = None, *, run_id: str | None = None, max_attempts: int = 3
     ) -> str:
         """Queue a run and wake the workers; returns its id."""
-        _check_ref(graph_ref)
-        run_id = run_id or uuid.uuid4().hex
-        payload = _json(input if input is not None else {}, run_id)
+        run_id, payload = _submission(graph_ref, input, run_id)
         with self._conn() as conn:
             row = conn.execute(
                 f"WITH ins AS (INSERT INTO {self._s}.queue "
@@ -420,9 +421,7 @@ class SqliteQueue:
         self, graph_ref: str, input: Any = None, *, run_id: str | None = None, max_attempts: int = 3
     ) -> str:
         """Queue a run; returns its id."""
-        _check_ref(graph_ref)
-        run_id = run_id or uuid.uuid4().hex
-        payload = _json(input if input is not None else {}, run_id)
+        run_id, payload = _submission(graph_ref, input, run_id)
         with self._write() as conn:
             try:
                 conn.execute(
