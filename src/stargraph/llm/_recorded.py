@@ -16,7 +16,6 @@ one. A call served from the record delivers no tokens: nothing is generated.
 from __future__ import annotations
 
 import hashlib
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -96,20 +95,10 @@ def _field(key: str, value: Any) -> bytes:
 
 
 def _starts_with(messages: Sequence[ChatMessage], prefix: Sequence[ChatMessage]) -> bool:
-    """``messages[:len(prefix)] == prefix``, by identity first (a conversation's messages are
-    the same objects request after request), so the common case costs no comparisons."""
-    same = list(map(operator.is_, prefix, messages))
-    if len(same) != len(prefix):
-        return False
-    at = 0
-    while True:
-        try:
-            at = same.index(False, at)
-        except ValueError:
-            return True
-        if prefix[at] != messages[at]:
-            return False
-        at += 1
+    """``messages[:len(prefix)] == prefix``: one comparison of two tuples in C, which takes
+    each pair of elements by identity first (a conversation's messages are the same objects
+    request after request), so the common case compares no message's fields."""
+    return len(messages) >= len(prefix) and tuple(messages[: len(prefix)]) == tuple(prefix)
 
 
 def _previous(messages: Sequence[ChatMessage], fields: tuple[Any, ...]) -> _Encoded | None:
