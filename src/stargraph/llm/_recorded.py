@@ -183,11 +183,15 @@ class JournaledChatModel:
         """The recorded response to ``request``, or the model's (then recorded); streamed
         when the journal carries ``tokens``."""
         tokens: TokenSink | None = getattr(self.journal, "tokens", None)
+        live: list[ChatResponse] = []
 
         def compute() -> Any:
             if tokens is None:
-                return self.model.complete(request).model_dump(mode="json")
-            return _streamed(self.model, request, tokens).model_dump(mode="json")
+                response = self.model.complete(request)
+            else:
+                response = _streamed(self.model, request, tokens)
+            live.append(response)
+            return response.model_dump(mode="json")
 
         body, fingerprint = encode_request(request)
         value = self.journal.call(
@@ -197,22 +201,28 @@ class JournaledChatModel:
             request=body,
             fingerprint=fingerprint,
         )
-        return ChatResponse.model_validate(value)
+        # A reply just made is returned as it is (frozen, and what was recorded is its
+        # dump): rebuilding it from the dump would only repeat its validation.
+        return live[0] if live else ChatResponse.model_validate(value)
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         """Async :meth:`complete`."""
         tokens: TokenSink | None = getattr(self.journal, "tokens", None)
+        live: list[ChatResponse] = []
 
         async def compute() -> Any:
             if tokens is None:
-                return (await self.model.acomplete(request)).model_dump(mode="json")
-            return (await _astreamed(self.model, request, tokens)).model_dump(mode="json")
+                response = await self.model.acomplete(request)
+            else:
+                response = await _astreamed(self.model, request, tokens)
+            live.append(response)
+            return response.model_dump(mode="json")
 
         body, fingerprint = encode_request(request)
         value = await self.journal.acall(
             KIND, "chat", compute, request=body, fingerprint=fingerprint
         )
-        return ChatResponse.model_validate(value)
+        return live[0] if live else ChatResponse.model_validate(value)
 
 
 def _streamed(model: _Model, request: ChatRequest, tokens: TokenSink) -> ChatResponse:

@@ -86,25 +86,34 @@ class JournaledArbiter:
     def dispatch(self, call: ToolCall) -> ToolResult:
         """The recorded outcome of ``call``, or the arbiter's (then recorded)."""
 
+        live: list[ToolResult] = []
+
         def compute() -> dict[str, Any]:
             try:
-                return _outcome(self.arbiter.dispatch(call))
+                result = self.arbiter.dispatch(call)
             except ToolError as exc:
                 return _failure(exc)
+            live.append(result)
+            return _outcome(result)
 
         value = self.journal.call(KIND, call.tool, compute, request=call.model_dump(mode="json"))
-        return _unpack(value, call)
+        # A result just made is returned as it is (frozen; the record holds its dump).
+        return live[0] if live else _unpack(value, call)
 
     async def adispatch(self, call: ToolCall) -> ToolResult:
         """Async :meth:`dispatch`."""
 
+        live: list[ToolResult] = []
+
         async def compute() -> dict[str, Any]:
             try:
-                return _outcome(await self.arbiter.adispatch(call))
+                result = await self.arbiter.adispatch(call)
             except ToolError as exc:
                 return _failure(exc)
+            live.append(result)
+            return _outcome(result)
 
         value = await self.journal.acall(
             KIND, call.tool, compute, request=call.model_dump(mode="json")
         )
-        return _unpack(value, call)
+        return live[0] if live else _unpack(value, call)
