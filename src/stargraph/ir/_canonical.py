@@ -51,7 +51,7 @@ def _is_plain(value: Any) -> bool:
                 return False
         return True
     if kind is int:
-        return -_SAFE_INT <= value <= _SAFE_INT
+        return bool(-_SAFE_INT <= value <= _SAFE_INT)
     return _is_plain_slow(value)
 
 
