@@ -7,8 +7,10 @@ or a snapshot that copies the whole conversation, grows with the square of the r
 
 from __future__ import annotations
 
+import json
 import random
 import sqlite3
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -151,6 +153,53 @@ def test_issue19_requests_come_back_whole(tmp_path: Path, arbiter: Arbiter) -> N
     assert [c.fingerprint for c in stored] == [
         ChatRequest.model_validate(r).fingerprint() for r in asked
     ]
+
+
+def _calls_holding(path: Path, text: str) -> list[str]:
+    """The kind of every recorded call, in the stored step rows of ``path``, whose stored
+    JSON holds ``text``."""
+    with sqlite3.connect(path) as conn:
+        rows = conn.execute("SELECT payload FROM steps ORDER BY step").fetchall()
+    found = []
+    for (payload,) in rows:
+        raw = bytes(payload)
+        step = json.loads(zlib.decompress(raw) if raw[:1] in (b"x", b"H") else raw)
+        found += [c["kind"] for c in step.get("calls", ()) if text in json.dumps(c)]
+    return found
+
+
+def test_issue19_tool_results_are_stored_once(tmp_path: Path, arbiter: Arbiter) -> None:
+    """A tool result is stored with its recorded tool call only: the next model request's
+    tool message refers to that call instead of repeating the result (a refused call's
+    message too), and the requests read back whole are the ones the model was asked."""
+    plain = _script(4)
+
+    def answer(request: ChatRequest) -> ChatResponse:
+        if sum(1 for m in request.messages if m.role == "tool") == 2:  # one refused call
+            bad = ToolCall(id="call_bad", name=ECHO_NAME, arguments='{"i": "two"}')
+            return ChatResponse(
+                message=ChatMessage.assistant(tool_calls=[bad]), finish_reason="tool_calls"
+            )
+        return plain(request)
+
+    model = ScriptedChatModel(answer)
+    path = tmp_path / "once.db"
+    with SqliteStore(path) as store:
+        app = react_graph(tools=[ECHO], max_steps=10).compile(
+            store=store, services={"model": model, "arbiter": arbiter}
+        )
+        final = app.invoke({"task": "observe"}, run_id="once")
+        assert [c.status for c in final.tool_calls] == ["success", "success", "invalid", "success"]
+        recording = Recording.from_store(store, "once")
+        cassette = load_cassette(export_cassette(store, "once", tmp_path / "once.json"))
+    assert _calls_holding(path, "observation 00001 ") == ["tool"]
+    assert _calls_holding(path, "observation 00003 ") == ["tool"]
+    assert _calls_holding(path, "got invalid arguments: i: Input should be") == ["tool"]
+    assert _calls_holding(path, "content_of") == ["llm"] * 4  # every request after a result
+    asked = [r.model_dump(mode="json", exclude_defaults=True) for r in model.requests]
+    for source in (recording, cassette):
+        llm = [c for s in source.steps for c in s.calls if c.kind == "llm"]
+        assert [c.request for c in llm] == asked
 
 
 def test_issue19_incremental_request_fingerprints_equal_the_whole_hash() -> None:

@@ -12,6 +12,13 @@ by fingerprint (:func:`expand_steps`), so loading a run costs one pass over what
 no step walks back through earlier ones. A request that does not extend the previous one (a
 conversation that was cut or edited, a resumed run's first call) is stored whole.
 
+A tool's result is stored once too, with the recorded tool call. An appended ``tool``
+message that answers a call recorded in an *earlier* step, with exactly the content the
+ReAct loop makes of that call's result (:func:`~stargraph.tools._recorded.tool_message_content`),
+is stored as ``{"role": "tool", "tool_call_id": ..., "content_of": <the call's
+fingerprint>}``; reading rebuilds the content from that call. Any other message (a content
+worded otherwise, a call not recorded in an earlier step of this process) stays as it was.
+
     >>> first = {"messages": [{"role": "user", "content": "hi"}], "model": "m"}
     >>> second = {"messages": [*first["messages"], {"role": "assistant", "content": "yo"}],
     ...           "model": "m", "temperature": 0.5}
@@ -25,7 +32,7 @@ conversation that was cut or edited, a resumed run's first call) is stored whole
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from stargraph.checkpoint._records import JournalEntry, StepRecord
 
@@ -34,6 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Conversations",
+    "ToolResults",
     "compact_calls",
     "compact_steps",
     "delta_request",
@@ -44,6 +52,74 @@ __all__ = [
 
 Conversations = MutableMapping[tuple[str, str, str, int], tuple[str, dict[str, Any]]]
 """The last request of each conversation (kind, key, node, index): its fingerprint and body."""
+
+ToolResults = MutableMapping[str, JournalEntry]
+"""Recorded tool calls of earlier steps by the call id the model gave (the latest of each)."""
+
+_TOOL: Final = "tool"
+"""Journal kind of tool calls (``stargraph.tools._recorded.KIND``)."""
+_KEPT_RESULTS: Final = 256
+"""Tool calls a writer keeps to refer to: the messages a request appends answer recent ones."""
+_RESULT_OF: Final = "tool:"
+"""Prefix of the keys under which :func:`expand_steps` keeps tool calls by fingerprint."""
+
+
+def _content_of(entry: JournalEntry) -> str | None:
+    from stargraph.tools._recorded import tool_message_content
+
+    return tool_message_content(entry.request, entry.value)
+
+
+def _call_id(entry: JournalEntry) -> str | None:
+    """The model's id of a recorded tool call (``None`` for any other record)."""
+    if entry.kind != _TOOL or not entry.fingerprint or not isinstance(entry.request, dict):
+        return None
+    call_id = entry.request.get("call_id")
+    return call_id if isinstance(call_id, str) and call_id else None
+
+
+def _refer(delta: dict[str, Any], results: ToolResults) -> dict[str, Any]:
+    """``delta`` with each appended tool message whose content is that of a kept tool call
+    replaced by a reference to the call."""
+    appended = delta.get("append")
+    if not appended:
+        return delta
+    out = []
+    changed = False
+    for message in appended:
+        entry = None
+        if isinstance(message, dict) and message.get("role") == "tool":
+            entry = results.get(message.get("tool_call_id"))  # type: ignore[arg-type]
+        content = message.get("content") if entry is not None else None
+        if entry is not None and isinstance(content, str) and _content_of(entry) == content:
+            referring = {k: v for k, v in message.items() if k != "content"}
+            referring["content_of"] = entry.fingerprint
+            out.append(referring)
+            changed = True
+        else:
+            out.append(message)
+    return {**delta, "append": out} if changed else delta
+
+
+def _resolve(delta: Mapping[str, Any], known: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """``delta`` with every ``content_of`` reference replaced by the content it refers to,
+    or ``None`` when a referred call is not known."""
+    appended = delta.get("append")
+    if not appended or not any(isinstance(m, dict) and "content_of" in m for m in appended):
+        return delta
+    out = []
+    for message in appended:
+        if isinstance(message, dict) and "content_of" in message:
+            entry = known.get(_RESULT_OF + str(message["content_of"]))
+            content = None if entry is None else _content_of(entry)
+            if content is None:
+                return None
+            whole = {k: v for k, v in message.items() if k != "content_of"}
+            whole["content"] = content
+            out.append(whole)
+        else:
+            out.append(message)
+    return {**delta, "append": out}
 
 
 def _messages(request: object) -> Sequence[Any] | None:
@@ -93,10 +169,19 @@ def expand_request(base: Mapping[str, Any], delta: Mapping[str, Any]) -> dict[st
 
 
 def compact_calls(
-    calls: Iterable[JournalEntry], conversations: Conversations
+    calls: Iterable[JournalEntry],
+    conversations: Conversations,
+    results: ToolResults | None = None,
 ) -> tuple[JournalEntry, ...]:
     """``calls`` (in stored order) with each model request that extends the previous request
-    of its conversation replaced by the delta; ``conversations`` is updated as it goes."""
+    of its conversation replaced by the delta; ``conversations`` is updated as it goes.
+
+    ``calls`` are one step's, and ``results`` the tool calls of earlier steps: a delta's tool
+    messages refer to them (see the module docstring), and the step's own tool calls are
+    added to ``results`` at the end. Without ``results`` (the journal of a step in flight,
+    whose rows are read back in another order) no message refers to a tool call.
+    """
+    calls = tuple(calls)
     out = []
     for entry in calls:
         request = entry.request
@@ -110,16 +195,27 @@ def compact_calls(
         if previous is None or delta is None:
             out.append(entry)
         else:
+            if results:
+                delta = _refer(delta, results)
             out.append(entry.model_copy(update={"request": delta, "base": previous[0]}))
+    if results is not None:
+        for entry in calls:
+            call_id = _call_id(entry)
+            if call_id is not None:
+                results.pop(call_id, None)  # re-inserted last: the oldest go first
+                results[call_id] = entry
+                if len(results) > _KEPT_RESULTS:
+                    del results[next(iter(results))]
     return tuple(out)
 
 
 def compact_steps(steps: Iterable[StepRecord]) -> list[StepRecord]:
     """Steps of one run (in order, from step 0) with their model requests as deltas."""
     conversations: Conversations = {}
+    results: ToolResults = {}
     out = []
     for step in steps:
-        calls = compact_calls(step.calls, conversations)
+        calls = compact_calls(step.calls, conversations, results)
         changed = any(a is not b for a, b in zip(calls, step.calls, strict=True))
         out.append(step.model_copy(update={"calls": calls}) if changed else step)
     return out
@@ -127,7 +223,8 @@ def compact_steps(steps: Iterable[StepRecord]) -> list[StepRecord]:
 
 def expand_steps(steps: Iterable[StepRecord], known: dict[str, Any]) -> list[StepRecord]:
     """Steps (in order) with every delta request rebuilt whole. ``known`` maps fingerprints
-    to whole requests seen so far (updated); a delta whose base is unknown stays a delta."""
+    to whole requests seen so far, and (prefixed) to the tool calls of the steps seen so
+    far (updated); a delta whose base or referred tool call is unknown stays a delta."""
     out = []
     for step in steps:
         calls = []
@@ -136,13 +233,18 @@ def expand_steps(steps: Iterable[StepRecord], known: dict[str, Any]) -> list[Ste
             entry = stored
             if entry.base:
                 base = known.get(entry.base)
-                if base is not None and isinstance(entry.request, dict):
-                    whole = expand_request(base, entry.request)
+                delta = _resolve(entry.request, known) if isinstance(entry.request, dict) else None
+                if base is not None and delta is not None:
+                    whole = expand_request(base, delta)
                     entry = entry.model_copy(update={"request": whole, "base": ""})
                     changed = True
             if not entry.base and entry.fingerprint and _messages(entry.request) is not None:
                 known[entry.fingerprint] = entry.request
             calls.append(entry)
+        # After the step, as compact_calls adds them: a request refers to earlier steps' calls.
+        for entry in step.calls:
+            if _call_id(entry) is not None:
+                known[_RESULT_OF + entry.fingerprint] = entry
         out.append(step.model_copy(update={"calls": tuple(calls)}) if changed else step)
     return out
 

@@ -135,15 +135,17 @@ class MemoryStore:
                     if other.thread_id == run.thread_id and other.turn == run.turn:
                         raise turn_taken(run, other.run_id)
             now = _now()
-            self._runs[run.run_id] = run.model_copy(
-                update={
-                    "created_at": run.created_at or now,
-                    "updated_at": now,
-                    "last_step": first.step,
-                    "error": clip_error(run.error),
-                    **self._lease(run.run_id, run.owner),
-                }
+            # A copy of the record's fields, as model_copy makes it (unvalidated) but
+            # cheaper: every run pays for this.
+            fields = dict(run.__dict__)
+            fields.update(
+                created_at=run.created_at or now,
+                updated_at=now,
+                last_step=first.step,
+                error=clip_error(run.error),
+                **self._lease(run.run_id, run.owner),
             )
+            self._runs[run.run_id] = trusted(RunRecord, **fields)
             self._steps[run.run_id] = [first]
 
     def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
@@ -235,19 +237,24 @@ class MemoryStore:
         the run goes on ``running``)."""
         _check_status(run_id, status)
         with self._lock:
-            run = self._run(run_id)
-            self._fence(run, owner)
-            lease = {} if status == "running" else self._lease(run_id, None)
-            self._runs[run_id] = run.model_copy(
-                update={
-                    "status": status,
-                    "error": clip_error(error),
-                    "stopped_by": stopped_by,
-                    "interrupt": interrupt,
-                    "updated_at": _now(),
-                    **lease,
-                }
+            run = self._runs.get(run_id)
+            if run is None:
+                run = self._run(run_id)  # raises RunNotFoundError
+            self._fence(run, owner)  # commits leave the lease alone: run.owner is current
+            fields = dict(run.__dict__)
+            advanced = self._advanced.pop(run_id, None)
+            if advanced is not None:
+                fields["last_step"] = advanced[0]  # the rest of it is set again here
+            fields.update(
+                status=status,
+                error=clip_error(error),
+                stopped_by=stopped_by,
+                interrupt=interrupt,
+                updated_at=_now(),
             )
+            if status != "running":
+                fields.update(self._lease(run_id, None))
+            self._runs[run_id] = trusted(RunRecord, **fields)
 
     def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
         """Record that the run continues under another graph."""

@@ -16,7 +16,6 @@ one. A call served from the record delivers no tokens: nothing is generated.
 from __future__ import annotations
 
 import hashlib
-import operator
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -96,20 +95,10 @@ def _field(key: str, value: Any) -> bytes:
 
 
 def _starts_with(messages: Sequence[ChatMessage], prefix: Sequence[ChatMessage]) -> bool:
-    """``messages[:len(prefix)] == prefix``, by identity first (a conversation's messages are
-    the same objects request after request), so the common case costs no comparisons."""
-    same = list(map(operator.is_, prefix, messages))
-    if len(same) != len(prefix):
-        return False
-    at = 0
-    while True:
-        try:
-            at = same.index(False, at)
-        except ValueError:
-            return True
-        if prefix[at] != messages[at]:
-            return False
-        at += 1
+    """``messages[:len(prefix)] == prefix``: one comparison of two tuples in C, which takes
+    each pair of elements by identity first (a conversation's messages are the same objects
+    request after request), so the common case compares no message's fields."""
+    return len(messages) >= len(prefix) and tuple(messages[: len(prefix)]) == tuple(prefix)
 
 
 def _previous(messages: Sequence[ChatMessage], fields: tuple[Any, ...]) -> _Encoded | None:
@@ -194,11 +183,15 @@ class JournaledChatModel:
         """The recorded response to ``request``, or the model's (then recorded); streamed
         when the journal carries ``tokens``."""
         tokens: TokenSink | None = getattr(self.journal, "tokens", None)
+        live: list[ChatResponse] = []
 
         def compute() -> Any:
             if tokens is None:
-                return self.model.complete(request).model_dump(mode="json")
-            return _streamed(self.model, request, tokens).model_dump(mode="json")
+                response = self.model.complete(request)
+            else:
+                response = _streamed(self.model, request, tokens)
+            live.append(response)
+            return response.model_dump(mode="json")
 
         body, fingerprint = encode_request(request)
         value = self.journal.call(
@@ -208,22 +201,28 @@ class JournaledChatModel:
             request=body,
             fingerprint=fingerprint,
         )
-        return ChatResponse.model_validate(value)
+        # A reply just made is returned as it is (frozen, and what was recorded is its
+        # dump): rebuilding it from the dump would only repeat its validation.
+        return live[0] if live else ChatResponse.model_validate(value)
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         """Async :meth:`complete`."""
         tokens: TokenSink | None = getattr(self.journal, "tokens", None)
+        live: list[ChatResponse] = []
 
         async def compute() -> Any:
             if tokens is None:
-                return (await self.model.acomplete(request)).model_dump(mode="json")
-            return (await _astreamed(self.model, request, tokens)).model_dump(mode="json")
+                response = await self.model.acomplete(request)
+            else:
+                response = await _astreamed(self.model, request, tokens)
+            live.append(response)
+            return response.model_dump(mode="json")
 
         body, fingerprint = encode_request(request)
         value = await self.journal.acall(
             KIND, "chat", compute, request=body, fingerprint=fingerprint
         )
-        return ChatResponse.model_validate(value)
+        return live[0] if live else ChatResponse.model_validate(value)
 
 
 def _streamed(model: _Model, request: ChatRequest, tokens: TokenSink) -> ChatResponse:

@@ -46,7 +46,12 @@ from stargraph.checkpoint import (
     TaskRecord,
     WriteRecord,
 )
-from stargraph.checkpoint._compact import Conversations, compact_calls, expand_steps
+from stargraph.checkpoint._compact import (
+    Conversations,
+    ToolResults,
+    compact_calls,
+    expand_steps,
+)
 from stargraph.checkpoint._lease import DEFAULT_LEASE_S, Lease, new_owner
 from stargraph.checkpoint._records import trusted, unicode_problem
 from stargraph.errors import (
@@ -272,6 +277,9 @@ class Persistence:
         self._hold(lease)
         # The last model request of each conversation, so the next one is stored as a delta.
         self._conversations: Conversations = {}
+        # The tool calls of the steps committed so far, which those requests' tool messages
+        # refer to instead of repeating their results.
+        self._results: ToolResults = {}
         # The same, for the journal rows written as calls are made (in the order they are
         # made; a commit orders a step's calls by task).
         self._journaled: Conversations = {}
@@ -424,6 +432,7 @@ class Persistence:
                     key=lambda e: (e.node, e.index, e.seq),
                 ),
                 self._conversations,
+                self._results,
             )
             if run.journals
             else (),

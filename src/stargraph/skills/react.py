@@ -563,7 +563,8 @@ def _transcript(trajectory: Sequence[ReactStep]) -> list[ChatMessage]:
             if kept is not None and len(kept[0]) == end + 1 and kept[0][end] is trajectory[end]:
                 found = kept
                 break
-    if found is not None and all(map(operator.is_, found[0], trajectory)):
+    # One list comparison in C (elements by identity first), not a call per step.
+    if found is not None and list(trajectory[: len(found[0])]) == list(found[0]):
         messages = [*found[1], *map(_MESSAGE, trajectory[len(found[0]) :])]
     else:
         messages = list(map(_MESSAGE, trajectory))

@@ -16,7 +16,7 @@ from stargraph.tools._result import ToolFailure, ToolResult, failure_of
 if TYPE_CHECKING:
     from stargraph.tools._arbiter import Arbiter, ToolCall
 
-__all__ = ["JournaledArbiter"]
+__all__ = ["JournaledArbiter", "tool_message_content"]
 
 KIND = "tool"
 """Journal kind of tool calls."""
@@ -45,6 +45,33 @@ def _unpack(value: Any, call: ToolCall) -> ToolResult:
     raise exc
 
 
+def tool_message_content(request: Any, value: Any) -> str | None:
+    """The ``content`` of the ``tool`` message that answers a recorded tool call, as the
+    ReAct loop words it (``ToolResult.to_tool_message`` for the call's lane, a failure as
+    ``ToolResult.from_error``), from the call's recorded ``request`` and ``value``; ``None``
+    for a record that is not a tool call's.
+
+    A stored model request refers to the tool call for such a message instead of repeating
+    the result (see ``stargraph.checkpoint._compact``), so each result is stored once.
+    """
+    if not isinstance(request, dict) or not isinstance(value, dict):
+        return None
+    lane = request.get("lane")
+    if not isinstance(lane, str):
+        return None
+    try:
+        if "result" in value:
+            result = ToolResult.model_validate(value["result"])
+        else:
+            exc = ToolError(str(value.get("message", "")))
+            exc.failure = ToolFailure.model_validate(value["failure"])  # type: ignore[attr-defined]
+            result = ToolResult.from_error(exc)
+    except (KeyError, ValueError):  # ValueError: pydantic's ValidationError
+        return None
+    content = result.to_tool_message(lane)["content"]
+    return content if isinstance(content, str) else None
+
+
 class JournaledArbiter:
     """An :class:`Arbiter` whose dispatches go through one task's journal."""
 
@@ -59,25 +86,34 @@ class JournaledArbiter:
     def dispatch(self, call: ToolCall) -> ToolResult:
         """The recorded outcome of ``call``, or the arbiter's (then recorded)."""
 
+        live: list[ToolResult] = []
+
         def compute() -> dict[str, Any]:
             try:
-                return _outcome(self.arbiter.dispatch(call))
+                result = self.arbiter.dispatch(call)
             except ToolError as exc:
                 return _failure(exc)
+            live.append(result)
+            return _outcome(result)
 
         value = self.journal.call(KIND, call.tool, compute, request=call.model_dump(mode="json"))
-        return _unpack(value, call)
+        # A result just made is returned as it is (frozen; the record holds its dump).
+        return live[0] if live else _unpack(value, call)
 
     async def adispatch(self, call: ToolCall) -> ToolResult:
         """Async :meth:`dispatch`."""
 
+        live: list[ToolResult] = []
+
         async def compute() -> dict[str, Any]:
             try:
-                return _outcome(await self.arbiter.adispatch(call))
+                result = await self.arbiter.adispatch(call)
             except ToolError as exc:
                 return _failure(exc)
+            live.append(result)
+            return _outcome(result)
 
         value = await self.journal.acall(
             KIND, call.tool, compute, request=call.model_dump(mode="json")
         )
-        return _unpack(value, call)
+        return live[0] if live else _unpack(value, call)
