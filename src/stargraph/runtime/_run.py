@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from stargraph.errors import (
     InvalidInputError,
@@ -26,13 +26,14 @@ from stargraph.runtime._context import AttemptFence, Entropy, RunContext, TaskJo
 from stargraph.runtime._events import Event
 from stargraph.runtime._inputs import node_input
 from stargraph.runtime._loop import RunLoop
-from stargraph.runtime._plan import NodeSpec, RouterSpec, Send, Task
+from stargraph.runtime._plan import NodeSpec, Plan, RouterSpec, Send, Task
+from stargraph.runtime._values import describe_exception, describe_validation, jsonable
 from stargraph.state import Channel, fast_state
 
 if TYPE_CHECKING:
     from stargraph.checkpoint import JournalEntry
     from stargraph.runtime._durable import Persistence
-    from stargraph.runtime._executor import CompiledGraph
+    from stargraph.runtime._recorded import ReplaySource
     from stargraph.runtime._rules import RuleSet
     from stargraph.runtime._stream import Feed
 
@@ -40,9 +41,11 @@ __all__ = [
     "MAX_STEPS_BOUND",
     "Run",
     "describe_exception",
+    "initial_values",
     "jsonable",
     "make_tasks",
     "max_steps_problem",
+    "refuse_unknown_keys",
 ]
 
 MAX_STEPS_BOUND = 2**53 - 1
@@ -78,14 +81,15 @@ class Run:
         "emit",
         "entropy",
         "feed",
-        "graph",
         "joins_seen",
         "journals",
         "loop",
         "max_steps",
         "path",
         "persistence",
+        "plan",
         "ran",
+        "replay",
         "replay_calls",
         "routed",
         "rule_park",
@@ -101,7 +105,7 @@ class Run:
 
     def __init__(
         self,
-        graph: CompiledGraph[Any],
+        plan: Plan,
         run_id: str,
         values: dict[str, Any],
         *,
@@ -117,7 +121,7 @@ class Run:
                 run_id=run_id,
                 step=0,
             )
-        self.graph = graph
+        self.plan = plan
         self.run_id = run_id
         self.values = values
         self.step = 0
@@ -141,7 +145,10 @@ class Run:
         self.rules: RuleSet | None = None
         # The rule decision of the current step (not "continue"), saved with its checkpoint.
         self.decision: dict[str, Any] | None = None
-        # In replay: the recorded calls of the current step's tasks, by (node, index).
+        # In replay: where the run's recordings come from (handed to its tasks' journals,
+        # so a subgraph node replays its child from it), and the recorded calls of the
+        # current step's tasks, by (node, index).
+        self.replay: ReplaySource | None = None
         self.replay_calls: dict[tuple[str, int], list[JournalEntry]] | None = None
         self.stopped_by: str | None = None
         self.rule_park: dict[str, Any] | None = None
@@ -176,7 +183,7 @@ class Run:
 
     def schedule_entry(self) -> None:
         """Schedule the entry nodes (and conditional edges out of START) for step 1."""
-        graph = self.graph
+        graph = self.plan
         state = fast_state(graph.state_model, dict(self.values))
         static = set(graph.ir.entry)
         sends: list[Send] = []
@@ -231,7 +238,7 @@ class Run:
                 if not router.is_async:
                     continue
                 if state is None:
-                    state = fast_state(self.graph.state_model, dict(self.values))
+                    state = fast_state(self.plan.state_model, dict(self.values))
                 try:
                     if router.takes_ctx:
                         result = router.fn(state, self._ctx(source, 0, {}))
@@ -284,21 +291,21 @@ class Run:
 
     def schedule_next(self, ran: Sequence[Task]) -> None:
         """Schedule successors of the tasks that just ran, from the merged state."""
-        specs = self.graph.specs
+        specs = self.plan.specs
         if len(ran) == 1:
             spec = specs[ran[0].node]
             if spec.only_static:
                 # Chains without routers: the successors were computed at compile time.
-                self.tasks = self.graph.static_tasks[spec.id]
+                self.tasks = self.plan.static_tasks[spec.id]
                 return
             if not spec.static_next and not spec.joins and len(spec.routers) == 1:
                 # A loop or a branch: one router choosing one target is the common case.
                 router = spec.routers[0]
                 if not router.takes_ctx and not router.is_async:
-                    self.view = fast_state(self.graph.state_model, dict(self.values))
+                    self.view = fast_state(self.plan.state_model, dict(self.values))
                     target = self._route_one(router, spec.id)
                     if target is not None:
-                        self.tasks = self.graph.single_tasks[target]
+                        self.tasks = self.plan.single_tasks[target]
                         return
         static: set[str] = set()
         sends: list[Send] = []
@@ -309,7 +316,7 @@ class Run:
             static.update(spec.static_next)
             if spec.routers:
                 if state is None:
-                    state = fast_state(self.graph.state_model, dict(self.values))
+                    state = fast_state(self.plan.state_model, dict(self.values))
                 for router in spec.routers:
                     self._route(router, state, node, static, sends)
             for join in spec.joins:
@@ -343,6 +350,7 @@ class Run:
                 run_id=self.run_id,
                 fence=fence,
                 attempt=attempt,
+                source=self.replay,
             )
         elif self.persistence is not None:
             # The list is shared with the run (and by every attempt of the task): at commit
@@ -361,7 +369,7 @@ class Run:
         custom = None
         if feed is not None:
             if "messages" in feed.modes:
-                if journal is None and self.graph.bindable:
+                if journal is None and self.plan.bindable:
                     # No store keeps this run's calls, but its models must reach the
                     # stream: a journal of this attempt alone, kept nowhere.
                     journal = TaskJournal(
@@ -379,12 +387,12 @@ class Run:
                     journal.tokens = self._sink(feed, "messages", node, index)
             if "custom" in feed.modes:
                 custom = self._sink(feed, "custom", node, index)
-        services = self.graph.services
-        if journal is not None and self.graph.bindable:
+        services = self.plan.services
+        if journal is not None and self.plan.bindable:
             # Chat models and tool arbiters route their calls through this task's journal.
             services = {
                 **services,
-                **{name: services[name].bind_journal(journal) for name in self.graph.bindable},
+                **{name: services[name].bind_journal(journal) for name in self.plan.bindable},
             }
         if journal is not None and journal.replay:
             # A replay needs no live services: a model it was not given is answered by the
@@ -437,7 +445,7 @@ class Run:
             return view
         values = dict(self.values)
         if task.payload:
-            channels = self.graph.channels
+            channels = self.plan.channels
             for key, value in task.payload.items():
                 channel = channels.get(key)
                 if channel is None:
@@ -452,7 +460,7 @@ class Run:
                         f"was sent a payload for {key!r} that a checkpoint store cannot give "
                         f"back as it was: {key}{found[0]} is {found[1]}",
                     )
-        return fast_state(self.graph.state_model, values)
+        return fast_state(self.plan.state_model, values)
 
     def call_args(
         self,
@@ -465,7 +473,10 @@ class Run:
 
         Each attempt gets its own state object and ctx (with its own journal handle), so an
         abandoned attempt that still runs shares nothing mutable with the next one."""
-        state = self.task_state(task) if spec.input is None else node_input(self, task, spec.input)
+        if spec.input is None:
+            state = self.task_state(task)
+        else:
+            state = node_input(self.values, task, spec.input, run_id=self.run_id, step=self.step)
         if spec.takes_ctx:
             return (state, self._ctx(task.node, task.index, spec.config, fence, attempt))
         return (state,)
@@ -508,15 +519,15 @@ class Run:
                 f"returned {type(result).__name__}, not a mapping; return a dict of the "
                 "channels it changed, e.g. {'counter': 1}, or None",
             )
-        channels = self.graph.channels
-        allowed = self.graph.specs[task.node].writes
+        channels = self.plan.channels
+        allowed = self.plan.specs[task.node].writes
         writes: dict[str, Any] = {}
         for key, value in result.items():
             channel = channels.get(key)
             if channel is None:
                 raise self._write_error(
                     task,
-                    f"wrote key {key!r}, which the state {self.graph.state_model.__name__} "
+                    f"wrote key {key!r}, which the state {self.plan.state_model.__name__} "
                     f"lacks (fields: {sorted(channels)}); add the field or drop the key",
                 )
             if allowed is not None and key not in allowed:
@@ -544,7 +555,7 @@ class Run:
 
     def merge(self, results: Sequence[tuple[Task, dict[str, Any]]]) -> None:
         """Merge validated writes in task order through the reducers (invariant 2)."""
-        channels = self.graph.channels
+        channels = self.plan.channels
         self.view = None
         if self.collect is not None:
             if len(results) == 1:
@@ -582,6 +593,14 @@ class Run:
                     values[key] = channel.reducer(values[key], value)
         self.values = values
 
+    def committed(self) -> None:
+        """The step is in the store (or there is none): clear its bookkeeping - rule
+        decision, attempts, pending writes and journals - before the next one starts."""
+        self.decision = None
+        self.attempts = {}
+        self.done = {}
+        self.journals = {}
+
     def check_step_limit(self) -> None:
         """Raise :class:`StepLimitExceeded` before a step beyond the limit would start."""
         if self.step > self.max_steps:
@@ -606,23 +625,40 @@ def make_tasks(static: set[str], sends: list[Send]) -> list[Task]:
     return tasks
 
 
-def describe_exception(exc: BaseException) -> str:
-    """``"Type: message"`` for an error message, even when the exception's ``__str__``
-    raises (then ``"Type: <unprintable Type>"``): describing a failure must never fail."""
-    name = type(exc).__name__
+def refuse_unknown_keys(model: type[BaseModel], input: Any, run_id: str | None) -> None:
+    """A key of a run's input that names no field of ``model`` is a typo, not something to
+    drop: raise :class:`InvalidInputError` naming it."""
+    if not isinstance(input, Mapping) or model.model_config.get("extra") == "allow":
+        return
+    known = set(model.model_fields)
+    known.update(f.alias for f in model.model_fields.values() if f.alias)
+    unknown = sorted(str(key) for key in input if key not in known)
+    if unknown:
+        names = ", ".join(repr(k) for k in unknown)
+        run = f" of run {run_id!r}" if run_id else ""
+        raise InvalidInputError(
+            f"input{run} has {'a key' if len(unknown) == 1 else 'keys'} {names} that "
+            f"{model.__name__} has no field for; its fields are "
+            f"{', '.join(sorted(model.model_fields))} (fix the spelling, or add the field "
+            "to the state model)",
+            run_id=run_id,
+            step=0,
+        )
+
+
+def initial_values(
+    model: type[BaseModel], input: Mapping[str, Any] | BaseModel | None, run_id: str
+) -> dict[str, Any]:
+    """The channel values a run of state ``model`` starts from, given its ``input``."""
+    data: Any = {} if input is None else input
+    if isinstance(data, BaseModel):
+        data = data.model_dump()
     try:
-        text = str(exc)
-    except Exception:
-        text = f"<unprintable {name}>"
-    return f"{name}: {text}"
-
-
-def jsonable(channels: Mapping[str, Channel], values: Mapping[str, Any]) -> dict[str, Any]:
-    """Channel values (or writes) as JSON data, through each channel's type (NaN and
-    infinities stay floats: the stores keep them)."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        channel = channels[key]
-        dump = channel.dump
-        out[key] = channel.adapter.dump_python(value, mode="json") if dump is None else dump(value)
-    return out
+        state = model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidInputError(
+            f"input of run {run_id!r} does not fit {model.__name__}: {describe_validation(exc)}",
+            run_id=run_id,
+            step=0,
+        ) from exc
+    return dict(state.__dict__)
