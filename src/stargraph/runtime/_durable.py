@@ -58,7 +58,7 @@ from stargraph.errors import (
 from stargraph.reducers import append as _append_reducer
 from stargraph.runtime._plan import Plan, Task
 from stargraph.runtime._rules import RuleSet
-from stargraph.runtime._values import jsonable
+from stargraph.runtime._values import jsonable, reduce_writes
 from stargraph.state import Channel
 
 __all__ = [
@@ -635,15 +635,10 @@ def _merge(
             raw = {k: v for k, v in raw.items() if k in only and record.step > after[k]}
             if not raw:
                 continue
-        decoded = decode_writes(channels, run_id, record.step, raw)
-        for key, value in decoded.items():
-            reducer = channels[key].reducer
-            if reducer is _append_reducer.fn and type(values[key]) is list:
-                # The loaded value is this function's own copy: extend it in place instead
-                # of copying the whole list once per step.
-                values[key].extend(value)
-            else:
-                values[key] = value if reducer is None else reducer(values[key], value)
+        # The loaded values are this function's own: lists are extended in place.
+        reduce_writes(
+            channels, values, decode_writes(channels, run_id, record.step, raw), owned=True
+        )
 
 
 def load_journal(store: CheckpointStore, run_id: str, step: int) -> list[JournalEntry]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from functools import cached_property
 from typing import Any, Generic, Literal, TypeVar, overload
 
 from pydantic import BaseModel
@@ -127,7 +128,7 @@ class CompiledGraph(Generic[StateT]):
         """``"sha256:<hex>"`` of the behavioural content of the graph."""
         return self.plan.graph_hash
 
-    @property
+    @cached_property
     def code_hash(self) -> str:
         """``"sha256:<hex>"`` of the source of every node and router (stored with runs)."""
         return self.plan.code_hash
@@ -396,6 +397,7 @@ class CompiledGraph(Generic[StateT]):
             emit=None,
             migration=migration,
             wait=wait,
+            code_hash=self.code_hash,
         )
         self.steploop.run_to_end(run, fresh=False)
         return self._state(run)
@@ -421,6 +423,7 @@ class CompiledGraph(Generic[StateT]):
                 emit=emit,
                 migration=migration,
                 wait=wait,
+                code_hash=self.code_hash,
             ),
             ("events",),
             fresh=False,
@@ -450,6 +453,7 @@ class CompiledGraph(Generic[StateT]):
             emit=None,
             migration=migration,
             taken=taken,
+            code_hash=self.code_hash,
         )
         async for _ in self.steploop.adrive(run, fresh=False):
             pass
@@ -497,7 +501,14 @@ class CompiledGraph(Generic[StateT]):
         (``parent_run_id``/``parent_step``); continue it with ``resume(new_run_id)``.
         Returns the new run id.
         """
-        return fork_run(self.steploop, run_id, step, update=update, new_run_id=new_run_id)
+        return fork_run(
+            self.steploop,
+            run_id,
+            step,
+            update=update,
+            new_run_id=new_run_id,
+            code_hash=self.code_hash,
+        )
 
     def run_nested(
         self,
@@ -509,7 +520,15 @@ class CompiledGraph(Generic[StateT]):
         parent: Any,
     ) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
         """Run this graph as the child of a subgraph node (see ``_stored.run_nested``)."""
-        return run_child(self.steploop, input, run_id=run_id, path=path, emit=emit, parent=parent)
+        return run_child(
+            self.steploop,
+            input,
+            run_id=run_id,
+            path=path,
+            emit=emit,
+            parent=parent,
+            code_hash=self.code_hash,
+        )
 
     # ------------------------------------------------------------------ stopping early
 

@@ -27,8 +27,13 @@ from stargraph.runtime._events import Event
 from stargraph.runtime._inputs import node_input
 from stargraph.runtime._loop import RunLoop
 from stargraph.runtime._plan import NodeSpec, Plan, RouterSpec, Send, Task
-from stargraph.runtime._values import describe_exception, describe_validation, jsonable
-from stargraph.state import Channel, fast_state
+from stargraph.runtime._values import (
+    describe_exception,
+    describe_validation,
+    jsonable,
+    reduce_writes,
+)
+from stargraph.state import fast_state
 
 if TYPE_CHECKING:
     from stargraph.checkpoint import JournalEntry
@@ -562,20 +567,16 @@ class Run:
                 self.collect.append((results[0][0].node, results[0][1]))
             else:
                 self.collect.extend((t.node, w) for t, w in sorted(results, key=lambda r: r[0].key))
+        values = dict(self.values)
         if len(results) == 1:
             # Fast path for chains: one task, no conflicts possible.
-            values = dict(self.values)
-            for key, value in results[0][1].items():
-                reducer = channels[key].reducer
-                values[key] = value if reducer is None else reducer(values[key], value)
+            reduce_writes(channels, values, results[0][1])
             self.values = values
             return
         writers: dict[str, Task] = {}
-        values = dict(self.values)
         for task, writes in sorted(results, key=lambda r: r[0].key):
-            for key, value in writes.items():
-                channel: Channel = channels[key]
-                if channel.reducer is None:
+            for key in writes:
+                if channels[key].reducer is None:
                     if key in writers:
                         first = writers[key]
                         raise InvalidWriteError(
@@ -588,9 +589,7 @@ class Run:
                             node=task.node,
                         )
                     writers[key] = task
-                    values[key] = value
-                else:
-                    values[key] = channel.reducer(values[key], value)
+            reduce_writes(channels, values, writes)
         self.values = values
 
     def committed(self) -> None:

@@ -331,8 +331,25 @@ class StepLoop:
 
     # The drivers below share one shape. The loop checks ``run.cancelled`` before each step
     # (a step boundary) and leaves it to stop the run after the ``try``: cancelling is not
-    # a failure. A RunCancelledError met inside a step comes from a nested run; BaseException
-    # (KeyboardInterrupt, SystemExit) stops the run at once, abandoning its lease.
+    # a failure. Whatever else leaves the loop goes through ``stopped_by``.
+
+    def stopped_by(self, run: Run, exc: BaseException) -> BaseException | None:
+        """Record how ``exc``, leaving a driver, stopped ``run``; the typed error to raise
+        instead of it (``None``: re-raise ``exc``). A RunCancelledError met inside a step
+        comes from a nested run; a BaseException (KeyboardInterrupt, SystemExit) stops the
+        run at once, abandoning its lease."""
+        if isinstance(exc, RunCancelledError):
+            if run.cancelled is None:  # only a nested run was asked to stop: its node failed
+                self.fail(run, exc)
+                return None
+            return self._cancel_in_flight(run)
+        if isinstance(exc, StargraphError):
+            self.fail(run, exc)
+            return None
+        if isinstance(exc, Exception):
+            return self._engine_failed(run, exc)
+        self._abandon(run, exc)
+        return None
 
     def run_to_end(self, run: Run, *, fresh: bool) -> None:
         """Sync driver for invoke/resume: no generator on the hot path."""
@@ -346,19 +363,11 @@ class StepLoop:
             else:
                 self.finish(run)
                 return
-        except RunCancelledError as exc:
-            if run.cancelled is None:  # only a nested run was asked to stop: its node failed
-                self.fail(run, exc)
-                raise
-            raise self._cancel_in_flight(run) from exc
-        except StargraphError as exc:
-            self.fail(run, exc)
-            raise
-        except Exception as exc:
-            raise self._engine_failed(run, exc) from exc
         except BaseException as exc:
-            self._abandon(run, exc)
-            raise
+            instead = self.stopped_by(run, exc)
+            if instead is None:
+                raise
+            raise instead from exc
         finally:
             self.end(run)
         raise self.cancel(run)
@@ -403,19 +412,11 @@ class StepLoop:
             if not closed_in_step:
                 self.closed(run)
             raise
-        except RunCancelledError as exc:
-            if run.cancelled is None:  # only a nested run was asked to stop: its node failed
-                self.fail(run, exc)
-                raise
-            raise self._cancel_in_flight(run) from exc
-        except StargraphError as exc:
-            self.fail(run, exc)
-            raise
-        except Exception as exc:
-            raise self._engine_failed(run, exc) from exc
         except BaseException as exc:
-            self._abandon(run, exc)
-            raise
+            instead = self.stopped_by(run, exc)
+            if instead is None:
+                raise
+            raise instead from exc
         finally:
             if stepper is not None:
                 stepper.shutdown(wait=False)
@@ -480,19 +481,11 @@ class StepLoop:
             run.step -= 1
             self.cancel_quietly(run, "its asyncio task was cancelled")
             raise
-        except RunCancelledError as exc:
-            if run.cancelled is None:  # only a nested run was asked to stop: its node failed
-                self.fail(run, exc)
-                raise
-            raise self._cancel_in_flight(run) from exc
-        except StargraphError as exc:
-            self.fail(run, exc)
-            raise
-        except Exception as exc:
-            raise self._engine_failed(run, exc) from exc
         except BaseException as exc:
-            self._abandon(run, exc)
-            raise
+            instead = self.stopped_by(run, exc)
+            if instead is None:
+                raise
+            raise instead from exc
         finally:
             self.end(run)
         raise self.cancel(run)

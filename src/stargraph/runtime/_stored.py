@@ -76,6 +76,7 @@ def fork(
     *,
     update: Mapping[str, Any] | None = None,
     new_run_id: str | None = None,
+    code_hash: str | None = None,
 ) -> str:
     """Start a new run from ``step`` of ``run_id`` (optionally with changed channels).
 
@@ -86,7 +87,7 @@ def fork(
     Returns the new run id.
     """
     store = require_store(loop)
-    record = check_hashes(loop, store.get_run(run_id))
+    record = check_hashes(loop, store.get_run(run_id), code_hash)
     if not 0 <= step <= record.last_step:
         raise CheckpointError(
             f"run {run_id!r} has steps 0..{record.last_step}; cannot fork from step {step}",
@@ -146,6 +147,7 @@ def run_nested(
     path: tuple[str, ...],
     emit: Callable[[Event], None] | None,
     parent: Any,
+    code_hash: str | None = None,
 ) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
     """Run this graph as the child of a subgraph node; return its final values and the raw
     writes of all its steps (for projection into the parent).
@@ -180,7 +182,15 @@ def run_nested(
             answer = parent.interrupt(record.interrupt)
             if isinstance(record.interrupt, dict) and record.interrupt.get("kind") == "node":
                 response = answer
-        run = load(loop, run_id, response=response, update=None, max_steps=None, emit=emit)
+        run = load(
+            loop,
+            run_id,
+            response=response,
+            update=None,
+            max_steps=None,
+            emit=emit,
+            code_hash=code_hash,
+        )
         run.path, run.collect, run.feed = path, raw, feed
         loop.run_to_end(run, fresh=False)
     if loop.store is not None:
@@ -234,17 +244,18 @@ def validate_update(loop: StepLoop, update: Mapping[str, Any], run_id: str) -> d
     return out
 
 
-def check_hashes(loop: StepLoop, record: RunRecord) -> RunRecord:
-    """``record``, once its graph hash is this graph's and its code hash is too (or a
-    changed code hash is allowed, with a warning)."""
+def check_hashes(loop: StepLoop, record: RunRecord, code_hash: str | None = None) -> RunRecord:
+    """``record``, once its graph hash is this graph's and its code hash is ``code_hash``
+    (default: the plan's) too, or a changed code hash is allowed, with a warning."""
+    code_hash = code_hash or loop.plan.code_hash
     if record.graph_hash != loop.plan.graph_hash:
         raise GraphHashMismatch(
             run_id=record.run_id, stored=record.graph_hash, current=loop.plan.graph_hash
         )
-    if record.code_hash != loop.plan.code_hash:
+    if record.code_hash != code_hash:
         message = (
             f"run {record.run_id!r} was checkpointed by different node code "
-            f"({record.code_hash} -> {loop.plan.code_hash}); nodes will run the new code"
+            f"({record.code_hash} -> {code_hash}); nodes will run the new code"
         )
         if loop.on_code_change == "error":
             raise CodeHashMismatch(
@@ -266,6 +277,7 @@ def load(
     migration: Migration | None = None,
     wait: bool | float = False,
     taken: tuple[Lease, RunRecord] | None = None,
+    code_hash: str | None = None,
 ) -> Run:
     """Stored run ``run_id``, leased to this process and ready for the loop's drivers to
     continue (``fresh=False``); see ``CompiledGraph.resume`` for the arguments."""
@@ -285,6 +297,7 @@ def load(
             max_steps=max_steps,
             emit=emit,
             migration=migration,
+            code_hash=code_hash,
         )
     except BaseException:
         lease.release()
@@ -301,13 +314,14 @@ def _load_leased(
     max_steps: int | None,
     emit: Callable[[Event], None] | None,
     migration: Migration | None,
+    code_hash: str | None = None,
 ) -> Run:
     store = require_store(loop)
     run_id = record.run_id
     if migration is not None and record.graph_hash != loop.plan.graph_hash:
-        migrate(loop, record, migration, owner=lease.token)
+        migrate(loop, record, migration, owner=lease.token, code_hash=code_hash)
         record = store.get_run(run_id)
-    record = check_hashes(loop, record)
+    record = check_hashes(loop, record, code_hash)
     waiting: Any = record.interrupt if record.status == "interrupted" else None
     if record.status == "done":
         raise RunNotResumableError(
@@ -394,7 +408,14 @@ def _load_leased(
     return run
 
 
-def migrate(loop: StepLoop, record: RunRecord, migration: Migration, *, owner: str | None) -> None:
+def migrate(
+    loop: StepLoop,
+    record: RunRecord,
+    migration: Migration,
+    *,
+    owner: str | None,
+    code_hash: str | None = None,
+) -> None:
     """Commit ``migration(state)`` as a step of the run, then adopt this graph's hash."""
     store = require_store(loop)
     run_id = record.run_id
@@ -435,7 +456,9 @@ def migrate(loop: StepLoop, record: RunRecord, migration: Migration, *, owner: s
         interrupt=record.interrupt,
         owner=owner,
     )
-    store.set_graph(run_id, graph_hash=loop.plan.graph_hash, code_hash=loop.plan.code_hash)
+    store.set_graph(
+        run_id, graph_hash=loop.plan.graph_hash, code_hash=code_hash or loop.plan.code_hash
+    )
 
 
 def apply_update(loop: StepLoop, run: Run, update: Mapping[str, Any]) -> None:

@@ -34,6 +34,7 @@ from stargraph.errors import (
 from stargraph.runtime._durable import load_values
 from stargraph.runtime._plan import Plan
 from stargraph.runtime._run import initial_values
+from stargraph.runtime._values import reduce_writes
 
 __all__ = ["Turn", "get_thread", "list_threads", "start_turn"]
 
@@ -139,8 +140,7 @@ def _apply(
                 run_id=run_id,
                 step=0,
             ) from exc
-        reducer = channel.reducer
-        out[name] = valid if reducer is None else reducer(out[name], valid)
+        reduce_writes(graph.channels, out, {name: valid})
     return out
 
 

@@ -11,9 +11,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from stargraph.reducers import append as _append
 from stargraph.state import Channel
 
-__all__ = ["describe_exception", "describe_validation", "jsonable"]
+__all__ = ["describe_exception", "describe_validation", "jsonable", "reduce_writes"]
+
+_APPEND = _append.fn
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -43,3 +46,28 @@ def describe_validation(exc: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
     )
+
+
+def reduce_writes(
+    channels: Mapping[str, Channel],
+    values: dict[str, Any],
+    writes: Mapping[str, Any],
+    *,
+    owned: bool = False,
+) -> None:
+    """Fold one task's validated ``writes`` into ``values``, in place, through the channels'
+    reducers (a channel without one takes the written value). The one merge of the runtime:
+    a live step, an update, a thread's new input and a run loaded from its store's steps all
+    go through it, task after task in ``(node, index)`` order.
+
+    ``owned``: the lists in ``values`` are the caller's own (decoded from a store), so an
+    ``append`` channel is extended in place rather than copied at every step.
+    """
+    for key, value in writes.items():
+        reducer = channels[key].reducer
+        if reducer is None:
+            values[key] = value
+        elif owned and reducer is _APPEND and type(values[key]) is list:
+            values[key].extend(value)
+        else:
+            values[key] = reducer(values[key], value)
