@@ -20,15 +20,13 @@ from pydantic import BaseModel
 from stargraph.checkpoint import CheckpointStore, Recording, RunRecord, StepRecord
 from stargraph.checkpoint._compact import expand_steps
 from stargraph.errors import CheckpointError, ReplayError, StargraphError
-from stargraph.ir import GraphIR
 from stargraph.runtime._cancel import request
 from stargraph.runtime._context import Entropy, SystemEntropy
 from stargraph.runtime._durable import Durability, atake_lease, check_run_id, load_values
 from stargraph.runtime._events import Event
-from stargraph.runtime._plan import NodeSpec, Plan, RouterSpec
+from stargraph.runtime._plan import Plan
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._replay import ReplayDriver
-from stargraph.runtime._rules import RuleSet
 from stargraph.runtime._run import MAX_STEPS_BOUND, Run, refuse_unknown_keys
 from stargraph.runtime._steploop import StepLoop
 from stargraph.runtime._stored import NO_RESPONSE, Migration, load, require_store
@@ -37,7 +35,6 @@ from stargraph.runtime._stored import run_nested as run_child
 from stargraph.runtime._stream import Feed, StreamMode, Superstep, stream_modes
 from stargraph.runtime._threads import get_thread as thread_runs
 from stargraph.runtime._threads import list_threads
-from stargraph.state import Channel
 
 __all__ = ["DEFAULT_MAX_STEPS", "MAX_STEPS_BOUND", "CompiledGraph"]
 
@@ -58,36 +55,24 @@ class CompiledGraph(Generic[StateT]):
 
     def __init__(
         self,
+        plan: Plan,
         *,
-        ir: GraphIR,
-        state_model: type[StateT],
-        channels: Mapping[str, Channel],
-        specs: Mapping[str, NodeSpec],
-        start_routers: Sequence[RouterSpec],
         max_steps: int = DEFAULT_MAX_STEPS,
         entropy: Callable[[], Entropy] = SystemEntropy,
         store: CheckpointStore | None = None,
         durability: Durability = "sync",
         snapshot_every: int = 50,
         on_code_change: Literal["warn", "error"] = "warn",
-        rules: Callable[[], RuleSet] | None = None,
-        services: Mapping[str, Any] | None = None,
         on_event: Callable[[Event], None] | None = None,
         executor: concurrent.futures.Executor | None = None,
     ) -> None:
-        self.plan = plan = Plan(
-            ir=ir,
-            state_model=state_model,
-            channels=channels,
-            specs=specs,
-            start_routers=tuple(start_routers),
-            rules=rules,
-            services=dict(services or {}),
-        )
+        """Run ``plan`` (built by the compiler) with a store and options; see
+        ``stargraph.compile.compile_ir`` for what each does."""
+        self.plan = plan
         # compile(executor=...): where blocking branch work runs (see runtime._remote). The
         # graph does not own it: close() leaves it running.
         self.executor = executor
-        self.remote = None if executor is None else Remote(executor, specs, ir.state.ref)
+        self.remote = None if executor is None else Remote(executor, plan.specs, plan.ir.state.ref)
         self.steploop = StepLoop(
             plan,
             max_steps=max_steps,
@@ -99,13 +84,13 @@ class CompiledGraph(Generic[StateT]):
             on_event=on_event,
             remote=self.remote,
         )
-        # The plan's and the options' parts, as attributes (the CLI recompiles from them).
-        self.ir = ir
-        self.state_model = state_model
-        self.channels = channels
-        self.specs = specs
+        # The plan's parts and the options, as attributes (the CLI recompiles from them).
+        self.ir = plan.ir
+        self.state_model: type[StateT] = plan.state_model  # type: ignore[assignment]
+        self.channels = plan.channels
+        self.specs = plan.specs
         self.start_routers = plan.start_routers
-        self.rules = rules
+        self.rules = plan.rules
         self.services = plan.services
         self.bindable = plan.bindable
         self.on_event = on_event

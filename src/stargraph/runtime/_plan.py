@@ -11,7 +11,7 @@ import inspect
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
@@ -158,6 +158,9 @@ class NodeSpec:
     # The node's input model (with_node(..., input=Model)): it receives an instance of it
     # instead of the state (see runtime._inputs).
     input: type[BaseModel] | None = None
+    # "subgraph": the node runs a child graph (``fn`` is its runner), as a run of its own
+    # in this process's store; "function": a plain callable.
+    kind: Literal["function", "subgraph"] = "function"
 
     @property
     def plain(self) -> bool:

@@ -154,12 +154,12 @@ class Remote:
     ) -> None:
         self.executor = executor
         self.state_ref = state_ref
-        # Sync blocking function nodes (subgraph nodes, whose ref is not an import path,
-        # always run here: their child run checkpoints through this process's store).
+        # Sync blocking function nodes (subgraph nodes always run here: their child run
+        # checkpoints through this process's store).
         self.nodes = frozenset(
             node
             for node, spec in specs.items()
-            if spec.blocking and not spec.is_async and not spec.ref.startswith("subgraph:")
+            if spec.blocking and not spec.is_async and spec.kind == "function"
         )
         # The JSON of the run values last shipped: every task of a step shares it.
         self._values: tuple[Any, dict[str, Any]] | None = None
