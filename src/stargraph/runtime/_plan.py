@@ -162,15 +162,16 @@ class NodeSpec:
     # in this process's store; "function": a plain callable.
     kind: Literal["function", "subgraph"] = "function"
 
-    @property
-    def plain(self) -> bool:
-        """A sync node with no retry policy, timeout or thread: it can be called inline."""
-        return not (self.is_async or self.retry or self.timeout_s or self.blocking)
+    # Read at every step, so derived once (see __post_init__): ``plain``, a sync node with
+    # no retry policy, timeout or thread, can be called inline; ``only_static``: what follows
+    # the node never depends on state (no routers, no joins).
+    plain: bool = field(init=False)
+    only_static: bool = field(init=False)
 
-    @property
-    def only_static(self) -> bool:
-        """True when what follows this node never depends on state (no routers, no joins)."""
-        return not self.routers and not self.joins
+    def __post_init__(self) -> None:
+        plain = not (self.is_async or self.retry or self.timeout_s or self.blocking)
+        object.__setattr__(self, "plain", plain)
+        object.__setattr__(self, "only_static", not self.routers and not self.joins)
 
 
 def accepts_ctx(fn: Callable[..., Any]) -> bool | None:
@@ -232,6 +233,7 @@ class Plan:
     services: Mapping[str, Any] = field(default_factory=dict)
     static_tasks: Mapping[str, tuple[Task, ...]] = field(init=False)
     single_tasks: Mapping[str, tuple[Task, ...]] = field(init=False)
+    entry_tasks: tuple[Task, ...] = field(init=False)
     bindable: tuple[str, ...] = field(init=False)
     interrupts: bool = field(init=False)
     async_routers: bool = field(init=False)
@@ -254,6 +256,8 @@ class Plan:
         derived = {
             "static_tasks": static,
             "single_tasks": single,
+            # The first step's tasks when no router leaves START (as make_tasks orders them).
+            "entry_tasks": tuple(Task(node) for node in sorted(set(self.ir.entry))),
             "bindable": bindable,
             "interrupts": any(s.interrupt_before or s.interrupt_after for s in specs.values()),
             # Async routers are awaited by the async driver before it schedules.

@@ -189,6 +189,10 @@ class Run:
     def schedule_entry(self) -> None:
         """Schedule the entry nodes (and conditional edges out of START) for step 1."""
         graph = self.plan
+        if not graph.start_routers:
+            # Fixed entry nodes: their tasks were made at compile time.
+            self.tasks = graph.entry_tasks
+            return
         state = fast_state(graph.state_model, dict(self.values))
         static = set(graph.ir.entry)
         sends: list[Send] = []

@@ -55,7 +55,13 @@ from stargraph.runtime._plan import Plan, Task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run, describe_exception, initial_values, jsonable
 from stargraph.runtime._stream import Feed
-from stargraph.runtime._tasks import LocalRunner, StepOutcome, TaskRunner, worker_threads
+from stargraph.runtime._tasks import (
+    LocalRunner,
+    StepOutcome,
+    TaskRunner,
+    execute_sync,
+    worker_threads,
+)
 from stargraph.runtime._threads import start_turn
 
 __all__ = ["StepLoop"]
@@ -257,7 +263,9 @@ class StepLoop:
         default the live one); ``False`` when the run parked."""
         if not self.prepare(run):
             return False
-        return self.complete(run, (runner or self.runner).run_step(run, run.tasks))
+        if runner is None:  # the live runner, called directly: this is the hot path
+            return self.complete(run, execute_sync(run, run.tasks, worker_threads, self.remote))
+        return self.complete(run, runner.run_step(run, run.tasks))
 
     def prepare(self, run: Run) -> bool:
         """Open the next step (``False``: the run parked before it instead)."""
