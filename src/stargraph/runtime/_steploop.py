@@ -23,7 +23,15 @@ import concurrent.futures
 import logging
 import os
 import threading
-from collections.abc import AsyncGenerator, Callable, Generator, Iterator, Mapping, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from typing import Any, Literal
 
 from pydantic import BaseModel
@@ -261,29 +269,50 @@ class StepLoop:
     def step_once(self, run: Run, runner: TaskRunner | None = None) -> bool:
         """Run and commit one step with a sync driver, its tasks run by ``runner`` (by
         default the live one); ``False`` when the run parked."""
-        if not self.prepare(run):
+        tasks = self.prepare(run)
+        if tasks is None:
             return False
         if runner is None:  # the live runner, called directly: this is the hot path
-            return self.complete(run, execute_sync(run, run.tasks, worker_threads, self.remote))
-        return self.complete(run, runner.run_step(run, run.tasks))
+            return self.complete(run, execute_sync(run, tasks, worker_threads, self.remote))
+        return self.complete(run, runner.run_step(run, tasks))
 
-    def prepare(self, run: Run) -> bool:
-        """Open the next step (``False``: the run parked before it instead)."""
+    def prepare(self, run: Run) -> Sequence[Task] | None:
+        """Open the next step; its work, the tasks a runner is to run (``None``: the run
+        parked before the step instead)."""
         if self.plan.interrupts and self._park_before(run):
-            return False
+            return None
         run.step += 1
         if run.step > run.max_steps:
             run.check_step_limit()
         if run.emit is not None:
             self.emit_started(run, run.tasks)
-        return True
+        return run.tasks
 
-    def complete(self, run: Run, outcome: StepOutcome) -> bool:
-        """Commit the step its tasks produced ``outcome`` for (``False``: the run parked)."""
+    def routing(
+        self, run: Run, outcome: StepOutcome | None = None
+    ) -> Coroutine[Any, Any, None] | None:
+        """The async routers about to route, handed back as work for the async driver to
+        await on its loop: those out of START before a fresh run begins (no ``outcome``),
+        else those out of the nodes that produced ``outcome``, once their writes are merged
+        (then ``complete(..., merged=True)``). ``None`` when there are none; a sync driver
+        runs async routers on the run's own loop as it schedules."""
+        if not self.plan.async_routers:
+            return None
+        if outcome is None:
+            return run.await_routers([("__start__", self.plan.start_routers)])
+        if outcome.interrupt is not None:
+            return None
+        run.merge(outcome.results)
+        done = sorted({t.node for t, _ in outcome.results})
+        return run.await_routers([(n, self.plan.specs[n].routers) for n in done])
+
+    def complete(self, run: Run, outcome: StepOutcome, *, merged: bool = False) -> bool:
+        """Commit the step its tasks produced ``outcome`` for, its writes ``merged`` already
+        or not (``False``: the run parked on an interrupt instead)."""
         if outcome.interrupt is not None:
             self._park_node(run, outcome)
             return False
-        self.commit(run, outcome.results)
+        self.commit(run, outcome.results, merged=merged)
         return self._parked_after(run, outcome)
 
     def _parked_after(self, run: Run, outcome: StepOutcome) -> bool:
@@ -403,7 +432,7 @@ class StepLoop:
                     if not self.step_once(run):
                         return
                 else:
-                    if not self.prepare(run):
+                    if self.prepare(run) is None:
                         return
                     closed_in_step = True
                     outcome = yield from self._pumped(run, feed, stepper)
@@ -437,35 +466,29 @@ class StepLoop:
         feed = run.feed
         stepping: asyncio.Future[StepOutcome] | None = None
         try:
-            if fresh and self.plan.async_routers:
-                await run.await_routers([("__start__", self.plan.start_routers)])
+            if fresh and (routing := self.routing(run)) is not None:
+                await routing
             self.begin(run, fresh)
             while run.tasks:
                 if run.cancelled is not None:
                     break
-                if not self.prepare(run):
+                tasks = self.prepare(run)
+                if tasks is None:
                     return
                 if feed is None:
-                    outcome = await self.runner.arun_step(run, run.tasks)
+                    outcome = await self.runner.arun_step(run, tasks)
                 else:
-                    stepping = asyncio.ensure_future(self.runner.arun_step(run, run.tasks))
+                    stepping = asyncio.ensure_future(self.runner.arun_step(run, tasks))
                     stepping.add_done_callback(feed.signal)
                     while not stepping.done():
                         await feed.await_wake()
                         if feed.items:
                             yield -1
                     outcome, stepping = stepping.result(), None
-                if outcome.interrupt is not None:
-                    self._park_node(run, outcome)
-                    return
-                if self.plan.async_routers:
-                    run.merge(outcome.results)
-                    done = sorted({t.node for t, _ in outcome.results})
-                    await run.await_routers([(n, self.plan.specs[n].routers) for n in done])
-                    self.commit(run, outcome.results, merged=True)
-                else:
-                    self.commit(run, outcome.results)
-                if not self._parked_after(run, outcome):
+                routing = self.routing(run, outcome)
+                if routing is not None:
+                    await routing
+                if not self.complete(run, outcome, merged=routing is not None):
                     return
                 # After the parks: a consumer that stops reading here cancels a running run.
                 yield run.step
