@@ -56,6 +56,7 @@ from stargraph.errors import (
     RunBusyError,
 )
 from stargraph.reducers import append as _append_reducer
+from stargraph.runtime._interrupts import RuleDecision
 from stargraph.runtime._plan import Plan, Task
 from stargraph.runtime._rules import RuleSet
 from stargraph.runtime._values import jsonable, reduce_writes
@@ -112,7 +113,7 @@ class Progress(Protocol):
         ...
 
     @property
-    def decision(self) -> dict[str, Any] | None:
+    def decision(self) -> RuleDecision | None:
         """The rule decision of the step (not ``continue``)."""
         ...
 
@@ -434,7 +435,7 @@ class Persistence:
             next=task_records(run.tasks),
             joins=joins_record(run.joins_seen),
             facts=run.rules.snapshot() if run.rules is not None else None,
-            decision=run.decision,
+            decision=None if run.decision is None else run.decision.record(),
             attempts=dict(run.attempts),
             calls=compact_calls(
                 sorted(

@@ -38,6 +38,7 @@ from stargraph.state import fast_state
 if TYPE_CHECKING:
     from stargraph.checkpoint import JournalEntry
     from stargraph.runtime._durable import Persistence
+    from stargraph.runtime._interrupts import Interrupt, RuleDecision
     from stargraph.runtime._recorded import ReplaySource
     from stargraph.runtime._rules import RuleSet
     from stargraph.runtime._stream import Feed
@@ -149,14 +150,14 @@ class Run:
         self.child_events: dict[tuple[str, int], list[Event]] = {}
         self.rules: RuleSet | None = None
         # The rule decision of the current step (not "continue"), saved with its checkpoint.
-        self.decision: dict[str, Any] | None = None
+        self.decision: RuleDecision | None = None
         # In replay: where the run's recordings come from (handed to its tasks' journals,
         # so a subgraph node replays its child from it), and the recorded calls of the
         # current step's tasks, by (node, index).
         self.replay: ReplaySource | None = None
         self.replay_calls: dict[tuple[str, int], list[JournalEntry]] | None = None
         self.stopped_by: str | None = None
-        self.rule_park: dict[str, Any] | None = None
+        self.rule_park: Interrupt | None = None
         # Why the run is to stop at its next step boundary (see ``_cancel``); None: go on.
         self.cancelled: str | None = None
         # The state object built for this step's routers, handed on to the next step's task

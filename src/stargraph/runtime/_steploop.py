@@ -59,6 +59,7 @@ from stargraph.runtime._events import (
     RunStarted,
     StepCompleted,
 )
+from stargraph.runtime._interrupts import Interrupt, RuleDecision
 from stargraph.runtime._plan import Plan, Task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run, describe_exception, initial_values, jsonable
@@ -224,7 +225,7 @@ class StepLoop:
         nodes = sorted({t.node for t in run.tasks if self.plan.specs[t.node].interrupt_before})
         if not nodes:
             return False
-        self._park(run, {"kind": "before", "nodes": nodes, "step": run.step + 1})
+        self._park(run, Interrupt(kind="before", nodes=tuple(nodes), step=run.step + 1))
         return True
 
     def _park_after(self, run: Run, ran: Sequence[Task]) -> bool:
@@ -233,20 +234,21 @@ class StepLoop:
         nodes = sorted({t.node for t in ran if self.plan.specs[t.node].interrupt_after})
         if not nodes or not run.tasks:
             return False
-        self._park(run, {"kind": "after", "nodes": nodes, "step": run.step})
+        self._park(run, Interrupt(kind="after", nodes=tuple(nodes), step=run.step))
         return True
 
-    def _park(self, run: Run, interrupt: dict[str, Any]) -> None:
+    def _park(self, run: Run, interrupt: Interrupt) -> None:
         assert run.persistence is not None
-        run.persistence.park(run, interrupt)
+        stored = interrupt.record()
+        run.persistence.park(run, stored)
         self.emit(
             run,
             RunInterrupted(
                 run_id=run.run_id,
                 step=run.step,
                 path=run.path,
-                node=interrupt.get("node"),
-                payload=interrupt,
+                node=interrupt.node,
+                payload=stored,
             ),
         )
 
@@ -256,14 +258,14 @@ class StepLoop:
         run.step -= 1  # the step was not committed; it re-runs on resume
         self._park(
             run,
-            {
-                "kind": "node",
-                "node": task.node,
-                "index": task.index,
-                "step": run.step + 1,
-                "seq": signal.seq,
-                "payload": signal.payload,
-            },
+            Interrupt(
+                kind="node",
+                node=task.node,
+                index=task.index,
+                step=run.step + 1,
+                seq=signal.seq,
+                payload=signal.payload,
+            ),
         )
 
     def step_once(self, run: Run, runner: TaskRunner | None = None) -> bool:
@@ -336,7 +338,7 @@ class StepLoop:
         """Execute the step's tasks on ``stepper`` while handing the consumer what the
         feed receives meanwhile (yields -1 for that); returns the step's outcome. Closed
         in the middle of the step, it lets the step finish and commits it first (see
-        :meth:`_drive`)."""
+        :meth:`drive`)."""
         stepping = stepper.submit(self.runner.run_step, run, run.tasks)
         stepping.add_done_callback(feed.signal)
         try:
@@ -647,12 +649,14 @@ class StepLoop:
         decision = rules.decide(run.step, [t.node for t in ran], run.values)
         if decision.kind == "continue":
             return
-        run.decision = {
-            "kind": decision.kind,
-            "rule": decision.rule,
-            "targets": list(decision.targets),
-            "reason": decision.reason,
-        }
+        run.decision = RuleDecision.model_validate(
+            {
+                "kind": decision.kind,
+                "rule": decision.rule,
+                "targets": tuple(decision.targets),
+                "reason": decision.reason,
+            }
+        )
         self.emit(
             run,
             RuleDecided(
@@ -669,12 +673,9 @@ class StepLoop:
             run.tasks = ()
             run.stopped_by = decision.rule
         elif decision.kind == "interrupt":
-            run.rule_park = {
-                "kind": "rule",
-                "rule": decision.rule,
-                "reason": decision.reason,
-                "step": run.step,
-            }
+            run.rule_park = Interrupt(
+                kind="rule", rule=decision.rule, reason=decision.reason, step=run.step
+            )
         else:
             # goto replaces whatever the edges scheduled, Sends included.
             run.tasks = tuple(

@@ -43,6 +43,7 @@ from stargraph.runtime._durable import (
     tasks_from,
 )
 from stargraph.runtime._events import Event
+from stargraph.runtime._interrupts import Interrupt
 from stargraph.runtime._plan import Task
 from stargraph.runtime._run import Run, jsonable
 from stargraph.runtime._steploop import StepLoop
@@ -180,7 +181,8 @@ def run_nested(
         response = NO_RESPONSE
         if record.status == "interrupted":
             answer = parent.interrupt(record.interrupt)
-            if isinstance(record.interrupt, dict) and record.interrupt.get("kind") == "node":
+            waiting = Interrupt.read(record.interrupt)
+            if waiting is not None and waiting.kind == "node":
                 response = answer
         run = load(
             loop,
@@ -322,7 +324,7 @@ def _load_leased(
         migrate(loop, record, migration, owner=lease.token, code_hash=code_hash)
         record = store.get_run(run_id)
     record = check_hashes(loop, record, code_hash)
-    waiting: Any = record.interrupt if record.status == "interrupted" else None
+    waiting = Interrupt.read(record.interrupt) if record.status == "interrupted" else None
     if record.status == "done":
         raise RunNotResumableError(
             f"run {run_id!r} finished at step {record.last_step}; there is nothing to "
@@ -330,17 +332,18 @@ def _load_leased(
             run_id=run_id,
             step=record.last_step,
         )
-    on_node = isinstance(waiting, dict) and waiting.get("kind") == "node"
-    if on_node and response is NO_RESPONSE:
+    # The node that asked (ctx.interrupt) and waits for a response, if that is why.
+    asked = waiting if waiting is not None and waiting.kind == "node" else None
+    if asked is not None and response is NO_RESPONSE:
         raise RunNotResumableError(
             f"run {run_id!r} is waiting for a response to the interrupt of node "
-            f"{waiting['node']!r} at step {waiting['step']} (payload "
-            f"{waiting.get('payload')!r}); pass resume(..., response=...)",
+            f"{asked.node!r} at step {asked.step} (payload "
+            f"{asked.payload!r}); pass resume(..., response=...)",
             run_id=run_id,
             step=record.last_step,
-            node=waiting["node"],
+            node=asked.node,
         )
-    if not on_node and response is not NO_RESPONSE:
+    if asked is None and response is not NO_RESPONSE:
         raise RunNotResumableError(
             f"run {run_id!r} is not waiting for a response (status {record.status!r}); "
             "call resume() without response=",
@@ -368,12 +371,12 @@ def _load_leased(
     run.done = {
         (p.node, p.index): decode_writes(loop.plan.channels, run_id, nxt, p.writes) for p in pending
     }
-    if on_node:
+    if asked is not None:
         answer = JournalEntry(
             step=nxt,
-            node=waiting["node"],
-            index=waiting["index"],
-            seq=waiting["seq"],
+            node=asked.node,
+            index=asked.index,
+            seq=asked.seq,
             kind="interrupt",
             value={"response": response},
         )
@@ -384,17 +387,17 @@ def _load_leased(
         store.append_journal(run_id, answer, replace=True)
     for entry in load_journal(store, run_id, nxt):
         run.journals.setdefault((entry.node, entry.index), []).append(entry)
-    if isinstance(waiting, dict) and waiting.get("kind") == "before":
+    if waiting is not None and waiting.kind == "before":
         run.skip_interrupt_before = True
     if update:
-        if on_node:
+        if asked is not None:
             raise RunNotResumableError(
-                f"run {run_id!r} is waiting inside node {waiting['node']!r}; answer it with "
+                f"run {run_id!r} is waiting inside node {asked.node!r}; answer it with "
                 "response= alone (an update would commit a step and drop what the node "
                 "recorded before it asked), then update at the next interrupt",
                 run_id=run_id,
                 step=record.last_step,
-                node=waiting["node"],
+                node=asked.node,
             )
         if pending:
             raise RunNotResumableError(
