@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pytest
-from conftest import Corpus
 from pydantic import BaseModel
 
+from conftest import Corpus
 from stargraph.checkpoint import SqliteStore
 from stargraph.graph import END, START, Graph
 from stargraph.llm import OpenAIChatModel

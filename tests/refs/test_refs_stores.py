@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import load_corpus
 
+from conftest import load_corpus
 from stargraph.plugin import Registry, get_plugin_manager
 from stargraph.skills.refs import (
     DocumentStore,

@@ -8,9 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Literal
 
-from conftest import Corpus
 from pydantic import BaseModel
 
+from conftest import Corpus
 from stargraph import reducers
 from stargraph.checkpoint import SqliteStore
 from stargraph.graph import END, START, Graph

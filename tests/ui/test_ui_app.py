@@ -11,8 +11,10 @@ import json
 import re
 import threading
 import time
+from collections.abc import Iterator
 from typing import Any
 
+import pytest
 from starlette.testclient import TestClient
 from ui_graphs import (
     GATES,

@@ -39,6 +39,7 @@ from stargraph.runtime import (
     SystemEntropy,
     accepts_ctx,
 )
+from stargraph.runtime._plan import Plan
 from stargraph.runtime._run import MAX_STEPS_BOUND, max_steps_problem
 from stargraph.state import build_channels
 
@@ -190,6 +191,7 @@ def compile_ir(
             fn = _subgraph_runner(ir, node, impls, channels, child_options)
             ref, takes_ctx, is_async, config = f"subgraph:{node.graph}", True, False, {}
         specs[node.id] = NodeSpec(
+            kind="function" if isinstance(node, FunctionNodeIR) else "subgraph",
             id=node.id,
             fn=fn,
             ref=ref,
@@ -209,20 +211,23 @@ def compile_ir(
             joins=tuple(joins[node.id]),
             input=inputs.get(node.id),
         )
-    return CompiledGraph(
+    plan = Plan(
         ir=ir,
         state_model=state,
         channels=channels,
         specs=specs,
-        start_routers=start_routers,
+        start_routers=tuple(start_routers),
+        rules=rules,
+        services=dict(services or {}),
+    )
+    return CompiledGraph(
+        plan,
         max_steps=max_steps,
         entropy=entropy,
         store=store,
         durability=durability,
         snapshot_every=snapshot_every,
         on_code_change=on_code_change,
-        rules=rules,
-        services=services,
         on_event=_event_hook(plugins),
         executor=executor,
     )

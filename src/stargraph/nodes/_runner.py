@@ -25,6 +25,7 @@ from typing import Any
 
 from stargraph.errors import InvalidWriteError
 from stargraph.runtime import CompiledGraph, RunContext
+from stargraph.runtime._plan import ChildRunId
 from stargraph.state import Channel
 
 __all__ = ["SubgraphRunner"]
@@ -85,16 +86,17 @@ class SubgraphRunner:
             value = getattr(state, parent_key)
             # The child gets its own copies: nothing it does in place can reach the parent.
             child_input[child_key] = _private(value)
-        run_id = f"{ctx.run_id}::{self.site}@{ctx.step}.{ctx.index}"
+        run_id = ChildRunId(ctx.run_id, self.site, ctx.step, ctx.index).format()
         emit = ctx.events.append if (self.bubble_events and ctx.events is not None) else None
         path = (*ctx.path, self.site)
         if ctx.journal is not None and ctx.journal.replay:
             from stargraph.runtime._replay import replay_child
 
             values, raw = replay_child(
-                self.child,
+                self.child.steploop,
                 child_input,
                 run_id=run_id,
+                source=ctx.journal.source,
                 parent_run_id=ctx.run_id,
                 path=path,
                 emit=emit,

@@ -24,7 +24,7 @@ from stargraph.runtime._events import (
     StepCompleted,
 )
 from stargraph.runtime._executor import DEFAULT_MAX_STEPS, CompiledGraph
-from stargraph.runtime._interrupt import Interrupt, interrupt_of
+from stargraph.runtime._interrupts import Interrupt, interrupt_of
 from stargraph.runtime._plan import JoinSpec, NodeSpec, RouterSpec, Task, accepts_ctx
 from stargraph.runtime._rules import DecisionMaker, RuleSet, StepDecision
 from stargraph.runtime._stream import CustomEvent, MessageChunk, Superstep

@@ -30,11 +30,13 @@ import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from types import FrameType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from stargraph.errors import RunError
+from stargraph.runtime._plan import ChildRunId
 
 if TYPE_CHECKING:
+    from stargraph.runtime._plan import Plan
     from stargraph.runtime._run import Run
 
 __all__ = ["ACTIVE", "SIGNALLED", "SignalScope", "cancel_all", "cancel_on_signals", "request"]
@@ -64,21 +66,20 @@ def cancel_all(reason: str) -> None:
             run.cancelled = reason
 
 
-def request(graph: Any, run_id: str, reason: str) -> bool:
-    """Ask the runs of ``graph`` called ``run_id`` executing in this process, and their
-    nested runs, to stop at their next step boundary; whether any was found."""
+def request(plan: Plan, run_id: str, reason: str) -> bool:
+    """Ask the runs of ``plan`` (one compiled graph's) called ``run_id`` executing in this
+    process, and their nested runs, to stop at their next step boundary; whether any was
+    found."""
     runs = list(ACTIVE.values())
     found = False
     for run in runs:
-        if run.graph is graph and run.run_id == run_id:
+        if run.plan is plan and run.run_id == run_id:
             found = True
             if run.cancelled is None:
                 run.cancelled = reason
     if found:
-        # Nested runs of subgraph nodes are named "<parent>::<site>@<step>.<index>".
-        prefix = f"{run_id}::"
         for run in runs:
-            if run.cancelled is None and run.run_id.startswith(prefix):
+            if run.cancelled is None and ChildRunId.descends(run.run_id, run_id):
                 run.cancelled = reason
     return found
 

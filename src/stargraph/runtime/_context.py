@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 if TYPE_CHECKING:
     from stargraph.checkpoint import JournalEntry
+    from stargraph.runtime._recorded import ReplaySource
 
 __all__ = [
     "AttemptFence",
@@ -191,6 +192,7 @@ class TaskJournal:
         "revoked",
         "run_id",
         "seq",
+        "source",
         "step",
         "tokens",
     )
@@ -208,6 +210,7 @@ class TaskJournal:
         fence: AttemptFence | None = None,
         attempt: int = 1,
         ephemeral: bool = False,
+        source: ReplaySource | None = None,
     ) -> None:
         self.step = step
         self.node = node
@@ -227,6 +230,9 @@ class TaskJournal:
         # arrives (stream mode "messages"); None when nobody streams the run's messages.
         # The recorded call stays the whole answer, so replay does not depend on it.
         self.tokens: Callable[[str], None] | None = None
+        # In replay: where the recordings of the run's child runs are, for a subgraph node
+        # to replay its child from (handed down from the replayed run, never looked up).
+        self.source = source
 
     def restart(self) -> None:
         """Serve the journal again from its first call (same attempt)."""

@@ -10,7 +10,7 @@ transaction each), pending writes of finished siblings, journal entries, status 
   a crash loses the whole run.
 
 One owner per run: ``start`` creates the run leased to this process and a resume takes the
-lease (``StoredRuns._load``) before any node runs; every commit and status change is a
+lease (``_stored.load``) before any node runs; every commit and status change is a
 compare-and-set on the lease, and parking, finishing or failing releases it (see
 ``stargraph.checkpoint._lease``). A second resumer gets ``RunBusyError`` at once.
 
@@ -24,14 +24,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
-import inspect
 import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
 import pydantic_core
 from pydantic import ValidationError
@@ -63,22 +61,20 @@ from stargraph.errors import (
     RunBusyError,
 )
 from stargraph.reducers import append as _append_reducer
-from stargraph.refs import importable_name
-from stargraph.runtime._plan import Task
-from stargraph.runtime._run import Run, jsonable
+from stargraph.runtime._interrupts import RuleDecision
+from stargraph.runtime._plan import Plan, Task
+from stargraph.runtime._rules import RuleSet
+from stargraph.runtime._values import jsonable, reduce_writes
 from stargraph.state import Channel
-
-if TYPE_CHECKING:
-    from stargraph.runtime._executor import CompiledGraph
 
 __all__ = [
     "Durability",
     "Persistence",
+    "Progress",
     "appendable",
     "atake_lease",
     "check_run_id",
     "check_values",
-    "code_hash",
     "load_journal",
     "load_values",
     "take_lease",
@@ -86,6 +82,55 @@ __all__ = [
 
 Durability = Literal["sync", "exit"]
 """When steps reach the store: after each step (``sync``) or when the run stops (``exit``)."""
+
+
+class Progress(Protocol):
+    """What ``Persistence`` reads of a run to write it (the step loop's ``Run`` is one)."""
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        ...
+
+    @property
+    def step(self) -> int:
+        """The step last merged (the one a commit writes)."""
+        ...
+
+    @property
+    def values(self) -> Mapping[str, Any]:
+        """The channel values after that step."""
+        ...
+
+    @property
+    def tasks(self) -> Sequence[Task]:
+        """The tasks scheduled for the next step."""
+        ...
+
+    @property
+    def joins_seen(self) -> Mapping[int, frozenset[str]]:
+        """Join barriers part-way filled."""
+        ...
+
+    @property
+    def rules(self) -> RuleSet | None:
+        """The run's rule engines, whose facts are saved with each step."""
+        ...
+
+    @property
+    def decision(self) -> RuleDecision | None:
+        """The rule decision of the step (not ``continue``)."""
+        ...
+
+    @property
+    def attempts(self) -> Mapping[str, int]:
+        """Attempts of the step's retried tasks, by ``node/index``."""
+        ...
+
+    @property
+    def journals(self) -> Mapping[tuple[str, int], list[JournalEntry]]:
+        """The recorded calls of the step's tasks."""
+        ...
 
 
 def _now() -> str:
@@ -98,27 +143,6 @@ def _now_ms() -> int:
 
 def _by_task(result: tuple[Task, Any]) -> tuple[str, int]:
     return result[0].key
-
-
-def code_hash(fns: Sequence[Callable[..., Any]]) -> str:
-    """``sha256:`` of the source code of the given callables (by qualified name, sorted)."""
-    parts = []
-    for fn in fns:
-        nested = getattr(fn, "code_hash", None)
-        if isinstance(nested, str):
-            # A subgraph node: the code of its child graph, hashed the same way.
-            parts.append(f"subgraph\n{nested}")
-            continue
-        # A script's functions hash alike run as __main__ or imported (refs name them so too).
-        module = importable_name(str(getattr(fn, "__module__", "?")))
-        name = f"{module}:{getattr(fn, '__qualname__', repr(fn))}"
-        try:
-            source = inspect.getsource(fn)
-        except (OSError, TypeError):
-            source = repr(fn)  # builtins and C functions: their identity is all we have
-        parts.append(f"{name}\n{source}")
-    digest = hashlib.sha256("\n\0".join(sorted(set(parts))).encode()).hexdigest()
-    return f"sha256:{digest}"
 
 
 def check_run_id(run_id: str) -> None:
@@ -213,13 +237,13 @@ def joins_record(joins: Mapping[int, frozenset[str]]) -> dict[str, tuple[str, ..
 
 # The stores each compiled graph has already given its IR to (weakly: a store may be dropped
 # while the graph lives on), so a graph's IR is written once per store, not once per run.
-_KEPT: weakref.WeakKeyDictionary[CompiledGraph[Any], weakref.WeakSet[CheckpointStore]] = (
+_KEPT: weakref.WeakKeyDictionary[Plan, weakref.WeakSet[CheckpointStore]] = (
     weakref.WeakKeyDictionary()
 )
 _KEPT_LOCK = threading.Lock()
 
 
-def _stores_holding(graph: CompiledGraph[Any]) -> weakref.WeakSet[CheckpointStore]:
+def _stores_holding(graph: Plan) -> weakref.WeakSet[CheckpointStore]:
     # Called with _KEPT_LOCK held.
     kept = _KEPT.get(graph)
     if kept is None:
@@ -227,7 +251,7 @@ def _stores_holding(graph: CompiledGraph[Any]) -> weakref.WeakSet[CheckpointStor
     return kept
 
 
-def graph_to_keep(graph: CompiledGraph[Any], store: CheckpointStore) -> tuple[str, bytes] | None:
+def graph_to_keep(graph: Plan, store: CheckpointStore) -> tuple[str, bytes] | None:
     """``(graph_hash, IR)`` for ``store`` to keep, or ``None`` when this process already gave
     it to that store (the IR is serialised once per graph and store, not once per run)."""
     with _KEPT_LOCK:
@@ -236,13 +260,13 @@ def graph_to_keep(graph: CompiledGraph[Any], store: CheckpointStore) -> tuple[st
     return graph.graph_hash, graph.ir.to_json().encode()
 
 
-def mark_kept(graph: CompiledGraph[Any], store: CheckpointStore) -> None:
+def mark_kept(graph: Plan, store: CheckpointStore) -> None:
     """Record that ``store`` now holds ``graph``'s IR."""
     with _KEPT_LOCK, contextlib.suppress(TypeError):  # a store that takes no weak reference
         _stores_holding(graph).add(store)
 
 
-def keep_graph(graph: CompiledGraph[Any], store: CheckpointStore) -> None:
+def keep_graph(graph: Plan, store: CheckpointStore) -> None:
     """Give ``store`` the IR of ``graph`` (content-addressed by its hash) unless this process
     already did: every stored run can then be loaded by any process that can import the
     graph's code, with no ``--graph`` and no file beside the database."""
@@ -258,7 +282,7 @@ class Persistence:
 
     def __init__(
         self,
-        graph: CompiledGraph[Any],
+        graph: Plan,
         store: CheckpointStore,
         *,
         durability: Durability = "sync",
@@ -294,7 +318,7 @@ class Persistence:
         self.lease = lease
         self.owner = None if lease is None else lease.token
 
-    def _dump(self, run: Run, values: Mapping[str, Any], node: str | None) -> dict[str, Any]:
+    def _dump(self, run: Progress, values: Mapping[str, Any], node: str | None) -> dict[str, Any]:
         """``jsonable``, with a value pydantic cannot serialize reported as a typed error."""
         try:
             return jsonable(self.graph.channels, values)
@@ -334,7 +358,7 @@ class Persistence:
             raise
 
     def start(
-        self, run: Run, *, parent_run_id: str | None = None, parent_step: int | None = None
+        self, run: Progress, *, parent_run_id: str | None = None, parent_step: int | None = None
     ) -> None:
         """Create the run with its step 0 (the input and the entry tasks), leased to this
         process."""
@@ -371,7 +395,7 @@ class Persistence:
             lease.hold()
             self._hold(lease)
 
-    def journal_writer(self, run: Run) -> Callable[[JournalEntry], None]:
+    def journal_writer(self, run: Progress) -> Callable[[JournalEntry], None]:
         """A function that saves one journal entry of ``run``."""
         store, run_id, lease, journaled = self.store, run.run_id, self.lease, self._journaled
 
@@ -392,7 +416,7 @@ class Persistence:
 
         return write
 
-    def put_pending(self, run: Run, task: Task, writes: dict[str, Any]) -> None:
+    def put_pending(self, run: Progress, task: Task, writes: dict[str, Any]) -> None:
         """Save a finished task's writes before its step commits."""
         pending = PendingWrite(
             step=run.step,
@@ -402,8 +426,9 @@ class Persistence:
         )
         self._guarded(lambda: self.store.put_pending(run.run_id, pending))
 
-    def commit(self, run: Run, results: Sequence[tuple[Task, dict[str, Any]]]) -> None:
-        """Commit the step just merged: its writes, next tasks, joins (one transaction)."""
+    def commit(self, run: Progress, results: Sequence[tuple[Task, dict[str, Any]]]) -> None:
+        """Commit the step just merged: its writes, next tasks, joins (one transaction). The
+        caller then clears the step's bookkeeping (``Run.committed``)."""
         snapshot: dict[str, Any] | None = None
         carried: dict[str, int] = {}
         if run.step % self.snapshot_every == 0:
@@ -424,7 +449,7 @@ class Persistence:
             # copies and sorts: this runs at every step of every run with a store.
             joins=joins_record(run.joins_seen) if run.joins_seen else {},
             facts=run.rules.snapshot() if run.rules is not None else None,
-            decision=run.decision,
+            decision=None if run.decision is None else run.decision.record(),
             attempts=dict(run.attempts) if run.attempts else {},
             calls=compact_calls(
                 sorted(
@@ -443,12 +468,8 @@ class Persistence:
         except CheckpointError:
             self.abandon()  # the run will not go on in this process
             raise
-        run.decision = None
-        run.attempts = {}
-        run.done = {}
-        run.journals = {}
 
-    def _snapshot(self, run: Run) -> tuple[dict[str, Any], dict[str, int]]:
+    def _snapshot(self, run: Progress) -> tuple[dict[str, Any], dict[str, int]]:
         """The snapshot of ``run`` after its current step: every channel but the append-only
         ones, which it refers back to (their items are stored once, in the steps' writes)."""
         if not self._appends:
@@ -460,7 +481,7 @@ class Persistence:
         values = {k: v for k, v in run.values.items() if k not in carried}
         return self._dump(run, values, None), carried
 
-    def _stored_roots(self, run: Run) -> dict[str, int]:
+    def _stored_roots(self, run: Progress) -> dict[str, int]:
         """Where the append-only channels of a run this process did not start are held in
         full: read from its newest snapshot before the current step (one row)."""
         store, run_id = self.store, run.run_id
@@ -476,31 +497,31 @@ class Persistence:
             if name in before.carried or name in held
         }
 
-    def _stop(self, run: Run, status: Any, **fields: Any) -> None:
+    def _stop(self, run: Progress, status: Any, **fields: Any) -> None:
         owner = self.owner
         self._guarded(lambda: self.store.set_status(run.run_id, status, owner=owner, **fields))
         self._let_go()  # the status change released the lease in the store
         self.flush(run)
 
-    def park(self, run: Run, interrupt: dict[str, Any]) -> None:
+    def park(self, run: Progress, interrupt: dict[str, Any]) -> None:
         """Mark the run interrupted, waiting on ``interrupt`` (and release its lease)."""
         self._stop(run, "interrupted", interrupt=interrupt)
 
-    def finish(self, run: Run, *, stopped_by: str | None = None) -> None:
+    def finish(self, run: Progress, *, stopped_by: str | None = None) -> None:
         """Mark the run done (and release its lease)."""
         self._stop(run, "done", stopped_by=stopped_by)
 
-    def fail(self, run: Run, error: str) -> None:
+    def fail(self, run: Progress, error: str) -> None:
         """Mark the run failed (it stays resumable: fix the cause, then resume). The store
         keeps the head and tail of a very long error."""
         self._stop(run, "failed", error=error)
 
-    def cancel(self, run: Run, reason: str) -> None:
+    def cancel(self, run: Progress, reason: str) -> None:
         """Mark the run cancelled at its last committed step, saying what cancelled it
         (and release its lease)."""
         self._stop(run, "cancelled", stopped_by=reason)
 
-    def flush(self, run: Run) -> None:
+    def flush(self, run: Progress) -> None:
         """In ``exit`` mode, copy the buffered run into the real store."""
         if self.durability != "exit":
             return
@@ -632,15 +653,10 @@ def _merge(
             raw = {k: v for k, v in raw.items() if k in only and record.step > after[k]}
             if not raw:
                 continue
-        decoded = decode_writes(channels, run_id, record.step, raw)
-        for key, value in decoded.items():
-            reducer = channels[key].reducer
-            if reducer is _append_reducer.fn and type(values[key]) is list:
-                # The loaded value is this function's own copy: extend it in place instead
-                # of copying the whole list once per step.
-                values[key].extend(value)
-            else:
-                values[key] = value if reducer is None else reducer(values[key], value)
+        # The loaded values are this function's own: lists are extended in place.
+        reduce_writes(
+            channels, values, decode_writes(channels, run_id, record.step, raw), owned=True
+        )
 
 
 def load_journal(store: CheckpointStore, run_id: str, step: int) -> list[JournalEntry]:

@@ -17,15 +17,13 @@ fields at fault, raised before the node runs.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
 from stargraph.errors import InvalidPayloadError
-
-if TYPE_CHECKING:
-    from stargraph.runtime._plan import Task
-    from stargraph.runtime._run import Run
+from stargraph.runtime._plan import Task
 
 __all__ = ["node_input"]
 
@@ -34,13 +32,15 @@ def _where(loc: tuple[int | str, ...]) -> str:
     return ".".join(str(part) for part in loc)
 
 
-def node_input(run: Run, task: Task, model: type[BaseModel]) -> BaseModel:
-    """The validated input of ``task``, whose node declares ``model`` as its input."""
+def node_input(
+    values: Mapping[str, Any], task: Task, model: type[BaseModel], *, run_id: str, step: int
+) -> BaseModel:
+    """The validated input of ``task`` (at ``step`` of ``run_id``, whose state is ``values``),
+    whose node declares ``model`` as its input."""
     if task.payload:
         data: Any = task.payload
         source = "the Send payload"
     else:
-        values = run.values
         data = {name: values[name] for name in model.model_fields if name in values}
         source = "the state"
     try:
@@ -50,12 +50,12 @@ def node_input(run: Run, task: Task, model: type[BaseModel]) -> BaseModel:
         problems = "; ".join(f"{_where(e['loc']) or '<payload>'}: {e['msg']}" for e in errors)
         keys = sorted(map(str, data)) if isinstance(data, dict) else []
         raise InvalidPayloadError(
-            f"node {task.node!r} at step {run.step} of run {run.run_id!r}: {source} "
+            f"node {task.node!r} at step {step} of run {run_id!r}: {source} "
             f"(keys {keys}) does not fit its input model {model.__name__}: {problems}; send a "
             f"payload that {model.__name__} accepts, e.g. Send({task.node!r}, "
             f"{{...fields of {model.__name__}...}})",
-            run_id=run.run_id,
-            step=run.step,
+            run_id=run_id,
+            step=step,
             node=task.node,
             field=_where(errors[0]["loc"]) if errors else "",
         ) from exc

@@ -6,16 +6,31 @@ into barrier tables, so the step loop does no lookups by name beyond one dict ac
 
 from __future__ import annotations
 
+import hashlib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from functools import cached_property
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
 
-from stargraph.ir import RetryPolicyIR
+from stargraph.ir import END, GraphIR, RetryPolicyIR
+from stargraph.refs import importable_name
+from stargraph.runtime._rules import RuleSet
+from stargraph.state import Channel
 
-__all__ = ["JoinSpec", "NodeSpec", "RouterSpec", "Send", "Task", "accepts_ctx"]
+__all__ = [
+    "ChildRunId",
+    "JoinSpec",
+    "NodeSpec",
+    "Plan",
+    "RouterSpec",
+    "Send",
+    "Task",
+    "accepts_ctx",
+    "code_hash",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +59,59 @@ class Task(NamedTuple):
     def key(self) -> tuple[str, int]:
         """``(node, index)``: identifies the task within its step."""
         return (self.node, self.index)
+
+
+@dataclass(frozen=True, slots=True)
+class ChildRunId:
+    """The run id of the child run a subgraph node makes: ``<parent>::<site>@<step>.<index>``.
+
+    ``parent`` is the run the node ran in (itself a child run when subgraphs nest: the
+    innermost site comes last), ``site`` the node's site, ``step`` and ``index`` the task
+    that ran it. The one place that writes and reads that format.
+    """
+
+    parent: str
+    site: str
+    step: int
+    index: int
+
+    SEPARATOR = "::"
+
+    def format(self) -> str:
+        """The run id, ``<parent>::<site>@<step>.<index>``."""
+        return f"{self.parent}{self.SEPARATOR}{self.site}@{self.step}.{self.index}"
+
+    @classmethod
+    def parse(cls, run_id: str) -> ChildRunId | None:
+        """The parts of ``run_id`` when it is a child run's id (its innermost level), else
+        ``None``."""
+        parent, sep, rest = run_id.rpartition(cls.SEPARATOR)
+        site, at, where = rest.rpartition("@")
+        step, dot, index = where.partition(".")
+        if not (sep and parent and site and at and dot and step.isdigit() and index.isdigit()):
+            return None
+        return cls(parent, site, int(step), int(index))
+
+    @classmethod
+    def descends(cls, run_id: str, ancestor: str) -> bool:
+        """Whether ``run_id`` is a child run of ``ancestor``, at any depth."""
+        return run_id.startswith(ancestor + cls.SEPARATOR)
+
+    @classmethod
+    def top(cls, run_id: str, ancestor: str) -> ChildRunId | None:
+        """The child run of ``ancestor`` that ``run_id`` is or descends from (``None``:
+        ``run_id`` does not descend from ``ancestor``)."""
+        if not cls.descends(run_id, ancestor):
+            return None
+        first = run_id[len(ancestor) + len(cls.SEPARATOR) :].split(cls.SEPARATOR, 1)[0]
+        return cls.parse(ancestor + cls.SEPARATOR + first)
+
+    @classmethod
+    def rebase(cls, run_id: str, ancestor: str, onto: str) -> str:
+        """``run_id`` (a descendant of ``ancestor``) as the same descendant of ``onto``: the
+        id a fork's child run has under the run the fork copied the step from."""
+        assert cls.descends(run_id, ancestor), (run_id, ancestor)
+        return onto + run_id[len(ancestor) :]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,16 +158,20 @@ class NodeSpec:
     # The node's input model (with_node(..., input=Model)): it receives an instance of it
     # instead of the state (see runtime._inputs).
     input: type[BaseModel] | None = None
+    # "subgraph": the node runs a child graph (``fn`` is its runner), as a run of its own
+    # in this process's store; "function": a plain callable.
+    kind: Literal["function", "subgraph"] = "function"
 
-    @property
-    def plain(self) -> bool:
-        """A sync node with no retry policy, timeout or thread: it can be called inline."""
-        return not (self.is_async or self.retry or self.timeout_s or self.blocking)
+    # Read at every step, so derived once (see __post_init__): ``plain``, a sync node with
+    # no retry policy, timeout or thread, can be called inline; ``only_static``: what follows
+    # the node never depends on state (no routers, no joins).
+    plain: bool = field(init=False)
+    only_static: bool = field(init=False)
 
-    @property
-    def only_static(self) -> bool:
-        """True when what follows this node never depends on state (no routers, no joins)."""
-        return not self.routers and not self.joins
+    def __post_init__(self) -> None:
+        plain = not (self.is_async or self.retry or self.timeout_s or self.blocking)
+        object.__setattr__(self, "plain", plain)
+        object.__setattr__(self, "only_static", not self.routers and not self.joins)
 
 
 def accepts_ctx(fn: Callable[..., Any]) -> bool | None:
@@ -120,3 +192,92 @@ def accepts_ctx(fn: Callable[..., Any]) -> bool | None:
     if len(positional) == 2:
         return True
     return None
+
+
+def code_hash(fns: Sequence[Callable[..., Any]]) -> str:
+    """``sha256:`` of the source code of the given callables (by qualified name, sorted)."""
+    parts = []
+    for fn in fns:
+        nested = getattr(fn, "code_hash", None)
+        if isinstance(nested, str):
+            # A subgraph node: the code of its child graph, hashed the same way.
+            parts.append(f"subgraph\n{nested}")
+            continue
+        # A script's functions hash alike run as __main__ or imported (refs name them so too).
+        module = importable_name(str(getattr(fn, "__module__", "?")))
+        name = f"{module}:{getattr(fn, '__qualname__', repr(fn))}"
+        try:
+            source = inspect.getsource(fn)
+        except (OSError, TypeError):
+            source = repr(fn)  # builtins and C functions: their identity is all we have
+        parts.append(f"{name}\n{source}")
+    digest = hashlib.sha256("\n\0".join(sorted(set(parts))).encode()).hexdigest()
+    return f"sha256:{digest}"
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """What a compiled graph runs: its IR, state model and channels, the compiled nodes
+    (with their successors, routers and joins), the routers out of START, the rule engine
+    factory and the services nodes reach. Frozen: the step loop, the stores' bridge and the
+    task runners read it and never change it. Tables the step loop looks up per step
+    (successor tasks, one-task tuples) are derived once, here.
+    """
+
+    ir: GraphIR
+    state_model: type[BaseModel]
+    channels: Mapping[str, Channel]
+    specs: Mapping[str, NodeSpec]
+    start_routers: tuple[RouterSpec, ...] = ()
+    rules: Callable[[], RuleSet] | None = None
+    services: Mapping[str, Any] = field(default_factory=dict)
+    static_tasks: Mapping[str, tuple[Task, ...]] = field(init=False)
+    single_tasks: Mapping[str, tuple[Task, ...]] = field(init=False)
+    entry_tasks: tuple[Task, ...] = field(init=False)
+    bindable: tuple[str, ...] = field(init=False)
+    interrupts: bool = field(init=False)
+    async_routers: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        specs = self.specs
+        static = {
+            node: tuple(Task(n) for n in spec.static_next if n != END)
+            for node, spec in specs.items()
+        }
+        # One-task tuples per target, for routers that pick a single node.
+        single: dict[str, tuple[Task, ...]] = {node: (Task(node),) for node in specs}
+        single[END] = ()
+        # Services that can route their calls through a task journal (chat models, arbiters).
+        bindable = tuple(
+            sorted(
+                k for k, v in self.services.items() if callable(getattr(v, "bind_journal", None))
+            )
+        )
+        derived = {
+            "static_tasks": static,
+            "single_tasks": single,
+            # The first step's tasks when no router leaves START (as make_tasks orders them).
+            "entry_tasks": tuple(Task(node) for node in sorted(set(self.ir.entry))),
+            "bindable": bindable,
+            "interrupts": any(s.interrupt_before or s.interrupt_after for s in specs.values()),
+            # Async routers are awaited by the async driver before it schedules.
+            "async_routers": any(r.is_async for r in self.start_routers)
+            or any(r.is_async for spec in specs.values() for r in spec.routers),
+        }
+        for name, value in derived.items():
+            object.__setattr__(self, name, value)
+
+    @property
+    def graph_hash(self) -> str:
+        """``"sha256:<hex>"`` of the behavioural content of the graph (its IR's hash)."""
+        return self.ir.graph_hash
+
+    @cached_property
+    def code_hash(self) -> str:
+        """``"sha256:<hex>"`` of the source of every node, router and input model."""
+        specs = self.specs.values()
+        fns: list[Callable[..., Any]] = [spec.fn for spec in specs]
+        fns += [r.fn for spec in specs for r in spec.routers]
+        fns += [r.fn for r in self.start_routers]
+        fns += [spec.input for spec in specs if spec.input is not None]
+        return code_hash(fns)

@@ -49,6 +49,7 @@ from stargraph.runtime._context import (
     TaskJournal,
 )
 from stargraph.runtime._plan import NodeSpec, Task
+from stargraph.runtime._values import describe_exception, jsonable
 from stargraph.state import fast_state
 
 if TYPE_CHECKING:
@@ -153,12 +154,12 @@ class Remote:
     ) -> None:
         self.executor = executor
         self.state_ref = state_ref
-        # Sync blocking function nodes (subgraph nodes, whose ref is not an import path,
-        # always run here: their child run checkpoints through this process's store).
+        # Sync blocking function nodes (subgraph nodes always run here: their child run
+        # checkpoints through this process's store).
         self.nodes = frozenset(
             node
             for node, spec in specs.items()
-            if spec.blocking and not spec.is_async and not spec.ref.startswith("subgraph:")
+            if spec.blocking and not spec.is_async and spec.kind == "function"
         )
         # The JSON of the run values last shipped: every task of a step shares it.
         self._values: tuple[Any, dict[str, Any]] | None = None
@@ -178,9 +179,7 @@ class Remote:
         cached = self._values
         if cached is not None and cached[0] is run.values:
             return cached[1]
-        from stargraph.runtime._run import jsonable
-
-        values = jsonable(run.graph.channels, run.values)
+        values = jsonable(run.plan.channels, run.values)
         self._values = (run.values, values)
         return values
 
@@ -382,7 +381,5 @@ def _portable(exc: Exception) -> Exception:
     try:
         pickle.loads(pickle.dumps(exc))
     except Exception:
-        from stargraph.runtime._run import describe_exception
-
         return RuntimeError(describe_exception(exc))
     return exc

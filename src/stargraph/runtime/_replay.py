@@ -13,69 +13,128 @@ The graph executes step by step as it did live, with the record standing in for 
 
 Replay writes nothing to any store and never calls a model or runs a tool body.
 
+The replay is the step loop's own (``StepLoop.step_once``), with a :class:`ReplayRunner` as
+its task runner in place of the live one: the same events, merges, rules and scheduling.
+
 Subgraph nodes: a child run is a run of its own (``<run>::<site>@<step>.<index>``), so a
 replayed subgraph node replays its child *from the child's recording* (:func:`replay_child`)
-instead of running it: from the ``children`` a cassette carries (``export_cassette`` writes
-every descendant run) or, when the recording has none, from the graph's store. The child's
-events bubble up as they did live; its input is checked against the recorded one; a child
-recording that cannot be found is a ``ReplayMissError``.
+instead of running it: the run's :class:`~stargraph.runtime._recorded.ReplaySource` is
+handed down to its tasks' journals, and finds the child in the ``children`` a cassette
+carries (``export_cassette`` writes every descendant run) or, when the recording has none, in
+the graph's store. The child's events bubble up as they did live; its input is checked
+against the recorded one; a child recording that cannot be found is a ``ReplayMissError``.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from stargraph.checkpoint import Recording, StepRecord
 from stargraph.errors import (
     GraphHashMismatch,
     ReplayDivergenceError,
     ReplayError,
-    ReplayMissError,
     StargraphError,
 )
 from stargraph.runtime._durable import decode_writes, joins_from, tasks_from
 from stargraph.runtime._events import Event
 from stargraph.runtime._plan import Task
-from stargraph.runtime._run import Run, jsonable
-from stargraph.runtime._tasks import execute_sync
+from stargraph.runtime._recorded import ReplaySource
+from stargraph.runtime._run import Run, initial_values, jsonable
+from stargraph.runtime._steploop import StepLoop
+from stargraph.runtime._tasks import StepOutcome, execute_sync, worker_threads
 
-if TYPE_CHECKING:
-    from stargraph.runtime._executor import CompiledGraph
-
-__all__ = ["ReplayDriver", "replay_child"]
+__all__ = ["ReplayDriver", "ReplayRunner", "replay_child"]
 
 _SPECIAL = ("__update__", "__migration__")
 
-# Drivers replaying right now, by run id (a stack per id), so a subgraph node replayed inside
-# one - on any worker thread - finds where its child recordings come from.
-_ACTIVE: dict[str, list[ReplayDriver]] = {}
-_ACTIVE_LOCK = threading.Lock()
+
+class ReplayRunner:
+    """The task runner of a replay: each step's ``must_stub`` tasks are served their
+    recorded writes, the others run here with every call served from the record, and what
+    they write must be what the record holds (else :class:`ReplayDivergenceError`)."""
+
+    __slots__ = ("steps",)
+
+    def __init__(self, steps: Mapping[int, StepRecord]) -> None:
+        self.steps = steps
+
+    def run_step(self, run: Run, tasks: Sequence[Task]) -> StepOutcome:
+        """Replay step ``run.step``'s ``tasks`` from its record."""
+        record = self.steps[run.step]
+        channels = run.plan.channels
+        calls: dict[tuple[str, int], list[Any]] = {}
+        for entry in record.calls:
+            calls.setdefault((entry.node, entry.index), []).append(entry)
+        run.done = {
+            (w.node, w.index): decode_writes(channels, run.run_id, run.step, w.writes)
+            for w in record.writes
+            if run.plan.specs[w.node].must_stub
+        }
+        run.replay_calls = calls
+        try:
+            outcome = execute_sync(run, tasks, worker_threads)  # never on an executor
+        finally:
+            run.done = {}
+            run.replay_calls = None
+        if outcome.interrupt is not None:
+            task, _ = outcome.interrupt
+            raise ReplayDivergenceError(
+                f"replay of run {run.run_id!r}: node {task.node!r} interrupted at step "
+                f"{run.step} but the recorded run has no answer for it",
+                run_id=run.run_id,
+                step=run.step,
+                node=task.node,
+            )
+        _check_writes(run, record, outcome.results)
+        return outcome
+
+
+def _check_writes(
+    run: Run, record: StepRecord, results: Sequence[tuple[Task, dict[str, Any]]]
+) -> None:
+    channels = run.plan.channels
+    recorded = {(w.node, w.index): w.writes for w in record.writes}
+    for task, writes in results:
+        replayed = jsonable(channels, writes)
+        if replayed != recorded[task.key]:
+            raise ReplayDivergenceError(
+                f"replay of run {run.run_id!r} at step {record.step}: node "
+                f"{task.node!r} wrote {replayed!r} but the recorded run wrote "
+                f"{recorded[task.key]!r}; the node's code changed or it is not "
+                "deterministic given its inputs and recorded calls",
+                run_id=run.run_id,
+                step=record.step,
+                node=task.node,
+            )
 
 
 class ReplayDriver:
-    """Replays one recording through one compiled graph."""
+    """Replays one recording through one graph's step loop."""
 
     def __init__(
         self,
-        graph: CompiledGraph[Any],
-        recording: Recording,
+        loop: StepLoop,
+        source: Recording | ReplaySource,
         *,
         until_step: int | None = None,
         emit: Callable[[Event], None] | None = None,
         path: tuple[str, ...] = (),
         collect: list[tuple[str, dict[str, Any]]] | None = None,
-        children: Mapping[str, Recording] | None = None,
     ) -> None:
-        """``path``/``collect`` are set for a child run (as ``run_nested`` sets them live);
-        ``children`` are the recordings of descendant runs, by run id. By default they come
-        from the recording's own ``children`` (a loaded cassette), else from the store."""
-        if recording.run.graph_hash != graph.graph_hash:
+        """``source``: the recording (its descendants' recordings from the cassette it
+        carries, else the loop's store), or a child's :class:`ReplaySource`. ``path`` and
+        ``collect`` are set for a child run (as ``run_nested`` sets them live)."""
+        if isinstance(source, Recording):
+            source = ReplaySource(source, store=loop.store)
+        recording = source.recording
+        plan = loop.plan
+        if recording.run.graph_hash != plan.graph_hash:
             raise GraphHashMismatch(
                 run_id=recording.run.run_id,
                 stored=recording.run.graph_hash,
-                current=graph.graph_hash,
+                current=plan.graph_hash,
             )
         steps = {s.step: s for s in recording.steps}
         if not steps or 0 not in steps or sorted(steps) != list(range(len(steps))):
@@ -84,9 +143,10 @@ class ReplayDriver:
                 "replay needs every step from 0 without gaps",
                 run_id=recording.run.run_id,
             )
-        self.graph = graph
+        self.loop = loop
         self.recording = recording
         self.steps = steps
+        self.runner = ReplayRunner(steps)
         self.last = max(steps) if until_step is None else min(until_step, max(steps))
         first = steps[0]
         if first.snapshot is None:
@@ -95,74 +155,25 @@ class ReplayDriver:
                 run_id=recording.run.run_id,
                 step=0,
             )
-        values = decode_writes(graph.channels, recording.run.run_id, 0, first.snapshot)
+        values = decode_writes(plan.channels, recording.run.run_id, 0, first.snapshot)
         self.run = Run(
-            graph,
+            plan,
             recording.run.run_id,
             values,
             max_steps=max(self.last, 1),
-            entropy=graph._entropy_factory(),
+            entropy=loop.entropy(),
             emit=emit,
         )
-        self.run.path, self.run.collect = path, collect
+        self.run.path, self.run.collect, self.run.replay = path, collect, source
         self.first = first
-        if children is None:
-            carried = getattr(recording, "children", None)
-            if carried is not None:
-                children = {child.run.run_id: child for child in carried}
-        self.children = children
-
-    def _child_ids(self, run_id: str) -> list[str]:
-        """``run_id``, then - for a fork, at a step it copied from its parent - the id the
-        child has under the parent run (a fork copies steps, not the child runs they made)."""
-        record = self.recording.run
-        prefix = f"{record.run_id}::"
-        ids = [run_id]
-        if record.parent_run_id is None or record.parent_step is None:
-            return ids
-        if not run_id.startswith(prefix):
-            return ids
-        rest = run_id[len(prefix) :]
-        _, _, at = rest.split("::", 1)[0].rpartition("@")
-        step = at.split(".", 1)[0]
-        if step.isdigit() and int(step) <= record.parent_step:
-            ids.append(f"{record.parent_run_id}::{rest}")
-        return ids
-
-    def child_recording(self, run_id: str) -> Recording:
-        """The recording of child run ``run_id`` (from the cassette, else the store)."""
-        ids = self._child_ids(run_id)
-        if self.children is not None:
-            for candidate in ids:
-                found = self.children.get(candidate)
-                if found is not None:
-                    return found
-            where = "the cassette's children"
-        else:
-            store = self.graph.store
-            if store is not None:
-                for candidate in ids:
-                    try:
-                        return Recording.from_store(store, candidate)
-                    except LookupError:
-                        pass
-            where = "the graph's store" if store is not None else "a store (the graph has none)"
-        raise ReplayMissError(
-            f"replay of run {self.recording.run.run_id!r}: subgraph child run {run_id!r} is "
-            f"not in {where}; export the cassette again (export_cassette includes child runs) "
-            "or replay from the store that holds the run",
-            run_id=self.recording.run.run_id,
-        )
 
     def steps_run(self) -> Iterator[int]:
         """Replay step by step; yields after each replayed step."""
-        graph, run = self.graph, self.run
-        with _ACTIVE_LOCK:
-            _ACTIVE.setdefault(run.run_id, []).append(self)
+        loop, run = self.loop, self.run
         try:
             # Begin as the live run began (same events, fresh rule engines), then take the
             # recorded first tasks: a forked run did not start at the graph's entry.
-            graph._begin(run, fresh=True)
+            loop.begin(run, fresh=True)
             run.tasks = tasks_from(self.first.next)
             run.joins_seen = joins_from(self.first)
             while run.step < self.last:
@@ -171,24 +182,18 @@ class ReplayDriver:
                     w.node in _SPECIAL for w in record.writes
                 ):
                     self._apply_special(record)
-                    yield run.step
-                    continue
-                self._check_scheduled(record)
-                self._replay_step(record)
+                else:
+                    self._check_scheduled(record)
+                    loop.step_once(run, self.runner)
                 yield run.step
             recorded = self.recording.run
             if self.last == max(self.steps) and recorded.status == "done" and not run.tasks:
-                graph._finish(run)
+                loop.finish(run)
         except StargraphError as exc:
-            graph._fail(run, exc)
+            loop.fail(run, exc)
             raise
         finally:
-            with _ACTIVE_LOCK:
-                stack = _ACTIVE[run.run_id]
-                stack.remove(self)
-                if not stack:
-                    del _ACTIVE[run.run_id]
-            graph._end(run)  # close the rule engines; the run no longer executes
+            loop.end(run)  # close the rule engines; the run no longer executes
 
     def _apply_special(self, record: StepRecord) -> None:
         run = self.run
@@ -203,7 +208,7 @@ class ReplayDriver:
         results = [
             (
                 Task(w.node, w.index),
-                decode_writes(run.graph.channels, run.run_id, run.step, w.writes),
+                decode_writes(run.plan.channels, run.run_id, run.step, w.writes),
             )
             for w in record.writes
         ]
@@ -222,78 +227,29 @@ class ReplayDriver:
                 step=record.step,
             )
 
-    def _replay_step(self, record: StepRecord) -> None:
-        graph, run = self.graph, self.run
-        step = record.step
-        stubbed = {
-            (w.node, w.index): decode_writes(graph.channels, run.run_id, step, w.writes)
-            for w in record.writes
-            if graph.specs[w.node].must_stub
-        }
-        calls: dict[tuple[str, int], list[Any]] = {}
-        for entry in record.calls:
-            calls.setdefault((entry.node, entry.index), []).append(entry)
-        run.done = stubbed
-        run.replay_calls = calls
-        run.step = step
-        graph._emit_started(run, run.tasks)
-        outcome = execute_sync(run, run.tasks, graph._threads)
-        if outcome.interrupt is not None:
-            task, _ = outcome.interrupt
-            raise ReplayDivergenceError(
-                f"replay of run {run.run_id!r}: node {task.node!r} interrupted at step {step} "
-                "but the recorded run has no answer for it",
-                run_id=run.run_id,
-                step=step,
-                node=task.node,
-            )
-        self._check_writes(record, outcome.results)
-        graph._complete_step(run, outcome.results)
-        run.done = {}
-        run.replay_calls = None
-        run.rule_park = None  # a recorded rule interrupt was answered by the recorded resume
-
-    def _check_writes(
-        self, record: StepRecord, results: Sequence[tuple[Task, dict[str, Any]]]
-    ) -> None:
-        channels = self.graph.channels
-        recorded = {(w.node, w.index): w.writes for w in record.writes}
-        for task, writes in results:
-            replayed = jsonable(channels, writes)
-            if replayed != recorded[task.key]:
-                raise ReplayDivergenceError(
-                    f"replay of run {self.run.run_id!r} at step {record.step}: node "
-                    f"{task.node!r} wrote {replayed!r} but the recorded run wrote "
-                    f"{recorded[task.key]!r}; the node's code changed or it is not "
-                    "deterministic given its inputs and recorded calls",
-                    run_id=self.run.run_id,
-                    step=record.step,
-                    node=task.node,
-                )
-
 
 def replay_child(
-    child: CompiledGraph[Any],
+    child: StepLoop,
     input: Mapping[str, Any],
     *,
     run_id: str,
+    source: ReplaySource | None,
     parent_run_id: str,
     path: tuple[str, ...],
     emit: Callable[[Event], None] | None,
 ) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
-    """Replay child run ``run_id`` of a subgraph node being replayed in ``parent_run_id``;
-    return what ``CompiledGraph.run_nested`` returns live (final values, raw writes)."""
-    with _ACTIVE_LOCK:
-        stack = _ACTIVE.get(parent_run_id)
-        parent = stack[-1] if stack else None
-    if parent is None:
+    """Replay child run ``run_id`` of a subgraph node being replayed in ``parent_run_id``
+    (whose replay ``source`` the node's journal carries); return what
+    ``CompiledGraph.run_nested`` returns live (final values, raw writes)."""
+    if source is None:
         raise ReplayError(
             f"subgraph child {run_id!r} was asked to replay outside a replay of its parent "
             f"run {parent_run_id!r}",
             run_id=run_id,
         )
-    recording = parent.child_recording(run_id)
-    given = jsonable(child.channels, child._initial_values(input, run_id))
+    child_source = source.child(run_id, child.store)
+    recording = child_source.recording
+    given = jsonable(child.plan.channels, initial_values(child.plan.state_model, input, run_id))
     first = next((s for s in recording.steps if s.step == 0), None)
     if first is not None and first.snapshot is not None and given != first.snapshot:
         raise ReplayDivergenceError(
@@ -304,9 +260,7 @@ def replay_child(
             node=path[-1] if path else None,
         )
     raw: list[tuple[str, dict[str, Any]]] = []
-    driver = ReplayDriver(
-        child, recording, emit=emit, path=path, collect=raw, children=parent.children
-    )
+    driver = ReplayDriver(child, child_source, emit=emit, path=path, collect=raw)
     for _ in driver.steps_run():
         pass
     return driver.run.values, raw

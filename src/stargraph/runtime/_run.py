@@ -11,7 +11,7 @@ import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from stargraph.errors import (
     InvalidInputError,
@@ -26,13 +26,20 @@ from stargraph.runtime._context import AttemptFence, Entropy, RunContext, TaskJo
 from stargraph.runtime._events import Event
 from stargraph.runtime._inputs import node_input
 from stargraph.runtime._loop import RunLoop
-from stargraph.runtime._plan import NodeSpec, RouterSpec, Send, Task
-from stargraph.state import Channel, fast_state
+from stargraph.runtime._plan import NodeSpec, Plan, RouterSpec, Send, Task
+from stargraph.runtime._values import (
+    describe_exception,
+    describe_validation,
+    jsonable,
+    reduce_writes,
+)
+from stargraph.state import fast_state
 
 if TYPE_CHECKING:
     from stargraph.checkpoint import JournalEntry
     from stargraph.runtime._durable import Persistence
-    from stargraph.runtime._executor import CompiledGraph
+    from stargraph.runtime._interrupts import Interrupt, RuleDecision
+    from stargraph.runtime._recorded import ReplaySource
     from stargraph.runtime._rules import RuleSet
     from stargraph.runtime._stream import Feed
 
@@ -40,9 +47,11 @@ __all__ = [
     "MAX_STEPS_BOUND",
     "Run",
     "describe_exception",
+    "initial_values",
     "jsonable",
     "make_tasks",
     "max_steps_problem",
+    "refuse_unknown_keys",
 ]
 
 MAX_STEPS_BOUND = 2**53 - 1
@@ -78,7 +87,6 @@ class Run:
         "emit",
         "entropy",
         "feed",
-        "graph",
         "interrupt",
         "joins_seen",
         "journals",
@@ -86,7 +94,9 @@ class Run:
         "max_steps",
         "path",
         "persistence",
+        "plan",
         "ran",
+        "replay",
         "replay_calls",
         "routed",
         "rule_park",
@@ -102,7 +112,7 @@ class Run:
 
     def __init__(
         self,
-        graph: CompiledGraph[Any],
+        plan: Plan,
         run_id: str,
         values: dict[str, Any],
         *,
@@ -118,7 +128,7 @@ class Run:
                 run_id=run_id,
                 step=0,
             )
-        self.graph = graph
+        self.plan = plan
         self.run_id = run_id
         self.values = values
         self.step = 0
@@ -141,13 +151,16 @@ class Run:
         self.child_events: dict[tuple[str, int], list[Event]] = {}
         self.rules: RuleSet | None = None
         # The rule decision of the current step (not "continue"), saved with its checkpoint.
-        self.decision: dict[str, Any] | None = None
-        # In replay: the recorded calls of the current step's tasks, by (node, index).
+        self.decision: RuleDecision | None = None
+        # In replay: where the run's recordings come from (handed to its tasks' journals,
+        # so a subgraph node replays its child from it), and the recorded calls of the
+        # current step's tasks, by (node, index).
+        self.replay: ReplaySource | None = None
         self.replay_calls: dict[tuple[str, int], list[JournalEntry]] | None = None
         self.stopped_by: str | None = None
-        self.rule_park: dict[str, Any] | None = None
-        # What the run stopped at when it parked on an interrupt (the stored mapping).
-        self.interrupt: dict[str, Any] | None = None
+        self.rule_park: Interrupt | None = None
+        # What the run stopped at when it parked on an interrupt.
+        self.interrupt: Interrupt | None = None
         # Why the run is to stop at its next step boundary (see ``_cancel``); None: go on.
         self.cancelled: str | None = None
         # The state object built for this step's routers, handed on to the next step's task
@@ -179,7 +192,11 @@ class Run:
 
     def schedule_entry(self) -> None:
         """Schedule the entry nodes (and conditional edges out of START) for step 1."""
-        graph = self.graph
+        graph = self.plan
+        if not graph.start_routers:
+            # Fixed entry nodes: their tasks were made at compile time.
+            self.tasks = graph.entry_tasks
+            return
         state = fast_state(graph.state_model, dict(self.values))
         static = set(graph.ir.entry)
         sends: list[Send] = []
@@ -234,7 +251,7 @@ class Run:
                 if not router.is_async:
                     continue
                 if state is None:
-                    state = fast_state(self.graph.state_model, dict(self.values))
+                    state = fast_state(self.plan.state_model, dict(self.values))
                 try:
                     if router.takes_ctx:
                         result = router.fn(state, self._ctx(source, 0, {}))
@@ -287,21 +304,21 @@ class Run:
 
     def schedule_next(self, ran: Sequence[Task]) -> None:
         """Schedule successors of the tasks that just ran, from the merged state."""
-        specs = self.graph.specs
+        specs = self.plan.specs
         if len(ran) == 1:
             spec = specs[ran[0].node]
             if spec.only_static:
                 # Chains without routers: the successors were computed at compile time.
-                self.tasks = self.graph.static_tasks[spec.id]
+                self.tasks = self.plan.static_tasks[spec.id]
                 return
             if not spec.static_next and not spec.joins and len(spec.routers) == 1:
                 # A loop or a branch: one router choosing one target is the common case.
                 router = spec.routers[0]
                 if not router.takes_ctx and not router.is_async:
-                    self.view = fast_state(self.graph.state_model, dict(self.values))
+                    self.view = fast_state(self.plan.state_model, dict(self.values))
                     target = self._route_one(router, spec.id)
                     if target is not None:
-                        self.tasks = self.graph.single_tasks[target]
+                        self.tasks = self.plan.single_tasks[target]
                         return
         static: set[str] = set()
         sends: list[Send] = []
@@ -312,7 +329,7 @@ class Run:
             static.update(spec.static_next)
             if spec.routers:
                 if state is None:
-                    state = fast_state(self.graph.state_model, dict(self.values))
+                    state = fast_state(self.plan.state_model, dict(self.values))
                 for router in spec.routers:
                     self._route(router, state, node, static, sends)
             for join in spec.joins:
@@ -346,6 +363,7 @@ class Run:
                 run_id=self.run_id,
                 fence=fence,
                 attempt=attempt,
+                source=self.replay,
             )
         elif self.persistence is not None:
             # The list is shared with the run (and by every attempt of the task): at commit
@@ -364,7 +382,7 @@ class Run:
         custom = None
         if feed is not None:
             if "messages" in feed.modes:
-                if journal is None and self.graph.bindable:
+                if journal is None and self.plan.bindable:
                     # No store keeps this run's calls, but its models must reach the
                     # stream: a journal of this attempt alone, kept nowhere.
                     journal = TaskJournal(
@@ -382,12 +400,12 @@ class Run:
                     journal.tokens = self._sink(feed, "messages", node, index)
             if "custom" in feed.modes:
                 custom = self._sink(feed, "custom", node, index)
-        services = self.graph.services
-        if journal is not None and self.graph.bindable:
+        services = self.plan.services
+        if journal is not None and self.plan.bindable:
             # Chat models and tool arbiters route their calls through this task's journal.
             services = {
                 **services,
-                **{name: services[name].bind_journal(journal) for name in self.graph.bindable},
+                **{name: services[name].bind_journal(journal) for name in self.plan.bindable},
             }
         if journal is not None and journal.replay:
             # A replay needs no live services: a model it was not given is answered by the
@@ -440,7 +458,7 @@ class Run:
             return view
         values = dict(self.values)
         if task.payload:
-            channels = self.graph.channels
+            channels = self.plan.channels
             for key, value in task.payload.items():
                 channel = channels.get(key)
                 if channel is None:
@@ -455,7 +473,7 @@ class Run:
                         f"was sent a payload for {key!r} that a checkpoint store cannot give "
                         f"back as it was: {key}{found[0]} is {found[1]}",
                     )
-        return fast_state(self.graph.state_model, values)
+        return fast_state(self.plan.state_model, values)
 
     def call_args(
         self,
@@ -468,7 +486,10 @@ class Run:
 
         Each attempt gets its own state object and ctx (with its own journal handle), so an
         abandoned attempt that still runs shares nothing mutable with the next one."""
-        state = self.task_state(task) if spec.input is None else node_input(self, task, spec.input)
+        if spec.input is None:
+            state = self.task_state(task)
+        else:
+            state = node_input(self.values, task, spec.input, run_id=self.run_id, step=self.step)
         if spec.takes_ctx:
             return (state, self._ctx(task.node, task.index, spec.config, fence, attempt))
         return (state,)
@@ -511,15 +532,15 @@ class Run:
                 f"returned {type(result).__name__}, not a mapping; return a dict of the "
                 "channels it changed, e.g. {'counter': 1}, or None",
             )
-        channels = self.graph.channels
-        allowed = self.graph.specs[task.node].writes
+        channels = self.plan.channels
+        allowed = self.plan.specs[task.node].writes
         writes: dict[str, Any] = {}
         for key, value in result.items():
             channel = channels.get(key)
             if channel is None:
                 raise self._write_error(
                     task,
-                    f"wrote key {key!r}, which the state {self.graph.state_model.__name__} "
+                    f"wrote key {key!r}, which the state {self.plan.state_model.__name__} "
                     f"lacks (fields: {sorted(channels)}); add the field or drop the key",
                 )
             if allowed is not None and key not in allowed:
@@ -547,27 +568,23 @@ class Run:
 
     def merge(self, results: Sequence[tuple[Task, dict[str, Any]]]) -> None:
         """Merge validated writes in task order through the reducers (invariant 2)."""
-        channels = self.graph.channels
+        channels = self.plan.channels
         self.view = None
         if self.collect is not None:
             if len(results) == 1:
                 self.collect.append((results[0][0].node, results[0][1]))
             else:
                 self.collect.extend((t.node, w) for t, w in sorted(results, key=lambda r: r[0].key))
+        values = dict(self.values)
         if len(results) == 1:
             # Fast path for chains: one task, no conflicts possible.
-            values = dict(self.values)
-            for key, value in results[0][1].items():
-                reducer = channels[key].reducer
-                values[key] = value if reducer is None else reducer(values[key], value)
+            reduce_writes(channels, values, results[0][1])
             self.values = values
             return
         writers: dict[str, Task] = {}
-        values = dict(self.values)
         for task, writes in sorted(results, key=lambda r: r[0].key):
-            for key, value in writes.items():
-                channel: Channel = channels[key]
-                if channel.reducer is None:
+            for key in writes:
+                if channels[key].reducer is None:
                     if key in writers:
                         first = writers[key]
                         raise InvalidWriteError(
@@ -580,10 +597,16 @@ class Run:
                             node=task.node,
                         )
                     writers[key] = task
-                    values[key] = value
-                else:
-                    values[key] = channel.reducer(values[key], value)
+            reduce_writes(channels, values, writes)
         self.values = values
+
+    def committed(self) -> None:
+        """The step is in the store (or there is none): clear its bookkeeping - rule
+        decision, attempts, pending writes and journals - before the next one starts."""
+        self.decision = None
+        self.attempts = {}
+        self.done = {}
+        self.journals = {}
 
     def check_step_limit(self) -> None:
         """Raise :class:`StepLimitExceeded` before a step beyond the limit would start."""
@@ -609,23 +632,40 @@ def make_tasks(static: set[str], sends: list[Send]) -> list[Task]:
     return tasks
 
 
-def describe_exception(exc: BaseException) -> str:
-    """``"Type: message"`` for an error message, even when the exception's ``__str__``
-    raises (then ``"Type: <unprintable Type>"``): describing a failure must never fail."""
-    name = type(exc).__name__
+def refuse_unknown_keys(model: type[BaseModel], input: Any, run_id: str | None) -> None:
+    """A key of a run's input that names no field of ``model`` is a typo, not something to
+    drop: raise :class:`InvalidInputError` naming it."""
+    if not isinstance(input, Mapping) or model.model_config.get("extra") == "allow":
+        return
+    known = set(model.model_fields)
+    known.update(f.alias for f in model.model_fields.values() if f.alias)
+    unknown = sorted(str(key) for key in input if key not in known)
+    if unknown:
+        names = ", ".join(repr(k) for k in unknown)
+        run = f" of run {run_id!r}" if run_id else ""
+        raise InvalidInputError(
+            f"input{run} has {'a key' if len(unknown) == 1 else 'keys'} {names} that "
+            f"{model.__name__} has no field for; its fields are "
+            f"{', '.join(sorted(model.model_fields))} (fix the spelling, or add the field "
+            "to the state model)",
+            run_id=run_id,
+            step=0,
+        )
+
+
+def initial_values(
+    model: type[BaseModel], input: Mapping[str, Any] | BaseModel | None, run_id: str
+) -> dict[str, Any]:
+    """The channel values a run of state ``model`` starts from, given its ``input``."""
+    data: Any = {} if input is None else input
+    if isinstance(data, BaseModel):
+        data = data.model_dump()
     try:
-        text = str(exc)
-    except Exception:
-        text = f"<unprintable {name}>"
-    return f"{name}: {text}"
-
-
-def jsonable(channels: Mapping[str, Channel], values: Mapping[str, Any]) -> dict[str, Any]:
-    """Channel values (or writes) as JSON data, through each channel's type (NaN and
-    infinities stay floats: the stores keep them)."""
-    out: dict[str, Any] = {}
-    for key, value in values.items():
-        channel = channels[key]
-        dump = channel.dump
-        out[key] = channel.adapter.dump_python(value, mode="json") if dump is None else dump(value)
-    return out
+        state = model.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidInputError(
+            f"input of run {run_id!r} does not fit {model.__name__}: {describe_validation(exc)}",
+            run_id=run_id,
+            step=0,
+        ) from exc
+    return dict(state.__dict__)

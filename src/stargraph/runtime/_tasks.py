@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from stargraph.errors import NodeTimeoutError, RunError, StargraphError
 from stargraph.refs import resolve_ref
@@ -32,7 +32,15 @@ from stargraph.runtime._plan import NodeSpec, Task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run
 
-__all__ = ["WORKER_THREADS", "StepOutcome", "execute_async", "execute_sync", "worker_threads"]
+__all__ = [
+    "WORKER_THREADS",
+    "LocalRunner",
+    "StepOutcome",
+    "TaskRunner",
+    "execute_async",
+    "execute_sync",
+    "worker_threads",
+]
 
 WORKER_THREADS = 64
 """Threads the process's worker pool may start; steps of several tasks share them."""
@@ -85,6 +93,36 @@ class StepOutcome(NamedTuple):
 
     results: list[TaskResult]
     interrupt: tuple[Task, GraphInterrupt] | None = None
+
+
+class TaskRunner(Protocol):
+    """Runs the tasks of one step of a run and reports what they produced; the step loop
+    merges and commits it. :class:`LocalRunner` runs them (in this process, or blocking ones
+    on the graph's executor); a replay's runner serves them from the record."""
+
+    def run_step(self, run: Run, tasks: Sequence[Task]) -> StepOutcome:
+        """Run ``tasks`` (the step ``run.step``) and return their outcome, in task order."""
+        ...
+
+
+class LocalRunner:
+    """The live runner: a lone task on the caller's thread, several concurrently (sync ones
+    on ``pool``'s threads, ``inline`` ones on the caller's, async ones on the run's loop),
+    blocking ones of a fan-out on ``remote`` when the graph has an executor."""
+
+    __slots__ = ("pool", "remote")
+
+    def __init__(self, pool: Pool, remote: Remote | None = None) -> None:
+        self.pool = pool
+        self.remote = remote
+
+    def run_step(self, run: Run, tasks: Sequence[Task]) -> StepOutcome:
+        """:func:`execute_sync`: the step from synchronous code."""
+        return execute_sync(run, tasks, self.pool, self.remote)
+
+    async def arun_step(self, run: Run, tasks: Sequence[Task]) -> StepOutcome:
+        """:func:`execute_async`: the step on the running event loop."""
+        return await execute_async(run, tasks, self.pool, self.remote)
 
 
 def _retry_classes(spec: NodeSpec) -> tuple[type[BaseException], ...]:
@@ -251,9 +289,8 @@ def _inline(spec: NodeSpec) -> bool:
     return spec.inline and not spec.is_async
 
 
-def _remote(run: Run, tasks: Sequence[Task]) -> Remote | None:
+def _remote(run: Run, tasks: Sequence[Task], remote: Remote | None) -> Remote | None:
     """The graph's executor when this step's blocking tasks go to it (see ``_remote``)."""
-    remote = run.graph.remote
     return None if remote is None else remote.for_step(run, tasks)
 
 
@@ -353,7 +390,7 @@ class _Batch:
                 seen = self.taken
                 time.sleep(_PATIENCE)
         run, siblings, remote = self.run, self.siblings, self.remote
-        specs = run.graph.specs
+        specs = run.plan.specs
         first = True
         while (task := self._take(first)) is not None:
             first = False
@@ -394,14 +431,16 @@ def _plain(run: Run, task: Task, spec: NodeSpec) -> dict[str, Any]:
     return run.validate_writes(task, result)
 
 
-def execute_sync(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
+def execute_sync(
+    run: Run, tasks: Sequence[Task], pool: Pool, remote: Remote | None = None
+) -> StepOutcome:
     """Run a step's tasks from synchronous code.
 
     One plain task runs right here. Several run concurrently: sync ones on the pool's
     threads (``inline`` ones here, in task order), async ones on the run's event loop.
     Whatever finishes first, the outcome lists the tasks in task order.
     """
-    specs = run.graph.specs
+    specs = run.plan.specs
     if len(tasks) == 1 and not run.done:
         task = tasks[0]
         spec = specs[task.node]
@@ -426,7 +465,7 @@ def execute_sync(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
     if any(specs[t.node].is_async for t in todo):
         # The whole step on the run's one loop: async tasks as coroutines, sync ones on
         # the pool's threads through it.
-        return run.event_loop().run(execute_async(run, tasks, pool))
+        return run.event_loop().run(execute_async(run, tasks, pool, remote))
     results: list[TaskResult] = [(t, run.done[t.key]) for t in tasks if t.key in run.done]
     interrupts: list[tuple[Task, GraphInterrupt]] = []
     here = [t for t in todo if _inline(specs[t.node])]
@@ -437,7 +476,12 @@ def execute_sync(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
         # shared task may need a worker of its own.
         limit = len(shared) if here else len(shared) - 1
         batch = _Batch(
-            run, shared, siblings=len(tasks), pool=pool, remote=_remote(run, tasks), limit=limit
+            run,
+            shared,
+            siblings=len(tasks),
+            pool=pool,
+            remote=_remote(run, tasks, remote),
+            limit=limit,
         )
         if here:
             batch.spawn()
@@ -462,15 +506,17 @@ def execute_sync(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
     return StepOutcome(results, _first(interrupts))
 
 
-async def execute_async(run: Run, tasks: Sequence[Task], pool: Pool) -> StepOutcome:
+async def execute_async(
+    run: Run, tasks: Sequence[Task], pool: Pool, remote: Remote | None = None
+) -> StepOutcome:
     """Run a step's tasks on the running event loop: async ones as coroutines, sync ones on
     the pool's threads (``inline`` ones, and a lone plain one when nobody streams the run,
     on the loop's thread)."""
-    specs = run.graph.specs
+    specs = run.plan.specs
     results: list[TaskResult] = [(t, run.done[t.key]) for t in tasks if t.key in run.done]
     todo = [t for t in tasks if t.key not in run.done]
     interrupts: list[tuple[Task, GraphInterrupt]] = []
-    remote = _remote(run, tasks)
+    remote = _remote(run, tasks, remote)
     alone = len(todo) == 1 and run.feed is None
 
     def on_loop(spec: NodeSpec) -> bool:

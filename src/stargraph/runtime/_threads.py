@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
@@ -32,9 +32,9 @@ from stargraph.errors import (
     ThreadNotFoundError,
 )
 from stargraph.runtime._durable import load_values
-
-if TYPE_CHECKING:
-    from stargraph.runtime._executor import CompiledGraph
+from stargraph.runtime._plan import Plan
+from stargraph.runtime._run import initial_values
+from stargraph.runtime._values import reduce_writes
 
 __all__ = ["Turn", "get_thread", "list_threads", "start_turn"]
 
@@ -48,14 +48,14 @@ class Turn:
     values: dict[str, Any]
 
 
-def _store(graph: CompiledGraph[Any], what: str) -> CheckpointStore:
-    if graph.store is None:
+def _store(store: CheckpointStore | None, what: str) -> CheckpointStore:
+    if store is None:
         raise CheckpointError(
             f"{what} needs a checkpoint store: a thread is the runs kept in it, and each turn "
             "starts from the state the last one left there; compile the graph with "
             "store=SqliteStore('.stargraph/stargraph.db') (or MemoryStore())"
         )
-    return graph.store
+    return store
 
 
 def _check_thread_id(thread_id: object, run_id: str | None) -> str:
@@ -108,7 +108,7 @@ def _input_items(input: Mapping[str, Any] | BaseModel | None) -> Mapping[str, An
 
 
 def _apply(
-    graph: CompiledGraph[Any],
+    graph: Plan,
     values: dict[str, Any],
     input: Mapping[str, Any],
     *,
@@ -140,13 +140,13 @@ def _apply(
                 run_id=run_id,
                 step=0,
             ) from exc
-        reducer = channel.reducer
-        out[name] = valid if reducer is None else reducer(out[name], valid)
+        reduce_writes(graph.channels, out, {name: valid})
     return out
 
 
 def start_turn(
-    graph: CompiledGraph[Any],
+    graph: Plan,
+    store: CheckpointStore | None,
     input: Mapping[str, Any] | BaseModel | None,
     thread_id: object,
     run_id: str,
@@ -155,10 +155,10 @@ def start_turn(
 
     Nothing is written here; the run is created (and the turn fenced) when it starts."""
     tid = _check_thread_id(thread_id, run_id)
-    store = _store(graph, f"invoke(..., thread_id={tid!r})")
+    store = _store(store, f"invoke(..., thread_id={tid!r})")
     turns = store.get_thread(tid)
     if not turns:
-        return Turn(tid, 1, graph._initial_values(input, run_id))
+        return Turn(tid, 1, initial_values(graph.state_model, input, run_id))
     last = turns[-1]
     if last.status != "done":
         raise _busy(tid, last)
@@ -167,10 +167,10 @@ def start_turn(
     return Turn(tid, (last.turn or 0) + 1, values)
 
 
-def get_thread(graph: CompiledGraph[Any], thread_id: str) -> list[RunRecord]:
+def get_thread(store: CheckpointStore | None, thread_id: str) -> list[RunRecord]:
     """The runs of a thread in turn order; :class:`ThreadNotFoundError` for none."""
     tid = _check_thread_id(thread_id, None)
-    runs = _store(graph, "get_thread()").get_thread(tid)
+    runs = _store(store, "get_thread()").get_thread(tid)
     if not runs:
         raise ThreadNotFoundError(
             f"no thread {tid!r} in this graph's store; start it with "
@@ -179,6 +179,6 @@ def get_thread(graph: CompiledGraph[Any], thread_id: str) -> list[RunRecord]:
     return runs
 
 
-def list_threads(graph: CompiledGraph[Any], limit: int = 100) -> list[RunRecord]:
+def list_threads(store: CheckpointStore | None, limit: int = 100) -> list[RunRecord]:
     """The latest turn of each thread in the store, newest first."""
-    return _store(graph, "threads()").list_threads(limit=limit)
+    return _store(store, "threads()").list_threads(limit=limit)

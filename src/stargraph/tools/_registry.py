@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-from stargraph.errors import Problem, RegistryError, ToolArgumentError, ToolSpecError
+from stargraph.errors import RegistryError, ToolArgumentError, ToolSpecError
 from stargraph.tools._canonical import canonical_json, sha256_hex
 from stargraph.tools._layers import load_layers
 from stargraph.tools._manifest import load_manifest

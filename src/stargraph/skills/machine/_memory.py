@@ -23,7 +23,7 @@ from typing import Any, Final, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
 
-from stargraph.errors import CompileError, Problem
+from stargraph.errors import CompileError
 from stargraph.skills._files import validation_problems
 from stargraph.tools import ToolResult
 

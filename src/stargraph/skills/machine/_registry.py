@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, NoReturn
 
-from stargraph.errors import Problem, RegistryError, SkillValidationError
+from stargraph.errors import RegistryError, SkillValidationError
 from stargraph.skills.machine._spec import KnownTools, SkillSpec, load_skillspec
 from stargraph.tools import canonical_json, sha256_hex
 from stargraph.tools._layers import load_layers

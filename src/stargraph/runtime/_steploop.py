@@ -1,0 +1,824 @@
+"""The step loop: how a run of a compiled graph goes from step to step.
+
+A run is a sequence of *steps*. In each step every scheduled task (node execution) runs -
+a lone task right on the driver's thread; several concurrently (sync nodes on worker threads,
+``inline`` ones on the driver's thread, async nodes on one event loop per run) - and then,
+only when all have finished, their writes merge in ``(node, index)`` order through the
+channels' reducers. Successors are scheduled from the merged state, rules decide, and (with
+a store) the step is committed before the next one starts. Nothing about the result or the
+order of the typed events depends on which task finished first.
+
+:class:`StepLoop` is that loop for one compiled graph: it starts runs (``new_run``), opens
+a step (``prepare``), commits what its tasks produced (``complete``), and ends runs
+(``finish``, ``fail``, ``cancel``). The drivers - ``run_to_end`` (invoke, resume),
+``drive`` (streams, ``iter``) and ``adrive`` (the async API) - are built from those. It sits
+between the plan and runs below it and the ``CompiledGraph`` facade above it, and knows
+nothing of the facade: stored runs (``_stored``) and replay (``_replay``) use it directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import logging
+import os
+import threading
+from collections.abc import (
+    AsyncGenerator,
+    Callable,
+    Coroutine,
+    Generator,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from stargraph.checkpoint import CheckpointStore
+from stargraph.errors import (
+    CheckpointError,
+    EngineError,
+    RunCancelledError,
+    StargraphError,
+)
+from stargraph.ir import END
+from stargraph.runtime._cancel import ACTIVE, SIGNALLED
+from stargraph.runtime._context import Entropy
+from stargraph.runtime._durable import Durability, Persistence
+from stargraph.runtime._events import (
+    Event,
+    NodeFinished,
+    NodeStarted,
+    RuleDecided,
+    RunCancelled,
+    RunFailed,
+    RunFinished,
+    RunInterrupted,
+    RunStarted,
+    StepCompleted,
+)
+from stargraph.runtime._interrupts import Interrupt, RuleDecision
+from stargraph.runtime._plan import Plan, Task
+from stargraph.runtime._remote import Remote
+from stargraph.runtime._run import Run, describe_exception, initial_values, jsonable
+from stargraph.runtime._stream import Feed
+from stargraph.runtime._tasks import (
+    LocalRunner,
+    StepOutcome,
+    TaskRunner,
+    execute_sync,
+    worker_threads,
+)
+from stargraph.runtime._threads import start_turn
+
+__all__ = ["StepLoop"]
+
+_log = logging.getLogger("stargraph")
+
+
+class StepLoop:
+    """The step loop of one compiled graph: runs its plan's runs, step by step, with its
+    store and options (see the module docstring)."""
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        max_steps: int,
+        entropy: Callable[[], Entropy],
+        store: CheckpointStore | None,
+        durability: Durability,
+        snapshot_every: int,
+        on_code_change: Literal["warn", "error"],
+        on_event: Callable[[Event], None] | None,
+        remote: Remote | None,
+    ) -> None:
+        self.plan = plan
+        self.max_steps = max_steps
+        self.entropy = entropy
+        self.store = store
+        self.durability: Durability = durability
+        self.snapshot_every = snapshot_every
+        self.on_code_change: Literal["warn", "error"] = on_code_change
+        # Sees every event of every run (the plugin hook on_event); building events has a
+        # cost, so only graphs with an observer pay it on invoke().
+        self.on_event = on_event
+        self.remote = remote
+        # Runs the tasks of every step of a live run (a replay brings its own runner).
+        self.runner = LocalRunner(worker_threads, remote)
+        self.observer_failures = 0
+        self._observer_lock = threading.Lock()
+
+    def new_run(
+        self,
+        input: Mapping[str, Any] | BaseModel | None,
+        run_id: str | None,
+        max_steps: int | None,
+        emit: Callable[[Event], None] | None,
+        thread_id: str | None = None,
+    ) -> Run:
+        """A new run of the plan from ``input`` (or, with ``thread_id``, as the next turn
+        of that thread), with this graph's store and options; not started yet."""
+        run_id = run_id or f"run-{os.urandom(8).hex()}"
+        turn = (
+            None
+            if thread_id is None
+            else start_turn(self.plan, self.store, input, thread_id, run_id)
+        )
+        values = (
+            initial_values(self.plan.state_model, input, run_id) if turn is None else turn.values
+        )
+        run = Run(
+            self.plan,
+            run_id,
+            values,
+            max_steps=max_steps if max_steps is not None else self.max_steps,
+            entropy=self.entropy(),
+            emit=self.observed(emit),
+        )
+        if self.store is not None:
+            run.persistence = Persistence(
+                self.plan,
+                self.store,
+                durability=self.durability,
+                snapshot_every=self.snapshot_every,
+            )
+            if turn is not None:
+                run.persistence.thread = (turn.thread_id, turn.number)
+        return run
+
+    def observed(self, emit: Callable[[Event], None] | None) -> Callable[[Event], None] | None:
+        """``emit`` plus the ``on_event`` observer (plugins), when there is one. The observer
+        is isolated: whatever it raises is logged and counted, never aborts the step."""
+        observer = self.on_event
+        if observer is None:
+            return emit
+
+        def observe(event: Event) -> None:
+            try:
+                observer(event)
+            except Exception as exc:
+                self._observer_failed(event, exc)
+
+        if emit is None:
+            return observe
+
+        def both(event: Event) -> None:
+            emit(event)
+            observe(event)
+
+        return both
+
+    def _observer_failed(self, event: Event, exc: Exception) -> None:
+        with self._observer_lock:
+            self.observer_failures += 1
+        _log.warning(
+            "the on_event observer of graph %r raised on %s of run %r at step %d (%s); the "
+            "run goes on without it - fix or remove the plugin",
+            self.plan.ir.name,
+            event.kind,
+            event.run_id,
+            event.step,
+            describe_exception(exc),
+            exc_info=exc,
+        )
+
+    def state(self, run: Run) -> BaseModel:
+        """The run's state, as an instance of the state model."""
+        return self.plan.state_model.model_validate(run.values)
+
+    def emit(self, run: Run, event: Event) -> None:
+        """Hand ``event`` to the run's emit function, when someone listens."""
+        if run.emit is not None:
+            run.emit(event)
+
+    def begin(self, run: Run, fresh: bool) -> None:
+        """Start executing ``run``: register it for cancellation, emit ``run_started``, and
+        for a ``fresh`` run make its rule engines, schedule the entry and create it in the store."""
+        # Registered while it executes, so that cancel() and signals can reach it.
+        ACTIVE[id(run)] = run
+        if SIGNALLED.reason is not None and run.cancelled is None:
+            run.cancelled = SIGNALLED.reason
+        if run.emit is not None:
+            run.emit(
+                RunStarted(
+                    run_id=run.run_id,
+                    step=run.step,
+                    path=run.path,
+                    graph_hash=self.plan.graph_hash,
+                    resumed=not fresh,
+                )
+            )
+        if fresh:
+            if self.plan.rules is not None:
+                run.rules = self.plan.rules()
+            run.schedule_entry()
+            if run.persistence is not None:
+                run.persistence.start(run)
+
+    def _park_before(self, run: Run) -> bool:
+        if run.persistence is None or run.skip_interrupt_before:
+            run.skip_interrupt_before = False
+            return False
+        nodes = sorted({t.node for t in run.tasks if self.plan.specs[t.node].interrupt_before})
+        if not nodes:
+            return False
+        self._park(run, Interrupt(kind="before", nodes=tuple(nodes), step=run.step + 1))
+        return True
+
+    def _park_after(self, run: Run, ran: Sequence[Task]) -> bool:
+        if run.persistence is None:
+            return False
+        nodes = sorted({t.node for t in ran if self.plan.specs[t.node].interrupt_after})
+        if not nodes or not run.tasks:
+            return False
+        self._park(run, Interrupt(kind="after", nodes=tuple(nodes), step=run.step))
+        return True
+
+    def _park(self, run: Run, interrupt: Interrupt) -> None:
+        assert run.persistence is not None
+        stored = interrupt.record()
+        run.persistence.park(run, stored)
+        run.interrupt = interrupt
+        self.emit(
+            run,
+            RunInterrupted(
+                run_id=run.run_id,
+                step=run.step,
+                path=run.path,
+                node=interrupt.node,
+                payload=stored,
+            ),
+        )
+
+    def _park_node(self, run: Run, outcome: StepOutcome) -> None:
+        assert outcome.interrupt is not None
+        task, signal = outcome.interrupt
+        run.step -= 1  # the step was not committed; it re-runs on resume
+        self._park(
+            run,
+            Interrupt(
+                kind="node",
+                node=task.node,
+                index=task.index,
+                step=run.step + 1,
+                seq=signal.seq,
+                payload=signal.payload,
+            ),
+        )
+
+    def step_once(self, run: Run, runner: TaskRunner | None = None) -> bool:
+        """Run and commit one step with a sync driver, its tasks run by ``runner`` (by
+        default the live one); ``False`` when the run parked."""
+        tasks = self.prepare(run)
+        if tasks is None:
+            return False
+        if runner is None:  # the live runner, called directly: this is the hot path
+            return self.complete(run, execute_sync(run, tasks, worker_threads, self.remote))
+        return self.complete(run, runner.run_step(run, tasks))
+
+    def prepare(self, run: Run) -> Sequence[Task] | None:
+        """Open the next step; its work, the tasks a runner is to run (``None``: the run
+        parked before the step instead)."""
+        if self.plan.interrupts and self._park_before(run):
+            return None
+        run.step += 1
+        if run.step > run.max_steps:
+            run.check_step_limit()
+        if run.emit is not None:
+            self.emit_started(run, run.tasks)
+        return run.tasks
+
+    def routing(
+        self, run: Run, outcome: StepOutcome | None = None
+    ) -> Coroutine[Any, Any, None] | None:
+        """The async routers about to route, handed back as work for the async driver to
+        await on its loop: those out of START before a fresh run begins (no ``outcome``),
+        else those out of the nodes that produced ``outcome``, once their writes are merged
+        (then ``complete(..., merged=True)``). ``None`` when there are none; a sync driver
+        runs async routers on the run's own loop as it schedules."""
+        if not self.plan.async_routers:
+            return None
+        if outcome is None:
+            return run.await_routers([("__start__", self.plan.start_routers)])
+        if outcome.interrupt is not None:
+            return None
+        run.merge(outcome.results)
+        done = sorted({t.node for t, _ in outcome.results})
+        return run.await_routers([(n, self.plan.specs[n].routers) for n in done])
+
+    def complete(self, run: Run, outcome: StepOutcome, *, merged: bool = False) -> bool:
+        """Commit the step its tasks produced ``outcome`` for, its writes ``merged`` already
+        or not (``False``: the run parked on an interrupt instead)."""
+        if outcome.interrupt is not None:
+            self._park_node(run, outcome)
+            return False
+        self.commit(run, outcome.results, merged=merged)
+        return self._parked_after(run, outcome)
+
+    def _parked_after(self, run: Run, outcome: StepOutcome) -> bool:
+        if run.rule_park is not None:
+            if run.replay is not None:
+                # A recorded rule interrupt was answered by the recorded resume: the replay
+                # goes on to the step the record holds next.
+                run.rule_park = None
+                return True
+            self._park(run, run.rule_park)
+            return False
+        return not (self.plan.interrupts and self._park_after(run, [t for t, _ in outcome.results]))
+
+    def _all_inline(self, tasks: Sequence[Task]) -> bool:
+        specs = self.plan.specs
+        return all(specs[t.node].inline and not specs[t.node].is_async for t in tasks)
+
+    def _pumped(
+        self, run: Run, feed: Feed, stepper: concurrent.futures.Executor
+    ) -> Generator[int, None, StepOutcome]:
+        """Execute the step's tasks on ``stepper`` while handing the consumer what the
+        feed receives meanwhile (yields -1 for that); returns the step's outcome. Closed
+        in the middle of the step, it lets the step finish and commits it first (see
+        :meth:`drive`)."""
+        stepping = stepper.submit(self.runner.run_step, run, run.tasks)
+        stepping.add_done_callback(feed.signal)
+        try:
+            while not stepping.done():
+                feed.wait()
+                if feed.items:
+                    yield -1
+        except GeneratorExit:
+            concurrent.futures.wait([stepping])
+            self._close_in_step(run, stepping)
+            raise
+        return stepping.result()
+
+    def _close_in_step(self, run: Run, stepping: concurrent.futures.Future[StepOutcome]) -> None:
+        """The consumer closed the stream while a step ran: as with ``cancel()``, that step
+        commits (its effects happened), then the run is cancelled (or finished) there."""
+        try:
+            if self.complete(run, stepping.result()):
+                self.closed(run)
+        except RunCancelledError as exc:
+            if run.cancelled is None:
+                self.fail(run, exc)
+            else:
+                self._cancel_in_flight(run)
+        except StargraphError as exc:
+            self.fail(run, exc)
+        except Exception as exc:
+            self._engine_failed(run, exc)
+
+    # The drivers below share one shape. The loop checks ``run.cancelled`` before each step
+    # (a step boundary) and leaves it to stop the run after the ``try``: cancelling is not
+    # a failure. Whatever else leaves the loop goes through ``stopped_by``.
+
+    def stopped_by(self, run: Run, exc: BaseException) -> BaseException | None:
+        """Record how ``exc``, leaving a driver, stopped ``run``; the typed error to raise
+        instead of it (``None``: re-raise ``exc``). A RunCancelledError met inside a step
+        comes from a nested run; a BaseException (KeyboardInterrupt, SystemExit) stops the
+        run at once, abandoning its lease."""
+        if isinstance(exc, RunCancelledError):
+            if run.cancelled is None:  # only a nested run was asked to stop: its node failed
+                self.fail(run, exc)
+                return None
+            return self._cancel_in_flight(run)
+        if isinstance(exc, StargraphError):
+            self.fail(run, exc)
+            return None
+        if isinstance(exc, Exception):
+            return self._engine_failed(run, exc)
+        self._abandon(run, exc)
+        return None
+
+    def run_to_end(self, run: Run, *, fresh: bool) -> None:
+        """Sync driver for invoke/resume: no generator on the hot path."""
+        try:
+            self.begin(run, fresh)
+            while run.tasks:
+                if run.cancelled is not None:
+                    break
+                if not self.step_once(run):
+                    return
+            else:
+                self.finish(run)
+                return
+        except BaseException as exc:
+            instead = self.stopped_by(run, exc)
+            if instead is None:
+                raise
+            raise instead from exc
+        finally:
+            self.end(run)
+        raise self.cancel(run)
+
+    def drive(self, run: Run, *, fresh: bool) -> Generator[int, None, None]:
+        """Sync driver for streams and ``iter``: yields after each committed step, and -1
+        whenever a live stream's feed has something new while a step runs."""
+        feed = run.feed
+        # A live stream runs each step's tasks on a thread of its own, so that this driver
+        # (the consumer's thread) hands on events while they run.
+        stepper = (
+            None
+            if feed is None
+            else concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stargraph-step")
+        )
+        closed_in_step = False
+        try:
+            self.begin(run, fresh)
+            while run.tasks:
+                if run.cancelled is not None:
+                    break
+                if feed is None or stepper is None or self._all_inline(run.tasks):
+                    # Nothing to hand on while the tasks run: inline ones (tiny pure
+                    # functions) run right here, sparing the thread hop.
+                    if not self.step_once(run):
+                        return
+                else:
+                    if self.prepare(run) is None:
+                        return
+                    closed_in_step = True
+                    outcome = yield from self._pumped(run, feed, stepper)
+                    closed_in_step = False
+                    if not self.complete(run, outcome):
+                        return
+                yield run.step
+            else:
+                self.finish(run)
+                return
+        except GeneratorExit:
+            # The consumer closed the stream: at a step boundary, where it waits at the
+            # yield, or inside a step (then _pumped committed that step already).
+            if not closed_in_step:
+                self.closed(run)
+            raise
+        except BaseException as exc:
+            instead = self.stopped_by(run, exc)
+            if instead is None:
+                raise
+            raise instead from exc
+        finally:
+            if stepper is not None:
+                stepper.shutdown(wait=False)
+            self.end(run)
+        raise self.cancel(run)
+
+    async def adrive(self, run: Run, *, fresh: bool) -> AsyncGenerator[int, None]:
+        """Async driver: yields after each committed step, and -1 whenever a live stream's
+        feed has something new while a step runs. Async routers are awaited on this loop."""
+        feed = run.feed
+        stepping: asyncio.Future[StepOutcome] | None = None
+        try:
+            if fresh and (routing := self.routing(run)) is not None:
+                await routing
+            self.begin(run, fresh)
+            while run.tasks:
+                if run.cancelled is not None:
+                    break
+                tasks = self.prepare(run)
+                if tasks is None:
+                    return
+                if feed is None:
+                    outcome = await self.runner.arun_step(run, tasks)
+                else:
+                    stepping = asyncio.ensure_future(self.runner.arun_step(run, tasks))
+                    stepping.add_done_callback(feed.signal)
+                    while not stepping.done():
+                        await feed.await_wake()
+                        if feed.items:
+                            yield -1
+                    outcome, stepping = stepping.result(), None
+                routing = self.routing(run, outcome)
+                if routing is not None:
+                    await routing
+                if not self.complete(run, outcome, merged=routing is not None):
+                    return
+                # After the parks: a consumer that stops reading here cancels a running run.
+                yield run.step
+            else:
+                self.finish(run)
+                return
+        except GeneratorExit:
+            if stepping is not None:
+                # Closed inside a step: its tasks are cancelled and the step dropped.
+                stepping.cancel()
+                await asyncio.gather(stepping, return_exceptions=True)
+                run.step -= 1
+                self.cancel_quietly(run, "its event stream was closed")
+            else:
+                self.closed(run)
+            raise
+        except asyncio.CancelledError:
+            # The task was cancelled where it awaited, inside a step: that step is dropped.
+            if stepping is not None:
+                stepping.cancel()
+            run.step -= 1
+            self.cancel_quietly(run, "its asyncio task was cancelled")
+            raise
+        except BaseException as exc:
+            instead = self.stopped_by(run, exc)
+            if instead is None:
+                raise
+            raise instead from exc
+        finally:
+            self.end(run)
+        raise self.cancel(run)
+
+    def end(self, run: Run) -> None:
+        """However a driver leaves: close the rule engines and the run's event loop,
+        unregister the run."""
+        if run.rules is not None:
+            run.rules.close()
+            run.rules = None
+        if run.loop is not None:
+            run.close_loop()
+        ACTIVE.pop(id(run), None)
+
+    def cancel(self, run: Run) -> RunCancelledError:
+        """Stop the run at this step boundary: store it as cancelled; the error to raise."""
+        reason = run.cancelled or "cancelled"
+        if run.persistence is not None:
+            run.persistence.cancel(run, reason)
+        self.emit(run, RunCancelled(run_id=run.run_id, step=run.step, path=run.path, reason=reason))
+        then = (
+            f"continue it with resume({run.run_id!r})"
+            if run.persistence is not None
+            else "it had no checkpoint store, so it cannot be resumed"
+        )
+        return RunCancelledError(
+            f"run {run.run_id!r} was cancelled ({reason}) and stopped after step {run.step}, "
+            f"its last committed step; {then}",
+            run_id=run.run_id,
+            step=run.step,
+            reason=reason,
+        )
+
+    def _cancel_in_flight(self, run: Run) -> RunCancelledError:
+        """A nested run (a subgraph node's, or one a node invoked) stopped inside the step
+        in flight, and this run was asked to stop too: it stops at its last committed step
+        (the step runs again on resume, resuming the nested run)."""
+        run.step -= 1  # the step in flight was not committed
+        return self.cancel(run)
+
+    def closed(self, run: Run) -> None:
+        """The consumer closed the run's event stream at a step boundary: the run is
+        cancelled there, or finished if that step was its last."""
+        if run.tasks:
+            self.cancel_quietly(run, "its event stream was closed")
+            return
+        try:
+            self.finish(run)
+        except Exception as exc:  # as in _cancel_quietly: nobody waits for this error
+            _log.warning("run %r could not be marked done (%s)", run.run_id, exc)
+            if run.persistence is not None:
+                run.persistence.abandon()
+
+    def cancel_quietly(self, run: Run, reason: str) -> None:
+        """Cancel the run where nobody waits for the error (a closed stream, a cancelled
+        task); a store that refuses is logged and the run abandoned instead."""
+        run.cancelled = run.cancelled or reason
+        try:
+            self.cancel(run)
+        except Exception as exc:  # the store refused; the lease must go all the same
+            _log.warning(
+                "run %r could not be marked cancelled (%s); it shows as orphaned instead",
+                run.run_id,
+                describe_exception(exc),
+            )
+            if run.persistence is not None:
+                run.persistence.abandon()
+
+    def _abandon(self, run: Run, exc: BaseException) -> None:
+        """Stop at once (KeyboardInterrupt, SystemExit, a second signal): write nothing
+        more, but give the lease up so the run shows as orphaned and resumes at once."""
+        if run.persistence is not None and run.persistence.lease is not None:
+            run.persistence.abandon()
+            exc.add_note(
+                f"run {run.run_id!r} stopped at once; it shows as 'orphaned' until resumed "
+                f"from its last committed step: resume({run.run_id!r})"
+            )
+
+    def commit(
+        self, run: Run, results: list[tuple[Task, dict[str, Any]]], *, merged: bool = False
+    ) -> None:
+        """Close the step whose tasks produced ``results``: merge the writes (unless
+        ``merged``), schedule successors, apply the rules, emit the tasks' events, commit the
+        step to the store, emit ``step_completed``."""
+        ran = [task for task, _ in results]
+        run.ran = ran
+        if not merged:
+            run.merge(results)
+        run.schedule_next(ran)
+        if run.rules is not None:
+            self._apply_rules(run, ran)
+        if run.emit is not None:
+            for task, writes in sorted(results, key=lambda r: r[0].key):
+                for child_event in run.child_events.pop(task.key, ()):
+                    run.emit(child_event)
+                run.emit(
+                    NodeFinished(
+                        run_id=run.run_id,
+                        step=run.step,
+                        path=run.path,
+                        node=task.node,
+                        index=task.index,
+                        writes=jsonable(self.plan.channels, writes),
+                        attempts=run.attempts.get(f"{task.node}/{task.index}", 1),
+                    )
+                )
+        if run.persistence is not None:
+            run.persistence.commit(run, results)
+            run.committed()
+        elif run.attempts:
+            run.attempts = {}
+        if run.emit is not None:
+            run.emit(
+                StepCompleted(
+                    run_id=run.run_id,
+                    step=run.step,
+                    path=run.path,
+                    nodes=tuple(t.node for t in ran),
+                    next=tuple(t.node for t in run.tasks),
+                )
+            )
+
+    def _apply_rules(self, run: Run, ran: Sequence[Task]) -> None:
+        rules = run.rules
+        assert rules is not None
+        if not rules.applies(ran):
+            return  # e.g. a ReAct act step: no engine watches it
+        decision = rules.decide(run.step, [t.node for t in ran], run.values)
+        if decision.kind == "continue":
+            return
+        run.decision = RuleDecision.model_validate(
+            {
+                "kind": decision.kind,
+                "rule": decision.rule,
+                "targets": tuple(decision.targets),
+                "reason": decision.reason,
+            }
+        )
+        self.emit(
+            run,
+            RuleDecided(
+                run_id=run.run_id,
+                step=run.step,
+                path=run.path,
+                decision=decision.kind,
+                rule=decision.rule,
+                target=",".join(decision.targets) or None,
+                reason=decision.reason,
+            ),
+        )
+        if decision.kind == "halt":
+            run.tasks = ()
+            run.stopped_by = decision.rule
+        elif decision.kind == "interrupt":
+            run.rule_park = Interrupt(
+                kind="rule", rule=decision.rule, reason=decision.reason, step=run.step
+            )
+        else:
+            # goto replaces whatever the edges scheduled, Sends included.
+            run.tasks = tuple(
+                self.plan.single_tasks[t][0] for t in sorted(set(decision.targets)) if t != END
+            )
+
+    def finish(self, run: Run) -> None:
+        """The run has nothing scheduled: mark it done and emit ``run_finished``."""
+        if run.persistence is not None:
+            run.persistence.finish(run, stopped_by=run.stopped_by)
+        if run.emit is not None:  # the event dumps the whole state: only build it when seen
+            run.emit(
+                RunFinished(
+                    run_id=run.run_id,
+                    step=run.step,
+                    path=run.path,
+                    state=jsonable(self.plan.channels, run.values),
+                    stopped_by=run.stopped_by,
+                )
+            )
+
+    def _engine_failed(self, run: Run, exc: Exception) -> EngineError:
+        """An untyped exception escaped the engine (nodes' own errors are NodeErrors by now):
+        mark the run failed with it, like any other error, and return the typed error."""
+        error = EngineError(
+            f"run {run.run_id!r} failed at step {run.step} inside the engine, not in a node: "
+            f"{describe_exception(exc)}; the run is marked failed and can be resumed once the "
+            "cause (a store, service or plugin that raised, or a bug in stargraph) is fixed",
+            run_id=run.run_id,
+            step=run.step,
+        )
+        self.fail(run, error)
+        return error
+
+    def fail(self, run: Run, exc: StargraphError) -> None:
+        """The run failed with ``exc``: mark it failed (or let its lease go when the store
+        itself refused) and emit ``run_failed``."""
+        persistence = run.persistence
+        if persistence is not None:
+            if isinstance(exc, CheckpointError) and exc.run_id in (None, run.run_id):
+                # The store itself refused this run (or its lease was lost): write nothing
+                # more through it, but let the lease go so the run shows as orphaned.
+                persistence.abandon()
+            else:
+                try:
+                    persistence.fail(run, str(exc))
+                except Exception as store_exc:
+                    # The run cannot be marked failed (not created yet, or the store is
+                    # down): the error itself must still reach the caller.
+                    persistence.abandon()
+                    exc.add_note(
+                        f"run {run.run_id!r} could not be marked failed in its store: "
+                        f"{describe_exception(store_exc)}"
+                    )
+        self.emit(
+            run,
+            RunFailed(
+                run_id=run.run_id,
+                step=run.step,
+                path=run.path,
+                node=getattr(exc, "node", None),
+                error=str(exc),
+                error_type=type(exc).__name__,
+            ),
+        )
+
+    def emit_started(self, run: Run, tasks: Sequence[Task]) -> None:
+        """Emit ``node_started`` for each of ``tasks`` (the step about to run)."""
+        if run.emit is not None:
+            for task in tasks:
+                run.emit(
+                    NodeStarted(
+                        run_id=run.run_id,
+                        step=run.step,
+                        path=run.path,
+                        node=task.node,
+                        index=task.index,
+                    )
+                )
+
+    # ------------------------------------------------------------------ live streams
+
+    def live(
+        self,
+        make_run: Callable[[Callable[[Event], None]], Run],
+        modes: tuple[str, ...],
+        *,
+        fresh: bool,
+    ) -> Iterator[Any]:
+        """Stream the run ``make_run`` builds (given its emit function) in ``modes``, with
+        the sync driver."""
+        feed = Feed(modes)
+        run = make_run(self.feeder(feed))
+        self.attach(run, feed)
+        return self._stream(run, feed, modes, fresh=fresh)
+
+    def attach(self, run: Run, feed: Feed) -> None:
+        """Stream ``run`` live into ``feed`` (whose ``values`` mode snapshots the run)."""
+        run.feed = feed
+        feed.snapshot = lambda: self.state(run)
+
+    def _stream(
+        self, run: Run, feed: Feed, modes: tuple[str, ...], *, fresh: bool
+    ) -> Iterator[Any]:
+        drive = self.drive(run, fresh=fresh)
+        try:
+            for _ in drive:
+                yield from self.items(feed, modes)
+        except StargraphError:
+            # The consumer sees the failing step's events and run_failed before the error.
+            yield from self.items(feed, modes)
+            raise
+        finally:
+            # A consumer that stops reading cancels the run at the step it reached, now
+            # rather than whenever the driver is garbage collected.
+            drive.close()
+        yield from self.items(feed, modes)
+
+    @staticmethod
+    def items(feed: Feed, modes: tuple[str, ...]) -> list[Any]:
+        """What the consumer gets of the feed's items: items of one mode, else pairs."""
+        items = feed.drain()
+        if len(modes) == 1:
+            return [item for _, item in items]
+        return items
+
+    def feeder(self, feed: Feed) -> Callable[[Event], None]:
+        """The emit function of a streamed run: its events, as the feed's modes want them."""
+        modes = feed.modes
+        events, updates, values = "events" in modes, "updates" in modes, "values" in modes
+
+        def emit(event: Event) -> None:
+            if events:
+                feed.put("events", event)
+            if event.path:
+                return  # a subgraph's events: its updates and values are the parent's
+            if updates and isinstance(event, NodeFinished):
+                assert event.node is not None
+                feed.put("updates", {event.node: event.writes})
+            elif values and isinstance(event, StepCompleted | RunStarted):
+                # The state when the run starts, then after each step.
+                assert feed.snapshot is not None
+                feed.put("values", feed.snapshot())
+
+        return emit  # the run adds the on_event observer (see _observed)

@@ -1,0 +1,85 @@
+"""``ChildRunId``: the one format (and parser) of a subgraph node's child run id."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from stargraph import END, START, Graph
+from stargraph.checkpoint import MemoryStore
+from stargraph.ir import GraphIR
+from stargraph.nodes import SubgraphNode
+from stargraph.runtime._plan import ChildRunId
+from stargraph.skills import Skill
+
+
+def test_a_child_run_id_formats_and_parses_back() -> None:
+    child = ChildRunId("run-1", "rag", 3, 0)
+    assert child.format() == "run-1::rag@3.0"
+    assert ChildRunId.parse(child.format()) == child
+
+
+def test_a_nested_child_parses_at_its_innermost_level() -> None:
+    inner = ChildRunId(ChildRunId("r", "outer", 2, 0).format(), "inner", 1, 4)
+    assert inner.format() == "r::outer@2.0::inner@1.4"
+    assert ChildRunId.parse(inner.format()) == inner
+    assert ChildRunId.parse(inner.parent) == ChildRunId("r", "outer", 2, 0)
+
+
+@pytest.mark.parametrize(
+    "run_id",
+    ["run-1", "r::site", "r::site@x.0", "r::site@1", "r::@1.0", "::site@1.0", "r::site@1.y"],
+)
+def test_an_id_that_is_no_child_run_parses_to_none(run_id: str) -> None:
+    assert ChildRunId.parse(run_id) is None
+
+
+def test_descent_top_and_rebase() -> None:
+    nested = "r::outer@2.0::inner@1.4"
+    assert ChildRunId.descends(nested, "r")
+    assert ChildRunId.descends(nested, "r::outer@2.0")
+    assert not ChildRunId.descends(nested, "r::out")
+    assert not ChildRunId.descends("r2::outer@2.0", "r")
+    assert ChildRunId.top(nested, "r") == ChildRunId("r", "outer", 2, 0)
+    assert ChildRunId.top(nested, "other") is None
+    assert ChildRunId.rebase(nested, "r", "r~fork") == "r~fork::outer@2.0::inner@1.4"
+
+
+class Inner(BaseModel):
+    x: int = 0
+
+
+class Outer(BaseModel):
+    x: int = 0
+
+
+def bump(state: Inner) -> dict[str, Any]:
+    return {"x": state.x + 1}
+
+
+def test_a_subgraph_node_stores_its_child_under_the_formatted_id() -> None:
+    inner: GraphIR = (
+        (Graph("inner", state=Inner).with_node("bump", bump).with_edge(START, "bump"))
+        .with_edge("bump", END)
+        .to_ir()
+    )
+    skill = Skill(
+        name="inc",
+        version="1.0.0",
+        kind="utility",
+        description="adds one",
+        state_schema=Inner,
+        subgraph=inner,
+    )
+    app = (
+        Graph("outer", state=Outer)
+        .with_node(SubgraphNode.from_skill(skill, site="inc"))
+        .with_edge(START, "inc")
+        .with_edge("inc", END)
+        .compile(store=MemoryStore())
+    )
+    assert app.invoke({"x": 1}, run_id="p").x == 2
+    child = ChildRunId("p", "inc", 1, 0).format()
+    assert app.get_run(child).status == "done"
