@@ -229,8 +229,9 @@ def compile_ir(
 
 
 def _mounted_skill_problems(ir: GraphIR, services: Mapping[str, Any] | None) -> list[Problem]:
-    """E2 again for every skill mounted in ``ir`` whose node records its kind and tools:
-    tools are judged by the built-in tools and those of the arbiter in ``services``."""
+    """The kind's tool rule again for every skill mounted in ``ir`` whose node records its
+    kind and tools: tools are judged by the built-in tools and those of the arbiter in
+    ``services``."""
     mounted = [
         (i, node)
         for i, node in enumerate(ir.nodes)
