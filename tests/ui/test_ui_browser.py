@@ -29,6 +29,8 @@ from stargraph.checkpoint import SqliteStore
 from stargraph.errors import RunNotFoundError
 from stargraph.ui import UiSettings, create_app
 
+pytestmark = pytest.mark.browser  # Debian's headless chromium (scripts/ensure_chromium.sh)
+
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 60.0
 

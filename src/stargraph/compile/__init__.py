@@ -98,7 +98,7 @@ def compile_ir(
                     Problem(
                         f"/nodes/{i}",
                         f"node {node.id!r} interrupts the run, which needs a checkpoint store "
-                        "to park it in",
+                        "to keep it in while it waits",
                         "compile(store=SqliteStore('.stargraph/stargraph.db')) or "
                         "compile(store=MemoryStore())",
                     )
