@@ -1,7 +1,9 @@
 """The compiler: validate a graph's IR and build the executor's plan.
 
-``Graph.compile()`` calls :func:`compile_graph`; :func:`compile_ir` compiles an IR loaded from
-JSON. Both collect every problem into one :class:`~stargraph.errors.CompileError`.
+:func:`compile_ir` compiles an IR with its state model and callables: ``Graph.compile()``
+hands it the graph's, and an IR loaded from JSON comes with its own. It collects every
+problem into one :class:`~stargraph.errors.CompileError`. It never imports the authoring API
+(``stargraph.graph``), which imports it.
 """
 
 from __future__ import annotations
@@ -43,18 +45,11 @@ from stargraph.runtime._run import MAX_STEPS_BOUND, max_steps_problem
 from stargraph.state import build_channels
 
 if TYPE_CHECKING:
-    from stargraph.graph import Graph
     from stargraph.skills import NestingProfile
 
-__all__ = ["compile_graph", "compile_ir"]
+__all__ = ["compile_ir"]
 
 StateT = TypeVar("StateT", bound=BaseModel)
-
-
-def compile_graph(graph: Graph[StateT], **options: Any) -> CompiledGraph[StateT]:
-    """Validate ``graph`` and return a runnable :class:`CompiledGraph` (options as
-    :func:`compile_ir`)."""
-    return compile_ir(graph.to_ir(), state=graph.state, impls=graph.impls, **options)
 
 
 def compile_ir(
