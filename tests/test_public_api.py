@@ -24,6 +24,7 @@ def test_top_level_all_is_sorted_and_pinned() -> None:
         "START",
         "Send",
         "StargraphError",
+        "UsageError",
         "__version__",
         "reducers",
     ]
