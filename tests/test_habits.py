@@ -3,6 +3,7 @@ more than the venv, pre-commit runs the venv's own tools, and ``src`` carries no
 
 from __future__ import annotations
 
+import ast
 import re
 import tomllib
 from pathlib import Path
@@ -52,3 +53,32 @@ def test_issue23_src_docstrings_and_comments_carry_no_tracking_ids() -> None:
         if tracking.search(line)
     ]
     assert found == [], "tracking ids belong in test names, not in src:\n" + "\n".join(found)
+
+
+def test_every_slow_test_listed_in_conftest_exists() -> None:
+    # Read from the syntax tree: several folders have a module named conftest.
+    conftest = ast.parse((ROOT / "tests" / "conftest.py").read_text(encoding="utf-8"))
+    (table,) = [
+        node.value
+        for node in conftest.body
+        if isinstance(node, ast.AnnAssign)
+        and isinstance(node.target, ast.Name)
+        and node.target.id == "SLOW_TESTS"
+        and node.value is not None
+    ]
+    assert isinstance(table, ast.Dict)
+    slow_tests: dict[str, tuple[str, ...]] = ast.literal_eval(table)
+    assert len(slow_tests) == len(table.keys), "a file is listed twice"
+    stale = []
+    for file, names in slow_tests.items():
+        path = ROOT / file
+        if not path.is_file():
+            stale.append(file)
+            continue
+        defined = {
+            node.name
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        }
+        stale += [f"{file}::{name}" for name in names if name != "*" and name not in defined]
+    assert stale == [], f"SLOW_TESTS in tests/conftest.py names tests that do not exist: {stale}"

@@ -38,6 +38,7 @@ class _Dispatcher(Protocol):
 
     async def adispatch(self, call: Any, /) -> ToolResult: ...
 
+
 KIND = "tool"
 """Journal kind of tool calls."""
 
