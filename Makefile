@@ -1,4 +1,6 @@
 # Two commands on a fresh machine: `make demo` and `make test`. Each creates .venv itself.
+# While editing, `make check` (lint, types, the tests that need nothing but the venv) is the
+# fast loop; `make test` runs everything, provisioning PostgreSQL, Graphviz and Chromium.
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,7 +9,7 @@ STAMP_DEV := $(VENV)/.installed-dev
 STAMP_BENCH := $(VENV)/.installed-bench
 STAMP_DOCS := $(VENV)/.installed-docs
 
-.PHONY: demo test lint typecheck pytest bench chaos docs clean
+.PHONY: demo test check lint typecheck pytest pytest-fast bench chaos docs clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -47,6 +49,15 @@ pytest: $(STAMP_DEV)
 	$(BIN)/python -m pytest -q --cov --cov-report=term:skip-covered -p no:cacheprovider
 
 test: lint typecheck pytest
+
+# Tests that need a server or a program outside the venv, and the long ones, carry a marker
+# (pyproject.toml); the fast loop leaves them out. It provisions nothing and needs no network.
+FAST_TESTS := not postgres and not ray and not browser and not graphviz and not real_model and not slow
+
+pytest-fast: $(STAMP_DEV)
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "$(FAST_TESTS)"
+
+check: lint typecheck pytest-fast
 
 bench: $(STAMP_BENCH)
 	$(BIN)/python -m benchmarks

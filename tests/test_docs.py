@@ -312,7 +312,14 @@ def _pg_dsn(request: pytest.FixtureRequest, page: str) -> dict[str, str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("page", PAGES, ids=PAGE_IDS)
+@pytest.mark.parametrize(
+    "page",
+    [
+        pytest.param(p, marks=pytest.mark.postgres) if i in PG_PAGES else p
+        for p, i in zip(PAGES, PAGE_IDS, strict=True)
+    ],
+    ids=PAGE_IDS,
+)
 def test_every_python_block_runs(
     page: Path, tmp_path: Path, model_server: ScriptedOpenAIServer, request: pytest.FixtureRequest
 ) -> None:

@@ -25,6 +25,7 @@ def test_top_level_all_is_sorted_and_pinned() -> None:
         "START",
         "Send",
         "StargraphError",
+        "UsageError",
         "__version__",
         "interrupt_of",
         "reducers",

@@ -120,7 +120,7 @@ def process_pool() -> Iterator[concurrent.futures.ProcessPoolExecutor]:
     pool.shutdown(cancel_futures=True)
 
 
-@pytest.fixture(params=["process", "ray"])
+@pytest.fixture(params=["process", pytest.param("ray", marks=pytest.mark.ray)])
 def executor(request: pytest.FixtureRequest) -> concurrent.futures.Executor:
     name = "process_pool" if request.param == "process" else "ray_executor"
     found: concurrent.futures.Executor = request.getfixturevalue(name)
@@ -271,6 +271,7 @@ def test_effects_in_a_remote_node_are_a_typed_error(
         _pair(fn).compile(store=MemoryStore()).invoke({})
 
 
+@pytest.mark.ray
 def test_once_on_ray_is_the_same_typed_error(ray_executor: RayExecutor) -> None:
     app = _pair(uses_once).compile(executor=ray_executor)
     with pytest.raises(RemoteContextError, match=r"node 'a' used ctx\.once\(\) at step 1"):
@@ -419,6 +420,7 @@ def _descendants(root: int) -> set[int]:
     return found
 
 
+@pytest.mark.ray
 def test_ray_listens_on_loopback_only(ray_executor: RayExecutor) -> None:
     import ray
 

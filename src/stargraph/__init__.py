@@ -15,7 +15,7 @@ Subpackages (imported on demand, so ``import stargraph`` stays light): ``stargra
 from __future__ import annotations
 
 from stargraph import reducers
-from stargraph.errors import CompileError, RunError, StargraphError
+from stargraph.errors import CompileError, RunError, StargraphError, UsageError
 from stargraph.graph import END, START, Graph, Send
 from stargraph.ir import RetryPolicyIR as RetryPolicy
 from stargraph.runtime import CompiledGraph, Interrupt, RunContext, interrupt_of
@@ -34,6 +34,7 @@ __all__ = [
     "START",
     "Send",
     "StargraphError",
+    "UsageError",
     "__version__",
     "interrupt_of",
     "reducers",

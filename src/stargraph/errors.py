@@ -561,7 +561,7 @@ class ReplayError(RunError):
 
 
 class ReplayMissError(ReplayError, LookupError):
-    """No recorded stub exists for a call made during replay."""
+    """A call made during replay has no recorded call to be served from."""
 
 
 class ReplayDivergenceError(ReplayError):

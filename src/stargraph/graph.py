@@ -336,12 +336,12 @@ class Graph(Generic[StateT]):
     def compile(self, **options: Any) -> CompiledGraph[StateT]:
         """Validate the graph (every problem at once) and return a runnable ``CompiledGraph``.
 
-        Options are passed to :func:`stargraph.compile.compile_graph` (``store``,
+        Options are passed to :func:`stargraph.compile.compile_ir` (``store``,
         ``max_steps``, ``entropy`` ...).
         """
-        from stargraph.compile import compile_graph
+        from stargraph.compile import compile_ir
 
-        return compile_graph(self, **options)
+        return compile_ir(self.to_ir(), state=self.state, impls=self.impls, **options)
 
     def __repr__(self) -> str:
         return f"Graph({self._name!r}, nodes={[n.id for n in self._nodes]})"

@@ -9,6 +9,8 @@ import pytest
 from stargraph.checkpoint import PostgresStore
 from stargraph.checkpoint.conformance import CheckpointStoreConformance
 
+pytestmark = pytest.mark.postgres  # a PostgreSQL server (tests/postgres/pgcluster.py)
+
 
 class TestPostgresStore(CheckpointStoreConformance):
     @pytest.fixture

@@ -20,6 +20,8 @@ import pytest
 from stargraph.checkpoint import PostgresStore
 from test_crash import POINTS, SEED, _env, _ledger
 
+pytestmark = pytest.mark.postgres  # a PostgreSQL server (tests/postgres/pgcluster.py)
+
 HERE = Path(__file__).parent
 TRIALS = int(os.environ.get("STARGRAPH_PG_CHAOS_TRIALS", "8"))
 LAUNCH = "import pg_crashgraph; pg_crashgraph.main()"

@@ -31,6 +31,8 @@ from stargraph.checkpoint import PostgresStore
 from stargraph.errors import StoreUnavailableError
 from stargraph.workers import open_queue, submit
 
+pytestmark = pytest.mark.postgres  # a PostgreSQL server (tests/postgres/pgcluster.py)
+
 HERE = Path(__file__).parent
 DEADLINE_S = 60.0
 STEPS = 6  # faultgraph:chain

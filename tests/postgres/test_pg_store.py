@@ -18,6 +18,8 @@ from stargraph.checkpoint.conformance import make_run, make_step
 from stargraph.errors import CheckpointError
 from stargraph.graph import END, START, Graph
 
+pytestmark = pytest.mark.postgres  # a PostgreSQL server (tests/postgres/pgcluster.py)
+
 SECRET = "s3cr3t-pa55"
 
 

@@ -7,10 +7,13 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from stargraph.checkpoint import PostgresStore
 from stargraph.checkpoint._postgres import _MIGRATIONS, SCHEMA_VERSION
 from stargraph.checkpoint.conformance import make_run, make_step
+
+pytestmark = pytest.mark.postgres  # a PostgreSQL server (tests/postgres/pgcluster.py)
 
 HERE = Path(__file__).resolve().parent.parent
 if str(HERE) not in sys.path:

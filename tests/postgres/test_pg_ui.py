@@ -30,6 +30,8 @@ from stargraph.ui import UiSettings, create_app
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ui"))
 from ui_graphs import GATES, approval_graph, loop_graph, scripted_model, trip_graph
 
+pytestmark = pytest.mark.postgres  # a PostgreSQL server (tests/postgres/pgcluster.py)
+
 DEADLINE_S = 60.0
 
 

@@ -22,6 +22,8 @@ import workgraph
 from stargraph.checkpoint import PostgresStore
 from stargraph.workers import Worker, open_queue, submit
 
+pytestmark = pytest.mark.postgres  # a PostgreSQL server (tests/postgres/pgcluster.py)
+
 HERE = Path(__file__).parent
 TRIALS = int(os.environ.get("STARGRAPH_PG_WORKER_TRIALS", "20"))  # the issue asks for 20
 SEED = int(os.environ.get("STARGRAPH_CHAOS_SEED", "20261122"))

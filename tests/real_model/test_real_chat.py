@@ -25,6 +25,8 @@ from stargraph.llm import (
     normalize_tool_calls,
 )
 
+pytestmark = pytest.mark.real_model  # a llama.cpp model server (scripts/ensure_llama_server.sh)
+
 CALC = {
     "type": "function",
     "function": {

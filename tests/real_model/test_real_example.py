@@ -13,8 +13,11 @@ from pathlib import Path
 from types import ModuleType
 
 import llamaserver
+import pytest
 
 from stargraph.checkpoint import SqliteStore
+
+pytestmark = pytest.mark.real_model  # a llama.cpp model server (scripts/ensure_llama_server.sh)
 
 EXAMPLES = llamaserver.ROOT / "examples"
 EXAMPLE = EXAMPLES / "react_agent.py"

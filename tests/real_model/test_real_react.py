@@ -27,6 +27,8 @@ from stargraph.skills.react import ReactState
 from stargraph.testing import assert_replays_every_step
 from stargraph.tools import SqliteCommitLog
 
+pytestmark = pytest.mark.real_model  # a llama.cpp model server (scripts/ensure_llama_server.sh)
+
 HERE = Path(__file__).parent
 TERMINATION = {"termination/done", "termination/error_budget", "termination/max_steps"}
 STATUSES = {"success", "error", "timeout", "denied", "invalid"}

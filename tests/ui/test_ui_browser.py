@@ -39,6 +39,8 @@ from stargraph.errors import RunNotFoundError
 from stargraph.testing import Reply
 from stargraph.ui import UiSettings, create_app
 
+pytestmark = pytest.mark.browser  # Debian's headless chromium (scripts/ensure_chromium.sh)
+
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 60.0
 

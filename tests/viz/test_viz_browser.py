@@ -27,6 +27,8 @@ from stargraph.graph import END, START, Graph
 from stargraph.nodes import SubgraphNode
 from stargraph.skills import Skill, SkillKind
 
+pytestmark = pytest.mark.browser  # Debian's headless chromium (scripts/ensure_chromium.sh)
+
 ROOT = Path(__file__).resolve().parents[2]
 _CONSOLE = re.compile(r":CONSOLE[:(]\d+\)?\]|Uncaught")
 

@@ -238,6 +238,7 @@ def test_render_rejects_unknown_formats() -> None:
         viz.render(basics.chain_graph().to_ir(), "gif")  # type: ignore[arg-type]
 
 
+@pytest.mark.graphviz
 def test_render_svg_and_png_with_graphviz(store: SqliteStore) -> None:
     ir = basics.fanout_graph().to_ir()
     assert viz.render(ir, "svg").lstrip().startswith(b"<?xml")

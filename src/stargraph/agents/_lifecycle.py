@@ -1,4 +1,4 @@
-"""The agent lifecycle as data, checked by the one state-machine validator (D6, decision 5).
+"""The agent lifecycle as data, checked by the one state-machine validator.
 
 The default is the seed's six states::
 

@@ -1,4 +1,4 @@
-"""Pool allocation: which agent type takes which task, under a pluggable strategy (D9, D11).
+"""Pool allocation: which agent type takes which task, under a pluggable strategy.
 
 A profile is *eligible* for a task when it has the skills, the tool permissions, the write
 and admin access the task needs, a spare slot under ``limits.max_concurrent_tasks`` and a

@@ -1,4 +1,4 @@
-"""Agent capability profiles (the donor's "CV") and what a task needs of one (D9).
+"""Agent capability profiles (the donor's "CV") and what a task needs of one.
 
 Invalid data is an :class:`~stargraph.errors.AgentConfigError` naming field and value.
 Allocation over profiles (the pool strategies) is in :mod:`stargraph.agents._pool`.
@@ -75,7 +75,7 @@ class AgentProfile(AgentData):
     """See :class:`History`."""
 
     def missing_tools(self, required: Sequence[str]) -> list[str]:
-        """The ``required`` tools its permissions do not cover (D5)."""
+        """The ``required`` tools its permissions do not cover."""
         return [t for t in required if not matches_allowlist(t, self.permissions.tools)]
 
 

@@ -1,4 +1,4 @@
-"""What a parent hands a sub-agent when it spawns it (D11): the spawn parameters.
+"""What a parent hands a sub-agent when it spawns it: the spawn parameters.
 
 The seed's spawning step injects seven parameters into the new agent: ``agent_id`` (from
 allocation), ``pool_assignment``, ``worktree_path`` (an isolated git worktree),
@@ -115,7 +115,7 @@ def task_slug(task_id: str) -> str:
 
 
 class SpawnParams(AgentData):
-    """The seven parameters a sub-agent is spawned with (D11).
+    """The seven parameters a sub-agent is spawned with.
 
     >>> p = SpawnParams.for_task("a1", "T-7 Add login", pool="implementation",
     ...                          worktree_root="/work/trees", skill_refs=["archive-notes"])

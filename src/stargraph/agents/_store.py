@@ -1,7 +1,7 @@
-"""Agents in SQLite: ``agents``, ``audit_log`` (hash-chained), ``thought_records`` (D5-D8, D10).
+"""Agents in SQLite: ``agents``, ``audit_log`` (hash-chained), ``thought_records``.
 
 Every state change is one transaction that updates the ``agents`` row and appends an
-``audit_log`` row. The audit chain is the arbiter's commit-log chain (row D10, the same
+``audit_log`` row. The audit chain is the arbiter's commit-log chain (the same
 ``seal`` / ``verify_rows``): each row stores a sealed ``CommitEntry(kind="audit")`` whose
 ``args_hash`` is the sha256 of the row's readable columns, so editing a column, a record, or
 deleting a row is caught by :meth:`AgentStore.verify_chain`, which returns the first broken
@@ -115,7 +115,7 @@ class AuditRow(BaseModel):
 class AgentStore:
     """Agents, their lifecycle and audit trail in one SQLite file (stdlib ``sqlite3``).
 
-    ``writeback`` is the enforcement of the writeback contract at termination (decision 6);
+    ``writeback`` is the enforcement of the writeback contract at termination;
     ``on_event`` receives alerts (pass ``lambda e: pm.hook.on_event(event=e)`` to reach the
     plugins); ``clock`` (seconds) and ``new_id`` are injectable for deterministic tests.
     """
@@ -298,7 +298,7 @@ class AgentStore:
         return self._move(agent_id, to, **detail)
 
     def spawn(self, agent_id: str, params: SpawnParams | None = None) -> AgentRecord:
-        """PENDING -> INITIALIZING, injecting the spawn parameters (D11).
+        """PENDING -> INITIALIZING, injecting the spawn parameters.
 
         ``params`` must name this agent and its pool (the allocated one, if any; otherwise it
         becomes the agent's pool), and its ``skill_refs`` must be skills the profile may run;
@@ -356,7 +356,7 @@ class AgentStore:
 
     def initialize(self, agent_id: str, skills: Sequence[Any] = ()) -> AgentRecord:
         """INITIALIZING -> READY, or -> FAILED naming every tool in the skills'
-        ``required_tools`` that the profile's ``permissions.tools`` lacks (D5)."""
+        ``required_tools`` that the profile's ``permissions.tools`` lacks."""
         record = self.get(agent_id)
         profile = record.profile
         if record.spawn is not None:
@@ -496,7 +496,7 @@ class AgentStore:
             ]
 
     def orphan_scan(self) -> list[str]:
-        """Terminated agents without a thought record (D8): each one is warned about
+        """Terminated agents without a thought record: each one is warned about
         (:class:`OrphanWarning`), sent as an ``orphan`` event and audited. Nothing is rolled
         back or re-run."""
         with self._lock:
@@ -561,7 +561,7 @@ class AgentStore:
         *,
         strategy: PoolStrategy | str | Strategy = PoolStrategy.CAPACITY_AWARE,
     ) -> list[tuple[TaskNeeds, AgentRecord | None]]:
-        """Allocate an agent for each task of a queue under a pool strategy (D11).
+        """Allocate an agent for each task of a queue under a pool strategy.
 
         The strategy sees this store's live agents per type and, for ``ROUND_ROBIN``, the
         type allocated last (so the rotation carries on across calls). Tasks come back in the

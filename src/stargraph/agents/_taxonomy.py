@@ -1,5 +1,5 @@
 """``skill_list(search, capability)``: the skill registry's listing, tagged with the six-tier
-taxonomy (D11).
+taxonomy.
 
 A skill's tier is one of its ``tags`` (:class:`~stargraph.skills.SkillTier`: PM &
 orchestration, task & roadmap, GSD & execution, audit & proof, infrastructure,

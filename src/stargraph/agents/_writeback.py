@@ -1,4 +1,4 @@
-"""The writeback contract an agent owes before it terminates (D7), and the events (D8)."""
+"""The writeback contract an agent owes before it terminates, and the events."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Run leases: one owner per run, heartbeats, and telling a dead owner from a live one.
 
 An invoke or a resume takes the run's lease before any node runs (``create_run`` with an
-owner, or ``CheckpointStore.acquire``) and holds it until it parks, finishes or fails (the
-``set_status`` that records that releases it). Every status change and every commit is a
+owner, or ``CheckpointStore.acquire``) and holds it until the run is interrupted, finishes or
+fails (the ``set_status`` that records that releases it). Every status change and every commit is a
 compare-and-set on the lease's token, so a process that lost its lease cannot overwrite what
 the new owner wrote. While a lease is held, one daemon thread per process (the *keeper*)
 renews it every ``lease_s / 3`` seconds.

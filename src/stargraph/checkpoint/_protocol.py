@@ -89,7 +89,7 @@ class CheckpointStore(Protocol):
         interrupt: object = None,
         owner: str | None = None,
     ) -> None:
-        """Change a run's status without committing a step (park, fail, finish). Fenced on
+        """Change a run's status without committing a step (interrupt, fail, finish). Fenced on
         ``owner``; any status but ``running`` also releases the lease."""
         ...
 

@@ -226,11 +226,12 @@ class StepRecord(BaseModel):
 
 
 class RunOwner(BaseModel):
-    """Who holds a run's lease: one invoke/resume in one process, until it parks, finishes or
-    fails. ``token`` is unique per lease (status changes and commits compare-and-set on it);
-    ``host``/``pid``/``started_at`` name the process, ``process_start`` (Linux clock ticks
-    since boot) tells a live owner from a later process that reused its pid. The owner
-    renews the lease every few seconds; after ``lease_s`` without a heartbeat it lapses."""
+    """Who holds a run's lease: one invoke/resume in one process, until the run is
+    interrupted, finishes or fails. ``token`` is unique per lease (status changes and commits
+    compare-and-set on it); ``host``/``pid``/``started_at`` name the process,
+    ``process_start`` (Linux clock ticks since boot) tells a live owner from a later process
+    that reused its pid. The owner renews the lease every few seconds; after ``lease_s``
+    without a heartbeat it lapses."""
 
     model_config = _FROZEN
 

@@ -692,7 +692,7 @@ class CheckpointStoreConformance:
         assert after[0].model_copy(update={"lease_expires": None}) == before[0].model_copy(
             update={"lease_expires": None}
         )
-        # The holder parks: the status change releases the lease ...
+        # The holder is interrupted: the status change releases the lease ...
         store.set_status("r1", "interrupted", interrupt={"ask": 1}, owner=owner.token)
         run = store.get_run("r1")
         assert (run.status, run.interrupt, run.owner, run.lease_expires) == (

@@ -17,7 +17,7 @@ import click
 
 from stargraph.cli._load import DEFAULT_DB, CliError, CliUsageError, importable_cwd
 from stargraph.cli._output import print_table
-from stargraph.cli._registry import installed_registry
+from stargraph.cli._plugins import installed_registry
 from stargraph.errors import ProposalStateError
 
 __all__ = ["DEFAULT_PROPOSALS_DB", "proposals_group"]

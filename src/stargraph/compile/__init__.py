@@ -1,7 +1,9 @@
 """The compiler: validate a graph's IR and build the executor's plan.
 
-``Graph.compile()`` calls :func:`compile_graph`; :func:`compile_ir` compiles an IR loaded from
-JSON. Both collect every problem into one :class:`~stargraph.errors.CompileError`.
+:func:`compile_ir` compiles an IR with its state model and callables: ``Graph.compile()``
+hands it the graph's, and an IR loaded from JSON comes with its own. It collects every
+problem into one :class:`~stargraph.errors.CompileError`. It never imports the authoring API
+(``stargraph.graph``), which imports it.
 """
 
 from __future__ import annotations
@@ -44,18 +46,11 @@ from stargraph.runtime._run import MAX_STEPS_BOUND, max_steps_problem
 from stargraph.state import build_channels
 
 if TYPE_CHECKING:
-    from stargraph.graph import Graph
     from stargraph.skills import NestingProfile
 
-__all__ = ["compile_graph", "compile_ir"]
+__all__ = ["compile_ir"]
 
 StateT = TypeVar("StateT", bound=BaseModel)
-
-
-def compile_graph(graph: Graph[StateT], **options: Any) -> CompiledGraph[StateT]:
-    """Validate ``graph`` and return a runnable :class:`CompiledGraph` (options as
-    :func:`compile_ir`)."""
-    return compile_ir(graph.to_ir(), state=graph.state, impls=graph.impls, **options)
 
 
 def compile_ir(
@@ -99,7 +94,7 @@ def compile_ir(
                     Problem(
                         f"/nodes/{i}",
                         f"node {node.id!r} interrupts the run, which needs a checkpoint store "
-                        "to park it in",
+                        "to keep it in while it waits",
                         "compile(store=SqliteStore('.stargraph/stargraph.db')) or "
                         "compile(store=MemoryStore())",
                     )
@@ -234,8 +229,9 @@ def compile_ir(
 
 
 def _mounted_skill_problems(ir: GraphIR, services: Mapping[str, Any] | None) -> list[Problem]:
-    """E2 again for every skill mounted in ``ir`` whose node records its kind and tools:
-    tools are judged by the built-in tools and those of the arbiter in ``services``."""
+    """The kind's tool rule again for every skill mounted in ``ir`` whose node records its
+    kind and tools: tools are judged by the built-in tools and those of the arbiter in
+    ``services``."""
     mounted = [
         (i, node)
         for i, node in enumerate(ir.nodes)

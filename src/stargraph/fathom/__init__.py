@@ -1,7 +1,7 @@
 """stargraph.fathom: CLIPS rules that decide routing and termination, auditably.
 
-Rules, not the LLM, decide when a loop stops and may steer routing (ARCHITECTURE.md,
-invariant 7). This is the only package that imports clipspy. The pieces:
+Rules, not the LLM, decide when a loop stops and may steer routing (see
+docs/concepts/rules.md). This is the only package that imports clipspy. The pieces:
 
 * :class:`Fact` marks the state fields rules can see; :func:`fact_fields` lists them.
 * :class:`RulePack` is versioned CLIPS text (from a ``.clp`` file or the declarative

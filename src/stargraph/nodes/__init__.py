@@ -74,7 +74,7 @@ class SubgraphNode:
         self.max_steps = max_steps
         self.bubble_events = bubble_events
         # The mounted skill's kind and tools travel in the node's (unhashed) metadata, so a
-        # graph compiled from its IR is held to E2 as the mount was.
+        # graph compiled from its IR is held to the kind's tool rule as the mount was.
         self.skill_kind = skill_kind
         self.skill_tools = tuple(skill_tools)
 
@@ -98,8 +98,8 @@ class SubgraphNode:
         ``registry`` resolves a skill whose ``subgraph`` is a hash reference.
 
         Refused with a :class:`~stargraph.errors.SkillValidationError`: a ``utility`` skill
-        using a write or external tool (judged by the built-in tools and ``known_tools``,
-        E2), and a skill nesting deeper than ``nesting`` allows (default
+        using a write or external tool (judged by the built-in tools and ``known_tools``),
+        and a skill nesting deeper than ``nesting`` allows (default
         :data:`~stargraph.skills.DEFAULT_NESTING`; :data:`~stargraph.skills.CHOIR_NESTING`
         refuses a skill that mounts another skill)."""
         from stargraph.skills import DEFAULT_NESTING, builtin_side_effects

@@ -65,7 +65,7 @@ class Entry:
 
 @dataclass(frozen=True)
 class LoadReport:
-    """What a lenient directory scan did (decision 2 of the seed checklist)."""
+    """What a lenient directory scan did."""
 
     loaded: int = 0
     skipped: tuple[str, ...] = ()
@@ -256,7 +256,7 @@ class Registry:
         return found.item
 
     def match(self, task: str) -> list[Any]:
-        """Skills whose triggers (keywords, tags, tool patterns) match ``task`` (D4).
+        """Skills whose triggers (keywords, tags, tool patterns) match ``task``.
 
         A skill with a ``matches(task)`` method (a SKILL.md skill) decides itself; otherwise
         any trigger contained in the task (case-insensitive) matches.
@@ -277,7 +277,7 @@ class Registry:
     def skill_list(self, search: str | None = None, capability: str | None = None) -> list[Any]:
         """The registered skills matching ``search`` (words in name, description, tags) and
         ``capability`` (a tier of the six-tier taxonomy, or any tag), as
-        :class:`~stargraph.agents.SkillListing` rows sorted by name (D11)."""
+        :class:`~stargraph.agents.SkillListing` rows sorted by name."""
         from stargraph.agents import skill_list
 
         return skill_list(self.skills.values(), search=search, capability=capability)
@@ -334,7 +334,7 @@ class Registry:
     # ------------------------------------------------------------------ versions
 
     def register(self, *_: Any, **__: Any) -> None:
-        """Always refused: a built registry is frozen (A7, B4)."""
+        """Always refused: a built registry is frozen."""
         raise RegistryError.at(
             "registry",
             f"registry version {self.version} is frozen",
@@ -344,7 +344,7 @@ class Registry:
 
     def with_skill(self, skill: Any, *, provider: str = "proposal") -> Registry:
         """A new registry version with ``skill`` added or replaced (agent scope); its tools
-        must be registered and fit its kind (E2), as at :meth:`build`."""
+        must be registered and fit its kind, as at :meth:`build`."""
         problems = _tool_problems(skill, _effects(self._entries.values()))
         if problems:
             raise SkillValidationError(
@@ -372,7 +372,7 @@ def _tool_problems(skill: Any, effects: Mapping[str, str]) -> list[Problem]:
 def _check_skill_tools(
     entries: list[Entry], report: LoadReport, strict: bool
 ) -> tuple[list[Entry], LoadReport]:
-    """Every skill's tools are registered and fit its kind (E2: no write or external tool in
+    """Every skill's tools are registered and fit its kind (no write or external tool in
     a ``utility`` skill). A skill from a plugin that fails is always an error; a skill file
     from a directory is skipped and reported when ``strict`` is off."""
     effects = _effects(entries)

@@ -51,7 +51,7 @@ __all__ = [
 ]
 
 SLUG: Final = re.compile(r"^[a-z][a-z0-9-]+$")
-"""Skill names: lowercase letters, digits and dashes (the SKILL.md rule, D1)."""
+"""Skill names: lowercase letters, digits and dashes (the SKILL.md rule)."""
 
 SEMVER: Final = re.compile(
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
@@ -100,7 +100,7 @@ TAG: Final = re.compile(r"^[a-z0-9][a-z0-9:._-]*$")
 
 
 class NestingProfile(BaseModel):
-    """How deep skills may nest (decision 3 of the seed checklist).
+    """How deep skills may nest.
 
     ``max_depth`` counts skill levels below the top-level graph: 1 means a graph may mount
     skills but no skill may mount (start) another skill; 2 allows one more level, and so
@@ -312,7 +312,7 @@ class Skill(BaseModel):
         outputs set to ``state_schema``'s fields) and its registry-id callables travel along
         as ``impls``.
 
-        The kind's tool rule (E2) is checked here against the built-in tools and
+        The kind's tool rule is checked here against the built-in tools and
         ``known_tools`` (tools or ``{id: side_effect}``): a ``utility`` skill using a write or
         external tool is a :class:`~stargraph.errors.SkillValidationError`. Tools unknown
         here are judged when the registry is built (``Registry.build``).
@@ -346,7 +346,8 @@ class Skill(BaseModel):
         return kind_tool_problems(self.kind, self.tools, side_effects, registered=registered)
 
     def check_tools(self, side_effects: Mapping[str, str], *, registered: bool = True) -> None:
-        """E2: a ``utility`` skill may not use a tool whose side effect is write or external.
+        """The kind's tool rule: a ``utility`` skill may not use a tool whose side effect is
+        write or external.
 
         ``side_effects`` maps tool ids to their ``ToolSpec.side_effect`` (see
         :func:`side_effects_of`). With ``registered=True`` a tool missing from it is a
@@ -367,7 +368,7 @@ def kind_tool_problems(
     registered: bool = True,
     pointer: str = "/tools",
 ) -> list[Problem]:
-    """E2's tool rule for a skill of ``kind`` declaring ``tools``: a ``utility`` skill may not
+    """The kind's tool rule for a skill of ``kind`` declaring ``tools``: a ``utility`` skill may not
     use a tool whose side effect (looked up in ``side_effects``) is write or external. With
     ``registered=True`` a tool ``side_effects`` lacks is a problem too. Each problem points
     at ``<pointer>/<index>``."""
@@ -401,11 +402,11 @@ def mounted_skill_problems(
     *,
     pointer: str = "",
 ) -> list[Problem]:
-    """E2 for a skill mounted in an IR: the kind and tools ``SubgraphNode.from_skill``
-    recorded in the node's ``metadata`` (``skill_kind``, ``skill_tools``) judged again, so a
-    graph compiled from IR JSON (written by hand, by another implementation, or edited) is
-    held to the rules a mount checks. A node without them (no skill, or an IR written before
-    they were recorded) has nothing to judge."""
+    """The kind's tool rule for a skill mounted in an IR: the kind and tools
+    ``SubgraphNode.from_skill`` recorded in the node's ``metadata`` (``skill_kind``,
+    ``skill_tools``) judged again, so a graph compiled from IR JSON (written by hand, by
+    another implementation, or edited) is held to the rules a mount checks. A node without
+    them (no skill, or an IR written before they were recorded) has nothing to judge."""
     kind = node.metadata.get("skill_kind")
     if kind is None:
         return []
@@ -470,7 +471,7 @@ def builtin_side_effects(
 
 
 def nested_set_problems(model: type[BaseModel], pointer: str = "/state_schema") -> list[Problem]:
-    """``set`` fields of the models nested in ``model``'s fields, at any depth (E8).
+    """``set`` fields of the models nested in ``model``'s fields, at any depth.
 
     :func:`stargraph.state.schema_problems` looks at the top-level fields; a set inside a
     nested model (``list[Inner]`` where ``Inner`` has a set) has no stable order either, so

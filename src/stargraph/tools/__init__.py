@@ -1,4 +1,4 @@
-"""Tools: the only way an agent affects the world, through one audited path (issue 6).
+"""Tools: the only way an agent affects the world, through one audited path.
 
 ``ToolSpec`` (two views) -> ``@tool`` / manifests -> ``ToolRegistry`` (frozen) -> ``Arbiter``
 (validate, allowlist, paths, policies, locks, execute, commit, release) -> ``ToolResult``.

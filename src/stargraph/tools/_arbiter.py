@@ -1,4 +1,4 @@
-"""The arbiter: the one path by which a tool runs (row B8, ARCHITECTURE invariant 8).
+"""The arbiter: the one path by which a tool runs.
 
 ``Arbiter.dispatch(call)`` runs, in this order and nowhere else:
 
@@ -270,7 +270,7 @@ def _attach(error: _E, failure: ToolFailure) -> _E:
 class Arbiter:
     """Validates, authorises, locks, runs, commits and releases every tool call.
 
-    One arbiter is shared by all lanes of an agent (B16). The defaults are in-memory; pass a
+    One arbiter is shared by all lanes of an agent. The defaults are in-memory; pass a
     :class:`SqliteCommitLog` and :class:`DirectoryArtifactStore` for durable audit. Secrets
     come from ``secrets`` (name -> value) and reach only tools declaring them. ``host``
     executes the host-delegated tools (``executor="host"``); without one they are refused.
@@ -475,7 +475,7 @@ class Arbiter:
         if call.allowed is None and call.state is None:
             return  # host code calling the arbiter itself: no model proposed this call
         # Deny by default in a skill state: "each state defines exactly which tools the LLM
-        # may call" (seed 000), so a state that lists none admits none.
+        # may call", so a state that lists none admits none.
         allowed = call.allowed or ()
         if matches_allowlist(spec.id, allowed):
             return

@@ -1,4 +1,4 @@
-"""Content-addressed artifact store for tool payloads (row B9).
+"""Content-addressed artifact store for tool payloads.
 
 A payload is stored under ``sha256:<hex>`` of its bytes, so storing the same payload twice is
 free and a reference can never point at different content later.

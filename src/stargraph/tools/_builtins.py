@@ -1,4 +1,4 @@
-"""Built-in example tools (issue 6 item 7), named as in the Choir seed so SkillSpec files that
+"""Built-in example tools, named as in the Choir seed so SkillSpec files that
 list ``choir.fs.read`` resolve: ``choir.fs.read``, ``choir.fs.write``, ``choir.fs.search``
 (workspace-bound), ``choir.exec`` (shell with timeout) and ``choir.http.fetch``.
 

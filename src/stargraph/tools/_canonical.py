@@ -1,4 +1,4 @@
-"""sha256 helpers for the commit-log hash chain (row D10), over the one canonical JSON.
+"""sha256 helpers for the commit-log hash chain, over the one canonical JSON.
 
 ``canonical_json`` is :func:`stargraph.ir.canonical_json` (RFC 8785), re-exported so the
 tools package keeps its import surface; graph hashes and commit-log links use the same bytes.
@@ -14,7 +14,7 @@ from stargraph.ir import canonical_json
 __all__ = ["GENESIS_HASH", "canonical_json", "content_ref", "sha256_hex"]
 
 GENESIS_HASH: Final = "0" * 64
-"""``prev_hash`` of the first record in a chain (D10)."""
+"""``prev_hash`` of the first record in a chain."""
 
 
 def sha256_hex(data: bytes) -> str:

@@ -1,4 +1,4 @@
-"""The arbiter's commit log: append-only and hash-chained (rows B9, D10).
+"""The arbiter's commit log: append-only and hash-chained.
 
 Each record is ``{seq, kind, lane, tool, call_id, args_hash, status, artifact_ref, prev_hash,
 hash}`` with ``hash = sha256(canonical_json(record without "hash"))`` and ``prev_hash`` the

@@ -1,4 +1,4 @@
-"""Host-delegated tools: the arbiter's "execute (local or delegated)" step (rows B8, B18).
+"""Host-delegated tools: the arbiter's "execute (local or delegated)" step.
 
 Some tools do not run in the agent's process: the seed's Choir delegates browsing
 (Playwright) and memory (Postgres) to its host daemon with the ``EXECUTE_HOST_TOOL`` verb.

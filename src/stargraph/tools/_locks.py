@@ -1,4 +1,4 @@
-"""``LockManager``: shared/exclusive locks over named resources (rows B5-B7).
+"""``LockManager``: shared/exclusive locks over named resources.
 
 Design, and why it cannot deadlock:
 

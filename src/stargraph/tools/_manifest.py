@@ -1,4 +1,4 @@
-"""Loading an external tool from its JSON manifest (rows B1, B4).
+"""Loading an external tool from its JSON manifest.
 
 The manifest has the two views of the seed::
 

@@ -3,20 +3,41 @@
 Every call is recorded - not only write/external ones - because replay must reproduce a run
 without running *any* tool body; refusals are recorded too (with their structured failure),
 so a replayed agent sees the same rejections it saw live.
+
+This module sits below the arbiter (``Arbiter.bind_journal`` imports it): it knows the arbiter
+and its calls only through the two small protocols here.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from stargraph import errors
 from stargraph.errors import ToolError
 from stargraph.tools._result import ToolFailure, ToolResult, failure_of
 
-if TYPE_CHECKING:
-    from stargraph.tools._arbiter import Arbiter, ToolCall
-
 __all__ = ["JournaledArbiter", "tool_message_content"]
+
+
+class _Call(Protocol):
+    """What recording needs of a :class:`~stargraph.tools.ToolCall`."""
+
+    @property
+    def tool(self) -> str: ...
+
+    @property
+    def node(self) -> str | None: ...
+
+    def model_dump(self, *, mode: str) -> dict[str, Any]: ...
+
+
+class _Dispatcher(Protocol):
+    """What recording needs of an :class:`~stargraph.tools.Arbiter`: its two dispatches."""
+
+    def dispatch(self, call: Any, /) -> ToolResult: ...
+
+    async def adispatch(self, call: Any, /) -> ToolResult: ...
+
 
 KIND = "tool"
 """Journal kind of tool calls."""
@@ -34,7 +55,7 @@ def _failure(exc: ToolError) -> dict[str, Any]:
     }
 
 
-def _unpack(value: Any, call: ToolCall) -> ToolResult:
+def _unpack(value: Any, call: _Call) -> ToolResult:
     if "result" in value:
         return ToolResult.model_validate(value["result"])
     cls = getattr(errors, str(value.get("error")), None)
@@ -75,7 +96,7 @@ def tool_message_content(request: Any, value: Any) -> str | None:
 class JournaledArbiter:
     """An :class:`Arbiter` whose dispatches go through one task's journal."""
 
-    def __init__(self, arbiter: Arbiter, journal: Any) -> None:
+    def __init__(self, arbiter: _Dispatcher, journal: Any) -> None:
         self.arbiter = arbiter
         self.journal = journal
 
@@ -83,7 +104,7 @@ class JournaledArbiter:
         # Everything else (registry, commit log ...) is the arbiter's own.
         return getattr(self.arbiter, name)
 
-    def dispatch(self, call: ToolCall) -> ToolResult:
+    def dispatch(self, call: _Call) -> ToolResult:
         """The recorded outcome of ``call``, or the arbiter's (then recorded)."""
 
         live: list[ToolResult] = []
@@ -100,7 +121,7 @@ class JournaledArbiter:
         # A result just made is returned as it is (frozen; the record holds its dump).
         return live[0] if live else _unpack(value, call)
 
-    async def adispatch(self, call: ToolCall) -> ToolResult:
+    async def adispatch(self, call: _Call) -> ToolResult:
         """Async :meth:`dispatch`."""
 
         live: list[ToolResult] = []

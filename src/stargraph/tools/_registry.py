@@ -1,4 +1,4 @@
-"""``ToolRegistry``: every tool an agent may use, built once and frozen (row B4).
+"""``ToolRegistry``: every tool an agent may use, built once and frozen.
 
 Load order is built-ins, then the global directory, then the agent directory. A tool in a
 later scope replaces the tool of the same *name* (any version) from an earlier scope, and the
@@ -66,7 +66,7 @@ class ToolRegistry:
             {e.tool.spec.llm_name: e.tool for e in self._by_name.values()}
         )
         self.report = report
-        #: sha256 over every spec: a new registry version has a new digest (B14).
+        #: sha256 over every spec: a new registry version has a new digest.
         self.digest = sha256_hex(
             canonical_json([e.tool.spec.spec_hash for e in self._by_name.values()])
         )
@@ -114,7 +114,7 @@ class ToolRegistry:
         return cls(entries, report)
 
     def register(self, *_: Any, **__: Any) -> NoReturn:
-        """Always raises: the registry is frozen once built (B4)."""
+        """Always raises: the registry is frozen once built."""
         raise RegistryError.at(
             "tool registry",
             "the registry is frozen after build",

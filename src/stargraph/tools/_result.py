@@ -1,8 +1,8 @@
 """What a dispatched call gives back: ``ToolResult`` and, for refusals, ``ToolFailure``.
 
-Every outcome is normalised to ``{status, summary, artifact_ref}`` (B9) plus the payload when
-it is small. ``exposure`` and ``prompt_mask`` travel with the result so lane routing (B10) and
-prompt building (B11) need no registry lookup.
+Every outcome is normalised to ``{status, summary, artifact_ref}`` plus the payload when
+it is small. ``exposure`` and ``prompt_mask`` travel with the result so lane routing and
+prompt building need no registry lookup.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ class ToolOutput(BaseModel):
 
 
 class ToolResult(BaseModel):
-    """The normalised outcome of one dispatched call (B9)."""
+    """The normalised outcome of one dispatched call."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -134,8 +134,8 @@ class ToolResult(BaseModel):
     payload: JsonValue = Field(
         None, description="The payload inline when small; None when only stored by ref."
     )
-    exposure: Exposure = Field("both", description="Lanes that may see this result (B10).")
-    prompt_mask: bool = Field(False, description="Prompt shows status/summary/ref only (B11).")
+    exposure: Exposure = Field("both", description="Lanes that may see this result.")
+    prompt_mask: bool = Field(False, description="Prompt shows status/summary/ref only.")
     error: ToolFailure | None = Field(None, description="Why the call failed, if it did.")
 
     @classmethod

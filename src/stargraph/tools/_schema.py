@@ -1,4 +1,4 @@
-"""Argument validation (row B3) with pydantic, for both kinds of tool.
+"""Argument validation with pydantic, for both kinds of tool.
 
 A Python tool's arguments are checked against a model built from its signature; an external
 tool's manifest only has JSON Schema, so the common subset of JSON Schema is translated into a

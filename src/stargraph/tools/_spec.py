@@ -1,4 +1,4 @@
-"""``ToolSpec``: one tool's two views (row B1).
+"""``ToolSpec``: one tool's two views.
 
 The *LLM view* is what a model may see: name, description, JSON-Schema parameters. The
 *runtime view* is everything the arbiter needs to run the call safely: side-effect class, lock
@@ -96,7 +96,7 @@ def tool_id_from_llm_name(llm_name: str) -> str | None:
 class LockTemplate:
     """One parsed lock template: ``file:{path}:S`` -> resource ``file:{path}``, mode ``S``.
 
-    ``fields`` are the argument names substituted into ``resource`` at dispatch time (B7).
+    ``fields`` are the argument names substituted into ``resource`` at dispatch time.
     """
 
     resource: str
@@ -187,10 +187,10 @@ class ToolSpec(BaseModel):
     )
     network: bool = Field(False, description="The tool talks to the network (runtime view).")
     exposure: Exposure = Field(
-        "both", description="Which lane sees the result: edge|core|both|none (B10)."
+        "both", description="Which lane sees the result: edge|core|both|none."
     )
     prompt_mask: bool = Field(
-        False, description="Only status, summary and artifact_ref reach the prompt (B11)."
+        False, description="Only status, summary and artifact_ref reach the prompt."
     )
     executor: ExecutorKind = Field(
         "local", description="local (Python), subprocess, or host (delegated to the host)."
@@ -274,7 +274,7 @@ class ToolSpec(BaseModel):
 
     @property
     def path_args(self) -> tuple[str, ...]:
-        """Arguments that name workspace paths: those used in a ``file:{...}`` lock (B12)."""
+        """Arguments that name workspace paths: those used in a ``file:{...}`` lock."""
         names = (f for t in self.lock_templates if t.kind == "file" for f in t.fields)
         return tuple(dict.fromkeys(names))
 

@@ -1,4 +1,4 @@
-"""The ``Tool`` protocol (row B15) and its two implementations.
+"""The ``Tool`` protocol and its two implementations.
 
 * :class:`PythonTool` -- a typed Python function wrapped by ``@tool``; its argument schema is
   derived from the signature (or from an explicit pydantic model).
@@ -109,7 +109,7 @@ class ToolHost(Protocol):
 class ToolContext:
     """What one execution may use besides its arguments; built by the arbiter per call.
 
-    ``secrets`` holds only the tool's declared ``secret_resources`` (B13). ``cancelled`` is set
+    ``secrets`` holds only the tool's declared ``secret_resources``. ``cancelled`` is set
     when the call timed out: a long-running Python body should check it, because a thread
     cannot be stopped from outside (and the call's locks stay held until the body returns).
     ``host`` is the arbiter's tool host, given only to host-executed tools.

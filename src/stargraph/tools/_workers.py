@@ -1,7 +1,7 @@
 """A tiny thread pool for running synchronous tool bodies under a timeout.
 
 Why not ``concurrent.futures.ThreadPoolExecutor``: its submit/result round trip costs ~80 µs
-here, which alone would blow the dispatch budget (issue 6 asks for < 100 µs per call); a
+here, which alone would blow the dispatch budget (under 100 µs per call); a
 ``SimpleQueue`` plus ``Event`` hand-off costs ~15 µs. The pool grows whenever no worker is
 idle, because a timed-out body keeps its thread (Python threads cannot be killed) and must not
 starve later calls; idle workers are reused. A caller that stops waiting for a job hands it a

@@ -1,4 +1,4 @@
-"""The workspace root and path confinement (row B12).
+"""The workspace root and path confinement.
 
 Every path a file tool touches is resolved here. A path is refused when it is absolute, has a
 ``..`` component, or resolves (following symlinks) outside the root. ``..`` is refused even when

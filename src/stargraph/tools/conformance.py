@@ -28,9 +28,9 @@ def _expect(condition: bool, message: str) -> None:
 
 def check_commit_log(make: Callable[[], CommitLog]) -> None:
     """An empty log verifies; appends are sealed, chained from 64 zeros, returned in order,
-    hashed per D10; ``head()`` names the last record and ``verify_chain(expected_head=...)``
-    checks the log still reaches it; concurrent appends from many threads still form one
-    valid chain."""
+    each hashed as the sha256 of the canonical JSON of the record without its hash; ``head()``
+    names the last record and ``verify_chain(expected_head=...)`` checks the log still
+    reaches it; concurrent appends from many threads still form one valid chain."""
     log = make()
     _expect(isinstance(log, CommitLog), "does not implement the CommitLog protocol")
     _expect(len(log) == 0 and log.records() == [], "a fresh log must be empty")
@@ -56,7 +56,10 @@ def check_commit_log(make: Callable[[], CommitLog]) -> None:
     for record in sealed:
         body = record.model_dump()
         claimed = body.pop("hash")
-        _expect(sha256_hex(canonical_json(body)) == claimed, "hash must follow D10")
+        _expect(
+            sha256_hex(canonical_json(body)) == claimed,
+            "hash must be the sha256 of the canonical JSON of the record without its hash",
+        )
     _expect(log.records() == sealed, "records() must return what append() returned, in order")
     for record, entry in zip(sealed, entries, strict=True):
         fields = record.model_dump(include=set(CommitEntry.model_fields))

@@ -1,11 +1,11 @@
-"""Choir-style state-machine skills (SkillSpec) and nested schemas (issue 9).
+"""Choir-style state-machine skills (SkillSpec) and nested schemas.
 
 A skill is an explicit state machine: each state has an objective, a tool allowlist and its
 transitions; the model sees only the current state and may only propose what it allows
 (seeds 000 and 001). The pieces:
 
 * :func:`parse_skillspec` / :func:`load_skillspec` / :class:`SkillSpecRegistry` - load and
-  validate SkillSpec JSON, every problem named by file and JSON pointer (A1-A8);
+  validate SkillSpec JSON, every problem named by file and JSON pointer;
   :func:`validate_machine` is the one state-machine validator.
 * :func:`skillspec_graph` / :func:`compile_skillspec` - compile to IR: one step node per
   state, edges routed on ``last_event``, a termination rule pack; a ``kind=agent``
@@ -16,10 +16,10 @@ transitions; the model sees only the current state and may only propose what it 
   message + context, with masks; :mod:`nested schemas <stargraph.skills.machine._schemas>`
   (:class:`Schema`, :class:`SchemaSession`) stack levels and hot-swap the root loop.
 * :class:`LaneSession` - edge and core lanes running concurrently over one arbiter, each with
-  a lane state machine (data, validated) and a :class:`WorkingMemory` (B16, B17).
+  a lane state machine (data, validated) and a :class:`WorkingMemory`.
 * :class:`ProposalStore` and :func:`proposal_tools` - ``propose.*`` meta-tools that only store
-  pending proposals; approval builds a new registry version (B14); built-in
-  ``skill-builder`` / ``tool-builder`` SkillSpecs (:func:`builtin_skillspecs`, A21).
+  pending proposals; approval builds a new registry version; built-in
+  ``skill-builder`` / ``tool-builder`` SkillSpecs (:func:`builtin_skillspecs`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@
   accepted transition maps to the target state's node, ``__stay__`` (a tool ran or a
   proposal was rejected: another LLM step here) to the node itself, ``__end__`` to ``END``.
 * A rule pack (id ``machine``) terminates: ``max_steps`` sends the run to the ``_stop`` node
-  once the ``llm_steps`` fact reaches the limit (A15), and ``done`` / ``error`` /
+  once the ``llm_steps`` fact reaches the limit, and ``done`` / ``error`` /
   ``cancelled`` halt with the reason recorded as the run's ``stopped_by``.
 
 :func:`compile_skillspec` packages the graph as a ``kind=agent``
@@ -77,7 +77,7 @@ class StepNote(BaseModel):
 
 
 class MachineEvent(BaseModel):
-    """One thing that happened in a skill, with its full lineage (A20): session > lane >
+    """One thing that happened in a skill, with its full lineage: session > lane >
     skill > step."""
 
     model_config = _FROZEN
@@ -131,7 +131,7 @@ class MachineState(BaseModel):
     llm_steps: Annotated[int, fathom.Fact()] = 0
     """LLM calls so far; the ``max_steps`` rule reads it."""
     retries: int = 0
-    """Consecutive invalid proposals in the current step (A14)."""
+    """Consecutive invalid proposals in the current step."""
     last_event: str | None = None
     """The accepted event (routing), ``__stay__`` or ``__end__``."""
     output: dict[str, JsonValue] | None = None
@@ -164,7 +164,7 @@ class MachineOutput(BaseModel):
 
 
 class MachineControl:
-    """Cancellation requests by lane, read by step nodes at each step boundary (A16).
+    """Cancellation requests by lane, read by step nodes at each step boundary.
 
     Pass one as ``services["machine.control"]``; :class:`MachineRuntime` does.
     """

@@ -1,4 +1,4 @@
-"""Edge and core lanes: two concurrent runs over one arbiter, with lane state machines (B16).
+"""Edge and core lanes: two concurrent runs over one arbiter, with lane state machines.
 
 A :class:`LaneSession` runs SkillSpecs on an ``edge`` lane (talks to the user) and a ``core``
 lane (long jobs) at the same time. Both lanes share one :class:`MachineRuntime` - so one chat
@@ -8,7 +8,7 @@ and one tool registry - and one skill registry. Each lane has:
 * its own **lane state machine** (``IDLE -> REASONING -> WAITING_TOOL -> ...``), defined as
   data (:data:`EDGE_LANE_MACHINE`, :data:`CORE_LANE_MACHINE`) and validated by
   :func:`~stargraph.skills.machine.validate_machine` like any SkillSpec;
-* its own :class:`~stargraph.skills.machine.WorkingMemory` (B17), fed by the arbiter: every
+* its own :class:`~stargraph.skills.machine.WorkingMemory`, fed by the arbiter: every
   tool result goes to the lanes its ``exposure`` names (``edge``/``core``/``both``/``none``;
   a failure goes back to the calling lane only).
 
@@ -61,7 +61,7 @@ CORE: Final = "core"
 
 
 def _lane_machine(name: str, start: str, end: str) -> Mapping[str, Any]:
-    """The lane shape both lanes share (seed 000): ``start`` begins reasoning, which may wait
+    """The lane shape both lanes share: ``start`` begins reasoning, which may wait
     on tools and ends with ``end``, an error or a cancel; only an idle lane stops."""
     return {
         "name": name,
@@ -94,7 +94,7 @@ def _lane_machine(name: str, start: str, end: str) -> Mapping[str, Any]:
 
 
 EDGE_LANE_MACHINE: Final = _lane_machine("edge-lane", "user_message", "reply")
-"""The edge lane: a user message starts reasoning, which ends in a reply (seed 000)."""
+"""The edge lane: a user message starts reasoning, which ends in a reply."""
 
 CORE_LANE_MACHINE: Final = _lane_machine("core-lane", "job_start", "job_done")
 """The core lane: a ``CoreJobStart`` starts reasoning, which ends when the job is done."""
@@ -245,7 +245,7 @@ AfterCall = Callable[[ToolCall, ToolResult | None, ToolError | None], None]
 
 
 class LaneSession(Closing):
-    """An edge lane and a core lane running SkillSpecs concurrently (B16).
+    """An edge lane and a core lane running SkillSpecs concurrently.
 
     Both lanes run on one :class:`MachineRuntime` (one model, one arbiter: one lock manager,
     one commit log, one tool registry) with one skill registry. The session hooks the

@@ -1,4 +1,4 @@
-"""Per-lane working memory: the last N events in full, older ones rolled into a summary (B17).
+"""Per-lane working memory: the last N events in full, older ones rolled into a summary.
 
 Each lane keeps its own :class:`WorkingMemory`. Events are appended as they happen (a user
 message, a model reply, a tool result the lane may see, a :class:`CoreJobStart`). The window
@@ -38,7 +38,7 @@ __all__ = [
 ]
 
 DEFAULT_WINDOW: Final = 50
-"""Events a lane's working memory keeps in full (B17)."""
+"""Events a lane's working memory keeps in full."""
 
 EventKind = Literal["user", "assistant", "tool_result", "core_job_start", "note"]
 """What a memory event is. ``core_job_start`` is always pinned; the latest ``user`` too."""
@@ -167,7 +167,7 @@ class WorkingMemory:
             return event
 
     def add_tool_result(self, result: ToolResult, *, caller: str | None = None) -> bool:
-        """Append a tool result if this lane may see it (``exposure``, B10/B16).
+        """Append a tool result if this lane may see it (``exposure``).
 
         An error goes to the calling lane only. Returns whether the result was appended.
         """

@@ -1,4 +1,4 @@
-"""``PromptBuilder``: the hierarchical prompt of seed 001 (rows A9, C2, C4).
+"""``PromptBuilder``: the hierarchical prompt of a nested schema.
 
     prompt := master
     for level in active levels, top to bottom: level.schema_prompt + level.state_prompt

@@ -1,10 +1,10 @@
 """What the model may propose in a state, and what happens to an invalid proposal.
 
 The model is offered exactly the current state's allowed tools (their ``llm_view``), one
-function per transition event and - only in a terminal state - ``finish`` (A10). A proposal
-the state does not allow is answered by a structured :class:`Rejection` (A11, A12) and
+function per transition event and - only in a terminal state - ``finish``. A proposal
+the state does not allow is answered by a structured :class:`Rejection` and
 executes nothing. A valid transition is appended to the arbiter's hash-chained commit log
-(A13) as a record whose artifact holds ``{skill, from, to, on, step}`` plus lineage.
+as a record whose artifact holds ``{skill, from, to, on, step}`` plus lineage.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ ProposalKind = Literal["finish", "transition", "tool", "spawn", "unknown"]
 
 
 class Rejection(BaseModel):
-    """The structured answer to an invalid proposal (A11): what was proposed, what is
+    """The structured answer to an invalid proposal: what was proposed, what is
     allowed, and how many retries are left in this step. Nothing was executed."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")

@@ -1,4 +1,4 @@
-"""Proposals: the control plane's meta-tools never execute, they only ask (B14, A21).
+"""Proposals: the control plane's meta-tools never execute, they only ask.
 
 ``propose.tool``, ``propose.skill`` and ``propose.config_change`` are ordinary tools (built by
 :func:`proposal_tools`, registered in the tool registry, dispatched through the arbiter) whose

@@ -1,6 +1,6 @@
-"""``SkillSpecRegistry``: every SkillSpec of an agent, loaded once and frozen (A7, A8).
+"""``SkillSpecRegistry``: every SkillSpec of an agent, loaded once and frozen.
 
-Load order is built-ins, then the global directory, then the agent directory (Decision 1):
+Load order is built-ins, then the global directory, then the agent directory:
 a spec in a later scope replaces the spec of the same name from an earlier scope and the
 override is logged; two specs with one name in the *same* scope fail, naming both files.
 ``strict=True`` (the default) fails on any invalid file with every problem of every file and
@@ -36,7 +36,7 @@ class SkippedSpec:
 
 @dataclass(frozen=True, slots=True)
 class SkillLoadReport:
-    """What a build did: ``{loaded, skipped, pruned, total_on_disk}`` (Decision 2)."""
+    """What a build did: ``{loaded, skipped, pruned, total_on_disk}``."""
 
     loaded: tuple[str, ...]
     skipped: tuple[SkippedSpec, ...]
@@ -78,7 +78,7 @@ class SkillSpecRegistry:
     ) -> SkillSpecRegistry:
         """Load built-ins, then ``global_dir``, then ``agent_dir`` (``*.json`` SkillSpecs).
 
-        ``tools`` (a ``ToolRegistry``) checks every ``allowed_tools`` entry (A6).
+        ``tools`` (a ``ToolRegistry``) checks every ``allowed_tools`` entry.
         """
         layered = load_layers(
             [(spec, spec.source) for spec in builtins],
@@ -103,7 +103,7 @@ class SkillSpecRegistry:
         return cls(specs, report)
 
     def register(self, *_: Any, **__: Any) -> NoReturn:
-        """Always raises: the registry is frozen once built (A7)."""
+        """Always raises: the registry is frozen once built."""
         raise RegistryError.at(
             "skill registry",
             "the skill registry is frozen after build",

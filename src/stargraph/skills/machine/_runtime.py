@@ -2,10 +2,10 @@
 
 It owns what a session shares - the chat model, the tool arbiter (and so the commit log), a
 :class:`MachineControl` for cancellation - and hands them to the compiled graphs as services,
-so skill code never holds a tool handle of its own (A19). ``start()`` runs a skill on a lane
+so skill code never holds a tool handle of its own. ``start()`` runs a skill on a lane
 in a background thread and returns a :class:`SkillRun`; a second start on a busy lane raises
 :class:`~stargraph.errors.LaneBusyError`. Input is checked against ``input_schema`` before
-anything runs (A18).
+anything runs.
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class SkillRun:
         return self._result
 
     def cancel(self) -> CancelOutcome:
-        """Stop at the next step boundary (A16): see :meth:`MachineRuntime.cancel`."""
+        """Stop at the next step boundary: see :meth:`MachineRuntime.cancel`."""
         return self.runtime.cancel(self.lane)
 
 
@@ -244,7 +244,7 @@ class MachineRuntime:
         return self.start(skill, input, lane=lane, memory=memory).result(timeout)
 
     def cancel(self, lane: str) -> CancelOutcome:
-        """Ask the skill on ``lane`` to stop at its next step boundary (A16).
+        """Ask the skill on ``lane`` to stop at its next step boundary.
 
         An ``interruptible`` skill ends with status ``cancelled``; any other skill keeps
         running to a terminal state (the request is recorded as ``cancel_deferred``).

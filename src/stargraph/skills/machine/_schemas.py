@@ -1,19 +1,19 @@
-"""Nested schemas (seed 001, rows C1-C8): state machines that spawn state machines.
+"""Nested schemas: state machines that spawn state machines.
 
 A :class:`Schema` is a prompt, states and a termination guard (``max_steps``); a state is a
-prompt, transitions (with descriptions), tools and the sub-schemas it may spawn (C1). At run
+prompt, transitions (with descriptions), tools and the sub-schemas it may spawn. At run
 time the active schemas form a stack; every LLM step is prompted with the master prompt, then
 for each level top to bottom its schema prompt and current-state prompt, then the user
-message and the execution context (C2, :class:`PromptBuilder`, masks and positions
-configurable: C4). Only the innermost level's tools, transitions and spawns are offered (C3).
+message and the execution context (:class:`PromptBuilder`, masks and positions
+configurable). Only the innermost level's tools, transitions and spawns are offered.
 
 A parent state that spawns a child completes only when the child exits: reaching a terminal
 state exits a schema with that state's name as its status, which the spawn maps to a parent
-event (C5). Every level has ``max_steps``; exhausting it exits to the parent with status
-``max_steps_exceeded`` or, at the root, hands control back to the user (C6). Only declared
-sub-schemas can be spawned and spawn cycles are compile errors (C7). The agent loop itself
+event. Every level has ``max_steps``; exhausting it exits to the parent with status
+``max_steps_exceeded`` or, at the root, hands control back to the user. Only declared
+sub-schemas can be spawned and spawn cycles are compile errors. The agent loop itself
 is the root schema, and :class:`SchemaSession` swaps it between turns on a user command,
-keeping the session log (C8).
+keeping the session log.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ class SchemaTransition(BaseModel):
 
 class Spawn(BaseModel):
     """A sub-schema a state may start, and how the child's exit status maps to an event of
-    the spawning state (C5)."""
+    the spawning state."""
 
     model_config = _FROZEN
 
@@ -103,7 +103,7 @@ class Spawn(BaseModel):
 
 
 class SchemaState(BaseModel):
-    """A state: prompt, transitions, tools and spawnable sub-schemas (C1)."""
+    """A state: prompt, transitions, tools and spawnable sub-schemas."""
 
     model_config = _FROZEN
 
@@ -121,7 +121,7 @@ class SchemaState(BaseModel):
 
 
 class Schema(BaseModel):
-    """A schema: prompt + states + termination guard (C1)."""
+    """A schema: prompt + states + termination guard."""
 
     model_config = _FROZEN
 
@@ -134,13 +134,13 @@ class Schema(BaseModel):
     states: dict[str, SchemaState]
     """State name -> state."""
     max_steps: int = Field(ge=1)
-    """LLM steps allowed while this schema is the innermost level (C6)."""
+    """LLM steps allowed while this schema is the innermost level."""
     mask: tuple[MaskPart, ...] = ()
-    """Prompt parts hidden while this schema is an ancestor (C4)."""
+    """Prompt parts hidden while this schema is an ancestor."""
 
 
 class SchemaLibrary(BaseModel):
-    """Every schema an agent can run, validated as one set (C7: spawn targets declared and
+    """Every schema an agent can run, validated as one set (spawn targets declared and
     acyclic)."""
 
     model_config = _FROZEN
@@ -650,7 +650,7 @@ def _result(turn: _Turn) -> dict[str, Any]:
 
 
 class SchemaSession:
-    """The agent loop as a schema (C8): each user message is one turn of the root schema;
+    """The agent loop as a schema: each user message is one turn of the root schema;
     a user command (``/loop <schema>``, handled without the model) swaps the root between
     turns. The session log keeps every turn and command."""
 

@@ -1,6 +1,6 @@
 """Choir SkillSpec documents: the frozen model, the collecting parser, and the file loader.
 
-A SkillSpec is JSON (seed 000)::
+A SkillSpec is JSON::
 
     {"name": "build_feature", "description": "...", "initial_state": "understand",
      "input_schema": {...}, "output_schema": {...},
@@ -9,9 +9,9 @@ A SkillSpec is JSON (seed 000)::
                 "done": {"terminal": true}},
      "max_steps": 20, "interruptible": true}
 
-:func:`parse_skillspec` checks types (A1), the machine (A2-A5, through
+:func:`parse_skillspec` checks types, the machine (through
 :func:`~stargraph.skills.machine.validate_machine`), the JSON Schemas and, given a tool
-registry, every ``allowed_tools`` entry (A6). It collects every problem, each named
+registry, every ``allowed_tools`` entry. It collects every problem, each named
 ``<file>#<JSON pointer>``, into one :class:`~stargraph.errors.SkillValidationError`.
 """
 
@@ -107,7 +107,7 @@ class StateSpec(BaseModel):
 
 
 class SkillSpec(BaseModel):
-    """A Choir SkillSpec: a skill as an explicit state machine (seed 000).
+    """A Choir SkillSpec: a skill as an explicit state machine.
 
     Build one with :func:`parse_skillspec` / :func:`load_skillspec`, which validate
     everything; ``source`` is the file it came from (cosmetic: not part of any hash).
@@ -122,15 +122,15 @@ class SkillSpec(BaseModel):
     initial_state: str
     """The state a run starts in."""
     input_schema: dict[str, JsonValue]
-    """JSON Schema of the skill's input, checked at start (A18)."""
+    """JSON Schema of the skill's input, checked at start."""
     output_schema: dict[str, JsonValue]
-    """JSON Schema of the output, checked at ``finish`` (A18)."""
+    """JSON Schema of the output, checked at ``finish``."""
     states: dict[str, StateSpec]
     """State name -> state."""
     max_steps: int = Field(ge=1)
-    """LLM steps allowed before the run is force-terminated (A15)."""
+    """LLM steps allowed before the run is force-terminated."""
     interruptible: bool
-    """Whether ``cancel()`` stops the run at the next step boundary (A16)."""
+    """Whether ``cancel()`` stops the run at the next step boundary."""
     source: str = Field("<memory>", exclude=True)
     """Where the spec was read from."""
 
@@ -164,7 +164,7 @@ def parse_skillspec(
     """Validate a SkillSpec document (parsed JSON) and build the :class:`SkillSpec`.
 
     ``tools`` is the tool registry (or any collection of tool ids) that ``allowed_tools``
-    entries must name (A6); ``None`` skips that check. Raises one
+    entries must name; ``None`` skips that check. Raises one
     :class:`~stargraph.errors.SkillValidationError` listing every problem as
     ``<source>#<pointer>: <message> (fix: <hint>)``.
     """

@@ -1,7 +1,7 @@
 """The one state-machine validator: SkillSpecs, nested schemas and lifecycle machines.
 
 A machine is data - states, each with its ``(on, to)`` transitions and a terminal flag - and
-:func:`validate_machine` checks it the same way whoever wrote it (rows A2-A5, Decision 5):
+:func:`validate_machine` checks it the same way whoever wrote it:
 the initial state exists, every ``to`` names a state, at least one state is terminal, no
 terminal state has transitions, no non-terminal state is a dead end, every state is reachable
 from the initial one (all unreachable states listed), and no state has two transitions on one

@@ -1,4 +1,4 @@
-"""SKILL.md: skills written as a markdown file with YAML frontmatter (rows D1-D4).
+"""SKILL.md: skills written as a markdown file with YAML frontmatter.
 
 A skill folder holds ``SKILL.md`` and, optionally, a ``references/`` folder of supporting
 documents (recorded, not read)::

@@ -59,7 +59,7 @@ _WORD_TOKEN: Final = re.compile(r"[A-Za-z0-9_.@*-]+")
 
 
 class Trigger(BaseModel):
-    """When a skill applies (D4): a keyword or phrase, a ``#tag``, or a tool pattern.
+    """When a skill applies: a keyword or phrase, a ``#tag``, or a tool pattern.
 
     Written in frontmatter as ``"archive notes"`` (keyword), ``"#notes"`` or ``"tag:notes"``
     (tag), ``"tool:choir.fs.*"`` (tool pattern), or ``{keyword|tag|tool: value}``.

@@ -1,4 +1,4 @@
-"""The seed's 14 built-in tools, shipped as example plugins with local fakes (row B18).
+"""The seed's 14 built-in tools, shipped as example plugins with local fakes.
 
 =====  ========================  ======================  ====  ===============================
  #     tool                      locks                   host  here

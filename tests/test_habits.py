@@ -1,0 +1,84 @@
+"""The everyday tooling keeps its promises: `make check` leaves out exactly the tests that need
+more than the venv, pre-commit runs the venv's own tools, and ``src`` carries no tracking ids."""
+
+from __future__ import annotations
+
+import ast
+import re
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+NEEDS_MORE_THAN_THE_VENV = {"postgres", "ray", "browser", "graphviz", "real_model"}
+"""The markers of tests that need a server or a program the venv does not have."""
+
+
+def _registered_markers() -> set[str]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    lines = config["tool"]["pytest"]["ini_options"]["markers"]
+    return {re.split(r"[:(]", line, maxsplit=1)[0].strip() for line in lines}
+
+
+def test_issue23_make_check_leaves_out_what_needs_more_than_the_venv_and_the_slow_tests() -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    (expression,) = re.findall(r"^FAST_TESTS := (.+)$", makefile, flags=re.M)
+    left_out = set(re.findall(r"not (\w+)", expression))
+    assert left_out == NEEDS_MORE_THAN_THE_VENV | {"slow"}
+    assert expression == " and ".join(f"not {m}" for m in re.findall(r"not (\w+)", expression))
+    # A marker missing from pyproject.toml would make `-m` select nothing or fail.
+    assert left_out <= _registered_markers()
+    assert re.search(r"^check: lint typecheck pytest-fast$", makefile, flags=re.M)
+
+
+def test_issue23_pre_commit_runs_the_venv_tools_and_needs_no_network() -> None:
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text(encoding="utf-8"))
+    hooks = [hook for repo in config["repos"] for hook in repo["hooks"]]
+    assert [repo["repo"] for repo in config["repos"]] == ["local"]
+    assert {hook["id"] for hook in hooks} == {"ruff", "ruff-format", "mypy"}
+    for hook in hooks:
+        assert hook["language"] == "system", hook
+        program = hook["entry"].split()[0]
+        assert program.startswith(".venv/bin/"), hook
+
+
+def test_issue23_src_docstrings_and_comments_carry_no_tracking_ids() -> None:
+    tracking = re.compile(r"issue [0-9]+|\b[A-E][0-9]{1,2}\b")
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for path in sorted((ROOT / "src").rglob("*.py"))
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if tracking.search(line)
+    ]
+    assert found == [], "tracking ids belong in test names, not in src:\n" + "\n".join(found)
+
+
+def test_every_slow_test_listed_in_conftest_exists() -> None:
+    # Read from the syntax tree: several folders have a module named conftest.
+    conftest = ast.parse((ROOT / "tests" / "conftest.py").read_text(encoding="utf-8"))
+    (table,) = [
+        node.value
+        for node in conftest.body
+        if isinstance(node, ast.AnnAssign)
+        and isinstance(node.target, ast.Name)
+        and node.target.id == "SLOW_TESTS"
+        and node.value is not None
+    ]
+    assert isinstance(table, ast.Dict)
+    slow_tests: dict[str, tuple[str, ...]] = ast.literal_eval(table)
+    assert len(slow_tests) == len(table.keys), "a file is listed twice"
+    stale = []
+    for file, names in slow_tests.items():
+        path = ROOT / file
+        if not path.is_file():
+            stale.append(file)
+            continue
+        defined = {
+            node.name
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)
+        }
+        stale += [f"{file}::{name}" for name in names if name != "*" and name not in defined]
+    assert stale == [], f"SLOW_TESTS in tests/conftest.py names tests that do not exist: {stale}"
