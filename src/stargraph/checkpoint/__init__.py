@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 from stargraph.checkpoint._memory import MemoryStore
 from stargraph.checkpoint._protocol import CheckpointStore
+from stargraph.checkpoint._recording import Recording
 from stargraph.checkpoint._records import (
     JournalEntry,
     PendingWrite,
-    Recording,
     RunOwner,
     RunRecord,
     RunStatus,

@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any, Final
 from stargraph.checkpoint._codec import crc as _crc
 from stargraph.checkpoint._codec import encode as _encode
 from stargraph.checkpoint._codec import encode_extra as _encode_extra
+from stargraph.checkpoint._dsn import describe_dsn, redact
 from stargraph.checkpoint._lease import owner_blob
 from stargraph.checkpoint._records import (
     JournalEntry,
@@ -154,40 +155,6 @@ _SCHEMA_NAME: Final = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 # server's clock.
 _RUN_SELECT: Final = f"{RUN_COLUMNS}, lease_expires < clock_timestamp()"
 _EXPIRED: Final = 16
-
-
-def redact(text: str, password: str | None = None) -> str:
-    """``text`` with any password (URL userinfo, ``password=...``) replaced by ``***``."""
-    text = re.sub(r"(://[^:/@\s]*:)[^@\s]*@", r"\1***@", text)
-    text = re.sub(r"(password\s*=\s*)('[^']*'|\S+)", r"\1***", text, flags=re.IGNORECASE)
-    if password:
-        text = text.replace(password, "***")
-    return text
-
-
-def describe_dsn(dsn: str) -> tuple[str, str | None]:
-    """``("host:port/dbname as user", password)`` for messages; raises ``CheckpointError``
-    (without the password) for a string that is not a connection string."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        params = conninfo_to_dict(dsn)
-    except Exception:
-        # libpq's reason quotes fragments of the string, which may be the password: say only
-        # which host it seems to name.
-        match = re.search(r"@\[?([^/?\[\]\s]+)", dsn) or re.search(r"host\s*=\s*(\S+)", dsn)
-        host = f" for host {match.group(1)}" if match else ""
-        raise CheckpointError(
-            f"invalid PostgreSQL connection string{host}; "
-            "use postgresql://user[:password]@host:port/dbname or 'host=... dbname=...'"
-        ) from None
-    host = str(params.get("host") or params.get("hostaddr") or "localhost")
-    port = str(params.get("port") or "5432")
-    where = f"{host}:{port}/{params.get('dbname') or params.get('user') or ''}"
-    if params.get("user"):
-        where += f" as {params['user']}"
-    password = params.get("password")
-    return where, str(password) if password else None
 
 
 def _b(text: str | None, *, run_id: str) -> bytes | None:

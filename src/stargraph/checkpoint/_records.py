@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from stargraph.errors import CheckpointError, ThreadBusyError
 
@@ -25,7 +25,6 @@ __all__ = [
     "STORED_STATUSES",
     "JournalEntry",
     "PendingWrite",
-    "Recording",
     "RunOwner",
     "RunRecord",
     "RunStatus",
@@ -301,30 +300,3 @@ class PendingWrite(BaseModel):
     node: str
     index: int = 0
     writes: dict[str, Any]
-
-
-class Recording(BaseModel):
-    """A whole recorded run: its record and every committed step, with the calls of each.
-
-    What ``CompiledGraph.replay`` consumes, and what a cassette file holds.
-    """
-
-    model_config = _FROZEN
-
-    run: RunRecord
-    steps: tuple[StepRecord, ...]
-
-    @model_validator(mode="after")
-    def _whole_requests(self) -> Recording:
-        # Stored calls hold each model request as a delta on the previous one of the same
-        # conversation; a recording (what replay compares and diffs) holds them whole.
-        from stargraph.checkpoint._compact import expand_steps
-
-        if any(call.base for step in self.steps for call in step.calls):
-            object.__setattr__(self, "steps", tuple(expand_steps(self.steps, {})))
-        return self
-
-    @classmethod
-    def from_store(cls, store: Any, run_id: str) -> Recording:
-        """Read a run and all of its steps from a checkpoint store."""
-        return cls(run=store.get_run(run_id), steps=tuple(store.get_steps(run_id)))

@@ -110,7 +110,7 @@ class ListenWatch:
         self._conn: psycopg.AsyncConnection[Any] | None = None
 
     def _unavailable(self, exc: Exception) -> StoreUnavailableError:
-        from stargraph.checkpoint._postgres import redact
+        from stargraph.checkpoint._dsn import redact
 
         reason = " ".join(redact(str(exc), self._password).split())
         return StoreUnavailableError(
