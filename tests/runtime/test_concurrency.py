@@ -56,12 +56,9 @@ def _three(a: Any, b: Any, c: Any) -> Graph[Fan]:
 def test_issue18_three_sync_branches_run_together_by_default() -> None:
     BARRIER.reset()
     app = _three(sync_a, sync_b, sync_c).compile()
-    started = time.monotonic()
     state = app.invoke({})
-    elapsed = time.monotonic() - started
+    # The barrier proves the overlap (wall times: benchmarks/bench_concurrency.py).
     assert state.items == ["a", "b", "c"]  # merged in task order, whatever finished first
-    # The barrier proves the overlap; the wall bound only says they did not queue (3 s).
-    assert elapsed < 2.5
     app.close()
 
 
@@ -108,9 +105,7 @@ def test_issue18_async_and_sync_branches_of_one_step_run_together() -> None:
     ARRIVED.clear()
     SYNC_IN.clear()
     app = _three(async_a, async_b, sync_waits_for_async).compile()
-    started = time.monotonic()
     state = app.invoke({})
-    assert time.monotonic() - started < 2.5
     assert state.items == ["a", "b", "c"]
     # The two coroutines shared one loop (the run's), not one each.
     assert ARRIVED["a"] is ARRIVED["b"]

@@ -400,7 +400,7 @@ class TaskJournal:
             f"[{entry.fingerprint or 'no request'}]"
         )
         diff = _request_diff(entry.request, request)
-        error = ReplayDivergenceError(
+        return ReplayDivergenceError(
             what
             + ("; request diff:\n" + diff if diff else "")
             + "\n(a node must make the same calls, with the same requests, in the same order "
@@ -408,11 +408,10 @@ class TaskJournal:
             run_id=self.run_id,
             step=self.step,
             node=self.node,
+            call_index=seq,
+            fingerprint=fingerprint,
+            recorded_fingerprint=entry.fingerprint,
         )
-        error.call_index = seq  # type: ignore[attr-defined]
-        error.recorded_fingerprint = entry.fingerprint  # type: ignore[attr-defined]
-        error.fingerprint = fingerprint  # type: ignore[attr-defined]
-        return error
 
     def peek(self, kind: str) -> JournalEntry | None:
         """The recorded entry at the current position if it has this kind (no advance)."""
