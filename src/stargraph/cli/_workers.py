@@ -165,9 +165,10 @@ def _check_input(app: Any, data: dict[str, Any]) -> None:
     from pydantic import ValidationError
 
     from stargraph.errors import InvalidInputError
+    from stargraph.runtime._run import refuse_unknown_keys
 
     try:
-        app._refuse_unknown_keys(data, None)
+        refuse_unknown_keys(app.state_model, data, None)
         app.state_model.model_validate(data)
     except InvalidInputError as exc:
         raise CliUsageError(f"--input is refused, nothing was queued: {exc}") from exc
