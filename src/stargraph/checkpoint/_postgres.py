@@ -43,7 +43,6 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Final
 
 from stargraph.checkpoint._codec import crc as _crc
@@ -427,17 +426,6 @@ class PostgresStore(SqlStore):
         """Close every pooled connection. Safe to call twice."""
         self._closed = True
         self._pool.close()
-
-    def __enter__(self) -> PostgresStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # ----------------------------------------------------------------- schema
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
 
 import pydantic_core
 
+from stargraph._lifecycle import Closing
 from stargraph.checkpoint._codec import decode, encode, encode_extra, why
 from stargraph.checkpoint._lease import (
     busy_error,
@@ -265,7 +266,7 @@ def write_whole_run(
     )
 
 
-class SqlStore:
+class SqlStore(Closing):
     """The base of the SQL ``CheckpointStore`` implementations: the public methods whose
     logic is the same in every SQL database, written once over a few hooks each store
     implements (its placeholder, table names, key encoding, queries and transactions)."""

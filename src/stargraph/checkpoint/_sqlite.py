@@ -38,7 +38,6 @@ import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from types import TracebackType
 from typing import Any, Final, Literal
 
 from stargraph._sqlite import Database, Doing, is_locked
@@ -258,17 +257,6 @@ class SqliteStore(SqlStore):
     def close(self) -> None:
         """Close every connection this store opened, in any thread. Safe to call twice."""
         self._db.close()
-
-    def __enter__(self) -> SqliteStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back on error.

@@ -16,13 +16,13 @@ import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from types import TracebackType
 from typing import Any, Final, Literal, NoReturn
 
 import clips
 from clips._clips import ffi, lib
 from pydantic import BaseModel, ConfigDict, Field
 
+from stargraph._lifecycle import Closing
 from stargraph.errors import Problem, RuleBudgetError, RuleCompileError, RuleRuntimeError
 from stargraph.fathom._load import (
     Capture,
@@ -155,7 +155,7 @@ def _check_budget(run_limit: object, decide_timeout_s: object, memory_limit: obj
         raise RuleCompileError(problems, subject="rule engine budget")
 
 
-class RuleEngine:
+class RuleEngine(Closing):
     """Decides routing and termination for one run, from rule packs over one CLIPS env.
 
     Use it from the thread that created it, and close it (or use ``with``) when the run
@@ -253,17 +253,6 @@ class RuleEngine:
             # KeyError/AttributeError only at interpreter shutdown, when clipspy is torn down.
             with contextlib.suppress(KeyError, AttributeError):
                 clips.common.environment_data(env._env, "user_functions").functions.clear()
-
-    def __enter__(self) -> RuleEngine:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def __del__(self) -> None:
         # Only reached when nothing global holds the engine; close() is the reliable path.
