@@ -347,4 +347,7 @@ def main(argv: Sequence[str]) -> None:
 
 
 if __name__ == "__main__":
+    # Run as a script, the repository root is not on the path; the cheap cases import
+    # benchmarks.workloads.
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
     main(sys.argv[1:])
