@@ -18,28 +18,18 @@ queue behind it (measured while choosing: 203 commits/s inside, 427 after, 508 w
 from __future__ import annotations
 
 import argparse
-import contextlib
 import statistics
 import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests" / "postgres"))
+sys.path.insert(0, str(ROOT))
 
-
-@contextlib.contextmanager
-def _server(dsn: str | None) -> Iterator[str]:
-    if dsn:
-        yield dsn
-        return
-    import pgcluster
-
-    with pgcluster.running_cluster(fsync=True) as cluster:
-        yield cluster.dsn
+from benchmarks.bench_postgres import postgres_server  # noqa: E402  (after the path)
 
 
 def main() -> int:
@@ -54,7 +44,7 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     opts = parser.parse_args()
     threads, per_thread = 4, 300
-    with _server(opts.dsn) as dsn:
+    with postgres_server(opts.dsn) as dsn:
         schema = f"bench_{uuid.uuid4().hex[:8]}"
         stores = {
             "notice": PostgresStore(dsn, schema=schema, pool_size=threads),

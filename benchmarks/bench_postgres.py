@@ -33,7 +33,8 @@ sys.path.insert(0, str(ROOT / "tests" / "postgres"))
 
 
 @contextlib.contextmanager
-def _server(dsn: str | None) -> Iterator[str]:
+def postgres_server(dsn: str | None) -> Iterator[str]:
+    """``dsn`` itself, or the DSN of a throwaway durable (fsync on) server for the block."""
     if dsn:
         yield dsn
         return
@@ -198,7 +199,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "sg_bench_graphs.py").write_text(GRAPHS)
         sys.path.insert(0, tmp)
-        with _server(opts.dsn) as dsn:
+        with postgres_server(opts.dsn) as dsn:
             figures = bench_commit(dsn, opts.steps)
             figures |= bench_workers(dsn, opts.runs, Path(tmp))
     for name, value in figures.items():
