@@ -14,6 +14,7 @@ one (lambda, closure) needs an explicit ``ref="ns.name"`` id.
 
 from __future__ import annotations
 
+import concurrent.futures
 import inspect
 import typing
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -35,11 +36,17 @@ from stargraph.ir import (
     StaticEdgeIR,
 )
 from stargraph.refs import resolve_ref, try_ref_of
+from stargraph.runtime._context import Entropy, SystemEntropy
+from stargraph.runtime._executor import DEFAULT_MAX_STEPS
 from stargraph.runtime._plan import Send
 from stargraph.state import schema_ir
 
 if TYPE_CHECKING:
+    import pluggy
+
+    from stargraph.checkpoint import CheckpointStore
     from stargraph.runtime import CompiledGraph
+    from stargraph.skills import NestingProfile
 
 __all__ = ["END", "Graph", "START", "Send"]
 
@@ -333,15 +340,49 @@ class Graph(Generic[StateT]):
         """Shortcut for ``to_ir().graph_hash``."""
         return self.to_ir().graph_hash
 
-    def compile(self, **options: Any) -> CompiledGraph[StateT]:
+    def compile(
+        self,
+        *,
+        store: CheckpointStore | None = None,
+        max_steps: int = DEFAULT_MAX_STEPS,
+        entropy: Callable[[], Entropy] = SystemEntropy,
+        durability: Literal["sync", "exit"] = "sync",
+        snapshot_every: int = 50,
+        on_code_change: Literal["warn", "error"] = "warn",
+        services: Mapping[str, Any] | None = None,
+        plugins: pluggy.PluginManager | None = None,
+        executor: concurrent.futures.Executor | None = None,
+        nesting: NestingProfile | None = None,
+    ) -> CompiledGraph[StateT]:
         """Validate the graph (every problem at once) and return a runnable ``CompiledGraph``.
 
-        Options are passed to :func:`stargraph.compile.compile_ir` (``store``,
-        ``max_steps``, ``entropy`` ...).
+        ``store`` makes runs durable (every step checkpointed; ``durability="exit"`` writes
+        a run only when it stops, ``snapshot_every`` steps apart a full state snapshot is
+        stored between per-step deltas); ``max_steps`` bounds a run's supersteps;
+        ``entropy`` makes the clock, uuids and random numbers nodes draw (``SeededEntropy``
+        for reproducible runs); ``on_code_change`` decides whether resuming a run made by
+        different node source code warns or raises. ``services`` are live objects nodes
+        reach through ``ctx.services`` (a chat model, a tool arbiter; not part of the hash);
+        ``plugins`` (``stargraph.plugin.get_plugin_manager()``) observe every run event;
+        ``executor`` (a ``concurrent.futures.Executor``) runs ``blocking=True`` branch work
+        in other processes; ``nesting`` (a ``stargraph.skills.NestingProfile``) bounds how
+        deep embedded skills nest. See :func:`stargraph.compile.compile_ir`.
         """
-        from stargraph.compile import compile_ir
+        from stargraph.compile import RunOptions, compile_ir
 
-        return compile_ir(self.to_ir(), state=self.state, impls=self.impls, **options)
+        options = RunOptions(
+            store=store,
+            max_steps=max_steps,
+            entropy=entropy,
+            durability=durability,
+            snapshot_every=snapshot_every,
+            on_code_change=on_code_change,
+            services=services,
+            plugins=plugins,
+            executor=executor,
+            nesting=nesting,
+        )
+        return compile_ir(self.to_ir(), state=self.state, impls=self.impls, options=options)
 
     def __repr__(self) -> str:
         return f"Graph({self._name!r}, nodes={[n.id for n in self._nodes]})"

@@ -267,9 +267,6 @@ def compile_target(
     target: Target, *, store: CheckpointStore | None = None, max_steps: int | None = None
 ) -> CompiledGraph[Any]:
     """Compile ``target`` (with ``store`` for durable runs); every problem at once."""
-    options: dict[str, Any] = {"store": store}
-    if max_steps is not None:
-        options["max_steps"] = max_steps
     if target.compiled is not None:
         app = target.compiled
         if store is None:
@@ -278,7 +275,7 @@ def compile_target(
             refuse_another_store(target, store.path)
         # Recompile the same IR with the command's store; the callables come from the
         # compiled graph's own node and router specs.
-        from stargraph.compile import compile_ir
+        from stargraph.compile import RunOptions, compile_ir
 
         impls: dict[str, Any] = {}
         for spec in app.specs.values():
@@ -287,23 +284,27 @@ def compile_target(
                 impls[router.ref] = router.fn
         for router in app.start_routers:
             impls[router.ref] = router.fn
-        options.setdefault("max_steps", app.max_steps)
         # What the user compiled with stays (a seeded entropy, durability, an executor);
-        # only the store is the command's.
+        # only the store (and a --max-steps) is the command's.
         return compile_ir(
             app.ir,
             state=app.state_model,
             impls=impls,
-            services=app.services,
-            entropy=app._entropy_factory,
-            durability=app.durability,
-            snapshot_every=app.snapshot_every,
-            on_code_change=app.on_code_change,
-            executor=app.executor,
-            **options,
+            options=RunOptions(
+                store=store,
+                max_steps=app.max_steps if max_steps is None else max_steps,
+                services=app.services,
+                entropy=app._entropy_factory,
+                durability=app.durability,
+                snapshot_every=app.snapshot_every,
+                on_code_change=app.on_code_change,
+                executor=app.executor,
+            ),
         )
     graph = target.graph if target.graph is not None else Graph(target.ir)
-    return graph.compile(**options)
+    if max_steps is None:
+        return graph.compile(store=store)
+    return graph.compile(store=store, max_steps=max_steps)
 
 
 def refuse_another_store(target: Target, db: str | Path) -> None:

@@ -8,14 +8,14 @@ problem into one :class:`~stargraph.errors.CompileError`. It never imports the a
 
 from __future__ import annotations
 
-import concurrent.futures
+import dataclasses
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
-from stargraph.checkpoint import CheckpointStore
 from stargraph.compile._inputs import input_models
+from stargraph.compile._options import RunOptions
 from stargraph.compile._subgraphs import site_of, subgraph_problems
 from stargraph.compile._validate import is_async_callable, validate_ir
 from stargraph.errors import CompileError, Problem, SkillValidationError, UndeclaredOutputError
@@ -30,15 +30,12 @@ from stargraph.ir import (
 )
 from stargraph.refs import resolve_ref
 from stargraph.runtime import (
-    DEFAULT_MAX_STEPS,
     CompiledGraph,
     DecisionMaker,
-    Entropy,
     JoinSpec,
     NodeSpec,
     RouterSpec,
     RuleSet,
-    SystemEntropy,
     accepts_ctx,
 )
 from stargraph.runtime._plan import Plan
@@ -46,11 +43,15 @@ from stargraph.runtime._run import MAX_STEPS_BOUND, max_steps_problem
 from stargraph.state import build_channels
 
 if TYPE_CHECKING:
-    from stargraph.skills import NestingProfile
+    import pluggy
 
-__all__ = ["compile_ir"]
+    from stargraph.runtime import Event
+
+__all__ = ["RunOptions", "compile_ir"]
 
 StateT = TypeVar("StateT", bound=BaseModel)
+
+_DEFAULTS = RunOptions()
 
 
 def compile_ir(
@@ -58,36 +59,31 @@ def compile_ir(
     *,
     state: type[StateT],
     impls: Mapping[str, Callable[..., Any]] | None = None,
-    max_steps: int = DEFAULT_MAX_STEPS,
-    entropy: Callable[[], Entropy] = SystemEntropy,
-    store: CheckpointStore | None = None,
-    durability: Literal["sync", "exit"] = "sync",
-    snapshot_every: int = 50,
-    on_code_change: Literal["warn", "error"] = "warn",
-    services: Mapping[str, Any] | None = None,
-    plugins: Any = None,
-    executor: concurrent.futures.Executor | None = None,
-    nesting: NestingProfile | None = None,
+    options: RunOptions = _DEFAULTS,
 ) -> CompiledGraph[StateT]:
     """Validate ``ir`` against ``state`` and the callables it references; build the plan.
 
-    ``store`` makes runs durable (every step checkpointed; ``durability="exit"`` writes a
-    run only when it stops); ``snapshot_every`` sets how often a full state snapshot is
-    stored between per-step deltas; ``on_code_change`` decides whether resuming a run made
-    by different node source code warns or raises. ``services`` are live objects nodes reach
-    through ``ctx.services`` (a chat model, a tool arbiter); they are not part of the hash.
-    ``plugins`` (a pluggy manager from ``stargraph.plugin.get_plugin_manager``) receives every
-    run event through its ``on_event`` hook. ``executor`` (any ``concurrent.futures.Executor``:
-    a process pool, ``stargraph.runtime.ray.RayExecutor``, Dask's) runs the tasks of sync
-    ``blocking=True`` nodes of steps with several tasks in other processes; such nodes must be
-    importable by path and pure functions of state and config (see ``runtime._remote``).
-    ``nesting`` (a :class:`~stargraph.skills.NestingProfile`) sets how deep embedded
-    subgraphs may nest (default: ``stargraph.skills.DEFAULT_NESTING``'s 16 levels).
+    ``options`` (a :class:`RunOptions`, what ``Graph.compile(...)`` takes) are checked with
+    the graph: every problem is reported at once. ``store`` makes runs durable (every step
+    checkpointed; ``durability="exit"`` writes a run only when it stops); ``snapshot_every``
+    sets how often a full state snapshot is stored between per-step deltas;
+    ``on_code_change`` decides whether resuming a run made by different node source code
+    warns or raises. ``services`` are live objects nodes reach through ``ctx.services`` (a
+    chat model, a tool arbiter); they are not part of the hash. ``plugins`` (a pluggy manager
+    from ``stargraph.plugin.get_plugin_manager``) receives every run event through its
+    ``on_event`` hook. ``executor`` (any ``concurrent.futures.Executor``: a process pool,
+    ``stargraph.runtime.ray.RayExecutor``, Dask's) runs the tasks of sync ``blocking=True``
+    nodes of steps with several tasks in other processes; such nodes must be importable by
+    path and pure functions of state and config (see ``runtime._remote``). ``nesting`` (a
+    :class:`~stargraph.skills.NestingProfile`) sets how deep embedded subgraphs may nest
+    (default: ``stargraph.skills.DEFAULT_NESTING``'s 16 levels).
     """
+    max_steps, services, executor = options.max_steps, options.services, options.executor
+    nesting = options.nesting
     impls = dict(impls or {})
     problems, resolved = validate_ir(ir, impls, state)
     inputs = input_models(ir, impls, problems, remote=executor is not None)
-    if store is None:
+    if options.store is None:
         for i, node in enumerate(ir.nodes):
             if node.interrupt_before or node.interrupt_after:
                 problems.append(
@@ -116,9 +112,9 @@ def compile_ir(
         from stargraph.runtime._remote import remote_problems
 
         problems.extend(remote_problems(ir, resolved.callables))
-    if snapshot_every < 1:
+    if options.snapshot_every < 1:
         problems.append(
-            Problem("/", f"snapshot_every={snapshot_every} must be >= 1", "pass 1 or more")
+            Problem("/", f"snapshot_every={options.snapshot_every} must be >= 1", "pass 1 or more")
         )
     steps_problem = max_steps_problem(max_steps)
     if steps_problem is not None:
@@ -135,17 +131,8 @@ def compile_ir(
         raise CompileError(problems, subject=f"graph {ir.name!r}")
     fns = resolved.callables
     channels = build_channels(state, ir.state)
-    child_options = {
-        "entropy": entropy,
-        "store": store,
-        "snapshot_every": snapshot_every,
-        "on_code_change": on_code_change,
-        "services": services,
-        # Not the plugins: a child's events reach observers through its parent (bubbled),
-        # once; giving the child its own observer would report them twice.
-        "executor": executor,
-        "nesting": nesting,
-    }
+    if nesting is not options.nesting:  # a bad profile was reported: children ignore it too
+        options = dataclasses.replace(options, nesting=nesting)
 
     def router_spec(edge: ConditionalEdgeIR) -> RouterSpec:
         fn = fns[edge.router]
@@ -183,7 +170,7 @@ def compile_ir(
             is_async = is_async_callable(fn)
             config = dict(node.config)
         else:
-            fn = _subgraph_runner(ir, node, impls, channels, child_options)
+            fn = _subgraph_runner(ir, node, impls, channels, options)
             ref, takes_ctx, is_async, config = f"subgraph:{node.graph}", True, False, {}
         specs[node.id] = NodeSpec(
             kind="function" if isinstance(node, FunctionNodeIR) else "subgraph",
@@ -218,12 +205,12 @@ def compile_ir(
     return CompiledGraph(
         plan,
         max_steps=max_steps,
-        entropy=entropy,
-        store=store,
-        durability=durability,
-        snapshot_every=snapshot_every,
-        on_code_change=on_code_change,
-        on_event=_event_hook(plugins),
+        entropy=options.entropy,
+        store=options.store,
+        durability=options.durability,
+        snapshot_every=options.snapshot_every,
+        on_code_change=options.on_code_change,
+        on_event=_event_hook(options.plugins),
         executor=executor,
     )
 
@@ -251,7 +238,7 @@ def _mounted_skill_problems(ir: GraphIR, services: Mapping[str, Any] | None) -> 
     return problems
 
 
-def _event_hook(plugins: Any) -> Callable[[Any], None] | None:
+def _event_hook(plugins: pluggy.PluginManager | None) -> Callable[[Event], None] | None:
     """``plugins.hook.on_event`` when some plugin implements it."""
     if plugins is None or not plugins.hook.on_event.get_hookimpls():
         return None
@@ -264,7 +251,7 @@ def _subgraph_runner(
     node: SubgraphNodeIR,
     impls: Mapping[str, Callable[..., Any]],
     channels: Mapping[str, Any],
-    options: Mapping[str, Any],
+    options: RunOptions,
 ) -> Callable[..., Any]:
     """Compile the embedded child and wrap it as the node's callable."""
     from stargraph.nodes._runner import SubgraphRunner
@@ -273,7 +260,10 @@ def _subgraph_runner(
     try:
         child_state = resolve_ref(child_ir.state.ref)
         child = compile_ir(
-            child_ir, state=child_state, impls=impls, max_steps=node.max_steps, **options
+            child_ir,
+            state=child_state,
+            impls=impls,
+            options=options.for_child(max_steps=node.max_steps),
         )
     except (ImportError, AttributeError) as exc:
         raise CompileError.at(
