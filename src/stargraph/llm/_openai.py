@@ -33,7 +33,7 @@ from stargraph.llm._messages import (
     Usage,
 )
 from stargraph.llm._profiles import EndpointProfile, detect_profile, profile_for_url
-from stargraph.llm._recorded import JournaledChatModel
+from stargraph.llm._recorded import Journal, JournaledChatModel
 
 if TYPE_CHECKING:
     import ssl
@@ -204,7 +204,7 @@ class OpenAIChatModel(Closing):
 
     # ------------------------------------------------------------------ calls
 
-    def bind_journal(self, journal: Any) -> JournaledChatModel:
+    def bind_journal(self, journal: Journal) -> JournaledChatModel:
         """This model routed through a task's journal: the executor calls it so that every
         call is recorded (and served, not repeated, on re-execution and in replay)."""
         return JournaledChatModel(self, journal)

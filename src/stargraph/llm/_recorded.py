@@ -19,10 +19,12 @@ import hashlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from stargraph.ir import canonical_json
 from stargraph.llm._messages import ChatMessage, ChatRequest, ChatResponse
+from stargraph.llm._protocol import ChatModel
+from stargraph.runtime._protocols import Journal
 
 __all__ = ["Journal", "JournaledChatModel", "TokenSink", "encode_request"]
 
@@ -31,27 +33,6 @@ KIND = "llm"
 
 TokenSink = Callable[[str], None]
 """Takes each piece of a reply's content as the model produces it."""
-
-
-class Journal(Protocol):
-    """The slice of ``stargraph.runtime.TaskJournal`` a journaled service needs.
-
-    It may also carry ``tokens`` (a :data:`TokenSink` or ``None``), read with ``getattr``:
-    journals that do not stream have no such attribute.
-    """
-
-    def call(
-        self, kind: str, key: str, compute: Any, *, request: Any = None, fingerprint: Any = None
-    ) -> Any:
-        """Recorded value, or ``compute()`` recorded (``fingerprint``: the request's, if
-        already known)."""
-        ...
-
-    async def acall(
-        self, kind: str, key: str, compute: Any, *, request: Any = None, fingerprint: Any = None
-    ) -> Any:
-        """Async :meth:`call`."""
-        ...
 
 
 _HEAD_FIELDS: Final = tuple(name for name in ChatRequest.model_fields if name != "messages")
@@ -166,16 +147,10 @@ def encode_request(request: ChatRequest) -> tuple[dict[str, Any], str]:
     return {"messages": dumped, **head}, "sha256:" + state.hexdigest()
 
 
-class _Model(Protocol):
-    def complete(self, request: ChatRequest) -> ChatResponse: ...
-
-    async def acomplete(self, request: ChatRequest) -> ChatResponse: ...
-
-
 class JournaledChatModel:
     """A chat model bound to one task's journal (see the module docstring)."""
 
-    def __init__(self, model: _Model, journal: Journal) -> None:
+    def __init__(self, model: ChatModel, journal: Journal) -> None:
         self.model = model
         self.journal = journal
 
@@ -225,7 +200,7 @@ class JournaledChatModel:
         return live[0] if live else ChatResponse.model_validate(value)
 
 
-def _streamed(model: _Model, request: ChatRequest, tokens: TokenSink) -> ChatResponse:
+def _streamed(model: ChatModel, request: ChatRequest, tokens: TokenSink) -> ChatResponse:
     """``model``'s answer, its content handed to ``tokens`` as it is produced: piece by
     piece by a model that can stream (``complete_streaming``), else whole, once it is there."""
     stream = getattr(model, "complete_streaming", None)
@@ -238,7 +213,7 @@ def _streamed(model: _Model, request: ChatRequest, tokens: TokenSink) -> ChatRes
     return response
 
 
-async def _astreamed(model: _Model, request: ChatRequest, tokens: TokenSink) -> ChatResponse:
+async def _astreamed(model: ChatModel, request: ChatRequest, tokens: TokenSink) -> ChatResponse:
     """Async :func:`_streamed`."""
     stream = getattr(model, "acomplete_streaming", None)
     if stream is not None:

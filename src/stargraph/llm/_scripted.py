@@ -9,11 +9,10 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
 
 from stargraph.errors import LLMError
 from stargraph.llm._messages import ChatMessage, ChatRequest, ChatResponse
-from stargraph.llm._recorded import JournaledChatModel
+from stargraph.llm._recorded import Journal, JournaledChatModel
 
 __all__ = ["ScriptedChatModel", "word_pieces"]
 
@@ -56,7 +55,7 @@ class ScriptedChatModel:
         # complete() may be called from parallel branches running in threads.
         self._lock = threading.Lock()
 
-    def bind_journal(self, journal: Any) -> JournaledChatModel:
+    def bind_journal(self, journal: Journal) -> JournaledChatModel:
         """This model routed through a task's journal: the executor calls it so that every
         call is recorded (and served, not repeated, on re-execution and in replay)."""
         return JournaledChatModel(self, journal)

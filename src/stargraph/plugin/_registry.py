@@ -15,7 +15,7 @@ import os
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import pluggy
 
@@ -34,6 +34,13 @@ from stargraph.plugin._load import (
     plugin_source,
 )
 from stargraph.plugin._manager import get_plugin_manager
+
+if TYPE_CHECKING:
+    from stargraph.agents import SkillListing
+    from stargraph.checkpoint import CheckpointStore
+    from stargraph.fathom import RulePack
+    from stargraph.llm import ChatModel
+    from stargraph.tools import Arbiter, ToolRegistry
 
 __all__ = ["Entry", "LoadReport", "Registry", "Scope", "SkillLoader"]
 
@@ -235,7 +242,7 @@ class Registry:
         return self._of("node")
 
     @property
-    def rule_packs(self) -> Mapping[str, Any]:
+    def rule_packs(self) -> Mapping[str, RulePack]:
         """Rule packs by id."""
         return self._of("rule_pack")
 
@@ -274,7 +281,9 @@ class Registry:
                 out.append(skill)
         return out
 
-    def skill_list(self, search: str | None = None, capability: str | None = None) -> list[Any]:
+    def skill_list(
+        self, search: str | None = None, capability: str | None = None
+    ) -> list[SkillListing]:
         """The registered skills matching ``search`` (words in name, description, tags) and
         ``capability`` (a tier of the six-tier taxonomy, or any tag), as
         :class:`~stargraph.agents.SkillListing` rows sorted by name."""
@@ -282,13 +291,13 @@ class Registry:
 
         return skill_list(self.skills.values(), search=search, capability=capability)
 
-    def tool_registry(self) -> Any:
+    def tool_registry(self) -> ToolRegistry:
         """A frozen ``stargraph.tools.ToolRegistry`` of the registered tools."""
         from stargraph.tools import ToolRegistry
 
         return ToolRegistry.build(builtins=list(self.tools.values()))
 
-    def arbiter(self, workspace: str | Path, **options: Any) -> Any:
+    def arbiter(self, workspace: str | Path, **options: Any) -> Arbiter:
         """An ``Arbiter`` over :meth:`tool_registry` wired to the plugin hooks
         ``authorize_action``, ``before_tool_call`` and ``after_tool_call``."""
         from stargraph.tools import Arbiter
@@ -306,7 +315,7 @@ class Registry:
             )
         return Arbiter(self.tool_registry(), workspace=workspace, policies=policies, **options)
 
-    def store(self, url: str) -> Any:
+    def store(self, url: str) -> CheckpointStore:
         """A checkpoint store for ``url`` from the registered factories (by URL scheme)."""
         scheme = url.split(":", 1)[0]
         factory = self._entries.get(("store", scheme))
@@ -317,9 +326,14 @@ class Registry:
                 f"known: {sorted(self._of('store'))}",
                 subject="registry",
             )
-        return factory.item(url)
+        from stargraph.checkpoint import CheckpointStore
 
-    def model(self, name: str, **options: Any) -> Any:
+        store = factory.item(url)
+        if not isinstance(store, CheckpointStore):
+            raise _not_made(factory, store, "a CheckpointStore")
+        return store
+
+    def model(self, name: str, **options: Any) -> ChatModel:
         """A chat model from the registered factories."""
         factory = self._entries.get(("model", name))
         if factory is None:
@@ -329,7 +343,12 @@ class Registry:
                 f"known: {sorted(self._of('model'))}",
                 subject="registry",
             )
-        return factory.item(**options)
+        from stargraph.llm import ChatModel
+
+        model = factory.item(**options)
+        if not isinstance(model, ChatModel):
+            raise _not_made(factory, model, "a ChatModel")
+        return model
 
     # ------------------------------------------------------------------ versions
 
@@ -357,6 +376,19 @@ class Registry:
         entries = dict(self._entries)
         entries[("skill", skill.name)] = Entry("skill", skill.name, skill, "agent", provider)
         return Registry(entries.values(), version=self.version + 1, report=self.report, pm=self.pm)
+
+
+def _not_made(factory: Entry, made: object, what: str) -> RegistryError:
+    """The error for a registered factory that made something else than ``what``, naming
+    the factory and its provider (unchecked, a plugin's bug would surface later, far from
+    its cause, as a missing method)."""
+    return RegistryError.at(
+        f"{factory.kind}s/{factory.name}",
+        f"the {factory.kind} factory {factory.name!r} of {factory.provider} returned "
+        f"{type(made).__name__}, not {what}",
+        f"make the factory return {what}",
+        subject="registry",
+    )
 
 
 def _effects(entries: Iterable[Entry]) -> dict[str, str]:

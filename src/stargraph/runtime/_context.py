@@ -15,6 +15,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from stargraph.runtime._protocols import is_positional
+
 if TYPE_CHECKING:
     from stargraph.checkpoint import JournalEntry
     from stargraph.runtime._recorded import ReplaySource
@@ -551,21 +553,23 @@ class RunContext:
         return f"{self.idempotency_key}/{kind}#{draw}", draw
 
     def _now(self) -> datetime:
-        keyed = getattr(self.entropy, "now_at", None)
-        if keyed is None:
+        entropy = self.entropy
+        if not is_positional(entropy):
             return self.entropy.now()
         position, draw = self._position("now")
-        return keyed(position, self.step, draw)  # type: ignore[no-any-return]
+        return entropy.now_at(position, self.step, draw)
 
     def _uuid(self) -> str:
-        keyed = getattr(self.entropy, "uuid_at", None)
-        return self.entropy.uuid() if keyed is None else str(keyed(self._position("uuid")[0]))
+        entropy = self.entropy
+        if not is_positional(entropy):
+            return self.entropy.uuid()
+        return str(entropy.uuid_at(self._position("uuid")[0]))
 
     def _random(self) -> float:
-        keyed = getattr(self.entropy, "random_at", None)
-        if keyed is None:
+        entropy = self.entropy
+        if not is_positional(entropy):
             return self.entropy.random()
-        return float(keyed(self._position("random")[0]))
+        return float(entropy.random_at(self._position("random")[0]))
 
     def now(self) -> datetime:
         """The current time from the run's entropy source (journaled in durable runs)."""

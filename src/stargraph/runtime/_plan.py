@@ -17,6 +17,7 @@ from pydantic import BaseModel
 
 from stargraph.ir import END, GraphIR, RetryPolicyIR
 from stargraph.refs import importable_name
+from stargraph.runtime._protocols import HasCodeHash, Journaled
 from stargraph.runtime._rules import RuleSet
 from stargraph.state import Channel
 
@@ -198,10 +199,9 @@ def code_hash(fns: Sequence[Callable[..., Any]]) -> str:
     """``sha256:`` of the source code of the given callables (by qualified name, sorted)."""
     parts = []
     for fn in fns:
-        nested = getattr(fn, "code_hash", None)
-        if isinstance(nested, str):
+        if isinstance(fn, HasCodeHash):
             # A subgraph node: the code of its child graph, hashed the same way.
-            parts.append(f"subgraph\n{nested}")
+            parts.append(f"subgraph\n{fn.code_hash}")
             continue
         # A script's functions hash alike run as __main__ or imported (refs name them so too).
         module = importable_name(str(getattr(fn, "__module__", "?")))
@@ -248,11 +248,7 @@ class Plan:
         single: dict[str, tuple[Task, ...]] = {node: (Task(node),) for node in specs}
         single[END] = ()
         # Services that can route their calls through a task journal (chat models, arbiters).
-        bindable = tuple(
-            sorted(
-                k for k, v in self.services.items() if callable(getattr(v, "bind_journal", None))
-            )
-        )
+        bindable = tuple(sorted(k for k, v in self.services.items() if isinstance(v, Journaled)))
         derived = {
             "static_tasks": static,
             "single_tasks": single,

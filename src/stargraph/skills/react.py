@@ -719,7 +719,7 @@ class _Offline:
 
 def _act_arbiter(ctx: RunContext) -> Arbiter:
     journal = ctx.journal
-    if ctx.services.get("arbiter") is None and getattr(journal, "replay", False):
+    if ctx.services.get("arbiter") is None and journal is not None and journal.replay:
         # Replay runs no tool body: the recorded outcomes stand in for the arbiter.
         return cast(Arbiter, JournaledArbiter(cast(Arbiter, _Offline()), journal))
     arbiter: Arbiter = _service(ctx, "arbiter", _is_arbiter, "a tool Arbiter")

@@ -75,6 +75,7 @@ from stargraph.tools._workers import Job, WorkerPool, alarm_available, call_with
 from stargraph.tools._workspace import Workspace
 
 if TYPE_CHECKING:
+    from stargraph.runtime._protocols import Journal
     from stargraph.tools._host import ToolHost
     from stargraph.tools._recorded import JournaledArbiter
 
@@ -346,7 +347,7 @@ class Arbiter:
 
     # ----------------------------------------------------------------------- dispatch
 
-    def bind_journal(self, journal: Any) -> JournaledArbiter:
+    def bind_journal(self, journal: Journal) -> JournaledArbiter:
         """This arbiter routed through a task's journal (the executor calls it): every
         dispatch is recorded, and served instead of re-run on re-execution and in replay."""
         from stargraph.tools._recorded import JournaledArbiter

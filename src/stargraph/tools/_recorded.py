@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from stargraph import errors
 from stargraph.errors import ToolError
+from stargraph.runtime._protocols import Journal
 from stargraph.tools._result import ToolFailure, ToolResult, failure_of
 
 __all__ = ["JournaledArbiter", "tool_message_content"]
@@ -96,7 +97,7 @@ def tool_message_content(request: Any, value: Any) -> str | None:
 class JournaledArbiter:
     """An :class:`Arbiter` whose dispatches go through one task's journal."""
 
-    def __init__(self, arbiter: _Dispatcher, journal: Any) -> None:
+    def __init__(self, arbiter: _Dispatcher, journal: Journal) -> None:
         self.arbiter = arbiter
         self.journal = journal
 
