@@ -292,56 +292,6 @@ def _subgraph_runner(
     )
 
 
-class _EnginePool:
-    """Rule engines reused across runs of one compiled graph.
-
-    Creating a CLIPS environment and loading its packs costs ~1.5 ms; resetting a used engine
-    to the state of a new one costs ~10 µs, so a graph invoked many times (a ReAct agent
-    serving requests) keeps its engines. Engines are bound to the thread that made them
-    (CLIPS environments are not thread-safe), so the pool is per thread.
-    """
-
-    def __init__(self, make: Callable[[], Any]) -> None:
-        import threading
-
-        self._make = make
-        self._local = threading.local()
-
-    def acquire(self) -> DecisionMaker:
-        """An engine in its initial state; ``close()`` on it returns it to the pool."""
-        free: list[_PooledEngine] = self._local.__dict__.setdefault("free", [])
-        if free:
-            return free.pop()
-        return _PooledEngine(self._make(), free)
-
-
-class _PooledEngine:
-    """A rule engine whose ``close()`` resets it and hands it back to its pool."""
-
-    def __init__(self, engine: Any, free: list[_PooledEngine]) -> None:
-        self._engine = engine
-        self._free = free
-        # Bound once: the executor asks for a decision at every step.
-        self.decide = engine.decide
-
-    def snapshot(self) -> Any:
-        """Delegate to the engine."""
-        return self._engine.snapshot()
-
-    def restore(self, snapshot: Any) -> None:
-        """Delegate to the engine."""
-        self._engine.restore(snapshot)
-
-    def close(self) -> None:
-        """Reset to a new engine's state and return to the pool (really close if that fails)."""
-        try:
-            self._engine.reset()
-        except Exception:  # a broken engine is simply not reused
-            self._engine.close()
-            return
-        self._free.append(self)
-
-
 def _successors(ir: GraphIR) -> dict[str, frozenset[str]]:
     """Every node a node may hand over to: static edges, router targets, join targets."""
     out: dict[str, set[str]] = {n.id: set() for n in ir.nodes}
@@ -395,7 +345,7 @@ def _rules_factory(
     }
 
     def engine(packs: list[fathom.RulePack]) -> Callable[[], DecisionMaker]:
-        pool = _EnginePool(
+        pool = fathom.EnginePool(
             lambda: fathom.RuleEngine(packs, fact_fields=facts, successors=successors)
         )
         return pool.acquire

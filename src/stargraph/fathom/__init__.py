@@ -9,7 +9,11 @@ docs/concepts/rules.md). This is the only package that imports clipspy. The piec
 * :func:`default_termination_pack` holds the rules ``done``, ``error_budget``, ``max_steps``.
 * :class:`RuleEngine` owns one CLIPS environment per run and returns a :class:`Decision`
   (halt > interrupt > goto > continue) naming the rule that produced it; ``snapshot()`` /
-  ``restore()`` carry its facts across checkpoints.
+  ``restore()`` carry its facts across checkpoints. It implements the runtime's seam
+  :class:`DecisionEngine` (``stargraph.runtime``'s ``DecisionMaker``), and
+  :class:`Decision` the runtime's ``EngineDecision``.
+* :class:`EnginePool` keeps a compiled graph's engines across its runs (per thread):
+  resetting one costs far less than making one.
 * :func:`validate_pack` checks a pack before anything runs: packs are data from wherever the
   graph came from, so only the constructs and the functions in :data:`ALLOWED_FUNCTIONS` are
   accepted, and every decision runs under a time and memory budget (``docs/trust.md``).
@@ -26,53 +30,25 @@ Rules see three engine templates, and decide by asserting ``sg-decision``::
 
 from __future__ import annotations
 
-from typing import Any, Protocol, runtime_checkable
-
 from stargraph.fathom._allow import FUNCTIONS as ALLOWED_FUNCTIONS
 from stargraph.fathom._engine import Decision, DecisionKind, RuleEngine
 from stargraph.fathom._load import validate_pack
 from stargraph.fathom._pack import RulePack, default_termination_pack
+from stargraph.fathom._pool import EnginePool, PooledEngine
 from stargraph.fathom._values import Fact, fact_fields
+from stargraph.runtime._rules import DecisionMaker as DecisionEngine
 
 __all__ = [
     "ALLOWED_FUNCTIONS",
     "Decision",
     "DecisionEngine",
     "DecisionKind",
+    "EnginePool",
     "Fact",
+    "PooledEngine",
     "RuleEngine",
     "RulePack",
     "default_termination_pack",
     "fact_fields",
     "validate_pack",
 ]
-
-
-@runtime_checkable
-class DecisionEngine(Protocol):
-    """The seam the executor calls; :class:`RuleEngine` is the implementation."""
-
-    def decide(
-        self,
-        *,
-        step: int,
-        node: str,
-        state_facts: Any,
-        last_event: str | None = None,
-        tool_result: str | None = None,
-        error_count: int = 0,
-    ) -> Decision:
-        """The decision after ``node`` ran as step ``step``."""
-        ...
-
-    def snapshot(self) -> dict[str, Any]:
-        """JSON-able state to store with a checkpoint."""
-        ...
-
-    def restore(self, snapshot: Any) -> None:
-        """Load a snapshot taken by an engine with the same packs."""
-        ...
-
-    def close(self) -> None:
-        """Release the engine's resources."""
-        ...

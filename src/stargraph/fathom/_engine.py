@@ -16,7 +16,7 @@ import math
 import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any, Final, Literal, NoReturn
+from typing import Any, Final, NoReturn
 
 import clips
 from clips._clips import ffi, lib
@@ -50,16 +50,16 @@ from stargraph.fathom._values import (
     plain,
     to_clips,
 )
+from stargraph.runtime._rules import RANK, DecisionKind
 
 __all__ = ["Decision", "DecisionKind", "RuleEngine"]
 
-DecisionKind = Literal["continue", "goto", "halt", "interrupt"]
-_RANK: Final[dict[str, int]] = {"continue": 0, "goto": 1, "interrupt": 2, "halt": 3}
 SNAPSHOT_VERSION: Final = 1
 
 
 class Decision(BaseModel):
-    """What the rules decided at one step, and which rule decided it.
+    """What the rules decided at one step, and which rule decided it (the runtime's
+    ``EngineDecision``: the step loop folds those of every engine of the run).
 
     ``rule`` is ``"<pack id>/<rule name>"`` of the winning rule (None when no rule fired);
     ``fired`` lists every rule that asserted a decision this step, in firing order.
@@ -422,7 +422,7 @@ class RuleEngine(Closing):
             self._check_goto(target, rule, step, node)
         if not found:
             return Decision(kind="continue")
-        best = max(found, key=lambda d: _RANK[d[0]])  # max() keeps the first of equal rank
+        best = max(found, key=lambda d: RANK[d[0]])  # max() keeps the first of equal rank
         if best[0] == "goto" and len({t for t, _ in gotos}) > 1:
             asks = ", ".join(f"{r} -> {t!r}" for t, r in gotos)
             raise RuleRuntimeError(

@@ -1,29 +1,61 @@
 """Rule decisions at step boundaries: the executor's side of ``stargraph.fathom``.
 
 The runtime does not import the rule engine (only ``stargraph.fathom`` imports clipspy); the
-compiler hands it a factory of :class:`DecisionMaker` objects. After each step, the rules of
-the graph - and of each node that ran - decide ``continue``, ``goto``, ``halt`` or
-``interrupt``; decisions combine with the precedence halt > interrupt > goto > continue, and
-every non-``continue`` decision is an event naming the rule that fired.
+compiler hands it a factory of :class:`DecisionMaker` objects, which ``stargraph.fathom``
+implements. After each step, the rules of the graph - and of each node that ran - decide
+``continue``, ``goto``, ``halt`` or ``interrupt`` (an :class:`EngineDecision` each);
+decisions combine with the precedence halt > interrupt > goto > continue (:data:`RANK`) into
+one :class:`StepDecision`, and every non-``continue`` one is an event naming the rule that
+fired and a ``RuleDecision`` stored with the step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, Final, Literal, Protocol, runtime_checkable
 
-__all__ = ["DecisionMaker", "RuleSet", "StepDecision"]
+__all__ = ["RANK", "DecisionKind", "DecisionMaker", "EngineDecision", "RuleSet", "StepDecision"]
+
+DecisionKind = Literal["continue", "goto", "halt", "interrupt"]
+"""What rules may decide after a step."""
+
+RANK: Final[Mapping[str, int]] = {"continue": 0, "goto": 1, "interrupt": 2, "halt": 3}
+"""Precedence of decision kinds: the strongest wins, within one engine and across engines."""
 
 
-class _Decision(Protocol):
-    kind: str
-    target: str | None
-    reason: str | None
-    rule: str | None
+class EngineDecision(Protocol):
+    """One engine's decision after one node's step (``stargraph.fathom.Decision``).
+
+    The step loop folds the decisions of every engine into one :class:`StepDecision`; what is
+    stored with the step is the fold (``runtime._interrupts.RuleDecision``: several ``goto``
+    targets, no ``continue``), not any one engine's answer.
+    """
+
+    @property
+    def kind(self) -> DecisionKind:
+        """``continue``, ``goto``, ``halt`` or ``interrupt``."""
+        ...
+
+    @property
+    def target(self) -> str | None:
+        """The node to go to, for ``goto``."""
+        ...
+
+    @property
+    def reason(self) -> str | None:
+        """Why, for ``halt`` and ``interrupt``."""
+        ...
+
+    @property
+    def rule(self) -> str | None:
+        """The rule that decided (``None`` when none fired)."""
+        ...
 
 
+@runtime_checkable
 class DecisionMaker(Protocol):
-    """One run's rule engine (``stargraph.fathom.RuleEngine`` satisfies it)."""
+    """One run's rule engine: ``stargraph.fathom.RuleEngine`` (and its pooled form)
+    implements it, and ``stargraph.fathom.DecisionEngine`` is this protocol."""
 
     def decide(
         self,
@@ -34,7 +66,7 @@ class DecisionMaker(Protocol):
         last_event: str | None = None,
         tool_result: str | None = None,
         error_count: int = 0,
-    ) -> Any:
+    ) -> EngineDecision:
         """The decision after ``node`` ran as step ``step``."""
         ...
 
@@ -51,9 +83,6 @@ class DecisionMaker(Protocol):
         ...
 
 
-_RANK = {"halt": 3, "interrupt": 2, "goto": 1, "continue": 0}
-
-
 class StepDecision:
     """The combined decision of one step: its kind, the goto targets, and the deciding rule."""
 
@@ -65,11 +94,11 @@ class StepDecision:
         self.rule: str | None = None
         self.reason: str | None = None
 
-    def add(self, decision: _Decision) -> None:
+    def add(self, decision: EngineDecision) -> None:
         """Fold one engine's decision in, keeping the strongest kind."""
         if decision.kind == "goto" and decision.target is not None:
             self.targets.append(decision.target)
-        if _RANK[decision.kind] > _RANK[self.kind]:
+        if RANK[decision.kind] > RANK[self.kind]:
             self.kind = decision.kind
             self.rule = decision.rule
             self.reason = decision.reason
