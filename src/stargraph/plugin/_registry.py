@@ -318,14 +318,7 @@ class Registry:
     def store(self, url: str) -> CheckpointStore:
         """A checkpoint store for ``url`` from the registered factories (by URL scheme)."""
         scheme = url.split(":", 1)[0]
-        factory = self._entries.get(("store", scheme))
-        if factory is None:
-            raise RegistryError.at(
-                url,
-                f"no checkpoint store for scheme {scheme!r}",
-                f"known: {sorted(self._of('store'))}",
-                subject="registry",
-            )
+        factory = self._factory("store", scheme, url, f"no checkpoint store for scheme {scheme!r}")
         from stargraph.checkpoint import CheckpointStore
 
         store = factory.item(url)
@@ -335,20 +328,23 @@ class Registry:
 
     def model(self, name: str, **options: Any) -> ChatModel:
         """A chat model from the registered factories."""
-        factory = self._entries.get(("model", name))
-        if factory is None:
-            raise RegistryError.at(
-                name,
-                f"no model factory {name!r}",
-                f"known: {sorted(self._of('model'))}",
-                subject="registry",
-            )
+        factory = self._factory("model", name, name, f"no model factory {name!r}")
         from stargraph.llm import ChatModel
 
         model = factory.item(**options)
         if not isinstance(model, ChatModel):
             raise _not_made(factory, model, "a ChatModel")
         return model
+
+    def _factory(self, kind: Kind, name: str, pointer: str, missing: str) -> Entry:
+        """The registered factory ``name`` of ``kind``; ``RegistryError`` (``missing``,
+        listing the known ones) when there is none."""
+        factory = self._entries.get((kind, name))
+        if factory is None:
+            raise RegistryError.at(
+                pointer, missing, f"known: {sorted(self._of(kind))}", subject="registry"
+            )
+        return factory
 
     # ------------------------------------------------------------------ versions
 
