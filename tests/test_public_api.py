@@ -36,6 +36,36 @@ def test_graph_module_surface() -> None:
     assert stargraph.graph.__all__ == ["END", "Graph", "START", "Send"]
 
 
+def test_runtime_module_surface_is_user_facing() -> None:
+    # What a user of a compiled graph meets; the compiler's side (plan specs, the rule
+    # engine seam) is imported from runtime._plan and runtime._rules (see CHANGELOG.md).
+    assert stargraph.runtime.__all__ == [
+        "CompiledGraph",
+        "CustomEvent",
+        "DEFAULT_MAX_STEPS",
+        "Entropy",
+        "Event",
+        "Interrupt",
+        "MessageChunk",
+        "NodeFinished",
+        "NodeStarted",
+        "RuleDecided",
+        "RunCancelled",
+        "RunContext",
+        "RunFailed",
+        "RunFinished",
+        "RunInterrupted",
+        "RunStarted",
+        "SeededEntropy",
+        "SignalScope",
+        "StepCompleted",
+        "Superstep",
+        "SystemEntropy",
+        "cancel_on_signals",
+        "interrupt_of",
+    ]
+
+
 def test_every_exported_name_exists_and_is_documented() -> None:
     for module in (stargraph, stargraph.graph, stargraph.ir, stargraph.runtime):
         assert module.__all__ == sorted(module.__all__), module.__name__
@@ -73,6 +103,7 @@ def test_import_is_light() -> None:
 PUBLIC_PACKAGES = [
     "stargraph",
     "stargraph.checkpoint",
+    "stargraph.compile",
     "stargraph.errors",
     "stargraph.fathom",
     "stargraph.graph",

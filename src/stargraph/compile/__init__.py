@@ -29,16 +29,9 @@ from stargraph.ir import (
     SubgraphNodeIR,
 )
 from stargraph.refs import resolve_ref
-from stargraph.runtime import (
-    CompiledGraph,
-    DecisionMaker,
-    JoinSpec,
-    NodeSpec,
-    RouterSpec,
-    RuleSet,
-    accepts_ctx,
-)
-from stargraph.runtime._plan import Plan
+from stargraph.runtime import CompiledGraph
+from stargraph.runtime._plan import JoinSpec, NodeSpec, Plan, RouterSpec, accepts_ctx
+from stargraph.runtime._rules import DecisionMaker, RuleSet
 from stargraph.runtime._run import MAX_STEPS_BOUND, max_steps_problem
 from stargraph.state import build_channels
 

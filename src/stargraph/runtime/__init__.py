@@ -5,6 +5,10 @@
 ``mode=``, updates, values, :class:`CustomEvent` and :class:`MessageChunk` items), and
 ``iter()`` yields one :class:`Superstep` per step. ``CompiledGraph.cancel`` and
 :func:`cancel_on_signals` (Ctrl-C, SIGTERM) stop runs at a step boundary, resumably.
+
+These are the names a user of a compiled graph meets. The compiler's side of the runtime
+(the plan's specs, the rule-engine seam) is imported from the private modules that define
+it (``runtime._plan``, ``runtime._rules``).
 """
 
 from __future__ import annotations
@@ -25,26 +29,19 @@ from stargraph.runtime._events import (
 )
 from stargraph.runtime._executor import DEFAULT_MAX_STEPS, CompiledGraph
 from stargraph.runtime._interrupts import Interrupt, interrupt_of
-from stargraph.runtime._plan import JoinSpec, NodeSpec, RouterSpec, Task, accepts_ctx
-from stargraph.runtime._rules import DecisionMaker, RuleSet, StepDecision
 from stargraph.runtime._stream import CustomEvent, MessageChunk, Superstep
 
 __all__ = [
     "CompiledGraph",
     "CustomEvent",
     "DEFAULT_MAX_STEPS",
-    "DecisionMaker",
     "Entropy",
     "Event",
     "Interrupt",
-    "JoinSpec",
     "MessageChunk",
     "NodeFinished",
-    "NodeSpec",
     "NodeStarted",
-    "RouterSpec",
     "RuleDecided",
-    "RuleSet",
     "RunCancelled",
     "RunContext",
     "RunFailed",
@@ -54,11 +51,8 @@ __all__ = [
     "SeededEntropy",
     "SignalScope",
     "StepCompleted",
-    "StepDecision",
     "Superstep",
     "SystemEntropy",
-    "Task",
-    "accepts_ctx",
     "cancel_on_signals",
     "interrupt_of",
 ]
