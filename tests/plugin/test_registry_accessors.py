@@ -12,7 +12,6 @@ import pytest
 from stargraph.agents import SkillListing
 from stargraph.checkpoint import CheckpointStore
 from stargraph.errors import RegistryError
-from stargraph.fathom import RulePack
 from stargraph.llm import ChatModel
 from stargraph.plugin import Registry, get_plugin_manager, hookimpl
 from stargraph.tools import Arbiter, ToolRegistry
@@ -39,7 +38,6 @@ def test_accessors_declare_what_they_return() -> None:
         "Arbiter": Arbiter,
         "ChatModel": ChatModel,
         "CheckpointStore": CheckpointStore,
-        "RulePack": RulePack,
         "SkillListing": SkillListing,
         "ToolRegistry": ToolRegistry,
     }
@@ -54,9 +52,6 @@ def test_accessors_declare_what_they_return() -> None:
         "tool_registry": ToolRegistry,
         "skill_list": list[SkillListing],
     }
-    packs = typing.cast(property, Registry.__dict__["rule_packs"]).fget
-    rule_packs = typing.get_type_hints(packs, localns=names)["return"]
-    assert typing.get_args(rule_packs) == (str, RulePack)
 
 
 def test_a_model_factory_making_no_chat_model_is_refused_naming_it() -> None:

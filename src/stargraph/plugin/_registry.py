@@ -38,7 +38,6 @@ from stargraph.plugin._manager import get_plugin_manager
 if TYPE_CHECKING:
     from stargraph.agents import SkillListing
     from stargraph.checkpoint import CheckpointStore
-    from stargraph.fathom import RulePack
     from stargraph.llm import ChatModel
     from stargraph.tools import Arbiter, ToolRegistry
 
@@ -242,8 +241,8 @@ class Registry:
         return self._of("node")
 
     @property
-    def rule_packs(self) -> Mapping[str, RulePack]:
-        """Rule packs by id."""
+    def rule_packs(self) -> Mapping[str, Any]:
+        """Rule packs by id (as registered: not checked, like skills and tools)."""
         return self._of("rule_pack")
 
     def provider(self, kind: Kind, name: str) -> str:
