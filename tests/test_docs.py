@@ -298,8 +298,7 @@ def _cli_pass(block: Block, folder: Path, file: str, env: dict[str, str], tools:
 @pytest.fixture(scope="module")
 def docs_pg() -> Iterator[str]:
     """A PostgreSQL server for the pages about PostgreSQL (started only for them)."""
-    sys.path.insert(0, str(ROOT / "tests" / "postgres"))
-    import pgcluster
+    from tests.postgres import pgcluster
 
     with pgcluster.running_cluster() as cluster:
         yield cluster.dsn

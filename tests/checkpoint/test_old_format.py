@@ -4,7 +4,6 @@ fork and resume; what a resume writes is in the new format (read old, write new)
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,11 +11,8 @@ import pytest
 from stargraph.checkpoint import Recording, SqliteStore
 from stargraph.ir import content_hash
 from stargraph.replay import export_cassette, load_cassette
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import old_format
-from old_format import CALLS, FIXTURE, RUN_ID
+from tests.checkpoint import old_format
+from tests.checkpoint.old_format import CALLS, FIXTURE, RUN_ID
 
 
 # The fixture was written by older node code (the ReAct nodes may have changed since):

@@ -22,7 +22,7 @@ import rfc8785
 import stargraph.ir
 from stargraph.ir import SCHEMA_PATH, GraphIR, canonical_json
 
-ROOT: Final = Path(__file__).resolve().parent.parent / "ir"
+ROOT: Final = Path(__file__).resolve().parents[2] / "ir"
 PACKAGE_EXAMPLES: Final = Path(stargraph.ir.__file__).parent / "examples"
 
 

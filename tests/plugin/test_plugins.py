@@ -211,7 +211,7 @@ def test_every_declared_hook_is_called_by_the_engine(tmp_path: Path) -> None:
     with pytest.raises(ToolNotAllowedError):
         arbiter.dispatch(ToolCall(tool="choir.exec@1.0.0", args={"command": "true"}))
     arbiter.close()
-    from test_rules_runtime import Loop
+    from tests.runtime.test_rules_runtime import Loop
 
     graph = Graph("g", state=Loop, impls=registry.nodes).with_node(
         "n", registry.nodes["rec.node"], ref="rec.node"
@@ -238,7 +238,7 @@ def test_registry_is_frozen_and_versions_come_from_approval() -> None:
     registry = Registry.build(get_plugin_manager(entry_points=False))
     with pytest.raises(RegistryError, match="registry version 1 is frozen"):
         registry.register(object())
-    from test_skills import make_skill
+    from tests.skills.test_skills import make_skill
 
     newer = registry.with_skill(make_skill())
     assert newer.version == 2
@@ -249,7 +249,7 @@ def test_registry_is_frozen_and_versions_come_from_approval() -> None:
 def _json_skill(path: Path) -> Skill:
     import json
 
-    from test_skills import make_skill
+    from tests.skills.test_skills import make_skill
 
     data = json.loads(path.read_text())
     return make_skill(name=data["name"], description=data.get("description", ""))

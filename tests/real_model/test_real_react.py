@@ -16,9 +16,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import llamaserver
 import pytest
-import realagent
 
 from stargraph.checkpoint import SqliteStore
 from stargraph.llm import OpenAIChatModel
@@ -26,6 +24,7 @@ from stargraph.replay import export_cassette, load_cassette
 from stargraph.skills.react import ReactState
 from stargraph.testing import assert_replays_every_step
 from stargraph.tools import SqliteCommitLog
+from tests.real_model import llamaserver, realagent
 
 pytestmark = pytest.mark.real_model  # a llama.cpp model server (scripts/ensure_llama_server.sh)
 

@@ -360,7 +360,7 @@ def test_async_replay_matches() -> None:
 
 
 def test_rule_routed_run_replays(store: SqliteStore) -> None:
-    from test_rules_runtime import GOTO_WORK, _looping
+    from tests.runtime.test_rules_runtime import GOTO_WORK, _looping
 
     graph = _looping(GOTO_WORK, fathom.default_termination_pack(max_steps=6, error_budget=3))
     app = graph.compile(store=store)

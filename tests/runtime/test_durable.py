@@ -302,13 +302,13 @@ def test_interrupted_run_resumes_in_a_fresh_process(tmp_path: Path) -> None:
     code = (
         "import sys; sys.path.insert(0, sys.argv[2])\n"
         "from stargraph.checkpoint import SqliteStore\n"
-        "from test_durable import hitl\n"
+        "from tests.runtime.test_durable import hitl\n"
         "store = SqliteStore(sys.argv[1])\n"
         "print(hitl().compile(store=store).resume('r', response='ok').answer)\n"
         "store.close()\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code, str(db), str(Path(__file__).parent)],
+        [sys.executable, "-c", code, str(db), str(Path(__file__).parents[2])],
         capture_output=True,
         text=True,
         check=True,
@@ -414,7 +414,7 @@ def test_concurrent_runs_in_processes_share_one_sqlite_file(tmp_path: Path) -> N
         "import sys; sys.path.insert(0, sys.argv[3])\n"
         "import threading\n"
         "from stargraph.checkpoint import SqliteStore\n"
-        "from test_durable import chain\n"
+        "from tests.runtime.test_durable import chain\n"
         "store = SqliteStore(sys.argv[1])\n"
         "app = chain(10).compile(store=store)\n"
         "ids = [f'p{sys.argv[2]}-{i}' for i in range(5)]\n"
@@ -424,7 +424,7 @@ def test_concurrent_runs_in_processes_share_one_sqlite_file(tmp_path: Path) -> N
     )
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", code, str(db), str(p), str(Path(__file__).parent)],
+            [sys.executable, "-c", code, str(db), str(p), str(Path(__file__).parents[2])],
             stderr=subprocess.PIPE,
         )
         for p in range(4)

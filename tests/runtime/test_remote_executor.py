@@ -29,7 +29,7 @@ from stargraph.runtime import CompiledGraph, RunContext, SeededEntropy
 from stargraph.runtime._remote import RemoteContextError
 from stargraph.runtime.ray import RayExecutor, init_local
 
-TESTS = str(Path(__file__).parent)
+TESTS = str(Path(__file__).parents[2])  # the repository root: nodes are tests.runtime.*
 
 # Appended to by branch bodies: in this process only when a branch ran locally.
 LOCAL_CALLS: list[str] = []

@@ -29,13 +29,10 @@ from stargraph.errors import (
     ThreadNotFoundError,
 )
 from stargraph.graph import END, START, Graph
+from tests.runtime import threadgraph
+from tests.runtime.threadgraph import Chat
 
-HERE = Path(__file__).parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-import threadgraph  # noqa: E402
-from threadgraph import Chat  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]  # on PYTHONPATH: the children import tests.runtime.*
 
 # Every test here holds for both stores that need no server (the shared `store` fixture).
 pytestmark = pytest.mark.stores("memory", "sqlite")
@@ -365,13 +362,20 @@ def _interrupting_graph() -> Graph[Chat]:
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "SG_HANG_FILE"}
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env.update(extra)
     return env
 
 
 def _turn_args(db: Path, thread: str, text: str) -> list[str]:
-    return [sys.executable, "-c", "import threadgraph; threadgraph.main()", str(db), thread, text]
+    return [
+        sys.executable,
+        "-c",
+        "from tests.runtime import threadgraph; threadgraph.main()",
+        str(db),
+        thread,
+        text,
+    ]
 
 
 def _turn(db: Path, thread: str, text: str, *, hang: str | None) -> dict[str, Any]:

@@ -1,6 +1,7 @@
 """A chat graph for thread tests, importable by the tests and by the subprocesses they kill.
 
-``python -c "import threadgraph; threadgraph.main()" DB THREAD TEXT`` runs the next turn of
+``python -c "from tests.runtime import threadgraph; threadgraph.main()" DB THREAD TEXT`` (from the
+repository root) runs the next turn of
 ``THREAD`` with the user message ``TEXT`` and prints the final state as JSON. With
 ``SG_HANG_FILE=<path>`` set, the ``reply`` node writes that file and then hangs, so a test can
 kill the process in the middle of a turn, after its step 1 was committed.

@@ -397,13 +397,13 @@ def test_duplicate_site_is_a_compile_error() -> None:
 def test_site_ids_match_across_processes() -> None:
     code = (
         "import sys; sys.path.insert(0, sys.argv[1])\n"
-        "from test_skills import make_skill, parent_graph\n"
+        "from tests.skills.test_skills import make_skill, parent_graph\n"
         "app = parent_graph(make_skill()).compile()\n"
         "print(app.graph_hash, sorted({'/'.join(e.path) for e in app.stream({}) if e.path}))\n"
     )
     outs = {
         subprocess.run(
-            [sys.executable, "-c", code, str(Path(__file__).parent)],
+            [sys.executable, "-c", code, str(Path(__file__).parents[2])],
             capture_output=True,
             text=True,
             check=True,

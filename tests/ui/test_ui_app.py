@@ -16,7 +16,13 @@ from typing import Any
 
 import pytest
 from starlette.testclient import TestClient
-from ui_graphs import (
+
+from stargraph.checkpoint import SqliteStore
+from stargraph.errors import RunNotFoundError
+from stargraph.examples.basics import mapreduce_graph
+from stargraph.testing import Reply
+from stargraph.ui import UiSettings, create_app
+from tests.ui.ui_graphs import (
     GATES,
     HeldServer,
     approval_graph,
@@ -26,12 +32,6 @@ from ui_graphs import (
     scripted_model,
     trip_graph,
 )
-
-from stargraph.checkpoint import SqliteStore
-from stargraph.errors import RunNotFoundError
-from stargraph.examples.basics import mapreduce_graph
-from stargraph.testing import Reply
-from stargraph.ui import UiSettings, create_app
 
 LOCAL = "http://127.0.0.1:8765"
 

@@ -12,20 +12,20 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-import workgraph
 
 from stargraph.checkpoint import SqliteStore
 from stargraph.errors import CheckpointError, RunNotFoundError
 from stargraph.graph import END, START, Graph
 from stargraph.runtime import RunContext
 from stargraph.workers import SqliteQueue, Worker, submit
+from tests.postgres import workgraph
 
-HERE = Path(__file__).parent
+ROOT = Path(__file__).resolve().parents[2]  # on PYTHONPATH: workers import tests.postgres.*
 
 
 def _spawn(db: Path, ledger: Path, *args: str) -> subprocess.Popen[bytes]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env.update(SG_LEDGER=str(ledger), SG_NODE_SLEEP="0.01")
     return subprocess.Popen(
         [sys.executable, "-m", "stargraph.workers", "--db", str(db), *args],
@@ -40,9 +40,9 @@ def test_three_processes_share_a_sqlite_queue_and_survive_a_kill(tmp_path: Path)
     workgraph.setup_ledger(str(ledger))
     SqliteStore(db).close()
     for i in range(30):
-        submit(db, "workgraph:small", {"total": i})
+        submit(db, "tests.postgres.workgraph:small", {"total": i})
     for _ in range(4):
-        submit(db, "workgraph:chain", {})
+        submit(db, "tests.postgres.workgraph:chain", {})
     args = ("--lease", "1", "--heartbeat", "0.2", "--poll", "0.1", "--idle-exit", "1.6")
     procs = [_spawn(db, ledger, *args) for _ in range(3)]
     victim = procs[0]
@@ -60,7 +60,7 @@ def test_three_processes_share_a_sqlite_queue_and_survive_a_kill(tmp_path: Path)
         by_graph = {item.run_id: item.graph_ref for item in queue.items()}
     finally:
         queue.close()
-    small = [r for r, g in by_graph.items() if g == "workgraph:small"]
+    small = [r for r, g in by_graph.items() if g == "tests.postgres.workgraph:small"]
     assert len(small) == 30
     attempts = Counter(_check_runs(db, ledger, by_graph).values())
     assert attempts[1] >= 30, "most runs were claimed once"
@@ -77,7 +77,7 @@ def _check_runs(db: Path, ledger: Path, by_graph: dict[str, str]) -> dict[str, i
     with SqliteStore(db) as store:
         for item in items:
             assert item.status == "done", item
-            steps = 3 if by_graph[item.run_id] == "workgraph:small" else 8
+            steps = 3 if by_graph[item.run_id] == "tests.postgres.workgraph:small" else 8
             history = store.get_steps(item.run_id)
             assert [s.step for s in history] == list(range(steps + 1))
             executed += [(item.run_id, w.node, s.step) for s in history for w in s.writes]
@@ -90,12 +90,14 @@ def test_in_process_worker_and_queue_api(tmp_path: Path, monkeypatch: pytest.Mon
     db, ledger = tmp_path / "runs.db", tmp_path / "ledger.db"
     monkeypatch.setenv("SG_LEDGER", str(ledger))
     workgraph.setup_ledger(str(ledger))
-    assert submit(db, "workgraph:small", {"total": 5}, run_id="fixed-id") == "fixed-id"
+    assert (
+        submit(db, "tests.postgres.workgraph:small", {"total": 5}, run_id="fixed-id") == "fixed-id"
+    )
     with pytest.raises(CheckpointError, match="already queued"):
-        submit(db, "workgraph:small", {}, run_id="fixed-id")
+        submit(db, "tests.postgres.workgraph:small", {}, run_id="fixed-id")
     with pytest.raises(CheckpointError, match="module:attribute"):
         submit(db, "no-colon", {})
-    submit(db, "workgraph:no_such_graph", {}, run_id="bad-ref")
+    submit(db, "tests.postgres.workgraph:no_such_graph", {}, run_id="bad-ref")
     with Worker(db, lease_s=5) as worker:
         assert worker.run_once() == "done"
         assert worker.run_once() == "failed"

@@ -10,7 +10,12 @@ no tool body runs, the state does not move and the commit log holds no call."""
 from __future__ import annotations
 
 import pytest
-from test_machine_helpers import (  # noqa: F401 -- fixtures
+
+from stargraph.llm import OpenAIChatModel
+from stargraph.skills.machine import MachineRuntime
+from stargraph.testing import Reply, ScriptedOpenAIServer
+from stargraph.tools import Arbiter
+from tests.skills.machine.test_machine_helpers import (  # noqa: F401 -- fixtures
     MEMORY,
     MEMORY_FN,
     QUERIES,
@@ -22,11 +27,6 @@ from test_machine_helpers import (  # noqa: F401 -- fixtures
     server,
     small_spec,
 )
-
-from stargraph.llm import OpenAIChatModel
-from stargraph.skills.machine import MachineRuntime
-from stargraph.testing import Reply, ScriptedOpenAIServer
-from stargraph.tools import Arbiter
 
 CALL_LIKE_TEXTS = [
     f'{MEMORY_FN}({{"query": "secret plans"}})',

@@ -20,7 +20,7 @@ from stargraph.skills.machine import MachineRuntime, SkillSpec, load_skillspec, 
 from stargraph.testing import Reply, ScriptedOpenAIServer
 from stargraph.tools import Arbiter, ToolRegistry, builtin_tools, llm_name_for, tool
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "skillspecs" / "build_feature.json"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "skillspecs" / "build_feature.json"
 MEMORY = "choir.memory.query@1.0.0"
 MEMORY_FN = llm_name_for(MEMORY)
 WRITE_FN = llm_name_for("choir.fs.write@1.0.0")

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_machine_helpers import call, finish, memory_query
 
 from stargraph.errors import CompileError, LaneBusyError, SkillValidationError, ToolError
 from stargraph.llm import OpenAIChatModel
@@ -43,6 +42,7 @@ from stargraph.tools import (
     llm_name_for,
     tool,
 )
+from tests.skills.machine.test_machine_helpers import call, finish, memory_query
 
 START_JOB_FN = llm_name_for(CoreJobLauncher.TOOL_ID)
 MEET_FN = llm_name_for("lane.meet@1.0.0")

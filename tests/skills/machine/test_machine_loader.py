@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_machine_helpers import example_doc, registry
 
 from stargraph.errors import Problem, RegistryError, SkillValidationError
 from stargraph.ir import canonical_json
@@ -24,6 +23,7 @@ from stargraph.skills.machine import (
     validate_machine,
 )
 from stargraph.tools import sha256_hex
+from tests.skills.machine.test_machine_helpers import example_doc, registry
 
 
 def _problems(doc: Any, source: str = "skills/x.json", **kw: Any) -> list[str]:

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_machine_helpers import example_doc
 
 from stargraph.errors import SkillValidationError
 from stargraph.skills.machine import SkillSpecRegistry, load_skillspec
+from tests.skills.machine.test_machine_helpers import example_doc
 
 
 def unlistable(monkeypatch: pytest.MonkeyPatch, blocked: Path) -> None:

@@ -15,7 +15,17 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from test_machine_helpers import (  # noqa: F401 -- fixtures
+from stargraph.llm import OpenAIChatModel
+from stargraph.skills.machine import (
+    MachineRuntime,
+    SchemaLibrary,
+    SchemaSession,
+    SchemaState,
+    StateSpec,
+)
+from stargraph.testing import RecordedRequest, ScriptedOpenAIServer
+from stargraph.tools import Arbiter
+from tests.skills.machine.test_machine_helpers import (  # noqa: F401 -- fixtures
     MEMORY,
     MEMORY_FN,
     QUERIES,
@@ -27,17 +37,6 @@ from test_machine_helpers import (  # noqa: F401 -- fixtures
     server,
     small_spec,
 )
-
-from stargraph.llm import OpenAIChatModel
-from stargraph.skills.machine import (
-    MachineRuntime,
-    SchemaLibrary,
-    SchemaSession,
-    SchemaState,
-    StateSpec,
-)
-from stargraph.testing import RecordedRequest, ScriptedOpenAIServer
-from stargraph.tools import Arbiter
 
 
 def _rejections(request: RecordedRequest) -> list[dict[str, Any]]:

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_machine_helpers import MEMORY, MEMORY_FN, call, finish, memory_query, small_spec
 
 from stargraph.errors import ToolError
 from stargraph.llm import OpenAIChatModel
@@ -33,6 +32,14 @@ from stargraph.skills.machine import (
 )
 from stargraph.testing import RecordedRequest, Reply, ScriptedOpenAIServer
 from stargraph.tools import Arbiter, ToolCall, ToolRegistry, builtin_tools, llm_name_for, tool
+from tests.skills.machine.test_machine_helpers import (
+    MEMORY,
+    MEMORY_FN,
+    call,
+    finish,
+    memory_query,
+    small_spec,
+)
 
 VALIDATE_FN = llm_name_for("skill.validate@1.0.0")
 PROPOSE_SKILL_FN = llm_name_for("propose.skill@1.0.0")

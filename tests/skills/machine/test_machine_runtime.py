@@ -14,23 +14,6 @@ from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel, JsonValue
-from test_machine_helpers import (  # noqa: F401 -- fixtures
-    HAPPY_PATH,
-    MEMORY,
-    MEMORY_FN,
-    QUERIES,
-    READ_FN,
-    WRITE_FN,
-    _reset,
-    arbiter,
-    call,
-    chat,
-    example_spec,
-    finish,
-    runtime,
-    server,
-    small_spec,
-)
 
 from stargraph import reducers
 from stargraph.errors import (
@@ -53,6 +36,23 @@ from stargraph.skills.machine import (
 )
 from stargraph.testing import RecordedRequest, Reply, ScriptedOpenAIServer
 from stargraph.tools import Arbiter, ToolCall
+from tests.skills.machine.test_machine_helpers import (  # noqa: F401 -- fixtures
+    HAPPY_PATH,
+    MEMORY,
+    MEMORY_FN,
+    QUERIES,
+    READ_FN,
+    WRITE_FN,
+    _reset,
+    arbiter,
+    call,
+    chat,
+    example_spec,
+    finish,
+    runtime,
+    server,
+    small_spec,
+)
 
 OBJECTIVES = {
     "understand": "Clarify and restate the requirement.",

@@ -10,15 +10,6 @@ import copy
 from typing import Any
 
 import pytest
-from test_machine_helpers import (  # noqa: F401 -- fixtures
-    MEMORY,
-    MEMORY_FN,
-    _reset,
-    arbiter,
-    call,
-    chat,
-    server,
-)
 
 from stargraph.errors import SkillValidationError
 from stargraph.llm import ChatMessage, OpenAIChatModel
@@ -32,6 +23,15 @@ from stargraph.skills.machine import (
 )
 from stargraph.testing import RecordedRequest, ScriptedOpenAIServer
 from stargraph.tools import Arbiter
+from tests.skills.machine.test_machine_helpers import (  # noqa: F401 -- fixtures
+    MEMORY,
+    MEMORY_FN,
+    _reset,
+    arbiter,
+    call,
+    chat,
+    server,
+)
 
 MAIN: dict[str, Any] = {
     "name": "main",

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "react_agent.py"
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "react_agent.py"
 
 
 def test_example_runs_offline(

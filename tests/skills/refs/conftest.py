@@ -80,7 +80,7 @@ def chat(scripted_openai: ScriptedOpenAIServer) -> Iterator[OpenAIChatModel]:  #
 
 @pytest.fixture
 def site() -> Iterator[str]:
-    """``tests/refs/data/site`` served on 127.0.0.1; yields the base URL (no trailing /)."""
+    """``tests/skills/refs/data/site`` served on 127.0.0.1; yields the base URL (no trailing /)."""
 
     class Handler(SimpleHTTPRequestHandler):
         def __init__(self, *args: Any, **kwargs: Any) -> None:

@@ -12,7 +12,6 @@ from typing import Any, Literal
 import pytest
 from pydantic import BaseModel
 
-from conftest import Corpus
 from stargraph.checkpoint import SqliteStore
 from stargraph.graph import END, START, Graph
 from stargraph.llm import OpenAIChatModel
@@ -27,6 +26,7 @@ from stargraph.skills.refs.autoresearch import (
 )
 from stargraph.testing import RecordedRequest, Reply, ScriptedOpenAIServer
 from stargraph.tools import Arbiter, llm_name_for
+from tests.skills.refs.conftest import Corpus
 
 FETCH = llm_name_for(FETCH_TOOL)
 RETRIEVE = llm_name_for(RETRIEVE_TOOL)

@@ -10,7 +10,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from conftest import Corpus
 from stargraph.checkpoint import SqliteStore
 from stargraph.graph import END, START, Graph
 from stargraph.llm import OpenAIChatModel
@@ -19,6 +18,7 @@ from stargraph.skills import SkillKind
 from stargraph.skills.refs.rag import INSUFFICIENT, make_rag_skill, rag_graph, rag_skill
 from stargraph.skills.refs.stores import Passage
 from stargraph.testing import RecordedRequest, Reply, ScriptedOpenAIServer
+from tests.skills.refs.conftest import Corpus
 
 QUESTION = "How do honeybees tell nestmates where the flowers are?"
 

@@ -12,22 +12,21 @@ from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-import test_refs_autoresearch as autoresearch
-import test_refs_wiki as wiki
-
-from conftest import DATA, Corpus
 from stargraph.checkpoint import SqliteStore
 from stargraph.llm import OpenAIChatModel
 from stargraph.skills.refs import HashingEmbedder, SqliteDocumentStore, SqliteVectorStore
 from stargraph.skills.refs.autoresearch import Report, research_arbiter
 from stargraph.testing import ScriptedOpenAIServer
+from tests.skills.refs import test_refs_autoresearch as autoresearch
+from tests.skills.refs import test_refs_wiki as wiki
+from tests.skills.refs.conftest import DATA, Corpus
 
 DEAD = "http://127.0.0.1:9/v1"  # nothing listens there
 
 
 @contextmanager
 def serve_site() -> Iterator[str]:
-    """``tests/refs/data/site`` on 127.0.0.1 until the block ends (``conftest.site``, but
+    """``tests/skills/refs/data/site`` on 127.0.0.1 until the block ends (``conftest.site``, but
     stoppable mid-test)."""
 
     class Handler(SimpleHTTPRequestHandler):

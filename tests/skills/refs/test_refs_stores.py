@@ -12,7 +12,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import load_corpus
 from stargraph.plugin import Registry, get_plugin_manager
 from stargraph.skills.refs import (
     DocumentStore,
@@ -30,6 +29,7 @@ from stargraph.skills.refs import (
 )
 from stargraph.skills.refs.conformance import check_document_store, check_vector_store
 from stargraph.skills.refs.retrieval import citations, reciprocal_rank_fusion
+from tests.skills.refs.conftest import load_corpus
 
 
 @pytest.fixture(params=["memory", "sqlite-memory", "sqlite-file"])

@@ -10,7 +10,6 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel
 
-from conftest import Corpus
 from stargraph import reducers
 from stargraph.checkpoint import SqliteStore
 from stargraph.graph import END, START, Graph
@@ -20,6 +19,7 @@ from stargraph.skills import SkillKind
 from stargraph.skills.refs.stores import Passage
 from stargraph.skills.refs.wiki import WikiClaim, split_claims, wiki_skill
 from stargraph.testing import RecordedRequest, Reply, ScriptedOpenAIServer
+from tests.skills.refs.conftest import Corpus
 
 PLAN = '```json\n["honeybee colony", "waggle dance", "Varroa mite"]\n```'
 GOOD = (
