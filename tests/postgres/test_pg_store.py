@@ -24,7 +24,7 @@ SECRET = "s3cr3t-pa55"
 
 
 def _closed_port() -> int:
-    import pgcluster
+    from tests.postgres import pgcluster
 
     return pgcluster.free_port()
 
