@@ -26,7 +26,7 @@ from stargraph.errors import (
 from stargraph.graph import END, START, Graph
 from stargraph.llm import ChatMessage, ChatRequest, OpenAIChatModel, ScriptedChatModel
 from stargraph.replay import diff, export_cassette, load_cassette
-from stargraph.runtime import RunContext
+from stargraph.runtime import RunContext, RunFinished
 from stargraph.skills.react import react_graph
 from stargraph.testing import Reply, ScriptedOpenAIServer
 from stargraph.tools import Arbiter, ToolRegistry, Workspace, tool
@@ -277,6 +277,7 @@ def test_react_run_replays_byte_identical_with_the_server_stopped(
         app = graph.compile(store=store, services={"model": model, "arbiter": arbiter})
         events = list(app.stream({"task": "2+3, then +5"}, run_id="react"))
         model.close()
+    assert isinstance(events[-1], RunFinished)
     assert events[-1].state["final_answer"] == "The answer is 10."
     SWITCHES["bodies_raise"] = True
     try:
@@ -373,7 +374,7 @@ def _forge(document: dict[str, Any]) -> dict[str, Any]:
     made from it - and recompute the plain checksum, as a forger would."""
     from stargraph.ir import content_hash
 
-    forged = json.loads(json.dumps(document))
+    forged: dict[str, Any] = json.loads(json.dumps(document))
     for step in forged["recording"]["steps"]:
         for call in step.get("calls", []):
             if call["kind"] == "llm" and "answer 0" in json.dumps(call["value"]):

@@ -14,7 +14,7 @@ import threading
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import pytest
 from pydantic import BaseModel
@@ -473,7 +473,9 @@ class _CountingStore(SqliteStore):
 
 
 @pytest.mark.parametrize("durability", ["sync", "exit"])
-def test_a_store_keeps_the_graph_of_its_runs_once(tmp_path: Path, durability: str) -> None:
+def test_a_store_keeps_the_graph_of_its_runs_once(
+    tmp_path: Path, durability: Literal["sync", "exit"]
+) -> None:
     """Every durable run leaves its graph's IR in the store (so any process can load the
     run by its graph hash); a second run of the same graph does not write or serialise it
     again (``exit``: inside the one transaction that writes the run)."""
@@ -481,7 +483,7 @@ def test_a_store_keeps_the_graph_of_its_runs_once(tmp_path: Path, durability: st
 
     _CountingStore.puts = 0
     with _CountingStore(tmp_path / "g.db") as store:
-        app = chain().compile(store=store, durability=durability)  # type: ignore[arg-type]
+        app = chain().compile(store=store, durability=durability)
         app.invoke({}, run_id="one")
         app.invoke({}, run_id="two")
         kept = store.get_graph(app.graph_hash)

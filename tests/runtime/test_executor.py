@@ -22,7 +22,7 @@ from stargraph.errors import (
 )
 from stargraph.examples.basics import fanout_graph, loop_graph, mapreduce_graph
 from stargraph.graph import END, START, Graph, Send
-from stargraph.runtime import RunContext, SeededEntropy
+from stargraph.runtime import RunContext, RunFinished, SeededEntropy
 
 
 class State(BaseModel):
@@ -377,6 +377,7 @@ def test_20_branch_fan_out_is_deterministic_over_50_runs(body: Any, blocking: bo
     IN_FLIGHT.update(now=0, most=0)
     for _ in range(50):
         events = list(app.stream({}, run_id="same"))
+        assert isinstance(events[-1], RunFinished)
         assert events[-1].state["log"] == expected_log
         trace = _trace(events)
         first = first or trace

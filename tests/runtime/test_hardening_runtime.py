@@ -13,6 +13,7 @@ import itertools
 import logging
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -236,7 +237,11 @@ LEDGER: list[str] = []
 
 
 def charge_once(state: _Ledger, ctx: RunContext) -> dict[str, Any]:
-    receipt = ctx.once("charge", lambda: LEDGER.append(f"{ctx.run_id}:{ctx.step}") or "ok")
+    def charge() -> str:
+        LEDGER.append(f"{ctx.run_id}:{ctx.step}")
+        return "ok"
+
+    receipt = ctx.once("charge", charge)
     return {"charges": state.charges + (receipt == "ok")}
 
 
@@ -485,6 +490,11 @@ class _Trial:
             assert self.release.wait(WAIT), f"{self.run_id}: never released"
 
 
+def _idle(trial: _Trial) -> bool:
+    """No body of ``trial`` is running (read under its lock)."""
+    return trial.active_bodies == 0
+
+
 TRIALS: dict[str, _Trial] = {}
 
 
@@ -617,7 +627,7 @@ def test_exactly_once_under_timeout_and_retry_100_trials(tmp_path: Path) -> None
                 trial.release.set()
             assert trial.held_done.wait(WAIT), what
             with trial.lock:
-                assert trial.lock.wait_for(lambda t=trial: t.active_bodies == 0, WAIT), what
+                assert trial.lock.wait_for(partial(_idle, trial), WAIT), what
             rounds = list(range(1, ROUNDS + 1))
             assert state.round == ROUNDS, what
             assert sorted(trial.charges) == rounds, what  # each charge exactly once

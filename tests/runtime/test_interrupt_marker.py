@@ -34,11 +34,11 @@ def ok(state: Refund) -> dict[str, object]:
     return {"approved": True}
 
 
-def refund_graph(**node_options: bool) -> Graph[Refund]:
+def refund_graph(*, interrupt_before: bool = False, interrupt_after: bool = False) -> Graph[Refund]:
     return (
         Graph("refund", state=Refund)
         .with_node("approve", approve)
-        .with_node("pay", pay, **node_options)
+        .with_node("pay", pay, interrupt_before=interrupt_before, interrupt_after=interrupt_after)
         .with_edge(START, "approve")
         .with_edge("approve", "pay")
         .with_edge("pay", END)

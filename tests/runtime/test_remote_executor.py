@@ -25,7 +25,7 @@ from stargraph.checkpoint import MemoryStore
 from stargraph.errors import CompileError, InvalidWriteError, NodeError, NodeTimeoutError
 from stargraph.graph import END, START, Graph, Send
 from stargraph.ir import RetryPolicyIR
-from stargraph.runtime import CompiledGraph, RunContext, SeededEntropy
+from stargraph.runtime import CompiledGraph, RunContext, RunFinished, SeededEntropy
 from stargraph.runtime._remote import RemoteContextError
 from stargraph.runtime.ray import RayExecutor, init_local
 
@@ -318,6 +318,7 @@ def test_errors_and_retries_are_the_local_ones(
     events = list(graph.compile(executor=process_pool).stream({}))
     finished = {e.node: e for e in events if e.kind == "node_finished"}
     assert finished["a"].attempts == 2
+    assert isinstance(events[-1], RunFinished)
     assert events[-1].state["log"] == ["recovered", "start"]
 
 
@@ -424,7 +425,8 @@ def _descendants(root: int) -> set[int]:
 def test_ray_listens_on_loopback_only(ray_executor: RayExecutor) -> None:
     import ray
 
-    assert {n["NodeManagerAddress"] for n in ray.nodes()} == {"127.0.0.1"}
+    nodes: list[dict[str, Any]] = ray.nodes()  # type: ignore[no-untyped-call]
+    assert {n["NodeManagerAddress"] for n in nodes} == {"127.0.0.1"}
     addresses = _listening(_descendants(os.getpid()))
     assert addresses  # the GCS, the raylet and the workers listen
     assert set(addresses) <= {"127.0.0.1", "::ffff:127.0.0.1", "::1"}, addresses

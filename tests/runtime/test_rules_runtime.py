@@ -12,7 +12,7 @@ from stargraph import fathom, reducers
 from stargraph.checkpoint import SqliteStore
 from stargraph.errors import CompileError, NodeError
 from stargraph.graph import END, START, Graph
-from stargraph.runtime import RunContext
+from stargraph.runtime import Event, RunContext, RunFinished
 
 TRIPS: list[str] = []
 
@@ -73,11 +73,18 @@ def _reset() -> None:
     state_seen_booms.clear()
 
 
+def _finished(events: list[Event]) -> RunFinished:
+    """The stream's last event, which must say the run finished."""
+    last = events[-1]
+    assert isinstance(last, RunFinished), last
+    return last
+
+
 def test_goto_cycle_stops_at_exactly_max_steps() -> None:
     app = _looping(GOTO_WORK, fathom.default_termination_pack(max_steps=7, error_budget=3))
     events = list(app.compile().stream({}, run_id="r"))
     assert [f"work@{i}" for i in range(1, 8)] == TRIPS
-    finished = events[-1]
+    finished = _finished(events)
     assert finished.kind == "run_finished"
     assert finished.stopped_by == "termination/max_steps"
     decisions = [(e.step, e.decision, e.rule) for e in events if e.kind == "rule_decided"]
@@ -94,7 +101,7 @@ def test_done_flag_stops_at_the_next_step_boundary() -> None:
     app = _looping(GOTO_WORK, fathom.default_termination_pack(max_steps=50, error_budget=3))
     events = list(app.compile().stream({"finish_at": 4}))
     assert TRIPS == ["work@1", "work@2", "work@3", "work@4"]
-    assert events[-1].stopped_by == "termination/done"
+    assert _finished(events).stopped_by == "termination/done"
 
 
 def test_error_budget_exhausted() -> None:
@@ -102,8 +109,8 @@ def test_error_budget_exhausted() -> None:
         GOTO_WORK, fathom.default_termination_pack(max_steps=50, error_budget=3), node=fail_tool
     )
     events = list(app.compile().stream({}))
-    assert events[-1].state["error_count"] == 3
-    assert events[-1].stopped_by == "termination/error_budget"
+    assert _finished(events).state["error_count"] == 3
+    assert _finished(events).stopped_by == "termination/error_budget"
 
 
 def test_stopping_rule_is_recorded_in_the_run(tmp_path: Path) -> None:
@@ -162,7 +169,7 @@ def test_node_mounted_pack_only_decides_after_its_node() -> None:
     )
     events = list(graph.compile().stream({}))
     assert TRIPS == ["a@1", "b@2"]
-    assert events[-1].stopped_by == "stop-b/stop"
+    assert _finished(events).stopped_by == "stop-b/stop"
 
 
 def test_interrupt_decision_parks_the_run(tmp_path: Path) -> None:
