@@ -108,6 +108,15 @@ def run(arbiter: Arbiter, tool_name: str, **args: Any) -> ToolResult:
     return arbiter.dispatch(ToolCall(tool=tool_name, args=args, call_id=f"c-{tool_name}"))
 
 
+def data(result: ToolResult) -> Any:
+    """The result's JSON payload, for reading the fields the tool's output schema promises.
+
+    Typed ``Any`` on purpose: each assertion reads a nested field of a known shape, and
+    narrowing ``JsonValue`` at every level would hide what is asserted.
+    """
+    return result.payload
+
+
 def statuses(arbiter: Arbiter) -> list[tuple[str, str, str]]:
     return [(r.kind, r.tool.partition("@")[0], r.status) for r in arbiter.commit_log.records()]
 
@@ -151,43 +160,43 @@ def test_B18_every_builtin_runs_through_one_arbiter_and_is_committed(
 ) -> None:
     (workspace / "notes.txt").write_text("the login page is done\n", encoding="utf-8")
     run(arbiter, "choir.fs.write", path="out/plan.txt", content="ship it")
-    assert run(arbiter, "choir.fs.read", path="notes.txt").payload == "the login page is done\n"
-    assert run(arbiter, "choir.fs.search", pattern="login").payload == [
+    assert data(run(arbiter, "choir.fs.read", path="notes.txt")) == "the login page is done\n"
+    assert data(run(arbiter, "choir.fs.search", pattern="login")) == [
         {"path": "notes.txt", "line": 1, "text": "the login page is done"}
     ]
-    assert run(arbiter, "choir.exec", command="cat out/plan.txt").payload["stdout"] == "ship it"
+    assert data(run(arbiter, "choir.exec", command="cat out/plan.txt"))["stdout"] == "ship it"
 
-    spoken = run(arbiter, "choir.tts.speak", text="hello").payload
+    spoken = data(run(arbiter, "choir.tts.speak", text="hello"))
     assert spoken["path"].startswith(".choirtmp/send/")
 
-    found = run(arbiter, "choir.web.search", q="capital of France", count=2).payload
+    found = data(run(arbiter, "choir.web.search", q="capital of France", count=2))
     assert found["results"][0]["url"] == services.site.url_of("/paris")
-    page = run(arbiter, "choir.web.browse", url=found["results"][0]["url"]).payload
+    page = data(run(arbiter, "choir.web.browse", url=found["results"][0]["url"]))
     assert page["title"] == "Paris"
     assert "Paris is the capital of France." in page["text"]
     assert "changed by script" not in page["text"]  # scripts are not page text
     assert page["links"] == [services.site.url_of("/lyon")]
 
-    tasks = run(arbiter, "choir.notion.query", database_id=NOTION_DB, contains="login").payload
+    tasks = data(run(arbiter, "choir.notion.query", database_id=NOTION_DB, contains="login"))
     assert [row["properties"]["Name"] for row in tasks["results"]] == [
         "Ship the login page",
         "Plan the login audit",
     ]
 
     sent = run(arbiter, "choir.email.send", to=[services.address], subject="hi", body="hello")
-    assert sent.payload["delivered"] == [services.address]
-    check = run(arbiter, "choir.email.check").payload
+    assert data(sent)["delivered"] == [services.address]
+    check = data(run(arbiter, "choir.email.check"))
     assert (check["messages"], check["unseen"]) == (1, 1)
     assert check["new"] == [{"id": 1, "from": services.address, "subject": "hi"}]
-    inbox = run(arbiter, "choir.email.receive").payload["messages"]
+    inbox = data(run(arbiter, "choir.email.receive"))["messages"]
     assert [(m["subject"], m["body"]) for m in inbox] == [("hi", "hello\n")]
-    assert run(arbiter, "choir.email.check").payload["unseen"] == 0
+    assert data(run(arbiter, "choir.email.check"))["unseen"] == 0
 
-    stored = run(arbiter, "choir.memory.upsert", text="Ada prefers Python.").payload
+    stored = data(run(arbiter, "choir.memory.upsert", text="Ada prefers Python."))
     assert stored["status"] == "created"
-    recalled = run(arbiter, "choir.memory.query", mode="semantic", query="Ada prefers").payload
+    recalled = data(run(arbiter, "choir.memory.query", mode="semantic", query="Ada prefers"))
     assert recalled[0]["text"] == "Ada prefers Python."
-    compacted = run(arbiter, "choir.memory.compact", scope="knowledge", keep=0).payload
+    compacted = data(run(arbiter, "choir.memory.compact", scope="knowledge", keep=0))
     assert compacted["folded"] == 1
 
     # One commit record per call, plus an audit record for each external side effect.
@@ -310,11 +319,11 @@ def test_B18_host_delegated_call_holds_its_locks_and_is_committed_like_a_local_o
             other = arbiter.dispatch(
                 ToolCall(tool="choir.web.browse", args={"url": url, "tab": "b"})
             )
-            assert other.payload == {"tab": "b"}
+            assert data(other) == {"tab": "b"}
         finally:
             host.release.set()
             first.join(10)
-        assert outcome[0].payload == {"tab": "main"}
+        assert data(outcome[0]) == {"tab": "main"}
         assert arbiter.locks.snapshot() == {}
         assert statuses(arbiter) == [
             ("call", "choir.web.browse", "denied"),
@@ -449,19 +458,19 @@ def test_B18_a_manifest_declares_a_host_executed_tool(tmp_path: Path, workspace:
 
 def test_B18_memory_query_modes_semantic_hash_range(arbiter: Arbiter) -> None:
     texts = ["The deploy key rotates monthly.", "Ada prefers Python.", "Lunch is at noon."]
-    hashes = [run(arbiter, "choir.memory.upsert", text=t).payload["hash"] for t in texts]
+    hashes = [data(run(arbiter, "choir.memory.upsert", text=t))["hash"] for t in texts]
     semantic = run(arbiter, "choir.memory.query", mode="semantic", query="python", k=1)
-    assert [e["text"] for e in semantic.payload] == ["Ada prefers Python."]
-    by_hash = run(arbiter, "choir.memory.query", mode="hash", hash=hashes[2]).payload
+    assert [e["text"] for e in data(semantic)] == ["Ada prefers Python."]
+    by_hash = data(run(arbiter, "choir.memory.query", mode="hash", hash=hashes[2]))
     assert [e["text"] for e in by_hash] == ["Lunch is at noon."]
-    span = run(arbiter, "choir.memory.query", mode="range", start=2, end=3).payload
+    span = data(run(arbiter, "choir.memory.query", mode="range", start=2, end=3))
     assert [e["seq"] for e in span] == [2, 3]
     # Rewriting a key gives it a new sequence number; an identical write changes nothing.
     run(arbiter, "choir.memory.upsert", text="v1", key="pref", scope="session")
     again = run(arbiter, "choir.memory.upsert", text="v1", key="pref", scope="session")
-    assert again.payload["status"] == "unchanged"
+    assert data(again)["status"] == "unchanged"
     moved = run(arbiter, "choir.memory.upsert", text="v2", key="pref", scope="session")
-    assert (moved.payload["status"], moved.payload["seq"]) == ("updated", 5)
+    assert (data(moved)["status"], data(moved)["seq"]) == ("updated", 5)
     # Each mode's arguments are checked before anything is locked or delegated.
     for args in (
         {"mode": "semantic"},
@@ -480,10 +489,10 @@ def test_B18_memory_query_modes_semantic_hash_range(arbiter: Arbiter) -> None:
 def test_B18_memory_compact_folds_old_entries_into_the_summary(arbiter: Arbiter) -> None:
     for n in range(5):
         run(arbiter, "choir.memory.upsert", text=f"event {n}", scope="working")
-    done = run(arbiter, "choir.memory.compact", scope="working", keep=2).payload
+    done = data(run(arbiter, "choir.memory.compact", scope="working", keep=2))
     assert (done["folded"], done["kept"]) == (3, 2)
     left = run(arbiter, "choir.memory.query", mode="range", start=1, scope="working", k=50)
-    kinds = [(e["kind"], e["text"]) for e in left.payload]
+    kinds = [(e["kind"], e["text"]) for e in data(left)]
     assert kinds == [
         ("entry", "event 3"),
         ("entry", "event 4"),
@@ -491,7 +500,7 @@ def test_B18_memory_compact_folds_old_entries_into_the_summary(arbiter: Arbiter)
     ]
     # A second compaction keeps the earlier summary's lines first.
     run(arbiter, "choir.memory.compact", scope="working", keep=0)
-    summary = run(arbiter, "choir.memory.query", mode="range", start=1, scope="working").payload
+    summary = data(run(arbiter, "choir.memory.query", mode="range", start=1, scope="working"))
     assert [e["text"] for e in summary] == [
         "[1] event 0\n[2] event 1\n[3] event 2\n[4] event 3\n[5] event 4"
     ]
@@ -512,20 +521,20 @@ def test_B18_email_send_check_receive_over_smtp_and_imap(
 ) -> None:
     services.mail.deliver(services.address, sender="ada@example.test", subject="a", body="one")
     services.mail.deliver(services.address, sender="bob@example.org", subject="b", body="two")
-    check = run(arbiter, "choir.email.check", max_summaries=1).payload
+    check = data(run(arbiter, "choir.email.check", max_summaries=1))
     assert (check["messages"], check["unseen"], len(check["new"])) == (2, 2, 1)
     # check only peeks: both messages are still unseen.
     assert [flags for flags, _ in services.mail.mailbox(services.address)] == [frozenset()] * 2
-    got = run(arbiter, "choir.email.receive", limit=1).payload["messages"]
+    got = data(run(arbiter, "choir.email.receive", limit=1))["messages"]
     assert [(m["from"], m["subject"]) for m in got] == [("bob@example.org", "b")]  # newest
     assert [sorted(f) for f, _ in services.mail.mailbox(services.address)] == [[], ["\\Seen"]]
-    everything = run(arbiter, "choir.email.receive", unseen_only=False).payload["messages"]
+    everything = data(run(arbiter, "choir.email.receive", unseen_only=False))["messages"]
     assert [m["subject"] for m in everything] == ["b", "a"]
 
     sent = run(arbiter, "choir.email.send", to=["ada@example.test"], subject="re", body="x")
     [(_, message)] = services.mail.mailbox("ada@example.test")
     assert (message["From"], message["Subject"]) == (services.address, "re")
-    assert message["Message-ID"] == sent.payload["message_id"]
+    assert message["Message-ID"] == data(sent)["message_id"]
     assert services.mail.transactions[-1] == (services.address, ("ada@example.test",))
     # A recipient the server does not host is refused, and the call fails as a ToolError.
     with pytest.raises(ToolError, match="refused every recipient"):
@@ -552,17 +561,15 @@ def test_B18_email_with_a_wrong_password_is_a_typed_error(
 
 def test_B18_notion_query_speaks_the_notion_api(arbiter: Arbiter, services: LocalServices) -> None:
     everything = run(arbiter, "choir.notion.query", database_id=NOTION_DB, page_size=2)
-    assert everything.payload["has_more"] is True
-    assert [r["properties"] for r in everything.payload["results"]] == [
+    assert data(everything)["has_more"] is True
+    assert [r["properties"] for r in data(everything)["results"]] == [
         {"Name": "Ship the login page", "Status": "Done", "Points": 3},
         {"Name": "Write the release notes", "Status": "Doing", "Points": 1},
     ]
     by_status = run(
         arbiter, "choir.notion.query", database_id=NOTION_DB, property="Status", contains="todo"
     )
-    assert [r["properties"]["Name"] for r in by_status.payload["results"]] == [
-        "Plan the login audit"
-    ]
+    assert [r["properties"]["Name"] for r in data(by_status)["results"]] == ["Plan the login audit"]
     request = services.notion.requests[-1]
     assert request.path == f"/v1/databases/{NOTION_DB}/query"
     assert request.headers["notion-version"] == "2022-06-28"
@@ -589,9 +596,9 @@ def test_B18_search_and_notion_without_their_secret_fail_typed(
 def test_B18_tts_writes_a_deterministic_wav_under_the_choirtmp_lock(
     arbiter: Arbiter, workspace: Path
 ) -> None:
-    first = run(arbiter, "choir.tts.speak", text="hello world").payload
-    again = run(arbiter, "choir.tts.speak", text="hello world").payload
-    other = run(arbiter, "choir.tts.speak", text="hello world", voice="en-gb").payload
+    first = data(run(arbiter, "choir.tts.speak", text="hello world"))
+    again = data(run(arbiter, "choir.tts.speak", text="hello world"))
+    other = data(run(arbiter, "choir.tts.speak", text="hello world", voice="en-gb"))
     assert first == again
     assert (first["voice"], other["voice"]) == ("default", "en-gb")
     assert other["path"] != first["path"]
@@ -608,7 +615,7 @@ def test_B18_browse_reads_title_text_and_links_and_keeps_each_tab(
 ) -> None:
     run(arbiter, "choir.web.browse", url=services.site.url_of("/paris"), tab="a")
     missing = run(arbiter, "choir.web.browse", url=services.site.url_of("/nowhere"), tab="b")
-    assert (missing.payload["status"], missing.payload["title"]) == (404, "Not found")
+    assert (data(missing)["status"], data(missing)["title"]) == (404, "Not found")
     page_a, page_b = services.browser.tab("a"), services.browser.tab("b")
     assert page_a is not None
     assert page_b is not None
