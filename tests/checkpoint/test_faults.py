@@ -17,6 +17,7 @@ import os
 import subprocess
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -155,7 +156,11 @@ def scenario_read_only_file(base: Path) -> None:
     with SqliteStore(db) as store:
         app = graph().compile(store=store)
         assert [r.status for r in store.list_runs()] == ["failed"], "reading still works"
-        for attempt in (lambda: app.resume("r"), lambda: app.invoke({}, run_id="new")):
+        attempts: list[Callable[[], object]] = [
+            lambda: app.resume("r"),
+            lambda: app.invoke({}, run_id="new"),
+        ]
+        for attempt in attempts:
             with pytest.raises(StoreUnavailableError) as info:
                 attempt()
             assert "attempt to write a readonly database" in str(info.value), info.value

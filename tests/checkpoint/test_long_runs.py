@@ -11,7 +11,7 @@ import json
 import random
 import sqlite3
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Annotated, Any
@@ -42,7 +42,7 @@ def echo(i: int) -> str:
     return f"observation {i:05d} " + "x" * (PAYLOAD - 18)
 
 
-def _script(calls: int) -> Any:
+def _script(calls: int) -> Callable[[ChatRequest], ChatResponse]:
     def answer(request: ChatRequest) -> ChatResponse:
         done = sum(1 for m in request.messages if m.role == "tool")
         if done >= calls:
@@ -227,6 +227,7 @@ def test_issue19_incremental_request_fingerprints_equal_the_whole_hash() -> None
             elif pick < 0.8 and len(messages) > 2:
                 messages[1] = ChatMessage.user("edited " + rnd.choice(texts))
             elif pick < 0.9:
+                assert messages[0].content is not None
                 messages[0] = ChatMessage.system(messages[0].content)  # equal, not the same
             else:
                 head["temperature"] = rnd.choice([None, 0.7])

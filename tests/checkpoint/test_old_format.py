@@ -40,7 +40,9 @@ def test_issue19_a_run_stored_in_the_old_format_loads_replays_and_resumes(tmp_pa
                 for w in s.writes
                 for m in w.writes.get("trajectory", [])
             ]
-            assert len(state.trajectory) == len(written) + len(old[0].snapshot["trajectory"])
+            first = old[0].snapshot
+            assert first is not None
+            assert len(state.trajectory) == len(written) + len(first["trajectory"])
         replayed = app.replay(RUN_ID)
         assert replayed == app.get_state(RUN_ID)
 
