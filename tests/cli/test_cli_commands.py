@@ -490,9 +490,8 @@ def test_draw_mermaid_and_dot() -> None:
 
 
 def test_draw_images_without_graphviz_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    from stargraph.viz import _render
 
-    monkeypatch.setattr(_render.shutil, "which", lambda name: None)
+    monkeypatch.setattr("stargraph.viz._render.shutil.which", lambda name: None)
     result = sg("draw", "test_cli_commands:chain", "-f", "png", "-o", "g.png")
     assert result.exit_code == 1
     _one_paragraph(result)
