@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -13,6 +14,7 @@ from stargraph.errors import CompileError, IRError
 from stargraph.examples import basics
 from stargraph.graph import Graph
 from stargraph.ir import SCHEMA_PATH, GraphIR, ir_json_schema
+from stargraph.runtime import CompiledGraph
 
 EXAMPLES = Path(stargraph.ir.__file__).parent / "examples"
 
@@ -44,7 +46,7 @@ def test_examples_are_pinned_to_their_hash(name: str) -> None:
 
 def test_example_ir_compiles_and_runs_from_json() -> None:
     ir = GraphIR.from_json((EXAMPLES / "fanout.json").read_text())
-    app = Graph(ir).compile()
+    app: CompiledGraph[Any] = Graph(ir).compile()
     assert app.graph_hash == ir.graph_hash
     final = app.invoke({})
     assert final.total == 3
@@ -103,7 +105,7 @@ def test_all_shape_problems_are_reported_together() -> None:
 def test_ir_is_frozen() -> None:
     ir = basics.loop_graph().to_ir()
     with pytest.raises(Exception, match="frozen"):
-        ir.name = "other"  # type: ignore[misc]
+        ir.name = "other"
 
 
 def test_compile_ir_reports_unimportable_refs() -> None:
