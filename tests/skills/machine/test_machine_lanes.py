@@ -119,7 +119,8 @@ def spec(name: str, allowed: list[str], key: str) -> Any:
 
 def _context(request: RecordedRequest) -> dict[str, Any]:
     text = request.messages[-1]["content"]
-    return json.loads(text.split("\n", 1)[1])  # type: ignore[no-any-return]
+    context: dict[str, Any] = json.loads(text.split("\n", 1)[1])
+    return context
 
 
 class LaneScript:
@@ -130,7 +131,8 @@ class LaneScript:
 
     def __call__(self, request: RecordedRequest) -> Reply:
         context = _context(request)
-        return self.plan[context["skill"]][context["llm_step"] - 1]
+        step: int = context["llm_step"]
+        return self.plan[context["skill"]][step - 1]
 
 
 @pytest.fixture

@@ -40,6 +40,7 @@ from tests.skills.machine.test_machine_helpers import (
     memory_query,
     small_spec,
 )
+from tests.support import data
 
 VALIDATE_FN = llm_name_for("skill.validate@1.0.0")
 PROPOSE_SKILL_FN = llm_name_for("propose.skill@1.0.0")
@@ -96,7 +97,8 @@ def broken_greeter() -> dict[str, Any]:
 
 def _context(request: RecordedRequest) -> dict[str, Any]:
     text = request.messages[-1]["content"]
-    return json.loads(text.split("\n", 1)[1])  # type: ignore[no-any-return]
+    context: dict[str, Any] = json.loads(text.split("\n", 1)[1])
+    return context
 
 
 @pytest.fixture
@@ -151,7 +153,7 @@ def test_B14_meta_tools_only_create_pending_proposals(
         ToolCall(tool="propose.config_change", args={"changes": {"model": "gpt-x"}}, lane="edge")
     )
     new_tool = arbiter.dispatch(ToolCall(tool="propose.tool", args={"manifest": MANIFEST}))
-    ids = [r.payload["proposal_id"] for r in (skill, config, new_tool)]  # type: ignore[index,call-overload]
+    ids: list[str] = [data(r)["proposal_id"] for r in (skill, config, new_tool)]
     for result, pid in zip((skill, config, new_tool), ids, strict=True):
         assert result.status == "success"
         assert result.payload == {"status": "pending", "proposal_id": pid}
@@ -239,7 +241,7 @@ def test_B14_running_session_keeps_its_registry_version(
     versions: dict[str, SkillSpecRegistry] = {}
 
     def script(request: RecordedRequest) -> Reply:
-        step = _context(request)["llm_step"]
+        step: int = _context(request)["llm_step"]
         if step == 1:  # the run is under way: approve the change now
             versions["v2"] = store.approve(pid, v1)
             return call(MEMORY_FN, {"query": "x"})
@@ -336,7 +338,8 @@ def test_A21_skill_builder_runs_end_to_end_and_its_proposal_loads(
 
     def script(request: RecordedRequest) -> Reply:
         context = _context(request)
-        return plan[context["skill"]][context["llm_step"] - 1]()
+        step: int = context["llm_step"]
+        return plan[context["skill"]][step - 1]()
 
     server.set_script(script)
     result = runtime.run("skill-builder", {"request": "a skill that greets people"})

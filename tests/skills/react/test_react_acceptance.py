@@ -22,6 +22,7 @@ from stargraph.skills.react import ReactState, react_graph
 from stargraph.testing import RecordedRequest, Reply, ScriptedOpenAIServer
 from stargraph.testing.pytest_plugin import scripted_openai  # noqa: F401
 from stargraph.tools import Arbiter, ToolRegistry, builtin_tools, llm_name_for, tool
+from tests.support import finished
 
 CALC = "demo.calc@1.0.0"
 FORBIDDEN = "demo.forbidden@1.0.0"
@@ -158,6 +159,7 @@ def test_three_tool_run_ends_with_the_right_final_answer(
 
     def script(request: RecordedRequest) -> Reply:
         turn = len(tool_messages(request))
+        assert request.body is not None
         if turn == 0:
             assert {t["function"]["name"] for t in request.body["tools"]} == {
                 name(t) for t in ALLOWED
@@ -268,7 +270,7 @@ def test_done_stops_the_loop_and_is_named_in_the_run_record(
     app = compiled(chat, arbiter, store)
     events = list(app.stream({"task": "hi"}, run_id="d"))
     assert events[-1].kind == "run_finished"
-    assert events[-1].stopped_by == "termination/done"
+    assert finished(events).stopped_by == "termination/done"
     decided = [(e.step, e.decision, e.rule) for e in events if e.kind == "rule_decided"]
     # The answer goes think -> observe; the pack decides once, after observe.
     assert decided == [(2, "halt", "termination/done")]
@@ -304,8 +306,8 @@ def test_error_budget_counts_every_failed_call_of_a_parallel_reply(
         [Reply.tool_calls([(name(CALC), "{bad"), (name(CALC), {"a": "x", "b": 1})])]
     )
     events = list(compiled(chat, arbiter, error_budget=2).stream({"task": "t"}))
-    assert events[-1].stopped_by == "termination/error_budget"
-    assert events[-1].state["error_count"] == 2
+    assert finished(events).stopped_by == "termination/error_budget"
+    assert finished(events).state["error_count"] == 2
     assert len(scripted_openai.chat_requests) == 1
 
 
@@ -454,8 +456,8 @@ def test_invalid_structured_answers_exhaust_the_budget(
     scripted_openai.set_script(lambda _: Reply.text("not json"))
     app = compiled(chat, arbiter, output_model=Verdict, error_budget=2)
     events = list(app.stream({"task": "answer"}))
-    assert events[-1].stopped_by == "termination/error_budget"
-    assert events[-1].state["done"] is False
+    assert finished(events).stopped_by == "termination/error_budget"
+    assert finished(events).state["done"] is False
     assert len(scripted_openai.chat_requests) == 2
 
 

@@ -75,6 +75,7 @@ def agent(url: str, claims: list[dict[str, Any]]) -> Callable[[RecordedRequest],
     def script(request: RecordedRequest) -> Reply:
         results = tool_results(request)
         if not results:
+            assert request.body is not None
             offered = {t["function"]["name"] for t in request.body["tools"]}
             assert offered == {FETCH, RETRIEVE}
             return Reply.tool_calls([(RETRIEVE, {"query": "honeybee waggle dance"})])

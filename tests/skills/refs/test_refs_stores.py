@@ -35,21 +35,23 @@ from tests.skills.refs.conftest import load_corpus
 @pytest.fixture(params=["memory", "sqlite-memory", "sqlite-file"])
 def doc_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], DocumentStore]:
     counter = iter(range(100))
-    return {
+    factories: dict[str, Callable[[], DocumentStore]] = {
         "memory": InMemoryDocumentStore,
         "sqlite-memory": SqliteDocumentStore,
         "sqlite-file": lambda: SqliteDocumentStore(tmp_path / f"d{next(counter)}.db"),
-    }[request.param]
+    }
+    return factories[request.param]
 
 
 @pytest.fixture(params=["memory", "sqlite-memory", "sqlite-file"])
 def vec_factory(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], VectorStore]:
     counter = iter(range(100))
-    return {
+    factories: dict[str, Callable[[], VectorStore]] = {
         "memory": InMemoryVectorStore,
         "sqlite-memory": SqliteVectorStore,
         "sqlite-file": lambda: SqliteVectorStore(tmp_path / f"v{next(counter)}.db"),
-    }[request.param]
+    }
+    return factories[request.param]
 
 
 def test_document_store_conformance(doc_factory: Callable[[], DocumentStore]) -> None:
