@@ -57,6 +57,7 @@ from stargraph.tools.builtins import (
     MemoryStore,
     web_browse,
 )
+from tests.support import data
 
 NOTION_DB = next(iter(DEMO_NOTION))
 
@@ -106,15 +107,6 @@ def arbiter(registry: Registry, services: LocalServices, workspace: Path) -> Ite
 
 def run(arbiter: Arbiter, tool_name: str, **args: Any) -> ToolResult:
     return arbiter.dispatch(ToolCall(tool=tool_name, args=args, call_id=f"c-{tool_name}"))
-
-
-def data(result: ToolResult) -> Any:
-    """The result's JSON payload, for reading the fields the tool's output schema promises.
-
-    Typed ``Any`` on purpose: each assertion reads a nested field of a known shape, and
-    narrowing ``JsonValue`` at every level would hide what is asserted.
-    """
-    return result.payload
 
 
 def statuses(arbiter: Arbiter) -> list[tuple[str, str, str]]:
@@ -440,7 +432,12 @@ def test_B18_a_manifest_declares_a_host_executed_tool(tmp_path: Path, workspace:
     assert isinstance(loaded, HostTool)
     assert (loaded.spec.executor, loaded.spec.exec_path) == ("host", None)
     calls: list[HostRequest] = []
-    host = HostHandlers({"acme.web.browse": lambda r: calls.append(r) or "opened"})
+
+    def browse(request: HostRequest) -> str:
+        calls.append(request)
+        return "opened"
+
+    host = HostHandlers({"acme.web.browse": browse})
     with Arbiter(ToolRegistry.build(global_dir=tmp_path), workspace=workspace, host=host) as arb:
         result = arb.dispatch(ToolCall(tool="acme.web.browse", args={"url": "u", "tab": "7"}))
     assert result.summary == "opened"

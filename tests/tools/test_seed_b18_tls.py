@@ -20,6 +20,7 @@ from stargraph.errors import ToolError
 from stargraph.plugin import Registry, get_plugin_manager
 from stargraph.tools import Arbiter, ToolCall, ToolResult
 from stargraph.tools.builtins import EmailPlugin, LocalMailServer
+from tests.support import data
 
 AGENT = "agent@example.test"
 FRIEND = "ada@example.test"
@@ -60,7 +61,9 @@ def server(certificate: tuple[Path, Path]) -> Iterator[LocalMailServer]:
 
 def arbiter_for(plugin: EmailPlugin, workspace: Path) -> Arbiter:
     registry = Registry.build(get_plugin_manager(plugins=[plugin], entry_points=False))
-    return registry.arbiter(workspace, secrets={"email_password": USERS[AGENT]})
+    arbiter = registry.arbiter(workspace, secrets={"email_password": USERS[AGENT]})
+    assert isinstance(arbiter, Arbiter)
+    return arbiter
 
 
 def run(arbiter: Arbiter, tool_name: str, **args: Any) -> ToolResult:
@@ -74,15 +77,15 @@ def test_B18_email_send_check_receive_over_tls(
     plugin = EmailPlugin.for_server(server, AGENT, tls=trusting)
     server.deliver(AGENT, sender="bob@example.org", subject="hello", body="over TLS")
     with arbiter_for(plugin, tmp_path) as arbiter:
-        check = run(arbiter, "choir.email.check").payload
+        check = data(run(arbiter, "choir.email.check"))
         assert (check["messages"], check["unseen"]) == (1, 1)
-        got = run(arbiter, "choir.email.receive").payload["messages"]
+        got = data(run(arbiter, "choir.email.receive"))["messages"]
         assert [(m["from"], m["subject"], m["body"]) for m in got] == [
             ("bob@example.org", "hello", "over TLS\n")
         ]
         sent = run(arbiter, "choir.email.send", to=[FRIEND], subject="re", body="x")
     [(_, message)] = server.mailbox(FRIEND)
-    assert message["Message-ID"] == sent.payload["message_id"]
+    assert message["Message-ID"] == data(sent)["message_id"]
     assert server.transactions == [(AGENT, (FRIEND,))]
 
 
