@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from stargraph.checkpoint import SqliteStore
@@ -326,7 +327,9 @@ def test_tokens_of_a_run_the_console_continues_stream_to_its_page(
     assert all(SHOWN.startswith(t) for t in shown)
     assert [len(t) for t in shown] == sorted({len(t) for t in shown})
     assert tokens[-1] == ""
-    assert client.app.state.console.live.of("letter-1") == []
+    web = client.app
+    assert isinstance(web, Starlette)
+    assert web.state.console.live.of("letter-1") == []
 
 
 # --------------------------------------------------------------------------- fork, replay
