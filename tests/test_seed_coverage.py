@@ -340,6 +340,9 @@ def _row_key(row: str) -> tuple[str, int]:
     return row[0], int(row[1:])
 
 
+ROW_IDS: list[str] = sorted(ROWS, key=_row_key)
+
+
 @functools.cache
 def _functions_in(path: str) -> frozenset[str]:
     """The test functions of a file, as node-id suffixes (``name``, ``Class::name``)."""
@@ -365,11 +368,13 @@ def test_the_table_has_exactly_the_checklist_rows() -> None:
     # The checklist lives beside the repository in the project's shared folder; where it
     # is, its own rows must be the table's (a row added there must be added here).
     if CHECKLIST.is_file():
-        listed = re.findall(r"^\| ([A-E]\d{1,2}) \|", CHECKLIST.read_text(), re.MULTILINE)
+        listed: list[str] = re.findall(
+            r"^\| ([A-E]\d{1,2}) \|", CHECKLIST.read_text(), re.MULTILINE
+        )
         assert sorted(listed, key=_row_key) == expected
 
 
-@pytest.mark.parametrize("row", sorted(ROWS, key=_row_key))
+@pytest.mark.parametrize("row", ROW_IDS)
 def test_every_row_has_a_named_test_that_exists(row: str) -> None:
     """One case per checklist row (its id is in the test id): the tests listed for the row
     exist, so a row cannot lose its proof by a rename or a deletion."""
