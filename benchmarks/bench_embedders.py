@@ -29,7 +29,7 @@ from stargraph.skills.refs import (
     index_passages,
 )
 
-CORPUS = Path(__file__).resolve().parent.parent / "tests" / "skills" / "refs" / "data" / "corpus.jsonl"
+CORPUS = Path(__file__).resolve().parents[1] / "tests/skills/refs/data/corpus.jsonl"
 QUESTIONS = (
     "How do bees communicate where food is?",
     "Why does honey keep for a long time?",

@@ -161,8 +161,8 @@ def test_bad_signature() -> None:
     with pytest.raises(CompileError) as info:
         graph.with_edge("a", END).compile()
     assert _messages(info.value) == [
-        "/nodes/0/ref: node 'a' callable 'test_compile:three_args' must take (state) or "
-        "(state, ctx) (fix: change its signature to def fn(state) or def fn(state, ctx))"
+        "/nodes/0/ref: node 'a' callable 'tests.compile.test_compile:three_args' must take "
+        "(state) or (state, ctx) (fix: change its signature to def fn(state) or def fn(state, ctx))"
     ]
 
 

@@ -284,9 +284,9 @@ def test_router_returning_an_undeclared_target() -> None:
     with pytest.raises(RunError) as info:
         graph.compile().invoke({}, run_id="r")
     assert str(info.value) == (
-        "router 'test_executor:bad_router' after node 'a' returned 'nowhere' at step 1 of run "
-        "'r', which is not one of its declared targets ['x']; add it to the mapping of "
-        "with_conditional_edges"
+        "router 'tests.runtime.test_executor:bad_router' after node 'a' returned 'nowhere' "
+        "at step 1 of run 'r', which is not one of its declared targets ['x']; add it to the "
+        "mapping of with_conditional_edges"
     )
 
 
