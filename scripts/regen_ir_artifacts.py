@@ -1,8 +1,8 @@
 """Regenerate the committed IR artifacts: the JSON Schema and the example IR documents.
 
 Run ``python scripts/regen_ir_artifacts.py`` after changing the IR models or the example
-graphs; ``tests/test_ir.py`` fails while either is stale. It also refreshes the top-level
-``ir/`` specification (``ir/generate.py``), which ``tests/test_ir_spec.py`` keeps in step.
+graphs; ``tests/ir/test_ir.py`` fails while either is stale. It also refreshes the top-level
+``ir/`` specification (``ir/generate.py``), which ``tests/ir/test_ir_spec.py`` keeps in step.
 """
 
 from __future__ import annotations

@@ -32,31 +32,33 @@ SLOW_TESTS: Final[dict[str, tuple[str, ...]]] = {
     "tests/ui/test_ui_cli.py": ("test_served_console_shows_a_run_made_by_stargraph_run",),
     "tests/test_benchmarks_smoke.py": ("*",),
     "tests/test_demo.py": ("*",),
-    "tests/postgres/test_workers_sqlite.py": ("*",),
+    "tests/workers/test_workers_sqlite.py": ("*",),
     "tests/test_crash.py": ("*",),
-    "tests/test_cancel.py": (
+    "tests/runtime/test_cancel.py": (
         "test_cli_resume_cancelled_by_ctrl_c_prints_the_resume_command",
         "test_cli_run_cancelled_by_a_signal_prints_the_resume_command",
         "test_cli_second_ctrl_c_stops_at_once_and_leaves_the_run_orphaned",
     ),
-    "tests/test_durable.py": (
+    "tests/runtime/test_durable.py": (
         "test_concurrent_runs_in_processes_share_one_sqlite_file",
         "test_interrupted_run_resumes_in_a_fresh_process",
     ),
     "tests/checkpoint/test_run_owners.py": (
         "test_two_processes_resuming_one_run_run_its_nodes_once",
     ),
-    "tests/test_threads.py": (
+    "tests/runtime/test_threads.py": (
         "test_a_turn_killed_mid_step_resumes_and_the_next_turn_sees_its_result",
     ),
-    "tests/test_hash.py": (
+    "tests/ir/test_hash.py": (
         "test_hash_is_the_same_in_every_process",
         # and two hypothesis properties
         "test_hash_independent_of_key_order",
         "test_json_round_trip",
     ),
-    "tests/test_skills.py": ("test_site_ids_match_across_processes",),
-    "tests/refs/test_refs_stores.py": ("test_hashing_embedder_is_deterministic_across_processes",),
+    "tests/skills/test_skills.py": ("test_site_ids_match_across_processes",),
+    "tests/skills/refs/test_refs_stores.py": (
+        "test_hashing_embedder_is_deterministic_across_processes",
+    ),
     "tests/llm/test_llm_data.py": (
         "test_fingerprint_is_the_same_in_another_process",
         "test_importing_stargraph_llm_does_not_import_openai",
@@ -65,7 +67,7 @@ SLOW_TESTS: Final[dict[str, tuple[str, ...]]] = {
         "test_fingerprint_ignores_key_order",
     ),
     "tests/test_public_api.py": ("test_import_is_light",),
-    "tests/test_remote_executor.py": (
+    "tests/runtime/test_remote_executor.py": (
         "test_fan_out_matches_the_local_executor_and_replays",
         "test_timeouts_apply_to_remote_tasks",
     ),
@@ -76,12 +78,16 @@ SLOW_TESTS: Final[dict[str, tuple[str, ...]]] = {
     ),
     # Property and fuzz tests with many generated examples.
     "tests/fathom/test_fathom_sandbox_property.py": ("*",),
-    "tests/machine/test_machine_loader.py": ("test_loader_fuzz_gives_only_typed_errors",),
-    "tests/skills_md/test_skillmd_fuzz.py": ("test_fuzzed_frontmatter_yields_only_typed_errors",),
+    "tests/skills/machine/test_machine_loader.py": ("test_loader_fuzz_gives_only_typed_errors",),
+    "tests/skills/markdown/test_skillmd_fuzz.py": (
+        "test_fuzzed_frontmatter_yields_only_typed_errors",
+    ),
     "tests/llm/test_llm_chat_data_errors.py": (
         "test_any_bad_chat_data_raises_only_chat_data_errors",
     ),
-    "tests/test_seed_b18.py": ("test_B18_builtin_argument_validation_raises_only_typed_errors",),
+    "tests/tools/test_seed_b18.py": (
+        "test_B18_builtin_argument_validation_raises_only_typed_errors",
+    ),
     "tests/agents/test_agents_pool.py": (
         "test_D11_any_malformed_spawn_params_raise_only_agent_config_errors",
         "test_D9_any_malformed_agent_data_raises_only_agent_config_errors",
@@ -98,12 +104,14 @@ SLOW_TESTS: Final[dict[str, tuple[str, ...]]] = {
         "test_json_values_round_trip_like_the_memory_store",
     ),
     # Many trials, threads, deep stacks or real waits.
-    "tests/test_hardening_runtime.py": ("test_exactly_once_under_timeout_and_retry_100_trials",),
+    "tests/runtime/test_hardening_runtime.py": (
+        "test_exactly_once_under_timeout_and_retry_100_trials",
+    ),
     "tests/tools/test_tools_arbiter.py": (
         "test_100_concurrent_pairs_locking_ab_and_ba_through_dispatch_all_finish",
     ),
     "tests/checkpoint/test_checkpoint_conformance.py": ("TestSqliteStoreFull",),
-    "tests/machine/test_machine_schemas_deep.py": (
+    "tests/skills/machine/test_machine_schemas_deep.py": (
         "test_a_spawn_chain_deeper_than_the_recursion_limit_builds_and_bounds",
         "test_an_exit_cascades_through_a_stack_deeper_than_the_recursion_limit",
     ),
@@ -126,12 +134,12 @@ SLOW_TESTS: Final[dict[str, tuple[str, ...]]] = {
         "test_issue18_a_stream_that_fails_after_tokens_is_not_retried",
         "test_issue18_a_stream_that_fails_before_any_token_is_retried",
     ),
-    "tests/test_faults.py": (
+    "tests/checkpoint/test_faults.py": (
         "test_disk_full_during_a_commit",
         "test_read_only_database_file",
         "test_read_only_database_folder",
     ),
-    "tests/test_long_runs.py": ("test_issue19_react_run_stores_linearly",),
+    "tests/checkpoint/test_long_runs.py": ("test_issue19_react_run_stores_linearly",),
 }
 """Tests marked ``slow`` by file (relative to the repository) and test or class name."""
 

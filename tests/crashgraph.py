@@ -1,9 +1,9 @@
 """A durable graph for crash tests, run in subprocesses that the tests kill.
 
-``python -c "import crashgraph; crashgraph.main()" DB LEDGER RUN_ID SHAPE`` runs (or resumes)
-one run to its end and prints the final state as JSON. Every node records its execution in a
-side-effect ledger (a separate SQLite file) keyed by ``ctx.idempotency_key``, the way a real
-node would make an external effect idempotent.
+``python -c "from tests import crashgraph; crashgraph.main()" DB LEDGER RUN_ID SHAPE`` (from
+the repository root) runs (or resumes) one run to its end and prints the final state as JSON.
+Every node records its execution in a side-effect ledger (a separate SQLite file) keyed by
+``ctx.idempotency_key``, the way a real node would make an external effect idempotent.
 
 ``SG_CRASH_AT=<point>:<step>`` makes the process die (``os._exit``) at a named point:
 ``before_node`` (a node starts), ``after_effect`` (the node's effect is in the ledger but the

@@ -22,15 +22,15 @@ import pytest
 
 from stargraph.checkpoint import SqliteStore
 
-HERE = Path(__file__).parent
+ROOT = Path(__file__).resolve().parents[1]  # on PYTHONPATH: the children import tests.crashgraph
 TRIALS = int(os.environ.get("STARGRAPH_CHAOS_TRIALS", "25"))
 SEED = int(os.environ.get("STARGRAPH_CHAOS_SEED", "20261122"))
-LAUNCH = "import crashgraph; crashgraph.main()"
+LAUNCH = "from tests import crashgraph; crashgraph.main()"
 
 
 def _env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "SG_CRASH_AT"}
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")])
     env.update(extra)
     return env
 

@@ -112,6 +112,7 @@ def blocks_of(page: Path) -> list[Block]:
 def docs_model(request: RecordedRequest) -> Reply:
     """A model for the docs: it calls each offered tool once, in order, with the arguments
     below, then answers in words (or with the JSON a reply schema asks for)."""
+    assert request.body is not None
     offered = [t["function"]["name"] for t in request.body.get("tools") or ()]
     called = {
         call["function"]["name"]
@@ -136,6 +137,7 @@ def docs_model(request: RecordedRequest) -> Reply:
 def _wanted_schema(request: RecordedRequest) -> str | None:
     """The name of the reply schema the request asks for: in ``response_format`` (OpenAI's
     ``json_schema`` form or llama.cpp's ``json_object`` + ``schema``), else in the prompt."""
+    assert request.body is not None
     form = request.body.get("response_format") or {}
     named = (form.get("json_schema") or {}).get("name") or (form.get("schema") or {}).get("title")
     if named:
@@ -298,8 +300,7 @@ def _cli_pass(block: Block, folder: Path, file: str, env: dict[str, str], tools:
 @pytest.fixture(scope="module")
 def docs_pg() -> Iterator[str]:
     """A PostgreSQL server for the pages about PostgreSQL (started only for them)."""
-    sys.path.insert(0, str(ROOT / "tests" / "postgres"))
-    import pgcluster
+    from tests.postgres import pgcluster
 
     with pgcluster.running_cluster() as cluster:
         yield cluster.dsn

@@ -316,7 +316,7 @@ def test_invariant9_a_malformed_tool_call_raises_a_tool_argument_error() -> None
     from stargraph.tools import ToolCall, failure_of
 
     with pytest.raises(ToolArgumentError) as caught:
-        ToolCall(tool="demo.x", args={"when": object()}, lane=3)  # type: ignore[dict-item,arg-type]
+        ToolCall(tool="demo.x", args={"when": object()}, lane=3)
     failure = failure_of(caught.value)
     assert failure.code == "invalid_arguments"
     assert [f.field for f in failure.fields] == ["args.when", "lane"]

@@ -63,6 +63,8 @@ def imports(module: str, path: Path, known: dict[str, Path]) -> Iterator[Edge]:
     """The edges of ``module`` (at ``path``), by the rules in this file's docstring."""
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if not isinstance(node, ast.Import | ast.ImportFrom):
+            continue
         targets: list[str] = []
         if isinstance(node, ast.Import):
             targets = [alias.name for alias in node.names]
@@ -83,10 +85,10 @@ def imports(module: str, path: Path, known: dict[str, Path]) -> Iterator[Edge]:
                 yield Edge(module, found, node.lineno)
 
 
-def import_graph(src: Path = SRC, package: str = PACKAGE) -> nx.DiGraph:
+def import_graph(src: Path = SRC, package: str = PACKAGE) -> nx.DiGraph[str]:
     """The import graph of ``package``; each edge keeps the lines that make it (``lines``)."""
     known = modules(src, package)
-    graph = nx.DiGraph()
+    graph: nx.DiGraph[str] = nx.DiGraph()
     graph.add_nodes_from(known)
     for module, path in known.items():
         for edge in imports(module, path, known):
@@ -97,7 +99,7 @@ def import_graph(src: Path = SRC, package: str = PACKAGE) -> nx.DiGraph:
     return graph
 
 
-def circles(graph: nx.DiGraph) -> list[str]:
+def circles(graph: nx.DiGraph[str]) -> list[str]:
     """One line per import circle (a strongly connected set of modules): its modules, and one
     closed path through them with the line of each import, ``a:12 -> b:3 -> a``."""
     out = []

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from test_docs import ROOT, Block, _commands, blocks_of
+from tests.test_docs import ROOT, Block, _commands, blocks_of
 
 BIN = Path(sys.executable).parent
 

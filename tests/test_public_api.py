@@ -131,7 +131,7 @@ PUBLIC_PACKAGES = [
 def _public_members(obj: object) -> list[tuple[str, object]]:
     import inspect
 
-    out = []
+    out: list[tuple[str, object]] = []
     for name, member in vars(obj).items():
         if name.startswith("_"):
             continue

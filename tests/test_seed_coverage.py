@@ -24,25 +24,25 @@ CHECKLIST = ROOT.parent / "shared" / "design" / "SEED-CHECKLIST.md"
 SECTIONS = {"A": 21, "B": 18, "C": 8, "D": 11, "E": 11}
 """Rows per section, as the checklist's headings count them (69 in all)."""
 
-MR = "tests/machine/test_machine_runtime.py"
-ML = "tests/machine/test_machine_loader.py"
-MS = "tests/machine/test_machine_schemas.py"
-MN = "tests/machine/test_machine_lanes.py"
-MP = "tests/machine/test_machine_proposals.py"
+MR = "tests/skills/machine/test_machine_runtime.py"
+ML = "tests/skills/machine/test_machine_loader.py"
+MS = "tests/skills/machine/test_machine_schemas.py"
+MN = "tests/skills/machine/test_machine_lanes.py"
+MP = "tests/skills/machine/test_machine_proposals.py"
 TA = "tests/tools/test_tools_arbiter.py"
 TL = "tests/tools/test_tools_locks.py"
 TR = "tests/tools/test_tools_registry.py"
 TS = "tests/tools/test_tools_spec.py"
 TC = "tests/tools/test_tools_commit.py"
 TY = "tests/tools/test_tools_safety.py"
-SL = "tests/skills_md/test_skillmd_loading.py"
-SR = "tests/skills_md/test_skillmd_running.py"
+SL = "tests/skills/markdown/test_skillmd_loading.py"
+SR = "tests/skills/markdown/test_skillmd_running.py"
 AL = "tests/agents/test_agents_lifecycle.py"
 AP = "tests/agents/test_agents_pool.py"
-SK = "tests/test_skills.py"
+SK = "tests/skills/test_skills.py"
 SE = "tests/test_seed_rows.py"
-B18 = "tests/test_seed_b18.py"
-RA = "tests/react/test_react_acceptance.py"
+B18 = "tests/tools/test_seed_b18.py"
+RA = "tests/skills/react/test_react_acceptance.py"
 
 ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
     # A. Choir skill system
@@ -78,9 +78,9 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
     )),
     "A11": ("tool_not_allowed rejection shape; no allowlist admits nothing", (
         f"{MR}::test_A11_tool_not_allowed_rejection",
-        "tests/machine/test_machine_no_allowlist.py"
+        "tests/skills/machine/test_machine_no_allowlist.py"
         "::test_A11_state_built_with_allowed_tools_none_admits_no_tool",
-        "tests/machine/test_machine_no_allowlist.py"
+        "tests/skills/machine/test_machine_no_allowlist.py"
         "::test_A11_schema_state_with_tools_none_admits_no_tool",
         f"{SE}::test_A11_a_call_from_a_skill_state_without_an_allowlist_admits_no_tool",
     )),
@@ -126,9 +126,9 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
     )),
     "B2": ("canonical names; calls only from the structured channel", (
         f"{TS}::test_non_canonical_ids_are_rejected",
-        "tests/machine/test_machine_b2_text_calls.py"
+        "tests/skills/machine/test_machine_b2_text_calls.py"
         "::test_B2_call_like_text_in_a_skill_step_proposes_nothing",
-        "tests/react/test_react_b2_text_calls.py"
+        "tests/skills/react/test_react_b2_text_calls.py"
         "::test_B2_call_like_text_in_a_react_reply_is_the_answer_not_a_call",
     )),
     "B3": ("schema validation before execution; refusal logged", (
@@ -200,8 +200,8 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         f"{B18}::test_B18_every_builtin_runs_through_one_arbiter_and_is_committed",
         f"{B18}::test_B18_memory_query_modes_semantic_hash_range",
         f"{B18}::test_B18_email_send_check_receive_over_smtp_and_imap",
-        "tests/test_seed_b18_tls.py::test_B18_email_send_check_receive_over_tls",
-        "tests/test_seed_b18_tls.py"
+        "tests/tools/test_seed_b18_tls.py::test_B18_email_send_check_receive_over_tls",
+        "tests/tools/test_seed_b18_tls.py"
         "::test_B18_a_bad_server_certificate_is_a_typed_error_and_sends_nothing",
     )),
     # C. Schemas
@@ -289,7 +289,7 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         f"{SE}::test_E2_workflow_skill_routing_on_an_llm_node_is_refused_where_compiled_from_ir",
     )),
     "E3": ("a plugin name clash names both providers", (
-        "tests/test_plugins.py::test_two_plugins_registering_one_skill_fail_naming_both",
+        "tests/plugin/test_plugins.py::test_two_plugins_registering_one_skill_fail_naming_both",
     )),
     "E4": ("site ids from the IR position, stable", (
         f"{SK}::test_site_ids_are_stable_and_distinct",
@@ -311,18 +311,18 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         f"{RA}::test_a_model_that_never_stops_halts_at_max_steps",
         f"{RA}::test_done_stops_the_loop_and_is_named_in_the_run_record",
         f"{RA}::test_error_budget_stops_the_loop_and_is_named_in_the_run_record",
-        "tests/react/test_react_graph.py::test_graph_shape_config_and_rules",
+        "tests/skills/react/test_react_graph.py::test_graph_shape_config_and_rules",
     )),
     "E10": ("replay stubs by (node, step); think is must-stub", (
-        "tests/test_replay.py::test_replay_reproduces_state_and_events_without_calling_the_model",
-        "tests/test_replay.py::test_more_calls_than_recorded_is_a_miss",
-        "tests/react/test_react_graph.py::test_graph_shape_config_and_rules",
+        "tests/replay/test_replay.py::test_replay_reproduces_state_and_events_without_calling_the_model",
+        "tests/replay/test_replay.py::test_more_calls_than_recorded_is_a_miss",
+        "tests/skills/react/test_react_graph.py::test_graph_shape_config_and_rules",
     )),
     "E11": ("rag, autoresearch and wiki reference skills", (
-        "tests/refs/test_refs_rag.py::test_rag_is_a_workflow_skill_with_separate_nodes",
-        "tests/refs/test_refs_autoresearch.py::test_autoresearch_is_an_agent_skill_listing_its_tools",
-        "tests/refs/test_refs_wiki.py::test_wiki_is_an_agent_skill_fanning_out_with_send",
-        "tests/refs/test_refs_wiki.py::test_every_claim_cites_a_retrieved_source",
+        "tests/skills/refs/test_refs_rag.py::test_rag_is_a_workflow_skill_with_separate_nodes",
+        "tests/skills/refs/test_refs_autoresearch.py::test_autoresearch_is_an_agent_skill_listing_its_tools",
+        "tests/skills/refs/test_refs_wiki.py::test_wiki_is_an_agent_skill_fanning_out_with_send",
+        "tests/skills/refs/test_refs_wiki.py::test_every_claim_cites_a_retrieved_source",
     )),
 }  # fmt: skip
 
@@ -338,6 +338,9 @@ def _shared(named: str, listed: str) -> bool:
 
 def _row_key(row: str) -> tuple[str, int]:
     return row[0], int(row[1:])
+
+
+ROW_IDS: list[str] = sorted(ROWS, key=_row_key)
 
 
 @functools.cache
@@ -365,11 +368,13 @@ def test_the_table_has_exactly_the_checklist_rows() -> None:
     # The checklist lives beside the repository in the project's shared folder; where it
     # is, its own rows must be the table's (a row added there must be added here).
     if CHECKLIST.is_file():
-        listed = re.findall(r"^\| ([A-E]\d{1,2}) \|", CHECKLIST.read_text(), re.MULTILINE)
+        listed: list[str] = re.findall(
+            r"^\| ([A-E]\d{1,2}) \|", CHECKLIST.read_text(), re.MULTILINE
+        )
         assert sorted(listed, key=_row_key) == expected
 
 
-@pytest.mark.parametrize("row", sorted(ROWS, key=_row_key))
+@pytest.mark.parametrize("row", ROW_IDS)
 def test_every_row_has_a_named_test_that_exists(row: str) -> None:
     """One case per checklist row (its id is in the test id): the tests listed for the row
     exist, so a row cannot lose its proof by a rename or a deletion."""

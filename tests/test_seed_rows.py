@@ -198,7 +198,7 @@ def test_E2_registry_build_requires_a_skills_tools_to_be_registered(
     (folder / "SKILL.md").write_text(
         "---\nname: finder\ndescription: d\nkind: agent\ntools: [web.search@1.0.0]\n---\n"
     )
-    options = {"agent_dir": tmp_path / "agent", "skill_loaders": skill_md_loaders()}
+    options: dict[str, Any] = {"agent_dir": tmp_path / "agent", "skill_loaders": skill_md_loaders()}
     with pytest.raises(SkillValidationError, match=r"'web\.search@1\.0\.0' is not registered"):
         registry_of(**options)
     with caplog.at_level(logging.WARNING, logger="stargraph.registry"):

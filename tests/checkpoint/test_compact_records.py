@@ -12,7 +12,8 @@ import pytest
 from pydantic import BaseModel
 
 from stargraph import reducers
-from stargraph.checkpoint import MemoryStore, SqliteStore, StepRecord
+from stargraph.checkpoint import MemoryStore, RunRecord, SqliteStore, StepRecord
+from stargraph.checkpoint._records import trusted
 from stargraph.errors import CorruptCheckpointError
 from stargraph.graph import END, START, Graph
 
@@ -100,9 +101,13 @@ def test_issue19_memory_store_commits_without_rebuilding_the_run_record(
     store.create_run(
         RunRecord(run_id="m", graph_name="g", graph_hash="h", code_hash="c"), StepRecord(step=0)
     )
-    built = []
-    real = _memory.trusted
-    monkeypatch.setattr(_memory, "trusted", lambda cls, **f: built.append(cls) or real(cls, **f))
+    built: list[type] = []
+
+    def counting(cls: type[RunRecord], **fields: Any) -> RunRecord:
+        built.append(cls)
+        return trusted(cls, **fields)
+
+    monkeypatch.setattr(_memory, "trusted", counting)
     for step in range(1, 101):
         store.commit_step("m", StepRecord(step=step))
     assert built == []

@@ -4,7 +4,6 @@ fork and resume; what a resume writes is in the new format (read old, write new)
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,11 +11,8 @@ import pytest
 from stargraph.checkpoint import Recording, SqliteStore
 from stargraph.ir import content_hash
 from stargraph.replay import export_cassette, load_cassette
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import old_format
-from old_format import CALLS, FIXTURE, RUN_ID
+from tests.checkpoint import old_format
+from tests.checkpoint.old_format import CALLS, FIXTURE, RUN_ID
 
 
 # The fixture was written by older node code (the ReAct nodes may have changed since):
@@ -44,7 +40,9 @@ def test_issue19_a_run_stored_in_the_old_format_loads_replays_and_resumes(tmp_pa
                 for w in s.writes
                 for m in w.writes.get("trajectory", [])
             ]
-            assert len(state.trajectory) == len(written) + len(old[0].snapshot["trajectory"])
+            first = old[0].snapshot
+            assert first is not None
+            assert len(state.trajectory) == len(written) + len(first["trajectory"])
         replayed = app.replay(RUN_ID)
         assert replayed == app.get_state(RUN_ID)
 

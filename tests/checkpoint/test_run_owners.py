@@ -219,7 +219,7 @@ def test_answering_again_replaces_an_unread_answer(store: CheckpointStore) -> No
         .with_node("approve", approve)
         .with_edge(START, "approve")
         .with_edge("approve", END)
-        .compile(store=crashing)  # type: ignore[arg-type]
+        .compile(store=crashing)
     )
     app.invoke({}, run_id="r")
     with pytest.raises(SimulatedCrash):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -301,7 +301,11 @@ def counter_graph(fn: Any = bump) -> Graph[Counter]:
 
 def test_a_run_id_with_a_lone_surrogate_is_a_typed_error(store: CheckpointStore) -> None:
     app = counter_graph().compile(store=store)
-    for call in (lambda: app.invoke({}, run_id="r-\ud800"), lambda: app.resume("r-\ud800")):
+    calls: list[Callable[[], object]] = [
+        lambda: app.invoke({}, run_id="r-\ud800"),
+        lambda: app.resume("r-\ud800"),
+    ]
+    for call in calls:
         with pytest.raises(InvalidInputError, match=r"run id 'r-\\ud800'.*lone surrogate"):
             call()
     assert app.list_runs() == []

@@ -1,7 +1,7 @@
 """The ``stargraph`` command: every command's success and failure paths, via click's runner.
 
-Graphs used as ``module:attr`` live in this module (``test_cli_commands:...``): pytest puts
-this directory on ``sys.path``, as the CLI does with the current directory.
+Graphs used as ``module:attr`` live in this module (``tests.cli.test_cli_commands:...``):
+pytest puts the repository root on ``sys.path``, as the CLI does with the current directory.
 """
 
 from __future__ import annotations
@@ -111,8 +111,8 @@ def _one_paragraph(result: Result) -> None:
     [
         "FILE",
         "stargraph.examples.basics:chain_graph",
-        "test_cli_commands:chain",
-        "test_cli_commands:compiled_chain",
+        "tests.cli.test_cli_commands:chain",
+        "tests.cli.test_cli_commands:compiled_chain",
     ],
 )
 def test_compile_prints_the_hash_for_files_and_references(spec: str) -> None:
@@ -158,8 +158,8 @@ def test_compile_reports_graph_problems_found_by_the_compiler() -> None:
         ("missing.json", 1, "no such file: missing.json"),
         ("no-colon-here", 2, "neither an existing file nor a 'module:attr'"),
         ("no_such_module_xyz:graph", 1, "cannot import module 'no_such_module_xyz'"),
-        ("test_cli_commands:nothing", 1, "has no attribute 'nothing'"),
-        ("test_cli_commands:not_a_graph", 1, "is a int, not a Graph"),
+        ("tests.cli.test_cli_commands:nothing", 1, "has no attribute 'nothing'"),
+        ("tests.cli.test_cli_commands:not_a_graph", 1, "is a int, not a Graph"),
     ],
 )
 def test_compile_bad_graph_arguments(spec: str, code: int, message: str) -> None:
@@ -216,16 +216,16 @@ def test_run_quiet_and_custom_db() -> None:
     [("{oops", "--input is not valid JSON"), ("[1, 2]", "--input must be a JSON object")],
 )
 def test_run_rejects_bad_input_as_a_usage_error(value: str, message: str) -> None:
-    result = sg("run", "test_cli_commands:chain", "--input", value)
+    result = sg("run", "tests.cli.test_cli_commands:chain", "--input", value)
     assert result.exit_code == 2
     assert message in result.stderr
 
 
 def test_run_input_from_a_file_and_invalid_state() -> None:
     Path("in.json").write_text('{"counter": 5}')
-    result = sg("run", "test_cli_commands:chain", "--input", "@in.json", "-q")
+    result = sg("run", "tests.cli.test_cli_commands:chain", "--input", "@in.json", "-q")
     assert json.loads(result.stdout)["counter"] == 8
-    result = sg("run", "test_cli_commands:chain", "--input", '{"counter": "many"}', "-q")
+    result = sg("run", "tests.cli.test_cli_commands:chain", "--input", '{"counter": "many"}', "-q")
     assert result.exit_code == 2  # a usage error: no run was started, none to resume
     _one_paragraph(result)
     assert "no run was started: input of run" in result.stderr
@@ -235,29 +235,33 @@ def test_run_input_from_a_file_and_invalid_state() -> None:
 
 
 def test_interrupted_run_exits_0_and_says_how_to_resume() -> None:
-    result = sg("run", "test_cli_commands:approval", "--run-id", "t-1", "--input", '{"value": 2}')
+    result = sg(
+        "run", "tests.cli.test_cli_commands:approval", "--run-id", "t-1", "--input", '{"value": 2}'
+    )
     assert result.exit_code == 0, result.stderr
     assert result.stdout.startswith("run t-1 is waiting: node 'ask' asks ")
     assert '{"question": "approve?", "value": 4}' in result.stdout
     assert (
-        "continue it with: stargraph resume t-1 --response JSON --graph test_cli_commands:approval"
-        in result.stdout
+        "continue it with: stargraph resume t-1 --response JSON "
+        "--graph tests.cli.test_cli_commands:approval" in result.stdout
     )
 
 
 def test_failed_run_exits_1_naming_node_and_resume_command() -> None:
-    result = sg("run", "test_cli_commands:fragile", "--run-id", "f-1", "--input", '{"value": -1}')
+    result = sg(
+        "run", "tests.cli.test_cli_commands:fragile", "--run-id", "f-1", "--input", '{"value": -1}'
+    )
     assert result.exit_code == 1
     _one_paragraph(result)
     assert "explode" in result.stderr
     assert "negative tickets are not allowed" in result.stderr
-    assert "stargraph resume f-1 --graph test_cli_commands:fragile" in result.stderr
+    assert "stargraph resume f-1 --graph tests.cli.test_cli_commands:fragile" in result.stderr
     assert "run f-1 failed in explode: NodeError" in result.stderr  # the progress line
 
 
 def test_run_with_a_taken_run_id_fails() -> None:
-    assert sg("run", "test_cli_commands:chain", "--run-id", "dup", "-q").exit_code == 0
-    result = sg("run", "test_cli_commands:chain", "--run-id", "dup", "-q")
+    assert sg("run", "tests.cli.test_cli_commands:chain", "--run-id", "dup", "-q").exit_code == 0
+    result = sg("run", "tests.cli.test_cli_commands:chain", "--run-id", "dup", "-q")
     assert result.exit_code == 1
     _one_paragraph(result)
     assert "dup" in result.stderr
@@ -266,7 +270,14 @@ def test_run_with_a_taken_run_id_fails() -> None:
 def test_debug_shows_the_traceback() -> None:
     from stargraph.cli._app import cli
 
-    args = ["--debug", "run", "test_cli_commands:fragile", "--input", '{"value": -1}', "-q"]
+    args = [
+        "--debug",
+        "run",
+        "tests.cli.test_cli_commands:fragile",
+        "--input",
+        '{"value": -1}',
+        "-q",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 1
     assert "Traceback" in result.stderr
@@ -277,9 +288,23 @@ def test_debug_shows_the_traceback() -> None:
 
 
 def test_resume_answers_the_interrupt_and_prints_the_final_state() -> None:
-    sg("run", "test_cli_commands:approval", "--run-id", "t-1", "--input", '{"value": 2}', "-q")
+    sg(
+        "run",
+        "tests.cli.test_cli_commands:approval",
+        "--run-id",
+        "t-1",
+        "--input",
+        '{"value": 2}',
+        "-q",
+    )
     result = sg(
-        "resume", "t-1", "--response", '"yes"', "--graph", "test_cli_commands:approval", "--plain"
+        "resume",
+        "t-1",
+        "--response",
+        '"yes"',
+        "--graph",
+        "tests.cli.test_cli_commands:approval",
+        "--plain",
     )
     assert result.exit_code == 0, result.stderr
     assert json.loads(result.stdout) == {"value": 4, "answer": "yes"}
@@ -295,7 +320,7 @@ def test_resume_finds_the_archived_graph_without_graph_option() -> None:
 
 
 def test_resume_refuses_an_update_while_a_node_waits_for_its_answer() -> None:
-    sg("run", "test_cli_commands:approval", "--run-id", "t-5", "-q")
+    sg("run", "tests.cli.test_cli_commands:approval", "--run-id", "t-5", "-q")
     result = sg("resume", "t-5", "--response", '"a"', "--update", '{"value": 7}', "-q")
     # An update would commit a step and drop what the node recorded before it asked.
     assert result.exit_code == 1
@@ -303,8 +328,10 @@ def test_resume_refuses_an_update_while_a_node_waits_for_its_answer() -> None:
 
 
 def test_resume_with_another_graph_names_both_hashes() -> None:
-    sg("run", "test_cli_commands:approval", "--run-id", "t-3", "-q")
-    result = sg("resume", "t-3", "--response", "1", "--graph", "test_cli_commands:other_approval")
+    sg("run", "tests.cli.test_cli_commands:approval", "--run-id", "t-3", "-q")
+    result = sg(
+        "resume", "t-3", "--response", "1", "--graph", "tests.cli.test_cli_commands:other_approval"
+    )
     assert result.exit_code == 1
     _one_paragraph(result)
     assert approval().graph_hash in result.stderr
@@ -313,15 +340,17 @@ def test_resume_with_another_graph_names_both_hashes() -> None:
 
 
 def test_resume_failure_paths() -> None:
-    result = sg("resume", "r", "--graph", "test_cli_commands:approval")
+    result = sg("resume", "r", "--graph", "tests.cli.test_cli_commands:approval")
     assert result.exit_code == 1
     assert "no run database at .stargraph/stargraph.db" in result.stderr
-    sg("run", "test_cli_commands:approval", "--run-id", "t-4", "-q")
-    result = sg("resume", "nope", "--graph", "test_cli_commands:approval")
+    sg("run", "tests.cli.test_cli_commands:approval", "--run-id", "t-4", "-q")
+    result = sg("resume", "nope", "--graph", "tests.cli.test_cli_commands:approval")
     assert result.exit_code == 1
     assert "'nope'" in result.stderr
     assert "stargraph runs" in result.stderr
-    result = sg("resume", "t-4", "--update", "[1]", "--graph", "test_cli_commands:approval")
+    result = sg(
+        "resume", "t-4", "--update", "[1]", "--graph", "tests.cli.test_cli_commands:approval"
+    )
     assert result.exit_code == 2
     assert "--update must be a JSON object" in result.stderr
     for path in Path(".stargraph/graphs").iterdir():  # the archived IR and the GRAPH argument
@@ -336,8 +365,8 @@ def test_resume_failure_paths() -> None:
 
 
 def test_resume_of_a_finished_run_fails() -> None:
-    sg("run", "test_cli_commands:chain", "--run-id", "done-1", "-q")
-    result = sg("resume", "done-1", "--graph", "test_cli_commands:chain")
+    sg("run", "tests.cli.test_cli_commands:chain", "--run-id", "done-1", "-q")
+    result = sg("resume", "done-1", "--graph", "tests.cli.test_cli_commands:chain")
     assert result.exit_code == 1
     _one_paragraph(result)
     assert "done-1" in result.stderr
@@ -347,8 +376,8 @@ def test_resume_of_a_finished_run_fails() -> None:
 
 
 def test_runs_lists_runs_and_filters_by_status() -> None:
-    sg("run", "test_cli_commands:chain", "--run-id", "c-1", "-q")
-    sg("run", "test_cli_commands:approval", "--run-id", "a-1", "-q")
+    sg("run", "tests.cli.test_cli_commands:chain", "--run-id", "c-1", "-q")
+    sg("run", "tests.cli.test_cli_commands:approval", "--run-id", "a-1", "-q")
     result = sg("runs")
     assert result.exit_code == 0
     lines = result.stdout.splitlines()
@@ -376,7 +405,7 @@ def test_runs_failure_paths() -> None:
 
 
 def test_show_prints_summary_steps_and_state() -> None:
-    sg("run", "test_cli_commands:chain", "--run-id", "c-1", "-q")
+    sg("run", "tests.cli.test_cli_commands:chain", "--run-id", "c-1", "-q")
     result = sg("show", "c-1")
     assert result.exit_code == 0
     out = result.stdout
@@ -393,7 +422,7 @@ def test_show_prints_summary_steps_and_state() -> None:
 
 
 def test_show_interrupted_run_and_state_without_a_graph() -> None:
-    sg("run", "test_cli_commands:approval", "--run-id", "a-1", "-q")
+    sg("run", "tests.cli.test_cli_commands:approval", "--run-id", "a-1", "-q")
     for path in Path(".stargraph/graphs").glob("*.json"):
         path.unlink()
     with sqlite3.connect(".stargraph/stargraph.db") as conn:  # as stored by an older stargraph
@@ -402,12 +431,12 @@ def test_show_interrupted_run_and_state_without_a_graph() -> None:
     assert 'waiting on {"index": 0, "kind": "node", "node": "ask"' in out
     assert "pass --graph to rebuild the state" in out
     assert '"value": 0' in sg("show", "a-1", "--step", "0").stdout  # step 0 is a snapshot
-    out = sg("show", "a-1", "--graph", "test_cli_commands:approval").stdout
+    out = sg("show", "a-1", "--graph", "tests.cli.test_cli_commands:approval").stdout
     assert '"value": 0' in out
 
 
 def test_show_failure_paths() -> None:
-    sg("run", "test_cli_commands:chain", "--run-id", "c-1", "-q")
+    sg("run", "tests.cli.test_cli_commands:chain", "--run-id", "c-1", "-q")
     result = sg("show", "c-1", "--step", "9")
     assert result.exit_code == 1
     assert "run c-1 has steps 0..3; there is no step 9" in result.stderr
@@ -417,7 +446,7 @@ def test_show_failure_paths() -> None:
 
 
 def test_show_html_writes_a_report() -> None:
-    sg("run", "test_cli_commands:chain", "--run-id", "c-1", "-q")
+    sg("run", "tests.cli.test_cli_commands:chain", "--run-id", "c-1", "-q")
     result = sg("show", "c-1", "--html", "report.html")
     assert result.exit_code == 0
     html = Path("report.html").read_text()
@@ -433,7 +462,7 @@ def test_show_html_writes_a_report() -> None:
     result = sg("show", "c-1", "--html", "r2.html")
     assert result.exit_code == 2
     assert "pass --graph" in result.stderr
-    result = sg("show", "c-1", "--html", "r2.html", "--graph", "test_cli_commands:chain")
+    result = sg("show", "c-1", "--html", "r2.html", "--graph", "tests.cli.test_cli_commands:chain")
     assert result.exit_code == 0
     assert Path("r2.html").is_file()
 
@@ -442,8 +471,8 @@ def test_show_html_writes_a_report() -> None:
 
 
 def test_diff_of_equal_runs_exits_0() -> None:
-    sg("run", "test_cli_commands:chain", "--run-id", "a", "-q")
-    sg("run", "test_cli_commands:chain", "--run-id", "b", "-q")
+    sg("run", "tests.cli.test_cli_commands:chain", "--run-id", "a", "-q")
+    sg("run", "tests.cli.test_cli_commands:chain", "--run-id", "b", "-q")
     result = sg("diff", "a", "b")
     assert result.exit_code == 0
     assert result.stdout == ""
@@ -451,9 +480,17 @@ def test_diff_of_equal_runs_exits_0() -> None:
 
 
 def test_diff_of_different_runs_exits_1_and_names_steps() -> None:
-    sg("run", "test_cli_commands:chain", "--run-id", "a", "-q")
-    sg("run", "test_cli_commands:chain", "--run-id", "b", "-q", "--input", '{"counter": 1}')
-    sg("run", "test_cli_commands:approval", "--run-id", "c", "-q")
+    sg("run", "tests.cli.test_cli_commands:chain", "--run-id", "a", "-q")
+    sg(
+        "run",
+        "tests.cli.test_cli_commands:chain",
+        "--run-id",
+        "b",
+        "-q",
+        "--input",
+        '{"counter": 1}',
+    )
+    sg("run", "tests.cli.test_cli_commands:approval", "--run-id", "c", "-q")
     result = sg("diff", "a", "b")
     assert result.exit_code == 1
     lines = result.stdout.splitlines()
@@ -469,7 +506,7 @@ def test_diff_of_different_runs_exits_1_and_names_steps() -> None:
 
 def test_diff_trouble_exits_2() -> None:
     assert sg("diff", "a", "b").exit_code == 2  # no database
-    sg("run", "test_cli_commands:chain", "--run-id", "a", "-q")
+    sg("run", "tests.cli.test_cli_commands:chain", "--run-id", "a", "-q")
     result = sg("diff", "a", "missing")
     assert result.exit_code == 2
     assert "'missing'" in result.stderr
@@ -490,10 +527,9 @@ def test_draw_mermaid_and_dot() -> None:
 
 
 def test_draw_images_without_graphviz_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    from stargraph.viz import _render
 
-    monkeypatch.setattr(_render.shutil, "which", lambda name: None)
-    result = sg("draw", "test_cli_commands:chain", "-f", "png", "-o", "g.png")
+    monkeypatch.setattr("stargraph.viz._render.shutil.which", lambda name: None)
+    result = sg("draw", "tests.cli.test_cli_commands:chain", "-f", "png", "-o", "g.png")
     assert result.exit_code == 1
     _one_paragraph(result)
     assert "apt-get install graphviz" in result.stderr
@@ -506,13 +542,15 @@ def test_draw_svg_through_dot(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
     exe.write_text('#!/bin/sh\necho "<svg/>"\n')
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{exe.parent}:/usr/bin:/bin")
-    assert sg("draw", "test_cli_commands:chain", "-f", "svg", "-o", "g.svg").exit_code == 0
+    assert (
+        sg("draw", "tests.cli.test_cli_commands:chain", "-f", "svg", "-o", "g.svg").exit_code == 0
+    )
     assert Path("g.svg").read_text() == "<svg/>\n"
-    assert sg("draw", "test_cli_commands:chain", "-f", "svg").stdout == "<svg/>\n"
+    assert sg("draw", "tests.cli.test_cli_commands:chain", "-f", "svg").stdout == "<svg/>\n"
 
 
 def test_draw_usage_errors() -> None:
-    assert sg("draw", "test_cli_commands:chain", "-f", "gif").exit_code == 2
+    assert sg("draw", "tests.cli.test_cli_commands:chain", "-f", "gif").exit_code == 2
     assert sg("draw").exit_code == 2
 
 
@@ -533,7 +571,7 @@ def test_rules_check_accepts_a_valid_pack() -> None:
     result = sg("rules", "check", "loop.clp")
     assert result.exit_code == 0, result.stderr
     assert result.stdout.startswith("ok: rule pack loop@3 sha256:")
-    result = sg("rules", "check", "loop.clp", "--graph", "test_cli_commands:chain")
+    result = sg("rules", "check", "loop.clp", "--graph", "tests.cli.test_cli_commands:chain")
     assert result.exit_code == 0, result.stderr
 
 
@@ -544,7 +582,7 @@ def test_rules_check_failures() -> None:
     _one_paragraph(result)
     assert "bad" in result.stderr
     Path("loop.clp").write_text(PACK.replace("TARGET", "n2"))
-    result = sg("rules", "check", "loop.clp", "--graph", "test_cli_commands:chain")
+    result = sg("rules", "check", "loop.clp", "--graph", "tests.cli.test_cli_commands:chain")
     assert result.exit_code == 1
     assert "goto target 'n2' is not a successor of node 'n0'" in result.stderr
     assert sg("rules", "check", "missing.clp").exit_code == 2

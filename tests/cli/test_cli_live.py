@@ -6,6 +6,7 @@ import io
 import json
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ import pytest
 from stargraph.cli._live import LiveView, PlainView, describe_event, watch
 from stargraph.cli._output import waiting_message
 from stargraph.runtime import (
+    Event,
     NodeFinished,
     NodeStarted,
     RuleDecided,
@@ -23,7 +25,7 @@ from stargraph.runtime import (
     StepCompleted,
 )
 
-EVENTS = [
+EVENTS: list[Event] = [
     RunStarted(run_id="r", step=0, graph_hash="sha256:abc"),
     NodeStarted(run_id="r", step=1, node="plan"),
     NodeStarted(run_id="r", step=1, path=("step-3",), node="t0"),
@@ -80,7 +82,7 @@ def test_watch_closes_the_view_when_the_stream_fails() -> None:
         def close(self) -> None:
             closed.append(True)
 
-    def boom():  # type: ignore[no-untyped-def]
+    def boom() -> Iterator[Event]:
         yield EVENTS[0]
         raise RuntimeError("stream broke")
 

@@ -1,6 +1,7 @@
 """``stargraph replay``, ``skills`` and ``plugins``: success and failure paths via click's runner.
 
-Graphs named ``test_cli_more:...`` live here (pytest puts this directory on ``sys.path``).
+Graphs named ``tests.cli.test_cli_more:...`` live here (pytest puts the repository root on
+``sys.path``).
 Plugins are installed the way ``importlib.metadata`` sees them: a package plus a dist-info
 directory with an entry point in group ``stargraph``, on a temporary ``sys.path`` entry.
 """
@@ -109,10 +110,10 @@ def test_replay_exports_and_replays_a_cassette(tmp_path: Path) -> None:
 
 
 def test_replay_that_diverges_exits_1_with_the_difference() -> None:
-    result = sg("run", "test_cli_more:flippy", "--run-id", "f-1", "-q")
+    result = sg("run", "tests.cli.test_cli_more:flippy", "--run-id", "f-1", "-q")
     assert result.exit_code == 0, result.output
     SWITCH["flipped"] = True
-    replayed = sg("replay", "f-1", "--graph", "test_cli_more:flippy")
+    replayed = sg("replay", "f-1", "--graph", "tests.cli.test_cli_more:flippy")
     assert replayed.exit_code == 1
     error = one_paragraph_error(replayed)
     assert "replay of run f-1 diverged from its record" in error
@@ -172,7 +173,7 @@ def test_a_counterfactual_diff_lines_up_the_steps_after_its_update() -> None:
     """The update a counterfactual inserts is a step of its own; the diff used to compare
     the parent's step k with the child's step k, one step off from there on (the parent's
     ``b`` beside the child's ``__update__``, its ``c`` beside the child's ``b``)."""
-    assert sg("run", "test_cli_more:abc", "--run-id", "p-1", "-q").exit_code == 0
+    assert sg("run", "tests.cli.test_cli_more:abc", "--run-id", "p-1", "-q").exit_code == 0
     result = sg("replay", "p-1", "--from-step", "2", "--set", "n=100")
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()[3:]

@@ -2,7 +2,7 @@
 
 Proposals are made the way agents make them: the ``propose.*`` meta-tools dispatched through
 an ``Arbiter`` (and ``ProposalStore.submit`` for the odd case). Implementations passed as
-``--implementation module:attr`` live in this module (pytest puts this directory on
+``--implementation module:attr`` live in this module (pytest puts the repository root on
 ``sys.path``, as the CLI does with the current directory).
 """
 
@@ -253,7 +253,9 @@ def test_approving_a_skill_whose_spec_became_invalid_fails(ids: dict[str, str]) 
     assert _status(ids["skill"]) == ("pending", None)
 
 
-@pytest.mark.parametrize("ref", ["test_cli_proposals:greet", "test_cli_proposals:make_greet"])
+@pytest.mark.parametrize(
+    "ref", ["tests.cli.test_cli_proposals:greet", "tests.cli.test_cli_proposals:make_greet"]
+)
 def test_approving_a_tool_with_its_implementation(ids: dict[str, str], ref: str) -> None:
     result = sg("proposals", "approve", ids["tool"], "--implementation", ref)
     assert result.exit_code == 0, result.output
@@ -266,10 +268,18 @@ def test_approving_a_tool_with_its_implementation(ids: dict[str, str], ref: str)
     ("args", "code", "message"),
     [
         ([], 2, "write the tool and approve with --implementation module:attr"),
-        (["--implementation", "test_cli_proposals:not_a_tool"], 1, "is a int, not a tool"),
-        (["--implementation", "test_cli_proposals:nope"], 1, "cannot import --implementation"),
+        (
+            ["--implementation", "tests.cli.test_cli_proposals:not_a_tool"],
+            1,
+            "is a int, not a tool",
+        ),
+        (
+            ["--implementation", "tests.cli.test_cli_proposals:nope"],
+            1,
+            "cannot import --implementation",
+        ),
         (["--implementation", "no_such_module:greet"], 1, "cannot import --implementation"),
-        (["--implementation", "test_cli_proposals:wave"], 1, "the implementation is"),
+        (["--implementation", "tests.cli.test_cli_proposals:wave"], 1, "the implementation is"),
         (["--agent-dir", "skills"], 2, "--agent-dir is for skill proposals"),
     ],
 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from typing import Annotated, Any
 
 import pytest
@@ -396,10 +397,15 @@ def test_issue19_snapshot_is_read_once_until_the_facts_change(
     """A run stores the facts with every step, most of which ask no rule: the engine reads
     its facts out of CLIPS once per change (decide, restore, reset), not once per step."""
     from stargraph.fathom import _engine
+    from stargraph.fathom._raw import iter_facts
 
-    reads = []
-    real = _engine.iter_facts
-    monkeypatch.setattr(_engine, "iter_facts", lambda env: reads.append(1) or real(env))
+    reads: list[int] = []
+
+    def counting(env: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+        reads.append(1)
+        return iter_facts(env)
+
+    monkeypatch.setattr(_engine, "iter_facts", counting)
     with make_engine() as engine:
         engine.decide(**inputs(1))
         first = engine.snapshot()

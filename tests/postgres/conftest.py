@@ -6,19 +6,12 @@ a fresh schema name and drops it afterwards. A server that cannot start fails th
 
 from __future__ import annotations
 
-import sys
 import uuid
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).parent
-for path in (HERE, HERE.parent):  # pgcluster here, crashgraph one level up
-    if str(path) not in sys.path:
-        sys.path.insert(0, str(path))
-
-import pgcluster  # noqa: E402
+from tests.postgres import pgcluster
 
 
 @pytest.fixture(scope="session")

@@ -16,10 +16,9 @@ import threading
 import time
 from typing import Any
 
-from workgraph import WorkState
-
 from stargraph.graph import END, START, Graph
 from stargraph.runtime import RunContext
+from tests.postgres.workgraph import WorkState
 
 _local = threading.local()
 RETRY_DEADLINE_S = 60.0

@@ -1,6 +1,7 @@
 """``crashgraph`` on PostgreSQL: the same graphs and crash points, a ``PostgresStore``.
 
-``python -c "import pg_crashgraph; pg_crashgraph.main()" DSN SCHEMA LEDGER RUN_ID SHAPE``
+``python -c "from tests.postgres import pg_crashgraph; pg_crashgraph.main()" DSN SCHEMA LEDGER
+RUN_ID SHAPE`` (from the repository root)
 runs (or resumes) one run to its end and prints the final state as JSON; ``SG_CRASH_AT``
 works as in ``crashgraph`` (``during_commit`` leaves an open transaction that wrote the step
 row when the process dies).
@@ -13,8 +14,8 @@ import os
 import sys
 from typing import Any
 
-import crashgraph
 from stargraph.checkpoint import PostgresStore, StepRecord
+from tests import crashgraph
 
 
 class CrashingPgStore(PostgresStore):

@@ -23,6 +23,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 __all__ = ["Cluster", "ClusterError", "find_bindir", "running_cluster"]
 
@@ -114,7 +115,7 @@ class Cluster:
                 raise ClusterError("running as root and neither 'postgres' nor 'nobody' exists")
 
     def _run(self, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-        extra: dict[str, object] = {}
+        extra: dict[str, Any] = {}
         if self._user is not None:
             entry = pwd.getpwnam(self._user)
             extra = {"user": entry.pw_uid, "group": entry.pw_gid, "extra_groups": []}
@@ -128,7 +129,7 @@ class Cluster:
             timeout=timeout,
             env=env,
             cwd=self.root,
-            **extra,  # type: ignore[arg-type]
+            **extra,
         )
 
     def start(self) -> None:

@@ -18,18 +18,18 @@ import psycopg
 import pytest
 
 from stargraph.checkpoint import PostgresStore
-from test_crash import POINTS, SEED, _env, _ledger
+from tests.test_crash import POINTS, SEED, _env, _ledger
 
 pytestmark = pytest.mark.postgres  # a PostgreSQL server (tests/postgres/pgcluster.py)
 
-HERE = Path(__file__).parent
+ROOT = Path(__file__).resolve().parents[2]  # on PYTHONPATH: the children import tests.*
 TRIALS = int(os.environ.get("STARGRAPH_PG_CHAOS_TRIALS", "8"))
-LAUNCH = "import pg_crashgraph; pg_crashgraph.main()"
+LAUNCH = "from tests.postgres import pg_crashgraph; pg_crashgraph.main()"
 
 
 def _pg_env() -> dict[str, str]:
     env = _env()
-    env["PYTHONPATH"] = os.pathsep.join([str(HERE), env["PYTHONPATH"]])
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), env["PYTHONPATH"]])
     return env
 
 

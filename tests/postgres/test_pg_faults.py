@@ -22,25 +22,24 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import pgcluster
 import psycopg
 import pytest
-import workgraph
 
 from stargraph.checkpoint import PostgresStore
 from stargraph.errors import StoreUnavailableError
 from stargraph.workers import open_queue, submit
+from tests.postgres import pgcluster, workgraph
 
 pytestmark = pytest.mark.postgres  # a PostgreSQL server (tests/postgres/pgcluster.py)
 
-HERE = Path(__file__).parent
+ROOT = Path(__file__).resolve().parents[2]  # on PYTHONPATH: workers import tests.postgres.*
 DEADLINE_S = 60.0
-STEPS = 6  # faultgraph:chain
+STEPS = 6  # tests.postgres.faultgraph:chain
 
 
 def _spawn(dsn: str, schema: str, *args: str, **env: str) -> subprocess.Popen[bytes]:
     full = dict(os.environ)
-    full["PYTHONPATH"] = os.pathsep.join([str(HERE), full.get("PYTHONPATH", "")])
+    full["PYTHONPATH"] = os.pathsep.join([str(ROOT), full.get("PYTHONPATH", "")])
     full.update(SG_LEDGER=dsn, SG_LEDGER_SCHEMA=schema, **env)
     return subprocess.Popen(
         [sys.executable, "-m", "stargraph.workers", "--db", dsn, "--schema", schema, *args],
@@ -126,7 +125,9 @@ def test_a_connection_killed_mid_commit_is_retried_and_each_run_finishes_once(
     workgraph.setup_ledger(pg_dsn, pg_schema)
     PostgresStore(pg_dsn, schema=pg_schema).close()  # migrate before the workers race
     holder = _hold_commits_of_step(pg_dsn, pg_schema, 2)
-    ids = [submit(pg_dsn, "faultgraph:chain", {}, schema=pg_schema) for _ in range(4)]
+    ids = [
+        submit(pg_dsn, "tests.postgres.faultgraph:chain", {}, schema=pg_schema) for _ in range(4)
+    ]
     args = ("--lease", "15", "--heartbeat", "1", "--poll", "0.2", "--idle-exit", "2")
     procs = [_spawn(pg_dsn, pg_schema, *args) for _ in range(2)]
     try:
@@ -170,7 +171,7 @@ def test_a_server_restart_mid_run_every_run_finishes_once() -> None:
         workgraph.setup_ledger(dsn, schema)
         PostgresStore(dsn, schema=schema).close()
         holder = _hold_commits_of_step(dsn, schema, 3)
-        ids = [submit(dsn, "faultgraph:chain", {}, schema=schema) for _ in range(6)]
+        ids = [submit(dsn, "tests.postgres.faultgraph:chain", {}, schema=schema) for _ in range(6)]
         args = ("--lease", "20", "--heartbeat", "1", "--poll", "0.2", "--idle-exit", "2")
         procs = [_spawn(dsn, schema, *args) for _ in range(2)]
         try:
@@ -206,7 +207,7 @@ def test_sigterm_hands_a_workers_run_back_at_a_step_boundary(pg_dsn: str, pg_sch
     workgraph.setup_ledger(pg_dsn, pg_schema)
     PostgresStore(pg_dsn, schema=pg_schema).close()
     holder = _hold_commits_of_step(pg_dsn, pg_schema, 3)
-    run_id = submit(pg_dsn, "faultgraph:chain", {}, schema=pg_schema)
+    run_id = submit(pg_dsn, "tests.postgres.faultgraph:chain", {}, schema=pg_schema)
     first = _spawn(pg_dsn, pg_schema, "-v", "--lease", "30", "--idle-exit", "30")
     lines: list[str] = []
     seen = threading.Condition()

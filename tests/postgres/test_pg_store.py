@@ -24,7 +24,7 @@ SECRET = "s3cr3t-pa55"
 
 
 def _closed_port() -> int:
-    import pgcluster
+    from tests.postgres import pgcluster
 
     return pgcluster.free_port()
 
@@ -277,7 +277,13 @@ def test_a_second_resumer_is_refused_on_postgres(pg_dsn: str, pg_schema: str) ->
         app = _specials_app(store)
         app.invoke({}, run_id="r")
         assert app.get_run("r").status == "interrupted"
-        RESUME_HOOK.append(lambda: (ran.append("bump"), entered.set(), release.wait(60)))
+
+        def bump() -> None:
+            ran.append("bump")
+            entered.set()
+            release.wait(60)
+
+        RESUME_HOOK.append(bump)
         try:
             box: dict[str, Any] = {}
             first = threading.Thread(target=lambda: box.update(final=app.resume("r")))

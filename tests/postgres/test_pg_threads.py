@@ -3,23 +3,15 @@ before threads) that is migrated and then takes threads."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import psycopg
 import pytest
 
 from stargraph.checkpoint import PostgresStore
 from stargraph.checkpoint._postgres import _MIGRATIONS, SCHEMA_VERSION
 from stargraph.checkpoint.conformance import make_run, make_step
+from tests.runtime import threadgraph
 
 pytestmark = pytest.mark.postgres  # a PostgreSQL server (tests/postgres/pgcluster.py)
-
-HERE = Path(__file__).resolve().parent.parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-import threadgraph  # noqa: E402
 
 
 def test_a_thread_of_three_turns_on_postgres(pg_dsn: str, pg_schema: str) -> None:

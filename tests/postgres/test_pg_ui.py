@@ -16,7 +16,6 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -26,9 +25,7 @@ import uvicorn
 from stargraph.checkpoint import PostgresStore, StepRecord
 from stargraph.checkpoint.conformance import make_run
 from stargraph.ui import UiSettings, create_app
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ui"))
-from ui_graphs import GATES, approval_graph, loop_graph, scripted_model, trip_graph
+from tests.ui.ui_graphs import GATES, approval_graph, loop_graph, scripted_model, trip_graph
 
 pytestmark = pytest.mark.postgres  # a PostgreSQL server (tests/postgres/pgcluster.py)
 

@@ -65,11 +65,11 @@ def setup_ledger(target: str, schema: str = "") -> None:
             for sql in ddl:
                 conn.execute(sql.format(p=f'"{schema}".'))
     else:
-        conn = sqlite3.connect(target, timeout=30)
-        with conn:
+        db = sqlite3.connect(target, timeout=30)
+        with db:
             for sql in ddl:
-                conn.execute(sql.format(p=""))
-        conn.close()
+                db.execute(sql.format(p=""))
+        db.close()
 
 
 def ledger_rows(target: str, schema: str = "", table: str = "ledger") -> list[tuple[Any, ...]]:
@@ -80,11 +80,11 @@ def ledger_rows(target: str, schema: str = "", table: str = "ledger") -> list[tu
 
         with psycopg.connect(target, autocommit=True) as conn:
             return list(conn.execute(f'SELECT {cols} FROM "{schema}".{table}').fetchall())
-    conn = sqlite3.connect(target, timeout=30)
+    db = sqlite3.connect(target, timeout=30)
     try:
-        return list(conn.execute(f"SELECT {cols} FROM {table}").fetchall())
+        return list(db.execute(f"SELECT {cols} FROM {table}").fetchall())
     finally:
-        conn.close()
+        db.close()
 
 
 def _record(ctx: RunContext) -> None:

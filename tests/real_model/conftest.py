@@ -7,19 +7,13 @@ server that cannot be built or started fails the tests (see ``llamaserver``).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-HERE = Path(__file__).parent
-if str(HERE) not in sys.path:
-    sys.path.insert(0, str(HERE))
-
-import llamaserver  # noqa: E402
-
-from stargraph.llm import OpenAIChatModel  # noqa: E402
+from stargraph.llm import OpenAIChatModel
+from tests.real_model import llamaserver
 
 API_KEY = llamaserver.API_KEY
 

@@ -11,13 +11,13 @@ import json
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-import realagent
+# The repository root, so that the graph is built from tests.real_model.realagent, as in the test.
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from stargraph.checkpoint import SqliteStore
 from stargraph.llm import OpenAIChatModel
 from stargraph.tools import SqliteCommitLog
+from tests.real_model import realagent
 
 
 def main(config: dict[str, str]) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 
-import llamaserver
 import pytest
 from pydantic import BaseModel, Field
 
@@ -24,6 +23,7 @@ from stargraph.llm import (
     ToolCall,
     normalize_tool_calls,
 )
+from tests.real_model import llamaserver
 
 pytestmark = pytest.mark.real_model  # a llama.cpp model server (scripts/ensure_llama_server.sh)
 

@@ -12,10 +12,10 @@ from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 
-import llamaserver
 import pytest
 
 from stargraph.checkpoint import SqliteStore
+from tests.real_model import llamaserver
 
 pytestmark = pytest.mark.real_model  # a llama.cpp model server (scripts/ensure_llama_server.sh)
 

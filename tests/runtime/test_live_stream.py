@@ -89,7 +89,7 @@ def test_issue18_astream_delivers_node_started_while_the_node_runs() -> None:
     app = _blocking_graph().compile()
 
     async def main() -> list[str]:
-        kinds = []
+        kinds: list[str] = []
         async for event in app.astream({}):
             kinds.append(event.kind)
             if isinstance(event, NodeStarted) and event.node == "slow":
@@ -159,7 +159,7 @@ def test_issue18_updates_and_values_modes() -> None:
 
 def test_issue18_an_unknown_mode_is_a_typed_error() -> None:
     with pytest.raises(InvalidInputError, match="'update'"):
-        list(_chain().compile().stream({}, mode="update"))  # type: ignore[call-overload]
+        list(_chain().compile().stream({}, mode="update"))  # type: ignore[arg-type]
 
 
 GO_ON = threading.Event()

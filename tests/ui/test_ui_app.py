@@ -15,8 +15,15 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from starlette.applications import Starlette
 from starlette.testclient import TestClient
-from ui_graphs import (
+
+from stargraph.checkpoint import SqliteStore
+from stargraph.errors import RunNotFoundError
+from stargraph.examples.basics import mapreduce_graph
+from stargraph.testing import Reply
+from stargraph.ui import UiSettings, create_app
+from tests.ui.ui_graphs import (
     GATES,
     HeldServer,
     approval_graph,
@@ -26,12 +33,6 @@ from ui_graphs import (
     scripted_model,
     trip_graph,
 )
-
-from stargraph.checkpoint import SqliteStore
-from stargraph.errors import RunNotFoundError
-from stargraph.examples.basics import mapreduce_graph
-from stargraph.testing import Reply
-from stargraph.ui import UiSettings, create_app
 
 LOCAL = "http://127.0.0.1:8765"
 
@@ -326,7 +327,9 @@ def test_tokens_of_a_run_the_console_continues_stream_to_its_page(
     assert all(SHOWN.startswith(t) for t in shown)
     assert [len(t) for t in shown] == sorted({len(t) for t in shown})
     assert tokens[-1] == ""
-    assert client.app.state.console.live.of("letter-1") == []
+    web = client.app
+    assert isinstance(web, Starlette)
+    assert web.state.console.live.of("letter-1") == []
 
 
 # --------------------------------------------------------------------------- fork, replay

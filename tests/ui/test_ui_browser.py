@@ -22,8 +22,13 @@ from typing import Any
 
 import pytest
 import uvicorn
-from cdp import Browser
-from ui_graphs import (
+
+from stargraph.checkpoint import SqliteStore
+from stargraph.errors import RunNotFoundError
+from stargraph.testing import Reply
+from stargraph.ui import UiSettings, create_app
+from tests.ui.cdp import Browser
+from tests.ui.ui_graphs import (
     GATES,
     HeldServer,
     approval_graph,
@@ -33,11 +38,6 @@ from ui_graphs import (
     scripted_model,
     trip_graph,
 )
-
-from stargraph.checkpoint import SqliteStore
-from stargraph.errors import RunNotFoundError
-from stargraph.testing import Reply
-from stargraph.ui import UiSettings, create_app
 
 pytestmark = pytest.mark.browser  # Debian's headless chromium (scripts/ensure_chromium.sh)
 

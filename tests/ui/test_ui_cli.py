@@ -72,7 +72,7 @@ def test_served_console_shows_a_run_made_by_stargraph_run(tmp_path: Path) -> Non
         assert server.stderr is not None
         url = None
         deadline = time.monotonic() + 60
-        lines = []
+        lines: list[str] = []
         while url is None:  # uvicorn says where it listens once it does
             assert time.monotonic() < deadline, "".join(lines)
             line = server.stderr.readline()

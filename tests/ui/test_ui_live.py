@@ -6,12 +6,11 @@ import asyncio
 import threading
 from pathlib import Path
 
-from ui_graphs import letter_graph
-
 from stargraph.checkpoint import SqliteStore
 from stargraph.llm import ChatMessage, ChatResponse, ScriptedChatModel
 from stargraph.runtime import MessageChunk
 from stargraph.ui._live import Closing, LiveText, Wakeup, Wakeups
+from tests.ui.ui_graphs import letter_graph
 
 
 def _chunk(run_id: str, step: int, text: str, node: str = "write") -> MessageChunk:

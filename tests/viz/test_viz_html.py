@@ -16,7 +16,6 @@ from stargraph.errors import NodeError, RunNotFoundError, StargraphError
 from stargraph.examples import basics
 from stargraph.graph import END, START, Graph
 from stargraph.runtime import RunContext
-from stargraph.viz import _render
 
 EVIL = "<script>alert('x')</script>"
 
@@ -52,7 +51,7 @@ def _graph(*nodes: tuple[str, Any]) -> Graph[Note]:
 
 @pytest.fixture
 def no_dot(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_render.shutil, "which", lambda name: None)
+    monkeypatch.setattr("stargraph.viz._render.shutil.which", lambda name: None)
 
 
 def _no_external_urls(html: str) -> None:

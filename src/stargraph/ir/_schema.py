@@ -1,6 +1,6 @@
 """JSON Schema of the IR, exported to ``ir/schema/`` for editors and other languages.
 
-Regenerate with ``python -m stargraph.ir._schema``; ``tests/test_ir.py`` fails when the
+Regenerate with ``python -m stargraph.ir._schema``; ``tests/ir/test_ir.py`` fails when the
 committed file is stale.
 """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
 from functools import cached_property
 from typing import Any, Generic, Literal, TypeVar, overload
 
@@ -148,7 +148,7 @@ class CompiledGraph(Generic[StateT]):
         run_id: str | None = None,
         max_steps: int | None = None,
         thread_id: str | None = None,
-    ) -> Iterator[Event]: ...
+    ) -> Generator[Event, None, None]: ...
 
     @overload
     def stream(
@@ -159,7 +159,7 @@ class CompiledGraph(Generic[StateT]):
         run_id: str | None = None,
         max_steps: int | None = None,
         thread_id: str | None = None,
-    ) -> Iterator[Any]: ...
+    ) -> Generator[Any, None, None]: ...
 
     def stream(
         self,
@@ -169,7 +169,7 @@ class CompiledGraph(Generic[StateT]):
         run_id: str | None = None,
         max_steps: int | None = None,
         thread_id: str | None = None,
-    ) -> Iterator[Any]:
+    ) -> Generator[Any, None, None]:
         """Run to the end, yielding what happens as it happens.
 
         ``mode`` picks what: ``"events"`` (the typed run events; the default), ``"updates"``
@@ -267,7 +267,7 @@ class CompiledGraph(Generic[StateT]):
         run_id: str | None = None,
         max_steps: int | None = None,
         thread_id: str | None = None,
-    ) -> Iterator[Superstep]:
+    ) -> Generator[Superstep, None, None]:
         """Run one superstep at a time: yields a :class:`~stargraph.runtime.Superstep` (what
         ran, what runs next, the state) after each committed step. The next step starts
         only when the next one is asked for; closing the iterator (or leaving the ``for``)
@@ -317,7 +317,7 @@ class CompiledGraph(Generic[StateT]):
 
     def replay_stream(
         self, source: str | Recording, *, until_step: int | None = None
-    ) -> Iterator[Event]:
+    ) -> Generator[Event, None, None]:
         """:meth:`replay`, yielding the replayed run's events (identical to the live ones)."""
         buffer: list[Event] = []
         driver = ReplayDriver(
@@ -399,7 +399,7 @@ class CompiledGraph(Generic[StateT]):
         migration: Migration | None = None,
         wait: bool | float = False,
         mode: Literal["events"] = "events",
-    ) -> Iterator[Event]: ...
+    ) -> Generator[Event, None, None]: ...
 
     @overload
     def resume_stream(
@@ -412,7 +412,7 @@ class CompiledGraph(Generic[StateT]):
         migration: Migration | None = None,
         wait: bool | float = False,
         mode: StreamMode | Sequence[StreamMode],
-    ) -> Iterator[Any]: ...
+    ) -> Generator[Any, None, None]: ...
 
     def resume_stream(
         self,
@@ -424,7 +424,7 @@ class CompiledGraph(Generic[StateT]):
         migration: Migration | None = None,
         wait: bool | float = False,
         mode: StreamMode | Sequence[StreamMode] = "events",
-    ) -> Iterator[Any]:
+    ) -> Generator[Any, None, None]:
         """:meth:`resume`, yielding what happens as it happens, in the stream ``mode`` of
         ``stream`` (typed events by default; ``"messages"`` for model tokens)."""
         modes = stream_modes(mode)

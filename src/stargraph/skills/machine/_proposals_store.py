@@ -46,7 +46,7 @@ from stargraph.errors import (
     ToolSpecError,
 )
 from stargraph.skills.machine._registry import SkillLoadReport, SkillSpecRegistry
-from stargraph.skills.machine._spec import SkillSpec, parse_skillspec
+from stargraph.skills.machine._spec import KnownTools, SkillSpec, parse_skillspec
 from stargraph.tools import (
     PythonTool,
     Tool,
@@ -708,7 +708,7 @@ def validator_tools(*, tools: ToolNames = None) -> tuple[PythonTool, ...]:
     return (skill_validate, tool_validate)
 
 
-def builtin_skillspecs(*, tools: Collection[str] | None = None) -> tuple[SkillSpec, ...]:
+def builtin_skillspecs(*, tools: KnownTools | None = None) -> tuple[SkillSpec, ...]:
     """The built-in ``skill-builder`` and ``tool-builder`` SkillSpecs (``builtin/*.json``),
     validated by the loader (``tools`` checks their allowlists)."""
     folder = resources.files("stargraph.skills.machine").joinpath("builtin")
