@@ -176,4 +176,4 @@ def test_compile_takes_the_nesting_limit_from_a_nesting_profile() -> None:
         graph.compile(nesting=NestingProfile(name="flat", max_depth=2))
     assert "subgraphs nest deeper than 2 levels (the 'flat' nesting profile)" in str(info.value)
     with pytest.raises(CompileError, match="is not a nesting profile"):
-        graph.compile(nesting=2)
+        graph.compile(nesting=2)  # type: ignore[arg-type]  # the wrong type is the point

@@ -13,6 +13,7 @@ import pytest
 
 from stargraph.errors import PluginLoadError, RegistryError, ToolNotAllowedError
 from stargraph.graph import END, START, Graph
+from stargraph.llm import OpenAIChatModel
 from stargraph.plugin import (
     PluginSource,
     Registry,
@@ -219,7 +220,9 @@ def test_every_declared_hook_is_called_by_the_engine(tmp_path: Path) -> None:
     graph = graph.with_edge(START, "n").with_edge("n", END)
     assert graph.compile(plugins=pm).invoke({}).log == ["from a registered node"]
     registry.store(f"sqlite:{tmp_path / 'x.db'}").close()
-    registry.model("openai", model="m", base_url="http://127.0.0.1:9/v1", api_key="k").close()
+    model = registry.model("openai", model="m", base_url="http://127.0.0.1:9/v1", api_key="k")
+    assert isinstance(model, OpenAIChatModel)
+    model.close()
     called = {c.split(":")[0] for c in recorder.calls}
     aliases = {
         "before": "before_tool_call",
