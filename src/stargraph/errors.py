@@ -314,17 +314,13 @@ class _RunAt(TypedDict, total=False):
 class RunError(StargraphError, RuntimeError):
     """A problem met while a run executes. ``run_id``, ``step`` and ``node`` locate it."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        run_id: str | None = None,
-        step: int | None = None,
-        node: str | None = None,
-    ) -> None:
-        self.run_id = run_id
-        self.step = step
-        self.node = node
+    def __init__(self, message: str, **at: Unpack[_RunAt]) -> None:
+        unknown = at.keys() - _RunAt.__optional_keys__
+        if unknown:  # what an explicit keyword list would refuse, for untyped callers
+            raise TypeError(f"{type(self).__name__}() got unexpected keywords {sorted(unknown)}")
+        self.run_id: str | None = at.get("run_id")
+        self.step: int | None = at.get("step")
+        self.node: str | None = at.get("node")
         super().__init__(message)
 
 
