@@ -115,3 +115,27 @@ def test_warnings_have_their_own_root() -> None:
     assert issubclass(errors.CodeHashWarning, errors.StargraphWarning)
     assert issubclass(errors.StargraphWarning, UserWarning)
     assert not issubclass(errors.StargraphWarning, StargraphError)
+
+
+def test_issue23_run_errors_take_their_location_and_refuse_unknown_keywords() -> None:
+    from stargraph.errors import ChatDataError, InvalidPayloadError, RunCancelledError
+
+    cancelled = RunCancelledError("stopped", run_id="r", step=3, reason="SIGINT")
+    assert (cancelled.run_id, cancelled.step, cancelled.node, cancelled.reason) == (
+        "r",
+        3,
+        None,
+        "SIGINT",
+    )
+    payload = InvalidPayloadError("bad", field="x.y", node="n")
+    assert (payload.field, payload.node, payload.run_id) == ("x.y", "n", None)
+    with pytest.raises(TypeError, match="feild"):
+        InvalidPayloadError("bad", feild="x")  # type: ignore[call-arg]
+    chat = ChatDataError("no role")
+    assert isinstance(chat, RunError)
+    assert isinstance(chat, ValueError)
+    assert (str(chat), chat.subject, chat.run_id) == (
+        "chat data is invalid: : no role",
+        "chat data",
+        None,
+    )

@@ -71,6 +71,11 @@ ALLOWED: dict[Site, str] = {
         "a helper of GraphIR's pydantic field validators only (it recurses into itself): "
         "ValueError is pydantic's protocol there"
     ),
+    ("errors.py", "RunError.__init__", "TypeError"): (
+        "the run location comes as **at (one TypedDict for every RunError): an unknown "
+        "keyword gets the TypeError Python gives any call with one, as the explicit keyword "
+        "list did"
+    ),
     ("fathom/_engine.py", "_wrap.call", "TypeError"): (
         "raised inside a CLIPS callback: the engine keeps it and fails the step with a "
         "RuleRuntimeError chaining it, whose message names it ('TypeError: function ... "

@@ -88,7 +88,7 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Self
+from typing import Self, TypedDict, Unpack
 
 __all__ = [
     "AgentConfigError",
@@ -197,18 +197,26 @@ class StargraphError(Exception):
 # --------------------------------------------------------------------------- compile time
 
 
-class CompileError(StargraphError, ValueError):
+class _ProblemsError(StargraphError):
+    """An error carrying every problem found (``problems``) with ``subject``, the thing that
+    has them; its message renders them all. A string is one problem without a pointer."""
+
+    def __init__(self, problems: Iterable[Problem] | str, *, subject: str) -> None:
+        if isinstance(problems, str):
+            problems = [Problem("", problems)]
+        self.problems: tuple[Problem, ...] = tuple(problems)
+        self.subject = subject
+        super().__init__(_problems_message(self.problems, subject))
+
+
+class CompileError(_ProblemsError, ValueError):
     """Problems found before anything runs; carries *every* problem found, not just the first.
 
     ``problems`` keeps the structured list so tools (the CLI, an editor) can show each one.
     """
 
     def __init__(self, problems: Iterable[Problem] | str, *, subject: str = "graph") -> None:
-        if isinstance(problems, str):
-            problems = [Problem("", problems)]
-        self.problems: tuple[Problem, ...] = tuple(problems)
-        self.subject = subject
-        super().__init__(_problems_message(self.problems, subject))
+        super().__init__(problems, subject=subject)
 
     @classmethod
     def at(cls, pointer: str, message: str, hint: str = "", *, subject: str | None = None) -> Self:
@@ -295,20 +303,24 @@ class UntrustedRefError(CompileError, ImportError):
 # --------------------------------------------------------------------------- run time
 
 
+class _RunAt(TypedDict, total=False):
+    """Where in a run an error was met: the keywords every :class:`RunError` takes."""
+
+    run_id: str | None
+    step: int | None
+    node: str | None
+
+
 class RunError(StargraphError, RuntimeError):
     """A problem met while a run executes. ``run_id``, ``step`` and ``node`` locate it."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        run_id: str | None = None,
-        step: int | None = None,
-        node: str | None = None,
-    ) -> None:
-        self.run_id = run_id
-        self.step = step
-        self.node = node
+    def __init__(self, message: str, **at: Unpack[_RunAt]) -> None:
+        unknown = at.keys() - _RunAt.__optional_keys__
+        if unknown:  # what an explicit keyword list would refuse, for untyped callers
+            raise TypeError(f"{type(self).__name__}() got unexpected keywords {sorted(unknown)}")
+        self.run_id: str | None = at.get("run_id")
+        self.step: int | None = at.get("step")
+        self.node: str | None = at.get("node")
         super().__init__(message)
 
 
@@ -331,17 +343,9 @@ class InvalidPayloadError(RunError, ValueError):
     model was reached with. ``node`` and ``step`` locate it; ``field`` names the first field
     at fault (a dotted path, ``""`` for the payload as a whole)."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        run_id: str | None = None,
-        step: int | None = None,
-        node: str | None = None,
-        field: str = "",
-    ) -> None:
+    def __init__(self, message: str, *, field: str = "", **at: Unpack[_RunAt]) -> None:
         self.field = field
-        super().__init__(message, run_id=run_id, step=step, node=node)
+        super().__init__(message, **at)
 
 
 class StepLimitExceeded(RunError):
@@ -372,16 +376,9 @@ class RunCancelledError(RunError):
     boundary: ``step`` is the last step it committed, and its store keeps it as
     ``cancelled`` with ``reason`` in ``stopped_by``. ``resume(run_id)`` continues it."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        run_id: str | None = None,
-        step: int | None = None,
-        reason: str = "",
-    ) -> None:
+    def __init__(self, message: str, *, reason: str = "", **at: Unpack[_RunAt]) -> None:
         self.reason = reason
-        super().__init__(message, run_id=run_id, step=step)
+        super().__init__(message, **at)
 
 
 class RuleRuntimeError(RunError):
@@ -496,17 +493,13 @@ class LLMError(RunError):
     """The chat model failed after the retry policy gave up."""
 
 
-class ChatDataError(LLMError, ValueError):
+class ChatDataError(_ProblemsError, LLMError, ValueError):
     """A chat message, request or response built from data of the wrong shape (a role that
     does not exist, content that is not text, a malformed reply); ``problems`` names each
     field, the value given and the fix. Nothing was sent to a model."""
 
     def __init__(self, problems: Iterable[Problem] | str, *, subject: str = "chat data") -> None:
-        if isinstance(problems, str):
-            problems = [Problem("", problems)]
-        self.problems: tuple[Problem, ...] = tuple(problems)
-        self.subject = subject
-        super().__init__(_problems_message(self.problems, subject))
+        super().__init__(problems, subject=subject)
 
 
 class ProposalError(RunError):
@@ -577,17 +570,15 @@ class ReplayDivergenceError(ReplayError):
         self,
         message: str,
         *,
-        run_id: str | None = None,
-        step: int | None = None,
-        node: str | None = None,
         call_index: int | None = None,
         fingerprint: str | None = None,
         recorded_fingerprint: str | None = None,
+        **at: Unpack[_RunAt],
     ) -> None:
         self.call_index = call_index
         self.fingerprint = fingerprint
         self.recorded_fingerprint = recorded_fingerprint
-        super().__init__(message, run_id=run_id, step=step, node=node)
+        super().__init__(message, **at)
 
 
 class CassetteError(ReplayError):

@@ -23,6 +23,7 @@ from typing import Any, Final
 import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from stargraph._lifecycle import Closing
 from stargraph._sqlite import Database, Doing
 from stargraph.agents._data import config_error
 from stargraph.agents._lifecycle import DEFAULT_LIFECYCLE, Lifecycle
@@ -112,7 +113,7 @@ class AuditRow(BaseModel):
     """Specifics (reason, missing tools ...)."""
 
 
-class AgentStore:
+class AgentStore(Closing):
     """Agents, their lifecycle and audit trail in one SQLite file (stdlib ``sqlite3``).
 
     ``writeback`` is the enforcement of the writeback contract at termination;
@@ -667,12 +668,6 @@ class AgentStore:
         """Close the connections."""
         with self._lock:
             self._db.close()
-
-    def __enter__(self) -> AgentStore:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
 
 def _not_a_database(exc: BaseException) -> bool:

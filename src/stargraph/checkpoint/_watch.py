@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import aclosing
+from dataclasses import KW_ONLY, dataclass, field
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, Self, runtime_checkable
 
 from stargraph.errors import CheckpointError, StoreUnavailableError
 
@@ -25,11 +26,14 @@ __all__ = ["ListenWatch", "PollingWatch", "RunWatch", "WatchableStore", "watch_r
 
 class RunWatch(Protocol):
     """Waits for changes of one run (or of any run), as an async context manager: entering
-    starts watching (changes committed from then on are seen), leaving stops it."""
+    starts watching (changes committed from then on are seen), leaving stops it.
 
-    async def __aenter__(self) -> RunWatch:
-        """Start watching."""
-        ...
+    A watch that subclasses it inherits the context manager: ``__aenter__`` returns the
+    watch, ``__aexit__`` calls :meth:`aclose`; it overrides what it must start or release."""
+
+    async def __aenter__(self) -> Self:
+        """Start watching (by default there is nothing to start)."""
+        return self
 
     async def __aexit__(
         self,
@@ -37,8 +41,13 @@ class RunWatch(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        """Stop watching and release what the watch holds (a connection)."""
-        ...
+        """Stop watching: :meth:`aclose`."""
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Release what the watch holds (a connection); safe to call twice. By default
+        there is nothing to release."""
+        return None
 
     async def wait(self, timeout_s: float) -> bool:
         """Sleep until the watched run may have changed (``True``) or ``timeout_s`` passed
@@ -55,25 +64,13 @@ class WatchableStore(Protocol):
         ...
 
 
-class PollingWatch:
+class PollingWatch(RunWatch):
     """The watch of a store that cannot tell: every ``poll_s`` a run may have changed."""
 
     def __init__(self, poll_s: float) -> None:
         if not poll_s > 0:
             raise CheckpointError(f"poll_s must be a positive number of seconds, got {poll_s}")
         self.poll_s = poll_s
-
-    async def __aenter__(self) -> PollingWatch:
-        """Nothing to start."""
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Nothing to release."""
 
     async def wait(self, timeout_s: float) -> bool:
         """Sleep ``poll_s`` (``True``: look again), or ``timeout_s`` if that is shorter."""
@@ -84,37 +81,28 @@ class PollingWatch:
         return True
 
 
-class ListenWatch:
+@dataclass(eq=False)
+class ListenWatch(RunWatch):
     """The watch of a ``PostgresStore`` (made by :meth:`PostgresStore.watch
     <stargraph.checkpoint.PostgresStore.watch>`): a connection of its own in ``LISTEN`` mode
     on the store's channel, woken by the notice each write sends when it commits."""
 
-    def __init__(
-        self,
-        dsn: str,
-        channel: str,
-        run_id: str | None,
-        *,
-        where: str,
-        password: str | None,
-        connect_timeout: int,
-        application_name: str,
-    ) -> None:
-        self.channel = channel
-        self.run_id = run_id
-        self._dsn = dsn
-        self._where = where
-        self._password = password
-        self._connect_timeout = connect_timeout
-        self._application_name = application_name
-        self._conn: psycopg.AsyncConnection[Any] | None = None
+    dsn: str = field(repr=False)  # it may hold the password
+    channel: str
+    run_id: str | None
+    _: KW_ONLY
+    where: str
+    password: str | None = field(repr=False)
+    connect_timeout: int
+    application_name: str
+    _conn: psycopg.AsyncConnection[Any] | None = field(default=None, init=False, repr=False)
 
     def _unavailable(self, exc: Exception) -> StoreUnavailableError:
         from stargraph.checkpoint._dsn import redact
 
-        reason = " ".join(redact(str(exc), self._password).split())
+        reason = " ".join(redact(str(exc), self.password).split())
         return StoreUnavailableError(
-            f"cannot listen for run changes on PostgreSQL at {self._where} (channel "
+            f"cannot listen for run changes on PostgreSQL at {self.where} (channel "
             f"{self.channel}): {reason}; check that the server is up (a live view falls back "
             "to polling)"
         )
@@ -125,10 +113,10 @@ class ListenWatch:
 
         try:
             self._conn = await psycopg.AsyncConnection.connect(
-                self._dsn,
+                self.dsn,
                 autocommit=True,
-                connect_timeout=self._connect_timeout,
-                application_name=self._application_name,
+                connect_timeout=self.connect_timeout,
+                application_name=self.application_name,
             )
             # The channel comes from a schema name checked against [a-z_][a-z0-9_]*.
             await self._conn.execute(f'LISTEN "{self.channel}"')
@@ -137,17 +125,9 @@ class ListenWatch:
             raise self._unavailable(exc) from None
         return self
 
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Close the connection (the server forgets the ``LISTEN`` with it)."""
-        await self.aclose()
-
     async def aclose(self) -> None:
-        """Close the connection; safe to call twice."""
+        """Close the connection (the server forgets the ``LISTEN`` with it); safe to call
+        twice."""
         conn, self._conn = self._conn, None
         if conn is not None:
             await conn.close()

@@ -341,29 +341,12 @@ class CheckpointStoreConformance:
 
     def test_two_writers_of_one_step_exactly_one_wins(self, store: CheckpointStore) -> None:
         store.create_run(make_run("r1"), make_step(0))
-        barrier = threading.Barrier(8)
-        outcomes: list[str] = []
-        lock = threading.Lock()
-
-        def writer(i: int) -> None:
-            barrier.wait()
-            try:
-                store.commit_step("r1", make_step(1, attempts={f"w/{i}": i + 2}))
-                result = f"won:{i}"
-            except CheckpointError:
-                result = "fenced"
-            with lock:
-                outcomes.append(result)
-
-        threads = [threading.Thread(target=writer, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        winners = [o for o in outcomes if o.startswith("won")]
-        assert len(winners) == 1, outcomes
-        assert outcomes.count("fenced") == 7
-        i = int(winners[0].split(":")[1])
+        won = _race(
+            lambda i: store.commit_step("r1", make_step(1, attempts={f"w/{i}": i + 2})),
+            loses_with=CheckpointError,
+        )
+        assert len(won) == 1, f"{won} all committed step 1"
+        i = won[0]
         assert store.get_steps("r1", start=1) == [make_step(1, attempts={f"w/{i}": i + 2})]
 
     def test_get_steps_ranges(self, store: CheckpointStore) -> None:
@@ -812,30 +795,11 @@ class CheckpointStoreConformance:
 
     def test_two_acquirers_exactly_one_wins(self, store: CheckpointStore) -> None:
         store.create_run(make_run("r1"), make_step(0))
-        barrier = threading.Barrier(8)
-        outcomes: list[str] = []
-        lock = threading.Lock()
-
-        def acquirer(i: int) -> None:
-            barrier.wait()
-            try:
-                store.acquire("r1", _foreign_owner(f"t{i}"))
-                result = f"won:t{i}"
-            except RunBusyError:
-                result = "busy"
-            with lock:
-                outcomes.append(result)
-
-        threads = [threading.Thread(target=acquirer, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        winners = [o for o in outcomes if o.startswith("won")]
-        assert len(winners) == 1, outcomes
+        won = _race(lambda i: store.acquire("r1", _foreign_owner(f"t{i}")), loses_with=RunBusyError)
+        assert len(won) == 1, f"{won} all acquired r1"
         owner = store.get_run("r1").owner
         assert owner is not None
-        assert owner.token == winners[0].split(":")[1]
+        assert owner.token == f"t{won[0]}"
 
     # ------------------------------------------------------------------ interrupt answers
 
@@ -895,31 +859,48 @@ class CheckpointStoreConformance:
         assert not isinstance(info.value, ThreadBusyError)
 
     def test_two_starters_of_one_turn_exactly_one_wins(self, store: CheckpointStore) -> None:
-        barrier = threading.Barrier(8, timeout=30)
-        wins: list[str] = []
-        refused: list[str] = []
-
-        def start(i: int) -> None:
-            barrier.wait()
-            try:
-                store.create_run(make_run(f"r{i}", thread_id="t", turn=1), make_step(0))
-                wins.append(f"r{i}")
-            except ThreadBusyError:
-                refused.append(f"r{i}")
-
-        threads = [threading.Thread(target=start, args=(i,)) for i in range(8)]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join(timeout=60)
-        assert len(wins) == 1
-        assert len(refused) == 7
-        assert [r.run_id for r in store.get_thread("t")] == wins
+        won = _race(
+            lambda i: store.create_run(make_run(f"r{i}", thread_id="t", turn=1), make_step(0)),
+            loses_with=ThreadBusyError,
+        )
+        assert len(won) == 1, f"{won} all started turn 1"
+        assert [r.run_id for r in store.get_thread("t")] == [f"r{won[0]}"]
 
     def test_a_turn_needs_its_thread_and_the_thread_its_turn(self, store: CheckpointStore) -> None:
         for fields in ({"thread_id": "t"}, {"turn": 3}):
             with pytest.raises(CheckpointError, match="needs both"):
                 store.create_run(make_run("r", **fields), make_step(0))
+
+
+def _race(
+    attempt: Callable[[int], object], *, loses_with: type[Exception], n: int = 8
+) -> list[int]:
+    """Run ``attempt(0)`` .. ``attempt(n - 1)`` in ``n`` threads released together; the
+    indices whose attempt returned. Every other attempt must have raised ``loses_with``:
+    anything else (an error, a thread still stuck) fails the test."""
+    barrier = threading.Barrier(n, timeout=30)
+    won: list[int] = []
+    lost: list[int] = []
+    lock = threading.Lock()
+
+    def run(i: int) -> None:
+        barrier.wait()
+        try:
+            attempt(i)
+        except loses_with:
+            with lock:
+                lost.append(i)
+            return
+        with lock:
+            won.append(i)
+
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert len(won) + len(lost) == n, f"of {n} attempts only {won} won and {lost} lost"
+    return won
 
 
 def _plain(value: Any) -> Any:

@@ -4,6 +4,8 @@ stdout, and Ctrl-C / SIGTERM stopping a run where it can be continued."""
 from __future__ import annotations
 
 import secrets
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import click
@@ -79,14 +81,8 @@ def run_command(
         archive_ir(db, app.ir, spec=graph)
         hint = resume_hint(run_id, graph, db)
         try:
-            with cancel_on_signals(announce=not quiet) as signals:
+            with _stoppable(store, run_id, hint, quiet=quiet):
                 outcome = drive(app.stream(data or {}, run_id=run_id), view(live, quiet))
-        except RunCancelledError as exc:
-            raise _stopped(exc, signals, store, run_id, hint) from exc
-        except (KeyboardInterrupt, SystemExit) as exc:
-            if not signals.forced:
-                raise
-            raise _stopped(exc, signals, store, run_id, hint) from exc
         except RunError as exc:
             if not _stored(store, run_id):
                 # Refused before anything was stored (an --input that does not fit): there
@@ -102,6 +98,21 @@ def run_command(
         finally:
             app.close()
         report(outcome, app, run_id, graph, db)
+
+
+@contextmanager
+def _stoppable(store: Any, run_id: str, hint: str, *, quiet: bool) -> Iterator[None]:
+    """Ctrl-C / SIGTERM handling around driving run ``run_id``: a run stopped by a signal or
+    cancelled leaves the block as the :func:`_stopped` error saying how to continue it."""
+    try:
+        with cancel_on_signals(announce=not quiet) as signals:
+            yield
+    except RunCancelledError as exc:
+        raise _stopped(exc, signals, store, run_id, hint) from exc
+    except (KeyboardInterrupt, SystemExit) as exc:
+        if not signals.forced:
+            raise
+        raise _stopped(exc, signals, store, run_id, hint) from exc
 
 
 def _stopped(
@@ -168,14 +179,8 @@ def resume_command(
         app = compile_target(target, store=store)
         hint = resume_hint(run_id, target.spec, db)
         try:
-            with cancel_on_signals(announce=not quiet) as signals:
+            with _stoppable(store, run_id, hint, quiet=quiet):
                 outcome = drive(app.resume_stream(run_id, **options), view(live, quiet))
-        except RunCancelledError as exc:
-            raise _stopped(exc, signals, store, run_id, hint) from exc
-        except (KeyboardInterrupt, SystemExit) as exc:
-            if not signals.forced:
-                raise
-            raise _stopped(exc, signals, store, run_id, hint) from exc
         except GraphHashMismatch as exc:
             raise CliError(
                 f"run {run_id} was recorded by graph {exc.stored}, but {target.spec} is graph "

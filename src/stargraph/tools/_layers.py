@@ -16,13 +16,44 @@ import os
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from stargraph.errors import CompileError, Problem, RegistryError
 
-__all__ = ["Layered", "Placed", "load_layers"]
+__all__ = ["LayerReport", "Layered", "Placed", "SkippedFile", "load_layers"]
 
 _T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedFile:
+    """A file left out by a non-strict build, with every reason."""
+
+    path: str
+    reasons: tuple[str, ...]
+
+
+_Skipped = TypeVar("_Skipped", bound=SkippedFile)
+
+
+@dataclass(frozen=True, slots=True)
+class LayerReport(Generic[_Skipped]):
+    """What a layered build did: what it loaded, the files it skipped (non-strict), what
+    later scopes overrode, and how many files the directories held."""
+
+    loaded: tuple[str, ...]
+    skipped: tuple[_Skipped, ...]
+    pruned: tuple[str, ...]
+    total_on_disk: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report as plain data."""
+        return {
+            "loaded": list(self.loaded),
+            "skipped": [{"path": s.path, "reasons": list(s.reasons)} for s in self.skipped],
+            "pruned": list(self.pruned),
+            "total_on_disk": self.total_on_disk,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ from typing import Any, NoReturn
 
 from stargraph.errors import RegistryError, ToolArgumentError, ToolSpecError
 from stargraph.tools._canonical import canonical_json, sha256_hex
-from stargraph.tools._layers import load_layers
+from stargraph.tools._layers import LayerReport, SkippedFile, load_layers
 from stargraph.tools._manifest import load_manifest
 from stargraph.tools._result import ToolFailure
 from stargraph.tools._spec import tool_id_from_llm_name
@@ -30,22 +30,14 @@ logger = logging.getLogger("stargraph.tools")
 
 
 @dataclass(frozen=True, slots=True)
-class SkippedManifest:
+class SkippedManifest(SkippedFile):
     """A manifest left out by a non-strict build, with every reason."""
-
-    path: str
-    reasons: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class LoadReport:
+class LoadReport(LayerReport[SkippedManifest]):
     """What a build did: ids loaded, manifests skipped (non-strict), ids pruned by overrides,
     and how many manifest files were found on disk."""
-
-    loaded: tuple[str, ...]
-    skipped: tuple[SkippedManifest, ...]
-    pruned: tuple[str, ...]
-    total_on_disk: int
 
 
 @dataclass(frozen=True, slots=True)

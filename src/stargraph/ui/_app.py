@@ -9,7 +9,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from http.cookies import SimpleCookie
@@ -383,6 +383,31 @@ def _csrf_refusal(request: Request, form: Mapping[str, str]) -> Response | None:
             status_code=403,
         )
     return None
+
+
+def _run_form_post(
+    handler: Callable[[str, Mapping[str, str]], Awaitable[Response]],
+) -> Callable[[Request], Awaitable[Response]]:
+    """A form POST on run ``run_id`` of the path: ``handler(run_id, form)`` once the form
+    carries the console's CSRF token (else 403); a run not in the store answers 404."""
+
+    async def endpoint(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        form = await _form(request)
+        refused = _csrf_refusal(request, form)
+        if refused is not None:
+            return refused
+        try:
+            return await handler(run_id, form)
+        except RunNotFoundError:
+            return PlainTextResponse(f"no run {run_id!r}", status_code=404)
+
+    return endpoint
+
+
+def _to_run_page(run_id: str) -> Response:
+    """See run ``run_id``'s page (after a POST: 303, so reloading does not post again)."""
+    return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
 
 
 def _holds_mask(value: Any) -> bool:
@@ -802,12 +827,8 @@ def create_app(
 
         return await sse(request, None, poll, "runs")
 
-    async def answer(request: Request) -> Response:
-        run_id = request.path_params["run_id"]
-        form = await _form(request)
-        refused = _csrf_refusal(request, form)
-        if refused is not None:
-            return refused
+    @_run_form_post
+    async def answer(run_id: str, form: Mapping[str, str]) -> Response:
         action = str(form.get("action", ""))
         reason = str(form.get("reason", ""))
         if action == "approve":
@@ -827,10 +848,7 @@ def create_app(
             )
         if reason and action != "reject":
             response["reason"] = reason
-        try:
-            run = await run_in_threadpool(store.get_run, run_id)
-        except RunNotFoundError:
-            return PlainTextResponse(f"no run {run_id!r}", status_code=404)
+        run = await run_in_threadpool(store.get_run, run_id)
         if run.status != "interrupted":
             return PlainTextResponse(
                 f"run {run_id} is {run.status}, not waiting on an answer", status_code=409
@@ -843,7 +861,7 @@ def create_app(
                 status_code=409,
             )
         console.resume(run_id, graph.app, response)
-        return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
+        return _to_run_page(run_id)
 
     def acting_graph(run: RunRecord) -> CompiledGraph[Any]:
         if settings.read_only:
@@ -972,33 +990,19 @@ def create_app(
             console.resume(new_id, app)
         return new_id
 
-    async def fork_post(request: Request) -> Response:
-        run_id = request.path_params["run_id"]
-        form = await _form(request)
-        refused = _csrf_refusal(request, form)
-        if refused is not None:
-            return refused
-        try:
-            new_id = await run_in_threadpool(make_fork, run_id, form)
-        except RunNotFoundError:
-            return PlainTextResponse(f"no run {run_id!r}", status_code=404)
-        return RedirectResponse(f"/runs/{quote(new_id, safe='')}", status_code=303)
+    @_run_form_post
+    async def fork_post(run_id: str, form: Mapping[str, str]) -> Response:
+        new_id = await run_in_threadpool(make_fork, run_id, form)
+        return _to_run_page(new_id)
 
-    async def continue_post(request: Request) -> Response:
-        run_id = request.path_params["run_id"]
-        form = await _form(request)
-        refused = _csrf_refusal(request, form)
-        if refused is not None:
-            return refused
-        try:
-            run = await run_in_threadpool(store.get_run, run_id)
-            if not _unstarted_fork(run):
-                raise HTTPException(409, f"run {run_id} is not a fork waiting to be continued")
-            app = await run_in_threadpool(acting_graph, run)
-        except RunNotFoundError:
-            return PlainTextResponse(f"no run {run_id!r}", status_code=404)
+    @_run_form_post
+    async def continue_post(run_id: str, form: Mapping[str, str]) -> Response:
+        run = await run_in_threadpool(store.get_run, run_id)
+        if not _unstarted_fork(run):
+            raise HTTPException(409, f"run {run_id} is not a fork waiting to be continued")
+        app = await run_in_threadpool(acting_graph, run)
         console.resume(run_id, app)
-        return RedirectResponse(f"/runs/{quote(run_id, safe='')}", status_code=303)
+        return _to_run_page(run_id)
 
     def final_state(run: RunRecord) -> dict[str, Any] | None:
         from stargraph.viz import state_at

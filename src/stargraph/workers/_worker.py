@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -191,21 +192,22 @@ class _FencedStore:
         """The worker owns the inner store; closing the fence closes nothing."""
 
 
+@dataclass(eq=False)
 class _Lease:
     """Heartbeats for one claim on a background thread; ``lost`` is set when renewal fails."""
 
-    def __init__(
-        self, queue: RunQueue, claim: Claim, owner: str, lease_s: float, heartbeat_s: float
-    ) -> None:
-        self.queue = queue
-        self.claim = claim
-        self.owner = owner
-        self.lease_s = lease_s
-        self.heartbeat_s = heartbeat_s
-        self.lost = threading.Event()
-        self._stop = threading.Event()
+    queue: RunQueue
+    claim: Claim
+    owner: str
+    lease_s: float
+    heartbeat_s: float
+    lost: threading.Event = field(default_factory=threading.Event, init=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False)
+    _thread: threading.Thread = field(init=False)
+
+    def __post_init__(self) -> None:
         self._thread = threading.Thread(
-            target=self._beat, name=f"heartbeat-{claim.run_id}", daemon=True
+            target=self._beat, name=f"heartbeat-{self.claim.run_id}", daemon=True
         )
 
     def __enter__(self) -> _Lease:

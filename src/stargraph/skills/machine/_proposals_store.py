@@ -34,6 +34,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
+from stargraph._lifecycle import Closing
 from stargraph._sqlite import Database
 from stargraph.errors import (
     CompileError,
@@ -340,7 +341,7 @@ _COLUMNS: Final = (
 )
 
 
-class ProposalStore:
+class ProposalStore(Closing):
     """Pending proposals in one SQLite file (``":memory:"`` for tests), thread safe.
 
     ``tools`` (ids, or a callable returning them) is what proposed SkillSpecs'
@@ -358,12 +359,6 @@ class ProposalStore:
         """Close the database."""
         with self._lock:
             self._file.close()
-
-    def __enter__(self) -> ProposalStore:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.close()
 
     # ----------------------------------------------------------------------- submitting
 
@@ -645,6 +640,12 @@ def proposal_tools(store: ProposalStore, *, session: str = "") -> tuple[PythonTo
     meta-tools bound to ``store``. Register them like any tool; each only stores a pending
     proposal and answers ``{"status": "pending", "proposal_id"}``."""
 
+    def submit(
+        kind: ProposalKind, payload: dict[str, Any], ctx: ToolContext, rationale: str
+    ) -> dict[str, Any]:
+        found = store.submit(kind, payload, rationale=rationale, lane=ctx.lane, session=session)
+        return {"status": found.status, "proposal_id": found.id}
+
     @tool(id="propose.tool@1.0.0", side_effect="write")
     def propose_tool(
         manifest: dict[str, Any], ctx: ToolContext, rationale: str = ""
@@ -652,10 +653,7 @@ def proposal_tools(store: ProposalStore, *, session: str = "") -> tuple[PythonTo
         """Propose a new tool for human approval: its manifest {llm: {name, description,
         parameters}, runtime: {locks, timeout_ms, side_effect, ...}}. Data only: no code, no
         exec_path. Nothing is installed until a human approves."""
-        found = store.submit(
-            "tool", {"manifest": manifest}, rationale=rationale, lane=ctx.lane, session=session
-        )
-        return {"status": found.status, "proposal_id": found.id}
+        return submit("tool", {"manifest": manifest}, ctx, rationale)
 
     @tool(id="propose.skill@1.0.0", side_effect="write")
     def propose_skill(
@@ -663,10 +661,7 @@ def proposal_tools(store: ProposalStore, *, session: str = "") -> tuple[PythonTo
     ) -> dict[str, Any]:
         """Propose a new or changed skill (a SkillSpec document) for human approval. Nothing
         is installed until a human approves."""
-        found = store.submit(
-            "skill", {"spec": spec}, rationale=rationale, lane=ctx.lane, session=session
-        )
-        return {"status": found.status, "proposal_id": found.id}
+        return submit("skill", {"spec": spec}, ctx, rationale)
 
     @tool(id="propose.config_change@1.0.0", side_effect="write")
     def propose_config_change(
@@ -674,14 +669,7 @@ def proposal_tools(store: ProposalStore, *, session: str = "") -> tuple[PythonTo
     ) -> dict[str, Any]:
         """Propose configuration changes {key: new value} for human approval. Nothing changes
         until a human approves."""
-        found = store.submit(
-            "config_change",
-            {"changes": changes},
-            rationale=rationale,
-            lane=ctx.lane,
-            session=session,
-        )
-        return {"status": found.status, "proposal_id": found.id}
+        return submit("config_change", {"changes": changes}, ctx, rationale)
 
     return (propose_tool, propose_skill, propose_config_change)
 

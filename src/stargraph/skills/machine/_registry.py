@@ -19,7 +19,7 @@ from typing import Any, NoReturn
 from stargraph.errors import RegistryError, SkillValidationError
 from stargraph.skills.machine._spec import KnownTools, SkillSpec, load_skillspec
 from stargraph.tools import canonical_json, sha256_hex
-from stargraph.tools._layers import load_layers
+from stargraph.tools._layers import LayerReport, SkippedFile, load_layers
 
 __all__ = ["SkillLoadReport", "SkillSpecRegistry", "SkippedSpec"]
 
@@ -27,30 +27,13 @@ logger = logging.getLogger("stargraph.skills.machine")
 
 
 @dataclass(frozen=True, slots=True)
-class SkippedSpec:
+class SkippedSpec(SkippedFile):
     """A SkillSpec file left out by a non-strict build, with every reason."""
-
-    path: str
-    reasons: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
-class SkillLoadReport:
+class SkillLoadReport(LayerReport[SkippedSpec]):
     """What a build did: ``{loaded, skipped, pruned, total_on_disk}``."""
-
-    loaded: tuple[str, ...]
-    skipped: tuple[SkippedSpec, ...]
-    pruned: tuple[str, ...]
-    total_on_disk: int
-
-    def as_dict(self) -> dict[str, Any]:
-        """The report as plain data."""
-        return {
-            "loaded": list(self.loaded),
-            "skipped": [{"path": s.path, "reasons": list(s.reasons)} for s in self.skipped],
-            "pruned": list(self.pruned),
-            "total_on_disk": self.total_on_disk,
-        }
 
 
 class SkillSpecRegistry:
