@@ -85,6 +85,12 @@ TaskResult = tuple[Task, dict[str, Any]]
 
 _PATIENCE = 0.0002
 """Seconds a new worker watches the other runners take tasks before it takes one itself."""
+
+_TICK = 0.001
+"""Seconds between two looks of the watchdog at the batches in flight."""
+
+_IDLE_TICKS = 50
+"""Looks without a batch in flight after which the watchdog sleeps until the next one."""
 Pool = Callable[[], concurrent.futures.ThreadPoolExecutor]
 
 
@@ -298,15 +304,86 @@ def _on(remote: Remote | None, spec: NodeSpec) -> Remote | None:
     return remote if remote is not None and remote.handles(spec) else None
 
 
+class _Watchdog:
+    """Asks for a batch's first worker thread once its runners stall.
+
+    Waking a thread for a step costs more than a step of tiny tasks (a Future, a wake-up
+    and the GIL changing hands twice), so the driver starts a batch alone. One daemon
+    thread per process looks at the batches in flight every :data:`_TICK` and asks for a
+    worker for each one whose runners took no task since its last look (the driver is
+    stuck in a task that blocks); from there each worker asks for the next (see
+    :class:`_Batch`). A step of pure functions is over before the watchdog's next look and
+    wakes no thread; after :data:`_IDLE_TICKS` looks at no batch, the watchdog sleeps
+    until one starts.
+    """
+
+    __slots__ = ("active", "lock", "thread", "wake")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active: dict[int, _Batch] = {}
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def watch(self, batch: _Batch) -> None:
+        """Look after ``batch`` until :meth:`forget`."""
+        self.active[id(batch)] = batch
+        if not self.wake.is_set():
+            if self.thread is None:
+                self._start()
+            self.wake.set()
+
+    def forget(self, batch: _Batch) -> None:
+        """``batch`` has no task left to hand out: it needs no more workers."""
+        self.active.pop(id(batch), None)
+
+    def _start(self) -> None:
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._loop, name="stargraph-watchdog", daemon=True
+                )
+                self.thread.start()
+
+    def _loop(self) -> None:
+        idle = 0
+        while True:
+            if self.active:
+                idle = 0
+            else:
+                idle += 1
+                if idle >= _IDLE_TICKS:
+                    self.wake.clear()
+                    if not self.active:  # watch() sets the flag after adding its batch
+                        self.wake.wait()
+                    idle = 0
+            time.sleep(_TICK)
+            for batch in list(self.active.values()):
+                batch.look()
+
+    def reset(self) -> None:
+        # A forked child has no watchdog thread: it starts its own on first need.
+        self.lock = threading.Lock()
+        self.active = {}
+        self.wake = threading.Event()
+        self.thread = None
+
+
+_WATCHDOG = _Watchdog()
+os.register_at_fork(after_in_child=_WATCHDOG.reset)
+
+
 class _Batch:
     """The thread-run tasks of one step, shared by the driver and the worker threads.
 
     Work stealing: every runner (the driver's thread and each worker) takes the next task
-    until none is left, and a runner that takes a task while others still wait makes sure
-    one more runner is on its way (one at a time: a worker asked for and not started yet
-    is enough). Tiny tasks are then mostly run by the driver before that worker has even
-    woken (a fan-out of pure functions costs about what it did inline), while tasks that
-    block each end up on a thread of their own and overlap.
+    until none is left. The driver starts alone; when it stalls in a task with others still
+    waiting, the watchdog asks for a worker (see :class:`_Watchdog`), and each worker,
+    before its first task, makes sure one more runner is on its way while tasks wait (one
+    at a time: a worker asked for and not started yet is enough). Tiny tasks are then all
+    run by the driver without waking a thread (a fan-out of pure functions costs about
+    what it did inline), while tasks that block each end up on a thread of their own and
+    overlap.
     """
 
     __slots__ = (
@@ -319,6 +396,7 @@ class _Batch:
         "remaining",
         "remote",
         "run",
+        "seen",
         "siblings",
         "spawned",
         "starting",
@@ -350,6 +428,14 @@ class _Batch:
         self.spawned = 0
         self.starting = 0  # workers asked for that have not started taking tasks yet
         self.taken = 0  # tasks taken so far, by any runner: progress a worker can watch
+        self.seen = 0  # ``taken`` at the watchdog's last look
+
+    def look(self) -> None:
+        """The watchdog's look: a runner is stuck if none took a task since the last one."""
+        taken = self.taken
+        if self.queue and taken == self.seen:
+            self.spawn()
+        self.seen = taken
 
     def spawn(self) -> None:
         with self.lock:
@@ -391,7 +477,7 @@ class _Batch:
                 time.sleep(_PATIENCE)
         run, siblings, remote = self.run, self.siblings, self.remote
         specs = run.plan.specs
-        first = True
+        first = worker  # the driver leaves asking for the first worker to the watchdog
         while (task := self._take(first)) is not None:
             first = False
             spec = specs[task.node]
@@ -485,13 +571,19 @@ def execute_sync(
         )
         if here:
             batch.spawn()
-    for task in here:
-        try:
-            results.append((task, run_task_sync(run, task, specs[task.node], len(tasks))))
-        except GraphInterrupt as signal:
-            interrupts.append((task, signal))
+        _WATCHDOG.watch(batch)
+    try:
+        for task in here:
+            try:
+                results.append((task, run_task_sync(run, task, specs[task.node], len(tasks))))
+            except GraphInterrupt as signal:
+                interrupts.append((task, signal))
+        if batch is not None:
+            batch.work()
+    finally:
+        if batch is not None:
+            _WATCHDOG.forget(batch)
     if batch is not None:
-        batch.work()
         batch.finished.wait()
         for task in shared:
             writes, error = batch.outcomes[task.key]
