@@ -26,7 +26,7 @@ from stargraph.runtime._context import AttemptFence, Entropy, RunContext, TaskJo
 from stargraph.runtime._events import Event
 from stargraph.runtime._inputs import node_input
 from stargraph.runtime._loop import RunLoop
-from stargraph.runtime._plan import NodeSpec, Plan, RouterSpec, Send, Task
+from stargraph.runtime._plan import NodeSpec, Plan, RouterSpec, Send, Task, by_task
 from stargraph.runtime._values import (
     describe_exception,
     describe_validation,
@@ -570,21 +570,25 @@ class Run:
         """Merge validated writes in task order through the reducers (invariant 2)."""
         channels = self.plan.channels
         self.view = None
-        if self.collect is not None:
-            if len(results) == 1:
-                self.collect.append((results[0][0].node, results[0][1]))
-            else:
-                self.collect.extend((t.node, w) for t, w in sorted(results, key=lambda r: r[0].key))
         values = dict(self.values)
         if len(results) == 1:
             # Fast path for chains: one task, no conflicts possible.
+            if self.collect is not None:
+                self.collect.append((results[0][0].node, results[0][1]))
             reduce_writes(channels, values, results[0][1])
             self.values = values
             return
+        ordered = sorted(results, key=by_task)
+        if self.collect is not None:
+            self.collect.extend((t.node, w) for t, w in ordered)
+        unreduced = self.plan.unreduced
         writers: dict[str, Task] = {}
-        for task, writes in sorted(results, key=lambda r: r[0].key):
+        # The step's own copies of the lists its append channels extend (one copy per
+        # channel and step, not one per task).
+        owned: set[str] = set()
+        for task, writes in ordered:
             for key in writes:
-                if channels[key].reducer is None:
+                if key in unreduced:
                     if key in writers:
                         first = writers[key]
                         raise InvalidWriteError(
@@ -597,7 +601,7 @@ class Run:
                             node=task.node,
                         )
                     writers[key] = task
-            reduce_writes(channels, values, writes)
+            reduce_writes(channels, values, writes, owned=owned)
         self.values = values
 
     def committed(self) -> None:
@@ -628,7 +632,8 @@ def make_tasks(static: set[str], sends: list[Send]) -> list[Task]:
         index = counters.get(send.node, 0) + 1
         counters[send.node] = index
         tasks.append(Task(send.node, index, dict(send.payload)))
-    tasks.sort(key=lambda t: (t.node, t.index))
+    # (node, index) order: no two tasks of a step share both, so payloads never compare.
+    tasks.sort()
     return tasks
 
 

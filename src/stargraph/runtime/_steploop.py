@@ -60,7 +60,7 @@ from stargraph.runtime._events import (
     StepCompleted,
 )
 from stargraph.runtime._interrupts import Interrupt, RuleDecision
-from stargraph.runtime._plan import Plan, Task
+from stargraph.runtime._plan import Plan, Task, by_task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run, describe_exception, initial_values, jsonable
 from stargraph.runtime._stream import Feed
@@ -612,7 +612,7 @@ class StepLoop:
         if run.rules is not None:
             self._apply_rules(run, ran)
         if run.emit is not None:
-            for task, writes in sorted(results, key=lambda r: r[0].key):
+            for task, writes in sorted(results, key=by_task):
                 for child_event in run.child_events.pop(task.key, ()):
                     run.emit(child_event)
                 run.emit(

@@ -83,6 +83,9 @@ def worker_threads() -> concurrent.futures.ThreadPoolExecutor:
 
 TaskResult = tuple[Task, dict[str, Any]]
 
+Outcome = tuple[dict[str, Any] | None, BaseException | None]
+"""What one task of a batch came to: its writes, or what it raised."""
+
 _PATIENCE = 0.0002
 """Seconds a new worker watches the other runners take tasks before it takes one itself."""
 
@@ -414,15 +417,15 @@ class _Batch:
         limit: int,
     ) -> None:
         self.run = run
-        self.queue = collections.deque(tasks)
+        # (position, task): a runner files the task's outcome at its position.
+        self.queue = collections.deque(enumerate(tasks))
         self.siblings = siblings
         self.pool = pool
         self.remote = remote
         self.lock = threading.Lock()
         self.finished = threading.Event()
         self.remaining = len(tasks)
-        self.outcomes: dict[tuple[str, int], tuple[dict[str, Any] | None, BaseException | None]]
-        self.outcomes = {}
+        self.outcomes: list[Outcome | None] = [None] * len(tasks)
         # Worker threads to ask for at most: the driver itself is a runner too.
         self.limit = limit
         self.spawned = 0
@@ -451,18 +454,6 @@ class _Batch:
             with self.lock:
                 self.starting -= 1
 
-    def _take(self, first: bool) -> Task | None:
-        try:
-            task = self.queue.popleft()
-        except IndexError:
-            return None
-        self.taken += 1
-        # Each runner asks for a successor once, before its first task: the newest worker
-        # always does, so while tasks wait one more runner is on its way or at work.
-        if first and self.queue and not self.starting:
-            self.spawn()
-        return task
-
     def work(self, worker: bool = False) -> None:
         """Run tasks until none is left (on the driver's thread or, ``worker``, a pool's)."""
         if worker:
@@ -475,33 +466,53 @@ class _Batch:
             while self.queue and self.taken != seen:
                 seen = self.taken
                 time.sleep(_PATIENCE)
-        run, siblings, remote = self.run, self.siblings, self.remote
+        run, siblings, remote, queue, outcomes = (
+            self.run,
+            self.siblings,
+            self.remote,
+            self.queue,
+            self.outcomes,
+        )
         specs = run.plan.specs
-        first = worker  # the driver leaves asking for the first worker to the watchdog
-        while (task := self._take(first)) is not None:
-            first = False
+        # A finished task's writes are saved at once as pending writes (see the module doc).
+        persistence = run.persistence
+        pending = persistence.put_pending if siblings > 1 and persistence is not None else None
+        # The driver leaves asking for the first worker to the watchdog; each worker asks
+        # for a successor before its first task, so while tasks wait one more runner is on
+        # its way or at work.
+        first = worker
+        ran = 0
+        while True:
+            try:
+                position, task = queue.popleft()
+            except IndexError:
+                break
+            self.taken += 1
+            if first:
+                first = False
+                if queue and not self.starting:
+                    self.spawn()
             spec = specs[task.node]
-            outcome: tuple[dict[str, Any] | None, BaseException | None]
             try:
                 if spec.plain and remote is None:
                     # As for a lone task: no retry or timeout machinery to go through.
                     writes = _plain(run, task, spec)
-                    _finish(run, task, 1, writes, siblings)
+                    if pending is not None:
+                        pending(run, task, writes)
                 else:
                     writes = run_task_sync(run, task, spec, siblings, remote=_on(remote, spec))
-                outcome = (writes, None)
+                outcomes[position] = (writes, None)
             except (Exception, GraphInterrupt) as exc:  # sorted out in task order below
-                outcome = (None, exc)
+                outcomes[position] = (None, exc)
             except BaseException as exc:
                 if not worker:
                     raise  # Ctrl-C on the driver's thread stops the run at once
-                outcome = (None, exc)  # on a worker: the driver raises it, nothing hangs
-            self.done(task, outcome)
-
-    def done(self, task: Task, outcome: tuple[dict[str, Any] | None, BaseException | None]) -> None:
+                outcomes[position] = (None, exc)  # on a worker: the driver raises it
+            ran += 1
+        # One count per runner rather than per task: the step is over when every task taken
+        # has its outcome filed.
         with self.lock:
-            self.outcomes[task.key] = outcome
-            self.remaining -= 1
+            self.remaining -= ran
             if self.remaining == 0:
                 self.finished.set()
 
@@ -509,7 +520,8 @@ class _Batch:
 def _plain(run: Run, task: Task, spec: NodeSpec) -> dict[str, Any]:
     """Call a plain node (sync, no retry policy, timeout or executor) and check its writes."""
     try:
-        result = spec.fn(*run.call_args(task, spec))
+        args = (run.task_state(task),) if spec.bare else run.call_args(task, spec)
+        result = spec.fn(*args)
     except (GraphInterrupt, StargraphError):
         raise
     except Exception as exc:
@@ -534,28 +546,28 @@ def execute_sync(
             # Chains and loops: one plain sync node, no retry policy or timeout - call it
             # right here (the retry/timeout machinery costs a measurable share of a step).
             try:
-                result = spec.fn(*run.call_args(task, spec))
+                return StepOutcome([(task, _plain(run, task, spec))])
             except GraphInterrupt as signal:
                 return StepOutcome([], (task, signal))
-            except StargraphError:
-                raise
-            except Exception as exc:
-                raise run.node_failed(task, exc) from exc
-            return StepOutcome([(task, run.validate_writes(task, result))])
         if not spec.is_async:
             try:
                 return StepOutcome([(task, run_task_sync(run, task, spec, 1))])
             except GraphInterrupt as signal:
                 return StepOutcome([], (task, signal))
-    todo = [t for t in tasks if t.key not in run.done]
-    if any(specs[t.node].is_async for t in todo):
+    done = run.done
+    todo = [t for t in tasks if t.key not in done] if done else list(tasks)
+    plan = run.plan
+    if plan.any_async and any(specs[t.node].is_async for t in todo):
         # The whole step on the run's one loop: async tasks as coroutines, sync ones on
         # the pool's threads through it.
         return run.event_loop().run(execute_async(run, tasks, pool, remote))
-    results: list[TaskResult] = [(t, run.done[t.key]) for t in tasks if t.key in run.done]
+    results: list[TaskResult] = [(t, done[t.key]) for t in tasks if t.key in done] if done else []
     interrupts: list[tuple[Task, GraphInterrupt]] = []
-    here = [t for t in todo if _inline(specs[t.node])]
-    shared = [t for t in todo if not _inline(specs[t.node])]
+    if plan.any_inline:
+        here = [t for t in todo if _inline(specs[t.node])]
+        shared = [t for t in todo if not _inline(specs[t.node])]
+    else:
+        here, shared = [], todo
     batch = None
     if shared:
         # With tasks of its own to run first, the driver joins the batch late: then every
@@ -585,8 +597,9 @@ def execute_sync(
             _WATCHDOG.forget(batch)
     if batch is not None:
         batch.finished.wait()
-        for task in shared:
-            writes, error = batch.outcomes[task.key]
+        for task, outcome in zip(shared, batch.outcomes, strict=True):
+            assert outcome is not None
+            writes, error = outcome
             if isinstance(error, GraphInterrupt):
                 interrupts.append((task, error))
             elif error is not None:
