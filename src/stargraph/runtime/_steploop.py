@@ -10,8 +10,10 @@ order of the typed events depends on which task finished first.
 
 :class:`StepLoop` is that loop for one compiled graph: it starts runs (``new_run``), opens
 a step (``prepare``), commits what its tasks produced (``complete``), and ends runs
-(``finish``, ``fail``, ``cancel``). The drivers - ``run_to_end`` (invoke, resume),
-``drive`` (streams, ``iter``) and ``adrive`` (the async API) - are built from those. It sits
+(``finish``, ``fail``, ``cancel``). ``advance`` strings those together into the one loop,
+a generator of the work to do (tasks to run, async routers to await); the drivers -
+``run_to_end`` (invoke, resume), ``drive`` (streams, ``iter``) and ``adrive`` (the async
+API) - only do that work, each in its way. It sits
 between the plan and runs below it and the ``CompiledGraph`` facade above it, and knows
 nothing of the facade: stored runs (``_stored``) and replay (``_replay``) use it directly.
 """
@@ -32,7 +34,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from pydantic import BaseModel
 
@@ -73,7 +75,11 @@ from stargraph.runtime._tasks import (
 )
 from stargraph.runtime._threads import start_turn
 
-__all__ = ["StepLoop"]
+__all__ = ["StepLoop", "Work"]
+
+Work = Sequence[Task] | Coroutine[Any, Any, None] | int
+"""What :meth:`StepLoop.advance` hands its driver: a step's tasks to run, async routers to
+await, or the number of the step just committed."""
 
 _log = logging.getLogger("stargraph")
 
@@ -269,14 +275,12 @@ class StepLoop:
             ),
         )
 
-    def step_once(self, run: Run, runner: TaskRunner | None = None) -> bool:
-        """Run and commit one step with a sync driver, its tasks run by ``runner`` (by
-        default the live one); ``False`` when the run parked."""
+    def step_once(self, run: Run, runner: TaskRunner) -> bool:
+        """Run and commit one step, its tasks run by ``runner`` (a replay's); ``False``
+        when the run parked."""
         tasks = self.prepare(run)
         if tasks is None:
             return False
-        if runner is None:  # the live runner, called directly: this is the hot path
-            return self.complete(run, execute_sync(run, tasks, worker_threads, self.remote))
         return self.complete(run, runner.run_step(run, tasks))
 
     def prepare(self, run: Run) -> Sequence[Task] | None:
@@ -359,58 +363,87 @@ class StepLoop:
         try:
             if self.complete(run, stepping.result()):
                 self.closed(run)
-        except RunCancelledError as exc:
-            if run.cancelled is None:
-                self.fail(run, exc)
-            else:
-                self._cancel_in_flight(run)
-        except StargraphError as exc:
-            self.fail(run, exc)
-        except Exception as exc:
-            self._engine_failed(run, exc)
+        except Exception as exc:  # recorded as a driver would; the consumer has gone
+            self.stopped_by(run, exc)
 
-    # The drivers below share one shape. The loop checks ``run.cancelled`` before each step
-    # (a step boundary) and leaves it to stop the run after the ``try``: cancelling is not
-    # a failure. Whatever else leaves the loop goes through ``stopped_by``.
+    # One step loop, three drivers. ``advance`` is the loop itself: it yields the work to
+    # do and is sent what came of it; the drivers - ``run_to_end`` (invoke, resume),
+    # ``drive`` (streams, ``iter``) and ``adrive`` (the async API) - only do that work in
+    # their way. Each checks ``run.cancelled`` nowhere itself: ``advance`` returns True at
+    # the step boundary where a cancelled run stops, and the driver stops it after the
+    # ``try`` (cancelling is not a failure). Whatever else leaves a driver goes through
+    # ``stopped_by``.
 
-    def stopped_by(self, run: Run, exc: BaseException) -> BaseException | None:
-        """Record how ``exc``, leaving a driver, stopped ``run``; the typed error to raise
-        instead of it (``None``: re-raise ``exc``). A RunCancelledError met inside a step
-        comes from a nested run; a BaseException (KeyboardInterrupt, SystemExit) stops the
-        run at once, abandoning its lease."""
+    def advance(
+        self, run: Run, *, fresh: bool, routers: bool = False
+    ) -> Generator[Work, StepOutcome | None, bool]:
+        """The run from its start to its end, as work for a driver: it yields the tasks of
+        each step (send back their :class:`StepOutcome`), with ``routers`` the async routers
+        about to route (a coroutine to await; send back ``None``), and the number of each
+        step committed (send back ``None``). Returns when the run finished or parked
+        (``False``) or was asked to stop at this step boundary (``True``)."""
+        if routers and fresh and (routing := self.routing(run)) is not None:
+            yield routing
+        self.begin(run, fresh)
+        while run.tasks:
+            if run.cancelled is not None:
+                return True
+            tasks = self.prepare(run)
+            if tasks is None:
+                return False
+            outcome = yield tasks
+            assert outcome is not None
+            routing = self.routing(run, outcome) if routers else None
+            if routing is not None:
+                yield routing
+            if not self.complete(run, outcome, merged=routing is not None):
+                return False
+            yield run.step
+        self.finish(run)
+        return False
+
+    def stopped_by(self, run: Run, exc: BaseException) -> BaseException:
+        """Record how ``exc``, leaving a driver, stopped ``run``; the error to raise (``exc``
+        itself, or a typed error caused by it). A RunCancelledError met inside a step comes
+        from a nested run; a BaseException (KeyboardInterrupt, SystemExit) stops the run at
+        once, abandoning its lease."""
+        instead: BaseException | None = None
         if isinstance(exc, RunCancelledError):
             if run.cancelled is None:  # only a nested run was asked to stop: its node failed
                 self.fail(run, exc)
-                return None
-            return self._cancel_in_flight(run)
-        if isinstance(exc, StargraphError):
+            else:
+                instead = self._cancel_in_flight(run)
+        elif isinstance(exc, StargraphError):
             self.fail(run, exc)
-            return None
-        if isinstance(exc, Exception):
-            return self._engine_failed(run, exc)
-        self._abandon(run, exc)
-        return None
+        elif isinstance(exc, Exception):
+            instead = self._engine_failed(run, exc)
+        else:
+            self._abandon(run, exc)
+        if instead is None:
+            return exc
+        instead.__cause__ = exc
+        return instead
 
     def run_to_end(self, run: Run, *, fresh: bool) -> None:
-        """Sync driver for invoke/resume: no generator on the hot path."""
+        """Sync driver for invoke/resume: runs each step's tasks on this thread and the
+        worker threads (see ``_tasks.execute_sync``)."""
+        steps = self.advance(run, fresh=fresh)
         try:
-            self.begin(run, fresh)
-            while run.tasks:
-                if run.cancelled is not None:
-                    break
-                if not self.step_once(run):
-                    return
-            else:
-                self.finish(run)
-                return
+            work = next(steps)
+            while True:
+                if type(work) is int:
+                    work = steps.send(None)
+                else:  # tasks: no routers were asked for
+                    tasks = cast("Sequence[Task]", work)
+                    work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
+        except StopIteration as stop:
+            cancelled = stop.value
         except BaseException as exc:
-            instead = self.stopped_by(run, exc)
-            if instead is None:
-                raise
-            raise instead from exc
+            raise self.stopped_by(run, exc)  # noqa: B904 - the cause is set when needed
         finally:
             self.end(run)
-        raise self.cancel(run)
+        if cancelled:
+            raise self.cancel(run)
 
     def drive(self, run: Run, *, fresh: bool) -> Generator[int, None, None]:
         """Sync driver for streams and ``iter``: yields after each committed step, and -1
@@ -423,81 +456,70 @@ class StepLoop:
             if feed is None
             else concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stargraph-step")
         )
-        closed_in_step = False
+        steps = self.advance(run, fresh=fresh)
+        in_step = False
         try:
-            self.begin(run, fresh)
-            while run.tasks:
-                if run.cancelled is not None:
-                    break
-                if feed is None or stepper is None or self._all_inline(run.tasks):
+            work = next(steps)
+            while True:
+                if type(work) is int:
+                    yield work
+                    work = steps.send(None)
+                    continue
+                tasks = cast("Sequence[Task]", work)  # no routers were asked for
+                if feed is None or stepper is None or self._all_inline(tasks):
                     # Nothing to hand on while the tasks run: inline ones (tiny pure
                     # functions) run right here, sparing the thread hop.
-                    if not self.step_once(run):
-                        return
+                    work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
                 else:
-                    if self.prepare(run) is None:
-                        return
-                    closed_in_step = True
+                    in_step = True
                     outcome = yield from self._pumped(run, feed, stepper)
-                    closed_in_step = False
-                    if not self.complete(run, outcome):
-                        return
-                yield run.step
-            else:
-                self.finish(run)
-                return
+                    in_step = False
+                    work = steps.send(outcome)
+        except StopIteration as stop:
+            cancelled = stop.value
         except GeneratorExit:
             # The consumer closed the stream: at a step boundary, where it waits at the
             # yield, or inside a step (then _pumped committed that step already).
-            if not closed_in_step:
+            if not in_step:
                 self.closed(run)
             raise
         except BaseException as exc:
-            instead = self.stopped_by(run, exc)
-            if instead is None:
-                raise
-            raise instead from exc
+            raise self.stopped_by(run, exc)  # noqa: B904 - the cause is set when needed
         finally:
             if stepper is not None:
                 stepper.shutdown(wait=False)
             self.end(run)
-        raise self.cancel(run)
+        if cancelled:
+            raise self.cancel(run)
 
     async def adrive(self, run: Run, *, fresh: bool) -> AsyncGenerator[int, None]:
         """Async driver: yields after each committed step, and -1 whenever a live stream's
         feed has something new while a step runs. Async routers are awaited on this loop."""
         feed = run.feed
         stepping: asyncio.Future[StepOutcome] | None = None
+        steps = self.advance(run, fresh=fresh, routers=True)
         try:
-            if fresh and (routing := self.routing(run)) is not None:
-                await routing
-            self.begin(run, fresh)
-            while run.tasks:
-                if run.cancelled is not None:
-                    break
-                tasks = self.prepare(run)
-                if tasks is None:
-                    return
-                if feed is None:
-                    outcome = await self.runner.arun_step(run, tasks)
+            work = next(steps)
+            while True:
+                if isinstance(work, int):
+                    yield work
+                    work = steps.send(None)
+                elif isinstance(work, Coroutine):  # async routers
+                    await work
+                    work = steps.send(None)
+                elif feed is None:
+                    work = steps.send(await self.runner.arun_step(run, work))
                 else:
-                    stepping = asyncio.ensure_future(self.runner.arun_step(run, tasks))
+                    stepping = asyncio.ensure_future(self.runner.arun_step(run, work))
                     stepping.add_done_callback(feed.signal)
                     while not stepping.done():
                         await feed.await_wake()
                         if feed.items:
                             yield -1
                     outcome, stepping = stepping.result(), None
-                routing = self.routing(run, outcome)
-                if routing is not None:
-                    await routing
-                if not self.complete(run, outcome, merged=routing is not None):
-                    return
-                # After the parks: a consumer that stops reading here cancels a running run.
-                yield run.step
-            else:
-                self.finish(run)
-                return
+                    work = steps.send(outcome)
+        except StopIteration as stop:
+            cancelled = stop.value
         except GeneratorExit:
             if stepping is not None:
                 # Closed inside a step: its tasks are cancelled and the step dropped.
@@ -516,13 +538,11 @@ class StepLoop:
             self.cancel_quietly(run, "its asyncio task was cancelled")
             raise
         except BaseException as exc:
-            instead = self.stopped_by(run, exc)
-            if instead is None:
-                raise
-            raise instead from exc
+            raise self.stopped_by(run, exc)  # noqa: B904 - the cause is set when needed
         finally:
             self.end(run)
-        raise self.cancel(run)
+        if cancelled:
+            raise self.cancel(run)
 
     def end(self, run: Run) -> None:
         """However a driver leaves: close the rule engines and the run's event loop,
