@@ -468,11 +468,7 @@ class Run:
                 # or a resumed task would see another state than the first attempt did.
                 check = channel.check
                 if check is not None and (found := check(valid)) is not None:
-                    raise self._write_error(
-                        task,
-                        f"was sent a payload for {key!r} that a checkpoint store cannot give "
-                        f"back as it was: {key}{found[0]} is {found[1]}",
-                    )
+                    raise self._unstorable(task, f"was sent a payload for {key!r}", key, found)
         return fast_state(self.plan.state_model, values)
 
     def call_args(
@@ -521,6 +517,17 @@ class Run:
             node=task.node,
         )
 
+    def _unstorable(
+        self, task: Task, what: str, key: str, found: tuple[str, str]
+    ) -> InvalidWriteError:
+        """``what`` the task did put in ``key`` a value a checkpoint store cannot give back
+        as it was (``found``: where in the value, and why)."""
+        return self._write_error(
+            task,
+            f"{what} that a checkpoint store cannot give back as it was: "
+            f"{key}{found[0]} is {found[1]}",
+        )
+
     def validate_writes(self, task: Task, result: Any) -> dict[str, Any]:
         """Check one task's return value and validate each written value."""
         if result is None:
@@ -559,11 +566,7 @@ class Run:
             # would come back a list, so a resumed run would see another state.
             check = channel.check
             if check is not None and (found := check(valid)) is not None:
-                raise self._write_error(
-                    task,
-                    f"wrote to {key!r} a value that a checkpoint store cannot give back as it "
-                    f"was: {key}{found[0]} is {found[1]}",
-                )
+                raise self._unstorable(task, f"wrote to {key!r} a value", key, found)
         return writes
 
     def merge(self, results: Sequence[tuple[Task, dict[str, Any]]]) -> None:

@@ -136,14 +136,7 @@ class StepLoop:
         values = (
             initial_values(self.plan.state_model, input, run_id) if turn is None else turn.values
         )
-        run = Run(
-            self.plan,
-            run_id,
-            values,
-            max_steps=max_steps if max_steps is not None else self.max_steps,
-            entropy=self.entropy(),
-            emit=self.observed(emit),
-        )
+        run = self.make_run(run_id, values, max_steps=max_steps, emit=self.observed(emit))
         if self.store is not None:
             run.persistence = Persistence(
                 self.plan,
@@ -154,6 +147,25 @@ class StepLoop:
             if turn is not None:
                 run.persistence.thread = (turn.thread_id, turn.number)
         return run
+
+    def make_run(
+        self,
+        run_id: str,
+        values: dict[str, Any],
+        *,
+        max_steps: int | None = None,
+        emit: Callable[[Event], None] | None = None,
+    ) -> Run:
+        """A run of the plan over channel ``values``, with this graph's entropy and step
+        limit (unless ``max_steps``), handing its events to ``emit``; not started yet."""
+        return Run(
+            self.plan,
+            run_id,
+            values,
+            max_steps=self.max_steps if max_steps is None else max_steps,
+            entropy=self.entropy(),
+            emit=emit,
+        )
 
     def observed(self, emit: Callable[[Event], None] | None) -> Callable[[Event], None] | None:
         """``emit`` plus the ``on_event`` observer (plugins), when there is one. The observer
@@ -195,10 +207,12 @@ class StepLoop:
         """The run's state, as an instance of the state model."""
         return self.plan.state_model.model_validate(run.values)
 
-    def emit(self, run: Run, event: Event) -> None:
-        """Hand ``event`` to the run's emit function, when someone listens."""
+    def emit(self, run: Run, kind: type[Event], **fields: Any) -> None:
+        """Hand the run's emit function an event of ``kind`` about it (its id, step and
+        path, and ``fields``), when someone listens. Callers whose fields cost something
+        to build (a state dump) check ``run.emit`` first."""
         if run.emit is not None:
-            run.emit(event)
+            run.emit(kind(run_id=run.run_id, step=run.step, path=run.path, **fields))
 
     def begin(self, run: Run, fresh: bool) -> None:
         """Start executing ``run``: register it for cancellation, emit ``run_started``, and
@@ -208,14 +222,11 @@ class StepLoop:
         if SIGNALLED.reason is not None and run.cancelled is None:
             run.cancelled = SIGNALLED.reason
         if run.emit is not None:
-            run.emit(
-                RunStarted(
-                    run_id=run.run_id,
-                    step=run.step,
-                    path=run.path,
-                    graph_hash=self.plan.graph_hash,
-                    resumed=not fresh,
-                )
+            self.emit(
+                run,
+                RunStarted,
+                graph_hash=self.plan.graph_hash,
+                resumed=not fresh,
             )
         if fresh:
             if self.plan.rules is not None:
@@ -250,13 +261,9 @@ class StepLoop:
         run.interrupt = interrupt
         self.emit(
             run,
-            RunInterrupted(
-                run_id=run.run_id,
-                step=run.step,
-                path=run.path,
-                node=interrupt.node,
-                payload=stored,
-            ),
+            RunInterrupted,
+            node=interrupt.node,
+            payload=stored,
         )
 
     def _park_node(self, run: Run, outcome: StepOutcome) -> None:
@@ -559,7 +566,7 @@ class StepLoop:
         reason = run.cancelled or "cancelled"
         if run.persistence is not None:
             run.persistence.cancel(run, reason)
-        self.emit(run, RunCancelled(run_id=run.run_id, step=run.step, path=run.path, reason=reason))
+        self.emit(run, RunCancelled, reason=reason)
         then = (
             f"continue it with resume({run.run_id!r})"
             if run.persistence is not None
@@ -635,16 +642,13 @@ class StepLoop:
             for task, writes in sorted(results, key=by_task):
                 for child_event in run.child_events.pop(task.key, ()):
                     run.emit(child_event)
-                run.emit(
-                    NodeFinished(
-                        run_id=run.run_id,
-                        step=run.step,
-                        path=run.path,
-                        node=task.node,
-                        index=task.index,
-                        writes=jsonable(self.plan.channels, writes),
-                        attempts=run.attempts.get(f"{task.node}/{task.index}", 1),
-                    )
+                self.emit(
+                    run,
+                    NodeFinished,
+                    node=task.node,
+                    index=task.index,
+                    writes=jsonable(self.plan.channels, writes),
+                    attempts=run.attempts.get(f"{task.node}/{task.index}", 1),
                 )
         if run.persistence is not None:
             run.persistence.commit(run, results)
@@ -652,14 +656,11 @@ class StepLoop:
         elif run.attempts:
             run.attempts = {}
         if run.emit is not None:
-            run.emit(
-                StepCompleted(
-                    run_id=run.run_id,
-                    step=run.step,
-                    path=run.path,
-                    nodes=tuple(t.node for t in ran),
-                    next=tuple(t.node for t in run.tasks),
-                )
+            self.emit(
+                run,
+                StepCompleted,
+                nodes=tuple(t.node for t in ran),
+                next=tuple(t.node for t in run.tasks),
             )
 
     def _apply_rules(self, run: Run, ran: Sequence[Task]) -> None:
@@ -680,15 +681,11 @@ class StepLoop:
         )
         self.emit(
             run,
-            RuleDecided(
-                run_id=run.run_id,
-                step=run.step,
-                path=run.path,
-                decision=decision.kind,
-                rule=decision.rule,
-                target=",".join(decision.targets) or None,
-                reason=decision.reason,
-            ),
+            RuleDecided,
+            decision=decision.kind,
+            rule=decision.rule,
+            target=",".join(decision.targets) or None,
+            reason=decision.reason,
         )
         if decision.kind == "halt":
             run.tasks = ()
@@ -708,14 +705,11 @@ class StepLoop:
         if run.persistence is not None:
             run.persistence.finish(run, stopped_by=run.stopped_by)
         if run.emit is not None:  # the event dumps the whole state: only build it when seen
-            run.emit(
-                RunFinished(
-                    run_id=run.run_id,
-                    step=run.step,
-                    path=run.path,
-                    state=jsonable(self.plan.channels, run.values),
-                    stopped_by=run.stopped_by,
-                )
+            self.emit(
+                run,
+                RunFinished,
+                state=jsonable(self.plan.channels, run.values),
+                stopped_by=run.stopped_by,
             )
 
     def _engine_failed(self, run: Run, exc: Exception) -> EngineError:
@@ -753,28 +747,21 @@ class StepLoop:
                     )
         self.emit(
             run,
-            RunFailed(
-                run_id=run.run_id,
-                step=run.step,
-                path=run.path,
-                node=getattr(exc, "node", None),
-                error=str(exc),
-                error_type=type(exc).__name__,
-            ),
+            RunFailed,
+            node=getattr(exc, "node", None),
+            error=str(exc),
+            error_type=type(exc).__name__,
         )
 
     def emit_started(self, run: Run, tasks: Sequence[Task]) -> None:
         """Emit ``node_started`` for each of ``tasks`` (the step about to run)."""
         if run.emit is not None:
             for task in tasks:
-                run.emit(
-                    NodeStarted(
-                        run_id=run.run_id,
-                        step=run.step,
-                        path=run.path,
-                        node=task.node,
-                        index=task.index,
-                    )
+                self.emit(
+                    run,
+                    NodeStarted,
+                    node=task.node,
+                    index=task.index,
                 )
 
     # ------------------------------------------------------------------ live streams
