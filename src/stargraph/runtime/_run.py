@@ -643,9 +643,14 @@ def make_tasks(static: set[str], sends: list[Send]) -> list[Task]:
 def refuse_unknown_keys(model: type[BaseModel], input: Any, run_id: str | None) -> None:
     """A key of a run's input that names no field of ``model`` is a typo, not something to
     drop: raise :class:`InvalidInputError` naming it."""
-    if not isinstance(input, Mapping) or model.model_config.get("extra") == "allow":
+    if type(input) is not dict and not isinstance(input, Mapping):
         return
-    known = set(model.model_fields)
+    fields = model.model_fields
+    if all(key in fields for key in input):
+        return  # the common case, checked without building the set of aliases
+    if model.model_config.get("extra") == "allow":
+        return
+    known = set(fields)
     known.update(f.alias for f in model.model_fields.values() if f.alias)
     unknown = sorted(str(key) for key in input if key not in known)
     if unknown:

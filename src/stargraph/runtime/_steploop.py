@@ -34,7 +34,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel
 
@@ -382,13 +382,13 @@ class StepLoop:
     # ``stopped_by``.
 
     def advance(
-        self, run: Run, *, fresh: bool, routers: bool = False
+        self, run: Run, *, fresh: bool, routers: bool = False, steps: bool = False
     ) -> Generator[Work, StepOutcome | None, bool]:
         """The run from its start to its end, as work for a driver: it yields the tasks of
         each step (send back their :class:`StepOutcome`), with ``routers`` the async routers
-        about to route (a coroutine to await; send back ``None``), and the number of each
-        step committed (send back ``None``). Returns when the run finished or parked
-        (``False``) or was asked to stop at this step boundary (``True``)."""
+        about to route (a coroutine to await; send back ``None``), and with ``steps`` the
+        number of each step committed (send back ``None``). Returns when the run finished or
+        parked (``False``) or was asked to stop at this step boundary (``True``)."""
         if routers and fresh and (routing := self.routing(run)) is not None:
             yield routing
         self.begin(run, fresh)
@@ -405,7 +405,8 @@ class StepLoop:
                 yield routing
             if not self.complete(run, outcome, merged=routing is not None):
                 return False
-            yield run.step
+            if steps:
+                yield run.step
         self.finish(run)
         return False
 
@@ -438,11 +439,9 @@ class StepLoop:
         try:
             work = next(steps)
             while True:
-                if type(work) is int:
-                    work = steps.send(None)
-                else:  # tasks: no routers were asked for
-                    tasks = cast("Sequence[Task]", work)
-                    work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
+                if TYPE_CHECKING:  # only tasks: no routers nor step numbers were asked for
+                    assert isinstance(work, Sequence)
+                work = steps.send(execute_sync(run, work, worker_threads, self.remote))
         except StopIteration as stop:
             cancelled = stop.value
         except BaseException as exc:
@@ -463,7 +462,7 @@ class StepLoop:
             if feed is None
             else concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stargraph-step")
         )
-        steps = self.advance(run, fresh=fresh)
+        steps = self.advance(run, fresh=fresh, steps=True)
         in_step = False
         try:
             work = next(steps)
@@ -504,7 +503,7 @@ class StepLoop:
         feed has something new while a step runs. Async routers are awaited on this loop."""
         feed = run.feed
         stepping: asyncio.Future[StepOutcome] | None = None
-        steps = self.advance(run, fresh=fresh, routers=True)
+        steps = self.advance(run, fresh=fresh, routers=True, steps=True)
         try:
             work = next(steps)
             while True:
