@@ -30,6 +30,7 @@ __all__ = [
     "Send",
     "Task",
     "accepts_ctx",
+    "by_task",
     "code_hash",
 ]
 
@@ -60,6 +61,12 @@ class Task(NamedTuple):
     def key(self) -> tuple[str, int]:
         """``(node, index)``: identifies the task within its step."""
         return (self.node, self.index)
+
+
+def by_task(result: tuple[Task, Any]) -> Task:
+    """Sort key of a ``(task, ...)`` pair: its task, so ``(node, index)`` order (a step's
+    tasks differ in those, so their payloads are never compared)."""
+    return result[0]
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,14 +171,18 @@ class NodeSpec:
     kind: Literal["function", "subgraph"] = "function"
 
     # Read at every step, so derived once (see __post_init__): ``plain``, a sync node with
-    # no retry policy, timeout or thread, can be called inline; ``only_static``: what follows
-    # the node never depends on state (no routers, no joins).
+    # no retry policy, timeout or thread, can be called inline; ``bare``, a plain node
+    # called as ``fn(state)`` (no ctx, no input model); ``only_static``: what follows the
+    # node never depends on state (no routers, no joins).
     plain: bool = field(init=False)
+    bare: bool = field(init=False)
     only_static: bool = field(init=False)
 
     def __post_init__(self) -> None:
         plain = not (self.is_async or self.retry or self.timeout_s or self.blocking)
         object.__setattr__(self, "plain", plain)
+        bare = plain and not self.takes_ctx and self.input is None
+        object.__setattr__(self, "bare", bare)
         object.__setattr__(self, "only_static", not self.routers and not self.joins)
 
 
@@ -237,6 +248,9 @@ class Plan:
     bindable: tuple[str, ...] = field(init=False)
     interrupts: bool = field(init=False)
     async_routers: bool = field(init=False)
+    unreduced: frozenset[str] = field(init=False)
+    any_async: bool = field(init=False)
+    any_inline: bool = field(init=False)
 
     def __post_init__(self) -> None:
         specs = self.specs
@@ -259,6 +273,12 @@ class Plan:
             # Async routers are awaited by the async driver before it schedules.
             "async_routers": any(r.is_async for r in self.start_routers)
             or any(r.is_async for spec in specs.values() for r in spec.routers),
+            # Channels without a reducer: one write per step (a merge checks them).
+            "unreduced": frozenset(k for k, c in self.channels.items() if c.reducer is None),
+            # Whether a step may hold async or ``inline`` tasks at all (most graphs: neither,
+            # and a step of several tasks need not sort them out one by one).
+            "any_async": any(s.is_async for s in specs.values()),
+            "any_inline": any(s.inline and not s.is_async for s in specs.values()),
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)

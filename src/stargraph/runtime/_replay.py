@@ -156,13 +156,8 @@ class ReplayDriver:
                 step=0,
             )
         values = decode_writes(plan.channels, recording.run.run_id, 0, first.snapshot)
-        self.run = Run(
-            plan,
-            recording.run.run_id,
-            values,
-            max_steps=max(self.last, 1),
-            entropy=loop.entropy(),
-            emit=emit,
+        self.run = loop.make_run(
+            recording.run.run_id, values, max_steps=max(self.last, 1), emit=emit
         )
         self.run.path, self.run.collect, self.run.replay = path, collect, source
         self.first = first

@@ -26,7 +26,7 @@ from stargraph.runtime._context import AttemptFence, Entropy, RunContext, TaskJo
 from stargraph.runtime._events import Event
 from stargraph.runtime._inputs import node_input
 from stargraph.runtime._loop import RunLoop
-from stargraph.runtime._plan import NodeSpec, Plan, RouterSpec, Send, Task
+from stargraph.runtime._plan import NodeSpec, Plan, RouterSpec, Send, Task, by_task
 from stargraph.runtime._values import (
     describe_exception,
     describe_validation,
@@ -468,11 +468,7 @@ class Run:
                 # or a resumed task would see another state than the first attempt did.
                 check = channel.check
                 if check is not None and (found := check(valid)) is not None:
-                    raise self._write_error(
-                        task,
-                        f"was sent a payload for {key!r} that a checkpoint store cannot give "
-                        f"back as it was: {key}{found[0]} is {found[1]}",
-                    )
+                    raise self._unstorable(task, f"was sent a payload for {key!r}", key, found)
         return fast_state(self.plan.state_model, values)
 
     def call_args(
@@ -521,6 +517,17 @@ class Run:
             node=task.node,
         )
 
+    def _unstorable(
+        self, task: Task, what: str, key: str, found: tuple[str, str]
+    ) -> InvalidWriteError:
+        """``what`` the task did put in ``key`` a value a checkpoint store cannot give back
+        as it was (``found``: where in the value, and why)."""
+        return self._write_error(
+            task,
+            f"{what} that a checkpoint store cannot give back as it was: "
+            f"{key}{found[0]} is {found[1]}",
+        )
+
     def validate_writes(self, task: Task, result: Any) -> dict[str, Any]:
         """Check one task's return value and validate each written value."""
         if result is None:
@@ -559,32 +566,32 @@ class Run:
             # would come back a list, so a resumed run would see another state.
             check = channel.check
             if check is not None and (found := check(valid)) is not None:
-                raise self._write_error(
-                    task,
-                    f"wrote to {key!r} a value that a checkpoint store cannot give back as it "
-                    f"was: {key}{found[0]} is {found[1]}",
-                )
+                raise self._unstorable(task, f"wrote to {key!r} a value", key, found)
         return writes
 
     def merge(self, results: Sequence[tuple[Task, dict[str, Any]]]) -> None:
         """Merge validated writes in task order through the reducers (invariant 2)."""
         channels = self.plan.channels
         self.view = None
-        if self.collect is not None:
-            if len(results) == 1:
-                self.collect.append((results[0][0].node, results[0][1]))
-            else:
-                self.collect.extend((t.node, w) for t, w in sorted(results, key=lambda r: r[0].key))
         values = dict(self.values)
         if len(results) == 1:
             # Fast path for chains: one task, no conflicts possible.
+            if self.collect is not None:
+                self.collect.append((results[0][0].node, results[0][1]))
             reduce_writes(channels, values, results[0][1])
             self.values = values
             return
+        ordered = sorted(results, key=by_task)
+        if self.collect is not None:
+            self.collect.extend((t.node, w) for t, w in ordered)
+        unreduced = self.plan.unreduced
         writers: dict[str, Task] = {}
-        for task, writes in sorted(results, key=lambda r: r[0].key):
+        # The step's own copies of the lists its append channels extend (one copy per
+        # channel and step, not one per task).
+        owned: set[str] = set()
+        for task, writes in ordered:
             for key in writes:
-                if channels[key].reducer is None:
+                if key in unreduced:
                     if key in writers:
                         first = writers[key]
                         raise InvalidWriteError(
@@ -597,7 +604,7 @@ class Run:
                             node=task.node,
                         )
                     writers[key] = task
-            reduce_writes(channels, values, writes)
+            reduce_writes(channels, values, writes, owned=owned)
         self.values = values
 
     def committed(self) -> None:
@@ -628,16 +635,22 @@ def make_tasks(static: set[str], sends: list[Send]) -> list[Task]:
         index = counters.get(send.node, 0) + 1
         counters[send.node] = index
         tasks.append(Task(send.node, index, dict(send.payload)))
-    tasks.sort(key=lambda t: (t.node, t.index))
+    # (node, index) order: no two tasks of a step share both, so payloads never compare.
+    tasks.sort()
     return tasks
 
 
 def refuse_unknown_keys(model: type[BaseModel], input: Any, run_id: str | None) -> None:
     """A key of a run's input that names no field of ``model`` is a typo, not something to
     drop: raise :class:`InvalidInputError` naming it."""
-    if not isinstance(input, Mapping) or model.model_config.get("extra") == "allow":
+    if type(input) is not dict and not isinstance(input, Mapping):
         return
-    known = set(model.model_fields)
+    fields = model.model_fields
+    if all(key in fields for key in input):
+        return  # the common case, checked without building the set of aliases
+    if model.model_config.get("extra") == "allow":
+        return
+    known = set(fields)
     known.update(f.alias for f in model.model_fields.values() if f.alias)
     unknown = sorted(str(key) for key in input if key not in known)
     if unknown:

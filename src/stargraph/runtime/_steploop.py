@@ -10,8 +10,10 @@ order of the typed events depends on which task finished first.
 
 :class:`StepLoop` is that loop for one compiled graph: it starts runs (``new_run``), opens
 a step (``prepare``), commits what its tasks produced (``complete``), and ends runs
-(``finish``, ``fail``, ``cancel``). The drivers - ``run_to_end`` (invoke, resume),
-``drive`` (streams, ``iter``) and ``adrive`` (the async API) - are built from those. It sits
+(``finish``, ``fail``, ``cancel``). ``advance`` strings those together into the one loop,
+a generator of the work to do (tasks to run, async routers to await); the drivers -
+``run_to_end`` (invoke, resume), ``drive`` (streams, ``iter``) and ``adrive`` (the async
+API) - only do that work, each in its way. It sits
 between the plan and runs below it and the ``CompiledGraph`` facade above it, and knows
 nothing of the facade: stored runs (``_stored``) and replay (``_replay``) use it directly.
 """
@@ -32,7 +34,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel
 
@@ -60,7 +62,7 @@ from stargraph.runtime._events import (
     StepCompleted,
 )
 from stargraph.runtime._interrupts import Interrupt, RuleDecision
-from stargraph.runtime._plan import Plan, Task
+from stargraph.runtime._plan import Plan, Task, by_task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run, describe_exception, initial_values, jsonable
 from stargraph.runtime._stream import Feed
@@ -73,7 +75,11 @@ from stargraph.runtime._tasks import (
 )
 from stargraph.runtime._threads import start_turn
 
-__all__ = ["StepLoop"]
+__all__ = ["StepLoop", "Work"]
+
+Work = Sequence[Task] | Coroutine[Any, Any, None] | int
+"""What :meth:`StepLoop.advance` hands its driver: a step's tasks to run, async routers to
+await, or the number of the step just committed."""
 
 _log = logging.getLogger("stargraph")
 
@@ -130,14 +136,7 @@ class StepLoop:
         values = (
             initial_values(self.plan.state_model, input, run_id) if turn is None else turn.values
         )
-        run = Run(
-            self.plan,
-            run_id,
-            values,
-            max_steps=max_steps if max_steps is not None else self.max_steps,
-            entropy=self.entropy(),
-            emit=self.observed(emit),
-        )
+        run = self.make_run(run_id, values, max_steps=max_steps, emit=self.observed(emit))
         if self.store is not None:
             run.persistence = Persistence(
                 self.plan,
@@ -148,6 +147,25 @@ class StepLoop:
             if turn is not None:
                 run.persistence.thread = (turn.thread_id, turn.number)
         return run
+
+    def make_run(
+        self,
+        run_id: str,
+        values: dict[str, Any],
+        *,
+        max_steps: int | None = None,
+        emit: Callable[[Event], None] | None = None,
+    ) -> Run:
+        """A run of the plan over channel ``values``, with this graph's entropy and step
+        limit (unless ``max_steps``), handing its events to ``emit``; not started yet."""
+        return Run(
+            self.plan,
+            run_id,
+            values,
+            max_steps=self.max_steps if max_steps is None else max_steps,
+            entropy=self.entropy(),
+            emit=emit,
+        )
 
     def observed(self, emit: Callable[[Event], None] | None) -> Callable[[Event], None] | None:
         """``emit`` plus the ``on_event`` observer (plugins), when there is one. The observer
@@ -189,10 +207,12 @@ class StepLoop:
         """The run's state, as an instance of the state model."""
         return self.plan.state_model.model_validate(run.values)
 
-    def emit(self, run: Run, event: Event) -> None:
-        """Hand ``event`` to the run's emit function, when someone listens."""
+    def emit(self, run: Run, kind: type[Event], **fields: Any) -> None:
+        """Hand the run's emit function an event of ``kind`` about it (its id, step and
+        path, and ``fields``), when someone listens. Callers whose fields cost something
+        to build (a state dump) check ``run.emit`` first."""
         if run.emit is not None:
-            run.emit(event)
+            run.emit(kind(run_id=run.run_id, step=run.step, path=run.path, **fields))
 
     def begin(self, run: Run, fresh: bool) -> None:
         """Start executing ``run``: register it for cancellation, emit ``run_started``, and
@@ -202,14 +222,11 @@ class StepLoop:
         if SIGNALLED.reason is not None and run.cancelled is None:
             run.cancelled = SIGNALLED.reason
         if run.emit is not None:
-            run.emit(
-                RunStarted(
-                    run_id=run.run_id,
-                    step=run.step,
-                    path=run.path,
-                    graph_hash=self.plan.graph_hash,
-                    resumed=not fresh,
-                )
+            self.emit(
+                run,
+                RunStarted,
+                graph_hash=self.plan.graph_hash,
+                resumed=not fresh,
             )
         if fresh:
             if self.plan.rules is not None:
@@ -244,13 +261,9 @@ class StepLoop:
         run.interrupt = interrupt
         self.emit(
             run,
-            RunInterrupted(
-                run_id=run.run_id,
-                step=run.step,
-                path=run.path,
-                node=interrupt.node,
-                payload=stored,
-            ),
+            RunInterrupted,
+            node=interrupt.node,
+            payload=stored,
         )
 
     def _park_node(self, run: Run, outcome: StepOutcome) -> None:
@@ -269,14 +282,12 @@ class StepLoop:
             ),
         )
 
-    def step_once(self, run: Run, runner: TaskRunner | None = None) -> bool:
-        """Run and commit one step with a sync driver, its tasks run by ``runner`` (by
-        default the live one); ``False`` when the run parked."""
+    def step_once(self, run: Run, runner: TaskRunner) -> bool:
+        """Run and commit one step, its tasks run by ``runner`` (a replay's); ``False``
+        when the run parked."""
         tasks = self.prepare(run)
         if tasks is None:
             return False
-        if runner is None:  # the live runner, called directly: this is the hot path
-            return self.complete(run, execute_sync(run, tasks, worker_threads, self.remote))
         return self.complete(run, runner.run_step(run, tasks))
 
     def prepare(self, run: Run) -> Sequence[Task] | None:
@@ -359,58 +370,86 @@ class StepLoop:
         try:
             if self.complete(run, stepping.result()):
                 self.closed(run)
-        except RunCancelledError as exc:
-            if run.cancelled is None:
-                self.fail(run, exc)
-            else:
-                self._cancel_in_flight(run)
-        except StargraphError as exc:
-            self.fail(run, exc)
-        except Exception as exc:
-            self._engine_failed(run, exc)
+        except Exception as exc:  # recorded as a driver would; the consumer has gone
+            self.stopped_by(run, exc)
 
-    # The drivers below share one shape. The loop checks ``run.cancelled`` before each step
-    # (a step boundary) and leaves it to stop the run after the ``try``: cancelling is not
-    # a failure. Whatever else leaves the loop goes through ``stopped_by``.
+    # One step loop, three drivers. ``advance`` is the loop itself: it yields the work to
+    # do and is sent what came of it; the drivers - ``run_to_end`` (invoke, resume),
+    # ``drive`` (streams, ``iter``) and ``adrive`` (the async API) - only do that work in
+    # their way. Each checks ``run.cancelled`` nowhere itself: ``advance`` returns True at
+    # the step boundary where a cancelled run stops, and the driver stops it after the
+    # ``try`` (cancelling is not a failure). Whatever else leaves a driver goes through
+    # ``stopped_by``.
 
-    def stopped_by(self, run: Run, exc: BaseException) -> BaseException | None:
-        """Record how ``exc``, leaving a driver, stopped ``run``; the typed error to raise
-        instead of it (``None``: re-raise ``exc``). A RunCancelledError met inside a step
-        comes from a nested run; a BaseException (KeyboardInterrupt, SystemExit) stops the
-        run at once, abandoning its lease."""
+    def advance(
+        self, run: Run, *, fresh: bool, routers: bool = False, steps: bool = False
+    ) -> Generator[Work, StepOutcome | None, bool]:
+        """The run from its start to its end, as work for a driver: it yields the tasks of
+        each step (send back their :class:`StepOutcome`), with ``routers`` the async routers
+        about to route (a coroutine to await; send back ``None``), and with ``steps`` the
+        number of each step committed (send back ``None``). Returns when the run finished or
+        parked (``False``) or was asked to stop at this step boundary (``True``)."""
+        if routers and fresh and (routing := self.routing(run)) is not None:
+            yield routing
+        self.begin(run, fresh)
+        while run.tasks:
+            if run.cancelled is not None:
+                return True
+            tasks = self.prepare(run)
+            if tasks is None:
+                return False
+            outcome = yield tasks
+            assert outcome is not None
+            routing = self.routing(run, outcome) if routers else None
+            if routing is not None:
+                yield routing
+            if not self.complete(run, outcome, merged=routing is not None):
+                return False
+            if steps:
+                yield run.step
+        self.finish(run)
+        return False
+
+    def stopped_by(self, run: Run, exc: BaseException) -> BaseException:
+        """Record how ``exc``, leaving a driver, stopped ``run``; the error to raise (``exc``
+        itself, or a typed error caused by it). A RunCancelledError met inside a step comes
+        from a nested run; a BaseException (KeyboardInterrupt, SystemExit) stops the run at
+        once, abandoning its lease."""
+        instead: BaseException | None = None
         if isinstance(exc, RunCancelledError):
             if run.cancelled is None:  # only a nested run was asked to stop: its node failed
                 self.fail(run, exc)
-                return None
-            return self._cancel_in_flight(run)
-        if isinstance(exc, StargraphError):
+            else:
+                instead = self._cancel_in_flight(run)
+        elif isinstance(exc, StargraphError):
             self.fail(run, exc)
-            return None
-        if isinstance(exc, Exception):
-            return self._engine_failed(run, exc)
-        self._abandon(run, exc)
-        return None
+        elif isinstance(exc, Exception):
+            instead = self._engine_failed(run, exc)
+        else:
+            self._abandon(run, exc)
+        if instead is None:
+            return exc
+        instead.__cause__ = exc
+        return instead
 
     def run_to_end(self, run: Run, *, fresh: bool) -> None:
-        """Sync driver for invoke/resume: no generator on the hot path."""
+        """Sync driver for invoke/resume: runs each step's tasks on this thread and the
+        worker threads (see ``_tasks.execute_sync``)."""
+        steps = self.advance(run, fresh=fresh)
         try:
-            self.begin(run, fresh)
-            while run.tasks:
-                if run.cancelled is not None:
-                    break
-                if not self.step_once(run):
-                    return
-            else:
-                self.finish(run)
-                return
+            work = next(steps)
+            while True:
+                if TYPE_CHECKING:  # only tasks: no routers nor step numbers were asked for
+                    assert isinstance(work, Sequence)
+                work = steps.send(execute_sync(run, work, worker_threads, self.remote))
+        except StopIteration as stop:
+            cancelled = stop.value
         except BaseException as exc:
-            instead = self.stopped_by(run, exc)
-            if instead is None:
-                raise
-            raise instead from exc
+            raise self.stopped_by(run, exc)  # noqa: B904 - the cause is set when needed
         finally:
             self.end(run)
-        raise self.cancel(run)
+        if cancelled:
+            raise self.cancel(run)
 
     def drive(self, run: Run, *, fresh: bool) -> Generator[int, None, None]:
         """Sync driver for streams and ``iter``: yields after each committed step, and -1
@@ -423,81 +462,70 @@ class StepLoop:
             if feed is None
             else concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stargraph-step")
         )
-        closed_in_step = False
+        steps = self.advance(run, fresh=fresh, steps=True)
+        in_step = False
         try:
-            self.begin(run, fresh)
-            while run.tasks:
-                if run.cancelled is not None:
-                    break
-                if feed is None or stepper is None or self._all_inline(run.tasks):
+            work = next(steps)
+            while True:
+                if type(work) is int:
+                    yield work
+                    work = steps.send(None)
+                    continue
+                tasks = cast("Sequence[Task]", work)  # no routers were asked for
+                if feed is None or stepper is None or self._all_inline(tasks):
                     # Nothing to hand on while the tasks run: inline ones (tiny pure
                     # functions) run right here, sparing the thread hop.
-                    if not self.step_once(run):
-                        return
+                    work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
                 else:
-                    if self.prepare(run) is None:
-                        return
-                    closed_in_step = True
+                    in_step = True
                     outcome = yield from self._pumped(run, feed, stepper)
-                    closed_in_step = False
-                    if not self.complete(run, outcome):
-                        return
-                yield run.step
-            else:
-                self.finish(run)
-                return
+                    in_step = False
+                    work = steps.send(outcome)
+        except StopIteration as stop:
+            cancelled = stop.value
         except GeneratorExit:
             # The consumer closed the stream: at a step boundary, where it waits at the
             # yield, or inside a step (then _pumped committed that step already).
-            if not closed_in_step:
+            if not in_step:
                 self.closed(run)
             raise
         except BaseException as exc:
-            instead = self.stopped_by(run, exc)
-            if instead is None:
-                raise
-            raise instead from exc
+            raise self.stopped_by(run, exc)  # noqa: B904 - the cause is set when needed
         finally:
             if stepper is not None:
                 stepper.shutdown(wait=False)
             self.end(run)
-        raise self.cancel(run)
+        if cancelled:
+            raise self.cancel(run)
 
     async def adrive(self, run: Run, *, fresh: bool) -> AsyncGenerator[int, None]:
         """Async driver: yields after each committed step, and -1 whenever a live stream's
         feed has something new while a step runs. Async routers are awaited on this loop."""
         feed = run.feed
         stepping: asyncio.Future[StepOutcome] | None = None
+        steps = self.advance(run, fresh=fresh, routers=True, steps=True)
         try:
-            if fresh and (routing := self.routing(run)) is not None:
-                await routing
-            self.begin(run, fresh)
-            while run.tasks:
-                if run.cancelled is not None:
-                    break
-                tasks = self.prepare(run)
-                if tasks is None:
-                    return
-                if feed is None:
-                    outcome = await self.runner.arun_step(run, tasks)
+            work = next(steps)
+            while True:
+                if isinstance(work, int):
+                    yield work
+                    work = steps.send(None)
+                elif isinstance(work, Coroutine):  # async routers
+                    await work
+                    work = steps.send(None)
+                elif feed is None:
+                    work = steps.send(await self.runner.arun_step(run, work))
                 else:
-                    stepping = asyncio.ensure_future(self.runner.arun_step(run, tasks))
+                    stepping = asyncio.ensure_future(self.runner.arun_step(run, work))
                     stepping.add_done_callback(feed.signal)
                     while not stepping.done():
                         await feed.await_wake()
                         if feed.items:
                             yield -1
                     outcome, stepping = stepping.result(), None
-                routing = self.routing(run, outcome)
-                if routing is not None:
-                    await routing
-                if not self.complete(run, outcome, merged=routing is not None):
-                    return
-                # After the parks: a consumer that stops reading here cancels a running run.
-                yield run.step
-            else:
-                self.finish(run)
-                return
+                    work = steps.send(outcome)
+        except StopIteration as stop:
+            cancelled = stop.value
         except GeneratorExit:
             if stepping is not None:
                 # Closed inside a step: its tasks are cancelled and the step dropped.
@@ -516,13 +544,11 @@ class StepLoop:
             self.cancel_quietly(run, "its asyncio task was cancelled")
             raise
         except BaseException as exc:
-            instead = self.stopped_by(run, exc)
-            if instead is None:
-                raise
-            raise instead from exc
+            raise self.stopped_by(run, exc)  # noqa: B904 - the cause is set when needed
         finally:
             self.end(run)
-        raise self.cancel(run)
+        if cancelled:
+            raise self.cancel(run)
 
     def end(self, run: Run) -> None:
         """However a driver leaves: close the rule engines and the run's event loop,
@@ -539,7 +565,7 @@ class StepLoop:
         reason = run.cancelled or "cancelled"
         if run.persistence is not None:
             run.persistence.cancel(run, reason)
-        self.emit(run, RunCancelled(run_id=run.run_id, step=run.step, path=run.path, reason=reason))
+        self.emit(run, RunCancelled, reason=reason)
         then = (
             f"continue it with resume({run.run_id!r})"
             if run.persistence is not None
@@ -612,19 +638,16 @@ class StepLoop:
         if run.rules is not None:
             self._apply_rules(run, ran)
         if run.emit is not None:
-            for task, writes in sorted(results, key=lambda r: r[0].key):
+            for task, writes in sorted(results, key=by_task):
                 for child_event in run.child_events.pop(task.key, ()):
                     run.emit(child_event)
-                run.emit(
-                    NodeFinished(
-                        run_id=run.run_id,
-                        step=run.step,
-                        path=run.path,
-                        node=task.node,
-                        index=task.index,
-                        writes=jsonable(self.plan.channels, writes),
-                        attempts=run.attempts.get(f"{task.node}/{task.index}", 1),
-                    )
+                self.emit(
+                    run,
+                    NodeFinished,
+                    node=task.node,
+                    index=task.index,
+                    writes=jsonable(self.plan.channels, writes),
+                    attempts=run.attempts.get(f"{task.node}/{task.index}", 1),
                 )
         if run.persistence is not None:
             run.persistence.commit(run, results)
@@ -632,14 +655,11 @@ class StepLoop:
         elif run.attempts:
             run.attempts = {}
         if run.emit is not None:
-            run.emit(
-                StepCompleted(
-                    run_id=run.run_id,
-                    step=run.step,
-                    path=run.path,
-                    nodes=tuple(t.node for t in ran),
-                    next=tuple(t.node for t in run.tasks),
-                )
+            self.emit(
+                run,
+                StepCompleted,
+                nodes=tuple(t.node for t in ran),
+                next=tuple(t.node for t in run.tasks),
             )
 
     def _apply_rules(self, run: Run, ran: Sequence[Task]) -> None:
@@ -660,15 +680,11 @@ class StepLoop:
         )
         self.emit(
             run,
-            RuleDecided(
-                run_id=run.run_id,
-                step=run.step,
-                path=run.path,
-                decision=decision.kind,
-                rule=decision.rule,
-                target=",".join(decision.targets) or None,
-                reason=decision.reason,
-            ),
+            RuleDecided,
+            decision=decision.kind,
+            rule=decision.rule,
+            target=",".join(decision.targets) or None,
+            reason=decision.reason,
         )
         if decision.kind == "halt":
             run.tasks = ()
@@ -688,14 +704,11 @@ class StepLoop:
         if run.persistence is not None:
             run.persistence.finish(run, stopped_by=run.stopped_by)
         if run.emit is not None:  # the event dumps the whole state: only build it when seen
-            run.emit(
-                RunFinished(
-                    run_id=run.run_id,
-                    step=run.step,
-                    path=run.path,
-                    state=jsonable(self.plan.channels, run.values),
-                    stopped_by=run.stopped_by,
-                )
+            self.emit(
+                run,
+                RunFinished,
+                state=jsonable(self.plan.channels, run.values),
+                stopped_by=run.stopped_by,
             )
 
     def _engine_failed(self, run: Run, exc: Exception) -> EngineError:
@@ -733,28 +746,21 @@ class StepLoop:
                     )
         self.emit(
             run,
-            RunFailed(
-                run_id=run.run_id,
-                step=run.step,
-                path=run.path,
-                node=getattr(exc, "node", None),
-                error=str(exc),
-                error_type=type(exc).__name__,
-            ),
+            RunFailed,
+            node=getattr(exc, "node", None),
+            error=str(exc),
+            error_type=type(exc).__name__,
         )
 
     def emit_started(self, run: Run, tasks: Sequence[Task]) -> None:
         """Emit ``node_started`` for each of ``tasks`` (the step about to run)."""
         if run.emit is not None:
             for task in tasks:
-                run.emit(
-                    NodeStarted(
-                        run_id=run.run_id,
-                        step=run.step,
-                        path=run.path,
-                        node=task.node,
-                        index=task.index,
-                    )
+                self.emit(
+                    run,
+                    NodeStarted,
+                    node=task.node,
+                    index=task.index,
                 )
 
     # ------------------------------------------------------------------ live streams

@@ -79,14 +79,8 @@ def fork(
     new_run_id: str | None = None,
     code_hash: str | None = None,
 ) -> str:
-    """Start a new run from ``step`` of ``run_id`` (optionally with changed channels).
-
-    The fork holds a copy of the parent's steps ``0..step`` (same step ids, same recorded
-    calls, so it replays like the parent up to there); ``update`` becomes step
-    ``step + 1``, written by ``__update__``. It is linked to its parent
-    (``parent_run_id``/``parent_step``); continue it with ``resume(new_run_id)``.
-    Returns the new run id.
-    """
+    """``CompiledGraph.fork`` (documented there): copy steps ``0..step`` of ``run_id`` into
+    a new run linked to it, ``update`` committed as the step after; the new run's id."""
     store = require_store(loop)
     record = check_hashes(loop, store.get_run(run_id), code_hash)
     if not 0 <= step <= record.last_step:
@@ -124,14 +118,7 @@ def fork(
         store.commit_step(new_id, past)
     if writes:
         values, at = load_values(store, loop.plan.channels, new_id, step)
-        run = Run(
-            loop.plan,
-            new_id,
-            values,
-            max_steps=loop.max_steps,
-            entropy=loop.entropy(),
-            emit=None,
-        )
+        run = loop.make_run(new_id, values)
         run.step = step
         run.tasks = tasks_from(at.next)
         run.joins_seen = joins_from(at)
@@ -351,14 +338,7 @@ def _load_leased(
             step=record.last_step,
         )
     values, last = load_values(store, loop.plan.channels, run_id, record.last_step)
-    run = Run(
-        loop.plan,
-        run_id,
-        values,
-        max_steps=max_steps if max_steps is not None else loop.max_steps,
-        entropy=loop.entropy(),
-        emit=loop.observed(emit),
-    )
+    run = loop.make_run(run_id, values, max_steps=max_steps, emit=loop.observed(emit))
     run.step = last.step
     run.tasks = tasks_from(last.next)
     run.joins_seen = joins_from(last)

@@ -83,8 +83,17 @@ def worker_threads() -> concurrent.futures.ThreadPoolExecutor:
 
 TaskResult = tuple[Task, dict[str, Any]]
 
+Outcome = tuple[dict[str, Any] | None, BaseException | None]
+"""What one task of a batch came to: its writes, or what it raised."""
+
 _PATIENCE = 0.0002
 """Seconds a new worker watches the other runners take tasks before it takes one itself."""
+
+_TICK = 0.001
+"""Seconds between two looks of the watchdog at the batches in flight."""
+
+_IDLE_TICKS = 50
+"""Looks without a batch in flight after which the watchdog sleeps until the next one."""
 Pool = Callable[[], concurrent.futures.ThreadPoolExecutor]
 
 
@@ -298,15 +307,86 @@ def _on(remote: Remote | None, spec: NodeSpec) -> Remote | None:
     return remote if remote is not None and remote.handles(spec) else None
 
 
+class _Watchdog:
+    """Asks for a batch's first worker thread once its runners stall.
+
+    Waking a thread for a step costs more than a step of tiny tasks (a Future, a wake-up
+    and the GIL changing hands twice), so the driver starts a batch alone. One daemon
+    thread per process looks at the batches in flight every :data:`_TICK` and asks for a
+    worker for each one whose runners took no task since its last look (the driver is
+    stuck in a task that blocks); from there each worker asks for the next (see
+    :class:`_Batch`). A step of pure functions is over before the watchdog's next look and
+    wakes no thread; after :data:`_IDLE_TICKS` looks at no batch, the watchdog sleeps
+    until one starts.
+    """
+
+    __slots__ = ("active", "lock", "thread", "wake")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.active: dict[int, _Batch] = {}
+        self.wake = threading.Event()
+        self.thread: threading.Thread | None = None
+
+    def watch(self, batch: _Batch) -> None:
+        """Look after ``batch`` until :meth:`forget`."""
+        self.active[id(batch)] = batch
+        if not self.wake.is_set():
+            if self.thread is None:
+                self._start()
+            self.wake.set()
+
+    def forget(self, batch: _Batch) -> None:
+        """``batch`` has no task left to hand out: it needs no more workers."""
+        self.active.pop(id(batch), None)
+
+    def _start(self) -> None:
+        with self.lock:
+            if self.thread is None:
+                self.thread = threading.Thread(
+                    target=self._loop, name="stargraph-watchdog", daemon=True
+                )
+                self.thread.start()
+
+    def _loop(self) -> None:
+        idle = 0
+        while True:
+            if self.active:
+                idle = 0
+            else:
+                idle += 1
+                if idle >= _IDLE_TICKS:
+                    self.wake.clear()
+                    if not self.active:  # watch() sets the flag after adding its batch
+                        self.wake.wait()
+                    idle = 0
+            time.sleep(_TICK)
+            for batch in list(self.active.values()):
+                batch.look()
+
+    def reset(self) -> None:
+        # A forked child has no watchdog thread: it starts its own on first need.
+        self.lock = threading.Lock()
+        self.active = {}
+        self.wake = threading.Event()
+        self.thread = None
+
+
+_WATCHDOG = _Watchdog()
+os.register_at_fork(after_in_child=_WATCHDOG.reset)
+
+
 class _Batch:
     """The thread-run tasks of one step, shared by the driver and the worker threads.
 
     Work stealing: every runner (the driver's thread and each worker) takes the next task
-    until none is left, and a runner that takes a task while others still wait makes sure
-    one more runner is on its way (one at a time: a worker asked for and not started yet
-    is enough). Tiny tasks are then mostly run by the driver before that worker has even
-    woken (a fan-out of pure functions costs about what it did inline), while tasks that
-    block each end up on a thread of their own and overlap.
+    until none is left. The driver starts alone; when it stalls in a task with others still
+    waiting, the watchdog asks for a worker (see :class:`_Watchdog`), and each worker,
+    before its first task, makes sure one more runner is on its way while tasks wait (one
+    at a time: a worker asked for and not started yet is enough). Tiny tasks are then all
+    run by the driver without waking a thread (a fan-out of pure functions costs about
+    what it did inline), while tasks that block each end up on a thread of their own and
+    overlap.
     """
 
     __slots__ = (
@@ -319,6 +399,7 @@ class _Batch:
         "remaining",
         "remote",
         "run",
+        "seen",
         "siblings",
         "spawned",
         "starting",
@@ -336,20 +417,28 @@ class _Batch:
         limit: int,
     ) -> None:
         self.run = run
-        self.queue = collections.deque(tasks)
+        # (position, task): a runner files the task's outcome at its position.
+        self.queue = collections.deque(enumerate(tasks))
         self.siblings = siblings
         self.pool = pool
         self.remote = remote
         self.lock = threading.Lock()
         self.finished = threading.Event()
         self.remaining = len(tasks)
-        self.outcomes: dict[tuple[str, int], tuple[dict[str, Any] | None, BaseException | None]]
-        self.outcomes = {}
+        self.outcomes: list[Outcome | None] = [None] * len(tasks)
         # Worker threads to ask for at most: the driver itself is a runner too.
         self.limit = limit
         self.spawned = 0
         self.starting = 0  # workers asked for that have not started taking tasks yet
         self.taken = 0  # tasks taken so far, by any runner: progress a worker can watch
+        self.seen = 0  # ``taken`` at the watchdog's last look
+
+    def look(self) -> None:
+        """The watchdog's look: a runner is stuck if none took a task since the last one."""
+        taken = self.taken
+        if self.queue and taken == self.seen:
+            self.spawn()
+        self.seen = taken
 
     def spawn(self) -> None:
         with self.lock:
@@ -365,18 +454,6 @@ class _Batch:
             with self.lock:
                 self.starting -= 1
 
-    def _take(self, first: bool) -> Task | None:
-        try:
-            task = self.queue.popleft()
-        except IndexError:
-            return None
-        self.taken += 1
-        # Each runner asks for a successor once, before its first task: the newest worker
-        # always does, so while tasks wait one more runner is on its way or at work.
-        if first and self.queue and not self.starting:
-            self.spawn()
-        return task
-
     def work(self, worker: bool = False) -> None:
         """Run tasks until none is left (on the driver's thread or, ``worker``, a pool's)."""
         if worker:
@@ -389,33 +466,53 @@ class _Batch:
             while self.queue and self.taken != seen:
                 seen = self.taken
                 time.sleep(_PATIENCE)
-        run, siblings, remote = self.run, self.siblings, self.remote
+        run, siblings, remote, queue, outcomes = (
+            self.run,
+            self.siblings,
+            self.remote,
+            self.queue,
+            self.outcomes,
+        )
         specs = run.plan.specs
-        first = True
-        while (task := self._take(first)) is not None:
-            first = False
+        # A finished task's writes are saved at once as pending writes (see the module doc).
+        persistence = run.persistence
+        pending = persistence.put_pending if siblings > 1 and persistence is not None else None
+        # The driver leaves asking for the first worker to the watchdog; each worker asks
+        # for a successor before its first task, so while tasks wait one more runner is on
+        # its way or at work.
+        first = worker
+        ran = 0
+        while True:
+            try:
+                position, task = queue.popleft()
+            except IndexError:
+                break
+            self.taken += 1
+            if first:
+                first = False
+                if queue and not self.starting:
+                    self.spawn()
             spec = specs[task.node]
-            outcome: tuple[dict[str, Any] | None, BaseException | None]
             try:
                 if spec.plain and remote is None:
                     # As for a lone task: no retry or timeout machinery to go through.
                     writes = _plain(run, task, spec)
-                    _finish(run, task, 1, writes, siblings)
+                    if pending is not None:
+                        pending(run, task, writes)
                 else:
                     writes = run_task_sync(run, task, spec, siblings, remote=_on(remote, spec))
-                outcome = (writes, None)
+                outcomes[position] = (writes, None)
             except (Exception, GraphInterrupt) as exc:  # sorted out in task order below
-                outcome = (None, exc)
+                outcomes[position] = (None, exc)
             except BaseException as exc:
                 if not worker:
                     raise  # Ctrl-C on the driver's thread stops the run at once
-                outcome = (None, exc)  # on a worker: the driver raises it, nothing hangs
-            self.done(task, outcome)
-
-    def done(self, task: Task, outcome: tuple[dict[str, Any] | None, BaseException | None]) -> None:
+                outcomes[position] = (None, exc)  # on a worker: the driver raises it
+            ran += 1
+        # One count per runner rather than per task: the step is over when every task taken
+        # has its outcome filed.
         with self.lock:
-            self.outcomes[task.key] = outcome
-            self.remaining -= 1
+            self.remaining -= ran
             if self.remaining == 0:
                 self.finished.set()
 
@@ -423,7 +520,8 @@ class _Batch:
 def _plain(run: Run, task: Task, spec: NodeSpec) -> dict[str, Any]:
     """Call a plain node (sync, no retry policy, timeout or executor) and check its writes."""
     try:
-        result = spec.fn(*run.call_args(task, spec))
+        args = (run.task_state(task),) if spec.bare else run.call_args(task, spec)
+        result = spec.fn(*args)
     except (GraphInterrupt, StargraphError):
         raise
     except Exception as exc:
@@ -448,28 +546,28 @@ def execute_sync(
             # Chains and loops: one plain sync node, no retry policy or timeout - call it
             # right here (the retry/timeout machinery costs a measurable share of a step).
             try:
-                result = spec.fn(*run.call_args(task, spec))
+                return StepOutcome([(task, _plain(run, task, spec))])
             except GraphInterrupt as signal:
                 return StepOutcome([], (task, signal))
-            except StargraphError:
-                raise
-            except Exception as exc:
-                raise run.node_failed(task, exc) from exc
-            return StepOutcome([(task, run.validate_writes(task, result))])
         if not spec.is_async:
             try:
                 return StepOutcome([(task, run_task_sync(run, task, spec, 1))])
             except GraphInterrupt as signal:
                 return StepOutcome([], (task, signal))
-    todo = [t for t in tasks if t.key not in run.done]
-    if any(specs[t.node].is_async for t in todo):
+    done = run.done
+    todo = [t for t in tasks if t.key not in done] if done else list(tasks)
+    plan = run.plan
+    if plan.any_async and any(specs[t.node].is_async for t in todo):
         # The whole step on the run's one loop: async tasks as coroutines, sync ones on
         # the pool's threads through it.
         return run.event_loop().run(execute_async(run, tasks, pool, remote))
-    results: list[TaskResult] = [(t, run.done[t.key]) for t in tasks if t.key in run.done]
+    results: list[TaskResult] = [(t, done[t.key]) for t in tasks if t.key in done] if done else []
     interrupts: list[tuple[Task, GraphInterrupt]] = []
-    here = [t for t in todo if _inline(specs[t.node])]
-    shared = [t for t in todo if not _inline(specs[t.node])]
+    if plan.any_inline:
+        here = [t for t in todo if _inline(specs[t.node])]
+        shared = [t for t in todo if not _inline(specs[t.node])]
+    else:
+        here, shared = [], todo
     batch = None
     if shared:
         # With tasks of its own to run first, the driver joins the batch late: then every
@@ -485,16 +583,23 @@ def execute_sync(
         )
         if here:
             batch.spawn()
-    for task in here:
-        try:
-            results.append((task, run_task_sync(run, task, specs[task.node], len(tasks))))
-        except GraphInterrupt as signal:
-            interrupts.append((task, signal))
+        _WATCHDOG.watch(batch)
+    try:
+        for task in here:
+            try:
+                results.append((task, run_task_sync(run, task, specs[task.node], len(tasks))))
+            except GraphInterrupt as signal:
+                interrupts.append((task, signal))
+        if batch is not None:
+            batch.work()
+    finally:
+        if batch is not None:
+            _WATCHDOG.forget(batch)
     if batch is not None:
-        batch.work()
         batch.finished.wait()
-        for task in shared:
-            writes, error = batch.outcomes[task.key]
+        for task, outcome in zip(shared, batch.outcomes, strict=True):
+            assert outcome is not None
+            writes, error = outcome
             if isinstance(error, GraphInterrupt):
                 interrupts.append((task, error))
             elif error is not None:

@@ -53,7 +53,7 @@ def reduce_writes(
     values: dict[str, Any],
     writes: Mapping[str, Any],
     *,
-    owned: bool = False,
+    owned: bool | set[str] = False,
 ) -> None:
     """Fold one task's validated ``writes`` into ``values``, in place, through the channels'
     reducers (a channel without one takes the written value). The one merge of the runtime:
@@ -61,13 +61,19 @@ def reduce_writes(
     go through it, task after task in ``(node, index)`` order.
 
     ``owned``: the lists in ``values`` are the caller's own (decoded from a store), so an
-    ``append`` channel is extended in place rather than copied at every step.
+    ``append`` channel is extended in place rather than copied at every step. A set: the
+    names of the lists already copied (the merge of one step's several tasks copies each
+    list once, then extends it, and records it here).
     """
     for key, value in writes.items():
         reducer = channels[key].reducer
         if reducer is None:
             values[key] = value
-        elif owned and reducer is _APPEND and type(values[key]) is list:
-            values[key].extend(value)
+        elif owned is not False and reducer is _APPEND and type(values[key]) is list:
+            if owned is True or key in owned:
+                values[key].extend(value)
+            else:
+                values[key] = [*values[key], *value]
+                owned.add(key)
         else:
             values[key] = reducer(values[key], value)
