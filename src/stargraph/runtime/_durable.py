@@ -29,7 +29,7 @@ import time
 import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import pydantic_core
 from pydantic import ValidationError
@@ -220,8 +220,26 @@ async def atake_lease(
         return done.value  # type: ignore[no-any-return]
 
 
+# The records of recently scheduled payload-less task lists (a graph schedules the same few
+# again and again): records are frozen, so steps share them instead of each holding copies,
+# which a MemoryStore would keep and the garbage collector walk for as long as the run lives.
+_TASK_RECORDS: dict[tuple[Task, ...], tuple[TaskRecord, ...]] = {}
+_TASK_RECORDS_KEPT: Final = 4096
+
+
 def task_records(tasks: Sequence[Task]) -> tuple[TaskRecord, ...]:
     """Scheduled tasks as records."""
+    if all(t.payload is None for t in tasks):
+        key = tuple(tasks)
+        found = _TASK_RECORDS.get(key)
+        if found is None:
+            found = tuple(
+                trusted(TaskRecord, node=t.node, index=t.index, payload=None) for t in tasks
+            )
+            if len(_TASK_RECORDS) >= _TASK_RECORDS_KEPT:
+                _TASK_RECORDS.clear()  # rare (thousands of distinct task lists): start over
+            _TASK_RECORDS[key] = found
+        return found
     return tuple(
         trusted(
             TaskRecord, node=t.node, index=t.index, payload=dict(t.payload) if t.payload else None
@@ -309,7 +327,7 @@ class Persistence:
         self._journaled: Conversations = {}
         # Append-only channels, and the step whose snapshot holds each in full (None: not
         # known yet in this process; read from the store at the first snapshot).
-        self._appends = appendable(graph.channels)
+        self._appends = _appendable_of(graph)
         self._roots: dict[str, int] | None = None
 
     def _hold(self, lease: Lease | None) -> None:
@@ -580,6 +598,17 @@ def decode_writes(
         return {key: channels[key].validate(value) for key, value in writes.items()}
     except (KeyError, ValidationError) as exc:
         raise _corrupt(run_id, step, exc) from exc
+
+
+_APPENDS: weakref.WeakKeyDictionary[Plan, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+def _appendable_of(graph: Plan) -> tuple[str, ...]:
+    """:func:`appendable` of ``graph``'s channels, worked out once per graph, not per run."""
+    found = _APPENDS.get(graph)
+    if found is None:
+        found = _APPENDS[graph] = appendable(graph.channels)
+    return found
 
 
 def appendable(channels: Mapping[str, Channel]) -> tuple[str, ...]:
