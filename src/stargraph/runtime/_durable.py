@@ -385,24 +385,41 @@ class Persistence:
         # In exit mode the run reaches the store only when it stops: there is nothing to
         # lease meanwhile.
         owner = new_owner(DEFAULT_LEASE_S) if self.durability == "sync" else None
-        record = RunRecord(
+        # Both records built without validation (every run pays for this): each field is
+        # given, of its declared type, from values this process made or checked above.
+        record = trusted(
+            RunRecord,
             run_id=run.run_id,
             graph_name=self.graph.ir.name,
             graph_hash=self.graph.graph_hash,
             code_hash=self.graph.code_hash,
+            status="running",
+            last_step=0,
             parent_run_id=parent_run_id,
             parent_step=parent_step,
             created_at=_now(),
+            updated_at="",
+            error=None,
+            stopped_by=None,
+            interrupt=None,
             owner=owner,
+            lease_expires=None,
             thread_id=None if self.thread is None else self.thread[0],
             turn=None if self.thread is None else self.thread[1],
         )
         self._roots = dict.fromkeys(self._appends, run.step)
-        first = StepRecord(
+        first = trusted(
+            StepRecord,
             step=run.step,
+            writes=(),
             snapshot=self._dump(run, run.values, None),
+            carried={},
             next=task_records(run.tasks),
-            joins=joins_record(run.joins_seen),
+            joins=joins_record(run.joins_seen) if run.joins_seen else {},
+            facts=None,
+            decision=None,
+            attempts={},
+            calls=(),
             created_ms=_now_ms(),
         )
         if self.durability == "sync":  # an exit-mode run gives its graph when it is written
@@ -453,13 +470,25 @@ class Persistence:
             snapshot, carried = self._snapshot(run)
         # Built without validation: every field is made here, of its declared type (the
         # writes were validated by their channels; _dump made them JSON).
+        if len(results) == 1:  # the common step: no generator, no sort
+            ((task, written),) = results
+            writes: tuple[WriteRecord, ...] = (
+                trusted(
+                    WriteRecord,
+                    node=task.node,
+                    index=task.index,
+                    writes=self._dump(run, written, task.node),
+                ),
+            )
+        else:
+            writes = tuple(
+                trusted(WriteRecord, node=t.node, index=t.index, writes=self._dump(run, w, t.node))
+                for t, w in sorted(results, key=_by_task)
+            )
         record = trusted(
             StepRecord,
             step=run.step,
-            writes=tuple(
-                trusted(WriteRecord, node=t.node, index=t.index, writes=self._dump(run, w, t.node))
-                for t, w in (results if len(results) < 2 else sorted(results, key=_by_task))
-            ),
+            writes=writes,
             snapshot=snapshot,
             carried=carried,
             next=task_records(run.tasks),
