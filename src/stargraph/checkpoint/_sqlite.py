@@ -33,8 +33,12 @@ the same step exactly one wins and the other gets a :class:`~stargraph.errors.Ch
 from __future__ import annotations
 
 import contextlib
+import logging
+import os
 import sqlite3
+import threading
 import time
+import weakref
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,6 +79,8 @@ from stargraph.errors import (
 )
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
+
+log = logging.getLogger("stargraph.checkpoint")
 
 SCHEMA_VERSION: Final = 4
 """The schema this code writes; older files are migrated when opened."""
@@ -161,6 +167,11 @@ _ADVANCE: Final = (
 _INSERT_STEP: Final = (
     "INSERT INTO steps (run_id, step, has_snapshot, payload, crc) VALUES (?, ?, ?, ?, ?)"
 )
+_INSERT_JOURNAL: Final = (
+    "INSERT OR IGNORE INTO journal (run_id, step, node, idx, seq, kind, key, payload, crc) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_REPLACE_JOURNAL: Final = _INSERT_JOURNAL.replace("OR IGNORE", "OR REPLACE", 1)
 _DROP_PENDING: Final = "DELETE FROM pending WHERE run_id = ? AND step = ?"
 _DROP_JOURNAL: Final = "DELETE FROM journal WHERE run_id = ? AND step = ?"
 
@@ -178,6 +189,96 @@ _UNAVAILABLE: Final = {
     ),
     sqlite3.SQLITE_IOERR: "check the disk and the file system it lives on",
 }
+
+
+CHECKPOINT_EVERY: Final = 200
+"""Write transactions between two background WAL checkpoints (a step commit writes 3-5
+pages, so about SQLite's own 1,000-page autocheckpoint)."""
+
+_AUTOCHECKPOINT_PAGES: Final = 10_000
+"""SQLite's own checkpoint, run inside a commit, stays on as a bound (~40 MB of WAL) for
+when the background one cannot keep up."""
+
+
+def _checkpoints(
+    db_ref: weakref.ref[Database], wake: threading.Event, stop: threading.Event
+) -> None:
+    """The checkpointer thread's loop: a passive checkpoint each time it is woken, until
+    the store closes (or is dropped unclosed: it holds the database only while working)."""
+    while not stop.is_set():
+        woken = wake.wait(1.0)
+        db = db_ref()
+        if db is None or db.closed or stop.is_set():
+            return
+        if woken:
+            wake.clear()
+            try:
+                # PASSIVE: copies what it can without waiting for (or blocking) any reader
+                # or writer; what it cannot copy yet is copied by a later one.
+                db.rows("PRAGMA wal_checkpoint(PASSIVE)")
+            except Exception as exc:  # a failed checkpoint loses nothing: a later one copies it
+                log.debug("background WAL checkpoint of %s failed: %s", db.path, exc)
+        del db
+
+
+class _Checkpointer:
+    """Moves WAL checkpoints off the commit path.
+
+    In WAL mode a commit appends pages to the ``-wal`` file; SQLite copies them back into
+    the database (a checkpoint, with two fsyncs) inside whichever commit crosses 1,000
+    pages, so every few hundred steps one step commit took milliseconds. Here the
+    connections checkpoint by themselves only past :data:`_AUTOCHECKPOINT_PAGES` and a
+    thread of the store runs a passive checkpoint every :data:`CHECKPOINT_EVERY` write
+    transactions instead, while commits go on. Durability is unchanged: a commit is
+    durable once in the WAL, checkpointed or not.
+    """
+
+    def __init__(self, db: Database) -> None:
+        self._db = db
+        self._writes = 0
+        self._pid = os.getpid()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    @staticmethod
+    def configure(conn: sqlite3.Connection) -> None:
+        """Every connection's own checkpoints: only past the bound."""
+        conn.execute(f"PRAGMA wal_autocheckpoint = {_AUTOCHECKPOINT_PAGES}")
+
+    def wrote(self) -> None:
+        """Count one write transaction; wake the thread every :data:`CHECKPOINT_EVERY`."""
+        self._writes += 1
+        if self._writes >= CHECKPOINT_EVERY:
+            self._writes = 0
+            self._poke()
+
+    def _poke(self) -> None:
+        with self._lock:
+            if self._stop.is_set():
+                return
+            if self._pid != os.getpid():  # a forked child: the parent's thread is not here
+                self._pid, self._thread = os.getpid(), None
+                self._wake, self._stop = threading.Event(), threading.Event()
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=_checkpoints,
+                    args=(weakref.ref(self._db), self._wake, self._stop),
+                    name="stargraph-wal-checkpoint",
+                    daemon=True,
+                )
+                self._thread.start()
+        self._wake.set()
+
+    def close(self) -> None:
+        """Stop the thread (after the checkpoint it may be running)."""
+        with self._lock:
+            self._stop.set()
+            self._wake.set()
+            thread = self._thread
+        if thread is not None and thread.is_alive() and self._pid == os.getpid():
+            thread.join(timeout=self._db.timeout)
 
 
 def _lease(expires: Any, row: Any) -> tuple[str, bool]:
@@ -235,8 +336,10 @@ class SqliteStore(SqlStore):
             synchronous=synchronous,
             foreign_keys=True,
             cached_statements=64,
+            on_connect=_Checkpointer.configure,
             fail=self._fail,
         )
+        self._checkpointer = _Checkpointer(self._db)
         try:
             self._setup()
         except BaseException:
@@ -256,6 +359,9 @@ class SqliteStore(SqlStore):
 
     def close(self) -> None:
         """Close every connection this store opened, in any thread. Safe to call twice."""
+        checkpointer = getattr(self, "_checkpointer", None)  # None: __init__ failed first
+        if checkpointer is not None:
+            checkpointer.close()
         self._db.close()
 
     def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
@@ -478,6 +584,7 @@ class SqliteStore(SqlStore):
             )
             conn.execute(_DROP_PENDING, (run_id, number))
             conn.execute(_DROP_JOURNAL, (run_id, number))
+        self._checkpointer.wrote()
 
     def put_graph(self, graph_hash: str, ir: bytes) -> None:
         """Keep a graph's IR by its hash (the first copy stays)."""
@@ -494,41 +601,44 @@ class SqliteStore(SqlStore):
     def put_pending(self, run_id: str, write: PendingWrite) -> None:
         """Save one finished task's writes for a step not yet committed (idempotent)."""
         payload = _encode(write, run_id=run_id, step=write.step)
-        with self._write() as conn:
-            try:
-                conn.execute(
-                    "INSERT OR IGNORE INTO pending (run_id, step, node, idx, payload, crc) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (run_id, write.step, write.node, write.index, payload, _crc(payload)),
-                )
-            except sqlite3.IntegrityError as exc:  # the foreign key: no such run
-                raise self._missing(run_id) from exc
+        self._insert(
+            run_id,
+            "INSERT OR IGNORE INTO pending (run_id, step, node, idx, payload, crc) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, write.step, write.node, write.index, payload, _crc(payload)),
+        )
+
+    def _insert(self, run_id: str, sql: str, params: Sequence[object]) -> None:
+        """One ``INSERT`` committed by itself (SQLite's implicit transaction: one statement
+        instead of ``BEGIN``, the insert and ``COMMIT``), or in the caller's transaction
+        inside :meth:`write_run`. A row of an unknown run raises ``RunNotFoundError``."""
+        try:
+            self._db.run(sql, params)
+        except CheckpointError as exc:
+            if isinstance(exc.__cause__, sqlite3.IntegrityError):  # the run's foreign key
+                raise self._missing(run_id) from exc.__cause__
+            raise
+        self._checkpointer.wrote()
 
     def append_journal(self, run_id: str, entry: JournalEntry, *, replace: bool = False) -> None:
         """Record one call of a task execution (idempotent on its position: the first entry
         stays, unless ``replace``)."""
         payload = _encode(entry, run_id=run_id, step=entry.step)
-        verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
-        with self._write() as conn:
-            try:
-                conn.execute(
-                    f"{verb} INTO journal "
-                    "(run_id, step, node, idx, seq, kind, key, payload, crc) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        run_id,
-                        entry.step,
-                        entry.node,
-                        entry.index,
-                        entry.seq,
-                        entry.kind,
-                        entry.key,
-                        payload,
-                        _crc(payload),
-                    ),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise self._missing(run_id) from exc
+        self._insert(
+            run_id,
+            _REPLACE_JOURNAL if replace else _INSERT_JOURNAL,
+            (
+                run_id,
+                entry.step,
+                entry.node,
+                entry.index,
+                entry.seq,
+                entry.kind,
+                entry.key,
+                payload,
+                _crc(payload),
+            ),
+        )
 
     # ----------------------------------------------------------------- reads
 
