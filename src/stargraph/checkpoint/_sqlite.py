@@ -33,12 +33,8 @@ the same step exactly one wins and the other gets a :class:`~stargraph.errors.Ch
 from __future__ import annotations
 
 import contextlib
-import logging
-import os
 import sqlite3
-import threading
 import time
-import weakref
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -79,8 +75,6 @@ from stargraph.errors import (
 )
 
 __all__ = ["SCHEMA_VERSION", "SqliteStore"]
-
-log = logging.getLogger("stargraph.checkpoint")
 
 SCHEMA_VERSION: Final = 4
 """The schema this code writes; older files are migrated when opened."""
@@ -191,96 +185,6 @@ _UNAVAILABLE: Final = {
 }
 
 
-CHECKPOINT_EVERY: Final = 200
-"""Write transactions between two background WAL checkpoints (a step commit writes 3-5
-pages, so about SQLite's own 1,000-page autocheckpoint)."""
-
-_AUTOCHECKPOINT_PAGES: Final = 10_000
-"""SQLite's own checkpoint, run inside a commit, stays on as a bound (~40 MB of WAL) for
-when the background one cannot keep up."""
-
-
-def _checkpoints(
-    db_ref: weakref.ref[Database], wake: threading.Event, stop: threading.Event
-) -> None:
-    """The checkpointer thread's loop: a passive checkpoint each time it is woken, until
-    the store closes (or is dropped unclosed: it holds the database only while working)."""
-    while not stop.is_set():
-        woken = wake.wait(1.0)
-        db = db_ref()
-        if db is None or db.closed or stop.is_set():
-            return
-        if woken:
-            wake.clear()
-            try:
-                # PASSIVE: copies what it can without waiting for (or blocking) any reader
-                # or writer; what it cannot copy yet is copied by a later one.
-                db.rows("PRAGMA wal_checkpoint(PASSIVE)")
-            except Exception as exc:  # a failed checkpoint loses nothing: a later one copies it
-                log.debug("background WAL checkpoint of %s failed: %s", db.path, exc)
-        del db
-
-
-class _Checkpointer:
-    """Moves WAL checkpoints off the commit path.
-
-    In WAL mode a commit appends pages to the ``-wal`` file; SQLite copies them back into
-    the database (a checkpoint, with two fsyncs) inside whichever commit crosses 1,000
-    pages, so every few hundred steps one step commit took milliseconds. Here the
-    connections checkpoint by themselves only past :data:`_AUTOCHECKPOINT_PAGES` and a
-    thread of the store runs a passive checkpoint every :data:`CHECKPOINT_EVERY` write
-    transactions instead, while commits go on. Durability is unchanged: a commit is
-    durable once in the WAL, checkpointed or not.
-    """
-
-    def __init__(self, db: Database) -> None:
-        self._db = db
-        self._writes = 0
-        self._pid = os.getpid()
-        self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-
-    @staticmethod
-    def configure(conn: sqlite3.Connection) -> None:
-        """Every connection's own checkpoints: only past the bound."""
-        conn.execute(f"PRAGMA wal_autocheckpoint = {_AUTOCHECKPOINT_PAGES}")
-
-    def wrote(self) -> None:
-        """Count one write transaction; wake the thread every :data:`CHECKPOINT_EVERY`."""
-        self._writes += 1
-        if self._writes >= CHECKPOINT_EVERY:
-            self._writes = 0
-            self._poke()
-
-    def _poke(self) -> None:
-        with self._lock:
-            if self._stop.is_set():
-                return
-            if self._pid != os.getpid():  # a forked child: the parent's thread is not here
-                self._pid, self._thread = os.getpid(), None
-                self._wake, self._stop = threading.Event(), threading.Event()
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=_checkpoints,
-                    args=(weakref.ref(self._db), self._wake, self._stop),
-                    name="stargraph-wal-checkpoint",
-                    daemon=True,
-                )
-                self._thread.start()
-        self._wake.set()
-
-    def close(self) -> None:
-        """Stop the thread (after the checkpoint it may be running)."""
-        with self._lock:
-            self._stop.set()
-            self._wake.set()
-            thread = self._thread
-        if thread is not None and thread.is_alive() and self._pid == os.getpid():
-            thread.join(timeout=self._db.timeout)
-
-
 def _lease(expires: Any, row: Any) -> tuple[str, bool]:
     """A stored lease expiry (Unix seconds) as ISO text, and whether it lapsed."""
     at = float(expires)
@@ -336,10 +240,8 @@ class SqliteStore(SqlStore):
             synchronous=synchronous,
             foreign_keys=True,
             cached_statements=64,
-            on_connect=_Checkpointer.configure,
             fail=self._fail,
         )
-        self._checkpointer = _Checkpointer(self._db)
         try:
             self._setup()
         except BaseException:
@@ -359,9 +261,6 @@ class SqliteStore(SqlStore):
 
     def close(self) -> None:
         """Close every connection this store opened, in any thread. Safe to call twice."""
-        checkpointer = getattr(self, "_checkpointer", None)  # None: __init__ failed first
-        if checkpointer is not None:
-            checkpointer.close()
         self._db.close()
 
     def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
@@ -584,7 +483,6 @@ class SqliteStore(SqlStore):
             )
             conn.execute(_DROP_PENDING, (run_id, number))
             conn.execute(_DROP_JOURNAL, (run_id, number))
-        self._checkpointer.wrote()
 
     def put_graph(self, graph_hash: str, ir: bytes) -> None:
         """Keep a graph's IR by its hash (the first copy stays)."""
@@ -618,7 +516,6 @@ class SqliteStore(SqlStore):
             if isinstance(exc.__cause__, sqlite3.IntegrityError):  # the run's foreign key
                 raise self._missing(run_id) from exc.__cause__
             raise
-        self._checkpointer.wrote()
 
     def append_journal(self, run_id: str, entry: JournalEntry, *, replace: bool = False) -> None:
         """Record one call of a task execution (idempotent on its position: the first entry
