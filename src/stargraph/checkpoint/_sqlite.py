@@ -8,7 +8,7 @@ Layout (schema version 3, kept in ``meta.schema_version``)::
              (JSON RunOwner but its token), lease_expires (Unix seconds): the lease, NULL if
              free; thread_id, turn (NULL for a run outside a thread; unique together)
     steps    (run_id, step) PK, has_snapshot, payload (JSON StepRecord, zlib-compressed
-             from 1 KiB when that saves a tenth: such a payload starts with ``H``, or
+             from 1.5 KiB when that saves a tenth: such a payload starts with ``H``, or
              ``x`` when written before), crc;
              append-only
     pending  (run_id, step, node, idx) PK, payload (JSON PendingWrite), crc
