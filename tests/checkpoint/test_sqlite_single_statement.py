@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from stargraph.checkpoint import JournalEntry, PendingWrite, RunRecord, SqliteStore, StepRecord
+from stargraph.checkpoint._lease import new_owner
 from stargraph.errors import RunNotFoundError
 
 
@@ -65,3 +66,35 @@ def test_a_row_of_an_unknown_run_is_refused(tmp_path: Path, what: str) -> None:
         assert isinstance(caught.value.__cause__, sqlite3.IntegrityError)
         assert store.get_journal("r", 1) == []
         assert store.get_pending("r", 1) == []
+
+
+def test_a_step_of_a_run_made_here_with_nothing_pending_deletes_nothing(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "runs.db") as store:
+        _new_run(store)
+        statements = _traced(store)
+        store.commit_step("r", StepRecord(step=1))
+        assert not [s for s in statements if s.startswith("DELETE")]
+        # With a pending write and a journal row of the step, its commit drops them.
+        store.put_pending("r", PendingWrite(step=2, node="n", writes={"x": 1}))
+        entry = JournalEntry(step=2, node="n", seq=0, kind="now", key="k", value=1)
+        store.append_journal("r", entry)
+        store.commit_step("r", StepRecord(step=2))
+        assert store.get_pending("r", 2) == []
+        assert store.get_journal("r", 2) == []
+
+
+def test_rows_another_owner_left_are_dropped_by_the_next_owners_commit(tmp_path: Path) -> None:
+    # The run was made by this store, then another process took it over (acquire) and
+    # crashed mid-step, leaving a pending write and a journal row of the step in flight.
+    with SqliteStore(tmp_path / "runs.db") as store, SqliteStore(tmp_path / "runs.db") as other:
+        _new_run(store)
+        other.acquire("r", new_owner())
+        other.put_pending("r", PendingWrite(step=1, node="n", writes={"x": 1}))
+        other.append_journal(
+            "r", JournalEntry(step=1, node="n", seq=0, kind="now", key="k", value=1)
+        )
+        owner = new_owner()
+        store.acquire("r", owner)  # this store takes the run back, then commits the step
+        store.commit_step("r", StepRecord(step=1), owner=owner.token)
+        assert store.get_pending("r", 1) == []
+        assert store.get_journal("r", 1) == []

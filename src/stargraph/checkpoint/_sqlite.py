@@ -50,6 +50,7 @@ from stargraph.checkpoint._records import (
     PendingWrite,
     RunOwner,
     RunRecord,
+    RunStatus,
     StepRecord,
     check_text,
     check_thread,
@@ -242,6 +243,12 @@ class SqliteStore(SqlStore):
             cached_statements=64,
             fail=self._fail,
         )
+        # Runs this store created (and has not seen taken over or stopped since), and the
+        # steps it wrote pending writes or journal rows for: a step commit of such a run
+        # deletes those only when there are some. Any other writer of the run needs its
+        # lease (acquire), which this store's next commit then fails on anyway.
+        self._fresh: set[str] = set()
+        self._unclean: set[tuple[str, int]] = set()
         try:
             self._setup()
         except BaseException:
@@ -421,6 +428,7 @@ class SqliteStore(SqlStore):
                 _INSERT_STEP,
                 (rid, first.step, first.snapshot is not None, payload, _crc(payload)),
             )
+        self._fresh.add(rid)
 
     @staticmethod
     def _lease_columns(owner: RunOwner | None) -> tuple[object, object, object]:
@@ -440,6 +448,7 @@ class SqliteStore(SqlStore):
     def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
         """Lease the run to ``owner`` unless another live owner holds it; returns the run's
         record from just before."""
+        self._forget(run_id)  # another owner may have left rows: commits delete them again
         with self._write() as conn:
             row = conn.execute(f"{self._select_runs} WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
@@ -481,8 +490,36 @@ class SqliteStore(SqlStore):
                 _INSERT_STEP,
                 (run_id, number, snapshot, payload, _crc(payload)),
             )
-            conn.execute(_DROP_PENDING, (run_id, number))
-            conn.execute(_DROP_JOURNAL, (run_id, number))
+            # The common step of a run made here wrote neither: two statements saved.
+            if run_id not in self._fresh or (run_id, number) in self._unclean:
+                conn.execute(_DROP_PENDING, (run_id, number))
+                conn.execute(_DROP_JOURNAL, (run_id, number))
+        self._unclean.discard((run_id, number))
+
+    def _forget(self, run_id: str) -> None:
+        """Stop assuming this store wrote every pending write and journal row of ``run_id``."""
+        self._fresh.discard(run_id)
+        # list() copies the set at once (other threads may add to it meanwhile).
+        for key in [key for key in list(self._unclean) if key[0] == run_id]:
+            self._unclean.discard(key)
+
+    def set_status(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        error: str | None = None,
+        stopped_by: str | None = None,
+        interrupt: object = None,
+        owner: str | None = None,
+    ) -> None:
+        """Change a run's status without committing a step (park, fail, finish). Fenced on
+        ``owner``; any status but ``running`` also releases the lease."""
+        super().set_status(
+            run_id, status, error=error, stopped_by=stopped_by, interrupt=interrupt, owner=owner
+        )
+        if status != "running":
+            self._forget(run_id)  # released: whoever resumes it acquires it first
 
     def put_graph(self, graph_hash: str, ir: bytes) -> None:
         """Keep a graph's IR by its hash (the first copy stays)."""
@@ -501,15 +538,17 @@ class SqliteStore(SqlStore):
         payload = _encode(write, run_id=run_id, step=write.step)
         self._insert(
             run_id,
+            write.step,
             "INSERT OR IGNORE INTO pending (run_id, step, node, idx, payload, crc) "
             "VALUES (?, ?, ?, ?, ?, ?)",
             (run_id, write.step, write.node, write.index, payload, _crc(payload)),
         )
 
-    def _insert(self, run_id: str, sql: str, params: Sequence[object]) -> None:
+    def _insert(self, run_id: str, step: int, sql: str, params: Sequence[object]) -> None:
         """One ``INSERT`` committed by itself (SQLite's implicit transaction: one statement
         instead of ``BEGIN``, the insert and ``COMMIT``), or in the caller's transaction
         inside :meth:`write_run`. A row of an unknown run raises ``RunNotFoundError``."""
+        self._unclean.add((run_id, step))  # first: the commit of that step must delete it
         try:
             self._db.run(sql, params)
         except CheckpointError as exc:
@@ -523,6 +562,7 @@ class SqliteStore(SqlStore):
         payload = _encode(entry, run_id=run_id, step=entry.step)
         self._insert(
             run_id,
+            entry.step,
             _REPLACE_JOURNAL if replace else _INSERT_JOURNAL,
             (
                 run_id,
