@@ -24,7 +24,7 @@ class Notes(BaseModel):
 
 
 def jot(state: Notes) -> dict[str, Any]:
-    return {"notes": [f"note {state.n} " + "z" * 1200], "n": state.n + 1}
+    return {"notes": [f"note {state.n} " + "z" * 1800], "n": state.n + 1}
 
 
 def again(state: Notes) -> str:
@@ -57,7 +57,7 @@ def test_issue19_compressed_step_rows_read_back_and_fail_their_checksum(tmp_path
     with sqlite3.connect(path) as conn:
         rows = conn.execute("SELECT step, payload FROM steps ORDER BY step").fetchall()
         packed = [step for step, payload in rows if bytes(payload)[:1] == b"H"]
-        assert packed, "a step over 1 KiB is stored compressed"
+        assert packed, "a step over 1.5 KiB is stored compressed"
         step, payload = next((s, p) for s, p in rows if s == packed[-1])
         damaged = bytes(payload[:-3]) + bytes(b ^ 0xFF for b in payload[-3:])
         conn.execute("UPDATE steps SET payload = ? WHERE step = ?", (damaged, step))

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from stargraph.checkpoint._records import JournalEntry, StepRecord
+from stargraph.checkpoint._records import JournalEntry, StepRecord, trusted
 
 if TYPE_CHECKING:
     from stargraph.checkpoint._protocol import CheckpointStore
@@ -197,7 +197,10 @@ def compact_calls(
         else:
             if results:
                 delta = _refer(delta, results)
-            out.append(entry.model_copy(update={"request": delta, "base": previous[0]}))
+            # A copy as model_copy makes it, without its cost (this runs for every call).
+            out.append(
+                trusted(JournalEntry, **{**entry.__dict__, "request": delta, "base": previous[0]})
+            )
     if results is not None:
         for entry in calls:
             call_id = _call_id(entry)

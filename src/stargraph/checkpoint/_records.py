@@ -119,6 +119,7 @@ def turn_taken(run: RunRecord, holder: str | None = None) -> ThreadBusyError:
 
 
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
+_EVERY_FIELD: dict[type[BaseModel], set[str]] = {}
 
 
 def trusted(cls: type[_ModelT], **fields: Any) -> _ModelT:
@@ -128,7 +129,15 @@ def trusted(cls: type[_ModelT], **fields: Any) -> _ModelT:
     just built would cost more than storing it in memory."""
     record = cls.__new__(cls)
     object.__setattr__(record, "__dict__", fields)
-    object.__setattr__(record, "__pydantic_fields_set__", set(fields))
+    # Every field given (the common case): one set shared by every record of the class. The
+    # records are frozen, so pydantic never adds to it (model_copy copies it first), and a
+    # record kept in memory is one object fewer for the garbage collector to walk.
+    every = _EVERY_FIELD.get(cls)
+    if every is None:
+        every = _EVERY_FIELD[cls] = set(cls.model_fields)
+    object.__setattr__(
+        record, "__pydantic_fields_set__", every if fields.keys() == every else set(fields)
+    )
     object.__setattr__(record, "__pydantic_extra__", None)
     object.__setattr__(record, "__pydantic_private__", None)
     return record

@@ -8,7 +8,7 @@ Layout (schema version 3, kept in ``meta.schema_version``)::
              (JSON RunOwner but its token), lease_expires (Unix seconds): the lease, NULL if
              free; thread_id, turn (NULL for a run outside a thread; unique together)
     steps    (run_id, step) PK, has_snapshot, payload (JSON StepRecord, zlib-compressed
-             from 1 KiB when that saves a tenth: such a payload starts with ``H``, or
+             from 1.5 KiB when that saves a tenth: such a payload starts with ``H``, or
              ``x`` when written before), crc;
              append-only
     pending  (run_id, step, node, idx) PK, payload (JSON PendingWrite), crc
@@ -50,6 +50,7 @@ from stargraph.checkpoint._records import (
     PendingWrite,
     RunOwner,
     RunRecord,
+    RunStatus,
     StepRecord,
     check_text,
     check_thread,
@@ -161,6 +162,11 @@ _ADVANCE: Final = (
 _INSERT_STEP: Final = (
     "INSERT INTO steps (run_id, step, has_snapshot, payload, crc) VALUES (?, ?, ?, ?, ?)"
 )
+_INSERT_JOURNAL: Final = (
+    "INSERT OR IGNORE INTO journal (run_id, step, node, idx, seq, kind, key, payload, crc) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+_REPLACE_JOURNAL: Final = _INSERT_JOURNAL.replace("OR IGNORE", "OR REPLACE", 1)
 _DROP_PENDING: Final = "DELETE FROM pending WHERE run_id = ? AND step = ?"
 _DROP_JOURNAL: Final = "DELETE FROM journal WHERE run_id = ? AND step = ?"
 
@@ -237,6 +243,12 @@ class SqliteStore(SqlStore):
             cached_statements=64,
             fail=self._fail,
         )
+        # Runs this store created (and has not seen taken over or stopped since), and the
+        # steps it wrote pending writes or journal rows for: a step commit of such a run
+        # deletes those only when there are some. Any other writer of the run needs its
+        # lease (acquire), which this store's next commit then fails on anyway.
+        self._fresh: set[str] = set()
+        self._unclean: set[tuple[str, int]] = set()
         try:
             self._setup()
         except BaseException:
@@ -416,6 +428,7 @@ class SqliteStore(SqlStore):
                 _INSERT_STEP,
                 (rid, first.step, first.snapshot is not None, payload, _crc(payload)),
             )
+        self._fresh.add(rid)
 
     @staticmethod
     def _lease_columns(owner: RunOwner | None) -> tuple[object, object, object]:
@@ -435,6 +448,7 @@ class SqliteStore(SqlStore):
     def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
         """Lease the run to ``owner`` unless another live owner holds it; returns the run's
         record from just before."""
+        self._forget(run_id)  # another owner may have left rows: commits delete them again
         with self._write() as conn:
             row = conn.execute(f"{self._select_runs} WHERE run_id = ?", (run_id,)).fetchone()
             if row is None:
@@ -476,8 +490,36 @@ class SqliteStore(SqlStore):
                 _INSERT_STEP,
                 (run_id, number, snapshot, payload, _crc(payload)),
             )
-            conn.execute(_DROP_PENDING, (run_id, number))
-            conn.execute(_DROP_JOURNAL, (run_id, number))
+            # The common step of a run made here wrote neither: two statements saved.
+            if run_id not in self._fresh or (run_id, number) in self._unclean:
+                conn.execute(_DROP_PENDING, (run_id, number))
+                conn.execute(_DROP_JOURNAL, (run_id, number))
+        self._unclean.discard((run_id, number))
+
+    def _forget(self, run_id: str) -> None:
+        """Stop assuming this store wrote every pending write and journal row of ``run_id``."""
+        self._fresh.discard(run_id)
+        # list() copies the set at once (other threads may add to it meanwhile).
+        for key in [key for key in list(self._unclean) if key[0] == run_id]:
+            self._unclean.discard(key)
+
+    def set_status(
+        self,
+        run_id: str,
+        status: RunStatus,
+        *,
+        error: str | None = None,
+        stopped_by: str | None = None,
+        interrupt: object = None,
+        owner: str | None = None,
+    ) -> None:
+        """Change a run's status without committing a step (park, fail, finish). Fenced on
+        ``owner``; any status but ``running`` also releases the lease."""
+        super().set_status(
+            run_id, status, error=error, stopped_by=stopped_by, interrupt=interrupt, owner=owner
+        )
+        if status != "running":
+            self._forget(run_id)  # released: whoever resumes it acquires it first
 
     def put_graph(self, graph_hash: str, ir: bytes) -> None:
         """Keep a graph's IR by its hash (the first copy stays)."""
@@ -494,41 +536,46 @@ class SqliteStore(SqlStore):
     def put_pending(self, run_id: str, write: PendingWrite) -> None:
         """Save one finished task's writes for a step not yet committed (idempotent)."""
         payload = _encode(write, run_id=run_id, step=write.step)
-        with self._write() as conn:
-            try:
-                conn.execute(
-                    "INSERT OR IGNORE INTO pending (run_id, step, node, idx, payload, crc) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (run_id, write.step, write.node, write.index, payload, _crc(payload)),
-                )
-            except sqlite3.IntegrityError as exc:  # the foreign key: no such run
-                raise self._missing(run_id) from exc
+        self._insert(
+            run_id,
+            write.step,
+            "INSERT OR IGNORE INTO pending (run_id, step, node, idx, payload, crc) "
+            "VALUES (?, ?, ?, ?, ?, ?)",
+            (run_id, write.step, write.node, write.index, payload, _crc(payload)),
+        )
+
+    def _insert(self, run_id: str, step: int, sql: str, params: Sequence[object]) -> None:
+        """One ``INSERT`` committed by itself (SQLite's implicit transaction: one statement
+        instead of ``BEGIN``, the insert and ``COMMIT``), or in the caller's transaction
+        inside :meth:`write_run`. A row of an unknown run raises ``RunNotFoundError``."""
+        self._unclean.add((run_id, step))  # first: the commit of that step must delete it
+        try:
+            self._db.run(sql, params)
+        except CheckpointError as exc:
+            if isinstance(exc.__cause__, sqlite3.IntegrityError):  # the run's foreign key
+                raise self._missing(run_id) from exc.__cause__
+            raise
 
     def append_journal(self, run_id: str, entry: JournalEntry, *, replace: bool = False) -> None:
         """Record one call of a task execution (idempotent on its position: the first entry
         stays, unless ``replace``)."""
         payload = _encode(entry, run_id=run_id, step=entry.step)
-        verb = "INSERT OR REPLACE" if replace else "INSERT OR IGNORE"
-        with self._write() as conn:
-            try:
-                conn.execute(
-                    f"{verb} INTO journal "
-                    "(run_id, step, node, idx, seq, kind, key, payload, crc) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    (
-                        run_id,
-                        entry.step,
-                        entry.node,
-                        entry.index,
-                        entry.seq,
-                        entry.kind,
-                        entry.key,
-                        payload,
-                        _crc(payload),
-                    ),
-                )
-            except sqlite3.IntegrityError as exc:
-                raise self._missing(run_id) from exc
+        self._insert(
+            run_id,
+            entry.step,
+            _REPLACE_JOURNAL if replace else _INSERT_JOURNAL,
+            (
+                run_id,
+                entry.step,
+                entry.node,
+                entry.index,
+                entry.seq,
+                entry.kind,
+                entry.key,
+                payload,
+                _crc(payload),
+            ),
+        )
 
     # ----------------------------------------------------------------- reads
 

@@ -187,6 +187,8 @@ class RuleEngine(Closing):
         _check_budget(run_limit, decide_timeout_s, memory_limit)
         self._owner = threading.get_ident()
         self._packs = tuple(packs)
+        # Hashed once per engine, not at every snapshot.
+        self._hashes = tuple((p.id, p.source_hash) for p in self._packs)
         self._fields: dict[str, FactField] = normalise_fields(fact_fields or {})
         # A state field named ``done`` that is not marked Fact() is the termination flag only
         # when it is a bool: rules see no other unmarked field, and a ``done: str`` of the
@@ -477,11 +479,16 @@ class RuleEngine(Closing):
         }
         self._snapshot = {
             "version": SNAPSHOT_VERSION,
-            "packs": [[p.id, p.source_hash] for p in self._packs],
+            "packs": self._pack_hashes(),
             "facts": facts,
             "globals": globals_,
         }
         return self._snapshot
+
+    def _pack_hashes(self) -> list[list[str]]:
+        """``[[pack id, source hash], ...]`` (a new list each time: a snapshot is handed out
+        and must not share it)."""
+        return [[pack, digest] for pack, digest in self._hashes]
 
     def restore(self, snapshot: Mapping[str, Any]) -> None:
         """Replace this engine's facts and globals with a :meth:`snapshot`'s.
@@ -490,7 +497,7 @@ class RuleEngine(Closing):
         activation had already fired, so re-asserting the facts must not fire them again.
         """
         env = self._checked_env()
-        packs = [[p.id, p.source_hash] for p in self._packs]
+        packs = self._pack_hashes()
         if snapshot.get("version") != SNAPSHOT_VERSION or snapshot.get("packs") != packs:
             raise RuleRuntimeError(
                 "the rule snapshot was taken with different rule packs "

@@ -29,7 +29,7 @@ import time
 import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any, Literal, Protocol
+from typing import Any, Final, Literal, Protocol
 
 import pydantic_core
 from pydantic import ValidationError
@@ -220,8 +220,26 @@ async def atake_lease(
         return done.value  # type: ignore[no-any-return]
 
 
+# The records of recently scheduled payload-less task lists (a graph schedules the same few
+# again and again): records are frozen, so steps share them instead of each holding copies,
+# which a MemoryStore would keep and the garbage collector walk for as long as the run lives.
+_TASK_RECORDS: dict[tuple[Task, ...], tuple[TaskRecord, ...]] = {}
+_TASK_RECORDS_KEPT: Final = 4096
+
+
 def task_records(tasks: Sequence[Task]) -> tuple[TaskRecord, ...]:
     """Scheduled tasks as records."""
+    if all(t.payload is None for t in tasks):
+        key = tuple(tasks)
+        found = _TASK_RECORDS.get(key)
+        if found is None:
+            found = tuple(
+                trusted(TaskRecord, node=t.node, index=t.index, payload=None) for t in tasks
+            )
+            if len(_TASK_RECORDS) >= _TASK_RECORDS_KEPT:
+                _TASK_RECORDS.clear()  # rare (thousands of distinct task lists): start over
+            _TASK_RECORDS[key] = found
+        return found
     return tuple(
         trusted(
             TaskRecord, node=t.node, index=t.index, payload=dict(t.payload) if t.payload else None
@@ -309,7 +327,7 @@ class Persistence:
         self._journaled: Conversations = {}
         # Append-only channels, and the step whose snapshot holds each in full (None: not
         # known yet in this process; read from the store at the first snapshot).
-        self._appends = appendable(graph.channels)
+        self._appends = _appendable_of(graph)
         self._roots: dict[str, int] | None = None
 
     def _hold(self, lease: Lease | None) -> None:
@@ -367,24 +385,41 @@ class Persistence:
         # In exit mode the run reaches the store only when it stops: there is nothing to
         # lease meanwhile.
         owner = new_owner(DEFAULT_LEASE_S) if self.durability == "sync" else None
-        record = RunRecord(
+        # Both records built without validation (every run pays for this): each field is
+        # given, of its declared type, from values this process made or checked above.
+        record = trusted(
+            RunRecord,
             run_id=run.run_id,
             graph_name=self.graph.ir.name,
             graph_hash=self.graph.graph_hash,
             code_hash=self.graph.code_hash,
+            status="running",
+            last_step=0,
             parent_run_id=parent_run_id,
             parent_step=parent_step,
             created_at=_now(),
+            updated_at="",
+            error=None,
+            stopped_by=None,
+            interrupt=None,
             owner=owner,
+            lease_expires=None,
             thread_id=None if self.thread is None else self.thread[0],
             turn=None if self.thread is None else self.thread[1],
         )
         self._roots = dict.fromkeys(self._appends, run.step)
-        first = StepRecord(
+        first = trusted(
+            StepRecord,
             step=run.step,
+            writes=(),
             snapshot=self._dump(run, run.values, None),
+            carried={},
             next=task_records(run.tasks),
-            joins=joins_record(run.joins_seen),
+            joins=joins_record(run.joins_seen) if run.joins_seen else {},
+            facts=None,
+            decision=None,
+            attempts={},
+            calls=(),
             created_ms=_now_ms(),
         )
         if self.durability == "sync":  # an exit-mode run gives its graph when it is written
@@ -435,13 +470,25 @@ class Persistence:
             snapshot, carried = self._snapshot(run)
         # Built without validation: every field is made here, of its declared type (the
         # writes were validated by their channels; _dump made them JSON).
+        if len(results) == 1:  # the common step: no generator, no sort
+            ((task, written),) = results
+            writes: tuple[WriteRecord, ...] = (
+                trusted(
+                    WriteRecord,
+                    node=task.node,
+                    index=task.index,
+                    writes=self._dump(run, written, task.node),
+                ),
+            )
+        else:
+            writes = tuple(
+                trusted(WriteRecord, node=t.node, index=t.index, writes=self._dump(run, w, t.node))
+                for t, w in sorted(results, key=_by_task)
+            )
         record = trusted(
             StepRecord,
             step=run.step,
-            writes=tuple(
-                trusted(WriteRecord, node=t.node, index=t.index, writes=self._dump(run, w, t.node))
-                for t, w in (results if len(results) < 2 else sorted(results, key=_by_task))
-            ),
+            writes=writes,
             snapshot=snapshot,
             carried=carried,
             next=task_records(run.tasks),
@@ -580,6 +627,17 @@ def decode_writes(
         return {key: channels[key].validate(value) for key, value in writes.items()}
     except (KeyError, ValidationError) as exc:
         raise _corrupt(run_id, step, exc) from exc
+
+
+_APPENDS: weakref.WeakKeyDictionary[Plan, tuple[str, ...]] = weakref.WeakKeyDictionary()
+
+
+def _appendable_of(graph: Plan) -> tuple[str, ...]:
+    """:func:`appendable` of ``graph``'s channels, worked out once per graph, not per run."""
+    found = _APPENDS.get(graph)
+    if found is None:
+        found = _APPENDS[graph] = appendable(graph.channels)
+    return found
 
 
 def appendable(channels: Mapping[str, Channel]) -> tuple[str, ...]:

@@ -105,6 +105,10 @@ class StepLoop:
         self.max_steps = max_steps
         self.entropy = entropy
         self.store = store
+        if store is not None:
+            # Every stored run's record names the hash of the graph's code: read and hash
+            # the nodes' source (milliseconds) with the graph, not inside its first run.
+            _ = plan.code_hash
         self.durability: Durability = durability
         self.snapshot_every = snapshot_every
         self.on_code_change: Literal["warn", "error"] = on_code_change

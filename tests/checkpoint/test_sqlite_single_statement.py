@@ -1,0 +1,100 @@
+"""SqliteStore writes a journal row or a pending write as one statement that commits by
+itself (no ``BEGIN``/``COMMIT`` around it): visible to every other connection at once,
+as a crash between a call and its step's commit needs, and a row of an unknown run is
+still refused with ``RunNotFoundError``."""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from stargraph.checkpoint import JournalEntry, PendingWrite, RunRecord, SqliteStore, StepRecord
+from stargraph.checkpoint._lease import new_owner
+from stargraph.errors import RunNotFoundError
+
+
+def _new_run(store: SqliteStore, run_id: str = "r") -> None:
+    store.create_run(
+        RunRecord(run_id=run_id, graph_name="g", graph_hash="h", code_hash="c"),
+        StepRecord(step=0, snapshot={}),
+    )
+
+
+def _traced(store: SqliteStore) -> list[str]:
+    statements: list[str] = []
+    store._conn().set_trace_callback(statements.append)
+    return statements
+
+
+def test_a_journal_row_is_one_statement_visible_at_once(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "runs.db") as store, SqliteStore(tmp_path / "runs.db") as other:
+        _new_run(store)
+        statements = _traced(store)
+        entry = JournalEntry(step=1, node="n", seq=0, kind="now", key="k", value=1)
+        store.append_journal("r", entry)
+        assert [s.split()[0] for s in statements] == ["INSERT"]
+        assert other.get_journal("r", 1) == [entry]
+
+
+def test_a_pending_write_is_one_statement_visible_at_once(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "runs.db") as store, SqliteStore(tmp_path / "runs.db") as other:
+        _new_run(store)
+        statements = _traced(store)
+        write = PendingWrite(step=1, node="n", writes={"x": 1})
+        store.put_pending("r", write)
+        assert [s.split()[0] for s in statements] == ["INSERT"]
+        assert other.get_pending("r", 1) == [write]
+
+
+def _refused_row(store: SqliteStore, what: str) -> None:
+    if what == "journal":
+        entry = JournalEntry(step=1, node="n", seq=0, kind="now", key="k", value=1)
+        store.append_journal("ghost", entry)
+    else:
+        store.put_pending("ghost", PendingWrite(step=1, node="n", writes={"x": 1}))
+
+
+@pytest.mark.parametrize("what", ["journal", "pending"])
+def test_a_row_of_an_unknown_run_is_refused(tmp_path: Path, what: str) -> None:
+    # Still the typed error naming the run, now that the insert commits by itself.
+    with SqliteStore(tmp_path / "runs.db") as store:
+        _new_run(store)
+        with pytest.raises(RunNotFoundError, match="no run 'ghost'") as caught:
+            _refused_row(store, what)
+        assert isinstance(caught.value.__cause__, sqlite3.IntegrityError)
+        assert store.get_journal("r", 1) == []
+        assert store.get_pending("r", 1) == []
+
+
+def test_a_step_of_a_run_made_here_with_nothing_pending_deletes_nothing(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "runs.db") as store:
+        _new_run(store)
+        statements = _traced(store)
+        store.commit_step("r", StepRecord(step=1))
+        assert not [s for s in statements if s.startswith("DELETE")]
+        # With a pending write and a journal row of the step, its commit drops them.
+        store.put_pending("r", PendingWrite(step=2, node="n", writes={"x": 1}))
+        entry = JournalEntry(step=2, node="n", seq=0, kind="now", key="k", value=1)
+        store.append_journal("r", entry)
+        store.commit_step("r", StepRecord(step=2))
+        assert store.get_pending("r", 2) == []
+        assert store.get_journal("r", 2) == []
+
+
+def test_rows_another_owner_left_are_dropped_by_the_next_owners_commit(tmp_path: Path) -> None:
+    # The run was made by this store, then another process took it over (acquire) and
+    # crashed mid-step, leaving a pending write and a journal row of the step in flight.
+    with SqliteStore(tmp_path / "runs.db") as store, SqliteStore(tmp_path / "runs.db") as other:
+        _new_run(store)
+        other.acquire("r", new_owner())
+        other.put_pending("r", PendingWrite(step=1, node="n", writes={"x": 1}))
+        other.append_journal(
+            "r", JournalEntry(step=1, node="n", seq=0, kind="now", key="k", value=1)
+        )
+        owner = new_owner()
+        store.acquire("r", owner)  # this store takes the run back, then commits the step
+        store.commit_step("r", StepRecord(step=1), owner=owner.token)
+        assert store.get_pending("r", 1) == []
+        assert store.get_journal("r", 1) == []
