@@ -375,8 +375,8 @@ class SqlStore(Closing):
         interrupt: object = None,
         owner: str | None = None,
     ) -> None:
-        """Change a run's status without committing a step (park, fail, finish). Fenced on
-        ``owner``; any status but ``running`` also releases the lease."""
+        """Change a run's status without committing a step (interrupt, fail, finish). Fenced
+        on ``owner``; any status but ``running`` also releases the lease."""
         check_status(run_id, status)
         extra = encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
         release = "" if status == "running" else RELEASE
@@ -389,6 +389,12 @@ class SqlStore(Closing):
             run_id,
             owner,
         )
+        if release:
+            self._released(run_id)
+
+    def _released(self, run_id: str) -> None:
+        """Called after ``run_id``'s lease was given up by a status change: whoever resumes the
+        run acquires it first, so a dialect forgets what it assumed about the run's rows."""
 
     def heartbeat(self, run_id: str, owner: RunOwner) -> bool:
         """Renew ``owner``'s lease; ``False`` if it is not the run's lease any more."""

@@ -50,7 +50,6 @@ from stargraph.checkpoint._records import (
     PendingWrite,
     RunOwner,
     RunRecord,
-    RunStatus,
     StepRecord,
     check_text,
     check_thread,
@@ -503,23 +502,8 @@ class SqliteStore(SqlStore):
         for key in [key for key in list(self._unclean) if key[0] == run_id]:
             self._unclean.discard(key)
 
-    def set_status(
-        self,
-        run_id: str,
-        status: RunStatus,
-        *,
-        error: str | None = None,
-        stopped_by: str | None = None,
-        interrupt: object = None,
-        owner: str | None = None,
-    ) -> None:
-        """Change a run's status without committing a step (park, fail, finish). Fenced on
-        ``owner``; any status but ``running`` also releases the lease."""
-        super().set_status(
-            run_id, status, error=error, stopped_by=stopped_by, interrupt=interrupt, owner=owner
-        )
-        if status != "running":
-            self._forget(run_id)  # released: whoever resumes it acquires it first
+    def _released(self, run_id: str) -> None:
+        self._forget(run_id)  # whoever resumes it acquires it first
 
     def put_graph(self, graph_hash: str, ir: bytes) -> None:
         """Keep a graph's IR by its hash (the first copy stays)."""
