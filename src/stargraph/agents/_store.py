@@ -25,19 +25,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stargraph._lifecycle import Closing
 from stargraph._sqlite import Database, Doing
+from stargraph.agents import _writeback
 from stargraph.agents._data import config_error
 from stargraph.agents._lifecycle import DEFAULT_LIFECYCLE, Lifecycle
 from stargraph.agents._pool import PoolStrategy, Strategy, plan
 from stargraph.agents._profile import AgentProfile, TaskNeeds
 from stargraph.agents._spawn import PoolAssignment, SpawnParams, WritebackContract
-from stargraph.agents._writeback import (
-    AgentEvent,
-    OrphanWarning,
-    TaskUpdate,
-    ThoughtRecord,
-    WritebackMode,
-    WritebackWarning,
-)
+from stargraph.agents._writeback import AgentEvent, TaskUpdate, ThoughtRecord, WritebackMode
 from stargraph.errors import AgentConfigError, LifecycleError, Problem
 from stargraph.ir import canonical_json
 from stargraph.tools import GENESIS_HASH, CommitEntry, seal, sha256_hex, verify_rows
@@ -431,7 +425,7 @@ class AgentStore(Closing):
             )
             if (contract.mode or self.writeback) == "block":
                 raise LifecycleError(message)
-            warnings.warn(message, WritebackWarning, stacklevel=2)
+            warnings.warn(message, _writeback.WritebackWarning, stacklevel=2)
             self._emit("writeback_missing", agent_id, missing=missing)
         return self._move(agent_id, "TERMINATED", writeback_missing=missing)
 
@@ -527,7 +521,7 @@ class AgentStore(Closing):
             warnings.warn(
                 f"orphaned agent {agent_id!r}: TERMINATED without a thought_record "
                 "(no rollback or re-execution is done)",
-                OrphanWarning,
+                _writeback.OrphanWarning,
                 stacklevel=2,
             )
             self._emit("orphan", agent_id)
