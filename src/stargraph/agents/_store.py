@@ -25,19 +25,13 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stargraph._lifecycle import Closing
 from stargraph._sqlite import Database, Doing
+from stargraph.agents import _writeback
 from stargraph.agents._data import config_error
 from stargraph.agents._lifecycle import DEFAULT_LIFECYCLE, Lifecycle
 from stargraph.agents._pool import PoolStrategy, Strategy, plan
 from stargraph.agents._profile import AgentProfile, TaskNeeds
 from stargraph.agents._spawn import PoolAssignment, SpawnParams, WritebackContract
-from stargraph.agents._writeback import (
-    AgentEvent,
-    OrphanWarning,
-    TaskUpdate,
-    ThoughtRecord,
-    WritebackMode,
-    WritebackWarning,
-)
+from stargraph.agents._writeback import AgentEvent, TaskUpdate, ThoughtRecord, WritebackMode
 from stargraph.errors import AgentConfigError, LifecycleError, Problem
 from stargraph.ir import canonical_json
 from stargraph.tools import GENESIS_HASH, CommitEntry, seal, sha256_hex, verify_rows
@@ -65,6 +59,9 @@ CREATE TABLE IF NOT EXISTS task_updates (
     at_ms INTEGER NOT NULL);
 """
 _AUDIT_COLUMNS: Final = ("agent_id", "action", "from_state", "to_state", "at_ms", "detail")
+_AUDIT_ROW_COLUMNS: Final = ("seq", *_AUDIT_COLUMNS)
+_THOUGHT_COLUMNS: Final = ("task_id", "type", "branch", "commit_sha", "tests_run", "blockers")
+_JSON_COLUMNS: Final = frozenset({"detail", "tests_run", "blockers"})
 
 
 class AgentRecord(BaseModel):
@@ -180,6 +177,21 @@ class AgentStore(Closing):
 
     def _now(self) -> int:
         return int(self._clock() * 1000)
+
+    def _select(
+        self, columns: Sequence[str], rest: str, params: Sequence[Any]
+    ) -> list[dict[str, Any]]:
+        """The rows of ``SELECT columns rest`` by column name, the JSON-text columns decoded:
+        naming the columns once keeps the query and the reading of its rows in step."""
+        with self._lock:
+            rows = self._conn.execute(f"SELECT {', '.join(columns)} {rest}", params).fetchall()
+        return [
+            {
+                c: orjson.loads(v) if c in _JSON_COLUMNS else v
+                for c, v in zip(columns, r, strict=True)
+            }
+            for r in rows
+        ]
 
     def _audit(
         self,
@@ -413,7 +425,7 @@ class AgentStore(Closing):
             )
             if (contract.mode or self.writeback) == "block":
                 raise LifecycleError(message)
-            warnings.warn(message, WritebackWarning, stacklevel=2)
+            warnings.warn(message, _writeback.WritebackWarning, stacklevel=2)
             self._emit("writeback_missing", agent_id, missing=missing)
         return self._move(agent_id, "TERMINATED", writeback_missing=missing)
 
@@ -436,14 +448,7 @@ class AgentStore(Closing):
     def task_update(self, agent_id: str, update: TaskUpdate | Mapping[str, Any]) -> TaskUpdate:
         """Record ``task_update{status, progress 0-100, summary}``."""
         item: TaskUpdate = self._validated(TaskUpdate, update, "task_update")
-        with self._tx() as conn:
-            self._status(conn, agent_id)
-            conn.execute(
-                "INSERT INTO task_updates (agent_id, task_id, status, progress, summary, at_ms)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (agent_id, item.task_id, item.status, item.progress, item.summary, self._now()),
-            )
-            self._audit(conn, agent_id, "task_update", item.model_dump(mode="json"))
+        self._write_back(agent_id, "task_update", "task_updates", item)
         return item
 
     def thought_record(
@@ -452,24 +457,28 @@ class AgentStore(Closing):
         """Record ``thought_record{task_id, type="reflection", branch, commit_sha, tests_run,
         blockers}``."""
         item: ThoughtRecord = self._validated(ThoughtRecord, record, "thought_record")
+        self._write_back(agent_id, "thought_record", "thought_records", item)
+        return item
+
+    def _write_back(self, agent_id: str, action: str, table: str, item: BaseModel) -> None:
+        """Store ``item`` as a row of ``table`` (its fields are the columns, beside
+        ``agent_id`` and ``at_ms``) for a live agent, audited as ``action``."""
+        fields = item.model_dump(mode="json")
         with self._tx() as conn:
             self._status(conn, agent_id)
+            row = {
+                "agent_id": agent_id,
+                **{
+                    k: orjson.dumps(v).decode() if k in _JSON_COLUMNS else v
+                    for k, v in fields.items()
+                },
+                "at_ms": self._now(),
+            }
             conn.execute(
-                "INSERT INTO thought_records (agent_id, task_id, type, branch, commit_sha, "
-                "tests_run, blockers, at_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    agent_id,
-                    item.task_id,
-                    item.type,
-                    item.branch,
-                    item.commit_sha,
-                    orjson.dumps(item.tests_run).decode(),
-                    orjson.dumps(item.blockers).decode(),
-                    self._now(),
-                ),
+                f"INSERT INTO {table} ({', '.join(row)}) VALUES ({', '.join('?' * len(row))})",
+                tuple(row.values()),
             )
-            self._audit(conn, agent_id, "thought_record", item.model_dump(mode="json"))
-        return item
+            self._audit(conn, agent_id, action, fields)
 
     def memory_pack(self, agent_id: str, session_id: str) -> None:
         """The optional ``memory_pack(session_id)``: recorded in the audit log."""
@@ -512,7 +521,7 @@ class AgentStore(Closing):
             warnings.warn(
                 f"orphaned agent {agent_id!r}: TERMINATED without a thought_record "
                 "(no rollback or re-execution is done)",
-                OrphanWarning,
+                _writeback.OrphanWarning,
                 stacklevel=2,
             )
             self._emit("orphan", agent_id)
@@ -604,44 +613,19 @@ class AgentStore(Closing):
 
     def audit(self, agent_id: str | None = None) -> list[AuditRow]:
         """The audit log in ``seq`` order (optionally one agent's rows)."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT seq, agent_id, action, from_state, to_state, at_ms, detail FROM audit_log"
-                " WHERE ? IS NULL OR agent_id = ? ORDER BY seq",
-                (agent_id, agent_id),
-            ).fetchall()
-        return [
-            AuditRow(
-                seq=r[0],
-                agent_id=r[1],
-                action=r[2],
-                from_state=r[3],
-                to_state=r[4],
-                at_ms=r[5],
-                detail=orjson.loads(r[6]),
-            )
-            for r in rows
-        ]
+        rows = self._select(
+            _AUDIT_ROW_COLUMNS,
+            "FROM audit_log WHERE ? IS NULL OR agent_id = ? ORDER BY seq",
+            (agent_id, agent_id),
+        )
+        return [AuditRow(**row) for row in rows]
 
     def thought_records(self, agent_id: str) -> list[ThoughtRecord]:
         """The agent's thought records, oldest first."""
-        with self._lock:
-            rows = self._conn.execute(
-                "SELECT task_id, type, branch, commit_sha, tests_run, blockers "
-                "FROM thought_records WHERE agent_id = ? ORDER BY id",
-                (agent_id,),
-            ).fetchall()
-        return [
-            ThoughtRecord(
-                task_id=r[0],
-                type=r[1],
-                branch=r[2],
-                commit_sha=r[3],
-                tests_run=tuple(orjson.loads(r[4])),
-                blockers=tuple(orjson.loads(r[5])),
-            )
-            for r in rows
-        ]
+        rows = self._select(
+            _THOUGHT_COLUMNS, "FROM thought_records WHERE agent_id = ? ORDER BY id", (agent_id,)
+        )
+        return [ThoughtRecord(**row) for row in rows]
 
     def verify_chain(self) -> int | None:
         """The first broken ``seq`` of ``audit_log`` (a record that does not chain, or a row

@@ -43,6 +43,7 @@ __all__ = [
     "load_target",
     "open_store",
     "parse_json",
+    "parse_object",
     "python_reference",
     "refuse_another_store",
     "stored_ir",
@@ -386,6 +387,15 @@ def parse_json(value: str | None, option: str) -> Any:
             f"{option} is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}): "
             f"{value!r}; quote it for your shell, e.g. {option} '{{\"counter\": 1}}'"
         ) from exc
+
+
+def parse_object(value: str | None, option: str, *, of: str = "") -> dict[str, Any] | None:
+    """Parse a JSON option value (``@file.json`` reads the file) that must be an object (of
+    ``of``, e.g. ``" of channel writes"``); ``None`` when the option is not given."""
+    data = parse_json(value, option)
+    if data is not None and not isinstance(data, dict):
+        raise CliUsageError(f"{option} must be a JSON object{of}, got {type(data).__name__}")
+    return data
 
 
 # The store keeps runs, not graphs. The CLI files the IR of every graph it runs beside the

@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from stargraph.cli._load import DEFAULT_DB, CliUsageError, archive_ir, open_store, parse_json
+from stargraph.cli._load import DEFAULT_DB, CliUsageError, archive_ir, open_store, parse_object
 from stargraph.cli._output import drive, print_table, report, view
 
 __all__ = ["installed_registry", "plugins_group", "skills_group"]
@@ -131,9 +131,7 @@ def skills_run(
     """
     from stargraph.graph import Graph
 
-    data = parse_json(input_json, "--input")
-    if data is not None and not isinstance(data, dict):
-        raise CliUsageError(f"--input must be a JSON object, got {type(data).__name__}")
+    data = parse_object(input_json, "--input")
     registry = installed_registry()
     skill = registry.skill(name)
     if not hasattr(skill.subgraph, "graph_hash"):

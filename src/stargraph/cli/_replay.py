@@ -18,15 +18,8 @@ from typing import Any
 
 import click
 
-from stargraph.cli._load import (
-    DEFAULT_DB,
-    CliError,
-    CliUsageError,
-    archive_ir,
-    compile_target,
-    graph_for,
-    open_store,
-)
+from stargraph.cli import _load
+from stargraph.cli._load import DEFAULT_DB, CliError, CliUsageError
 from stargraph.errors import ReplayError
 
 __all__ = ["format_run_diff", "parse_assignments", "replay_command"]
@@ -146,22 +139,22 @@ def replay_command(
                 f"({source}); a counterfactual continues a stored run"
             )
         cassette = replay_pkg.load_cassette(source)
-        target = graph_for(
+        target = _load.graph_for(
             graph_spec, db, cassette.run.graph_hash, purpose="replay it", what="recording"
         )
-        app = compile_target(target)
+        app = _load.compile_target(target)
         _replay(app, cassette, cassette.run.run_id, quiet=quiet)
         return
-    with open_store(db, must_exist=True) as store:
+    with _load.open_store(db, must_exist=True) as store:
         record = store.get_run(source)
-        target = graph_for(graph_spec, db, record.graph_hash, purpose="replay it")
-        app = compile_target(target, store=store)
+        target = _load.graph_for(graph_spec, db, record.graph_hash, purpose="replay it")
+        app = _load.compile_target(target, store=store)
         try:
             if from_step is None:
                 _replay(app, source, source, quiet=quiet)
             else:
                 new_id = f"{source}~from{from_step}-{secrets.token_hex(3)}"
-                archive_ir(db, app.ir, spec=graph_spec)
+                _load.archive_ir(db, app.ir, spec=graph_spec)
                 app.replay(source, from_step=from_step, mutate=mutate, new_run_id=new_id)
                 changed = ", ".join(f"{k}={_dumps(v)}" for k, v in mutate.items()) or "no changes"
                 click.echo(

@@ -20,6 +20,7 @@ from stargraph.cli._load import (
     load_target,
     open_store,
     parse_json,
+    parse_object,
     refuse_another_store,
 )
 from stargraph.cli._output import describe_error, drive, report, resume_hint, view
@@ -70,9 +71,7 @@ def run_command(
 
     An interrupted run exits 0 and says how to resume it; a failed run exits 1.
     """
-    data = parse_json(input_json, "--input")
-    if data is not None and not isinstance(data, dict):
-        raise CliUsageError(f"--input must be a JSON object, got {type(data).__name__}")
+    data = parse_object(input_json, "--input")
     target = load_target(graph)
     refuse_another_store(target, db)
     run_id = run_id or f"run-{secrets.token_hex(6)}"
@@ -166,10 +165,8 @@ def resume_command(
     options: dict[str, Any] = {}
     if response is not None:
         options["response"] = parse_json(response, "--response")
-    updates = parse_json(update, "--update")
+    updates = parse_object(update, "--update", of=" of channel writes")
     if updates is not None:
-        if not isinstance(updates, dict):
-            raise CliUsageError("--update must be a JSON object of channel writes")
         options["update"] = updates
     if max_steps is not None:
         options["max_steps"] = max_steps

@@ -25,7 +25,7 @@ from stargraph.cli._load import (
     graph_for,
     load_target,
     open_store,
-    parse_json,
+    parse_object,
     python_reference,
 )
 
@@ -65,9 +65,7 @@ def fork_command(
     The fork holds a copy of steps 0..STEP (it replays like its parent up to there) and is
     linked to its parent; --update becomes its next step. Nothing runs until you resume it.
     """
-    updates = parse_json(update, "--update")
-    if updates is not None and not isinstance(updates, dict):
-        raise CliUsageError("--update must be a JSON object of channel writes")
+    updates = parse_object(update, "--update", of=" of channel writes")
     with open_store(db, must_exist=True) as store:
         record = store.get_run(run_id)
         if step > record.last_step:
@@ -137,9 +135,7 @@ def submit_command(
     """
     from stargraph.workers import submit
 
-    data = parse_json(input_json, "--input")
-    if data is not None and not isinstance(data, dict):
-        raise CliUsageError(f"--input must be a JSON object, got {type(data).__name__}")
+    data = parse_object(input_json, "--input")
     target = load_target(graph)
     if target.graph is None:
         raise CliUsageError(

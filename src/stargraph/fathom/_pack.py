@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from stargraph.errors import Problem, RuleCompileError
 from stargraph.fathom._spec import compile_spec
 
-__all__ = ["RulePack", "default_termination_pack"]
+__all__ = ["RulePack", "budget_problems", "default_termination_pack"]
 
 _ID_PATTERN: Final = r"^[A-Za-z][A-Za-z0-9_.-]*$"
 _ID: Final = re.compile(_ID_PATTERN)
@@ -184,17 +184,23 @@ _TERMINATION: Final = """\
 """
 
 
+def budget_problems(max_steps: object, error_budget: object, *, at: str, fix: str) -> list[Problem]:
+    """A problem (located at ``at`` + the name) for each termination budget that is not an
+    int >= 1: what a termination pack checks before it is built."""
+    return [
+        Problem(f"{at}{name}", f"must be an int >= 1, got {value!r}", fix)
+        for name, value in (("max_steps", max_steps), ("error_budget", error_budget))
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1
+    ]
+
+
 def default_termination_pack(max_steps: int, error_budget: int) -> RulePack:
     """The pack with rules ``done``, ``error_budget`` and ``max_steps`` (id ``termination``).
 
     ``max_steps`` halts once ``step >= max_steps``; ``error_budget`` once
     ``error_count >= error_budget``; ``done`` when the ``done`` fact is true.
     """
-    problems = [
-        Problem(f"termination pack: {name}", f"must be an int >= 1, got {value!r}", "pass one")
-        for name, value in (("max_steps", max_steps), ("error_budget", error_budget))
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1
-    ]
+    problems = budget_problems(max_steps, error_budget, at="termination pack: ", fix="pass one")
     if problems:
         raise RuleCompileError(problems, subject="rule pack 'termination'")
     text = _TERMINATION.format(max_steps=max_steps, error_budget=error_budget)

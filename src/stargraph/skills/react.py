@@ -70,6 +70,7 @@ from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from stargraph import fathom, reducers
 from stargraph.errors import NodeError, Problem, SkillValidationError, ToolError
+from stargraph.fathom._pack import budget_problems
 from stargraph.graph import END, START, Graph
 from stargraph.llm import (
     ChatMessage,
@@ -237,11 +238,7 @@ def termination_pack(max_steps: int = 10, error_budget: int = 3) -> fathom.RuleP
     >>> pack.label, "(llm_steps" in pack.source
     ('termination@react-1', True)
     """
-    problems = [
-        Problem(f"/{name}", f"must be an int >= 1, got {value!r}", "pass a positive int")
-        for name, value in (("max_steps", max_steps), ("error_budget", error_budget))
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1
-    ]
+    problems = budget_problems(max_steps, error_budget, at="/", fix="pass a positive int")
     if problems:
         raise SkillValidationError(problems, subject="ReAct termination pack")
     return fathom.RulePack.from_spec(
