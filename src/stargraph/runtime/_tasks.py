@@ -187,7 +187,7 @@ def _call_with_timeout(fn: Callable[..., Any], args: tuple[Any, ...], timeout: f
 
 
 def _retry_delay(
-    run: Run, task: Task, spec: NodeSpec, exc: Exception, attempt: int, args: tuple[Any, ...]
+    run: Run, task: Task, spec: NodeSpec, exc: Exception, *, attempt: int, args: tuple[Any, ...]
 ) -> float:
     """Attempt ``attempt`` (called with ``args``) raised ``exc``: revoke its ctx, then give
     the backoff before the next attempt when ``exc`` is retried, or raise the typed error (a
@@ -204,9 +204,10 @@ def _retry_delay(
 def _finish(
     run: Run,
     task: Task,
+    writes: dict[str, Any],
+    *,
     fence: AttemptFence | None,
     attempt: int,
-    writes: dict[str, Any],
     siblings: int,
 ) -> None:
     """The task succeeded at attempt ``attempt``: refuse late records of abandoned attempts,
@@ -243,10 +244,10 @@ def run_task_sync(
         except (GraphInterrupt, StargraphError):
             raise
         except Exception as exc:
-            time.sleep(_retry_delay(run, task, spec, exc, attempt, args))
+            time.sleep(_retry_delay(run, task, spec, exc, attempt=attempt, args=args))
             attempt += 1
             args = run.call_args(task, spec, fence, attempt)
-    _finish(run, task, fence, attempt, writes, siblings)
+    _finish(run, task, writes, fence=fence, attempt=attempt, siblings=siblings)
     return writes
 
 
@@ -284,10 +285,10 @@ async def run_task_async(
         except (GraphInterrupt, StargraphError):
             raise
         except Exception as exc:
-            await asyncio.sleep(_retry_delay(run, task, spec, exc, attempt, args))
+            await asyncio.sleep(_retry_delay(run, task, spec, exc, attempt=attempt, args=args))
             attempt += 1
             args = run.call_args(task, spec, fence, attempt)
-    _finish(run, task, fence, attempt, writes, siblings)
+    _finish(run, task, writes, fence=fence, attempt=attempt, siblings=siblings)
     return writes
 
 
