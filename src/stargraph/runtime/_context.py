@@ -12,6 +12,7 @@ import random as _random
 import threading
 import uuid as _uuid
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
@@ -19,6 +20,7 @@ from stargraph.runtime._protocols import is_positional
 
 if TYPE_CHECKING:
     from stargraph.checkpoint import JournalEntry
+    from stargraph.errors import _RunAt
     from stargraph.runtime._recorded import ReplaySource
 
 __all__ = [
@@ -167,6 +169,7 @@ class AttemptFence:
             self.sealed = True
 
 
+@dataclass(slots=True, kw_only=True, eq=False, repr=False)
 class TaskJournal:
     """The recorded calls of one task execution (clock, ids, ``once``, model and tool calls,
     interrupt responses), as seen by one *attempt* of it.
@@ -182,59 +185,27 @@ class TaskJournal:
     :class:`~stargraph.errors.AttemptAbandonedError` (see :class:`AttemptFence`).
     """
 
-    __slots__ = (
-        "attempt",
-        "entries",
-        "ephemeral",
-        "fence",
-        "index",
-        "node",
-        "persist",
-        "replay",
-        "revoked",
-        "run_id",
-        "seq",
-        "source",
-        "step",
-        "tokens",
-    )
-
-    def __init__(
-        self,
-        *,
-        step: int,
-        node: str,
-        index: int,
-        entries: list[JournalEntry],
-        persist: Callable[[JournalEntry], None] | None,
-        replay: bool = False,
-        run_id: str | None = None,
-        fence: AttemptFence | None = None,
-        attempt: int = 1,
-        ephemeral: bool = False,
-        source: ReplaySource | None = None,
-    ) -> None:
-        self.step = step
-        self.node = node
-        self.index = index
-        self.entries = entries
-        self.persist = persist
-        self.replay = replay
-        self.run_id = run_id
-        self.seq = 0
-        self.fence = fence
-        self.attempt = attempt
-        self.revoked = False
-        # A journal of a run without a store, made only so that services bound to it
-        # reach the live stream: nothing keeps it, so it cannot park the run either.
-        self.ephemeral = ephemeral
-        # Where a service streaming a model's answer hands each piece of text as it
-        # arrives (stream mode "messages"); None when nobody streams the run's messages.
-        # The recorded call stays the whole answer, so replay does not depend on it.
-        self.tokens: Callable[[str], None] | None = None
-        # In replay: where the recordings of the run's child runs are, for a subgraph node
-        # to replay its child from (handed down from the replayed run, never looked up).
-        self.source = source
+    step: int
+    node: str
+    index: int
+    entries: list[JournalEntry]
+    persist: Callable[[JournalEntry], None] | None
+    replay: bool = False
+    run_id: str | None = None
+    fence: AttemptFence | None = None
+    attempt: int = 1
+    # A journal of a run without a store, made only so that services bound to it
+    # reach the live stream: nothing keeps it, so it cannot park the run either.
+    ephemeral: bool = False
+    # In replay: where the recordings of the run's child runs are, for a subgraph node
+    # to replay its child from (handed down from the replayed run, never looked up).
+    source: ReplaySource | None = None
+    seq: int = field(default=0, init=False)
+    revoked: bool = field(default=False, init=False)
+    # Where a service streaming a model's answer hands each piece of text as it
+    # arrives (stream mode "messages"); None when nobody streams the run's messages.
+    # The recorded call stays the whole answer, so replay does not depend on it.
+    tokens: Callable[[str], None] | None = field(default=None, init=False)
 
     def restart(self) -> None:
         """Serve the journal again from its first call (same attempt)."""
@@ -244,6 +215,10 @@ class TaskJournal:
         """This attempt was abandoned: its later calls raise and record nothing."""
         self.revoked = True
 
+    def where(self) -> _RunAt:
+        """Where this task runs, as the keywords that locate a :class:`RunError`."""
+        return {"run_id": self.run_id, "step": self.step, "node": self.node}
+
     def _abandoned(self, kind: str, key: str) -> Exception:
         from stargraph.errors import AttemptAbandonedError
 
@@ -252,9 +227,7 @@ class TaskJournal:
             f"{self.run_id!r} was abandoned (it outlived its timeout and another attempt took "
             f"over), so its call {kind}({key!r}) was refused and nothing was recorded; make "
             "the node stop soon after its timeout, or raise timeout_s",
-            run_id=self.run_id,
-            step=self.step,
-            node=self.node,
+            **self.where(),
         )
 
     def call(
@@ -341,9 +314,7 @@ class TaskJournal:
                 f"replay of node {self.node!r} at step {self.step}: call #{seq} {kind}({key!r}) "
                 f"has no recorded stub (the record has {len(self.entries)} calls for this "
                 "node execution); the graph now makes more calls than the recorded run did",
-                run_id=self.run_id,
-                step=self.step,
-                node=self.node,
+                **self.where(),
             )
         return seq, fingerprint, None
 
@@ -407,9 +378,7 @@ class TaskJournal:
             + ("; request diff:\n" + diff if diff else "")
             + "\n(a node must make the same calls, with the same requests, in the same order "
             "as the recorded run)",
-            run_id=self.run_id,
-            step=self.step,
-            node=self.node,
+            **self.where(),
             call_index=seq,
             fingerprint=fingerprint,
             recorded_fingerprint=entry.fingerprint,
@@ -526,6 +495,11 @@ class RunContext:
         if self.journal is not None:
             self.journal.revoke()
 
+    def where(self) -> _RunAt:
+        """Where this node execution runs, as the keywords that locate a
+        :class:`~stargraph.errors.RunError`: ``raise NodeError(message, **ctx.where())``."""
+        return {"run_id": self.run_id, "step": self.step, "node": self.node}
+
     def _unjournaled(self, what: str) -> None:
         # Without a journal an abandoned attempt has no record to protect, but it must not
         # make effects or draws either: the attempt that replaced it makes them.
@@ -536,9 +510,7 @@ class RunContext:
                 f"an abandoned attempt of node {self.node!r} at step {self.step} of run "
                 f"{self.run_id!r} called ctx.{what}() after its timeout, when another attempt "
                 "had taken over; the call was refused",
-                run_id=self.run_id,
-                step=self.step,
-                node=self.node,
+                **self.where(),
             )
 
     @property
@@ -635,9 +607,7 @@ class RunContext:
                 f"node {self.node!r} called ctx.interrupt() but the graph has no checkpoint "
                 "store to park the run in; compile it with store=SqliteStore(...) or "
                 "MemoryStore()",
-                run_id=self.run_id,
-                step=self.step,
-                node=self.node,
+                **self.where(),
             )
         recorded = self.journal.peek("interrupt")
         if recorded is not None:

@@ -59,6 +59,7 @@ from stargraph.errors import (
     InvalidWriteError,
     LeaseLostError,
     RunBusyError,
+    _RunAt,
 )
 from stargraph.reducers import append as _append_reducer
 from stargraph.runtime._interrupts import RuleDecision
@@ -100,6 +101,10 @@ class Progress(Protocol):
     @property
     def values(self) -> Mapping[str, Any]:
         """The channel values after that step."""
+        ...
+
+    def where(self, node: str | None = None) -> _RunAt:
+        """Where the run is (at ``node``), as the keywords that locate a ``RunError``."""
         ...
 
     @property
@@ -345,9 +350,7 @@ class Persistence:
             raise InvalidWriteError(
                 f"{where} at step {run.step} of run {run.run_id!r} holds a value that cannot "
                 f"be stored as JSON ({exc}); write JSON data or values of the field's type",
-                run_id=run.run_id,
-                step=run.step,
-                node=node,
+                **run.where(node),
             ) from exc
 
     def _let_go(self) -> None:

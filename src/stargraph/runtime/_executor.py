@@ -13,7 +13,7 @@ import asyncio
 import concurrent.futures
 from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
 from functools import cached_property
-from typing import Any, Generic, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -36,6 +36,9 @@ from stargraph.runtime._stored import run_nested as run_child
 from stargraph.runtime._stream import Feed, StreamMode, Superstep, stream_modes
 from stargraph.runtime._threads import get_thread as thread_runs
 from stargraph.runtime._threads import list_threads
+
+if TYPE_CHECKING:
+    from stargraph.checkpoint._lease import Lease
 
 __all__ = ["DEFAULT_MAX_STEPS", "MAX_STEPS_BOUND", "CompiledGraph"]
 
@@ -374,17 +377,7 @@ class CompiledGraph(Generic[StateT]):
         to continue from under this graph; the migration is committed as a step and the run
         is re-labelled with this graph's hash.
         """
-        run = load(
-            self.steploop,
-            run_id,
-            response=response,
-            update=update,
-            max_steps=max_steps,
-            emit=None,
-            migration=migration,
-            wait=wait,
-            code_hash=self.code_hash,
-        )
+        run = self._load(run_id, response, update, max_steps, migration, wait=wait)
         self.steploop.run_to_end(run, fresh=False)
         return self._result(run)
 
@@ -429,16 +422,8 @@ class CompiledGraph(Generic[StateT]):
         ``stream`` (typed events by default; ``"messages"`` for model tokens)."""
         modes = stream_modes(mode)
         yield from self.steploop.live(
-            lambda emit: load(
-                self.steploop,
-                run_id,
-                response=response,
-                update=update,
-                max_steps=max_steps,
-                emit=emit,
-                migration=migration,
-                wait=wait,
-                code_hash=self.code_hash,
+            lambda emit: self._load(
+                run_id, response, update, max_steps, migration, emit=emit, wait=wait
             ),
             modes,
             fresh=False,
@@ -459,20 +444,37 @@ class CompiledGraph(Generic[StateT]):
         store = require_store(self.steploop)
         check_run_id(run_id)
         taken = await atake_lease(store, run_id, wait=wait)
-        run = load(
+        run = self._load(run_id, response, update, max_steps, migration, taken=taken)
+        async for _ in self.steploop.adrive(run, fresh=False):
+            pass
+        return self._result(run)
+
+    def _load(
+        self,
+        run_id: str,
+        response: Any,
+        update: Mapping[str, Any] | None,
+        max_steps: int | None,
+        migration: Migration | None,
+        *,
+        emit: Callable[[Event], None] | None = None,
+        wait: bool | float = False,
+        taken: tuple[Lease, RunRecord] | None = None,
+    ) -> Run:
+        # The stored run, leased and ready to continue: _stored.load with this graph's loop
+        # and code hash (the arguments are resume's; ``taken``: a lease aresume took).
+        return load(
             self.steploop,
             run_id,
             response=response,
             update=update,
             max_steps=max_steps,
-            emit=None,
+            emit=emit,
             migration=migration,
+            wait=wait,
             taken=taken,
             code_hash=self.code_hash,
         )
-        async for _ in self.steploop.adrive(run, fresh=False):
-            pass
-        return self._result(run)
 
     def get_run(self, run_id: str) -> RunRecord:
         """The stored record of a run (status, last step, interrupt, error)."""

@@ -233,9 +233,7 @@ class Remote:
                 "remote nodes must be pure functions of state and config (ctx.now, ctx.uuid "
                 "and ctx.random are fine): pass blocking=False to run it in the orchestrating "
                 "process",
-                run_id=run.run_id,
-                step=run.step,
-                node=task.node,
+                **run.where(task.node),
             )
         if "error" in reply:
             exc: BaseException = reply["error"]
@@ -273,9 +271,7 @@ def _entropy_spec(run: Run, task: Task) -> dict[str, Any] | None:
         f"node {task.node!r} takes a ctx, and its run uses the entropy source "
         f"{type(entropy).__name__}, which cannot be carried to another process; use "
         "SeededEntropy or SystemEntropy, or pass blocking=False to keep the node local",
-        run_id=run.run_id,
-        step=run.step,
-        node=task.node,
+        **run.where(task.node),
     )
 
 

@@ -83,9 +83,7 @@ class ReplayRunner:
             raise ReplayDivergenceError(
                 f"replay of run {run.run_id!r}: node {task.node!r} interrupted at step "
                 f"{run.step} but the recorded run has no answer for it",
-                run_id=run.run_id,
-                step=run.step,
-                node=task.node,
+                **run.where(task.node),
             )
         _check_writes(run, record, outcome.results)
         return outcome
@@ -104,9 +102,7 @@ def _check_writes(
                 f"{task.node!r} wrote {replayed!r} but the recorded run wrote "
                 f"{recorded[task.key]!r}; the node's code changed or it is not "
                 "deterministic given its inputs and recorded calls",
-                run_id=run.run_id,
-                step=record.step,
-                node=task.node,
+                **run.where(task.node),
             )
 
 

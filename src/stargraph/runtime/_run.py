@@ -37,6 +37,7 @@ from stargraph.state import fast_state
 
 if TYPE_CHECKING:
     from stargraph.checkpoint import JournalEntry
+    from stargraph.errors import _RunAt
     from stargraph.runtime._durable import Persistence
     from stargraph.runtime._interrupts import Interrupt, RuleDecision
     from stargraph.runtime._recorded import ReplaySource
@@ -175,6 +176,10 @@ class Run:
         self.routed: dict[int, Any] | None = None
         self.ran: Sequence[Task] = ()
 
+    def where(self, node: str | None = None) -> _RunAt:
+        """Where the run is (at ``node``), as the keywords that locate a :class:`RunError`."""
+        return {"run_id": self.run_id, "step": self.step, "node": node}
+
     def event_loop(self) -> RunLoop:
         """The run's own event loop (sync drivers), started on first use."""
         loop = self.loop
@@ -287,9 +292,7 @@ class Run:
         return NodeError(
             f"router {router.ref!r} after node {source!r} failed at step {self.step} of "
             f"run {self.run_id!r}: {describe_exception(exc)}",
-            run_id=self.run_id,
-            step=self.step,
-            node=source,
+            **self.where(source),
         )
 
     def _bad_route(self, router: RouterSpec, source: str, got: Any) -> RunError:
@@ -297,9 +300,7 @@ class Run:
             f"router {router.ref!r} after node {source!r} returned {got!r} at step "
             f"{self.step} of run {self.run_id!r}, which is not one of its declared targets "
             f"{sorted(router.mapping)}; add it to the mapping of with_conditional_edges",
-            run_id=self.run_id,
-            step=self.step,
-            node=source,
+            **self.where(source),
         )
 
     def schedule_next(self, ran: Sequence[Task]) -> None:
@@ -504,17 +505,13 @@ class Run:
         return NodeError(
             f"node {task.node!r} failed at step {self.step} of run {self.run_id!r}: "
             f"{describe_exception(exc)}",
-            run_id=self.run_id,
-            step=self.step,
-            node=task.node,
+            **self.where(task.node),
         )
 
     def _write_error(self, task: Task, what: str) -> InvalidWriteError:
         return InvalidWriteError(
             f"node {task.node!r} at step {self.step} of run {self.run_id!r}: {what}",
-            run_id=self.run_id,
-            step=self.step,
-            node=task.node,
+            **self.where(task.node),
         )
 
     def _unstorable(
@@ -599,9 +596,7 @@ class Run:
                             f"step {self.step} of run {self.run_id!r}, and {key!r} has no "
                             "reducer; declare one, e.g. Annotated[..., reducers.append], or "
                             "let only one branch write it",
-                            run_id=self.run_id,
-                            step=self.step,
-                            node=task.node,
+                            **self.where(task.node),
                         )
                     writers[key] = task
             reduce_writes(channels, values, writes, owned=owned)
@@ -623,8 +618,7 @@ class Run:
                 f"run {self.run_id!r} reached its step limit of {self.max_steps} with nodes "
                 f"{[t.node for t in self.tasks]} still scheduled; raise max_steps in "
                 "compile()/invoke(), or add a rule or edge that ends the loop",
-                run_id=self.run_id,
-                step=self.step,
+                **self.where(),
             )
 
 

@@ -160,9 +160,7 @@ def _timeout(run: Run, task: Task, spec: NodeSpec) -> RunError:
     return NodeTimeoutError(
         f"node {task.node!r} exceeded its timeout of {spec.timeout_s}s at step {run.step} of "
         f"run {run.run_id!r}; raise timeout_s or make the node faster",
-        run_id=run.run_id,
-        step=run.step,
-        node=task.node,
+        **run.where(task.node),
     )
 
 
@@ -188,10 +186,14 @@ def _call_with_timeout(fn: Callable[..., Any], args: tuple[Any, ...], timeout: f
     return box["result"]
 
 
-def _retry_delay(run: Run, task: Task, spec: NodeSpec, exc: Exception, attempt: int) -> float:
-    """The backoff before the next attempt when ``exc`` is retried; otherwise raise the typed
-    error (a timeout, or the node's failure with ``exc`` as its cause). Shared by the sync and
-    async loops, which differ only in how they wait."""
+def _retry_delay(
+    run: Run, task: Task, spec: NodeSpec, exc: Exception, *, attempt: int, args: tuple[Any, ...]
+) -> float:
+    """Attempt ``attempt`` (called with ``args``) raised ``exc``: revoke its ctx, then give
+    the backoff before the next attempt when ``exc`` is retried, or raise the typed error (a
+    timeout, or the node's failure with ``exc`` as its cause). Shared by the sync and async
+    loops, which differ only in how they call and wait."""
+    run.abandon_attempt(args)
     if _should_retry(spec, exc, attempt):
         return _backoff(run, spec, attempt)
     if isinstance(exc, TimeoutError) and spec.timeout_s:
@@ -199,7 +201,19 @@ def _retry_delay(run: Run, task: Task, spec: NodeSpec, exc: Exception, attempt: 
     raise run.node_failed(task, exc) from exc
 
 
-def _finish(run: Run, task: Task, attempt: int, writes: dict[str, Any], siblings: int) -> None:
+def _finish(
+    run: Run,
+    task: Task,
+    writes: dict[str, Any],
+    *,
+    fence: AttemptFence | None,
+    attempt: int,
+    siblings: int,
+) -> None:
+    """The task succeeded at attempt ``attempt``: refuse late records of abandoned attempts,
+    note the attempts taken and, in a step of several tasks, save its writes at once."""
+    if fence is not None:
+        fence.seal()
     if attempt > 1:
         run.attempts[f"{task.node}/{task.index}"] = attempt
     if siblings > 1 and run.persistence is not None:
@@ -230,13 +244,10 @@ def run_task_sync(
         except (GraphInterrupt, StargraphError):
             raise
         except Exception as exc:
-            run.abandon_attempt(args)
-            time.sleep(_retry_delay(run, task, spec, exc, attempt))
+            time.sleep(_retry_delay(run, task, spec, exc, attempt=attempt, args=args))
             attempt += 1
             args = run.call_args(task, spec, fence, attempt)
-    if fence is not None:
-        fence.seal()
-    _finish(run, task, attempt, writes, siblings)
+    _finish(run, task, writes, fence=fence, attempt=attempt, siblings=siblings)
     return writes
 
 
@@ -274,13 +285,10 @@ async def run_task_async(
         except (GraphInterrupt, StargraphError):
             raise
         except Exception as exc:
-            run.abandon_attempt(args)
-            await asyncio.sleep(_retry_delay(run, task, spec, exc, attempt))
+            await asyncio.sleep(_retry_delay(run, task, spec, exc, attempt=attempt, args=args))
             attempt += 1
             args = run.call_args(task, spec, fence, attempt)
-    if fence is not None:
-        fence.seal()
-    _finish(run, task, attempt, writes, siblings)
+    _finish(run, task, writes, fence=fence, attempt=attempt, siblings=siblings)
     return writes
 
 
