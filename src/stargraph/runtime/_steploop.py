@@ -331,6 +331,8 @@ class StepLoop:
             self._park_node(run, outcome)
             return False
         self.commit(run, outcome.results, merged=merged)
+        if run.rule_park is None and not self.plan.interrupts:
+            return True  # nothing to park on: the common case, without the call
         return self._parked_after(run, outcome)
 
     def _parked_after(self, run: Run, outcome: StepOutcome) -> bool:
@@ -634,7 +636,7 @@ class StepLoop:
         """Close the step whose tasks produced ``results``: merge the writes (unless
         ``merged``), schedule successors, apply the rules, emit the tasks' events, commit the
         step to the store, emit ``step_completed``."""
-        ran = [task for task, _ in results]
+        ran = [results[0][0]] if len(results) == 1 else [task for task, _ in results]
         run.ran = ran
         if not merged:
             run.merge(results)
