@@ -398,12 +398,21 @@ class StepLoop:
         if routers and fresh and (routing := self.routing(run)) is not None:
             yield routing
         self.begin(run, fresh)
+        # No interrupt to park on before a step: ``prepare`` without the call when nobody
+        # listens for node_started either (the common case, paid once per step).
+        parks = self.plan.interrupts
         while run.tasks:
             if run.cancelled is not None:
                 return True
-            tasks = self.prepare(run)
-            if tasks is None:
-                return False
+            if parks or run.emit is not None:
+                tasks = self.prepare(run)
+                if tasks is None:
+                    return False
+            else:
+                run.step += 1
+                if run.step > run.max_steps:
+                    run.check_step_limit()
+                tasks = run.tasks
             outcome = yield tasks
             assert outcome is not None
             routing = self.routing(run, outcome) if routers else None

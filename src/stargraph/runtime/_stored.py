@@ -182,8 +182,11 @@ def run_nested(
         )
         run.path, run.collect, run.feed = path, raw, feed
         loop.run_to_end(run, fresh=False)
-    if loop.store is not None:
-        after = loop.store.get_run(run_id)
+    if run.interrupt is not None:
+        # The child parked (only a run with a store can): the parent parks with the
+        # interrupt as the store keeps it. A child that did not park is done, and its
+        # record need not be read back.
+        after = require_store(loop).get_run(run_id)
         if after.status == "interrupted":
             parent.interrupt(after.interrupt)
     return run.values, raw
