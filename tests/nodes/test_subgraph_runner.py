@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import reduce
 from typing import Annotated, Any
 
-from pydantic import BaseModel
+from pydantic import BaseModel, model_validator
 
 from stargraph import END, START, Graph, reducers
 from stargraph.nodes import SubgraphNode
@@ -127,3 +127,51 @@ def test_issue19_projection_is_planned_once_per_key() -> None:
     total_fold = planned["total"][1]
     assert total_fold is not None
     assert total_fold([1, 2, 3]) == 6
+
+
+class Counted(BaseModel):
+    validations: int = 0
+    seen: int = -1
+
+    @model_validator(mode="before")
+    @classmethod
+    def count(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = {**data, "validations": data.get("validations", 0) + 1}
+        return data
+
+
+def look(state: Counted) -> dict[str, Any]:
+    return {"seen": state.validations}
+
+
+def _mounted(state: type[BaseModel], node: Any) -> Graph[Any]:
+    child = Graph("looker", state=state).with_node("look", node)
+    child = child.with_edge(START, "look").with_edge("look", END)
+    skill = Skill.from_graph(
+        child, name="looker", version="1.0.0", kind="workflow", description="", state_schema=state
+    )
+    return (
+        Graph("host", state=state)
+        .with_node(SubgraphNode.from_skill(skill, site="looker"))
+        .with_edge(START, "looker")
+        .with_edge("looker", END)
+    )
+
+
+def test_issue19_a_child_model_with_validators_still_validates_its_input() -> None:
+    app = _mounted(Counted, look).compile()
+    runner = app.steploop.plan.specs["looker"].fn
+    assert isinstance(runner, SubgraphRunner)
+    assert runner._same_model is None
+    # The parent's input is validated once (validations=1); the child's input, projected
+    # from it, goes through the model validator again.
+    assert app.invoke({}).seen == 2
+
+
+def test_issue19_a_plain_shared_model_skips_revalidating_the_child_input() -> None:
+    app = _parent().compile()
+    runner = app.steploop.plan.specs["scribbler"].fn
+    assert isinstance(runner, SubgraphRunner)
+    assert runner._same_model is Inner
+    assert [child for child, _ in runner._inputs] == list(Inner.model_fields)

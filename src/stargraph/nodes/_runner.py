@@ -23,6 +23,8 @@ from collections.abc import Callable, Mapping
 from functools import partial, reduce
 from typing import Any
 
+from pydantic import BaseModel
+
 from stargraph.errors import InvalidWriteError
 from stargraph.reducers import append
 from stargraph.runtime import CompiledGraph, RunContext
@@ -112,6 +114,16 @@ class SubgraphRunner:
         self.guarded = frozenset(
             k for k in child.channels if k in parent_channels and k not in self.declared
         )
+        model = child.steploop.plan.state_model
+        fields = list(model.model_fields)
+        # When the parent's state is of the child's own model, every field is projected to
+        # itself and the model has no validator of its own (nor post-init), the projection
+        # of the parent's state is a valid child state already: it is not validated again.
+        # ``_same_model`` is that model, checked against the parent state's type per call.
+        self._same_model: type[BaseModel] | None = None
+        if inputs == {name: name for name in fields} and _plain_model(model):
+            self._same_model = model
+            inputs = {name: name for name in fields}  # the model's field order
         self._inputs = tuple((child_key, parent_key) for child_key, parent_key in inputs.items())
         # (child key, parent key, how to fold the child's raw writes of the key into one
         # parent write, or None to take the child's final value), in the order of ``outputs``.
@@ -130,8 +142,11 @@ class SubgraphRunner:
 
     def __call__(self, state: Any, ctx: RunContext) -> dict[str, Any]:
         """Run (or resume) the child for this parent step; return the parent writes."""
-        # The child gets its own copies: nothing it does in place can reach the parent.
-        child_input = {child: _private(getattr(state, parent)) for child, parent in self._inputs}
+        child_input = {}
+        for child_key, parent_key in self._inputs:
+            value = getattr(state, parent_key)
+            # The child gets its own copies: nothing it does in place can reach the parent.
+            child_input[child_key] = value if type(value) in _SCALARS else _private(value)
         run_id = ChildRunId.id_of(ctx.run_id, self.site, ctx.step, ctx.index)
         emit = ctx.events.append if (self.bubble_events and ctx.events is not None) else None
         path = (*ctx.path, self.site)
@@ -149,7 +164,13 @@ class SubgraphRunner:
             )
         else:
             values, raw = run_nested(
-                self.child.steploop, child_input, run_id=run_id, path=path, emit=emit, parent=ctx
+                self.child.steploop,
+                child_input,
+                run_id=run_id,
+                path=path,
+                emit=emit,
+                parent=ctx,
+                valid=type(state) is self._same_model,
             )
         return self._project(values, raw, ctx)
 
@@ -186,6 +207,23 @@ class SubgraphRunner:
                         step=ctx.step,
                         node=self.node_id,
                     )
+
+
+def _plain_model(model: type[BaseModel]) -> bool:
+    """Whether validating a ``model`` state built field by field from valid values of those
+    fields changes nothing: no model or field validator, no post-init hook, no alias."""
+    decorators = model.__pydantic_decorators__
+    return (
+        not decorators.validators
+        and not decorators.field_validators
+        and not decorators.root_validators
+        and not decorators.model_validators
+        and model.__pydantic_post_init__ is None
+        and all(
+            info.alias is None and info.validation_alias is None
+            for info in model.model_fields.values()
+        )
+    )
 
 
 def _fold(parent: Channel, child: CompiledGraph[Any], child_key: str) -> _Fold | None:

@@ -128,18 +128,26 @@ class StepLoop:
         max_steps: int | None,
         emit: Callable[[Event], None] | None,
         thread_id: str | None = None,
+        *,
+        valid: bool = False,
     ) -> Run:
         """A new run of the plan from ``input`` (or, with ``thread_id``, as the next turn
-        of that thread), with this graph's store and options; not started yet."""
+        of that thread), with this graph's store and options; not started yet. ``valid``:
+        ``input`` is a dict of every channel's value, valid already (a subgraph node's
+        projection of a parent state of the same model), taken as it is."""
         run_id = run_id or f"run-{os.urandom(8).hex()}"
         turn = (
             None
             if thread_id is None
             else start_turn(self.plan, self.store, input, thread_id, run_id)
         )
-        values = (
-            initial_values(self.plan.state_model, input, run_id) if turn is None else turn.values
-        )
+        if turn is not None:
+            values = turn.values
+        elif valid:
+            assert isinstance(input, dict)
+            values = input
+        else:
+            values = initial_values(self.plan.state_model, input, run_id)
         run = self.make_run(run_id, values, max_steps=max_steps, emit=self.observed(emit))
         if self.store is not None:
             run.persistence = Persistence(
