@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import reduce
 from typing import Annotated, Any
 
-from pydantic import BaseModel, model_validator
+from pydantic import BaseModel, ConfigDict, model_validator
 
 from stargraph import END, START, Graph, reducers
 from stargraph.nodes import SubgraphNode
@@ -175,3 +175,33 @@ def test_issue19_a_plain_shared_model_skips_revalidating_the_child_input() -> No
     assert isinstance(runner, SubgraphRunner)
     assert runner._same_model is Inner
     assert [child for child, _ in runner._inputs] == list(Inner.model_fields)
+
+
+class Lowered(BaseModel):
+    model_config = ConfigDict(str_to_lower=True)
+    word: str = ""
+    seen: str = ""
+
+
+def echo(state: Lowered) -> dict[str, Any]:
+    return {"seen": state.word}
+
+
+def shout(state: Lowered) -> dict[str, Any]:
+    return {"word": "LOUD"}  # a node's write goes through the channel, not the model config
+
+
+def test_issue19_a_child_model_whose_config_transforms_values_still_validates() -> None:
+    child = Graph("echo", state=Lowered).with_node("echo", echo)
+    child = child.with_edge(START, "echo").with_edge("echo", END)
+    skill = Skill.from_graph(
+        child, name="echo", version="1.0.0", kind="workflow", description="", state_schema=Lowered
+    )
+    graph = Graph("outer", state=Lowered).with_node("shout", shout)
+    graph = graph.with_node(SubgraphNode.from_skill(skill, site="inner"))
+    graph = graph.with_edge(START, "shout").with_edge("shout", "inner").with_edge("inner", END)
+    app = graph.compile()
+    runner = app.steploop.plan.specs["inner"].fn
+    assert isinstance(runner, SubgraphRunner)
+    assert runner._same_model is None
+    assert app.invoke({}).seen == "loud"  # the child's input was validated by the model

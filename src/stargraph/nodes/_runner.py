@@ -209,12 +209,36 @@ class SubgraphRunner:
                     )
 
 
+_INERT_CONFIG = frozenset(
+    {
+        "title",
+        "frozen",
+        "extra",
+        "arbitrary_types_allowed",
+        "populate_by_name",
+        "validate_assignment",
+        "protected_namespaces",
+        "json_schema_extra",
+        "use_attribute_docstrings",
+        "defer_build",
+        "hide_input_in_errors",
+        "ser_json_inf_nan",
+        "ser_json_timedelta",
+        "ser_json_bytes",
+    }
+)
+"""Model config keys that leave the validation of a valid field value as it is (unlike,
+say, ``str_to_lower`` or ``strict``, which the channels' own validators do not apply)."""
+
+
 def _plain_model(model: type[BaseModel]) -> bool:
     """Whether validating a ``model`` state built field by field from valid values of those
-    fields changes nothing: no model or field validator, no post-init hook, no alias."""
+    fields changes nothing: no model or field validator, no post-init hook, no alias, no
+    config that transforms values."""
     decorators = model.__pydantic_decorators__
     return (
-        not decorators.validators
+        set(model.model_config) <= _INERT_CONFIG
+        and not decorators.validators
         and not decorators.field_validators
         and not decorators.root_validators
         and not decorators.model_validators
