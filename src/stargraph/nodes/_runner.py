@@ -19,32 +19,76 @@ are not written at all, so parent reducers never re-apply to them.
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from functools import reduce
+from collections.abc import Callable, Mapping
+from functools import partial, reduce
 from typing import Any
 
+from pydantic import BaseModel
+
 from stargraph.errors import InvalidWriteError
+from stargraph.reducers import append
 from stargraph.runtime import CompiledGraph, RunContext
 from stargraph.runtime._plan import ChildRunId
+from stargraph.runtime._stored import run_nested
 from stargraph.state import Channel
 
 __all__ = ["SubgraphRunner"]
 
 _SCALARS = (str, int, float, bool, type(None))
 
+_PLAIN_DEPTH = 32
+"""How deep :func:`_private` copies nested lists and dicts itself before it hands the value
+to ``copy.deepcopy`` (which also copes with cycles and shared parts)."""
+
+
+class _NotPlain(Exception):
+    """The value holds something other than lists, dicts and scalars (or is too deep)."""
+
+
+def _plain_copy(value: Any, depth: int) -> Any:
+    """A copy of nested lists, dicts and tuples of scalars (tuples of scalars as they are);
+    raises :class:`_NotPlain` on anything else."""
+    kind = type(value)
+    if kind in _SCALARS:
+        return value
+    if depth > _PLAIN_DEPTH:
+        raise _NotPlain
+    if kind is list:
+        return [v if type(v) in _SCALARS else _plain_copy(v, depth + 1) for v in value]
+    if kind is dict:
+        return {
+            k: v if type(v) in _SCALARS else _plain_copy(v, depth + 1) for k, v in value.items()
+        }
+    if kind is tuple:
+        if all(type(v) in _SCALARS for v in value):
+            return value
+        return tuple(_plain_copy(v, depth + 1) for v in value)
+    raise _NotPlain
+
 
 def _private(value: Any) -> Any:
-    """A copy the child may mutate freely: scalars as they are, flat lists/tuples of scalars
-    shallow-copied (the common case, ~20x cheaper than deepcopy), anything else deep-copied."""
-    if isinstance(value, _SCALARS):
+    """A copy the child may mutate freely: scalars as they are; lists, dicts and tuples of
+    those (JSON-like data, the common case) copied level by level, several times cheaper
+    than ``copy.deepcopy``; anything else (models, sets, objects) deep-copied."""
+    if type(value) in _SCALARS:
         return value
-    if isinstance(value, list | tuple) and all(isinstance(v, _SCALARS) for v in value):
-        return list(value) if isinstance(value, list) else value
-    return copy.deepcopy(value)
+    try:
+        return _plain_copy(value, 0)
+    except _NotPlain:
+        return copy.deepcopy(value)
+
+
+_Fold = Callable[[list[Any]], Any]
+"""Folds the raw writes of one key, in merge order, into the one write the parent gets."""
 
 
 class SubgraphRunner:
-    """The callable a subgraph node executes: ``runner(state, ctx) -> writes``."""
+    """The callable a subgraph node executes: ``runner(state, ctx) -> writes``.
+
+    The projections are planned once, here: which parent field feeds which child channel,
+    and for each output whether the child's raw writes are folded with the shared reducer
+    or its final value is taken.
+    """
 
     def __init__(
         self,
@@ -70,6 +114,23 @@ class SubgraphRunner:
         self.guarded = frozenset(
             k for k in child.channels if k in parent_channels and k not in self.declared
         )
+        model = child.steploop.plan.state_model
+        fields = list(model.model_fields)
+        # When the parent's state is of the child's own model, every field is projected to
+        # itself and the model has no validator of its own (nor post-init), the projection
+        # of the parent's state is a valid child state already: it is not validated again.
+        # ``_same_model`` is that model, checked against the parent state's type per call.
+        self._same_model: type[BaseModel] | None = None
+        if inputs == {name: name for name in fields} and _plain_model(model):
+            self._same_model = model
+            inputs = {name: name for name in fields}  # the model's field order
+        self._inputs = tuple((child_key, parent_key) for child_key, parent_key in inputs.items())
+        # (child key, parent key, how to fold the child's raw writes of the key into one
+        # parent write, or None to take the child's final value), in the order of ``outputs``.
+        self._outputs: tuple[tuple[str, str, _Fold | None], ...] = tuple(
+            (child_key, parent_key, _fold(parent_channels[parent_key], child, child_key))
+            for child_key, parent_key in outputs.items()
+        )
 
     @property
     def code_hash(self) -> str:
@@ -82,11 +143,11 @@ class SubgraphRunner:
     def __call__(self, state: Any, ctx: RunContext) -> dict[str, Any]:
         """Run (or resume) the child for this parent step; return the parent writes."""
         child_input = {}
-        for child_key, parent_key in self.inputs.items():
+        for child_key, parent_key in self._inputs:
             value = getattr(state, parent_key)
             # The child gets its own copies: nothing it does in place can reach the parent.
-            child_input[child_key] = _private(value)
-        run_id = ChildRunId(ctx.run_id, self.site, ctx.step, ctx.index).format()
+            child_input[child_key] = value if type(value) in _SCALARS else _private(value)
+        run_id = ChildRunId.id_of(ctx.run_id, self.site, ctx.step, ctx.index)
         emit = ctx.events.append if (self.bubble_events and ctx.events is not None) else None
         path = (*ctx.path, self.site)
         if ctx.journal is not None and ctx.journal.replay:
@@ -102,17 +163,40 @@ class SubgraphRunner:
                 emit=emit,
             )
         else:
-            values, raw = self.child.run_nested(
-                child_input, run_id=run_id, path=path, emit=emit, parent=ctx
+            values, raw = run_nested(
+                self.child.steploop,
+                child_input,
+                run_id=run_id,
+                path=path,
+                emit=emit,
+                parent=ctx,
+                valid=type(state) is self._same_model,
             )
         return self._project(values, raw, ctx)
 
     def _project(
         self, values: Mapping[str, Any], raw: list[tuple[str, dict[str, Any]]], ctx: RunContext
     ) -> dict[str, Any]:
-        written: dict[str, list[Any]] = {}
+        if self.guarded:
+            self._check_guarded(raw, ctx)
+        out: dict[str, Any] = {}
+        for child_key, parent_key, fold in self._outputs:
+            # Keys the child did not write are left out: parent reducers must not re-apply.
+            if fold is None:
+                for _, writes in raw:
+                    if child_key in writes:
+                        out[parent_key] = values[child_key]
+                        break
+            else:
+                parts = [writes[child_key] for _, writes in raw if child_key in writes]
+                if parts:
+                    out[parent_key] = fold(parts)
+        return out
+
+    def _check_guarded(self, raw: list[tuple[str, dict[str, Any]]], ctx: RunContext) -> None:
+        """Raise on the first write (in merge order) to a guarded channel."""
         for node, writes in raw:
-            for key, value in writes.items():
+            for key in writes:
                 if key in self.guarded:
                     raise InvalidWriteError(
                         f"skill at site {'/'.join((*ctx.path, self.site))!r}: child node "
@@ -123,15 +207,63 @@ class SubgraphRunner:
                         step=ctx.step,
                         node=self.node_id,
                     )
-                written.setdefault(key, []).append(value)
-        out: dict[str, Any] = {}
-        for child_key, parent_key in self.outputs.items():
-            if child_key not in written:
-                continue
-            parent_reducer = self.parent_channels[parent_key].reducer
-            child_reducer = self.child.channels[child_key].reducer
-            if parent_reducer is not None and parent_reducer is child_reducer:
-                out[parent_key] = reduce(parent_reducer, written[child_key])
-            else:
-                out[parent_key] = values[child_key]
-        return out
+
+
+_INERT_CONFIG = frozenset(
+    {
+        "title",
+        "frozen",
+        "extra",
+        "arbitrary_types_allowed",
+        "populate_by_name",
+        "validate_assignment",
+        "protected_namespaces",
+        "json_schema_extra",
+        "use_attribute_docstrings",
+        "defer_build",
+        "hide_input_in_errors",
+        "ser_json_inf_nan",
+        "ser_json_timedelta",
+        "ser_json_bytes",
+    }
+)
+"""Model config keys that leave the validation of a valid field value as it is (unlike,
+say, ``str_to_lower`` or ``strict``, which the channels' own validators do not apply)."""
+
+
+def _plain_model(model: type[BaseModel]) -> bool:
+    """Whether validating a ``model`` state built field by field from valid values of those
+    fields changes nothing: no model or field validator, no post-init hook, no alias, no
+    config that transforms values."""
+    decorators = model.__pydantic_decorators__
+    return (
+        set(model.model_config) <= _INERT_CONFIG
+        and not decorators.validators
+        and not decorators.field_validators
+        and not decorators.root_validators
+        and not decorators.model_validators
+        and model.__pydantic_post_init__ is None
+        and all(
+            info.alias is None and info.validation_alias is None
+            for info in model.model_fields.values()
+        )
+    )
+
+
+def _fold(parent: Channel, child: CompiledGraph[Any], child_key: str) -> _Fold | None:
+    """How to fold the child's raw writes of ``child_key`` when parent and child channels
+    share a reducer (so an appended list is not duplicated, a summed key not added twice),
+    or ``None``: the child's final value is written once."""
+    reducer = parent.reducer
+    if reducer is None or reducer is not child.channels[child_key].reducer:
+        return None
+    if reducer is append.fn:
+        return _concat
+    return partial(reduce, reducer)
+
+
+def _concat(parts: list[Any]) -> Any:
+    """``reduce(append, parts)`` without the list it builds for every part but the last."""
+    if len(parts) == 1:
+        return parts[0]
+    return [item for part in parts for item in part]

@@ -87,7 +87,14 @@ class ChildRunId:
 
     def format(self) -> str:
         """The run id, ``<parent>::<site>@<step>.<index>``."""
-        return f"{self.parent}{self.SEPARATOR}{self.site}@{self.step}.{self.index}"
+        return self.id_of(self.parent, self.site, self.step, self.index)
+
+    @classmethod
+    def id_of(cls, parent: str, site: str, step: int, index: int) -> str:
+        """The run id of those parts, as :meth:`format` writes it, without building the
+        object (a subgraph node makes one per child run; the frozen dataclass costs more
+        than the string)."""
+        return f"{parent}{cls.SEPARATOR}{site}@{step}.{index}"
 
     @classmethod
     def parse(cls, run_id: str) -> ChildRunId | None:

@@ -128,18 +128,26 @@ class StepLoop:
         max_steps: int | None,
         emit: Callable[[Event], None] | None,
         thread_id: str | None = None,
+        *,
+        valid: bool = False,
     ) -> Run:
         """A new run of the plan from ``input`` (or, with ``thread_id``, as the next turn
-        of that thread), with this graph's store and options; not started yet."""
+        of that thread), with this graph's store and options; not started yet. ``valid``:
+        ``input`` is a dict of every channel's value, valid already (a subgraph node's
+        projection of a parent state of the same model), taken as it is."""
         run_id = run_id or f"run-{os.urandom(8).hex()}"
         turn = (
             None
             if thread_id is None
             else start_turn(self.plan, self.store, input, thread_id, run_id)
         )
-        values = (
-            initial_values(self.plan.state_model, input, run_id) if turn is None else turn.values
-        )
+        if turn is not None:
+            values = turn.values
+        elif valid:
+            assert isinstance(input, dict)
+            values = input
+        else:
+            values = initial_values(self.plan.state_model, input, run_id)
         run = self.make_run(run_id, values, max_steps=max_steps, emit=self.observed(emit))
         if self.store is not None:
             run.persistence = Persistence(
@@ -331,6 +339,8 @@ class StepLoop:
             self._park_node(run, outcome)
             return False
         self.commit(run, outcome.results, merged=merged)
+        if run.rule_park is None and not self.plan.interrupts:
+            return True  # nothing to park on: the common case, without the call
         return self._parked_after(run, outcome)
 
     def _parked_after(self, run: Run, outcome: StepOutcome) -> bool:
@@ -396,12 +406,21 @@ class StepLoop:
         if routers and fresh and (routing := self.routing(run)) is not None:
             yield routing
         self.begin(run, fresh)
+        # No interrupt to park on before a step: ``prepare`` without the call when nobody
+        # listens for node_started either (the common case, paid once per step).
+        parks = self.plan.interrupts
         while run.tasks:
             if run.cancelled is not None:
                 return True
-            tasks = self.prepare(run)
-            if tasks is None:
-                return False
+            if parks or run.emit is not None:
+                tasks = self.prepare(run)
+                if tasks is None:
+                    return False
+            else:
+                run.step += 1
+                if run.step > run.max_steps:
+                    run.check_step_limit()
+                tasks = run.tasks
             outcome = yield tasks
             assert outcome is not None
             routing = self.routing(run, outcome) if routers else None
@@ -634,7 +653,7 @@ class StepLoop:
         """Close the step whose tasks produced ``results``: merge the writes (unless
         ``merged``), schedule successors, apply the rules, emit the tasks' events, commit the
         step to the store, emit ``step_completed``."""
-        ran = [task for task, _ in results]
+        ran = [results[0][0]] if len(results) == 1 else [task for task, _ in results]
         run.ran = ran
         if not merged:
             run.merge(results)

@@ -136,9 +136,11 @@ def run_nested(
     emit: Callable[[Event], None] | None,
     parent: Any,
     code_hash: str | None = None,
+    valid: bool = False,
 ) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
     """Run this graph as the child of a subgraph node; return its final values and the raw
-    writes of all its steps (for projection into the parent).
+    writes of all its steps (for projection into the parent). ``valid``: ``input`` holds
+    every channel's value, valid already (see ``StepLoop.new_run``).
 
     With a store the child is durable under ``run_id``: an existing child run is resumed
     (or, when done, read back) instead of started again. An interrupt inside the child
@@ -156,7 +158,7 @@ def run_nested(
     # as they happen; the child's typed events go to ``emit``, in task order.
     feed = getattr(parent, "_feed", None)
     if record is None:
-        run = loop.new_run(input, run_id, None, emit)
+        run = loop.new_run(input, run_id, None, emit, valid=valid)
         run.path, run.collect, run.feed = path, raw, feed
         loop.run_to_end(run, fresh=True)
     else:
@@ -182,8 +184,11 @@ def run_nested(
         )
         run.path, run.collect, run.feed = path, raw, feed
         loop.run_to_end(run, fresh=False)
-    if loop.store is not None:
-        after = loop.store.get_run(run_id)
+    if run.interrupt is not None:
+        # The child parked (only a run with a store can): the parent parks with the
+        # interrupt as the store keeps it. A child that did not park is done, and its
+        # record need not be read back.
+        after = require_store(loop).get_run(run_id)
         if after.status == "interrupted":
             parent.interrupt(after.interrupt)
     return run.values, raw
