@@ -156,3 +156,21 @@ def test_the_wal_stays_bounded_over_many_commits(tmp_path: Path) -> None:
         # Each commit writes ~3 pages, so ~4.5x the limit was written in all.
         assert 0 < wal <= (WAL_CHECKPOINT_PAGES + 16) * frame + 32
         assert store.get_run("r").last_step == 3 * WAL_CHECKPOINT_PAGES // 2 - 1
+
+
+def test_now_is_the_iso_text_of_the_current_time() -> None:
+    import time
+    from datetime import UTC, datetime
+
+    from stargraph.checkpoint._sql import now
+
+    before = datetime.now(UTC)
+    stamps = [now() for _ in range(1000)]
+    after = datetime.now(UTC)
+    for stamp in stamps:
+        parsed = datetime.fromisoformat(stamp)
+        assert before.replace(microsecond=0) <= parsed <= after
+        assert parsed.isoformat() == stamp  # the same text datetime.isoformat() writes
+    assert stamps == sorted(stamps, key=datetime.fromisoformat)
+    time.sleep(0.001)
+    assert datetime.fromisoformat(now()) > datetime.fromisoformat(stamps[-1])
