@@ -103,3 +103,41 @@ def test_a_refused_assign_leaves_the_agents_task_as_it_was(tmp_path: Path) -> No
         with pytest.raises(LifecycleError, match="PENDING -> BUSY"):
             store.assign(agent.id, "t2")
         assert store.get(agent.id).task_id == "t1"
+
+
+def test_a_failed_write_rolls_back_maps_the_error_and_frees_the_lock(tmp_path: Path) -> None:
+    seen: list[Doing] = []
+
+    def fail(exc: BaseException, doing: Doing) -> BaseException:
+        seen.append(doing)
+        return Refused(str(exc))
+
+    db = Database(tmp_path / "t.db", fail=fail)
+    with db.write() as conn:
+        conn.execute("CREATE TABLE t (n INTEGER PRIMARY KEY)")
+
+    def insert_twice() -> None:
+        with db.write() as conn:
+            conn.execute("INSERT INTO t VALUES (1)")
+            conn.execute("INSERT INTO t VALUES (1)")  # the key again: IntegrityError
+
+    with pytest.raises(Refused) as caught:
+        insert_twice()
+    assert seen == ["write"]
+    assert isinstance(caught.value.__cause__, sqlite3.IntegrityError)
+    assert not db.writing
+    assert db.rows("SELECT n FROM t") == []
+    # The per-database lock was let go: another thread writes at once.
+    done: list[bool] = []
+
+    def other() -> None:
+        with db.write() as conn:
+            conn.execute("INSERT INTO t VALUES (2)")
+        done.append(True)
+
+    worker = threading.Thread(target=other)
+    worker.start()
+    worker.join(timeout=10)
+    assert done == [True]
+    assert db.rows("SELECT n FROM t") == [(2,)]
+    db.close()

@@ -98,3 +98,79 @@ def test_rows_another_owner_left_are_dropped_by_the_next_owners_commit(tmp_path:
         store.commit_step("r", StepRecord(step=1), owner=owner.token)
         assert store.get_pending("r", 1) == []
         assert store.get_journal("r", 1) == []
+
+
+def test_a_step_that_only_journaled_deletes_only_its_journal(tmp_path: Path) -> None:
+    # An agent's step journals its calls but saves no pending write: one DELETE, not two.
+    with SqliteStore(tmp_path / "runs.db") as store:
+        _new_run(store)
+        entry = JournalEntry(step=1, node="n", seq=0, kind="now", key="k", value=1)
+        store.append_journal("r", entry)
+        statements = _traced(store)
+        store.commit_step("r", StepRecord(step=1))
+        deletes = [s for s in statements if s.startswith("DELETE")]
+        assert [d.split()[2] for d in deletes] == ["journal"]
+        assert store.get_journal("r", 1) == []
+        # And one that only saved a pending write deletes only from pending.
+        store.put_pending("r", PendingWrite(step=2, node="n", writes={"x": 1}))
+        statements.clear()
+        store.commit_step("r", StepRecord(step=2))
+        deletes = [s for s in statements if s.startswith("DELETE")]
+        assert [d.split()[2] for d in deletes] == ["pending"]
+        assert store.get_pending("r", 2) == []
+
+
+def test_every_connection_checkpoints_the_wal_at_the_store_s_size(tmp_path: Path) -> None:
+    from stargraph.checkpoint._sqlite import WAL_CHECKPOINT_PAGES
+
+    assert WAL_CHECKPOINT_PAGES > 1000  # SQLite's default, which checkpointed too often
+    with SqliteStore(tmp_path / "runs.db") as store:
+        pages = store._conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+        assert pages == WAL_CHECKPOINT_PAGES
+        # A connection of another thread gets it too.
+        import threading
+
+        seen: list[int] = []
+        worker = threading.Thread(
+            target=lambda: seen.append(
+                store._conn().execute("PRAGMA wal_autocheckpoint").fetchone()[0]
+            )
+        )
+        worker.start()
+        worker.join()
+        assert seen == [WAL_CHECKPOINT_PAGES]
+
+
+def test_the_wal_stays_bounded_over_many_commits(tmp_path: Path) -> None:
+    # Checkpoints still run: the WAL is copied back and reused from its start, so it does
+    # not grow with the number of commits (a 4 KiB page plus a 24-byte frame header each).
+    from stargraph.checkpoint._sqlite import WAL_CHECKPOINT_PAGES
+
+    path = tmp_path / "runs.db"
+    frame = 4096 + 24
+    with SqliteStore(path) as store:
+        _new_run(store)
+        for step in range(1, 3 * WAL_CHECKPOINT_PAGES // 2):
+            store.commit_step("r", StepRecord(step=step, writes=()))
+        wal = Path(str(path) + "-wal").stat().st_size
+        # Each commit writes ~3 pages, so ~4.5x the limit was written in all.
+        assert 0 < wal <= (WAL_CHECKPOINT_PAGES + 16) * frame + 32
+        assert store.get_run("r").last_step == 3 * WAL_CHECKPOINT_PAGES // 2 - 1
+
+
+def test_now_is_the_iso_text_of_the_current_time() -> None:
+    import time
+    from datetime import UTC, datetime
+
+    from stargraph.checkpoint._sql import now
+
+    before = datetime.now(UTC)
+    stamps = [now() for _ in range(1000)]
+    after = datetime.now(UTC)
+    for stamp in stamps:
+        parsed = datetime.fromisoformat(stamp)
+        assert before.replace(microsecond=0) <= parsed <= after
+        assert parsed.isoformat() == stamp  # the same text datetime.isoformat() writes
+    assert stamps == sorted(stamps, key=datetime.fromisoformat)
+    time.sleep(0.001)
+    assert datetime.fromisoformat(now()) > datetime.fromisoformat(stamps[-1])

@@ -401,9 +401,9 @@ def test_issue19_snapshot_is_read_once_until_the_facts_change(
 
     reads: list[int] = []
 
-    def counting(env: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+    def counting(env: Any, *names: Any) -> Iterator[tuple[str, dict[str, Any]]]:
         reads.append(1)
-        return iter_facts(env)
+        return iter_facts(env, *names)
 
     monkeypatch.setattr(_engine, "iter_facts", counting)
     with make_engine() as engine:

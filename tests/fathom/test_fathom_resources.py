@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import gc
 import os
-import statistics
-import time
 from typing import Any
 
 import clips
@@ -115,32 +113,33 @@ def test_engine_without_callbacks_is_freed_without_close() -> None:
     assert live_environments() == baseline
 
 
-def median_us(engine: RuleEngine, first: int, count: int, **extra: Any) -> float:
-    """Median decide() time in microseconds over ``count`` steps starting at ``first``."""
-    times = []
-    node = "a" if first % 2 else "b"
+def _steps(engine: RuleEngine, first: int, count: int) -> None:
+    """``count`` decisions from step ``first``, snapshotted every tenth step like a
+    checkpointing executor would, and restored from that snapshot every hundredth like a
+    resumed run."""
     for step in range(first, first + count):
-        t0 = time.perf_counter_ns()
-        d = engine.decide(step=step, node=node, state_facts={"n": step}, **extra)
-        times.append(time.perf_counter_ns() - t0)
-        node = d.target or node
-    return statistics.median(times) / 1000
+        engine.decide(step=step, node="a" if step % 2 else "b", state_facts={"n": step})
+        if step % 10 == 0:
+            snapshot = engine.snapshot()
+            if step % 100 == 0:
+                engine.restore(snapshot)
 
 
 @pytest.mark.slow
 def test_per_step_cost_stays_flat_over_many_steps() -> None:
     """clipspy never releases facts Python held and then retracted, so a naive engine slows
-    linearly (50 us -> 470 us after 15k steps). This one never holds such facts, even when
-    it is snapshotted every step like a checkpointing executor would."""
+    linearly (50 us -> 470 us after 15k steps): CLIPS keeps every such fact as busy garbage
+    that each later retract walks past. This one never holds such facts, even when it is
+    snapshotted every tenth step and restored every hundredth, so the memory CLIPS holds
+    (the garbage a decision walks) stays flat. Measured in bytes, not time: a timing bound
+    fails on a loaded machine."""
     packs = [default_termination_pack(max_steps=10**9, error_budget=10**9), ROUTE]
     with RuleEngine(packs, fact_fields={"n": int}, successors={"a": ["b"], "b": ["a"]}) as e:
-        early = median_us(e, 1, 2000, tool_result="ok", error_count=1)
-        for step in range(2001, 20_001):
-            e.decide(step=step, node="a" if step % 2 else "b", state_facts={"n": step})
-            if step % 10 == 0:
-                e.snapshot()
-        late = median_us(e, 20_001, 2000, tool_result="ok", error_count=1)
-    assert late < early * 1.5 + 5, f"decide() slowed from {early:.1f} us to {late:.1f} us"
+        _steps(e, 1, 200)
+        before = clips_memory(e)
+        _steps(e, 201, 3000)
+        after = clips_memory(e)
+    assert after - before < 4096, f"CLIPS memory grew by {after - before} bytes in 3000 steps"
 
 
 def clips_memory(engine: RuleEngine) -> int:

@@ -74,10 +74,18 @@ from stargraph.errors import (
     StoreUnavailableError,
 )
 
-__all__ = ["SCHEMA_VERSION", "SqliteStore"]
+__all__ = ["SCHEMA_VERSION", "WAL_CHECKPOINT_PAGES", "SqliteStore"]
 
 SCHEMA_VERSION: Final = 4
 """The schema this code writes; older files are migrated when opened."""
+
+WAL_CHECKPOINT_PAGES: Final = 4000
+"""``PRAGMA wal_autocheckpoint`` of every connection: the WAL is copied back into the file
+(two fsyncs, and every page written since the last time) when a commit leaves it this many
+pages long (4 KiB pages: ~16 MiB). SQLite's default of 1,000 checkpoints every ~300 step
+commits, and those checkpoints were most of a commit's mean cost; fewer, larger ones also
+copy a page rewritten by many commits (the runs row's, an index's) once. Durability is the
+same: a commit is in the WAL either way."""
 
 # Each migration takes the schema from version ``i`` to ``i + 1``; statements run one by one
 # inside the opening transaction (DDL is transactional in SQLite), so a crash mid-migration
@@ -185,6 +193,11 @@ _UNAVAILABLE: Final = {
 }
 
 
+def _on_connect(conn: sqlite3.Connection) -> None:
+    """Set up a new connection to the file (PRAGMAs kept per connection, not in the file)."""
+    conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_CHECKPOINT_PAGES}")
+
+
 def _lease(expires: Any, row: Any) -> tuple[str, bool]:
     """A stored lease expiry (Unix seconds) as ISO text, and whether it lapsed."""
     at = float(expires)
@@ -240,14 +253,17 @@ class SqliteStore(SqlStore):
             synchronous=synchronous,
             foreign_keys=True,
             cached_statements=64,
+            on_connect=_on_connect,
             fail=self._fail,
         )
         # Runs this store created (and has not seen taken over or stopped since), and the
-        # steps it wrote pending writes or journal rows for: a step commit of such a run
-        # deletes those only when there are some. Any other writer of the run needs its
-        # lease (acquire), which this store's next commit then fails on anyway.
+        # steps it wrote pending writes, and journal rows, for: a step commit of such a run
+        # deletes from each table only when it wrote some there (an agent's step journals its
+        # calls but saves no pending write). Any other writer of the run needs its lease
+        # (acquire), which this store's next commit then fails on anyway.
         self._fresh: set[str] = set()
-        self._unclean: set[tuple[str, int]] = set()
+        self._unclean_pending: set[tuple[str, int]] = set()
+        self._unclean_journal: set[tuple[str, int]] = set()
         try:
             self._setup()
         except BaseException:
@@ -490,17 +506,22 @@ class SqliteStore(SqlStore):
                 (run_id, number, snapshot, payload, _crc(payload)),
             )
             # The common step of a run made here wrote neither: two statements saved.
-            if run_id not in self._fresh or (run_id, number) in self._unclean:
-                conn.execute(_DROP_PENDING, (run_id, number))
-                conn.execute(_DROP_JOURNAL, (run_id, number))
-        self._unclean.discard((run_id, number))
+            key = (run_id, number)
+            fresh = run_id in self._fresh
+            if not fresh or key in self._unclean_pending:
+                conn.execute(_DROP_PENDING, key)
+            if not fresh or key in self._unclean_journal:
+                conn.execute(_DROP_JOURNAL, key)
+        self._unclean_pending.discard(key)
+        self._unclean_journal.discard(key)
 
     def _forget(self, run_id: str) -> None:
         """Stop assuming this store wrote every pending write and journal row of ``run_id``."""
         self._fresh.discard(run_id)
-        # list() copies the set at once (other threads may add to it meanwhile).
-        for key in [key for key in list(self._unclean) if key[0] == run_id]:
-            self._unclean.discard(key)
+        # list() copies a set at once (other threads may add to it meanwhile).
+        for unclean in (self._unclean_pending, self._unclean_journal):
+            for key in [key for key in list(unclean) if key[0] == run_id]:
+                unclean.discard(key)
 
     def _released(self, run_id: str) -> None:
         self._forget(run_id)  # whoever resumes it acquires it first
@@ -521,6 +542,7 @@ class SqliteStore(SqlStore):
         """Save one finished task's writes for a step not yet committed (idempotent)."""
         payload = _encode(write, run_id=run_id, step=write.step)
         self._insert(
+            self._unclean_pending,
             run_id,
             write.step,
             "INSERT OR IGNORE INTO pending (run_id, step, node, idx, payload, crc) "
@@ -528,11 +550,19 @@ class SqliteStore(SqlStore):
             (run_id, write.step, write.node, write.index, payload, _crc(payload)),
         )
 
-    def _insert(self, run_id: str, step: int, sql: str, params: Sequence[object]) -> None:
+    def _insert(
+        self,
+        unclean: set[tuple[str, int]],
+        run_id: str,
+        step: int,
+        sql: str,
+        params: Sequence[object],
+    ) -> None:
         """One ``INSERT`` committed by itself (SQLite's implicit transaction: one statement
         instead of ``BEGIN``, the insert and ``COMMIT``), or in the caller's transaction
-        inside :meth:`write_run`. A row of an unknown run raises ``RunNotFoundError``."""
-        self._unclean.add((run_id, step))  # first: the commit of that step must delete it
+        inside :meth:`write_run`. A row of an unknown run raises ``RunNotFoundError``.
+        ``unclean`` is the table's set of steps that wrote rows to it."""
+        unclean.add((run_id, step))  # first: the commit of that step must delete it
         try:
             self._db.run(sql, params)
         except CheckpointError as exc:
@@ -545,6 +575,7 @@ class SqliteStore(SqlStore):
         stays, unless ``replace``)."""
         payload = _encode(entry, run_id=run_id, step=entry.step)
         self._insert(
+            self._unclean_journal,
             run_id,
             entry.step,
             _REPLACE_JOURNAL if replace else _INSERT_JOURNAL,

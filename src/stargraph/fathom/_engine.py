@@ -33,6 +33,7 @@ from stargraph.fathom._load import (
 from stargraph.fathom._pack import RulePack
 from stargraph.fathom._raw import (
     CallBuilder,
+    SlotNames,
     Watchdog,
     assert_fact,
     error_message,
@@ -209,6 +210,8 @@ class RuleEngine(Closing):
         env = loaded.env
         self._env: clips.Environment | None = env
         self._raw = env._env
+        # Slot names of the packs' templates, read on the first snapshot (see iter_facts).
+        self._slot_names: SlotNames = {}
         self._calls = CallBuilder(self._raw)
         self._watch = Watchdog(self._raw, timeout=float(decide_timeout_s), limit=memory_limit)
         self._probe = ffi.new("UDFValue *")
@@ -472,7 +475,7 @@ class RuleEngine(Closing):
             return self._snapshot
         facts = [
             [name, {k: decode_value(v) for k, v in slots.items()}]
-            for name, slots in iter_facts(self._raw)
+            for name, slots in iter_facts(self._raw, self._slot_names)
         ]
         globals_ = {
             g.name: decode_value(g.value) for g in env.globals() if not g.name.startswith("sg-")

@@ -42,6 +42,7 @@ __all__ = [
     "error_message",
     "has_activations",
     "iter_facts",
+    "SlotNames",
 ]
 
 _SYMBOL: Final = int(clips.common.CLIPSType.SYMBOL)
@@ -206,22 +207,54 @@ def has_activations(env: Any) -> bool:
     return bool(lib.GetNextActivation(env, ffi.NULL) != ffi.NULL)
 
 
-def iter_facts(env: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+SlotNames = dict[str, tuple[tuple[str, bytes], ...]]
+"""Slot names by template name (text and the bytes CLIPS takes), read once per template."""
+
+_INTEGER: Final = int(clips.common.CLIPSType.INTEGER)
+_STRING: Final = int(clips.common.CLIPSType.STRING)
+_FLOAT: Final = int(clips.common.CLIPSType.FLOAT)
+
+
+def _python(env: Any, value: Any) -> Any:
+    """``python_value(env, value)``: the plain types inline (a snapshot reads every slot of
+    every fact), the others through clipspy."""
+    kind = value.header.type
+    if kind == _INTEGER:
+        return int(value.integerValue.contents)
+    if kind == _SYMBOL:
+        return clips.Symbol(ffi.string(value.lexemeValue.contents).decode())
+    if kind == _STRING:
+        return ffi.string(value.lexemeValue.contents).decode()
+    if kind == _FLOAT:
+        return float(value.floatValue.contents)
+    return python_value(env, value)
+
+
+def iter_facts(
+    env: Any, slot_names: SlotNames | None = None
+) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every fact as ``(template name, {slot: clipspy value})``, in fact-index order.
 
     Facts are read through the C API and never wrapped (see the module docstring).
+    ``slot_names`` keeps each template's slot names across calls (an engine's templates
+    are fixed once its packs are loaded), so a fact costs one read per slot.
     """
     value = ffi.new("CLIPSValue *")
+    names = {} if slot_names is None else slot_names
     fact = lib.GetNextFact(env, ffi.NULL)
     while fact != ffi.NULL:
         template = ffi.string(lib.DeftemplateName(lib.FactDeftemplate(fact))).decode()
-        lib.FactSlotNames(fact, value)
-        names = python_value(env, value)
+        slots_of = names.get(template)
+        if slots_of is None:
+            lib.FactSlotNames(fact, value)
+            slots_of = names[template] = tuple(
+                (str(name), str(name).encode()) for name in python_value(env, value)
+            )
         slots: dict[str, Any] = {}
-        for name in names:
-            if lib.GetFactSlot(fact, str(name).encode(), value) != lib.GSE_NO_ERROR:
+        for name, raw_name in slots_of:
+            if lib.GetFactSlot(fact, raw_name, value) != lib.GSE_NO_ERROR:
                 raise clips.CLIPSError(env, message=f"cannot read slot {name} of {template}")
-            slots[str(name)] = python_value(env, value)
+            slots[name] = _python(env, value)
         yield template, slots
         fact = lib.GetNextFact(env, fact)
 
