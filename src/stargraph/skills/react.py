@@ -444,9 +444,7 @@ def _service(ctx: RunContext, key: str, check: Callable[[Any], bool], what: str)
         raise NodeError(
             f"ReAct node {ctx.node!r} needs {what} as services[{key!r}] but got {got}; "
             f"compile the graph with services={{{key!r}: ...}}",
-            run_id=ctx.run_id,
-            step=ctx.step,
-            node=ctx.node,
+            **ctx.where(),
         )
     return found
 
@@ -479,9 +477,7 @@ def _offered_tools(ctx: RunContext, arbiter: Arbiter, allowed: tuple[str, ...]) 
                 f"ReAct node {ctx.node!r} allows tools {missing} that the arbiter's registry "
                 f"does not hold (registered: {list(registry.ids)}); register them or fix the "
                 "allowlist",
-                run_id=ctx.run_id,
-                step=ctx.step,
-                node=ctx.node,
+                **ctx.where(),
             )
         offered = per_arbiter[allowed] = tuple(registry.llm_tools(allowed))
     return offered
