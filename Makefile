@@ -57,7 +57,9 @@ FAST_TESTS := not postgres and not ray and not browser and not graphviz and not 
 pytest-fast: $(STAMP_DEV)
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "$(FAST_TESTS)"
 
-check: lint typecheck pytest-fast
+# Lint, types and tests at once: the machine has two cores and mypy and pytest use one each.
+check: $(STAMP_DEV)
+	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck pytest-fast
 
 bench: $(STAMP_BENCH)
 	$(BIN)/python -m benchmarks
