@@ -159,7 +159,6 @@ def test_the_wal_stays_bounded_over_many_commits(tmp_path: Path) -> None:
 
 
 def test_now_is_the_iso_text_of_the_current_time() -> None:
-    import time
     from datetime import UTC, datetime
 
     from stargraph.checkpoint._sql import now
@@ -172,5 +171,18 @@ def test_now_is_the_iso_text_of_the_current_time() -> None:
         assert before.replace(microsecond=0) <= parsed <= after
         assert parsed.isoformat() == stamp  # the same text datetime.isoformat() writes
     assert stamps == sorted(stamps, key=datetime.fromisoformat)
-    time.sleep(0.001)
-    assert datetime.fromisoformat(now()) > datetime.fromisoformat(stamps[-1])
+
+
+def test_now_moves_on_across_a_second_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The text of the second is cached: a clock stepping over a second (or back) must get the
+    # new second's text, the same as datetime.isoformat() of that instant.
+    import time
+    from datetime import UTC, datetime
+
+    from stargraph.checkpoint import _sql
+
+    base = 1_700_000_000 * 1_000_000_000
+    for ns in (base - 1_000, base, base + 999_999_000, base + 1_000_000_000, base - 5_000):
+        monkeypatch.setattr(time, "time_ns", lambda ns=ns: ns)
+        expected = datetime.fromtimestamp(ns // 1000 / 1_000_000, UTC).isoformat()
+        assert _sql.now() == expected

@@ -80,29 +80,31 @@ def more(state: Inner) -> dict[str, Any]:
     return {"items": ["c2", "c3"], "total": 2, "note": "done"}
 
 
-def _parent() -> Graph[Inner]:
-    child = (
-        Graph("scribbler", state=Inner)
-        .with_node("scribble", scribble)
-        .with_node("more", more)
-        .with_edge(START, "scribble")
-        .with_edge("scribble", "more")
-        .with_edge("more", END)
-    )
+def _mounted(site: str, state: type[BaseModel], *nodes: Any) -> Graph[Any]:
+    """A host graph whose one node is a skill ``site`` that runs ``nodes`` in a chain."""
+    child = Graph(site, state=state)
+    previous = START
+    for node in nodes:
+        child = child.with_node(node.__name__, node).with_edge(previous, node.__name__)
+        previous = node.__name__
     skill = Skill.from_graph(
-        child,
-        name="scribbler",
+        child.with_edge(previous, END),
+        name=site,
         version="1.0.0",
         kind="workflow",
         description="",
-        state_schema=Inner,
+        state_schema=state,
     )
     return (
-        Graph("host", state=Inner)
-        .with_node(SubgraphNode.from_skill(skill, site="scribbler"))
-        .with_edge(START, "scribbler")
-        .with_edge("scribbler", END)
+        Graph("host", state=state)
+        .with_node(SubgraphNode.from_skill(skill, site=site))
+        .with_edge(START, site)
+        .with_edge(site, END)
     )
+
+
+def _parent() -> Graph[Any]:
+    return _mounted("scribbler", Inner, scribble, more)
 
 
 def test_issue19_child_mutating_nested_input_leaves_the_parent_alone() -> None:
@@ -145,22 +147,8 @@ def look(state: Counted) -> dict[str, Any]:
     return {"seen": state.validations}
 
 
-def _mounted(state: type[BaseModel], node: Any) -> Graph[Any]:
-    child = Graph("looker", state=state).with_node("look", node)
-    child = child.with_edge(START, "look").with_edge("look", END)
-    skill = Skill.from_graph(
-        child, name="looker", version="1.0.0", kind="workflow", description="", state_schema=state
-    )
-    return (
-        Graph("host", state=state)
-        .with_node(SubgraphNode.from_skill(skill, site="looker"))
-        .with_edge(START, "looker")
-        .with_edge("looker", END)
-    )
-
-
 def test_issue19_a_child_model_with_validators_still_validates_its_input() -> None:
-    app = _mounted(Counted, look).compile()
+    app = _mounted("looker", Counted, look).compile()
     runner = app.steploop.plan.specs["looker"].fn
     assert isinstance(runner, SubgraphRunner)
     assert runner._same_model is None
