@@ -19,7 +19,7 @@ import psycopg
 import pytest
 
 from stargraph.checkpoint import PostgresStore
-from stargraph.workers import Worker, open_queue, submit
+from stargraph.workers import Claim, Worker, open_queue, submit
 from tests.postgres import workgraph
 
 pytestmark = pytest.mark.postgres  # a PostgreSQL server (tests/postgres/pgcluster.py)
@@ -187,6 +187,15 @@ def test_run_that_kills_its_workers_is_dead_lettered(pg_dsn: str, pg_schema: str
         assert store.get_run(run_id).last_step == 1, "the first step survived"
 
 
+def _claim_within(worker: Worker, seconds: float) -> Claim:
+    """Poll ``worker.claim()`` until a run's lease has run out and it is taken, or fail."""
+    deadline = time.monotonic() + seconds
+    while (taken := worker.claim()) is None:
+        assert time.monotonic() < deadline, f"nothing to claim within {seconds} s"
+        time.sleep(0.02)
+    return taken
+
+
 @pytest.mark.parametrize("heartbeat", [False, True])
 def test_a_worker_that_lost_its_lease_stops_without_writing(
     pg_dsn: str, pg_schema: str, heartbeat: bool, monkeypatch: pytest.MonkeyPatch
@@ -197,6 +206,19 @@ def test_a_worker_that_lost_its_lease_stops_without_writing(
     run_id = submit(pg_dsn, "tests.postgres.workgraph:chain", {}, schema=pg_schema)
     stale = Worker(pg_dsn, schema=pg_schema, lease_s=0.3, heartbeat_s=0.05 if heartbeat else 0)
     fresh = Worker(pg_dsn, schema=pg_schema, lease_s=30)
+    # Heartbeats pass a gate: with it shut, the stale worker's next renewal waits, so the
+    # lease can be expired and taken over without a renewal slipping in between.
+    beats_open, beat_parked = threading.Event(), threading.Event()
+    beats_open.set()
+    renew = stale.queue.renew
+
+    def gated_renew(claim: Claim, owner: str, lease_s: float) -> bool:
+        if not beats_open.is_set():
+            beat_parked.set()
+            beats_open.wait(30)
+        return renew(claim, owner, lease_s)
+
+    monkeypatch.setattr(stale.queue, "renew", gated_renew)
     workgraph.HOLD_ARMED.set()
     workgraph.REACHED.clear()
     workgraph.RELEASE.clear()
@@ -208,20 +230,22 @@ def test_a_worker_that_lost_its_lease_stops_without_writing(
         thread.start()
         assert workgraph.REACHED.wait(30), "the stale worker reached the held step"
         if heartbeat:  # the worker is alive but its lease is taken: expire it by hand
+            beats_open.clear()
+            assert beat_parked.wait(30), "the heartbeat reached the gate (none in flight)"
             with psycopg.connect(pg_dsn, autocommit=True) as conn:
                 conn.execute(
                     f"UPDATE \"{pg_schema}\".queue SET lease_expires = now() - interval '1s'"
                 )
-        else:  # a hung worker without heartbeats: its lease runs out
-            time.sleep(0.4)
-        taken = fresh.claim()
-        assert taken is not None
+        # Without heartbeats the 0.3 s lease of the hung worker runs out on its own.
+        taken = _claim_within(fresh, 30)
+        beats_open.set()  # the parked renewal now finds the lease taken: the worker stops
         assert (taken.run_id, taken.attempts) == (run_id, 2)
         assert fresh.process(taken) == "done"
         workgraph.RELEASE.set()
         thread.join(30)
         assert outcome == ["lost"]
     finally:
+        beats_open.set()
         workgraph.RELEASE.set()
         stale.close()
         fresh.close()
