@@ -9,7 +9,7 @@ STAMP_DEV := $(VENV)/.installed-dev
 STAMP_BENCH := $(VENV)/.installed-bench
 STAMP_DOCS := $(VENV)/.installed-docs
 
-.PHONY: demo test check lint typecheck pytest pytest-fast bench chaos docs clean
+.PHONY: demo test check lint typecheck pytest pytest-fast llama-background bench chaos docs clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -45,10 +45,15 @@ pytest: $(STAMP_DEV)
 	bash scripts/ensure_postgres.sh
 	bash scripts/ensure_graphviz.sh
 	bash scripts/ensure_chromium.sh
-	bash scripts/ensure_llama_server.sh
 	$(BIN)/python -m pytest -q --cov --cov-report=term:skip-covered -p no:cacheprovider
 
-test: lint typecheck pytest
+# The llama.cpp server for tests/real_model takes minutes to build the first time: it builds
+# in the background, at the lowest CPU priority, while lint, mypy and the other tests run. The
+# real_model tests run last and wait for the build (scripts/ensure_llama_server.sh).
+llama-background:
+	bash scripts/ensure_llama_server.sh --background
+
+test: llama-background lint typecheck pytest
 
 # Tests that need a server or a program outside the venv, and the long ones, carry a marker
 # (pyproject.toml); the fast loop leaves them out. It provisions nothing and needs no network.

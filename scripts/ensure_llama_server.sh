@@ -8,6 +8,12 @@
 # Idempotent: when both are in place it only checks them and exits within a second.
 # Exits non-zero with a message when either cannot be had, so `make test` fails instead of
 # skipping tests/real_model.
+#
+# `--background` starts the same work detached and at the lowest CPU priority, logging to
+# .venv-llama.log, and returns at once: `make test` builds the server while lint, mypy and the
+# other tests run. Every run holds a lock (.venv-llama.lock) for its whole length, so a later
+# call (tests/real_model calls this script before starting a server) waits for a build in
+# progress and then finds it done instead of starting another.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +32,15 @@ STAMP="$LLAMA_VENV/.installed-llama-cpp-python-$LLAMA_VERSION-portable"
 SMOKED="$LLAMA_VENV/.completes-$LLAMA_VERSION"
 
 say() { echo "ensure_llama_server: $*"; }
+
+if [ "${1:-}" = "--background" ]; then
+    log="$LLAMA_VENV.log"
+    nohup nice -n 19 bash "$PWD/scripts/ensure_llama_server.sh" > "$log" 2>&1 < /dev/null &
+    say "building in the background (pid $!, log $log); tests/real_model waits for it"
+    exit 0
+fi
+exec 9> "$LLAMA_VENV.lock"
+flock 9
 die() { echo "ensure_llama_server: $*" >&2; exit 1; }
 
 sha256_of() { sha256sum "$1" | cut -d' ' -f1; }

@@ -148,12 +148,17 @@ STORE_KINDS = ("memory", "sqlite")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark the tests of :data:`SLOW_TESTS` ``slow``."""
+    """Mark the tests of :data:`SLOW_TESTS` ``slow``; run the ``real_model`` tests last.
+
+    ``make test`` builds the model server in the background while the other tests run, so the
+    tests that need it come at the end (in their usual order), when the build is done.
+    """
     for item in items:
         file, *names = item.nodeid.split("::")
         slow = SLOW_TESTS.get(file, ())
         if "*" in slow or {name.partition("[")[0] for name in names} & set(slow):
             item.add_marker(pytest.mark.slow)
+    items.sort(key=lambda item: item.get_closest_marker("real_model") is not None)
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

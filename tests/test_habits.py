@@ -4,7 +4,12 @@ more than the venv, pre-commit runs the venv's own tools, and ``src`` carries no
 from __future__ import annotations
 
 import ast
+import fcntl
+import os
 import re
+import subprocess
+import sys
+import time
 import tomllib
 from pathlib import Path
 
@@ -84,3 +89,75 @@ def test_every_slow_test_listed_in_conftest_exists() -> None:
         }
         stale += [f"{file}::{name}" for name in names if name != "*" and name not in defined]
     assert stale == [], f"SLOW_TESTS in tests/conftest.py names tests that do not exist: {stale}"
+
+
+def test_make_test_builds_the_model_server_in_the_background_first() -> None:
+    makefile = (ROOT / "Makefile").read_text(encoding="utf-8")
+    (prerequisites,) = re.findall(r"^test: (.+)$", makefile, flags=re.M)
+    assert prerequisites.split()[0] == "llama-background", "the build starts before the rest"
+    (background,) = re.findall(r"^llama-background:\n\t(.+)$", makefile, flags=re.M)
+    assert background == "bash scripts/ensure_llama_server.sh --background"
+    pytest_recipe = makefile.split("\npytest:", 1)[1].split("\n\n", 1)[0]
+    assert "ensure_llama_server" not in pytest_recipe, "pytest must not wait for the build"
+
+
+def test_the_real_model_tests_are_collected_last() -> None:
+    listed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "tests/real_model",
+            "tests/test_habits.py",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    ).stdout.splitlines()
+    ids = [line for line in listed if "::" in line]
+    real = [index for index, nodeid in enumerate(ids) if nodeid.startswith("tests/real_model/")]
+    assert real, "tests/real_model was collected"
+    assert ids[0].startswith("tests/test_habits.py"), ids[:3]
+    assert real == list(range(len(ids) - len(real), len(ids))), "real_model tests come last"
+
+
+def test_a_second_llama_provisioning_waits_for_the_one_in_progress(tmp_path: Path) -> None:
+    venv = tmp_path / "llama"
+    lock = Path(f"{venv}.lock")
+    env = {**os.environ, "STARGRAPH_LLAMA_VENV": str(venv), "LLAMA_BASE_PY": "false"}
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)  # a build in progress holds the lock
+        waiting = subprocess.Popen(
+            ["bash", str(ROOT / "scripts" / "ensure_llama_server.sh")],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        try:
+            inode = os.stat(lock).st_ino
+            deadline = time.monotonic() + 60
+            while not _blocked_on(inode):
+                assert waiting.poll() is None, waiting.communicate()[0]
+                assert time.monotonic() < deadline, "the second call never waited on the lock"
+                time.sleep(0.02)
+            assert not venv.exists(), "nothing is touched while the other build runs"
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
+        output, _ = waiting.communicate(timeout=60)
+    # Once the lock is free it goes on (here to fail at once: its base Python is `false`).
+    assert waiting.returncode != 0
+    assert "cannot create a virtualenv with false" in output
+
+
+def _blocked_on(inode: int) -> bool:
+    """Whether some process waits for a lock on the file with this inode (``/proc/locks``)."""
+    locks = Path("/proc/locks").read_text(encoding="utf-8").splitlines()
+    return any("->" in line and f":{inode} " in line for line in locks)
