@@ -513,6 +513,7 @@ CLI_GRAPH = textwrap.dedent(
             deadline = time.monotonic() + 60
             while not (here / "go").exists() and time.monotonic() < deadline:
                 time.sleep(0.005)
+            (here / "left").write_text("")
         return {"log": [ctx.node], "total": len(ctx.node)}
 
 
@@ -652,6 +653,8 @@ def test_cli_second_ctrl_c_stops_at_once_and_leaves_the_run_orphaned(tmp_path: P
     child.proc.send_signal(signal.SIGINT)  # the node is still waiting for "go"
     code, _, stderr = child.finish()
     assert code == 130, stderr
+    # The process did not wait for the abandoned node (it would have written "left").
+    assert not (tmp_path / "left").exists()
     assert "run r2 stopped at once on a second SIGINT; it shows as orphaned" in stderr
     assert "from step 2, its last committed step" in stderr
     with SqliteStore(db) as store:

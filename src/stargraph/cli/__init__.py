@@ -25,7 +25,33 @@ def main(argv: Sequence[str] | None = None) -> None:
     from stargraph.cli._app import cli
 
     warnings.showwarning = _plain_warnings(warnings.showwarning)
-    cli.main(args=list(argv) if argv is not None else None, prog_name="stargraph")
+    try:
+        cli.main(args=list(argv) if argv is not None else None, prog_name="stargraph")
+    except SystemExit as done:
+        _leave_abandoned_nodes(done)
+        raise
+
+
+def _leave_abandoned_nodes(done: SystemExit) -> None:
+    """Exit now, without joining worker threads, when a signal stopped the run at once.
+
+    A second Ctrl-C (or SIGTERM) abandons the node that is running on a worker thread; its
+    step is not committed and the run is already recorded as orphaned. The interpreter would
+    still wait at exit for that thread, for as long as the node runs: the command would say it
+    stopped at once and then hang.
+    """
+    import os
+    import signal
+    import sys
+    import threading
+
+    if done.code not in {128 + signal.SIGINT, 128 + signal.SIGTERM}:
+        return
+    main = threading.main_thread()
+    if any(t is not main and t.is_alive() and not t.daemon for t in threading.enumerate()):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(done.code)
 
 
 def _plain_warnings(show: Callable[..., None]) -> Callable[..., None]:
