@@ -51,8 +51,8 @@ from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._canonical import sha256_hex
 from stargraph.tools._result import ToolOutput
 from stargraph.tools._spec import SideEffect
-from stargraph.tools._tool import PythonTool, ToolContext, tool
-from stargraph.tools.builtins._local import required_secret
+from stargraph.tools._tool import PythonTool, ToolContext
+from stargraph.tools.builtins._local import keyed_network_tool, required_secret
 
 __all__ = [
     "EmailCheckArgs",
@@ -137,14 +137,13 @@ def _mail_tool(
 ) -> Callable[[Callable[..., Any]], PythonTool]:
     """The ``@tool`` of the mail tools: each talks to the mail server over the network,
     within 30 s, with the mailbox password."""
-    return tool(
-        id=id,
+    return keyed_network_tool(
+        id,
+        args_model,
+        "email_password",
         side_effect=side_effect,
-        network=True,
         idempotent=idempotent,
         timeout_s=30,
-        secret_resources=("email_password",),
-        args_model=args_model,
     )
 
 

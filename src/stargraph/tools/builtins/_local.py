@@ -11,7 +11,7 @@ from __future__ import annotations
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, Self, TypeVar
@@ -28,13 +28,15 @@ from stargraph.errors import (
     ToolTimeoutError,
 )
 from stargraph.tools._host import HostRequest
-from stargraph.tools._tool import ToolContext
+from stargraph.tools._spec import SideEffect
+from stargraph.tools._tool import PythonTool, ToolContext, tool
 
 __all__ = [
     "HttpAnswer",
     "HttpRequest",
     "LocalHTTPServer",
     "http_json",
+    "keyed_network_tool",
     "parse_host_args",
     "required_secret",
 ]
@@ -195,6 +197,29 @@ def required_secret(ctx: ToolContext, name: str) -> str:
             f"tool {ctx.tool!r} needs the secret {name!r} (fix: Arbiter(secrets={{{name!r}: ...}}))"
         )
     return value
+
+
+def keyed_network_tool(
+    id: str,
+    args_model: type[BaseModel],
+    secret: str,
+    *,
+    side_effect: SideEffect = "read",
+    idempotent: bool = True,
+    timeout_s: float = 20,
+) -> Callable[[Callable[..., Any]], PythonTool]:
+    """The ``@tool`` of a built-in that calls a remote service with one credential,
+    ``secret`` (read it with :func:`required_secret`); by default an idempotent read
+    within 20 s."""
+    return tool(
+        id=id,
+        side_effect=side_effect,
+        network=True,
+        idempotent=idempotent,
+        timeout_s=timeout_s,
+        secret_resources=(secret,),
+        args_model=args_model,
+    )
 
 
 def http_json(

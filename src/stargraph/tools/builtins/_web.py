@@ -31,12 +31,13 @@ from stargraph.errors import ToolError, ToolTimeoutError
 from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._host import HostHandler, HostRequest, HostTool, host_tool
 from stargraph.tools._result import ToolOutput
-from stargraph.tools._tool import PythonTool, ToolContext, tool
+from stargraph.tools._tool import PythonTool, ToolContext
 from stargraph.tools.builtins._local import (
     HttpAnswer,
     HttpRequest,
     LocalHTTPServer,
     http_json,
+    keyed_network_tool,
     parse_host_args,
     required_secret,
 )
@@ -79,15 +80,7 @@ class WebSearchArgs(BaseModel):
 def web_search_tool(endpoint: str = BRAVE_ENDPOINT) -> PythonTool:
     """``choir.web.search@1.0.0`` against the Brave-compatible ``endpoint``."""
 
-    @tool(
-        id="choir.web.search@1.0.0",
-        side_effect="read",
-        network=True,
-        idempotent=True,
-        timeout_s=20,
-        secret_resources=("brave_api_key",),
-        args_model=WebSearchArgs,
-    )
+    @keyed_network_tool("choir.web.search@1.0.0", WebSearchArgs, "brave_api_key")
     def web_search(ctx: ToolContext, args: WebSearchArgs) -> ToolOutput:
         """Search the web (Brave Search); return titles, URLs and snippets."""
         key = required_secret(ctx, "brave_api_key")
