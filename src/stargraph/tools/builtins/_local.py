@@ -18,7 +18,7 @@ from typing import Any, Final, Self, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stargraph._lifecycle import ServerThread, Started
 from stargraph.errors import (
@@ -32,6 +32,7 @@ from stargraph.tools._spec import SideEffect
 from stargraph.tools._tool import PythonTool, ToolContext, tool
 
 __all__ = [
+    "FROZEN",
     "HttpAnswer",
     "HttpRequest",
     "LocalHTTPServer",
@@ -40,6 +41,9 @@ __all__ = [
     "parse_host_args",
     "required_secret",
 ]
+
+FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
+"""The ``model_config`` of every built-in's pydantic models: frozen, unknown fields refused."""
 
 _BODY_LIMIT: Final = 4_000_000
 _M = TypeVar("_M", bound=BaseModel)

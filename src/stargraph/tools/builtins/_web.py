@@ -25,7 +25,7 @@ from html.parser import HTMLParser
 from typing import Annotated, Any, Final
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from stargraph.errors import ToolError, ToolTimeoutError
 from stargraph.plugin.hookspecs import hookimpl
@@ -33,6 +33,7 @@ from stargraph.tools._host import HostHandler, HostRequest, HostTool, host_tool
 from stargraph.tools._result import ToolOutput
 from stargraph.tools._tool import PythonTool, ToolContext
 from stargraph.tools.builtins._local import (
+    FROZEN,
     HttpAnswer,
     HttpRequest,
     LocalHTTPServer,
@@ -61,7 +62,6 @@ BRAVE_ENDPOINT: Final = "https://api.search.brave.com/res/v1/web/search"
 
 _BRAVE_PATH: Final = "/res/v1/web/search"
 _PAGE_LIMIT: Final = 2_000_000
-_FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
 
 
 # --------------------------------------------------------------------------- search
@@ -70,7 +70,7 @@ _FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
 class WebSearchArgs(BaseModel):
     """Search the web (Brave Search) and return titles, URLs and snippets."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     q: Annotated[str, Field(min_length=1, max_length=400, description="The search query.")]
     count: Annotated[int, Field(ge=1, le=20, description="How many results.")] = 5
@@ -207,7 +207,7 @@ def _brave_error(status: int, code: str, detail: str) -> HttpAnswer:
 class BrowseArgs(BaseModel):
     """Open a URL in a browser tab and return the page's title, text and links."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     url: Annotated[
         str,
@@ -243,7 +243,7 @@ web_browse: Final[HostTool] = host_tool(
 class WebPage(BaseModel):
     """One page of a :class:`LocalSite`."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     path: str = Field(pattern=r"^/[^\s]*$", description="URL path, e.g. '/paris'.")
     title: str
