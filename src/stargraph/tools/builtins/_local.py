@@ -43,7 +43,8 @@ __all__ = [
 ]
 
 FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
-"""The ``model_config`` of every built-in's pydantic models: frozen, unknown fields refused."""
+"""The ``model_config`` the built-ins' argument and record models share: frozen, unknown
+fields refused."""
 
 _BODY_LIMIT: Final = 4_000_000
 _M = TypeVar("_M", bound=BaseModel)

@@ -14,14 +14,13 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, Field, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from stargraph.errors import ToolError
 from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._result import ToolOutput
 from stargraph.tools._tool import PythonTool, ToolContext
 from stargraph.tools.builtins._local import (
-    FROZEN,
     HttpAnswer,
     HttpRequest,
     LocalHTTPServer,
@@ -51,7 +50,7 @@ _ID = r"^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$"
 class NotionQueryArgs(BaseModel):
     """Query a Notion database; optionally only pages whose property contains some text."""
 
-    model_config = FROZEN
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     database_id: Annotated[
         str, Field(pattern=_ID, description="The database id (32 hex digits, dashes optional).")

@@ -16,13 +16,12 @@ import wave
 from typing import Annotated, Any, Final, Protocol, runtime_checkable
 
 import numpy as np
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._canonical import sha256_hex
 from stargraph.tools._result import ToolOutput
 from stargraph.tools._tool import PythonTool, ToolContext, tool
-from stargraph.tools.builtins._local import FROZEN
 
 __all__ = ["OUTBOX", "SpeakArgs", "SpeechPlugin", "Synthesizer", "ToneSynthesizer", "tts_tool"]
 
@@ -85,7 +84,7 @@ class ToneSynthesizer:
 class SpeakArgs(BaseModel):
     """Speak text aloud: synthesise it to a WAV file in the outbox (.choirtmp/send/)."""
 
-    model_config = FROZEN
+    model_config = ConfigDict(frozen=True, extra="forbid")
 
     text: Annotated[str, Field(min_length=1, max_length=2000, description="What to say.")]
     voice: Annotated[
