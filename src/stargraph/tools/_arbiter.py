@@ -34,7 +34,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, NoReturn, Protocol, TypeVar
 
 import orjson
 from pydantic import (
@@ -263,30 +263,23 @@ class _Admitted:
     owner: str
 
 
-@dataclass(frozen=True, slots=True)
-class _Lock:
-    """The pipeline waits for ``admitted``'s locks (a :class:`Lease`)."""
-
-    admitted: _Admitted
-
-
-@dataclass(frozen=True, slots=True)
-class _Run:
-    """The pipeline waits for the body's raw result."""
+class _Run(NamedTuple):
+    """The pipeline waits for the body's raw result. (For the locks it yields the
+    :class:`_Admitted` call itself: no allocation on the way.)"""
 
     admitted: _Admitted
     ctx: ToolContext
 
 
-@dataclass(frozen=True, slots=True)
-class _Raised:
+class _Raised(NamedTuple):
     """An outcome that is an exception, to be thrown into the pipeline."""
 
     error: BaseException
 
 
-_Step = _Lock | _Run
-_Pipeline = Generator[_Step, object, ToolResult]
+_Step = _Admitted | _Run
+# Sent in: what the step produced (a Lease, then the body's raw result).
+_Pipeline = Generator[_Step, Any, ToolResult]
 
 
 def _attach(error: _E, failure: ToolFailure) -> _E:
@@ -383,7 +376,7 @@ class Arbiter:
     def dispatch(self, call: ToolCall) -> ToolResult:
         """Run ``call`` through the whole pipeline; return the result or raise a ToolError."""
         steps = self._steps(call)
-        step = _resume(steps, None)
+        step: _Step | ToolResult = next(steps)  # the pipeline always waits for locks first
         while not isinstance(step, ToolResult):
             step = _resume(steps, _outcome(self._wait, step))
         return step
@@ -391,7 +384,7 @@ class Arbiter:
     async def adispatch(self, call: ToolCall) -> ToolResult:
         """:meth:`dispatch` for asyncio: awaits async bodies, runs sync ones in a thread."""
         steps = self._steps(call)
-        step = _resume(steps, None)
+        step: _Step | ToolResult = next(steps)
         while not isinstance(step, ToolResult):
             step = _resume(steps, await _aoutcome(self._await(step)))
         return step
@@ -424,7 +417,7 @@ class Arbiter:
         try:
             admitted = self._admit(call)
             try:
-                lease = cast(Lease, (yield _Lock(admitted)))
+                lease: Lease = yield admitted
             except ToolError as exc:
                 self._refuse_lock(admitted, exc)
                 raise
@@ -450,15 +443,13 @@ class Arbiter:
     def _wait(self, step: _Step) -> object:
         if isinstance(step, _Run):
             return self._run_sync(step.admitted, step.ctx)
-        admitted = step.admitted
-        return self.locks.acquire(admitted.locks, owner=admitted.owner, timeout=self.lock_timeout)
+        return self.locks.acquire(step.locks, owner=step.owner, timeout=self.lock_timeout)
 
     async def _await(self, step: _Step) -> object:
         if isinstance(step, _Run):
             return await self._run_async(step.admitted, step.ctx)
-        admitted = step.admitted
         return await self.locks.acquire_async(
-            admitted.locks, owner=admitted.owner, timeout=self.lock_timeout
+            step.locks, owner=step.owner, timeout=self.lock_timeout
         )
 
     # ----------------------------------------------------------------------- steps 1-4
@@ -931,7 +922,8 @@ def _resume(steps: _Pipeline, outcome: object) -> _Step | ToolResult:
             return steps.throw(outcome.error)
         return steps.send(outcome)
     except StopIteration as done:
-        return cast(ToolResult, done.value)
+        result: ToolResult = done.value
+        return result
 
 
 def _outcome(wait: Callable[[_Step], object], step: _Step) -> object:
