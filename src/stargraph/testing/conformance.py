@@ -44,30 +44,30 @@ _TOOL = {
     },
 }
 
+
+def _reply(message: ChatMessage, finish_reason: str, prompt: int, completion: int) -> ChatResponse:
+    total = prompt + completion
+    usage = Usage(prompt_tokens=prompt, completion_tokens=completion, total_tokens=total)
+    return ChatResponse(message=message, finish_reason=finish_reason, usage=usage)
+
+
 CONFORMANCE_SCRIPT: Final[tuple[ChatResponse, ...]] = (
-    ChatResponse(
-        message=ChatMessage.assistant("Hello there."),
-        finish_reason="stop",
-        usage=Usage(prompt_tokens=3, completion_tokens=2, total_tokens=5),
-    ),
+    _reply(ChatMessage.assistant("Hello there."), "stop", 3, 2),
     # Parallel calls, one with malformed JSON and one to a tool nobody offered: the model
     # must hand all three back verbatim (judging them is normalize_tool_calls' job).
-    ChatResponse(
-        message=ChatMessage.assistant(
+    _reply(
+        ChatMessage.assistant(
             tool_calls=[
                 ToolCall(id="call_a", name="calc", arguments='{"expr": "2+2"}'),
                 ToolCall(id="call_b", name="calc", arguments='{"expr": '),
                 ToolCall(id="call_c", name="no_such_tool", arguments="{}"),
             ]
         ),
-        finish_reason="tool_calls",
-        usage=Usage(prompt_tokens=7, completion_tokens=11, total_tokens=18),
+        "tool_calls",
+        7,
+        11,
     ),
-    ChatResponse(
-        message=ChatMessage.assistant("The answer is 4."),
-        finish_reason="stop",
-        usage=Usage(prompt_tokens=20, completion_tokens=4, total_tokens=24),
-    ),
+    _reply(ChatMessage.assistant("The answer is 4."), "stop", 20, 4),
     ChatResponse(
         message=ChatMessage.assistant(None),
         finish_reason="stop",
@@ -75,18 +75,15 @@ CONFORMANCE_SCRIPT: Final[tuple[ChatResponse, ...]] = (
         refusal="I can't help with that.",
     ),
     # Used only by a model that can stream (complete_streaming / acomplete_streaming).
-    ChatResponse(
-        message=ChatMessage.assistant("Streamed, piece by piece."),
-        finish_reason="stop",
-        usage=Usage(prompt_tokens=3, completion_tokens=5, total_tokens=8),
-    ),
-    ChatResponse(
-        message=ChatMessage.assistant(
+    _reply(ChatMessage.assistant("Streamed, piece by piece."), "stop", 3, 5),
+    _reply(
+        ChatMessage.assistant(
             "Checking.",
             tool_calls=[ToolCall(id="call_d", name="calc", arguments='{"expr": "3*3"}')],
         ),
-        finish_reason="tool_calls",
-        usage=Usage(prompt_tokens=7, completion_tokens=9, total_tokens=16),
+        "tool_calls",
+        7,
+        9,
     ),
 )
 """What the harness is asked to script, in the order the suite consumes it (the last two

@@ -32,9 +32,9 @@ import itertools
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, NoReturn, Protocol, TypeVar
 
 import orjson
 from pydantic import (
@@ -263,6 +263,25 @@ class _Admitted:
     owner: str
 
 
+class _Run(NamedTuple):
+    """The pipeline waits for the body's raw result. (For the locks it yields the
+    :class:`_Admitted` call itself: no allocation on the way.)"""
+
+    admitted: _Admitted
+    ctx: ToolContext
+
+
+class _Raised(NamedTuple):
+    """An outcome that is an exception, to be thrown into the pipeline."""
+
+    error: BaseException
+
+
+_Step = _Admitted | _Run
+# Sent in: what the step produced (a Lease, then the body's raw result).
+_Pipeline = Generator[_Step, Any, ToolResult]
+
+
 def _attach(error: _E, failure: ToolFailure) -> _E:
     setattr(error, "failure", failure)  # noqa: B010 -- errors.py classes take no extra fields
     return error
@@ -356,12 +375,31 @@ class Arbiter:
 
     def dispatch(self, call: ToolCall) -> ToolResult:
         """Run ``call`` through the whole pipeline; return the result or raise a ToolError."""
+        steps = self._steps(call)
+        step: _Step | ToolResult = next(steps)  # the pipeline always waits for locks first
+        while not isinstance(step, ToolResult):
+            step = _resume(steps, _outcome(self._wait, step))
+        return step
+
+    async def adispatch(self, call: ToolCall) -> ToolResult:
+        """:meth:`dispatch` for asyncio: awaits async bodies, runs sync ones in a thread."""
+        steps = self._steps(call)
+        step: _Step | ToolResult = next(steps)
+        while not isinstance(step, ToolResult):
+            step = _resume(steps, await _aoutcome(self._await(step)))
+        return step
+
+    def _steps(self, call: ToolCall) -> _Pipeline:
         if self.before_call is None and self.after_call is None:
-            return self._dispatch(call)
+            return self._pipeline(call)
+        return self._observed(call)
+
+    def _observed(self, call: ToolCall) -> _Pipeline:
+        """:meth:`_pipeline` between the ``before_call`` and ``after_call`` observers."""
         if self.before_call is not None:
             self.before_call(call)
         try:
-            result = self._dispatch(call)
+            result = yield from self._pipeline(call)
         except ToolError as exc:
             if self.after_call is not None:
                 self.after_call(call, None, exc)
@@ -370,10 +408,19 @@ class Arbiter:
             self.after_call(call, result, None)
         return result
 
-    def _dispatch(self, call: ToolCall) -> ToolResult:
+    def _pipeline(self, call: ToolCall) -> _Pipeline:
+        """Steps 1-9 of one call, written once for :meth:`dispatch` and :meth:`adispatch`.
+
+        It yields where the two differ, taking the locks and running the body, and is
+        resumed with the outcome: the value sent in, or the exception thrown in.
+        """
         try:
             admitted = self._admit(call)
-            lease = self._acquire_or_refuse(admitted)
+            try:
+                lease: Lease = yield admitted
+            except ToolError as exc:
+                self._refuse_lock(admitted, exc)
+                raise
         except ToolError as exc:
             refused = self._scrub(exc)
             if refused is exc:
@@ -381,7 +428,7 @@ class Arbiter:
         else:
             ctx = self._context(admitted)
             try:
-                raw = self._run_sync(admitted, ctx)
+                raw = yield _Run(admitted, ctx)
             except BaseException as exc:
                 error, original = self._fail(admitted, ctx, exc, lease)
                 if error is exc:
@@ -393,46 +440,17 @@ class Arbiter:
         # would ride along as the copy's __context__.
         raise refused from None
 
-    async def adispatch(self, call: ToolCall) -> ToolResult:
-        """:meth:`dispatch` for asyncio: awaits async bodies, runs sync ones in a thread."""
-        if self.before_call is not None:
-            self.before_call(call)
-        try:
-            result = await self._adispatch(call)
-        except ToolError as exc:
-            if self.after_call is not None:
-                self.after_call(call, None, exc)
-            raise
-        if self.after_call is not None:
-            self.after_call(call, result, None)
-        return result
+    def _wait(self, step: _Step) -> object:
+        if isinstance(step, _Run):
+            return self._run_sync(step.admitted, step.ctx)
+        return self.locks.acquire(step.locks, owner=step.owner, timeout=self.lock_timeout)
 
-    async def _adispatch(self, call: ToolCall) -> ToolResult:
-        try:
-            admitted = self._admit(call)
-            try:
-                lease = await self.locks.acquire_async(
-                    admitted.locks, owner=admitted.owner, timeout=self.lock_timeout
-                )
-            except ToolError as exc:
-                self._refuse_lock(admitted, exc)
-                raise
-        except ToolError as exc:
-            refused = self._scrub(exc)
-            if refused is exc:
-                raise
-        else:
-            ctx = self._context(admitted)
-            try:
-                raw = await self._run_async(admitted, ctx)
-            except BaseException as exc:
-                error, original = self._fail(admitted, ctx, exc, lease)
-                if error is exc:
-                    raise
-            else:
-                return self._succeed(admitted, raw, lease)
-            _raise(error, original, self._safe_cause(original))
-        raise refused from None
+    async def _await(self, step: _Step) -> object:
+        if isinstance(step, _Run):
+            return await self._run_async(step.admitted, step.ctx)
+        return await self.locks.acquire_async(
+            step.locks, owner=step.owner, timeout=self.lock_timeout
+        )
 
     # ----------------------------------------------------------------------- steps 1-4
 
@@ -568,15 +586,6 @@ class Arbiter:
         spec_id = admitted.tool.spec.id
         _attach(exc, failure_of(exc).model_copy(update={"tool": spec_id}))
         self._refuse(admitted.call, spec_id, exc, admitted.args_hash)
-
-    def _acquire_or_refuse(self, admitted: _Admitted) -> Lease:
-        try:
-            return self.locks.acquire(
-                admitted.locks, owner=admitted.owner, timeout=self.lock_timeout
-            )
-        except ToolError as exc:
-            self._refuse_lock(admitted, exc)
-            raise
 
     def _context(self, admitted: _Admitted) -> ToolContext:
         spec = admitted.tool.spec
@@ -787,17 +796,16 @@ class Arbiter:
         self, admitted: _Admitted, status: ToolStatus | _LateStatus, ref: str | None
     ) -> None:
         call, spec = admitted.call, admitted.tool.spec
-        self.commit_log.append(
-            CommitEntry.model_construct(
-                kind="call",
-                lane=call.lane,
-                tool=spec.id,
-                call_id=call.call_id,
-                args_hash=admitted.args_hash,
-                status=status,
-                artifact_ref=ref,
-            )
+        entry = CommitEntry.model_construct(
+            kind="call",
+            lane=call.lane,
+            tool=spec.id,
+            call_id=call.call_id,
+            args_hash=admitted.args_hash,
+            status=status,
+            artifact_ref=ref,
         )
+        self.commit_log.append(entry)
         if spec.side_effect == "external":
             # The audit record keeps the exact arguments (by reference) of every call that
             # touched the outside world, so "what did we send?" is always answerable.
@@ -813,15 +821,7 @@ class Arbiter:
             }
             audit_ref = self.artifacts.put(self._redact_bytes(canonical_json(audit)))
             self.commit_log.append(
-                CommitEntry(
-                    kind="audit",
-                    lane=call.lane,
-                    tool=spec.id,
-                    call_id=call.call_id,
-                    args_hash=admitted.args_hash,
-                    status=status,
-                    artifact_ref=audit_ref,
-                )
+                entry.model_copy(update={"kind": "audit", "artifact_ref": audit_ref})
             )
 
     # ----------------------------------------------------------------------- secrets
@@ -912,6 +912,32 @@ def _raise(error: BaseException, original: BaseException, cause: BaseException |
     if error is original:
         raise original
     raise error from cause
+
+
+def _resume(steps: _Pipeline, outcome: object) -> _Step | ToolResult:
+    """Resume ``steps`` with ``outcome``: what it waits for next, or its result. Called
+    outside any ``except`` block, so an error it raises chains nothing it did not name."""
+    try:
+        if isinstance(outcome, _Raised):
+            return steps.throw(outcome.error)
+        return steps.send(outcome)
+    except StopIteration as done:
+        result: ToolResult = done.value
+        return result
+
+
+def _outcome(wait: Callable[[_Step], object], step: _Step) -> object:
+    try:
+        return wait(step)
+    except BaseException as exc:  # thrown into the pipeline, which decides
+        return _Raised(exc)
+
+
+async def _aoutcome(waiting: Awaitable[object]) -> object:
+    try:
+        return await waiting
+    except BaseException as exc:  # thrown into the pipeline, which decides
+        return _Raised(exc)
 
 
 def _truncate(summary: str) -> str:

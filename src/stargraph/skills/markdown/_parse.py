@@ -46,8 +46,9 @@ _KNOWN: Final = (
     "error_budget",
     "temperature",
 )
-# Tool names in workflow steps and required_tools: ``ns.name``, optionally ``@<semver>``.
-_TOOL_NAME: Final = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+(@\S+)?$")
+# Tool names in workflow steps and required_tools: a tool id's ``ns.name``, optionally
+# ``@<semver>``.
+_TOOL_NAME: Final = re.compile(TOOL_ID.pattern.partition("@")[0] + r"(@\S+)?$")
 _FRONTMATTER: Final = re.compile(
     r"\A\ufeff?---[ \t]*\r?\n(.*?)^(?:---|\.\.\.)[ \t]*\r?$\n?", re.S | re.M
 )

@@ -43,7 +43,7 @@ from email.message import EmailMessage
 from email.utils import formatdate
 from typing import Annotated, Any, Final, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from stargraph._lifecycle import Started
 from stargraph.errors import ToolError, ToolTimeoutError
@@ -51,8 +51,8 @@ from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._canonical import sha256_hex
 from stargraph.tools._result import ToolOutput
 from stargraph.tools._spec import SideEffect
-from stargraph.tools._tool import PythonTool, ToolContext, tool
-from stargraph.tools.builtins._local import required_secret
+from stargraph.tools._tool import PythonTool, ToolContext
+from stargraph.tools.builtins._local import FROZEN, keyed_network_tool, required_secret
 
 __all__ = [
     "EmailCheckArgs",
@@ -66,7 +66,6 @@ __all__ = [
 _ADDRESS = r"^[A-Za-z0-9._%+-]{1,64}@[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)*\.[A-Za-z]{2,}$"
 _MAILBOX = r"^[A-Za-z0-9_./-]{1,64}$"
 _DATA_LIMIT: Final = 10_000_000
-_FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
 
 Address = Annotated[str, Field(pattern=_ADDRESS, max_length=254)]
 
@@ -74,7 +73,7 @@ Address = Annotated[str, Field(pattern=_ADDRESS, max_length=254)]
 class EmailSendArgs(BaseModel):
     """Send an email from the agent's address."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     to: Annotated[list[Address], Field(min_length=1, max_length=20, description="Recipients.")]
     subject: Annotated[
@@ -87,7 +86,7 @@ class EmailSendArgs(BaseModel):
 class EmailCheckArgs(BaseModel):
     """Check a mailbox for new (unseen) messages: counts plus sender and subject of each."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     mailbox: Annotated[str, Field(pattern=_MAILBOX, description="Mailbox name.")] = "INBOX"
     max_summaries: Annotated[int, Field(ge=0, le=50, description="Unseen messages listed.")] = 10
@@ -96,7 +95,7 @@ class EmailCheckArgs(BaseModel):
 class EmailReceiveArgs(BaseModel):
     """Fetch messages (the newest first, unseen only by default); they become seen."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     mailbox: Annotated[str, Field(pattern=_MAILBOX, description="Mailbox name.")] = "INBOX"
     unseen_only: Annotated[bool, Field(description="Only messages not seen yet.")] = True
@@ -137,14 +136,13 @@ def _mail_tool(
 ) -> Callable[[Callable[..., Any]], PythonTool]:
     """The ``@tool`` of the mail tools: each talks to the mail server over the network,
     within 30 s, with the mailbox password."""
-    return tool(
-        id=id,
+    return keyed_network_tool(
+        id,
+        args_model,
+        "email_password",
         side_effect=side_effect,
-        network=True,
         idempotent=idempotent,
         timeout_s=30,
-        secret_resources=("email_password",),
-        args_model=args_model,
     )
 
 

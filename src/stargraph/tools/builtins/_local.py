@@ -11,14 +11,14 @@ from __future__ import annotations
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Final, Self, TypeVar
 from urllib.parse import parse_qs, urlsplit
 
 import orjson
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stargraph._lifecycle import ServerThread, Started
 from stargraph.errors import (
@@ -28,16 +28,23 @@ from stargraph.errors import (
     ToolTimeoutError,
 )
 from stargraph.tools._host import HostRequest
-from stargraph.tools._tool import ToolContext
+from stargraph.tools._spec import SideEffect
+from stargraph.tools._tool import PythonTool, ToolContext, tool
 
 __all__ = [
+    "FROZEN",
     "HttpAnswer",
     "HttpRequest",
     "LocalHTTPServer",
     "http_json",
+    "keyed_network_tool",
     "parse_host_args",
     "required_secret",
 ]
+
+FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
+"""The ``model_config`` the built-ins' argument and record models share: frozen, unknown
+fields refused."""
 
 _BODY_LIMIT: Final = 4_000_000
 _M = TypeVar("_M", bound=BaseModel)
@@ -195,6 +202,29 @@ def required_secret(ctx: ToolContext, name: str) -> str:
             f"tool {ctx.tool!r} needs the secret {name!r} (fix: Arbiter(secrets={{{name!r}: ...}}))"
         )
     return value
+
+
+def keyed_network_tool(
+    id: str,
+    args_model: type[BaseModel],
+    secret: str,
+    *,
+    side_effect: SideEffect = "read",
+    idempotent: bool = True,
+    timeout_s: float = 20,
+) -> Callable[[Callable[..., Any]], PythonTool]:
+    """The ``@tool`` of a built-in that calls a remote service with one credential,
+    ``secret`` (read it with :func:`required_secret`); by default an idempotent read
+    within 20 s."""
+    return tool(
+        id=id,
+        side_effect=side_effect,
+        network=True,
+        idempotent=idempotent,
+        timeout_s=timeout_s,
+        secret_resources=(secret,),
+        args_model=args_model,
+    )
 
 
 def http_json(

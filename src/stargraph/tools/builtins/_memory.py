@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, Field, model_validator
 
 from stargraph.errors import StoreError
 from stargraph.plugin.hookspecs import hookimpl
@@ -40,7 +40,7 @@ from stargraph.tools._canonical import content_ref
 from stargraph.tools._host import HostHandler, HostRequest, HostTool, host_tool
 from stargraph.tools._result import ToolOutput
 from stargraph.tools._tool import PythonTool, ToolContext, tool
-from stargraph.tools.builtins._local import parse_host_args
+from stargraph.tools.builtins._local import FROZEN, parse_host_args
 
 __all__ = [
     "MemoryCompactArgs",
@@ -59,7 +59,6 @@ __all__ = [
 Scope = Literal["working", "session", "knowledge"]
 """Which memory an entry lives in."""
 
-_FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
 _KEY = r"^[A-Za-z0-9][A-Za-z0-9_.:/-]{0,127}$"
 _HASH = r"^(sha256:)?[0-9a-f]{64}$"
 _CLIP: Final = 160
@@ -69,7 +68,7 @@ _SUMMARY_LINES: Final = 200
 class MemoryEntry(BaseModel):
     """One stored memory."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     seq: int
     """Sequence number: increases with every write (a rewrite gets a new one)."""
@@ -263,7 +262,7 @@ class MemoryQueryArgs(BaseModel):
     the entries with content hash `hash`; mode 'range': entries `start`..`end` by sequence
     number. `scope` limits the search to working, session or knowledge memory."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     mode: Annotated[Literal["semantic", "hash", "range"], Field(description="How to search.")]
     query: Annotated[
@@ -298,7 +297,7 @@ class MemoryQueryArgs(BaseModel):
 class MemoryUpsertArgs(BaseModel):
     """Write to memory (knowledge by default): insert, or replace the entry with this key."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     text: Annotated[str, Field(min_length=1, max_length=20_000, description="What to store.")]
     scope: Annotated[Scope, Field(description="Which memory.")] = "knowledge"
@@ -311,7 +310,7 @@ class MemoryCompactArgs(BaseModel):
     """Force a summary update: fold all but the newest `keep` entries of a memory scope into
     its summary entry."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     scope: Annotated[Scope, Field(description="Which memory to compact.")] = "working"
     keep: Annotated[int, Field(ge=0, le=1000, description="Newest entries kept in full.")] = 20

@@ -19,12 +19,13 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 from stargraph.errors import ToolError
 from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._result import ToolOutput
-from stargraph.tools._tool import PythonTool, ToolContext, tool
+from stargraph.tools._tool import PythonTool, ToolContext
 from stargraph.tools.builtins._local import (
     HttpAnswer,
     HttpRequest,
     LocalHTTPServer,
     http_json,
+    keyed_network_tool,
     required_secret,
 )
 
@@ -67,15 +68,7 @@ class NotionQueryArgs(BaseModel):
 def notion_query_tool(endpoint: str = NOTION_ENDPOINT) -> PythonTool:
     """``choir.notion.query@1.0.0`` against the Notion-compatible ``endpoint``."""
 
-    @tool(
-        id="choir.notion.query@1.0.0",
-        side_effect="read",
-        network=True,
-        idempotent=True,
-        timeout_s=20,
-        secret_resources=("notion_token",),
-        args_model=NotionQueryArgs,
-    )
+    @keyed_network_tool("choir.notion.query@1.0.0", NotionQueryArgs, "notion_token")
     def notion_query(ctx: ToolContext, args: NotionQueryArgs) -> ToolOutput:
         """Query a Notion database; optionally only pages whose property contains a text."""
         token = required_secret(ctx, "notion_token")

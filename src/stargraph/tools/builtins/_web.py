@@ -25,18 +25,20 @@ from html.parser import HTMLParser
 from typing import Annotated, Any, Final
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, Field
 
 from stargraph.errors import ToolError, ToolTimeoutError
 from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._host import HostHandler, HostRequest, HostTool, host_tool
 from stargraph.tools._result import ToolOutput
-from stargraph.tools._tool import PythonTool, ToolContext, tool
+from stargraph.tools._tool import PythonTool, ToolContext
 from stargraph.tools.builtins._local import (
+    FROZEN,
     HttpAnswer,
     HttpRequest,
     LocalHTTPServer,
     http_json,
+    keyed_network_tool,
     parse_host_args,
     required_secret,
 )
@@ -60,7 +62,6 @@ BRAVE_ENDPOINT: Final = "https://api.search.brave.com/res/v1/web/search"
 
 _BRAVE_PATH: Final = "/res/v1/web/search"
 _PAGE_LIMIT: Final = 2_000_000
-_FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
 
 
 # --------------------------------------------------------------------------- search
@@ -69,7 +70,7 @@ _FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
 class WebSearchArgs(BaseModel):
     """Search the web (Brave Search) and return titles, URLs and snippets."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     q: Annotated[str, Field(min_length=1, max_length=400, description="The search query.")]
     count: Annotated[int, Field(ge=1, le=20, description="How many results.")] = 5
@@ -79,15 +80,7 @@ class WebSearchArgs(BaseModel):
 def web_search_tool(endpoint: str = BRAVE_ENDPOINT) -> PythonTool:
     """``choir.web.search@1.0.0`` against the Brave-compatible ``endpoint``."""
 
-    @tool(
-        id="choir.web.search@1.0.0",
-        side_effect="read",
-        network=True,
-        idempotent=True,
-        timeout_s=20,
-        secret_resources=("brave_api_key",),
-        args_model=WebSearchArgs,
-    )
+    @keyed_network_tool("choir.web.search@1.0.0", WebSearchArgs, "brave_api_key")
     def web_search(ctx: ToolContext, args: WebSearchArgs) -> ToolOutput:
         """Search the web (Brave Search); return titles, URLs and snippets."""
         key = required_secret(ctx, "brave_api_key")
@@ -214,7 +207,7 @@ def _brave_error(status: int, code: str, detail: str) -> HttpAnswer:
 class BrowseArgs(BaseModel):
     """Open a URL in a browser tab and return the page's title, text and links."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     url: Annotated[
         str,
@@ -250,7 +243,7 @@ web_browse: Final[HostTool] = host_tool(
 class WebPage(BaseModel):
     """One page of a :class:`LocalSite`."""
 
-    model_config = _FROZEN
+    model_config = FROZEN
 
     path: str = Field(pattern=r"^/[^\s]*$", description="URL path, e.g. '/paris'.")
     title: str
