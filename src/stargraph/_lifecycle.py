@@ -8,11 +8,14 @@ the one way a loopback HTTP server is served from (and stopped in) a background 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from http.server import ThreadingHTTPServer
 from types import TracebackType
-from typing import Self
+from typing import Self, TypeVar
 
 __all__ = ["Closing", "ServerThread", "Started"]
+
+T = TypeVar("T")
 
 
 class Closing:
@@ -22,6 +25,15 @@ class Closing:
     def close(self) -> None:
         """Release what the object holds (subclasses define it; it must be idempotent)."""
         raise NotImplementedError
+
+    def close_if_raises(self, setup: Callable[[], T]) -> T:
+        """``setup()``, which opens or starts what the object holds; when it raises, the
+        object is closed before the error propagates, so nothing it had opened stays open."""
+        try:
+            return setup()
+        except BaseException:
+            self.close()
+            raise
 
     def __enter__(self) -> Self:
         return self
@@ -44,11 +56,7 @@ class Started(Closing):
         raise NotImplementedError
 
     def __enter__(self) -> Self:
-        try:
-            return self.start()
-        except BaseException:
-            self.close()
-            raise
+        return self.close_if_raises(self.start)
 
 
 class ServerThread:

@@ -559,3 +559,22 @@ def test_json_values_round_trip_like_the_memory_store(writes: dict[str, Any], va
             finally:
                 store.close()
     assert results[0] == results[1] == ([step], value, [pending], [entry])
+
+
+def test_issue23_a_store_whose_setup_fails_is_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A store that cannot set its file up must not keep the connection it opened.
+    path = tmp_path / "junk.db"
+    path.write_bytes(b"this is not a database file " * 200)
+    closed: list[SqliteStore] = []
+    close = SqliteStore.close
+
+    def spy(store: SqliteStore) -> None:
+        closed.append(store)
+        close(store)
+
+    monkeypatch.setattr(SqliteStore, "close", spy)
+    with pytest.raises(CheckpointError, match=r"junk\.db"):
+        SqliteStore(path)
+    assert len(closed) == 1

@@ -344,11 +344,7 @@ class PostgresStore(SqlStore):
         # The connection of a write_run under way on this thread (see _conn).
         self._local = threading.local()
         self._pool = _Pool(self._open, pool_size, timeout=max(30.0, connect_timeout_s * 3))
-        try:
-            self._setup()
-        except BaseException:
-            self.close()
-            raise
+        self.close_if_raises(self._setup)
 
     # ----------------------------------------------------------------- connections
 

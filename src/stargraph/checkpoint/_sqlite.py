@@ -264,11 +264,7 @@ class SqliteStore(SqlStore):
         self._fresh: set[str] = set()
         self._unclean_pending: set[tuple[str, int]] = set()
         self._unclean_journal: set[tuple[str, int]] = set()
-        try:
-            self._setup()
-        except BaseException:
-            self.close()
-            raise
+        self.close_if_raises(self._setup)
 
     # ----------------------------------------------------------------- connections
 
