@@ -58,6 +58,7 @@ from stargraph.checkpoint._records import (
     unicode_problem,
 )
 from stargraph.checkpoint._sql import (
+    RELEASE,
     RUN_COLUMNS,
     Commit,
     SqlStore,
@@ -165,6 +166,10 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
 _ADVANCE: Final = (
     "UPDATE runs SET last_step = ?, status = ?, extra = ?, updated_at = ? "
     "WHERE run_id = ? AND last_step = ? AND lease_token IS ?"
+)
+_ADVANCE_LAST: Final = (
+    "UPDATE runs SET last_step = ?, status = ?, extra = ?, updated_at = ?"
+    f"{RELEASE} WHERE run_id = ? AND last_step = ? AND lease_token IS ?"
 )
 _INSERT_STEP: Final = (
     "INSERT INTO steps (run_id, step, has_snapshot, payload, crc) VALUES (?, ?, ?, ?, ?)"
@@ -493,11 +498,18 @@ class SqliteStore(SqlStore):
                 raise self._fence_error(conn, run_id, owner, None)
 
     def _advance(self, run_id: str, number: int, commit: Commit) -> None:
+        self._commit(run_id, number, commit, _ADVANCE)
+
+    def _advance_last(self, run_id: str, number: int, commit: Commit) -> None:
+        # The release of the lease is part of the compare-and-set itself: one statement.
+        self._commit(run_id, number, commit, _ADVANCE_LAST)
+
+    def _commit(self, run_id: str, number: int, commit: Commit, advance: str) -> None:
         status, extra, owner, snapshot, payload = commit
         with self._write() as conn:
             # Compare-and-set on last_step and the lease: the fence between two writers.
             cursor = conn.execute(
-                _ADVANCE, (number, status, extra, now(), run_id, number - 1, owner)
+                advance, (number, status, extra, now(), run_id, number - 1, owner)
             )
             if cursor.rowcount != 1:
                 raise self._fence_error(conn, run_id, owner, number)
