@@ -47,8 +47,8 @@ class MemoryStore:
     """Keeps everything in dicts behind one lock. Same semantics as the SQLite store."""
 
     releases_on_final_commit: ClassVar[bool] = True
-    """``commit_step`` with a status other than ``running`` releases the lease (a run's
-    last step and its status change are one commit)."""
+    """``commit_step`` with status ``done`` releases the lease (a run's last step and its
+    status change are one commit)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -198,8 +198,8 @@ class MemoryStore:
         interrupt: object = None,
         owner: str | None = None,
     ) -> None:
-        """Append ``step`` and update the run, atomically; a status other than ``running``
-        (the run's last step) also releases the lease, as ``set_status`` does."""
+        """Append ``step`` and update the run, atomically; status ``done`` (the run's last
+        step) also releases the lease, as ``set_status`` does."""
         if status not in STORED_STATUSES:
             _check_status(run_id, status)
         with self._lock:
@@ -231,8 +231,8 @@ class MemoryStore:
                 self._pending.pop((run_id, step.step), None)
             if self._journal:
                 self._journal.pop((run_id, step.step), None)
-            if status != "running":
-                # The run stops here: its record is settled now, without the lease.
+            if status == "done":
+                # The run ends here: its record is settled now, without the lease.
                 self._settle(run_id, release=True)
 
     def set_status(
