@@ -529,6 +529,9 @@ class _Batch:
                 self.finished.release()
 
 
+_outcome = StepOutcome._make  # the tuple built directly: no Python-level __new__ per step
+
+
 def _plain(run: Run, task: Task, spec: NodeSpec) -> dict[str, Any]:
     """Call a plain node (sync, no retry policy, timeout or executor) and check its writes."""
     try:
@@ -558,7 +561,7 @@ def execute_sync(
             # Chains and loops: one plain sync node, no retry policy or timeout - call it
             # right here (the retry/timeout machinery costs a measurable share of a step).
             try:
-                return StepOutcome([(task, _plain(run, task, spec))])
+                return _outcome(([(task, _plain(run, task, spec))], None))
             except GraphInterrupt as signal:
                 return StepOutcome([], (task, signal))
         if not spec.is_async:
