@@ -335,6 +335,11 @@ def _any_key(key: Any) -> tuple[str, str] | None:
 def _text_items(value: Any) -> tuple[str, str] | None:
     """:func:`_items_checker` of ``_check_text``, without a call per item (``list[str]``
     channels are common and written on every step)."""
+    try:
+        if all(map(str.isascii, value)):  # every item ASCII text: no Python loop
+            return None
+    except TypeError:
+        pass  # an item that is not a str: looked at one by one below
     for i, text in enumerate(value):
         if type(text) is str and not text.isascii():
             why = _text_why(text)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from datetime import UTC, datetime
+from typing import ClassVar
 
 from stargraph.checkpoint._lease import busy_error, effective_status, is_orphaned, lease_lost
 from stargraph.checkpoint._records import (
@@ -45,6 +46,10 @@ def _check_status(run_id: str, status: str) -> None:
 class MemoryStore:
     """Keeps everything in dicts behind one lock. Same semantics as the SQLite store."""
 
+    releases_on_final_commit: ClassVar[bool] = True
+    """``commit_step`` with status ``done`` releases the lease (a run's last step and its
+    status change are one commit)."""
+
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._runs: dict[str, RunRecord] = {}
@@ -79,8 +84,9 @@ class MemoryStore:
         status = effective_status(run.status, run.owner, expired=self._expired(run.run_id))
         return run if status == run.status else run.model_copy(update={"status": status})
 
-    def _settle(self, run_id: str) -> None:
-        """Fold the fields of the commits since the run record was last read into it."""
+    def _settle(self, run_id: str, *, release: bool = False) -> None:
+        """Fold the fields of the commits since the run record was last read into it (and,
+        ``release``, give up its lease)."""
         advanced = self._advanced.pop(run_id, None)
         if advanced is None:
             return
@@ -94,6 +100,8 @@ class MemoryStore:
             interrupt=interrupt,
             updated_at=_iso(at),
         )
+        if release:
+            fields.update(self._lease(run_id, None))
         self._runs[run_id] = trusted(RunRecord, **fields)
 
     def _records(self) -> list[RunRecord]:
@@ -190,7 +198,8 @@ class MemoryStore:
         interrupt: object = None,
         owner: str | None = None,
     ) -> None:
-        """Append ``step`` and update the run, atomically."""
+        """Append ``step`` and update the run, atomically; status ``done`` (the run's last
+        step) also releases the lease, as ``set_status`` does."""
         if status not in STORED_STATUSES:
             _check_status(run_id, status)
         with self._lock:
@@ -222,6 +231,9 @@ class MemoryStore:
                 self._pending.pop((run_id, step.step), None)
             if self._journal:
                 self._journal.pop((run_id, step.step), None)
+            if status == "done":
+                # The run ends here: its record is settled now, without the lease.
+                self._settle(run_id, release=True)
 
     def set_status(
         self,

@@ -76,7 +76,10 @@ class CheckpointStore(Protocol):
     ) -> None:
         """In one transaction: append ``step`` (must be ``last_step + 1``), set the run's
         ``last_step``/status fields, and drop the pending writes and journal of that step.
-        Fenced on ``owner`` (the lease token; the lease itself is kept)."""
+        Fenced on ``owner`` (the lease token). The lease is kept, except that status ``done``
+        (the run's last step and its end in one commit) releases it as ``set_status`` does;
+        a store that does so says ``releases_on_final_commit = True``, and the runtime then
+        marks a run done in its last commit instead of a status change of its own."""
         ...
 
     def set_status(

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from datetime import UTC, datetime
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Final, NamedTuple, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, cast
 
 import pydantic_core
 
@@ -283,6 +283,10 @@ class SqlStore(Closing):
     logic is the same in every SQL database, written once over a few hooks each store
     implements (its placeholder, table names, key encoding, queries and transactions)."""
 
+    releases_on_final_commit: ClassVar[bool] = True
+    """``commit_step`` with status ``done`` releases the lease (a run's last step and its
+    status change are one transaction)."""
+
     _mark: str
     """The parameter placeholder: ``?`` (SQLite) or ``%s`` (PostgreSQL)."""
     _select_runs: str
@@ -368,14 +372,27 @@ class SqlStore(Closing):
     ) -> None:
         """In one transaction: append ``step`` (must be ``last_step + 1``), set the run's
         ``last_step``/status fields, and drop the pending writes and journal of that step.
-        Fenced on ``owner`` (the lease token; the lease itself is kept)."""
+        Fenced on ``owner`` (the lease token). The lease is kept, but status ``done`` (the
+        run's last step) releases it, as :meth:`set_status` does."""
         check_status(run_id, status)
         number = step.step
         payload = encode(step, run_id=run_id, step=number, pack=True)
         extra = encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
-        self._advance(
-            run_id, number, Commit(status, extra, owner, step.snapshot is not None, payload)
-        )
+        commit = Commit(status, extra, owner, step.snapshot is not None, payload)
+        if status != "done":
+            self._advance(run_id, number, commit)
+            return
+        self._advance_last(run_id, number, commit)
+        self._released(run_id)
+
+    def _advance_last(self, run_id: str, number: int, commit: Commit) -> None:
+        """:meth:`_advance` of the run's last step (status ``done``), which also releases
+        the lease, in one transaction (a dialect may do both in one statement)."""
+        with self._batch():
+            # The store's methods join this transaction.
+            self._advance(run_id, number, commit)
+            if commit.owner is not None:
+                self.release(run_id, commit.owner)
 
     def set_status(
         self,

@@ -58,6 +58,7 @@ from stargraph.checkpoint._records import (
     unicode_problem,
 )
 from stargraph.checkpoint._sql import (
+    RELEASE,
     RUN_COLUMNS,
     Commit,
     SqlStore,
@@ -162,10 +163,27 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     ),
 )
 
-_ADVANCE: Final = (
-    "UPDATE runs SET last_step = ?, status = ?, extra = ?, updated_at = ? "
-    "WHERE run_id = ? AND last_step = ? AND lease_token IS ?"
-)
+
+def _advance_sql(*, last: bool, extra: bool) -> str:
+    """The compare-and-set of a step commit on ``last_step`` and the lease; ``last``: it
+    also releases the lease (the run is done). Without ``extra`` the column is set NULL in
+    the SQL itself: the sqlite3 module binds only int, float and str without looking for an
+    adapter (for None, bytes and bool the lookup fails with an AttributeError it formats and
+    drops, a few microseconds per parameter)."""
+    value = "?" if extra else "NULL"
+    release = RELEASE if last else ""
+    return (
+        f"UPDATE runs SET last_step = ?, status = ?, extra = {value}, updated_at = ?{release} "
+        "WHERE run_id = ? AND last_step = ? AND lease_token IS ?"
+    )
+
+
+_ADVANCE: Final = {
+    (last, extra): _advance_sql(last=last, extra=extra)
+    for last in (False, True)
+    for extra in (False, True)
+}
+"""The commit's compare-and-set, by (releases the lease, binds ``extra``)."""
 _INSERT_STEP: Final = (
     "INSERT INTO steps (run_id, step, has_snapshot, payload, crc) VALUES (?, ?, ?, ?, ?)"
 )
@@ -489,18 +507,29 @@ class SqliteStore(SqlStore):
                 raise self._fence_error(conn, run_id, owner, None)
 
     def _advance(self, run_id: str, number: int, commit: Commit) -> None:
+        self._commit(run_id, number, commit, last=False)
+
+    def _advance_last(self, run_id: str, number: int, commit: Commit) -> None:
+        # The release of the lease is part of the compare-and-set itself: one statement.
+        self._commit(run_id, number, commit, last=True)
+
+    def _commit(self, run_id: str, number: int, commit: Commit, *, last: bool) -> None:
         status, extra, owner, snapshot, payload = commit
+        # Compare-and-set on last_step and the lease: the fence between two writers.
+        if extra is None:
+            advance = _ADVANCE[last, False]
+            params: tuple[object, ...] = (number, status, now(), run_id, number - 1, owner)
+        else:
+            advance = _ADVANCE[last, True]
+            params = (number, status, extra, now(), run_id, number - 1, owner)
+        # The same row as bytes and a bool would make, bound without the adapter lookup (see
+        # _advance_sql): a bytearray is bound as the same BLOB, an int as the same INTEGER.
+        step_row = (run_id, number, int(snapshot), bytearray(payload), _crc(payload))
         with self._write() as conn:
-            # Compare-and-set on last_step and the lease: the fence between two writers.
-            cursor = conn.execute(
-                _ADVANCE, (number, status, extra, now(), run_id, number - 1, owner)
-            )
+            cursor = conn.execute(advance, params)
             if cursor.rowcount != 1:
                 raise self._fence_error(conn, run_id, owner, number)
-            conn.execute(
-                _INSERT_STEP,
-                (run_id, number, snapshot, payload, _crc(payload)),
-            )
+            conn.execute(_INSERT_STEP, step_row)
             # The common step of a run made here wrote neither: two statements saved.
             key = (run_id, number)
             fresh = run_id in self._fresh

@@ -689,6 +689,43 @@ class CheckpointStoreConformance:
             store.set_status("r1", "running", owner=owner.token)
         assert store.get_run("r1").status == "interrupted"
 
+    def test_committing_the_last_step_done_releases_the_lease(self, store: CheckpointStore) -> None:
+        """A run's last step and its end are one commit: ``commit_step(status="done")``
+        releases the lease as ``set_status("done")`` would, and is fenced like any commit."""
+        owner = _foreign_owner()
+        store.create_run(make_run("r1", owner=owner), make_step(0))
+        store.commit_step("r1", make_step(1), owner=owner.token)
+        assert store.get_run("r1").owner == owner, "a running commit keeps the lease"
+        with pytest.raises(LeaseLostError):
+            store.commit_step("r1", make_step(2), status="done", owner="stale-token")
+        assert (store.get_run("r1").status, store.get_run("r1").owner) == ("running", owner)
+        store.commit_step("r1", make_step(2), status="done", stopped_by="rule/x", owner=owner.token)
+        run = store.get_run("r1")
+        assert (run.status, run.last_step, run.stopped_by, run.owner, run.lease_expires) == (
+            "done",
+            2,
+            "rule/x",
+            None,
+            None,
+        )
+        assert [s.step for s in store.get_steps("r1")] == [0, 1, 2]
+        assert store.heartbeat("r1", owner) is False, "the lease is gone"
+        # The old token can no longer flip the run back, and a free done run is not busy.
+        with pytest.raises(LeaseLostError):
+            store.set_status("r1", "running", owner=owner.token)
+        assert store.acquire("r1", _foreign_owner("next")).status == "done"
+
+    def test_committing_with_another_status_keeps_the_lease(self, store: CheckpointStore) -> None:
+        """Only ``done`` ends a run at a commit: a commit that keeps a run failed (a migration
+        step written by the resumer that holds the lease) leaves the lease held."""
+        owner = _foreign_owner()
+        store.create_run(make_run("r1", owner=owner), make_step(0))
+        store.commit_step("r1", make_step(1), status="failed", error="boom", owner=owner.token)
+        run = store.get_run("r1")
+        assert (run.status, run.last_step, run.error, run.owner) == ("failed", 1, "boom", owner)
+        store.set_status("r1", "running", owner=owner.token)
+        assert store.get_run("r1").owner == owner
+
     def test_the_fence_also_guards_finished_runs(self, store: CheckpointStore) -> None:
         winner, loser = _foreign_owner("winner"), _foreign_owner("loser")
         store.create_run(make_run("r1", owner=winner), make_step(0))

@@ -334,6 +334,8 @@ class Persistence:
         # known yet in this process; read from the store at the first snapshot).
         self._appends = _appendable_of(graph)
         self._roots: dict[str, int] | None = None
+        # Whether the run's last commit marked it done already (see ``commit``).
+        self._done = False
 
     def _hold(self, lease: Lease | None) -> None:
         """Adopt ``lease`` (``None``: none held). ``owner`` is its token, kept as a plain
@@ -464,9 +466,21 @@ class Persistence:
         )
         self._guarded(lambda: self.store.put_pending(run.run_id, pending))
 
-    def commit(self, run: Progress, results: Sequence[tuple[Task, dict[str, Any]]]) -> None:
+    def commit(
+        self,
+        run: Progress,
+        results: Sequence[tuple[Task, dict[str, Any]]],
+        *,
+        last: bool = False,
+        stopped_by: str | None = None,
+    ) -> None:
         """Commit the step just merged: its writes, next tasks, joins (one transaction). The
-        caller then clears the step's bookkeeping (``Run.committed``)."""
+        caller then clears the step's bookkeeping (``Run.committed``).
+
+        ``last``: nothing follows the step, so the run finishes right after it (stopped by
+        the rule ``stopped_by``, if one halted it). A store that can does it in the same
+        transaction - the step, status ``done`` and the lease released - and the
+        :meth:`finish` that follows has nothing left to write."""
         snapshot: dict[str, Any] | None = None
         carried: dict[str, int] = {}
         if run.step % self.snapshot_every == 0:
@@ -513,8 +527,17 @@ class Persistence:
             else (),
             created_ms=time.time_ns() // 1_000_000,
         )
+        store = self.store
+        self._done = False
         try:
-            self.store.commit_step(run.run_id, record, owner=self.owner)
+            if last and getattr(store, "releases_on_final_commit", False) is True:
+                store.commit_step(
+                    run.run_id, record, status="done", stopped_by=stopped_by, owner=self.owner
+                )
+                self._done = True
+                self._let_go()  # the commit released the lease in the store
+            else:
+                store.commit_step(run.run_id, record, owner=self.owner)
         except CheckpointError:
             self.abandon()  # the run will not go on in this process
             raise
@@ -558,7 +581,10 @@ class Persistence:
         self._stop(run, "interrupted", interrupt=interrupt)
 
     def finish(self, run: Progress, *, stopped_by: str | None = None) -> None:
-        """Mark the run done (and release its lease)."""
+        """Mark the run done (and release its lease), unless its last commit did."""
+        if self._done:
+            self.flush(run)
+            return
         self._stop(run, "done", stopped_by=stopped_by)
 
     def fail(self, run: Progress, error: str) -> None:

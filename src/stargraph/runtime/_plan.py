@@ -19,7 +19,7 @@ from stargraph.ir import END, GraphIR, RetryPolicyIR
 from stargraph.refs import importable_name
 from stargraph.runtime._protocols import HasCodeHash, Journaled
 from stargraph.runtime._rules import RuleSet
-from stargraph.state import Channel
+from stargraph.state import Channel, Checker
 
 __all__ = [
     "ChildRunId",
@@ -29,6 +29,7 @@ __all__ = [
     "RouterSpec",
     "Send",
     "Task",
+    "WriteRule",
     "accepts_ctx",
     "by_task",
     "code_hash",
@@ -61,6 +62,22 @@ class Task(NamedTuple):
     def key(self) -> tuple[str, int]:
         """``(node, index)``: identifies the task within its step."""
         return (self.node, self.index)
+
+
+WriteRule = tuple[Callable[[Any], Any], type | None, Checker | None]
+"""How a channel takes one written value: ``(validate, exact, check)``. A value of exactly
+type ``exact`` (an ``int``, ``float``, ``str`` or ``bool`` field) is valid as it is, so the
+validator, which would hand back that same value, is not called; ``check`` is the channel's
+storability check (``None``: not needed)."""
+
+_EXACT: frozenset[type] = frozenset({int, float, str, bool})
+"""Field types whose validator returns a value of exactly that type unchanged."""
+
+
+def write_rule(channel: Channel, annotation: Any) -> WriteRule:
+    """The :data:`WriteRule` of ``channel``, a field annotated ``annotation``."""
+    exact = annotation if annotation in _EXACT else None
+    return (channel.validate, exact, channel.check)
 
 
 def by_task(result: tuple[Task, Any]) -> Task:
@@ -258,9 +275,17 @@ class Plan:
     unreduced: frozenset[str] = field(init=False)
     any_async: bool = field(init=False)
     any_inline: bool = field(init=False)
+    rules_of: Mapping[str, WriteRule] = field(init=False)
+    writable: Mapping[str, Mapping[str, WriteRule]] = field(init=False)
+    reducers: Mapping[str, Callable[[Any, Any], Any] | None] = field(init=False)
 
     def __post_init__(self) -> None:
         specs = self.specs
+        fields = self.state_model.model_fields
+        rules = {
+            name: write_rule(channel, fields[name].annotation if name in fields else None)
+            for name, channel in self.channels.items()
+        }
         static = {
             node: tuple(Task(n) for n in spec.static_next if n != END)
             for node, spec in specs.items()
@@ -286,6 +311,16 @@ class Plan:
             # and a step of several tasks need not sort them out one by one).
             "any_async": any(s.is_async for s in specs.values()),
             "any_inline": any(s.inline and not s.is_async for s in specs.values()),
+            # How each channel takes a write, and the channels each node may write (all of
+            # them unless it declares writes=[...]): a write's checks are one lookup.
+            "rules_of": rules,
+            "writable": {
+                node: rules
+                if spec.writes is None
+                else {k: r for k, r in rules.items() if k in spec.writes}
+                for node, spec in specs.items()
+            },
+            "reducers": {k: c.reducer for k, c in self.channels.items()},
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)

@@ -234,6 +234,12 @@ class Run:
             raise
         except Exception as exc:
             raise self._router_failed(router, source, exc) from exc
+        self._targets(router, source, result, static, sends)
+
+    def _targets(
+        self, router: RouterSpec, source: str, result: Any, static: set[str], sends: list[Send]
+    ) -> None:
+        """Sort what ``router`` returned into node targets (``static``) and ``sends``."""
         items = result if isinstance(result, list | tuple) else [result]
         for item in items:
             if isinstance(item, Send):
@@ -272,9 +278,10 @@ class Run:
                     self.routed = {}
                 self.routed[id(router)] = result
 
-    def _route_one(self, router: RouterSpec, source: str) -> str | None:
-        """Route with a plain key result; ``None`` when the router returned anything else
-        (a list, ``Send`` objects), which the general path then handles."""
+    def _route_one(self, router: RouterSpec, source: str) -> Sequence[Task]:
+        """The tasks a sync router without ctx schedules when it is the only way on out of
+        ``source``: its one target's task from a table, or (a list, ``Send`` objects) the
+        tasks made from what it returned, without calling it a second time."""
         try:
             result = router.fn(self.view)
         except StargraphError:
@@ -282,11 +289,15 @@ class Run:
         except Exception as exc:
             raise self._router_failed(router, source, exc) from exc
         if isinstance(result, list | tuple | Send):
-            return None
+            static: set[str] = set()
+            sends: list[Send] = []
+            self._targets(router, source, result, static, sends)
+            static.discard(END)
+            return make_tasks(static, sends)
         target = result if result == END else router.mapping.get(str(result))
         if target is None:
             raise self._bad_route(router, source, result)
-        return str(target)
+        return self.plan.single_tasks[target]
 
     def _router_failed(self, router: RouterSpec, source: str, exc: Exception) -> NodeError:
         return NodeError(
@@ -317,10 +328,8 @@ class Run:
                 router = spec.routers[0]
                 if not router.takes_ctx and not router.is_async:
                     self.view = fast_state(self.plan.state_model, dict(self.values))
-                    target = self._route_one(router, spec.id)
-                    if target is not None:
-                        self.tasks = self.plan.single_tasks[target]
-                        return
+                    self.tasks = self._route_one(router, spec.id)
+                    return
         static: set[str] = set()
         sends: list[Send] = []
         state = None
@@ -459,15 +468,15 @@ class Run:
             return view
         values = dict(self.values)
         if task.payload:
-            channels = self.plan.channels
+            rules = self.plan.rules_of
             for key, value in task.payload.items():
-                channel = channels.get(key)
-                if channel is None:
+                rule = rules.get(key)
+                if rule is None:
                     raise self._write_error(task, f"Send payload key {key!r} is not a state field")
-                values[key] = valid = channel.validate(value)
+                validate, exact, check = rule
+                values[key] = valid = value if type(value) is exact else validate(value)
                 # A payload is stored with the step's tasks: it must come back as it was sent,
                 # or a resumed task would see another state than the first attempt did.
-                check = channel.check
                 if check is not None and (found := check(valid)) is not None:
                     raise self._unstorable(task, f"was sent a payload for {key!r}", key, found)
         return fast_state(self.plan.state_model, values)
@@ -536,35 +545,44 @@ class Run:
                 f"returned {type(result).__name__}, not a mapping; return a dict of the "
                 "channels it changed, e.g. {'counter': 1}, or None",
             )
-        channels = self.plan.channels
-        allowed = self.plan.specs[task.node].writes
+        table = self.plan.writable[task.node]
         writes: dict[str, Any] = {}
         for key, value in result.items():
-            channel = channels.get(key)
-            if channel is None:
-                raise self._write_error(
-                    task,
-                    f"wrote key {key!r}, which the state {self.plan.state_model.__name__} "
-                    f"lacks (fields: {sorted(channels)}); add the field or drop the key",
-                )
-            if allowed is not None and key not in allowed:
-                raise self._write_error(
-                    task,
-                    f"wrote key {key!r} outside its declared writes {sorted(allowed)}; "
-                    "declare it in with_node(..., writes=[...])",
-                )
-            try:
-                writes[key] = valid = channel.validate(value)
-            except ValidationError as exc:
-                raise self._write_error(
-                    task, f"wrote an invalid value to {key!r}: {exc.errors()[0]['msg']}"
-                ) from exc
+            rule = table.get(key)
+            if rule is None:
+                raise self._refused_key(task, key)
+            validate, exact, check = rule
+            if type(value) is exact:
+                valid = value  # what the validator would hand back
+            else:
+                try:
+                    valid = validate(value)
+                except ValidationError as exc:
+                    raise self._write_error(
+                        task, f"wrote an invalid value to {key!r}: {exc.errors()[0]['msg']}"
+                    ) from exc
+            writes[key] = valid
             # Only what a checkpoint store gives back unchanged: a tuple in an Any field
             # would come back a list, so a resumed run would see another state.
-            check = channel.check
             if check is not None and (found := check(valid)) is not None:
                 raise self._unstorable(task, f"wrote to {key!r} a value", key, found)
         return writes
+
+    def _refused_key(self, task: Task, key: str) -> InvalidWriteError:
+        """The task wrote ``key``, which is no state field or outside its declared writes."""
+        channels = self.plan.channels
+        if key not in channels:
+            return self._write_error(
+                task,
+                f"wrote key {key!r}, which the state {self.plan.state_model.__name__} "
+                f"lacks (fields: {sorted(channels)}); add the field or drop the key",
+            )
+        allowed = self.plan.specs[task.node].writes
+        return self._write_error(
+            task,
+            f"wrote key {key!r} outside its declared writes {sorted(allowed or ())}; "
+            "declare it in with_node(..., writes=[...])",
+        )
 
     def merge(self, results: Sequence[tuple[Task, dict[str, Any]]]) -> None:
         """Merge validated writes in task order through the reducers (invariant 2)."""
@@ -622,13 +640,19 @@ class Run:
             )
 
 
+_task = Task._make  # builds the tuple directly, without the Python-level __new__
+
+
 def make_tasks(static: set[str], sends: list[Send]) -> list[Task]:
-    tasks = [Task(node) for node in static]
+    """A step's tasks: one per ``static`` target, one per ``Send`` (numbered from 1 per node,
+    in the order they were sent), in ``(node, index)`` order."""
+    tasks = [_task((node, 0, None)) for node in static]
     counters: dict[str, int] = {}
     for send in sends:
-        index = counters.get(send.node, 0) + 1
-        counters[send.node] = index
-        tasks.append(Task(send.node, index, dict(send.payload)))
+        node = send.node
+        index = counters.get(node, 0) + 1
+        counters[node] = index
+        tasks.append(_task((node, index, dict(send.payload))))
     # (node, index) order: no two tasks of a step share both, so payloads never compare.
     tasks.sort()
     return tasks

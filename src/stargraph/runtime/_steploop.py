@@ -673,7 +673,10 @@ class StepLoop:
                     attempts=run.attempts.get(f"{task.node}/{task.index}", 1),
                 )
         if run.persistence is not None:
-            run.persistence.commit(run, results)
+            # Nothing scheduled and nothing to park on: the run finishes after this step,
+            # and a store that can marks it done in the step's own transaction.
+            last = not run.tasks and run.rule_park is None
+            run.persistence.commit(run, results, last=last, stopped_by=run.stopped_by)
             run.committed()
         elif run.attempts:
             run.attempts = {}
