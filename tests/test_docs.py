@@ -218,12 +218,14 @@ _KILLER = textwrap.dedent(
     """
     # Runs the stargraph command, killing the process with SIGKILL right after the first step
     # it commits, or right before it records that the run stopped (a run that waits at its
-    # first step commits none): a crash between two steps, as a power cut would make it.
+    # first step commits none, and a run's last step lands with its end in one commit): a
+    # crash between two steps, as a power cut would make it.
     import os, signal, sys
     from stargraph.checkpoint import SqliteStore
     _commit, _set_status = SqliteStore.commit_step, SqliteStore.set_status
     def _commit_then_die(self, *args, **kwargs):
-        _commit(self, *args, **kwargs)
+        if kwargs.get("status", "running") == "running":
+            _commit(self, *args, **kwargs)
         os.kill(os.getpid(), signal.SIGKILL)
     def _die_instead(self, *args, **kwargs):
         os.kill(os.getpid(), signal.SIGKILL)
