@@ -338,9 +338,10 @@ class InvalidWriteError(RunError):
 
 
 class InvalidPayloadError(RunError, ValueError):
-    """A task's input does not fit the input model its node declares
-    (``with_node(..., input=Model)``): a ``Send`` payload, or the state a node with an input
-    model was reached with. ``node`` and ``step`` locate it; ``field`` names the first field
+    """A task's input does not fit: a ``Send`` payload value its state field refuses, or an
+    input that does not fit the input model its node declares (``with_node(..., input=Model)``:
+    a ``Send`` payload, or the state a node with an input model was reached with). ``node``
+    and ``step`` locate it; ``field`` names the first field
     at fault (a dotted path, ``""`` for the payload as a whole)."""
 
     def __init__(self, message: str, *, field: str = "", **at: Unpack[_RunAt]) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections.abc
 import types
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 
@@ -518,6 +518,13 @@ class Channel:
     check: Checker | None = None
 
 
+def _constrained(annotation: Any, metadata: Sequence[Any]) -> Any:
+    """``annotation`` with the field's constraint ``metadata`` put back, as ``Annotated``."""
+    if not metadata:
+        return annotation
+    return Annotated[annotation, *metadata]
+
+
 def build_channels(model: type[BaseModel], schema: StateSchemaIR) -> Mapping[str, Channel]:
     """Channels for every field, with reducers resolved from their IR ids."""
     channels: dict[str, Channel] = {}
@@ -529,7 +536,10 @@ def build_channels(model: type[BaseModel], schema: StateSchemaIR) -> Mapping[str
             # Call the plain function: the Reducer wrapper's __call__ costs a frame per write.
             reducer = found.fn if isinstance(found, Reducer) else found
         annotation = Any if info.annotation is None else info.annotation
-        adapter, dump = _dumper(annotation)
+        # A field's constraints (``Field(ge=0)``, ``Annotated[str, Field(max_length=9)]``)
+        # are its metadata, not part of ``info.annotation``: a write is held to them as the
+        # model itself would hold it, so a bad value is refused where it is written.
+        adapter, dump = _dumper(_constrained(annotation, info.metadata))
         channels[f.name] = Channel(
             f.name,
             reducer,

@@ -36,6 +36,7 @@ from stargraph.runtime._stored import run_nested as run_child
 from stargraph.runtime._stream import Feed, StreamMode, Superstep, stream_modes
 from stargraph.runtime._threads import get_thread as thread_runs
 from stargraph.runtime._threads import list_threads
+from stargraph.runtime._values import state_of
 
 if TYPE_CHECKING:
     from stargraph.checkpoint._lease import Lease
@@ -499,8 +500,9 @@ class CompiledGraph(Generic[StateT]):
                 run_id=run_id,
                 step=step,
             )
-        values, _ = load_values(store, self.channels, run_id, last if step is None else step)
-        return self.state_model.model_validate(values)
+        at = last if step is None else step
+        values, _ = load_values(store, self.channels, run_id, at)
+        return state_of(self.state_model, values, run_id, at)
 
     def fork(
         self,
@@ -572,7 +574,7 @@ class CompiledGraph(Generic[StateT]):
         return state
 
     def _state(self, run: Run) -> StateT:
-        return self.state_model.model_validate(run.values)
+        return state_of(self.state_model, run.values, run.run_id, run.step)
 
     def close(self) -> None:
         """Kept for compatibility: the worker threads are shared by every compiled graph of

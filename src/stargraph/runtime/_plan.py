@@ -14,6 +14,7 @@ from functools import cached_property
 from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
 
 from stargraph.ir import END, GraphIR, RetryPolicyIR
 from stargraph.refs import importable_name
@@ -74,9 +75,12 @@ _EXACT: frozenset[type] = frozenset({int, float, str, bool})
 """Field types whose validator returns a value of exactly that type unchanged."""
 
 
-def write_rule(channel: Channel, annotation: Any) -> WriteRule:
-    """The :data:`WriteRule` of ``channel``, a field annotated ``annotation``."""
-    exact = annotation if annotation in _EXACT else None
+def write_rule(channel: Channel, info: FieldInfo | None) -> WriteRule:
+    """The :data:`WriteRule` of ``channel``, the field ``info`` describes."""
+    # A constrained field (``Field(ge=0)``) must see every value, even one of its exact type.
+    exact: type | None = None
+    if info is not None and not info.metadata and info.annotation in _EXACT:
+        exact = info.annotation
     return (channel.validate, exact, channel.check)
 
 
@@ -283,8 +287,7 @@ class Plan:
         specs = self.specs
         fields = self.state_model.model_fields
         rules = {
-            name: write_rule(channel, fields[name].annotation if name in fields else None)
-            for name, channel in self.channels.items()
+            name: write_rule(channel, fields.get(name)) for name, channel in self.channels.items()
         }
         static = {
             node: tuple(Task(n) for n in spec.static_next if n != END)

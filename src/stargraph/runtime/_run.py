@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from stargraph.errors import (
     InvalidInputError,
+    InvalidPayloadError,
     InvalidWriteError,
     NodeError,
     RunError,
@@ -474,7 +475,14 @@ class Run:
                 if rule is None:
                     raise self._write_error(task, f"Send payload key {key!r} is not a state field")
                 validate, exact, check = rule
-                values[key] = valid = value if type(value) is exact else validate(value)
+                if type(value) is exact:
+                    valid = value
+                else:
+                    try:
+                        valid = validate(value)
+                    except ValidationError as exc:
+                        raise self._bad_payload(task, key, exc) from exc
+                values[key] = valid
                 # A payload is stored with the step's tasks: it must come back as it was sent,
                 # or a resumed task would see another state than the first attempt did.
                 if check is not None and (found := check(valid)) is not None:
@@ -520,6 +528,16 @@ class Run:
     def _write_error(self, task: Task, what: str) -> InvalidWriteError:
         return InvalidWriteError(
             f"node {task.node!r} at step {self.step} of run {self.run_id!r}: {what}",
+            **self.where(task.node),
+        )
+
+    def _bad_payload(self, task: Task, key: str, exc: ValidationError) -> InvalidPayloadError:
+        """The task's ``Send`` payload holds for ``key`` a value its field refuses."""
+        return InvalidPayloadError(
+            f"node {task.node!r} at step {self.step} of run {self.run_id!r} was sent an "
+            f"invalid value for {key!r}: {describe_validation(exc)}; send a value the state "
+            f"field {key!r} accepts",
+            field=key,
             **self.where(task.node),
         )
 

@@ -74,6 +74,7 @@ from stargraph.runtime._tasks import (
     worker_threads,
 )
 from stargraph.runtime._threads import start_turn
+from stargraph.runtime._values import state_of
 
 __all__ = ["StepLoop", "Work"]
 
@@ -217,7 +218,7 @@ class StepLoop:
 
     def state(self, run: Run) -> BaseModel:
         """The run's state, as an instance of the state model."""
-        return self.plan.state_model.model_validate(run.values)
+        return state_of(self.plan.state_model, run.values, run.run_id, run.step)
 
     def emit(self, run: Run, kind: type[Event], **fields: Any) -> None:
         """Hand the run's emit function an event of ``kind`` about it (its id, step and

@@ -7,16 +7,24 @@ remote executor alike, and importing none of them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
+from stargraph.errors import InvalidWriteError
 from stargraph.reducers import append as _append
 from stargraph.state import Channel
 
-__all__ = ["describe_exception", "describe_validation", "jsonable", "reduce_writes"]
+__all__ = [
+    "describe_exception",
+    "describe_validation",
+    "jsonable",
+    "reduce_writes",
+    "state_of",
+]
 
 _APPEND = _append.fn
+_M = TypeVar("_M", bound=BaseModel)
 
 
 def describe_exception(exc: BaseException) -> str:
@@ -46,6 +54,27 @@ def describe_validation(exc: ValidationError) -> str:
     return "; ".join(
         f"{'.'.join(str(p) for p in e['loc']) or '<root>'}: {e['msg']}" for e in exc.errors()
     )
+
+
+def state_of(model: type[_M], values: Mapping[str, Any], run_id: str, step: int) -> _M:
+    """The state model instance of a run's channel ``values`` at ``step``.
+
+    Every write was held to its field's type and constraints, but a ``@field_validator`` or
+    ``@model_validator`` sees only the whole state: a refusal here is an
+    :class:`InvalidWriteError` naming the run and the fields, not a bare pydantic error.
+    """
+    try:
+        return model.model_validate(values)
+    except ValidationError as exc:
+        raise InvalidWriteError(
+            f"the state of run {run_id!r} at step {step} does not validate against "
+            f"{model.__name__}: {describe_validation(exc)}; its @field_validator and "
+            "@model_validator methods see the whole state, at the start and the end of a "
+            "run, not each write: put a check of one value in the field's type instead "
+            "(Annotated[int, Field(ge=0)] or AfterValidator), which every write is held to",
+            run_id=run_id,
+            step=step,
+        ) from exc
 
 
 def reduce_writes(
