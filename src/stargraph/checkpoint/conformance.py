@@ -116,6 +116,12 @@ def _dead_owner(token: str = "dead-token") -> RunOwner:
     return RunOwner(token=token, host=HOST, pid=os.getpid(), process_start=-1, lease_s=3600.0)
 
 
+def _released(run: RunRecord) -> RunRecord:
+    """``run``, once checked to hold no lease: no owner and no expiry time."""
+    assert (run.owner, run.lease_expires) == (None, None), f"{run.run_id} still holds a lease"
+    return run
+
+
 def _deep(levels: int) -> Any:
     value: Any = "bottom"
     for i in range(levels):
@@ -677,13 +683,8 @@ class CheckpointStoreConformance:
         )
         # The holder is interrupted: the status change releases the lease ...
         store.set_status("r1", "interrupted", interrupt={"ask": 1}, owner=owner.token)
-        run = store.get_run("r1")
-        assert (run.status, run.interrupt, run.owner, run.lease_expires) == (
-            "interrupted",
-            {"ask": 1},
-            None,
-            None,
-        )
+        run = _released(store.get_run("r1"))
+        assert (run.status, run.interrupt) == ("interrupted", {"ask": 1})
         # ... so the old token can no longer flip it back to running.
         with pytest.raises(LeaseLostError):
             store.set_status("r1", "running", owner=owner.token)
@@ -700,14 +701,8 @@ class CheckpointStoreConformance:
             store.commit_step("r1", make_step(2), status="done", owner="stale-token")
         assert (store.get_run("r1").status, store.get_run("r1").owner) == ("running", owner)
         store.commit_step("r1", make_step(2), status="done", stopped_by="rule/x", owner=owner.token)
-        run = store.get_run("r1")
-        assert (run.status, run.last_step, run.stopped_by, run.owner, run.lease_expires) == (
-            "done",
-            2,
-            "rule/x",
-            None,
-            None,
-        )
+        run = _released(store.get_run("r1"))
+        assert (run.status, run.last_step, run.stopped_by) == ("done", 2, "rule/x")
         assert [s.step for s in store.get_steps("r1")] == [0, 1, 2]
         assert store.heartbeat("r1", owner) is False, "the lease is gone"
         # The old token can no longer flip the run back, and a free done run is not busy.
@@ -816,14 +811,8 @@ class CheckpointStoreConformance:
         store.create_run(make_run("r2"), make_step(0))
         store.commit_step("r1", make_step(1), owner=owner.token)
         store.set_status("r1", "cancelled", stopped_by="SIGINT", owner=owner.token)
-        run = store.get_run("r1")
-        assert (run.status, run.last_step, run.stopped_by, run.owner, run.lease_expires) == (
-            "cancelled",
-            1,
-            "SIGINT",
-            None,
-            None,
-        )
+        run = _released(store.get_run("r1"))
+        assert (run.status, run.last_step, run.stopped_by) == ("cancelled", 1, "SIGINT")
         assert [r.run_id for r in store.list_runs(status="cancelled")] == ["r1"]
         # A cancelled run is taken up again like any free run.
         store.acquire("r1", _foreign_owner("resumer"))
