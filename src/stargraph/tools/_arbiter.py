@@ -66,6 +66,7 @@ from stargraph.tools._result import (
     ToolOutput,
     ToolResult,
     ToolStatus,
+    built,
     failure_of,
 )
 from stargraph.tools._schema import ValidatedArgs
@@ -90,6 +91,9 @@ _E = TypeVar("_E", bound=ToolError)
 # Commit-log status of the real end of a body the caller stopped waiting for at its timeout.
 _LateStatus = Literal["late_success", "late_error"]
 _NO_SECRETS: Final = Secrets()
+# The fields a successful call's result and its commit entry set (the others: defaults).
+_SUCCESS_SET: Final = frozenset(ToolResult.model_fields) - {"error"}
+_ENTRY_SET: Final = frozenset(CommitEntry.model_fields)
 
 
 class ToolCall(BaseModel):
@@ -675,16 +679,21 @@ class Arbiter:
             # its prefix no longer matches and reaches the model, the journal and events.
             summary = _truncate(self._redact(summary))
             ref, inline = self._store(payload)
-            # model_construct: every value was produced (and typed) by the arbiter itself.
-            result = ToolResult.model_construct(
-                tool=spec.id,
-                call_id=admitted.call.call_id,
-                status="success",
-                summary=summary,
-                artifact_ref=ref,
-                payload=inline,
-                exposure=spec.exposure,
-                prompt_mask=spec.prompt_mask,
+            # Unvalidated: every value was produced (and typed) by the arbiter itself.
+            result = built(
+                ToolResult,
+                {
+                    "tool": spec.id,
+                    "call_id": admitted.call.call_id,
+                    "status": "success",
+                    "summary": summary,
+                    "artifact_ref": ref,
+                    "payload": inline,
+                    "exposure": spec.exposure,
+                    "prompt_mask": spec.prompt_mask,
+                    "error": None,
+                },
+                _SUCCESS_SET,
             )
             self._commit(admitted, "success", ref)
         finally:
@@ -796,14 +805,18 @@ class Arbiter:
         self, admitted: _Admitted, status: ToolStatus | _LateStatus, ref: str | None
     ) -> None:
         call, spec = admitted.call, admitted.tool.spec
-        entry = CommitEntry.model_construct(
-            kind="call",
-            lane=call.lane,
-            tool=spec.id,
-            call_id=call.call_id,
-            args_hash=admitted.args_hash,
-            status=status,
-            artifact_ref=ref,
+        entry = built(
+            CommitEntry,
+            {
+                "kind": "call",
+                "lane": call.lane,
+                "tool": spec.id,
+                "call_id": call.call_id,
+                "args_hash": admitted.args_hash,
+                "status": status,
+                "artifact_ref": ref,
+            },
+            _ENTRY_SET,
         )
         self.commit_log.append(entry)
         if spec.side_effect == "external":
