@@ -222,6 +222,10 @@ class RuleEngine(Closing):
         # The last snapshot, until something changes the facts (decide, restore, reset): a
         # run stores the facts with every step, and most steps ask no rule.
         self._snapshot: dict[str, Any] | None = None
+        # The packs' own defglobals (not the engine's sg- ones), in definition order: the
+        # packs are loaded once and rules cannot define constructs (build is refused), so a
+        # snapshot reads their values without walking every global through clipspy.
+        self._globals = tuple(g for g in env.globals() if not g.name.startswith("sg-"))
         self._start("the rules failed while the engine started")
 
     def _start(self, what: str) -> None:
@@ -470,16 +474,14 @@ class RuleEngine(Closing):
         :meth:`decide`, :meth:`restore` or :meth:`reset` the same (unchanged) dict is
         returned again: treat it as read-only.
         """
-        env = self._checked_env()
+        self._checked_env()
         if self._snapshot is not None:
             return self._snapshot
         facts = [
             [name, {k: decode_value(v) for k, v in slots.items()}]
             for name, slots in iter_facts(self._raw, self._slot_names)
         ]
-        globals_ = {
-            g.name: decode_value(g.value) for g in env.globals() if not g.name.startswith("sg-")
-        }
+        globals_ = {g.name: decode_value(g.value) for g in self._globals}
         self._snapshot = {
             "version": SNAPSHOT_VERSION,
             "packs": self._pack_hashes(),
