@@ -139,7 +139,10 @@ def delta_request(previous: Mapping[str, Any], current: Mapping[str, Any]) -> di
         return None
     # One pass over the conversation: cheaper than the request's fingerprint, which every
     # recorded call computes anyway.
-    if list(new[: len(old)]) != list(old):
+    prefix = new[: len(old)]
+    if type(prefix) is not type(old):  # a list and a tuple: compared as lists
+        prefix, old = list(prefix), list(old)
+    if prefix != old:
         return None
     delta: dict[str, Any] = {}
     if len(new) > len(old):
