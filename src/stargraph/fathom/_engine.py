@@ -478,7 +478,8 @@ class RuleEngine(Closing):
         if self._snapshot is not None:
             return self._snapshot
         facts = [
-            [name, slots] for name, slots in iter_facts(self._raw, self._slot_names, decode_value)
+            [name, {k: decode_value(v) for k, v in slots.items()}]
+            for name, slots in iter_facts(self._raw, self._slot_names)
         ]
         globals_ = {g.name: decode_value(g.value) for g in self._globals}
         self._snapshot = {

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
 import cffi  # type: ignore[import-untyped]  # clipspy depends on it; no stubs
@@ -231,12 +231,9 @@ def _python(env: Any, value: Any) -> Any:
 
 
 def iter_facts(
-    env: Any,
-    slot_names: SlotNames | None = None,
-    convert: Callable[[Any], Any] | None = None,
+    env: Any, slot_names: SlotNames | None = None
 ) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every fact as ``(template name, {slot: clipspy value})``, in fact-index order (with
-    ``convert``, each value is ``convert(clipspy value)``: one dict per fact, not two).
+    """Every fact as ``(template name, {slot: clipspy value})``, in fact-index order.
 
     Facts are read through the C API and never wrapped (see the module docstring).
     ``slot_names`` keeps each template's slot names across calls (an engine's templates
@@ -257,7 +254,7 @@ def iter_facts(
         for name, raw_name in slots_of:
             if lib.GetFactSlot(fact, raw_name, value) != lib.GSE_NO_ERROR:
                 raise clips.CLIPSError(env, message=f"cannot read slot {name} of {template}")
-            slots[name] = _python(env, value) if convert is None else convert(_python(env, value))
+            slots[name] = _python(env, value)
         yield template, slots
         fact = lib.GetNextFact(env, fact)
 
