@@ -92,6 +92,9 @@ _E = TypeVar("_E", bound=ToolError)
 _LateStatus = Literal["late_success", "late_error"]
 _NO_SECRETS: Final = Secrets()
 # The fields a successful call's result and its commit entry set (the others: defaults).
+# Tuples, not unions: Python 3.11 builds ``str | bytes`` anew at every isinstance call.
+_TEXT: Final = (str, bytes)
+_OUTPUTS: Final = (ToolResult, ToolOutput)
 _SUCCESS_SET: Final = frozenset(ToolResult.model_fields) - {"error"}
 _ENTRY_SET: Final = frozenset(CommitEntry.model_fields)
 
@@ -203,7 +206,7 @@ def _bad_call(exc: ValidationError, data: Mapping[str, Any]) -> ToolArgumentErro
 def _parse_arguments(raw: Any) -> tuple[dict[str, Any], str]:
     """``(arguments, "")``, or ``({}, what is wrong)`` when ``raw`` is not a JSON object."""
     try:
-        args = orjson.loads(raw) if isinstance(raw, str | bytes) else raw
+        args = orjson.loads(raw) if isinstance(raw, _TEXT) else raw
     except orjson.JSONDecodeError as exc:
         return {}, f"arguments are not valid JSON: {exc}"
     if not isinstance(args, dict):
@@ -907,12 +910,12 @@ def _args_hash(args: Mapping[str, Any]) -> str:
 
 
 def _normalise(raw: object) -> tuple[str, JsonValue]:
-    if isinstance(raw, ToolResult | ToolOutput):
+    if isinstance(raw, str):  # the common body's return, tested first
+        summary, payload = raw, raw
+    elif isinstance(raw, _OUTPUTS):
         summary, payload = raw.summary, raw.payload
     elif raw is None:
         summary, payload = "ok", None
-    elif isinstance(raw, str):
-        summary, payload = raw, raw
     else:
         payload = to_jsonable_python(raw)
         summary = orjson.dumps(payload).decode()
