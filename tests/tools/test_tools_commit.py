@@ -217,7 +217,7 @@ def test_built_records_equal_what_model_construct_makes() -> None:
     from stargraph.tools._commit import CommitEntry, CommitRecord, seal
     from stargraph.tools._result import built
 
-    values = {
+    values: dict[str, Any] = {
         "tool": "t@1",
         "call_id": "c1",
         "status": "success",

@@ -910,6 +910,8 @@ def _args_hash(args: Mapping[str, Any]) -> str:
 
 
 def _normalise(raw: object) -> tuple[str, JsonValue]:
+    summary: str
+    payload: JsonValue
     if isinstance(raw, str):  # the common body's return, tested first
         summary, payload = raw, raw
     elif isinstance(raw, _OUTPUTS):
