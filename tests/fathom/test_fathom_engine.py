@@ -422,3 +422,81 @@ def test_issue19_snapshot_is_read_once_until_the_facts_change(
         engine.reset()
         assert engine.snapshot() != first
         assert len(reads) == 4
+
+
+QUIET = default_termination_pack(max_steps=10**9, error_budget=10**9)
+"""The termination pack with limits no test reaches: no rule fires unless done is set."""
+
+
+@settings(max_examples=120, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    event=st.none() | NASTY,
+    result=st.none() | NASTY,
+    state=st.fixed_dictionaries(
+        {
+            "note": NASTY,
+            "maybe": st.none() | NASTY,
+            "count": st.integers(min_value=-(2**63), max_value=2**63 - 1),
+            "ratio": st.floats(allow_nan=False, allow_infinity=False),
+            "flag": st.booleans(),
+            "level": st.none() | st.integers(min_value=-5, max_value=5),
+        }
+    ),
+    steps=st.integers(min_value=1, max_value=3),
+)
+def test_issue19_the_snapshot_after_a_quiet_decision_equals_the_facts_read_back(
+    event: str | None, result: str | None, state: dict[str, Any], steps: int
+) -> None:
+    """After a decision in which no rule fired, the engine works the snapshot out from the
+    one before instead of reading CLIPS: it must be what reading CLIPS gives, key order
+    included (the stored bytes of every step depend on it)."""
+    fields = {"note": str, "maybe": str | None, "count": int, "ratio": float, "flag": bool}
+    fields["level"] = int | None
+    with RuleEngine([QUIET], fact_fields=fields) as engine:
+        engine.snapshot()
+        for step in range(1, steps + 1):
+            decision = engine.decide(
+                step=step,
+                node="n\u00e9",
+                state_facts=state,
+                last_event=event,
+                tool_result=result,
+                error_count=step,
+            )
+            assert decision.kind == "continue"
+            worked_out = engine.snapshot()
+            engine._snapshot = None  # what a read from CLIPS gives
+            read = engine.snapshot()
+            assert worked_out == read
+            assert json.dumps(worked_out) == json.dumps(read)
+
+
+def test_issue19_a_quiet_decision_leaves_no_facts_to_read(monkeypatch: pytest.MonkeyPatch) -> None:
+    from stargraph.fathom import _engine
+    from stargraph.fathom._raw import iter_facts
+
+    reads: list[int] = []
+
+    def counting(env: Any, *names: Any) -> Iterator[tuple[str, dict[str, Any]]]:
+        reads.append(1)
+        return iter_facts(env, *names)
+
+    monkeypatch.setattr(_engine, "iter_facts", counting)
+    with RuleEngine([QUIET], fact_fields={"attempts": int}) as engine:
+        first = engine.snapshot()
+        assert len(reads) == 1
+        for step in range(1, 4):
+            engine.decide(step=step, node="a", state_facts={"attempts": step})
+            assert engine.snapshot()["facts"][1][1]["attempts"] == step
+        assert len(reads) == 1  # worked out from the one read, step after step
+        engine.decide(step=4, node="a", state_facts={"attempts": 4, "done": True})
+        assert engine.snapshot() != first  # the done rule fired: read again
+        assert len(reads) == 2
+        engine.decide(step=5, node="a", state_facts={"attempts": 5})
+        engine.snapshot()
+        assert len(reads) == 2
+        # Without a snapshot taken after the last change, the next one is read.
+        engine.decide(step=6, node="a", state_facts={"attempts": 6, "done": True})
+        engine.decide(step=7, node="a", state_facts={"attempts": 7})
+        engine.snapshot()
+        assert len(reads) == 3

@@ -230,3 +230,32 @@ def test_cancelled_async_acquire_releases_a_late_grant() -> None:
         assert manager.snapshot() == {}
 
     asyncio.run(main())
+
+
+def test_an_empty_lockset_is_granted_at_once_behind_a_queued_writer() -> None:
+    # A tool that declares no locks conflicts with no one: it neither waits behind a queued
+    # writer nor blocks it, holds nothing, and its lease is released once like any other.
+    manager = LockManager()
+    reader = manager.acquire(locks("r:S"), owner="reader")
+    writer_done = threading.Event()
+
+    def writer() -> None:
+        manager.release(manager.acquire(locks("r:X"), owner="writer", timeout=5))
+        writer_done.set()
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    deadline = time.monotonic() + 5
+    while manager.waiting == 0 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert manager.waiting == 1
+    nothing = manager.acquire([], owner="plain", timeout=0)
+    assert manager.waiting == 1  # not queued, and the writer still waits for the reader
+    assert manager.snapshot() == {"r": (("reader", "S"),)}
+    manager.release(nothing)
+    with pytest.raises(RuntimeError, match="not held by this lock manager"):
+        manager.release(nothing)
+    manager.release(reader)
+    thread.join(5)
+    assert writer_done.is_set()
+    assert manager.snapshot() == {}

@@ -61,6 +61,8 @@ _TOOL: Final = "tool"
 _KEPT_RESULTS: Final = 256
 """Tool calls a writer keeps to refer to: the messages a request appends answer recent ones."""
 _RESULT_OF: Final = "tool:"
+# A tuple, not ``list | tuple``: Python 3.11 builds that union anew at every call.
+_SEQUENCE: Final = (list, tuple)
 """Prefix of the keys under which :func:`expand_steps` keeps tool calls by fingerprint."""
 
 
@@ -125,7 +127,7 @@ def _resolve(delta: Mapping[str, Any], known: Mapping[str, Any]) -> Mapping[str,
 def _messages(request: object) -> Sequence[Any] | None:
     if isinstance(request, dict):
         messages = request.get("messages")
-        if isinstance(messages, list | tuple):
+        if isinstance(messages, _SEQUENCE):
             return messages
     return None
 
@@ -139,7 +141,10 @@ def delta_request(previous: Mapping[str, Any], current: Mapping[str, Any]) -> di
         return None
     # One pass over the conversation: cheaper than the request's fingerprint, which every
     # recorded call computes anyway.
-    if list(new[: len(old)]) != list(old):
+    prefix = new[: len(old)]
+    if type(prefix) is not type(old):  # a list and a tuple: compared as lists
+        prefix, old = list(prefix), list(old)
+    if prefix != old:
         return None
     delta: dict[str, Any] = {}
     if len(new) > len(old):

@@ -75,6 +75,10 @@ class Decision(BaseModel):
     fired: tuple[str, ...] = Field((), description="Every rule that asserted a decision.")
 
 
+# The slots of the sg-step fact in template order, as sg-begin's arguments (after the tick)
+# fill them: see fathom._load.
+_STEP_SLOTS: Final = ("tick", "step", "node", "last-event", "tool-result", "error-count")
+
 # What every step without a firing rule decides: one shared (frozen) instance.
 _CONTINUE: Final = Decision(kind="continue")
 
@@ -222,6 +226,10 @@ class RuleEngine(Closing):
         # The last snapshot, until something changes the facts (decide, restore, reset): a
         # run stores the facts with every step, and most steps ask no rule.
         self._snapshot: dict[str, Any] | None = None
+        # The packs' own defglobals (not the engine's sg- ones), in definition order: the
+        # packs are loaded once and rules cannot define constructs (build is refused), so a
+        # snapshot reads their values without walking every global through clipspy.
+        self._globals = tuple(g for g in env.globals() if not g.name.startswith("sg-"))
         self._start("the rules failed while the engine started")
 
     def _start(self, what: str) -> None:
@@ -303,7 +311,7 @@ class RuleEngine(Closing):
         RuleBudgetError when the decision overran its time or memory budget.
         """
         env = self._checked_env(step, node)
-        self._snapshot = None
+        previous, self._snapshot = self._snapshot, None
         args: list[Any] = [
             step,
             encode_string(node),
@@ -342,7 +350,8 @@ class RuleEngine(Closing):
         self._check_run(env, fired, step, node)
         if not fired:
             # Only rules assert decisions (validate_pack enforces it): nothing fired, nothing
-            # to collect.
+            # to collect. Nothing but sg-begin changed the facts either.
+            self._snapshot = self._advanced(previous, args)
             return _CONTINUE
         if self._calls.call(b"sg-collect", ()):
             self._fail(env, "could not read the decisions back", step, node)
@@ -470,16 +479,14 @@ class RuleEngine(Closing):
         :meth:`decide`, :meth:`restore` or :meth:`reset` the same (unchanged) dict is
         returned again: treat it as read-only.
         """
-        env = self._checked_env()
+        self._checked_env()
         if self._snapshot is not None:
             return self._snapshot
         facts = [
             [name, {k: decode_value(v) for k, v in slots.items()}]
             for name, slots in iter_facts(self._raw, self._slot_names)
         ]
-        globals_ = {
-            g.name: decode_value(g.value) for g in env.globals() if not g.name.startswith("sg-")
-        }
+        globals_ = {g.name: decode_value(g.value) for g in self._globals}
         self._snapshot = {
             "version": SNAPSHOT_VERSION,
             "packs": self._pack_hashes(),
@@ -487,6 +494,47 @@ class RuleEngine(Closing):
             "globals": globals_,
         }
         return self._snapshot
+
+    def _advanced(self, previous: dict[str, Any] | None, args: list[Any]) -> dict[str, Any] | None:
+        """The snapshot after a decision in which no rule fired, made from the one taken
+        just before it (``None`` when there is none to start from), or ``None``: then the
+        next :meth:`snapshot` reads the facts from CLIPS.
+
+        Such a decision changed only what ``sg-begin`` writes: the ``sg-step`` and
+        ``sg-state`` slots, to the values passed (``args``, read back as they went in) and
+        the next tick. Reading the facts back through the C API cost a step more than the
+        decision itself, so the common case (the two engine facts alone, as the
+        termination pack leaves them) is worked out here; any other fact list is read.
+        """
+        if previous is None:
+            return None
+        facts = previous["facts"]
+        if len(facts) != 2 or facts[0][0] != "sg-step" or facts[1][0] != "sg-state":
+            return None
+        step_slots, state_slots = facts[0][1], facts[1][1]
+        tick = step_slots.get("tick")
+        names = [name for name, _ in self._encoders]
+        if (
+            type(tick) is not int
+            or list(step_slots) != list(_STEP_SLOTS)
+            or set(state_slots) != {"sg-tick", *names}
+        ):
+            return None
+        try:
+            values = [decode_value(arg) for arg in args]
+        except RuleRuntimeError:  # a value CLIPS would give back otherwise: read it
+            return None
+        tick += 1
+        passed = len(_STEP_SLOTS) - 1  # sg-begin's arguments before the state facts
+        new_step = dict(zip(_STEP_SLOTS, [tick, *values[:passed]], strict=True))
+        new_state = {**state_slots, "sg-tick": tick}
+        new_state.update(zip(names, values[passed:], strict=True))
+        return {
+            "version": SNAPSHOT_VERSION,
+            "packs": self._pack_hashes(),
+            "facts": [["sg-step", new_step], ["sg-state", new_state]],
+            "globals": dict(previous["globals"]),
+        }
 
     def _pack_hashes(self) -> list[list[str]]:
         """``[[pack id, source hash], ...]`` (a new list each time: a snapshot is handed out

@@ -222,6 +222,11 @@ def encode_text(value: str | None) -> Any:
     return _NIL if value is None else encode_string(value)
 
 
+# A tuple, not ``bool | int | float``: Python 3.11 builds that union anew at every call, and
+# a snapshot decodes every slot of every fact.
+_SCALARS: Final = (bool, int, float)
+
+
 def decode_value(value: Any) -> Any:
     """Convert a clipspy value read back from CLIPS into plain JSON-able Python.
 
@@ -234,7 +239,7 @@ def decode_value(value: Any) -> Any:
         return decode_string(value)
     if isinstance(value, tuple):
         return [decode_value(v) for v in value]
-    if isinstance(value, bool | int | float):
+    if isinstance(value, _SCALARS):
         return value
     raise RuleRuntimeError(f"unexpected CLIPS value {value!r}: rules cannot hand it over")
 

@@ -321,7 +321,9 @@ class TaskJournal:
     def _record(
         self, seq: int, kind: str, key: str, *, fingerprint: str, request: Any, value: Any
     ) -> Any:
-        from stargraph.checkpoint import JournalEntry
+        # From the module, not the package: importing a name from a package runs
+        # importlib's Python fallback (_handle_fromlist) at every call.
+        from stargraph.checkpoint._records import JournalEntry
 
         entry = JournalEntry(
             step=self.step,
@@ -394,7 +396,7 @@ class TaskJournal:
 
 
 def _fingerprint(request: Any) -> str:
-    from stargraph.ir import content_hash
+    from stargraph.ir._canonical import content_hash  # the module: see _record
 
     return str(content_hash(request))
 

@@ -66,6 +66,7 @@ from stargraph.tools._result import (
     ToolOutput,
     ToolResult,
     ToolStatus,
+    built,
     failure_of,
 )
 from stargraph.tools._schema import ValidatedArgs
@@ -90,6 +91,12 @@ _E = TypeVar("_E", bound=ToolError)
 # Commit-log status of the real end of a body the caller stopped waiting for at its timeout.
 _LateStatus = Literal["late_success", "late_error"]
 _NO_SECRETS: Final = Secrets()
+# The fields a successful call's result and its commit entry set (the others: defaults).
+# Tuples, not unions: Python 3.11 builds ``str | bytes`` anew at every isinstance call.
+_TEXT: Final = (str, bytes)
+_OUTPUTS: Final = (ToolResult, ToolOutput)
+_SUCCESS_SET: Final = frozenset(ToolResult.model_fields) - {"error"}
+_ENTRY_SET: Final = frozenset(CommitEntry.model_fields)
 
 
 class ToolCall(BaseModel):
@@ -199,7 +206,7 @@ def _bad_call(exc: ValidationError, data: Mapping[str, Any]) -> ToolArgumentErro
 def _parse_arguments(raw: Any) -> tuple[dict[str, Any], str]:
     """``(arguments, "")``, or ``({}, what is wrong)`` when ``raw`` is not a JSON object."""
     try:
-        args = orjson.loads(raw) if isinstance(raw, str | bytes) else raw
+        args = orjson.loads(raw) if isinstance(raw, _TEXT) else raw
     except orjson.JSONDecodeError as exc:
         return {}, f"arguments are not valid JSON: {exc}"
     if not isinstance(args, dict):
@@ -675,16 +682,21 @@ class Arbiter:
             # its prefix no longer matches and reaches the model, the journal and events.
             summary = _truncate(self._redact(summary))
             ref, inline = self._store(payload)
-            # model_construct: every value was produced (and typed) by the arbiter itself.
-            result = ToolResult.model_construct(
-                tool=spec.id,
-                call_id=admitted.call.call_id,
-                status="success",
-                summary=summary,
-                artifact_ref=ref,
-                payload=inline,
-                exposure=spec.exposure,
-                prompt_mask=spec.prompt_mask,
+            # Unvalidated: every value was produced (and typed) by the arbiter itself.
+            result = built(
+                ToolResult,
+                {
+                    "tool": spec.id,
+                    "call_id": admitted.call.call_id,
+                    "status": "success",
+                    "summary": summary,
+                    "artifact_ref": ref,
+                    "payload": inline,
+                    "exposure": spec.exposure,
+                    "prompt_mask": spec.prompt_mask,
+                    "error": None,
+                },
+                _SUCCESS_SET,
             )
             self._commit(admitted, "success", ref)
         finally:
@@ -796,14 +808,18 @@ class Arbiter:
         self, admitted: _Admitted, status: ToolStatus | _LateStatus, ref: str | None
     ) -> None:
         call, spec = admitted.call, admitted.tool.spec
-        entry = CommitEntry.model_construct(
-            kind="call",
-            lane=call.lane,
-            tool=spec.id,
-            call_id=call.call_id,
-            args_hash=admitted.args_hash,
-            status=status,
-            artifact_ref=ref,
+        entry = built(
+            CommitEntry,
+            {
+                "kind": "call",
+                "lane": call.lane,
+                "tool": spec.id,
+                "call_id": call.call_id,
+                "args_hash": admitted.args_hash,
+                "status": status,
+                "artifact_ref": ref,
+            },
+            _ENTRY_SET,
         )
         self.commit_log.append(entry)
         if spec.side_effect == "external":
@@ -894,12 +910,14 @@ def _args_hash(args: Mapping[str, Any]) -> str:
 
 
 def _normalise(raw: object) -> tuple[str, JsonValue]:
-    if isinstance(raw, ToolResult | ToolOutput):
+    summary: str
+    payload: JsonValue
+    if isinstance(raw, str):  # the common body's return, tested first
+        summary, payload = raw, raw
+    elif isinstance(raw, _OUTPUTS):
         summary, payload = raw.summary, raw.payload
     elif raw is None:
         summary, payload = "ok", None
-    elif isinstance(raw, str):
-        summary, payload = raw, raw
     else:
         payload = to_jsonable_python(raw)
         summary = orjson.dumps(payload).decode()

@@ -52,6 +52,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from stargraph._sqlite import Database
 from stargraph.errors import CommitLogCorruptError
 from stargraph.tools._canonical import GENESIS_HASH, canonical_json, sha256_hex
+from stargraph.tools._result import built
 
 __all__ = [
     "CommitEntry",
@@ -118,8 +119,9 @@ def seal(entry: CommitEntry, *, seq: int, prev_hash: str) -> tuple[CommitRecord,
     # which sorted orjson output *is* RFC 8785 (see canonical_json); this runs on every call.
     body["hash"] = sha256_hex(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
     data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-    # model_construct: every field was validated in ``entry`` or computed just above.
-    return CommitRecord.model_construct(**body), data
+    # Unvalidated: every field was validated in ``entry`` or computed just above, and the
+    # body holds them in the record's field order.
+    return built(CommitRecord, body, _RECORD_KEYS), data
 
 
 def verify_rows(rows: Iterable[tuple[int, bytes]]) -> int | None:

@@ -141,7 +141,12 @@ class LockManager:
         Raises :class:`LockTimeoutError` after ``timeout`` seconds naming the owner, the
         lockset and the current holders of the conflicting resources; nothing stays held.
         """
-        ticket = _Ticket(owner, self.expand(locks))
+        modes = self.expand(locks)
+        if not modes:
+            # Nothing to lock (a tool that declares no locks): nothing to wait for or to
+            # queue behind, since an empty lockset conflicts with no one.
+            return self._grant_nothing(owner)
+        ticket = _Ticket(owner, modes)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cond:
             self._queue.append(ticket)
@@ -259,12 +264,21 @@ class LockManager:
 
     # ----------------------------------------------------------------------- internals
 
+    def _grant_nothing(self, owner: str) -> Lease:
+        """The lease of an empty lockset, granted at once (released like any other)."""
+        with self._cond:
+            lease = Lease(next(self._ids), owner, {}, time.monotonic())
+            self._leases[lease.id] = lease
+        return lease
+
     def _release_locked(self, lease: Lease) -> None:
         if self._leases.pop(lease.id, None) is None:
             raise ToolError(
                 f"lease {lease.id} of {lease.owner!r} is not held by this lock manager (fix: "
                 "release each lease once, on the manager that granted it)"
             )
+        if not lease.modes:
+            return  # it held nothing: no waiter can go now that could not before
         for resource, mode in lease.modes.items():
             counts = self._held[resource]
             counts[mode] -= 1
