@@ -120,6 +120,13 @@ def turn_taken(run: RunRecord, holder: str | None = None) -> ThreadBusyError:
 
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
 _EVERY_FIELD: dict[type[BaseModel], set[str]] = {}
+_new = object.__new__
+_set = object.__setattr__
+# BaseModel's slots, set through their descriptors: a third of the cost of object.__setattr__
+# by name, which looks each one up on the class first.
+_SET_FIELDS_SET = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_SET_EXTRA = BaseModel.__dict__["__pydantic_extra__"].__set__
+_SET_PRIVATE = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 def trusted(cls: type[_ModelT], **fields: Any) -> _ModelT:
@@ -127,19 +134,17 @@ def trusted(cls: type[_ModelT], **fields: Any) -> _ModelT:
     (tuples where a tuple is declared), every field given: what ``model_construct`` does,
     without its cost. The executor builds several records per step; validating what it has
     just built would cost more than storing it in memory."""
-    record = cls.__new__(cls)
-    object.__setattr__(record, "__dict__", fields)
+    record = _new(cls)
+    _set(record, "__dict__", fields)
     # Every field given (the common case): one set shared by every record of the class. The
     # records are frozen, so pydantic never adds to it (model_copy copies it first), and a
     # record kept in memory is one object fewer for the garbage collector to walk.
     every = _EVERY_FIELD.get(cls)
     if every is None:
         every = _EVERY_FIELD[cls] = set(cls.model_fields)
-    object.__setattr__(
-        record, "__pydantic_fields_set__", every if fields.keys() == every else set(fields)
-    )
-    object.__setattr__(record, "__pydantic_extra__", None)
-    object.__setattr__(record, "__pydantic_private__", None)
+    _SET_FIELDS_SET(record, every if fields.keys() == every else set(fields))
+    _SET_EXTRA(record, None)
+    _SET_PRIVATE(record, None)
     return record
 
 
