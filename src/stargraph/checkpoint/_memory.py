@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime
 from typing import ClassVar
 
 from stargraph.checkpoint._lease import busy_error, effective_status, is_orphaned, lease_lost
@@ -19,20 +18,14 @@ from stargraph.checkpoint._records import (
     check_text,
     check_thread,
     clip_error,
+    iso_at,
+    iso_now,
     trusted,
     turn_taken,
 )
 from stargraph.errors import CheckpointError, RunNotFoundError
 
 __all__ = ["MemoryStore"]
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
-
-
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat()
 
 
 def _check_status(run_id: str, status: str) -> None:
@@ -73,7 +66,7 @@ class MemoryStore:
             return {"owner": None, "lease_expires": None}
         expires = time.time() + owner.lease_s
         self._expires[run_id] = expires
-        return {"owner": owner, "lease_expires": _iso(expires)}
+        return {"owner": owner, "lease_expires": iso_at(expires)}
 
     def _fence(self, run: RunRecord, owner: str | None) -> None:
         held = run.owner.token if run.owner is not None else None
@@ -98,7 +91,7 @@ class MemoryStore:
             error=error,
             stopped_by=stopped_by,
             interrupt=interrupt,
-            updated_at=_iso(at),
+            updated_at=iso_at(at),
         )
         if release:
             fields.update(self._lease(run_id, None))
@@ -142,7 +135,7 @@ class MemoryStore:
                 for other in self._records():
                     if other.thread_id == run.thread_id and other.turn == run.turn:
                         raise turn_taken(run, other.run_id)
-            now = _now()
+            now = iso_now()
             # A copy of the record's fields, as model_copy makes it (unvalidated) but
             # cheaper: every run pays for this.
             fields = dict(run.__dict__)
@@ -216,8 +209,10 @@ class MemoryStore:
                     step=step.step,
                 )
             # Only commit_step defers changes, and it leaves the lease alone: run.owner is
-            # the current one.
-            self._fence(run, owner)
+            # the current one. (_fence, inline: every step of every run pays this.)
+            held = run.owner
+            if (None if held is None else held.token) != owner:
+                raise lease_lost(run_id, owner, held)
             self._steps[run_id].append(step)
             self._advanced[run_id] = (
                 step.step,
@@ -262,7 +257,7 @@ class MemoryStore:
                 error=clip_error(error),
                 stopped_by=stopped_by,
                 interrupt=interrupt,
-                updated_at=_now(),
+                updated_at=iso_now(),
             )
             if status != "running":
                 fields.update(self._lease(run_id, None))
@@ -273,7 +268,7 @@ class MemoryStore:
         with self._lock:
             run = self._run(run_id)
             self._runs[run_id] = run.model_copy(
-                update={"graph_hash": graph_hash, "code_hash": code_hash, "updated_at": _now()}
+                update={"graph_hash": graph_hash, "code_hash": code_hash, "updated_at": iso_now()}
             )
 
     def get_run(self, run_id: str) -> RunRecord:

@@ -28,7 +28,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any, Final, Literal, Protocol
 
 import pydantic_core
@@ -51,7 +50,7 @@ from stargraph.checkpoint._compact import (
     expand_steps,
 )
 from stargraph.checkpoint._lease import DEFAULT_LEASE_S, Lease, new_owner
-from stargraph.checkpoint._records import trusted, unicode_problem
+from stargraph.checkpoint._records import iso_now, trusted, unicode_problem
 from stargraph.errors import (
     CheckpointError,
     CorruptCheckpointError,
@@ -136,10 +135,6 @@ class Progress(Protocol):
     def journals(self) -> Mapping[tuple[str, int], list[JournalEntry]]:
         """The recorded calls of the step's tasks."""
         ...
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
 
 
 def _now_ms() -> int:
@@ -234,16 +229,18 @@ _TASK_RECORDS_KEPT: Final = 4096
 
 def task_records(tasks: Sequence[Task]) -> tuple[TaskRecord, ...]:
     """Scheduled tasks as records."""
-    if all(t.payload is None for t in tasks):
-        key = tuple(tasks)
+    key = tuple(tasks)
+    try:
         found = _TASK_RECORDS.get(key)
-        if found is None:
-            found = tuple(
-                trusted(TaskRecord, node=t.node, index=t.index, payload=None) for t in tasks
-            )
-            if len(_TASK_RECORDS) >= _TASK_RECORDS_KEPT:
-                _TASK_RECORDS.clear()  # rare (thousands of distinct task lists): start over
-            _TASK_RECORDS[key] = found
+    except TypeError:  # a payload that cannot be hashed (a dict): never kept
+        found = None
+    if found is not None:
+        return found  # only payload-less lists are kept
+    if all(t.payload is None for t in tasks):
+        found = tuple(trusted(TaskRecord, node=t.node, index=t.index, payload=None) for t in tasks)
+        if len(_TASK_RECORDS) >= _TASK_RECORDS_KEPT:
+            _TASK_RECORDS.clear()  # rare (thousands of distinct task lists): start over
+        _TASK_RECORDS[key] = found
         return found
     return tuple(
         trusted(
@@ -402,7 +399,7 @@ class Persistence:
             last_step=0,
             parent_run_id=parent_run_id,
             parent_step=parent_step,
-            created_at=_now(),
+            created_at=iso_now(),
             updated_at="",
             error=None,
             stopped_by=None,
