@@ -4,6 +4,8 @@ encoder calls pydantic's serializer directly, and stored rows must not change by
 from __future__ import annotations
 
 import math
+from datetime import UTC, datetime
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -11,7 +13,7 @@ from pydantic import BaseModel
 
 from stargraph.checkpoint import JournalEntry, PendingWrite, StepRecord, TaskRecord, WriteRecord
 from stargraph.checkpoint._codec import encode
-from stargraph.checkpoint._records import trusted
+from stargraph.checkpoint._records import iso_at, iso_now, trusted
 from stargraph.errors import CheckpointError
 
 _JSON_LEAVES = (
@@ -110,7 +112,7 @@ def test_issue19_step_payloads_are_the_bytes_of_model_dump_json(record: StepReco
         ),
         StepRecord(
             step=2,
-            writes=(WriteRecord(node="ünï", index=1, writes={"t": "日本 \u2028 \U0001f600 \"q\""}),),
+            writes=(WriteRecord(node="ünï", index=1, writes={"t": '日本 \u2028 \U0001f600 "q"'}),),
             snapshot={"x": [math.nan, math.inf, -math.inf, 2**70, -0.0, 1e300]},
             carried={"log": 0},
             next=(TaskRecord(node="a", index=2, payload={"p": {"deep": [1, {"k": None}]}}),),
@@ -139,3 +141,20 @@ def test_a_value_pydantic_cannot_serialize_is_a_checkpoint_error() -> None:
     broken = record.model_copy(update={"facts": object()})
     with pytest.raises(CheckpointError, match="cannot store StepRecord as JSON"):
         encode(broken, run_id="r", step=1)
+
+
+@settings(max_examples=500, deadline=None)
+@given(
+    st.floats(min_value=0, max_value=4e9, allow_nan=False)
+    | st.integers(0, 4 * 10**9).map(float)
+    | st.integers(0, 4 * 10**15).map(lambda us: us / 1e6)
+)
+def test_issue19_iso_at_writes_what_datetime_writes(epoch: float) -> None:
+    assert iso_at(epoch) == datetime.fromtimestamp(epoch, UTC).isoformat()
+
+
+def test_issue19_iso_now_is_datetime_now_in_the_same_format() -> None:
+    before = datetime.now(UTC)
+    now = datetime.fromisoformat(iso_now())
+    assert before <= now <= datetime.now(UTC)
+    assert len(iso_now()) in (25, 32)  # without or with microseconds, as isoformat()

@@ -79,7 +79,16 @@ def clip_error(text: str | None) -> str | None:
 
 # The whole second last formatted, and its text: the stores stamp several records per run,
 # and datetime's isoformat costs ten times more than finishing this prefix.
-_SECOND: tuple[int, str] = (-1, "")
+_SECOND: list[tuple[int, str]] = [(-1, "")]
+
+
+def _prefix(second: int) -> str:
+    """``second`` as ISO text without its offset (``2025-11-27T07:53:20``)."""
+    cached, prefix = _SECOND[0]
+    if cached != second:
+        prefix = datetime.fromtimestamp(second, UTC).isoformat()[:-6]
+        _SECOND[0] = (second, prefix)
+    return prefix
 
 
 def iso_at(epoch: float) -> str:
@@ -89,7 +98,6 @@ def iso_at(epoch: float) -> str:
     >>> iso_at(1_764_230_000.25), iso_at(1_764_230_000.0)
     ('2025-11-27T07:53:20.250000+00:00', '2025-11-27T07:53:20+00:00')
     """
-    global _SECOND
     # As datetime does it: the fraction, in microseconds rounded half to even.
     fraction, whole = math.modf(epoch)
     second, micros = int(whole), round(fraction * 1e6)
@@ -97,22 +105,15 @@ def iso_at(epoch: float) -> str:
         second, micros = second + 1, micros - 1_000_000
     elif micros < 0:
         second, micros = second - 1, micros + 1_000_000
-    cached, prefix = _SECOND
-    if cached != second:
-        prefix = datetime.fromtimestamp(second, UTC).isoformat()[:-6]
-        _SECOND = (second, prefix)
+    prefix = _prefix(second)
     return f"{prefix}.{micros:06d}+00:00" if micros else f"{prefix}+00:00"
 
 
 def iso_now() -> str:
     """The current UTC time as ISO text (``datetime.now(UTC).isoformat()``)."""
-    global _SECOND
     second, nanos = divmod(time.time_ns(), 1_000_000_000)
     micros = nanos // 1000  # datetime.now() truncates too
-    cached, prefix = _SECOND
-    if cached != second:
-        prefix = datetime.fromtimestamp(second, UTC).isoformat()[:-6]
-        _SECOND = (second, prefix)
+    prefix = _prefix(second)
     return f"{prefix}.{micros:06d}+00:00" if micros else f"{prefix}+00:00"
 
 
