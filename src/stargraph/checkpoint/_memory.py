@@ -20,7 +20,7 @@ from stargraph.checkpoint._records import (
     clip_error,
     iso_at,
     iso_now,
-    trusted,
+    trusted_fields,
     turn_taken,
 )
 from stargraph.errors import CheckpointError, RunNotFoundError
@@ -105,7 +105,7 @@ class MemoryStore:
         if self._released and run_id in self._released:
             self._released.discard(run_id)
             fields.update(self._lease(run_id, None))
-        self._runs[run_id] = trusted(RunRecord, **fields)
+        self._runs[run_id] = trusted_fields(RunRecord, fields)
 
     def _records(self) -> list[RunRecord]:
         """Every run record, up to date."""
@@ -184,7 +184,7 @@ class MemoryStore:
                 error=clip_error(run.error),
                 **self._lease(run.run_id, run.owner),
             )
-            self._runs[run.run_id] = trusted(RunRecord, **fields)
+            self._runs[run.run_id] = trusted_fields(RunRecord, fields)
             self._steps[run.run_id] = [first]
 
     def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
@@ -303,7 +303,7 @@ class MemoryStore:
             )
             if status != "running":
                 fields.update(self._lease(run_id, None))
-            self._runs[run_id] = trusted(RunRecord, **fields)
+            self._runs[run_id] = trusted_fields(RunRecord, fields)
 
     def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
         """Record that the run continues under another graph."""

@@ -193,6 +193,21 @@ def trusted(cls: type[_ModelT], **fields: Any) -> _ModelT:
     return record
 
 
+def trusted_fields(cls: type[_ModelT], fields: dict[str, Any]) -> _ModelT:
+    """:func:`trusted` of a dict naming every field of ``cls`` and nothing else, which
+    becomes the record's own (the caller hands it over): a call with a dozen keywords and
+    the check of their names cost a third of building a step's record."""
+    record = _new(cls)
+    _set(record, "__dict__", fields)
+    every = _EVERY_FIELD.get(cls)
+    if every is None:
+        every = _EVERY_FIELD[cls] = set(cls.model_fields)
+    _SET_FIELDS_SET(record, every)
+    _SET_EXTRA(record, None)
+    _SET_PRIVATE(record, None)
+    return record
+
+
 class TaskRecord(BaseModel):
     """A scheduled node execution: ``(node, index)`` plus a ``Send`` payload, if any."""
 
