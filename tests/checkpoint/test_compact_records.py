@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from stargraph import reducers
 from stargraph.checkpoint import MemoryStore, RunRecord, SqliteStore, StepRecord
-from stargraph.checkpoint._records import trusted
+from stargraph.checkpoint._records import trusted_fields
 from stargraph.errors import CorruptCheckpointError
 from stargraph.graph import END, START, Graph
 
@@ -103,11 +103,11 @@ def test_issue19_memory_store_commits_without_rebuilding_the_run_record(
     )
     built: list[type] = []
 
-    def counting(cls: type[RunRecord], **fields: Any) -> RunRecord:
+    def counting(cls: type[RunRecord], fields: dict[str, Any]) -> RunRecord:
         built.append(cls)
-        return trusted(cls, **fields)
+        return trusted_fields(cls, fields)
 
-    monkeypatch.setattr(_memory, "trusted", counting)
+    monkeypatch.setattr(_memory, "trusted_fields", counting)
     for step in range(1, 101):
         store.commit_step("m", StepRecord(step=step))
     assert built == []

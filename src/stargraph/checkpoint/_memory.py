@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import UTC, datetime
 from typing import ClassVar
 
 from stargraph.checkpoint._lease import busy_error, effective_status, is_orphaned, lease_lost
@@ -19,20 +18,14 @@ from stargraph.checkpoint._records import (
     check_text,
     check_thread,
     clip_error,
-    trusted,
+    iso_at,
+    iso_now,
+    trusted_fields,
     turn_taken,
 )
 from stargraph.errors import CheckpointError, RunNotFoundError
 
 __all__ = ["MemoryStore"]
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
-
-
-def _iso(epoch: float) -> str:
-    return datetime.fromtimestamp(epoch, UTC).isoformat()
 
 
 def _check_status(run_id: str, status: str) -> None:
@@ -57,6 +50,11 @@ class MemoryStore:
         # (see _settle): a run commits far more often than anything reads its record, and
         # rebuilding the frozen record (and its updated_at text) was most of a commit's cost.
         self._advanced: dict[str, tuple[int, str, str | None, str | None, object, float]] = {}
+        # Deferred the same way: runs whose record, as create_run kept it, still lacks the
+        # text of its lease's expiry (in _expires), and runs whose last commit released the
+        # lease their record still shows.
+        self._unstamped: set[str] = set()
+        self._released: set[str] = set()
         self._graphs: dict[str, bytes] = {}
         self._steps: dict[str, list[StepRecord]] = {}
         self._pending: dict[tuple[str, int], dict[tuple[str, int], PendingWrite]] = {}
@@ -73,7 +71,7 @@ class MemoryStore:
             return {"owner": None, "lease_expires": None}
         expires = time.time() + owner.lease_s
         self._expires[run_id] = expires
-        return {"owner": owner, "lease_expires": _iso(expires)}
+        return {"owner": owner, "lease_expires": iso_at(expires)}
 
     def _fence(self, run: RunRecord, owner: str | None) -> None:
         held = run.owner.token if run.owner is not None else None
@@ -84,9 +82,9 @@ class MemoryStore:
         status = effective_status(run.status, run.owner, expired=self._expired(run.run_id))
         return run if status == run.status else run.model_copy(update={"status": status})
 
-    def _settle(self, run_id: str, *, release: bool = False) -> None:
-        """Fold the fields of the commits since the run record was last read into it (and,
-        ``release``, give up its lease)."""
+    def _settle(self, run_id: str) -> None:
+        """Fold the fields of the commits since the run record was last read into it (and
+        the lease's expiry, or its release, when those are pending too)."""
         advanced = self._advanced.pop(run_id, None)
         if advanced is None:
             return
@@ -98,11 +96,16 @@ class MemoryStore:
             error=error,
             stopped_by=stopped_by,
             interrupt=interrupt,
-            updated_at=_iso(at),
+            updated_at=iso_at(at),
         )
-        if release:
+        if self._unstamped and run_id in self._unstamped:
+            self._unstamped.discard(run_id)
+            expires = self._expires.get(run_id)
+            fields["lease_expires"] = None if expires is None else iso_at(expires)
+        if self._released and run_id in self._released:
+            self._released.discard(run_id)
             fields.update(self._lease(run_id, None))
-        self._runs[run_id] = trusted(RunRecord, **fields)
+        self._runs[run_id] = trusted_fields(RunRecord, fields)
 
     def _records(self) -> list[RunRecord]:
         """Every run record, up to date."""
@@ -120,6 +123,12 @@ class MemoryStore:
                 f"no run {run_id!r} in this store; list runs with store.list_runs()",
                 run_id=run_id,
             ) from None
+
+    def _known(self, run_id: str) -> None:
+        """Raise ``RunNotFoundError`` unless the store holds ``run_id`` (its record is not
+        settled: these callers do not read it, and a run's every journal entry pays this)."""
+        if run_id not in self._runs:
+            self._run(run_id)
 
     def create_run(self, run: RunRecord, first: StepRecord) -> None:
         """Insert a new run with its step 0."""
@@ -142,9 +151,31 @@ class MemoryStore:
                 for other in self._records():
                     if other.thread_id == run.thread_id and other.turn == run.turn:
                         raise turn_taken(run, other.run_id)
-            now = _now()
+            if run.created_at and (run.owner is not None or run.lease_expires is None):
+                # The common creation (every run pays for it): the caller's record is kept
+                # as it is (it is frozen), with what the store sets in it - last step,
+                # update time, clipped error, lease expiry - folded in when it is next
+                # read, as for a commit.
+                at = time.time()
+                if run.owner is None:
+                    self._expires.pop(run.run_id, None)
+                else:
+                    self._expires[run.run_id] = at + run.owner.lease_s
+                    self._unstamped.add(run.run_id)
+                self._runs[run.run_id] = run
+                self._advanced[run.run_id] = (
+                    first.step,
+                    run.status,
+                    clip_error(run.error),
+                    run.stopped_by,
+                    run.interrupt,
+                    at,
+                )
+                self._steps[run.run_id] = [first]
+                return
+            now = iso_now()
             # A copy of the record's fields, as model_copy makes it (unvalidated) but
-            # cheaper: every run pays for this.
+            # cheaper.
             fields = dict(run.__dict__)
             fields.update(
                 created_at=run.created_at or now,
@@ -153,7 +184,7 @@ class MemoryStore:
                 error=clip_error(run.error),
                 **self._lease(run.run_id, run.owner),
             )
-            self._runs[run.run_id] = trusted(RunRecord, **fields)
+            self._runs[run.run_id] = trusted_fields(RunRecord, fields)
             self._steps[run.run_id] = [first]
 
     def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
@@ -204,8 +235,8 @@ class MemoryStore:
             _check_status(run_id, status)
         with self._lock:
             run = self._runs.get(run_id)
-            if run is None:
-                run = self._run(run_id)  # raises RunNotFoundError
+            if run is None or (self._released and run_id in self._released):
+                run = self._run(run_id)  # settles a released lease; raises RunNotFoundError
             advanced = self._advanced.get(run_id)
             last_step = run.last_step if advanced is None else advanced[0]
             if step.step != last_step + 1:
@@ -216,8 +247,10 @@ class MemoryStore:
                     step=step.step,
                 )
             # Only commit_step defers changes, and it leaves the lease alone: run.owner is
-            # the current one.
-            self._fence(run, owner)
+            # the current one. (_fence, inline: every step of every run pays this.)
+            held = run.owner
+            if (None if held is None else held.token) != owner:
+                raise lease_lost(run_id, owner, held)
             self._steps[run_id].append(step)
             self._advanced[run_id] = (
                 step.step,
@@ -232,8 +265,10 @@ class MemoryStore:
             if self._journal:
                 self._journal.pop((run_id, step.step), None)
             if status == "done":
-                # The run ends here: its record is settled now, without the lease.
-                self._settle(run_id, release=True)
+                # The run ends here, without the lease: gone from _expires now, and from
+                # the record when it is next read.
+                self._expires.pop(run_id, None)
+                self._released.add(run_id)
 
     def set_status(
         self,
@@ -250,8 +285,10 @@ class MemoryStore:
         _check_status(run_id, status)
         with self._lock:
             run = self._runs.get(run_id)
-            if run is None:
-                run = self._run(run_id)  # raises RunNotFoundError
+            if run is None or run_id in self._released or run_id in self._unstamped:
+                # Settled first when its lease changed since it was last read (then the
+                # fence sees the owner as it is); raises RunNotFoundError.
+                run = self._run(run_id)
             self._fence(run, owner)  # commits leave the lease alone: run.owner is current
             fields = dict(run.__dict__)
             advanced = self._advanced.pop(run_id, None)
@@ -262,18 +299,18 @@ class MemoryStore:
                 error=clip_error(error),
                 stopped_by=stopped_by,
                 interrupt=interrupt,
-                updated_at=_now(),
+                updated_at=iso_now(),
             )
             if status != "running":
                 fields.update(self._lease(run_id, None))
-            self._runs[run_id] = trusted(RunRecord, **fields)
+            self._runs[run_id] = trusted_fields(RunRecord, fields)
 
     def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:
         """Record that the run continues under another graph."""
         with self._lock:
             run = self._run(run_id)
             self._runs[run_id] = run.model_copy(
-                update={"graph_hash": graph_hash, "code_hash": code_hash, "updated_at": _now()}
+                update={"graph_hash": graph_hash, "code_hash": code_hash, "updated_at": iso_now()}
             )
 
     def get_run(self, run_id: str) -> RunRecord:
@@ -322,14 +359,14 @@ class MemoryStore:
     def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
         """Committed steps ``start..end``."""
         with self._lock:
-            self._run(run_id)
+            self._known(run_id)
             steps = self._steps[run_id]
         return [s for s in steps if s.step >= start and (end is None or s.step <= end)]
 
     def snapshot_step(self, run_id: str, at_or_before: int) -> int:
         """Newest snapshot step at or before ``at_or_before``."""
         with self._lock:
-            self._run(run_id)
+            self._known(run_id)
             found = [
                 s.step
                 for s in self._steps[run_id]
@@ -341,7 +378,7 @@ class MemoryStore:
         """Save one finished task's writes."""
         check_text(run_id, node=write.node)
         with self._lock:
-            self._run(run_id)
+            self._known(run_id)
             bucket = self._pending.setdefault((run_id, write.step), {})
             bucket.setdefault((write.node, write.index), write)
 
@@ -355,7 +392,7 @@ class MemoryStore:
         """Record one call (``replace``: over an entry already at its position)."""
         check_text(run_id, node=entry.node, kind=entry.kind, key=entry.key)
         with self._lock:
-            self._run(run_id)
+            self._known(run_id)
             bucket = self._journal.setdefault((run_id, entry.step), {})
             if replace:
                 bucket[(entry.node, entry.index, entry.seq)] = entry

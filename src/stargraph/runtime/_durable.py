@@ -28,7 +28,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
-from datetime import UTC, datetime
 from typing import Any, Final, Literal, Protocol
 
 import pydantic_core
@@ -51,7 +50,7 @@ from stargraph.checkpoint._compact import (
     expand_steps,
 )
 from stargraph.checkpoint._lease import DEFAULT_LEASE_S, Lease, new_owner
-from stargraph.checkpoint._records import trusted, unicode_problem
+from stargraph.checkpoint._records import iso_now, trusted, trusted_fields, unicode_problem
 from stargraph.errors import (
     CheckpointError,
     CorruptCheckpointError,
@@ -136,10 +135,6 @@ class Progress(Protocol):
     def journals(self) -> Mapping[tuple[str, int], list[JournalEntry]]:
         """The recorded calls of the step's tasks."""
         ...
-
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat()
 
 
 def _now_ms() -> int:
@@ -234,16 +229,18 @@ _TASK_RECORDS_KEPT: Final = 4096
 
 def task_records(tasks: Sequence[Task]) -> tuple[TaskRecord, ...]:
     """Scheduled tasks as records."""
-    if all(t.payload is None for t in tasks):
-        key = tuple(tasks)
+    key = tuple(tasks)
+    try:
         found = _TASK_RECORDS.get(key)
-        if found is None:
-            found = tuple(
-                trusted(TaskRecord, node=t.node, index=t.index, payload=None) for t in tasks
-            )
-            if len(_TASK_RECORDS) >= _TASK_RECORDS_KEPT:
-                _TASK_RECORDS.clear()  # rare (thousands of distinct task lists): start over
-            _TASK_RECORDS[key] = found
+    except TypeError:  # a payload that cannot be hashed (a dict): never kept
+        found = None
+    if found is not None:
+        return found  # only payload-less lists are kept
+    if all(t.payload is None for t in tasks):
+        found = tuple(trusted(TaskRecord, node=t.node, index=t.index, payload=None) for t in tasks)
+        if len(_TASK_RECORDS) >= _TASK_RECORDS_KEPT:
+            _TASK_RECORDS.clear()  # rare (thousands of distinct task lists): start over
+        _TASK_RECORDS[key] = found
         return found
     return tuple(
         trusted(
@@ -392,40 +389,44 @@ class Persistence:
         owner = new_owner(DEFAULT_LEASE_S) if self.durability == "sync" else None
         # Both records built without validation (every run pays for this): each field is
         # given, of its declared type, from values this process made or checked above.
-        record = trusted(
+        record = trusted_fields(
             RunRecord,
-            run_id=run.run_id,
-            graph_name=self.graph.ir.name,
-            graph_hash=self.graph.graph_hash,
-            code_hash=self.graph.code_hash,
-            status="running",
-            last_step=0,
-            parent_run_id=parent_run_id,
-            parent_step=parent_step,
-            created_at=_now(),
-            updated_at="",
-            error=None,
-            stopped_by=None,
-            interrupt=None,
-            owner=owner,
-            lease_expires=None,
-            thread_id=None if self.thread is None else self.thread[0],
-            turn=None if self.thread is None else self.thread[1],
+            {
+                "run_id": run.run_id,
+                "graph_name": self.graph.ir.name,
+                "graph_hash": self.graph.graph_hash,
+                "code_hash": self.graph.code_hash,
+                "status": "running",
+                "last_step": 0,
+                "parent_run_id": parent_run_id,
+                "parent_step": parent_step,
+                "created_at": iso_now(),
+                "updated_at": "",
+                "error": None,
+                "stopped_by": None,
+                "interrupt": None,
+                "owner": owner,
+                "lease_expires": None,
+                "thread_id": None if self.thread is None else self.thread[0],
+                "turn": None if self.thread is None else self.thread[1],
+            },
         )
         self._roots = dict.fromkeys(self._appends, run.step)
-        first = trusted(
+        first = trusted_fields(
             StepRecord,
-            step=run.step,
-            writes=(),
-            snapshot=self._dump(run, run.values, None),
-            carried={},
-            next=task_records(run.tasks),
-            joins=joins_record(run.joins_seen) if run.joins_seen else {},
-            facts=None,
-            decision=None,
-            attempts={},
-            calls=(),
-            created_ms=_now_ms(),
+            {
+                "step": run.step,
+                "writes": (),
+                "snapshot": self._dump(run, run.values, None),
+                "carried": {},
+                "next": task_records(run.tasks),
+                "joins": joins_record(run.joins_seen) if run.joins_seen else {},
+                "facts": None,
+                "decision": None,
+                "attempts": {},
+                "calls": (),
+                "created_ms": _now_ms(),
+            },
         )
         if self.durability == "sync":  # an exit-mode run gives its graph when it is written
             keep_graph(self.graph, self.target)
@@ -490,42 +491,49 @@ class Persistence:
         if len(results) == 1:  # the common step: no generator, no sort
             ((task, written),) = results
             writes: tuple[WriteRecord, ...] = (
-                trusted(
+                trusted_fields(
                     WriteRecord,
-                    node=task.node,
-                    index=task.index,
-                    writes=self._dump(run, written, task.node),
+                    {
+                        "node": task.node,
+                        "index": task.index,
+                        "writes": self._dump(run, written, task.node),
+                    },
                 ),
             )
         else:
             writes = tuple(
-                trusted(WriteRecord, node=t.node, index=t.index, writes=self._dump(run, w, t.node))
+                trusted_fields(
+                    WriteRecord,
+                    {"node": t.node, "index": t.index, "writes": self._dump(run, w, t.node)},
+                )
                 for t, w in sorted(results, key=_by_task)
             )
-        record = trusted(
+        record = trusted_fields(
             StepRecord,
-            step=run.step,
-            writes=writes,
-            snapshot=snapshot,
-            carried=carried,
-            next=task_records(run.tasks),
-            # The common step (one task, no join, retry or recorded call) skips the empty
-            # copies and sorts: this runs at every step of every run with a store.
-            joins=joins_record(run.joins_seen) if run.joins_seen else {},
-            facts=run.rules.snapshot() if run.rules is not None else None,
-            decision=None if run.decision is None else run.decision.record(),
-            attempts=dict(run.attempts) if run.attempts else {},
-            calls=compact_calls(
-                sorted(
-                    (e for entries in run.journals.values() for e in entries),
-                    key=lambda e: (e.node, e.index, e.seq),
-                ),
-                self._conversations,
-                self._results,
-            )
-            if run.journals
-            else (),
-            created_ms=time.time_ns() // 1_000_000,
+            {
+                "step": run.step,
+                "writes": writes,
+                "snapshot": snapshot,
+                "carried": carried,
+                "next": task_records(run.tasks),
+                # The common step (one task, no join, retry or recorded call) skips the
+                # empty copies and sorts: this runs at every step of every run with a store.
+                "joins": joins_record(run.joins_seen) if run.joins_seen else {},
+                "facts": run.rules.snapshot() if run.rules is not None else None,
+                "decision": None if run.decision is None else run.decision.record(),
+                "attempts": dict(run.attempts) if run.attempts else {},
+                "calls": compact_calls(
+                    sorted(
+                        (e for entries in run.journals.values() for e in entries),
+                        key=lambda e: (e.node, e.index, e.seq),
+                    ),
+                    self._conversations,
+                    self._results,
+                )
+                if run.journals
+                else (),
+                "created_ms": time.time_ns() // 1_000_000,
+            },
         )
         store = self.store
         self._done = False

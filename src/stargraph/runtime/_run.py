@@ -640,11 +640,16 @@ class Run:
 
     def committed(self) -> None:
         """The step is in the store (or there is none): clear its bookkeeping - rule
-        decision, attempts, pending writes and journals - before the next one starts."""
+        decision, attempts, pending writes and journals - before the next one starts.
+        Those still empty stay (most steps retry nothing and record no call): nothing
+        holds on to these dicts, and every committed step passes here."""
         self.decision = None
-        self.attempts = {}
-        self.done = {}
-        self.journals = {}
+        if self.attempts:
+            self.attempts = {}
+        if self.done:
+            self.done = {}
+        if self.journals:
+            self.journals = {}
 
     def check_step_limit(self) -> None:
         """Raise :class:`StepLimitExceeded` before a step beyond the limit would start."""

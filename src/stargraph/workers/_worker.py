@@ -113,6 +113,13 @@ class _FencedStore:
         self._inner = inner
         self._lease = lease
 
+    @property
+    def releases_on_final_commit(self) -> bool:
+        """Whether the wrapped store ends a run in its last commit (then a worker's run
+        makes no separate ``set_status`` at its end); the fence still refuses that commit
+        once the lease is lost, as it refuses every other."""
+        return getattr(self._inner, "releases_on_final_commit", False) is True
+
     def _check(self, run_id: str) -> None:
         if self._lease.lost.is_set():
             raise LeaseLostError(
