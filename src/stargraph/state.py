@@ -17,6 +17,7 @@ from typing import Annotated, Any, Final, Literal, Union, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, PydanticUserError, TypeAdapter
 from pydantic_core import PydanticUndefined
 
+from stargraph._text import lone_surrogate
 from stargraph.errors import Problem
 from stargraph.ir import FieldIR, StateSchemaIR, content_hash
 from stargraph.reducers import BUILTIN_REDUCERS, Reducer
@@ -180,16 +181,15 @@ _TEXT_FIX = "use valid Unicode text"
 
 
 def _text_why(text: str) -> str | None:
-    if text.isascii():  # O(1) in CPython: the common case costs nothing
+    if text.isascii():  # the common case, without a call
         return None
-    try:
-        text.encode()
-    except UnicodeEncodeError as exc:
-        return (
-            f"a string holding a lone surrogate {text[exc.start]!r} at index {exc.start}, "
-            f"which cannot be stored as UTF-8; {_TEXT_FIX}"
-        )
-    return None
+    at = lone_surrogate(text)
+    if at is None:
+        return None
+    return (
+        f"a string holding a lone surrogate {text[at]!r} at index {at}, "
+        f"which cannot be stored as UTF-8; {_TEXT_FIX}"
+    )
 
 
 def _bytes_why(data: bytes) -> str | None:

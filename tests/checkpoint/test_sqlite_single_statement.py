@@ -161,10 +161,10 @@ def test_the_wal_stays_bounded_over_many_commits(tmp_path: Path) -> None:
 def test_now_is_the_iso_text_of_the_current_time() -> None:
     from datetime import UTC, datetime
 
-    from stargraph.checkpoint._sql import now
+    from stargraph.checkpoint._records import iso_now
 
     before = datetime.now(UTC)
-    stamps = [now() for _ in range(1000)]
+    stamps = [iso_now() for _ in range(1000)]
     after = datetime.now(UTC)
     for stamp in stamps:
         parsed = datetime.fromisoformat(stamp)
@@ -179,10 +179,10 @@ def test_now_moves_on_across_a_second_boundary(monkeypatch: pytest.MonkeyPatch) 
     import time
     from datetime import UTC, datetime
 
-    from stargraph.checkpoint import _sql
+    from stargraph.checkpoint import _records
 
     base = 1_700_000_000 * 1_000_000_000
     for ns in (base - 1_000, base, base + 999_999_000, base + 1_000_000_000, base - 5_000):
         monkeypatch.setattr(time, "time_ns", lambda ns=ns: ns)
         expected = datetime.fromtimestamp(ns // 1000 / 1_000_000, UTC).isoformat()
-        assert _sql.now() == expected
+        assert _records.iso_now() == expected

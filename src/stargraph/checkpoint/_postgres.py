@@ -58,6 +58,7 @@ from stargraph.checkpoint._records import (
     StepRecord,
     check_thread,
     clip_error,
+    iso_now,
     turn_taken,
     unicode_problem,
 )
@@ -70,7 +71,6 @@ from stargraph.checkpoint._sql import (
     fence_error,
     may_acquire,
     missing,
-    now,
 )
 from stargraph.errors import CheckpointError, RunNotFoundError, StoreUnavailableError
 
@@ -540,7 +540,7 @@ class PostgresStore(SqlStore):
         check_thread(run)
         payload = _encode(first, run_id=rid, step=first.step, pack=True)
         extra = _encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
-        at = now()
+        at = iso_now()
         values = (
             key,
             _b(run.graph_name, run_id=rid),
@@ -666,7 +666,7 @@ class PostgresStore(SqlStore):
                     "n": number,
                     "status": status,
                     "extra": extra,
-                    "now": now(),
+                    "now": iso_now(),
                     "run": key,
                     "prev": number - 1,
                     "owner": owner,

@@ -21,6 +21,7 @@ from typing import Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from stargraph._text import lone_surrogate
 from stargraph.errors import CheckpointError, ThreadBusyError
 
 __all__ = [
@@ -119,13 +120,8 @@ def iso_now() -> str:
 
 def unicode_problem(text: str) -> str | None:
     """Why ``text`` cannot be stored as UTF-8 (a lone surrogate, and where), or ``None``."""
-    if text.isascii():
-        return None
-    try:
-        text.encode()
-    except UnicodeEncodeError as exc:
-        return f"it holds a lone surrogate {text[exc.start]!r} at index {exc.start}"
-    return None
+    at = lone_surrogate(text)
+    return None if at is None else f"it holds a lone surrogate {text[at]!r} at index {at}"
 
 
 def check_text(run_id: str, /, **texts: str | None) -> None:

@@ -10,10 +10,8 @@ statements whose form differs (the fenced commit, the inserts).
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
-from datetime import UTC, datetime
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, cast
 
@@ -37,6 +35,7 @@ from stargraph.checkpoint._records import (
     RunStatus,
     StepRecord,
     clip_error,
+    iso_now,
 )
 from stargraph.errors import CheckpointError, CorruptCheckpointError, RunNotFoundError
 
@@ -92,22 +91,6 @@ _MAX_STEP: Final = 2**63 - 1
 
 def _same(value: Any) -> Any:
     return value
-
-
-# The second ``now`` last formatted, and its text up to the seconds: every step commit
-# stamps its run, and datetime.isoformat() cost as much as the commit's other Python.
-_SECOND: Final[list[tuple[int, str]]] = [(-1, "")]
-
-
-def now() -> str:
-    """The ``updated_at`` (and default ``created_at``) of a row written now: what
-    ``datetime.now(UTC).isoformat()`` gives (microseconds left out when zero)."""
-    second, micros = divmod(time.time_ns() // 1000, 1_000_000)
-    cached = _SECOND[0]
-    if cached[0] != second:
-        cached = (second, datetime.fromtimestamp(second, UTC).isoformat()[:-6])
-        _SECOND[0] = cached  # one tuple, swapped whole: threads see either one
-    return f"{cached[1]}.{micros:06d}+00:00" if micros else f"{cached[1]}+00:00"
 
 
 class Commit(NamedTuple):
@@ -414,7 +397,7 @@ class SqlStore(Closing):
                 "UPDATE {runs} SET status = {m}, extra = {m}, updated_at = {m}"
                 f"{release} WHERE run_id = {{m}} AND {self._token_is}"
             ),
-            (status, extra, now(), self._key(run_id), owner),
+            (status, extra, iso_now(), self._key(run_id), owner),
             run_id,
             owner,
         )
@@ -456,7 +439,7 @@ class SqlStore(Closing):
             (
                 self._text(graph_hash, run_id),
                 self._text(code_hash, run_id),
-                now(),
+                iso_now(),
                 self._key(run_id),
             ),
         )

@@ -54,6 +54,7 @@ from stargraph.checkpoint._records import (
     check_text,
     check_thread,
     clip_error,
+    iso_now,
     turn_taken,
     unicode_problem,
 )
@@ -67,7 +68,6 @@ from stargraph.checkpoint._sql import (
     fence_error,
     may_acquire,
     missing,
-    now,
 )
 from stargraph.errors import (
     CheckpointError,
@@ -419,7 +419,7 @@ class SqliteStore(SqlStore):
         payload = _encode(first, run_id=rid, step=first.step, pack=True)
         extra = _encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
         owner = run.owner
-        at = now()
+        at = iso_now()
         with self._write() as conn:
             try:
                 conn.execute(
@@ -518,10 +518,10 @@ class SqliteStore(SqlStore):
         # Compare-and-set on last_step and the lease: the fence between two writers.
         if extra is None:
             advance = _ADVANCE[last, False]
-            params: tuple[object, ...] = (number, status, now(), run_id, number - 1, owner)
+            params: tuple[object, ...] = (number, status, iso_now(), run_id, number - 1, owner)
         else:
             advance = _ADVANCE[last, True]
-            params = (number, status, extra, now(), run_id, number - 1, owner)
+            params = (number, status, extra, iso_now(), run_id, number - 1, owner)
         # The same row as bytes and a bool would make, bound without the adapter lookup (see
         # _advance_sql): a bytearray is bound as the same BLOB, an int as the same INTEGER.
         step_row = (run_id, number, int(snapshot), bytearray(payload), _crc(payload))
