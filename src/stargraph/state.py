@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, PydanticUserError, TypeAdapter
 from pydantic_core import PydanticUndefined
 
 from stargraph._text import lone_surrogate
+from stargraph._unchecked import unchecked
 from stargraph.errors import Problem
 from stargraph.ir import FieldIR, StateSchemaIR, content_hash
 from stargraph.reducers import BUILTIN_REDUCERS, Reducer
@@ -558,9 +559,4 @@ def fast_state(model: type[BaseModel], values: dict[str, Any]) -> Any:
     the model validator on each step would only repeat that work; this is what pydantic's
     ``model_construct`` does, minus its per-field default handling.
     """
-    instance = model.__new__(model)
-    object.__setattr__(instance, "__dict__", values)
-    object.__setattr__(instance, "__pydantic_fields_set__", set(values))
-    object.__setattr__(instance, "__pydantic_extra__", None)
-    object.__setattr__(instance, "__pydantic_private__", None)
-    return instance
+    return unchecked(model, values, set(values))

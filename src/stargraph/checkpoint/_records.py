@@ -22,6 +22,7 @@ from typing import Any, Final, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from stargraph._text import lone_surrogate
+from stargraph._unchecked import every_field, unchecked
 from stargraph.errors import CheckpointError, ThreadBusyError
 
 __all__ = [
@@ -160,14 +161,6 @@ def turn_taken(run: RunRecord, holder: str | None = None) -> ThreadBusyError:
 
 
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
-_EVERY_FIELD: dict[type[BaseModel], set[str]] = {}
-_new = object.__new__
-_set = object.__setattr__
-# BaseModel's slots, set through their descriptors: a third of the cost of object.__setattr__
-# by name, which looks each one up on the class first.
-_SET_FIELDS_SET = BaseModel.__dict__["__pydantic_fields_set__"].__set__
-_SET_EXTRA = BaseModel.__dict__["__pydantic_extra__"].__set__
-_SET_PRIVATE = BaseModel.__dict__["__pydantic_private__"].__set__
 
 
 def trusted(cls: type[_ModelT], **fields: Any) -> _ModelT:
@@ -175,33 +168,15 @@ def trusted(cls: type[_ModelT], **fields: Any) -> _ModelT:
     (tuples where a tuple is declared), every field given: what ``model_construct`` does,
     without its cost. The executor builds several records per step; validating what it has
     just built would cost more than storing it in memory."""
-    record = _new(cls)
-    _set(record, "__dict__", fields)
-    # Every field given (the common case): one set shared by every record of the class. The
-    # records are frozen, so pydantic never adds to it (model_copy copies it first), and a
-    # record kept in memory is one object fewer for the garbage collector to walk.
-    every = _EVERY_FIELD.get(cls)
-    if every is None:
-        every = _EVERY_FIELD[cls] = set(cls.model_fields)
-    _SET_FIELDS_SET(record, every if fields.keys() == every else set(fields))
-    _SET_EXTRA(record, None)
-    _SET_PRIVATE(record, None)
-    return record
+    every = every_field(cls)
+    return unchecked(cls, fields, every if fields.keys() == every else set(fields))
 
 
 def trusted_fields(cls: type[_ModelT], fields: dict[str, Any]) -> _ModelT:
     """:func:`trusted` of a dict naming every field of ``cls`` and nothing else, which
     becomes the record's own (the caller hands it over): a call with a dozen keywords and
     the check of their names cost a third of building a step's record."""
-    record = _new(cls)
-    _set(record, "__dict__", fields)
-    every = _EVERY_FIELD.get(cls)
-    if every is None:
-        every = _EVERY_FIELD[cls] = set(cls.model_fields)
-    _SET_FIELDS_SET(record, every)
-    _SET_EXTRA(record, None)
-    _SET_PRIVATE(record, None)
-    return record
+    return unchecked(cls, fields, every_field(cls))
 
 
 class TaskRecord(BaseModel):

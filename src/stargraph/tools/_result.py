@@ -12,6 +12,7 @@ from typing import Any, Literal, TypeVar
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from stargraph._unchecked import unchecked
 from stargraph.errors import (
     LockTimeoutError,
     ToolArgumentError,
@@ -39,12 +40,7 @@ def built(cls: type[_ModelT], values: dict[str, Any], given: frozenset[str]) -> 
     types: ``values`` holds every field, in declaration order (a default where the caller
     set none), and ``given`` names those the caller set. The same record, without
     ``model_construct``'s walk over the fields, which the arbiter paid three times a call."""
-    record = cls.__new__(cls)
-    object.__setattr__(record, "__dict__", values)
-    object.__setattr__(record, "__pydantic_fields_set__", set(given))
-    object.__setattr__(record, "__pydantic_extra__", None)
-    object.__setattr__(record, "__pydantic_private__", None)
-    return record
+    return unchecked(cls, values, set(given))
 
 
 ToolStatus = Literal["success", "error", "timeout", "denied", "invalid"]
