@@ -532,12 +532,12 @@ CLI_RESULT = {"log": ["n0", "n1", "n2", "n3", "n4"], "total": 10}
 class _Child:
     """``stargraph ARGS`` in a subprocess whose stderr lines are collected as they come."""
 
-    def __init__(self, cwd: Path, *args: str, block_at: int = 3) -> None:
+    def __init__(self, cwd: Path, *args: str, block_at: int = 3, program: str = STARGRAPH) -> None:
         env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "STARGRAPH_DEBUG")}
         env["SG_TRIAL_DIR"] = str(cwd)
         env["SG_BLOCK_STEP"] = str(block_at)
         self.proc = subprocess.Popen(
-            [STARGRAPH, *args],
+            [program, *args],
             cwd=cwd,
             env=env,
             stdout=subprocess.PIPE,
@@ -730,3 +730,85 @@ def test_closing_a_stream_after_its_last_step_finishes_the_run(store: Checkpoint
     stream.close()
     assert app.get_run("r").status == "done"
     assert app.get_state("r") == REFERENCE
+
+
+# --------------------------------------------------------------------------- a user's own script
+
+# A user's script: one branch per argument, each a blocking node that says on which thread it
+# runs (its "entered-<node>" file), then waits for the test's "go" file and writes
+# "left-<node>". One branch runs under stream() (on the stream's step thread); several run
+# under invoke(), the first on the driver's thread and the others on worker threads.
+SCRIPT = textwrap.dedent(
+    """
+    import os
+    import sys
+    import threading
+    import time
+    from pathlib import Path
+    from typing import Annotated
+
+    from pydantic import BaseModel
+
+    from stargraph import END, START, Graph, RunContext, reducers
+    from stargraph.checkpoint import SqliteStore
+    from stargraph.runtime import cancel_on_signals
+
+    here = Path(os.environ["SG_TRIAL_DIR"])
+
+
+    class S(BaseModel):
+        log: Annotated[list[str], reducers.append] = []
+
+
+    def wait(state: S, ctx: RunContext) -> dict:
+        (here / f"entered-{ctx.node}").write_text(threading.current_thread().name)
+        deadline = time.monotonic() + 60
+        while not (here / "go").exists() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        (here / f"left-{ctx.node}").write_text("")
+        return {"log": [ctx.node]}
+
+
+    branches = sys.argv[1:]
+    graph = Graph("waits", state=S)
+    for name in branches:
+        graph = graph.with_node(name, wait, blocking=True)
+        graph = graph.with_edge(START, name).with_edge(name, END)
+    app = graph.compile(store=SqliteStore(here / "runs.db"))
+    with cancel_on_signals(announce=True):
+        if len(branches) == 1:
+            for _ in app.stream({}, run_id="r"):
+                pass
+        else:
+            app.invoke({}, run_id="r")
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("branches", "threads"),
+    [(["a"], ["stargraph-step_0"]), (["a", "b"], ["MainThread", "stargraph-worker_0"])],
+    ids=["stream-step-thread", "invoke-worker-thread"],
+)
+def test_a_second_ctrl_c_in_a_users_script_does_not_wait_for_a_node_thread(
+    tmp_path: Path, branches: list[str], threads: list[str]
+) -> None:
+    """After a second Ctrl-C a script exits at once, even while a node it gave up still runs
+    on one of the engine's threads: the interpreter's exit used to join those threads, so
+    the script stayed alive (printing nothing) until the node ended by itself."""
+    (tmp_path / "script.py").write_text(SCRIPT)
+    child = _Child(tmp_path, "script.py", *branches, program=sys.executable)
+    for name in branches:
+        _wait_for_file(tmp_path / f"entered-{name}", child)
+    on = sorted((tmp_path / f"entered-{name}").read_text() for name in branches)
+    assert on == threads, "the nodes run where this test means them to"
+    child.proc.send_signal(signal.SIGINT)
+    child.wait_for_line("SIGINT: stopping after the current step")
+    child.proc.send_signal(signal.SIGINT)  # every node is still waiting for "go"
+    code, _, stderr = child.finish()
+    assert code == -signal.SIGINT, stderr  # an uncaught KeyboardInterrupt
+    assert "run 'r' stopped at once; it shows as 'orphaned'" in stderr
+    # The script did not wait for the nodes it gave up: none of them got to leave.
+    assert sorted(p.name for p in tmp_path.glob("left-*")) == []
+    with SqliteStore(tmp_path / "runs.db") as store:
+        assert store.get_run("r").status == "orphaned"

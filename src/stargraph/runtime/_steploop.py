@@ -48,6 +48,7 @@ from stargraph.errors import (
 from stargraph.ir import END
 from stargraph.runtime._cancel import ACTIVE, SIGNALLED
 from stargraph.runtime._context import Entropy
+from stargraph.runtime._daemon import DaemonThreads
 from stargraph.runtime._durable import Durability, Persistence
 from stargraph.runtime._events import (
     Event,
@@ -481,11 +482,7 @@ class StepLoop:
         feed = run.feed
         # A live stream runs each step's tasks on a thread of its own, so that this driver
         # (the consumer's thread) hands on events while they run.
-        stepper = (
-            None
-            if feed is None
-            else concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="stargraph-step")
-        )
+        stepper = None if feed is None else DaemonThreads(1, name="stargraph-step")
         steps = self.advance(run, fresh=fresh, steps=True)
         in_step = False
         try:

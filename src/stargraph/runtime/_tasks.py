@@ -28,6 +28,7 @@ from typing import Any, NamedTuple, Protocol
 from stargraph.errors import NodeTimeoutError, RunError, StargraphError
 from stargraph.refs import resolve_ref
 from stargraph.runtime._context import AttemptFence, GraphInterrupt
+from stargraph.runtime._daemon import DaemonThreads
 from stargraph.runtime._plan import NodeSpec, Task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run
@@ -53,17 +54,15 @@ class _SharedPool:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.pool: DaemonThreads | None = None
 
-    def get(self) -> concurrent.futures.ThreadPoolExecutor:
+    def get(self) -> DaemonThreads:
         pool = self.pool
         if pool is None:
             with self.lock:
                 pool = self.pool
                 if pool is None:
-                    pool = self.pool = concurrent.futures.ThreadPoolExecutor(
-                        max_workers=WORKER_THREADS, thread_name_prefix="stargraph-worker"
-                    )
+                    pool = self.pool = DaemonThreads(WORKER_THREADS, name="stargraph-worker")
         return pool
 
     def forget(self) -> None:
@@ -76,8 +75,9 @@ _SHARED = _SharedPool()
 os.register_at_fork(after_in_child=_SHARED.forget)
 
 
-def worker_threads() -> concurrent.futures.ThreadPoolExecutor:
-    """The process's worker threads, shared by every compiled graph (started on first use)."""
+def worker_threads() -> concurrent.futures.Executor:
+    """The process's worker threads, shared by every compiled graph (started on first use;
+    daemons, so that an exit never waits for a task its run gave up)."""
     return _SHARED.get()
 
 
@@ -94,7 +94,7 @@ _TICK = 0.001
 
 _IDLE_TICKS = 50
 """Looks without a batch in flight after which the watchdog sleeps until the next one."""
-Pool = Callable[[], concurrent.futures.ThreadPoolExecutor]
+Pool = Callable[[], concurrent.futures.Executor]
 
 
 class StepOutcome(NamedTuple):
