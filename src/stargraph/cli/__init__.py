@@ -35,10 +35,11 @@ def main(argv: Sequence[str] | None = None) -> None:
 def _leave_abandoned_nodes(done: SystemExit) -> None:
     """Exit now, without joining worker threads, when a signal stopped the run at once.
 
-    A second Ctrl-C (or SIGTERM) abandons the node that is running on a worker thread; its
-    step is not committed and the run is already recorded as orphaned. The interpreter would
-    still wait at exit for that thread, for as long as the node runs: the command would say it
-    stopped at once and then hang.
+    A second Ctrl-C (or SIGTERM) abandons the node that is running; its step is not
+    committed and the run is already recorded as orphaned. The engine's own threads are
+    daemons, but the node may have started threads of its own (a client library's pool) that
+    are not: the interpreter would wait at exit for those, for as long as they run, and the
+    command would say it stopped at once and then hang.
     """
     import os
     import signal
