@@ -426,6 +426,38 @@ def test_a_seeded_factory_keeps_its_entropy_under_the_command_store(project: Pat
     assert first["token"] == again["token"] != ""
 
 
+def test_a_factory_with_plugins_keeps_its_observer_under_the_command_store(
+    project: Path,
+) -> None:
+    """The recompile under ``--db`` used to drop ``plugins=``: an audit plugin's
+    ``on_event`` saw every run from Python and none from the command line."""
+    (project / "audited.py").write_text(
+        "from pathlib import Path\n\n"
+        "from pydantic import BaseModel\n\n"
+        "from stargraph import END, START, Graph\n"
+        "from stargraph.plugin import get_plugin_manager, hookimpl\n\n\n"
+        "class S(BaseModel):\n    n: int = 0\n\n\n"
+        "class Audit:\n"
+        "    @hookimpl\n"
+        "    def on_event(self, event):\n"
+        "        with Path('audit.log').open('a') as log:\n"
+        "            log.write(type(event).__name__ + '\\n')\n\n\n"
+        "def bump(state: S) -> dict:\n    return {'n': state.n + 1}\n\n\n"
+        "def make():\n"
+        "    plugins = get_plugin_manager()\n"
+        "    plugins.register(Audit())\n"
+        "    graph = Graph('audited', state=S).with_node('bump', bump)"
+        ".with_edge(START, 'bump').with_edge('bump', END)\n"
+        "    return graph.compile(plugins=plugins)\n"
+    )
+    out = run(project, "run", "audited:make", "-q", "--run-id", "a-1", "--db", "a.db")
+    assert json.loads(out.stdout) == {"n": 1}
+    events = (project / "audit.log").read_text().split()
+    assert events[0] == "RunStarted"
+    assert events[-1] == "RunFinished"
+    assert "StepCompleted" in events
+
+
 def test_resuming_under_edited_node_code_warns_in_one_plain_line(project: Path) -> None:
     """The code-hash warning used to come out as Python prints warnings: the library's
     file name and line number, then a source line."""

@@ -274,34 +274,9 @@ def compile_target(
             return app
         if isinstance(store, SqliteStore):
             refuse_another_store(target, store.path)
-        # Recompile the same IR with the command's store; the callables come from the
-        # compiled graph's own node and router specs.
-        from stargraph.compile import RunOptions, compile_ir
-
-        impls: dict[str, Any] = {}
-        for spec in app.specs.values():
-            impls[spec.ref] = spec.fn
-            for router in spec.routers:
-                impls[router.ref] = router.fn
-        for router in app.start_routers:
-            impls[router.ref] = router.fn
-        # What the user compiled with stays (a seeded entropy, durability, an executor);
-        # only the store (and a --max-steps) is the command's.
-        return compile_ir(
-            app.ir,
-            state=app.state_model,
-            impls=impls,
-            options=RunOptions(
-                store=store,
-                max_steps=app.max_steps if max_steps is None else max_steps,
-                services=app.services,
-                entropy=app._entropy_factory,
-                durability=app.durability,
-                snapshot_every=app.snapshot_every,
-                on_code_change=app.on_code_change,
-                executor=app.executor,
-            ),
-        )
+        # What the user compiled with stays (a seeded entropy, durability, plugins, an
+        # executor); only the store (and a --max-steps) is the command's.
+        return app.with_store(store, max_steps=max_steps)
     graph = target.graph if target.graph is not None else Graph(target.ir)
     if max_steps is None:
         return graph.compile(store=store)

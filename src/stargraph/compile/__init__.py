@@ -38,6 +38,7 @@ from stargraph.state import build_channels
 if TYPE_CHECKING:
     import pluggy
 
+    from stargraph.checkpoint import CheckpointStore
     from stargraph.runtime import Event
 
 __all__ = ["RunOptions", "compile_ir"]
@@ -205,7 +206,24 @@ def compile_ir(
         on_code_change=options.on_code_change,
         on_event=_event_hook(options.plugins),
         executor=executor,
+        rebuild=_rebuilder(ir, state, impls, options),
     )
+
+
+def _rebuilder(
+    ir: GraphIR,
+    state: type[StateT],
+    impls: Mapping[str, Callable[..., Any]] | None,
+    options: RunOptions,
+) -> Callable[[CheckpointStore | None, int], CompiledGraph[StateT]]:
+    """What ``CompiledGraph.with_store`` calls: this compilation again, from the same
+    callables and options but for the store and the step limit."""
+
+    def rebuild(store: CheckpointStore | None, max_steps: int) -> CompiledGraph[StateT]:
+        changed = dataclasses.replace(options, store=store, max_steps=max_steps)
+        return compile_ir(ir, state=state, impls=impls, options=changed)
+
+    return rebuild
 
 
 def _mounted_skill_problems(ir: GraphIR, services: Mapping[str, Any] | None) -> list[Problem]:

@@ -70,9 +70,12 @@ class CompiledGraph(Generic[StateT]):
         on_code_change: Literal["warn", "error"] = "warn",
         on_event: Callable[[Event], None] | None = None,
         executor: concurrent.futures.Executor | None = None,
+        rebuild: Callable[[CheckpointStore | None, int], CompiledGraph[StateT]] | None = None,
     ) -> None:
         """Run ``plan`` (built by the compiler) with a store and options; see
-        ``stargraph.compile.compile_ir`` for what each does."""
+        ``stargraph.compile.compile_ir`` for what each does. ``rebuild(store, max_steps)``
+        compiles the same graph again with the same options but those two (the compiler
+        passes it; see :meth:`with_store`)."""
         self.plan = plan
         # compile(executor=...): where blocking branch work runs (see runtime._remote). The
         # graph does not own it: close() leaves it running.
@@ -89,7 +92,7 @@ class CompiledGraph(Generic[StateT]):
             on_event=on_event,
             remote=self.remote,
         )
-        # The plan's parts and the options, as attributes (the CLI recompiles from them).
+        # The plan's parts and the options, as attributes.
         self.ir = plan.ir
         self.state_model: type[StateT] = plan.state_model  # type: ignore[assignment]
         self.channels = plan.channels
@@ -105,6 +108,7 @@ class CompiledGraph(Generic[StateT]):
         self.snapshot_every = snapshot_every
         self.on_code_change = on_code_change
         self._entropy_factory = entropy
+        self._rebuild = rebuild
 
     @property
     def observer_failures(self) -> int:
@@ -548,6 +552,25 @@ class CompiledGraph(Generic[StateT]):
             parent=parent,
             code_hash=self.code_hash,
         )
+
+    def with_store(
+        self, store: CheckpointStore | None, *, max_steps: int | None = None
+    ) -> CompiledGraph[StateT]:
+        """This graph compiled again to keep its runs in ``store`` (``None``: nowhere), and
+        to stop after ``max_steps`` if given; every other option it was compiled with stays
+        (services, plugins, entropy, durability, snapshots, the executor, nesting), and its
+        embedded subgraphs keep their child runs in ``store`` too. The graph hash is the
+        same, so a run one stored, the other resumes. This graph is left as it was::
+
+            app = graph.compile(services={"model": model}, plugins=pm)
+            durable = app.with_store(SqliteStore("runs.db"))
+        """
+        if self._rebuild is None:
+            raise StargraphError(
+                f"{self!r} was not made by Graph.compile() or compile_ir(), so it cannot be "
+                "compiled again; compile the graph with store=... instead"
+            )
+        return self._rebuild(store, self.max_steps if max_steps is None else max_steps)
 
     # ------------------------------------------------------------------ stopping early
 
