@@ -69,6 +69,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from stargraph import fathom, reducers
+from stargraph._unchecked import unchecked
 from stargraph.errors import NodeError, Problem, SkillValidationError, ToolError
 from stargraph.fathom._pack import budget_problems
 from stargraph.graph import END, START, Graph
@@ -570,6 +571,50 @@ def _transcript(trajectory: Sequence[ReactStep]) -> list[ChatMessage]:
     return list(messages)
 
 
+# The validated request fields but its messages, by the id of the node configuration they
+# came from (held, so the id stays its own), with the values they were built from.
+_HEADS: OrderedDict[int, tuple[Mapping[str, Any], tuple[Any, ...], ChatRequest]] = OrderedDict()
+_HEADS_LOCK = threading.Lock()
+_KEPT_HEADS: Final = 64
+_NO_EXTRA: Final[Mapping[str, Any]] = {}
+
+
+def _head(config: Mapping[str, Any], tools: tuple[dict[str, Any], ...]) -> ChatRequest:
+    """The request ``think`` sends but its messages (``messages=()``), validated once for the
+    same configuration values (the same objects) rather than at every step."""
+    options = config.get("request") or _NO_OPTIONS
+    given = (
+        config.get("model"),
+        tools,
+        config.get("temperature"),
+        options.get("tool_choice"),
+        options.get("max_tokens"),
+        options.get("response_format"),
+        options.get("extra") or _NO_EXTRA,
+    )
+    with _HEADS_LOCK:
+        kept = _HEADS.get(id(config))
+    if kept is not None and kept[0] is config and all(map(operator.is_, kept[1], given)):
+        return kept[2]
+    model, tools, temperature, tool_choice, max_tokens, response_format, extra = given
+    head = ChatRequest(
+        messages=(),
+        model=model,
+        tools=tools,
+        temperature=temperature,
+        tool_choice=tool_choice,
+        max_tokens=max_tokens,
+        response_format=response_format,
+        extra=extra,
+    )
+    with _HEADS_LOCK:
+        _HEADS[id(config)] = (config, given, head)
+        _HEADS.move_to_end(id(config))
+        while len(_HEADS) > _KEPT_HEADS:
+            _HEADS.popitem(last=False)
+    return head
+
+
 def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     """Ask the model for the next step; take its answer or prepare its tool calls."""
     config = ctx.config
@@ -584,20 +629,15 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     system = _system_prompt(config)
     if system:
         messages.insert(0, ChatMessage.system(system))
-    options = config.get("request") or _NO_OPTIONS
-    # Validated without the messages, which are then set unvalidated: they are ChatMessage
-    # objects already (the trajectory's), and checking each of them again would cost every
-    # step time in proportion to the whole conversation.
-    request = ChatRequest(
-        messages=(),
-        model=config.get("model"),
-        tools=_offered_tools(ctx, arbiter, tuple(config["tools"])),
-        temperature=config.get("temperature"),
-        tool_choice=options.get("tool_choice"),
-        max_tokens=options.get("max_tokens"),
-        response_format=options.get("response_format"),
-        extra=options.get("extra") or {},
-    ).model_copy(update={"messages": tuple(messages)})
+    # The other fields are validated once per node configuration (_head); the messages are
+    # set unvalidated: they are ChatMessage objects already (the trajectory's), and checking
+    # each of them again would cost every step time in proportion to the whole conversation.
+    head = _head(config, _offered_tools(ctx, arbiter, tuple(config["tools"])))
+    request = unchecked(
+        ChatRequest,
+        {**head.__dict__, "messages": tuple(messages)},
+        head.__pydantic_fields_set__,
+    )
     response = _once(ctx, "llm", ChatResponse, lambda: model.complete(request))
     reply = response.message
     new_steps.append(

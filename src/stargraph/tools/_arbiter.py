@@ -54,6 +54,7 @@ from stargraph.errors import (
     ToolNotAllowedError,
     ToolTimeoutError,
 )
+from stargraph.llm._messages import ToolCall as LlmToolCall
 from stargraph.tools._artifacts import ArtifactStore, InMemoryArtifactStore
 from stargraph.tools._canonical import canonical_json, sha256_hex
 from stargraph.tools._commit import CommitEntry, CommitLog, InMemoryCommitLog
@@ -160,7 +161,11 @@ class ToolCall(BaseModel):
         the arbiter refuses it like any invalid call (logged, committed, named by its
         canonical tool id).
         """
-        data = tool_call.model_dump() if hasattr(tool_call, "model_dump") else dict(tool_call)
+        if type(tool_call) is LlmToolCall:
+            # The ReAct loop's case, every act step: a frozen model already validated.
+            data: dict[str, Any] = tool_call.__dict__
+        else:
+            data = tool_call.model_dump() if hasattr(tool_call, "model_dump") else dict(tool_call)
         # OpenAI wire shape nests name/arguments under "function"; stargraph.llm.ToolCall
         # (and several SDKs) keep them flat.
         function = data.get("function") or data
@@ -169,6 +174,30 @@ class ToolCall(BaseModel):
         args, problem = _parse_arguments(raw)
         if problem and strict:
             raise _invalid_arguments(name, problem, node)
+        call_id = data.get("id")
+        if (
+            not problem
+            and isinstance(raw, _TEXT)
+            and type(call_id) is str
+            and _plain_text(lane, node, state)
+            and (allowed is None or all(type(a) is str for a in allowed))
+        ):
+            # Every value is of its declared type (the arguments were parsed from JSON text,
+            # so they are a JSON object): validating them again would only copy them.
+            return built(
+                cls,
+                {
+                    "tool": name,
+                    "args": args,
+                    "call_id": call_id,
+                    "lane": lane,
+                    "node": node,
+                    "state": state,
+                    "allowed": tuple(allowed) if allowed is not None else None,
+                    "raw_arguments": None,
+                },
+                _CALL_SET,
+            )
         return cls(
             tool=name,
             args=args,
@@ -179,6 +208,20 @@ class ToolCall(BaseModel):
             allowed=tuple(allowed) if allowed is not None else None,
             raw_arguments=_as_text(raw) if problem else None,
         )
+
+
+_CALL_SET: Final = frozenset(ToolCall.model_fields)
+"""Every field of a tool call: what ``from_openai`` sets."""
+_NORMALISED: Final = frozenset(("tool", "args"))
+
+
+def _plain_text(lane: object, node: object, state: object) -> bool:
+    """Whether a call's lane is text and its node and state are text or ``None``."""
+    return (
+        type(lane) is str
+        and (node is None or type(node) is str)
+        and (state is None or type(state) is str)
+    )
 
 
 def _bad_call(exc: ValidationError, data: Mapping[str, Any]) -> ToolArgumentError:
@@ -480,7 +523,13 @@ class Arbiter:
             self._refuse(call, spec.id, exc, _args_hash(call.args))
             raise
         args_hash = _args_hash(args.json)
-        normalised = call.model_copy(update={"tool": spec.id, "args": args.json})
+        # model_copy(update=...) without its generic copying: the two values are the
+        # arbiter's own (the canonical id, the validated arguments).
+        normalised = built(
+            ToolCall,
+            {**call.__dict__, "tool": spec.id, "args": args.json},
+            _NORMALISED.union(call.__pydantic_fields_set__),
+        )
         plan = self._plan(tool)
         try:
             self._check_allowlist(normalised, spec)
