@@ -16,6 +16,7 @@ from typing import Any, Literal, Self
 import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from stargraph._unchecked import unchecked
 from stargraph.errors import ChatDataError, Problem
 
 __all__ = [
@@ -222,11 +223,21 @@ class Usage(_ChatData):
 
     def __add__(self, other: Usage) -> Usage:
         """Usage adds up, so a run can total the usage of all its calls."""
-        return Usage(
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            total_tokens=self.total_tokens + other.total_tokens,
+        # Sums of validated counts are counts: built without validating them again (every
+        # ReAct step adds its reply's usage to the run's).
+        return unchecked(
+            Usage,
+            {
+                "prompt_tokens": self.prompt_tokens + other.prompt_tokens,
+                "completion_tokens": self.completion_tokens + other.completion_tokens,
+                "total_tokens": self.total_tokens + other.total_tokens,
+            },
+            _USAGE_FIELDS,
         )
+
+
+_USAGE_FIELDS = set(Usage.model_fields)
+"""The fields a sum of usages sets (all three), shared by those records."""
 
 
 class ResponseFormat(_ChatData):
