@@ -186,6 +186,25 @@ class ChatMessage(_ChatData):
     @classmethod
     def tool(cls, tool_call_id: str, content: str, *, name: str | None = None) -> ChatMessage:
         """A tool result (or an observation about a bad call) answering ``tool_call_id``."""
+        if (
+            cls is ChatMessage
+            and type(content) is str
+            and type(tool_call_id) is str
+            and (name is None or type(name) is str)
+        ):
+            # Text fields given as text validate to themselves: the message without the
+            # validation (the ReAct loop answers every tool call with one).
+            return unchecked(
+                ChatMessage,
+                {
+                    "role": "tool",
+                    "content": content,
+                    "tool_calls": (),
+                    "tool_call_id": tool_call_id,
+                    "name": name,
+                },
+                _TOOL_MESSAGE_FIELDS,
+            )
         return cls(role="tool", content=content, tool_call_id=tool_call_id, name=name)
 
     def to_openai(self) -> dict[str, Any]:
@@ -236,6 +255,8 @@ class Usage(_ChatData):
         )
 
 
+_TOOL_MESSAGE_FIELDS = {"role", "content", "tool_call_id", "name"}
+"""The fields :meth:`ChatMessage.tool` sets, shared by the messages it builds."""
 _USAGE_FIELDS = set(Usage.model_fields)
 """The fields a sum of usages sets (all three), shared by those records."""
 

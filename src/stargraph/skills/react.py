@@ -640,15 +640,7 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     )
     response = _once(ctx, "llm", ChatResponse, lambda: model.complete(request))
     reply = response.message
-    new_steps.append(
-        ReactStep(
-            llm_step=llm_step,
-            kind="reply",
-            message=reply,
-            usage=response.usage,
-            finish_reason=response.finish_reason,
-        )
-    )
+    new_steps.append(_react_step(llm_step, "reply", reply, response.usage, response.finish_reason))
 
     notes: list[ChatMessage] = []
     out: dict[str, Any] = {}
@@ -708,6 +700,56 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
         usage=state.usage + response.usage,
     )
     return out
+
+
+_STEP_FIELDS: Final = set(ReactStep.model_fields)
+_MESSAGE_STEP_FIELDS: Final = {"llm_step", "kind", "message"}
+_RECORD_FIELDS: Final = set(ToolCallRecord.model_fields)
+_OPTIONAL_RECORD: Final = frozenset(("error_code", "artifact_ref"))
+
+
+def _react_step(
+    llm_step: int,
+    kind: StepKind,
+    message: ChatMessage,
+    usage: Usage | None = None,
+    finish_reason: str | None = None,
+) -> ReactStep:
+    """``ReactStep(...)`` of values the loop holds validated already (a message, a usage and
+    a finish reason of a response, an LLM step count), without validating them again. A
+    reply sets all five fields, as the constructor call would; other steps the first three.
+    """
+    fields = _STEP_FIELDS if kind == "reply" else _MESSAGE_STEP_FIELDS
+    if type(llm_step) is not int or not isinstance(message, ChatMessage):
+        given = {"usage": usage, "finish_reason": finish_reason}
+        return ReactStep(
+            llm_step=llm_step,
+            kind=kind,
+            message=message,
+            **{k: given[k] for k in given if k in fields},
+        )
+    values = {
+        "llm_step": llm_step,
+        "kind": kind,
+        "message": message,
+        "usage": usage,
+        "finish_reason": finish_reason,
+    }
+    return unchecked(ReactStep, values, fields)
+
+
+def _call_record(values: dict[str, Any]) -> ToolCallRecord:
+    """``ToolCallRecord(**values)`` (every field given) without validation when each value
+    is of its field's exact type already: text, the step an int, the two optional ones text
+    or ``None``."""
+    plain = type(values["llm_step"]) is int and all(
+        type(value) is str or (value is None and key in _OPTIONAL_RECORD)
+        for key, value in values.items()
+        if key != "llm_step"
+    )
+    if not plain:
+        return ToolCallRecord(**values)
+    return unchecked(ToolCallRecord, values, _RECORD_FIELDS)
 
 
 def after_think(state: ReactState) -> str:
@@ -781,16 +823,18 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
         wire = result.to_tool_message(_LANE)
         answers.append(ChatMessage.tool(call.id, wire["content"], name=call.name))
         records.append(
-            ToolCallRecord(
-                llm_step=reply.llm_step,
-                call_id=call.id,
-                name=call.name,
-                arguments=call.arguments,
-                tool=result.tool,
-                status=result.status,
-                summary=result.summary,
-                error_code=result.error.code if result.error is not None else None,
-                artifact_ref=result.artifact_ref,
+            _call_record(
+                {
+                    "llm_step": reply.llm_step,
+                    "call_id": call.id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                    "tool": result.tool,
+                    "status": result.status,
+                    "summary": result.summary,
+                    "error_code": result.error.code if result.error is not None else None,
+                    "artifact_ref": result.artifact_ref,
+                }
             )
         )
     errors = state.error_count + failed
@@ -813,10 +857,7 @@ def observe(state: ReactState) -> dict[str, Any]:
     recent = itertools.takewhile(lambda r: r.llm_step == last, reversed(state.tool_calls))
     step_calls = list(recent)[::-1]
     out: dict[str, Any] = {
-        "trajectory": [
-            ReactStep(llm_step=last, kind="observation", message=message)
-            for message in state.pending
-        ],
+        "trajectory": [_react_step(last, "observation", message) for message in state.pending],
         "pending": [],
         "last_event": "observed" if not step_calls else state.last_event,
     }
