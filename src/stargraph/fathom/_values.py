@@ -225,6 +225,7 @@ def encode_text(value: str | None) -> Any:
 # A tuple, not ``bool | int | float``: Python 3.11 builds that union anew at every call, and
 # a snapshot decodes every slot of every fact.
 _SCALARS: Final = (bool, int, float)
+_SYMBOL_TYPE: Final = clips.Symbol
 
 
 def decode_value(value: Any) -> Any:
@@ -233,6 +234,15 @@ def decode_value(value: Any) -> Any:
     Symbols become ``{"symbol": name}`` so a restore can tell the symbol ``nil`` from the
     string ``"nil"``; multifields become lists.
     """
+    kind = type(value)
+    # The exact types first (clips.Symbol is a str subclass, so these tests are not the
+    # isinstance chain's order): a snapshot decodes every slot of every fact.
+    if kind is str:
+        return decode_string(value)
+    if kind is int or kind is float:
+        return value
+    if kind is _SYMBOL_TYPE:
+        return {"symbol": str(value)}
     if isinstance(value, clips.Symbol):
         return {"symbol": str(value)}
     if isinstance(value, str):
