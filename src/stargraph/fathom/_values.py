@@ -154,6 +154,10 @@ _NEEDS_ESCAPE: Final = re.compile("[\x00\uf8ff\ud800-\udfff]")
 _ESCAPED: Final = re.compile("\uf8ff(?:(e)|(0)|s([0-9a-f]{4}))")
 
 
+_ENCODED: dict[str, str] = {}
+_KEPT_ENCODED: Final = 512
+
+
 def _escape_char(match: re.Match[str]) -> str:
     char = match.group(0)
     if char == _ESC:
@@ -173,7 +177,15 @@ def _unescape_char(match: re.Match[str]) -> str:
 
 def encode_string(text: str) -> str:
     """Make ``text`` safe for a NUL-terminated UTF-8 C string, reversibly."""
-    return _NEEDS_ESCAPE.sub(_escape_char, text) if _NEEDS_ESCAPE.search(text) else text
+    # Node names and events repeat at every decision: the texts already seen are kept
+    # (bounded; a lost race only computes one again).
+    encoded = _ENCODED.get(text)
+    if encoded is None:
+        encoded = _NEEDS_ESCAPE.sub(_escape_char, text) if _NEEDS_ESCAPE.search(text) else text
+        if len(_ENCODED) >= _KEPT_ENCODED:
+            _ENCODED.clear()
+        _ENCODED[text] = encoded
+    return encoded
 
 
 def decode_string(text: str) -> str:

@@ -181,7 +181,26 @@ class ChatMessage(_ChatData):
         cls, content: str | None = None, tool_calls: tuple[ToolCall, ...] | list[ToolCall] = ()
     ) -> ChatMessage:
         """An assistant turn: text, tool calls, or both."""
-        return cls(role="assistant", content=content, tool_calls=tuple(tool_calls))
+        calls = tuple(tool_calls)
+        if (
+            cls is ChatMessage
+            and (content is None or type(content) is str)
+            and all(type(call) is ToolCall for call in calls)
+        ):
+            # Text and validated calls validate to themselves (a scripted model answers
+            # every step with one): the message without the validation.
+            return unchecked(
+                ChatMessage,
+                {
+                    "role": "assistant",
+                    "content": content,
+                    "tool_calls": calls,
+                    "tool_call_id": None,
+                    "name": None,
+                },
+                _ASSISTANT_FIELDS,
+            )
+        return cls(role="assistant", content=content, tool_calls=calls)
 
     @classmethod
     def tool(cls, tool_call_id: str, content: str, *, name: str | None = None) -> ChatMessage:
@@ -257,6 +276,8 @@ class Usage(_ChatData):
 
 _TOOL_MESSAGE_FIELDS = {"role", "content", "tool_call_id", "name"}
 """The fields :meth:`ChatMessage.tool` sets, shared by the messages it builds."""
+_ASSISTANT_FIELDS = {"role", "content", "tool_calls"}
+"""The fields :meth:`ChatMessage.assistant` sets, shared by the messages it builds."""
 _USAGE_FIELDS = set(Usage.model_fields)
 """The fields a sum of usages sets (all three), shared by those records."""
 

@@ -356,8 +356,10 @@ class _Plan:
     delegated: bool  # executor "host": the execute step goes to the arbiter's ToolHost
 
 
-@dataclass(frozen=True, slots=True)
-class _Admitted:
+class _Admitted(NamedTuple):
+    """A call that passed steps 1-4 (a tuple: built at every dispatch, and a frozen
+    dataclass sets each field through ``object.__setattr__``)."""
+
     tool: Tool
     plan: _Plan
     call: ToolCall
@@ -473,9 +475,7 @@ class Arbiter:
     def bind_journal(self, journal: Journal) -> JournaledArbiter:
         """This arbiter routed through a task's journal (the executor calls it): every
         dispatch is recorded, and served instead of re-run on re-execution and in replay."""
-        from stargraph.tools._recorded import JournaledArbiter
-
-        return JournaledArbiter(self, journal)
+        return _journaled()(self, journal)
 
     def dispatch(self, call: ToolCall) -> ToolResult:
         """Run ``call`` through the whole pipeline; return the result or raise a ToolError."""
@@ -994,6 +994,19 @@ class Arbiter:
             if escaped in data:
                 data = data.replace(escaped, f"[redacted:{name}]".encode())
         return data
+
+
+_JOURNALED: list[type[JournaledArbiter]] = []
+
+
+def _journaled() -> type[JournaledArbiter]:
+    """``JournaledArbiter``, imported once (the module sits above this one; an import
+    statement at every bind, twice a ReAct step, costs a microsecond each time)."""
+    if not _JOURNALED:
+        from stargraph.tools._recorded import JournaledArbiter
+
+        _JOURNALED.append(JournaledArbiter)
+    return _JOURNALED[0]
 
 
 def _no_host(spec: ToolSpec, node: str | None) -> ToolError:
