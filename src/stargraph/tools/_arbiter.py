@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import math
 import os
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
@@ -70,6 +69,7 @@ from stargraph.tools._result import (
     ToolStatus,
     built,
     failure_of,
+    json_copy,
 )
 from stargraph.tools._schema import ValidatedArgs
 from stargraph.tools._spec import LockTemplate, ToolSpec
@@ -147,7 +147,7 @@ class ToolCall(BaseModel):
         """``model_dump(mode="json")``: the request a journal records for this call, built
         directly (the dump through :meth:`_dump` costs several times more, every call)."""
         data = self.__dict__
-        args = _json_copy(data["args"])
+        args = json_copy(data["args"])
         if type(self) is not ToolCall or args is None:
             dumped: dict[str, Any] = self.model_dump(mode="json")
             return dumped
@@ -236,37 +236,6 @@ class ToolCall(BaseModel):
 _CALL_SET: Final = frozenset(ToolCall.model_fields)
 """Every field of a tool call: what ``from_openai`` sets."""
 _NORMALISED: Final = frozenset(("tool", "args"))
-
-
-def _json_copy(value: Any) -> Any:
-    """A copy of JSON ``value`` as ``model_dump(mode="json")`` makes it, or ``None`` for a
-    value with anything else in it (a float that is not finite, a subclass, a tuple)."""
-    kind = type(value)
-    if kind is dict:
-        out = {}
-        for key, item in value.items():
-            leaf = type(item)
-            if leaf is str or leaf is int or leaf is bool or item is None:
-                out[key] = item
-            else:
-                copied = _json_copy(item)
-                if copied is None:
-                    return None
-                out[key] = copied
-        return out
-    if kind is list:
-        items = []
-        for item in value:
-            copied = _json_copy(item)
-            if copied is None and item is not None:
-                return None
-            items.append(copied)
-        return items
-    if kind is str or kind is int or kind is bool:
-        return value
-    if kind is float and math.isfinite(value):
-        return value
-    return None
 
 
 def _plain_text(lane: object, node: object, state: object) -> bool:

@@ -55,7 +55,7 @@ def _request_of(call: _Call) -> Any:
 
 
 def _outcome(result: ToolResult) -> dict[str, Any]:
-    return {"result": result.model_dump(mode="json")}
+    return {"result": result.journal_value()}
 
 
 def _failure(exc: ToolError) -> dict[str, Any]:
