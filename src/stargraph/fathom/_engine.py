@@ -525,7 +525,8 @@ class RuleEngine(Closing):
         ):
             return None
         try:
-            values = [decode_value(arg) for arg in args]
+            # An int goes in and comes back as itself (decode_value's own answer).
+            values = [arg if type(arg) is int else decode_value(arg) for arg in args]
         except RuleRuntimeError:  # a value CLIPS would give back otherwise: read it
             return None
         tick += 1

@@ -547,6 +547,14 @@ _TRANSCRIPTS_LOCK = threading.Lock()
 _KEPT_TRANSCRIPTS: Final = 64
 
 
+def _extends(trajectory: Sequence[ReactStep], kept: Sequence[ReactStep]) -> bool:
+    """``trajectory[:len(kept)] == kept`` as lists (one comparison in C, elements by
+    identity first), without copying the lists the runtime already hands over."""
+    if type(trajectory) is list and type(kept) is list:
+        return trajectory[: len(kept)] == kept
+    return list(trajectory[: len(kept)]) == list(kept)
+
+
 def _transcript(trajectory: Sequence[ReactStep]) -> list[ChatMessage]:
     """``[step.message for step in trajectory]``, from the messages of an earlier
     trajectory this one extends (same step objects, checked by identity) when one is kept."""
@@ -558,7 +566,7 @@ def _transcript(trajectory: Sequence[ReactStep]) -> list[ChatMessage]:
                 found = kept
                 break
     # One list comparison in C (elements by identity first), not a call per step.
-    if found is not None and list(trajectory[: len(found[0])]) == list(found[0]):
+    if found is not None and _extends(trajectory, found[0]):
         messages = [*found[1], *map(_MESSAGE, trajectory[len(found[0]) :])]
     else:
         messages = list(map(_MESSAGE, trajectory))
