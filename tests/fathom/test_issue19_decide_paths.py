@@ -38,3 +38,9 @@ def test_issue19_no_fire_snapshot_matches_the_facts_read_back() -> None:
         assert worked_out["facts"][0][1]["step"] == 2
         engine._snapshot = None
         assert engine.snapshot() == worked_out
+
+
+def test_issue19_kept_texts_keep_symbols_apart() -> None:
+    assert type(encode_string("kept-symbol")) is str
+    symbol = encode_string(clips.Symbol("kept-symbol"))
+    assert type(symbol) is clips.Symbol

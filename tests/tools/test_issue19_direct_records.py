@@ -124,3 +124,21 @@ def test_issue19_cancellation_is_an_event_made_on_first_use() -> None:
     event.clear()
     assert not event.wait(0.01)
     setter.join()
+
+
+@pytest.mark.parametrize("depth", [3, 100, 300])
+def test_issue19_from_openai_nesting_is_held_to_validation(depth: int) -> None:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    text = '{"a": ' + "[" * depth + "1" + "]" * depth + "}"
+    llm_call = LlmToolCall(id="c", name="n", arguments=text)
+    try:
+        expected: Any = ToolCall(tool="n", args={"a": value}, call_id="c")
+    except ToolArgumentError:
+        with pytest.raises(ToolArgumentError):
+            ToolCall.from_openai(llm_call)
+        return
+    call = ToolCall.from_openai(llm_call)
+    assert call == expected
+    assert call.journal_request() == call.model_dump(mode="json")

@@ -179,6 +179,8 @@ def encode_string(text: str) -> str:
     """Make ``text`` safe for a NUL-terminated UTF-8 C string, reversibly."""
     # Node names and events repeat at every decision: the texts already seen are kept
     # (bounded; a lost race only computes one again).
+    if type(text) is not str:  # a subclass (a clips.Symbol) is equal to its plain text
+        return _NEEDS_ESCAPE.sub(_escape_char, text) if _NEEDS_ESCAPE.search(text) else text
     encoded = _ENCODED.get(text)
     if encoded is None:
         encoded = _NEEDS_ESCAPE.sub(_escape_char, text) if _NEEDS_ESCAPE.search(text) else text

@@ -61,6 +61,7 @@ from stargraph.tools._commit import CommitEntry, CommitLog, InMemoryCommitLog
 from stargraph.tools._locks import Lease, LockManager, LockRequest
 from stargraph.tools._registry import ToolRegistry, matches_allowlist
 from stargraph.tools._result import (
+    JSON_DEPTH,
     FailureCode,
     FieldProblem,
     ToolFailure,
@@ -198,12 +199,15 @@ class ToolCall(BaseModel):
         if problem and strict:
             raise _invalid_arguments(name, problem, node)
         call_id = data.get("id")
+        allowed_ids = tuple(allowed) if allowed is not None else None
         if (
-            not problem
+            cls is ToolCall
+            and not problem
             and isinstance(raw, _TEXT)
             and type(call_id) is str
             and _plain_text(lane, node, state)
-            and (allowed is None or all(type(a) is str for a in allowed))
+            and (allowed_ids is None or all(type(a) is str for a in allowed_ids))
+            and _within(args, JSON_DEPTH)
         ):
             # Every value is of its declared type (the arguments were parsed from JSON text,
             # so they are a JSON object): validating them again would only copy them.
@@ -216,7 +220,7 @@ class ToolCall(BaseModel):
                     "lane": lane,
                     "node": node,
                     "state": state,
-                    "allowed": tuple(allowed) if allowed is not None else None,
+                    "allowed": allowed_ids,
                     "raw_arguments": None,
                 },
                 _CALL_SET,
@@ -228,7 +232,7 @@ class ToolCall(BaseModel):
             lane=lane,
             node=node,
             state=state,
-            allowed=tuple(allowed) if allowed is not None else None,
+            allowed=allowed_ids,
             raw_arguments=_as_text(raw) if problem else None,
         )
 
@@ -236,6 +240,17 @@ class ToolCall(BaseModel):
 _CALL_SET: Final = frozenset(ToolCall.model_fields)
 """Every field of a tool call: what ``from_openai`` sets."""
 _NORMALISED: Final = frozenset(("tool", "args"))
+
+
+def _within(value: dict[str, Any] | list[Any], depth: int) -> bool:
+    """Whether JSON ``value`` nests at most ``depth`` containers below itself (validation
+    refuses values nested past 254: a call built without it must not hold one)."""
+    for item in value.values() if type(value) is dict else value:
+        if (type(item) is dict or type(item) is list) and (
+            depth <= 0 or not _within(item, depth - 1)
+        ):
+            return False
+    return True
 
 
 def _plain_text(lane: object, node: object, state: object) -> bool:

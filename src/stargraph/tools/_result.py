@@ -8,7 +8,7 @@ prompt building need no registry lookup.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, TypeVar
+from typing import Any, Final, Literal, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -31,6 +31,7 @@ __all__ = [
     "ToolStatus",
     "built",
     "failure_of",
+    "JSON_DEPTH",
     "json_copy",
 ]
 
@@ -45,26 +46,38 @@ def built(cls: type[_ModelT], values: dict[str, Any], given: frozenset[str]) -> 
     return unchecked(cls, values, set(given))
 
 
-def json_copy(value: Any) -> Any:
+JSON_DEPTH: Final = 64
+"""How deep :func:`json_copy` follows containers (pydantic refuses JSON values nested past
+254, which a copy must not accept either)."""
+
+
+def json_copy(value: Any, depth: int = JSON_DEPTH) -> Any:
     """A copy of JSON ``value`` as ``model_dump(mode="json")`` makes it, or ``None`` for a
-    value with anything else in it (a float that is not finite, a subclass, a tuple)."""
+    value with anything else in it (a float that is not finite, a subclass, a tuple, a key
+    that is not text) or nested deeper than ``depth`` containers."""
     kind = type(value)
     if kind is dict:
+        if depth < 0:
+            return None
         out = {}
         for key, item in value.items():
             leaf = type(item)
+            if type(key) is not str:
+                return None
             if leaf is str or leaf is int or leaf is bool or item is None:
                 out[key] = item
             else:
-                copied = json_copy(item)
+                copied = json_copy(item, depth - 1)
                 if copied is None:
                     return None
                 out[key] = copied
         return out
     if kind is list:
+        if depth < 0:
+            return None
         items = []
         for item in value:
-            copied = json_copy(item)
+            copied = json_copy(item, depth - 1)
             if copied is None and item is not None:
                 return None
             items.append(copied)
