@@ -162,6 +162,25 @@ def delta_request(previous: Mapping[str, Any], current: Mapping[str, Any]) -> di
     return delta
 
 
+_DELTAS: dict[int, tuple[Any, Any, dict[str, Any] | None]] = {}
+"""Recent deltas by the id of the request they are of, with it and the request before it:
+a request is compacted twice, for its journal row and for its step's record."""
+_KEPT_DELTAS: Final = 64
+
+
+def _delta(previous: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any] | None:
+    """:func:`delta_request`, worked out once for the same two request objects (treat the
+    delta as read-only, like the records that hold it)."""
+    kept = _DELTAS.get(id(current))
+    if kept is not None and kept[0] is previous and kept[1] is current:
+        return kept[2]
+    delta = delta_request(previous, current)
+    if len(_DELTAS) >= _KEPT_DELTAS:
+        _DELTAS.clear()
+    _DELTAS[id(current)] = (previous, current, delta)
+    return delta
+
+
 def expand_request(base: Mapping[str, Any], delta: Mapping[str, Any]) -> dict[str, Any]:
     """The whole request: ``base`` with ``delta`` (from :func:`delta_request`) applied."""
     unset = set(delta.get("unset", ()))
@@ -196,7 +215,7 @@ def compact_calls(
         conversation = (entry.kind, entry.key, entry.node, entry.index)
         previous = conversations.get(conversation)
         conversations[conversation] = (entry.fingerprint, request)
-        delta = None if previous is None else delta_request(previous[1], request)
+        delta = None if previous is None else _delta(previous[1], request)
         if previous is None or delta is None:
             out.append(entry)
         else:

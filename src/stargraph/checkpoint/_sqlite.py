@@ -612,7 +612,8 @@ class SqliteStore(SqlStore):
                 entry.seq,
                 entry.kind,
                 entry.key,
-                payload,
+                # Bound as the same BLOB as the bytes, without the adapter lookup (see _commit).
+                bytearray(payload),
                 _crc(payload),
             ),
         )

@@ -78,6 +78,7 @@ class Decision(BaseModel):
 # The slots of the sg-step fact in template order, as sg-begin's arguments (after the tick)
 # fill them: see fathom._load.
 _STEP_SLOTS: Final = ("tick", "step", "node", "last-event", "tool-result", "error-count")
+_STEP_SLOT_LIST: Final = list(_STEP_SLOTS)
 
 # What every step without a firing rule decides: one shared (frozen) instance.
 _CONTINUE: Final = Decision(kind="continue")
@@ -223,6 +224,9 @@ class RuleEngine(Closing):
         self._rule_packs = loaded.rule_packs
         # Per-name encoders, resolved once: the decision path runs at every step.
         self._encoders = tuple((name, self._fields[name]) for name in self._names)
+        # What _advanced checks a snapshot's engine facts against, made once.
+        self._fact_names = [name for name, _ in self._encoders]
+        self._state_slot_names = frozenset(("sg-tick", *self._fact_names))
         # The last snapshot, until something changes the facts (decide, restore, reset): a
         # run stores the facts with every step, and most steps ask no rule.
         self._snapshot: dict[str, Any] | None = None
@@ -513,15 +517,16 @@ class RuleEngine(Closing):
             return None
         step_slots, state_slots = facts[0][1], facts[1][1]
         tick = step_slots.get("tick")
-        names = [name for name, _ in self._encoders]
+        names = self._fact_names
         if (
             type(tick) is not int
-            or list(step_slots) != list(_STEP_SLOTS)
-            or set(state_slots) != {"sg-tick", *names}
+            or list(step_slots) != _STEP_SLOT_LIST
+            or state_slots.keys() != self._state_slot_names
         ):
             return None
         try:
-            values = [decode_value(arg) for arg in args]
+            # An int goes in and comes back as itself (decode_value's own answer).
+            values = [arg if type(arg) is int else decode_value(arg) for arg in args]
         except RuleRuntimeError:  # a value CLIPS would give back otherwise: read it
             return None
         tick += 1

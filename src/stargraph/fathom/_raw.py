@@ -141,6 +141,16 @@ class Watchdog:
             self._env = _ABI.NULL
 
 
+_SYMBOL_TYPE: Final = clips.Symbol
+_FCB_RESET: Final = lib.FCBReset
+_FCB_APPEND: Final = lib.FCBAppend
+_FCB_CALL: Final = lib.FCBCall
+_CREATE_INTEGER: Final = lib.CreateInteger
+_CREATE_STRING: Final = lib.CreateString
+_CREATE_SYMBOL: Final = lib.CreateSymbol
+_CREATE_FLOAT: Final = lib.CreateFloat
+
+
 class CallBuilder:
     """Calls CLIPS functions with plain arguments through one reused function-call builder.
 
@@ -163,21 +173,23 @@ class CallBuilder:
         argument type (the caller has already converted values to the slot types).
         """
         env, builder, value = self._env, self._builder, self._value
-        lib.FCBReset(builder)
+        _FCB_RESET(builder)
+        # The C functions are module constants: a lookup on ``lib`` per argument cost as
+        # much as the call (every decision passes seven).
         for arg in args:
             kind = type(arg)
-            if kind is clips.Symbol:
-                value.value = lib.CreateSymbol(env, arg.encode())
+            if kind is int:
+                value.value = _CREATE_INTEGER(env, arg)
             elif kind is str:
-                value.value = lib.CreateString(env, arg.encode())
-            elif kind is int:
-                value.value = lib.CreateInteger(env, arg)
+                value.value = _CREATE_STRING(env, arg.encode())
+            elif kind is _SYMBOL_TYPE:
+                value.value = _CREATE_SYMBOL(env, arg.encode())
             elif kind is float:
-                value.value = lib.CreateFloat(env, arg)
+                value.value = _CREATE_FLOAT(env, arg)
             else:
                 raise RuleRuntimeError(f"cannot pass a {kind.__name__} to CLIPS")
-            lib.FCBAppend(builder, value)
-        return int(lib.FCBCall(builder, name, self._result))
+            _FCB_APPEND(builder, value)
+        return int(_FCB_CALL(builder, name, self._result))
 
     def result(self) -> Any:
         """The last result as a Python value (only for results holding no fact address)."""

@@ -154,6 +154,10 @@ _NEEDS_ESCAPE: Final = re.compile("[\x00\uf8ff\ud800-\udfff]")
 _ESCAPED: Final = re.compile("\uf8ff(?:(e)|(0)|s([0-9a-f]{4}))")
 
 
+_ENCODED: dict[str, str] = {}
+_KEPT_ENCODED: Final = 512
+
+
 def _escape_char(match: re.Match[str]) -> str:
     char = match.group(0)
     if char == _ESC:
@@ -173,7 +177,17 @@ def _unescape_char(match: re.Match[str]) -> str:
 
 def encode_string(text: str) -> str:
     """Make ``text`` safe for a NUL-terminated UTF-8 C string, reversibly."""
-    return _NEEDS_ESCAPE.sub(_escape_char, text) if _NEEDS_ESCAPE.search(text) else text
+    # Node names and events repeat at every decision: the texts already seen are kept
+    # (bounded; a lost race only computes one again).
+    if type(text) is not str:  # a subclass (a clips.Symbol) is equal to its plain text
+        return _NEEDS_ESCAPE.sub(_escape_char, text) if _NEEDS_ESCAPE.search(text) else text
+    encoded = _ENCODED.get(text)
+    if encoded is None:
+        encoded = _NEEDS_ESCAPE.sub(_escape_char, text) if _NEEDS_ESCAPE.search(text) else text
+        if len(_ENCODED) >= _KEPT_ENCODED:
+            _ENCODED.clear()
+        _ENCODED[text] = encoded
+    return encoded
 
 
 def decode_string(text: str) -> str:
@@ -225,6 +239,7 @@ def encode_text(value: str | None) -> Any:
 # A tuple, not ``bool | int | float``: Python 3.11 builds that union anew at every call, and
 # a snapshot decodes every slot of every fact.
 _SCALARS: Final = (bool, int, float)
+_SYMBOL_TYPE: Final = clips.Symbol
 
 
 def decode_value(value: Any) -> Any:
@@ -233,6 +248,15 @@ def decode_value(value: Any) -> Any:
     Symbols become ``{"symbol": name}`` so a restore can tell the symbol ``nil`` from the
     string ``"nil"``; multifields become lists.
     """
+    kind = type(value)
+    # The exact types first (clips.Symbol is a str subclass, so these tests are not the
+    # isinstance chain's order): a snapshot decodes every slot of every fact.
+    if kind is str:
+        return decode_string(value)
+    if kind is int or kind is float:
+        return value
+    if kind is _SYMBOL_TYPE:
+        return {"symbol": str(value)}
     if isinstance(value, clips.Symbol):
         return {"symbol": str(value)}
     if isinstance(value, str):

@@ -16,6 +16,7 @@ from typing import Any, Literal, Self
 import rfc8785
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from stargraph._unchecked import unchecked
 from stargraph.errors import ChatDataError, Problem
 
 __all__ = [
@@ -180,11 +181,49 @@ class ChatMessage(_ChatData):
         cls, content: str | None = None, tool_calls: tuple[ToolCall, ...] | list[ToolCall] = ()
     ) -> ChatMessage:
         """An assistant turn: text, tool calls, or both."""
-        return cls(role="assistant", content=content, tool_calls=tuple(tool_calls))
+        calls = tuple(tool_calls)
+        if (
+            cls is ChatMessage
+            and (content is None or type(content) is str)
+            and all(type(call) is ToolCall for call in calls)
+        ):
+            # Text and validated calls validate to themselves (a scripted model answers
+            # every step with one): the message without the validation.
+            return unchecked(
+                ChatMessage,
+                {
+                    "role": "assistant",
+                    "content": content,
+                    "tool_calls": calls,
+                    "tool_call_id": None,
+                    "name": None,
+                },
+                _ASSISTANT_FIELDS,
+            )
+        return cls(role="assistant", content=content, tool_calls=calls)
 
     @classmethod
     def tool(cls, tool_call_id: str, content: str, *, name: str | None = None) -> ChatMessage:
         """A tool result (or an observation about a bad call) answering ``tool_call_id``."""
+        if (
+            cls is ChatMessage
+            and type(content) is str
+            and type(tool_call_id) is str
+            and (name is None or type(name) is str)
+        ):
+            # Text fields given as text validate to themselves: the message without the
+            # validation (the ReAct loop answers every tool call with one).
+            return unchecked(
+                ChatMessage,
+                {
+                    "role": "tool",
+                    "content": content,
+                    "tool_calls": (),
+                    "tool_call_id": tool_call_id,
+                    "name": name,
+                },
+                _TOOL_MESSAGE_FIELDS,
+            )
         return cls(role="tool", content=content, tool_call_id=tool_call_id, name=name)
 
     def to_openai(self) -> dict[str, Any]:
@@ -222,11 +261,25 @@ class Usage(_ChatData):
 
     def __add__(self, other: Usage) -> Usage:
         """Usage adds up, so a run can total the usage of all its calls."""
-        return Usage(
-            prompt_tokens=self.prompt_tokens + other.prompt_tokens,
-            completion_tokens=self.completion_tokens + other.completion_tokens,
-            total_tokens=self.total_tokens + other.total_tokens,
+        # Sums of validated counts are counts: built without validating them again (every
+        # ReAct step adds its reply's usage to the run's).
+        return unchecked(
+            Usage,
+            {
+                "prompt_tokens": self.prompt_tokens + other.prompt_tokens,
+                "completion_tokens": self.completion_tokens + other.completion_tokens,
+                "total_tokens": self.total_tokens + other.total_tokens,
+            },
+            _USAGE_FIELDS,
         )
+
+
+_TOOL_MESSAGE_FIELDS = {"role", "content", "tool_call_id", "name"}
+"""The fields :meth:`ChatMessage.tool` sets, shared by the messages it builds."""
+_ASSISTANT_FIELDS = {"role", "content", "tool_calls"}
+"""The fields :meth:`ChatMessage.assistant` sets, shared by the messages it builds."""
+_USAGE_FIELDS = set(Usage.model_fields)
+"""The fields a sum of usages sets (all three), shared by those records."""
 
 
 class ResponseFormat(_ChatData):

@@ -22,11 +22,11 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from stargraph.ir import canonical_json
-from stargraph.llm._messages import ChatMessage, ChatRequest, ChatResponse
+from stargraph.llm._messages import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
 from stargraph.llm._protocol import ChatModel
 from stargraph.runtime._protocols import Journal
 
-__all__ = ["Journal", "JournaledChatModel", "TokenSink", "encode_request"]
+__all__ = ["Journal", "JournaledChatModel", "TokenSink", "encode_request", "response_json"]
 
 KIND = "llm"
 """Journal kind of chat-model calls."""
@@ -132,7 +132,7 @@ def encode_request(request: ChatRequest) -> tuple[dict[str, Any], str]:
         head, tail = previous.head, previous.tail
         start, dumped, state = len(previous.messages), [*previous.dumped], previous.state.copy()
     for message in messages[start:]:
-        data = message.model_dump(mode="json", exclude_defaults=True)
+        data = _message_data(message)
         dumped.append(data)
         state.update(b"," + canonical_json(data) if len(dumped) > 1 else canonical_json(data))
     if messages:
@@ -145,6 +145,93 @@ def encode_request(request: ChatRequest) -> tuple[dict[str, Any], str]:
                 _recent.popitem(last=False)
     state.update(tail)
     return {"messages": dumped, **head}, "sha256:" + state.hexdigest()
+
+
+def _text(value: object) -> bool:
+    return value is None or type(value) is str
+
+
+def _message_json(message: ChatMessage) -> dict[str, Any] | None:
+    """``message.model_dump(mode="json")`` of a message of text fields and plain tool calls
+    (``None`` for any other)."""
+    data = message.__dict__
+    if not (
+        type(message) is ChatMessage
+        and type(data["role"]) is str
+        and _text(data["content"])
+        and _text(data["tool_call_id"])
+        and _text(data["name"])
+    ):
+        return None
+    calls = []
+    for call in data["tool_calls"]:
+        fields = call.__dict__
+        if not (
+            type(call) is ToolCall
+            and type(fields["id"]) is str
+            and type(fields["name"]) is str
+            and type(fields["arguments"]) is str
+        ):
+            return None
+        calls.append({"id": fields["id"], "name": fields["name"], "arguments": fields["arguments"]})
+    return {
+        "role": data["role"],
+        "content": data["content"],
+        "tool_calls": calls,
+        "tool_call_id": data["tool_call_id"],
+        "name": data["name"],
+    }
+
+
+def _message_data(message: ChatMessage) -> dict[str, Any]:
+    """``message.model_dump(mode="json", exclude_defaults=True)``, as a request records it,
+    built from the plain dump (every request dumps the messages new since the last)."""
+    whole = _message_json(message)
+    if whole is None:
+        dumped: dict[str, Any] = message.model_dump(mode="json", exclude_defaults=True)
+        return dumped
+    data: dict[str, Any] = {"role": whole["role"]}
+    if whole["content"] is not None:
+        data["content"] = whole["content"]
+    if whole["tool_calls"]:
+        data["tool_calls"] = [
+            call if call["arguments"] != "" else {"id": call["id"], "name": call["name"]}
+            for call in whole["tool_calls"]
+        ]
+    if whole["tool_call_id"] is not None:
+        data["tool_call_id"] = whole["tool_call_id"]
+    if whole["name"] is not None:
+        data["name"] = whole["name"]
+    return data
+
+
+def response_json(response: ChatResponse) -> dict[str, Any]:
+    """``response.model_dump(mode="json")``, what a call's record holds, built directly for a
+    response of text fields, plain counts and a plain message (any other is dumped)."""
+    data = response.__dict__
+    usage = data["usage"]
+    counts = usage.__dict__
+    message = _message_json(data["message"]) if type(response) is ChatResponse else None
+    if (
+        message is None
+        or type(usage) is not Usage
+        or not all(type(counts[k]) is int for k in _COUNTS)
+        or not (type(data["model"]) is str and type(data["id"]) is str)
+        or not (_text(data["finish_reason"]) and _text(data["refusal"]))
+    ):
+        dumped: dict[str, Any] = response.model_dump(mode="json")
+        return dumped
+    return {
+        "message": message,
+        "finish_reason": data["finish_reason"],
+        "usage": {k: counts[k] for k in _COUNTS},
+        "model": data["model"],
+        "id": data["id"],
+        "refusal": data["refusal"],
+    }
+
+
+_COUNTS: Final = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
 class JournaledChatModel:
@@ -166,7 +253,7 @@ class JournaledChatModel:
             else:
                 response = _streamed(self.model, request, tokens)
             live.append(response)
-            return response.model_dump(mode="json")
+            return response_json(response)
 
         body, fingerprint = encode_request(request)
         value = self.journal.call(
@@ -191,7 +278,7 @@ class JournaledChatModel:
             else:
                 response = await _astreamed(self.model, request, tokens)
             live.append(response)
-            return response.model_dump(mode="json")
+            return response_json(response)
 
         body, fingerprint = encode_request(request)
         value = await self.journal.acall(

@@ -10,6 +10,7 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 
+from stargraph._unchecked import unchecked
 from stargraph.errors import LLMError
 from stargraph.llm._messages import ChatMessage, ChatRequest, ChatResponse
 from stargraph.llm._recorded import Journal, JournaledChatModel
@@ -105,7 +106,14 @@ class ScriptedChatModel:
         if not reply.id:
             # Same id scheme as the scripted server, so the two fakes are interchangeable.
             updates["id"] = f"chatcmpl-{index:04d}"
-        return reply.model_copy(update=updates) if updates else reply
+        if not updates:
+            return reply
+        # model_copy(update=...) without its generic copying: the two values are text.
+        return unchecked(
+            type(reply),
+            {**reply.__dict__, **updates},
+            reply.__pydantic_fields_set__.union(updates),
+        )
 
 
 def word_pieces(text: str | None) -> list[str]:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
+from stargraph._unchecked import unchecked
 from stargraph.runtime._protocols import is_positional
 
 if TYPE_CHECKING:
@@ -36,6 +37,8 @@ __all__ = [
 T = TypeVar("T")
 
 _log = logging.getLogger("stargraph")
+# The fields a recorded call sets (``base`` is the store's): its records' fields set, shared.
+_RECORDED = {"step", "node", "index", "seq", "kind", "key", "value", "fingerprint", "request"}
 
 
 @runtime_checkable
@@ -325,17 +328,38 @@ class TaskJournal:
         # importlib's Python fallback (_handle_fromlist) at every call.
         from stargraph.checkpoint._records import JournalEntry
 
-        entry = JournalEntry(
-            step=self.step,
-            node=self.node,
-            index=self.index,
-            seq=seq,
-            kind=kind,
-            key=key,
-            value=value,
-            fingerprint=fingerprint,
-            request=request,
-        )
+        if _plain(self, kind, key, fingerprint):
+            # The journal's own values (step, node, index, a sequence number from 0, JSON
+            # value and request, which the field types take as they are): the record
+            # JournalEntry(...) validates into, built without validating them again.
+            entry = unchecked(
+                JournalEntry,
+                {
+                    "step": self.step,
+                    "node": self.node,
+                    "index": self.index,
+                    "seq": seq,
+                    "kind": kind,
+                    "key": key,
+                    "value": value,
+                    "fingerprint": fingerprint,
+                    "request": request,
+                    "base": "",
+                },
+                _RECORDED,
+            )
+        else:
+            entry = JournalEntry(
+                step=self.step,
+                node=self.node,
+                index=self.index,
+                seq=seq,
+                kind=kind,
+                key=key,
+                value=value,
+                fingerprint=fingerprint,
+                request=request,
+            )
         fence = self.fence
         if fence is None:
             if self.revoked:
@@ -393,6 +417,19 @@ class TaskJournal:
         if self.seq < len(self.entries) and self.entries[self.seq].kind == kind:
             return self.entries[self.seq]
         return None
+
+
+def _plain(journal: TaskJournal, kind: object, key: object, fingerprint: object) -> bool:
+    """Whether a call's record is made of values of its fields' exact types (text, and
+    integers: a sequence number counts from 0), so that validating them changes nothing."""
+    return (
+        type(kind) is str
+        and type(key) is str
+        and type(fingerprint) is str
+        and type(journal.node) is str
+        and type(journal.step) is int
+        and type(journal.index) is int
+    )
 
 
 def _fingerprint(request: Any) -> str:

@@ -69,6 +69,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from stargraph import fathom, reducers
+from stargraph._unchecked import unchecked
 from stargraph.errors import NodeError, Problem, SkillValidationError, ToolError
 from stargraph.fathom._pack import budget_problems
 from stargraph.graph import END, START, Graph
@@ -546,6 +547,14 @@ _TRANSCRIPTS_LOCK = threading.Lock()
 _KEPT_TRANSCRIPTS: Final = 64
 
 
+def _extends(trajectory: Sequence[ReactStep], kept: Sequence[ReactStep]) -> bool:
+    """``trajectory[:len(kept)] == kept`` as lists (one comparison in C, elements by
+    identity first), without copying the lists the runtime already hands over."""
+    if type(trajectory) is list and type(kept) is list:
+        return trajectory[: len(kept)] == kept
+    return list(trajectory[: len(kept)]) == list(kept)
+
+
 def _transcript(trajectory: Sequence[ReactStep]) -> list[ChatMessage]:
     """``[step.message for step in trajectory]``, from the messages of an earlier
     trajectory this one extends (same step objects, checked by identity) when one is kept."""
@@ -557,7 +566,7 @@ def _transcript(trajectory: Sequence[ReactStep]) -> list[ChatMessage]:
                 found = kept
                 break
     # One list comparison in C (elements by identity first), not a call per step.
-    if found is not None and list(trajectory[: len(found[0])]) == list(found[0]):
+    if found is not None and _extends(trajectory, found[0]):
         messages = [*found[1], *map(_MESSAGE, trajectory[len(found[0]) :])]
     else:
         messages = list(map(_MESSAGE, trajectory))
@@ -568,6 +577,50 @@ def _transcript(trajectory: Sequence[ReactStep]) -> list[ChatMessage]:
             while len(_TRANSCRIPTS) > _KEPT_TRANSCRIPTS:
                 _TRANSCRIPTS.popitem(last=False)
     return list(messages)
+
+
+# The validated request fields but its messages, by the id of the node configuration they
+# came from (held, so the id stays its own), with the values they were built from.
+_HEADS: OrderedDict[int, tuple[Mapping[str, Any], tuple[Any, ...], ChatRequest]] = OrderedDict()
+_HEADS_LOCK = threading.Lock()
+_KEPT_HEADS: Final = 64
+_NO_EXTRA: Final[Mapping[str, Any]] = {}
+
+
+def _head(config: Mapping[str, Any], tools: tuple[dict[str, Any], ...]) -> ChatRequest:
+    """The request ``think`` sends but its messages (``messages=()``), validated once for the
+    same configuration values (the same objects) rather than at every step."""
+    options = config.get("request") or _NO_OPTIONS
+    given = (
+        config.get("model"),
+        tools,
+        config.get("temperature"),
+        options.get("tool_choice"),
+        options.get("max_tokens"),
+        options.get("response_format"),
+        options.get("extra") or _NO_EXTRA,
+    )
+    with _HEADS_LOCK:
+        kept = _HEADS.get(id(config))
+    if kept is not None and kept[0] is config and all(map(operator.is_, kept[1], given)):
+        return kept[2]
+    model, tools, temperature, tool_choice, max_tokens, response_format, extra = given
+    head = ChatRequest(
+        messages=(),
+        model=model,
+        tools=tools,
+        temperature=temperature,
+        tool_choice=tool_choice,
+        max_tokens=max_tokens,
+        response_format=response_format,
+        extra=extra,
+    )
+    with _HEADS_LOCK:
+        _HEADS[id(config)] = (config, given, head)
+        _HEADS.move_to_end(id(config))
+        while len(_HEADS) > _KEPT_HEADS:
+            _HEADS.popitem(last=False)
+    return head
 
 
 def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
@@ -584,31 +637,18 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     system = _system_prompt(config)
     if system:
         messages.insert(0, ChatMessage.system(system))
-    options = config.get("request") or _NO_OPTIONS
-    # Validated without the messages, which are then set unvalidated: they are ChatMessage
-    # objects already (the trajectory's), and checking each of them again would cost every
-    # step time in proportion to the whole conversation.
-    request = ChatRequest(
-        messages=(),
-        model=config.get("model"),
-        tools=_offered_tools(ctx, arbiter, tuple(config["tools"])),
-        temperature=config.get("temperature"),
-        tool_choice=options.get("tool_choice"),
-        max_tokens=options.get("max_tokens"),
-        response_format=options.get("response_format"),
-        extra=options.get("extra") or {},
-    ).model_copy(update={"messages": tuple(messages)})
+    # The other fields are validated once per node configuration (_head); the messages are
+    # set unvalidated: they are ChatMessage objects already (the trajectory's), and checking
+    # each of them again would cost every step time in proportion to the whole conversation.
+    head = _head(config, _offered_tools(ctx, arbiter, tuple(config["tools"])))
+    request = unchecked(
+        ChatRequest,
+        {**head.__dict__, "messages": tuple(messages)},
+        head.__pydantic_fields_set__,
+    )
     response = _once(ctx, "llm", ChatResponse, lambda: model.complete(request))
     reply = response.message
-    new_steps.append(
-        ReactStep(
-            llm_step=llm_step,
-            kind="reply",
-            message=reply,
-            usage=response.usage,
-            finish_reason=response.finish_reason,
-        )
-    )
+    new_steps.append(_react_step(llm_step, "reply", reply, response.usage, response.finish_reason))
 
     notes: list[ChatMessage] = []
     out: dict[str, Any] = {}
@@ -668,6 +708,56 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
         usage=state.usage + response.usage,
     )
     return out
+
+
+_STEP_FIELDS: Final = set(ReactStep.model_fields)
+_MESSAGE_STEP_FIELDS: Final = {"llm_step", "kind", "message"}
+_RECORD_FIELDS: Final = set(ToolCallRecord.model_fields)
+_OPTIONAL_RECORD: Final = frozenset(("error_code", "artifact_ref"))
+
+
+def _react_step(
+    llm_step: int,
+    kind: StepKind,
+    message: ChatMessage,
+    usage: Usage | None = None,
+    finish_reason: str | None = None,
+) -> ReactStep:
+    """``ReactStep(...)`` of values the loop holds validated already (a message, a usage and
+    a finish reason of a response, an LLM step count), without validating them again. A
+    reply sets all five fields, as the constructor call would; other steps the first three.
+    """
+    fields = _STEP_FIELDS if kind == "reply" else _MESSAGE_STEP_FIELDS
+    if type(llm_step) is not int or not isinstance(message, ChatMessage):
+        given = {"usage": usage, "finish_reason": finish_reason}
+        return ReactStep(
+            llm_step=llm_step,
+            kind=kind,
+            message=message,
+            **{k: given[k] for k in given if k in fields},
+        )
+    values = {
+        "llm_step": llm_step,
+        "kind": kind,
+        "message": message,
+        "usage": usage,
+        "finish_reason": finish_reason,
+    }
+    return unchecked(ReactStep, values, fields)
+
+
+def _call_record(values: dict[str, Any]) -> ToolCallRecord:
+    """``ToolCallRecord(**values)`` (every field given) without validation when each value
+    is of its field's exact type already: text, the step an int, the two optional ones text
+    or ``None``."""
+    plain = type(values["llm_step"]) is int and all(
+        type(value) is str or (value is None and key in _OPTIONAL_RECORD)
+        for key, value in values.items()
+        if key != "llm_step"
+    )
+    if not plain:
+        return ToolCallRecord(**values)
+    return unchecked(ToolCallRecord, values, _RECORD_FIELDS)
 
 
 def after_think(state: ReactState) -> str:
@@ -741,16 +831,18 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
         wire = result.to_tool_message(_LANE)
         answers.append(ChatMessage.tool(call.id, wire["content"], name=call.name))
         records.append(
-            ToolCallRecord(
-                llm_step=reply.llm_step,
-                call_id=call.id,
-                name=call.name,
-                arguments=call.arguments,
-                tool=result.tool,
-                status=result.status,
-                summary=result.summary,
-                error_code=result.error.code if result.error is not None else None,
-                artifact_ref=result.artifact_ref,
+            _call_record(
+                {
+                    "llm_step": reply.llm_step,
+                    "call_id": call.id,
+                    "name": call.name,
+                    "arguments": call.arguments,
+                    "tool": result.tool,
+                    "status": result.status,
+                    "summary": result.summary,
+                    "error_code": result.error.code if result.error is not None else None,
+                    "artifact_ref": result.artifact_ref,
+                }
             )
         )
     errors = state.error_count + failed
@@ -773,10 +865,7 @@ def observe(state: ReactState) -> dict[str, Any]:
     recent = itertools.takewhile(lambda r: r.llm_step == last, reversed(state.tool_calls))
     step_calls = list(recent)[::-1]
     out: dict[str, Any] = {
-        "trajectory": [
-            ReactStep(llm_step=last, kind="observation", message=message)
-            for message in state.pending
-        ],
+        "trajectory": [_react_step(last, "observation", message) for message in state.pending],
         "pending": [],
         "last_event": "observed" if not step_calls else state.last_event,
     }

@@ -54,12 +54,14 @@ from stargraph.errors import (
     ToolNotAllowedError,
     ToolTimeoutError,
 )
+from stargraph.llm._messages import ToolCall as LlmToolCall
 from stargraph.tools._artifacts import ArtifactStore, InMemoryArtifactStore
 from stargraph.tools._canonical import canonical_json, sha256_hex
 from stargraph.tools._commit import CommitEntry, CommitLog, InMemoryCommitLog
 from stargraph.tools._locks import Lease, LockManager, LockRequest
 from stargraph.tools._registry import ToolRegistry, matches_allowlist
 from stargraph.tools._result import (
+    JSON_DEPTH,
     FailureCode,
     FieldProblem,
     ToolFailure,
@@ -68,6 +70,7 @@ from stargraph.tools._result import (
     ToolStatus,
     built,
     failure_of,
+    json_copy,
 )
 from stargraph.tools._schema import ValidatedArgs
 from stargraph.tools._spec import LockTemplate, ToolSpec
@@ -141,6 +144,28 @@ class ToolCall(BaseModel):
             data.pop("raw_arguments", None)
         return data
 
+    def journal_request(self) -> dict[str, Any]:
+        """``model_dump(mode="json")``: the request a journal records for this call, built
+        directly (the dump through :meth:`_dump` costs several times more, every call)."""
+        data = self.__dict__
+        args = json_copy(data["args"])
+        if type(self) is not ToolCall or args is None:
+            dumped: dict[str, Any] = self.model_dump(mode="json")
+            return dumped
+        allowed = data["allowed"]
+        out = {
+            "tool": data["tool"],
+            "args": args,
+            "call_id": data["call_id"],
+            "lane": data["lane"],
+            "node": data["node"],
+            "state": data["state"],
+            "allowed": None if allowed is None else list(allowed),
+        }
+        if data["raw_arguments"] is not None:
+            out["raw_arguments"] = data["raw_arguments"]
+        return out
+
     @classmethod
     def from_openai(
         cls,
@@ -160,7 +185,11 @@ class ToolCall(BaseModel):
         the arbiter refuses it like any invalid call (logged, committed, named by its
         canonical tool id).
         """
-        data = tool_call.model_dump() if hasattr(tool_call, "model_dump") else dict(tool_call)
+        if type(tool_call) is LlmToolCall:
+            # The ReAct loop's case, every act step: a frozen model already validated.
+            data: dict[str, Any] = tool_call.__dict__
+        else:
+            data = tool_call.model_dump() if hasattr(tool_call, "model_dump") else dict(tool_call)
         # OpenAI wire shape nests name/arguments under "function"; stargraph.llm.ToolCall
         # (and several SDKs) keep them flat.
         function = data.get("function") or data
@@ -169,6 +198,33 @@ class ToolCall(BaseModel):
         args, problem = _parse_arguments(raw)
         if problem and strict:
             raise _invalid_arguments(name, problem, node)
+        call_id = data.get("id")
+        allowed_ids = tuple(allowed) if allowed is not None else None
+        if (
+            cls is ToolCall
+            and not problem
+            and isinstance(raw, _TEXT)
+            and type(call_id) is str
+            and _plain_text(lane, node, state)
+            and (allowed_ids is None or all(type(a) is str for a in allowed_ids))
+            and _within(args, JSON_DEPTH)
+        ):
+            # Every value is of its declared type (the arguments were parsed from JSON text,
+            # so they are a JSON object): validating them again would only copy them.
+            return built(
+                cls,
+                {
+                    "tool": name,
+                    "args": args,
+                    "call_id": call_id,
+                    "lane": lane,
+                    "node": node,
+                    "state": state,
+                    "allowed": allowed_ids,
+                    "raw_arguments": None,
+                },
+                _CALL_SET,
+            )
         return cls(
             tool=name,
             args=args,
@@ -176,9 +232,34 @@ class ToolCall(BaseModel):
             lane=lane,
             node=node,
             state=state,
-            allowed=tuple(allowed) if allowed is not None else None,
+            allowed=allowed_ids,
             raw_arguments=_as_text(raw) if problem else None,
         )
+
+
+_CALL_SET: Final = frozenset(ToolCall.model_fields)
+"""Every field of a tool call: what ``from_openai`` sets."""
+_NORMALISED: Final = frozenset(("tool", "args"))
+
+
+def _within(value: dict[str, Any] | list[Any], depth: int) -> bool:
+    """Whether JSON ``value`` nests at most ``depth`` containers below itself (validation
+    refuses values nested past 254: a call built without it must not hold one)."""
+    for item in value.values() if type(value) is dict else value:
+        if (type(item) is dict or type(item) is list) and (
+            depth <= 0 or not _within(item, depth - 1)
+        ):
+            return False
+    return True
+
+
+def _plain_text(lane: object, node: object, state: object) -> bool:
+    """Whether a call's lane is text and its node and state are text or ``None``."""
+    return (
+        type(lane) is str
+        and (node is None or type(node) is str)
+        and (state is None or type(state) is str)
+    )
 
 
 def _bad_call(exc: ValidationError, data: Mapping[str, Any]) -> ToolArgumentError:
@@ -259,8 +340,10 @@ class _Plan:
     delegated: bool  # executor "host": the execute step goes to the arbiter's ToolHost
 
 
-@dataclass(frozen=True, slots=True)
-class _Admitted:
+class _Admitted(NamedTuple):
+    """A call that passed steps 1-4 (a tuple: built at every dispatch, and a frozen
+    dataclass sets each field through ``object.__setattr__``)."""
+
     tool: Tool
     plan: _Plan
     call: ToolCall
@@ -376,9 +459,7 @@ class Arbiter:
     def bind_journal(self, journal: Journal) -> JournaledArbiter:
         """This arbiter routed through a task's journal (the executor calls it): every
         dispatch is recorded, and served instead of re-run on re-execution and in replay."""
-        from stargraph.tools._recorded import JournaledArbiter
-
-        return JournaledArbiter(self, journal)
+        return _journaled()(self, journal)
 
     def dispatch(self, call: ToolCall) -> ToolResult:
         """Run ``call`` through the whole pipeline; return the result or raise a ToolError."""
@@ -480,7 +561,13 @@ class Arbiter:
             self._refuse(call, spec.id, exc, _args_hash(call.args))
             raise
         args_hash = _args_hash(args.json)
-        normalised = call.model_copy(update={"tool": spec.id, "args": args.json})
+        # model_copy(update=...) without its generic copying: the two values are the
+        # arbiter's own (the canonical id, the validated arguments).
+        normalised = built(
+            ToolCall,
+            {**call.__dict__, "tool": spec.id, "args": args.json},
+            _NORMALISED.union(call.__pydantic_fields_set__),
+        )
         plan = self._plan(tool)
         try:
             self._check_allowlist(normalised, spec)
@@ -891,6 +978,19 @@ class Arbiter:
             if escaped in data:
                 data = data.replace(escaped, f"[redacted:{name}]".encode())
         return data
+
+
+_JOURNALED: list[type[JournaledArbiter]] = []
+
+
+def _journaled() -> type[JournaledArbiter]:
+    """``JournaledArbiter``, imported once (the module sits above this one; an import
+    statement at every bind, twice a ReAct step, costs a microsecond each time)."""
+    if not _JOURNALED:
+        from stargraph.tools._recorded import JournaledArbiter
+
+        _JOURNALED.append(JournaledArbiter)
+    return _JOURNALED[0]
 
 
 def _no_host(spec: ToolSpec, node: str | None) -> ToolError:

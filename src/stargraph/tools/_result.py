@@ -7,7 +7,8 @@ prompt building need no registry lookup.
 
 from __future__ import annotations
 
-from typing import Any, Literal, TypeVar
+import math
+from typing import Any, Final, Literal, TypeVar
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
@@ -30,6 +31,8 @@ __all__ = [
     "ToolStatus",
     "built",
     "failure_of",
+    "JSON_DEPTH",
+    "json_copy",
 ]
 
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
@@ -41,6 +44,49 @@ def built(cls: type[_ModelT], values: dict[str, Any], given: frozenset[str]) -> 
     set none), and ``given`` names those the caller set. The same record, without
     ``model_construct``'s walk over the fields, which the arbiter paid three times a call."""
     return unchecked(cls, values, set(given))
+
+
+JSON_DEPTH: Final = 64
+"""How deep :func:`json_copy` follows containers (pydantic refuses JSON values nested past
+254, which a copy must not accept either)."""
+
+
+def json_copy(value: Any, depth: int = JSON_DEPTH) -> Any:
+    """A copy of JSON ``value`` as ``model_dump(mode="json")`` makes it, or ``None`` for a
+    value with anything else in it (a float that is not finite, a subclass, a tuple, a key
+    that is not text) or nested deeper than ``depth`` containers."""
+    kind = type(value)
+    if kind is dict:
+        if depth < 0:
+            return None
+        out = {}
+        for key, item in value.items():
+            leaf = type(item)
+            if type(key) is not str:
+                return None
+            if leaf is str or leaf is int or leaf is bool or item is None:
+                out[key] = item
+            else:
+                copied = json_copy(item, depth - 1)
+                if copied is None:
+                    return None
+                out[key] = copied
+        return out
+    if kind is list:
+        if depth < 0:
+            return None
+        items = []
+        for item in value:
+            copied = json_copy(item, depth - 1)
+            if copied is None and item is not None:
+                return None
+            items.append(copied)
+        return items
+    if kind is str or kind is int or kind is bool:
+        return value
+    if kind is float and math.isfinite(value):
+        return value
+    return None
 
 
 ToolStatus = Literal["success", "error", "timeout", "denied", "invalid"]
@@ -166,6 +212,31 @@ class ToolResult(BaseModel):
             summary=failure.message,
             error=failure,
         )
+
+    def journal_value(self) -> dict[str, Any]:
+        """``model_dump(mode="json")``, built directly for a result without an error whose
+        payload is JSON (every call's record holds one)."""
+        data = self.__dict__
+        payload = data["payload"]
+        copied = json_copy(payload) if payload is not None else None
+        if (
+            type(self) is not ToolResult
+            or data["error"] is not None
+            or (copied is None and payload is not None)
+        ):
+            dumped: dict[str, Any] = self.model_dump(mode="json")
+            return dumped
+        return {
+            "tool": data["tool"],
+            "call_id": data["call_id"],
+            "status": data["status"],
+            "summary": data["summary"],
+            "artifact_ref": data["artifact_ref"],
+            "payload": copied,
+            "exposure": data["exposure"],
+            "prompt_mask": data["prompt_mask"],
+            "error": None,
+        }
 
     def visible_to(self, lane: str) -> bool:
         """Whether ``lane`` (``"edge"`` or ``"core"``) may see this result in a prompt."""
