@@ -296,6 +296,13 @@ def keep_graph(graph: Plan, store: CheckpointStore) -> None:
         mark_kept(graph, store)
 
 
+def _plain_commit(store: CheckpointStore) -> MemoryStore | None:
+    """``store`` when it takes plain steps as parts (``MemoryStore.commit_plain``): exactly
+    a ``MemoryStore`` (a subclass may change ``commit_step``, which every commit must then
+    go through)."""
+    return store if type(store) is MemoryStore else None
+
+
 class Persistence:
     """Writes one run's progress to a store (or, in ``exit`` mode, to a buffer first), under
     the run's lease when it holds one."""
@@ -313,6 +320,7 @@ class Persistence:
         self.target = store
         self.durability = durability
         self.store: CheckpointStore = MemoryStore() if durability == "exit" else store
+        self._plain = _plain_commit(self.store)
         self.snapshot_every = snapshot_every
         self.lease: Lease | None = None
         self.owner: str | None = None
@@ -351,6 +359,13 @@ class Persistence:
                 f"be stored as JSON ({exc}); write JSON data or values of the field's type",
                 **run.where(node),
             ) from exc
+
+    def _write_to(self, target: CheckpointStore) -> None:
+        """Write the run's later events straight to ``target`` (the buffer of ``exit`` mode
+        was flushed into it)."""
+        self.store = target
+        self._plain = _plain_commit(target)
+        self.durability = "sync"
 
     def _let_go(self) -> None:
         """The store released the lease (a status change): stop heartbeats."""
@@ -482,6 +497,41 @@ class Persistence:
         the rule ``stopped_by``, if one halted it). A store that can does it in the same
         transaction - the step, status ``done`` and the lease released - and the
         :meth:`finish` that follows has nothing left to write."""
+        plain = self._plain
+        if (
+            plain is not None
+            and len(results) == 1
+            and run.step % self.snapshot_every
+            and not run.journals
+            and not run.joins_seen
+            and not run.attempts
+            and run.rules is None
+            and run.decision is None
+        ):
+            # The common step of an in-memory run: its record is built only if it is read.
+            ((task, written),) = results
+            try:
+                plain.commit_plain(
+                    run.run_id,
+                    (
+                        run.step,
+                        task.node,
+                        task.index,
+                        self._dump(run, written, task.node),
+                        task_records(run.tasks),
+                        time.time_ns() // 1_000_000,
+                    ),
+                    done=last,
+                    stopped_by=stopped_by if last else None,
+                    owner=self.owner,
+                )
+            except CheckpointError:
+                self.abandon()  # the run will not go on in this process
+                raise
+            self._done = last
+            if last:
+                self._let_go()  # the commit released the lease in the store
+            return
         snapshot: dict[str, Any] | None = None
         carried: dict[str, int] = {}
         if run.step % self.snapshot_every == 0:
@@ -624,8 +674,7 @@ class Persistence:
                 graph=graph_to_keep(self.graph, target),
             )
             mark_kept(self.graph, target)
-            self.store = target
-            self.durability = "sync"
+            self._write_to(target)
             return
         keep_graph(self.graph, target)
         target.create_run(record.model_copy(update={"status": "running"}), steps[0])
@@ -643,8 +692,7 @@ class Persistence:
             interrupt=record.interrupt,
         )
         # Later events of the same run (a resume in this process) go straight to the target.
-        self.store = target
-        self.durability = "sync"
+        self._write_to(target)
 
 
 def _corrupt(run_id: str, step: int, exc: Exception) -> CorruptCheckpointError:
