@@ -151,14 +151,14 @@ def test_issue19_a_plain_commit_is_fenced_and_sequenced_like_a_whole_one() -> No
     owner = new_owner(30.0)
     store.create_run(_record("r3", owner=owner), StepRecord(step=0, snapshot={}))
     writes = {"count": 1}
-    store.commit_plain("r3", (1, "a", 0, writes, (), 7), owner=owner.token)
+    store.commit_plain("r3", (1, "a", 0, writes, (), 7), owner.token)
     with pytest.raises(CheckpointError, match="cannot follow committed step 1"):
-        store.commit_plain("r3", (3, "a", 0, {}, (), 8), owner=owner.token)
+        store.commit_plain("r3", (3, "a", 0, {}, (), 8), owner.token)
     with pytest.raises(LeaseLostError):
-        store.commit_plain("r3", (2, "a", 0, {}, (), 8), owner="another token")
-    store.commit_plain("r3", (2, "b", 0, {}, (), 9), done=True, stopped_by="r", owner=owner.token)
+        store.commit_plain("r3", (2, "a", 0, {}, (), 8), "another token")
+    store.commit_plain("r3", (2, "b", 0, {}, (), 9), owner.token, done=True, stopped_by="r")
     with pytest.raises(LeaseLostError, match="nobody holds it now"):
-        store.commit_plain("r3", (3, "a", 0, {}, (), 10), owner=owner.token)
+        store.commit_plain("r3", (3, "a", 0, {}, (), 10), owner.token)
     first, last = store.get_steps("r3", start=1)
     assert first == StepRecord(step=1, writes=(WriteRecord(node="a", writes=writes),), created_ms=7)
     assert first.writes[0].writes is writes  # kept by reference, as commit_step keeps it

@@ -297,19 +297,18 @@ class MemoryStore:
         self,
         run_id: str,
         step: _Plain,
-        *,
+        owner: str | None,
         done: bool = False,
         stopped_by: str | None = None,
-        owner: str | None = None,
     ) -> None:
         """``commit_step`` of a plain step - one task, whose JSON writes and the next tasks
         are all it records (no snapshot, join, rule fact or decision, retry nor call) -
         given as the tuple of its parts, ``(step, node, index, writes, next, created_ms)``:
         its ``StepRecord`` is built when something first reads the step (most steps of an
         in-memory run never are). ``done``: the run's last step, as with status ``done``,
-        stopped by the rule ``stopped_by``."""
+        stopped by the rule ``stopped_by`` (``None`` unless ``done``)."""
         status: RunStatus = "done" if done else "running"
-        advanced = (step[0], status, None, stopped_by, None, time.time())
+        advanced = (step[0], status, None, stopped_by if done else None, None, time.time())
         with self._lock:
             self._append(run_id, step, advanced, owner)
 
