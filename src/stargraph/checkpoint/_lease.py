@@ -215,15 +215,13 @@ class Lease:
         self.store = store
         self.run_id = run_id
         self.owner = owner
+        # The lease token every status change and commit compares against (an attribute:
+        # read a few times by every run).
+        self.token = owner.token
         self.lost = False
         now = time.monotonic()
         self._due = now + owner.lease_s / 3
         self._last_ok = now
-
-    @property
-    def token(self) -> str:
-        """The lease token every status change and commit compares against."""
-        return self.owner.token
 
     def hold(self) -> None:
         """Start heartbeats (the store already records this lease)."""
