@@ -345,7 +345,8 @@ class Persistence:
         self.target = store
         self.durability = durability
         self.store: CheckpointStore = MemoryStore() if durability == "exit" else store
-        self._plain = _plain_commit(self.store)
+        # In exit mode every step is read back when the run is written: no plain steps.
+        self._plain = _plain_commit(store) if durability == "sync" else None
         self.snapshot_every = snapshot_every
         self.lease: Lease | None = None
         self.owner: str | None = None
