@@ -10,9 +10,9 @@ import pytest
 from pydantic import BaseModel
 
 from stargraph import reducers
-from stargraph.checkpoint import MemoryStore, RunRecord, StepRecord
+from stargraph.checkpoint import MemoryStore, RunRecord, StepRecord, WriteRecord
 from stargraph.checkpoint._lease import new_owner
-from stargraph.errors import LeaseLostError
+from stargraph.errors import CheckpointError, LeaseLostError
 from stargraph.graph import END, START, Graph
 
 
@@ -122,3 +122,46 @@ def test_issue19_the_final_commit_releases_the_lease_before_the_record_is_read()
         None,
         None,
     )
+
+
+class _EveryCommitWhole(MemoryStore):
+    """A subclass: the runtime hands it every step as a whole record (``commit_step``)."""
+
+
+def test_issue19_plain_steps_read_back_as_the_records_a_whole_commit_keeps() -> None:
+    plain, whole = MemoryStore(), _EveryCommitWhole()
+    for store in (plain, whole):
+        _graph().compile(store=store).invoke({"items": ["input"]}, run_id="same")
+
+    def steps(store: MemoryStore) -> list[dict[str, Any]]:
+        return [s.model_dump(exclude={"created_ms"}) for s in store.get_steps("same")]
+
+    assert len(steps(plain)) == 3
+    assert steps(plain) == steps(whole)
+    assert plain.snapshot_step("same", 2) == whole.snapshot_step("same", 2) == 0
+    # Read twice, a step is the same record (built once, then kept).
+    assert plain.get_steps("same")[1] is plain.get_steps("same")[1]
+    shown, expected = plain.get_run("same"), whole.get_run("same")
+    assert (shown.status, shown.last_step, shown.owner) == ("done", 2, None)
+    assert (expected.status, expected.last_step, expected.owner) == ("done", 2, None)
+
+
+def test_issue19_a_plain_commit_is_fenced_and_sequenced_like_a_whole_one() -> None:
+    store = MemoryStore()
+    owner = new_owner(30.0)
+    store.create_run(_record("r3", owner=owner), StepRecord(step=0, snapshot={}))
+    writes = {"count": 1}
+    store.commit_plain("r3", (1, "a", 0, writes, (), 7), owner.token)
+    with pytest.raises(CheckpointError, match="cannot follow committed step 1"):
+        store.commit_plain("r3", (3, "a", 0, {}, (), 8), owner.token)
+    with pytest.raises(LeaseLostError):
+        store.commit_plain("r3", (2, "a", 0, {}, (), 8), "another token")
+    store.commit_plain("r3", (2, "b", 0, {}, (), 9), owner.token, done=True, stopped_by="r")
+    with pytest.raises(LeaseLostError, match="nobody holds it now"):
+        store.commit_plain("r3", (3, "a", 0, {}, (), 10), owner.token)
+    first, last = store.get_steps("r3", start=1)
+    assert first == StepRecord(step=1, writes=(WriteRecord(node="a", writes=writes),), created_ms=7)
+    assert first.writes[0].writes is writes  # kept by reference, as commit_step keeps it
+    assert (last.step, last.writes[0].node, last.created_ms) == (2, "b", 9)
+    shown = store.get_run("r3")
+    assert (shown.status, shown.last_step, shown.stopped_by, shown.owner) == ("done", 2, "r", None)

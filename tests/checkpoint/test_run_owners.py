@@ -393,3 +393,25 @@ def test_a_sigkilled_run_shows_as_orphaned_and_resumes_at_once(
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
+
+
+def test_issue19_a_lease_dropped_without_a_word_is_forgotten_by_the_keeper() -> None:
+    import gc
+
+    from stargraph.checkpoint import MemoryStore
+    from stargraph.checkpoint._lease import _KEEPER
+
+    owners = [new_owner(), new_owner()]
+    assert owners[0].token != owners[1].token
+    assert (owners[0].pid, owners[0].host, owners[0].lease_s) == (os.getpid(), owners[1].host, 30)
+    kept, dropped = (Lease(MemoryStore(), f"run-{i}", o) for i, o in enumerate(owners))
+    kept.hold()
+    dropped.hold()
+    assert _KEEPER.holds(owners[0].token)
+    assert _KEEPER.holds(owners[1].token)
+    del dropped
+    gc.collect()
+    assert not _KEEPER.holds(owners[1].token)
+    assert _KEEPER.holds(owners[0].token)
+    kept.drop()
+    assert not _KEEPER.holds(owners[0].token)

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Final
 
 import pydantic_core
 
-from stargraph.checkpoint._records import RunOwner, RunStatus, trusted
+from stargraph.checkpoint._records import RunOwner, RunStatus, trusted_fields
 from stargraph.errors import CheckpointError, LeaseLostError, RunBusyError, StargraphError
 
 if TYPE_CHECKING:
@@ -101,19 +101,29 @@ def _identity() -> tuple[int | None, str]:
     return found
 
 
+# The fields of this process's owners but the token, by (pid, lease length): every invoke
+# with a store makes an owner, and only its token is new.
+_OWNER_FIELDS: dict[tuple[int, float], dict[str, object]] = {}
+
+
 def new_owner(lease_s: float = DEFAULT_LEASE_S) -> RunOwner:
     """A fresh owner (a new token) for this process."""
-    ticks, started = _identity()
-    # Every field is known to be valid, and an invoke pays for this: skip validation.
-    return trusted(
-        RunOwner,
-        token=os.urandom(16).hex(),
-        host=HOST,
-        pid=os.getpid(),
-        started_at=started,
-        process_start=ticks,
-        lease_s=float(lease_s),
-    )
+    pid = os.getpid()
+    fields = _OWNER_FIELDS.get((pid, lease_s))
+    if fields is None:
+        ticks, started = _identity()
+        fields = _OWNER_FIELDS[pid, lease_s] = {
+            "token": "",
+            "host": HOST,
+            "pid": pid,
+            "started_at": started,
+            "process_start": ticks,
+            "lease_s": float(lease_s),
+        }
+    # Every field is known to be valid: no validation (the record takes a copy of them).
+    owner = dict(fields)
+    owner["token"] = os.urandom(16).hex()
+    return trusted_fields(RunOwner, owner)
 
 
 _BLOBS: dict[tuple[object, ...], bytes] = {}
@@ -205,14 +215,13 @@ class Lease:
         self.store = store
         self.run_id = run_id
         self.owner = owner
+        # The lease token every status change and commit compares against (an attribute:
+        # read a few times by every run).
+        self.token = owner.token
         self.lost = False
-        self._due = time.monotonic() + owner.lease_s / 3
-        self._last_ok = time.monotonic()
-
-    @property
-    def token(self) -> str:
-        """The lease token every status change and commit compares against."""
-        return self.owner.token
+        now = time.monotonic()
+        self._due = now + owner.lease_s / 3
+        self._last_ok = now
 
     def hold(self) -> None:
         """Start heartbeats (the store already records this lease)."""
@@ -262,53 +271,63 @@ class Lease:
 
 
 class _Keeper:
-    """The per-process heartbeat thread for every held lease."""
+    """The per-process heartbeat thread for every held lease.
+
+    Every invoke with a store adds and removes a lease: those are single operations on a
+    dict (atomic under the GIL), without a lock; the lock only guards starting the thread.
+    """
 
     def __init__(self) -> None:
-        # Reentrant: a weak reference's callback (garbage collection) may run while this
-        # thread holds the lock.
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
+        # By token; weak references: a lease whose run was abandoned stops being renewed.
         self._leases: dict[str, weakref.ref[Lease]] = {}
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def add(self, lease: Lease) -> None:
-        token = lease.token
+        self._leases[lease.token] = weakref.ref(lease, self._collected)
+        if self._thread is None:
+            self._start()
+        if lease.owner.lease_s < 3.0:
+            # Due before the thread's next once-a-second wake-up (short leases, in tests).
+            self._wake.set()
+
+    def _start(self) -> None:
         with self._lock:
-            # A weak reference: a lease whose run was abandoned stops being renewed.
-            self._leases[token] = weakref.ref(lease, lambda _: self._forget(token))
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="stargraph-lease-heartbeat", daemon=True
                 )
                 self._thread.start()
-        if lease.owner.lease_s < 3.0:
-            # Due before the thread's next once-a-second wake-up (short leases, in tests).
-            self._wake.set()
 
     def remove(self, lease: Lease) -> None:
-        self._forget(lease.token)
+        self._leases.pop(lease.token, None)
 
-    def _forget(self, token: str) -> None:
-        with self._lock:
-            self._leases.pop(token, None)
+    def _collected(self, ref: weakref.ref[Lease]) -> None:
+        """A held lease was garbage collected (its run abandoned): forget it. Rare, so
+        found by a scan, which spares every lease a callback of its own."""
+        for token, held in self._leases.copy().items():
+            if held is ref:
+                self._leases.pop(token, None)
 
     def holds(self, token: str) -> bool:
-        with self._lock:
-            ref = self._leases.get(token)
+        ref = self._leases.get(token)
         return ref is not None and ref() is not None
 
     def after_fork(self) -> None:
         # The child owns none of the parent's leases, and has no heartbeat thread.
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._leases = {}
         self._wake = threading.Event()
         self._thread = None
 
     def _loop(self) -> None:
         while True:
-            with self._lock:
-                leases = [lease for ref in self._leases.values() if (lease := ref()) is not None]
+            # A copy (one C call, so no garbage collection and its callbacks run while it
+            # is made): adds and removes go on meanwhile.
+            refs = self._leases.copy().values()
+            leases = [lease for ref in refs if (lease := ref()) is not None]
+            del refs
             wait = self._renew_due(leases)
             del leases  # no strong reference while sleeping
             # The thread stays (idle, waking once a second) for the next lease: starting a

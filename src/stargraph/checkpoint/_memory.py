@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from stargraph.checkpoint._lease import busy_error, effective_status, is_orphaned, lease_lost
 from stargraph.checkpoint._records import (
@@ -15,6 +15,8 @@ from stargraph.checkpoint._records import (
     RunRecord,
     RunStatus,
     StepRecord,
+    TaskRecord,
+    WriteRecord,
     check_text,
     check_thread,
     clip_error,
@@ -26,6 +28,38 @@ from stargraph.checkpoint._records import (
 from stargraph.errors import CheckpointError, RunNotFoundError
 
 __all__ = ["MemoryStore"]
+
+
+_Plain = tuple[int, str, int, dict[str, Any], tuple[TaskRecord, ...], int]
+"""A step committed by ``commit_plain`` and not read yet: ``(step, node, index, writes,
+next, created_ms)``, built into its ``StepRecord`` when first read (``MemoryStore._built``)."""
+
+
+_Advanced = tuple[int, RunStatus, str | None, str | None, object, float]
+"""What a commit changes in a run's record: ``(last_step, status, error, stopped_by,
+interrupt, updated)``, folded into it when it is next read (see ``MemoryStore._settle``)."""
+
+
+def _record(plain: _Plain) -> StepRecord:
+    """The record of a plain step: one task's writes and the next tasks, nothing else."""
+    step, node, index, writes, next_tasks, created_ms = plain
+    write = trusted_fields(WriteRecord, {"node": node, "index": index, "writes": writes})
+    return trusted_fields(
+        StepRecord,
+        {
+            "step": step,
+            "writes": (write,),
+            "snapshot": None,
+            "carried": {},
+            "next": next_tasks,
+            "joins": {},
+            "facts": None,
+            "decision": None,
+            "attempts": {},
+            "calls": (),
+            "created_ms": created_ms,
+        },
+    )
 
 
 def _check_status(run_id: str, status: str) -> None:
@@ -49,14 +83,17 @@ class MemoryStore:
         # What commit_step changed in a run record, applied when the record is next read
         # (see _settle): a run commits far more often than anything reads its record, and
         # rebuilding the frozen record (and its updated_at text) was most of a commit's cost.
-        self._advanced: dict[str, tuple[int, str, str | None, str | None, object, float]] = {}
+        self._advanced: dict[str, _Advanced] = {}
         # Deferred the same way: runs whose record, as create_run kept it, still lacks the
         # text of its lease's expiry (in _expires), and runs whose last commit released the
         # lease their record still shows.
         self._unstamped: set[str] = set()
         self._released: set[str] = set()
         self._graphs: dict[str, bytes] = {}
-        self._steps: dict[str, list[StepRecord]] = {}
+        # A run's steps in order; those committed by commit_plain are kept as the tuple of
+        # their parts until something reads them (most runs' steps are never read back, and
+        # building two frozen records per step was most of a commit's cost).
+        self._steps: dict[str, list[StepRecord | _Plain]] = {}
         self._pending: dict[tuple[str, int], dict[tuple[str, int], PendingWrite]] = {}
         self._journal: dict[tuple[str, int], dict[tuple[str, int, int], JournalEntry]] = {}
         # When each held lease lapses (time.time()), by run id.
@@ -129,6 +166,14 @@ class MemoryStore:
         settled: these callers do not read it, and a run's every journal entry pays this)."""
         if run_id not in self._runs:
             self._run(run_id)
+
+    def _built(self, run_id: str) -> list[StepRecord]:
+        """The run's steps, every one a record (those kept as parts built now, once).
+        Called with the lock held."""
+        steps = self._steps[run_id]
+        built = [s if isinstance(s, StepRecord) else _record(s) for s in steps]
+        steps[:] = built
+        return built
 
     def create_run(self, run: RunRecord, first: StepRecord) -> None:
         """Insert a new run with its step 0."""
@@ -234,41 +279,74 @@ class MemoryStore:
         if status not in STORED_STATUSES:
             _check_status(run_id, status)
         with self._lock:
-            run = self._runs.get(run_id)
-            if run is None or (self._released and run_id in self._released):
-                run = self._run(run_id)  # settles a released lease; raises RunNotFoundError
-            advanced = self._advanced.get(run_id)
-            last_step = run.last_step if advanced is None else advanced[0]
-            if step.step != last_step + 1:
-                raise CheckpointError(
-                    f"run {run_id!r}: step {step.step} cannot follow committed step "
-                    f"{last_step}; another writer owns this run, or history was forked",
-                    run_id=run_id,
-                    step=step.step,
-                )
-            # Only commit_step defers changes, and it leaves the lease alone: run.owner is
-            # the current one. (_fence, inline: every step of every run pays this.)
-            held = run.owner
-            if (None if held is None else held.token) != owner:
-                raise lease_lost(run_id, owner, held)
-            self._steps[run_id].append(step)
-            self._advanced[run_id] = (
-                step.step,
-                status,
-                error if error is None else clip_error(error),
-                stopped_by,
-                interrupt,
-                time.time(),
+            self._append(
+                run_id,
+                step,
+                (
+                    step.step,
+                    status,
+                    error if error is None else clip_error(error),
+                    stopped_by,
+                    interrupt,
+                    time.time(),
+                ),
+                owner,
             )
-            if self._pending:
-                self._pending.pop((run_id, step.step), None)
-            if self._journal:
-                self._journal.pop((run_id, step.step), None)
-            if status == "done":
-                # The run ends here, without the lease: gone from _expires now, and from
-                # the record when it is next read.
-                self._expires.pop(run_id, None)
-                self._released.add(run_id)
+
+    def commit_plain(
+        self,
+        run_id: str,
+        step: _Plain,
+        owner: str | None,
+        done: bool = False,
+        stopped_by: str | None = None,
+    ) -> None:
+        """``commit_step`` of a plain step - one task, whose JSON writes and the next tasks
+        are all it records (no snapshot, join, rule fact or decision, retry nor call) -
+        given as the tuple of its parts, ``(step, node, index, writes, next, created_ms)``:
+        its ``StepRecord`` is built when something first reads the step (most steps of an
+        in-memory run never are). ``done``: the run's last step, as with status ``done``,
+        stopped by the rule ``stopped_by`` (``None`` unless ``done``)."""
+        status: RunStatus = "done" if done else "running"
+        advanced = (step[0], status, None, stopped_by if done else None, None, time.time())
+        with self._lock:
+            self._append(run_id, step, advanced, owner)
+
+    def _append(
+        self, run_id: str, step: StepRecord | _Plain, advanced: _Advanced, owner: str | None
+    ) -> None:
+        """Append ``step`` (number ``advanced[0]``) to the run, fenced on the lease
+        ``owner``, and defer the rest of the commit (``advanced``: see ``_settle``); called
+        with the lock held."""
+        run = self._runs.get(run_id)
+        if run is None or (self._released and run_id in self._released):
+            run = self._run(run_id)  # settles a released lease; raises RunNotFoundError
+        before = self._advanced.get(run_id)
+        last_step = run.last_step if before is None else before[0]
+        number = advanced[0]
+        if number != last_step + 1:
+            raise CheckpointError(
+                f"run {run_id!r}: step {number} cannot follow committed step "
+                f"{last_step}; another writer owns this run, or history was forked",
+                run_id=run_id,
+                step=number,
+            )
+        # Only commits defer changes, and they leave the lease alone: run.owner is the
+        # current one. (_fence, inline: every step of every run pays this.)
+        held = run.owner
+        if (None if held is None else held.token) != owner:
+            raise lease_lost(run_id, owner, held)
+        self._steps[run_id].append(step)
+        self._advanced[run_id] = advanced
+        if self._pending:
+            self._pending.pop((run_id, number), None)
+        if self._journal:
+            self._journal.pop((run_id, number), None)
+        if advanced[1] == "done":
+            # The run ends here, without the lease: gone from _expires now, and from the
+            # record when it is next read.
+            self._expires.pop(run_id, None)
+            self._released.add(run_id)
 
     def set_status(
         self,
@@ -360,7 +438,7 @@ class MemoryStore:
         """Committed steps ``start..end``."""
         with self._lock:
             self._known(run_id)
-            steps = self._steps[run_id]
+            steps = self._built(run_id)
         return [s for s in steps if s.step >= start and (end is None or s.step <= end)]
 
     def snapshot_step(self, run_id: str, at_or_before: int) -> int:
@@ -369,7 +447,7 @@ class MemoryStore:
             self._known(run_id)
             found = [
                 s.step
-                for s in self._steps[run_id]
+                for s in self._built(run_id)
                 if s.snapshot is not None and s.step <= at_or_before
             ]
         return max(found, default=0)

@@ -271,9 +271,19 @@ def _stores_holding(graph: Plan) -> weakref.WeakSet[CheckpointStore]:
     return kept
 
 
+# The same pairs by the ids of graph and store, each with weak references to both, which
+# tell whether the pair is still the one kept (ids are reused once an object is gone): a
+# plain dict is looked up without a lock nor the weak containers' Python code, and every
+# run with a store asks.
+_KEPT_IDS: dict[tuple[int, int], tuple[weakref.ref[Plan], weakref.ref[Any]]] = {}
+
+
 def graph_to_keep(graph: Plan, store: CheckpointStore) -> tuple[str, bytes] | None:
     """``(graph_hash, IR)`` for ``store`` to keep, or ``None`` when this process already gave
     it to that store (the IR is serialised once per graph and store, not once per run)."""
+    seen = _KEPT_IDS.get((id(graph), id(store)))
+    if seen is not None and seen[0]() is graph and seen[1]() is store:
+        return None
     with _KEPT_LOCK:
         if store in _stores_holding(graph):
             return None
@@ -284,6 +294,7 @@ def mark_kept(graph: Plan, store: CheckpointStore) -> None:
     """Record that ``store`` now holds ``graph``'s IR."""
     with _KEPT_LOCK, contextlib.suppress(TypeError):  # a store that takes no weak reference
         _stores_holding(graph).add(store)
+        _KEPT_IDS[id(graph), id(store)] = (weakref.ref(graph), weakref.ref(store))
 
 
 def keep_graph(graph: Plan, store: CheckpointStore) -> None:
@@ -294,6 +305,27 @@ def keep_graph(graph: Plan, store: CheckpointStore) -> None:
     if kept is not None:
         store.put_graph(*kept)
         mark_kept(graph, store)
+
+
+def _plain_commit(store: CheckpointStore) -> MemoryStore | None:
+    """``store`` when it takes plain steps as parts (``MemoryStore.commit_plain``): exactly
+    a ``MemoryStore`` (a subclass may change ``commit_step``, which every commit must then
+    go through)."""
+    return store if type(store) is MemoryStore else None
+
+
+_UNSTORABLE: Final = (pydantic_core.PydanticSerializationError, ValueError, TypeError)
+"""What pydantic raises for a value it cannot serialize as JSON."""
+
+
+def _unstorable(run: Progress, node: str | None, exc: Exception) -> InvalidWriteError:
+    """The error for a value (written by ``node``, or in the state) that cannot be stored."""
+    where = f"node {node!r}" if node else "the state"
+    return InvalidWriteError(
+        f"{where} at step {run.step} of run {run.run_id!r} holds a value that cannot "
+        f"be stored as JSON ({exc}); write JSON data or values of the field's type",
+        **run.where(node),
+    )
 
 
 class Persistence:
@@ -313,6 +345,8 @@ class Persistence:
         self.target = store
         self.durability = durability
         self.store: CheckpointStore = MemoryStore() if durability == "exit" else store
+        # In exit mode every step is read back when the run is written: no plain steps.
+        self._plain = _plain_commit(store) if durability == "sync" else None
         self.snapshot_every = snapshot_every
         self.lease: Lease | None = None
         self.owner: str | None = None
@@ -344,13 +378,15 @@ class Persistence:
         """``jsonable``, with a value pydantic cannot serialize reported as a typed error."""
         try:
             return jsonable(self.graph.channels, values)
-        except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:
-            where = f"node {node!r}" if node else "the state"
-            raise InvalidWriteError(
-                f"{where} at step {run.step} of run {run.run_id!r} holds a value that cannot "
-                f"be stored as JSON ({exc}); write JSON data or values of the field's type",
-                **run.where(node),
-            ) from exc
+        except _UNSTORABLE as exc:
+            raise _unstorable(run, node, exc) from exc
+
+    def _write_to(self, target: CheckpointStore) -> None:
+        """Write the run's later events straight to ``target`` (the buffer of ``exit`` mode
+        was flushed into it)."""
+        self.store = target
+        self._plain = _plain_commit(target)
+        self.durability = "sync"
 
     def _let_go(self) -> None:
         """The store released the lease (a status change): stop heartbeats."""
@@ -482,6 +518,40 @@ class Persistence:
         the rule ``stopped_by``, if one halted it). A store that can does it in the same
         transaction - the step, status ``done`` and the lease released - and the
         :meth:`finish` that follows has nothing left to write."""
+        plain = self._plain
+        if (
+            plain is not None
+            and len(results) == 1
+            and run.step % self.snapshot_every
+            and not run.journals
+            and not run.joins_seen
+            and not run.attempts
+            and run.rules is None
+            and run.decision is None
+        ):
+            # The common step of an in-memory run: its record is built only if it is read.
+            ((task, written),) = results
+            try:  # self._dump, inline
+                dumped = jsonable(self.graph.channels, written)
+            except _UNSTORABLE as exc:
+                raise _unstorable(run, task.node, exc) from exc
+            step = (
+                run.step,
+                task.node,
+                task.index,
+                dumped,
+                task_records(run.tasks),
+                time.time_ns() // 1_000_000,
+            )
+            try:
+                plain.commit_plain(run.run_id, step, self.owner, last, stopped_by)
+            except CheckpointError:
+                self.abandon()  # the run will not go on in this process
+                raise
+            self._done = last
+            if last:
+                self._let_go()  # the commit released the lease in the store
+            return
         snapshot: dict[str, Any] | None = None
         carried: dict[str, int] = {}
         if run.step % self.snapshot_every == 0:
@@ -624,8 +694,7 @@ class Persistence:
                 graph=graph_to_keep(self.graph, target),
             )
             mark_kept(self.graph, target)
-            self.store = target
-            self.durability = "sync"
+            self._write_to(target)
             return
         keep_graph(self.graph, target)
         target.create_run(record.model_copy(update={"status": "running"}), steps[0])
@@ -643,8 +712,7 @@ class Persistence:
             interrupt=record.interrupt,
         )
         # Later events of the same run (a resume in this process) go straight to the target.
-        self.store = target
-        self.durability = "sync"
+        self._write_to(target)
 
 
 def _corrupt(run_id: str, step: int, exc: Exception) -> CorruptCheckpointError:
@@ -669,11 +737,21 @@ def decode_writes(
 _APPENDS: weakref.WeakKeyDictionary[Plan, tuple[str, ...]] = weakref.WeakKeyDictionary()
 
 
+# The graph last asked about and its answer (every run with a store asks; most processes
+# run one graph, and WeakKeyDictionary.get is Python code).
+_LAST_APPENDS: tuple[weakref.ref[Plan] | None, tuple[str, ...]] = (None, ())
+
+
 def _appendable_of(graph: Plan) -> tuple[str, ...]:
     """:func:`appendable` of ``graph``'s channels, worked out once per graph, not per run."""
+    global _LAST_APPENDS  # noqa: PLW0603 - a one-entry cache
+    last, names = _LAST_APPENDS
+    if last is not None and last() is graph:
+        return names
     found = _APPENDS.get(graph)
     if found is None:
         found = _APPENDS[graph] = appendable(graph.channels)
+    _LAST_APPENDS = (weakref.ref(graph), found)
     return found
 
 
