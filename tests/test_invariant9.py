@@ -81,6 +81,14 @@ ALLOWED: dict[Site, str] = {
         "RuleRuntimeError chaining it, whose message names it ('TypeError: function ... "
         "returned object'); the user never catches the TypeError itself"
     ),
+    ("runtime/_daemon.py", "DaemonThreads.__init__", "ValueError"): (
+        "the engine's own thread pool, a concurrent.futures.Executor: a bound below one is "
+        "the ValueError ThreadPoolExecutor raises; no user input reaches it"
+    ),
+    ("runtime/_daemon.py", "DaemonThreads.submit", "RuntimeError"): (
+        "the Executor contract after shutdown (ThreadPoolExecutor raises the same): "
+        "_Batch.spawn catches exactly this and lets the runners at work finish the step"
+    ),
     ("runtime/_tasks.py", "_call_with_timeout", "TimeoutError"): (
         "private signal of the node timeout thread: its only caller's retry decision "
         "(_retry_delay) turns it into NodeTimeoutError naming run, step and node"
