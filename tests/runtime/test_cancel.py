@@ -735,15 +735,14 @@ def test_closing_a_stream_after_its_last_step_finishes_the_run(store: Checkpoint
 # --------------------------------------------------------------------------- a user's own script
 
 # A user's script: one branch per argument, each a blocking node that says on which thread it
-# runs (its "entered-<node>" file), then waits for the test's "go" file and writes
-# "left-<node>". One branch runs under stream() (on the stream's step thread); several run
-# under invoke(), the first on the driver's thread and the others on worker threads.
+# runs (its "entered-<node>" file), then blocks for a minute and writes "left-<node>". One
+# branch runs under stream() (on the stream's step thread); several run under invoke(), the
+# first on the driver's thread and the others on worker threads.
 SCRIPT = textwrap.dedent(
     """
     import os
     import sys
     import threading
-    import time
     from pathlib import Path
     from typing import Annotated
 
@@ -762,9 +761,7 @@ SCRIPT = textwrap.dedent(
 
     def wait(state: S, ctx: RunContext) -> dict:
         (here / f"entered-{ctx.node}").write_text(threading.current_thread().name)
-        deadline = time.monotonic() + 60
-        while not (here / "go").exists() and time.monotonic() < deadline:
-            time.sleep(0.005)
+        threading.Event().wait(60)  # nothing sets it: the node blocks for a minute
         (here / f"left-{ctx.node}").write_text("")
         return {"log": [ctx.node]}
 
@@ -804,7 +801,7 @@ def test_a_second_ctrl_c_in_a_users_script_does_not_wait_for_a_node_thread(
     assert on == threads, "the nodes run where this test means them to"
     child.proc.send_signal(signal.SIGINT)
     child.wait_for_line("SIGINT: stopping after the current step")
-    child.proc.send_signal(signal.SIGINT)  # every node is still waiting for "go"
+    child.proc.send_signal(signal.SIGINT)  # every node is still blocked
     code, _, stderr = child.finish()
     assert code == -signal.SIGINT, stderr  # an uncaught KeyboardInterrupt
     assert "run 'r' stopped at once; it shows as 'orphaned'" in stderr

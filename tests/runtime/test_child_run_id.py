@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from pydantic import BaseModel
 
 from stargraph import END, START, Graph
 from stargraph.checkpoint import MemoryStore
-from stargraph.ir import GraphIR
 from stargraph.nodes import SubgraphNode
 from stargraph.runtime._plan import ChildRunId
-from stargraph.skills import Skill
+from tests.runtime.incskill import inc_skill
 
 
 def test_a_child_run_id_formats_and_parses_back() -> None:
@@ -47,35 +44,14 @@ def test_descent_top_and_rebase() -> None:
     assert ChildRunId.rebase(nested, "r", "r~fork") == "r~fork::outer@2.0::inner@1.4"
 
 
-class Inner(BaseModel):
-    x: int = 0
-
-
 class Outer(BaseModel):
     x: int = 0
 
 
-def bump(state: Inner) -> dict[str, Any]:
-    return {"x": state.x + 1}
-
-
 def test_a_subgraph_node_stores_its_child_under_the_formatted_id() -> None:
-    inner: GraphIR = (
-        (Graph("inner", state=Inner).with_node("bump", bump).with_edge(START, "bump"))
-        .with_edge("bump", END)
-        .to_ir()
-    )
-    skill = Skill(
-        name="inc",
-        version="1.0.0",
-        kind="utility",
-        description="adds one",
-        state_schema=Inner,
-        subgraph=inner,
-    )
     app = (
         Graph("outer", state=Outer)
-        .with_node(SubgraphNode.from_skill(skill, site="inc"))
+        .with_node(SubgraphNode.from_skill(inc_skill(), site="inc"))
         .with_edge(START, "inc")
         .with_edge("inc", END)
         .compile(store=MemoryStore())

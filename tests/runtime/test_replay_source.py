@@ -16,19 +16,11 @@ from stargraph.errors import ReplayError
 from stargraph.nodes import SubgraphNode
 from stargraph.replay import export_cassette, load_cassette
 from stargraph.runtime._replay import replay_child
-from stargraph.skills import Skill
-
-
-class Inner(BaseModel):
-    x: int = 0
+from tests.runtime.incskill import inc_skill
 
 
 class Outer(BaseModel):
     x: int = 0
-
-
-def bump(state: Inner) -> dict[str, Any]:
-    return {"x": state.x + 1}
 
 
 def first(state: Outer) -> dict[str, Any]:
@@ -36,27 +28,12 @@ def first(state: Outer) -> dict[str, Any]:
 
 
 def build() -> Graph[Outer]:
-    inner = (
-        Graph("inner", state=Inner)
-        .with_node("bump", bump)
-        .with_edge(START, "bump")
-        .with_edge("bump", END)
-        .to_ir()
-    )
-    skill = Skill(
-        name="inc",
-        version="1.0.0",
-        kind="utility",
-        description="adds one",
-        state_schema=Inner,
-        subgraph=inner,
-    )
     # Step 1 is a plain node, step 2 the subgraph node: a replay is under way (between
     # steps) before it replays the child.
     return (
         Graph("outer", state=Outer)
         .with_node("first", first)
-        .with_node(SubgraphNode.from_skill(skill, site="inc"))
+        .with_node(SubgraphNode.from_skill(inc_skill(), site="inc"))
         .with_edge(START, "first")
         .with_edge("first", "inc")
         .with_edge("inc", END)

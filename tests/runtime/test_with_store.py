@@ -11,26 +11,17 @@ from pydantic import BaseModel
 from stargraph import END, START, Graph, RunContext
 from stargraph.checkpoint import MemoryStore, SqliteStore
 from stargraph.errors import CompileError, StepLimitExceeded
-from stargraph.ir import GraphIR
 from stargraph.nodes import SubgraphNode
 from stargraph.plugin import get_plugin_manager, hookimpl
 from stargraph.runtime import Event, SeededEntropy
 from stargraph.runtime._plan import ChildRunId
-from stargraph.skills import Skill
-
-
-class Inner(BaseModel):
-    x: int = 0
+from tests.runtime.incskill import inc_skill
 
 
 class Outer(BaseModel):
     x: int = 0
     token: str = ""
     greeting: str = ""
-
-
-def bump(state: Inner) -> dict[str, Any]:
-    return {"x": state.x + 1}
 
 
 def mint(state: Outer, ctx: RunContext) -> dict[str, Any]:
@@ -47,24 +38,9 @@ class Seen:
 
 
 def _graph(*, pause: bool = True) -> Graph[Outer]:
-    inner: GraphIR = (
-        Graph("inner", state=Inner)
-        .with_node("bump", bump)
-        .with_edge(START, "bump")
-        .with_edge("bump", END)
-        .to_ir()
-    )
-    skill = Skill(
-        name="inc",
-        version="1.0.0",
-        kind="utility",
-        description="adds one",
-        state_schema=Inner,
-        subgraph=inner,
-    )
     return (
         Graph("outer", state=Outer)
-        .with_node(SubgraphNode.from_skill(skill, site="inc"))
+        .with_node(SubgraphNode.from_skill(inc_skill(), site="inc"))
         .with_node("mint", mint, interrupt_before=pause)
         .with_edge(START, "inc")
         .with_edge("inc", "mint")
