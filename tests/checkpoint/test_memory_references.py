@@ -165,3 +165,32 @@ def test_issue19_a_plain_commit_is_fenced_and_sequenced_like_a_whole_one() -> No
     assert (last.step, last.writes[0].node, last.created_ms) == (2, "b", 9)
     shown = store.get_run("r3")
     assert (shown.status, shown.last_step, shown.stopped_by, shown.owner) == ("done", 2, "r", None)
+
+
+def test_the_kept_graph_table_forgets_a_store_that_is_gone() -> None:
+    """A process that runs each request on a store of its own must not keep an entry per
+    store in the table of graphs already given to a store."""
+    import gc
+
+    from stargraph.runtime import _durable
+
+    app = (
+        Graph("kept-table", state=_Count)
+        .with_node("bump", _bump)
+        .with_edge(START, "bump")
+        .with_edge("bump", END)
+        .compile()
+    )
+    before = len(_durable._KEPT_IDS)
+    for i in range(20):
+        app.with_store(MemoryStore()).invoke({}, run_id=f"r{i}")
+    gc.collect()
+    assert len(_durable._KEPT_IDS) <= before + 1
+
+
+class _Count(BaseModel):
+    n: int = 0
+
+
+def _bump(state: _Count) -> dict[str, Any]:
+    return {"n": state.n + 1}

@@ -294,7 +294,21 @@ def mark_kept(graph: Plan, store: CheckpointStore) -> None:
     """Record that ``store`` now holds ``graph``'s IR."""
     with _KEPT_LOCK, contextlib.suppress(TypeError):  # a store that takes no weak reference
         _stores_holding(graph).add(store)
-        _KEPT_IDS[id(graph), id(store)] = (weakref.ref(graph), weakref.ref(store))
+        key = (id(graph), id(store))
+        _KEPT_IDS[key] = (weakref.ref(graph, _forgetter(key)), weakref.ref(store, _forgetter(key)))
+
+
+def _forgetter(key: tuple[int, int]) -> Callable[[object], None]:
+    """The weak references' callback: drop the pair once graph or store is gone (a process
+    that makes a store per request would otherwise keep one entry per store for good)."""
+
+    def forget(_: object) -> None:
+        entry = _KEPT_IDS.get(key)
+        # Only the dead pair: the ids may be someone else's by now, with a live entry.
+        if entry is not None and (entry[0]() is None or entry[1]() is None):
+            _KEPT_IDS.pop(key, None)
+
+    return forget
 
 
 def keep_graph(graph: Plan, store: CheckpointStore) -> None:
