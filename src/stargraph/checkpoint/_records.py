@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import math
 import time
-from datetime import UTC, datetime
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field
