@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import json
+import sqlite3
+import zlib
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -146,6 +149,71 @@ def test_resume_after_a_crash_takes_the_same_decisions(tmp_path: Path) -> None:
     assert resumed.log == reference.log
     assert app.get_run("r").stopped_by == "termination/max_steps"
     assert TRIPS.count("work@5") == 2  # the crashed step re-ran, the others did not
+    store.close()
+
+
+# Counts node b's steps and halts at b's next step once it counted three: the count lives in
+# the engine's facts (a global), so a resumed run decides the same only if its engine gets
+# them back.
+COUNT_B = fathom.RulePack.from_clp(
+    "count-b",
+    "1",
+    "(defglobal ?*seen* = 0)\n"
+    '(defrule count (sg-step (node "b")) => (bind ?*seen* (+ ?*seen* 1)))\n'
+    "(defrule enough (sg-step) (test (>= ?*seen* 3)) =>\n"
+    '  (assert (sg-decision (kind halt) (reason "b ran three times") (rule enough))))\n',
+)
+
+
+def always_again(state: Loop) -> Literal["again", "stop"]:
+    # Only a rule ends the loop.
+    return "again"
+
+
+def _alternating() -> Graph[Loop]:
+    """``a`` and ``b`` in turn for good, but for ``COUNT_B`` mounted on ``b``: the rule facts
+    change at b's steps only."""
+    return (
+        Graph("ab-loop", state=Loop)
+        .with_node("a", work)
+        .with_node("b", work, rules=[COUNT_B])
+        .with_edge(START, "a")
+        .with_edge("a", "b")
+        .with_conditional_edges("b", always_again, {"again": "a", "stop": END})
+    )
+
+
+def _stored_row(path: Path, run_id: str, step: int) -> dict[str, Any]:
+    """The step's payload as the file holds it (JSON, maybe zlib-compressed)."""
+    with sqlite3.connect(path) as conn:
+        (payload,) = conn.execute(
+            "SELECT payload FROM steps WHERE run_id = ? AND step = ?", (run_id, step)
+        ).fetchone()
+    data = bytes(payload)
+    loaded = json.loads(zlib.decompress(data) if data[:1] in (b"x", b"H") else data)
+    assert isinstance(loaded, dict)
+    return loaded
+
+
+def test_issue19_resume_from_a_step_whose_facts_are_a_reference_decides_the_same(
+    tmp_path: Path,
+) -> None:
+    reference = _alternating().compile(max_steps=40).invoke({})
+    assert reference.log == [f"{'ab'[i % 2]}@{i + 1}" for i in range(8)]
+    TRIPS.clear()
+    store = SqliteStore(tmp_path / "r.db")
+    app = _alternating().compile(store=store, max_steps=40)
+    with pytest.raises(NodeError):
+        app.invoke({"boom_at": 6}, run_id="r")
+    assert app.get_run("r").last_step == 5
+    # Step 5 (node a) left the facts of step 4 (node b) as they were: its row names step 4,
+    # which a read of step 5 alone (what a resume reads) must go back to.
+    last = _stored_row(tmp_path / "r.db", "r", 5)
+    assert (last.get("facts"), last.get("facts_from")) == (None, 4)
+    assert _stored_row(tmp_path / "r.db", "r", 4)["facts"]["node:b"]["globals"] == {"seen": 2}
+    resumed = app.resume("r")
+    assert resumed.log == reference.log
+    assert app.get_run("r").stopped_by == "count-b/enough"
     store.close()
 
 

@@ -22,6 +22,7 @@ from stargraph.checkpoint._records import (
     clip_error,
     iso_at,
     iso_now,
+    resolve_facts,
     trusted_fields,
     turn_taken,
 )
@@ -54,12 +55,20 @@ def _record(plain: _Plain) -> StepRecord:
             "next": next_tasks,
             "joins": {},
             "facts": None,
+            "facts_from": None,
             "decision": None,
             "attempts": {},
             "calls": (),
             "created_ms": created_ms,
         },
     )
+
+
+def _step_at(steps: list[StepRecord], at: int) -> StepRecord | None:
+    """Step number ``at`` of a run's steps (in order, numbered on from the first)."""
+    index = at - steps[0].step if steps else -1
+    found = steps[index] if 0 <= index < len(steps) else None
+    return found if found is not None and found.step == at else None
 
 
 def _check_status(run_id: str, status: str) -> None:
@@ -76,6 +85,12 @@ class MemoryStore:
     releases_on_final_commit: ClassVar[bool] = True
     """``commit_step`` with status ``done`` releases the lease (a run's last step and its
     status change are one commit)."""
+
+    refer_to_facts: ClassVar[bool] = False
+    """Whether the runtime writes a step's unchanged rule facts as a reference to the step
+    holding them (``StepRecord.facts_from``). ``get_steps`` resolves such references, as
+    every store's does, but a step kept here holds the engines' own unchanged dict again at
+    no cost, while a reference would cost every read a copy."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -439,7 +454,8 @@ class MemoryStore:
         with self._lock:
             self._known(run_id)
             steps = self._built(run_id)
-        return [s for s in steps if s.step >= start and (end is None or s.step <= end)]
+        chosen = [s for s in steps if s.step >= start and (end is None or s.step <= end)]
+        return resolve_facts(run_id, chosen, lambda at: _step_at(steps, at))
 
     def snapshot_step(self, run_id: str, at_or_before: int) -> int:
         """Newest snapshot step at or before ``at_or_before``."""

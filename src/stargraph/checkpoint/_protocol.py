@@ -126,7 +126,10 @@ class CheckpointStore(Protocol):
         ...
 
     def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
-        """Committed steps ``start..end`` (inclusive) in order."""
+        """Committed steps ``start..end`` (inclusive) in order. A store that says
+        ``refer_to_facts`` (``True``: the runtime then writes a step's unchanged rule facts as
+        ``StepRecord.facts_from``, the step holding them) gives each such step back with
+        those facts, whatever the range; a store that says nothing gets facts in full."""
         ...
 
     def snapshot_step(self, run_id: str, at_or_before: int) -> int:

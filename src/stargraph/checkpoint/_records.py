@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, TypeVar
 
@@ -23,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stargraph._text import lone_surrogate
 from stargraph._unchecked import every_field, unchecked
-from stargraph.errors import CheckpointError, ThreadBusyError
+from stargraph.errors import CheckpointError, CorruptCheckpointError, ThreadBusyError
 
 __all__ = [
     "MAX_ERROR_CHARS",
@@ -41,6 +42,7 @@ __all__ = [
     "clip_error",
     "iso_at",
     "iso_now",
+    "resolve_facts",
     "turn_taken",
     "unicode_problem",
 ]
@@ -249,6 +251,13 @@ class StepRecord(BaseModel):
         default_factory=dict, description="Join edge index -> sources seen since it last fired."
     )
     facts: Any = Field(default=None, description="Rule engine snapshot after this step.")
+    facts_from: int | None = Field(
+        default=None,
+        ge=0,
+        description="As stored: the earlier step whose record holds this step's rule facts "
+        "(they did not change since; ``facts`` is then None). Never before the last snapshot "
+        "step. ``get_steps`` of every store gives the facts themselves back, this ``None``.",
+    )
     decision: dict[str, Any] | None = Field(
         default=None,
         description="The rule decision taken at this step (kind, rule, targets, reason), "
@@ -267,6 +276,49 @@ class StepRecord(BaseModel):
         description="Commit time, milliseconds since the Unix epoch (an int: it is stored with "
         "every step, and an ISO string would be a third of a small step's bytes).",
     )
+
+
+def resolve_facts(
+    run_id: str, steps: list[StepRecord], held: Callable[[int], StepRecord | None]
+) -> list[StepRecord]:
+    """``steps`` (ordered, of one run) with each reference to another step's rule facts
+    (``facts_from``) replaced by those facts, as every reader of a store expects them.
+
+    A step referred to outside ``steps`` (a range read starting after it) is asked of
+    ``held`` (its record as stored, or ``None`` if the store lacks it: a damaged run).
+    The list is returned as it is when no step refers (every run without rules)."""
+    if not any(s.facts_from is not None for s in steps):
+        return steps
+    by_step = {s.step: s for s in steps}
+    facts_at: dict[int, Any] = {}  # the facts of each step referred to, once checked
+    out: list[StepRecord] = []
+    for step in steps:
+        at = step.facts_from
+        if at is None:
+            out.append(step)
+            continue
+        if at not in facts_at:
+            holder = by_step.get(at)
+            if holder is None and at < step.step:
+                holder = held(at)
+            facts_at[at] = _holder(run_id, step, at, holder).facts
+        fields = dict(step.__dict__)
+        fields.update(facts=facts_at[at], facts_from=None)
+        out.append(trusted_fields(StepRecord, fields))
+    return out
+
+
+def _holder(run_id: str, step: StepRecord, at: int, found: StepRecord | None) -> StepRecord:
+    """The step ``at`` that ``step`` takes its rule facts from, which must hold them."""
+    if found is None or found.facts is None or at >= step.step:
+        raise CorruptCheckpointError(
+            f"run {run_id!r} step {step.step} takes its rule facts from step {at}, which "
+            f"{'does not hold them' if found is not None else 'is missing'}; the checkpoint "
+            "is damaged; fork the run from an earlier step",
+            run_id=run_id,
+            step=step.step,
+        )
+    return found
 
 
 class RunOwner(BaseModel):

@@ -36,6 +36,7 @@ from stargraph.checkpoint._records import (
     StepRecord,
     clip_error,
     iso_now,
+    resolve_facts,
 )
 from stargraph.errors import CheckpointError, CorruptCheckpointError, RunNotFoundError
 
@@ -269,6 +270,11 @@ class SqlStore(Closing):
     releases_on_final_commit: ClassVar[bool] = True
     """``commit_step`` with status ``done`` releases the lease (a run's last step and its
     status change are one transaction)."""
+
+    refer_to_facts: ClassVar[bool] = True
+    """The runtime writes a step's rule facts only when they changed, and otherwise the
+    step holding them (``StepRecord.facts_from``), which ``get_steps`` resolves: an agent's
+    think and act rows are then a few hundred bytes shorter."""
 
     _mark: str
     """The parameter placeholder: ``?`` (SQLite) or ``%s`` (PostgreSQL)."""
@@ -511,10 +517,22 @@ class SqlStore(Closing):
         )
         if not rows:
             self._check_exists(run_id)  # an unknown run, or else just an empty range
-        return [
+        steps = [
             decode(StepRecord, payload, run_id=run_id, step=step, table="steps", crc=crc)
             for step, payload, crc in rows
         ]
+        return resolve_facts(run_id, steps, lambda at: self._step(run_id, at))
+
+    def _step(self, run_id: str, at: int) -> StepRecord | None:
+        """Step ``at`` of the run as stored (``None``: there is none)."""
+        rows = self._query(
+            self._sql("SELECT payload, crc FROM {steps} WHERE run_id = {m} AND step = {m}"),
+            (self._key(run_id), at),
+        )
+        if not rows:
+            return None
+        payload, crc = rows[0]
+        return decode(StepRecord, payload, run_id=run_id, step=at, table="steps", crc=crc)
 
     def snapshot_step(self, run_id: str, at_or_before: int) -> int:
         """The newest step ``<= at_or_before`` that holds a full snapshot (0 always does)."""

@@ -44,6 +44,7 @@ from stargraph.checkpoint._records import (
 )
 from stargraph.errors import (
     CheckpointError,
+    CorruptCheckpointError,
     LeaseLostError,
     RunBusyError,
     RunNotFoundError,
@@ -150,6 +151,13 @@ def make_step(step: int, *, snapshot: bool = False, **fields: Any) -> StepRecord
     if snapshot or step == 0:
         base["snapshot"] = {"x": step, "log": [f"n{i}" for i in range(step + 1)]}
     return StepRecord(**(base | fields))
+
+
+def _takes_fact_references(store: CheckpointStore) -> None:
+    """Skip unless ``store`` declares ``refer_to_facts`` (either way): a store written before
+    references to rule facts is never given one."""
+    if not hasattr(type(store), "refer_to_facts"):
+        pytest.skip("the store does not declare refer_to_facts: it gets rule facts in full")
 
 
 class CheckpointStoreConformance:
@@ -537,6 +545,47 @@ class CheckpointStoreConformance:
         store.commit_step("r1", full)
         assert store.get_steps("r1") == [StepRecord(step=0), full]
         assert store.snapshot_step("r1", 1) == 1
+
+    def test_facts_from_reads_back_as_the_facts_of_the_step_it_names(
+        self, store: CheckpointStore
+    ) -> None:
+        # A step whose rule facts did not change names the step holding them; every read,
+        # whatever its range, gives the facts themselves, as if each step held them.
+        _takes_fact_references(store)
+        first = {"node:observe": {"facts": [["sg-step", {"tick": 1}]], "globals": {}}}
+        later = {"node:observe": {"facts": [["sg-step", {"tick": 2}]], "globals": {}}}
+        stored = [
+            make_step(0),
+            make_step(1, facts=first),
+            make_step(2, facts_from=1),
+            make_step(3, facts_from=1),
+            make_step(4, snapshot=True, facts=later),
+            make_step(5, facts_from=4),
+            make_step(6),
+        ]
+        store.create_run(make_run("r1"), stored[0])
+        for step in stored[1:]:
+            store.commit_step("r1", step)
+        whole = [
+            s if s.facts_from is None else s.model_copy(update={"facts": f, "facts_from": None})
+            for s, f in zip(stored, [None, first, first, first, later, later, None], strict=True)
+        ]
+        for start in range(len(stored)):
+            for end in [None, *range(start, len(stored))]:
+                stop = len(stored) if end is None else end + 1
+                assert store.get_steps("r1", start=start, end=end) == whole[start:stop]
+
+    def test_facts_from_naming_a_step_without_facts_is_corrupt(
+        self, store: CheckpointStore
+    ) -> None:
+        _takes_fact_references(store)
+        store.create_run(make_run("r1"), make_step(0))
+        store.commit_step("r1", make_step(1))
+        store.commit_step("r1", make_step(2, facts_from=1))
+        with pytest.raises(CorruptCheckpointError, match="step 2 takes its rule facts"):
+            store.get_steps("r1", start=2)
+        with pytest.raises(CorruptCheckpointError, match="step 2 takes its rule facts"):
+            store.get_steps("r1")
 
     def test_pending_and_journal_round_trip(self, store: CheckpointStore) -> None:
         store.create_run(make_run("r1"), make_step(0))

@@ -381,6 +381,10 @@ class Persistence:
         self._roots: dict[str, int] | None = None
         # Whether the run's last commit marked it done already (see ``commit``).
         self._done = False
+        # The rule facts last stored in full and the step holding them, which later steps
+        # with the same (identical) facts refer to, in a store that resolves references.
+        self._facts: tuple[dict[str, Any], int] | None = None
+        self._refer = getattr(self.store, "refer_to_facts", False) is True
 
     def _hold(self, lease: Lease | None) -> None:
         """Adopt ``lease`` (``None``: none held). ``owner`` is its token, kept as a plain
@@ -401,6 +405,9 @@ class Persistence:
         self.store = target
         self._plain = _plain_commit(target)
         self.durability = "sync"
+        # The buffer's steps went in whole: the next facts are stored in full first.
+        self._refer = getattr(target, "refer_to_facts", False) is True
+        self._facts = None
 
     def _let_go(self) -> None:
         """The store released the lease (a status change): stop heartbeats."""
@@ -472,6 +479,7 @@ class Persistence:
                 "next": task_records(run.tasks),
                 "joins": joins_record(run.joins_seen) if run.joins_seen else {},
                 "facts": None,
+                "facts_from": None,
                 "decision": None,
                 "attempts": {},
                 "calls": (),
@@ -570,6 +578,7 @@ class Persistence:
         carried: dict[str, int] = {}
         if run.step % self.snapshot_every == 0:
             snapshot, carried = self._snapshot(run)
+        facts, facts_from = self._facts_of(run, snapshot is None)
         # Built without validation: every field is made here, of its declared type (the
         # writes were validated by their channels; _dump made them JSON).
         if len(results) == 1:  # the common step: no generator, no sort
@@ -603,7 +612,8 @@ class Persistence:
                 # The common step (one task, no join, retry or recorded call) skips the
                 # empty copies and sorts: this runs at every step of every run with a store.
                 "joins": joins_record(run.joins_seen) if run.joins_seen else {},
-                "facts": run.rules.snapshot() if run.rules is not None else None,
+                "facts": facts,
+                "facts_from": facts_from,
                 "decision": None if run.decision is None else run.decision.record(),
                 "attempts": dict(run.attempts) if run.attempts else {},
                 "calls": compact_calls(
@@ -633,6 +643,22 @@ class Persistence:
         except CheckpointError:
             self.abandon()  # the run will not go on in this process
             raise
+        if facts is not None and self._refer:
+            self._facts = (facts, run.step)  # committed: later steps may refer to it
+
+    def _facts_of(self, run: Progress, may_refer: bool) -> tuple[Any, int | None]:
+        """The rule facts to store with the step being committed, as ``(facts,
+        facts_from)``: the engines' snapshot, or - when it is the very object stored in
+        full at an earlier step of this process, the store resolves references and
+        ``may_refer`` (no state snapshot at this step, so loading a step never reads back
+        past its snapshot) - ``None`` and that step."""
+        if run.rules is None:
+            return None, None
+        facts = run.rules.snapshot()
+        held = self._facts
+        if may_refer and held is not None and held[0] is facts:
+            return None, held[1]
+        return facts, None
 
     def _snapshot(self, run: Progress) -> tuple[dict[str, Any], dict[str, int]]:
         """The snapshot of ``run`` after its current step: every channel but the append-only

@@ -71,7 +71,9 @@ class DecisionMaker(Protocol):
         ...
 
     def snapshot(self) -> dict[str, Any]:
-        """JSON-able facts to store with a checkpoint."""
+        """JSON-able facts to store with a checkpoint. Read-only: the same object again
+        means the facts did not change (a step then stores a reference to the step that
+        holds them), so facts that change must come in a new object."""
         ...
 
     def restore(self, snapshot: Any) -> None:
@@ -120,6 +122,11 @@ class RuleSet:
         self.graph_engine = graph_engine
         self._node_factories = node_engines
         self._node_engines: dict[str, DecisionMaker] = {}
+        # The last snapshot, and the engines' snapshots it was made of: while each engine
+        # gives the same object again, so does snapshot() (its callers tell "unchanged" by
+        # identity). Holding them keeps their ids from being reused.
+        self._parts: list[tuple[str, dict[str, Any]]] = []
+        self._snapshot: dict[str, Any] = {}
 
     def applies(self, ran: Sequence[Any]) -> bool:
         """Whether any engine decides after a step in which the tasks ``ran`` ran (objects
@@ -158,13 +165,20 @@ class RuleSet:
         return combined
 
     def snapshot(self) -> dict[str, Any]:
-        """Facts of every engine, for the step's checkpoint."""
-        out: dict[str, Any] = {}
+        """Facts of every engine, for the step's checkpoint: the same (read-only) dict as
+        the last call's while no engine's snapshot changed."""
+        parts: list[tuple[str, dict[str, Any]]] = []
         if self.graph_engine is not None:
-            out["graph"] = self.graph_engine.snapshot()
+            parts.append(("graph", self.graph_engine.snapshot()))
         for node, engine in sorted(self._node_engines.items()):
-            out[f"node:{node}"] = engine.snapshot()
-        return out
+            parts.append((f"node:{node}", engine.snapshot()))
+        last = self._parts
+        if len(parts) != len(last) or any(
+            key != was_key or facts is not was
+            for (key, facts), (was_key, was) in zip(parts, last, strict=True)
+        ):
+            self._parts, self._snapshot = parts, dict(parts)
+        return self._snapshot
 
     def restore(self, snapshot: Mapping[str, Any] | None) -> None:
         """Restore every engine from a step's checkpoint (a resumed run decides the same)."""
@@ -185,6 +199,7 @@ class RuleSet:
         for engine in self._node_engines.values():
             engine.close()
         self._node_engines.clear()
+        self._parts, self._snapshot = [], {}
 
 
 def _text(value: Any) -> str | None:

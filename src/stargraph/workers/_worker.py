@@ -120,6 +120,12 @@ class _FencedStore:
         once the lease is lost, as it refuses every other."""
         return getattr(self._inner, "releases_on_final_commit", False) is True
 
+    @property
+    def refer_to_facts(self) -> bool:
+        """Whether the wrapped store takes a step's unchanged rule facts as a reference to
+        the step holding them (see ``CheckpointStore.get_steps``)."""
+        return getattr(self._inner, "refer_to_facts", False) is True
+
     def _check(self, run_id: str) -> None:
         if self._lease.lost.is_set():
             raise LeaseLostError(
