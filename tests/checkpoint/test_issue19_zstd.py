@@ -125,6 +125,11 @@ def test_issue19_zlib_rows_of_both_windows_read_back_beside_zstd_ones(tmp_path: 
             ),
             id="no-content-size",
         ),
+        pytest.param(
+            # single segment, an 8-byte content size of 2**50 bytes, then an empty raw block
+            lambda frame: ZSTD_MAGIC + b"\xe0" + (2**50).to_bytes(8, "little") + b"\x01\x00\x00",
+            id="absurd-content-size",
+        ),
     ],
 )
 def test_issue19_a_zstd_frame_that_does_not_decode_names_run_and_step(
