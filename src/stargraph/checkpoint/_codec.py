@@ -44,8 +44,8 @@ ones shrink by half. From 1 KiB on cost 2% more instructions for a sixth fewer b
 2 KiB on saved 3.5% of them for a quarter more bytes."""
 
 ZSTD: Final = b"("
-"""The first byte of a zstd frame (its magic number is ``28 B5 2F FD``): how rows are
-compressed now."""
+"""The first byte of a zstd frame (its magic number ``0xFD2FB528``, written little-endian):
+how rows are compressed now."""
 
 ZLIB: Final = (b"x", b"H")
 """The first byte of a zlib stream, how rows were compressed before (its window size: ``x``
