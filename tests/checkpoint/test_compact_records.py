@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from stargraph import reducers
 from stargraph.checkpoint import MemoryStore, RunRecord, SqliteStore, StepRecord
+from stargraph.checkpoint._codec import PACKED, unpack
 from stargraph.checkpoint._records import trusted_fields
 from stargraph.errors import CorruptCheckpointError
 from stargraph.graph import END, START, Graph
@@ -56,7 +57,7 @@ def test_issue19_compressed_step_rows_read_back_and_fail_their_checksum(tmp_path
         assert app.get_state("n") == final
     with sqlite3.connect(path) as conn:
         rows = conn.execute("SELECT step, payload FROM steps ORDER BY step").fetchall()
-        packed = [step for step, payload in rows if bytes(payload)[:1] == b"H"]
+        packed = [step for step, payload in rows if bytes(payload)[:1] == b"("]
         assert packed, "a step over 1.5 KiB is stored compressed"
         step, payload = next((s, p) for s, p in rows if s == packed[-1])
         damaged = bytes(payload[:-3]) + bytes(b ^ 0xFF for b in payload[-3:])
@@ -69,8 +70,8 @@ def test_issue19_compressed_step_rows_read_back_and_fail_their_checksum(tmp_path
 
 
 def test_issue19_step_rows_packed_with_the_old_32k_window_still_read_back(tmp_path: Path) -> None:
-    """Rows are now packed with a 4 KiB zlib window (first byte ``H``); rows written before
-    with ``zlib.compress`` (first byte ``x``) read back the same."""
+    """Rows are now packed as zstd frames; rows written before with ``zlib.compress`` (first
+    byte ``x``) read back the same."""
     path = tmp_path / "n.db"
     with SqliteStore(path) as store:
         GRAPH.compile(store=store, snapshot_every=5).invoke({}, run_id="n")
@@ -79,7 +80,7 @@ def test_issue19_step_rows_packed_with_the_old_32k_window_still_read_back(tmp_pa
         rows = conn.execute("SELECT step, payload FROM steps ORDER BY step").fetchall()
         for step, payload in rows:
             raw = bytes(payload)
-            text = zlib.decompress(raw) if raw[:1] in (b"H", b"x") else raw
+            text = unpack(raw) if raw[:1] in PACKED else raw
             old = zlib.compress(text, 1)
             assert old[:1] == b"x"
             conn.execute(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import random
 import sqlite3
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +20,7 @@ from pydantic import BaseModel
 
 from stargraph import reducers
 from stargraph.checkpoint import Recording, SqliteStore
+from stargraph.checkpoint._codec import PACKED, unpack
 from stargraph.errors import NodeError
 from stargraph.graph import END, START, Graph
 from stargraph.ir import content_hash
@@ -163,7 +163,7 @@ def _calls_holding(path: Path, text: str) -> list[str]:
     found = []
     for (payload,) in rows:
         raw = bytes(payload)
-        step = json.loads(zlib.decompress(raw) if raw[:1] in (b"x", b"H") else raw)
+        step = json.loads(unpack(raw) if raw[:1] in PACKED else raw)
         found += [c["kind"] for c in step.get("calls", ()) if text in json.dumps(c)]
     return found
 

@@ -7,9 +7,9 @@ Layout (schema version 3, kept in ``meta.schema_version``)::
              error / stopped_by / interrupt, only when set), lease_token, lease_owner
              (JSON RunOwner but its token), lease_expires (Unix seconds): the lease, NULL if
              free; thread_id, turn (NULL for a run outside a thread; unique together)
-    steps    (run_id, step) PK, has_snapshot, payload (JSON StepRecord, zlib-compressed
-             from 1.5 KiB when that saves a tenth: such a payload starts with ``H``, or
-             ``x`` when written before), crc;
+    steps    (run_id, step) PK, has_snapshot, payload (JSON StepRecord, zstd-compressed
+             from 1.5 KiB when that saves a tenth: such a payload starts with ``(``, or
+             with ``x`` or ``H`` when written before, zlib-compressed), crc;
              append-only
     pending  (run_id, step, node, idx) PK, payload (JSON PendingWrite), crc
     journal  (run_id, step, node, idx, seq) PK, kind, key, payload (JSON JournalEntry), crc
