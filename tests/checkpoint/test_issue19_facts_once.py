@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 from pydantic import ConfigDict, create_model
 
 from stargraph.checkpoint import CheckpointStore, MemoryStore, SqliteStore, StepRecord
-from stargraph.checkpoint._codec import decode
+from stargraph.checkpoint._codec import PACKED, decode, unpack
 from stargraph.errors import CorruptCheckpointError
 from stargraph.llm import ScriptedChatModel
 from stargraph.skills.react import react_graph
@@ -51,7 +50,7 @@ def stored_rows(path: Path) -> list[dict[str, Any]]:
     out = []
     for (payload,) in rows:
         data = bytes(payload)
-        out.append(json.loads(zlib.decompress(data) if data[:1] in (b"x", b"H") else data))
+        out.append(json.loads(unpack(data) if data[:1] in PACKED else data))
     return out
 
 
