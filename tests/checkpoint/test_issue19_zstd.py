@@ -9,40 +9,16 @@ import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Annotated, Any
 
 import pytest
 import zstandard
-from pydantic import BaseModel
 
-from stargraph import reducers
 from stargraph.checkpoint import SqliteStore, StepRecord, WriteRecord, _codec
 from stargraph.checkpoint._codec import PACK_FROM, ZSTD, crc, decode, encode, unpack
 from stargraph.errors import CorruptCheckpointError
-from stargraph.graph import END, START, Graph
+from tests.checkpoint.test_compact_records import GRAPH  # a 1.8 KiB note a step
 
 ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
-
-
-class Notes(BaseModel):
-    notes: Annotated[list[str], reducers.append] = []
-    n: int = 0
-
-
-def jot(state: Notes) -> dict[str, Any]:
-    return {"notes": [f"note {state.n} " + "z" * 1800], "n": state.n + 1}
-
-
-def again(state: Notes) -> str:
-    return "jot" if state.n < 9 else END
-
-
-GRAPH = (
-    Graph("notes", state=Notes)
-    .with_node("jot", jot)
-    .with_edge(START, "jot")
-    .with_conditional_edges("jot", again, ["jot", END])
-)
 
 
 def _big_step(step: int, text: str = "") -> StepRecord:
