@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import Final
 
 import pytest
+from hypothesis import settings
 
 from stargraph.checkpoint import CheckpointStore, MemoryStore, SqliteStore
+
+# No per-example deadline for any property: Hypothesis's default (200 ms) is a timing check,
+# and an example that builds a CLIPS engine took longer than that on a busy two-core machine,
+# failing a test that had found no bug. Loaded here, before any test module is imported, so
+# every @settings(...) inherits it.
+settings.register_profile("stargraph", deadline=None)
+settings.load_profile("stargraph")
 
 SLOW_TESTS: Final[dict[str, tuple[str, ...]]] = {
     # Marked `slow` here rather than beside each test, so this one table is what `make check`

@@ -258,7 +258,7 @@ NASTY = st.one_of(
 )
 
 
-@settings(max_examples=150, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(result=NASTY, event=NASTY, note=NASTY)
 def test_hostile_strings_round_trip_and_change_no_decision(
     result: str, event: str, note: str
@@ -428,7 +428,7 @@ QUIET = default_termination_pack(max_steps=10**9, error_budget=10**9)
 """The termination pack with limits no test reaches: no rule fires unless done is set."""
 
 
-@settings(max_examples=120, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     event=st.none() | NASTY,
     result=st.none() | NASTY,
