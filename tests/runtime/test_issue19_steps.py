@@ -141,3 +141,70 @@ def test_issue19_optional_text_is_checked_as_text() -> None:
     assert found is not None
     assert found[0] == ""
     assert "lone surrogate '\\ud800' at index 1" in found[1]
+
+
+class _Counting:
+    """A DecisionMaker that counts the snapshots asked of it (a new dict per decision)."""
+
+    def __init__(self) -> None:
+        self.snapshots = 0
+        self.facts: dict[str, Any] = {"n": 0}
+
+    def decide(self, **kwargs: Any) -> Any:
+        self.facts = {"n": self.facts["n"] + 1}
+        return _Continue()
+
+    def snapshot(self) -> dict[str, Any]:
+        self.snapshots += 1
+        return self.facts
+
+    def restore(self, snapshot: Any) -> None:
+        self.facts = dict(snapshot)
+
+    def close(self) -> None:
+        pass
+
+
+class _Continue:
+    kind = "continue"
+    target = None
+    reason = None
+    rule = None
+
+
+def test_issue19_engines_are_not_asked_for_facts_they_cannot_have_changed() -> None:
+    from stargraph.runtime._rules import RuleSet
+
+    engine = _Counting()
+    rules = RuleSet(None, {"think": lambda: engine})
+    rules.decide(1, ["think"], {})
+    first = rules.snapshot()
+    assert first == {"node:think": {"n": 1}}
+    assert engine.snapshots == 1
+    # Steps of nodes no engine watches: the same facts, without asking the engine.
+    assert rules.snapshot() is first
+    assert rules.snapshot() is first
+    assert engine.snapshots == 1
+    rules.decide(4, ["think"], {})
+    assert rules.snapshot() == {"node:think": {"n": 2}}
+    assert engine.snapshots == 2
+    rules.restore({"node:think": {"n": 7}})
+    assert rules.snapshot() == {"node:think": {"n": 7}}
+    assert engine.snapshots == 3
+
+
+def test_issue19_one_task_step_applies_without_a_generator() -> None:
+    from stargraph.runtime._rules import RuleSet
+
+    rules = RuleSet(None, {"think": _Counting})
+
+    class _Task:
+        def __init__(self, node: str) -> None:
+            self.node = node
+
+    with _python_calls() as seen:
+        assert rules.applies([_Task("think")])
+        assert not rules.applies([_Task("act")])
+    assert "<genexpr>" not in seen
+    assert rules.applies([_Task("act"), _Task("think")])
+    assert not rules.applies([_Task("act"), _Task("observe")])
