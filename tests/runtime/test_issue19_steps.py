@@ -263,3 +263,13 @@ def test_issue19_a_lone_surrogate_in_a_request_is_refused_as_before() -> None:
         _encoded_message(message)
     assert type(now.value) is type(before.value)
     assert str(now.value) == str(before.value)
+
+
+def test_issue19_message_json_checks_text_fields_inline() -> None:
+    from stargraph.llm._recorded import _message_json
+
+    message = ChatMessage.tool("c1", "ok", name="search")
+    with _python_calls() as seen:
+        found = _message_json(message)
+    assert found == message.model_dump(mode="json")
+    assert "_text" not in seen

@@ -156,13 +156,16 @@ def _text(value: object) -> bool:
 def _message_json(message: ChatMessage) -> dict[str, Any] | None:
     """``message.model_dump(mode="json")`` of a message of text fields and plain tool calls
     (``None`` for any other)."""
+    if type(message) is not ChatMessage:
+        return None
     data = message.__dict__
+    content, call_id, name = data["content"], data["tool_call_id"], data["name"]
+    # _text() of each, inline: every new message of every request comes here.
     if not (
-        type(message) is ChatMessage
-        and type(data["role"]) is str
-        and _text(data["content"])
-        and _text(data["tool_call_id"])
-        and _text(data["name"])
+        type(data["role"]) is str
+        and (content is None or type(content) is str)
+        and (call_id is None or type(call_id) is str)
+        and (name is None or type(name) is str)
     ):
         return None
     calls = []
@@ -178,10 +181,10 @@ def _message_json(message: ChatMessage) -> dict[str, Any] | None:
         calls.append({"id": fields["id"], "name": fields["name"], "arguments": fields["arguments"]})
     return {
         "role": data["role"],
-        "content": data["content"],
+        "content": content,
         "tool_calls": calls,
-        "tool_call_id": data["tool_call_id"],
-        "name": data["name"],
+        "tool_call_id": call_id,
+        "name": name,
     }
 
 
