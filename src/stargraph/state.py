@@ -315,7 +315,9 @@ def _text_only(value: Any) -> tuple[str, str] | None:
 
 
 def _check_text(value: Any) -> tuple[str, str] | None:
-    why = _text_why(value) if type(value) is str else None
+    if type(value) is not str or value.isascii():  # the common case, without a call
+        return None
+    why = _text_why(value)
     return None if why is None else ("", why)
 
 
@@ -389,9 +391,16 @@ def _dict_checker(key: Checker | None, item: Checker | None) -> Checker:
 
 
 def _model_checker(fields: list[tuple[str, Checker]]) -> Checker:
+    text = _check_text
+
     def check(value: Any) -> tuple[str, str] | None:
         for name, item in fields:
-            found = item(getattr(value, name, None))
+            sub = getattr(value, name, None)
+            # A text field (most of a message's) holding ASCII or None: what _check_text
+            # answers, without its call (several per message, written at every step).
+            if item is text and (type(sub) is not str or sub.isascii()):
+                continue
+            found = item(sub)
             if found is not None:
                 return f".{name}{found[0]}", found[1]
         return None
@@ -440,6 +449,8 @@ def value_checker(tp: Any, _models: dict[type, Checker | None] | None = None) ->
             return None
         if len(arms) == 1 and checkers[0] is not None:
             only = checkers[0]
+            if only is _check_text:
+                return _check_text  # it passes None (any non-str) by itself
             return lambda value: None if value is None else only(value)
         return _text_only
     if tp in (list, set, frozenset, tuple):
@@ -508,7 +519,8 @@ class Channel:
     around it doubles the cost on the executor's hot path. ``dump`` turns a value into JSON
     data (NaN and infinities kept); ``check`` (``None`` when not needed) finds a part of a
     valid value that a checkpoint store could not give back as it was (see
-    :func:`value_checker`).
+    :func:`value_checker`). ``as_is``: the exact types whose values ``dump`` gives back
+    unchanged (see :func:`_dumped_as_is`), which need no call to dump.
     """
 
     name: str
@@ -517,6 +529,34 @@ class Channel:
     validate: Callable[[Any], Any]
     dump: Callable[[Any], Any] | None = None
     check: Checker | None = None
+    as_is: frozenset[type] = frozenset()
+
+
+_SCALARS: Final = (str, int, bool)
+
+
+def _inert(marker: Any) -> bool:
+    """Whether a field's metadata item surely leaves its values' serialization alone: a
+    reducer or a fact marker. Anything else (``PlainSerializer`` ...) may change it."""
+    return isinstance(marker, Reducer) or getattr(marker, "__stargraph_fact__", False) is True
+
+
+def _dumped_as_is(annotation: Any, metadata: Sequence[Any] = ()) -> frozenset[type]:
+    """The exact types (``str``, ``int``, ``bool``, ``NoneType``) whose values a channel of
+    field type ``annotation`` (with ``metadata``) dumps to JSON data as they are: a field
+    typed ``str``, ``int``, ``bool``, or one of them or ``None``, without metadata that
+    could serialize it otherwise. Empty for any other type."""
+    if not all(map(_inert, metadata)):
+        return frozenset()
+    if annotation in _SCALARS:
+        return frozenset((annotation,))
+    if get_origin(annotation) in (Union, types.UnionType):
+        arms = get_args(annotation)
+        if len(arms) == 2 and type(None) in arms:
+            (base,) = (a for a in arms if a is not type(None))
+            if base in _SCALARS:
+                return frozenset((base, type(None)))
+    return frozenset()
 
 
 def _constrained(annotation: Any, metadata: Sequence[Any]) -> Any:
@@ -548,6 +588,7 @@ def build_channels(model: type[BaseModel], schema: StateSchemaIR) -> Mapping[str
             adapter.validator.validate_python,
             dump,
             value_checker(annotation),
+            _dumped_as_is(annotation, info.metadata),
         )
     return channels
 

@@ -21,6 +21,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+import orjson
+
 from stargraph.ir import canonical_json
 from stargraph.llm._messages import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
 from stargraph.llm._protocol import ChatModel
@@ -132,9 +134,9 @@ def encode_request(request: ChatRequest) -> tuple[dict[str, Any], str]:
         head, tail = previous.head, previous.tail
         start, dumped, state = len(previous.messages), [*previous.dumped], previous.state.copy()
     for message in messages[start:]:
-        data = _message_data(message)
+        data, encoded = _encoded_message(message)
         dumped.append(data)
-        state.update(b"," + canonical_json(data) if len(dumped) > 1 else canonical_json(data))
+        state.update(b"," + encoded if len(dumped) > 1 else encoded)
     if messages:
         with _recent_lock:
             _recent[id(messages[-1])] = _Encoded(
@@ -154,13 +156,16 @@ def _text(value: object) -> bool:
 def _message_json(message: ChatMessage) -> dict[str, Any] | None:
     """``message.model_dump(mode="json")`` of a message of text fields and plain tool calls
     (``None`` for any other)."""
+    if type(message) is not ChatMessage:
+        return None
     data = message.__dict__
+    content, call_id, name = data["content"], data["tool_call_id"], data["name"]
+    # _text() of each, inline: every new message of every request comes here.
     if not (
-        type(message) is ChatMessage
-        and type(data["role"]) is str
-        and _text(data["content"])
-        and _text(data["tool_call_id"])
-        and _text(data["name"])
+        type(data["role"]) is str
+        and (content is None or type(content) is str)
+        and (call_id is None or type(call_id) is str)
+        and (name is None or type(name) is str)
     ):
         return None
     calls = []
@@ -176,10 +181,10 @@ def _message_json(message: ChatMessage) -> dict[str, Any] | None:
         calls.append({"id": fields["id"], "name": fields["name"], "arguments": fields["arguments"]})
     return {
         "role": data["role"],
-        "content": data["content"],
+        "content": content,
         "tool_calls": calls,
-        "tool_call_id": data["tool_call_id"],
-        "name": data["name"],
+        "tool_call_id": call_id,
+        "name": name,
     }
 
 
@@ -190,6 +195,24 @@ def _message_data(message: ChatMessage) -> dict[str, Any]:
     if whole is None:
         dumped: dict[str, Any] = message.model_dump(mode="json", exclude_defaults=True)
         return dumped
+    return _without_defaults(whole)
+
+
+def _encoded_message(message: ChatMessage) -> tuple[dict[str, Any], bytes]:
+    """``_message_data(message)`` and its ``canonical_json``. The data of a message of text
+    fields holds only text, lists and dicts of ASCII keys, which ``canonical_json`` hands to
+    orjson as they are: it goes there directly, without that function's walk over it."""
+    whole = _message_json(message)
+    if whole is None:
+        data = _message_data(message)
+        return data, canonical_json(data)
+    data = _without_defaults(whole)
+    return data, orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+
+
+def _without_defaults(whole: dict[str, Any]) -> dict[str, Any]:
+    """A message's plain dump (``_message_json``) without the fields left at their
+    defaults."""
     data: dict[str, Any] = {"role": whole["role"]}
     if whole["content"] is not None:
         data["content"] = whole["content"]

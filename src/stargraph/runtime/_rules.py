@@ -127,6 +127,10 @@ class RuleSet:
         # identity). Holding them keeps their ids from being reused.
         self._parts: list[tuple[str, dict[str, Any]]] = []
         self._snapshot: dict[str, Any] = {}
+        # Whether ``_snapshot`` holds the engines' facts as they are: an engine's facts
+        # change only as it decides or restores (or a new engine joins), so the steps no
+        # engine decides after (a ReAct run's act and observe) ask none of them again.
+        self._current = False
 
     def applies(self, ran: Sequence[Any]) -> bool:
         """Whether any engine decides after a step in which the tasks ``ran`` ran (objects
@@ -134,6 +138,8 @@ class RuleSet:
         if self.graph_engine is not None:
             return True
         factories = self._node_factories
+        if len(ran) == 1:  # a chain's or a loop's step: one task, no generator
+            return ran[0].node in factories
         return any(task.node in factories for task in ran)
 
     def _engine_for(self, node: str) -> DecisionMaker | None:
@@ -142,11 +148,13 @@ class RuleSet:
         engine = self._node_engines.get(node)
         if engine is None:
             engine = self._node_engines[node] = self._node_factories[node]()
+            self._current = False
         return engine
 
     def decide(self, step: int, ran: Sequence[str], values: Mapping[str, Any]) -> StepDecision:
         """Ask every relevant engine, for every node that ran (in node order)."""
         combined = StepDecision()
+        self._current = False
         last_event = _text(values.get("last_event"))
         tool_result = _text(values.get("tool_result"))
         error_count = int(values.get("error_count") or 0)
@@ -167,6 +175,8 @@ class RuleSet:
     def snapshot(self) -> dict[str, Any]:
         """Facts of every engine, for the step's checkpoint: the same (read-only) dict as
         the last call's while no engine's snapshot changed."""
+        if self._current:
+            return self._snapshot
         parts: list[tuple[str, dict[str, Any]]] = []
         if self.graph_engine is not None:
             parts.append(("graph", self.graph_engine.snapshot()))
@@ -178,10 +188,12 @@ class RuleSet:
             for (key, facts), (was_key, was) in zip(parts, last, strict=True)
         ):
             self._parts, self._snapshot = parts, dict(parts)
+        self._current = True
         return self._snapshot
 
     def restore(self, snapshot: Mapping[str, Any] | None) -> None:
         """Restore every engine from a step's checkpoint (a resumed run decides the same)."""
+        self._current = False
         if not snapshot:
             return
         if self.graph_engine is not None and "graph" in snapshot:
@@ -200,6 +212,7 @@ class RuleSet:
             engine.close()
         self._node_engines.clear()
         self._parts, self._snapshot = [], {}
+        self._current = False
 
 
 def _text(value: Any) -> str | None:

@@ -44,6 +44,9 @@ def jsonable(channels: Mapping[str, Channel], values: Mapping[str, Any]) -> dict
     out: dict[str, Any] = {}
     for key, value in values.items():
         channel = channels[key]
+        if type(value) in channel.as_is:  # text, a number, a flag: dumped as it is
+            out[key] = value
+            continue
         dump = channel.dump
         out[key] = channel.adapter.dump_python(value, mode="json") if dump is None else dump(value)
     return out
