@@ -74,7 +74,14 @@ from stargraph.tools._result import (
 )
 from stargraph.tools._schema import ValidatedArgs
 from stargraph.tools._spec import LockTemplate, ToolSpec
-from stargraph.tools._tool import PythonTool, Secrets, Tool, ToolContext, is_async_tool
+from stargraph.tools._tool import (
+    PythonTool,
+    Secrets,
+    Tool,
+    ToolContext,
+    context_of,
+    is_async_tool,
+)
 from stargraph.tools._workers import Job, WorkerPool, alarm_available, call_with_alarm
 from stargraph.tools._workspace import Workspace
 
@@ -240,6 +247,16 @@ class ToolCall(BaseModel):
 _CALL_SET: Final = frozenset(ToolCall.model_fields)
 """Every field of a tool call: what ``from_openai`` sets."""
 _NORMALISED: Final = frozenset(("tool", "args"))
+
+
+def _normalised_fields(call: ToolCall) -> frozenset[str]:
+    """The set fields of ``call`` normalised (tool and args set too). A call of
+    ``from_openai`` sets every field, and a set of every field's size is that set: the
+    union would only make it again."""
+    given = call.__pydantic_fields_set__
+    if type(call) is ToolCall and len(given) == len(_CALL_SET):
+        return _CALL_SET
+    return _NORMALISED.union(given)
 
 
 def _within(value: dict[str, Any] | list[Any], depth: int) -> bool:
@@ -566,7 +583,7 @@ class Arbiter:
         normalised = built(
             ToolCall,
             {**call.__dict__, "tool": spec.id, "args": args.json},
-            _NORMALISED.union(call.__pydantic_fields_set__),
+            _normalised_fields(call),
         )
         plan = self._plan(tool)
         try:
@@ -682,20 +699,20 @@ class Arbiter:
         self._refuse(admitted.call, spec_id, exc, admitted.args_hash)
 
     def _context(self, admitted: _Admitted) -> ToolContext:
-        spec = admitted.tool.spec
-        return ToolContext(
+        spec, call, plan = admitted.tool.spec, admitted.call, admitted.plan
+        return context_of(
             tool=spec.id,
-            call_id=admitted.call.call_id,
-            lane=admitted.call.lane,
-            node=admitted.call.node,
+            call_id=call.call_id,
+            lane=call.lane,
+            node=call.node,
             workspace=self.workspace,
             timeout_s=spec.timeout_s,
             deadline=time.monotonic() + spec.timeout_s,
             secrets=self._secrets.subset(spec.secret_resources)
-            if admitted.plan.secrets_wanted
+            if plan.secrets_wanted
             else _NO_SECRETS,
             # Only a host-executed tool reaches the host; a local body never sees it.
-            host=self.host if admitted.plan.delegated else None,
+            host=self.host if plan.delegated else None,
         )
 
     def _run_sync(self, admitted: _Admitted, ctx: ToolContext) -> object:

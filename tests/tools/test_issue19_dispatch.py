@@ -1,0 +1,175 @@
+"""One dispatch builds its context, lease and records directly: each must be what the
+constructors make of the same values, and the work done once per tool or per record shape
+must not be redone per call."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+from stargraph.errors import ToolError
+from stargraph.llm import ToolCall as LlmToolCall
+from stargraph.tools import Arbiter, ToolCall, ToolResult, llm_name_for, tool
+from stargraph.tools import _locks as locks_module
+from stargraph.tools._arbiter import _normalised_fields
+from stargraph.tools._commit import CommitEntry
+from stargraph.tools._locks import Lease, LockManager, LockRequest
+from stargraph.tools._tool import Secrets, ToolContext, _Cancellation, context_of
+from stargraph.tools._workspace import Workspace
+
+ArbiterFactory = Callable[..., Arbiter]
+
+
+@tool(id="demo.echo@1.0.0")
+def echo(text: str, times: int = 1) -> str:
+    """Echo ``text``."""
+    return text * times
+
+
+_NAME = llm_name_for("demo.echo@1.0.0")
+
+
+def _call(index: int) -> ToolCall:
+    return ToolCall.from_openai(
+        LlmToolCall(id=f"call_{index}", name=_NAME, arguments='{"text": "hi"}'),
+        node="act",
+        allowed=("demo.echo@1.0.0",),
+    )
+
+
+def test_issue19_context_of_is_the_dataclass(tmp_path: Any) -> None:
+    workspace = Workspace.at(tmp_path)
+    secrets = Secrets({"k": "value"})
+    values: dict[str, Any] = {
+        "tool": "demo.echo@1.0.0",
+        "call_id": "call_1",
+        "lane": "core",
+        "node": "act",
+        "workspace": workspace,
+        "timeout_s": 3.0,
+        "deadline": 12.5,
+        "secrets": secrets,
+        "host": None,
+    }
+    made = context_of(**values)
+    expected = ToolContext(**values)
+    for field in dataclasses.fields(ToolContext):
+        if field.name == "cancelled":
+            assert type(made.cancelled) is _Cancellation
+            assert not made.cancelled.is_set()
+        else:
+            assert getattr(made, field.name) == getattr(expected, field.name), field.name
+    field_name = "tool"  # frozen: setting any field raises
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(made, field_name, "other")
+    assert made.cancelled is not context_of(**values).cancelled
+
+
+def test_issue19_dispatch_builds_its_context_without_init(
+    make_arbiter: ArbiterFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arbiter = make_arbiter(echo)
+    seen: list[ToolContext] = []
+    original = ToolContext.__init__
+
+    def counting(self: ToolContext, *args: Any, **kwargs: Any) -> None:
+        seen.append(self)
+        original(self, *args, **kwargs)
+
+    monkeypatch.setattr(ToolContext, "__init__", counting)
+    assert arbiter.dispatch(_call(1)).summary == "hi"
+    assert seen == []
+
+
+def test_issue19_empty_lockset_is_not_expanded(monkeypatch: pytest.MonkeyPatch) -> None:
+    manager = LockManager()
+    expanded: list[object] = []
+    original = LockManager.expand
+
+    def counting(self: LockManager, locks: Any) -> Any:
+        expanded.append(locks)
+        return original(self, locks)
+
+    monkeypatch.setattr(LockManager, "expand", counting)
+    lease = manager.acquire((), owner="a#1")
+    assert expanded == []
+    assert (lease.owner, dict(lease.modes)) == ("a#1", {})
+    manager.release(lease)
+    with pytest.raises(ToolError, match="not held"):
+        manager.release(lease)
+    # A lockset that is not an empty tuple still expands (an empty list included).
+    manager.release(manager.acquire([], owner="b"))
+    assert expanded == [[]]
+
+
+def test_issue19_lease_is_the_dataclass() -> None:
+    made = locks_module._lease(7, "t#1", {"workspace": "S"}, 1.5)
+    for field in dataclasses.fields(Lease):
+        assert getattr(made, field.name) == getattr(
+            Lease(7, "t#1", {"workspace": "S"}, 1.5), field.name
+        )
+    field_name = "owner"  # frozen: setting any field raises
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        setattr(made, field_name, "x")
+    manager = LockManager()
+    lease = manager.acquire([LockRequest("file:a", "X")], owner="o")
+    assert type(lease) is Lease
+    assert dict(lease.modes) == {"file:a": "X", "workspace": "IX"}
+    assert manager.snapshot() == {"file:a": (("o", "X"),), "workspace": (("o", "IX"),)}
+    manager.release(lease)
+    assert manager.snapshot() == {}
+
+
+def test_issue19_records_of_one_shape_share_their_fields_set(
+    make_arbiter: ArbiterFactory,
+) -> None:
+    arbiter = make_arbiter(echo)
+    first, second = arbiter.dispatch(_call(1)), arbiter.dispatch(_call(2))
+    assert first.__pydantic_fields_set__ is second.__pydantic_fields_set__
+    expected = ToolResult.model_construct(**first.__dict__).__pydantic_fields_set__
+    assert first.__pydantic_fields_set__ == expected - {"error"}
+    copied = first.model_copy(update={"error": None})
+    assert "error" in copied.__pydantic_fields_set__
+    assert "error" not in second.__pydantic_fields_set__
+    assert ToolResult.model_validate(first.model_dump()) == first
+    entry = CommitEntry(lane="core", tool="t", args_hash="h", status="success")
+    assert entry == CommitEntry.model_validate(entry.model_dump())
+
+
+def test_issue19_normalised_call_sets_what_the_union_sets() -> None:
+    call = _call(1)
+    assert _normalised_fields(call) == frozenset({"tool", "args"}) | call.model_fields_set
+    partial = ToolCall(tool="demo_echo", args={"text": "x"})
+    assert _normalised_fields(partial) == {"tool", "args"}
+
+    class Wider(ToolCall):
+        extra_field: str = "x"
+
+    wider = Wider(tool="t", args={}, call_id="c", lane="core", node="n", state="s", allowed=())
+    given = wider.model_fields_set
+    assert _normalised_fields(wider) == frozenset({"tool", "args"}) | given
+
+
+def test_issue19_body_arguments_are_the_model_fields(
+    make_arbiter: ArbiterFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arbiter = make_arbiter(echo)
+    model = echo.arguments.model
+    reads: list[type[BaseModel]] = []
+    original = BaseModel.__dict__["model_fields"]
+
+    class Counting:
+        def __get__(self, instance: Any, owner: type[BaseModel]) -> Any:
+            reads.append(owner)
+            return original.__get__(instance, owner)
+
+    monkeypatch.setattr(BaseModel, "model_fields", Counting())
+    result = arbiter.dispatch(
+        ToolCall(tool="demo.echo@1.0.0", args={"text": "ab", "times": 2}, call_id="c")
+    )
+    assert result.summary == "abab"
+    assert model not in reads
