@@ -6,22 +6,34 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
+import orjson
 import pytest
 from pydantic import BaseModel
 
-from stargraph.errors import ToolError
+from stargraph.errors import ToolError, ToolNotAllowedError
 from stargraph.llm import ToolCall as LlmToolCall
 from stargraph.tools import Arbiter, ToolCall, ToolResult, llm_name_for, tool
 from stargraph.tools import _locks as locks_module
 from stargraph.tools._arbiter import _normalised_fields
-from stargraph.tools._commit import CommitEntry
+from stargraph.tools._canonical import GENESIS_HASH, canonical_json
+from stargraph.tools._commit import (
+    CommitEntry,
+    CommitLog,
+    CommitRecord,
+    InMemoryCommitLog,
+    SqliteCommitLog,
+    seal,
+    verify_rows,
+)
 from stargraph.tools._locks import Lease, LockManager, LockRequest
 from stargraph.tools._tool import Secrets, ToolContext, _Cancellation, context_of
 from stargraph.tools._workspace import Workspace
 
 ArbiterFactory = Callable[..., Arbiter]
+_ENTRY_FIELDS: Final = set(CommitEntry.model_fields)
 
 
 @tool(id="demo.echo@1.0.0")
@@ -173,3 +185,91 @@ def test_issue19_body_arguments_are_the_model_fields(
     )
     assert result.summary == "abab"
     assert model not in reads
+
+
+_ODD_IDS = [None, "call_1", 'a,"kind":"x', 'q\\",\\"kind\\":', "é\u2028\x00", ""]
+
+
+@pytest.mark.parametrize("call_id", _ODD_IDS)
+@pytest.mark.parametrize("ref", [None, "sha256:" + "ab" * 32])
+def test_issue19_sealed_bytes_are_the_sorted_dump(call_id: str | None, ref: str | None) -> None:
+    entry = CommitEntry(
+        lane="core", tool="t@1", call_id=call_id, args_hash="h", status="success", artifact_ref=ref
+    )
+    record, data = seal(entry, seq=3, prev_hash=GENESIS_HASH)
+    assert data == orjson.dumps(record.model_dump(), option=orjson.OPT_SORT_KEYS)
+    assert data == canonical_json(record.model_dump())
+    assert CommitRecord.model_validate_json(data) == record
+    assert verify_rows([(1, seal(entry, seq=1, prev_hash=GENESIS_HASH)[1])]) is None
+
+
+def _logs(tmp_path: Path, name: str) -> tuple[CommitLog, CommitLog]:
+    if name == "memory":
+        return InMemoryCommitLog(), InMemoryCommitLog()
+    return SqliteCommitLog(tmp_path / "a.db"), SqliteCommitLog(tmp_path / "b.db")
+
+
+def _rows(log: CommitLog) -> list[bytes]:
+    if isinstance(log, InMemoryCommitLog):
+        return list(log._rows)
+    assert isinstance(log, SqliteCommitLog)
+    return [bytes(row) for (row,) in log._db.rows("SELECT record FROM commit_log ORDER BY seq")]
+
+
+@pytest.mark.parametrize("name", ["memory", "sqlite"])
+def test_issue19_dispatch_commits_the_bytes_of_an_appended_entry(
+    make_arbiter: ArbiterFactory, tmp_path: Path, name: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log, reference = _logs(tmp_path, name)
+    arbiter = make_arbiter(echo, commit_log=log)
+
+    def refuse(self: object, entry: CommitEntry) -> None:
+        raise AssertionError("the arbiter's own logs append its fields, not built entries")
+
+    monkeypatch.setattr(type(log), "append", refuse)
+    arbiter.dispatch(_call(1))
+    arbiter.dispatch(ToolCall(tool="demo.echo@1.0.0", args={"text": "x"}))
+    monkeypatch.undo()
+    for record in log.records():
+        reference.append(CommitEntry.model_validate(record.model_dump(include=_ENTRY_FIELDS)))
+    assert _rows(log) == _rows(reference)
+    assert log.head() == reference.head()
+    assert log.verify_chain() is None
+    assert len(log.records()) == 2
+    for each in (log, reference):
+        if isinstance(each, SqliteCommitLog):
+            each.close()
+
+
+def test_issue19_a_log_subclass_still_gets_entries(make_arbiter: ArbiterFactory) -> None:
+    appended: list[CommitEntry] = []
+
+    class Watched(InMemoryCommitLog):
+        def append(self, entry: CommitEntry) -> CommitRecord:
+            appended.append(entry)
+            return super().append(entry)
+
+    arbiter = make_arbiter(echo, commit_log=Watched())
+    arbiter.dispatch(_call(1))
+    assert [(e.tool, e.call_id, e.status) for e in appended] == [
+        ("demo.echo@1.0.0", "call_1", "success")
+    ]
+
+
+def test_issue19_external_calls_keep_their_audit_record(make_arbiter: ArbiterFactory) -> None:
+    @tool(id="demo.post@1.0.0", description="Post.", side_effect="external")
+    def post(text: str) -> str:
+        return text
+
+    arbiter = make_arbiter(post)
+    arbiter.dispatch(ToolCall(tool="demo.post@1.0.0", args={"text": "x"}, call_id="c"))
+    kinds = [(r.kind, r.status) for r in arbiter.commit_log.records()]
+    assert kinds == [("call", "success"), ("audit", "success")]
+    assert arbiter.commit_log.verify_chain() is None
+
+
+def test_issue19_no_policy_and_default_deny_still_denies(make_arbiter: ArbiterFactory) -> None:
+    arbiter = make_arbiter(echo, default_allow=False)
+    with pytest.raises(ToolNotAllowedError, match="no policy hook allowed it"):
+        arbiter.dispatch(ToolCall(tool="demo.echo@1.0.0", args={"text": "x"}))
+    assert make_arbiter(echo).dispatch(_call(1)).status == "success"

@@ -57,7 +57,7 @@ from stargraph.errors import (
 from stargraph.llm._messages import ToolCall as LlmToolCall
 from stargraph.tools._artifacts import ArtifactStore, InMemoryArtifactStore
 from stargraph.tools._canonical import canonical_json, sha256_hex
-from stargraph.tools._commit import CommitEntry, CommitLog, InMemoryCommitLog
+from stargraph.tools._commit import CommitEntry, CommitLog, InMemoryCommitLog, SqliteCommitLog
 from stargraph.tools._locks import Lease, LockManager, LockRequest
 from stargraph.tools._registry import ToolRegistry, matches_allowlist
 from stargraph.tools._result import (
@@ -244,6 +244,12 @@ class ToolCall(BaseModel):
         )
 
 
+_APPEND_FIELDS: Final[dict[type, Callable[[Any, dict[str, Any]], None]]] = {
+    InMemoryCommitLog: InMemoryCommitLog._append_fields,
+    SqliteCommitLog: SqliteCommitLog._append_fields,
+}
+"""The logs (exact types: a subclass may redefine ``append``) that append an entry's fields
+without the entry being built."""
 _CALL_SET: Final = frozenset(ToolCall.model_fields)
 """Every field of a tool call: what ``from_openai`` sets."""
 _NORMALISED: Final = frozenset(("tool", "args"))
@@ -589,14 +595,20 @@ class Arbiter:
         try:
             self._check_allowlist(normalised, spec)
             lock_values = self._confine_paths(spec, plan.path_args, args.json)
-            self._check_policies(normalised, spec)
+            if self.policies or not self.default_allow:  # else: nothing to ask, allowed
+                self._check_policies(normalised, spec)
             if plan.delegated and self.host is None:
                 raise _no_host(spec, call.node)
         except ToolError as exc:
             self._refuse(call, spec.id, exc, args_hash)
             raise
-        locks = tuple(
-            LockRequest(template.render(lock_values), template.mode) for template in plan.templates
+        locks = (
+            tuple(
+                LockRequest(template.render(lock_values), template.mode)
+                for template in plan.templates
+            )
+            if plan.templates
+            else ()
         )
         owner = f"{spec.id}#{call.call_id or next(self._seq)}"
         return _Admitted(tool, plan, normalised, args, args_hash, locks, owner)
@@ -912,20 +924,23 @@ class Arbiter:
         self, admitted: _Admitted, status: ToolStatus | _LateStatus, ref: str | None
     ) -> None:
         call, spec = admitted.call, admitted.tool.spec
-        entry = built(
-            CommitEntry,
-            {
-                "kind": "call",
-                "lane": call.lane,
-                "tool": spec.id,
-                "call_id": call.call_id,
-                "args_hash": admitted.args_hash,
-                "status": status,
-                "artifact_ref": ref,
-            },
-            _ENTRY_SET,
-        )
-        self.commit_log.append(entry)
+        fields = {
+            "kind": "call",
+            "lane": call.lane,
+            "tool": spec.id,
+            "call_id": call.call_id,
+            "args_hash": admitted.args_hash,
+            "status": status,
+            "artifact_ref": ref,
+        }
+        log = self.commit_log
+        append_fields = _APPEND_FIELDS.get(type(log))
+        if append_fields is not None and spec.side_effect != "external":
+            # One of stargraph's own logs, and no audit record to derive from the entry.
+            append_fields(log, fields)
+            return
+        entry = built(CommitEntry, fields, _ENTRY_SET)
+        log.append(entry)
         if spec.side_effect == "external":
             # The audit record keeps the exact arguments (by reference) of every call that
             # touched the outside world, so "what did we send?" is always answerable.
