@@ -11,10 +11,11 @@ from typing import Any, Final
 
 import orjson
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from stargraph.errors import ToolError, ToolNotAllowedError
 from stargraph.llm import ToolCall as LlmToolCall
+from stargraph.skills.react import ToolCallRecord, _call_record
 from stargraph.tools import Arbiter, ToolCall, ToolResult, llm_name_for, tool
 from stargraph.tools import _locks as locks_module
 from stargraph.tools._arbiter import _normalised_fields
@@ -273,3 +274,68 @@ def test_issue19_no_policy_and_default_deny_still_denies(make_arbiter: ArbiterFa
     with pytest.raises(ToolNotAllowedError, match="no policy hook allowed it"):
         arbiter.dispatch(ToolCall(tool="demo.echo@1.0.0", args={"text": "x"}))
     assert make_arbiter(echo).dispatch(_call(1)).status == "success"
+
+
+def _message_as_views(result: ToolResult, lane: str) -> dict[str, Any]:
+    if result.visible_to(lane):
+        content = result.prompt_view()
+    else:
+        content = {"status": result.status, "note": f"result withheld from {lane} lane"}
+    return {
+        "role": "tool",
+        "tool_call_id": result.call_id or "",
+        "content": orjson.dumps(content).decode(),
+    }
+
+
+@pytest.mark.parametrize("exposure", ["both", "edge", "core"])
+@pytest.mark.parametrize("mask", [False, True])
+@pytest.mark.parametrize("payload", [None, "text", {"k": [1, 2]}])
+@pytest.mark.parametrize("lane", ["edge", "core"])
+def test_issue19_tool_message_is_the_prompt_view(
+    exposure: str, mask: bool, payload: Any, lane: str
+) -> None:
+    result = ToolResult(
+        tool="t@1",
+        call_id="c",
+        status="success",
+        summary="s",
+        artifact_ref="sha256:" + "0" * 64,
+        payload=payload,
+        exposure=exposure,
+        prompt_mask=mask,
+    )
+    assert result.to_tool_message(lane) == _message_as_views(result, lane)
+    failed = ToolResult.from_error(ToolError("boom"), call_id=None)
+    assert failed.to_tool_message(lane) == _message_as_views(failed, lane)
+
+
+_RECORD: Final[dict[str, Any]] = {
+    "llm_step": 2,
+    "call_id": "c",
+    "name": "n",
+    "arguments": "{}",
+    "tool": "t@1",
+    "status": "success",
+    "summary": "s",
+    "error_code": None,
+    "artifact_ref": None,
+}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [{}, {"error_code": "tool_failed", "artifact_ref": "sha256:x"}, {"llm_step": True}],
+)
+def test_issue19_call_record_is_the_validated_record(change: dict[str, Any]) -> None:
+    values = {**_RECORD, **change}
+    made = _call_record(dict(values))
+    expected = ToolCallRecord(**values)
+    assert made == expected
+    assert made.model_fields_set == expected.model_fields_set
+
+
+@pytest.mark.parametrize("change", [{"summary": None}, {"status": 3}, {"llm_step": "x"}])
+def test_issue19_call_record_still_validates_what_is_not_plain(change: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        _call_record({**_RECORD, **change})

@@ -273,7 +273,21 @@ class ToolResult(BaseModel):
         A lane that may not see the result still gets a message (the API requires one per
         tool call) but it carries only the status and a note that the result is withheld.
         """
-        if self.visible_to(lane):
+        if type(self) is ToolResult and self.error is None:
+            # The common case, every tool call: prompt_view's fields read from the instance
+            # dict at once (each attribute read of a model looks through its class first).
+            data = self.__dict__
+            if data["exposure"] in ("both", lane):
+                content = {
+                    "status": data["status"],
+                    "summary": data["summary"],
+                    "artifact_ref": data["artifact_ref"],
+                }
+                if not data["prompt_mask"] and data["payload"] is not None:
+                    content["payload"] = data["payload"]
+            else:
+                content = {"status": data["status"], "note": f"result withheld from {lane} lane"}
+        elif self.visible_to(lane):
             content = self.prompt_view()
         else:
             content = {"status": self.status, "note": f"result withheld from {lane} lane"}
