@@ -750,13 +750,17 @@ def _call_record(values: dict[str, Any]) -> ToolCallRecord:
     """``ToolCallRecord(**values)`` (every field given) without validation when each value
     is of its field's exact type already: text, the step an int, the two optional ones text
     or ``None``."""
-    plain = type(values["llm_step"]) is int and all(
-        type(value) is str or (value is None and key in _OPTIONAL_RECORD)
-        for key, value in values.items()
-        if key != "llm_step"
-    )
-    if not plain:
+    if type(values["llm_step"]) is not int:
         return ToolCallRecord(**values)
+    # A loop, not all() over a generator: one generator resumption per field cost more
+    # than the test itself, on every tool call.
+    for key, value in values.items():
+        if (
+            type(value) is not str
+            and key != "llm_step"
+            and (value is not None or key not in _OPTIONAL_RECORD)
+        ):
+            return ToolCallRecord(**values)
     return unchecked(ToolCallRecord, values, _RECORD_FIELDS)
 
 

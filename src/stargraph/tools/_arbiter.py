@@ -57,7 +57,7 @@ from stargraph.errors import (
 from stargraph.llm._messages import ToolCall as LlmToolCall
 from stargraph.tools._artifacts import ArtifactStore, InMemoryArtifactStore
 from stargraph.tools._canonical import canonical_json, sha256_hex
-from stargraph.tools._commit import CommitEntry, CommitLog, InMemoryCommitLog
+from stargraph.tools._commit import CommitEntry, CommitLog, InMemoryCommitLog, SqliteCommitLog
 from stargraph.tools._locks import Lease, LockManager, LockRequest
 from stargraph.tools._registry import ToolRegistry, matches_allowlist
 from stargraph.tools._result import (
@@ -74,7 +74,14 @@ from stargraph.tools._result import (
 )
 from stargraph.tools._schema import ValidatedArgs
 from stargraph.tools._spec import LockTemplate, ToolSpec
-from stargraph.tools._tool import PythonTool, Secrets, Tool, ToolContext, is_async_tool
+from stargraph.tools._tool import (
+    PythonTool,
+    Secrets,
+    Tool,
+    ToolContext,
+    context_of,
+    is_async_tool,
+)
 from stargraph.tools._workers import Job, WorkerPool, alarm_available, call_with_alarm
 from stargraph.tools._workspace import Workspace
 
@@ -237,9 +244,25 @@ class ToolCall(BaseModel):
         )
 
 
+_APPEND_FIELDS: Final[dict[type, Callable[[Any, dict[str, Any]], None]]] = {
+    InMemoryCommitLog: InMemoryCommitLog._append_fields,
+    SqliteCommitLog: SqliteCommitLog._append_fields,
+}
+"""The logs (exact types: a subclass may redefine ``append``) that append an entry's fields
+without the entry being built."""
 _CALL_SET: Final = frozenset(ToolCall.model_fields)
 """Every field of a tool call: what ``from_openai`` sets."""
 _NORMALISED: Final = frozenset(("tool", "args"))
+
+
+def _normalised_fields(call: ToolCall) -> frozenset[str]:
+    """The set fields of ``call`` normalised (tool and args set too). A call of
+    ``from_openai`` sets every field, and a set of every field's size is that set: the
+    union would only make it again."""
+    given = call.__pydantic_fields_set__
+    if type(call) is ToolCall and len(given) == len(_CALL_SET):
+        return _CALL_SET
+    return _NORMALISED.union(given)
 
 
 def _within(value: dict[str, Any] | list[Any], depth: int) -> bool:
@@ -566,20 +589,26 @@ class Arbiter:
         normalised = built(
             ToolCall,
             {**call.__dict__, "tool": spec.id, "args": args.json},
-            _NORMALISED.union(call.__pydantic_fields_set__),
+            _normalised_fields(call),
         )
         plan = self._plan(tool)
         try:
             self._check_allowlist(normalised, spec)
             lock_values = self._confine_paths(spec, plan.path_args, args.json)
-            self._check_policies(normalised, spec)
+            if self.policies or not self.default_allow:  # else: nothing to ask, allowed
+                self._check_policies(normalised, spec)
             if plan.delegated and self.host is None:
                 raise _no_host(spec, call.node)
         except ToolError as exc:
             self._refuse(call, spec.id, exc, args_hash)
             raise
-        locks = tuple(
-            LockRequest(template.render(lock_values), template.mode) for template in plan.templates
+        locks = (
+            tuple(
+                LockRequest(template.render(lock_values), template.mode)
+                for template in plan.templates
+            )
+            if plan.templates
+            else ()
         )
         owner = f"{spec.id}#{call.call_id or next(self._seq)}"
         return _Admitted(tool, plan, normalised, args, args_hash, locks, owner)
@@ -682,20 +711,20 @@ class Arbiter:
         self._refuse(admitted.call, spec_id, exc, admitted.args_hash)
 
     def _context(self, admitted: _Admitted) -> ToolContext:
-        spec = admitted.tool.spec
-        return ToolContext(
+        spec, call, plan = admitted.tool.spec, admitted.call, admitted.plan
+        return context_of(
             tool=spec.id,
-            call_id=admitted.call.call_id,
-            lane=admitted.call.lane,
-            node=admitted.call.node,
+            call_id=call.call_id,
+            lane=call.lane,
+            node=call.node,
             workspace=self.workspace,
             timeout_s=spec.timeout_s,
             deadline=time.monotonic() + spec.timeout_s,
             secrets=self._secrets.subset(spec.secret_resources)
-            if admitted.plan.secrets_wanted
+            if plan.secrets_wanted
             else _NO_SECRETS,
             # Only a host-executed tool reaches the host; a local body never sees it.
-            host=self.host if admitted.plan.delegated else None,
+            host=self.host if plan.delegated else None,
         )
 
     def _run_sync(self, admitted: _Admitted, ctx: ToolContext) -> object:
@@ -895,20 +924,23 @@ class Arbiter:
         self, admitted: _Admitted, status: ToolStatus | _LateStatus, ref: str | None
     ) -> None:
         call, spec = admitted.call, admitted.tool.spec
-        entry = built(
-            CommitEntry,
-            {
-                "kind": "call",
-                "lane": call.lane,
-                "tool": spec.id,
-                "call_id": call.call_id,
-                "args_hash": admitted.args_hash,
-                "status": status,
-                "artifact_ref": ref,
-            },
-            _ENTRY_SET,
-        )
-        self.commit_log.append(entry)
+        fields = {
+            "kind": "call",
+            "lane": call.lane,
+            "tool": spec.id,
+            "call_id": call.call_id,
+            "args_hash": admitted.args_hash,
+            "status": status,
+            "artifact_ref": ref,
+        }
+        log = self.commit_log
+        append_fields = _APPEND_FIELDS.get(type(log))
+        if append_fields is not None and spec.side_effect != "external":
+            # One of stargraph's own logs, and no audit record to derive from the entry.
+            append_fields(log, fields)
+            return
+        entry = built(CommitEntry, fields, _ENTRY_SET)
+        log.append(entry)
         if spec.side_effect == "external":
             # The audit record keeps the exact arguments (by reference) of every call that
             # touched the outside world, so "what did we send?" is always answerable.

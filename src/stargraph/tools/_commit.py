@@ -113,15 +113,31 @@ _EMPTY: Final = CommitHead(seq=0, hash=GENESIS_HASH)
 def seal(entry: CommitEntry, *, seq: int, prev_hash: str) -> tuple[CommitRecord, bytes]:
     """Chain ``entry`` after ``prev_hash``: the record and its canonical stored bytes."""
     body: dict[str, Any] = dict(entry.__dict__)
+    data = _seal_body(body, seq, prev_hash)
+    # Unvalidated: every field was validated in ``entry`` or computed just above, and the
+    # body holds them in the record's field order.
+    return built(CommitRecord, body, _RECORD_KEYS), data
+
+
+_HASH_AFTER: Final = b',"kind":'
+"""In a record's sorted keys ``hash`` comes right before ``kind`` (after ``call_id``)."""
+
+
+def _seal_body(body: dict[str, Any], seq: int, prev_hash: str) -> bytes:
+    """Add ``seq``, ``prev_hash`` and ``hash`` to ``body`` (an entry's fields); return the
+    record's canonical bytes."""
     body["seq"] = seq
     body["prev_hash"] = prev_hash
     # A record holds only strings, small integers and nulls under fixed ASCII keys, for
     # which sorted orjson output *is* RFC 8785 (see canonical_json); this runs on every call.
-    body["hash"] = sha256_hex(orjson.dumps(body, option=orjson.OPT_SORT_KEYS))
-    data = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-    # Unvalidated: every field was validated in ``entry`` or computed just above, and the
-    # body holds them in the record's field order.
-    return built(CommitRecord, body, _RECORD_KEYS), data
+    unsealed = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    digest = body["hash"] = sha256_hex(unsealed)
+    # The stored bytes are those with the hash put in its sorted place, not a second dump:
+    # an unescaped quote ends a JSON string, so ',"kind":' only ever occurs as the key.
+    at = unsealed.find(_HASH_AFTER) + 1
+    if not at:  # no entry's fields (every entry has a kind): dump the whole record
+        return orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
+    return b'%s"hash":"%s",%s' % (unsealed[:at], digest.encode(), unsealed[at:])
 
 
 def verify_rows(rows: Iterable[tuple[int, bytes]]) -> int | None:
@@ -242,6 +258,16 @@ class InMemoryCommitLog:
             self._head = record.hash
             self._anchor_seq = record.seq
         return record
+
+    def _append_fields(self, fields: dict[str, Any]) -> None:
+        """:meth:`append` of ``CommitEntry(**fields)`` (the arbiter's own values of the
+        declared types; the dict is taken over), neither building the entry nor returning
+        the record: the arbiter appends one per call and reads neither."""
+        with self._lock:
+            seq = len(self._rows) + 1
+            self._rows.append(_seal_body(fields, seq, self._head))
+            self._head = fields["hash"]
+            self._anchor_seq = seq
 
     def records(self) -> list[CommitRecord]:
         """Every record, in order (decoded from the stored bytes)."""
@@ -394,6 +420,22 @@ class SqliteCommitLog:
                     continue
                 self._head = (record.seq, record.hash)
                 return record
+
+    def _append_fields(self, fields: dict[str, Any]) -> None:
+        """:meth:`append` of ``CommitEntry(**fields)`` (the arbiter's own values of the
+        declared types), neither building the entry nor returning the record."""
+        with self._lock:
+            while True:
+                seq, prev = self._head
+                body = dict(fields)
+                data = _seal_body(body, seq + 1, prev)
+                try:
+                    self._db.run("INSERT INTO commit_log VALUES (?, ?)", (seq + 1, data))
+                except sqlite3.IntegrityError:
+                    self._head = self._read_head()  # another process appended first
+                    continue
+                self._head = (seq + 1, body["hash"])
+                return
 
     def head(self) -> CommitHead:
         """The last stored record's ``seq`` and ``hash`` (read from the file, so appends by

@@ -88,6 +88,25 @@ class Lease:
     granted_at: float
 
 
+_new_lease = object.__new__
+_SET_ID: Final = Lease.__dict__["id"].__set__
+_SET_OWNER: Final = Lease.__dict__["owner"].__set__
+_SET_MODES: Final = Lease.__dict__["modes"].__set__
+_SET_GRANTED_AT: Final = Lease.__dict__["granted_at"].__set__
+
+
+def _lease(lease_id: int, owner: str, modes: Mapping[str, ResourceMode], at: float) -> Lease:
+    """``Lease(lease_id, owner, modes, at)``, its slots set through their descriptors (the
+    frozen dataclass's ``__init__`` goes through ``object.__setattr__`` by name; every tool
+    call is granted a lease)."""
+    lease: Lease = _new_lease(Lease)
+    _SET_ID(lease, lease_id)
+    _SET_OWNER(lease, owner)
+    _SET_MODES(lease, modes)
+    _SET_GRANTED_AT(lease, at)
+    return lease
+
+
 @dataclass(slots=True, eq=False)
 class _Ticket:
     owner: str
@@ -108,7 +127,10 @@ class LockManager:
 
     def __init__(self, *, parents: Mapping[str, str] | None = None) -> None:
         self._parents = dict(parents if parents is not None else {"file": "workspace"})
-        self._cond = threading.Condition(threading.Lock())
+        # Entered as the bare lock (``with self._mutex``), the condition's own lock: the
+        # same mutual exclusion without Condition's Python-level __enter__ and __exit__.
+        self._mutex = threading.Lock()
+        self._cond = threading.Condition(self._mutex)
         self._held: dict[str, Counter[str]] = {}
         self._leases: dict[int, Lease] = {}
         self._queue: list[_Ticket] = []
@@ -141,14 +163,15 @@ class LockManager:
         Raises :class:`LockTimeoutError` after ``timeout`` seconds naming the owner, the
         lockset and the current holders of the conflicting resources; nothing stays held.
         """
-        modes = self.expand(locks)
+        # An empty tuple (a tool that declares no locks, most calls) expands to nothing.
+        modes = {} if type(locks) is tuple and not locks else self.expand(locks)
         if not modes:
             # Nothing to lock (a tool that declares no locks): nothing to wait for or to
             # queue behind, since an empty lockset conflicts with no one.
             return self._grant_nothing(owner)
         ticket = _Ticket(owner, modes)
         deadline = None if timeout is None else time.monotonic() + timeout
-        with self._cond:
+        with self._mutex:
             self._queue.append(ticket)
             try:
                 while not self._grantable(ticket):
@@ -166,7 +189,7 @@ class LockManager:
     def try_acquire(self, locks: Iterable[LockRequest], *, owner: str = "") -> Lease | None:
         """Grant ``locks`` now if possible (same fairness rule), else return ``None``."""
         ticket = _Ticket(owner, self.expand(locks))
-        with self._cond:
+        with self._mutex:
             self._queue.append(ticket)
             try:
                 return self._grant(ticket) if self._grantable(ticket) else None
@@ -190,7 +213,7 @@ class LockManager:
         the awaiting task is cancelled, nothing stays held or queued.
         """
         ticket = _Ticket(owner, self.expand(locks))
-        with self._cond:
+        with self._mutex:
             self._queue.append(ticket)
             if self._grantable(ticket):
                 return self._grant(ticket)
@@ -209,7 +232,7 @@ class LockManager:
                 async with asyncio.timeout(timeout):
                     await granted.wait()
             except TimeoutError:
-                with self._cond:
+                with self._mutex:
                     if not ticket.granted:
                         raise self._timeout_error(ticket, timeout) from None
             if ticket.lease is None:  # pragma: no cover - granted always comes with a lease
@@ -218,7 +241,7 @@ class LockManager:
             return ticket.lease
         finally:
             if not handed_over:
-                with self._cond:
+                with self._mutex:
                     if ticket.lease is not None:
                         # Granted while the task was being cancelled: give it straight back.
                         self._release_locked(ticket.lease)
@@ -233,7 +256,7 @@ class LockManager:
         Releasing a lease twice (or one of another manager) raises
         :class:`~stargraph.errors.ToolError` naming the lease and its owner.
         """
-        with self._cond:
+        with self._mutex:
             self._release_locked(lease)
 
     @contextmanager
@@ -249,7 +272,7 @@ class LockManager:
 
     def snapshot(self) -> dict[str, tuple[tuple[str, ResourceMode], ...]]:
         """Resource -> sorted ``(owner, mode)`` holders, taken atomically (for tests/metrics)."""
-        with self._cond:
+        with self._mutex:
             view: dict[str, list[tuple[str, ResourceMode]]] = {}
             for lease in self._leases.values():
                 for resource, mode in lease.modes.items():
@@ -259,15 +282,15 @@ class LockManager:
     @property
     def waiting(self) -> int:
         """How many requests are queued right now."""
-        with self._cond:
+        with self._mutex:
             return len(self._queue)
 
     # ----------------------------------------------------------------------- internals
 
     def _grant_nothing(self, owner: str) -> Lease:
         """The lease of an empty lockset, granted at once (released like any other)."""
-        with self._cond:
-            lease = Lease(next(self._ids), owner, {}, time.monotonic())
+        with self._mutex:
+            lease = _lease(next(self._ids), owner, {}, time.monotonic())
             self._leases[lease.id] = lease
         return lease
 
@@ -320,7 +343,7 @@ class LockManager:
             self._held.setdefault(resource, Counter())[mode] += 1
         self._queue.remove(ticket)
         ticket.granted = True
-        lease = Lease(next(self._ids), ticket.owner, dict(ticket.modes), time.monotonic())
+        lease = _lease(next(self._ids), ticket.owner, dict(ticket.modes), time.monotonic())
         self._leases[lease.id] = lease
         return lease
 

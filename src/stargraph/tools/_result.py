@@ -38,12 +38,22 @@ __all__ = [
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
 
 
+_GIVEN: dict[frozenset[str], set[str]] = {}
+
+
 def built(cls: type[_ModelT], values: dict[str, Any], given: frozenset[str]) -> _ModelT:
     """``cls.model_construct(**values)`` for values the caller made itself, of the declared
     types: ``values`` holds every field, in declaration order (a default where the caller
     set none), and ``given`` names those the caller set. The same record, without
-    ``model_construct``'s walk over the fields, which the arbiter paid three times a call."""
-    return unchecked(cls, values, set(given))
+    ``model_construct``'s walk over the fields, which the arbiter paid three times a call.
+
+    ``cls`` must be a frozen model: records built from one ``given`` share one set of set
+    fields (a frozen record never adds to it, and ``model_copy`` copies it first), instead
+    of a copy per record."""
+    fields_set = _GIVEN.get(given)
+    if fields_set is None:
+        fields_set = _GIVEN[given] = set(given)
+    return unchecked(cls, values, fields_set)
 
 
 JSON_DEPTH: Final = 64
@@ -263,7 +273,21 @@ class ToolResult(BaseModel):
         A lane that may not see the result still gets a message (the API requires one per
         tool call) but it carries only the status and a note that the result is withheld.
         """
-        if self.visible_to(lane):
+        if type(self) is ToolResult and self.error is None:
+            # The common case, every tool call: prompt_view's fields read from the instance
+            # dict at once (each attribute read of a model looks through its class first).
+            data = self.__dict__
+            if data["exposure"] in ("both", lane):
+                content = {
+                    "status": data["status"],
+                    "summary": data["summary"],
+                    "artifact_ref": data["artifact_ref"],
+                }
+                if not data["prompt_mask"] and data["payload"] is not None:
+                    content["payload"] = data["payload"]
+            else:
+                content = {"status": data["status"], "note": f"result withheld from {lane} lane"}
+        elif self.visible_to(lane):
             content = self.prompt_view()
         else:
             content = {"status": self.status, "note": f"result withheld from {lane} lane"}

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, get_type_hints, runtime_checkable
+from typing import Any, Final, Protocol, get_type_hints, runtime_checkable
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, create_model
@@ -153,6 +153,53 @@ class ToolContext:
         return max(0.0, self.deadline - time.monotonic())
 
 
+def _slot_setter(name: str) -> Callable[[ToolContext, Any], None]:
+    setter: Callable[[ToolContext, Any], None] = ToolContext.__dict__[name].__set__
+    return setter
+
+
+_new_context = object.__new__
+_SET_TOOL: Final = _slot_setter("tool")
+_SET_CALL_ID: Final = _slot_setter("call_id")
+_SET_LANE: Final = _slot_setter("lane")
+_SET_NODE: Final = _slot_setter("node")
+_SET_WORKSPACE: Final = _slot_setter("workspace")
+_SET_TIMEOUT_S: Final = _slot_setter("timeout_s")
+_SET_DEADLINE: Final = _slot_setter("deadline")
+_SET_SECRETS: Final = _slot_setter("secrets")
+_SET_CANCELLED: Final = _slot_setter("cancelled")
+_SET_HOST: Final = _slot_setter("host")
+
+
+def context_of(
+    *,
+    tool: str,
+    call_id: str | None,
+    lane: str,
+    node: str | None,
+    workspace: Workspace,
+    timeout_s: float,
+    deadline: float,
+    secrets: Secrets,
+    host: ToolHost | None,
+) -> ToolContext:
+    """``ToolContext(...)`` with a fresh ``cancelled``, for the arbiter's own values of the
+    declared types (one per call): each slot is set through its descriptor, where the
+    frozen dataclass's ``__init__`` goes through ``object.__setattr__`` by name."""
+    ctx: ToolContext = _new_context(ToolContext)
+    _SET_TOOL(ctx, tool)
+    _SET_CALL_ID(ctx, call_id)
+    _SET_LANE(ctx, lane)
+    _SET_NODE(ctx, node)
+    _SET_WORKSPACE(ctx, workspace)
+    _SET_TIMEOUT_S(ctx, timeout_s)
+    _SET_DEADLINE(ctx, deadline)
+    _SET_SECRETS(ctx, secrets)
+    _SET_CANCELLED(ctx, _Cancellation())
+    _SET_HOST(ctx, host)
+    return ctx
+
+
 @runtime_checkable
 class Tool(Protocol):
     """One tool: its spec, its argument validator and its body.
@@ -179,7 +226,7 @@ class Tool(Protocol):
 class PythonTool:
     """A Python function as a tool. Built by :func:`tool`; not callable on purpose."""
 
-    __slots__ = ("_ctx_param", "_fn", "_model_param", "arguments", "source", "spec")
+    __slots__ = ("_ctx_param", "_fields", "_fn", "_model_param", "arguments", "source", "spec")
 
     def __init__(
         self,
@@ -196,6 +243,9 @@ class PythonTool:
         self._fn = fn
         self._ctx_param = ctx_param
         self._model_param = model_param
+        # The argument model's field names, read once: pydantic's ``model_fields`` is a
+        # Python descriptor calling a classmethod at each read, and every call needs them.
+        self._fields = (arguments.model, tuple(arguments.model.model_fields))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec.id!r}, source={self.source!r})"
@@ -204,7 +254,11 @@ class PythonTool:
         if self._model_param is not None:
             kwargs: dict[str, Any] = {self._model_param: args.model}
         else:
-            kwargs = {name: getattr(args.model, name) for name in type(args.model).model_fields}
+            model = args.model
+            known, names = self._fields
+            if type(model) is not known:
+                names = tuple(type(model).model_fields)
+            kwargs = {name: getattr(model, name) for name in names}
         if self._ctx_param is not None:
             kwargs[self._ctx_param] = ctx
         return kwargs
