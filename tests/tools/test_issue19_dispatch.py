@@ -16,22 +16,31 @@ from pydantic import BaseModel, ValidationError
 from stargraph.errors import ToolError, ToolNotAllowedError
 from stargraph.llm import ToolCall as LlmToolCall
 from stargraph.skills.react import ToolCallRecord, _call_record
-from stargraph.tools import Arbiter, ToolCall, ToolResult, llm_name_for, tool
-from stargraph.tools import _locks as locks_module
-from stargraph.tools._arbiter import _normalised_fields
-from stargraph.tools._canonical import GENESIS_HASH, canonical_json
-from stargraph.tools._commit import (
+from stargraph.tools import (
+    GENESIS_HASH,
+    Arbiter,
     CommitEntry,
     CommitLog,
     CommitRecord,
     InMemoryCommitLog,
+    Lease,
+    LockManager,
+    LockRequest,
+    Secrets,
     SqliteCommitLog,
+    ToolCall,
+    ToolContext,
+    ToolResult,
+    Workspace,
+    canonical_json,
+    llm_name_for,
     seal,
+    tool,
     verify_rows,
 )
-from stargraph.tools._locks import Lease, LockManager, LockRequest
-from stargraph.tools._tool import Secrets, ToolContext, _Cancellation, context_of
-from stargraph.tools._workspace import Workspace
+from stargraph.tools import _locks as locks_module
+from stargraph.tools._arbiter import _normalised_fields
+from stargraph.tools._tool import _Cancellation, context_of
 
 ArbiterFactory = Callable[..., Arbiter]
 _ENTRY_FIELDS: Final = set(CommitEntry.model_fields)
@@ -276,16 +285,14 @@ def test_issue19_no_policy_and_default_deny_still_denies(make_arbiter: ArbiterFa
     assert make_arbiter(echo).dispatch(_call(1)).status == "success"
 
 
+class _Subclassed(ToolResult):
+    r"""A result that takes ``to_tool_message``'s general path (the direct one is for plain
+    ``ToolResult``\ s only)."""
+
+
 def _message_as_views(result: ToolResult, lane: str) -> dict[str, Any]:
-    if result.visible_to(lane):
-        content = result.prompt_view()
-    else:
-        content = {"status": result.status, "note": f"result withheld from {lane} lane"}
-    return {
-        "role": "tool",
-        "tool_call_id": result.call_id or "",
-        "content": orjson.dumps(content).decode(),
-    }
+    """``result``'s message built from ``visible_to`` and ``prompt_view``."""
+    return _Subclassed.model_construct(**result.__dict__).to_tool_message(lane)
 
 
 @pytest.mark.parametrize("exposure", ["both", "edge", "core"])
