@@ -524,15 +524,8 @@ class SqlStore(Closing):
         return resolve_facts(run_id, steps, lambda at: self._step(run_id, at))
 
     def _step(self, run_id: str, at: int) -> StepRecord | None:
-        """Step ``at`` of the run as stored (``None``: there is none)."""
-        rows = self._query(
-            self._sql("SELECT payload, crc FROM {steps} WHERE run_id = {m} AND step = {m}"),
-            (self._key(run_id), at),
-        )
-        if not rows:
-            return None
-        payload, crc = rows[0]
-        return decode(StepRecord, payload, run_id=run_id, step=at, table="steps", crc=crc)
+        """Step ``at`` of the run (``None``: there is none)."""
+        return next(iter(self.get_steps(run_id, start=at, end=at)), None)
 
     def snapshot_step(self, run_id: str, at_or_before: int) -> int:
         """The newest step ``<= at_or_before`` that holds a full snapshot (0 always does)."""
