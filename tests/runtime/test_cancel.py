@@ -760,7 +760,10 @@ SCRIPT = textwrap.dedent(
 
 
     def wait(state: S, ctx: RunContext) -> dict:
-        (here / f"entered-{ctx.node}").write_text(threading.current_thread().name)
+        # Written aside, then renamed: the test reads the file as soon as it exists, and
+        # write_text creates it empty before it writes the name.
+        (here / f"{ctx.node}.part").write_text(threading.current_thread().name)
+        os.replace(here / f"{ctx.node}.part", here / f"entered-{ctx.node}")
         threading.Event().wait(60)  # nothing sets it: the node blocks for a minute
         (here / f"left-{ctx.node}").write_text("")
         return {"log": [ctx.node]}
