@@ -103,6 +103,7 @@ class Database:
         # Queues this process's writers (and, for ":memory:", every use of the one connection).
         self._lock = threading.RLock()
         self._shared: sqlite3.Connection | None = None
+        self._shared_cursor: sqlite3.Cursor | None = None
         self._closed = False
         self._pid = os.getpid()
         # Connections inherited through fork() must not be used (or closed) by the child;
@@ -133,18 +134,27 @@ class Database:
     def connection(self) -> sqlite3.Connection:
         """This thread's connection (``":memory:"``: the shared one; hold :meth:`read` or
         :meth:`write` around its use), opened on first use."""
+        return self.cursor().connection
+
+    def cursor(self) -> sqlite3.Cursor:
+        """This thread's own cursor on :meth:`connection` (``":memory:"``: the shared one's,
+        used under the lock), opened with it. The layer runs its statements (``BEGIN``,
+        ``COMMIT``, :meth:`run`, :meth:`write_cursor`) on it: ``conn.execute`` makes, registers
+        and drops a cursor per statement, and a step commit runs up to six. What it returns
+        is valid until this thread's next statement on it."""
         if self._closed:
             self._raise(sqlite3.ProgrammingError("Cannot operate on a closed database."), "closed")
         if self.memory:
-            if self._shared is None:
+            if self._shared_cursor is None:
                 with self._lock:
-                    if self._shared is None:
-                        self._shared = self._open()
-            return self._shared
+                    if self._shared_cursor is None:
+                        conn = self._shared = self._open()
+                        self._shared_cursor = conn.cursor()
+            return self._shared_cursor
         if os.getpid() != self._pid:
             self._after_fork()
         try:
-            conn: sqlite3.Connection = self._local.conn
+            cursor: sqlite3.Cursor = self._local.cursor
         except AttributeError:
             conn = self._open()
             me = threading.current_thread()
@@ -158,8 +168,8 @@ class Database:
                 for thread in [t for t in self._conns if not t.is_alive()]:
                     self._conns.pop(thread).close()
                 self._conns[me] = conn
-            self._local.conn = conn
-        return conn
+            cursor = self._local.cursor = conn.cursor()
+        return cursor
 
     def _after_fork(self) -> None:
         with self._conns_lock:
@@ -221,6 +231,7 @@ class Database:
             self._closed = True
             conns, self._conns = list(self._conns.values()), {}
             shared, self._shared = self._shared, None
+            self._shared_cursor = None
         if os.getpid() != self._pid:
             return
         if shared is not None:
@@ -242,19 +253,25 @@ class Database:
         transaction (the outer one commits)."""
         return _Write(self)
 
-    @staticmethod
-    def _rollback(conn: sqlite3.Connection) -> None:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
+    def write_cursor(self) -> AbstractContextManager[sqlite3.Cursor]:
+        """:meth:`write` as this thread's own cursor (see :meth:`cursor`) instead of the
+        connection: a writer that runs several statements saves making a cursor for each
+        (read ``rowcount`` before the next statement)."""
+        return _WriteCursor(self)
 
-    def _begin(self, conn: sqlite3.Connection) -> None:
+    @staticmethod
+    def _rollback(cursor: sqlite3.Cursor) -> None:
+        if cursor.connection.in_transaction:
+            cursor.execute("ROLLBACK")
+
+    def _begin(self, cursor: sqlite3.Cursor) -> None:
         """``BEGIN IMMEDIATE``, retried with jittered backoff while another process holds
         the write lock, until the busy timeout is spent."""
         deadline: float | None = None
         delay = 0.001
         while True:
             try:
-                conn.execute("BEGIN IMMEDIATE")
+                cursor.execute("BEGIN IMMEDIATE")
                 return
             except sqlite3.OperationalError as exc:
                 if not is_locked(exc):
@@ -269,11 +286,12 @@ class Database:
     def run(self, sql: str, params: Sequence[Any] = ()) -> sqlite3.Cursor:
         """One statement in its own (implicit) transaction, queued behind this process's
         other writers: a single ``INSERT`` costs one statement instead of three. Errors of
-        the statement itself come back through ``fail`` as ``"write"``."""
-        conn = self.connection()
+        the statement itself come back through ``fail`` as ``"write"``. Runs on this
+        thread's own cursor (:meth:`cursor`), which it returns."""
+        cursor = self.cursor()
         with self._lock:
             try:
-                return conn.execute(sql, params)
+                return cursor.execute(sql, params)
             except (sqlite3.Error, UnicodeEncodeError) as exc:
                 self._raise(exc, "write")
 
@@ -330,57 +348,76 @@ class Database:
                 self._raise(exc, "read")
 
 
-class _Write:
+class _Transaction:
     """:meth:`Database.write`'s transaction as a plain context manager (every step commit of
     a run opens one: a generator-based one cost a third more than ``BEGIN`` and ``COMMIT``
-    themselves)."""
+    themselves). ``BEGIN`` and ``COMMIT`` run on the thread's own cursor (see
+    :meth:`Database.cursor`)."""
 
-    __slots__ = ("_conn", "_db", "_lock", "_outer")
+    __slots__ = ("_cursor", "_db", "_lock", "_outer")
 
     def __init__(self, db: Database) -> None:
         self._db = db
 
-    def __enter__(self) -> sqlite3.Connection:
+    def _enter(self) -> sqlite3.Cursor:
         db = self._db
-        conn = self._conn = db.connection()
+        cursor = self._cursor = db.cursor()
         local = db._local
         depth = self._outer = getattr(local, "depth", 0)
         if depth:  # joins the transaction of an outer write on this thread
             local.depth = depth + 1
-            return conn
+            return cursor
         lock = self._lock = db._lock  # the one acquired is the one released (fork)
         lock.acquire()
         try:
-            db._begin(conn)
+            db._begin(cursor)
         except BaseException:
             lock.release()
             raise
         local.depth = 1
-        return conn
+        return cursor
 
     def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: object
     ) -> None:
-        db, conn = self._db, self._conn
+        db, cursor = self._db, self._cursor
         if self._outer:
             db._local.depth = self._outer
             return
         try:
             db._local.depth = 0
             if exc is not None:
-                db._rollback(conn)
+                db._rollback(cursor)
                 # disk full, I/O error, a lone surrogate in a bound string ...: rolled back
                 if isinstance(exc, sqlite3.Error | UnicodeEncodeError):
                     db._raise(exc, "write")
                 return  # anything else propagates as it is
             try:
-                conn.execute("COMMIT")
+                cursor.execute("COMMIT")
             except sqlite3.Error as error:
                 # WAL mode writes at COMMIT: a full disk or an I/O error shows up here.
-                db._rollback(conn)
+                db._rollback(cursor)
                 db._raise(error, "commit")
         finally:
             self._lock.release()
+
+
+class _Write(_Transaction):
+    """:meth:`Database.write`: the transaction, as the connection."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> sqlite3.Connection:
+        return self._enter().connection
+
+
+class _WriteCursor(_Transaction):
+    """:meth:`Database.write_cursor`: the transaction, as the thread's own cursor."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> sqlite3.Cursor:
+        return self._enter()
 
 
 class _NoLock:

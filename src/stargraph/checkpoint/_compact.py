@@ -31,7 +31,7 @@ worded otherwise, a call not recorded in an earlier step of this process) stays 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from stargraph.checkpoint._records import JournalEntry, StepRecord, trusted
@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Conversations",
     "ToolResults",
+    "compact_call",
     "compact_calls",
     "compact_steps",
     "delta_request",
@@ -66,10 +67,21 @@ _SEQUENCE: Final = (list, tuple)
 """Prefix of the keys under which :func:`expand_steps` keeps tool calls by fingerprint."""
 
 
-def _content_of(entry: JournalEntry) -> str | None:
-    from stargraph.tools._recorded import tool_message_content
+_WORDING: list[Callable[[Any, Any], str | None]] = []
+"""``stargraph.tools._recorded.tool_message_content`` once imported (it sits above this
+module, so it is imported at first use; an import statement run at every call costs more
+than the lookup it saves)."""
 
-    return tool_message_content(entry.request, entry.value)
+
+def _content_of(entry: JournalEntry) -> str | None:
+    try:
+        wording = _WORDING[0]
+    except IndexError:
+        from stargraph.tools._recorded import tool_message_content
+
+        _WORDING.append(tool_message_content)
+        wording = tool_message_content
+    return wording(entry.request, entry.value)
 
 
 def _call_id(entry: JournalEntry) -> str | None:
@@ -206,25 +218,7 @@ def compact_calls(
     whose rows are read back in another order) no message refers to a tool call.
     """
     calls = tuple(calls)
-    out = []
-    for entry in calls:
-        request = entry.request
-        if entry.base or not entry.fingerprint or _messages(request) is None:
-            out.append(entry)
-            continue
-        conversation = (entry.kind, entry.key, entry.node, entry.index)
-        previous = conversations.get(conversation)
-        conversations[conversation] = (entry.fingerprint, request)
-        delta = None if previous is None else _delta(previous[1], request)
-        if previous is None or delta is None:
-            out.append(entry)
-        else:
-            if results:
-                delta = _refer(delta, results)
-            # A copy as model_copy makes it, without its cost (this runs for every call).
-            out.append(
-                trusted(JournalEntry, **{**entry.__dict__, "request": delta, "base": previous[0]})
-            )
+    out = [compact_call(entry, conversations, results) for entry in calls]
     if results is not None:
         for entry in calls:
             call_id = _call_id(entry)
@@ -234,6 +228,30 @@ def compact_calls(
                 if len(results) > _KEPT_RESULTS:
                     del results[next(iter(results))]
     return tuple(out)
+
+
+def compact_call(
+    entry: JournalEntry, conversations: Conversations, results: ToolResults | None = None
+) -> JournalEntry:
+    """One call of :func:`compact_calls` (which see): ``entry``, or its request as the delta
+    from the previous request of its conversation (``conversations`` is updated). It does
+    not add a tool call to ``results``: the journal row of a call in flight, which refers to
+    no tool call, is compacted by itself."""
+    request = entry.request
+    if entry.base or not entry.fingerprint or _messages(request) is None:
+        return entry
+    conversation = (entry.kind, entry.key, entry.node, entry.index)
+    previous = conversations.get(conversation)
+    conversations[conversation] = (entry.fingerprint, request)
+    if previous is None:
+        return entry
+    delta = _delta(previous[1], request)
+    if delta is None:
+        return entry
+    if results:
+        delta = _refer(delta, results)
+    # A copy as model_copy makes it, without its cost (this runs for every call).
+    return trusted(JournalEntry, **{**entry.__dict__, "request": delta, "base": previous[0]})
 
 
 def compact_steps(steps: Iterable[StepRecord]) -> list[StepRecord]:

@@ -366,7 +366,12 @@ class SqlStore(Closing):
         check_status(run_id, status)
         number = step.step
         payload = encode(step, run_id=run_id, step=number, pack=True)
-        extra = encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
+        # The common commit sets none of the status fields: no column to build.
+        extra = (
+            None
+            if error is None and stopped_by is None and interrupt is None
+            else encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
+        )
         commit = Commit(status, extra, owner, step.snapshot is not None, payload)
         if status != "done":
             self._advance(run_id, number, commit)

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
+from zlib import crc32
 
 from stargraph._sqlite import Database, Doing, is_locked
 from stargraph.checkpoint._codec import crc as _crc
@@ -523,20 +524,21 @@ class SqliteStore(SqlStore):
             advance = _ADVANCE[last, True]
             params = (number, status, extra, iso_now(), run_id, number - 1, owner)
         # The same row as bytes and a bool would make, bound without the adapter lookup (see
-        # _advance_sql): a bytearray is bound as the same BLOB, an int as the same INTEGER.
-        step_row = (run_id, number, int(snapshot), bytearray(payload), _crc(payload))
-        with self._write() as conn:
-            cursor = conn.execute(advance, params)
-            if cursor.rowcount != 1:
-                raise self._fence_error(conn, run_id, owner, number)
-            conn.execute(_INSERT_STEP, step_row)
+        # _advance_sql): a bytearray is bound as the same BLOB, an int as the same INTEGER;
+        # the CRC is _codec.crc's, without a call of its own.
+        step_row = (run_id, number, int(snapshot), bytearray(payload), crc32(payload))
+        # Every statement on the thread's own cursor: none makes a cursor of its own.
+        with self._db.write_cursor() as cursor:
+            if cursor.execute(advance, params).rowcount != 1:
+                raise self._fence_error(cursor.connection, run_id, owner, number)
+            cursor.execute(_INSERT_STEP, step_row)
             # The common step of a run made here wrote neither: two statements saved.
             key = (run_id, number)
             fresh = run_id in self._fresh
             if not fresh or key in self._unclean_pending:
-                conn.execute(_DROP_PENDING, key)
+                cursor.execute(_DROP_PENDING, key)
             if not fresh or key in self._unclean_journal:
-                conn.execute(_DROP_JOURNAL, key)
+                cursor.execute(_DROP_JOURNAL, key)
         self._unclean_pending.discard(key)
         self._unclean_journal.discard(key)
 
@@ -614,7 +616,7 @@ class SqliteStore(SqlStore):
                 entry.key,
                 # Bound as the same BLOB as the bytes, without the adapter lookup (see _commit).
                 bytearray(payload),
-                _crc(payload),
+                crc32(payload),  # _codec.crc, without a call of its own
             ),
         )
 

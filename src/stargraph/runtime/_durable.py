@@ -46,6 +46,7 @@ from stargraph.checkpoint import (
 from stargraph.checkpoint._compact import (
     Conversations,
     ToolResults,
+    compact_call,
     compact_calls,
     expand_steps,
 )
@@ -143,6 +144,15 @@ def _now_ms() -> int:
 
 def _by_task(result: tuple[Task, Any]) -> tuple[str, int]:
     return result[0].key
+
+
+def _by_call(entry: JournalEntry) -> tuple[str, int, int]:
+    return entry.node, entry.index, entry.seq
+
+
+def _by_seq(entry: JournalEntry) -> int:
+    # The entries of one task: node and index are the same in every one.
+    return entry.seq
 
 
 def check_run_id(run_id: str) -> None:
@@ -510,8 +520,7 @@ class Persistence:
                 )
             # A model request goes in as a delta, like in the step's record: the row of every
             # call must not hold the whole conversation again (see load_journal).
-            (row,) = compact_calls((entry,), journaled)
-            store.append_journal(run_id, row)
+            store.append_journal(run_id, compact_call(entry, journaled))
 
         return write
 
@@ -616,16 +625,7 @@ class Persistence:
                 "facts_from": facts_from,
                 "decision": None if run.decision is None else run.decision.record(),
                 "attempts": dict(run.attempts) if run.attempts else {},
-                "calls": compact_calls(
-                    sorted(
-                        (e for entries in run.journals.values() for e in entries),
-                        key=lambda e: (e.node, e.index, e.seq),
-                    ),
-                    self._conversations,
-                    self._results,
-                )
-                if run.journals
-                else (),
+                "calls": self._calls(run.journals) if run.journals else (),
                 "created_ms": time.time_ns() // 1_000_000,
             },
         )
@@ -645,6 +645,21 @@ class Persistence:
             raise
         if facts is not None and self._refer:
             self._facts = (facts, run.step)  # committed: later steps may refer to it
+
+    def _calls(
+        self, journals: Mapping[tuple[str, int], list[JournalEntry]]
+    ) -> tuple[JournalEntry, ...]:
+        """The step's recorded calls as its record stores them: by task and sequence number,
+        each model request as a delta."""
+        if len(journals) == 1:
+            (entries,) = journals.values()
+            if len(entries) == 1:  # an agent's step: one call, nothing to sort
+                calls: Sequence[JournalEntry] = entries
+            else:
+                calls = sorted(entries, key=_by_seq)
+        else:
+            calls = sorted((e for entries in journals.values() for e in entries), key=_by_call)
+        return compact_calls(calls, self._conversations, self._results)
 
     def _facts_of(self, run: Progress, may_refer: bool) -> tuple[Any, int | None]:
         """The rule facts to store with the step being committed, as ``(facts,
