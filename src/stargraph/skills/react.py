@@ -557,7 +557,8 @@ def _extends(trajectory: Sequence[ReactStep], kept: Sequence[ReactStep]) -> bool
 
 def _transcript(trajectory: Sequence[ReactStep]) -> list[ChatMessage]:
     """``[step.message for step in trajectory]``, from the messages of an earlier
-    trajectory this one extends (same step objects, checked by identity) when one is kept."""
+    trajectory this one extends (same step objects, checked by identity) when one is kept.
+    The list is the one kept for the next call: read it, never change it."""
     found = None
     with _TRANSCRIPTS_LOCK:
         for end in range(len(trajectory) - 1, max(len(trajectory) - 33, -1), -1):
@@ -576,7 +577,7 @@ def _transcript(trajectory: Sequence[ReactStep]) -> list[ChatMessage]:
             _TRANSCRIPTS.move_to_end(id(trajectory[-1]))
             while len(_TRANSCRIPTS) > _KEPT_TRANSCRIPTS:
                 _TRANSCRIPTS.popitem(last=False)
-    return list(messages)
+    return messages
 
 
 # The validated request fields but its messages, by the id of the node configuration they
@@ -632,18 +633,25 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     new_steps: list[ReactStep] = []
     if not state.trajectory and state.task:
         new_steps.append(ReactStep(llm_step=0, kind="task", message=ChatMessage.user(state.task)))
-    messages = _transcript(state.trajectory)
-    messages += [step.message for step in new_steps]
+    transcript = _transcript(state.trajectory)
     system = _system_prompt(config)
-    if system:
-        messages.insert(0, ChatMessage.system(system))
+    # One tuple of the kept transcript (read-only) and what goes around it: the common
+    # step (no system prompt, no task to add) copies the transcript once, not three times.
+    if system or new_steps:
+        messages: tuple[ChatMessage, ...] = (
+            *((ChatMessage.system(system),) if system else ()),
+            *transcript,
+            *(step.message for step in new_steps),
+        )
+    else:
+        messages = tuple(transcript)
     # The other fields are validated once per node configuration (_head); the messages are
     # set unvalidated: they are ChatMessage objects already (the trajectory's), and checking
     # each of them again would cost every step time in proportion to the whole conversation.
     head = _head(config, _offered_tools(ctx, arbiter, tuple(config["tools"])))
     request = unchecked(
         ChatRequest,
-        {**head.__dict__, "messages": tuple(messages)},
+        {**head.__dict__, "messages": messages},
         head.__pydantic_fields_set__,
     )
     response = _once(ctx, "llm", ChatResponse, lambda: model.complete(request))

@@ -1,0 +1,159 @@
+"""Per-step work of the engine cut without changing what a run produces: writes to optional
+text and number fields taken as they are, and the ReAct ``think`` step building its request
+from the kept transcript without changing (or copying) it more than once."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import pytest
+from pydantic import BaseModel, Field
+
+from stargraph.errors import InvalidWriteError
+from stargraph.graph import END, START, Graph
+from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
+from stargraph.runtime._plan import write_rule
+from stargraph.skills import react
+from stargraph.state import build_channels, schema_ir
+from stargraph.tools import Arbiter, ToolRegistry, llm_name_for, tool
+
+# --------------------------------------------------------------------------- optional writes
+
+
+class _Optionals(BaseModel):
+    note: str | None = None
+    count: Optional[int] = None  # noqa: UP045 - the typing spelling is a Union too
+    ratio: float | None = None
+    flag: bool | None = None
+    short: Annotated[str | None, Field(max_length=3)] = None
+    items: list[str] | None = None
+    either: int | str = 0
+
+
+def _rules() -> dict[str, Any]:
+    channels = build_channels(_Optionals, schema_ir(_Optionals, "tests:_Optionals"))
+    fields = _Optionals.model_fields
+    return {name: write_rule(channel, fields[name]) for name, channel in channels.items()}
+
+
+def test_issue19_an_optional_scalar_field_takes_a_value_of_its_type_as_it_is() -> None:
+    rules = _rules()
+    assert {name: rule[1] for name, rule in rules.items()} == {
+        "note": str,
+        "count": int,
+        "ratio": float,
+        "flag": bool,
+        # A constrained field sees every value; other unions and containers are validated.
+        "short": None,
+        "items": None,
+        "either": None,
+    }
+    # What the validator would hand back for such a value: the value itself.
+    for name, value in [("note", "x" * 40), ("count", 10**30), ("ratio", 0.5), ("flag", True)]:
+        validate, exact, _ = rules[name]
+        assert type(value) is exact
+        assert validate(value) is value
+
+
+class _Noted(BaseModel):
+    note: str | None = None
+    short: Annotated[str | None, Field(max_length=3)] = None
+    count: int | None = None
+
+
+def _writer(write: dict[str, Any]) -> Callable[[_Noted], dict[str, Any]]:
+    def node(state: _Noted) -> dict[str, Any]:
+        return write
+
+    return node
+
+
+def _one_node(write: dict[str, Any]) -> Any:
+    graph = (
+        Graph("optional-writes", state=_Noted)
+        .with_node("w", _writer(write), ref="tests.issue19_engine.writer")
+        .with_edge(START, "w")
+        .with_edge("w", END)
+    )
+    return graph.compile()
+
+
+def test_issue19_optional_writes_are_held_to_their_fields_as_before() -> None:
+    final = _one_node({"note": "done", "count": 4}).invoke({})
+    assert (final.note, final.count) == ("done", 4)
+    assert _one_node({"note": None, "count": None}).invoke({"note": "x", "count": 1}).note is None
+    # Other types still reach the validator, which refuses or converts them as it did.
+    assert _one_node({"count": "7"}).invoke({}).count == 7
+    with pytest.raises(InvalidWriteError, match="wrote an invalid value to 'note'"):
+        _one_node({"note": 5}).invoke({})
+    with pytest.raises(InvalidWriteError, match="wrote an invalid value to 'short'"):
+        _one_node({"short": "too long"}).invoke({})
+    with pytest.raises(InvalidWriteError, match="wrote an invalid value to 'count'"):
+        _one_node({"count": 1.5}).invoke({})
+
+
+# --------------------------------------------------------------------------- think
+
+CALC = "engine.calc@1.0.0"
+CALC_NAME = llm_name_for(CALC)
+
+
+@tool(id=CALC)
+def calc(i: int) -> str:
+    """Return the ``i``-th observation."""
+    return f"observation {i}"
+
+
+@pytest.fixture
+def arbiter(tmp_path: Path) -> Iterator[Arbiter]:
+    arbiter = Arbiter(ToolRegistry.build(builtins=[calc]), workspace=str(tmp_path / "ws"))
+    yield arbiter
+    arbiter.close()
+
+
+def _script(calls: int) -> Callable[[ChatRequest], ChatResponse]:
+    def answer(request: ChatRequest) -> ChatResponse:
+        done = sum(1 for m in request.messages if m.role == "tool")
+        if done >= calls:
+            return ChatResponse(message=ChatMessage.assistant("finished"), finish_reason="stop")
+        call = ToolCall(id=f"call_{done}", name=CALC_NAME, arguments=f'{{"i": {done}}}')
+        return ChatResponse(
+            message=ChatMessage.assistant(tool_calls=[call]), finish_reason="tool_calls"
+        )
+
+    return answer
+
+
+@pytest.mark.parametrize("system_prompt", [None, "Be brief."])
+def test_issue19_think_reads_the_kept_transcript_without_changing_it(
+    arbiter: Arbiter, monkeypatch: pytest.MonkeyPatch, system_prompt: str | None
+) -> None:
+    kept = react._transcript
+    handed: list[tuple[list[ChatMessage], list[ChatMessage]]] = []
+
+    def noted(trajectory: Any) -> list[ChatMessage]:
+        found = kept(trajectory)
+        handed.append((found, list(found)))  # the list handed over, and what it held
+        return found
+
+    monkeypatch.setattr(react, "_transcript", noted)
+    model = ScriptedChatModel(_script(3))
+    app = react.react_graph(tools=[CALC], system_prompt=system_prompt, max_steps=10).compile(
+        services={"model": model, "arbiter": arbiter}, max_steps=50
+    )
+    final = app.invoke({"task": "look three up"})
+    assert final.final_answer == "finished"
+    assert len(model.requests) == len(handed) == 4
+    trajectory = [step.message for step in final.trajectory]
+    system = [ChatMessage.system(system_prompt)] if system_prompt else []
+    for request, (transcript, held) in zip(model.requests, handed, strict=True):
+        # The kept transcript is read, never changed (the next step starts from it).
+        assert transcript == held
+        messages = list(request.messages)
+        assert type(request.messages) is tuple
+        # The system prompt, what the trajectory held, and the task the first step adds.
+        assert messages == [*system, *trajectory[: len(messages) - len(system)]]
+        assert messages[len(system) : len(system) + len(transcript)] == transcript
+    assert [m.role for m in model.requests[0].messages] == [*(m.role for m in system), "user"]
