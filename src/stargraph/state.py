@@ -394,8 +394,11 @@ def _model_checker(fields: list[tuple[str, Checker]]) -> Checker:
     text = _check_text
 
     def check(value: Any) -> tuple[str, str] | None:
+        # A model's fields are in its __dict__: one dict lookup each, not an attribute
+        # lookup through pydantic's __getattr__ hook (several models are written per step).
+        data = value.__dict__
         for name, item in fields:
-            sub = getattr(value, name, None)
+            sub = data.get(name)
             # A text field (most of a message's) holding ASCII or None: what _check_text
             # answers, without its call (several per message, written at every step).
             if item is text and (type(sub) is not str or sub.isascii()):
