@@ -4,6 +4,7 @@ from the kept transcript without changing (or copying) it more than once."""
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -16,7 +17,7 @@ from stargraph.graph import END, START, Graph
 from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
 from stargraph.runtime._plan import write_rule
 from stargraph.skills import react
-from stargraph.state import build_channels, schema_ir
+from stargraph.state import build_channels, schema_ir, value_checker
 from stargraph.tools import Arbiter, ToolRegistry, llm_name_for, tool
 
 # --------------------------------------------------------------------------- optional writes
@@ -157,3 +158,68 @@ def test_issue19_think_reads_the_kept_transcript_without_changing_it(
         assert messages == [*system, *trajectory[: len(messages) - len(system)]]
         assert messages[len(system) : len(system) + len(transcript)] == transcript
     assert [m.role for m in model.requests[0].messages] == [*(m.role for m in system), "user"]
+
+
+# --------------------------------------------------------------------------- storability checks
+
+LOOKED_UP: list[str] = []
+
+
+class _Watched(BaseModel):
+    """A model that notes each lookup of its text fields as an attribute."""
+
+    title: str = ""
+    body: str | None = None
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in ("title", "body"):
+            LOOKED_UP.append(name)
+        return super().__getattribute__(name)
+
+
+def test_issue19_a_model_is_checked_from_its_fields_without_attribute_lookups() -> None:
+    check = value_checker(list[_Watched])
+    assert check is not None
+    fine = [_Watched(title="a", body="b"), _Watched(title="caf\u00e9")]
+    bad = [_Watched(title="ok"), _Watched(title="x", body="lone \ud800")]
+    LOOKED_UP.clear()
+    assert check(fine) is None
+    found = check(bad)
+    assert LOOKED_UP == []
+    # The same finding, named by the same path, as when the fields were read as attributes.
+    text = value_checker(str)
+    assert text is not None
+    why = text("lone \ud800")
+    assert why is not None
+    assert found == ("[1].body", why[1])
+
+
+def test_issue19_think_asks_for_the_offered_tools_once_per_arbiter(
+    tmp_path: Path, arbiter: Arbiter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[Any] = []
+
+    class Noting(weakref.WeakKeyDictionary[Any, Any]):
+        def setdefault(self, key: Any, default: Any = None) -> Any:
+            asked.append(key)
+            return super().setdefault(key, default)
+
+    monkeypatch.setattr(react, "_OFFERED", Noting())
+    monkeypatch.setattr(react, "_LAST_OFFERED", [None])
+    requests: list[ChatRequest] = []
+    for each in (arbiter, arbiter, Arbiter(ToolRegistry.build(), workspace=str(tmp_path / "w2"))):
+        model = ScriptedChatModel(_script(3 if each is arbiter else 0))
+        app = react.react_graph(tools=[CALC] if each is arbiter else [], max_steps=10).compile(
+            services={"model": model, "arbiter": each}, max_steps=50
+        )
+        app.invoke({"task": "look them up"})
+        requests += model.requests
+    # Nine think steps of three runs; the tools were worked out for each arbiter and
+    # allowlist once, and every request offers the same tools as before.
+    assert len(requests) == 9
+    assert len(asked) == 2
+    assert asked[0] is arbiter
+    offered = [tool["function"]["name"] for tool in requests[0].tools or ()]
+    assert offered == [CALC_NAME]
+    assert all(r.tools == requests[0].tools for r in requests[:8])
+    assert not requests[8].tools
