@@ -4,18 +4,21 @@ from the kept transcript without changing (or copying) it more than once."""
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import pytest
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, PlainSerializer
 
+from stargraph import reducers
 from stargraph.errors import InvalidWriteError
 from stargraph.graph import END, START, Graph
 from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
 from stargraph.runtime._plan import write_rule
+from stargraph.runtime._values import jsonable
 from stargraph.skills import react
 from stargraph.state import build_channels, schema_ir, value_checker
 from stargraph.tools import Arbiter, ToolRegistry, llm_name_for, tool
@@ -223,3 +226,44 @@ def test_issue19_think_asks_for_the_offered_tools_once_per_arbiter(
     assert offered == [CALC_NAME]
     assert all(r.tools == requests[0].tools for r in requests[:8])
     assert not requests[8].tools
+
+
+# --------------------------------------------------------------------------- empty lists
+
+
+class _Lists(BaseModel):
+    log: Annotated[list[str], reducers.append] = []
+    notes: list[ChatMessage] = []
+    shown: Annotated[list[int], PlainSerializer(len)] = []
+    maybe: list[int] | None = None
+    pair: tuple[int, ...] = ()
+
+
+def test_issue19_an_empty_list_is_dumped_without_a_call() -> None:
+    channels = build_channels(_Lists, schema_ir(_Lists, "tests:_Lists"))
+    dumped: list[str] = []
+
+    def noting(name: str, dump: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        def wrapped(value: Any) -> Any:
+            dumped.append(name)
+            return dump(value)
+
+        return wrapped
+
+    counted = {}
+    for name, channel in channels.items():
+        assert channel.dump is not None
+        counted[name] = dataclasses.replace(channel, dump=noting(name, channel.dump))
+    values: dict[str, Any] = {"log": [], "notes": [], "shown": [], "maybe": [], "pair": ()}
+    out = jsonable(counted, values)
+    # A serializer of the list's own, or another type than a bare list, is still called.
+    assert sorted(dumped) == ["maybe", "pair", "shown"]
+    expected = {key: channels[key].adapter.dump_python(v, mode="json") for key, v in values.items()}
+    assert out == expected == {"log": [], "notes": [], "shown": 0, "maybe": [], "pair": []}
+    # Each a list of its own, not the state's.
+    assert out["log"] is not values["log"]
+    assert out["notes"] is not values["notes"]
+    dumped.clear()
+    message = ChatMessage.user("hi")
+    assert jsonable(counted, {"notes": [message]}) == {"notes": [message.model_dump(mode="json")]}
+    assert dumped == ["notes"]
