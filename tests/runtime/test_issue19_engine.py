@@ -5,6 +5,7 @@ from the kept transcript without changing (or copying) it more than once."""
 from __future__ import annotations
 
 import dataclasses
+import dis
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -267,3 +268,26 @@ def test_issue19_an_empty_list_is_dumped_without_a_call() -> None:
     message = ChatMessage.user("hi")
     assert jsonable(counted, {"notes": [message]}) == {"notes": [message.model_dump(mode="json")]}
     assert dumped == ["notes"]
+
+
+# --------------------------------------------------------------------------- journaled calls
+
+
+def test_issue19_a_journaled_call_runs_no_import_statement() -> None:
+    from stargraph.runtime import _context
+
+    # (A replay that misses its record imports its error: that call fails anyway.)
+    hot: list[Callable[..., Any]] = [
+        _context.TaskJournal.call,
+        _context.TaskJournal._record,
+        _context._fingerprint,
+    ]
+    for function in hot:
+        ops = {instruction.opname for instruction in dis.get_instructions(function)}
+        assert "IMPORT_NAME" not in ops, function.__qualname__
+    # What they imported in the call is the same object at the module's top.
+    from stargraph.checkpoint import JournalEntry
+    from stargraph.ir import content_hash
+
+    assert getattr(_context, "JournalEntry") is JournalEntry  # noqa: B009 - not exported
+    assert getattr(_context, "content_hash") is content_hash  # noqa: B009 - not exported
