@@ -291,3 +291,21 @@ def test_issue19_a_journaled_call_runs_no_import_statement() -> None:
 
     assert getattr(_context, "JournalEntry") is JournalEntry  # noqa: B009 - not exported
     assert getattr(_context, "content_hash") is content_hash  # noqa: B009 - not exported
+
+
+def test_issue19_a_model_reply_is_dumped_without_nested_frames() -> None:
+    from types import CodeType
+
+    from stargraph.llm import Usage
+    from stargraph.llm._recorded import response_json
+
+    nested = [c for c in response_json.__code__.co_consts if isinstance(c, CodeType)]
+    assert nested == []
+    response = ChatResponse(
+        message=ChatMessage.assistant("hi"),
+        usage=Usage(prompt_tokens=3, completion_tokens=2, total_tokens=5),
+        model="m",
+        id="x",
+    )
+    assert response_json(response) == response.model_dump(mode="json")
+    assert list(response_json(response)["usage"]) == list(Usage.model_fields)
