@@ -17,10 +17,19 @@ from pydantic import BaseModel, Field, PlainSerializer
 from stargraph import reducers
 from stargraph.errors import InvalidWriteError
 from stargraph.graph import END, START, Graph
-from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
+from stargraph.llm import (
+    ChatMessage,
+    ChatRequest,
+    ChatResponse,
+    ScriptedChatModel,
+    ToolCall,
+    Usage,
+)
+from stargraph.runtime import RunContext, SeededEntropy
 from stargraph.runtime._plan import write_rule
 from stargraph.runtime._values import jsonable
 from stargraph.skills import react
+from stargraph.skills.react import ToolCallRecord
 from stargraph.state import build_channels, schema_ir, value_checker
 from stargraph.tools import Arbiter, ToolRegistry, llm_name_for, tool
 
@@ -309,3 +318,87 @@ def test_issue19_a_model_reply_is_dumped_without_nested_frames() -> None:
     )
     assert response_json(response) == response.model_dump(mode="json")
     assert list(response_json(response)["usage"]) == list(Usage.model_fields)
+
+
+# --------------------------------------------------------------------------- state reads
+
+FIELD_READS: list[str] = []
+
+
+class _ReadState(react.ReactState):
+    """The ReAct state, noting each field read as an attribute."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in type(self).model_fields:
+            FIELD_READS.append(name)
+        return super().__getattribute__(name)
+
+
+def _context(arbiter: Arbiter, model: ScriptedChatModel) -> RunContext:
+    return RunContext(
+        run_id="r",
+        step=1,
+        node="think",
+        index=0,
+        path=(),
+        config={"tools": [CALC], "error_budget": 3, "max_steps": 5},
+        entropy=SeededEntropy(0),
+        services={"model": model, "arbiter": arbiter},
+    )
+
+
+def test_issue19_think_and_observe_read_the_state_without_attribute_lookups(
+    arbiter: Arbiter,
+) -> None:
+    model = ScriptedChatModel(_script(1))
+    state = _ReadState(task="look it up", usage=Usage(prompt_tokens=1, total_tokens=1))
+    FIELD_READS.clear()
+    thought = react.think(state, _context(arbiter, model))
+    assert FIELD_READS == []
+    assert thought["llm_steps"] == 1
+    assert thought["usage"] == Usage(prompt_tokens=1, total_tokens=1)
+    assert [s.kind for s in thought["trajectory"]] == ["task", "reply"]
+    assert [m.content for m in model.requests[0].messages] == ["look it up"]
+    answer = ChatMessage.tool("call_0", "observation 0", name=CALC_NAME)
+    record = ToolCallRecord(
+        llm_step=1,
+        call_id="call_0",
+        name=CALC_NAME,
+        arguments='{"i": 0}',
+        tool=CALC,
+        status="success",
+        summary="observation 0",
+    )
+    acted = _ReadState(
+        trajectory=thought["trajectory"],
+        tool_calls=[record],
+        pending=[answer],
+        last_event="tool_success",
+    )
+    FIELD_READS.clear()
+    observed = react.observe(acted)
+    assert FIELD_READS == []
+    assert observed["pending"] == []
+    assert observed["last_event"] == "tool_success"
+    assert observed["tool_result"] == "success"
+    assert [(s.llm_step, s.kind, s.message) for s in observed["trajectory"]] == [
+        (1, "observation", answer)
+    ]
+
+
+class _ReadUsage(Usage):
+    def __getattribute__(self, name: str) -> Any:
+        if name in type(self).model_fields:
+            FIELD_READS.append(name)
+        return super().__getattribute__(name)
+
+
+def test_issue19_usages_add_up_without_attribute_lookups() -> None:
+    FIELD_READS.clear()
+    total = _ReadUsage(prompt_tokens=1, completion_tokens=2, total_tokens=3) + _ReadUsage(
+        prompt_tokens=10, completion_tokens=20, total_tokens=30
+    )
+    assert FIELD_READS == []
+    assert total == Usage(prompt_tokens=11, completion_tokens=22, total_tokens=33)
+    assert type(total) is Usage
+    assert total.model_fields_set == set(Usage.model_fields)

@@ -642,11 +642,17 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     config = ctx.config
     model: ChatModel = _service(ctx, "model", _is_chat_model, "a ChatModel")
     arbiter: Arbiter = _service(ctx, "arbiter", _is_arbiter, "a tool Arbiter")
-    llm_step = state.llm_steps + 1
+    # The state's fields read from its __dict__: each attribute read of a pydantic model
+    # goes through its __getattr__ hook, several times the cost of a dict lookup.
+    fields = state.__dict__
+    llm_step = fields["llm_steps"] + 1
+    trajectory = fields["trajectory"]
     new_steps: list[ReactStep] = []
-    if not state.trajectory and state.task:
-        new_steps.append(ReactStep(llm_step=0, kind="task", message=ChatMessage.user(state.task)))
-    transcript = _transcript(state.trajectory)
+    if not trajectory and fields["task"]:
+        new_steps.append(
+            ReactStep(llm_step=0, kind="task", message=ChatMessage.user(fields["task"]))
+        )
+    transcript = _transcript(trajectory)
     system = _system_prompt(config)
     # One tuple of the kept transcript (read-only) and what goes around it: the common
     # step (no system prompt, no task to add) copies the transcript once, not three times.
@@ -718,7 +724,7 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
             else:
                 out["final_output"] = output.model_dump(mode="json")
                 out["final_answer"] = output.model_dump_json()
-    errors = state.error_count + len(notes)
+    errors = fields["error_count"] + len(notes)
     out.update(
         trajectory=new_steps,
         llm_steps=llm_step,
@@ -726,7 +732,7 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
         error_count=errors,
         error_budget=config["error_budget"] - errors,
         last_event=event,
-        usage=state.usage + response.usage,
+        usage=fields["usage"] + response.usage,
     )
     return out
 
@@ -884,15 +890,17 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
 
 def observe(state: ReactState) -> dict[str, Any]:
     """Append the pending observations to the trajectory; expose the last tool status."""
-    last = state.trajectory[-1].llm_step if state.trajectory else 0
+    fields = state.__dict__  # one attribute read, not one per field (see think)
+    trajectory = fields["trajectory"]
+    last = trajectory[-1].llm_step if trajectory else 0
     # The calls of the last LLM step are at the end: read back only those, not every call
     # of the run (a long run would pay for its whole history each step).
-    recent = itertools.takewhile(lambda r: r.llm_step == last, reversed(state.tool_calls))
+    recent = itertools.takewhile(lambda r: r.llm_step == last, reversed(fields["tool_calls"]))
     step_calls = list(recent)[::-1]
     out: dict[str, Any] = {
-        "trajectory": [_react_step(last, "observation", message) for message in state.pending],
+        "trajectory": [_react_step(last, "observation", message) for message in fields["pending"]],
         "pending": [],
-        "last_event": "observed" if not step_calls else state.last_event,
+        "last_event": "observed" if not step_calls else fields["last_event"],
     }
     out["tool_result"] = step_calls[-1].status if step_calls else None
     return out
