@@ -1,12 +1,14 @@
 """Per-step work of the engine cut without changing what a run produces: writes to optional
-text and number fields taken as they are, and the ReAct ``think`` step building its request
-from the kept transcript without changing (or copying) it more than once."""
+text and number fields taken as they are; the ReAct ``think`` step building its request from
+the kept transcript without changing (or copying) it more than once; models checked and
+states read from their ``__dict__`` rather than through pydantic's attribute hook; empty
+lists dumped without a serializer call; journaled calls that run no import statement; a
+reply dumped without nested frames."""
 
 from __future__ import annotations
 
 import dataclasses
 import dis
-import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -205,37 +207,6 @@ def test_issue19_a_model_is_checked_from_its_fields_without_attribute_lookups() 
     why = text("lone \ud800")
     assert why is not None
     assert found == ("[1].body", why[1])
-
-
-def test_issue19_think_asks_for_the_offered_tools_once_per_arbiter(
-    tmp_path: Path, arbiter: Arbiter, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    asked: list[Any] = []
-
-    class Noting(weakref.WeakKeyDictionary[Any, Any]):
-        def setdefault(self, key: Any, default: Any = None) -> Any:
-            asked.append(key)
-            return super().setdefault(key, default)
-
-    monkeypatch.setattr(react, "_OFFERED", Noting())
-    monkeypatch.setattr(react, "_LAST_OFFERED", [None])
-    requests: list[ChatRequest] = []
-    for each in (arbiter, arbiter, Arbiter(ToolRegistry.build(), workspace=str(tmp_path / "w2"))):
-        model = ScriptedChatModel(_script(3 if each is arbiter else 0))
-        app = react.react_graph(tools=[CALC] if each is arbiter else [], max_steps=10).compile(
-            services={"model": model, "arbiter": each}, max_steps=50
-        )
-        app.invoke({"task": "look them up"})
-        requests += model.requests
-    # Nine think steps of three runs; the tools were worked out for each arbiter and
-    # allowlist once, and every request offers the same tools as before.
-    assert len(requests) == 9
-    assert len(asked) == 2
-    assert asked[0] is arbiter
-    offered = [tool["function"]["name"] for tool in requests[0].tools or ()]
-    assert offered == [CALC_NAME]
-    assert all(r.tools == requests[0].tools for r in requests[:8])
-    assert not requests[8].tools
 
 
 # --------------------------------------------------------------------------- empty lists

@@ -467,20 +467,8 @@ _OFFERED: weakref.WeakKeyDictionary[Arbiter, dict[tuple[str, ...], tuple[dict[st
 _OFFERED = weakref.WeakKeyDictionary()
 
 
-# The last answer of _offered_tools (its arbiter held weakly): every think step of a run
-# asks again with the same arbiter and allowlist, and a weak dictionary's lookup makes a
-# new weak reference each time.
-_LAST_OFFERED: list[
-    tuple[weakref.ref[Arbiter], tuple[str, ...], tuple[dict[str, Any], ...]] | None
-] = [None]
-
-
 def _offered_tools(ctx: RunContext, arbiter: Arbiter, allowed: tuple[str, ...]) -> Any:
-    owner = getattr(arbiter, "arbiter", arbiter)
-    last = _LAST_OFFERED[0]
-    if last is not None and last[0]() is owner and last[1] == allowed:
-        return last[2]
-    per_arbiter = _OFFERED.setdefault(owner, {})
+    per_arbiter = _OFFERED.setdefault(getattr(arbiter, "arbiter", arbiter), {})
     offered = per_arbiter.get(allowed)
     if offered is None:
         registry = arbiter.registry
@@ -493,7 +481,6 @@ def _offered_tools(ctx: RunContext, arbiter: Arbiter, allowed: tuple[str, ...]) 
                 **ctx.where(),
             )
         offered = per_arbiter[allowed] = tuple(registry.llm_tools(allowed))
-    _LAST_OFFERED[0] = (weakref.ref(owner), allowed, offered)
     return offered
 
 
