@@ -394,8 +394,11 @@ def _model_checker(fields: list[tuple[str, Checker]]) -> Checker:
     text = _check_text
 
     def check(value: Any) -> tuple[str, str] | None:
+        # A model's fields are in its __dict__: one dict lookup each, not an attribute
+        # lookup through pydantic's __getattr__ hook (several models are written per step).
+        data = value.__dict__
         for name, item in fields:
-            sub = getattr(value, name, None)
+            sub = data.get(name)
             # A text field (most of a message's) holding ASCII or None: what _check_text
             # answers, without its call (several per message, written at every step).
             if item is text and (type(sub) is not str or sub.isascii()):
@@ -520,7 +523,8 @@ class Channel:
     data (NaN and infinities kept); ``check`` (``None`` when not needed) finds a part of a
     valid value that a checkpoint store could not give back as it was (see
     :func:`value_checker`). ``as_is``: the exact types whose values ``dump`` gives back
-    unchanged (see :func:`_dumped_as_is`), which need no call to dump.
+    unchanged (see :func:`_dumped_as_is`), which need no call to dump; ``empty_list``: an
+    empty list dumps to an empty list (a list field without a serializer of its own).
     """
 
     name: str
@@ -530,6 +534,7 @@ class Channel:
     dump: Callable[[Any], Any] | None = None
     check: Checker | None = None
     as_is: frozenset[type] = frozenset()
+    empty_list: bool = False
 
 
 _SCALARS: Final = (str, int, bool)
@@ -539,6 +544,13 @@ def _inert(marker: Any) -> bool:
     """Whether a field's metadata item surely leaves its values' serialization alone: a
     reducer or a fact marker. Anything else (``PlainSerializer`` ...) may change it."""
     return isinstance(marker, Reducer) or getattr(marker, "__stargraph_fact__", False) is True
+
+
+def _dumps_empty_list(annotation: Any, metadata: Sequence[Any] = ()) -> bool:
+    """Whether a channel of field type ``annotation`` (with ``metadata``) dumps an empty
+    list to an empty list: a ``list`` field without metadata that could serialize it
+    otherwise (an empty list has no items for their type to serialize)."""
+    return (annotation is list or get_origin(annotation) is list) and all(map(_inert, metadata))
 
 
 def _dumped_as_is(annotation: Any, metadata: Sequence[Any] = ()) -> frozenset[type]:
@@ -589,6 +601,7 @@ def build_channels(model: type[BaseModel], schema: StateSchemaIR) -> Mapping[str
             dump,
             value_checker(annotation),
             _dumped_as_is(annotation, info.metadata),
+            _dumps_empty_list(annotation, info.metadata),
         )
     return channels
 

@@ -235,10 +235,14 @@ def response_json(response: ChatResponse) -> dict[str, Any]:
     usage = data["usage"]
     counts = usage.__dict__
     message = _message_json(data["message"]) if type(response) is ChatResponse else None
+    # The three counts by name, not a generator and a comprehension over their names: two
+    # frames more at every model call.
     if (
         message is None
         or type(usage) is not Usage
-        or not all(type(counts[k]) is int for k in _COUNTS)
+        or type(prompt := counts["prompt_tokens"]) is not int
+        or type(completion := counts["completion_tokens"]) is not int
+        or type(total := counts["total_tokens"]) is not int
         or not (type(data["model"]) is str and type(data["id"]) is str)
         or not (_text(data["finish_reason"]) and _text(data["refusal"]))
     ):
@@ -247,14 +251,11 @@ def response_json(response: ChatResponse) -> dict[str, Any]:
     return {
         "message": message,
         "finish_reason": data["finish_reason"],
-        "usage": {k: counts[k] for k in _COUNTS},
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": total},
         "model": data["model"],
         "id": data["id"],
         "refusal": data["refusal"],
     }
-
-
-_COUNTS: Final = ("prompt_tokens", "completion_tokens", "total_tokens")
 
 
 class JournaledChatModel:

@@ -17,10 +17,14 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 from stargraph._unchecked import unchecked
+
+# Imported here, not in the functions that use them: an import statement runs the import
+# machinery at every call, and every journaled call (two per ReAct step) reaches both.
+from stargraph.checkpoint._records import JournalEntry
+from stargraph.ir._canonical import content_hash
 from stargraph.runtime._protocols import is_positional
 
 if TYPE_CHECKING:
-    from stargraph.checkpoint import JournalEntry
     from stargraph.errors import _RunAt
     from stargraph.runtime._recorded import ReplaySource
 
@@ -324,10 +328,6 @@ class TaskJournal:
     def _record(
         self, seq: int, kind: str, key: str, *, fingerprint: str, request: Any, value: Any
     ) -> Any:
-        # From the module, not the package: importing a name from a package runs
-        # importlib's Python fallback (_handle_fromlist) at every call.
-        from stargraph.checkpoint._records import JournalEntry
-
         if _plain(self, kind, key, fingerprint):
             # The journal's own values (step, node, index, a sequence number from 0, JSON
             # value and request, which the field types take as they are): the record
@@ -433,8 +433,6 @@ def _plain(journal: TaskJournal, kind: object, key: object, fingerprint: object)
 
 
 def _fingerprint(request: Any) -> str:
-    from stargraph.ir._canonical import content_hash  # the module: see _record
-
     return str(content_hash(request))
 
 

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import types
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, NamedTuple
+from typing import Any, Literal, NamedTuple, Union, cast, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -79,9 +80,25 @@ def write_rule(channel: Channel, info: FieldInfo | None) -> WriteRule:
     """The :data:`WriteRule` of ``channel``, the field ``info`` describes."""
     # A constrained field (``Field(ge=0)``) must see every value, even one of its exact type.
     exact: type | None = None
-    if info is not None and not info.metadata and info.annotation in _EXACT:
-        exact = info.annotation
+    if info is not None and not info.metadata:
+        exact = _exact_type(info.annotation)
     return (channel.validate, exact, channel.check)
+
+
+def _exact_type(annotation: Any) -> type | None:
+    """The type of which a value is valid as it is for a field of type ``annotation``: the
+    field's own (``int``, ``float``, ``str``, ``bool``), or the one of an optional field
+    (``str | None``), whose validator hands such a value back too (only ``None`` is then
+    left to the validator); ``None`` for any other type."""
+    if annotation in _EXACT:
+        return cast(type, annotation)
+    if get_origin(annotation) in (Union, types.UnionType):
+        arms = get_args(annotation)
+        if len(arms) == 2 and type(None) in arms:
+            (base,) = (a for a in arms if a is not type(None))
+            if base in _EXACT:
+                return cast(type, base)
+    return None
 
 
 def by_task(result: tuple[Task, Any]) -> Task:

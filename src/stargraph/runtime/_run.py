@@ -413,11 +413,12 @@ class Run:
                 custom = self._sink(feed, "custom", node, index)
         services = self.plan.services
         if journal is not None and self.plan.bindable:
-            # Chat models and tool arbiters route their calls through this task's journal.
-            services = {
-                **services,
-                **{name: services[name].bind_journal(journal) for name in self.plan.bindable},
-            }
+            # Chat models and tool arbiters route their calls through this task's journal
+            # (a loop, not a comprehension: that would be a second frame and dict per task).
+            bound = dict(services)
+            for name in self.plan.bindable:
+                bound[name] = services[name].bind_journal(journal)
+            services = bound
         if journal is not None and journal.replay:
             # A replay needs no live services: a model it was not given is answered by the
             # record (see runtime._offline).

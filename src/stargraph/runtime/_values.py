@@ -44,8 +44,12 @@ def jsonable(channels: Mapping[str, Channel], values: Mapping[str, Any]) -> dict
     out: dict[str, Any] = {}
     for key, value in values.items():
         channel = channels[key]
-        if type(value) in channel.as_is:  # text, a number, a flag: dumped as it is
+        kind = type(value)
+        if kind in channel.as_is:  # text, a number, a flag: dumped as it is
             out[key] = value
+            continue
+        if kind is list and not value and channel.empty_list:
+            out[key] = []  # what the dump makes of it (a ReAct step empties a list channel)
             continue
         dump = channel.dump
         out[key] = channel.adapter.dump_python(value, mode="json") if dump is None else dump(value)

@@ -557,7 +557,8 @@ def _extends(trajectory: Sequence[ReactStep], kept: Sequence[ReactStep]) -> bool
 
 def _transcript(trajectory: Sequence[ReactStep]) -> list[ChatMessage]:
     """``[step.message for step in trajectory]``, from the messages of an earlier
-    trajectory this one extends (same step objects, checked by identity) when one is kept."""
+    trajectory this one extends (same step objects, checked by identity) when one is kept.
+    The list is the one kept for the next call: read it, never change it."""
     found = None
     with _TRANSCRIPTS_LOCK:
         for end in range(len(trajectory) - 1, max(len(trajectory) - 33, -1), -1):
@@ -576,7 +577,7 @@ def _transcript(trajectory: Sequence[ReactStep]) -> list[ChatMessage]:
             _TRANSCRIPTS.move_to_end(id(trajectory[-1]))
             while len(_TRANSCRIPTS) > _KEPT_TRANSCRIPTS:
                 _TRANSCRIPTS.popitem(last=False)
-    return list(messages)
+    return messages
 
 
 # The validated request fields but its messages, by the id of the node configuration they
@@ -628,22 +629,35 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     config = ctx.config
     model: ChatModel = _service(ctx, "model", _is_chat_model, "a ChatModel")
     arbiter: Arbiter = _service(ctx, "arbiter", _is_arbiter, "a tool Arbiter")
-    llm_step = state.llm_steps + 1
+    # The state's fields read from its __dict__: each attribute read of a pydantic model
+    # goes through its __getattr__ hook, several times the cost of a dict lookup.
+    fields = state.__dict__
+    llm_step = fields["llm_steps"] + 1
+    trajectory = fields["trajectory"]
     new_steps: list[ReactStep] = []
-    if not state.trajectory and state.task:
-        new_steps.append(ReactStep(llm_step=0, kind="task", message=ChatMessage.user(state.task)))
-    messages = _transcript(state.trajectory)
-    messages += [step.message for step in new_steps]
+    if not trajectory and fields["task"]:
+        new_steps.append(
+            ReactStep(llm_step=0, kind="task", message=ChatMessage.user(fields["task"]))
+        )
+    transcript = _transcript(trajectory)
     system = _system_prompt(config)
-    if system:
-        messages.insert(0, ChatMessage.system(system))
+    # One tuple of the kept transcript (read-only) and what goes around it: the common
+    # step (no system prompt, no task to add) copies the transcript once, not three times.
+    if system or new_steps:
+        messages: tuple[ChatMessage, ...] = (
+            *((ChatMessage.system(system),) if system else ()),
+            *transcript,
+            *(step.message for step in new_steps),
+        )
+    else:
+        messages = tuple(transcript)
     # The other fields are validated once per node configuration (_head); the messages are
     # set unvalidated: they are ChatMessage objects already (the trajectory's), and checking
     # each of them again would cost every step time in proportion to the whole conversation.
     head = _head(config, _offered_tools(ctx, arbiter, tuple(config["tools"])))
     request = unchecked(
         ChatRequest,
-        {**head.__dict__, "messages": tuple(messages)},
+        {**head.__dict__, "messages": messages},
         head.__pydantic_fields_set__,
     )
     response = _once(ctx, "llm", ChatResponse, lambda: model.complete(request))
@@ -697,7 +711,7 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
             else:
                 out["final_output"] = output.model_dump(mode="json")
                 out["final_answer"] = output.model_dump_json()
-    errors = state.error_count + len(notes)
+    errors = fields["error_count"] + len(notes)
     out.update(
         trajectory=new_steps,
         llm_steps=llm_step,
@@ -705,7 +719,7 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
         error_count=errors,
         error_budget=config["error_budget"] - errors,
         last_event=event,
-        usage=state.usage + response.usage,
+        usage=fields["usage"] + response.usage,
     )
     return out
 
@@ -863,15 +877,17 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
 
 def observe(state: ReactState) -> dict[str, Any]:
     """Append the pending observations to the trajectory; expose the last tool status."""
-    last = state.trajectory[-1].llm_step if state.trajectory else 0
+    fields = state.__dict__  # one attribute read, not one per field (see think)
+    trajectory = fields["trajectory"]
+    last = trajectory[-1].llm_step if trajectory else 0
     # The calls of the last LLM step are at the end: read back only those, not every call
     # of the run (a long run would pay for its whole history each step).
-    recent = itertools.takewhile(lambda r: r.llm_step == last, reversed(state.tool_calls))
+    recent = itertools.takewhile(lambda r: r.llm_step == last, reversed(fields["tool_calls"]))
     step_calls = list(recent)[::-1]
     out: dict[str, Any] = {
-        "trajectory": [_react_step(last, "observation", message) for message in state.pending],
+        "trajectory": [_react_step(last, "observation", message) for message in fields["pending"]],
         "pending": [],
-        "last_event": "observed" if not step_calls else state.last_event,
+        "last_event": "observed" if not step_calls else fields["last_event"],
     }
     out["tool_result"] = step_calls[-1].status if step_calls else None
     return out
