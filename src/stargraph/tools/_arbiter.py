@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 import os
@@ -56,7 +57,7 @@ from stargraph.errors import (
 )
 from stargraph.llm._messages import ToolCall as LlmToolCall
 from stargraph.tools._artifacts import ArtifactStore, InMemoryArtifactStore
-from stargraph.tools._canonical import canonical_json, sha256_hex
+from stargraph.tools._canonical import canonical_json, flat_canonical_json, sha256_hex
 from stargraph.tools._commit import CommitEntry, CommitLog, InMemoryCommitLog, SqliteCommitLog
 from stargraph.tools._locks import Lease, LockManager, LockRequest
 from stargraph.tools._registry import ToolRegistry, matches_allowlist
@@ -489,7 +490,7 @@ class Arbiter:
         steps = self._steps(call)
         step: _Step | ToolResult = next(steps)  # the pipeline always waits for locks first
         while not isinstance(step, ToolResult):
-            step = _resume(steps, _outcome(self._wait, step))
+            step = _advance(steps, self._wait, step)
         return step
 
     async def adispatch(self, call: ToolCall) -> ToolResult:
@@ -566,29 +567,34 @@ class Arbiter:
     # ----------------------------------------------------------------------- steps 1-4
 
     def _admit(self, call: ToolCall) -> _Admitted:
+        # The call's fields read from its dict once (each attribute read of a model looks
+        # through its class first, and pydantic's __getattr__ hook).
+        data = call.__dict__
+        node = data["node"]
         try:
-            tool = self.registry.resolve(call.tool, node=call.node)
+            tool = self.registry.resolve(data["tool"], node=node)
         except ToolError as exc:
             self._refuse(call, call.tool, exc, _args_hash(call.args))
             raise
         spec = tool.spec
+        spec_id = spec.id
         try:
-            if call.raw_arguments is not None:
+            if data["raw_arguments"] is not None:
                 # Text that is no JSON object (from_openai(strict=False)): refused here, after
                 # the tool is known, so the refusal is logged and committed under its id.
                 raise _invalid_arguments(
-                    spec.id, _parse_arguments(call.raw_arguments)[1], call.node
+                    spec_id, _parse_arguments(call.raw_arguments)[1], call.node
                 )
-            args = tool.arguments.validate(spec.id, call.args, node=call.node)
+            args = tool.arguments.validate(spec_id, data["args"], node=node)
         except ToolError as exc:
-            self._refuse(call, spec.id, exc, _args_hash(call.args))
+            self._refuse(call, spec_id, exc, _args_hash(call.args))
             raise
         args_hash = _args_hash(args.json)
         # model_copy(update=...) without its generic copying: the two values are the
         # arbiter's own (the canonical id, the validated arguments).
         normalised = built(
             ToolCall,
-            {**call.__dict__, "tool": spec.id, "args": args.json},
+            {**data, "tool": spec_id, "args": args.json},
             _normalised_fields(call),
         )
         plan = self._plan(tool)
@@ -610,15 +616,16 @@ class Arbiter:
             if plan.templates
             else ()
         )
-        owner = f"{spec.id}#{call.call_id or next(self._seq)}"
+        owner = f"{spec_id}#{data['call_id'] or next(self._seq)}"
         return _Admitted(tool, plan, normalised, args, args_hash, locks, owner)
 
     def _check_allowlist(self, call: ToolCall, spec: ToolSpec) -> None:
-        if call.allowed is None and call.state is None:
+        data = call.__dict__  # read once, as in _admit
+        if data["allowed"] is None and data["state"] is None:
             return  # host code calling the arbiter itself: no model proposed this call
         # Deny by default in a skill state: "each state defines exactly which tools the LLM
         # may call", so a state that lists none admits none.
-        allowed = call.allowed or ()
+        allowed = data["allowed"] or ()
         if matches_allowlist(spec.id, allowed):
             return
         where = f"node {call.node!r}" if call.node else "this call"
@@ -1033,6 +1040,11 @@ def _no_host(spec: ToolSpec, node: str | None) -> ToolError:
 
 
 def _args_hash(args: Mapping[str, Any]) -> str:
+    # Flat JSON arguments (most calls) are dumped without canonical_json's walk of each
+    # value; the same bytes.
+    data = flat_canonical_json(args)
+    if data is not None:
+        return hashlib.sha256(data).hexdigest()
     try:
         return sha256_hex(canonical_json(dict(args)))
     except (TypeError, ValueError):
@@ -1076,11 +1088,23 @@ def _resume(steps: _Pipeline, outcome: object) -> _Step | ToolResult:
         return result
 
 
-def _outcome(wait: Callable[[_Step], object], step: _Step) -> object:
+def _advance(steps: _Pipeline, wait: Callable[[_Step], object], step: _Step) -> _Step | ToolResult:
+    """:func:`_resume` ``steps`` with the outcome of ``wait(step)``, in one call (a sync
+    dispatch makes two such round trips). The outcome is sent in, or the exception thrown
+    in, after its ``except`` block: it chains nothing it did not name."""
+    raised: BaseException | None = None
     try:
-        return wait(step)
+        outcome = wait(step)
     except BaseException as exc:  # thrown into the pipeline, which decides
-        return _Raised(exc)
+        raised = exc
+    try:
+        return steps.send(outcome) if raised is None else steps.throw(raised)
+    except StopIteration as done:
+        result: ToolResult = done.value
+        return result
+    finally:
+        # The error's traceback holds this frame: no cycle through the local left behind.
+        raised = None
 
 
 async def _aoutcome(waiting: Awaitable[object]) -> object:
