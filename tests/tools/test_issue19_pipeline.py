@@ -17,12 +17,24 @@ from hypothesis import strategies as st
 from stargraph.errors import ToolError
 from stargraph.ir import canonical_json, content_hash
 from stargraph.llm import ToolCall as LlmToolCall
-from stargraph.tools import Arbiter, ToolCall, llm_name_for, sha256_hex, tool
+from stargraph.tools import (
+    Arbiter,
+    Lease,
+    LockManager,
+    Secrets,
+    ToolCall,
+    Workspace,
+    content_ref,
+    llm_name_for,
+    sha256_hex,
+    tool,
+)
 from stargraph.tools import _arbiter as arbiter_module
 from stargraph.tools import _canonical as canonical_module
 from stargraph.tools import _workers as workers_module
 from stargraph.tools._canonical import flat_canonical_json
 from stargraph.tools._schema import ValidatedArgs, _validated
+from stargraph.tools._tool import _Cancellation, context_of
 
 ArbiterFactory = Callable[..., Arbiter]
 
@@ -237,3 +249,83 @@ def test_issue19_validated_args_are_the_dataclass() -> None:
     field_name = "json"  # frozen: setting any field raises
     with pytest.raises(AttributeError):
         setattr(made, field_name, {})
+
+
+def test_issue19_an_empty_lockset_is_granted_without_acquire(
+    make_arbiter: ArbiterFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[object] = []
+    original = LockManager.acquire
+
+    def counting(self: LockManager, locks: Any, **kwargs: Any) -> Lease:
+        asked.append(locks)
+        return original(self, locks, **kwargs)
+
+    monkeypatch.setattr(LockManager, "acquire", counting)
+    arbiter = make_arbiter(echo)
+    assert arbiter.dispatch(_call('{"text": "hi"}')).summary == "hi"
+    assert asked == []
+    assert arbiter.locks.snapshot() == {}
+    assert arbiter.locks._leases == {}
+
+    class Wider(LockManager):
+        """A lock manager of its own: its acquire is asked."""
+
+    wider = make_arbiter(echo, locks=Wider())
+    assert wider.dispatch(_call('{"text": "hi"}', 2)).summary == "hi"
+    assert asked == [()]
+    assert wider.locks._leases == {}
+
+
+def test_issue19_a_context_made_without_init_cancels_like_an_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[object] = []
+    original = _Cancellation.__init__
+
+    def counting(self: _Cancellation) -> None:
+        made.append(self)
+        original(self)
+
+    monkeypatch.setattr(_Cancellation, "__init__", counting)
+    ctx = context_of(
+        tool="t",
+        call_id=None,
+        lane="core",
+        node=None,
+        workspace=Workspace.at("."),
+        timeout_s=1.0,
+        deadline=2.0,
+        secrets=Secrets(),
+        host=None,
+    )
+    cancelled = ctx.cancelled
+    assert made == []
+    assert type(cancelled) is _Cancellation
+    assert not cancelled.is_set()
+    assert not cancelled.wait(0)
+    cancelled.set()
+    assert cancelled.is_set()
+    assert cancelled.wait(0)
+    cancelled.clear()
+    assert not cancelled.is_set()
+
+
+def test_issue19_a_text_payload_is_stored_as_its_canonical_json(
+    make_arbiter: ArbiterFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    walked: list[object] = []
+
+    def counting(value: Any) -> bytes:
+        walked.append(value)
+        return canonical_json(value)
+
+    arbiter = make_arbiter(echo)
+    monkeypatch.setattr(arbiter_module, "canonical_json", counting)
+    result = arbiter.dispatch(_call('{"text": "é\\u2028\\"x"}'))
+    assert walked == []
+    stored = canonical_json('é\u2028"x')
+    assert result.artifact_ref == content_ref(stored)
+    assert arbiter.artifacts.get(result.artifact_ref) == stored
+    assert arbiter._store({"a": [1.5]}) == (content_ref(canonical_json({"a": [1.5]})), {"a": [1.5]})
+    assert walked == [{"a": [1.5]}]

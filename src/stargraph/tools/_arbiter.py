@@ -214,7 +214,7 @@ class ToolCall(BaseModel):
             and isinstance(raw, _TEXT)
             and type(call_id) is str
             and _plain_text(lane, node, state)
-            and (allowed_ids is None or all(type(a) is str for a in allowed_ids))
+            and (allowed_ids is None or _all_text(allowed_ids))
             and _within(args, JSON_DEPTH)
         ):
             # Every value is of its declared type (the arguments were parsed from JSON text,
@@ -273,6 +273,15 @@ def _within(value: dict[str, Any] | list[Any], depth: int) -> bool:
         if (type(item) is dict or type(item) is list) and (
             depth <= 0 or not _within(item, depth - 1)
         ):
+            return False
+    return True
+
+
+def _all_text(items: tuple[object, ...]) -> bool:
+    """Whether every item is of type ``str`` (a loop: a generator for ``all()`` costs more
+    than the test, on every call)."""
+    for item in items:  # noqa: SIM110 -- all() over a generator is what this avoids
+        if type(item) is not str:
             return False
     return True
 
@@ -555,7 +564,12 @@ class Arbiter:
     def _wait(self, step: _Step) -> object:
         if isinstance(step, _Run):
             return self._run_sync(step.admitted, step.ctx)
-        return self.locks.acquire(step.locks, owner=step.owner, timeout=self.lock_timeout)
+        locks = self.locks
+        if not step.locks and type(locks) is LockManager:
+            # What acquire() grants an empty lockset (most tools declare none), asked
+            # directly: nothing to wait for, so no deadline either.
+            return locks._grant_nothing(step.owner)
+        return locks.acquire(step.locks, owner=step.owner, timeout=self.lock_timeout)
 
     async def _await(self, step: _Step) -> object:
         if isinstance(step, _Run):
@@ -718,15 +732,17 @@ class Arbiter:
         self._refuse(admitted.call, spec_id, exc, admitted.args_hash)
 
     def _context(self, admitted: _Admitted) -> ToolContext:
-        spec, call, plan = admitted.tool.spec, admitted.call, admitted.plan
+        spec, plan = admitted.tool.spec, admitted.plan
+        call = admitted.call.__dict__  # the fields read at once (see _admit)
+        timeout_s = spec.timeout_s
         return context_of(
             tool=spec.id,
-            call_id=call.call_id,
-            lane=call.lane,
-            node=call.node,
+            call_id=call["call_id"],
+            lane=call["lane"],
+            node=call["node"],
             workspace=self.workspace,
-            timeout_s=spec.timeout_s,
-            deadline=time.monotonic() + spec.timeout_s,
+            timeout_s=timeout_s,
+            deadline=time.monotonic() + timeout_s,
             secrets=self._secrets.subset(spec.secret_resources)
             if plan.secrets_wanted
             else _NO_SECRETS,
@@ -803,14 +819,14 @@ class Arbiter:
             summary, payload = _normalise(raw)
             # Redact the whole text, then cut: cutting first could split a secret so that
             # its prefix no longer matches and reaches the model, the journal and events.
-            summary = _truncate(self._redact(summary))
+            summary = _truncate(self._redact(summary) if self._needles else summary)
             ref, inline = self._store(payload)
             # Unvalidated: every value was produced (and typed) by the arbiter itself.
             result = built(
                 ToolResult,
                 {
                     "tool": spec.id,
-                    "call_id": admitted.call.call_id,
+                    "call_id": admitted.call.__dict__["call_id"],
                     "status": "success",
                     "summary": summary,
                     "artifact_ref": ref,
@@ -921,7 +937,10 @@ class Arbiter:
     def _store(self, payload: JsonValue) -> tuple[str | None, JsonValue]:
         if payload is None:
             return None, None
-        data = self._redact_bytes(canonical_json(payload))
+        # Text (a body's usual return) is its own canonical JSON: orjson's dump of it.
+        data = orjson.dumps(payload) if type(payload) is str else canonical_json(payload)
+        if self._needles:
+            data = self._redact_bytes(data)
         ref = self.artifacts.put(data)
         if len(data) > self.inline_limit:
             return ref, None
@@ -931,11 +950,12 @@ class Arbiter:
         self, admitted: _Admitted, status: ToolStatus | _LateStatus, ref: str | None
     ) -> None:
         call, spec = admitted.call, admitted.tool.spec
+        data = call.__dict__  # the fields read at once (see _admit)
         fields = {
             "kind": "call",
-            "lane": call.lane,
+            "lane": data["lane"],
             "tool": spec.id,
-            "call_id": call.call_id,
+            "call_id": data["call_id"],
             "args_hash": admitted.args_hash,
             "status": status,
             "artifact_ref": ref,
