@@ -31,6 +31,7 @@ from stargraph.tools import (
 )
 from stargraph.tools import _arbiter as arbiter_module
 from stargraph.tools import _canonical as canonical_module
+from stargraph.tools import _result as result_module
 from stargraph.tools import _workers as workers_module
 from stargraph.tools._canonical import flat_canonical_json
 from stargraph.tools._schema import ValidatedArgs, _validated
@@ -329,3 +330,22 @@ def test_issue19_a_text_payload_is_stored_as_its_canonical_json(
     assert arbiter.artifacts.get(result.artifact_ref) == stored
     assert arbiter._store({"a": [1.5]}) == (content_ref(canonical_json({"a": [1.5]})), {"a": [1.5]})
     assert walked == [{"a": [1.5]}]
+
+
+def test_issue19_a_text_payload_is_its_own_journal_copy(
+    make_arbiter: ArbiterFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = make_arbiter(echo).dispatch(_call('{"text": "hi"}'))
+    copied: list[object] = []
+    original = result_module.json_copy
+
+    def counting(value: Any, depth: int = result_module.JSON_DEPTH) -> Any:
+        copied.append(value)
+        return original(value, depth)
+
+    monkeypatch.setattr(result_module, "json_copy", counting)
+    assert result.journal_value() == result.model_dump(mode="json")
+    assert copied == []
+    listed = result.model_copy(update={"payload": ["a", {"b": 1}]})
+    assert listed.journal_value() == listed.model_dump(mode="json")
+    assert copied[0] == ["a", {"b": 1}]
