@@ -349,3 +349,29 @@ def test_issue19_a_text_payload_is_its_own_journal_copy(
     listed = result.model_copy(update={"payload": ["a", {"b": 1}]})
     assert listed.journal_value() == listed.model_dump(mode="json")
     assert copied[0] == ["a", {"b": 1}]
+
+
+@tool(id="demo.write@1.0.0", side_effect="write")
+def write(text: str) -> str:
+    """Write."""
+    return text
+
+
+@tool(id="demo.wait@1.0.0")
+async def wait(text: str) -> str:
+    """Wait."""
+    return text
+
+
+def test_issue19_the_plan_says_once_which_bodies_run_inline(
+    make_arbiter: ArbiterFactory,
+) -> None:
+    arbiter = make_arbiter(echo, write, wait)
+    inline = {t.spec.id: arbiter._plan(t).inline for t in (echo, write, wait)}
+    assert inline == {"demo.echo@1.0.0": True, "demo.write@1.0.0": False, "demo.wait@1.0.0": False}
+    assert arbiter._plan(echo) is arbiter._plan(echo)
+    worker = ToolCall(tool="demo.write@1.0.0", args={"text": "w"}, call_id="w")
+    assert arbiter.dispatch(worker).summary == "w"
+    assert arbiter._workers._count == 1  # the writer ran on a worker thread
+    assert arbiter.dispatch(_call('{"text": "i"}')).summary == "i"
+    assert arbiter._workers._count == 1  # the reader ran inline, under the alarm

@@ -371,6 +371,7 @@ class _Plan:
     is_async: bool
     secrets_wanted: tuple[str, ...]
     delegated: bool  # executor "host": the execute step goes to the arbiter's ToolHost
+    inline: bool  # a sync Python body without write or external effects (see _run_sync)
 
 
 class _Admitted(NamedTuple):
@@ -467,12 +468,16 @@ class Arbiter:
         plan = self._plans.get(tool.spec.id)
         if plan is None:
             spec = tool.spec
+            is_async = is_async_tool(tool)
             plan = _Plan(
                 spec.lock_templates,
                 spec.path_args,
-                is_async_tool(tool),
+                is_async,
                 spec.secret_resources,
                 spec.executor == "host",
+                not is_async
+                and isinstance(tool, PythonTool)
+                and spec.side_effect in ("none", "read"),
             )
             self._plans[spec.id] = plan
         return plan
@@ -752,12 +757,7 @@ class Arbiter:
 
     def _run_sync(self, admitted: _Admitted, ctx: ToolContext) -> object:
         tool, args = admitted.tool, admitted.args
-        if (
-            not admitted.plan.is_async
-            and isinstance(tool, PythonTool)
-            and tool.spec.side_effect in ("none", "read")
-            and alarm_available()
-        ):
+        if admitted.plan.inline and alarm_available():
             # On the main thread a Python body without write or external effects runs right
             # here under an interval timer: no thread hand-off, and an overrunning body is
             # really stopped (see call_with_alarm). Writers keep the worker thread: stopping
