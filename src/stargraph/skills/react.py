@@ -81,6 +81,7 @@ from stargraph.llm import (
     RequestOptions,
     Usage,
 )
+from stargraph.llm import ToolCall as LlmToolCall
 from stargraph.refs import resolve_ref, try_ref_of
 from stargraph.runtime import RunContext
 from stargraph.tools import Arbiter, ToolCall, ToolResult
@@ -760,6 +761,15 @@ def _react_step(
     return unchecked(ReactStep, values, fields)
 
 
+_ASKED: Final = ("id", "name", "arguments")
+_GOT: Final = ("status", "error", "tool", "summary", "artifact_ref")
+
+
+def _fields(model: object, names: tuple[str, ...]) -> dict[str, Any]:
+    """``names`` of ``model`` read as attributes (a subclass may compute one)."""
+    return {name: getattr(model, name) for name in names}
+
+
 def _call_record(values: dict[str, Any]) -> ToolCallRecord:
     """``ToolCallRecord(**values)`` (every field given) without validation when each value
     is of its field's exact type already: text, the step an int, the two optional ones text
@@ -837,29 +847,33 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
     records: list[ToolCallRecord] = []
     answers: list[ChatMessage] = []
     failed = 0
-    for index, call in enumerate(reply.message.tool_calls):
-        result = _once(
-            ctx,
-            f"tool:{index}:{call.id}",
-            ToolResult,
-            lambda call=call: _dispatch(arbiter, call, allowed, ctx.node),  # type: ignore[misc]
-        )
-        if result.status != "success":
+    node = ctx.node
+    llm_step = reply.llm_step
+    for call in reply.message.tool_calls:
+        # No _once around the dispatch: the journaled arbiter records each call itself.
+        result = _dispatch(arbiter, call, allowed, node)
+        # The fields read from the dicts at once (each attribute read of a model looks
+        # through its class first); a subclass is read through its attributes.
+        asked = call.__dict__ if type(call) is LlmToolCall else _fields(call, _ASKED)
+        got = result.__dict__ if type(result) is ToolResult else _fields(result, _GOT)
+        status = got["status"]
+        if status != "success":
             failed += 1
         wire = result.to_tool_message(_LANE)
-        answers.append(ChatMessage.tool(call.id, wire["content"], name=call.name))
+        answers.append(ChatMessage.tool(asked["id"], wire["content"], name=asked["name"]))
+        error = got["error"]
         records.append(
             _call_record(
                 {
-                    "llm_step": reply.llm_step,
-                    "call_id": call.id,
-                    "name": call.name,
-                    "arguments": call.arguments,
-                    "tool": result.tool,
-                    "status": result.status,
-                    "summary": result.summary,
-                    "error_code": result.error.code if result.error is not None else None,
-                    "artifact_ref": result.artifact_ref,
+                    "llm_step": llm_step,
+                    "call_id": asked["id"],
+                    "name": asked["name"],
+                    "arguments": asked["arguments"],
+                    "tool": got["tool"],
+                    "status": status,
+                    "summary": got["summary"],
+                    "error_code": error.code if error is not None else None,
+                    "artifact_ref": got["artifact_ref"],
                 }
             )
         )

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import itertools
 import logging
 import os
@@ -56,7 +57,7 @@ from stargraph.errors import (
 )
 from stargraph.llm._messages import ToolCall as LlmToolCall
 from stargraph.tools._artifacts import ArtifactStore, InMemoryArtifactStore
-from stargraph.tools._canonical import canonical_json, sha256_hex
+from stargraph.tools._canonical import canonical_json, flat_canonical_json, sha256_hex
 from stargraph.tools._commit import CommitEntry, CommitLog, InMemoryCommitLog, SqliteCommitLog
 from stargraph.tools._locks import Lease, LockManager, LockRequest
 from stargraph.tools._registry import ToolRegistry, matches_allowlist
@@ -213,7 +214,7 @@ class ToolCall(BaseModel):
             and isinstance(raw, _TEXT)
             and type(call_id) is str
             and _plain_text(lane, node, state)
-            and (allowed_ids is None or all(type(a) is str for a in allowed_ids))
+            and (allowed_ids is None or _all_text(allowed_ids))
             and _within(args, JSON_DEPTH)
         ):
             # Every value is of its declared type (the arguments were parsed from JSON text,
@@ -272,6 +273,15 @@ def _within(value: dict[str, Any] | list[Any], depth: int) -> bool:
         if (type(item) is dict or type(item) is list) and (
             depth <= 0 or not _within(item, depth - 1)
         ):
+            return False
+    return True
+
+
+def _all_text(items: tuple[object, ...]) -> bool:
+    """Whether every item is of type ``str`` (a loop: a generator for ``all()`` costs more
+    than the test, on every call)."""
+    for item in items:  # noqa: SIM110 -- all() over a generator is what this avoids
+        if type(item) is not str:
             return False
     return True
 
@@ -361,6 +371,7 @@ class _Plan:
     is_async: bool
     secrets_wanted: tuple[str, ...]
     delegated: bool  # executor "host": the execute step goes to the arbiter's ToolHost
+    inline: bool  # a sync Python body without write or external effects (see _run_sync)
 
 
 class _Admitted(NamedTuple):
@@ -457,12 +468,16 @@ class Arbiter:
         plan = self._plans.get(tool.spec.id)
         if plan is None:
             spec = tool.spec
+            is_async = is_async_tool(tool)
             plan = _Plan(
                 spec.lock_templates,
                 spec.path_args,
-                is_async_tool(tool),
+                is_async,
                 spec.secret_resources,
                 spec.executor == "host",
+                not is_async
+                and isinstance(tool, PythonTool)
+                and spec.side_effect in ("none", "read"),
             )
             self._plans[spec.id] = plan
         return plan
@@ -489,7 +504,7 @@ class Arbiter:
         steps = self._steps(call)
         step: _Step | ToolResult = next(steps)  # the pipeline always waits for locks first
         while not isinstance(step, ToolResult):
-            step = _resume(steps, _outcome(self._wait, step))
+            step = _advance(steps, self._wait, step)
         return step
 
     async def adispatch(self, call: ToolCall) -> ToolResult:
@@ -554,7 +569,12 @@ class Arbiter:
     def _wait(self, step: _Step) -> object:
         if isinstance(step, _Run):
             return self._run_sync(step.admitted, step.ctx)
-        return self.locks.acquire(step.locks, owner=step.owner, timeout=self.lock_timeout)
+        locks = self.locks
+        if not step.locks and type(locks) is LockManager:
+            # What acquire() grants an empty lockset (most tools declare none), asked
+            # directly: nothing to wait for, so no deadline either.
+            return locks._grant_nothing(step.owner)
+        return locks.acquire(step.locks, owner=step.owner, timeout=self.lock_timeout)
 
     async def _await(self, step: _Step) -> object:
         if isinstance(step, _Run):
@@ -566,29 +586,34 @@ class Arbiter:
     # ----------------------------------------------------------------------- steps 1-4
 
     def _admit(self, call: ToolCall) -> _Admitted:
+        # The call's fields read from its dict once (each attribute read of a model looks
+        # through its class first, and pydantic's __getattr__ hook).
+        data = call.__dict__
+        node = data["node"]
         try:
-            tool = self.registry.resolve(call.tool, node=call.node)
+            tool = self.registry.resolve(data["tool"], node=node)
         except ToolError as exc:
             self._refuse(call, call.tool, exc, _args_hash(call.args))
             raise
         spec = tool.spec
+        spec_id = spec.id
         try:
-            if call.raw_arguments is not None:
+            if data["raw_arguments"] is not None:
                 # Text that is no JSON object (from_openai(strict=False)): refused here, after
                 # the tool is known, so the refusal is logged and committed under its id.
                 raise _invalid_arguments(
-                    spec.id, _parse_arguments(call.raw_arguments)[1], call.node
+                    spec_id, _parse_arguments(call.raw_arguments)[1], call.node
                 )
-            args = tool.arguments.validate(spec.id, call.args, node=call.node)
+            args = tool.arguments.validate(spec_id, data["args"], node=node)
         except ToolError as exc:
-            self._refuse(call, spec.id, exc, _args_hash(call.args))
+            self._refuse(call, spec_id, exc, _args_hash(call.args))
             raise
         args_hash = _args_hash(args.json)
         # model_copy(update=...) without its generic copying: the two values are the
         # arbiter's own (the canonical id, the validated arguments).
         normalised = built(
             ToolCall,
-            {**call.__dict__, "tool": spec.id, "args": args.json},
+            {**data, "tool": spec_id, "args": args.json},
             _normalised_fields(call),
         )
         plan = self._plan(tool)
@@ -610,15 +635,16 @@ class Arbiter:
             if plan.templates
             else ()
         )
-        owner = f"{spec.id}#{call.call_id or next(self._seq)}"
+        owner = f"{spec_id}#{data['call_id'] or next(self._seq)}"
         return _Admitted(tool, plan, normalised, args, args_hash, locks, owner)
 
     def _check_allowlist(self, call: ToolCall, spec: ToolSpec) -> None:
-        if call.allowed is None and call.state is None:
+        data = call.__dict__  # read once, as in _admit
+        if data["allowed"] is None and data["state"] is None:
             return  # host code calling the arbiter itself: no model proposed this call
         # Deny by default in a skill state: "each state defines exactly which tools the LLM
         # may call", so a state that lists none admits none.
-        allowed = call.allowed or ()
+        allowed = data["allowed"] or ()
         if matches_allowlist(spec.id, allowed):
             return
         where = f"node {call.node!r}" if call.node else "this call"
@@ -711,15 +737,17 @@ class Arbiter:
         self._refuse(admitted.call, spec_id, exc, admitted.args_hash)
 
     def _context(self, admitted: _Admitted) -> ToolContext:
-        spec, call, plan = admitted.tool.spec, admitted.call, admitted.plan
+        spec, plan = admitted.tool.spec, admitted.plan
+        call = admitted.call.__dict__  # the fields read at once (see _admit)
+        timeout_s = spec.timeout_s
         return context_of(
             tool=spec.id,
-            call_id=call.call_id,
-            lane=call.lane,
-            node=call.node,
+            call_id=call["call_id"],
+            lane=call["lane"],
+            node=call["node"],
             workspace=self.workspace,
-            timeout_s=spec.timeout_s,
-            deadline=time.monotonic() + spec.timeout_s,
+            timeout_s=timeout_s,
+            deadline=time.monotonic() + timeout_s,
             secrets=self._secrets.subset(spec.secret_resources)
             if plan.secrets_wanted
             else _NO_SECRETS,
@@ -729,12 +757,7 @@ class Arbiter:
 
     def _run_sync(self, admitted: _Admitted, ctx: ToolContext) -> object:
         tool, args = admitted.tool, admitted.args
-        if (
-            not admitted.plan.is_async
-            and isinstance(tool, PythonTool)
-            and tool.spec.side_effect in ("none", "read")
-            and alarm_available()
-        ):
+        if admitted.plan.inline and alarm_available():
             # On the main thread a Python body without write or external effects runs right
             # here under an interval timer: no thread hand-off, and an overrunning body is
             # really stopped (see call_with_alarm). Writers keep the worker thread: stopping
@@ -796,14 +819,14 @@ class Arbiter:
             summary, payload = _normalise(raw)
             # Redact the whole text, then cut: cutting first could split a secret so that
             # its prefix no longer matches and reaches the model, the journal and events.
-            summary = _truncate(self._redact(summary))
+            summary = _truncate(self._redact(summary) if self._needles else summary)
             ref, inline = self._store(payload)
             # Unvalidated: every value was produced (and typed) by the arbiter itself.
             result = built(
                 ToolResult,
                 {
                     "tool": spec.id,
-                    "call_id": admitted.call.call_id,
+                    "call_id": admitted.call.__dict__["call_id"],
                     "status": "success",
                     "summary": summary,
                     "artifact_ref": ref,
@@ -914,7 +937,10 @@ class Arbiter:
     def _store(self, payload: JsonValue) -> tuple[str | None, JsonValue]:
         if payload is None:
             return None, None
-        data = self._redact_bytes(canonical_json(payload))
+        # Text (a body's usual return) is its own canonical JSON: orjson's dump of it.
+        data = orjson.dumps(payload) if type(payload) is str else canonical_json(payload)
+        if self._needles:
+            data = self._redact_bytes(data)
         ref = self.artifacts.put(data)
         if len(data) > self.inline_limit:
             return ref, None
@@ -924,11 +950,12 @@ class Arbiter:
         self, admitted: _Admitted, status: ToolStatus | _LateStatus, ref: str | None
     ) -> None:
         call, spec = admitted.call, admitted.tool.spec
+        data = call.__dict__  # the fields read at once (see _admit)
         fields = {
             "kind": "call",
-            "lane": call.lane,
+            "lane": data["lane"],
             "tool": spec.id,
-            "call_id": call.call_id,
+            "call_id": data["call_id"],
             "args_hash": admitted.args_hash,
             "status": status,
             "artifact_ref": ref,
@@ -1033,6 +1060,11 @@ def _no_host(spec: ToolSpec, node: str | None) -> ToolError:
 
 
 def _args_hash(args: Mapping[str, Any]) -> str:
+    # Flat JSON arguments (most calls) are dumped without canonical_json's walk of each
+    # value; the same bytes.
+    data = flat_canonical_json(args)
+    if data is not None:
+        return hashlib.sha256(data).hexdigest()
     try:
         return sha256_hex(canonical_json(dict(args)))
     except (TypeError, ValueError):
@@ -1076,11 +1108,23 @@ def _resume(steps: _Pipeline, outcome: object) -> _Step | ToolResult:
         return result
 
 
-def _outcome(wait: Callable[[_Step], object], step: _Step) -> object:
+def _advance(steps: _Pipeline, wait: Callable[[_Step], object], step: _Step) -> _Step | ToolResult:
+    """:func:`_resume` ``steps`` with the outcome of ``wait(step)``, in one call (a sync
+    dispatch makes two such round trips). The outcome is sent in, or the exception thrown
+    in, after its ``except`` block: it chains nothing it did not name."""
+    raised: BaseException | None = None
     try:
-        return wait(step)
+        outcome = wait(step)
     except BaseException as exc:  # thrown into the pipeline, which decides
-        return _Raised(exc)
+        raised = exc
+    try:
+        return steps.send(outcome) if raised is None else steps.throw(raised)
+    except StopIteration as done:
+        result: ToolResult = done.value
+        return result
+    finally:
+        # The error's traceback holds this frame: no cycle through the local left behind.
+        raised = None
 
 
 async def _aoutcome(waiting: Awaitable[object]) -> object:

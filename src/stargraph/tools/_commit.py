@@ -131,7 +131,7 @@ def _seal_body(body: dict[str, Any], seq: int, prev_hash: str) -> bytes:
     # A record holds only strings, small integers and nulls under fixed ASCII keys, for
     # which sorted orjson output *is* RFC 8785 (see canonical_json); this runs on every call.
     unsealed = orjson.dumps(body, option=orjson.OPT_SORT_KEYS)
-    digest = body["hash"] = sha256_hex(unsealed)
+    digest = body["hash"] = hashlib.sha256(unsealed).hexdigest()  # sha256_hex, inline
     # The stored bytes are those with the hash put in its sorted place, not a second dump:
     # an unescaped quote ends a JSON string, so ',"kind":' only ever occurs as the key.
     at = unsealed.find(_HASH_AFTER) + 1

@@ -228,7 +228,8 @@ class ToolResult(BaseModel):
         payload is JSON (every call's record holds one)."""
         data = self.__dict__
         payload = data["payload"]
-        copied = json_copy(payload) if payload is not None else None
+        # Text (most payloads) is its own copy: json_copy would return it as it is.
+        copied = payload if type(payload) is str or payload is None else json_copy(payload)
         if (
             type(self) is not ToolResult
             or data["error"] is not None

@@ -114,6 +114,10 @@ class _Cancellation(threading.Event):
     reads only the flag. The condition is made under one lock, so racing first users share
     it."""
 
+    # Unset until set(): the class's flag, so that an arbiter's call can make one without
+    # running __init__ at all (see context_of).
+    _flag = False
+
     def __init__(self) -> None:
         self._flag = False
 
@@ -159,6 +163,7 @@ def _slot_setter(name: str) -> Callable[[ToolContext, Any], None]:
 
 
 _new_context = object.__new__
+_new_cancellation = object.__new__
 _SET_TOOL: Final = _slot_setter("tool")
 _SET_CALL_ID: Final = _slot_setter("call_id")
 _SET_LANE: Final = _slot_setter("lane")
@@ -195,7 +200,7 @@ def context_of(
     _SET_TIMEOUT_S(ctx, timeout_s)
     _SET_DEADLINE(ctx, deadline)
     _SET_SECRETS(ctx, secrets)
-    _SET_CANCELLED(ctx, _Cancellation())
+    _SET_CANCELLED(ctx, _new_cancellation(_Cancellation))
     _SET_HOST(ctx, host)
     return ctx
 

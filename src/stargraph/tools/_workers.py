@@ -155,12 +155,19 @@ _FORCE_AFTER: Final = 10
 """Firings a body may swallow before every line it runs raises (see :func:`call_with_alarm`)."""
 
 
+_HAS_TIMER: Final = hasattr(signal, "setitimer")
+_FREE: Final = (signal.SIG_DFL, None)
+"""What ``getsignal`` gives for a SIGALRM nobody installed a handler for."""
+
+
 def alarm_available() -> bool:
     """True on the main thread when SIGALRM is free (nobody installed a handler for it)."""
+    # Asked at every inline dispatch: the main thread is told by its ident (current_thread()
+    # is a Python-level lookup), the platform's timer and the free handlers read once.
     return (
-        hasattr(signal, "setitimer")
-        and threading.current_thread() is threading.main_thread()
-        and _signal.getsignal(_SIGALRM) in (signal.SIG_DFL, None)
+        _HAS_TIMER
+        and threading.get_ident() == threading.main_thread().ident
+        and _signal.getsignal(_SIGALRM) in _FREE
     )
 
 

@@ -1,0 +1,377 @@
+"""One tool call's repeated work: the journal fingerprint and the arguments hash of flat JSON
+are dumped without canonical_json's walk, the main thread is told without current_thread(),
+and a sync dispatch resumes its pipeline in one call per step. Each must give what the
+general path gives."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from stargraph.errors import ToolError
+from stargraph.ir import canonical_json, content_hash
+from stargraph.llm import ToolCall as LlmToolCall
+from stargraph.tools import (
+    Arbiter,
+    Lease,
+    LockManager,
+    Secrets,
+    ToolCall,
+    Workspace,
+    content_ref,
+    llm_name_for,
+    sha256_hex,
+    tool,
+)
+from stargraph.tools import _arbiter as arbiter_module
+from stargraph.tools import _canonical as canonical_module
+from stargraph.tools import _result as result_module
+from stargraph.tools import _workers as workers_module
+from stargraph.tools._canonical import flat_canonical_json
+from stargraph.tools._schema import ValidatedArgs, _validated
+from stargraph.tools._tool import _Cancellation, context_of
+
+ArbiterFactory = Callable[..., Arbiter]
+
+
+@tool(id="demo.echo@1.0.0")
+def echo(text: str, times: int = 1) -> str:
+    """Echo ``text``."""
+    return text * times
+
+
+class _Boom(RuntimeError):
+    """A body's error."""
+
+
+@tool(id="demo.boom@1.0.0")
+def boom(text: str) -> str:
+    """Fail."""
+    raise _Boom(f"boom {text}")
+
+
+_NAME = llm_name_for("demo.echo@1.0.0")
+
+
+def _call(arguments: str, index: int = 1) -> ToolCall:
+    return ToolCall.from_openai(
+        LlmToolCall(id=f"call_{index}", name=_NAME, arguments=arguments),
+        node="act",
+        allowed=("demo.echo@1.0.0",),
+        strict=False,
+    )
+
+
+class _Journal:
+    """The slice of a task journal a journaled arbiter uses: records what it is given."""
+
+    def __init__(self) -> None:
+        self.given: list[tuple[Any, str | None]] = []
+
+    def call(
+        self,
+        kind: str,
+        key: str,
+        compute: Callable[[], Any],
+        *,
+        request: Any = None,
+        fingerprint: str | None = None,
+    ) -> Any:
+        self.given.append((request, fingerprint))
+        return compute()
+
+    async def acall(
+        self,
+        kind: str,
+        key: str,
+        compute: Callable[[], Awaitable[Any]],
+        *,
+        request: Any = None,
+        fingerprint: str | None = None,
+    ) -> Any:
+        self.given.append((request, fingerprint))
+        return await compute()
+
+
+_SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(min_value=-(2**60), max_value=2**60)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(max_size=6)
+)
+_KEYS = st.text(max_size=4)
+_VALUES = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@given(st.dictionaries(_KEYS, _VALUES, max_size=5))
+def test_issue19_flat_canonical_json_is_canonical_json(value: dict[str, Any]) -> None:
+    flat = flat_canonical_json(value)
+    if flat is not None:
+        assert flat == canonical_json(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {},
+        {"i": 3, "text": 'é\u2028\x00"', "ok": True, "none": None},
+        {"allowed": ["a", "b"], "args": {"i": -(2**53) + 1, "s": "x"}, "node": None},
+        {"b": 1, "a": {"z": 2**53 - 1, "y": False}},
+    ],
+)
+def test_issue19_flat_values_are_dumped_flat(value: dict[str, Any]) -> None:
+    assert flat_canonical_json(value) == canonical_json(value)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        {"f": 1.5},
+        {"big": 2**53},
+        {"é": 1},
+        {"args": {"nested": {"a": 1}}},
+        {"args": {"list": ["a"]}},
+        {"allowed": ["a", 1]},
+        {"text": "\ud800"},  # orjson refuses a lone surrogate: canonical_json raises
+        {1: "a"},
+        ["a"],
+        "text",
+    ],
+)
+def test_issue19_other_values_are_left_to_canonical_json(value: Any) -> None:
+    assert flat_canonical_json(value) is None
+
+
+def test_issue19_journaled_call_gives_the_journal_its_fingerprint(
+    make_arbiter: ArbiterFactory,
+) -> None:
+    journal = _Journal()
+    journaled = make_arbiter(echo).bind_journal(journal)
+    assert journaled.dispatch(_call('{"text": "hi", "times": 2}')).summary == "hihi"
+    with pytest.raises(ToolError, match="invalid arguments"):
+        journaled.dispatch(_call('{"text": 1.5}', 2))
+    flat, nested = journal.given
+    assert flat[1] == content_hash(flat[0])
+    assert nested[0]["args"] == {"text": 1.5}
+    assert nested[1] is None  # a float: the journal works it out with canonical_json
+
+    async def run() -> None:
+        await journaled.adispatch(_call('{"text": "a"}', 3))
+
+    asyncio.run(run())
+    request, fingerprint = journal.given[2]
+    assert fingerprint == content_hash(request)
+
+
+def test_issue19_flat_arguments_are_hashed_without_canonical_json(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    walked: list[object] = []
+
+    def counting(value: Any) -> bytes:
+        walked.append(value)
+        return canonical_json(value)
+
+    monkeypatch.setattr(arbiter_module, "canonical_json", counting)
+    flat = {"text": "hi", "times": 2, "none": None}
+    assert arbiter_module._args_hash(flat) == sha256_hex(canonical_json(flat))
+    assert walked == []
+    nested = {"text": "hi", "tags": {"a": [1.5]}}
+    assert arbiter_module._args_hash(nested) == sha256_hex(canonical_json(nested))
+    assert walked == [nested]
+    # Not JSON: the type names are hashed, as before.
+    odd = {"text": "\ud800"}
+    assert arbiter_module._args_hash(odd) == sha256_hex(repr([("text", "str")]).encode())
+
+
+def test_issue19_content_ref_is_the_sha256_address() -> None:
+    data = b'"record 1"'
+    assert canonical_module.content_ref(data) == "sha256:" + sha256_hex(data)
+
+
+def test_issue19_alarm_available_does_not_ask_current_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[bool] = []
+    worker = threading.Thread(target=lambda: seen.append(workers_module.alarm_available()))
+    worker.start()
+    worker.join()
+    assert seen == [False]
+
+    def refuse() -> threading.Thread:
+        raise AssertionError("current_thread() was asked")
+
+    monkeypatch.setattr(threading, "current_thread", refuse)
+    assert workers_module.alarm_available()
+
+
+def test_issue19_alarm_is_not_available_under_another_handler() -> None:
+    import signal
+
+    previous = signal.signal(signal.SIGALRM, lambda *_: None)
+    try:
+        assert not workers_module.alarm_available()
+    finally:
+        signal.signal(signal.SIGALRM, previous)
+    assert workers_module.alarm_available()
+
+
+def test_issue19_sync_dispatch_resumes_in_one_call_per_step(
+    make_arbiter: ArbiterFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    arbiter = make_arbiter(echo, boom)
+    resumed: list[object] = []
+    monkeypatch.setattr(arbiter_module, "_resume", lambda *a: resumed.append(a))
+    assert arbiter.dispatch(_call('{"text": "hi"}')).summary == "hi"
+    with pytest.raises(ToolError, match="boom x") as caught:
+        arbiter.dispatch(ToolCall(tool="demo.boom@1.0.0", args={"text": "x"}, call_id="c"))
+    assert resumed == []
+    # The error is the one the pipeline raises for a failed body, chained as before.
+    assert caught.value.__suppress_context__
+    assert isinstance(caught.value.__cause__, _Boom)
+
+
+def test_issue19_validated_args_are_the_dataclass() -> None:
+    model = echo.arguments.model.model_validate({"text": "a"})
+    made = _validated(model, {"text": "a", "times": 1})
+    assert type(made) is ValidatedArgs
+    assert made == ValidatedArgs(model, {"text": "a", "times": 1})
+    field_name = "json"  # frozen: setting any field raises
+    with pytest.raises(AttributeError):
+        setattr(made, field_name, {})
+
+
+def test_issue19_an_empty_lockset_is_granted_without_acquire(
+    make_arbiter: ArbiterFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    asked: list[object] = []
+    original = LockManager.acquire
+
+    def counting(self: LockManager, locks: Any, **kwargs: Any) -> Lease:
+        asked.append(locks)
+        return original(self, locks, **kwargs)
+
+    monkeypatch.setattr(LockManager, "acquire", counting)
+    arbiter = make_arbiter(echo)
+    assert arbiter.dispatch(_call('{"text": "hi"}')).summary == "hi"
+    assert asked == []
+    assert arbiter.locks.snapshot() == {}
+    assert arbiter.locks._leases == {}
+
+    class Wider(LockManager):
+        """A lock manager of its own: its acquire is asked."""
+
+    wider = make_arbiter(echo, locks=Wider())
+    assert wider.dispatch(_call('{"text": "hi"}', 2)).summary == "hi"
+    assert asked == [()]
+    assert wider.locks._leases == {}
+
+
+def test_issue19_a_context_made_without_init_cancels_like_an_event(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    made: list[object] = []
+    original = _Cancellation.__init__
+
+    def counting(self: _Cancellation) -> None:
+        made.append(self)
+        original(self)
+
+    monkeypatch.setattr(_Cancellation, "__init__", counting)
+    ctx = context_of(
+        tool="t",
+        call_id=None,
+        lane="core",
+        node=None,
+        workspace=Workspace.at("."),
+        timeout_s=1.0,
+        deadline=2.0,
+        secrets=Secrets(),
+        host=None,
+    )
+    cancelled = ctx.cancelled
+    assert made == []
+    assert type(cancelled) is _Cancellation
+    assert not cancelled.is_set()
+    assert not cancelled.wait(0)
+    cancelled.set()
+    assert cancelled.is_set()
+    assert cancelled.wait(0)
+    cancelled.clear()
+    assert not cancelled.is_set()
+
+
+def test_issue19_a_text_payload_is_stored_as_its_canonical_json(
+    make_arbiter: ArbiterFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    walked: list[object] = []
+
+    def counting(value: Any) -> bytes:
+        walked.append(value)
+        return canonical_json(value)
+
+    arbiter = make_arbiter(echo)
+    monkeypatch.setattr(arbiter_module, "canonical_json", counting)
+    result = arbiter.dispatch(_call('{"text": "é\\u2028\\"x"}'))
+    assert walked == []
+    stored = canonical_json('é\u2028"x')
+    assert result.artifact_ref == content_ref(stored)
+    assert arbiter.artifacts.get(result.artifact_ref) == stored
+    assert arbiter._store({"a": [1.5]}) == (content_ref(canonical_json({"a": [1.5]})), {"a": [1.5]})
+    assert walked == [{"a": [1.5]}]
+
+
+def test_issue19_a_text_payload_is_its_own_journal_copy(
+    make_arbiter: ArbiterFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    result = make_arbiter(echo).dispatch(_call('{"text": "hi"}'))
+    copied: list[object] = []
+    original = result_module.json_copy
+
+    def counting(value: Any, depth: int = result_module.JSON_DEPTH) -> Any:
+        copied.append(value)
+        return original(value, depth)
+
+    monkeypatch.setattr(result_module, "json_copy", counting)
+    assert result.journal_value() == result.model_dump(mode="json")
+    assert copied == []
+    listed = result.model_copy(update={"payload": ["a", {"b": 1}]})
+    assert listed.journal_value() == listed.model_dump(mode="json")
+    assert copied[0] == ["a", {"b": 1}]
+
+
+@tool(id="demo.write@1.0.0", side_effect="write")
+def write(text: str) -> str:
+    """Write."""
+    return text
+
+
+@tool(id="demo.wait@1.0.0")
+async def wait(text: str) -> str:
+    """Wait."""
+    return text
+
+
+def test_issue19_the_plan_says_once_which_bodies_run_inline(
+    make_arbiter: ArbiterFactory,
+) -> None:
+    arbiter = make_arbiter(echo, write, wait)
+    inline = {t.spec.id: arbiter._plan(t).inline for t in (echo, write, wait)}
+    assert inline == {"demo.echo@1.0.0": True, "demo.write@1.0.0": False, "demo.wait@1.0.0": False}
+    assert arbiter._plan(echo) is arbiter._plan(echo)
+    worker = ToolCall(tool="demo.write@1.0.0", args={"text": "w"}, call_id="w")
+    assert arbiter.dispatch(worker).summary == "w"
+    assert arbiter._workers._count == 1  # the writer ran on a worker thread
+    assert arbiter.dispatch(_call('{"text": "i"}')).summary == "i"
+    assert arbiter._workers._count == 1  # the reader ran inline, under the alarm
