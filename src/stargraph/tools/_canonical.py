@@ -41,41 +41,32 @@ def flat_canonical_json(value: Any) -> bytes | None:
     :func:`canonical_json` handles. These are the values for which that function dumps with
     orjson anyway, checked here in one loop (every tool call hashes two of them): the
     general check walks each nested value with a call of its own."""
-    if type(value) is not dict:
+    if type(value) is not dict or not _flat(value, nested=True):
         return None
-    for key, item in value.items():
-        if type(key) is not str or not key.isascii():
-            return None
-        kind = type(item)
-        if kind is str or item is None or kind is bool:
-            continue
-        if kind is int:
-            if not -_SAFE_INT <= item <= _SAFE_INT:
-                return None
-        elif kind is dict:
-            if not _flat_scalars(item):
-                return None
-        elif kind is list:
-            for text in item:
-                if type(text) is not str:
-                    return None
-        else:
-            return None
     try:
         return orjson.dumps(value, option=_SORTED)
     except TypeError:  # orjson's error (text with a lone surrogate): canonical_json raises
         return None
 
 
-def _flat_scalars(value: dict[Any, Any]) -> bool:
+def _flat(value: dict[Any, Any], *, nested: bool) -> bool:
     """Whether ``value`` holds only text, null, boolean and safe-integer values under ASCII
-    text keys."""
+    text keys (``nested``: also lists of text and objects of such scalars)."""
     for key, item in value.items():
         if type(key) is not str or not key.isascii():
             return False
         kind = type(item)
         if kind is str or item is None or kind is bool:
             continue
-        if kind is not int or not -_SAFE_INT <= item <= _SAFE_INT:
+        if kind is int:
+            if not -_SAFE_INT <= item <= _SAFE_INT:
+                return False
+        elif nested and kind is dict:
+            if not _flat(item, nested=False):
+                return False
+        elif nested and kind is list:
+            if any(type(text) is not str for text in item):
+                return False
+        else:
             return False
     return True
