@@ -21,10 +21,8 @@ from stargraph.errors import InvalidWriteError
 from stargraph.graph import END, START, Graph
 from stargraph.llm import (
     ChatMessage,
-    ChatRequest,
     ChatResponse,
     ScriptedChatModel,
-    ToolCall,
     Usage,
 )
 from stargraph.runtime import RunContext, SeededEntropy
@@ -33,7 +31,8 @@ from stargraph.runtime._values import jsonable
 from stargraph.skills import react
 from stargraph.skills.react import ToolCallRecord
 from stargraph.state import build_channels, schema_ir, value_checker
-from stargraph.tools import Arbiter, ToolRegistry, llm_name_for, tool
+from stargraph.tools import Arbiter, ToolRegistry
+from tests.checkpoint.test_long_runs import ECHO, ECHO_NAME, _script, echo
 
 # --------------------------------------------------------------------------- optional writes
 
@@ -112,34 +111,12 @@ def test_issue19_optional_writes_are_held_to_their_fields_as_before() -> None:
 
 # --------------------------------------------------------------------------- think
 
-CALC = "engine.calc@1.0.0"
-CALC_NAME = llm_name_for(CALC)
-
-
-@tool(id=CALC)
-def calc(i: int) -> str:
-    """Return the ``i``-th observation."""
-    return f"observation {i}"
-
 
 @pytest.fixture
 def arbiter(tmp_path: Path) -> Iterator[Arbiter]:
-    arbiter = Arbiter(ToolRegistry.build(builtins=[calc]), workspace=str(tmp_path / "ws"))
+    arbiter = Arbiter(ToolRegistry.build(builtins=[echo]), workspace=str(tmp_path / "ws"))
     yield arbiter
     arbiter.close()
-
-
-def _script(calls: int) -> Callable[[ChatRequest], ChatResponse]:
-    def answer(request: ChatRequest) -> ChatResponse:
-        done = sum(1 for m in request.messages if m.role == "tool")
-        if done >= calls:
-            return ChatResponse(message=ChatMessage.assistant("finished"), finish_reason="stop")
-        call = ToolCall(id=f"call_{done}", name=CALC_NAME, arguments=f'{{"i": {done}}}')
-        return ChatResponse(
-            message=ChatMessage.assistant(tool_calls=[call]), finish_reason="tool_calls"
-        )
-
-    return answer
 
 
 @pytest.mark.parametrize("system_prompt", [None, "Be brief."])
@@ -156,7 +133,7 @@ def test_issue19_think_reads_the_kept_transcript_without_changing_it(
 
     monkeypatch.setattr(react, "_transcript", noted)
     model = ScriptedChatModel(_script(3))
-    app = react.react_graph(tools=[CALC], system_prompt=system_prompt, max_steps=10).compile(
+    app = react.react_graph(tools=[ECHO], system_prompt=system_prompt, max_steps=10).compile(
         services={"model": model, "arbiter": arbiter}, max_steps=50
     )
     final = app.invoke({"task": "look three up"})
@@ -312,7 +289,7 @@ def _context(arbiter: Arbiter, model: ScriptedChatModel) -> RunContext:
         node="think",
         index=0,
         path=(),
-        config={"tools": [CALC], "error_budget": 3, "max_steps": 5},
+        config={"tools": [ECHO], "error_budget": 3, "max_steps": 5},
         entropy=SeededEntropy(0),
         services={"model": model, "arbiter": arbiter},
     )
@@ -330,13 +307,13 @@ def test_issue19_think_and_observe_read_the_state_without_attribute_lookups(
     assert thought["usage"] == Usage(prompt_tokens=1, total_tokens=1)
     assert [s.kind for s in thought["trajectory"]] == ["task", "reply"]
     assert [m.content for m in model.requests[0].messages] == ["look it up"]
-    answer = ChatMessage.tool("call_0", "observation 0", name=CALC_NAME)
+    answer = ChatMessage.tool("call_0", "observation 0", name=ECHO_NAME)
     record = ToolCallRecord(
         llm_step=1,
         call_id="call_0",
-        name=CALC_NAME,
+        name=ECHO_NAME,
         arguments='{"i": 0}',
-        tool=CALC,
+        tool=ECHO,
         status="success",
         summary="observation 0",
     )
