@@ -31,6 +31,7 @@ worded otherwise, a call not recorded in an earlier step of this process) stays 
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -67,21 +68,18 @@ _SEQUENCE: Final = (list, tuple)
 """Prefix of the keys under which :func:`expand_steps` keeps tool calls by fingerprint."""
 
 
-_WORDING: list[Callable[[Any, Any], str | None]] = []
-"""``stargraph.tools._recorded.tool_message_content`` once imported (it sits above this
-module, so it is imported at first use; an import statement run at every call costs more
-than the lookup it saves)."""
+@functools.cache
+def _wording() -> Callable[[Any, Any], str | None]:
+    """``stargraph.tools._recorded.tool_message_content``, imported once: it sits above this
+    module, so it is imported at first use, and an import statement run at every call costs
+    more than the lookup it saves."""
+    from stargraph.tools._recorded import tool_message_content
+
+    return tool_message_content
 
 
 def _content_of(entry: JournalEntry) -> str | None:
-    try:
-        wording = _WORDING[0]
-    except IndexError:
-        from stargraph.tools._recorded import tool_message_content
-
-        _WORDING.append(tool_message_content)
-        wording = tool_message_content
-    return wording(entry.request, entry.value)
+    return _wording()(entry.request, entry.value)
 
 
 def _call_id(entry: JournalEntry) -> str | None:

@@ -39,7 +39,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final, Literal
-from zlib import crc32
 
 from stargraph._sqlite import Database, Doing, is_locked
 from stargraph.checkpoint._codec import crc as _crc
@@ -524,9 +523,8 @@ class SqliteStore(SqlStore):
             advance = _ADVANCE[last, True]
             params = (number, status, extra, iso_now(), run_id, number - 1, owner)
         # The same row as bytes and a bool would make, bound without the adapter lookup (see
-        # _advance_sql): a bytearray is bound as the same BLOB, an int as the same INTEGER;
-        # the CRC is _codec.crc's, without a call of its own.
-        step_row = (run_id, number, int(snapshot), bytearray(payload), crc32(payload))
+        # _advance_sql): a bytearray is bound as the same BLOB, an int as the same INTEGER.
+        step_row = (run_id, number, int(snapshot), bytearray(payload), _crc(payload))
         # Every statement on the thread's own cursor: none makes a cursor of its own.
         with self._db.write_cursor() as cursor:
             if cursor.execute(advance, params).rowcount != 1:
@@ -616,7 +614,7 @@ class SqliteStore(SqlStore):
                 entry.key,
                 # Bound as the same BLOB as the bytes, without the adapter lookup (see _commit).
                 bytearray(payload),
-                crc32(payload),  # _codec.crc, without a call of its own
+                _crc(payload),
             ),
         )
 
