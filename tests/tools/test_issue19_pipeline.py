@@ -1,21 +1,18 @@
-"""One tool call's repeated work: the journal fingerprint and the arguments hash of flat JSON
-are dumped without canonical_json's walk, the main thread is told without current_thread(),
-and a sync dispatch resumes its pipeline in one call per step. Each must give what the
-general path gives."""
+"""One tool call's repeated work: canonical JSON checks the scalar leaves of an object
+without a call each, the main thread is told without current_thread(), and a sync dispatch
+resumes its pipeline in one call per step. Each must give what the general path gives."""
 
 from __future__ import annotations
 
-import asyncio
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
 
 from stargraph.errors import ToolError
-from stargraph.ir import canonical_json, content_hash
+from stargraph.ir import _canonical as canonical_internals
+from stargraph.ir import canonical_json
 from stargraph.llm import ToolCall as LlmToolCall
 from stargraph.tools import (
     Arbiter,
@@ -33,7 +30,6 @@ from stargraph.tools import _arbiter as arbiter_module
 from stargraph.tools import _canonical as canonical_module
 from stargraph.tools import _result as result_module
 from stargraph.tools import _workers as workers_module
-from stargraph.tools._canonical import flat_canonical_json
 from stargraph.tools._schema import ValidatedArgs, _validated
 from stargraph.tools._tool import _Cancellation, context_of
 
@@ -68,131 +64,37 @@ def _call(arguments: str, index: int = 1) -> ToolCall:
     )
 
 
-class _Journal:
-    """The slice of a task journal a journaled arbiter uses: records what it is given."""
-
-    def __init__(self) -> None:
-        self.given: list[tuple[Any, str | None]] = []
-
-    def call(
-        self,
-        kind: str,
-        key: str,
-        compute: Callable[[], Any],
-        *,
-        request: Any = None,
-        fingerprint: str | None = None,
-    ) -> Any:
-        self.given.append((request, fingerprint))
-        return compute()
-
-    async def acall(
-        self,
-        kind: str,
-        key: str,
-        compute: Callable[[], Awaitable[Any]],
-        *,
-        request: Any = None,
-        fingerprint: str | None = None,
-    ) -> Any:
-        self.given.append((request, fingerprint))
-        return await compute()
-
-
-_SCALARS = (
-    st.none()
-    | st.booleans()
-    | st.integers(min_value=-(2**60), max_value=2**60)
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | st.text(max_size=6)
-)
-_KEYS = st.text(max_size=4)
-_VALUES = st.recursive(
-    _SCALARS,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=3),
-    max_leaves=8,
-)
-
-
-@given(st.dictionaries(_KEYS, _VALUES, max_size=5))
-def test_issue19_flat_canonical_json_is_canonical_json(value: dict[str, Any]) -> None:
-    flat = flat_canonical_json(value)
-    if flat is not None:
-        assert flat == canonical_json(value)
-
-
 @pytest.mark.parametrize(
-    "value",
+    ("value", "plain", "calls"),
     [
-        {},
-        {"i": 3, "text": 'é\u2028\x00"', "ok": True, "none": None},
-        {"allowed": ["a", "b"], "args": {"i": -(2**53) + 1, "s": "x"}, "node": None},
-        {"b": 1, "a": {"z": 2**53 - 1, "y": False}},
+        ({}, True, 1),
+        ({"i": 3, "text": 'é\u2028\x00"', "ok": True, "none": None}, True, 1),
+        ({"allowed": ["a", "b"], "args": {"i": -(2**53) + 1, "s": "x"}, "node": None}, True, 3),
+        ({"b": 1, "a": {"z": 2**53 - 1, "y": False}}, True, 2),
+        ([{"i": 1}, "a", 2, None], True, 2),
+        ({"big": 2**53}, False, 1),
+        (["a", -(2**53)], False, 1),
+        ({"f": 1.5}, False, 2),
+        ({"é": 1}, False, 1),
     ],
 )
-def test_issue19_flat_values_are_dumped_flat(value: dict[str, Any]) -> None:
-    assert flat_canonical_json(value) == canonical_json(value)
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        {"f": 1.5},
-        {"big": 2**53},
-        {"é": 1},
-        {"args": {"nested": {"a": 1}}},
-        {"args": {"list": ["a"]}},
-        {"allowed": ["a", 1]},
-        {"text": "\ud800"},  # orjson refuses a lone surrogate: canonical_json raises
-        {1: "a"},
-        ["a"],
-        "text",
-    ],
-)
-def test_issue19_other_values_are_left_to_canonical_json(value: Any) -> None:
-    assert flat_canonical_json(value) is None
-
-
-def test_issue19_journaled_call_gives_the_journal_its_fingerprint(
-    make_arbiter: ArbiterFactory,
+def test_issue19_canonical_json_checks_scalar_leaves_without_a_call_each(
+    monkeypatch: pytest.MonkeyPatch, value: Any, plain: bool, calls: int
 ) -> None:
-    journal = _Journal()
-    journaled = make_arbiter(echo).bind_journal(journal)
-    assert journaled.dispatch(_call('{"text": "hi", "times": 2}')).summary == "hihi"
-    with pytest.raises(ToolError, match="invalid arguments"):
-        journaled.dispatch(_call('{"text": 1.5}', 2))
-    flat, nested = journal.given
-    assert flat[1] == content_hash(flat[0])
-    assert nested[0]["args"] == {"text": 1.5}
-    assert nested[1] is None  # a float: the journal works it out with canonical_json
+    """Whether orjson may dump a value (the check behind every fingerprint and arguments
+    hash) is one call for the value and one per nested container or float: a text, null,
+    flag or integer leaf is answered in its container's loop. (That the answer keeps
+    canonical_json equal to RFC 8785 is pinned by the properties in test_tools_commit.)"""
+    checked: list[object] = []
+    inner = canonical_internals._is_plain
 
-    async def run() -> None:
-        await journaled.adispatch(_call('{"text": "a"}', 3))
+    def counting(item: Any) -> bool:
+        checked.append(item)
+        return inner(item)
 
-    asyncio.run(run())
-    request, fingerprint = journal.given[2]
-    assert fingerprint == content_hash(request)
-
-
-def test_issue19_flat_arguments_are_hashed_without_canonical_json(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    walked: list[object] = []
-
-    def counting(value: Any) -> bytes:
-        walked.append(value)
-        return canonical_json(value)
-
-    monkeypatch.setattr(arbiter_module, "canonical_json", counting)
-    flat = {"text": "hi", "times": 2, "none": None}
-    assert arbiter_module._args_hash(flat) == sha256_hex(canonical_json(flat))
-    assert walked == []
-    nested = {"text": "hi", "tags": {"a": [1.5]}}
-    assert arbiter_module._args_hash(nested) == sha256_hex(canonical_json(nested))
-    assert walked == [nested]
-    # Not JSON: the type names are hashed, as before.
-    odd = {"text": "\ud800"}
-    assert arbiter_module._args_hash(odd) == sha256_hex(repr([("text", "str")]).encode())
+    monkeypatch.setattr(canonical_internals, "_is_plain", counting)
+    assert counting(value) is plain
+    assert len(checked) == calls, checked
 
 
 def test_issue19_content_ref_is_the_sha256_address() -> None:
@@ -324,12 +226,13 @@ def test_issue19_a_text_payload_is_stored_as_its_canonical_json(
     arbiter = make_arbiter(echo)
     monkeypatch.setattr(arbiter_module, "canonical_json", counting)
     result = arbiter.dispatch(_call('{"text": "é\\u2028\\"x"}'))
-    assert walked == []
+    # Only the arguments are walked (for their hash); the text payload is not.
+    assert walked == [{"text": 'é\u2028"x', "times": 1}]
     stored = canonical_json('é\u2028"x')
     assert result.artifact_ref == content_ref(stored)
     assert arbiter.artifacts.get(result.artifact_ref) == stored
     assert arbiter._store({"a": [1.5]}) == (content_ref(canonical_json({"a": [1.5]})), {"a": [1.5]})
-    assert walked == [{"a": [1.5]}]
+    assert walked[1:] == [{"a": [1.5]}]
 
 
 def test_issue19_a_text_payload_is_its_own_journal_copy(

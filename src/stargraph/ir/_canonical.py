@@ -35,24 +35,36 @@ def _is_plain(value: Any) -> bool:
     if kind is str or kind is bool or value is None:
         return True
     if kind is dict:
-        # Strings and nulls, the usual leaves, are checked here rather than one call each:
-        # every request fingerprint and tool call's hash comes this way.
+        # The leaves (text, null, flags, integers) are checked here rather than one call
+        # each: every request fingerprint and tool call's hash comes this way.
         for key, item in value.items():
             if type(key) is not str or not key.isascii():
                 return _is_plain_slow(value)
             leaf = type(item)
-            if leaf is not str and item is not None and not _is_plain(item):
+            if leaf is str or item is None or leaf is bool:
+                continue
+            if leaf is int:
+                if not -_SAFE_INT <= item <= _SAFE_INT:
+                    return False
+            elif not _is_plain(item):
                 return False
         return True
     if kind is list or kind is tuple:
-        for item in value:
-            leaf = type(item)
-            if leaf is not str and item is not None and not _is_plain(item):
-                return False
-        return True
+        return all(map(_is_plain_leaf, value))
     if kind is int:
         return bool(-_SAFE_INT <= value <= _SAFE_INT)
     return _is_plain_slow(value)
+
+
+def _is_plain_leaf(item: Any) -> bool:
+    """:func:`_is_plain` of a list's item, with the scalar leaves answered without a call of
+    their own (an object's are answered in its loop)."""
+    leaf = type(item)
+    if leaf is str or item is None or leaf is bool:
+        return True
+    if leaf is int:
+        return bool(-_SAFE_INT <= item <= _SAFE_INT)
+    return _is_plain(item)
 
 
 def _is_plain_slow(value: Any) -> bool:

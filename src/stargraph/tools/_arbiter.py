@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import itertools
 import logging
 import os
@@ -57,7 +56,7 @@ from stargraph.errors import (
 )
 from stargraph.llm._messages import ToolCall as LlmToolCall
 from stargraph.tools._artifacts import ArtifactStore, InMemoryArtifactStore
-from stargraph.tools._canonical import canonical_json, flat_canonical_json, sha256_hex
+from stargraph.tools._canonical import canonical_json, sha256_hex
 from stargraph.tools._commit import CommitEntry, CommitLog, InMemoryCommitLog, SqliteCommitLog
 from stargraph.tools._locks import Lease, LockManager, LockRequest
 from stargraph.tools._registry import ToolRegistry, matches_allowlist
@@ -1060,11 +1059,6 @@ def _no_host(spec: ToolSpec, node: str | None) -> ToolError:
 
 
 def _args_hash(args: Mapping[str, Any]) -> str:
-    # Flat JSON arguments (most calls) are dumped without canonical_json's walk of each
-    # value; the same bytes.
-    data = flat_canonical_json(args)
-    if data is not None:
-        return hashlib.sha256(data).hexdigest()
     try:
         return sha256_hex(canonical_json(dict(args)))
     except (TypeError, ValueError):

@@ -10,7 +10,6 @@ and its calls only through the two small protocols here.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Final, Protocol, get_args
 
 import orjson
@@ -18,7 +17,6 @@ import orjson
 from stargraph import errors
 from stargraph.errors import ToolError
 from stargraph.runtime._protocols import Journal
-from stargraph.tools._canonical import flat_canonical_json
 from stargraph.tools._result import ToolFailure, ToolResult, ToolStatus, failure_of
 from stargraph.tools._spec import Exposure
 
@@ -54,14 +52,6 @@ def _request_of(call: _Call) -> Any:
     itself, with ``journal_request``)."""
     dump = getattr(call, "journal_request", None)
     return dump() if dump is not None else call.model_dump(mode="json")
-
-
-def _fingerprint(request: Any) -> str | None:
-    """The journal's fingerprint of ``request`` (``content_hash``), worked out here for a
-    request of flat JSON values (every ReAct tool call's); ``None`` lets the journal work
-    out any other."""
-    data = flat_canonical_json(request)
-    return None if data is None else "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def _outcome(result: ToolResult) -> dict[str, Any]:
@@ -182,10 +172,7 @@ class JournaledArbiter:
             live.append(result)
             return _outcome(result)
 
-        request = _request_of(call)
-        value = self.journal.call(
-            KIND, call.tool, compute, request=request, fingerprint=_fingerprint(request)
-        )
+        value = self.journal.call(KIND, call.tool, compute, request=_request_of(call))
         # A result just made is returned as it is (frozen; the record holds its dump).
         return live[0] if live else _unpack(value, call)
 
@@ -202,8 +189,5 @@ class JournaledArbiter:
             live.append(result)
             return _outcome(result)
 
-        request = _request_of(call)
-        value = await self.journal.acall(
-            KIND, call.tool, compute, request=request, fingerprint=_fingerprint(request)
-        )
+        value = await self.journal.acall(KIND, call.tool, compute, request=_request_of(call))
         return live[0] if live else _unpack(value, call)
