@@ -12,19 +12,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from stargraph.checkpoint import _records
 from stargraph.checkpoint._memory import MemoryStore
 from stargraph.checkpoint._protocol import CheckpointStore
 from stargraph.checkpoint._recording import Recording
-from stargraph.checkpoint._records import (
-    JournalEntry,
-    PendingWrite,
-    RunOwner,
-    RunRecord,
-    RunStatus,
-    StepRecord,
-    TaskRecord,
-    WriteRecord,
-)
+from stargraph.checkpoint._records import *
 from stargraph.checkpoint._sqlite import SqliteStore
 from stargraph.checkpoint._watch import PollingWatch, RunWatch, WatchableStore, watch_runs
 
@@ -33,23 +25,18 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CheckpointStore",
-    "JournalEntry",
     "MemoryStore",
-    "PendingWrite",
     "PollingWatch",
     "PostgresStore",
     "Recording",
-    "RunOwner",
-    "RunRecord",
-    "RunStatus",
     "RunWatch",
     "SqliteStore",
-    "StepRecord",
-    "TaskRecord",
     "WatchableStore",
-    "WriteRecord",
     "watch_runs",
 ]
+# The record types are listed once, in _records.__all__.
+__all__ += _records.__all__
+__all__.sort()
 
 
 def __getattr__(name: str) -> object:

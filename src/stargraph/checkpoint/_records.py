@@ -26,9 +26,9 @@ from stargraph._text import lone_surrogate
 from stargraph._unchecked import every_field, unchecked
 from stargraph.errors import CheckpointError, CorruptCheckpointError, ThreadBusyError
 
+# What stargraph.checkpoint re-exports (it star-imports this module). The helpers the
+# stores share (check_text, iso_now, clip_error, ...) are imported by name.
 __all__ = [
-    "MAX_ERROR_CHARS",
-    "STORED_STATUSES",
     "JournalEntry",
     "PendingWrite",
     "RunOwner",
@@ -37,14 +37,6 @@ __all__ = [
     "StepRecord",
     "TaskRecord",
     "WriteRecord",
-    "check_text",
-    "check_thread",
-    "clip_error",
-    "iso_at",
-    "iso_now",
-    "resolve_facts",
-    "turn_taken",
-    "unicode_problem",
 ]
 
 RunStatus = Literal["running", "interrupted", "done", "failed", "cancelled", "orphaned"]

@@ -13,20 +13,10 @@ it (``runtime._plan``, ``runtime._rules``).
 
 from __future__ import annotations
 
+from stargraph.runtime import _events
 from stargraph.runtime._cancel import SignalScope, cancel_on_signals
 from stargraph.runtime._context import Entropy, RunContext, SeededEntropy, SystemEntropy
-from stargraph.runtime._events import (
-    Event,
-    NodeFinished,
-    NodeStarted,
-    RuleDecided,
-    RunCancelled,
-    RunFailed,
-    RunFinished,
-    RunInterrupted,
-    RunStarted,
-    StepCompleted,
-)
+from stargraph.runtime._events import *
 from stargraph.runtime._executor import DEFAULT_MAX_STEPS, CompiledGraph
 from stargraph.runtime._interrupts import Interrupt, interrupt_of
 from stargraph.runtime._stream import CustomEvent, MessageChunk, Superstep
@@ -36,23 +26,16 @@ __all__ = [
     "CustomEvent",
     "DEFAULT_MAX_STEPS",
     "Entropy",
-    "Event",
     "Interrupt",
     "MessageChunk",
-    "NodeFinished",
-    "NodeStarted",
-    "RuleDecided",
-    "RunCancelled",
     "RunContext",
-    "RunFailed",
-    "RunFinished",
-    "RunInterrupted",
-    "RunStarted",
     "SeededEntropy",
     "SignalScope",
-    "StepCompleted",
     "Superstep",
     "SystemEntropy",
     "cancel_on_signals",
     "interrupt_of",
 ]
+# The event types are listed once, in _events.__all__.
+__all__ += _events.__all__
+__all__.sort()

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# What stargraph.runtime re-exports (it star-imports this module).
 __all__ = [
     "Event",
     "NodeFinished",

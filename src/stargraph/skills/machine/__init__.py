@@ -24,6 +24,7 @@ transitions; the model sees only the current state and may only propose what it 
 
 from __future__ import annotations
 
+from stargraph.skills.machine import _schemas
 from stargraph.skills.machine._compile import (
     MachineControl,
     MachineEvent,
@@ -71,17 +72,7 @@ from stargraph.skills.machine._runtime import (
     MachineRuntime,
     SkillRun,
 )
-from stargraph.skills.machine._schemas import (
-    Frame,
-    Schema,
-    SchemaLibrary,
-    SchemaRunState,
-    SchemaSession,
-    SchemaState,
-    SchemaTransition,
-    Spawn,
-    schema_graph,
-)
+from stargraph.skills.machine._schemas import *
 from stargraph.skills.machine._spec import (
     SkillSpec,
     StateSpec,
@@ -98,7 +89,6 @@ __all__ = [
     "CoreJobStart",
     "EDGE_LANE_MACHINE",
     "ExecutableProposalError",
-    "Frame",
     "InvalidProposalError",
     "Lane",
     "LaneMachine",
@@ -122,19 +112,12 @@ __all__ = [
     "ProposalStore",
     "Rejection",
     "RejectionCode",
-    "Schema",
-    "SchemaLibrary",
-    "SchemaRunState",
-    "SchemaSession",
-    "SchemaState",
-    "SchemaTransition",
     "Section",
     "SkillLoadReport",
     "SkillRun",
     "SkillSpec",
     "SkillSpecRegistry",
     "SkippedSpec",
-    "Spawn",
     "StateShape",
     "StateSpec",
     "StepNote",
@@ -149,9 +132,11 @@ __all__ = [
     "parse_skillspec",
     "proposal_tools",
     "render",
-    "schema_graph",
     "skillspec_graph",
     "transition_records",
     "validate_machine",
     "validator_tools",
 ]
+# The nested schemas' names are listed once, in _schemas.__all__.
+__all__ += _schemas.__all__
+__all__.sort()

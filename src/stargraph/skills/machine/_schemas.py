@@ -48,8 +48,8 @@ from stargraph.skills.machine._spec import ToolAllowlist
 from stargraph.skills.machine._validate import MachineShape, StateShape, validate_machine
 from stargraph.tools import Arbiter, ToolCall, ToolResult, failure_of
 
+# What stargraph.skills.machine re-exports (it star-imports this module).
 __all__ = [
-    "MAX_STEPS_EXCEEDED",
     "Frame",
     "Schema",
     "SchemaLibrary",

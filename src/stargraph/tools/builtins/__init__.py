@@ -52,6 +52,7 @@ from pydantic import JsonValue
 
 from stargraph._lifecycle import Started
 from stargraph.tools._host import HostHandlers
+from stargraph.tools.builtins import _memory
 from stargraph.tools.builtins._email import (
     EmailCheckArgs,
     EmailPlugin,
@@ -61,18 +62,7 @@ from stargraph.tools.builtins._email import (
     email_tools,
 )
 from stargraph.tools.builtins._local import HttpAnswer, HttpRequest, LocalHTTPServer
-from stargraph.tools.builtins._memory import (
-    MemoryCompactArgs,
-    MemoryEntry,
-    MemoryHost,
-    MemoryPlugin,
-    MemoryQueryArgs,
-    MemoryStore,
-    MemoryUpsertArgs,
-    memory_compact_tool,
-    memory_query,
-    memory_upsert,
-)
+from stargraph.tools.builtins._memory import *
 from stargraph.tools.builtins._notion import (
     LocalNotionServer,
     NotionPlugin,
@@ -120,13 +110,6 @@ __all__ = [
     "LocalSearchIndex",
     "LocalServices",
     "LocalSite",
-    "MemoryCompactArgs",
-    "MemoryEntry",
-    "MemoryHost",
-    "MemoryPlugin",
-    "MemoryQueryArgs",
-    "MemoryStore",
-    "MemoryUpsertArgs",
     "NotionPlugin",
     "NotionQueryArgs",
     "SpeakArgs",
@@ -137,14 +120,14 @@ __all__ = [
     "WebPlugin",
     "WebSearchArgs",
     "email_tools",
-    "memory_compact_tool",
-    "memory_query",
-    "memory_upsert",
     "notion_query_tool",
     "tts_tool",
     "web_browse",
     "web_search_tool",
 ]
+# The memory tools' names are listed once, in _memory.__all__.
+__all__ += _memory.__all__
+__all__.sort()
 
 BUILTIN_TOOLS: Final = (
     "choir.exec",
@@ -228,7 +211,7 @@ class LocalServices(Started):
         self.mail = LocalMailServer(
             {self.address: self.secrets["email_password"], "ada@example.test": "ada-password"}
         )
-        self.memory = MemoryStore()
+        self.memory = _memory.MemoryStore()
         self.browser = BrowserHost()
         self._synthesizer = synthesizer
         self._voice = voice
@@ -243,7 +226,7 @@ class LocalServices(Started):
         self.mail.start()
         self.brave = LocalBraveServer(self.site.index(), api_key=self.secrets["brave_api_key"])
         self.brave.start()
-        memory = MemoryPlugin(self.memory)
+        memory = _memory.MemoryPlugin(self.memory)
         self.plugins = (
             memory,
             SpeechPlugin(self._synthesizer, voice=self._voice),

@@ -42,6 +42,7 @@ from stargraph.tools._result import ToolOutput
 from stargraph.tools._tool import PythonTool, ToolContext, tool
 from stargraph.tools.builtins._local import FROZEN, parse_host_args
 
+# What stargraph.tools.builtins re-exports (it star-imports this module).
 __all__ = [
     "MemoryCompactArgs",
     "MemoryEntry",
@@ -50,7 +51,6 @@ __all__ = [
     "MemoryQueryArgs",
     "MemoryStore",
     "MemoryUpsertArgs",
-    "Scope",
     "memory_compact_tool",
     "memory_query",
     "memory_upsert",
