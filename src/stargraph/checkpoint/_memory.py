@@ -17,16 +17,18 @@ from stargraph.checkpoint._records import (
     StepRecord,
     TaskRecord,
     WriteRecord,
+    check_status,
     check_text,
     check_thread,
     clip_error,
     iso_at,
     iso_now,
+    missing,
     resolve_facts,
     trusted_fields,
     turn_taken,
 )
-from stargraph.errors import CheckpointError, RunNotFoundError
+from stargraph.errors import CheckpointError
 
 __all__ = ["MemoryStore"]
 
@@ -69,14 +71,6 @@ def _step_at(steps: list[StepRecord], at: int) -> StepRecord | None:
     index = at - steps[0].step if steps else -1
     found = steps[index] if 0 <= index < len(steps) else None
     return found if found is not None and found.step == at else None
-
-
-def _check_status(run_id: str, status: str) -> None:
-    if status not in STORED_STATUSES:
-        raise CheckpointError(
-            f"run {run_id!r}: unknown status {status!r}; use one of {sorted(STORED_STATUSES)}",
-            run_id=run_id,
-        )
 
 
 class MemoryStore:
@@ -171,10 +165,7 @@ class MemoryStore:
         try:
             return self._runs[run_id]
         except KeyError:
-            raise RunNotFoundError(
-                f"no run {run_id!r} in this store; list runs with store.list_runs()",
-                run_id=run_id,
-            ) from None
+            raise missing(run_id, "this store") from None
 
     def _known(self, run_id: str) -> None:
         """Raise ``RunNotFoundError`` unless the store holds ``run_id`` (its record is not
@@ -199,7 +190,7 @@ class MemoryStore:
             parent_run_id=run.parent_run_id,
             error=run.error,
         )
-        _check_status(run.run_id, run.status)
+        check_status(run.run_id, run.status)
         check_thread(run)
         with self._lock:
             if run.run_id in self._runs:
@@ -292,7 +283,7 @@ class MemoryStore:
         """Append ``step`` and update the run, atomically; status ``done`` (the run's last
         step) also releases the lease, as ``set_status`` does."""
         if status not in STORED_STATUSES:
-            _check_status(run_id, status)
+            check_status(run_id, status)
         with self._lock:
             self._append(
                 run_id,
@@ -375,7 +366,7 @@ class MemoryStore:
     ) -> None:
         """Change a run's status fields (fenced on ``owner``; releases the lease unless
         the run goes on ``running``)."""
-        _check_status(run_id, status)
+        check_status(run_id, status)
         with self._lock:
             run = self._runs.get(run_id)
             if run is None or run_id in self._released or run_id in self._unstamped:

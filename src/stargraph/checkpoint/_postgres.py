@@ -47,7 +47,6 @@ from typing import TYPE_CHECKING, Any, Final
 
 from stargraph.checkpoint._codec import crc as _crc
 from stargraph.checkpoint._codec import encode as _encode
-from stargraph.checkpoint._codec import encode_extra as _encode_extra
 from stargraph.checkpoint._dsn import describe_dsn, redact
 from stargraph.checkpoint._lease import owner_blob
 from stargraph.checkpoint._records import (
@@ -56,8 +55,6 @@ from stargraph.checkpoint._records import (
     RunOwner,
     RunRecord,
     StepRecord,
-    check_thread,
-    clip_error,
     iso_now,
     turn_taken,
     unicode_problem,
@@ -66,13 +63,10 @@ from stargraph.checkpoint._sql import (
     RUN_COLUMNS,
     Commit,
     SqlStore,
-    check_status,
     decode_run,
-    fence_error,
     may_acquire,
-    missing,
 )
-from stargraph.errors import CheckpointError, RunNotFoundError, StoreUnavailableError
+from stargraph.errors import CheckpointError, StoreUnavailableError
 
 if TYPE_CHECKING:
     import psycopg
@@ -336,6 +330,7 @@ class PostgresStore(SqlStore):
         self._dsn = dsn
         self._where, self._password = describe_dsn(dsn)
         self._schema = schema
+        self._runs_at = f"PostgreSQL schema {schema} at {self._where}"
         self._s = f'"{schema}"'
         self._select_runs = f"SELECT {_RUN_SELECT} FROM {self._s}.runs"
         self._connect_timeout = max(1, round(connect_timeout_s))
@@ -464,9 +459,6 @@ class PostgresStore(SqlStore):
 
     # ----------------------------------------------------------------- helpers
 
-    def _missing(self, run_id: str) -> RunNotFoundError:
-        return missing(run_id, f"PostgreSQL schema {self._schema} at {self._where}")
-
     def _table(self, name: str) -> str:
         return f"{self._s}.{name}"
 
@@ -536,11 +528,7 @@ class PostgresStore(SqlStore):
         With ``run.owner`` set, the new run is leased to that owner."""
         rid = run.run_id
         key = _key(rid)
-        check_status(rid, run.status)
-        check_thread(run)
-        payload = _encode(first, run_id=rid, step=first.step, pack=True)
-        extra = _encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
-        at = iso_now()
+        payload, extra, at = self._new_run(run, first)
         values = (
             key,
             _b(run.graph_name, run_id=rid),
@@ -600,9 +588,7 @@ class PostgresStore(SqlStore):
             f"SELECT last_step, lease_token, lease_owner FROM {self._s}.runs WHERE run_id = %s",
             (_key(run_id),),
         ).fetchone()
-        return fence_error(
-            row, run_id, owner, step, where=f"PostgreSQL schema {self._schema} at {self._where}"
-        )
+        return self._fence_failed(row, run_id, owner, step)
 
     def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
         """Lease the run to ``owner`` unless another live owner holds it; returns the run's

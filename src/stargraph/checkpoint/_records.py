@@ -24,7 +24,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stargraph._text import lone_surrogate
 from stargraph._unchecked import every_field, unchecked
-from stargraph.errors import CheckpointError, CorruptCheckpointError, ThreadBusyError
+from stargraph.errors import (
+    CheckpointError,
+    CorruptCheckpointError,
+    RunNotFoundError,
+    ThreadBusyError,
+)
 
 # What stargraph.checkpoint re-exports (it star-imports this module). The helpers the
 # stores share (check_text, iso_now, clip_error, ...) are imported by name.
@@ -147,6 +152,15 @@ def check_text(run_id: str, /, **texts: str | None) -> None:
             )
 
 
+def check_status(run_id: str, status: str) -> None:
+    """Refuse a status no store keeps."""
+    if status not in STORED_STATUSES:
+        raise CheckpointError(
+            f"run {run_id!r}: unknown status {status!r}; use one of {sorted(STORED_STATUSES)}",
+            run_id=run_id,
+        )
+
+
 def check_thread(run: RunRecord) -> None:
     """Refuse a run record that names a thread without a turn, or a turn without a thread."""
     if (run.thread_id is None) != (run.turn is None):
@@ -167,6 +181,13 @@ def turn_taken(run: RunRecord, holder: str | None = None) -> ThreadBusyError:
         "cannot be that turn: another caller started it at the same moment; let that turn "
         "finish, then start the next one",
         run_id=run.run_id,
+    )
+
+
+def missing(run_id: str, where: str) -> RunNotFoundError:
+    """The error for a run ``where`` (a file, a schema, this store) does not hold."""
+    return RunNotFoundError(
+        f"no run {run_id!r} in {where}; list runs with store.list_runs()", run_id=run_id
     )
 
 

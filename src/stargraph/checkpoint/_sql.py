@@ -1,7 +1,7 @@
 """What the SQL stores (``SqliteStore``, ``PostgresStore``) share: the runs row's columns and
-their mapping to a :class:`RunRecord`, the status check, the fences' error messages, the
-lease takeover rule, the queries that read runs, steps, pending writes and the journal, and
-the whole-run write (:class:`SqlStore`, their base class).
+their mapping to a :class:`RunRecord`, what a new run is checked and encoded as, the fences'
+error messages, the lease takeover rule, the queries that read runs, steps, pending writes and
+the journal, and the whole-run write (:class:`SqlStore`, their base class).
 
 Each store keeps only what differs: its placeholders (``?`` or ``%s``), how it stores text
 (SQLite ``TEXT``, PostgreSQL ``bytea``) and times, its connections and transactions, and the
@@ -27,15 +27,17 @@ from stargraph.checkpoint._lease import (
     owner_from,
 )
 from stargraph.checkpoint._records import (
-    STORED_STATUSES,
     JournalEntry,
     PendingWrite,
     RunOwner,
     RunRecord,
     RunStatus,
     StepRecord,
+    check_status,
+    check_thread,
     clip_error,
     iso_now,
+    missing,
     resolve_facts,
 )
 from stargraph.errors import CheckpointError, CorruptCheckpointError, RunNotFoundError
@@ -48,13 +50,10 @@ __all__ = [
     "RUN_COLUMNS",
     "Commit",
     "SqlStore",
-    "check_status",
     "decode_run",
-    "fence_error",
     "list_runs_sql",
     "list_threads_sql",
     "may_acquire",
-    "missing",
     "write_whole_run",
 ]
 
@@ -104,22 +103,6 @@ class Commit(NamedTuple):
     payload: bytes
 
 
-def check_status(run_id: str, status: str) -> None:
-    """Refuse a status no store keeps."""
-    if status not in STORED_STATUSES:
-        raise CheckpointError(
-            f"run {run_id!r}: unknown status {status!r}; use one of {sorted(STORED_STATUSES)}",
-            run_id=run_id,
-        )
-
-
-def missing(run_id: str, where: str) -> RunNotFoundError:
-    """The error for a run ``where`` (a file, a schema) does not hold."""
-    return RunNotFoundError(
-        f"no run {run_id!r} in {where}; list runs with store.list_runs()", run_id=run_id
-    )
-
-
 def decode_run(
     row: Sequence[Any],
     *,
@@ -163,29 +146,6 @@ def decode_run(
         ) from exc
     status = effective_status(record.status, record.owner, expired=expired)
     return record if status == record.status else record.model_copy(update={"status": status})
-
-
-def fence_error(
-    row: Sequence[Any] | None,
-    run_id: str,
-    owner: str | None,
-    step: int | None,
-    *,
-    where: str,
-) -> CheckpointError:
-    """Why a compare-and-set on ``(last_step, lease_token)`` matched no row, given the run's
-    ``(last_step, lease_token, lease_owner)`` row read after it (``None``: no such run)."""
-    if row is None:
-        return missing(run_id, where)
-    if step is not None and row[0] != step - 1:
-        return CheckpointError(
-            f"run {run_id!r}: step {step} cannot follow committed step {row[0]}; "
-            "another writer owns this run, or history was forked",
-            run_id=run_id,
-            step=step,
-        )
-    holder = None if row[2] is None else owner_from(str(row[1]), bytes(row[2]))
-    return lease_lost(run_id, owner, holder)
 
 
 def may_acquire(before: RunRecord, owner: RunOwner, *, replace: str | None, expired: bool) -> None:
@@ -280,6 +240,8 @@ class SqlStore(Closing):
     """The parameter placeholder: ``?`` (SQLite) or ``%s`` (PostgreSQL)."""
     _select_runs: str
     """``SELECT <RUN_COLUMNS ...> FROM <runs table>``: what :meth:`_decode_run` decodes."""
+    _runs_at: str
+    """Where the store keeps its runs, as its errors name it (a file, a schema)."""
 
     # ----------------------------------------------------------------- hooks
 
@@ -315,8 +277,25 @@ class SqlStore(Closing):
     def _decode_run(self, row: Sequence[Any]) -> RunRecord:
         raise NotImplementedError
 
-    def _missing(self, run_id: str) -> CheckpointError:
-        raise NotImplementedError
+    def _missing(self, run_id: str) -> RunNotFoundError:
+        return missing(run_id, self._runs_at)
+
+    def _fence_failed(
+        self, row: Sequence[Any] | None, run_id: str, owner: str | None, step: int | None
+    ) -> CheckpointError:
+        """Why a compare-and-set on ``(last_step, lease_token)`` matched no row, given the run's
+        ``(last_step, lease_token, lease_owner)`` row read after it (``None``: no such run)."""
+        if row is None:
+            return self._missing(run_id)
+        if step is not None and row[0] != step - 1:
+            return CheckpointError(
+                f"run {run_id!r}: step {step} cannot follow committed step {row[0]}; "
+                "another writer owns this run, or history was forked",
+                run_id=run_id,
+                step=step,
+            )
+        holder = None if row[2] is None else owner_from(str(row[1]), bytes(row[2]))
+        return lease_lost(run_id, owner, holder)
 
     def _text(self, value: str | None, run_id: str) -> object:
         """Other caller-given text of run ``run_id`` as the store binds it."""
@@ -347,6 +326,16 @@ class SqlStore(Closing):
         raise NotImplementedError
 
     # ----------------------------------------------------------------- writes
+
+    def _new_run(self, run: RunRecord, first: StepRecord) -> tuple[bytes, bytes | None, str]:
+        """What ``create_run`` checks and encodes before its insert, in every dialect: the
+        step-0 payload, the status fields' column and the creation time."""
+        rid = run.run_id
+        check_status(rid, run.status)
+        check_thread(run)
+        payload = encode(first, run_id=rid, step=first.step, pack=True)
+        extra = encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
+        return payload, extra, iso_now()
 
     def commit_step(
         self,

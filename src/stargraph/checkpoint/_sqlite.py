@@ -43,7 +43,6 @@ from typing import Any, Final, Literal
 from stargraph._sqlite import Database, Doing, is_locked
 from stargraph.checkpoint._codec import crc as _crc
 from stargraph.checkpoint._codec import encode as _encode
-from stargraph.checkpoint._codec import encode_extra as _encode_extra
 from stargraph.checkpoint._lease import owner_blob
 from stargraph.checkpoint._records import (
     JournalEntry,
@@ -52,8 +51,6 @@ from stargraph.checkpoint._records import (
     RunRecord,
     StepRecord,
     check_text,
-    check_thread,
-    clip_error,
     iso_now,
     turn_taken,
     unicode_problem,
@@ -63,11 +60,8 @@ from stargraph.checkpoint._sql import (
     RUN_COLUMNS,
     Commit,
     SqlStore,
-    check_status,
     decode_run,
-    fence_error,
     may_acquire,
-    missing,
 )
 from stargraph.errors import (
     CheckpointError,
@@ -264,7 +258,7 @@ class SqliteStore(SqlStore):
             raise CheckpointError(f"synchronous must be 'NORMAL' or 'FULL', got {synchronous!r}")
         self._path = Path(path)
         self._timeout = float(busy_timeout_s)
-        self._where = repr(str(self._path))
+        self._where = self._runs_at = repr(str(self._path))
         self._db = Database(
             self._path,
             busy_timeout_s=self._timeout,
@@ -404,9 +398,6 @@ class SqliteStore(SqlStore):
         )
         return cls(f"{where}checkpoint file {self._where}: {exc}", run_id=run_id)
 
-    def _missing(self, run_id: str) -> CheckpointError:
-        return missing(run_id, self._where)
-
     # ----------------------------------------------------------------- writes
 
     def create_run(self, run: RunRecord, first: StepRecord) -> None:
@@ -414,12 +405,8 @@ class SqliteStore(SqlStore):
         With ``run.owner`` set, the new run is leased to that owner."""
         rid = run.run_id
         check_text(rid, run_id=rid, graph_name=run.graph_name, parent_run_id=run.parent_run_id)
-        check_status(rid, run.status)
-        check_thread(run)
-        payload = _encode(first, run_id=rid, step=first.step, pack=True)
-        extra = _encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
+        payload, extra, at = self._new_run(run, first)
         owner = run.owner
-        at = iso_now()
         with self._write() as conn:
             try:
                 conn.execute(
@@ -472,7 +459,7 @@ class SqliteStore(SqlStore):
         row = conn.execute(
             "SELECT last_step, lease_token, lease_owner FROM runs WHERE run_id = ?", (run_id,)
         ).fetchone()
-        return fence_error(row, run_id, owner, step, where=self._where)
+        return self._fence_failed(row, run_id, owner, step)
 
     def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
         """Lease the run to ``owner`` unless another live owner holds it; returns the run's
