@@ -263,9 +263,10 @@ def test_issue19_a_commit_setting_no_status_field_builds_no_extra_column(
         built.append(args)
         return general(*args, **kwargs)
 
-    monkeypatch.setattr(sql, "encode_extra", counted)
     with SqliteStore(tmp_path / "r.db") as store:
         _new_run(store)
+        # Counted from here: what the commits build (create_run encodes its own status fields).
+        monkeypatch.setattr(sql, "encode_extra", counted)
         store.commit_step("r", StepRecord(step=1))
         assert built == []
         store.commit_step("r", StepRecord(step=2), status="done", stopped_by="halt")

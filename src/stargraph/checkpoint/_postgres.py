@@ -392,6 +392,9 @@ class PostgresStore(SqlStore):
             except self._psycopg.Error as exc:
                 raise self._db_error(exc) from exc
 
+    # A pooled connection autocommits each statement, so a write needs no more than _conn.
+    _write = _conn
+
     def _db_error(self, exc: Exception, run_id: str | None = None) -> CheckpointError:
         where = f"run {run_id!r} in " if run_id else ""
         psycopg = self._psycopg
@@ -580,16 +583,6 @@ class PostgresStore(SqlStore):
             finally:
                 self._local.batch = None
 
-    def _fence_error(
-        self, conn: psycopg.Connection[Any], run_id: str, owner: str | None, step: int | None
-    ) -> CheckpointError:
-        """Why a compare-and-set on ``(last_step, lease_token)`` matched no row."""
-        row = conn.execute(
-            f"SELECT last_step, lease_token, lease_owner FROM {self._s}.runs WHERE run_id = %s",
-            (_key(run_id),),
-        ).fetchone()
-        return self._fence_failed(row, run_id, owner, step)
-
     def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
         """Lease the run to ``owner`` unless another live owner holds it; returns the run's
         record from just before."""
@@ -619,16 +612,6 @@ class PostgresStore(SqlStore):
 
     def _text(self, value: str | None, run_id: str) -> object:
         return _b(value, run_id=run_id)
-
-    def _change(self, sql: str, params: Sequence[object]) -> int:
-        with self._conn() as conn:
-            return int(conn.execute(sql, params).rowcount)
-
-    def _fenced(self, sql: str, params: Sequence[object], run_id: str, owner: str | None) -> None:
-        with self._conn() as conn:
-            if conn.execute(sql, params).rowcount != 1:
-                raise self._fence_error(conn, run_id, owner, None)
-            self._notify(conn, run_id)  # a status change (park, fail, finish)
 
     def _advance(self, run_id: str, number: int, commit: Commit) -> None:
         status, extra, owner, snapshot, payload = commit

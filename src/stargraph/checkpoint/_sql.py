@@ -280,11 +280,15 @@ class SqlStore(Closing):
     def _missing(self, run_id: str) -> RunNotFoundError:
         return missing(run_id, self._runs_at)
 
-    def _fence_failed(
-        self, row: Sequence[Any] | None, run_id: str, owner: str | None, step: int | None
+    def _fence_error(
+        self, conn: Any, run_id: str, owner: str | None, step: int | None
     ) -> CheckpointError:
-        """Why a compare-and-set on ``(last_step, lease_token)`` matched no row, given the run's
-        ``(last_step, lease_token, lease_owner)`` row read after it (``None``: no such run)."""
+        """Why a compare-and-set on ``(last_step, lease_token)`` matched no row, read on the
+        write's connection ``conn`` (step ``None``: a status change, not a step commit)."""
+        row = conn.execute(
+            self._sql("SELECT last_step, lease_token, lease_owner FROM {runs} WHERE run_id = {m}"),
+            (self._key(run_id),),
+        ).fetchone()
         if row is None:
             return self._missing(run_id)
         if step is not None and row[0] != step - 1:
@@ -308,14 +312,27 @@ class SqlStore(Closing):
         """The SQL and the parameter for a lease that lasts ``lease_s`` from now."""
         raise NotImplementedError
 
+    def _write(self) -> AbstractContextManager[Any]:
+        """A connection whose statements commit when the block ends (inside :meth:`write_run`
+        on the same thread, they join its transaction)."""
+        raise NotImplementedError
+
+    def _notify(self, conn: Any, run_id: str) -> None:
+        """Tell listeners that ``run_id`` changed, on the write's connection ``conn`` right
+        after it committed (nothing by default: :func:`watch_runs` polls other stores)."""
+
     def _change(self, sql: str, params: Sequence[object]) -> int:
         """One write statement in its own transaction; the number of rows it changed."""
-        raise NotImplementedError
+        with self._write() as conn:
+            return int(conn.execute(sql, params).rowcount)
 
     def _fenced(self, sql: str, params: Sequence[object], run_id: str, owner: str | None) -> None:
         """One compare-and-set on the run's lease; when it matched no row, raise why (read
         in the same transaction)."""
-        raise NotImplementedError
+        with self._write() as conn:
+            if conn.execute(sql, params).rowcount != 1:
+                raise self._fence_error(conn, run_id, owner, None)
+            self._notify(conn, run_id)  # a status change (park, fail, finish)
 
     def _advance(self, run_id: str, number: int, commit: Commit) -> None:
         """The fenced commit of step ``number`` (see :meth:`commit_step`)."""

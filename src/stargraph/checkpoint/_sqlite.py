@@ -452,15 +452,6 @@ class SqliteStore(SqlStore):
             return None, None, None
         return owner.token, owner_blob(owner), time.time() + owner.lease_s
 
-    def _fence_error(
-        self, conn: sqlite3.Connection, run_id: str, owner: str | None, step: int | None
-    ) -> CheckpointError:
-        """Why a compare-and-set on ``(last_step, lease_token)`` matched no row."""
-        row = conn.execute(
-            "SELECT last_step, lease_token, lease_owner FROM runs WHERE run_id = ?", (run_id,)
-        ).fetchone()
-        return self._fence_failed(row, run_id, owner, step)
-
     def acquire(self, run_id: str, owner: RunOwner, *, replace: str | None = None) -> RunRecord:
         """Lease the run to ``owner`` unless another live owner holds it; returns the run's
         record from just before."""
@@ -483,15 +474,6 @@ class SqliteStore(SqlStore):
 
     def _lease_until(self, lease_s: float) -> tuple[str, object]:
         return "?", time.time() + lease_s
-
-    def _change(self, sql: str, params: Sequence[object]) -> int:
-        with self._write() as conn:
-            return int(conn.execute(sql, params).rowcount)
-
-    def _fenced(self, sql: str, params: Sequence[object], run_id: str, owner: str | None) -> None:
-        with self._write() as conn:
-            if conn.execute(sql, params).rowcount != 1:
-                raise self._fence_error(conn, run_id, owner, None)
 
     def _advance(self, run_id: str, number: int, commit: Commit) -> None:
         self._commit(run_id, number, commit, last=False)
