@@ -121,6 +121,25 @@ def test_newer_schema_is_refused(pg_dsn: str, pg_schema: str) -> None:
         PostgresStore(pg_dsn, schema=pg_schema)
 
 
+def test_a_missing_run_names_the_schema_and_server_on_every_path(
+    pg_dsn: str, pg_schema: str
+) -> None:
+    # A read, a status change and a step commit (whose fence reads the row after) name the
+    # same place: the schema, and the server without its password.
+    from stargraph.errors import RunNotFoundError
+
+    with PostgresStore(pg_dsn, schema=pg_schema) as store:
+        place = rf"^no run 'ghost' in PostgreSQL schema {pg_schema} at [^;]+; list runs with "
+        calls: list[Any] = [
+            lambda: store.get_run("ghost"),
+            lambda: store.set_status("ghost", "done"),
+            lambda: store.commit_step("ghost", make_step(1)),
+        ]
+        for call in calls:
+            with pytest.raises(RunNotFoundError, match=place):
+                call()
+
+
 def test_corrupt_payload_is_a_corrupt_checkpoint_error(pg_dsn: str, pg_schema: str) -> None:
     from stargraph.errors import CorruptCheckpointError
 
