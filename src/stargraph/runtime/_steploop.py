@@ -34,7 +34,6 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from types import TracebackType
 from typing import TYPE_CHECKING, Any, Literal, cast
 
 from pydantic import BaseModel
@@ -862,12 +861,7 @@ class _WayOut:
     def __enter__(self) -> _WayOut:
         return self
 
-    def __exit__(
-        self,
-        kind: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
         try:
             if exc is not None and not self.handled:
                 raise self.loop.stopped_by(self.run, exc)
