@@ -30,7 +30,7 @@ from stargraph.runtime._remote import Remote
 from stargraph.runtime._replay import ReplayDriver
 from stargraph.runtime._run import MAX_STEPS_BOUND, Run, refuse_unknown_keys
 from stargraph.runtime._steploop import StepLoop
-from stargraph.runtime._stored import NO_RESPONSE, Migration, load, require_store
+from stargraph.runtime._stored import NO_RESPONSE, Migration, Resumption, load, require_store
 from stargraph.runtime._stored import fork as fork_run
 from stargraph.runtime._stored import run_nested as run_child
 from stargraph.runtime._stream import Feed, StreamMode, Superstep, stream_modes
@@ -468,18 +468,15 @@ class CompiledGraph(Generic[StateT]):
     ) -> Run:
         # The stored run, leased and ready to continue: _stored.load with this graph's loop
         # and code hash (the arguments are resume's; ``taken``: a lease aresume took).
-        return load(
-            self.steploop,
-            run_id,
+        how = Resumption(
             response=response,
             update=update,
             max_steps=max_steps,
             emit=emit,
             migration=migration,
-            wait=wait,
-            taken=taken,
             code_hash=self.code_hash,
         )
+        return load(self.steploop, run_id, how, wait=wait, taken=taken)
 
     def get_run(self, run_id: str) -> RunRecord:
         """The stored record of a run (status, last step, interrupt, error)."""

@@ -8,6 +8,7 @@ the graph's :class:`~stargraph.runtime._steploop.StepLoop` (its plan, store and 
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 import warnings
 from collections.abc import Callable, Mapping
@@ -52,6 +53,7 @@ from stargraph.runtime._values import describe_validation
 __all__ = [
     "NO_RESPONSE",
     "Migration",
+    "Resumption",
     "apply_update",
     "check_hashes",
     "fork",
@@ -68,6 +70,25 @@ NO_RESPONSE: Any = object()
 
 Migration = Callable[[dict[str, Any]], Mapping[str, Any]]
 """Turns a run's state (JSON) recorded by an old graph into a state of the new graph."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Resumption:
+    """How a stored run is continued: what :func:`load` does to it besides leasing it.
+
+    ``response`` answers the interrupt of the node waiting for one; ``update`` (channel
+    values) is committed as a step of its own; ``max_steps`` bounds the continued run;
+    ``emit`` receives its events; ``migration`` first moves a run made by another graph
+    onto this one; ``code_hash`` is the one the run's record must name (default: the
+    plan's). See ``CompiledGraph.resume``.
+    """
+
+    response: Any = NO_RESPONSE
+    update: Mapping[str, Any] | None = None
+    max_steps: int | None = None
+    emit: Callable[[Event], None] | None = None
+    migration: Migration | None = None
+    code_hash: str | None = None
 
 
 def fork(
@@ -173,15 +194,7 @@ def run_nested(
             waiting = Interrupt.read(record.interrupt)
             if waiting is not None and waiting.kind == "node":
                 response = answer
-        run = load(
-            loop,
-            run_id,
-            response=response,
-            update=None,
-            max_steps=None,
-            emit=emit,
-            code_hash=code_hash,
-        )
+        run = load(loop, run_id, Resumption(response=response, emit=emit, code_hash=code_hash))
         run.path, run.collect, run.feed = path, raw, feed
         loop.run_to_end(run, fresh=False)
     if run.interrupt is not None:
@@ -263,18 +276,14 @@ def check_hashes(loop: StepLoop, record: RunRecord, code_hash: str | None = None
 def load(
     loop: StepLoop,
     run_id: str,
+    how: Resumption,
     *,
-    response: Any,
-    update: Mapping[str, Any] | None,
-    max_steps: int | None,
-    emit: Callable[[Event], None] | None,
-    migration: Migration | None = None,
     wait: bool | float = False,
     taken: tuple[Lease, RunRecord] | None = None,
-    code_hash: str | None = None,
 ) -> Run:
-    """Stored run ``run_id``, leased to this process and ready for the loop's drivers to
-    continue (``fresh=False``); see ``CompiledGraph.resume`` for the arguments."""
+    """Stored run ``run_id``, leased to this process and continued ``how``, ready for the
+    loop's drivers (``fresh=False``); ``wait`` for the lease as ``CompiledGraph.resume``
+    does."""
     store = require_store(loop)
     check_run_id(run_id)
     # The lease first: nothing below (the interrupt's answer, the status, a node) may
@@ -282,38 +291,18 @@ def load(
     # caller took it already (aresume, waiting on its event loop).
     lease, record = take_lease(store, run_id, wait=wait) if taken is None else taken
     try:
-        return _load_leased(
-            loop,
-            record,
-            lease,
-            response=response,
-            update=update,
-            max_steps=max_steps,
-            emit=emit,
-            migration=migration,
-            code_hash=code_hash,
-        )
+        return _load_leased(loop, record, lease, how)
     except BaseException:
         lease.release()
         raise
 
 
-def _load_leased(
-    loop: StepLoop,
-    record: RunRecord,
-    lease: Lease,
-    *,
-    response: Any,
-    update: Mapping[str, Any] | None,
-    max_steps: int | None,
-    emit: Callable[[Event], None] | None,
-    migration: Migration | None,
-    code_hash: str | None = None,
-) -> Run:
+def _load_leased(loop: StepLoop, record: RunRecord, lease: Lease, how: Resumption) -> Run:
     store = require_store(loop)
+    response, update, code_hash = how.response, how.update, how.code_hash
     run_id = record.run_id
-    if migration is not None and record.graph_hash != loop.plan.graph_hash:
-        migrate(loop, record, migration, owner=lease.token, code_hash=code_hash)
+    if how.migration is not None and record.graph_hash != loop.plan.graph_hash:
+        migrate(loop, record, how.migration, owner=lease.token, code_hash=code_hash)
         record = store.get_run(run_id)
     record = check_hashes(loop, record, code_hash)
     waiting = Interrupt.read(record.interrupt) if record.status == "interrupted" else None
@@ -343,7 +332,7 @@ def _load_leased(
             step=record.last_step,
         )
     values, last = load_values(store, loop.plan.channels, run_id, record.last_step)
-    run = loop.make_run(run_id, values, max_steps=max_steps, emit=loop.observed(emit))
+    run = loop.make_run(run_id, values, max_steps=how.max_steps, emit=loop.observed(how.emit))
     run.step = last.step
     run.tasks = tasks_from(last.next)
     run.joins_seen = joins_from(last)
