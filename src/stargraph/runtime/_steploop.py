@@ -34,11 +34,10 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
-from stargraph.checkpoint import CheckpointStore
 from stargraph.errors import (
     CheckpointError,
     EngineError,
@@ -47,9 +46,8 @@ from stargraph.errors import (
 )
 from stargraph.ir import END
 from stargraph.runtime._cancel import ACTIVE, SIGNALLED
-from stargraph.runtime._context import Entropy
 from stargraph.runtime._daemon import DaemonThreads
-from stargraph.runtime._durable import Durability, Persistence
+from stargraph.runtime._durable import Persistence
 from stargraph.runtime._events import (
     Event,
     NodeFinished,
@@ -66,6 +64,7 @@ from stargraph.runtime._interrupts import Interrupt, RuleDecision
 from stargraph.runtime._plan import Plan, Task, by_task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run, describe_exception, initial_values, jsonable
+from stargraph.runtime._settings import RunSettings
 from stargraph.runtime._stream import Feed
 from stargraph.runtime._tasks import (
     LocalRunner,
@@ -93,27 +92,18 @@ class StepLoop:
     def __init__(
         self,
         plan: Plan,
+        options: RunSettings,
         *,
-        max_steps: int,
-        entropy: Callable[[], Entropy],
-        store: CheckpointStore | None,
-        durability: Durability,
-        snapshot_every: int,
-        on_code_change: Literal["warn", "error"],
         on_event: Callable[[Event], None] | None,
         remote: Remote | None,
     ) -> None:
         self.plan = plan
-        self.max_steps = max_steps
-        self.entropy = entropy
-        self.store = store
-        if store is not None:
+        self.options = options
+        self.store = options.store
+        if options.store is not None:
             # Every stored run's record names the hash of the graph's code: read and hash
             # the nodes' source (milliseconds) with the graph, not inside its first run.
             _ = plan.code_hash
-        self.durability: Durability = durability
-        self.snapshot_every = snapshot_every
-        self.on_code_change: Literal["warn", "error"] = on_code_change
         # Sees every event of every run (the plugin hook on_event); building events has a
         # cost, so only graphs with an observer pay it on invoke().
         self.on_event = on_event
@@ -155,8 +145,8 @@ class StepLoop:
             run.persistence = Persistence(
                 self.plan,
                 self.store,
-                durability=self.durability,
-                snapshot_every=self.snapshot_every,
+                durability=self.options.durability,
+                snapshot_every=self.options.snapshot_every,
             )
             if turn is not None:
                 run.persistence.thread = (turn.thread_id, turn.number)
@@ -176,8 +166,8 @@ class StepLoop:
             self.plan,
             run_id,
             values,
-            max_steps=self.max_steps if max_steps is None else max_steps,
-            entropy=self.entropy(),
+            max_steps=self.options.max_steps if max_steps is None else max_steps,
+            entropy=self.options.entropy(),
             emit=emit,
         )
 
