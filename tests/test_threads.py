@@ -29,7 +29,9 @@ def test_concurrent_starts_start_one_daemon_thread() -> None:
     for asker in askers:
         asker.join()
     started = daemon.thread
-    assert started is not None and started.daemon and started.name == "sg-test-daemon"
+    assert started is not None
+    assert started.daemon
+    assert started.name == "sg-test-daemon"
     daemon.start()
     assert daemon.thread is started
     release.set()
@@ -46,5 +48,6 @@ def test_after_fork_forgets_the_thread_and_the_next_start_makes_a_new_one() -> N
     daemon.after_fork()
     assert daemon.thread is None
     daemon.start()
-    assert daemon.thread is not None and daemon.thread is not first
+    assert daemon.thread is not None
+    assert daemon.thread is not first
     daemon.thread.join(5)

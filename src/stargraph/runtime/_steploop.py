@@ -98,7 +98,9 @@ class StepLoop:
         remote: Remote | None,
     ) -> None:
         self.plan = plan
+        # The compile options (a RunOptions from the compiler), read as each run starts.
         self.options = options
+        # The store also as an attribute of its own: stored runs and replays read it.
         self.store = options.store
         if options.store is not None:
             # Every stored run's record names the hash of the graph's code: read and hash
