@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Final
 
 import pydantic_core
 
+from stargraph._threads import LazyDaemon
 from stargraph.checkpoint._records import RunOwner, RunStatus, trusted_fields
 from stargraph.errors import CheckpointError, LeaseLostError, RunBusyError, StargraphError
 
@@ -274,31 +275,22 @@ class _Keeper:
     """The per-process heartbeat thread for every held lease.
 
     Every invoke with a store adds and removes a lease: those are single operations on a
-    dict (atomic under the GIL), without a lock; the lock only guards starting the thread.
+    dict (atomic under the GIL), without a lock; only starting the thread takes one.
     """
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
         # By token; weak references: a lease whose run was abandoned stops being renewed.
         self._leases: dict[str, weakref.ref[Lease]] = {}
         self._wake = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._daemon = LazyDaemon(self._loop, name="stargraph-lease-heartbeat")
 
     def add(self, lease: Lease) -> None:
         self._leases[lease.token] = weakref.ref(lease, self._collected)
-        if self._thread is None:
-            self._start()
+        if self._daemon.thread is None:
+            self._daemon.start()
         if lease.owner.lease_s < 3.0:
             # Due before the thread's next once-a-second wake-up (short leases, in tests).
             self._wake.set()
-
-    def _start(self) -> None:
-        with self._lock:
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._loop, name="stargraph-lease-heartbeat", daemon=True
-                )
-                self._thread.start()
 
     def remove(self, lease: Lease) -> None:
         self._leases.pop(lease.token, None)
@@ -316,10 +308,9 @@ class _Keeper:
 
     def after_fork(self) -> None:
         # The child owns none of the parent's leases, and has no heartbeat thread.
-        self._lock = threading.Lock()
         self._leases = {}
         self._wake = threading.Event()
-        self._thread = None
+        self._daemon.after_fork()
 
     def _loop(self) -> None:
         while True:

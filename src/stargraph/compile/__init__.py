@@ -198,12 +198,7 @@ def compile_ir(
     )
     return CompiledGraph(
         plan,
-        max_steps=max_steps,
-        entropy=options.entropy,
-        store=options.store,
-        durability=options.durability,
-        snapshot_every=options.snapshot_every,
-        on_code_change=options.on_code_change,
+        options,
         on_event=_event_hook(options.plugins),
         executor=executor,
         rebuild=_rebuilder(ir, state, impls, options),

@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
 
-from stargraph.checkpoint import CheckpointStore
-from stargraph.runtime._context import Entropy, SystemEntropy
-from stargraph.runtime._executor import DEFAULT_MAX_STEPS
+from stargraph.runtime._settings import RunSettings
 
 if TYPE_CHECKING:
     import pluggy
@@ -26,20 +24,17 @@ __all__ = ["RunOptions"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RunOptions:
+class RunOptions(RunSettings):
     """How runs of a compiled graph are made: every ``Graph.compile(...)`` keyword.
 
-    Not validated here: :func:`~stargraph.compile.compile_ir` checks the values along with
-    the graph, so a bad option is one more problem of the one ``CompileError``. See
-    ``Graph.compile`` for what each option does.
+    The runtime's options (``max_steps``, ``entropy``, ``store``, ``durability``,
+    ``snapshot_every``, ``on_code_change``) are those of the base class, which the compiled
+    graph takes as they are; the compiler's follow. Not validated here:
+    :func:`~stargraph.compile.compile_ir` checks the values along with the graph, so a bad
+    option is one more problem of the one ``CompileError``. See ``Graph.compile`` for what
+    each option does.
     """
 
-    max_steps: int = DEFAULT_MAX_STEPS
-    entropy: Callable[[], Entropy] = SystemEntropy
-    store: CheckpointStore | None = None
-    durability: Literal["sync", "exit"] = "sync"
-    snapshot_every: int = 50
-    on_code_change: Literal["warn", "error"] = "warn"
     services: Mapping[str, Any] | None = None
     plugins: pluggy.PluginManager | None = None
     executor: concurrent.futures.Executor | None = None

@@ -21,7 +21,6 @@ from stargraph.checkpoint import CheckpointStore, Recording, RunRecord, StepReco
 from stargraph.checkpoint._compact import expand_steps
 from stargraph.errors import CheckpointError, ReplayError, StargraphError
 from stargraph.runtime._cancel import request
-from stargraph.runtime._context import Entropy, SystemEntropy
 from stargraph.runtime._durable import Durability, atake_lease, check_run_id, load_values
 from stargraph.runtime._events import Event
 from stargraph.runtime._interrupts import mark_interrupted
@@ -29,6 +28,7 @@ from stargraph.runtime._plan import Plan
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._replay import ReplayDriver
 from stargraph.runtime._run import MAX_STEPS_BOUND, Run, refuse_unknown_keys
+from stargraph.runtime._settings import DEFAULT_MAX_STEPS, RunSettings
 from stargraph.runtime._steploop import StepLoop
 from stargraph.runtime._stored import NO_RESPONSE, Migration, load, require_store
 from stargraph.runtime._stored import fork as fork_run
@@ -45,8 +45,7 @@ __all__ = ["DEFAULT_MAX_STEPS", "MAX_STEPS_BOUND", "CompiledGraph"]
 
 StateT = TypeVar("StateT", bound=BaseModel)
 
-DEFAULT_MAX_STEPS = 10_000
-"""Supersteps a run may take before :class:`StepLimitExceeded` (override per compile/run)."""
+_DEFAULTS = RunSettings()
 
 
 class CompiledGraph(Generic[StateT]):
@@ -61,37 +60,22 @@ class CompiledGraph(Generic[StateT]):
     def __init__(
         self,
         plan: Plan,
+        options: RunSettings = _DEFAULTS,
         *,
-        max_steps: int = DEFAULT_MAX_STEPS,
-        entropy: Callable[[], Entropy] = SystemEntropy,
-        store: CheckpointStore | None = None,
-        durability: Durability = "sync",
-        snapshot_every: int = 50,
-        on_code_change: Literal["warn", "error"] = "warn",
         on_event: Callable[[Event], None] | None = None,
         executor: concurrent.futures.Executor | None = None,
         rebuild: Callable[[CheckpointStore | None, int], CompiledGraph[StateT]] | None = None,
     ) -> None:
-        """Run ``plan`` (built by the compiler) with a store and options; see
-        ``stargraph.compile.compile_ir`` for what each does. ``rebuild(store, max_steps)``
-        compiles the same graph again with the same options but those two (the compiler
-        passes it; see :meth:`with_store`)."""
+        """Run ``plan`` (built by the compiler) with ``options`` (the ``RunOptions`` it was
+        compiled with); see ``stargraph.compile.compile_ir`` for what each does.
+        ``rebuild(store, max_steps)`` compiles the same graph again with the same options
+        but those two (the compiler passes it; see :meth:`with_store`)."""
         self.plan = plan
         # compile(executor=...): where blocking branch work runs (see runtime._remote). The
         # graph does not own it: close() leaves it running.
         self.executor = executor
         self.remote = None if executor is None else Remote(executor, plan.specs, plan.ir.state.ref)
-        self.steploop = StepLoop(
-            plan,
-            max_steps=max_steps,
-            entropy=entropy,
-            store=store,
-            durability=durability,
-            snapshot_every=snapshot_every,
-            on_code_change=on_code_change,
-            on_event=on_event,
-            remote=self.remote,
-        )
+        self.steploop = StepLoop(plan, options, on_event=on_event, remote=self.remote)
         # The plan's parts and the options, as attributes.
         self.ir = plan.ir
         self.state_model: type[StateT] = plan.state_model  # type: ignore[assignment]
@@ -102,12 +86,11 @@ class CompiledGraph(Generic[StateT]):
         self.services = plan.services
         self.bindable = plan.bindable
         self.on_event = on_event
-        self.max_steps = max_steps
-        self.store = store
-        self.durability: Durability = durability
-        self.snapshot_every = snapshot_every
-        self.on_code_change = on_code_change
-        self._entropy_factory = entropy
+        self.max_steps = options.max_steps
+        self.store = options.store
+        self.durability: Durability = options.durability
+        self.snapshot_every = options.snapshot_every
+        self.on_code_change = options.on_code_change
         self._rebuild = rebuild
 
     @property

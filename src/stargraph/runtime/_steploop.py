@@ -34,11 +34,10 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
 
-from stargraph.checkpoint import CheckpointStore
 from stargraph.errors import (
     CheckpointError,
     EngineError,
@@ -47,9 +46,8 @@ from stargraph.errors import (
 )
 from stargraph.ir import END
 from stargraph.runtime._cancel import ACTIVE, SIGNALLED
-from stargraph.runtime._context import Entropy
 from stargraph.runtime._daemon import DaemonThreads
-from stargraph.runtime._durable import Durability, Persistence
+from stargraph.runtime._durable import Persistence
 from stargraph.runtime._events import (
     Event,
     NodeFinished,
@@ -66,6 +64,7 @@ from stargraph.runtime._interrupts import Interrupt, RuleDecision
 from stargraph.runtime._plan import Plan, Task, by_task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run, describe_exception, initial_values, jsonable
+from stargraph.runtime._settings import RunSettings
 from stargraph.runtime._stream import Feed
 from stargraph.runtime._tasks import (
     LocalRunner,
@@ -93,27 +92,20 @@ class StepLoop:
     def __init__(
         self,
         plan: Plan,
+        options: RunSettings,
         *,
-        max_steps: int,
-        entropy: Callable[[], Entropy],
-        store: CheckpointStore | None,
-        durability: Durability,
-        snapshot_every: int,
-        on_code_change: Literal["warn", "error"],
         on_event: Callable[[Event], None] | None,
         remote: Remote | None,
     ) -> None:
         self.plan = plan
-        self.max_steps = max_steps
-        self.entropy = entropy
-        self.store = store
-        if store is not None:
+        # The compile options (a RunOptions from the compiler), read as each run starts.
+        self.options = options
+        # The store also as an attribute of its own: stored runs and replays read it.
+        self.store = options.store
+        if options.store is not None:
             # Every stored run's record names the hash of the graph's code: read and hash
             # the nodes' source (milliseconds) with the graph, not inside its first run.
             _ = plan.code_hash
-        self.durability: Durability = durability
-        self.snapshot_every = snapshot_every
-        self.on_code_change: Literal["warn", "error"] = on_code_change
         # Sees every event of every run (the plugin hook on_event); building events has a
         # cost, so only graphs with an observer pay it on invoke().
         self.on_event = on_event
@@ -155,8 +147,8 @@ class StepLoop:
             run.persistence = Persistence(
                 self.plan,
                 self.store,
-                durability=self.durability,
-                snapshot_every=self.snapshot_every,
+                durability=self.options.durability,
+                snapshot_every=self.options.snapshot_every,
             )
             if turn is not None:
                 run.persistence.thread = (turn.thread_id, turn.number)
@@ -176,8 +168,8 @@ class StepLoop:
             self.plan,
             run_id,
             values,
-            max_steps=self.max_steps if max_steps is None else max_steps,
-            entropy=self.entropy(),
+            max_steps=self.options.max_steps if max_steps is None else max_steps,
+            entropy=self.options.entropy(),
             emit=emit,
         )
 
@@ -393,9 +385,9 @@ class StepLoop:
     # do and is sent what came of it; the drivers - ``run_to_end`` (invoke, resume),
     # ``drive`` (streams, ``iter``) and ``adrive`` (the async API) - only do that work in
     # their way. Each checks ``run.cancelled`` nowhere itself: ``advance`` returns True at
-    # the step boundary where a cancelled run stops, and the driver stops it after the
-    # ``try`` (cancelling is not a failure). Whatever else leaves a driver goes through
-    # ``stopped_by``.
+    # the step boundary where a cancelled run stops, and the driver's way out (``_WayOut``)
+    # stops it once the run has ended (cancelling is not a failure). Whatever else leaves a
+    # driver goes through ``stopped_by``, unless the driver handled it itself.
 
     def advance(
         self, run: Run, *, fresh: bool, routers: bool = False, steps: bool = False
@@ -461,20 +453,15 @@ class StepLoop:
         """Sync driver for invoke/resume: runs each step's tasks on this thread and the
         worker threads (see ``_tasks.execute_sync``)."""
         steps = self.advance(run, fresh=fresh)
-        try:
-            work = next(steps)
-            while True:
-                if TYPE_CHECKING:  # only tasks: no routers nor step numbers were asked for
-                    assert isinstance(work, Sequence)
-                work = steps.send(execute_sync(run, work, worker_threads, self.remote))
-        except StopIteration as stop:
-            cancelled = stop.value
-        except BaseException as exc:
-            raise self.stopped_by(run, exc)  # noqa: B904 - the cause is set when needed
-        finally:
-            self.end(run)
-        if cancelled:
-            raise self.cancel(run)
+        with _WayOut(self, run) as way_out:
+            try:
+                work = next(steps)
+                while True:
+                    if TYPE_CHECKING:  # only tasks: no routers nor step numbers were asked for
+                        assert isinstance(work, Sequence)
+                    work = steps.send(execute_sync(run, work, worker_threads, self.remote))
+            except StopIteration as stop:
+                way_out.cancelled = stop.value
 
     def drive(self, run: Run, *, fresh: bool) -> Generator[int, None, None]:
         """Sync driver for streams and ``iter``: yields after each committed step, and -1
@@ -485,39 +472,36 @@ class StepLoop:
         stepper = None if feed is None else DaemonThreads(1, name="stargraph-step")
         steps = self.advance(run, fresh=fresh, steps=True)
         in_step = False
-        try:
-            work = next(steps)
-            while True:
-                if type(work) is int:
-                    yield work
-                    work = steps.send(None)
-                    continue
-                tasks = cast("Sequence[Task]", work)  # no routers were asked for
-                if feed is None or stepper is None or self._all_inline(tasks):
-                    # Nothing to hand on while the tasks run: inline ones (tiny pure
-                    # functions) run right here, sparing the thread hop.
-                    work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
-                else:
-                    in_step = True
-                    outcome = yield from self._pumped(run, feed, stepper)
-                    in_step = False
-                    work = steps.send(outcome)
-        except StopIteration as stop:
-            cancelled = stop.value
-        except GeneratorExit:
-            # The consumer closed the stream: at a step boundary, where it waits at the
-            # yield, or inside a step (then _pumped committed that step already).
-            if not in_step:
-                self.closed(run)
-            raise
-        except BaseException as exc:
-            raise self.stopped_by(run, exc)  # noqa: B904 - the cause is set when needed
-        finally:
-            if stepper is not None:
-                stepper.shutdown(wait=False)
-            self.end(run)
-        if cancelled:
-            raise self.cancel(run)
+        with _WayOut(self, run) as way_out:
+            try:
+                work = next(steps)
+                while True:
+                    if type(work) is int:
+                        yield work
+                        work = steps.send(None)
+                        continue
+                    tasks = cast("Sequence[Task]", work)  # no routers were asked for
+                    if feed is None or stepper is None or self._all_inline(tasks):
+                        # Nothing to hand on while the tasks run: inline ones (tiny pure
+                        # functions) run right here, sparing the thread hop.
+                        work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
+                    else:
+                        in_step = True
+                        outcome = yield from self._pumped(run, feed, stepper)
+                        in_step = False
+                        work = steps.send(outcome)
+            except StopIteration as stop:
+                way_out.cancelled = stop.value
+            except GeneratorExit:
+                # The consumer closed the stream: at a step boundary, where it waits at the
+                # yield, or inside a step (then _pumped committed that step already).
+                way_out.handled = True
+                if not in_step:
+                    self.closed(run)
+                raise
+            finally:
+                if stepper is not None:
+                    stepper.shutdown(wait=False)
 
     async def adrive(self, run: Run, *, fresh: bool) -> AsyncGenerator[int, None]:
         """Async driver: yields after each committed step, and -1 whenever a live stream's
@@ -525,51 +509,48 @@ class StepLoop:
         feed = run.feed
         stepping: asyncio.Future[StepOutcome] | None = None
         steps = self.advance(run, fresh=fresh, routers=True, steps=True)
-        try:
-            work = next(steps)
-            while True:
-                if isinstance(work, int):
-                    yield work
-                    work = steps.send(None)
-                elif isinstance(work, Coroutine):  # async routers
-                    await work
-                    work = steps.send(None)
-                elif feed is None:
-                    work = steps.send(await self.runner.arun_step(run, work))
+        with _WayOut(self, run) as way_out:
+            try:
+                work = next(steps)
+                while True:
+                    if isinstance(work, int):
+                        yield work
+                        work = steps.send(None)
+                    elif isinstance(work, Coroutine):  # async routers
+                        await work
+                        work = steps.send(None)
+                    elif feed is None:
+                        work = steps.send(await self.runner.arun_step(run, work))
+                    else:
+                        stepping = asyncio.ensure_future(self.runner.arun_step(run, work))
+                        stepping.add_done_callback(feed.signal)
+                        while not stepping.done():
+                            await feed.await_wake()
+                            if feed.items:
+                                yield -1
+                        outcome, stepping = stepping.result(), None
+                        work = steps.send(outcome)
+            except StopIteration as stop:
+                way_out.cancelled = stop.value
+            except GeneratorExit:
+                way_out.handled = True
+                if stepping is not None:
+                    # Closed inside a step: its tasks are cancelled and the step dropped.
+                    stepping.cancel()
+                    await asyncio.gather(stepping, return_exceptions=True)
+                    run.step -= 1
+                    self.cancel_quietly(run, "its event stream was closed")
                 else:
-                    stepping = asyncio.ensure_future(self.runner.arun_step(run, work))
-                    stepping.add_done_callback(feed.signal)
-                    while not stepping.done():
-                        await feed.await_wake()
-                        if feed.items:
-                            yield -1
-                    outcome, stepping = stepping.result(), None
-                    work = steps.send(outcome)
-        except StopIteration as stop:
-            cancelled = stop.value
-        except GeneratorExit:
-            if stepping is not None:
-                # Closed inside a step: its tasks are cancelled and the step dropped.
-                stepping.cancel()
-                await asyncio.gather(stepping, return_exceptions=True)
+                    self.closed(run)
+                raise
+            except asyncio.CancelledError:
+                # The task was cancelled where it awaited, inside a step: that step is dropped.
+                way_out.handled = True
+                if stepping is not None:
+                    stepping.cancel()
                 run.step -= 1
-                self.cancel_quietly(run, "its event stream was closed")
-            else:
-                self.closed(run)
-            raise
-        except asyncio.CancelledError:
-            # The task was cancelled where it awaited, inside a step: that step is dropped.
-            if stepping is not None:
-                stepping.cancel()
-            run.step -= 1
-            self.cancel_quietly(run, "its asyncio task was cancelled")
-            raise
-        except BaseException as exc:
-            raise self.stopped_by(run, exc)  # noqa: B904 - the cause is set when needed
-        finally:
-            self.end(run)
-        if cancelled:
-            raise self.cancel(run)
+                self.cancel_quietly(run, "its asyncio task was cancelled")
+                raise
 
     def end(self, run: Run) -> None:
         """However a driver leaves: close the rule engines and the run's event loop,
@@ -852,3 +833,31 @@ class StepLoop:
                 feed.put("values", feed.snapshot())
 
         return emit  # the run adds the on_event observer (see _observed)
+
+
+class _WayOut:
+    """How a driver leaves its run, the same for the three of them: what escapes the
+    driver's loop goes through :meth:`StepLoop.stopped_by`, unless the driver handled it
+    itself first and set ``handled`` (a closed stream, a cancelled task); the run ends
+    (:meth:`StepLoop.end`) however the driver leaves; and a run that ``advance`` stopped at
+    a step boundary (the driver sets ``cancelled``) is then cancelled there. One per run."""
+
+    __slots__ = ("cancelled", "handled", "loop", "run")
+
+    def __init__(self, loop: StepLoop, run: Run) -> None:
+        self.loop = loop
+        self.run = run
+        self.cancelled = False
+        self.handled = False
+
+    def __enter__(self) -> _WayOut:
+        return self
+
+    def __exit__(self, kind: object, exc: BaseException | None, tb: object) -> None:
+        try:
+            if exc is not None and not self.handled:
+                raise self.loop.stopped_by(self.run, exc)
+        finally:
+            self.loop.end(self.run)
+        if self.cancelled:
+            raise self.loop.cancel(self.run)

@@ -122,7 +122,7 @@ def fork(
         run.step = step
         run.tasks = tasks_from(at.next)
         run.joins_seen = joins_from(at)
-        run.persistence = Persistence(loop.plan, store, snapshot_every=loop.snapshot_every)
+        run.persistence = Persistence(loop.plan, store, snapshot_every=loop.options.snapshot_every)
         apply_update(loop, run, update or {})
     return new_id
 
@@ -251,7 +251,7 @@ def check_hashes(loop: StepLoop, record: RunRecord, code_hash: str | None = None
             f"run {record.run_id!r} was checkpointed by different node code "
             f"({record.code_hash} -> {code_hash}); nodes will run the new code"
         )
-        if loop.on_code_change == "error":
+        if loop.options.on_code_change == "error":
             raise CodeHashMismatch(
                 message + "; compile with on_code_change='warn' to allow it",
                 run_id=record.run_id,
@@ -282,41 +282,35 @@ def load(
     # caller took it already (aresume, waiting on its event loop).
     lease, record = take_lease(store, run_id, wait=wait) if taken is None else taken
     try:
-        return _load_leased(
-            loop,
-            record,
-            lease,
-            response=response,
-            update=update,
-            max_steps=max_steps,
-            emit=emit,
-            migration=migration,
-            code_hash=code_hash,
-        )
+        if migration is not None and record.graph_hash != loop.plan.graph_hash:
+            migrate(loop, record, migration, owner=lease.token, code_hash=code_hash)
+            record = store.get_run(run_id)
+        record = check_hashes(loop, record, code_hash)
+        waiting = Interrupt.read(record.interrupt) if record.status == "interrupted" else None
+        # The node that asked (ctx.interrupt) and waits for a response, if that is why.
+        asked = waiting if waiting is not None and waiting.kind == "node" else None
+        _check_resumable(record, asked, response)
+        run = _restored(loop, store, record, lease, max_steps=max_steps, emit=emit)
+        if asked is not None:
+            _answer(store, run, asked, response)
+        for entry in load_journal(store, run_id, run.step + 1):
+            run.journals.setdefault((entry.node, entry.index), []).append(entry)
+        if waiting is not None and waiting.kind == "before":
+            run.skip_interrupt_before = True
+        if update:
+            _check_update(record, asked, run)
+            apply_update(loop, run, update)
+        store.set_status(run_id, "running", owner=lease.token)
+        return run
     except BaseException:
         lease.release()
         raise
 
 
-def _load_leased(
-    loop: StepLoop,
-    record: RunRecord,
-    lease: Lease,
-    *,
-    response: Any,
-    update: Mapping[str, Any] | None,
-    max_steps: int | None,
-    emit: Callable[[Event], None] | None,
-    migration: Migration | None,
-    code_hash: str | None = None,
-) -> Run:
-    store = require_store(loop)
+def _check_resumable(record: RunRecord, asked: Interrupt | None, response: Any) -> None:
+    """Refuse a run that is done, or a ``response`` given to a run that waits for none (or
+    missing for one that does: ``asked``, the node interrupt it waits on)."""
     run_id = record.run_id
-    if migration is not None and record.graph_hash != loop.plan.graph_hash:
-        migrate(loop, record, migration, owner=lease.token, code_hash=code_hash)
-        record = store.get_run(run_id)
-    record = check_hashes(loop, record, code_hash)
-    waiting = Interrupt.read(record.interrupt) if record.status == "interrupted" else None
     if record.status == "done":
         raise RunNotResumableError(
             f"run {run_id!r} finished at step {record.last_step}; there is nothing to "
@@ -324,8 +318,6 @@ def _load_leased(
             run_id=run_id,
             step=record.last_step,
         )
-    # The node that asked (ctx.interrupt) and waits for a response, if that is why.
-    asked = waiting if waiting is not None and waiting.kind == "node" else None
     if asked is not None and response is NO_RESPONSE:
         raise RunNotResumableError(
             f"run {run_id!r} is waiting for a response to the interrupt of node "
@@ -342,6 +334,20 @@ def _load_leased(
             run_id=run_id,
             step=record.last_step,
         )
+
+
+def _restored(
+    loop: StepLoop,
+    store: CheckpointStore,
+    record: RunRecord,
+    lease: Lease,
+    *,
+    max_steps: int | None,
+    emit: Callable[[Event], None] | None,
+) -> Run:
+    """The run as its last committed step left it, with the writes of the tasks of the next
+    step that finished already (``run.done``), persisting under ``lease``."""
+    run_id = record.run_id
     values, last = load_values(store, loop.plan.channels, run_id, record.last_step)
     run = loop.make_run(run_id, values, max_steps=max_steps, emit=loop.observed(emit))
     run.step = last.step
@@ -350,50 +356,54 @@ def _load_leased(
     if loop.plan.rules is not None:
         run.rules = loop.plan.rules()
         run.rules.restore(last.facts)
-    run.persistence = Persistence(loop.plan, store, snapshot_every=loop.snapshot_every, lease=lease)
+    run.persistence = Persistence(
+        loop.plan, store, snapshot_every=loop.options.snapshot_every, lease=lease
+    )
     nxt = last.step + 1
     pending = store.get_pending(run_id, nxt)
     run.done = {
         (p.node, p.index): decode_writes(loop.plan.channels, run_id, nxt, p.writes) for p in pending
     }
-    if asked is not None:
-        answer = JournalEntry(
-            step=nxt,
-            node=asked.node,
-            index=asked.index,
-            seq=asked.seq,
-            kind="interrupt",
-            value={"response": response},
-        )
-        # Replace, not insert-or-ignore: the run is still interrupted, so no node has
-        # read an answer at this position (a resume that journaled one and crashed
-        # before the status changed left it unread), and this answer is the operator's
-        # latest word.
-        store.append_journal(run_id, answer, replace=True)
-    for entry in load_journal(store, run_id, nxt):
-        run.journals.setdefault((entry.node, entry.index), []).append(entry)
-    if waiting is not None and waiting.kind == "before":
-        run.skip_interrupt_before = True
-    if update:
-        if asked is not None:
-            raise RunNotResumableError(
-                f"run {run_id!r} is waiting inside node {asked.node!r}; answer it with "
-                "response= alone (an update would commit a step and drop what the node "
-                "recorded before it asked), then update at the next interrupt",
-                run_id=run_id,
-                step=record.last_step,
-                node=asked.node,
-            )
-        if pending:
-            raise RunNotResumableError(
-                f"run {run_id!r} has a partly finished step {nxt}; resume it without "
-                f"update=, or fork it from step {last.step} with the update",
-                run_id=run_id,
-                step=nxt,
-            )
-        apply_update(loop, run, update)
-    store.set_status(run_id, "running", owner=lease.token)
     return run
+
+
+def _answer(store: CheckpointStore, run: Run, asked: Interrupt, response: Any) -> None:
+    """Journal ``response`` as the answer the node that ``asked`` reads when it runs again."""
+    answer = JournalEntry(
+        step=run.step + 1,
+        node=asked.node,
+        index=asked.index,
+        seq=asked.seq,
+        kind="interrupt",
+        value={"response": response},
+    )
+    # Replace, not insert-or-ignore: the run is still interrupted, so no node has
+    # read an answer at this position (a resume that journaled one and crashed
+    # before the status changed left it unread), and this answer is the operator's
+    # latest word.
+    store.append_journal(run.run_id, answer, replace=True)
+
+
+def _check_update(record: RunRecord, asked: Interrupt | None, run: Run) -> None:
+    """Refuse an update to a run whose node waits for a response, or whose next step is
+    partly done."""
+    run_id = record.run_id
+    if asked is not None:
+        raise RunNotResumableError(
+            f"run {run_id!r} is waiting inside node {asked.node!r}; answer it with "
+            "response= alone (an update would commit a step and drop what the node "
+            "recorded before it asked), then update at the next interrupt",
+            run_id=run_id,
+            step=record.last_step,
+            node=asked.node,
+        )
+    if run.done:
+        raise RunNotResumableError(
+            f"run {run_id!r} has a partly finished step {run.step + 1}; resume it without "
+            f"update=, or fork it from step {run.step} with the update",
+            run_id=run_id,
+            step=run.step + 1,
+        )
 
 
 def migrate(

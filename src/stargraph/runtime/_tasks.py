@@ -25,6 +25,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
+from stargraph._threads import LazyDaemon
 from stargraph.errors import NodeTimeoutError, RunError, StargraphError
 from stargraph.refs import resolve_ref
 from stargraph.runtime._context import AttemptFence, GraphInterrupt
@@ -328,33 +329,24 @@ class _Watchdog:
     until one starts.
     """
 
-    __slots__ = ("active", "lock", "thread", "wake")
+    __slots__ = ("active", "daemon", "wake")
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
         self.active: dict[int, _Batch] = {}
         self.wake = threading.Event()
-        self.thread: threading.Thread | None = None
+        self.daemon = LazyDaemon(self._loop, name="stargraph-watchdog")
 
     def watch(self, batch: _Batch) -> None:
         """Look after ``batch`` until :meth:`forget`."""
         self.active[id(batch)] = batch
         if not self.wake.is_set():
-            if self.thread is None:
-                self._start()
+            if self.daemon.thread is None:
+                self.daemon.start()
             self.wake.set()
 
     def forget(self, batch: _Batch) -> None:
         """``batch`` has no task left to hand out: it needs no more workers."""
         self.active.pop(id(batch), None)
-
-    def _start(self) -> None:
-        with self.lock:
-            if self.thread is None:
-                self.thread = threading.Thread(
-                    target=self._loop, name="stargraph-watchdog", daemon=True
-                )
-                self.thread.start()
 
     def _loop(self) -> None:
         idle = 0
@@ -374,10 +366,9 @@ class _Watchdog:
 
     def reset(self) -> None:
         # A forked child has no watchdog thread: it starts its own on first need.
-        self.lock = threading.Lock()
         self.active = {}
         self.wake = threading.Event()
-        self.thread = None
+        self.daemon.after_fork()
 
 
 _WATCHDOG = _Watchdog()
