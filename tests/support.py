@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import pytest
+
 from stargraph.runtime import Event, RunFinished
 from stargraph.tools import ToolResult
 
@@ -23,3 +25,18 @@ def data(result: ToolResult) -> Any:
     narrowing ``JsonValue`` at every level would hide what is asserted.
     """
     return result.payload
+
+
+def spy(monkeypatch: pytest.MonkeyPatch, owner: object, name: str) -> list[Any]:
+    """Wrap the function ``owner.name`` for the rest of the test: each call first notes its
+    first argument, then runs the original unchanged. Returns the notes, in call order, so a
+    test can count or inspect the calls a cheaper path no longer makes."""
+    seen: list[Any] = []
+    real = getattr(owner, name)
+
+    def noting(*args: Any, **kwargs: Any) -> Any:
+        seen.append(args[0])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(owner, name, noting)
+    return seen

@@ -14,9 +14,9 @@ from pydantic import BaseModel
 from stargraph import reducers
 from stargraph.checkpoint import MemoryStore, RunRecord, SqliteStore, StepRecord
 from stargraph.checkpoint._codec import PACKED, unpack
-from stargraph.checkpoint._records import trusted_fields
 from stargraph.errors import CorruptCheckpointError
 from stargraph.graph import END, START, Graph
+from tests.support import spy
 
 
 class Notes(BaseModel):
@@ -96,19 +96,13 @@ def test_issue19_memory_store_commits_without_rebuilding_the_run_record(
 ) -> None:
     """A commit to a ``MemoryStore`` notes the new last step and status; the frozen run
     record is rebuilt once, when it is next read, not at every step."""
-    from stargraph.checkpoint import RunRecord, _memory
+    from stargraph.checkpoint import _memory
 
     store = MemoryStore()
     store.create_run(
         RunRecord(run_id="m", graph_name="g", graph_hash="h", code_hash="c"), StepRecord(step=0)
     )
-    built: list[type] = []
-
-    def counting(cls: type[RunRecord], fields: dict[str, Any]) -> RunRecord:
-        built.append(cls)
-        return trusted_fields(cls, fields)
-
-    monkeypatch.setattr(_memory, "trusted_fields", counting)
+    built = spy(monkeypatch, _memory, "trusted_fields")
     for step in range(1, 101):
         store.commit_step("m", StepRecord(step=step))
     assert built == []

@@ -29,6 +29,7 @@ from stargraph.llm import ScriptedChatModel
 from stargraph.skills.react import react_graph
 from stargraph.tools import Arbiter, ToolRegistry
 from tests.checkpoint.test_long_runs import ECHO, _script, echo
+from tests.support import spy
 
 CALLS = 4
 
@@ -289,14 +290,7 @@ def _old_iso_now(ns: int) -> str:
 def test_issue19_iso_now_formats_a_second_once_and_writes_the_same_text(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    formatted: list[int] = []
-    general = records._prefix
-
-    def counted(second: int) -> str:
-        formatted.append(second)
-        return general(second)
-
-    monkeypatch.setattr(records, "_prefix", counted)
+    formatted = spy(monkeypatch, records, "_prefix")
     base = 1_764_230_000 * 1_000_000_000
     times = [
         base,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
 from typing import Annotated, Any
 
 import pytest
@@ -16,6 +15,7 @@ from pydantic import BaseModel
 from stargraph import fathom
 from stargraph.errors import RuleRuntimeError, RunError
 from stargraph.fathom import Decision, RuleEngine, RulePack, default_termination_pack
+from tests.support import spy
 
 
 def test_public_api_is_pinned() -> None:
@@ -397,15 +397,8 @@ def test_issue19_snapshot_is_read_once_until_the_facts_change(
     """A run stores the facts with every step, most of which ask no rule: the engine reads
     its facts out of CLIPS once per change (decide, restore, reset), not once per step."""
     from stargraph.fathom import _engine
-    from stargraph.fathom._raw import iter_facts
 
-    reads: list[int] = []
-
-    def counting(env: Any, *names: Any) -> Iterator[tuple[str, dict[str, Any]]]:
-        reads.append(1)
-        return iter_facts(env, *names)
-
-    monkeypatch.setattr(_engine, "iter_facts", counting)
+    reads = spy(monkeypatch, _engine, "iter_facts")
     with make_engine() as engine:
         engine.decide(**inputs(1))
         first = engine.snapshot()
@@ -473,15 +466,8 @@ def test_issue19_the_snapshot_after_a_quiet_decision_equals_the_facts_read_back(
 
 def test_issue19_a_quiet_decision_leaves_no_facts_to_read(monkeypatch: pytest.MonkeyPatch) -> None:
     from stargraph.fathom import _engine
-    from stargraph.fathom._raw import iter_facts
 
-    reads: list[int] = []
-
-    def counting(env: Any, *names: Any) -> Iterator[tuple[str, dict[str, Any]]]:
-        reads.append(1)
-        return iter_facts(env, *names)
-
-    monkeypatch.setattr(_engine, "iter_facts", counting)
+    reads = spy(monkeypatch, _engine, "iter_facts")
     with RuleEngine([QUIET], fact_fields={"attempts": int}) as engine:
         first = engine.snapshot()
         assert len(reads) == 1

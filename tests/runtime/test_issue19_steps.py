@@ -18,6 +18,7 @@ from stargraph import reducers
 from stargraph.llm import ChatMessage, ToolCall
 from stargraph.runtime._values import jsonable
 from stargraph.state import Channel, build_channels, schema_ir, value_checker
+from tests.support import spy
 
 
 class _Scalars(BaseModel):
@@ -233,14 +234,7 @@ def test_issue19_new_request_messages_are_encoded_without_the_plainness_walk(
         data, encoded = _encoded_message(message)
         assert data == message.model_dump(mode="json", exclude_defaults=True)
         assert encoded == canonical_json(data)
-    walked: list[Any] = []
-    real = _canonical._is_plain
-
-    def counting(value: Any) -> bool:
-        walked.append(value)
-        return real(value)
-
-    monkeypatch.setattr(_canonical, "_is_plain", counting)
+    walked = spy(monkeypatch, _canonical, "_is_plain")
     first = ChatRequest(messages=(ChatMessage.user("q\u00e9"), _message()), model="m")
     body, fingerprint = encode_request(first)
     # The messages' JSON went to orjson directly; only the other fields were walked.

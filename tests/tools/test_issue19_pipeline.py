@@ -32,6 +32,7 @@ from stargraph.tools import _result as result_module
 from stargraph.tools import _workers as workers_module
 from stargraph.tools._schema import ValidatedArgs, _validated
 from stargraph.tools._tool import _Cancellation, context_of
+from tests.support import spy
 
 ArbiterFactory = Callable[..., Arbiter]
 
@@ -85,15 +86,8 @@ def test_issue19_canonical_json_checks_scalar_leaves_without_a_call_each(
     hash) is one call for the value and one per nested container or float: a text, null,
     flag or integer leaf is answered in its container's loop. (That the answer keeps
     canonical_json equal to RFC 8785 is pinned by the properties in test_tools_commit.)"""
-    checked: list[object] = []
-    inner = canonical_internals._is_plain
-
-    def counting(item: Any) -> bool:
-        checked.append(item)
-        return inner(item)
-
-    monkeypatch.setattr(canonical_internals, "_is_plain", counting)
-    assert counting(value) is plain
+    checked = spy(monkeypatch, canonical_internals, "_is_plain")
+    assert canonical_internals._is_plain(value) is plain
     assert len(checked) == calls, checked
 
 
@@ -239,14 +233,7 @@ def test_issue19_a_text_payload_is_its_own_journal_copy(
     make_arbiter: ArbiterFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     result = make_arbiter(echo).dispatch(_call('{"text": "hi"}'))
-    copied: list[object] = []
-    original = result_module.json_copy
-
-    def counting(value: Any, depth: int = result_module.JSON_DEPTH) -> Any:
-        copied.append(value)
-        return original(value, depth)
-
-    monkeypatch.setattr(result_module, "json_copy", counting)
+    copied = spy(monkeypatch, result_module, "json_copy")
     assert result.journal_value() == result.model_dump(mode="json")
     assert copied == []
     listed = result.model_copy(update={"payload": ["a", {"b": 1}]})
