@@ -423,11 +423,11 @@ def test_issue19_transcripts_are_read_from_the_steps_added_since() -> None:
         ]
 
     first = steps("a", "b", "c")
-    assert _transcript(first) == [s.message for s in first]
+    assert _transcript(first) == tuple(s.message for s in first)
     grown = [*first, *steps("d", "e")]
-    assert _transcript(grown) == [s.message for s in grown]
+    assert _transcript(grown) == tuple(s.message for s in grown)
     edited = [first[0], *steps("B"), *grown[2:], *steps("f")]
-    assert _transcript(edited) == [s.message for s in edited]
+    assert _transcript(edited) == tuple(s.message for s in edited)
     assert [m.content for m in _transcript(edited)] == ["a", "B", "c", "d", "e", "f"]
 
 

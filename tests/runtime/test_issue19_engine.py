@@ -124,11 +124,11 @@ def test_issue19_think_reads_the_kept_transcript_without_changing_it(
     arbiter: Arbiter, monkeypatch: pytest.MonkeyPatch, system_prompt: str | None
 ) -> None:
     kept = react._transcript
-    handed: list[tuple[list[ChatMessage], list[ChatMessage]]] = []
+    handed: list[tuple[tuple[ChatMessage, ...], list[ChatMessage]]] = []
 
-    def noted(trajectory: Any) -> list[ChatMessage]:
+    def noted(trajectory: Any) -> tuple[ChatMessage, ...]:
         found = kept(trajectory)
-        handed.append((found, list(found)))  # the list handed over, and what it held
+        handed.append((found, list(found)))  # the tuple handed over, and what it held
         return found
 
     monkeypatch.setattr(react, "_transcript", noted)
@@ -143,12 +143,12 @@ def test_issue19_think_reads_the_kept_transcript_without_changing_it(
     system = [ChatMessage.system(system_prompt)] if system_prompt else []
     for request, (transcript, held) in zip(model.requests, handed, strict=True):
         # The kept transcript is read, never changed (the next step starts from it).
-        assert transcript == held
+        assert list(transcript) == held
         messages = list(request.messages)
         assert type(request.messages) is tuple
         # The system prompt, what the trajectory held, and the task the first step adds.
         assert messages == [*system, *trajectory[: len(messages) - len(system)]]
-        assert messages[len(system) : len(system) + len(transcript)] == transcript
+        assert messages[len(system) : len(system) + len(transcript)] == held
     assert [m.role for m in model.requests[0].messages] == [*(m.role for m in system), "user"]
 
 

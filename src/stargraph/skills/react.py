@@ -543,7 +543,7 @@ _MESSAGE: Final = operator.attrgetter("message")
 # The messages of recent trajectories, by the id of their last step: a trajectory only grows,
 # so the next ``think`` of the same run reads only the steps added since (visiting every step
 # object of a long run each LLM step is the cost that grew with the run).
-_TRANSCRIPTS: OrderedDict[int, tuple[Sequence[ReactStep], list[ChatMessage]]] = OrderedDict()
+_TRANSCRIPTS: OrderedDict[int, tuple[Sequence[ReactStep], tuple[ChatMessage, ...]]] = OrderedDict()
 _TRANSCRIPTS_LOCK = threading.Lock()
 _KEPT_TRANSCRIPTS: Final = 64
 
@@ -556,10 +556,12 @@ def _extends(trajectory: Sequence[ReactStep], kept: Sequence[ReactStep]) -> bool
     return list(trajectory[: len(kept)]) == list(kept)
 
 
-def _transcript(trajectory: Sequence[ReactStep]) -> list[ChatMessage]:
-    """``[step.message for step in trajectory]``, from the messages of an earlier
+def _transcript(trajectory: Sequence[ReactStep]) -> tuple[ChatMessage, ...]:
+    """``tuple(step.message for step in trajectory)``, from the messages of an earlier
     trajectory this one extends (same step objects, checked by identity) when one is kept.
-    The list is the one kept for the next call: read it, never change it."""
+    A tuple, the one kept for the next call: the common request takes it as its messages
+    as it is (``tuple()`` of a tuple is that tuple), so a step makes one copy of the
+    conversation, not two, and the collector traces one container of it, not two."""
     found = None
     with _TRANSCRIPTS_LOCK:
         for end in range(len(trajectory) - 1, max(len(trajectory) - 33, -1), -1):
@@ -569,9 +571,9 @@ def _transcript(trajectory: Sequence[ReactStep]) -> list[ChatMessage]:
                 break
     # One list comparison in C (elements by identity first), not a call per step.
     if found is not None and _extends(trajectory, found[0]):
-        messages = [*found[1], *map(_MESSAGE, trajectory[len(found[0]) :])]
+        messages = (*found[1], *map(_MESSAGE, trajectory[len(found[0]) :]))
     else:
-        messages = list(map(_MESSAGE, trajectory))
+        messages = tuple(map(_MESSAGE, trajectory))
     if trajectory:
         with _TRANSCRIPTS_LOCK:
             _TRANSCRIPTS[id(trajectory[-1])] = (trajectory, messages)
@@ -642,8 +644,8 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
         )
     transcript = _transcript(trajectory)
     system = _system_prompt(config)
-    # One tuple of the kept transcript (read-only) and what goes around it: the common
-    # step (no system prompt, no task to add) copies the transcript once, not three times.
+    # The kept transcript (a read-only tuple) and what goes around it: the common step (no
+    # system prompt, no task to add) sends the kept tuple itself.
     if system or new_steps:
         messages: tuple[ChatMessage, ...] = (
             *((ChatMessage.system(system),) if system else ()),
@@ -651,7 +653,7 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
             *(step.message for step in new_steps),
         )
     else:
-        messages = tuple(transcript)
+        messages = transcript
     # The other fields are validated once per node configuration (_head); the messages are
     # set unvalidated: they are ChatMessage objects already (the trajectory's), and checking
     # each of them again would cost every step time in proportion to the whole conversation.
