@@ -183,59 +183,46 @@ class MemoryStore:
 
     def create_run(self, run: RunRecord, first: StepRecord) -> None:
         """Insert a new run with its step 0."""
-        run_id, error = run.run_id, run.error
-        # The common record - ASCII text (valid UTF-8), no error, a stored status, no
-        # thread - passes the checks without their calls: they were a third of what this
-        # store does to create a run.
-        if not (
-            run_id.isascii()
-            and run.graph_name.isascii()
-            and (run.parent_run_id is None or run.parent_run_id.isascii())
-            and error is None
-        ):
-            check_text(
-                run_id,
-                run_id=run_id,
-                graph_name=run.graph_name,
-                parent_run_id=run.parent_run_id,
-                error=error,
-            )
-        if run.status not in STORED_STATUSES:
-            check_status(run_id, run.status)
-        if run.thread_id is not None or run.turn is not None:
-            check_thread(run)
+        check_text(
+            run.run_id,
+            run_id=run.run_id,
+            graph_name=run.graph_name,
+            parent_run_id=run.parent_run_id,
+            error=run.error,
+        )
+        check_status(run.run_id, run.status)
+        check_thread(run)
         with self._lock:
-            if run_id in self._runs:
+            if run.run_id in self._runs:
                 raise CheckpointError(
-                    f"run {run_id!r} already exists; pick another run_id or resume it",
-                    run_id=run_id,
+                    f"run {run.run_id!r} already exists; pick another run_id or resume it",
+                    run_id=run.run_id,
                 )
             if run.thread_id is not None:
                 for other in self._records():
                     if other.thread_id == run.thread_id and other.turn == run.turn:
                         raise turn_taken(run, other.run_id)
-            owner = run.owner
-            if run.created_at and (owner is not None or run.lease_expires is None):
+            if run.created_at and (run.owner is not None or run.lease_expires is None):
                 # The common creation (every run pays for it): the caller's record is kept
                 # as it is (it is frozen), with what the store sets in it - last step,
                 # update time, clipped error, lease expiry - folded in when it is next
                 # read, as for a commit.
                 at = time.time()
-                if owner is None:
-                    self._expires.pop(run_id, None)
+                if run.owner is None:
+                    self._expires.pop(run.run_id, None)
                 else:
-                    self._expires[run_id] = at + owner.lease_s
-                    self._unstamped.add(run_id)
-                self._runs[run_id] = run
-                self._advanced[run_id] = (
+                    self._expires[run.run_id] = at + run.owner.lease_s
+                    self._unstamped.add(run.run_id)
+                self._runs[run.run_id] = run
+                self._advanced[run.run_id] = (
                     first.step,
                     run.status,
-                    None if error is None else clip_error(error),
+                    clip_error(run.error),
                     run.stopped_by,
                     run.interrupt,
                     at,
                 )
-                self._steps[run_id] = [first]
+                self._steps[run.run_id] = [first]
                 return
             now = iso_now()
             # A copy of the record's fields, as model_copy makes it (unvalidated) but

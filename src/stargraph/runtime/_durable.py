@@ -157,8 +157,6 @@ def _by_seq(entry: JournalEntry) -> int:
 
 def check_run_id(run_id: str) -> None:
     """Refuse a run id a store cannot hold (a lone surrogate) with a typed error."""
-    if run_id.isascii():
-        return  # the common id, valid UTF-8: every run with a store asks, spared two calls
     problem = unicode_problem(run_id)
     if problem is not None:
         raise InvalidInputError(
