@@ -12,10 +12,12 @@ tool result is ~200 bytes of text that does not compress to nothing (hex digests
 
 - bytes: the database file (WAL checkpointed into it) after the run;
 - total s: wall time of the whole run, started on a collected heap (``gc.collect()``, as
-  the core workloads' rounds do). Up to 200 calls both engines run three times,
-  alternating, and the table shows each engine's median round; the lines under it give
-  LangGraph's time over stargraph's for each round, and the 10x target is checked on their
-  median;
+  the core workloads' rounds do). Up to 200 calls both engines run in three rounds, each
+  round on fresh files: LangGraph once, stargraph :data:`STARGRAPH_RUNS` times, half
+  before LangGraph's run and half after, its figure the mean of those runs (see
+  :data:`STARGRAPH_RUNS`). The table shows each engine's median round; the lines under it
+  give LangGraph's time over stargraph's for each round, and the 10x target is checked on
+  their median;
 - µs/step at the start and at the end: the process's CPU time between step commits (CPU
   time, not wall time, so that other processes on the machine do not blur it), over the first
   and the last ``min(100, steps // 5)`` steps, taken per ReAct step (the median over the
@@ -41,7 +43,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +55,14 @@ from stargraph.tools import Arbiter, ToolRegistry, llm_name_for, tool
 SIZES = (10, 50, 200, 1000)
 LANGGRAPH_MAX = 200
 ROUNDS = 3
-"""Paired runs of both engines per size up to :data:`LANGGRAPH_MAX`."""
+"""Rounds of both engines per size up to :data:`LANGGRAPH_MAX`."""
+STARGRAPH_RUNS = 10
+"""stargraph's runs in one round, whose mean is its figure for the round. A stargraph run
+is about a tenth as long as LangGraph's, and on a shared VM the same run took from 0.16 to
+0.43 s (CPU time alike, no garbage collection, context switch or write-back in it): one
+run samples the machine's speed over a tenth of the time LangGraph's run does, so its
+noise alone swung a round's ratio from 6.5x to 16.7x. Ten runs, half before LangGraph's
+and half after, sample it over about as long; their mean keeps every slow run in."""
 LOOKUP = "bench.lookup@1.0.0"
 LOOKUP_NAME = llm_name_for(LOOKUP)
 
@@ -246,16 +255,35 @@ def _median_round(results: Sequence[LongResult]) -> LongResult:
     return sorted(results, key=lambda r: r.total_s)[len(results) // 2]
 
 
+def _round(calls: int, work: Path, runs: int) -> tuple[LongResult, LongResult, list[float]]:
+    """One round on fresh files: stargraph ``runs`` times around one LangGraph run. Returns
+    stargraph's figure (its median run, with the mean total time of all its runs),
+    LangGraph's run, and the total time of each stargraph run."""
+    ours: list[LongResult] = []
+
+    def stargraph_runs(count: int) -> None:
+        for _ in range(count):
+            own = work / f"stargraph-{len(ours)}"
+            own.mkdir()
+            ours.append(stargraph_run(calls, own))
+
+    stargraph_runs(runs // 2)
+    theirs = langgraph_run(calls, work)
+    stargraph_runs(runs - runs // 2)
+    totals = [r.total_s for r in ours]
+    return replace(_median_round(ours), total_s=statistics.mean(totals)), theirs, totals
+
+
 def run_all(
-    sizes: Sequence[int], rounds: int = ROUNDS
+    sizes: Sequence[int], rounds: int = ROUNDS, runs: int = STARGRAPH_RUNS
 ) -> tuple[list[LongResult], list[str], list[str]]:
     """Both engines at every size (LangGraph up to :data:`LANGGRAPH_MAX`): the results, the
     ratios of each round, and the acceptance targets missed.
 
-    Up to :data:`LANGGRAPH_MAX` calls the two engines run ``rounds`` times, alternating, each
-    round on fresh files: the table shows each engine's median round, and the speed target
-    is checked on the median of the rounds' ratios (one run each swung the ratio by a third
-    on a shared 2-core VM, whose speed drifts between runs seconds apart)."""
+    Up to :data:`LANGGRAPH_MAX` calls the engines run ``rounds`` rounds (see :func:`_round`;
+    stargraph ``runs`` times in each): the table shows each engine's median round, and the
+    speed target is checked on the median of the rounds' ratios (the VM's speed drifts
+    between runs seconds apart)."""
     results: list[LongResult] = []
     notes: list[str] = []
     misses: list[str] = []
@@ -273,16 +301,22 @@ def run_all(
                     )
                 continue
             pairs = []
+            each: list[float] = []
             for n in range(rounds):
                 work = Path(tmp) / f"{calls}-{n}"
                 work.mkdir()
-                pairs.append((stargraph_run(calls, work), langgraph_run(calls, work)))
+                mine, theirs, totals = _round(calls, work, runs)
+                pairs.append((mine, theirs))
+                each += totals
             ours, theirs = (_median_round([p[i] for p in pairs]) for i in (0, 1))
             results += [ours, theirs]
             ratios = sorted(b.total_s / a.total_s for a, b in pairs)
             speed = statistics.median(ratios)
             shown = ", ".join(f"{r:.1f}x" for r in ratios)
-            notes.append(f"{calls} calls, LangGraph s / stargraph s by round: {shown}")
+            notes.append(
+                f"{calls} calls, LangGraph s / stargraph s by round: {shown} (stargraph: the "
+                f"mean of {runs} runs a round, each {min(each):.3f}-{max(each):.3f} s)"
+            )
             if calls == LANGGRAPH_MAX:
                 if theirs.bytes < 50 * ours.bytes:
                     misses.append(
