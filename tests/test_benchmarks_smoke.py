@@ -185,3 +185,22 @@ def test_concurrency_section_is_registered_and_its_fanout_agrees_between_runs() 
     assert "concurrency" in all_sections()
     _, same = jittered_fanout(runs=3)
     assert same
+
+
+def test_long_run_round_takes_the_mean_of_stargraphs_runs_around_langgraphs(
+    tmp_path: Path,
+) -> None:
+    from benchmarks.bench_long_runs import _round, run_all
+
+    ours, theirs, totals = _round(2, tmp_path, runs=3)
+    assert (ours.engine, theirs.engine) == ("stargraph", "langgraph")
+    assert len(totals) == 3
+    assert ours.total_s == pytest.approx(sum(totals) / 3)
+    assert ours.calls == theirs.calls == 2
+    # Each stargraph run had a file of its own: three databases, and LangGraph's.
+    assert len(list(tmp_path.glob("stargraph-*/stargraph-2.db"))) == 3
+    assert (tmp_path / "langgraph-2.db").exists()
+
+    results, notes, _ = run_all([2], rounds=1, runs=2)
+    assert [r.engine for r in results] == ["stargraph", "langgraph"]
+    assert "the mean of 2 runs a round" in notes[0]
