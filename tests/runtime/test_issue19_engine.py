@@ -141,9 +141,11 @@ def test_issue19_think_reads_the_kept_transcript_without_changing_it(
     assert len(model.requests) == len(handed) == 4
     trajectory = [step.message for step in final.trajectory]
     system = [ChatMessage.system(system_prompt)] if system_prompt else []
-    for request, (transcript, held) in zip(model.requests, handed, strict=True):
-        # The kept transcript is read, never changed (the next step starts from it).
-        assert list(transcript) == held
+    for n, (request, (transcript, held)) in enumerate(zip(model.requests, handed, strict=True)):
+        # The kept transcript is a tuple, which nobody can change (the next step starts
+        # from it); the common step (no system prompt, no task to add) sends it as it is.
+        assert type(transcript) is tuple
+        assert (request.messages is transcript) == (n > 0 and system_prompt is None)
         messages = list(request.messages)
         assert type(request.messages) is tuple
         # The system prompt, what the trajectory held, and the task the first step adds.
