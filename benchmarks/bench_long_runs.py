@@ -10,7 +10,8 @@ with ``SqliteSaver``, ``durability="sync"``; both WAL with ``synchronous=NORMAL`
 model asks for one tool call per reply until ``n`` calls were answered, then answers; every
 tool result is ~200 bytes of text that does not compress to nothing (hex digests). Figures:
 
-- bytes: the database file (WAL checkpointed into it) after the run;
+- bytes: the database file (WAL checkpointed into it) after the run, with any file beside
+  it (stargraph's journal folder is gone once the run is done);
 - total s: wall time of the whole run, started on a collected heap (``gc.collect()``, as
   the core workloads' rounds do). Up to 200 calls both engines run in three rounds, each
   round on fresh files: LangGraph once, stargraph :data:`STARGRAPH_RUNS` times, half
@@ -109,9 +110,13 @@ def _window(stamps: Sequence[float], per: int) -> tuple[float, float]:
 
 
 def _file_bytes(path: Path) -> int:
+    """The bytes of the database and every file beside it (``-wal``, ``-shm``, and the
+    files of a ``-calls`` folder)."""
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-    return sum(p.stat().st_size for p in path.parent.glob(path.name + "*"))
+    near = path.parent.glob(path.name + "*")
+    files = (f for p in near for f in (p.rglob("*") if p.is_dir() else [p]) if f.is_file())
+    return sum(f.stat().st_size for f in files)
 
 
 class _TimedStore(SqliteStore):

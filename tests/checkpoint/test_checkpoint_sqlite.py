@@ -283,7 +283,9 @@ def test_corrupt_pending_and_journal_rows(store: SqliteStore, db: Path) -> None:
     _fill(store, "good")
     for run_id in ("bad", "good"):
         store.put_pending(run_id, PendingWrite(step=4, node="a", writes={}))
-        store.append_journal(run_id, JournalEntry(step=4, node="a", seq=0, kind="k"))
+        with store._write():
+            # Inside a transaction (write_run's), the entry is a row of the journal table.
+            store.append_journal(run_id, JournalEntry(step=4, node="a", seq=0, kind="k"))
     with raw(db) as conn:
         conn.execute("UPDATE pending SET payload = x'00ff' WHERE run_id = 'bad'")
         conn.execute("UPDATE journal SET payload = '{\"nope\": 1}' WHERE run_id = 'bad'")

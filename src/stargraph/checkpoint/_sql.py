@@ -383,7 +383,7 @@ class SqlStore(Closing):
             self._advance(run_id, number, commit)
             return
         self._advance_last(run_id, number, commit)
-        self._released(run_id)
+        self._released(run_id, status)
 
     def _advance_last(self, run_id: str, number: int, commit: Commit) -> None:
         """:meth:`_advance` of the run's last step (status ``done``), which also releases
@@ -419,11 +419,12 @@ class SqlStore(Closing):
             owner,
         )
         if release:
-            self._released(run_id)
+            self._released(run_id, status)
 
-    def _released(self, run_id: str) -> None:
-        """Called after ``run_id``'s lease was given up by a status change: whoever resumes the
-        run acquires it first, so a dialect forgets what it assumed about the run's rows."""
+    def _released(self, run_id: str, status: RunStatus) -> None:
+        """Called after ``run_id``'s lease was given up by a change to ``status``: whoever
+        resumes the run acquires it first, so a dialect forgets what it assumed about the
+        run's rows (and, when it is done, drops what only a resume would read)."""
 
     def heartbeat(self, run_id: str, owner: RunOwner) -> bool:
         """Renew ``owner``'s lease; ``False`` if it is not the run's lease any more."""

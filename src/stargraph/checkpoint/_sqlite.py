@@ -12,7 +12,10 @@ Layout (schema version 3, kept in ``meta.schema_version``)::
              with ``x`` or ``H`` when written before, zlib-compressed), crc;
              append-only
     pending  (run_id, step, node, idx) PK, payload (JSON PendingWrite), crc
-    journal  (run_id, step, node, idx, seq) PK, kind, key, payload (JSON JournalEntry), crc
+    journal  (run_id, step, node, idx, seq) PK, kind, key, payload (JSON JournalEntry), crc:
+             the entries ``write_run`` writes in its transaction, and those of earlier
+             versions; a running step's entries are appended to the run's file in the
+             ``<file>-calls`` folder instead (``checkpoint._journal_files``)
 
 Payloads are encoded by ``checkpoint._codec`` (the same bytes as ``PostgresStore``'s);
 ``crc`` is the CRC-32 of the payload, checked on every read (NULL in rows written by schema
@@ -42,13 +45,16 @@ from typing import Any, Final, Literal
 
 from stargraph._sqlite import Database, Doing, is_locked
 from stargraph.checkpoint._codec import crc as _crc
+from stargraph.checkpoint._codec import decode
 from stargraph.checkpoint._codec import encode as _encode
+from stargraph.checkpoint._journal_files import JournalFiles
 from stargraph.checkpoint._lease import owner_blob
 from stargraph.checkpoint._records import (
     JournalEntry,
     PendingWrite,
     RunOwner,
     RunRecord,
+    RunStatus,
     StepRecord,
     check_text,
     iso_now,
@@ -276,6 +282,12 @@ class SqliteStore(SqlStore):
         self._fresh: set[str] = set()
         self._unclean_pending: set[tuple[str, int]] = set()
         self._unclean_journal: set[tuple[str, int]] = set()
+        # The journal of a running step is appended to a file a run (see _journal_files),
+        # not inserted as rows: a row cost a transaction of its own and a delete at commit.
+        self._calls = JournalFiles(self._path.with_name(self._path.name + "-calls"), self._io)
+        # Runs known to exist that this store did not create (runs are never deleted): an
+        # entry of such a run is checked against the runs table once, not at every call.
+        self._known: set[str] = set()
         self.close_if_raises(self._setup)
 
     # ----------------------------------------------------------------- connections
@@ -290,8 +302,18 @@ class SqliteStore(SqlStore):
         return self._db.connection()
 
     def close(self) -> None:
-        """Close every connection this store opened, in any thread. Safe to call twice."""
+        """Close every connection and file this store opened, in any thread. Safe to call
+        twice."""
         self._db.close()
+        self._calls.close()
+
+    def _io(self, exc: OSError, path: Path) -> CheckpointError:
+        """The typed error for a journal file the system refused to write or read."""
+        return StoreUnavailableError(
+            f"journal file {str(path)!r} of checkpoint file {self._where}: {exc}; what was "
+            "committed before is intact: free space on its disk or make its folder writable "
+            "by this user, then resume the run"
+        )
 
     def _write(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """One ``BEGIN IMMEDIATE`` transaction, committed on success, rolled back on error.
@@ -508,17 +530,22 @@ class SqliteStore(SqlStore):
                 cursor.execute(_DROP_JOURNAL, key)
         self._unclean_pending.discard(key)
         self._unclean_journal.discard(key)
+        if not last:  # the last step's file goes when the run is released as done
+            self._calls.committed(run_id, number, new=fresh)
 
     def _forget(self, run_id: str) -> None:
         """Stop assuming this store wrote every pending write and journal row of ``run_id``."""
         self._fresh.discard(run_id)
+        self._calls.forget(run_id)
         # list() copies a set at once (other threads may add to it meanwhile).
         for unclean in (self._unclean_pending, self._unclean_journal):
             for key in [key for key in list(unclean) if key[0] == run_id]:
                 unclean.discard(key)
 
-    def _released(self, run_id: str) -> None:
+    def _released(self, run_id: str, status: RunStatus) -> None:
         self._forget(run_id)  # whoever resumes it acquires it first
+        if status == "done":
+            self._calls.finished(run_id)
 
     def put_graph(self, graph_hash: str, ir: bytes) -> None:
         """Keep a graph's IR by its hash (the first copy stays)."""
@@ -566,8 +593,16 @@ class SqliteStore(SqlStore):
 
     def append_journal(self, run_id: str, entry: JournalEntry, *, replace: bool = False) -> None:
         """Record one call of a task execution (idempotent on its position: the first entry
-        stays, unless ``replace``)."""
+        stays, unless ``replace``). It is appended to the run's journal file, except inside
+        :meth:`write_run`, whose rows commit or roll back together."""
         payload = _encode(entry, run_id=run_id, step=entry.step)
+        if not self._db.writing:
+            new = run_id in self._fresh
+            if not new and run_id not in self._known:
+                self._check_exists(run_id)
+                self._known.add(run_id)
+            self._calls.append(run_id, entry.step, payload, replace=replace, new=new)
+            return
         self._insert(
             self._unclean_journal,
             run_id,
@@ -588,6 +623,21 @@ class SqliteStore(SqlStore):
         )
 
     # ----------------------------------------------------------------- reads
+
+    def get_journal(self, run_id: str, step: int) -> list[JournalEntry]:
+        """Journal entries of ``step``, ordered by ``(node, index, seq)``: those of its file
+        and any rows (written by :meth:`write_run`, or by earlier versions)."""
+        rows = super().get_journal(run_id, step)
+        framed = self._calls.entries(run_id, step)
+        if not framed:
+            return rows
+        entries = {(e.node, e.index, e.seq): e for e in rows}
+        for replace, payload in framed:
+            entry = decode(JournalEntry, payload, run_id=run_id, step=step, table="journal")
+            position = (entry.node, entry.index, entry.seq)
+            if replace or position not in entries:
+                entries[position] = entry
+        return [entries[position] for position in sorted(entries)]
 
     # ----------------------------------------------------------------- maintenance
 
