@@ -13,9 +13,10 @@ The files are ``<database>-calls/<sha256 of the run id>``, beside the database's
 ``-shm`` files; a run's file goes when the run is done, and the folder when it is empty. A
 file is a sequence of frames, each ``<length, crc, step, kind>`` then, for an entry, its
 payload as the database would store it (``checkpoint._codec``). The CRC-32 covers the step,
-the kind and the payload: a frame cut short by a power loss ends the file (it is dropped when the
-file is next opened to append), and a damaged frame before others raises
-``CorruptCheckpointError`` instead of decoding into other data.
+the kind and the payload: a frame cut short by a power loss ends the file (it is dropped
+when the file is next opened to append), and a damaged frame before others raises
+``CorruptCheckpointError`` instead of decoding into other data. Only the run's owner (the
+holder of its lease) appends, so one process at a time writes a file.
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ from stargraph.errors import CheckpointError, CorruptCheckpointError
 __all__ = ["JournalFiles"]
 
 _HEAD: Final = struct.Struct("<IIqB")
-"""A frame's head: payload length, CRC-32 of the rest of the frame, step, replace flag."""
+"""A frame's head: payload length, CRC-32 of the rest of the frame, step, kind."""
 _CHECKED: Final = struct.Struct("<qB")
-"""The part of the head the CRC covers, with the payload: step and replace flag."""
+"""The part of the head the CRC covers, with the payload: step and kind."""
 
 
 COMPACT_AT: Final = 1 << 18
@@ -172,18 +173,25 @@ class JournalFiles:
             self._compact(run_id, held)
 
     def _compact(self, run_id: str, held: _Open) -> None:
-        """Rewrite the run's file with only its live entries (in the common case, none)."""
+        """Rewrite the run's file with only its live entries. Each way is atomic: the
+        common case (none live) empties the file; otherwise a new file replaces it, and this
+        store appends to that one from then on."""
         path = self.path(run_id)
         try:
-            data = path.read_bytes()
-            live = b"".join(_frame(*f) for f in _live(_frames(data, repr(str(path)), run_id)[0]))
-            with open(path, "r+b") as file:
-                # In place: the descriptor this store appends with stays valid.
-                file.write(live)
-                file.truncate()
+            live = _live(_frames(path.read_bytes(), repr(str(path)), run_id)[0])
+            if not live:
+                os.ftruncate(held.fd, 0)
+                held.size = 0
+                return
+            data = b"".join(_frame(*f) for f in live)
+            fresh = path.with_name(path.name + ".new")
+            fresh.write_bytes(data)
+            os.replace(fresh, path)
+            fd = os.open(path, os.O_WRONLY | os.O_APPEND)
         except OSError as exc:
             raise self._fail(exc, path) from exc
-        held.size = len(live)
+        os.close(held.fd)
+        held.fd, held.size = fd, len(data)
 
     def finished(self, run_id: str) -> None:
         """The run is done: nothing of it will be resumed, so its file goes (and the folder,
