@@ -285,8 +285,9 @@ class SqliteStore(SqlStore):
         # The journal of a running step is appended to a file a run (see _journal_files),
         # not inserted as rows: a row cost a transaction of its own and a delete at commit.
         self._calls = JournalFiles(self._path.with_name(self._path.name + "-calls"), self._io)
-        # Runs known to exist that this store did not create (runs are never deleted): an
-        # entry of such a run is checked against the runs table once, not at every call.
+        # Runs this store did not create but found in the runs table while it holds them (a
+        # resume): an entry of such a run is checked against the table once, not at every
+        # call (runs are never deleted; the set forgets a run with its lease).
         self._known: set[str] = set()
         self.close_if_raises(self._setup)
 
@@ -536,6 +537,7 @@ class SqliteStore(SqlStore):
     def _forget(self, run_id: str) -> None:
         """Stop assuming this store wrote every pending write and journal row of ``run_id``."""
         self._fresh.discard(run_id)
+        self._known.discard(run_id)
         self._calls.forget(run_id)
         # list() copies a set at once (other threads may add to it meanwhile).
         for unclean in (self._unclean_pending, self._unclean_journal):
