@@ -54,7 +54,6 @@ from stargraph.checkpoint._records import (
     PendingWrite,
     RunOwner,
     RunRecord,
-    RunStatus,
     StepRecord,
     check_text,
     iso_now,
@@ -544,7 +543,7 @@ class SqliteStore(SqlStore):
             for key in [key for key in list(unclean) if key[0] == run_id]:
                 unclean.discard(key)
 
-    def _released(self, run_id: str, status: RunStatus) -> None:
+    def _released(self, run_id: str, status: str) -> None:
         self._forget(run_id)  # whoever resumes it acquires it first
         if status == "done":
             self._calls.finished(run_id)
