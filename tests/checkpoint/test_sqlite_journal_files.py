@@ -164,3 +164,21 @@ def test_a_sigkilled_process_s_journaled_effect_is_not_done_again(
         assert store.get_run(callschild.RUN_ID).status == "done"
         assert not store._calls.folder.exists()
     assert ledger.read_text() == "charged\n", "the resume was served the journaled charge"
+
+
+def test_a_forked_child_appends_without_emptying_its_parents_file(tmp_path: Path) -> None:
+    with SqliteStore(tmp_path / "runs.db") as store:
+        _new_run(store)
+        store.append_journal("r", _entry(1, seq=0))
+        pid = os.fork()
+        if pid == 0:  # the child: the run is one this store made, yet its file holds data
+            code = 1
+            try:
+                store.append_journal("r", _entry(1, seq=1))
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.WIFEXITED(status)
+        assert os.WEXITSTATUS(status) == 0
+        assert store.get_journal("r", 1) == [_entry(1, seq=0), _entry(1, seq=1)]

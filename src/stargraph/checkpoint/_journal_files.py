@@ -96,6 +96,8 @@ class JournalFiles:
         self._open: dict[str, _Open] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        # A forked child shares its parent's runs: it never empties a file on first use.
+        self._forked = False
 
     def path(self, run_id: str) -> Path:
         """The journal file of ``run_id`` (named by a hash: a run id may hold any text)."""
@@ -128,7 +130,7 @@ class JournalFiles:
         path = self.path(run_id)
         try:
             self.folder.mkdir(exist_ok=True)
-            if new:
+            if new and not self._forked:
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
             else:
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
@@ -136,7 +138,7 @@ class JournalFiles:
         except OSError as exc:
             raise self._fail(exc, path) from exc
         with self._lock:
-            held = self._open.setdefault(run_id, _Open(fd, size=0 if new else os.fstat(fd).st_size))
+            held = self._open.setdefault(run_id, _Open(fd, size=os.fstat(fd).st_size))
         if held.fd != fd:  # another thread opened it meanwhile
             os.close(fd)
         return held
@@ -224,6 +226,7 @@ class JournalFiles:
         with self._lock:
             held, self._open = list(self._open.values()), {}
             self._pid = os.getpid()
+            self._forked = True
         for h in held:
             os.close(h.fd)
 
