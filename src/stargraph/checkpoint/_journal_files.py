@@ -195,6 +195,10 @@ class JournalFiles:
         os.close(held.fd)
         held.fd, held.size = fd, len(data)
 
+    def holds(self, run_id: str) -> bool:
+        """Whether this store has the run's file open (it appended to it)."""
+        return run_id in self._open
+
     def finished(self, run_id: str) -> None:
         """The run is done: nothing of it will be resumed, so its file goes (and the folder,
         when that was the last one)."""

@@ -544,8 +544,11 @@ class SqliteStore(SqlStore):
                 unclean.discard(key)
 
     def _released(self, run_id: str, status: str) -> None:
+        # A run this store made has a journal file only if it opened one (a chain that
+        # records no call has none: its end costs no file system call).
+        filed = run_id not in self._fresh or self._calls.holds(run_id)
         self._forget(run_id)  # whoever resumes it acquires it first
-        if status == "done":
+        if status == "done" and filed:
             self._calls.finished(run_id)
 
     def put_graph(self, graph_hash: str, ir: bytes) -> None:
