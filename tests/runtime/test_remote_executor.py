@@ -14,6 +14,7 @@ import os
 import socket
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,7 +26,8 @@ from stargraph.checkpoint import MemoryStore
 from stargraph.errors import CompileError, InvalidWriteError, NodeError, NodeTimeoutError
 from stargraph.graph import END, START, Graph, Send
 from stargraph.ir import RetryPolicyIR
-from stargraph.runtime import CompiledGraph, RunContext, RunFinished, SeededEntropy
+from stargraph.runtime import CompiledGraph, RunContext, RunFinished, SeededEntropy, SystemEntropy
+from stargraph.runtime._context import entropy_from_spec, entropy_spec
 from stargraph.runtime._remote import RemoteContextError
 from stargraph.runtime.ray import RayExecutor, init_local
 
@@ -195,6 +197,48 @@ def test_without_a_store_the_draws_still_match(process_pool: concurrent.futures.
 
 def registered(state: Fan) -> dict[str, Any]:
     return {"log": ["r"]}
+
+
+class _FixedEntropy:
+    """An entropy source of the user's own: no other process can rebuild it."""
+
+    def now(self) -> datetime:
+        return datetime(2030, 1, 1, tzinfo=UTC)
+
+    def uuid(self) -> str:
+        return "00000000-0000-4000-8000-000000000000"
+
+    def random(self) -> float:
+        return 0.5
+
+
+def test_an_entropy_source_of_ones_own_stays_local(
+    process_pool: concurrent.futures.Executor,
+) -> None:
+    app = fan20().compile(store=MemoryStore(), entropy=_FixedEntropy, executor=process_pool)
+    with pytest.raises(RemoteContextError) as info:
+        app.invoke({}, run_id="own")
+    message = str(info.value)
+    assert "run uses the entropy source _FixedEntropy" in message
+    assert "use SeededEntropy or SystemEntropy, or pass blocking=False" in message
+    assert (info.value.run_id, info.value.step) == ("own", 2)
+    assert app.get_run("own").status == "failed"
+
+
+def test_entropy_travels_as_seed_and_start() -> None:
+    start = datetime(2031, 5, 6, 7, 8, 9, tzinfo=UTC)
+    seeded = SeededEntropy(11, start)
+    spec = entropy_spec(seeded)
+    assert spec == {"seed": 11, "start": "2031-05-06T07:08:09+00:00"}
+    rebuilt = entropy_from_spec(spec)
+    assert isinstance(rebuilt, SeededEntropy)
+    position = "run\x001\x00node\x000\x000"
+    assert rebuilt.uuid_at(position) == seeded.uuid_at(position)
+    assert rebuilt.now_at(position, 3, 2) == seeded.now_at(position, 3, 2)
+    assert entropy_spec(SystemEntropy()) is None
+    assert isinstance(entropy_from_spec(None), SystemEntropy)
+    with pytest.raises(TypeError, match="_FixedEntropy has no portable form"):
+        entropy_spec(_FixedEntropy())
 
 
 def test_registry_id_nodes_cannot_go_remote(process_pool: concurrent.futures.Executor) -> None:

@@ -97,9 +97,10 @@ class SeededEntropy:
 
     def __init__(self, seed: int = 0, start: datetime | None = None) -> None:
         self.seed = seed
+        self.start = start or datetime(2026, 1, 1, tzinfo=UTC)
+        """The time ``now_at`` counts from (and the first sequential ``now()``)."""
         self._rng = _random.Random(seed)
-        self._start = start or datetime(2026, 1, 1, tzinfo=UTC)
-        self._now = self._start
+        self._now = self.start
 
     def _bits(self, position: str) -> int:
         digest = hashlib.sha256(f"{self.seed}\0{position}".encode()).digest()
@@ -108,7 +109,7 @@ class SeededEntropy:
     def now_at(self, position: str, step: int, draw: int) -> datetime:
         """The start time plus ``step`` seconds and ``draw`` milliseconds."""
         del position
-        return self._start + timedelta(seconds=step, milliseconds=draw)
+        return self.start + timedelta(seconds=step, milliseconds=draw)
 
     def uuid_at(self, position: str) -> str:
         """A UUID derived from the seed and the position."""
@@ -131,6 +132,25 @@ class SeededEntropy:
     def random(self) -> float:
         """A float from the seeded generator."""
         return self._rng.random()
+
+
+def entropy_spec(entropy: Entropy) -> dict[str, Any] | None:
+    """The JSON form in which a run's entropy source travels to a worker process, read back
+    by :func:`entropy_from_spec`: a :class:`SeededEntropy` as its seed and start time (all
+    a worker needs to draw by position what this process would), :class:`SystemEntropy` as
+    ``None``. Raises ``TypeError`` for any other source, which no other process can rebuild."""
+    if type(entropy) is SeededEntropy:
+        return {"seed": entropy.seed, "start": entropy.start.isoformat()}
+    if type(entropy) is SystemEntropy:
+        return None
+    raise TypeError(f"the entropy source {type(entropy).__name__} has no portable form")
+
+
+def entropy_from_spec(spec: dict[str, Any] | None) -> Entropy:
+    """The entropy source :func:`entropy_spec` gave ``spec`` for."""
+    if spec is None:
+        return SystemEntropy()
+    return SeededEntropy(spec["seed"], datetime.fromisoformat(spec["start"]))
 
 
 class GraphInterrupt(BaseException):
@@ -328,38 +348,25 @@ class TaskJournal:
     def _record(
         self, seq: int, kind: str, key: str, *, fingerprint: str, request: Any, value: Any
     ) -> Any:
+        fields = {
+            "step": self.step,
+            "node": self.node,
+            "index": self.index,
+            "seq": seq,
+            "kind": kind,
+            "key": key,
+            "value": value,
+            "fingerprint": fingerprint,
+            "request": request,
+        }
         if _plain(self, kind, key, fingerprint):
             # The journal's own values (step, node, index, a sequence number from 0, JSON
             # value and request, which the field types take as they are): the record
             # JournalEntry(...) validates into, built without validating them again.
-            entry = unchecked(
-                JournalEntry,
-                {
-                    "step": self.step,
-                    "node": self.node,
-                    "index": self.index,
-                    "seq": seq,
-                    "kind": kind,
-                    "key": key,
-                    "value": value,
-                    "fingerprint": fingerprint,
-                    "request": request,
-                    "base": "",
-                },
-                _RECORDED,
-            )
+            fields["base"] = ""
+            entry = unchecked(JournalEntry, fields, _RECORDED)
         else:
-            entry = JournalEntry(
-                step=self.step,
-                node=self.node,
-                index=self.index,
-                seq=seq,
-                kind=kind,
-                key=key,
-                value=value,
-                fingerprint=fingerprint,
-                request=request,
-            )
+            entry = JournalEntry(**fields)
         fence = self.fence
         if fence is None:
             if self.revoked:

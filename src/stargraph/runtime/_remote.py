@@ -14,7 +14,7 @@ checkpoints (pending writes, journal entries, steps), and it applies retries and
 Replay always runs locally, so a replayed run equals the live one wherever its branches ran.
 
 The limit: a remote node must be a pure function of its state and config. In the worker its
-``ctx`` has no store, no services and no way to park the run, so ``ctx.once``,
+``ctx`` has no store, no services and no way to interrupt the run, so ``ctx.once``,
 ``ctx.record_call``, ``ctx.interrupt`` and ``ctx.services`` raise :class:`RemoteContextError`
 (run it with ``blocking=False`` to keep it in the orchestrating process). ``ctx.now()``,
 ``ctx.uuid()`` and ``ctx.random()`` work: a :class:`SeededEntropy` travels as its seed and
@@ -32,7 +32,6 @@ import inspect
 import pickle
 import traceback
 from collections.abc import Callable, Mapping
-from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
 from pydantic import BaseModel, TypeAdapter
@@ -41,13 +40,7 @@ from pydantic_core import to_jsonable_python
 from stargraph.errors import Problem, RemoteContextError
 from stargraph.ir import FunctionNodeIR, GraphIR
 from stargraph.refs import resolve_ref
-from stargraph.runtime._context import (
-    Entropy,
-    RunContext,
-    SeededEntropy,
-    SystemEntropy,
-    TaskJournal,
-)
+from stargraph.runtime._context import RunContext, TaskJournal, entropy_from_spec, entropy_spec
 from stargraph.runtime._plan import NodeSpec, Task
 from stargraph.runtime._values import describe_exception, jsonable
 from stargraph.state import fast_state
@@ -259,20 +252,15 @@ def _value(entry: Any) -> Any:
 
 
 def _entropy_spec(run: Run, task: Task) -> dict[str, Any] | None:
-    entropy = run.entropy
-    if type(entropy) is SeededEntropy:
-        # SeededEntropy draws by position (run, step, node, index, draw): its seed and start
-        # time are all a worker needs to draw what this process would.
-        start: datetime = entropy._start
-        return {"seed": entropy.seed, "start": start.isoformat()}
-    if type(entropy) is SystemEntropy:
-        return None
-    raise RemoteContextError(
-        f"node {task.node!r} takes a ctx, and its run uses the entropy source "
-        f"{type(entropy).__name__}, which cannot be carried to another process; use "
-        "SeededEntropy or SystemEntropy, or pass blocking=False to keep the node local",
-        **run.where(task.node),
-    )
+    try:
+        return entropy_spec(run.entropy)
+    except TypeError:
+        raise RemoteContextError(
+            f"node {task.node!r} takes a ctx, and its run uses the entropy source "
+            f"{type(run.entropy).__name__}, which cannot be carried to another process; use "
+            "SeededEntropy or SystemEntropy, or pass blocking=False to keep the node local",
+            **run.where(task.node),
+        ) from None
 
 
 # --------------------------------------------------------------------------- worker
@@ -316,12 +304,6 @@ def _adapters(state_ref: str) -> tuple[type[BaseModel], dict[str, TypeAdapter[An
     return model, adapters
 
 
-def _entropy(spec: dict[str, Any] | None) -> Entropy:
-    if spec is None:
-        return SystemEntropy()
-    return SeededEntropy(spec["seed"], datetime.fromisoformat(spec["start"]))
-
-
 def run_remote(call: RemoteCall) -> dict[str, Any]:
     """Run one task in a worker process; the function every executor is given.
 
@@ -357,7 +339,7 @@ def run_remote(call: RemoteCall) -> dict[str, Any]:
                 index=call["index"],
                 path=tuple(call["path"]),
                 config=call["config"],
-                entropy=_entropy(call["entropy"]),
+                entropy=entropy_from_spec(call["entropy"]),
                 journal=journal,
             )
             result = fn(state, ctx)
