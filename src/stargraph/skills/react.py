@@ -665,7 +665,7 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     )
     response = _once(ctx, "llm", ChatResponse, lambda: model.complete(request))
     reply = response.message
-    new_steps.append(_react_step(llm_step, "reply", reply, response.usage, response.finish_reason))
+    new_steps.append(_reply_step(llm_step, response))
 
     notes: list[ChatMessage] = []
     out: dict[str, Any] = {}
@@ -733,34 +733,38 @@ _RECORD_FIELDS: Final = set(ToolCallRecord.model_fields)
 _OPTIONAL_RECORD: Final = frozenset(("error_code", "artifact_ref"))
 
 
-def _react_step(
-    llm_step: int,
-    kind: StepKind,
-    message: ChatMessage,
-    usage: Usage | None = None,
-    finish_reason: str | None = None,
-) -> ReactStep:
-    """``ReactStep(...)`` of values the loop holds validated already (a message, a usage and
-    a finish reason of a response, an LLM step count), without validating them again. A
-    reply sets all five fields, as the constructor call would; other steps the first three.
-    """
-    fields = _STEP_FIELDS if kind == "reply" else _MESSAGE_STEP_FIELDS
-    if type(llm_step) is not int or not isinstance(message, ChatMessage):
-        given = {"usage": usage, "finish_reason": finish_reason}
-        return ReactStep(
-            llm_step=llm_step,
-            kind=kind,
-            message=message,
-            **{k: given[k] for k in given if k in fields},
-        )
+def _reply_step(llm_step: int, response: ChatResponse) -> ReactStep:
+    """The trajectory step of the model's reply ``response``: its message, usage and finish
+    reason (all five fields set, as ``ReactStep(...)`` would)."""
     values = {
         "llm_step": llm_step,
-        "kind": kind,
-        "message": message,
-        "usage": usage,
-        "finish_reason": finish_reason,
+        "kind": "reply",
+        "message": response.message,
+        "usage": response.usage,
+        "finish_reason": response.finish_reason,
     }
-    return unchecked(ReactStep, values, fields)
+    return _step(values, _STEP_FIELDS)
+
+
+def _observation_step(llm_step: int, message: ChatMessage) -> ReactStep:
+    """The trajectory step of a tool result or note ``message`` (three fields set)."""
+    values = {
+        "llm_step": llm_step,
+        "kind": "observation",
+        "message": message,
+        "usage": None,
+        "finish_reason": None,
+    }
+    return _step(values, _MESSAGE_STEP_FIELDS)
+
+
+def _step(values: dict[str, Any], fields_set: set[str]) -> ReactStep:
+    """``ReactStep(**values)`` with ``fields_set`` set. The values the loop holds are
+    validated already (a response's parts, an LLM step count), so they are not validated
+    again; anything else goes through the constructor."""
+    if type(values["llm_step"]) is int and isinstance(values["message"], ChatMessage):
+        return unchecked(ReactStep, values, fields_set)
+    return ReactStep(**{name: values[name] for name in fields_set})
 
 
 _ASKED: Final = ("id", "name", "arguments")
@@ -901,7 +905,7 @@ def observe(state: ReactState) -> dict[str, Any]:
     recent = itertools.takewhile(lambda r: r.llm_step == last, reversed(fields["tool_calls"]))
     step_calls = list(recent)[::-1]
     out: dict[str, Any] = {
-        "trajectory": [_react_step(last, "observation", message) for message in fields["pending"]],
+        "trajectory": [_observation_step(last, message) for message in fields["pending"]],
         "pending": [],
         "last_event": "observed" if not step_calls else fields["last_event"],
     }

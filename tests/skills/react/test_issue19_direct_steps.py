@@ -8,8 +8,15 @@ from typing import Any
 
 import pytest
 
-from stargraph.llm import ChatMessage, ChatRequest, ToolCall, Usage
-from stargraph.skills.react import ReactStep, ToolCallRecord, _call_record, _head, _react_step
+from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
+from stargraph.skills.react import (
+    ReactStep,
+    ToolCallRecord,
+    _call_record,
+    _head,
+    _observation_step,
+    _reply_step,
+)
 
 _TOOLS = ({"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}},)
 
@@ -23,7 +30,8 @@ def _same(direct: Any, validated: Any) -> None:
 def test_issue19_reply_step_is_the_validated_one() -> None:
     reply = ChatMessage.assistant(tool_calls=[ToolCall(id="c", name="f", arguments="{}")])
     usage = Usage(prompt_tokens=1, completion_tokens=2, total_tokens=3)
-    direct = _react_step(3, "reply", reply, usage, "tool_calls")
+    response = ChatResponse(message=reply, usage=usage, finish_reason="tool_calls")
+    direct = _reply_step(3, response)
     _same(
         direct,
         ReactStep(llm_step=3, kind="reply", message=reply, usage=usage, finish_reason="tool_calls"),
@@ -33,14 +41,14 @@ def test_issue19_reply_step_is_the_validated_one() -> None:
 def test_issue19_observation_step_is_the_validated_one() -> None:
     message = ChatMessage.tool("c", "ok")
     _same(
-        _react_step(3, "observation", message),
+        _observation_step(3, message),
         ReactStep(llm_step=3, kind="observation", message=message),
     )
 
 
 def test_issue19_step_of_other_values_is_validated() -> None:
     message: Any = {"role": "user", "content": "hi"}
-    step = _react_step(1, "observation", message)
+    step = _observation_step(1, message)
     assert step.message == ChatMessage.user("hi")  # validated: the dict became a message
     assert step.model_fields_set == {"llm_step", "kind", "message"}
 
@@ -83,7 +91,7 @@ def test_issue19_plain_steps_and_records_are_not_validated_again(
 
     monkeypatch.setattr(ReactStep, "__init__", refuse)
     monkeypatch.setattr(ToolCallRecord, "__init__", refuse)
-    assert _react_step(1, "observation", ChatMessage.tool("c", "ok")).llm_step == 1
+    assert _observation_step(1, ChatMessage.tool("c", "ok")).llm_step == 1
     record = _call_record(
         {
             "llm_step": 1,
