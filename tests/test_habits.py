@@ -62,6 +62,24 @@ def test_issue23_src_docstrings_and_comments_carry_no_tracking_ids() -> None:
     assert found == [], "tracking ids belong in test names, not in src:\n" + "\n".join(found)
 
 
+def test_issue23_src_says_interrupt_where_the_glossary_says_so() -> None:
+    # docs/concepts/glossary.md: a run stopped to wait for an answer is "interrupted", never
+    # parked, paused or suspended (a suspended generator is another thing, and stays).
+    glossary = (ROOT / "docs" / "concepts" / "glossary.md").read_text(encoding="utf-8")
+    (row,) = [line for line in glossary.splitlines() if line.startswith("| interrupt |")]
+    assert row.rstrip(" |").endswith("park, pause, suspend")
+    avoided = re.compile(r"\b(park|parks|parked|parking|pause|paused|pauses)\b", re.I)
+    found = [
+        f"{path.relative_to(ROOT)}:{number}: {line.strip()}"
+        for folder in ("src", "docs")
+        for path in sorted((ROOT / folder).rglob("*"))
+        if path.suffix in {".py", ".md", ".js", ".html"} and path.name != "glossary.md"
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+        if avoided.search(line)
+    ]
+    assert found == [], "say interrupt(ed), as the glossary does:\n" + "\n".join(found)
+
+
 def test_every_slow_test_listed_in_conftest_exists() -> None:
     # Read from the syntax tree: several folders have a module named conftest.
     conftest = ast.parse((ROOT / "tests" / "conftest.py").read_text(encoding="utf-8"))

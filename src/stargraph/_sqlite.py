@@ -107,7 +107,7 @@ class Database:
         self._closed = False
         self._pid = os.getpid()
         # Connections inherited through fork() must not be used (or closed) by the child;
-        # they are parked here so the child never touches them.
+        # they are set aside here so the child never touches them.
         self._inherited: list[sqlite3.Connection] = []
         if not self.memory:
             try:

@@ -94,8 +94,8 @@ def test_watch_closes_the_view_when_the_stream_fails() -> None:
 @pytest.mark.parametrize(
     ("interrupt", "text"),
     [
-        ({"kind": "before", "nodes": ["b"], "step": 2}, "paused before node(s) 'b' at step 2"),
-        ({"kind": "after", "nodes": ["c"], "step": 4}, "paused after node(s) 'c' at step 4"),
+        ({"kind": "before", "nodes": ["b"], "step": 2}, "interrupted before node(s) 'b' at step 2"),
+        ({"kind": "after", "nodes": ["c"], "step": 4}, "interrupted after node(s) 'c' at step 4"),
         ({"kind": "rule", "rule": "p/ask", "reason": "check"}, "rule p/ask interrupted the run"),
         ("odd", '"odd"'),
     ],

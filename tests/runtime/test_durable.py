@@ -30,6 +30,7 @@ from stargraph.errors import (
     GraphHashMismatch,
     InvalidInputError,
     NodeError,
+    RunError,
     RunNotFoundError,
     RunNotResumableError,
 )
@@ -260,7 +261,7 @@ def test_ctx_interrupt_parks_and_resumes_with_the_response(store: CheckpointStor
 
 
 def test_interrupt_needs_a_store() -> None:
-    with pytest.raises(Exception, match="no checkpoint store to park the run"):
+    with pytest.raises(RunError, match="no checkpoint store to keep the interrupted run in"):
         hitl().compile().invoke({})
 
 

@@ -233,7 +233,7 @@ class _Pool:
         self._closed = False
         self._pid = os.getpid()
         # Connections inherited through fork() share sockets with the parent: never used or
-        # closed by the child, only parked here.
+        # closed by the child, only set aside here.
         self._inherited: list[psycopg.Connection[Any]] = []
 
     def _after_fork(self) -> None:

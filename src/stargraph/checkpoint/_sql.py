@@ -332,7 +332,7 @@ class SqlStore(Closing):
         with self._write() as conn:
             if conn.execute(sql, params).rowcount != 1:
                 raise self._fence_error(conn, run_id, owner, None)
-            self._notify(conn, run_id)  # a status change (park, fail, finish)
+            self._notify(conn, run_id)  # a status change (interrupt, fail, finish)
 
     def _advance(self, run_id: str, number: int, commit: Commit) -> None:
         """The fenced commit of step ``number`` (see :meth:`commit_step`)."""

@@ -73,7 +73,7 @@ def waiting_message(run_id: str, interrupt: Any, spec: str, db: str) -> str:
         extra = " --response JSON"
     elif kind in ("before", "after"):
         nodes = ", ".join(repr(n) for n in info.get("nodes", ()))
-        what = f"paused {kind} node(s) {nodes} at step {info.get('step')}"
+        what = f"interrupted {kind} node(s) {nodes} at step {info.get('step')}"
         extra = " [--update JSON]"
     elif kind == "rule":
         reason = f" ({info['reason']})" if info.get("reason") else ""

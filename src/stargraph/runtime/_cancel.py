@@ -1,6 +1,6 @@
 """Stopping a run before its end: cancellation at a step boundary, and signals.
 
-Besides finishing, parking and failing, a run can stop in two ways:
+Besides finishing, being interrupted and failing, a run can stop in two ways:
 
 - **Cancelled.** Asked to stop - by :meth:`CompiledGraph.cancel`, by a first SIGINT (Ctrl-C)
   or SIGTERM inside :func:`cancel_on_signals`, or by its consumer closing its event stream -

@@ -154,7 +154,7 @@ def entropy_from_spec(spec: dict[str, Any] | None) -> Entropy:
 
 
 class GraphInterrupt(BaseException):
-    """Raised by ``ctx.interrupt()`` to park the run; the executor catches it.
+    """Raised by ``ctx.interrupt()`` to stop the run at an interrupt; the executor catches it.
 
     It derives from ``BaseException`` so that a node's own ``except Exception`` cannot
     swallow it by accident.
@@ -222,7 +222,7 @@ class TaskJournal:
     fence: AttemptFence | None = None
     attempt: int = 1
     # A journal of a run without a store, made only so that services bound to it
-    # reach the live stream: nothing keeps it, so it cannot park the run either.
+    # reach the live stream: nothing keeps it, so it cannot interrupt the run either.
     ephemeral: bool = False
     # In replay: where the recordings of the run's child runs are, for a subgraph node
     # to replay its child from (handed down from the replayed run, never looked up).
@@ -637,7 +637,7 @@ class RunContext:
         return self.journal.call("once", name, effect)  # type: ignore[no-any-return]
 
     def interrupt(self, payload: Any = None) -> Any:
-        """Park the run until a human answers; returns the answer on resume.
+        """Stop the run until a human answers; returns the answer on resume.
 
         The first time, this raises a control-flow signal: the run is saved with status
         ``interrupted`` and ``payload``. ``resume(run_id, response=...)`` re-executes the node
@@ -649,7 +649,7 @@ class RunContext:
         if self.journal is None or self.journal.ephemeral:
             raise RunError(
                 f"node {self.node!r} called ctx.interrupt() but the graph has no checkpoint "
-                "store to park the run in; compile it with store=SqliteStore(...) or "
+                "store to keep the interrupted run in; compile it with store=SqliteStore(...) or "
                 "MemoryStore()",
                 **self.where(),
             )

@@ -6,12 +6,12 @@ transaction each), pending writes of finished siblings, journal entries, status 
 
 - ``sync`` (default): each step is committed before the next starts. A crash loses at most the
   step in flight, and of that only the tasks that had not finished.
-- ``exit``: the run is kept in memory and written when it finishes, fails or parks. Faster, but
-  a crash loses the whole run.
+- ``exit``: the run is kept in memory and written when it finishes, fails or is interrupted.
+  Faster, but a crash loses the whole run.
 
 One owner per run: ``start`` creates the run leased to this process and a resume takes the
 lease (``_stored.load``) before any node runs; every commit and status change is a
-compare-and-set on the lease, and parking, finishing or failing releases it (see
+compare-and-set on the lease, and an interrupt, finishing or failing releases it (see
 ``stargraph.checkpoint._lease``). A second resumer gets ``RunBusyError`` at once.
 
 Guarantee, stated honestly: steps are *at-least-once* - a task interrupted by a crash runs
@@ -709,7 +709,7 @@ class Persistence:
         self._let_go()  # the status change released the lease in the store
         self.flush(run)
 
-    def park(self, run: Progress, interrupt: dict[str, Any]) -> None:
+    def interrupted(self, run: Progress, interrupt: dict[str, Any]) -> None:
         """Mark the run interrupted, waiting on ``interrupt`` (and release its lease)."""
         self._stop(run, "interrupted", interrupt=interrupt)
 

@@ -80,7 +80,7 @@ class RuleDecided(_EventBase):
 
 
 class RunInterrupted(_EventBase):
-    """The run parked, waiting for ``resume(run_id, response=...)``."""
+    """The run stopped at an interrupt, waiting for ``resume(run_id, response=...)``."""
 
     kind: Literal["run_interrupted"] = "run_interrupted"
     payload: Any = None

@@ -567,7 +567,7 @@ class CompiledGraph(Generic[StateT]):
         :class:`~stargraph.errors.RunCancelledError`; ``resume(run_id)`` continues it. The
         nested runs of its subgraph nodes are cancelled with it. A run executing in another
         process is stopped by signalling that process (see
-        :func:`~stargraph.runtime.cancel_on_signals`); a parked or failed run needs no
+        :func:`~stargraph.runtime.cancel_on_signals`); an interrupted or failed run needs no
         cancelling. Safe to call from any thread.
         """
         return request(self.plan, run_id, reason)

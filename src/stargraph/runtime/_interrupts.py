@@ -1,4 +1,4 @@
-"""Typed models of why a run parked and of what its rules decided at a step.
+"""Typed models of why a run was interrupted and of what its rules decided at a step.
 
 Both are stored as JSON (``RunRecord.interrupt``, ``StepRecord.decision``) and carried by
 events (``run_interrupted``'s payload); :meth:`Interrupt.record` and
@@ -24,7 +24,7 @@ __all__ = ["Interrupt", "RuleDecision", "interrupt_of", "mark_interrupted"]
 
 
 class Interrupt(BaseModel):
-    """Why a run parked: ``before``/``after`` nodes marked to interrupt there (``nodes``),
+    """Why a run was interrupted: ``before``/``after`` nodes marked to interrupt there (``nodes``),
     a ``node`` that called ``ctx.interrupt`` (``node``, ``index``, the journal position
     ``seq`` of its question, and its ``payload``), or a ``rule`` that decided to interrupt
     (``rule``, ``reason``). ``step`` is the step a resume runs (or re-runs) first.

@@ -101,7 +101,7 @@ class Run:
         "replay",
         "replay_calls",
         "routed",
-        "rule_park",
+        "rule_interrupt",
         "rules",
         "run_id",
         "skip_interrupt_before",
@@ -160,8 +160,9 @@ class Run:
         self.replay: ReplaySource | None = None
         self.replay_calls: dict[tuple[str, int], list[JournalEntry]] | None = None
         self.stopped_by: str | None = None
-        self.rule_park: Interrupt | None = None
-        # What the run stopped at when it parked on an interrupt.
+        # The interrupt a rule decided at this step, stopped at once the step is committed.
+        self.rule_interrupt: Interrupt | None = None
+        # The interrupt the run stopped at, if it did.
         self.interrupt: Interrupt | None = None
         # Why the run is to stop at its next step boundary (see ``_cancel``); None: go on.
         self.cancelled: str | None = None

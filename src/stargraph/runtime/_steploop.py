@@ -241,29 +241,29 @@ class StepLoop:
             if run.persistence is not None:
                 run.persistence.start(run)
 
-    def _park_before(self, run: Run) -> bool:
+    def _interrupted_before(self, run: Run) -> bool:
         if run.persistence is None or run.skip_interrupt_before:
             run.skip_interrupt_before = False
             return False
         nodes = sorted({t.node for t in run.tasks if self.plan.specs[t.node].interrupt_before})
         if not nodes:
             return False
-        self._park(run, Interrupt(kind="before", nodes=tuple(nodes), step=run.step + 1))
+        self._stop_at(run, Interrupt(kind="before", nodes=tuple(nodes), step=run.step + 1))
         return True
 
-    def _park_after(self, run: Run, ran: Sequence[Task]) -> bool:
+    def _interrupted_after(self, run: Run, ran: Sequence[Task]) -> bool:
         if run.persistence is None:
             return False
         nodes = sorted({t.node for t in ran if self.plan.specs[t.node].interrupt_after})
         if not nodes or not run.tasks:
             return False
-        self._park(run, Interrupt(kind="after", nodes=tuple(nodes), step=run.step))
+        self._stop_at(run, Interrupt(kind="after", nodes=tuple(nodes), step=run.step))
         return True
 
-    def _park(self, run: Run, interrupt: Interrupt) -> None:
+    def _stop_at(self, run: Run, interrupt: Interrupt) -> None:
         assert run.persistence is not None
         stored = interrupt.record()
-        run.persistence.park(run, stored)
+        run.persistence.interrupted(run, stored)
         run.interrupt = interrupt
         self.emit(
             run,
@@ -272,11 +272,11 @@ class StepLoop:
             payload=stored,
         )
 
-    def _park_node(self, run: Run, outcome: StepOutcome) -> None:
+    def _node_interrupted(self, run: Run, outcome: StepOutcome) -> None:
         assert outcome.interrupt is not None
         task, signal = outcome.interrupt
         run.step -= 1  # the step was not committed; it re-runs on resume
-        self._park(
+        self._stop_at(
             run,
             Interrupt(
                 kind="node",
@@ -290,7 +290,7 @@ class StepLoop:
 
     def step_once(self, run: Run, runner: TaskRunner) -> bool:
         """Run and commit one step, its tasks run by ``runner`` (a replay's); ``False``
-        when the run parked."""
+        when the run stopped at an interrupt."""
         tasks = self.prepare(run)
         if tasks is None:
             return False
@@ -298,8 +298,8 @@ class StepLoop:
 
     def prepare(self, run: Run) -> Sequence[Task] | None:
         """Open the next step; its work, the tasks a runner is to run (``None``: the run
-        parked before the step instead)."""
-        if self.plan.interrupts and self._park_before(run):
+        stopped at an interrupt before the step instead)."""
+        if self.plan.interrupts and self._interrupted_before(run):
             return None
         run.step += 1
         if run.step > run.max_steps:
@@ -328,25 +328,26 @@ class StepLoop:
 
     def complete(self, run: Run, outcome: StepOutcome, *, merged: bool = False) -> bool:
         """Commit the step its tasks produced ``outcome`` for, its writes ``merged`` already
-        or not (``False``: the run parked on an interrupt instead)."""
+        or not (``False``: the run stopped at an interrupt instead)."""
         if outcome.interrupt is not None:
-            self._park_node(run, outcome)
+            self._node_interrupted(run, outcome)
             return False
         self.commit(run, outcome.results, merged=merged)
-        if run.rule_park is None and not self.plan.interrupts:
-            return True  # nothing to park on: the common case, without the call
-        return self._parked_after(run, outcome)
+        if run.rule_interrupt is None and not self.plan.interrupts:
+            return True  # no interrupt to stop at: the common case, without the call
+        return self._goes_on_after(run, outcome)
 
-    def _parked_after(self, run: Run, outcome: StepOutcome) -> bool:
-        if run.rule_park is not None:
+    def _goes_on_after(self, run: Run, outcome: StepOutcome) -> bool:
+        if run.rule_interrupt is not None:
             if run.replay is not None:
                 # A recorded rule interrupt was answered by the recorded resume: the replay
                 # goes on to the step the record holds next.
-                run.rule_park = None
+                run.rule_interrupt = None
                 return True
-            self._park(run, run.rule_park)
+            self._stop_at(run, run.rule_interrupt)
             return False
-        return not (self.plan.interrupts and self._park_after(run, [t for t, _ in outcome.results]))
+        ran = [t for t, _ in outcome.results]
+        return not (self.plan.interrupts and self._interrupted_after(run, ran))
 
     def _all_inline(self, tasks: Sequence[Task]) -> bool:
         specs = self.plan.specs
@@ -396,17 +397,18 @@ class StepLoop:
         each step (send back their :class:`StepOutcome`), with ``routers`` the async routers
         about to route (a coroutine to await; send back ``None``), and with ``steps`` the
         number of each step committed (send back ``None``). Returns when the run finished or
-        parked (``False``) or was asked to stop at this step boundary (``True``)."""
+        stopped at an interrupt (``False``) or was asked to stop at this step boundary
+        (``True``)."""
         if routers and fresh and (routing := self.routing(run)) is not None:
             yield routing
         self.begin(run, fresh)
-        # No interrupt to park on before a step: ``prepare`` without the call when nobody
+        # No interrupt to stop at before a step: ``prepare`` without the call when nobody
         # listens for node_started either (the common case, paid once per step).
-        parks = self.plan.interrupts
+        interrupts = self.plan.interrupts
         while run.tasks:
             if run.cancelled is not None:
                 return True
-            if parks or run.emit is not None:
+            if interrupts or run.emit is not None:
                 tasks = self.prepare(run)
                 if tasks is None:
                     return False
@@ -652,9 +654,9 @@ class StepLoop:
                     attempts=run.attempts.get(f"{task.node}/{task.index}", 1),
                 )
         if run.persistence is not None:
-            # Nothing scheduled and nothing to park on: the run finishes after this step,
+            # Nothing scheduled and no interrupt to stop at: the run finishes after this step,
             # and a store that can marks it done in the step's own transaction.
-            last = not run.tasks and run.rule_park is None
+            last = not run.tasks and run.rule_interrupt is None
             run.persistence.commit(run, results, last=last, stopped_by=run.stopped_by)
             run.committed()
         elif run.attempts:
@@ -695,7 +697,7 @@ class StepLoop:
             run.tasks = ()
             run.stopped_by = decision.rule
         elif decision.kind == "interrupt":
-            run.rule_park = Interrupt(
+            run.rule_interrupt = Interrupt(
                 kind="rule", rule=decision.rule, reason=decision.reason, step=run.step
             )
         else:

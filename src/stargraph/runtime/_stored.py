@@ -144,7 +144,7 @@ def run_nested(
 
     With a store the child is durable under ``run_id``: an existing child run is resumed
     (or, when done, read back) instead of started again. An interrupt inside the child
-    parks the parent through ``parent.interrupt`` (the parent's run context); the answer
+    interrupts the parent through ``parent.interrupt`` (the parent's run context); the answer
     given to the parent is handed down when the child resumes.
     """
     raw: list[tuple[str, dict[str, Any]]] = []
@@ -185,8 +185,8 @@ def run_nested(
         run.path, run.collect, run.feed = path, raw, feed
         loop.run_to_end(run, fresh=False)
     if run.interrupt is not None:
-        # The child parked (only a run with a store can): the parent parks with the
-        # interrupt as the store keeps it. A child that did not park is done, and its
+        # The child was interrupted (only a run with a store can be): the parent stops with the
+        # interrupt as the store keeps it. A child that was not interrupted is done, and its
         # record need not be read back.
         after = require_store(loop).get_run(run_id)
         if after.status == "interrupted":

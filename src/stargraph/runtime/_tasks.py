@@ -99,7 +99,7 @@ Pool = Callable[[], concurrent.futures.Executor]
 
 
 class StepOutcome(NamedTuple):
-    """What a step produced: the finished tasks' writes, and the interrupt that parked it."""
+    """What a step produced: the finished tasks' writes, and the interrupt that stopped it."""
 
     results: list[TaskResult]
     interrupt: tuple[Task, GraphInterrupt] | None = None
@@ -670,6 +670,6 @@ async def execute_async(
 def _first(
     interrupts: list[tuple[Task, GraphInterrupt]],
 ) -> tuple[Task, GraphInterrupt] | None:
-    # Several tasks may interrupt in one step; the run parks on the first in task order (not
+    # Several tasks may interrupt in one step; the run stops at the first in task order (not
     # in finishing order), and the others interrupt again when the step is re-executed.
     return min(interrupts, key=lambda pair: pair[0].key) if interrupts else None

@@ -140,7 +140,7 @@ class LiveText:
             self._wakeups.wake(run_id, *tops)
 
     def ended(self, top: str) -> None:
-        """The console's run ``top`` stopped (finished, parked, failed): drop its text."""
+        """The console's run ``top`` stopped (finished, interrupted, failed): drop its text."""
         with self._lock:
             done = [k for k, (t, _) in self._texts.items() if t == top]
             runs = {k[0] for k in done}
