@@ -71,6 +71,29 @@ def test_issue23_replay_divergence_error_declares_its_fields() -> None:
     assert (bare.call_index, bare.fingerprint, bare.recorded_fingerprint) == (None, None, None)
 
 
+def test_issue23_tool_errors_declare_their_failure() -> None:
+    import pickle
+    import re
+    from pathlib import Path
+
+    from stargraph.tools import ToolFailure, failure_of
+
+    failure = ToolFailure(code="path_escape", tool="fs.read@1.0.0", message="m", hint="h")
+    err = errors.ToolNotAllowedError("refused", node="act", failure=failure)
+    assert (err.failure, err.node, str(err)) == (failure, "act", "refused")
+    assert failure_of(err) is failure
+    back = pickle.loads(pickle.dumps(err))  # a process pool sends errors back pickled
+    assert (type(back), back.failure, back.node) == (errors.ToolNotAllowedError, failure, "act")
+    bare = errors.LockTimeoutError("busy")
+    assert bare.failure is None
+    assert (failure_of(bare).code, failure_of(bare).message) == ("lock_timeout", "busy")
+    # Nobody sets it from outside the class.
+    src = Path(errors.__file__).parent
+    pattern = re.compile(r"setattr\([^)]*failure|getattr\([^)]*\"failure\"")
+    found = [str(p) for p in src.rglob("*.py") if pattern.search(p.read_text(encoding="utf-8"))]
+    assert found == []
+
+
 def test_issue23_lane_busy_is_a_deprecated_alias_of_lane_busy_error() -> None:
     assert "LaneBusy" not in errors.__all__
     with pytest.warns(

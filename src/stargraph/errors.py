@@ -470,7 +470,19 @@ class StoreUnavailableError(CheckpointError):
 
 
 class ToolError(RunError):
-    """The tool dispatch pipeline refused or failed a call."""
+    """The tool dispatch pipeline refused or failed a call.
+
+    ``failure`` is the structured account of it the ReAct loop shows the model (a
+    ``stargraph.tools.ToolFailure``: code, tool, message, hint, failed fields); ``None`` when
+    whoever raised the error gave none, and ``stargraph.tools.failure_of`` then derives one
+    from the error's class and message.
+    """
+
+    def __init__(self, message: str, *, failure: object = None, **at: Unpack[_RunAt]) -> None:
+        # Typed ``object`` because this module sits below the tools package; readers take
+        # it through ``failure_of``, which checks it.
+        self.failure = failure
+        super().__init__(message, **at)
 
 
 class ToolArgumentError(ToolError):

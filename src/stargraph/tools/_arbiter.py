@@ -34,7 +34,7 @@ import os
 import time
 from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, NoReturn, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, NoReturn, Protocol
 
 import orjson
 from pydantic import (
@@ -97,7 +97,6 @@ logger = logging.getLogger("stargraph.tools")
 _SUMMARY_LIMIT: Final = 280
 _GRACE_S: Final = 0.05  # past timeout_s, so a body enforcing its own deadline reports first
 _MIN_SECRET_LEN: Final = 4  # shorter values would redact ordinary words; refuse to pretend
-_E = TypeVar("_E", bound=ToolError)
 # Commit-log status of the real end of a body the caller stopped waiting for at its timeout.
 _LateStatus = Literal["late_success", "late_error"]
 _NO_SECRETS: Final = Secrets()
@@ -311,9 +310,7 @@ def _bad_call(exc: ValidationError, data: Mapping[str, Any]) -> ToolArgumentErro
         code="invalid_arguments", tool=tool, message=message, hint=hint, fields=fields
     )
     node = data.get("node")
-    return _attach(
-        ToolArgumentError(message, node=node if isinstance(node, str) else None), failure
-    )
+    return ToolArgumentError(message, node=node if isinstance(node, str) else None, failure=failure)
 
 
 def _parse_arguments(raw: Any) -> tuple[dict[str, Any], str]:
@@ -344,7 +341,7 @@ def _invalid_arguments(tool: str, problem: str, node: str | None) -> ToolArgumen
         hint="send the arguments as one JSON object",
         fields=(FieldProblem(field="<arguments>", message=problem),),
     )
-    return _attach(ToolArgumentError(message, node=node), failure)
+    return ToolArgumentError(message, node=node, failure=failure)
 
 
 class PolicyHook(Protocol):
@@ -403,11 +400,6 @@ class _Raised(NamedTuple):
 _Step = _Admitted | _Run
 # Sent in: what the step produced (a Lease, then the body's raw result).
 _Pipeline = Generator[_Step, Any, ToolResult]
-
-
-def _attach(error: _E, failure: ToolFailure) -> _E:
-    setattr(error, "failure", failure)  # noqa: B010 -- errors.py classes take no extra fields
-    return error
 
 
 class Arbiter:
@@ -669,7 +661,7 @@ class Arbiter:
                 "allowed_tools": sorted(allowed),
             },
         )
-        raise _attach(ToolNotAllowedError(message, node=call.node), failure)
+        raise ToolNotAllowedError(message, node=call.node, failure=failure)
 
     def _confine_paths(
         self, spec: ToolSpec, path_args: tuple[str, ...], args: dict[str, Any]
@@ -704,7 +696,7 @@ class Arbiter:
         failure = ToolFailure(
             code="policy_denied", tool=spec.id, message=message, hint=hint, details={"policy": hook}
         )
-        raise _attach(ToolNotAllowedError(message, node=call.node), failure)
+        raise ToolNotAllowedError(message, node=call.node, failure=failure)
 
     def _refuse(self, call: ToolCall, tool_id: str, exc: ToolError, args_hash: str) -> None:
         """Record a refused call (nothing locked, nothing run); the caller re-raises (and
@@ -732,7 +724,7 @@ class Arbiter:
 
     def _refuse_lock(self, admitted: _Admitted, exc: ToolError) -> None:
         spec_id = admitted.tool.spec.id
-        _attach(exc, failure_of(exc).model_copy(update={"tool": spec_id}))
+        exc.failure = failure_of(exc).model_copy(update={"tool": spec_id})
         self._refuse(admitted.call, spec_id, exc, admitted.args_hash)
 
     def _context(self, admitted: _Admitted) -> ToolContext:
@@ -914,7 +906,7 @@ class Arbiter:
                 message = str(exc)
             error: ToolError = ToolTimeoutError(self._redact(message), node=call.node)
         elif isinstance(exc, ToolError):
-            if getattr(exc, "failure", None) is not None:
+            if exc.failure is not None:
                 # Already structured (e.g. a path escape inside a file tool): keep it, minus
                 # any secret it quotes.
                 return self._scrub(exc)
@@ -923,15 +915,16 @@ class Arbiter:
             error = type(exc)(message, node=call.node)
             synthesised = failure_of(error)
             failure = synthesised.model_copy(update={"tool": spec.id, "message": message})
-            return _attach(error, failure)
+            error.failure = failure
+            return error
         else:
             code = "tool_failed"
             hint = "check the arguments or the tool's environment and try again"
             detail = str(exc) if isinstance(exc, ToolError) else f"{type(exc).__name__}: {exc}"
             message = self._redact(f"tool {spec.id!r} failed: {detail}")
             error = ToolError(message, node=call.node)
-        failure = ToolFailure(code=code, tool=spec.id, message=message, hint=hint)
-        return _attach(error, failure)
+        error.failure = ToolFailure(code=code, tool=spec.id, message=message, hint=hint)
+        return error
 
     def _store(self, payload: JsonValue) -> tuple[str | None, JsonValue]:
         if payload is None:
@@ -994,17 +987,14 @@ class Arbiter:
             return exc
         message = str(exc)
         clean_message = self._redact(message)
-        failure = getattr(exc, "failure", None)
+        failure = exc.failure
         clean_failure = self._redact_failure(failure) if isinstance(failure, ToolFailure) else None
         if clean_message == message and clean_failure is failure:
             return exc
         try:
-            error = type(exc)(clean_message, node=exc.node)
+            return type(exc)(clean_message, node=exc.node, failure=clean_failure)
         except TypeError:  # a subclass with its own constructor: keep the family
-            error = ToolError(clean_message, node=exc.node)
-        if clean_failure is not None:
-            _attach(error, clean_failure)
-        return error
+            return ToolError(clean_message, node=exc.node, failure=clean_failure)
 
     def _redact_failure(self, failure: ToolFailure) -> ToolFailure:
         """``failure`` itself when it quotes no secret, else a redacted copy (message, hint,
@@ -1020,7 +1010,7 @@ class Arbiter:
         logged traceback would print the original message unredacted."""
         if self._redact(str(exc)) != str(exc):
             return None
-        failure = getattr(exc, "failure", None)
+        failure = exc.failure if isinstance(exc, ToolError) else None
         if isinstance(failure, ToolFailure) and self._redact_failure(failure) is not failure:
             return None
         return exc
@@ -1055,7 +1045,7 @@ def _no_host(spec: ToolSpec, node: str | None) -> ToolError:
     hint = "give the arbiter a tool host: Arbiter(..., host=HostHandlers({...}))"
     message = f"tool {spec.id!r} is executed by the host, and this arbiter has none (fix: {hint})"
     failure = ToolFailure(code="host_unavailable", tool=spec.id, message=message, hint=hint)
-    return _attach(ToolError(message, node=node), failure)
+    return ToolError(message, node=node, failure=failure)
 
 
 def _args_hash(args: Mapping[str, Any]) -> str:

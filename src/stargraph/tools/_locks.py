@@ -362,7 +362,6 @@ class LockManager:
             f"{ticket.owner or 'a call'} could not acquire [{wanted}] within {timeout}s; "
             f"held by: {', '.join(holders) or 'earlier waiters'} (fix: {hint})"
         )
-        error = LockTimeoutError(message)
         failure = ToolFailure(
             code="lock_timeout",
             tool=ticket.owner,
@@ -370,5 +369,4 @@ class LockManager:
             hint=hint,
             details={"lockset": wanted, "holders": list(holders)},
         )
-        setattr(error, "failure", failure)  # noqa: B010 -- errors.py classes take no extra fields
-        return error
+        return LockTimeoutError(message, failure=failure)

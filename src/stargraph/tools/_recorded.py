@@ -72,9 +72,8 @@ def _unpack(value: Any, call: _Call) -> ToolResult:
     cls = getattr(errors, str(value.get("error")), None)
     if not (isinstance(cls, type) and issubclass(cls, ToolError)):
         cls = ToolError
-    exc = cls(str(value.get("message", "")), node=call.node)
-    exc.failure = ToolFailure.model_validate(value["failure"])  # type: ignore[attr-defined]
-    raise exc
+    failure = ToolFailure.model_validate(value["failure"])
+    raise cls(str(value.get("message", "")), node=call.node, failure=failure)
 
 
 def tool_message_content(request: Any, value: Any) -> str | None:
@@ -99,9 +98,9 @@ def tool_message_content(request: Any, value: Any) -> str | None:
         if "result" in value:
             result = ToolResult.model_validate(value["result"])
         else:
-            exc = ToolError(str(value.get("message", "")))
-            exc.failure = ToolFailure.model_validate(value["failure"])  # type: ignore[attr-defined]
-            result = ToolResult.from_error(exc)
+            failure = ToolFailure.model_validate(value["failure"])
+            error = ToolError(str(value.get("message", "")), failure=failure)
+            result = ToolResult.from_error(error)
     except (KeyError, ValueError):  # ValueError: pydantic's ValidationError
         return None
     content = result.to_tool_message(lane)["content"]

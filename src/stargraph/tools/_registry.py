@@ -139,10 +139,8 @@ class ToolRegistry:
             reason = "no such tool" + (f"; did you mean {close}?" if close else "")
         hint = "call one of the tools offered in this step"
         message = f"unknown tool {ref!r}: {reason} (fix: {hint})"
-        error = ToolArgumentError(message, node=node)
         failure = ToolFailure(code="unknown_tool", tool=ref, message=message, hint=hint)
-        setattr(error, "failure", failure)  # noqa: B010 -- errors.py classes take no extra fields
-        raise error
+        raise ToolArgumentError(message, node=node, failure=failure)
 
     def __contains__(self, ref: object) -> bool:
         if not isinstance(ref, str):

@@ -160,7 +160,7 @@ _STATUS_BY_CODE: dict[str, ToolStatus] = {
 
 def failure_of(exc: ToolError) -> ToolFailure:
     """The :class:`ToolFailure` the arbiter attached to ``exc`` (synthesised if absent)."""
-    failure = getattr(exc, "failure", None)
+    failure = exc.failure
     if isinstance(failure, ToolFailure):
         return failure
     code: FailureCode = "tool_failed"

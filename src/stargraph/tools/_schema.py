@@ -125,12 +125,10 @@ def _argument_error(tool: str, fields: list[FieldProblem], node: str | None) -> 
     listed = "; ".join(f"{p.field}: {p.message}" for p in fields)
     hint = "call the tool again with arguments that match its parameters schema"
     message = f"tool {tool!r} got invalid arguments: {listed} (fix: {hint})"
-    error = ToolArgumentError(message, node=node)
     failure = ToolFailure(
         code="invalid_arguments", tool=tool, message=message, hint=hint, fields=tuple(fields)
     )
-    setattr(error, "failure", failure)  # noqa: B010 -- errors.py classes take no extra fields
-    return error
+    return ToolArgumentError(message, node=node, failure=failure)
 
 
 # --------------------------------------------------------------------------- JSON Schema

@@ -91,12 +91,10 @@ class Workspace:
             f"tool {tool!r} refused {arg}={path!r}: {reason}; the workspace root is the only "
             f"place file tools may touch (fix: {hint})"
         )
-        error = ToolNotAllowedError(message)
         failure = ToolFailure(
             code="path_escape", tool=tool, message=message, hint=hint, details={"arg": arg}
         )
-        setattr(error, "failure", failure)  # noqa: B010 -- errors.py classes take no extra fields
-        raise error
+        raise ToolNotAllowedError(message, failure=failure)
 
     @staticmethod
     def _escape_reason(path: str) -> str | None:
@@ -118,7 +116,6 @@ def _unusable(path: str, tool: str, arg: str, exc: OSError) -> ToolArgumentError
     hint = "use shorter names (at most 255 bytes per component) and a readable directory"
     problem = f"the operating system cannot look it up: {why}"
     message = f"tool {tool!r} refused {arg}={shown!r}: {problem} (fix: {hint})"
-    error = ToolArgumentError(message)
     failure = ToolFailure(
         code="invalid_arguments",
         tool=tool,
@@ -126,8 +123,7 @@ def _unusable(path: str, tool: str, arg: str, exc: OSError) -> ToolArgumentError
         hint=hint,
         fields=(FieldProblem(field=arg, message=problem),),
     )
-    setattr(error, "failure", failure)  # noqa: B010 -- errors.py classes take no extra fields
-    return error
+    return ToolArgumentError(message, failure=failure)
 
 
 def _realpath_under(root: str, path: str) -> tuple[str, int]:
