@@ -141,3 +141,16 @@ def test_a_failed_write_rolls_back_maps_the_error_and_frees_the_lock(tmp_path: P
     assert done == [True]
     assert db.rows("SELECT n FROM t") == [(2,)]
     db.close()
+
+
+def test_issue23_only_the_layer_opens_sqlite_connections() -> None:
+    import stargraph
+
+    src = Path(stargraph.__file__).parent
+    opening = {
+        str(path.relative_to(src))
+        for path in src.rglob("*.py")
+        if "sqlite3.connect(" in path.read_text(encoding="utf-8")
+    }
+    # cli/_load.py only peeks, read-only, at whether a file the user named is a store.
+    assert opening == {"_sqlite.py", "cli/_load.py"}

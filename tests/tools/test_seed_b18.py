@@ -513,6 +513,47 @@ def test_B18_memory_store_refuses_another_embedder(tmp_path: Path) -> None:
         MemoryStore(path, embedder=HashingEmbedder(64))
 
 
+def test_issue23_memory_compaction_is_one_transaction(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "memory.db"
+    store = MemoryStore(path)
+    for n in range(4):
+        store.upsert("working", f"event {n}")
+    # Another process's rule refuses deleting entries: the fold's deletions fail after its
+    # summary was written, and the summary must go with them.
+    with sqlite3.connect(path) as other:
+        other.execute(
+            "CREATE TRIGGER keep BEFORE DELETE ON entries WHEN OLD.kind = 'entry' "
+            "BEGIN SELECT RAISE(ABORT, 'entries are kept'); END"
+        )
+    other.close()
+    with pytest.raises(sqlite3.IntegrityError, match="entries are kept"):
+        store.compact("working", keep=1)
+    assert [(e.kind, e.text) for e in store.entries("working")] == [
+        ("entry", f"event {n}") for n in range(4)
+    ]
+    # The store goes on working: the failed transaction was rolled back, not left open.
+    assert store.upsert("working", "event 4")[1] == "created"
+    store.close()
+
+
+def test_issue23_memory_store_is_shared_by_two_handles_of_one_file(tmp_path: Path) -> None:
+    path = tmp_path / "memory.db"
+    first, second = MemoryStore(path), MemoryStore(path)
+    entry, status = first.upsert("knowledge", "Paris is the capital of France.", key="paris")
+    assert status == "created"
+    assert second.upsert("knowledge", "Paris is the capital of France.", key="paris") == (
+        entry,
+        "unchanged",
+    )
+    replaced, status = second.upsert("knowledge", "Paris is in France.", key="paris")
+    assert (status, replaced.seq) == ("updated", entry.seq + 1)
+    assert [e.text for e in first.entries("knowledge")] == ["Paris is in France."]
+    first.close()
+    second.close()
+
+
 def test_B18_email_send_check_receive_over_smtp_and_imap(
     arbiter: Arbiter, services: LocalServices
 ) -> None:

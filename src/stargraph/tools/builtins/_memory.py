@@ -26,7 +26,6 @@ half-done compaction.
 from __future__ import annotations
 
 import sqlite3
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal
@@ -34,6 +33,7 @@ from typing import Annotated, Any, Final, Literal
 import numpy as np
 from pydantic import BaseModel, Field, model_validator
 
+from stargraph._sqlite import Database
 from stargraph.errors import StoreError
 from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._canonical import content_ref
@@ -103,25 +103,22 @@ class MemoryStore:
 
             embedder = HashingEmbedder(256)
         self.embedder = embedder
-        self._db = sqlite3.connect(str(path), check_same_thread=False, isolation_level=None)
-        self._lock = threading.Lock()
-        with self._lock:
-            self._db.executescript(
-                """
-                CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
-                CREATE TABLE IF NOT EXISTS entries (
-                    seq INTEGER PRIMARY KEY AUTOINCREMENT, scope TEXT NOT NULL,
-                    key TEXT NOT NULL, text TEXT NOT NULL, hash TEXT NOT NULL,
-                    kind TEXT NOT NULL, vector BLOB NOT NULL, UNIQUE (scope, key));
-                CREATE INDEX IF NOT EXISTS entries_hash ON entries (hash);
-                """
-            )
-            self._db.execute(
-                "INSERT OR IGNORE INTO meta VALUES ('embedder', ?)", (str(embedder.name),)
-            )
-            (stored,) = self._db.execute(
-                "SELECT value FROM meta WHERE name = 'embedder'"
-            ).fetchone()
+        # The shared SQLite layer: per-thread connections, WAL for a file, and writers of
+        # other processes waited for up to the busy timeout instead of failing at once.
+        self._db = Database(path)
+        self._db.script(
+            """
+            CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS entries (
+                seq INTEGER PRIMARY KEY AUTOINCREMENT, scope TEXT NOT NULL,
+                key TEXT NOT NULL, text TEXT NOT NULL, hash TEXT NOT NULL,
+                kind TEXT NOT NULL, vector BLOB NOT NULL, UNIQUE (scope, key));
+            CREATE INDEX IF NOT EXISTS entries_hash ON entries (hash);
+            """
+        )
+        with self._db.write() as conn:
+            conn.execute("INSERT OR IGNORE INTO meta VALUES ('embedder', ?)", (str(embedder.name),))
+            (stored,) = conn.execute("SELECT value FROM meta WHERE name = 'embedder'").fetchone()
         if stored != embedder.name:
             self._db.close()
             raise StoreError(
@@ -138,47 +135,43 @@ class MemoryStore:
         digest = content_ref(text.encode())
         key = key or digest.removeprefix("sha256:")[:16]
         vector = np.asarray(self.embedder.embed([text])[0], dtype="<f4").tobytes()
-        with self._lock:
-            old = self._db.execute(
+        # The check and the write in one transaction: another process writing the same key
+        # in between cannot make this call report "unchanged" for text it replaced.
+        with self._db.write() as conn:
+            old = conn.execute(
                 "SELECT hash FROM entries WHERE scope = ? AND key = ?", (scope, key)
             ).fetchone()
             if old is not None and old[0] == digest:
-                return self._get(scope, key), "unchanged"
-            self._db.execute("BEGIN IMMEDIATE")
-            try:
-                self._db.execute("DELETE FROM entries WHERE scope = ? AND key = ?", (scope, key))
-                self._db.execute(
-                    "INSERT INTO entries (scope, key, text, hash, kind, vector) "
-                    "VALUES (?, ?, ?, ?, ?, ?)",
-                    (scope, key, text, digest, kind, vector),
-                )
-                self._db.execute("COMMIT")
-            except BaseException:
-                self._db.execute("ROLLBACK")
-                raise
-            return self._get(scope, key), "created" if old is None else "updated"
+                return _get(conn, scope, key), "unchanged"
+            conn.execute("DELETE FROM entries WHERE scope = ? AND key = ?", (scope, key))
+            conn.execute(
+                "INSERT INTO entries (scope, key, text, hash, kind, vector) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (scope, key, text, digest, kind, vector),
+            )
+            return _get(conn, scope, key), "created" if old is None else "updated"
 
     def compact(self, scope: Scope, *, keep: int) -> dict[str, Any]:
         """Fold every entry of ``scope`` but the newest ``keep`` into the scope's summary
         entry (key ``summary:<scope>``), one clipped line per entry, after the previous
-        summary's lines. Returns what it did."""
-        with self._lock:
-            rows = self._db.execute(
+        summary's lines, in one transaction. Returns what it did."""
+        with self._db.write() as conn:
+            rows = conn.execute(
                 "SELECT seq, text FROM entries WHERE scope = ? AND kind = 'entry' ORDER BY seq",
                 (scope,),
             ).fetchall()
             folded = rows[: max(len(rows) - keep, 0)]
-            previous = self._db.execute(
+            if not folded:
+                return {"scope": scope, "folded": 0, "kept": len(rows), "summary": None}
+            previous = conn.execute(
                 "SELECT text FROM entries WHERE scope = ? AND key = ?", (scope, f"summary:{scope}")
             ).fetchone()
-        if not folded:
-            return {"scope": scope, "folded": 0, "kept": len(rows), "summary": None}
-        lines = previous[0].splitlines() if previous else []
-        lines += [f"[{seq}] " + " ".join(text.split())[:_CLIP] for seq, text in folded]
-        summary = "\n".join(lines[-_SUMMARY_LINES:])
-        entry, _ = self.upsert(scope, summary, key=f"summary:{scope}", kind="summary")
-        with self._lock:
-            self._db.executemany("DELETE FROM entries WHERE seq = ?", [(s,) for s, _ in folded])
+            lines = previous[0].splitlines() if previous else []
+            lines += [f"[{seq}] " + " ".join(text.split())[:_CLIP] for seq, text in folded]
+            summary = "\n".join(lines[-_SUMMARY_LINES:])
+            # Joins this transaction: the summary and the deletions commit together.
+            entry, _ = self.upsert(scope, summary, key=f"summary:{scope}", kind="summary")
+            conn.executemany("DELETE FROM entries WHERE seq = ?", [(s,) for s, _ in folded])
         return {
             "scope": scope,
             "folded": len(folded),
@@ -187,13 +180,6 @@ class MemoryStore:
         }
 
     # ------------------------------------------------------------------ reading
-
-    def _get(self, scope: str, key: str) -> MemoryEntry:
-        row = self._db.execute(
-            "SELECT seq, scope, key, text, hash, kind FROM entries WHERE scope = ? AND key = ?",
-            (scope, key),
-        ).fetchone()
-        return _entry(row)
 
     def by_hash(self, digest: str, *, scope: Scope | None = None) -> list[MemoryEntry]:
         """Entries whose text hashes to ``digest`` (``sha256:<hex>`` or bare hex)."""
@@ -213,10 +199,9 @@ class MemoryStore:
     ) -> list[tuple[MemoryEntry, float]]:
         """The ``k`` entries closest to ``query`` (cosine), best first, ties by ``seq``."""
         where, params = ("WHERE scope = ?", (scope,)) if scope else ("", ())
-        with self._lock:
-            rows = self._db.execute(
-                f"SELECT seq, scope, key, text, hash, kind, vector FROM entries {where}", params
-            ).fetchall()
+        rows = self._db.rows(
+            f"SELECT seq, scope, key, text, hash, kind, vector FROM entries {where}", params
+        )
         if not rows:
             return []
         matrix = np.stack([np.frombuffer(row[6], dtype="<f4") for row in rows])
@@ -235,18 +220,24 @@ class MemoryStore:
         if scope is not None:
             condition += " AND scope = ?"
             params += (scope,)
-        with self._lock:
-            rows = self._db.execute(
-                "SELECT seq, scope, key, text, hash, kind FROM entries "
-                f"WHERE {condition} ORDER BY seq LIMIT ?",
-                (*params, limit),
-            ).fetchall()
+        rows = self._db.rows(
+            "SELECT seq, scope, key, text, hash, kind FROM entries "
+            f"WHERE {condition} ORDER BY seq LIMIT ?",
+            (*params, limit),
+        )
         return [_entry(row) for row in rows]
 
     def close(self) -> None:
         """Close the database."""
-        with self._lock:
-            self._db.close()
+        self._db.close()
+
+
+def _get(conn: sqlite3.Connection, scope: str, key: str) -> MemoryEntry:
+    row = conn.execute(
+        "SELECT seq, scope, key, text, hash, kind FROM entries WHERE scope = ? AND key = ?",
+        (scope, key),
+    ).fetchone()
+    return _entry(row)
 
 
 def _entry(row: Any) -> MemoryEntry:
