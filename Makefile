@@ -59,10 +59,12 @@ test: llama-background lint typecheck pytest
 # (pyproject.toml); the fast loop leaves them out. It provisions nothing and needs no network.
 FAST_TESTS := not postgres and not ray and not browser and not graphviz and not real_model and not slow
 
+# Two pytest workers: lint and mypy (with a warm cache) take seconds, so the tests are what
+# make check waits for, and they share no state across processes (each has its own tmp_path).
 pytest-fast: $(STAMP_DEV)
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "$(FAST_TESTS)"
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 -m "$(FAST_TESTS)"
 
-# Lint, types and tests at once: the machine has two cores and mypy and pytest use one each.
+# Lint, types and tests at once (mypy with a warm cache takes seconds; the tests use both cores).
 check: $(STAMP_DEV)
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck pytest-fast
 
