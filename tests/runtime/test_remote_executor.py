@@ -27,7 +27,7 @@ from stargraph.errors import CompileError, InvalidWriteError, NodeError, NodeTim
 from stargraph.graph import END, START, Graph, Send
 from stargraph.ir import RetryPolicyIR
 from stargraph.runtime import CompiledGraph, RunContext, RunFinished, SeededEntropy, SystemEntropy
-from stargraph.runtime._context import entropy_from_spec, entropy_spec
+from stargraph.runtime._context import entropy_from_spec, entropy_spec, portable_entropy
 from stargraph.runtime._remote import RemoteContextError
 from stargraph.runtime.ray import RayExecutor, init_local
 
@@ -237,8 +237,8 @@ def test_entropy_travels_as_seed_and_start() -> None:
     assert rebuilt.now_at(position, 3, 2) == seeded.now_at(position, 3, 2)
     assert entropy_spec(SystemEntropy()) is None
     assert isinstance(entropy_from_spec(None), SystemEntropy)
-    with pytest.raises(TypeError, match="_FixedEntropy has no portable form"):
-        entropy_spec(_FixedEntropy())
+    assert portable_entropy(seeded) is seeded
+    assert portable_entropy(_FixedEntropy()) is None
 
 
 def test_registry_id_nodes_cannot_go_remote(process_pool: concurrent.futures.Executor) -> None:

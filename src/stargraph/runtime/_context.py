@@ -134,16 +134,23 @@ class SeededEntropy:
         return self._rng.random()
 
 
-def entropy_spec(entropy: Entropy) -> dict[str, Any] | None:
+def portable_entropy(entropy: Entropy) -> SeededEntropy | SystemEntropy | None:
+    """``entropy`` if another process can rebuild it from :func:`entropy_spec` (exactly a
+    :class:`SeededEntropy` or a :class:`SystemEntropy`, not a subclass that may draw
+    differently), else ``None``."""
+    if type(entropy) is SeededEntropy or type(entropy) is SystemEntropy:
+        return entropy
+    return None
+
+
+def entropy_spec(entropy: SeededEntropy | SystemEntropy) -> dict[str, Any] | None:
     """The JSON form in which a run's entropy source travels to a worker process, read back
     by :func:`entropy_from_spec`: a :class:`SeededEntropy` as its seed and start time (all
     a worker needs to draw by position what this process would), :class:`SystemEntropy` as
-    ``None``. Raises ``TypeError`` for any other source, which no other process can rebuild."""
-    if type(entropy) is SeededEntropy:
+    ``None``. :func:`portable_entropy` says which sources have this form."""
+    if isinstance(entropy, SeededEntropy):
         return {"seed": entropy.seed, "start": entropy.start.isoformat()}
-    if type(entropy) is SystemEntropy:
-        return None
-    raise TypeError(f"the entropy source {type(entropy).__name__} has no portable form")
+    return None
 
 
 def entropy_from_spec(spec: dict[str, Any] | None) -> Entropy:

@@ -40,7 +40,13 @@ from pydantic_core import to_jsonable_python
 from stargraph.errors import Problem, RemoteContextError
 from stargraph.ir import FunctionNodeIR, GraphIR
 from stargraph.refs import resolve_ref
-from stargraph.runtime._context import RunContext, TaskJournal, entropy_from_spec, entropy_spec
+from stargraph.runtime._context import (
+    RunContext,
+    TaskJournal,
+    entropy_from_spec,
+    entropy_spec,
+    portable_entropy,
+)
 from stargraph.runtime._plan import NodeSpec, Task
 from stargraph.runtime._values import describe_exception, jsonable
 from stargraph.state import fast_state
@@ -252,15 +258,15 @@ def _value(entry: Any) -> Any:
 
 
 def _entropy_spec(run: Run, task: Task) -> dict[str, Any] | None:
-    try:
-        return entropy_spec(run.entropy)
-    except TypeError:
+    portable = portable_entropy(run.entropy)
+    if portable is None:
         raise RemoteContextError(
             f"node {task.node!r} takes a ctx, and its run uses the entropy source "
             f"{type(run.entropy).__name__}, which cannot be carried to another process; use "
             "SeededEntropy or SystemEntropy, or pass blocking=False to keep the node local",
             **run.where(task.node),
-        ) from None
+        )
+    return entropy_spec(portable)
 
 
 # --------------------------------------------------------------------------- worker
