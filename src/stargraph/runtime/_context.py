@@ -134,28 +134,23 @@ class SeededEntropy:
         return self._rng.random()
 
 
-def portable_entropy(entropy: Entropy) -> SeededEntropy | SystemEntropy | None:
-    """``entropy`` if another process can rebuild it from :func:`entropy_spec` (exactly a
-    :class:`SeededEntropy` or a :class:`SystemEntropy`, not a subclass that may draw
-    differently), else ``None``."""
-    if type(entropy) is SeededEntropy or type(entropy) is SystemEntropy:
-        return entropy
-    return None
-
-
-def entropy_spec(entropy: SeededEntropy | SystemEntropy) -> dict[str, Any] | None:
+def entropy_spec(entropy: Entropy) -> dict[str, Any] | None:
     """The JSON form in which a run's entropy source travels to a worker process, read back
     by :func:`entropy_from_spec`: a :class:`SeededEntropy` as its seed and start time (all
-    a worker needs to draw by position what this process would), :class:`SystemEntropy` as
-    ``None``. :func:`portable_entropy` says which sources have this form."""
-    if isinstance(entropy, SeededEntropy):
+    a worker needs to draw by position what this process would), a :class:`SystemEntropy`
+    as ``{}``. ``None`` for any other source, a subclass of those two included: it may draw
+    differently, and no worker could rebuild it."""
+    if type(entropy) is SeededEntropy:
         return {"seed": entropy.seed, "start": entropy.start.isoformat()}
+    if type(entropy) is SystemEntropy:
+        return {}
     return None
 
 
 def entropy_from_spec(spec: dict[str, Any] | None) -> Entropy:
-    """The entropy source :func:`entropy_spec` gave ``spec`` for."""
-    if spec is None:
+    """The entropy source :func:`entropy_spec` gave ``spec`` for (a :class:`SystemEntropy`
+    for ``{}`` or ``None``)."""
+    if not spec:
         return SystemEntropy()
     return SeededEntropy(spec["seed"], datetime.fromisoformat(spec["start"]))
 

@@ -40,13 +40,7 @@ from pydantic_core import to_jsonable_python
 from stargraph.errors import Problem, RemoteContextError
 from stargraph.ir import FunctionNodeIR, GraphIR
 from stargraph.refs import resolve_ref
-from stargraph.runtime._context import (
-    RunContext,
-    TaskJournal,
-    entropy_from_spec,
-    entropy_spec,
-    portable_entropy,
-)
+from stargraph.runtime._context import RunContext, TaskJournal, entropy_from_spec, entropy_spec
 from stargraph.runtime._plan import NodeSpec, Task
 from stargraph.runtime._values import describe_exception, jsonable
 from stargraph.state import fast_state
@@ -257,16 +251,16 @@ def _value(entry: Any) -> Any:
     return entry.value
 
 
-def _entropy_spec(run: Run, task: Task) -> dict[str, Any] | None:
-    portable = portable_entropy(run.entropy)
-    if portable is None:
+def _entropy_spec(run: Run, task: Task) -> dict[str, Any]:
+    spec = entropy_spec(run.entropy)
+    if spec is None:
         raise RemoteContextError(
             f"node {task.node!r} takes a ctx, and its run uses the entropy source "
             f"{type(run.entropy).__name__}, which cannot be carried to another process; use "
             "SeededEntropy or SystemEntropy, or pass blocking=False to keep the node local",
             **run.where(task.node),
         )
-    return entropy_spec(portable)
+    return spec
 
 
 # --------------------------------------------------------------------------- worker
