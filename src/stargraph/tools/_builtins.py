@@ -35,7 +35,9 @@ def fs_read(
     tail: Annotated[int | None, Field(ge=1, description="Only the last N lines.")] = None,
 ) -> ToolOutput:
     """Read a text file in the workspace, optionally only its first or last lines."""
-    text = ctx.workspace.resolve(path, tool=ctx.tool).read_text(encoding="utf-8", errors="replace")
+    data = ctx.workspace.read_bytes(path, tool=ctx.tool).decode("utf-8", errors="replace")
+    # Universal newlines, as a text-mode read gives them.
+    text = data.replace("\r\n", "\n").replace("\r", "\n")
     lines = text.splitlines(keepends=True)
     if head is not None:
         lines = lines[:head]
@@ -53,10 +55,7 @@ def fs_write(
     mode: Literal["overwrite", "append"] = "overwrite",
 ) -> ToolOutput:
     """Write content to a file in the workspace (overwrite or append)."""
-    target = ctx.workspace.resolve(path, tool=ctx.tool)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with target.open("a" if mode == "append" else "w", encoding="utf-8") as handle:
-        handle.write(content)
+    ctx.workspace.write_bytes(path, content.encode(), append=mode == "append", tool=ctx.tool)
     return ToolOutput(summary=f"{mode} {len(content.encode())} bytes to {path}")
 
 
@@ -72,38 +71,15 @@ def fs_search(
         regex = re.compile(pattern)
     except re.error as exc:
         raise ToolArgumentError(f"tool {ctx.tool!r}: pattern is not a valid regex: {exc}") from exc
-    base = ctx.workspace.resolve(path, tool=ctx.tool)
-    root = ctx.workspace.root
-    files = (
-        [base]
-        if base.is_file()
-        else sorted(
-            # followlinks=False and the containment check below keep the walk inside the root.
-            p
-            for d, _, names in os.walk(base, followlinks=False)
-            for p in (base / d / n for n in names)
-        )
-    )
     hits: list[dict[str, Any]] = []
-    for file in files:
-        real = file.resolve()
-        if not real.is_relative_to(root):
-            continue
+    # read_tree skips what the tools may not read: symlinks leading out, hard-linked files.
+    for rel, data in ctx.workspace.read_tree(path, max_bytes=_SEARCH_FILE_LIMIT, tool=ctx.tool):
         try:
-            info = real.stat()
-        except OSError:
-            continue  # vanished or unreadable since the walk
-        # A second hard link may be a name outside the workspace (see Workspace): skip it,
-        # as a symlink out is skipped.
-        if info.st_size > _SEARCH_FILE_LIMIT or info.st_nlink > 1:
-            continue
-        try:
-            text = real.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue  # binary or unreadable files are not searchable text
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # binary files are not searchable text
         for number, line in enumerate(text.splitlines(), start=1):
             if regex.search(line):
-                rel = file.relative_to(root).as_posix()
                 hits.append({"path": rel, "line": number, "text": line[:500]})
                 if len(hits) >= max_results:
                     return ToolOutput(summary=f"{len(hits)}+ matches (truncated)", payload=hits)
