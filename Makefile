@@ -42,7 +42,7 @@ typecheck: $(STAMP_DEV)
 	$(BIN)/mypy
 
 PROVISION := bash scripts/ensure_postgres.sh && bash scripts/ensure_graphviz.sh && \
-	bash scripts/ensure_chromium.sh
+	bash scripts/ensure_chromium.sh && bash scripts/ensure_bwrap.sh
 
 # No coverage here: branch tracing made the in-process tests about a quarter slower (CPU time
 # on a 2-core machine that also builds llama.cpp), and no gate reads the figure. `make
@@ -64,12 +64,14 @@ llama-background:
 test: llama-background lint typecheck pytest
 
 # Tests that need a server or a program outside the venv, and the long ones, carry a marker
-# (pyproject.toml); the fast loop leaves them out. It provisions nothing and needs no network.
+# (pyproject.toml); the fast loop leaves them out. It provisions only bubblewrap, the sandbox
+# choir.exec cannot run without (a no-op once installed), and otherwise needs no network.
 FAST_TESTS := not postgres and not ray and not browser and not graphviz and not real_model and not slow
 
 # Two pytest workers: lint and mypy (with a warm cache) take seconds, so the tests are what
 # make check waits for, and they share no state across processes (each has its own tmp_path).
 pytest-fast: $(STAMP_DEV)
+	bash scripts/ensure_bwrap.sh
 	$(BIN)/python -m pytest -q -p no:cacheprovider -n 2 -m "$(FAST_TESTS)"
 
 # Lint, types and tests at once (mypy with a warm cache takes seconds; the tests use both cores).

@@ -1,12 +1,14 @@
 """Built-in example tools, named as in the Choir seed so SkillSpec files that
 list ``choir.fs.read`` resolve: ``choir.fs.read``, ``choir.fs.write``, ``choir.fs.search``
-(workspace-bound), ``choir.exec`` (shell with timeout) and ``choir.http.fetch``.
+(workspace-bound), ``choir.exec`` (shell with timeout, in a bubblewrap sandbox) and
+``choir.http.fetch``.
 
 They use only the public tool API, like any third-party tool would.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import signal
@@ -17,11 +19,20 @@ from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from stargraph.errors import ToolArgumentError, ToolTimeoutError
-from stargraph.tools._result import ToolOutput
+from stargraph.errors import ToolArgumentError, ToolError, ToolTimeoutError
+from stargraph.tools._result import ToolFailure, ToolOutput
+from stargraph.tools._sandbox import (
+    INSTALL_HINT,
+    SANDBOX_ENV,
+    find_bwrap,
+    sandbox_argv,
+    sandbox_problem,
+)
 from stargraph.tools._tool import PythonTool, ToolContext, tool
 
 __all__ = ["builtin_tools", "exec_tool", "fs_read", "fs_search", "fs_write", "http_fetch"]
+
+logger = logging.getLogger("stargraph.tools")
 
 _OUTPUT_LIMIT = 64_000
 _SEARCH_FILE_LIMIT = 2_000_000
@@ -35,7 +46,9 @@ def fs_read(
     tail: Annotated[int | None, Field(ge=1, description="Only the last N lines.")] = None,
 ) -> ToolOutput:
     """Read a text file in the workspace, optionally only its first or last lines."""
-    text = ctx.workspace.resolve(path, tool=ctx.tool).read_text(encoding="utf-8", errors="replace")
+    data = ctx.workspace.read_bytes(path, tool=ctx.tool).decode("utf-8", errors="replace")
+    # Universal newlines, as a text-mode read gives them.
+    text = data.replace("\r\n", "\n").replace("\r", "\n")
     lines = text.splitlines(keepends=True)
     if head is not None:
         lines = lines[:head]
@@ -53,10 +66,7 @@ def fs_write(
     mode: Literal["overwrite", "append"] = "overwrite",
 ) -> ToolOutput:
     """Write content to a file in the workspace (overwrite or append)."""
-    target = ctx.workspace.resolve(path, tool=ctx.tool)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with target.open("a" if mode == "append" else "w", encoding="utf-8") as handle:
-        handle.write(content)
+    ctx.workspace.write_bytes(path, content.encode(), append=mode == "append", tool=ctx.tool)
     return ToolOutput(summary=f"{mode} {len(content.encode())} bytes to {path}")
 
 
@@ -72,74 +82,101 @@ def fs_search(
         regex = re.compile(pattern)
     except re.error as exc:
         raise ToolArgumentError(f"tool {ctx.tool!r}: pattern is not a valid regex: {exc}") from exc
-    base = ctx.workspace.resolve(path, tool=ctx.tool)
-    root = ctx.workspace.root
-    files = (
-        [base]
-        if base.is_file()
-        else sorted(
-            # followlinks=False and the containment check below keep the walk inside the root.
-            p
-            for d, _, names in os.walk(base, followlinks=False)
-            for p in (base / d / n for n in names)
-        )
-    )
     hits: list[dict[str, Any]] = []
-    for file in files:
-        real = file.resolve()
-        if not real.is_relative_to(root):
-            continue
+    # read_tree skips what the tools may not read: symlinks leading out, hard-linked files.
+    for rel, data in ctx.workspace.read_tree(path, max_bytes=_SEARCH_FILE_LIMIT, tool=ctx.tool):
         try:
-            info = real.stat()
-        except OSError:
-            continue  # vanished or unreadable since the walk
-        # A second hard link may be a name outside the workspace (see Workspace): skip it,
-        # as a symlink out is skipped.
-        if info.st_size > _SEARCH_FILE_LIMIT or info.st_nlink > 1:
-            continue
-        try:
-            text = real.read_text(encoding="utf-8")
-        except (UnicodeDecodeError, OSError):
-            continue  # binary or unreadable files are not searchable text
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            continue  # binary files are not searchable text
         for number, line in enumerate(text.splitlines(), start=1):
             if regex.search(line):
-                rel = file.relative_to(root).as_posix()
                 hits.append({"path": rel, "line": number, "text": line[:500]})
                 if len(hits) >= max_results:
                     return ToolOutput(summary=f"{len(hits)}+ matches (truncated)", payload=hits)
     return ToolOutput(summary=f"{len(hits)} matches", payload=hits)
 
 
-@tool(id="choir.exec@1.0.0", side_effect="write", locks=("workspace:X",), timeout_s=60)
-def exec_tool(
-    ctx: ToolContext,
-    command: Annotated[str, Field(description="Shell command, run in the workspace root.")],
-) -> ToolOutput:
-    """Run a shell command in the workspace root and return its exit code and output."""
-    proc = subprocess.Popen(
-        ["/bin/sh", "-c", command],
-        cwd=ctx.workspace.root,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        # Minimal environment: the agent's own API keys must not reach an arbitrary command.
-        env={"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8"},
-        start_new_session=True,
+def _exec_tool(*, network: bool, unsandboxed: bool) -> PythonTool:
+    """``choir.exec`` sandboxed by bubblewrap (see ``_sandbox``), or not with ``unsandboxed``."""
+    where = (
+        "WITHOUT a sandbox: it can read and write whatever the agent can"
+        if unsandboxed
+        else "in a sandbox: only the workspace is writable, the agent's processes and files "
+        "outside it are not visible" + ("" if network else ", and there is no network")
     )
-    try:
-        out, err = proc.communicate(timeout=ctx.remaining())
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        raise ToolTimeoutError(
-            f"tool {ctx.tool!r}: command ran longer than {ctx.timeout_s}s and was killed"
-        ) from None
-    payload = {
-        "exit_code": proc.returncode,
-        "stdout": out.decode(errors="replace")[-_OUTPUT_LIMIT:],
-        "stderr": err.decode(errors="replace")[-_OUTPUT_LIMIT:],
-    }
-    return ToolOutput(summary=f"exit code {proc.returncode}", payload=payload)
+
+    @tool(
+        id="choir.exec@1.0.0",
+        description=f"Run a shell command in the workspace root ({where}); return its exit code "
+        "and output.",
+        side_effect="write",
+        locks=("workspace:X",),
+        timeout_s=60,
+        network=network or unsandboxed,
+    )
+    def exec_tool(
+        ctx: ToolContext,
+        command: Annotated[str, Field(description="Shell command, run in the workspace root.")],
+    ) -> ToolOutput:
+        shell = ["/bin/sh", "-c", command]
+        if unsandboxed:
+            # The user's explicit choice; said in every result and in the log, not hidden.
+            logger.warning("tool %s runs a command without a sandbox (unsandboxed)", ctx.tool)
+            argv = shell
+            # Minimal environment: the agent's API keys must not reach the command directly
+            # (they are still in its parent's /proc entry, which only the sandbox hides).
+            env = {"PATH": os.environ.get("PATH", os.defpath), "LANG": "C.UTF-8"}
+        else:
+            bwrap = find_bwrap()
+            problem = sandbox_problem(bwrap)
+            if problem is not None or bwrap is None:
+                raise _no_sandbox(ctx.tool, problem or "bubblewrap is missing")
+            argv = sandbox_argv(bwrap, ctx.workspace.root, shell, network=network)
+            env = dict(SANDBOX_ENV)
+        proc = subprocess.Popen(
+            argv,
+            cwd=ctx.workspace.root,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            env=env,
+            start_new_session=True,
+        )
+        try:
+            out, err = proc.communicate(timeout=ctx.remaining())
+        except subprocess.TimeoutExpired:
+            # bwrap's command dies with it (--die-with-parent, and its PID namespace ends).
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+            raise ToolTimeoutError(
+                f"tool {ctx.tool!r}: command ran longer than {ctx.timeout_s}s and was killed"
+            ) from None
+        payload = {
+            "exit_code": proc.returncode,
+            "stdout": out.decode(errors="replace")[-_OUTPUT_LIMIT:],
+            "stderr": err.decode(errors="replace")[-_OUTPUT_LIMIT:],
+            "sandbox": "none" if unsandboxed else "bwrap",
+        }
+        note = " (unsandboxed)" if unsandboxed else ""
+        return ToolOutput(summary=f"exit code {proc.returncode}{note}", payload=payload)
+
+    return exec_tool
+
+
+def _no_sandbox(tool_id: str, problem: str) -> ToolError:
+    message = f"tool {tool_id!r} refused to run: {problem} (fix: {INSTALL_HINT})"
+    failure = ToolFailure(
+        code="tool_failed",
+        tool=tool_id,
+        message=message,
+        hint=INSTALL_HINT,
+        details={"sandbox": "unavailable"},
+    )
+    return ToolError(message, failure=failure)
+
+
+exec_tool = _exec_tool(network=False, unsandboxed=False)
 
 
 @tool(id="choir.http.fetch@1.0.0", side_effect="read", network=True, timeout_s=30)
@@ -166,6 +203,20 @@ def http_fetch(
     return ToolOutput(summary=f"HTTP {status} from {url} ({len(body)} bytes)", payload=payload)
 
 
-def builtin_tools() -> tuple[PythonTool, ...]:
-    """The five built-in tools, for ``ToolRegistry.build(builtins=builtin_tools())``."""
-    return (fs_read, fs_write, fs_search, exec_tool, http_fetch)
+def builtin_tools(
+    *, exec_network: bool = False, exec_unsandboxed: bool = False
+) -> tuple[PythonTool, ...]:
+    """The five built-in tools, for ``ToolRegistry.build(builtins=builtin_tools())``.
+
+    ``choir.exec`` runs each command in a bubblewrap sandbox without network, and refuses to
+    run where no sandbox can be made. ``exec_network=True`` gives the sandbox the network;
+    ``exec_unsandboxed=True`` runs commands without any sandbox (every result then says
+    ``"sandbox": "none"``). Either changes the tool's spec, so the registry digest tells the
+    configurations apart.
+    """
+    shell = (
+        exec_tool
+        if not (exec_network or exec_unsandboxed)
+        else _exec_tool(network=exec_network, unsandboxed=exec_unsandboxed)
+    )
+    return (fs_read, fs_write, fs_search, shell, http_fetch)

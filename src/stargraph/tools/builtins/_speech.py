@@ -111,9 +111,7 @@ def tts_tool(synthesizer: Synthesizer | None = None, *, voice: str = "default") 
         audio = engine.synthesize(args.text, chosen)
         digest = sha256_hex(f"{engine.name}\0{chosen}\0{args.text}".encode())[:16]
         relative = f"{OUTBOX}/{digest}.wav"
-        target = ctx.workspace.resolve(relative, tool=ctx.tool)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(audio)
+        ctx.workspace.write_bytes(relative, audio, tool=ctx.tool)
         with wave.open(io.BytesIO(audio), "rb") as reader:
             seconds = reader.getnframes() / reader.getframerate()
         return ToolOutput(
