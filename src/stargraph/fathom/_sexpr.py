@@ -136,15 +136,16 @@ def _refuse(text: str) -> None:
     if bad is None:
         return
     ch = bad.group()
+    hint = "remove it; separate tokens with spaces, tabs, newlines or form feeds"
     if "\ud800" <= ch <= "\udfff":
         why = "a lone surrogate is not a character and has no UTF-8 form, which CLIPS reads"
+        hint = "remove it (JSON text can hold half of a \\ud83d\\ude00 pair)"
     else:
         why = _WHY.get(ch, "CLIPS reads a control character as neither a space nor text")
     raise SourceError(
         f"character U+{ord(ch):04X} is not allowed in a rule pack: {why}",
         1 + _line_breaks(text[: bad.start()]),
-        "remove it; separate tokens with spaces, tabs or newlines, and write a string's "
-        "special characters as text",
+        hint,
     )
 
 
