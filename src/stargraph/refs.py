@@ -170,7 +170,9 @@ def trusted_modules(*prefixes: str) -> Iterator[tuple[str, ...]]:
     outside them raises :class:`~stargraph.errors.UntrustedRefError` naming it, *before*
     its module is imported. The check also refuses a ref that reaches another module through
     a trusted one (``myapp:os.system`` when ``myapp`` imports ``os``) or names an object
-    defined elsewhere (``myapp:run`` after ``from subprocess import run``). Exception
+    defined elsewhere (``myapp:run`` after ``from subprocess import run``), and one that
+    walks attributes through an object that names no defining module (a function's
+    ``__builtins__`` dict, a bound method of a builtin object). Exception
     classes from ``builtins`` (``builtins:TimeoutError`` in a retry policy) are always
     allowed; nothing else from ``builtins`` is.
 
@@ -265,7 +267,17 @@ def _resolve_trusted(ref: str, module_name: str, qualname: str, trusted: tuple[s
         obj = getattr(obj, part)
         if inspect.ismodule(obj):
             raise _untrusted(ref, f"{part!r} is a module reached through {module_name!r}", trusted)
-    defined_in = getattr(obj, "__module__", None)
-    if isinstance(defined_in, str) and not _under(importable_name(defined_in), trusted):
-        raise _untrusted(ref, f"it names an object defined in {defined_in!r}", trusted)
+        # Every object on the way must say where it is defined, and be defined under a
+        # trusted module: a builtins dict, a bound method of a builtin object or a code
+        # object says nothing, and attributes walked through one reach anything.
+        defined_in = getattr(obj, "__module__", None)
+        if not isinstance(defined_in, str):
+            raise _untrusted(
+                ref,
+                f"{part!r} is a {type(obj).__name__!r} object reached through {module_name!r} that "
+                "names no module it is defined in",
+                trusted,
+            )
+        if not _under(importable_name(defined_in), trusted):
+            raise _untrusted(ref, f"it names an object defined in {defined_in!r}", trusted)
     return obj

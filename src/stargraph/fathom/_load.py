@@ -7,7 +7,10 @@ whole load: the environment is discarded by the caller and nothing runs.
 :func:`validate_pack` runs the same load into a scratch environment.
 
 This is the only place pack text reaches CLIPS (``tests/fathom/test_fathom_sandbox.py`` pins
-that), and the static check runs before anything is built: building evaluates template
+that), and what reaches it is never the author's text: each construct is built from
+:func:`._sexpr.render` of the very tree the checks read (``Construct.text``), so a comment,
+an escape or a character the two readers might take differently cannot hide code from the
+checks. The static check runs before anything is built: building evaluates template
 defaults, fact values, global initialisers and salience, which the allowlist requires to be
 literals, so validating a pack evaluates nothing.
 """
@@ -160,7 +163,7 @@ def _error_line(construct: sx.Construct, text: str) -> int:
     _, _, echo = text.partition("ERROR:")
     try:
         count = sum(1 for _ in sx.tokens(echo))
-        for i, (_, line, _, _) in enumerate(sx.tokens(construct.text), start=1):
+        for i, (_, line, _, _) in enumerate(sx.tokens(construct.source), start=1):
             if i == count:
                 return construct.line + line - 1
     except sx.SourceError:
@@ -478,7 +481,7 @@ def _check_and_build(
         try:
             constructs = sx.read_constructs(pack.source)
         except sx.SourceError as exc:
-            checker.problem(pack, "text", exc.line, str(exc), "balance the parentheses/quotes")
+            checker.problem(pack, "text", exc.line, str(exc), exc.hint)
             continue
         before = len(checker.problems)
         checker.check(pack, constructs)

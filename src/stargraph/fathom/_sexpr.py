@@ -1,4 +1,4 @@
-"""A small reader for CLIPS source that keeps line numbers, and the static checks built on it.
+"""A small reader for CLIPS source that keeps line numbers, its printer, and the static checks.
 
 CLIPS's own ``load()`` is not atomic and reports syntax errors at the wrong place, and a rule
 that names an unknown template is accepted silently. Reading the text ourselves lets us split
@@ -7,6 +7,14 @@ line) and inspect each rule before CLIPS sees it: unknown templates, functions o
 allowlist (:mod:`._allow`), decision facts that do not name their rule, and ``goto`` targets
 that are not successors. The reader never recurses, and it refuses lists nested deeper than
 :data:`MAX_DEPTH`, so no text can exhaust the Python or the C stack.
+
+What is checked is what runs: CLIPS is never given the author's text, only :func:`render` of
+the tree the checks read. The tokenizer follows CLIPS's scanner (``scanner.c``: ``GetToken``,
+``ScanSymbol``, ``ScanString``) so that the tree is also what the author's text means to
+CLIPS, and it refuses every character CLIPS treats specially where a reader could disagree:
+control characters other than its five spaces (NUL and Ctrl-C end CLIPS's input, a backspace
+deletes the character before it, a vertical tab is no space to CLIPS) and lone surrogates
+(no UTF-8 form, and CLIPS reads UTF-8 bytes).
 """
 
 from __future__ import annotations
@@ -14,7 +22,7 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 __all__ = [
@@ -25,6 +33,7 @@ __all__ = [
     "SExpr",
     "SourceError",
     "read_constructs",
+    "render",
 ]
 
 # How deep lists may nest. Real rules nest a handful of levels; every later pass (ours, and
@@ -34,19 +43,23 @@ MAX_DEPTH: Final = 64
 
 @dataclass(frozen=True, slots=True)
 class Atom:
-    """A token: a symbol, number, variable or string (``string`` keeps the unquoted text)."""
+    """A token: a symbol, number, variable or string (``string`` keeps the unquoted text).
+
+    ``line`` locates it in the author's text; it takes no part in equality, so a tree read
+    back from :func:`render` equals the tree it was printed from.
+    """
 
     text: str
-    line: int
+    line: int = field(compare=False)
     string: bool = False
 
 
 @dataclass(frozen=True, slots=True)
 class SExpr:
-    """A parenthesised list; ``line`` is where its ``(`` is."""
+    """A parenthesised list; ``line`` is where its ``(`` is (not compared, as for Atom)."""
 
     items: tuple[Node, ...]
-    line: int
+    line: int = field(compare=False)
 
     @property
     def head(self) -> str | None:
@@ -68,43 +81,97 @@ Node = Atom | SExpr
 class SourceError(Exception):
     """Unbalanced or malformed text; ``line`` locates it (internal, rewrapped by callers)."""
 
-    def __init__(self, message: str, line: int) -> None:
+    def __init__(self, message: str, line: int, hint: str = "balance the parentheses/quotes"):
         self.line = line
+        self.hint = hint
         super().__init__(message)
 
 
 @dataclass(frozen=True, slots=True)
 class Construct:
-    """One top-level construct: its kind (``defrule``...), name, first line and exact text."""
+    """One top-level construct: its kind (``defrule``...), name, first line, the text to
+    build, its tree, and the author's text.
+
+    ``text`` is :func:`render` of ``tree``: the only form of the construct CLIPS is given.
+    ``source`` is the author's text, kept to locate CLIPS's errors in it; never build it.
+    """
 
     kind: str
     name: str
     line: int
     text: str
     tree: SExpr
+    source: str
 
 
 # A plain CLIPS symbol usable as a rule, template or function name.
 NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_-]*")
 
-# Constraint connectives are their own tokens so `"a"|"b"` reads as three tokens.
-_SINGLE: Final = frozenset("&|~")
+# The characters CLIPS skips between tokens (GetToken): C's isspace without the vertical tab.
+_SPACE: Final = " \t\n\f\r"
+# Tokens of one character, also ending any symbol or number before them.
+_SINGLE: Final = frozenset("()&|~")
+# A symbol, number or variable runs to the first of these (ScanSymbol); ``<`` only ends one,
+# it can also start one (``<-``).
+_ENDS: Final = frozenset('<"()&|~;' + _SPACE)
+# What the reader refuses anywhere in a pack, even in comments and strings.
+_REFUSED: Final = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f\ud800-\udfff]")
+_WHY: Final = {
+    "\x00": "CLIPS stops reading at NUL, so it would not see the rest of the text",
+    "\x03": "CLIPS stops reading at Ctrl-C, so it would not see the rest of the text",
+    "\x08": "CLIPS deletes the character before a backspace, so it would read another name",
+    "\x0b": "CLIPS does not read a vertical tab as a space",
+}
+_COMMENT_END: Final = re.compile("[\r\n]")
+
+
+def _line_breaks(text: str) -> int:
+    """Line breaks in ``text``: ``\\n``, ``\\r\\n`` or a lone ``\\r`` (CLIPS ends a comment at
+    either character, and editors show a lone ``\\r`` as a new line)."""
+    return text.count("\n") + text.count("\r") - text.count("\r\n")
+
+
+def _refuse(text: str) -> None:
+    bad = _REFUSED.search(text)
+    if bad is None:
+        return
+    ch = bad.group()
+    hint = "remove it; separate tokens with spaces, tabs, newlines or form feeds"
+    if "\ud800" <= ch <= "\udfff":
+        why = "a lone surrogate is not a character and has no UTF-8 form, which CLIPS reads"
+        hint = "remove it (JSON text can hold half of a \\ud83d\\ude00 pair)"
+    else:
+        why = _WHY.get(ch, "CLIPS reads a control character as neither a space nor text")
+    raise SourceError(
+        f"character U+{ord(ch):04X} is not allowed in a rule pack: {why}",
+        1 + _line_breaks(text[: bad.start()]),
+        hint,
+    )
+
+
+def _starts_name(text: str, i: int) -> bool:
+    """CLIPS continues ``?`` or ``$?`` into a variable name only before a letter, a non-ASCII
+    character or ``*`` (``?1`` is the wildcard ``?`` then the number ``1``)."""
+    if i >= len(text):
+        return False
+    ch = text[i]
+    return ch == "*" or not ch.isascii() or ch.isalpha()
 
 
 def tokens(text: str) -> Iterator[tuple[str, int, int, bool]]:
     """Yield (token, line, offset, is_string); ``(``/``)`` are tokens of their own."""
+    _refuse(text)
     i, line, n = 0, 1, len(text)
     while i < n:
         ch = text[i]
-        if ch == "\n":
-            line += 1
-            i += 1
-        elif ch.isspace():
+        if ch in _SPACE:
+            if ch == "\n" or (ch == "\r" and text[i + 1 : i + 2] != "\n"):
+                line += 1
             i += 1
         elif ch == ";":
-            end = text.find("\n", i)
-            i = n if end < 0 else end
-        elif ch in "()":
+            end = _COMMENT_END.search(text, i)
+            i = n if end is None else end.start()
+        elif ch in _SINGLE:
             yield ch, line, i, False
             i += 1
         elif ch == '"':
@@ -114,23 +181,24 @@ def tokens(text: str) -> Iterator[tuple[str, int, int, bool]]:
                     raise SourceError("string is never closed", start_line)
                 c = text[j]
                 if c == "\\" and j + 1 < n:
-                    buf.append(text[j + 1])
-                    line += text[j + 1] == "\n"
-                    j += 2
-                    continue
-                if c == '"':
+                    c = text[j + 1]
+                    j += 1
+                elif c == '"':
                     break
-                line += c == "\n"
                 buf.append(c)
                 j += 1
+            line += _line_breaks(text[i:j])
             yield "".join(buf), start_line, i, True
             i = j + 1
-        elif ch in _SINGLE:
-            yield ch, line, i, False
-            i += 1
         else:
-            j = i
-            while j < n and not (text[j].isspace() or text[j] in '();"' or text[j] in _SINGLE):
+            j = i + 1
+            if ch == "$" and text[j : j + 1] == "?":
+                j += 1
+            if text[i:j] in ("?", "$?") and not _starts_name(text, j):
+                yield text[i:j], line, i, False  # a wildcard
+                i = j
+                continue
+            while j < n and text[j] not in _ENDS:
                 j += 1
             yield text[i:j], line, i, False
             i = j
@@ -169,6 +237,38 @@ def _read(text: str) -> list[tuple[SExpr, int, int]]:
     return out
 
 
+def _render_atom(atom: Atom) -> str:
+    if atom.string:
+        return '"' + atom.text.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return atom.text
+
+
+def render(node: Node) -> str:
+    """CLIPS text for a tree, on one line: the one printer between the checks and CLIPS.
+
+    Symbols, numbers and variables are written as read (the reader keeps only what CLIPS
+    reads as one token), strings are quoted with ``\\`` and ``"`` escaped, and tokens are
+    separated by single spaces, so comments and the author's layout never reach CLIPS.
+    Reading the result gives back an equal tree. Iterative, like the reader.
+    """
+    parts: list[str] = []
+    stack: list[Node | str] = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            parts.append(item)
+        elif isinstance(item, Atom):
+            parts.append(_render_atom(item))
+        else:
+            parts.append("(")
+            stack.append(")")
+            for k in range(len(item.items) - 1, -1, -1):
+                stack.append(item.items[k])
+                if k:
+                    stack.append(" ")
+    return "".join(parts)
+
+
 @functools.lru_cache(maxsize=256)
 def read_constructs(text: str) -> tuple[Construct, ...]:
     """Split pack text into constructs (cached: the same pack is read once per process)."""
@@ -177,7 +277,7 @@ def read_constructs(text: str) -> tuple[Construct, ...]:
         kind = expr.head or ""
         second = expr.items[1] if len(expr.items) > 1 else None
         name = second.text if isinstance(second, Atom) and not second.string else ""
-        constructs.append(Construct(kind, name, expr.line, text[start:end], expr))
+        constructs.append(Construct(kind, name, expr.line, render(expr), expr, text[start:end]))
     return tuple(constructs)
 
 
