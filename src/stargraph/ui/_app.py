@@ -38,6 +38,7 @@ from stargraph.compile._subgraphs import site_of  # how the runner names a child
 from stargraph.errors import RunNotFoundError, StargraphError
 from stargraph.ir import GraphIR, SubgraphNodeIR
 from stargraph.runtime import CompiledGraph
+from stargraph.runtime._secrets import registered_secrets
 from stargraph.ui import _pages as pages
 from stargraph.ui._diff import RunPairDiff, diff_pair
 from stargraph.ui._digest import DigestCache
@@ -295,9 +296,12 @@ class _Console:
         with self._lock:
             if graph_hash not in self._graphs:
                 try:
-                    self._graphs[graph_hash] = self._resolver(graph_hash)
+                    found = self._resolver(graph_hash)
                 except StargraphError:
-                    self._graphs[graph_hash] = None
+                    found = None
+                if found is not None and found.app is not None:
+                    self.masker.extend(registered_secrets(found.app.plan.services))
+                self._graphs[graph_hash] = found
             return self._graphs[graph_hash]
 
     def graph_of(self, run: RunRecord) -> RunGraph | None:
