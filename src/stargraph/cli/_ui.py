@@ -48,6 +48,18 @@ def _store(db: str) -> Iterator[Any]:
         store.close()
 
 
+def _secrets_from(names: str) -> dict[str, str]:
+    """Name -> value of the environment variables ``names`` (comma-separated) lists."""
+    wanted = [n.strip() for n in names.split(",") if n.strip()]
+    unset = [n for n in wanted if not os.environ.get(n)]
+    if unset:
+        raise CliUsageError(
+            f"--secrets-from names {', '.join(unset)}, which the environment does not set; "
+            "export each variable (its value is what the console masks) or leave it out"
+        )
+    return {n: os.environ[n] for n in wanted}
+
+
 @click.command("ui")
 @click.option(
     "--db", default=DEFAULT_DB, show_default=True, help="SQLite file or postgresql:// URL."
@@ -67,6 +79,14 @@ def _store(db: str) -> Iterator[Any]:
     help="A graph whose runs the console may show and resume (FILE.py[:attr], module:attr, "
     "IR JSON); graphs archived by `stargraph run` are found without it. Repeatable.",
 )
+@click.option(
+    "--secrets-from",
+    "secrets_from",
+    default="",
+    metavar="ENV_NAMES",
+    help="Comma-separated environment variables whose values are masked on every page "
+    "([redacted:NAME]), besides STARGRAPH_SECRET_* and the graphs' registered secrets.",
+)
 def ui_command(
     *,
     db: str,
@@ -75,6 +95,7 @@ def ui_command(
     token: str | None,
     read_only: bool,
     graph_specs: tuple[str, ...],
+    secrets_from: str,
 ) -> None:
     """Serve the run console in the browser: runs, their graphs and steps, live, with
     approvals.
@@ -84,6 +105,7 @@ def ui_command(
       stargraph ui
       stargraph ui --db runs.db --graph triage.py --port 9000
       stargraph ui --host 0.0.0.0 --token "$(openssl rand -hex 16)" --read-only
+      stargraph ui --secrets-from OPENAI_API_KEY,GITHUB_TOKEN
     """
     try:
         import uvicorn
@@ -98,6 +120,7 @@ def ui_command(
             f"--host {host} lets other machines reach the console; pass --token SECRET (or set "
             "STARGRAPH_UI_TOKEN) so every request must carry it, or bind 127.0.0.1"
         )
+    masked = _secrets_from(secrets_from)
     with _store(db) as store:
         given: dict[str, Target] = {}
         for spec in graph_specs:
@@ -119,7 +142,7 @@ def ui_command(
                 return None if ir is None else RunGraph(ir)
 
         settings = UiSettings(host=host, token=token, read_only=read_only)
-        app = create_app(store, graphs=resolve, settings=settings)
+        app = create_app(store, graphs=resolve, settings=settings, secrets_to_mask=masked)
         shown = f"[{host}]" if ":" in host else host
         suffix = "/?token=..." if token else "/"
         click.echo(f"stargraph ui: http://{shown}:{port}{suffix} (Ctrl+C stops it)", err=True)

@@ -269,15 +269,16 @@ class JournaledChatModel:
         """The recorded response to ``request``, or the model's (then recorded); streamed
         when the journal carries ``tokens``."""
         tokens: TokenSink | None = getattr(self.journal, "tokens", None)
-        live: list[ChatResponse] = []
+        live: list[tuple[ChatResponse, Any]] = []
 
         def compute() -> Any:
             if tokens is None:
                 response = self.model.complete(request)
             else:
                 response = _streamed(self.model, request, tokens)
-            live.append(response)
-            return response_json(response)
+            dumped = response_json(response)
+            live.append((response, dumped))
+            return dumped
 
         body, fingerprint = encode_request(request)
         value = self.journal.call(
@@ -288,27 +289,29 @@ class JournaledChatModel:
             fingerprint=fingerprint,
         )
         # A reply just made is returned as it is (frozen, and what was recorded is its
-        # dump): rebuilding it from the dump would only repeat its validation.
-        return live[0] if live else ChatResponse.model_validate(value)
+        # dump): rebuilding it from the dump would only repeat its validation. Unless the
+        # journal masked a secret in it: the node gets what a replay will get.
+        return live[0][0] if live and live[0][1] is value else ChatResponse.model_validate(value)
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         """Async :meth:`complete`."""
         tokens: TokenSink | None = getattr(self.journal, "tokens", None)
-        live: list[ChatResponse] = []
+        live: list[tuple[ChatResponse, Any]] = []
 
         async def compute() -> Any:
             if tokens is None:
                 response = await self.model.acomplete(request)
             else:
                 response = await _astreamed(self.model, request, tokens)
-            live.append(response)
-            return response_json(response)
+            dumped = response_json(response)
+            live.append((response, dumped))
+            return dumped
 
         body, fingerprint = encode_request(request)
         value = await self.journal.acall(
             KIND, "chat", compute, request=body, fingerprint=fingerprint
         )
-        return live[0] if live else ChatResponse.model_validate(value)
+        return live[0][0] if live and live[0][1] is value else ChatResponse.model_validate(value)
 
 
 def _streamed(model: ChatModel, request: ChatRequest, tokens: TokenSink) -> ChatResponse:

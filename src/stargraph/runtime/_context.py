@@ -27,6 +27,7 @@ from stargraph.runtime._protocols import is_positional
 if TYPE_CHECKING:
     from stargraph.errors import _RunAt
     from stargraph.runtime._recorded import ReplaySource
+    from stargraph.runtime._secrets import SecretMask
 
 __all__ = [
     "AttemptFence",
@@ -235,6 +236,9 @@ class TaskJournal:
     # arrives (stream mode "messages"); None when nobody streams the run's messages.
     # The recorded call stays the whole answer, so replay does not depend on it.
     tokens: Callable[[str], None] | None = field(default=None, init=False)
+    # The run's registered secrets, masked in each record (and in the value the node is
+    # handed, so a resumed run sees what the live one saw); None: recorded as they are.
+    mask: SecretMask | None = None
 
     def restart(self) -> None:
         """Serve the journal again from its first call (same attempt)."""
@@ -297,7 +301,9 @@ class TaskJournal:
             value = compute()
             # Recorded even when this attempt was abandoned meanwhile: the effect happened,
             # and the retry waiting on the gate must be served it rather than repeat it.
-            self._record(seq, kind, key, fingerprint=fingerprint, request=request, value=value)
+            value = self._record(
+                seq, kind, key, fingerprint=fingerprint, request=request, value=value
+            )
             if self.revoked:
                 raise self._abandoned(kind, key)
             return value
@@ -350,6 +356,11 @@ class TaskJournal:
     def _record(
         self, seq: int, kind: str, key: str, *, fingerprint: str, request: Any, value: Any
     ) -> Any:
+        mask = self.mask
+        if mask is not None:
+            # After the fingerprint: a replay fingerprints the request it rebuilds, unmasked.
+            value = mask.data(value)
+            request = mask.data(request)
         fields = {
             "step": self.step,
             "node": self.node,

@@ -21,6 +21,7 @@ from stargraph.ir import END, GraphIR, RetryPolicyIR
 from stargraph.refs import importable_name
 from stargraph.runtime._protocols import HasCodeHash, Journaled
 from stargraph.runtime._rules import RuleSet
+from stargraph.runtime._secrets import SecretMask, mask_of
 from stargraph.state import Channel, Checker
 
 __all__ = [
@@ -291,6 +292,7 @@ class Plan:
     single_tasks: Mapping[str, tuple[Task, ...]] = field(init=False)
     entry_tasks: tuple[Task, ...] = field(init=False)
     bindable: tuple[str, ...] = field(init=False)
+    mask: SecretMask | None = field(init=False)
     interrupts: bool = field(init=False)
     async_routers: bool = field(init=False)
     unreduced: frozenset[str] = field(init=False)
@@ -321,6 +323,8 @@ class Plan:
             # The first step's tasks when no router leaves START (as make_tasks orders them).
             "entry_tasks": tuple(Task(node) for node in sorted(set(self.ir.entry))),
             "bindable": bindable,
+            # The secrets the services register, masked in every call record.
+            "mask": mask_of(self.services),
             "interrupts": any(s.interrupt_before or s.interrupt_after for s in specs.values()),
             # Async routers are awaited by the async driver before it schedules.
             "async_routers": any(r.is_async for r in self.start_routers)

@@ -376,6 +376,7 @@ class Run:
                 fence=fence,
                 attempt=attempt,
                 source=self.replay,
+                mask=self.plan.mask,
             )
         elif self.persistence is not None:
             # The list is shared with the run (and by every attempt of the task): at commit
@@ -389,6 +390,7 @@ class Run:
                 run_id=self.run_id,
                 fence=fence,
                 attempt=attempt,
+                mask=self.plan.mask,
             )
         feed = self.feed
         custom = None
@@ -407,6 +409,7 @@ class Run:
                         fence=fence,
                         attempt=attempt,
                         ephemeral=True,
+                        mask=self.plan.mask,
                     )
                 if journal is not None:
                     journal.tokens = self._sink(feed, "messages", node, index)

@@ -455,6 +455,12 @@ class Arbiter:
         self._seq = itertools.count(1)
         self._plans: dict[str, _Plan] = {}
 
+    @property
+    def secrets(self) -> Secrets:
+        """The secrets this arbiter hands to tools (a graph's runs mask them in what they
+        store, see ``stargraph.runtime``)."""
+        return self._secrets
+
     def _plan(self, tool: Tool) -> _Plan:
         plan = self._plans.get(tool.spec.id)
         if plan is None:

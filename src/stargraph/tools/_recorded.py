@@ -161,32 +161,35 @@ class JournaledArbiter:
     def dispatch(self, call: _Call) -> ToolResult:
         """The recorded outcome of ``call``, or the arbiter's (then recorded)."""
 
-        live: list[ToolResult] = []
+        live: list[tuple[ToolResult, Any]] = []
 
         def compute() -> dict[str, Any]:
             try:
                 result = self.arbiter.dispatch(call)
             except ToolError as exc:
                 return _failure(exc)
-            live.append(result)
-            return _outcome(result)
+            outcome = _outcome(result)
+            live.append((result, outcome))
+            return outcome
 
         value = self.journal.call(KIND, call.tool, compute, request=_request_of(call))
-        # A result just made is returned as it is (frozen; the record holds its dump).
-        return live[0] if live else _unpack(value, call)
+        # A result just made is returned as it is (frozen; the record holds its dump),
+        # unless the journal masked a secret in it: the node gets what a replay will get.
+        return live[0][0] if live and live[0][1] is value else _unpack(value, call)
 
     async def adispatch(self, call: _Call) -> ToolResult:
         """Async :meth:`dispatch`."""
 
-        live: list[ToolResult] = []
+        live: list[tuple[ToolResult, Any]] = []
 
         async def compute() -> dict[str, Any]:
             try:
                 result = await self.arbiter.adispatch(call)
             except ToolError as exc:
                 return _failure(exc)
-            live.append(result)
-            return _outcome(result)
+            outcome = _outcome(result)
+            live.append((result, outcome))
+            return outcome
 
         value = await self.journal.acall(KIND, call.tool, compute, request=_request_of(call))
-        return live[0] if live else _unpack(value, call)
+        return live[0][0] if live and live[0][1] is value else _unpack(value, call)

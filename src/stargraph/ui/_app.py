@@ -38,9 +38,11 @@ from stargraph.compile._subgraphs import site_of  # how the runner names a child
 from stargraph.errors import RunNotFoundError, StargraphError
 from stargraph.ir import GraphIR, SubgraphNodeIR
 from stargraph.runtime import CompiledGraph
+from stargraph.runtime._secrets import registered_secrets
 from stargraph.ui import _pages as pages
 from stargraph.ui._diff import RunPairDiff, diff_pair
 from stargraph.ui._digest import DigestCache
+from stargraph.ui._errors import error_handlers, error_page, int_param, run_address
 from stargraph.ui._graph import graph_svg
 from stargraph.ui._live import Closing, LiveText, Wakeup, Wakeups
 from stargraph.ui._mask import Masker
@@ -175,6 +177,7 @@ class _Gate:
         self.app = app
         self.settings = settings
         self.loopback = is_loopback(settings.host)
+        self.headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in _SECURITY_HEADERS}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -184,7 +187,10 @@ class _Gate:
         refusal = self._refusal(scope, headers)
         if refusal is not None:
             status, text = refusal
-            await PlainTextResponse(text, status_code=status)(scope, receive, send)
+            page = HTMLResponse(
+                error_page(status, text), status, headers=self.headers, media_type="text/html"
+            )
+            await page(scope, receive, send)
             return
         token = self.settings.token
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
@@ -290,9 +296,12 @@ class _Console:
         with self._lock:
             if graph_hash not in self._graphs:
                 try:
-                    self._graphs[graph_hash] = self._resolver(graph_hash)
+                    found = self._resolver(graph_hash)
                 except StargraphError:
-                    self._graphs[graph_hash] = None
+                    found = None
+                if found is not None and found.app is not None:
+                    self.masker.extend(registered_secrets(found.app.plan.services))
+                self._graphs[graph_hash] = found
             return self._graphs[graph_hash]
 
     def graph_of(self, run: RunRecord) -> RunGraph | None:
@@ -373,16 +382,14 @@ def _csrf(request: Request) -> str:
     return request.cookies.get(_CSRF_COOKIE) or secrets.token_urlsafe(24)
 
 
-def _csrf_refusal(request: Request, form: Mapping[str, str]) -> Response | None:
+def _check_csrf(request: Request, form: Mapping[str, str]) -> None:
     """403 unless the form carries the CSRF token of the console's cookie."""
     sent = str(form.get("csrf", ""))
     cookie = request.cookies.get(_CSRF_COOKIE, "")
     if not cookie or not hmac.compare_digest(sent.encode(), cookie.encode()):
-        return PlainTextResponse(
-            "refused: missing or wrong CSRF token; reload the console's page and act there",
-            status_code=403,
+        raise HTTPException(
+            403, "refused: missing or wrong CSRF token; reload the console's page and act there"
         )
-    return None
 
 
 def _run_form_post(
@@ -394,13 +401,8 @@ def _run_form_post(
     async def endpoint(request: Request) -> Response:
         run_id = request.path_params["run_id"]
         form = await _form(request)
-        refused = _csrf_refusal(request, form)
-        if refused is not None:
-            return refused
-        try:
-            return await handler(run_id, form)
-        except RunNotFoundError:
-            return PlainTextResponse(f"no run {run_id!r}", status_code=404)
+        _check_csrf(request, form)
+        return await handler(run_id, form)
 
     return endpoint
 
@@ -634,19 +636,17 @@ def create_app(
 
     async def run_page(request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        raw = request.query_params.get("page")
-        page = int(raw) if raw and raw.isdigit() else None
+        page = int_param(request, "page", None)
         csrf = _csrf(request)
-        try:
-            text = await run_in_threadpool(render_run, run_id, page, csrf)
-        except RunNotFoundError:
-            return PlainTextResponse(f"no run {run_id!r} in this store", status_code=404)
+        text = await run_in_threadpool(render_run, run_id, page, csrf)
         return _html(request, text, csrf)
 
     async def run_rows(request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        after = int(request.query_params.get("after", "0"))
-        upto = int(request.query_params.get("upto", str(after + pages.PAGE_SIZE)))
+        after = int_param(request, "after", 0) or 0
+        upto = int_param(request, "upto", after + pages.PAGE_SIZE) or 0
+        if upto < after:
+            raise HTTPException(400, f"?upto={upto} is before ?after={after}; use upto >= after")
         upto = min(upto, after + pages.PAGE_SIZE)
 
         def rows() -> str:
@@ -687,20 +687,23 @@ def create_app(
 
         try:
             return HTMLResponse(await run_in_threadpool(nested))
-        except RunNotFoundError:
-            return PlainTextResponse(
-                f"no run {run_id!r} in this store (a skill run is stored once its node starts)",
-                status_code=404,
-            )
+        except RunNotFoundError as exc:
+            raise HTTPException(
+                404, f"{exc} (a skill run is stored once its node starts)"
+            ) from None
 
     async def run_state(request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        step = int(request.query_params.get("step", "0"))
+        step = int_param(request, "step", 0) or 0
 
         def state() -> str:
             from stargraph.viz import state_at
 
             run = store.get_run(run_id)
+            if step > run.last_step:
+                raise HTTPException(
+                    404, f"run {run_id} has steps 0..{run.last_step}; there is no step {step}"
+                )
             graph = console.graph_of(run)
             if graph is None:
                 records = store.get_steps(run_id, start=step, end=step)
@@ -815,10 +818,7 @@ def create_app(
                 for p in console.live.of(run_id)
             ]
 
-        try:
-            await run_in_threadpool(store.get_run, run_id)
-        except RunNotFoundError:
-            return PlainTextResponse(f"no run {run_id!r}", status_code=404)
+        await run_in_threadpool(store.get_run, run_id)
         return await sse(request, run_id, poll, "run", partial)
 
     async def runs_events(request: Request) -> Response:
@@ -839,26 +839,22 @@ def create_app(
             try:
                 response = {"approved": True, "value": json.loads(str(form.get("value", "")))}
             except ValueError as exc:
-                return PlainTextResponse(
-                    f"the edited value is not JSON ({exc}); go back and fix it", status_code=400
-                )
+                raise HTTPException(
+                    400, f"the edited value is not JSON ({exc}); go back and fix it"
+                ) from None
         else:
-            return PlainTextResponse(
-                f"unknown action {action!r}; use approve, reject or edit", status_code=400
-            )
+            raise HTTPException(400, f"unknown action {action!r}; use approve, reject or edit")
         if reason and action != "reject":
             response["reason"] = reason
         run = await run_in_threadpool(store.get_run, run_id)
         if run.status != "interrupted":
-            return PlainTextResponse(
-                f"run {run_id} is {run.status}, not waiting on an answer", status_code=409
-            )
+            raise HTTPException(409, f"run {run_id} is {run.status}, not waiting on an answer")
         graph = await run_in_threadpool(console.graph, run.graph_hash)
         if graph is None or graph.app is None:
-            return PlainTextResponse(
+            raise HTTPException(
+                409,
                 f"the console cannot resume run {run_id}: it does not have the graph "
                 f"{run.graph_hash[:19]} (start it with --graph FILE.py)",
-                status_code=409,
             )
         console.resume(run_id, graph.app, response)
         return _to_run_page(run_id)
@@ -899,14 +895,11 @@ def create_app(
 
     async def fork_page(request: Request) -> Response:
         run_id = request.path_params["run_id"]
-        raw = request.query_params.get("step", "")
-        if not raw.isdigit():
-            return PlainTextResponse("fork needs ?step=K, a step of the run", status_code=400)
+        step = int_param(request, "step", None)
+        if step is None:
+            raise HTTPException(400, "fork needs ?step=K, a step of the run")
         csrf = _csrf(request)
-        try:
-            text = await run_in_threadpool(render_fork, run_id, int(raw), csrf)
-        except RunNotFoundError:
-            return PlainTextResponse(f"no run {run_id!r} in this store", status_code=404)
+        text = await run_in_threadpool(render_fork, run_id, step, csrf)
         return _html(request, text, csrf)
 
     def fork_update(
@@ -1038,14 +1031,11 @@ def create_app(
     async def diff_view(request: Request) -> Response:
         a = request.query_params.get("a", "").strip()
         b = request.query_params.get("b", "").strip()
-        raw = request.query_params.get("page", "")
-        page = int(raw) if raw.isdigit() else None
+        page = int_param(request, "page", None)
         try:
             text = await run_in_threadpool(render_diff, a, b, page)
         except RunNotFoundError as exc:
-            return PlainTextResponse(
-                f"{console.masker.text(str(exc))}; pick two runs of this store", status_code=404
-            )
+            raise HTTPException(404, f"{exc}; pick two runs of this store") from None
         return _html(request, text)
 
     async def script(request: Request) -> Response:
@@ -1057,25 +1047,47 @@ def create_app(
     async def icon(request: Request) -> Response:
         return Response(ICON, media_type="image/svg+xml")
 
+    by_action: dict[tuple[str, str], Callable[[Request], Awaitable[Response]]] = {
+        ("", "GET"): run_page,
+        ("events", "GET"): run_events,
+        ("rows", "GET"): run_rows,
+        ("state", "GET"): run_state,
+        ("nested", "GET"): run_nested,
+        ("answer", "POST"): answer,
+        ("fork", "GET"): fork_page,
+        ("fork", "POST"): fork_post,
+        ("continue", "POST"): continue_post,
+    }
+
+    async def run_route(request: Request) -> Response:
+        """Every ``/runs/ID[/ACTION]`` address, the id read whole (see :func:`run_address`)."""
+        run_id, action = run_address(request.scope)
+        method = "GET" if request.method == "HEAD" else request.method
+        endpoint = by_action.get((action, method))
+        if endpoint is None:
+            allowed = sorted(m for a, m in by_action if a == action)
+            raise HTTPException(
+                405,
+                f"{request.method} is not what /runs/RUN{'/' + action if action else ''} takes; "
+                f"use {' or '.join(allowed)}",
+                headers={"Allow": ", ".join(allowed)},
+            )
+        request.scope["path_params"] = {"run_id": run_id}
+        return await endpoint(request)
+
     routes = [
         Route("/", runs_page),
         Route("/fragments/runs", runs_fragment),
         Route("/events/runs", runs_events),
         Route("/diff", diff_view),
-        Route("/runs/{run_id:path}/events", run_events),
-        Route("/runs/{run_id:path}/rows", run_rows),
-        Route("/runs/{run_id:path}/state", run_state),
-        Route("/runs/{run_id:path}/nested", run_nested),
-        Route("/runs/{run_id:path}/answer", answer, methods=["POST"]),
-        Route("/runs/{run_id:path}/fork", fork_page, methods=["GET"]),
-        Route("/runs/{run_id:path}/fork", fork_post, methods=["POST"]),
-        Route("/runs/{run_id:path}/continue", continue_post, methods=["POST"]),
-        Route("/runs/{run_id:path}", run_page),
+        Route("/runs/{rest:path}", run_route, methods=["GET", "POST"]),
         Route("/static/ui.js", script),
         Route("/static/ui.css", style),
         Route("/favicon.ico", icon),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(
+        routes=routes, exception_handlers=error_handlers(console.masker, _SECURITY_HEADERS)
+    )
 
     app.add_middleware(_Gate, settings=settings)
     app.state.console = console

@@ -3,9 +3,11 @@
 Two nets, because the console shows data the tool arbiter never saw (state, model requests):
 
 * values of the ``STARGRAPH_SECRET_*`` environment variables of the console's process (how
-  secrets reach subprocess tools, see :func:`stargraph.tools.secret_env_name`) and any
-  ``secrets`` given to :func:`~stargraph.ui.create_app` are replaced by ``[redacted:NAME]``,
-  exactly as the arbiter redacts them in the commit log;
+  secrets reach subprocess tools, see :func:`stargraph.tools.secret_env_name`), any
+  ``secrets`` given to :func:`~stargraph.ui.create_app` (``stargraph ui --secrets-from``)
+  and the secrets registered by the graphs the console resumes runs with (their
+  ``Secrets`` and arbiter services) are replaced by ``[redacted:NAME]``, exactly as the
+  arbiter redacts them in the commit log;
 * the value under a key that names a credential (``api_key``, ``password``, ``token`` ...)
   is replaced by ``[redacted:KEY]`` whatever it holds.
 """
@@ -39,11 +41,24 @@ class Masker:
             if name.startswith(_SECRET_ENV)
         }
         found.update(secrets or {})
+        self._found = found
+        self._needles: list[tuple[str, str]] = []
+        self._sort()
+
+    def _sort(self) -> None:
         # Longest first, so a secret containing another is replaced whole.
         self._needles = sorted(
-            ((v, n) for n, v in found.items() if len(v) >= _MIN_SECRET_LEN),
+            ((v, n) for n, v in self._found.items() if len(v) >= _MIN_SECRET_LEN),
             key=lambda item: -len(item[0]),
         )
+
+    def extend(self, secrets: Mapping[str, str]) -> None:
+        """Mask ``secrets`` too (a graph's registered ones, once the console resolves it)."""
+        fresh = {n: v for n, v in secrets.items() if self._found.get(n) != v}
+        if fresh:
+            # A new list, swapped in whole: pages rendering meanwhile read the old one.
+            self._found = {**self._found, **fresh}
+            self._sort()
 
     def text(self, value: str) -> str:
         """``value`` with every known secret value replaced."""
