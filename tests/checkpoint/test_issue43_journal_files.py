@@ -219,6 +219,26 @@ def test_issue43_a_flipped_length_bit_mid_file_is_damage_not_a_torn_tail(tmp_pat
         store.get_journal("r", 1)
 
 
+def test_issue43_an_append_refused_on_a_damaged_file_leaves_no_descriptor_open(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "runs.db"
+    with SqliteStore(db) as store:
+        _new_run(store)
+        store.append_journal("r", _entry(1, 0, "a receipt"))
+        store.set_status("r", "failed")
+    path = _only_file(db)
+    path.write_bytes(path.read_bytes().replace(b"a receipt", b"a receipT"))
+    fds = Path("/proc/self/fd")
+    with SqliteStore(db) as store:
+        store.get_run("r")  # the store's own connection opened, before counting
+        before = len(list(fds.iterdir()))
+        for _ in range(20):
+            with pytest.raises(CorruptCheckpointError):
+                _write_and_read(store)
+        assert len(list(fds.iterdir())) == before
+
+
 def test_issue43_a_copied_in_file_is_ignored_and_the_owner_empties_it(tmp_path: Path) -> None:
     """A file of another database under the run's name serves nothing, and the run's next
     owner replaces it (the other database's entries are not kept behind the new ones)."""

@@ -203,23 +203,34 @@ class JournalFiles:
         held = self._open.get(run_id)
         if held is not None:
             return held
+        # One thread opens the file: a second one would empty what the first appended.
+        with self._lock:
+            held = self._open.get(run_id)
+            if held is None:
+                fd = self._opened(run_id, new)
+                held = self._open[run_id] = _Open(fd, size=os.fstat(fd).st_size)
+        return held
+
+    def _opened(self, run_id: str, new: bool) -> int:
+        """The run's file open to append, ready for the next frame."""
         path = self.path(run_id)
         header = self._header(run_id) or MAGIC + self.database
+        empty = new and not self._forked
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (os.O_TRUNC if empty else 0)
         try:
             self.folder.mkdir(exist_ok=True)
-            if new and not self._forked:
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
-                os.write(fd, _frame(0, _HEADER, header))
-            else:
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                self._adopt(fd, path, run_id, header)
+            fd = os.open(path, flags, 0o644)
+            try:
+                if empty:
+                    os.write(fd, _frame(0, _HEADER, header))
+                else:
+                    self._adopt(fd, path, run_id, header)
+            except BaseException:
+                os.close(fd)
+                raise
         except OSError as exc:
             raise self._fail(exc, path) from exc
-        with self._lock:
-            held = self._open.setdefault(run_id, _Open(fd, size=os.fstat(fd).st_size))
-        if held.fd != fd:  # another thread opened it meanwhile
-            os.close(fd)
-        return held
+        return fd
 
     @staticmethod
     def _adopt(fd: int, path: Path, run_id: str, header: bytes) -> None:
