@@ -9,20 +9,47 @@ file is rewritten with only its live entries when it has grown to :data:`COMPACT
 Like a commit with ``synchronous="NORMAL"``, an appended call survives a crash of the
 process (it is in the operating system's cache once ``write`` returns), not a power loss.
 
-The files are ``<database>-calls/<sha256 of the run id>``, beside the database's ``-wal`` and
-``-shm`` files; a run's file goes when the run is done, and the folder when it is empty. A
-file is a sequence of frames, each ``<length, crc, step, kind>`` then, for an entry, its
-payload as the database would store it (``checkpoint._codec``). The CRC-32 covers the step,
-the kind and the payload: a frame cut short by a power loss ends the file (it is dropped
-when the file is next opened to append), and a damaged frame before others raises
-``CorruptCheckpointError`` instead of decoding into other data. Only the run's owner (the
-holder of its lease) appends, so one process at a time writes a file.
+**Where.** The files are ``<database>-calls/<sha256 of the run id>``, beside the database's
+``-wal`` and ``-shm`` files; a run's file goes when the run is done, and the folder when it
+is empty. Being a folder, it outlives ``rm runs.db*``; so a file says whose it is.
+
+**Whose.** A file's first frame, its header, names the database and the incarnation of the
+run that wrote it: the database's random id (``meta.database_id``, made with its schema)
+and the run's (``runs.incarnation``, made by ``create_run``). A file whose header names
+another database (one deleted, whose folder stayed; a file copied in from elsewhere) or
+another incarnation (the run was deleted and created again with the same id) is foreign: it
+is never read, and the run's owner empties it before it appends. A database that creates
+or migrates its schema also removes every file the folder holds, since none can be its own.
+
+**Frames.** A frame is a head ``<length u32, step i64, kind u8, payload crc u32, head crc
+u32>`` and then, for an entry, its payload as the database would store it
+(``checkpoint._codec``). The head's CRC-32 covers the 17 bytes before it (the length
+included), the payload's CRC-32 the payload: every byte of a file is under a checksum, so a
+damaged length never moves where the next frame seems to start.
+
+**Torn tail or damage.** A crash while a frame is written leaves a prefix of it at the end
+of the file: fewer bytes than a head, or a head whose checksum matches and whose payload
+runs past the end. That *torn tail* is read as a frame never written, and cut before the
+next append: its call was made but its result never became durable, the same as after a
+kill just before the ``write``, and the resume makes the call again (see
+``docs/how-to/resume.md``). Anything else is *damage* and raises
+:class:`~stargraph.errors.CorruptCheckpointError` naming the file and the byte, wherever it
+is, the last frame included (a crash writes a prefix of a frame, never a whole frame with
+other bytes): a checksum that does not match, a first frame that is not a header, a header
+of another format, a kind this code does not know. Nothing of a damaged file is served, so
+an entry is never dropped from between others nor served from another file. A file cut
+short at a frame's end reads as the file a crash at that moment leaves (a prefix of its
+entries): only a write of the database for every call could tell the two apart.
+
+Only the run's owner (the holder of its lease) appends, so one process at a time writes a
+file.
 """
 
 from __future__ import annotations
 
 import hashlib
 import os
+import re
 import struct
 import threading
 import zlib
@@ -35,20 +62,30 @@ from stargraph.errors import CheckpointError, CorruptCheckpointError
 
 __all__ = ["JournalFiles"]
 
-_HEAD: Final = struct.Struct("<IIqB")
-"""A frame's head: payload length, CRC-32 of the rest of the frame, step, kind."""
-_CHECKED: Final = struct.Struct("<qB")
-"""The part of the head the CRC covers, with the payload: step and kind."""
+_HEAD: Final = struct.Struct("<IqBII")
+"""A frame's head: payload length, step, kind, CRC-32 of the payload, CRC-32 of the rest."""
+_CHECKED: Final = struct.Struct("<IqBI")
+"""The part of the head its own CRC covers: all of it but that CRC."""
 
+MAGIC: Final = b"sgcalls\x02"
+"""The start of a header's payload: the format of the file (the second: the first had no
+header and left the length out of its checksum)."""
 
 COMPACT_AT: Final = 1 << 18
 """A run's file is rewritten with only its live entries once it holds this many bytes (256
 KiB: a few hundred calls of an agent; in between, a committed step's entries stay in it,
 dead, behind the frame that says the step committed)."""
 
-_ENTRY, _REPLACE, _COMMITTED = 0, 1, 2
+_ENTRY, _REPLACE, _COMMITTED, _HEADER = 0, 1, 2, 3
 """A frame's kind: an entry, an entry that replaces the one at its position, the commit of
-its step (which makes the entries of that step before it dead)."""
+its step (which makes the entries of that step before it dead), the file's header (its
+first frame, and only that)."""
+
+_NAME: Final = re.compile(r"[0-9a-f]{64}(\.new)?")
+"""The names of the files a folder of journals holds (a run's, a compaction's new one)."""
+
+Frame = tuple[int, int, bytes]
+"""A frame as read: ``(step, kind, payload)``."""
 
 
 @dataclass
@@ -62,37 +99,71 @@ class _Open:
     """The bytes this store appended since it opened or compacted the file."""
 
 
-def _frames(data: bytes, where: str, run_id: str) -> tuple[list[tuple[int, int, bytes]], int]:
-    """The whole frames of a journal file, ``(step, kind, payload)`` in the order they were
-    written, and the length they span (less than the file's after a frame cut short)."""
-    frames: list[tuple[int, int, bytes]] = []
+def _frame(step: int, kind: int, payload: bytes) -> bytes:
+    """One frame as its file holds it."""
+    head = _CHECKED.pack(len(payload), step, kind, zlib.crc32(payload))
+    return b"".join((head, zlib.crc32(head).to_bytes(4, "little"), payload))
+
+
+def _read(data: bytes, header: bytes | None, where: str, run_id: str) -> tuple[list[Frame], int]:
+    """The frames of a journal file after its header, in the order they were written, and
+    the bytes its whole frames span (less than the file's after a torn tail; 0 when it has
+    no whole header). ``header`` is the payload the run's header must have (``None``: the
+    database has no such run). A foreign file reads as no frames, spanning ``-1`` bytes; a
+    damaged one raises ``CorruptCheckpointError`` (see the module docstring)."""
+    frames: list[Frame] = []
     at, size = 0, len(data)
-    while at + _HEAD.size <= size:
-        length, crc, step, flag = _HEAD.unpack_from(data, at)
+    while size - at >= _HEAD.size:
+        length, step, kind, crc, head_crc = _HEAD.unpack_from(data, at)
+        if zlib.crc32(data[at : at + _CHECKED.size]) != head_crc:
+            raise _damaged(where, run_id, at, "the checksum of a frame's head does not match")
         end = at + _HEAD.size + length
         if end > size:
-            break  # cut short by a crash: the last frame
+            break  # a torn tail: the checked head says the frame runs past the end
         payload = data[at + _HEAD.size : end]
-        if zlib.crc32(payload, zlib.crc32(_CHECKED.pack(step, flag))) != crc:
-            if end == size:
-                break  # the last frame, written in part before a power loss
-            raise CorruptCheckpointError(
-                f"run {run_id!r}: the journal file {where} is damaged at byte {at} (its "
-                "checksum does not match); delete the file to make the step's calls again "
-                "on resume",
-                run_id=run_id,
-            )
-        frames.append((step, flag, payload))
+        if zlib.crc32(payload) != crc:
+            raise _damaged(where, run_id, at, "the checksum of a frame's payload does not match")
+        if at == 0:
+            if kind != _HEADER or not payload.startswith(MAGIC):
+                raise _damaged(where, run_id, at, "it does not start with a header of this format")
+            if payload != header:
+                return [], -1
+        elif kind not in (_ENTRY, _REPLACE, _COMMITTED):
+            raise _damaged(where, run_id, at, f"a frame has the unknown kind {kind}")
+        else:
+            frames.append((step, kind, payload))
         at = end
     return frames, at
 
 
-class JournalFiles:
-    """The journal files of one store's runs (see the module docstring). Thread safe."""
+def _damaged(where: str, run_id: str, at: int, what: str) -> CorruptCheckpointError:
+    return CorruptCheckpointError(
+        f"run {run_id!r}: the journal file {where} is damaged at byte {at} ({what}); nothing "
+        "of it is read: delete the file to resume the run without it (the calls of its "
+        "running step are then made again)",
+        run_id=run_id,
+    )
 
-    def __init__(self, folder: Path, fail: Callable[[OSError, Path], CheckpointError]) -> None:
+
+class JournalFiles:
+    """The journal files of one store's runs (see the module docstring). Thread safe.
+
+    ``incarnation(run_id)`` is the run's id as its row in the database keeps it (``None``
+    when the database has no such run); :attr:`database` is set by the store to its own id
+    before any file is read or written.
+    """
+
+    def __init__(
+        self,
+        folder: Path,
+        fail: Callable[[OSError, Path], CheckpointError],
+        incarnation: Callable[[str], bytes | None],
+    ) -> None:
         self.folder = folder
+        self.database = b""
+        """The id of the database whose runs these files journal."""
         self._fail = fail
+        self._incarnation = incarnation
         self._open: dict[str, _Open] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -104,12 +175,17 @@ class JournalFiles:
         name = hashlib.sha256(run_id.encode("utf-8", "surrogatepass")).hexdigest()
         return self.folder / name
 
+    def _header(self, run_id: str) -> bytes | None:
+        """The header payload of the run's file, or ``None`` when the database has no such
+        run (every file of that id is foreign)."""
+        incarnation = self._incarnation(run_id)
+        return None if incarnation is None else MAGIC + self.database + incarnation
+
     # ----------------------------------------------------------------- writing
 
     def append(self, run_id: str, step: int, payload: bytes, *, replace: bool, new: bool) -> None:
         """Append one entry of ``step``. ``new``: the run was created by this store, so no
-        file of it can hold anything yet (one left by an earlier database of the same name
-        is emptied)."""
+        file of it can hold anything of it yet (whatever is there is emptied unread)."""
         held = self._held(run_id, new)
         frame = _frame(step, _REPLACE if replace else _ENTRY, payload)
         try:
@@ -121,34 +197,51 @@ class JournalFiles:
             held.size += len(frame)
 
     def _held(self, run_id: str, new: bool) -> _Open:
-        """The run's file, opened to append on first use."""
+        """The run's file, opened to append on first use, its header written first."""
         if os.getpid() != self._pid:
             self._after_fork()
         held = self._open.get(run_id)
         if held is not None:
             return held
-        path = self.path(run_id)
-        try:
-            self.folder.mkdir(exist_ok=True)
-            if new and not self._forked:
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_TRUNC, 0o644)
-            else:
-                fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                self._cut_torn_tail(fd, path, run_id)
-        except OSError as exc:
-            raise self._fail(exc, path) from exc
+        # One thread opens the file: a second one would empty what the first appended.
         with self._lock:
-            held = self._open.setdefault(run_id, _Open(fd, size=os.fstat(fd).st_size))
-        if held.fd != fd:  # another thread opened it meanwhile
-            os.close(fd)
+            held = self._open.get(run_id)
+            if held is None:
+                fd = self._opened(run_id, new)
+                held = self._open[run_id] = _Open(fd, size=os.fstat(fd).st_size)
         return held
 
+    def _opened(self, run_id: str, new: bool) -> int:
+        """The run's file open to append, ready for the next frame."""
+        path = self.path(run_id)
+        header = self._header(run_id) or MAGIC + self.database
+        empty = new and not self._forked
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | (os.O_TRUNC if empty else 0)
+        try:
+            self.folder.mkdir(exist_ok=True)
+            fd = os.open(path, flags, 0o644)
+            try:
+                if empty:
+                    os.write(fd, _frame(0, _HEADER, header))
+                else:
+                    self._adopt(fd, path, run_id, header)
+            except BaseException:
+                os.close(fd)
+                raise
+        except OSError as exc:
+            raise self._fail(exc, path) from exc
+        return fd
+
     @staticmethod
-    def _cut_torn_tail(fd: int, path: Path, run_id: str) -> None:
-        """Drop a last frame cut short by a crash, so that what is appended next reads."""
+    def _adopt(fd: int, path: Path, run_id: str, header: bytes) -> None:
+        """Make the file one that what is appended next reads in: cut a torn tail, and
+        empty a foreign file (or one without a whole header) under a header of the run."""
         data = path.read_bytes()
-        _, whole = _frames(data, repr(str(path)), run_id)
-        if whole < len(data):
+        _, whole = _read(data, header, repr(str(path)), run_id)
+        if whole <= 0:
+            os.ftruncate(fd, 0)
+            os.write(fd, _frame(0, _HEADER, header))
+        elif whole < len(data):
             os.ftruncate(fd, whole)
 
     def committed(self, run_id: str, step: int, *, new: bool) -> None:
@@ -165,27 +258,31 @@ class JournalFiles:
             if not path.exists():
                 return
             held = self._held(run_id, new=False)
+        frame = _frame(step, _COMMITTED, b"")
         try:
-            os.write(held.fd, _frame(step, _COMMITTED, b""))
+            os.write(held.fd, frame)
         except OSError as exc:
             raise self._fail(exc, self.path(run_id)) from exc
         held.steps.discard(step)
-        held.size += _HEAD.size
+        held.size += len(frame)
         if held.size >= COMPACT_AT:
             self._compact(run_id, held)
 
     def _compact(self, run_id: str, held: _Open) -> None:
-        """Rewrite the run's file with only its live entries. Each way is atomic: the
-        common case (none live) empties the file; otherwise a new file replaces it, and this
-        store appends to that one from then on."""
+        """Rewrite the run's file with only its header and live entries. Each way is
+        atomic: the common case (none live) empties the file and writes the header again
+        (a crash between leaves an empty file: nothing live, as before); otherwise a new
+        file replaces it, and this store appends to that one from then on."""
         path = self.path(run_id)
+        header = _frame(0, _HEADER, self._header(run_id) or MAGIC + self.database)
         try:
-            live = _live(_frames(path.read_bytes(), repr(str(path)), run_id)[0])
+            live = _live(_read(path.read_bytes(), header[_HEAD.size :], repr(str(path)), run_id)[0])
             if not live:
                 os.ftruncate(held.fd, 0)
-                held.size = 0
+                os.write(held.fd, header)
+                held.size = len(header)
                 return
-            data = b"".join(_frame(*f) for f in live)
+            data = b"".join([header, *(_frame(*f) for f in live)])
             fresh = path.with_name(path.name + ".new")
             fresh.write_bytes(data)
             os.replace(fresh, path)
@@ -208,6 +305,23 @@ class JournalFiles:
             self.folder.rmdir()
         except OSError:
             pass  # the folder holds other runs' files (or was never made)
+
+    def sweep(self) -> None:
+        """Remove every journal file in the folder, and the folder: the database is new (or
+        new to journal identities), so none of them is of its runs."""
+        try:
+            names = os.listdir(self.folder)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise self._fail(exc, self.folder) from exc
+        try:
+            for name in names:
+                if _NAME.fullmatch(name):
+                    (self.folder / name).unlink(missing_ok=True)
+            self.folder.rmdir()
+        except OSError:
+            pass  # the folder holds files of someone else's: they stay, and so does it
 
     def forget(self, run_id: str) -> None:
         """Close the run's file: another store may write it from now on (a resume, an
@@ -238,7 +352,7 @@ class JournalFiles:
 
     def entries(self, run_id: str, step: int) -> list[tuple[bool, bytes]]:
         """The live entries of ``step`` in the order they were written, each as
-        ``(replace, payload)``."""
+        ``(replace, payload)``: none from a foreign file."""
         path = self.path(run_id)
         try:
             data = path.read_bytes()
@@ -246,22 +360,16 @@ class JournalFiles:
             return []
         except OSError as exc:
             raise self._fail(exc, path) from exc
-        frames = _live(_frames(data, repr(str(path)), run_id)[0])
+        frames = _live(_read(data, self._header(run_id), repr(str(path)), run_id)[0])
         return [(kind == _REPLACE, payload) for at, kind, payload in frames if at == step]
 
 
-def _live(frames: list[tuple[int, int, bytes]]) -> list[tuple[int, int, bytes]]:
+def _live(frames: list[Frame]) -> list[Frame]:
     """The entry frames that no later commit frame of their step made dead."""
-    live: list[tuple[int, int, bytes]] = []
+    live: list[Frame] = []
     for frame in frames:
         if frame[1] == _COMMITTED:
             live = [f for f in live if f[0] != frame[0]]
         else:
             live.append(frame)
     return live
-
-
-def _frame(step: int, flag: int, payload: bytes) -> bytes:
-    """One frame as its file holds it."""
-    crc = zlib.crc32(payload, zlib.crc32(_CHECKED.pack(step, flag)))
-    return _HEAD.pack(len(payload), crc, step, flag) + payload

@@ -1,12 +1,15 @@
 """``SqliteStore``: the embedded ``CheckpointStore`` (stdlib ``sqlite3``, WAL, one file).
 
-Layout (schema version 3, kept in ``meta.schema_version``)::
+Layout (schema version 5, kept in ``meta.schema_version``; ``meta.database_id`` is the
+file's random id, made with its schema)::
 
     runs     run_id PK, graph_name, graph_hash, code_hash, status, last_step,
              parent_run_id, parent_step, created_at, updated_at, extra (JSON or NULL:
              error / stopped_by / interrupt, only when set), lease_token, lease_owner
              (JSON RunOwner but its token), lease_expires (Unix seconds): the lease, NULL if
-             free; thread_id, turn (NULL for a run outside a thread; unique together)
+             free; thread_id, turn (NULL for a run outside a thread; unique together);
+             incarnation (random, made by ``create_run``: a run deleted and created again
+             has another)
     steps    (run_id, step) PK, has_snapshot, payload (JSON StepRecord, zstd-compressed
              from 1.5 KiB when that saves a tenth: such a payload starts with ``(``, or
              with ``x`` or ``H`` when written before, zlib-compressed), crc;
@@ -15,7 +18,8 @@ Layout (schema version 3, kept in ``meta.schema_version``)::
     journal  (run_id, step, node, idx, seq) PK, kind, key, payload (JSON JournalEntry), crc:
              the entries ``write_run`` writes in its transaction, and those of earlier
              versions; a running step's entries are appended to the run's file in the
-             ``<file>-calls`` folder instead (``checkpoint._journal_files``)
+             ``<file>-calls`` folder instead (``checkpoint._journal_files``), whose
+             header names the database and the run's incarnation
 
 Payloads are encoded by ``checkpoint._codec`` (the same bytes as ``PostgresStore``'s);
 ``crc`` is the CRC-32 of the payload, checked on every read (NULL in rows written by schema
@@ -36,6 +40,7 @@ the same step exactly one wins and the other gets a :class:`~stargraph.errors.Ch
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Sequence
@@ -76,7 +81,7 @@ from stargraph.errors import (
 
 __all__ = ["SCHEMA_VERSION", "WAL_CHECKPOINT_PAGES", "SqliteStore"]
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 """The schema this code writes; older files are migrated when opened."""
 
 WAL_CHECKPOINT_PAGES: Final = 4000
@@ -160,6 +165,14 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         # Python can be shown, resumed and replayed by any process that can import its code.
         "CREATE TABLE graphs (graph_hash TEXT PRIMARY KEY, ir BLOB NOT NULL)",
     ),
+    (
+        # Journal files name the database and the run that wrote them, so that a folder of
+        # them that outlived its database (or a run deleted and made again) is never read.
+        "ALTER TABLE runs ADD COLUMN incarnation BLOB",
+        "UPDATE runs SET incarnation = randomblob(16)",
+        "INSERT OR IGNORE INTO meta (key, value) "
+        "VALUES ('database_id', lower(hex(randomblob(16))))",
+    ),
 )
 
 
@@ -193,6 +206,7 @@ _INSERT_JOURNAL: Final = (
 _REPLACE_JOURNAL: Final = _INSERT_JOURNAL.replace("OR IGNORE", "OR REPLACE", 1)
 _DROP_PENDING: Final = "DELETE FROM pending WHERE run_id = ? AND step = ?"
 _DROP_JOURNAL: Final = "DELETE FROM journal WHERE run_id = ? AND step = ?"
+_READ_META: Final = "SELECT key, value FROM meta WHERE key IN ('schema_version', 'database_id')"
 
 # SQLite's primary result codes for what the environment refuses, with the fix to name.
 _UNAVAILABLE: Final = {
@@ -283,11 +297,13 @@ class SqliteStore(SqlStore):
         self._unclean_journal: set[tuple[str, int]] = set()
         # The journal of a running step is appended to a file a run (see _journal_files),
         # not inserted as rows: a row cost a transaction of its own and a delete at commit.
-        self._calls = JournalFiles(self._path.with_name(self._path.name + "-calls"), self._io)
-        # Runs this store did not create but found in the runs table while it holds them (a
-        # resume): an entry of such a run is checked against the table once, not at every
-        # call (runs are never deleted; the set forgets a run with its lease).
-        self._known: set[str] = set()
+        self._calls = JournalFiles(
+            self._path.with_name(self._path.name + "-calls"), self._io, self._incarnation
+        )
+        # The incarnations of the runs this store created or appends the journal of while
+        # it holds them (a resume): the runs row of such a run is read once, not at every
+        # call (forgotten with the lease, like what _fresh assumes).
+        self._incarnations: dict[str, bytes] = {}
         self.close_if_raises(self._setup)
 
     # ----------------------------------------------------------------- connections
@@ -360,8 +376,8 @@ class SqliteStore(SqlStore):
     def _setup(self) -> None:
         conn = self._conn()
         try:
-            row = conn.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
-            version = int(row[0]) if row else 0
+            meta = dict(conn.execute(_READ_META).fetchall())
+            version = int(meta.get("schema_version", 0))
         except sqlite3.OperationalError as exc:
             if "no such table" not in str(exc) and not is_locked(exc):
                 raise self._db_error(exc) from exc
@@ -370,8 +386,19 @@ class SqliteStore(SqlStore):
             raise self._db_error(exc) from exc
         if version > SCHEMA_VERSION:
             raise self._too_new(version)
-        if version == SCHEMA_VERSION:
-            return
+        if version < SCHEMA_VERSION:
+            self._migrate()
+            meta = dict(conn.execute(_READ_META).fetchall())
+        try:
+            self._calls.database = bytes.fromhex(meta["database_id"])
+        except (KeyError, TypeError, ValueError):
+            raise CorruptCheckpointError(
+                f"checkpoint file {self._where}: its meta table holds no valid database_id "
+                f"(got {meta.get('database_id')!r}); the file is damaged: restore it from a "
+                "backup"
+            ) from None
+
+    def _migrate(self) -> None:
         with self._write() as conn:
             # Another process may have migrated between our read and our write lock.
             conn.execute("CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT)")
@@ -382,6 +409,11 @@ class SqliteStore(SqlStore):
             for statements in _MIGRATIONS[version:]:
                 for sql in statements:
                     conn.execute(sql)
+            if version < SCHEMA_VERSION:
+                # Before the schema is committed no run of this file can journal: whatever
+                # the folder of its journals holds is of another database, or of a format
+                # without the identities.
+                self._calls.sweep()
             conn.execute(
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?)",
                 (str(SCHEMA_VERSION),),
@@ -429,11 +461,12 @@ class SqliteStore(SqlStore):
         check_text(rid, run_id=rid, graph_name=run.graph_name, parent_run_id=run.parent_run_id)
         payload, extra, at = self._new_run(run, first)
         owner = run.owner
+        incarnation = os.urandom(16)
         with self._write() as conn:
             try:
                 conn.execute(
-                    f"INSERT INTO runs ({RUN_COLUMNS}) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    f"INSERT INTO runs ({RUN_COLUMNS}, incarnation) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         rid,
                         run.graph_name,
@@ -449,6 +482,7 @@ class SqliteStore(SqlStore):
                         *self._lease_columns(owner),
                         run.thread_id,
                         run.turn,
+                        incarnation,
                     ),
                 )
             except sqlite3.IntegrityError as exc:
@@ -466,7 +500,17 @@ class SqliteStore(SqlStore):
                 _INSERT_STEP,
                 (rid, first.step, first.snapshot is not None, payload, _crc(payload)),
             )
+        self._incarnations[rid] = incarnation
         self._fresh.add(rid)
+
+    def _incarnation(self, run_id: str) -> bytes | None:
+        """The run's incarnation (what its journal file's header names), or ``None`` when
+        the database has no such run."""
+        known = self._incarnations.get(run_id)
+        if known is not None:
+            return known
+        rows = self._rows("SELECT incarnation FROM runs WHERE run_id = ?", (run_id,))
+        return None if not rows else bytes(rows[0][0] or b"")
 
     @staticmethod
     def _lease_columns(owner: RunOwner | None) -> tuple[object, object, object]:
@@ -536,7 +580,7 @@ class SqliteStore(SqlStore):
     def _forget(self, run_id: str) -> None:
         """Stop assuming this store wrote every pending write and journal row of ``run_id``."""
         self._fresh.discard(run_id)
-        self._known.discard(run_id)
+        self._incarnations.pop(run_id, None)
         self._calls.forget(run_id)
         # list() copies a set at once (other threads may add to it meanwhile).
         for unclean in (self._unclean_pending, self._unclean_journal):
@@ -602,9 +646,11 @@ class SqliteStore(SqlStore):
         payload = _encode(entry, run_id=run_id, step=entry.step)
         if not self._db.writing:
             new = run_id in self._fresh
-            if not new and run_id not in self._known:
-                self._check_exists(run_id)
-                self._known.add(run_id)
+            if not new and run_id not in self._incarnations:
+                incarnation = self._incarnation(run_id)
+                if incarnation is None:
+                    raise self._missing(run_id)
+                self._incarnations[run_id] = incarnation
             self._calls.append(run_id, entry.step, payload, replace=replace, new=new)
             return
         self._insert(
