@@ -233,7 +233,9 @@ class ToolSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_runtime(self) -> ToolSpec:
-        properties = self.input_schema.get("properties", {})
+        properties = self.input_schema.get("properties")
+        if not isinstance(properties, dict):
+            properties = {}  # the schema translator names a bad properties itself
         for template in self.lock_templates:
             missing = [f for f in template.fields if f not in properties]
             if missing:

@@ -26,6 +26,7 @@ from typing import Annotated, Any, Final
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
 
 from stargraph.errors import Problem, SkillValidationError, ToolSpecError
+from stargraph.ir._canonical import non_canonical
 from stargraph.skills._files import read_utf8
 from stargraph.skills.machine._validate import MachineShape, StateShape, validate_machine
 from stargraph.tools import ToolRegistry, matches_allowlist, model_from_json_schema
@@ -206,6 +207,12 @@ def parse_skillspec(
         problems.append(
             Problem(f"{where}/max_steps", f"max_steps must be >= 1, got {data['max_steps']}")
         )
+    for pointer, reason in non_canonical(data):
+        # The spec is hashed into the graph (RFC 8785): refuse here, naming the value,
+        # what the IR would refuse later without saying which file.
+        problems.append(
+            Problem(f"{where}{pointer}", reason, "use a value JSON carries exactly (or a string)")
+        )
     for key in ("input_schema", "output_schema"):
         schema = data.get(key)
         if isinstance(schema, dict):
@@ -341,7 +348,7 @@ def load_skillspec(path: str | Path, *, tools: KnownTools | None = None) -> Skil
     )
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: also ints of 4300+ digits
         line = getattr(exc, "lineno", "?")
         raise SkillValidationError(
             [Problem(f"{path}#", f"invalid JSON (line {line}): {exc}", "fix the JSON")],
