@@ -238,7 +238,7 @@ def problems_of_validation(
             )
             continue
         message = str(cause) if isinstance(cause, StargraphError) else error["msg"]
-        if "input" in error:
+        if "input" in error and error.get("type") != "missing":  # missing: input is the parent
             message += f" (got {_shown(error['input'])})"
         problems.append(Problem(where + path, message, _validation_hint(error, hint)))
     return problems

@@ -23,11 +23,11 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
+from pydantic import BeforeValidator, ConfigDict, Field, JsonValue
 
 from stargraph.errors import Problem, SkillValidationError, ToolSpecError
 from stargraph.ir._canonical import non_canonical
-from stargraph.skills._files import read_utf8
+from stargraph.skills._files import SkillModel, read_utf8
 from stargraph.skills.machine._validate import MachineShape, StateShape, validate_machine
 from stargraph.tools import ToolRegistry, matches_allowlist, model_from_json_schema
 
@@ -76,7 +76,7 @@ ToolAllowlist = Annotated[tuple[str, ...], BeforeValidator(_none_admits_nothing)
 """The tools a machine state admits; ``None`` is read as the empty allowlist."""
 
 
-class Transition(BaseModel):
+class Transition(SkillModel):
     """``{"on": event, "to": state}``: on ``event`` the machine moves to ``state``."""
 
     model_config = _FROZEN
@@ -87,7 +87,7 @@ class Transition(BaseModel):
     """The state entered."""
 
 
-class StateSpec(BaseModel):
+class StateSpec(SkillModel):
     """One phase of a skill: what the model should do and the moves it may make."""
 
     model_config = _FROZEN
@@ -107,7 +107,7 @@ class StateSpec(BaseModel):
         return next((t for t in self.transitions if t.on == event), None)
 
 
-class SkillSpec(BaseModel):
+class SkillSpec(SkillModel):
     """A Choir SkillSpec: a skill as an explicit state machine.
 
     Build one with :func:`parse_skillspec` / :func:`load_skillspec`, which validate

@@ -11,12 +11,12 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from stargraph.errors import CompileError, Problem, SkillValidationError, UnknownKeyWarning
 from stargraph.ir._canonical import non_canonical
 from stargraph.skills import SEMVER, SLUG, TAG, TOOL_ID, Example, Skill, SkillKind
-from stargraph.skills._files import read_utf8
+from stargraph.skills._files import SkillModel, read_utf8
 from stargraph.skills.markdown._workflow import (
     Check,
     WorkflowOutput,
@@ -59,7 +59,7 @@ _WORD_TOKEN: Final = re.compile(r"[A-Za-z0-9_.@*-]+")
 # --------------------------------------------------------------------------- data
 
 
-class Trigger(BaseModel):
+class Trigger(SkillModel):
     """When a skill applies: a keyword or phrase, a ``#tag``, or a tool pattern.
 
     Written in frontmatter as ``"archive notes"`` (keyword), ``"#notes"`` or ``"tag:notes"``
