@@ -43,7 +43,9 @@ SCALARS = st.one_of(
     EDGE_INTS,
     st.floats(allow_nan=True, allow_infinity=True),
     st.text(max_size=8),
-    st.sampled_from(["\ud800", "a\udfffb", "", "x" * 300, "@", "ns.x@1.0.0"]),
+    # An astral character: JSON writes it as a surrogate pair, which YAML decodes as two
+    # lone surrogates.
+    st.sampled_from(["\ud800", "a\udfffb", "\U00010000", "", "x" * 300, "@", "ns.x@1.0.0"]),
 )
 JSON = st.recursive(
     SCALARS,
@@ -199,10 +201,15 @@ SKILLSPEC: dict[str, Any] = {
 @FUZZ
 @given(st.data())
 def test_issue43_skillspec_parser_raises_only_typed_errors(data: st.DataObject) -> None:
-    from stargraph.skills.machine import parse_skillspec
+    from stargraph.skills.machine import parse_skillspec, skillspec_graph
 
     document = mutate(SKILLSPEC, data)
-    typed_only(lambda: parse_skillspec(document, source="fuzz.json"), "fuzz.json")
+
+    def load_and_compile() -> None:
+        # What is checked is what runs: a spec that loads must also compile to IR.
+        skillspec_graph(parse_skillspec(document, source="fuzz.json")).to_ir()
+
+    typed_only(load_and_compile, "fuzz.json")
 
 
 @FUZZ
@@ -324,3 +331,235 @@ def test_issue43_cassette_loader_raises_only_typed_errors(data: st.DataObject) -
 with tempfile.TemporaryDirectory() as _tmp:
     os.environ.pop("STARGRAPH_CASSETTE_KEY", None)
     CASSETTE = cassette_document(Path(_tmp))
+
+
+# --------------------------------------------------------------------------- authoring models
+
+
+def authoring_models() -> list[type[Any]]:
+    """The public models users build graphs, skills and tools from."""
+    from stargraph import RetryPolicy
+    from stargraph.ir import (
+        ConditionalEdgeIR,
+        FieldIR,
+        FunctionNodeIR,
+        GraphIR,
+        RulePackIR,
+        StateSchemaIR,
+        StaticEdgeIR,
+        SubgraphNodeIR,
+    )
+    from stargraph.skills import Example, NestingProfile
+    from stargraph.skills.machine import (
+        PromptBuilder,
+        PromptLevel,
+        Schema,
+        SchemaLibrary,
+        SchemaState,
+        SchemaTransition,
+        SkillSpec,
+        Spawn,
+        StateSpec,
+        Transition,
+    )
+    from stargraph.skills.markdown import Check, Trigger, WorkflowStep
+    from stargraph.tools import ToolSpec
+
+    return [
+        RetryPolicy,
+        ConditionalEdgeIR,
+        FieldIR,
+        FunctionNodeIR,
+        GraphIR,
+        RulePackIR,
+        StateSchemaIR,
+        StaticEdgeIR,
+        SubgraphNodeIR,
+        Example,
+        NestingProfile,
+        PromptBuilder,
+        PromptLevel,
+        Schema,
+        SchemaLibrary,
+        SchemaState,
+        SchemaTransition,
+        SkillSpec,
+        Spawn,
+        StateSpec,
+        Transition,
+        Check,
+        Trigger,
+        WorkflowStep,
+        ToolSpec,
+    ]
+
+
+MODELS = authoring_models()
+
+
+@FUZZ
+@given(
+    st.sampled_from(MODELS),
+    st.dictionaries(st.sampled_from(["name", "id", "kind", "order", "max_steps", "x"]), JSON),
+    st.sampled_from(["init", "validate", "json"]),
+)
+def test_issue43_authoring_models_raise_only_typed_errors(
+    model: type[Any], fields: dict[str, Any], how: str
+) -> None:
+    # Real field names too, so that values reach the validators, not only "missing".
+    names = sorted(model.model_fields)
+    fields = {names[hash(k) % len(names)] if k == "x" else k: v for k, v in fields.items()}
+    if how == "init":
+        typed_only(lambda: model(**fields))
+    elif how == "validate":
+        typed_only(lambda: model.model_validate(fields))
+    else:
+        typed_only(lambda: model.model_validate_json(dumps(fields)))
+
+
+# --------------------------------------------------------------------------- regressions
+
+
+def test_issue43_manifest_with_a_null_input_schema_names_the_field(tmp_path: Path) -> None:
+    import pytest
+
+    from stargraph.errors import ToolSpecError
+    from stargraph.tools import load_manifest
+
+    document = {**MANIFEST, "llm": {**MANIFEST["llm"], "input_schema": None}}
+    path = write_manifest(tmp_path, "acme.json", dumps(document))
+    with pytest.raises(ToolSpecError, match=r"acme\.json#/llm/input_schema: the input schema"):
+        load_manifest(path)
+
+
+def test_issue43_manifest_schema_pydantic_cannot_compile_is_a_tool_spec_error(
+    tmp_path: Path,
+) -> None:
+    import pytest
+
+    from stargraph.errors import ToolSpecError
+    from stargraph.tools import load_manifest
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "a": {"type": "integer", "maximum": "nine"},
+            "b": {"enum": [{"x": 1}]},
+            "c": {"type": []},
+            "d": {"type": "string", "pattern": "(?<=x)y"},
+        },
+        "required": ["a"],
+    }
+    document = {
+        "llm": {**MANIFEST["llm"], "input_schema": schema},
+        "runtime": {**MANIFEST["runtime"], "locks": [], "secret_resources": 3.5},
+    }
+    path = write_manifest(tmp_path, "acme.json", dumps(document))
+    with pytest.raises(ToolSpecError) as caught:
+        load_manifest(path)
+    pointers = {p.pointer.partition("#")[2] for p in caught.value.problems}
+    assert {
+        "/llm/input_schema/properties/a/maximum",
+        "/llm/input_schema/properties/b/enum",
+        "/llm/input_schema/properties/c/type",
+        "/llm/input_schema",  # the pattern: the object's validator does not compile
+        "/runtime/secret_resources",
+    } <= pointers, pointers
+
+
+def test_issue43_one_bad_manifest_does_not_abort_a_non_strict_build(tmp_path: Path) -> None:
+    import pytest
+
+    from stargraph.errors import ToolSpecError
+    from stargraph.tools import ToolRegistry
+
+    bad = {**MANIFEST, "llm": {**MANIFEST["llm"], "input_schema": None}}
+    write_manifest(tmp_path, "a_bad.json", dumps(bad))
+    write_manifest(tmp_path, "b_good.json", dumps(MANIFEST))
+    registry = ToolRegistry.build(agent_dir=tmp_path, strict=False)
+    assert registry.ids == ("acme.fuzz@1.0.0",)
+    [skipped] = registry.report.skipped
+    assert skipped.path == str(tmp_path / "a_bad.json")
+    assert "input_schema" in skipped.reasons[0]
+    with pytest.raises(ToolSpecError, match=r"a_bad\.json#/llm/input_schema"):
+        ToolRegistry.build(agent_dir=tmp_path, strict=True)
+
+
+def test_issue43_skillspec_input_schema_pydantic_rejects_is_a_skill_error() -> None:
+    import pytest
+
+    from stargraph.errors import SkillValidationError
+    from stargraph.skills.machine import parse_skillspec
+
+    document = {
+        **SKILLSPEC,
+        "input_schema": {"type": "object", "properties": {"q": {"type": "string", "pattern": 5}}},
+    }
+    with pytest.raises(SkillValidationError, match=r"s\.json#/input_schema/properties/q/pattern"):
+        parse_skillspec(document, source="s.json")
+
+
+def test_issue43_skillspec_max_steps_beyond_json_is_refused_at_load() -> None:
+    import pytest
+
+    from stargraph.errors import SkillValidationError
+    from stargraph.skills.machine import parse_skillspec
+
+    with pytest.raises(SkillValidationError, match=r"s\.json#/max_steps: integer 10{30}"):
+        parse_skillspec({**SKILLSPEC, "max_steps": 10**30}, source="s.json")
+
+
+def test_issue43_cassette_with_integers_beyond_2_53_names_the_pointer(tmp_path: Path) -> None:
+    import pytest
+
+    from stargraph.errors import CassetteError
+    from stargraph.replay import load_cassette
+
+    document = json.loads(json.dumps(CASSETTE))
+    document["recording"]["run"]["graph_hash"] = 2**53
+    document["recording"]["steps"][0]["step"] = -(2**60)
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps(document))
+    with pytest.raises(CassetteError) as caught:
+        load_cassette(path)
+    message = str(caught.value)
+    assert "/recording/run/graph_hash: integer 9007199254740992" in message
+    assert "/recording/steps/0/step: integer -1152921504606846976" in message
+
+
+def test_issue43_prompt_builder_raises_its_own_error_once() -> None:
+    import pytest
+
+    from stargraph.errors import SkillValidationError
+    from stargraph.skills.machine import PromptBuilder
+
+    with pytest.raises(SkillValidationError) as caught:
+        PromptBuilder(order=("master",))
+    assert type(caught.value) is SkillValidationError
+    [problem] = caught.value.problems
+    assert problem.pointer == "/order"
+    assert "must name each of" in problem.message
+    assert "validation error" not in str(caught.value)  # no pydantic text around it
+
+
+def test_issue43_ir_model_construction_raises_ir_error() -> None:
+    import pytest
+
+    from stargraph.errors import IRError
+    from stargraph.ir import FunctionNodeIR
+
+    with pytest.raises(IRError, match=r"FunctionNodeIR data is invalid: /config: .*2\*\*53"):
+        FunctionNodeIR(id="a", ref="m:f", config={"n": 10**30})
+    with pytest.raises(IRError, match="lone surrogate"):
+        FunctionNodeIR(id="a", ref="m:f", config={"s": "\ud800"})
+
+
+def test_issue43_skill_md_with_a_value_the_graph_refuses_names_the_file() -> None:
+    import pytest
+
+    from stargraph.errors import SkillValidationError
+    from stargraph.skills.markdown import parse_skill_md
+
+    document = {**SKILL_MD, "verification": ["\ud800"]}
+    with pytest.raises(SkillValidationError, match=r"SKILL\.md#/config: .*lone surrogate"):
+        parse_skill_md(f"---\n{dumps(document)}\n---\nBody.\n", source="SKILL.md")
