@@ -86,9 +86,9 @@ the problem; ``tests/test_errors.py`` and the feature tests pin them.
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Self, TypedDict, Unpack
+from typing import Any, Protocol, Self, TypedDict, Unpack
 
 __all__ = [
     "AgentConfigError",
@@ -194,6 +194,56 @@ class StargraphError(Exception):
     """Root of every error stargraph raises on purpose."""
 
 
+class _Validation(Protocol):
+    """What :meth:`CompileError.from_validation` reads of a pydantic ``ValidationError``
+    (named structurally so that this bottom module does not import pydantic)."""
+
+    def errors(self, *, include_url: bool = ...) -> Any: ...
+
+
+def _shown(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _validation_hint(error: Mapping[str, Any], default: str) -> str:
+    kind = error.get("type")
+    if kind == "missing":
+        return "add it"
+    if kind == "extra_forbidden":
+        return "remove it or check its spelling"
+    if kind == "frozen_instance":
+        return "the model is frozen: make a changed copy with model_copy(update={...})"
+    if kind == "literal_error":
+        return f"use one of {error.get('ctx', {}).get('expected', 'the allowed values')}"
+    return default
+
+
+def problems_of_validation(
+    exc: _Validation, *, where: str = "", hint: str = "pass a value of the documented type"
+) -> list[Problem]:
+    """The problems of a pydantic ``ValidationError``, one per error, each at ``where`` plus
+    the JSON pointer of its field; see :meth:`CompileError.from_validation`."""
+    problems: list[Problem] = []
+    for error in exc.errors(include_url=False):
+        path = "/" + "/".join(str(part) for part in error["loc"])
+        cause = error.get("ctx", {}).get("error")
+        if isinstance(cause, _ProblemsError):
+            # Pointers of a nested model's own error are relative to that model; ones that
+            # already name a file (``x.json#/...``) are kept as they are.
+            prefix = where + path.rstrip("/")
+            problems.extend(
+                p if "#" in p.pointer else Problem(prefix + p.pointer, p.message, p.hint)
+                for p in cause.problems
+            )
+            continue
+        message = str(cause) if isinstance(cause, StargraphError) else error["msg"]
+        if "input" in error and error.get("type") != "missing":  # missing: input is the parent
+            message += f" (got {_shown(error['input'])})"
+        problems.append(Problem(where + path, message, _validation_hint(error, hint)))
+    return problems
+
+
 # --------------------------------------------------------------------------- compile time
 
 
@@ -207,6 +257,25 @@ class _ProblemsError(StargraphError):
         self.problems: tuple[Problem, ...] = tuple(problems)
         self.subject = subject
         super().__init__(_problems_message(self.problems, subject))
+
+    @classmethod
+    def from_validation(
+        cls,
+        exc: _Validation,
+        *,
+        subject: str,
+        where: str = "",
+        hint: str = "pass a value of the documented type",
+    ) -> Self:
+        """Every problem of a pydantic ``ValidationError`` as one error of this class.
+
+        Each problem's pointer is ``where`` (a file and ``#``, or nothing) followed by the
+        JSON pointer of the field, its message quotes the value given, and its hint says what
+        to do (``hint`` when pydantic's error type suggests nothing better). A typed error a
+        validator raised (its ``ValueError`` side is how it crossed pydantic) keeps its own
+        problems, under the field it was raised for, rather than being quoted as one string.
+        """
+        return cls(problems_of_validation(exc, where=where, hint=hint), subject=subject)
 
 
 class CompileError(_ProblemsError, ValueError):

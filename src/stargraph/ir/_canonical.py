@@ -8,12 +8,14 @@ through :func:`canonical_json`, so two processes agree byte for byte whatever th
 from __future__ import annotations
 
 import hashlib
+import math
+from collections.abc import Iterator
 from typing import Any, Final, NewType
 
 import orjson
 import rfc8785
 
-__all__ = ["ContentHash", "canonical_json", "content_hash"]
+__all__ = ["ContentHash", "canonical_json", "content_hash", "non_canonical"]
 
 ContentHash = NewType("ContentHash", str)
 """A ``"sha256:<64 hex>"`` digest of canonical JSON."""
@@ -96,3 +98,53 @@ def canonical_json(value: Any) -> bytes:
 def content_hash(value: Any) -> ContentHash:
     """``"sha256:<hex>"`` of the canonical JSON of ``value``."""
     return ContentHash("sha256:" + hashlib.sha256(canonical_json(value)).hexdigest())
+
+
+def _pointer_part(key: object) -> str:
+    return str(key).replace("~", "~0").replace("/", "~1")
+
+
+def non_canonical(value: Any, pointer: str = "") -> Iterator[tuple[str, str]]:
+    """``(JSON pointer, reason)`` of every value in ``value`` that :func:`canonical_json`
+    cannot carry, in document order.
+
+    RFC 8785 writes every number as an IEEE double and every string as UTF-8, so an integer
+    beyond +-(2**53 - 1) (it would not survive the round trip), a non-finite float and a
+    string (or key) holding a lone surrogate have no canonical form; nor has anything that is
+    not JSON. Loaders use it to name every culprit in a document that will be hashed.
+    """
+    here = pointer or "/"
+    if value is None or isinstance(value, bool):
+        return
+    if isinstance(value, int):
+        if not -_SAFE_INT <= value <= _SAFE_INT:
+            shown = str(value) if value.bit_length() < 128 else f"of {value.bit_length()} bits"
+            yield here, f"integer {shown} is beyond +-(2**53 - 1), outside exact JSON numbers"
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            yield here, f"number {value} is not finite"
+    elif isinstance(value, str):
+        if not _utf8(value):
+            yield here, f"string {value[:40]!r} holds a lone surrogate, not UTF-8 text"
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from non_canonical(item, f"{pointer}/{index}")
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            at = f"{pointer}/{_pointer_part(key)}"
+            if not isinstance(key, str) or not _utf8(key):
+                yield at, f"key {key!r:.40} is not UTF-8 text"
+            else:
+                yield from non_canonical(item, at)
+    else:
+        yield here, f"a {type(value).__name__} is not a JSON value"
+
+
+def _utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

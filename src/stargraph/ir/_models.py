@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import math
 from functools import cached_property
-from typing import Annotated, Any, Final, Literal, NewType
+from typing import Annotated, Any, ClassVar, Final, Literal, NewType
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import ConfigDict, Field, ValidationError, field_validator
 
-from stargraph.errors import IRError, Problem, UnknownNodeError
+from stargraph._typed import TypedModel
+from stargraph.errors import IRError, Problem, UnknownNodeError, _ProblemsError
 from stargraph.ir._canonical import content_hash
 from stargraph.refs import importable_name
 
@@ -65,7 +66,11 @@ _SAFE_INT: Final = 2**53 - 1
 def _check_hashable_json(value: Any, where: str = "") -> Any:
     """Reject values RFC 8785 cannot hash identically everywhere: integers beyond 2**53 - 1
     (JSON numbers are doubles) and non-finite floats. Raises ``ValueError`` for pydantic."""
-    if isinstance(value, bool) or value is None or isinstance(value, str):
+    if isinstance(value, bool) or value is None:
+        return value
+    if isinstance(value, str):
+        if not value.isascii() and not _utf8(value):
+            raise ValueError(f"the string at {where or '/'} holds a lone surrogate; use UTF-8 text")
         return value
     if isinstance(value, int):
         if abs(value) > _SAFE_INT:
@@ -80,6 +85,8 @@ def _check_hashable_json(value: Any, where: str = "") -> Any:
         return value
     if isinstance(value, dict):
         for key, item in value.items():
+            if not isinstance(key, str) or not (key.isascii() or _utf8(key)):
+                raise ValueError(f"key {key!r:.40} at {where or '/'} is not JSON text")
             _check_hashable_json(item, f"{where}/{key}")
         return value
     if isinstance(value, list | tuple):
@@ -89,8 +96,24 @@ def _check_hashable_json(value: Any, where: str = "") -> Any:
     raise ValueError(f"{type(value).__name__} at {where or '/'} is not JSON; use JSON values")
 
 
-class _IRModel(BaseModel):
+def _utf8(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+class _IRModel(TypedModel):
     model_config = _FROZEN
+    typed_error: ClassVar[type[_ProblemsError]] = IRError
+
+    @classmethod
+    def _typed(cls, exc: ValidationError) -> _ProblemsError:
+        return IRError(
+            [_problem_from_pydantic("", err) for err in exc.errors(include_url=False)],
+            subject=f"{cls.__name__} data",
+        )
 
 
 class FieldIR(_IRModel):
@@ -393,19 +416,19 @@ class GraphIR(_IRModel):
             )
         try:
             return cls.model_validate(data)
-        except ValidationError as exc:
+        except IRError as exc:
             raise IRError(
-                [_problem_from_pydantic(source, err) for err in exc.errors()],
+                [Problem(f"{source}#{p.pointer}", p.message, p.hint) for p in exc.problems],
                 subject=f"IR document {source}",
             ) from exc
 
 
-def _problem_from_pydantic(source: str, err: Any) -> Problem:
+def _problem_from_pydantic(prefix: str, err: Any) -> Problem:
     loc = [str(part) for part in err["loc"]]
     # pydantic puts the discriminator tag into the location ('nodes', 0, 'function', 'ref');
     # strip it so the pointer addresses the JSON document the user wrote.
     loc = [p for p in loc if p not in {"function", "subgraph", "static", "conditional"}]
-    pointer = f"{source}#/" + "/".join(loc)
+    pointer = f"{prefix}/" + "/".join(loc)
     if err["type"] == "union_tag_invalid":
         tag = err.get("ctx", {}).get("tag")
         expected = err.get("ctx", {}).get("expected_tags")

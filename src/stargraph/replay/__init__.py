@@ -46,6 +46,7 @@ from stargraph.checkpoint import CheckpointStore, Recording, StepRecord
 from stargraph.checkpoint._compact import compact_steps
 from stargraph.errors import CassetteError
 from stargraph.ir import content_hash
+from stargraph.ir._canonical import non_canonical
 
 __all__ = [
     "CASSETTE_FORMAT",
@@ -119,6 +120,22 @@ def _body(recording: Recording, *, timestamps: bool = True) -> dict[str, Any]:
 def _checksum(body: Any, children: Any) -> str:
     # Without children the checksum is over the recording alone (the original format).
     return content_hash(body if children is None else {"children": children, "recording": body})
+
+
+def _content_checksum(where: str, body: Any, children: Any) -> str:
+    """The checksum of the content read; a value canonical JSON cannot carry (which export
+    never writes) is refused, naming its JSON pointer in the cassette."""
+    try:
+        return _checksum(body, children)
+    except (TypeError, ValueError):
+        found = list(non_canonical({"children": children, "recording": body}))
+        listed = "; ".join(f"{pointer}: {reason}" for pointer, reason in found[:5])
+        more = f" (and {len(found) - 5} more)" if len(found) > 5 else ""
+        raise CassetteError(
+            f"cassette {where} holds values with no canonical JSON form ({listed}{more}); "
+            "export_cassette never writes one, so the file was edited or written by another "
+            "program - export the run again"
+        ) from None
 
 
 def _child_ids(store: CheckpointStore, recording: Recording) -> set[str]:
@@ -202,10 +219,11 @@ def load_cassette(
         raise CassetteError(f"cassette {where} has format {found!r}, expected {CASSETTE_FORMAT!r}")
     body = document.get("recording")
     children = document.get("children")
-    if _checksum(body, children) != document.get("checksum"):
+    content = _content_checksum(where, body, children)
+    if content != document.get("checksum"):
         raise CassetteError(
             f"cassette {where} does not match its checksum (recorded "
-            f"{document.get('checksum')}, content {_checksum(body, children)}): it was edited "
+            f"{document.get('checksum')}, content {content}): it was edited "
             "by hand; record the run again instead of editing the cassette"
         )
     _check_signature(where, document, _key(key))

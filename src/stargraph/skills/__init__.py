@@ -33,7 +33,7 @@ from pydantic import (
 
 from stargraph.errors import Problem, SkillValidationError
 from stargraph.ir import ConditionalEdgeIR, GraphIR, SubgraphNodeIR
-from stargraph.skills._files import validation_problems
+from stargraph.skills._files import SkillModel, validation_problems
 from stargraph.state import schema_problems, set_field_problem
 
 __all__ = [
@@ -99,7 +99,7 @@ TAG: Final = re.compile(r"^[a-z0-9][a-z0-9:._-]*$")
 """Skill tags: lowercase letters, digits and ``: . _ -`` (a tier is one of the tags)."""
 
 
-class NestingProfile(BaseModel):
+class NestingProfile(SkillModel):
     """How deep skills may nest.
 
     ``max_depth`` counts skill levels below the top-level graph: 1 means a graph may mount
@@ -155,7 +155,7 @@ CHOIR_NESTING: Final = NestingProfile(name="choir", max_depth=1)
 """The Choir profile: nesting depth 1, no skill starts a skill."""
 
 
-class Example(BaseModel):
+class Example(SkillModel):
     """An input (and optionally the expected output) documenting how to use a skill."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
@@ -182,7 +182,7 @@ def _bad(field: str, value: Any, why: str, fix: str) -> SkillValidationError:
     return SkillValidationError([Problem(f"/{field}", f"{why}: {value!r}", fix)], subject="skill")
 
 
-class Skill(BaseModel):
+class Skill(SkillModel):
     """A packaged agent or workflow: metadata, its graph, and its declared output channels.
 
     ``subgraph`` is the graph's IR (inline) or its ``graph_hash`` (a reference resolved

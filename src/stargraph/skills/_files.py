@@ -1,15 +1,25 @@
 """Reading skill files and turning pydantic's complaints into problems, the same way for
-every skill format (SkillSpec JSON, SKILL.md) and every model a skill file fills."""
+every skill format (SkillSpec JSON, SKILL.md) and every model a skill file fills; the base
+of those models."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 from pydantic import ValidationError
 
-from stargraph.errors import Problem, SkillValidationError
+from stargraph._typed import TypedModel
+from stargraph.errors import Problem, SkillValidationError, _ProblemsError
 
-__all__ = ["read_utf8", "validation_problems"]
+__all__ = ["SkillModel", "read_utf8", "validation_problems"]
+
+
+class SkillModel(TypedModel):
+    """A public skill model (SkillSpec, prompt levels, schemas, SKILL.md parts) whose
+    validation errors are one :class:`~stargraph.errors.SkillValidationError`."""
+
+    typed_error: ClassVar[type[_ProblemsError]] = SkillValidationError
 
 
 def read_utf8(path: Path, *, subject: str, encoding: str = "utf-8", rule: str) -> str:

@@ -109,7 +109,15 @@ def load_manifest(path: str | os.PathLike[str]) -> SubprocessTool | HostTool:
     exec_path = None if host_executed else _executable(file, runtime, problem)
 
     fields: dict[str, Any] = {k: runtime[k] for k in _PASSTHROUGH if k in runtime}
-    fields["secret_resources"] = tuple(runtime.get("secret_resources", ()))
+    secrets = runtime.get("secret_resources", [])
+    if isinstance(secrets, list) and all(isinstance(name, str) for name in secrets):
+        fields["secret_resources"] = tuple(secrets)
+    else:
+        problem(
+            "/runtime/secret_resources",
+            f"secret_resources must be a list of names, got {secrets!r:.60}",
+            'write e.g. ["git_identity"]',
+        )
     fields["locks"] = _locks(runtime.get("locks", []), problem)
     if "timeout_ms" in runtime:
         ms = runtime["timeout_ms"]

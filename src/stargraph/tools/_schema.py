@@ -11,12 +11,14 @@ so ``"5"`` is not an integer and ``1`` is not a boolean, exactly as JSON Schema 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Final, Literal, Union
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic_core import SchemaError
 
 from stargraph.errors import Problem, ToolArgumentError, ToolSpecError
 from stargraph.tools._result import FieldProblem, ToolFailure
@@ -145,12 +147,22 @@ def model_from_json_schema(
     naming ``source`` and the JSON pointer (below ``pointer``) of every offending keyword.
     """
     problems: list[Problem] = []
+    if not isinstance(schema, Mapping):
+        problems.append(
+            Problem(
+                f"{source}#{pointer}",
+                f"the input schema must be a JSON object, got {type(schema).__name__}",
+                'write {"type": "object", "properties": {...}}',
+            )
+        )
+        raise ToolSpecError(problems, subject=f"tool manifest {source}")
     if schema.get("type") != "object":
         problems.append(Problem(f"{source}#{pointer}/type", "input schema must have type 'object'"))
     builder = _Builder(source, problems)
     model = builder.object_model(schema, _model_name(name), pointer)
     if problems:
         raise ToolSpecError(problems, subject=f"tool manifest {source}")
+    # object_model refused any properties or required of the wrong shape above.
     required = set(schema.get("required", ()))
     absent = frozenset(
         key
@@ -211,7 +223,18 @@ class _Builder:
                 Field(default, alias=key, description=description),
             )
         config = ConfigDict(extra="forbid" if extra is False else "allow", populate_by_name=False)
-        model: type[BaseModel] = create_model(name, __config__=config, **fields)
+        try:
+            model: type[BaseModel] = create_model(name, __config__=config, **fields)
+        except (SchemaError, TypeError, ValueError) as exc:
+            # What the checks above let through but pydantic-core still cannot compile (a
+            # pattern its regex engine refuses, a default of the wrong type for a bound).
+            first = str(exc).strip().splitlines()[-1].strip()
+            self.fail(
+                pointer,
+                f"pydantic cannot build a validator for this schema: {first}",
+                "use constraint values of the type the keyword takes",
+            )
+            return BaseModel
         return model
 
     def check_keywords(self, schema: Mapping[str, Any], pointer: str) -> None:
@@ -223,26 +246,52 @@ class _Builder:
                     f"use only {', '.join(sorted(SUPPORTED_KEYWORDS))}",
                 )
 
+    def constraint_ok(self, key: str, value: Any, pointer: str) -> bool:
+        """Whether ``value`` has the type keyword ``key`` takes (else a problem)."""
+        if key == "pattern":
+            ok, wanted = isinstance(value, str), "a string"
+        elif key in ("minLength", "maxLength", "minItems", "maxItems"):
+            ok, wanted = type(value) is int and value >= 0, "a non-negative integer"
+        else:
+            ok = type(value) in (int, float) and math.isfinite(value)
+            wanted = "a finite number"
+        if not ok:
+            self.fail(f"{pointer}/{key}", f"{key} must be {wanted}, got {value!r:.60}")
+        return ok
+
     def annotation(self, schema: Any, name: str, pointer: str) -> Any:
         if not isinstance(schema, Mapping):
             return self.fail(pointer, "a property schema must be an object")
         self.check_keywords(schema, pointer)
         if "enum" in schema or "const" in schema:
-            values = schema["enum"] if "enum" in schema else [schema["const"]]
+            key = "enum" if "enum" in schema else "const"
+            values = schema["enum"] if key == "enum" else [schema["const"]]
             if not isinstance(values, list) or not values:
                 return self.fail(f"{pointer}/enum", "enum must be a non-empty list")
+            if not all(v is None or type(v) in (str, int, bool) for v in values):
+                return self.fail(
+                    f"{pointer}/{key}",
+                    f"{key} values must be strings, integers, booleans or null, got {values!r:.80}",
+                    "list only scalar values",
+                )
             return Literal[tuple(values)]
         declared = schema.get("type")
         if declared is None:
             return Any
         types = declared if isinstance(declared, list) else [declared]
+        if not types:
+            return self.fail(f"{pointer}/type", "type must name at least one JSON Schema type")
         options = [self.single(t, schema, name, pointer) for t in types]
         return options[0] if len(options) == 1 else Union[tuple(options)]  # noqa: UP007
 
     def single(self, kind: Any, schema: Mapping[str, Any], name: str, pointer: str) -> Any:
         constraints = {
-            _CONSTRAINTS[key]: value for key, value in schema.items() if key in _CONSTRAINTS
+            _CONSTRAINTS[key]: value
+            for key, value in schema.items()
+            if key in _CONSTRAINTS and self.constraint_ok(key, value, pointer)
         }
+        if not isinstance(kind, str):
+            return self.fail(f"{pointer}/type", f"a JSON Schema type is a string, got {kind!r:.60}")
         if kind == "object":
             if "properties" in schema:
                 return self.object_model(schema, name, pointer)

@@ -14,11 +14,12 @@ import re
 import string
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any, Final, Literal, NewType
+from typing import Any, ClassVar, Final, Literal, NewType
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from stargraph.errors import Problem, ToolSpecError
+from stargraph._typed import TypedModel
+from stargraph.errors import Problem, ToolSpecError, _ProblemsError
 from stargraph.tools._canonical import canonical_json, sha256_hex
 
 __all__ = [
@@ -160,7 +161,7 @@ def spec_error_from_validation(exc: ValidationError, *, source: str) -> ToolSpec
     return ToolSpecError(problems, subject=f"tool {source}")
 
 
-class ToolSpec(BaseModel):
+class ToolSpec(TypedModel):
     """A tool's id, LLM view (``description``, ``input_schema``) and runtime view.
 
     Frozen and JSON round-trippable. Construct it directly, through the ``@tool`` decorator
@@ -197,12 +198,18 @@ class ToolSpec(BaseModel):
     )
     exec_path: str | None = Field(None, description="Executable of a subprocess tool.")
 
+    typed_error: ClassVar[type[_ProblemsError]] = ToolSpecError
+
     def __init__(self, **data: Any) -> None:
         """Validate ``data``; raise :class:`ToolSpecError` listing every bad field."""
         try:
-            super().__init__(**data)
+            BaseModel.__init__(self, **data)
         except ValidationError as exc:
             raise spec_error_from_validation(exc, source=str(data.get("id", "<tool>"))) from None
+
+    @classmethod
+    def _typed(cls, exc: ValidationError) -> _ProblemsError:
+        return spec_error_from_validation(exc, source="<tool>")
 
     @field_validator("id")
     @classmethod
@@ -233,7 +240,9 @@ class ToolSpec(BaseModel):
 
     @model_validator(mode="after")
     def _check_runtime(self) -> ToolSpec:
-        properties = self.input_schema.get("properties", {})
+        properties = self.input_schema.get("properties")
+        if not isinstance(properties, dict):
+            properties = {}  # the schema translator names a bad properties itself
         for template in self.lock_templates:
             missing = [f for f in template.fields if f not in properties]
             if missing:

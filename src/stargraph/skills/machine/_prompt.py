@@ -19,10 +19,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from stargraph.errors import SkillValidationError
 from stargraph.llm import ChatMessage
+from stargraph.skills._files import SkillModel
 
 __all__ = ["MaskPart", "PromptBuilder", "PromptLevel", "Section"]
 
@@ -36,7 +37,7 @@ _FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
 _SECTIONS: Final = ("master", "levels", "user", "context")
 
 
-class PromptLevel(BaseModel):
+class PromptLevel(SkillModel):
     """One active level of the stack: a schema (or skill) and its current state."""
 
     model_config = _FROZEN
@@ -53,7 +54,7 @@ class PromptLevel(BaseModel):
     """Parts hidden while this level is an ancestor of the innermost one."""
 
 
-class PromptBuilder(BaseModel):
+class PromptBuilder(SkillModel):
     """Builds the messages of one LLM step from the active levels (top to bottom).
 
     >>> builder = PromptBuilder(master="You are careful.")

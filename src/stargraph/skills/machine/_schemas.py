@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from stargraph import fathom, reducers
 from stargraph.errors import (
@@ -35,6 +35,7 @@ from stargraph.graph import END, START, Graph
 from stargraph.llm import ChatModel, ChatRequest, ChatResponse
 from stargraph.runtime import RunContext
 from stargraph.skills import DEFAULT_NESTING, NestingProfile
+from stargraph.skills._files import SkillModel
 from stargraph.skills.machine._compile import StepNote, once_json, service
 from stargraph.skills.machine._prompt import MaskPart, PromptBuilder, PromptLevel
 from stargraph.skills.machine._proposals import (
@@ -74,7 +75,7 @@ STAY: Final = "__stay__"
 END_EVENT: Final = "__end__"
 
 
-class SchemaTransition(BaseModel):
+class SchemaTransition(SkillModel):
     """A transition with the description the model is shown."""
 
     model_config = _FROZEN
@@ -87,7 +88,7 @@ class SchemaTransition(BaseModel):
     """What the event means (the function's description)."""
 
 
-class Spawn(BaseModel):
+class Spawn(SkillModel):
     """A sub-schema a state may start, and how the child's exit status maps to an event of
     the spawning state."""
 
@@ -102,7 +103,7 @@ class Spawn(BaseModel):
     parent event. An unmapped ``max_steps_exceeded`` / ``error`` propagates upwards."""
 
 
-class SchemaState(BaseModel):
+class SchemaState(SkillModel):
     """A state: prompt, transitions, tools and spawnable sub-schemas."""
 
     model_config = _FROZEN
@@ -120,7 +121,7 @@ class SchemaState(BaseModel):
     """Reaching it exits the schema with this state's name as status."""
 
 
-class Schema(BaseModel):
+class Schema(SkillModel):
     """A schema: prompt + states + termination guard."""
 
     model_config = _FROZEN
@@ -139,7 +140,7 @@ class Schema(BaseModel):
     """Prompt parts hidden while this schema is an ancestor."""
 
 
-class SchemaLibrary(BaseModel):
+class SchemaLibrary(SkillModel):
     """Every schema an agent can run, validated as one set (spawn targets declared and
     acyclic)."""
 
@@ -169,14 +170,9 @@ class SchemaLibrary(BaseModel):
         for i, doc in enumerate(items):
             try:
                 schema = Schema.model_validate(doc)
-            except ValidationError as exc:
+            except SkillValidationError as exc:
                 problems.extend(
-                    Problem(
-                        f"{source}#/{i}/" + "/".join(str(p) for p in err["loc"]),
-                        err["msg"],
-                        "fix the schema document",
-                    )
-                    for err in exc.errors(include_url=False)
+                    Problem(f"{source}#/{i}{p.pointer}", p.message, p.hint) for p in exc.problems
                 )
                 continue
             if schema.name in schemas:

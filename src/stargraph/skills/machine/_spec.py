@@ -23,10 +23,11 @@ from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, JsonValue
+from pydantic import BeforeValidator, ConfigDict, Field, JsonValue
 
 from stargraph.errors import Problem, SkillValidationError, ToolSpecError
-from stargraph.skills._files import read_utf8
+from stargraph.ir._canonical import non_canonical
+from stargraph.skills._files import SkillModel, read_utf8
 from stargraph.skills.machine._validate import MachineShape, StateShape, validate_machine
 from stargraph.tools import ToolRegistry, matches_allowlist, model_from_json_schema
 
@@ -75,7 +76,7 @@ ToolAllowlist = Annotated[tuple[str, ...], BeforeValidator(_none_admits_nothing)
 """The tools a machine state admits; ``None`` is read as the empty allowlist."""
 
 
-class Transition(BaseModel):
+class Transition(SkillModel):
     """``{"on": event, "to": state}``: on ``event`` the machine moves to ``state``."""
 
     model_config = _FROZEN
@@ -86,7 +87,7 @@ class Transition(BaseModel):
     """The state entered."""
 
 
-class StateSpec(BaseModel):
+class StateSpec(SkillModel):
     """One phase of a skill: what the model should do and the moves it may make."""
 
     model_config = _FROZEN
@@ -106,7 +107,7 @@ class StateSpec(BaseModel):
         return next((t for t in self.transitions if t.on == event), None)
 
 
-class SkillSpec(BaseModel):
+class SkillSpec(SkillModel):
     """A Choir SkillSpec: a skill as an explicit state machine.
 
     Build one with :func:`parse_skillspec` / :func:`load_skillspec`, which validate
@@ -205,6 +206,12 @@ def parse_skillspec(
     if _type_ok(data.get("max_steps"), int) and data["max_steps"] < 1:
         problems.append(
             Problem(f"{where}/max_steps", f"max_steps must be >= 1, got {data['max_steps']}")
+        )
+    for pointer, reason in non_canonical(data):
+        # The spec is hashed into the graph (RFC 8785): refuse here, naming the value,
+        # what the IR would refuse later without saying which file.
+        problems.append(
+            Problem(f"{where}{pointer}", reason, "use a value JSON carries exactly (or a string)")
         )
     for key in ("input_schema", "output_schema"):
         schema = data.get(key)
@@ -341,7 +348,7 @@ def load_skillspec(path: str | Path, *, tools: KnownTools | None = None) -> Skil
     )
     try:
         data = json.loads(text)
-    except (json.JSONDecodeError, RecursionError) as exc:
+    except (ValueError, RecursionError) as exc:  # ValueError: also ints of 4300+ digits
         line = getattr(exc, "lineno", "?")
         raise SkillValidationError(
             [Problem(f"{path}#", f"invalid JSON (line {line}): {exc}", "fix the JSON")],

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import fnmatch
-import math
 import os
 import re
 import warnings
@@ -12,11 +11,12 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from stargraph.errors import Problem, SkillValidationError, UnknownKeyWarning
+from stargraph.errors import CompileError, Problem, SkillValidationError, UnknownKeyWarning
+from stargraph.ir._canonical import non_canonical
 from stargraph.skills import SEMVER, SLUG, TAG, TOOL_ID, Example, Skill, SkillKind
-from stargraph.skills._files import read_utf8
+from stargraph.skills._files import SkillModel, read_utf8
 from stargraph.skills.markdown._workflow import (
     Check,
     WorkflowOutput,
@@ -59,7 +59,7 @@ _WORD_TOKEN: Final = re.compile(r"[A-Za-z0-9_.@*-]+")
 # --------------------------------------------------------------------------- data
 
 
-class Trigger(BaseModel):
+class Trigger(SkillModel):
     """When a skill applies: a keyword or phrase, a ``#tag``, or a tool pattern.
 
     Written in frontmatter as ``"archive notes"`` (keyword), ``"#notes"`` or ``"tag:notes"``
@@ -226,7 +226,9 @@ def parse_skill_md(
     extra = {str(k): v for k, v in data.items() if k not in _KNOWN}
     try:
         return _build(fields, source=source, references=references, extra=extra)
-    except SkillValidationError as exc:
+    except CompileError as exc:
+        # The skill's graph refused a value (a string YAML decoded into a lone surrogate, a
+        # number outside JSON's exact range): the file is what to fix, so name it.
         raise SkillValidationError(
             [Problem(f"{where}{p.pointer}", p.message, p.hint) for p in exc.problems],
             subject=f"SKILL.md {source}",
@@ -282,17 +284,19 @@ def _yaml_error(exc: BaseException, lines_before: int) -> str:
 
 
 def _json_ok(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` is JSON the graph hash can carry (RFC 8785: integers within
+    +-(2**53 - 1), finite floats, UTF-8 text), nested at most 64 deep."""
     if depth > 64:
         return False
-    if value is None or isinstance(value, str | bool | int):
-        return True
-    if isinstance(value, float):
-        return math.isfinite(value)
     if isinstance(value, list):
         return all(_json_ok(v, depth + 1) for v in value)
     if isinstance(value, dict):
-        return all(isinstance(k, str) and _json_ok(v, depth + 1) for k, v in value.items())
-    return False
+        return all(
+            isinstance(k, str) and _json_ok(k) and _json_ok(v, depth + 1) for k, v in value.items()
+        )
+    if value is None or isinstance(value, str | bool | int | float):
+        return next(non_canonical(value), None) is None
+    return False  # a date, a set ...: YAML has them, JSON does not
 
 
 def _str_list(data: Mapping[Any, Any], key: str, where: str, problems: list[Problem]) -> list[str]:

@@ -7,12 +7,13 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Final
 
 import orjson
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from stargraph import fathom, reducers
 from stargraph.errors import ToolError
 from stargraph.graph import END, START, Graph
 from stargraph.runtime import RunContext
+from stargraph.skills._files import SkillModel
 from stargraph.skills._services import require_service
 
 __all__ = [
@@ -34,7 +35,7 @@ def _show(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
-class WorkflowStep(BaseModel):
+class WorkflowStep(SkillModel):
     """One ``workflow`` entry: a description, the tool to call and its static params."""
 
     model_config = _FROZEN
@@ -43,11 +44,11 @@ class WorkflowStep(BaseModel):
     """What the step does (shown in results and errors)."""
     tool: str
     """Tool id or ``ns.name``."""
-    params: dict[str, JsonValue] = {}
+    params: dict[str, JsonValue] = Field(default_factory=dict)
     """Arguments, fixed when the file is written (they are part of the graph hash)."""
 
 
-class Check(BaseModel):
+class Check(SkillModel):
     """One machine-checked ``verification`` entry (prose entries stay plain strings).
 
     It inspects the result of ``step`` (1-based index or step description; default the last
@@ -63,7 +64,7 @@ class Check(BaseModel):
     """Which workflow step's result to inspect."""
     tool: str | None = None
     """A tool to call instead (e.g. read back a written file)."""
-    params: dict[str, JsonValue] = {}
+    params: dict[str, JsonValue] = Field(default_factory=dict)
     """Arguments for ``tool``."""
     status: str = "success"
     """Expected ``ToolResult.status``."""
