@@ -219,6 +219,10 @@ def _validation_hint(error: Mapping[str, Any], default: str) -> str:
     return default
 
 
+def _under(pointer: str, prefix: str) -> bool:
+    return pointer == prefix or pointer.startswith(prefix + "/")
+
+
 def problems_of_validation(
     exc: _Validation, *, where: str = "", hint: str = "pass a value of the documented type"
 ) -> list[Problem]:
@@ -229,11 +233,18 @@ def problems_of_validation(
         path = "/" + "/".join(str(part) for part in error["loc"])
         cause = error.get("ctx", {}).get("error")
         if isinstance(cause, _ProblemsError):
-            # Pointers of a nested model's own error are relative to that model; ones that
-            # already name a file (``x.json#/...``) are kept as they are.
-            prefix = where + path.rstrip("/")
+            # Pointers of a nested model's own error are relative to that model, but a field
+            # validator may already point from the model that owns the field (under the
+            # field's own path); ones that already name a file (``x.json#/...``) are kept.
+            field = path.rstrip("/")
             problems.extend(
-                p if "#" in p.pointer else Problem(prefix + p.pointer, p.message, p.hint)
+                p
+                if "#" in p.pointer
+                else Problem(
+                    where + (p.pointer if _under(p.pointer, field) else field + p.pointer),
+                    p.message,
+                    p.hint,
+                )
                 for p in cause.problems
             )
             continue
