@@ -31,7 +31,7 @@ from typing import Final
 
 from stargraph.fathom import _sexpr as sx
 
-__all__ = ["Exceeded", "RuleBounds", "check_bounds"]
+__all__ = ["DEFAULT_BOUNDS", "Exceeded", "RuleBounds", "check_bounds"]
 
 # Template -> slot -> a literal's key; a fact with no value for a slot holds its default.
 _Fact = tuple[str, dict[str, tuple[str, object]]]
@@ -59,6 +59,10 @@ class RuleBounds:
     asserted_facts: int = 100
     """How many facts a pattern is assumed to see from rules that assert its template at
     run time (more are stopped by the watchdog's memory check, not refused here)."""
+
+
+DEFAULT_BOUNDS: Final = RuleBounds()
+"""The bounds an engine and :func:`~stargraph.fathom.validate_pack` apply unless given others."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,9 +162,7 @@ def _asserted(rhs: Sequence[sx.Node], facts: dict[str, str]) -> Iterator[tuple[s
                 yield (template or "*"), sx.SExpr((sx.Atom("*", expr.line), *expr.items[2:]), 0)
 
 
-def check_bounds(
-    packs: Sequence[Sequence[sx.Construct]], bounds: RuleBounds
-) -> list[Exceeded]:
+def check_bounds(packs: Sequence[Sequence[sx.Construct]], bounds: RuleBounds) -> list[Exceeded]:
     """Every bound the constructs of ``packs`` (loaded together) exceed."""
     out: list[Exceeded] = []
     deffacts: list[tuple[str, dict[str, frozenset[_Key]]]] = []

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stargraph._lifecycle import Closing
 from stargraph.errors import Problem, RuleBudgetError, RuleCompileError, RuleRuntimeError
-from stargraph.fathom._bounds import RuleBounds
+from stargraph.fathom._bounds import DEFAULT_BOUNDS, RuleBounds
 from stargraph.fathom._load import (
     Capture,
     clips_message,
@@ -213,7 +213,7 @@ class RuleEngine(Closing):
             fields=self._fields,
             successors=self._successors,
             functions=wrapped,
-            bounds=bounds or RuleBounds(),
+            bounds=bounds or DEFAULT_BOUNDS,
         )
         env = loaded.env
         self._env: clips.Environment | None = env

@@ -26,7 +26,7 @@ from clips._clips import lib
 from stargraph.errors import Problem, RuleCompileError
 from stargraph.fathom import _allow
 from stargraph.fathom import _sexpr as sx
-from stargraph.fathom._bounds import RuleBounds, check_bounds
+from stargraph.fathom._bounds import DEFAULT_BOUNDS, RuleBounds, check_bounds
 from stargraph.fathom._pack import RulePack
 from stargraph.fathom._values import FactField, normalise_fields
 
@@ -412,7 +412,7 @@ def load_packs(
     fields: Mapping[str, FactField],
     successors: Mapping[str, frozenset[str]] | None,
     functions: Mapping[str, Callable[..., Any]],
-    bounds: RuleBounds = RuleBounds(),
+    bounds: RuleBounds = DEFAULT_BOUNDS,
 ) -> Loaded:
     """A new environment with the engine constructs and every pack built into it.
 
@@ -457,7 +457,7 @@ def _check_and_build(
     functions: Mapping[str, Callable[..., Any]],
     *,
     fields: Iterable[str] = (),
-    bounds: RuleBounds = RuleBounds(),
+    bounds: RuleBounds = DEFAULT_BOUNDS,
 ) -> dict[str, str]:
     checker = _Checker(successors, frozenset(functions), frozenset(fields))
     for name, function in functions.items():
@@ -548,7 +548,7 @@ def validate_pack(
         fields=normalise_fields(fact_fields or {}),
         successors=freeze_successors(successors),
         functions=dict.fromkeys(functions, _stub),
-        bounds=bounds or RuleBounds(),
+        bounds=bounds or DEFAULT_BOUNDS,
     )  # the scratch environment is dropped on return
 
 
