@@ -27,6 +27,7 @@ def test_public_api_is_pinned() -> None:
         "EnginePool",
         "Fact",
         "PooledEngine",
+        "RuleBounds",
         "RuleEngine",
         "RulePack",
         "default_termination_pack",

@@ -14,6 +14,8 @@ docs/concepts/rules.md). This is the only package that imports clipspy. The piec
   :class:`Decision` the runtime's ``EngineDecision``.
 * :class:`EnginePool` keeps a compiled graph's engines across its runs (per thread):
   resetting one costs far less than making one.
+* :class:`RuleBounds` bounds how much pattern matching the packs of one engine can ask for
+  (patterns per rule, deffacts facts, partial matches); both take ``bounds=``.
 * :func:`validate_pack` checks a pack before anything runs: packs are data from wherever the
   graph came from, so only the constructs and the functions in :data:`ALLOWED_FUNCTIONS` are
   accepted, and every decision runs under a time and memory budget (``docs/trust.md``).
@@ -31,6 +33,7 @@ Rules see three engine templates, and decide by asserting ``sg-decision``::
 from __future__ import annotations
 
 from stargraph.fathom._allow import FUNCTIONS as ALLOWED_FUNCTIONS
+from stargraph.fathom._bounds import RuleBounds
 from stargraph.fathom._engine import Decision, DecisionKind, RuleEngine
 from stargraph.fathom._load import validate_pack
 from stargraph.fathom._pack import RulePack, default_termination_pack
@@ -46,6 +49,7 @@ __all__ = [
     "EnginePool",
     "Fact",
     "PooledEngine",
+    "RuleBounds",
     "RuleEngine",
     "RulePack",
     "default_termination_pack",

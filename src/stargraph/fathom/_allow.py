@@ -30,9 +30,8 @@ nothing that is named can name another function:
   :data:`MAX_LITERAL_BYTES` from the pack's literals, and conditions (evaluated inside
   pattern matching, where no check can run) build nothing from variables.
 
-What stays outside these bounds: CLIPS matches patterns inside each ``assert``, where no
-check runs, so a rule joining many unconstrained patterns over many facts can spend time and
-memory in one step; the next check stops the decision (``docs/trust.md``).
+CLIPS matches patterns inside each ``assert``, where no check runs: how much matching the
+packs can ask for is bounded separately, by :mod:`._bounds` (``docs/trust.md``).
 """
 
 from __future__ import annotations

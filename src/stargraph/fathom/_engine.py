@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from stargraph._lifecycle import Closing
 from stargraph.errors import Problem, RuleBudgetError, RuleCompileError, RuleRuntimeError
+from stargraph.fathom._bounds import DEFAULT_BOUNDS, RuleBounds
 from stargraph.fathom._load import (
     Capture,
     clips_message,
@@ -189,6 +190,7 @@ class RuleEngine(Closing):
         functions: Mapping[str, Callable[..., Any]] | None = None,
         decide_timeout_s: float = DEFAULT_DECIDE_TIMEOUT_S,
         memory_limit: int = DEFAULT_MEMORY_LIMIT,
+        bounds: RuleBounds | None = None,
     ) -> None:
         _check_budget(run_limit, decide_timeout_s, memory_limit)
         self._owner = threading.get_ident()
@@ -211,6 +213,7 @@ class RuleEngine(Closing):
             fields=self._fields,
             successors=self._successors,
             functions=wrapped,
+            bounds=bounds or DEFAULT_BOUNDS,
         )
         env = loaded.env
         self._env: clips.Environment | None = env
@@ -239,11 +242,22 @@ class RuleEngine(Closing):
     def _start(self, what: str) -> None:
         """Reset to the deffacts and the two engine facts; raise if a rule function failed.
 
-        Patterns are matched as facts are asserted, so a rule function can already fail here.
+        Patterns are matched as facts are asserted, so a rule function can already fail here,
+        and the matching can grow: it runs under a decision's budget. CLIPS checks it only
+        when the reset and sg-init return (no check can run inside them), which the static
+        bounds (:mod:`._bounds`) make a bounded amount of work.
         """
         self._snapshot = None
+        self._watch.arm()
         lib.Reset(self._raw)
         code = self._calls.call(b"sg-init", ())
+        tripped = self._watch.settle()
+        if tripped is not None:
+            self._capture.take_errors()
+            self._raised.clear()
+            self.close()
+            detail = self._budget_message(tripped, "while it matched the packs' facts")
+            raise RuleBudgetError(f"{what}: {detail}")
         error = error_message(self._raw, self._probe)
         text = self._capture.take_errors()
         if code or error is not None or text or self._raised:
@@ -345,7 +359,8 @@ class RuleEngine(Closing):
             self._fail(env, f"could not evaluate the rules: {exc}", step, node)
         if code:
             self._fail(env, f"could not evaluate the rules (sg-begin error {code})", step, node)
-        # Armed for the agenda only: sg-begin runs no pack code, and every firing is checked.
+        # Armed for the agenda only: sg-begin's modifies match patterns, which the static
+        # bounds keep small, and the memory it leaves may be what the first firing frees.
         watch.arm()
         fired = int(lib.Run(raw, self._run_limit))
         tripped = watch.disarm()
@@ -386,21 +401,24 @@ class RuleEngine(Closing):
             if found
             else "between rule firings"
         )
+        message = self._budget_message(tripped, where)
+        self._fail(env, message, step, node, RuleBudgetError)
+
+    def _budget_message(self, tripped: str, where: str) -> str:
+        """What a tripped budget says; ``where`` completes "... and was stopped <where>"."""
         if tripped == "time":
-            message = (
+            return (
                 f"the rules ran past the decision's time budget of "
                 f"{self._watch.timeout:g} s and were stopped {where}; a rule's actions must "
                 "finish (loop over a bounded range, let the agenda repeat work), or pass a "
                 "larger decide_timeout_s to the engine"
             )
-        else:
-            message = (
-                f"the rules' environment grew to {self._watch.used:,} bytes, over the "
-                f"engine's memory_limit of {self._watch.limit:,}, and was stopped {where}; "
-                "build smaller strings and multifields, retract facts that are no longer "
-                "needed, or pass a larger memory_limit to the engine"
-            )
-        self._fail(env, message, step, node, RuleBudgetError)
+        return (
+            f"the rules' environment grew to {self._watch.used:,} bytes, over the "
+            f"engine's memory_limit of {self._watch.limit:,}, and was stopped {where}; "
+            "build smaller strings and multifields, retract facts that are no longer "
+            "needed, match fewer facts, or pass a larger memory_limit to the engine"
+        )
 
     def _check_run(self, env: Any, fired: int, step: int, node: str) -> None:
         # clipspy swallows exceptions raised in Python functions: run() returns normally

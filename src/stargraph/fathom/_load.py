@@ -29,6 +29,7 @@ from clips._clips import lib
 from stargraph.errors import Problem, RuleCompileError
 from stargraph.fathom import _allow
 from stargraph.fathom import _sexpr as sx
+from stargraph.fathom._bounds import DEFAULT_BOUNDS, RuleBounds, check_bounds
 from stargraph.fathom._pack import RulePack
 from stargraph.fathom._values import FactField, normalise_fields
 
@@ -396,6 +397,7 @@ def _key(
     fields: Mapping[str, FactField],
     successors: Mapping[str, frozenset[str]] | None,
     functions: Mapping[str, Any],
+    bounds: RuleBounds,
 ) -> Hashable:
     graph = None if successors is None else tuple(sorted(successors.items(), key=str))
     return (
@@ -403,6 +405,7 @@ def _key(
         tuple(sorted(fields.items())),
         graph,
         tuple(sorted(functions)),
+        bounds,
     )
 
 
@@ -412,17 +415,18 @@ def load_packs(
     fields: Mapping[str, FactField],
     successors: Mapping[str, frozenset[str]] | None,
     functions: Mapping[str, Callable[..., Any]],
+    bounds: RuleBounds = DEFAULT_BOUNDS,
 ) -> Loaded:
     """A new environment with the engine constructs and every pack built into it.
 
-    Raises one RuleCompileError naming every problem in every pack; the environment is then
-    dropped, so nothing half-loaded can run.
+    Raises one RuleCompileError naming every problem in every pack (``bounds`` included);
+    the environment is then dropped, so nothing half-loaded can run.
     """
     env, capture = new_environment()
     state_template, begin = _state_constructs(fields)
     for text in (*_BASE, state_template, *_FUNCTIONS, begin):
         env.build(text)  # constant text: failure here is a bug, let CLIPSError surface
-    key = _key(packs, fields, successors, functions)
+    key = _key(packs, fields, successors, functions, bounds)
     known = _VALIDATED.get(key)
     if known is not None:
         try:
@@ -433,11 +437,15 @@ def load_packs(
                     env.build(c.text)
         except clips.CLIPSError:  # pragma: no cover - the same input built cleanly before
             _VALIDATED.pop(key, None)
-            return load_packs(packs, fields=fields, successors=successors, functions=functions)
+            return load_packs(
+                packs, fields=fields, successors=successors, functions=functions, bounds=bounds
+            )
         capture.activate()
         return Loaded(env, capture, dict(known))
     capture.activate()
-    rule_packs = _check_and_build(env, capture, packs, successors, functions, fields=fields)
+    rule_packs = _check_and_build(
+        env, capture, packs, successors, functions, fields=fields, bounds=bounds
+    )
     if len(_VALIDATED) >= _VALIDATED_MAX:
         _VALIDATED.clear()
     _VALIDATED[key] = rule_packs
@@ -452,6 +460,7 @@ def _check_and_build(
     functions: Mapping[str, Callable[..., Any]],
     *,
     fields: Iterable[str] = (),
+    bounds: RuleBounds = DEFAULT_BOUNDS,
 ) -> dict[str, str]:
     checker = _Checker(successors, frozenset(functions), frozenset(fields))
     for name, function in functions.items():
@@ -471,6 +480,7 @@ def _check_and_build(
                 )
             )
     seen: set[str] = set()
+    read: list[tuple[RulePack, Sequence[sx.Construct]]] = []
     for pack in packs:
         if pack.id in seen:
             checker.problems.append(
@@ -483,6 +493,7 @@ def _check_and_build(
         except sx.SourceError as exc:
             checker.problem(pack, "text", exc.line, str(exc), exc.hint)
             continue
+        read.append((pack, constructs))
         before = len(checker.problems)
         checker.check(pack, constructs)
         if len(checker.problems) > before:
@@ -500,6 +511,10 @@ def _check_and_build(
                     f"CLIPS: {clips_message(text)}",
                     "fix the construct; the line is where CLIPS stopped reading",
                 )
+    # Nothing built so far matches anything (no fact exists before the engine resets), so
+    # refusing here comes before any of the matching the bounds are about.
+    for over in check_bounds([constructs for _, constructs in read], bounds):
+        checker.problem(read[over.pack][0], over.what, over.line, over.message, over.hint)
     implied = sorted(t.name for t in env.templates() if t.implied)
     for name in implied:  # backstop: an unknown template the static reading did not see
         checker.problems.append(
@@ -518,6 +533,7 @@ def validate_pack(
     fact_fields: Mapping[str, Any] | None = None,
     successors: Mapping[str, Iterable[str]] | None = None,
     functions: Iterable[str] = (),
+    bounds: RuleBounds | None = None,
 ) -> None:
     """Load ``pack`` into a scratch environment and raise RuleCompileError if it is invalid.
 
@@ -526,13 +542,16 @@ def validate_pack(
     the line CLIPS stopped at), unknown templates and slots, decisions that do not name their
     rule, and -- when
     ``successors`` is given and a rule fixes its node literally -- every ``goto`` target.
-    ``functions`` names the Python functions the engine will define.
+    ``functions`` names the Python functions the engine will define. The pack must also
+    stay within ``bounds`` (:class:`~stargraph.fathom.RuleBounds`: patterns per rule,
+    deffacts facts, partial matches), as it must in the engine.
     """
     load_packs(
         [pack],
         fields=normalise_fields(fact_fields or {}),
         successors=freeze_successors(successors),
         functions=dict.fromkeys(functions, _stub),
+        bounds=bounds or DEFAULT_BOUNDS,
     )  # the scratch environment is dropped on return
 
 

@@ -130,6 +130,18 @@ class Watchdog:
             _C.SetHaltExecution(self._env, False)
         return tripped
 
+    def settle(self) -> str | None:
+        """Check the budget once more, then :meth:`disarm`: for work in which CLIPS may call
+        no periodic function (a reset asserts every deffacts fact in one call)."""
+        if self.tripped is None and self.deadline != math.inf:
+            if time.monotonic() > self.deadline:
+                self.tripped = "time"
+            else:
+                used = int(_C.MemUsed(self._env))
+                if used > self.limit:
+                    self.used, self.tripped = used, "memory"
+        return self.disarm()
+
     def memory_used(self) -> int:
         """Every byte the environment holds now."""
         return int(_C.MemUsed(self._env))
