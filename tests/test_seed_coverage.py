@@ -207,6 +207,9 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         "tests/tools/test_seed_b18_tls.py"
         "::test_B18_a_bad_server_certificate_is_a_typed_error_and_sends_nothing",
     )),
+    "B21": ("a per-tool mutex is the lock tool:<name>:X", (
+        f"{TA}::test_B21_a_tool_holding_its_own_mutex_never_runs_twice_at_once",
+    )),
     # C. Schemas
     "C1": ("schema = prompt + states + guard", (
         f"{MS}::test_C1_schema_is_prompt_states_guard_and_states_carry_described_moves",
@@ -336,7 +339,6 @@ OPEN_ROWS: dict[str, str] = {
     "B19": "not built yet: choir.fs.write only overwrites or appends a whole file",
     "B20": "not built: an external tool must be a ready executable; building a source "
     "directory during the agent build needs a build step and sandbox, to be filed as an issue",
-    "B21": "not proven yet: no test holds a tool to the per-tool mutex lock tool:<name>:X",
     "D12": "not built: sub-agents have no GATHER/ANALYZE/PLAN/APPLY phases with a "
     "checkpoint at each boundary; needs a phase model over the agents store, to be filed",
     "D13": "not built: terminating an agent neither releases it from a pool nor notifies "
