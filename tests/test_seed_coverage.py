@@ -207,6 +207,13 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         "tests/tools/test_seed_b18_tls.py"
         "::test_B18_a_bad_server_certificate_is_a_typed_error_and_sends_nothing",
     )),
+    "B19": ("fs.write patches by lines: replace a range, insert at a line, append", (
+        "tests/tools/test_tools_builtins.py"
+        "::test_B19_fs_write_patches_by_lines_replace_a_range_insert_at_a_line_append",
+        "tests/tools/test_tools_builtins.py"
+        "::test_B19_a_bad_line_patch_is_a_typed_error_and_leaves_the_file_as_it_was",
+        "tests/tools/test_tools_builtins.py::test_B19_a_line_patch_stays_inside_the_workspace",
+    )),
     "B21": ("a per-tool mutex is the lock tool:<name>:X", (
         f"{TA}::test_B21_a_tool_holding_its_own_mutex_never_runs_twice_at_once",
     )),
@@ -336,7 +343,6 @@ OPEN_ROWS: dict[str, str] = {
     "A22": "not built yet: no system-prompt summary of the skills an agent may run",
     "A23": "not built: no session state machine (start, heartbeat, stop, crash recovery) "
     "above the lane and skill machines; a project of its own, to be filed as an issue",
-    "B19": "not built yet: choir.fs.write only overwrites or appends a whole file",
     "B20": "not built: an external tool must be a ready executable; building a source "
     "directory during the agent build needs a build step and sandbox, to be filed as an issue",
     "D12": "not built: sub-agents have no GATHER/ANALYZE/PLAN/APPLY phases with a "
