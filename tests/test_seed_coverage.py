@@ -354,7 +354,9 @@ OPEN_ROWS: dict[str, str] = {
     "a parent workflow; the agents store has no task pipeline to notify through",
     "D14": "not built: orphan_scan() runs only when called; no periodic scanner",
     "D15": "not built: profile limits bound allocation but do not size pools or queues",
-    "E12": "not built yet: Skill.requires is recorded but not checked when mounted",
+    "E12": "not built: Skill.requires is recorded but not checked; checking service: "
+    "capabilities against compile(services=...) breaks offline replay, which compiles a "
+    "recorded run without its live services; needs a design decision, to be filed",
     "E13": "not built: observe appends the observations but keeps no salience; the seed "
     "does not say what salience ranks, to be decided with the memory design",
     "E14": "issue 48: replay across graph versions (unchanged regions served from the "
