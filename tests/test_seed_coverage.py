@@ -1,13 +1,16 @@
-"""Every row of the seed checklist (``../shared/design/SEED-CHECKLIST.md``, rows A1 .. E11)
-maps to named tests that exist, so a row cannot silently lose its test.
+"""Every row of the seed checklist (``../shared/design/SEED-CHECKLIST.md``, rows A1 .. E14)
+maps to named tests that exist, or is listed as open with the reason and the work that will
+cover it, so a row cannot silently lose its test.
 
 :data:`ROWS` is the table: row id -> (what the row asks, the tests that prove it, as pytest
-node ids). The tests below check that the table has exactly the checklist's 69 rows (and,
-where the checklist itself is beside the repository, the same ids), that every node id names
-a test function that exists (read from the files' syntax trees, so nothing is imported or
-run), and that a test named for a row (``test_B18_...``) names a row that exists. Renaming
-or deleting a listed test fails here until the table is updated with the test that took its
-place.
+node ids). :data:`OPEN_ROWS` is the visible debt: row id -> why it is not covered yet and
+which issue or work covers it. The tests below check that the table and the open rows
+together are exactly the checklist's 81 rows, with no row in both (and, where the checklist
+itself is beside the repository, the same ids), that every node id names a test function
+that exists (read from the files' syntax trees, so nothing is imported or run), that a test
+named for a row (``test_B18_...``) names a row that exists, and that no open row has a test
+named for it (such a row is covered: move it to :data:`ROWS`). Renaming or deleting a listed
+test fails here until the table is updated with the test that took its place.
 """
 
 from __future__ import annotations
@@ -21,8 +24,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKLIST = ROOT.parent / "shared" / "design" / "SEED-CHECKLIST.md"
-SECTIONS = {"A": 21, "B": 18, "C": 8, "D": 11, "E": 11}
-"""Rows per section, as the checklist's headings count them (69 in all)."""
+SECTIONS = {"A": 23, "B": 21, "C": 8, "D": 15, "E": 14}
+"""Rows per section of the checklist (81 in all; some headings still give older counts)."""
 
 MR = "tests/skills/machine/test_machine_runtime.py"
 ML = "tests/skills/machine/test_machine_loader.py"
@@ -118,6 +121,10 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         f"{MP}::test_A21_builtin_builders_have_the_seed_shape",
         f"{MP}::test_A21_skill_builder_runs_end_to_end_and_its_proposal_loads",
     )),
+    "A22": ("skill descriptions in the system-prompt summary of the skills", (
+        f"{MR}::test_A22_every_step_system_prompt_summarises_the_skills_with_their_descriptions",
+        f"{MR}::test_A9_prompt_holds_context_memory_objective_and_step_context_only",
+    )),
     # B. Choir tool system
     "B1": ("llm and runtime views of a manifest", (
         f"{TS}::test_llm_view_never_contains_a_runtime_key_or_value",
@@ -203,6 +210,16 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         "tests/tools/test_seed_b18_tls.py::test_B18_email_send_check_receive_over_tls",
         "tests/tools/test_seed_b18_tls.py"
         "::test_B18_a_bad_server_certificate_is_a_typed_error_and_sends_nothing",
+    )),
+    "B19": ("fs.write patches by lines: replace a range, insert at a line, append", (
+        "tests/tools/test_tools_builtins.py"
+        "::test_B19_fs_write_patches_by_lines_replace_a_range_insert_at_a_line_append",
+        "tests/tools/test_tools_builtins.py"
+        "::test_B19_a_bad_line_patch_is_a_typed_error_and_leaves_the_file_as_it_was",
+        "tests/tools/test_tools_builtins.py::test_B19_a_line_patch_stays_inside_the_workspace",
+    )),
+    "B21": ("a per-tool mutex is the lock tool:<name>:X", (
+        f"{TA}::test_B21_a_tool_holding_its_own_mutex_never_runs_twice_at_once",
     )),
     # C. Schemas
     "C1": ("schema = prompt + states + guard", (
@@ -326,10 +343,32 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
     )),
 }  # fmt: skip
 
+OPEN_ROWS: dict[str, str] = {
+    "A23": "not built: no session state machine (start, heartbeat, stop, crash recovery) "
+    "above the lane and skill machines; a project of its own, to be filed as an issue",
+    "B20": "not built: an external tool must be a ready executable; building a source "
+    "directory during the agent build needs a build step and sandbox, to be filed as an issue",
+    "D12": "not built: sub-agents have no GATHER/ANALYZE/PLAN/APPLY phases with a "
+    "checkpoint at each boundary; needs a phase model over the agents store, to be filed",
+    "D13": "not built: terminating an agent neither releases it from a pool nor notifies "
+    "a parent workflow; the agents store has no task pipeline to notify through",
+    "D14": "not built: orphan_scan() runs only when called; no periodic scanner",
+    "D15": "not built: profile limits bound allocation but do not size pools or queues",
+    "E12": "not built: Skill.requires is recorded but not checked; checking service: "
+    "capabilities against compile(services=...) breaks offline replay, which compiles a "
+    "recorded run without its live services; needs a design decision, to be filed",
+    "E13": "not built: observe appends the observations but keeps no salience; the seed "
+    "does not say what salience ranks, to be decided with the memory design",
+    "E14": "issue 48: replay across graph versions (unchanged regions served from the "
+    "record) is a project of its own",
+}
+"""Rows not covered yet: row id -> why, and which issue or work will cover it. A visible debt,
+not a pass: a row leaves this mapping for :data:`ROWS` when a test proves it."""
+
 ROW_ID = re.compile(r"^test_([A-E]\d{1,2})_")
 
 # Tests that prove two rows at once, listed under both on purpose.
-SHARED_TESTS = {("B16", "B10"), ("B18", "B8")}
+SHARED_TESTS = {("B16", "B10"), ("B18", "B8"), ("A9", "A22")}
 
 
 def _shared(named: str, listed: str) -> bool:
@@ -361,17 +400,41 @@ def _functions_in(path: str) -> frozenset[str]:
     return frozenset(found)
 
 
-def test_the_table_has_exactly_the_checklist_rows() -> None:
-    expected = [f"{s}{i}" for s, count in SECTIONS.items() for i in range(1, count + 1)]
-    assert sorted(ROWS, key=_row_key) == expected
-    assert len(ROWS) == 69
+def _expected_rows() -> list[str]:
+    return [f"{s}{i}" for s, count in SECTIONS.items() for i in range(1, count + 1)]
+
+
+def test_the_table_and_the_open_rows_are_exactly_the_checklist_rows() -> None:
+    expected = _expected_rows()
+    assert sorted({*ROWS, *OPEN_ROWS}, key=_row_key) == expected
+    assert len(ROWS) + len(OPEN_ROWS) == 81
     # The checklist lives beside the repository in the project's shared folder; where it
-    # is, its own rows must be the table's (a row added there must be added here).
+    # is, its own rows must be these (a row added there must be added here).
     if CHECKLIST.is_file():
         listed: list[str] = re.findall(
             r"^\| ([A-E]\d{1,2}) \|", CHECKLIST.read_text(), re.MULTILINE
         )
         assert sorted(listed, key=_row_key) == expected
+
+
+def test_no_row_is_both_covered_and_open() -> None:
+    assert sorted(set(ROWS) & set(OPEN_ROWS), key=_row_key) == []
+
+
+def test_every_open_row_says_why_and_what_covers_it() -> None:
+    assert [row for row, why in OPEN_ROWS.items() if len(why.split()) < 5] == []
+
+
+def test_an_open_row_has_no_test_named_for_it() -> None:
+    # A test named for a row means the row is covered: it belongs in ROWS with that test.
+    named = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        relative = path.relative_to(ROOT).as_posix()
+        for name in _functions_in(relative):
+            match = ROW_ID.match(name.rpartition("::")[2])
+            if match and match.group(1) in OPEN_ROWS:
+                named.append(f"{relative}::{name}")
+    assert named == [], "open rows with a test named for them; move them to ROWS"
 
 
 @pytest.mark.parametrize("row", ROW_IDS)
@@ -396,7 +459,7 @@ def test_tests_named_for_a_row_name_a_row_that_exists() -> None:
         relative = path.relative_to(ROOT).as_posix()
         for name in _functions_in(relative):
             match = ROW_ID.match(name.rpartition("::")[2])
-            if match and match.group(1) not in ROWS:
+            if match and match.group(1) not in ROWS and match.group(1) not in OPEN_ROWS:
                 strays.append(f"{relative}::{name}")
     assert strays == []
 

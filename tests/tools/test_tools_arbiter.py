@@ -567,3 +567,44 @@ def test_registry_llm_tools_follow_the_allowlist(make_arbiter: ArbiterFactory) -
         "demo__forbidden__v1_0_0"
     ]
     assert arbiter.registry.llm_tools(["choir.*"]) == []
+
+
+def test_B21_a_tool_holding_its_own_mutex_never_runs_twice_at_once(
+    make_arbiter: ArbiterFactory,
+) -> None:
+    # The per-tool mutex is no special mechanism: the lock tool:<name>:X, which the tool
+    # declares; calls with different arguments still take turns.
+    inside = 0
+    most = 0
+    held: list[dict[str, Any]] = []
+    guard = threading.Lock()
+    arbiter: Arbiter
+
+    @tool(id="demo.once@1.0.0", description="Never twice.", locks=("tool:demo.once:X",))
+    def once(n: int) -> None:
+        nonlocal inside, most
+        with guard:
+            inside += 1
+            most = max(most, inside)
+        held.append(dict(arbiter.locks.snapshot()))
+        time.sleep(0.05)
+        with guard:
+            inside -= 1
+
+    arbiter = make_arbiter(once)
+    numbers = iter(range(4))
+    with_next = threading.Lock()
+
+    def call() -> None:
+        with with_next:
+            n = next(numbers)
+        result = arbiter.dispatch(ToolCall(tool="demo.once", args={"n": n}))
+        assert result.status == "success"
+
+    run_concurrently(call, count=4)
+    assert most == 1
+    assert len(held) == 4
+    assert all(list(snapshot) == ["tool:demo.once"] for snapshot in held), held
+    assert all(len(snapshot["tool:demo.once"]) == 1 for snapshot in held), held
+    assert all(snapshot["tool:demo.once"][0][1] == "X" for snapshot in held), held
+    assert arbiter.locks.snapshot() == {}

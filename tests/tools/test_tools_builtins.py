@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from stargraph.errors import ToolArgumentError, ToolTimeoutError
+from stargraph.errors import ToolArgumentError, ToolNotAllowedError, ToolTimeoutError
 from stargraph.tools import Arbiter, ToolCall, builtin_tools
 
 ArbiterFactory = Callable[..., Arbiter]
@@ -51,8 +51,69 @@ def test_fs_write_then_read_with_head_and_tail(arbiter: Arbiter, workspace: Path
     assert run(arbiter, "choir.fs.read", path="d/n.txt", head=2).payload == "1\n2\n"
     tail = run(arbiter, "choir.fs.read", path="d/n.txt", tail=1)
     assert (tail.summary, tail.payload) == ("read 1 lines from d/n.txt", "4\n")
-    with pytest.raises(ToolArgumentError, match="mode: Input should be 'overwrite' or 'append'"):
+    with pytest.raises(
+        ToolArgumentError,
+        match="mode: Input should be 'overwrite', 'append', 'replace' or 'insert'",
+    ):
         run(arbiter, "choir.fs.write", path="x", content="", mode="truncate")
+
+
+def test_B19_fs_write_patches_by_lines_replace_a_range_insert_at_a_line_append(
+    arbiter: Arbiter, workspace: Path
+) -> None:
+    (workspace / "p.txt").write_bytes(b"one\ntwo\r\nthree\nfour")
+    replaced = run(
+        arbiter, "choir.fs.write", path="p.txt", content="TWO\nTHREE", mode="replace",
+        start_line=2, end_line=3,
+    )  # fmt: skip
+    assert replaced.summary == "replace lines 2-3 of p.txt with 2 lines"
+    assert (workspace / "p.txt").read_bytes() == b"one\nTWO\nTHREE\nfour"
+    run(arbiter, "choir.fs.write", path="p.txt", content="zero\n", mode="insert", start_line=1)
+    inserted = run(
+        arbiter, "choir.fs.write", path="p.txt", content="five", mode="insert", start_line=6
+    )
+    assert inserted.summary == "insert 1 lines at line 6 of p.txt"
+    assert (workspace / "p.txt").read_bytes() == b"zero\none\nTWO\nTHREE\nfour\nfive\n"
+    run(arbiter, "choir.fs.write", path="p.txt", content="", mode="replace", start_line=2,
+        end_line=4)  # fmt: skip
+    run(arbiter, "choir.fs.write", path="p.txt", content="six\n", mode="append")
+    assert run(arbiter, "choir.fs.read", path="p.txt").payload == "zero\nfour\nfive\nsix\n"
+    records = arbiter.commit_log.records()
+    assert [r.status for r in records] == ["success"] * 6
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ({"mode": "replace", "end_line": 1}, "mode 'replace' needs start_line"),
+        ({"mode": "replace", "start_line": 1}, "mode 'replace' needs end_line"),
+        ({"mode": "replace", "start_line": 2, "end_line": 1}, "start_line <= end_line <= 2"),
+        ({"mode": "replace", "start_line": 1, "end_line": 3}, "got start_line=1, end_line=3"),
+        ({"mode": "insert", "start_line": 4}, "insert start_line=4 must be at most 3"),
+        ({"mode": "insert", "start_line": 1, "end_line": 1}, "'insert' takes no end_line"),
+        ({"mode": "overwrite", "start_line": 1}, "takes no start_line or end_line"),
+        ({"mode": "append", "end_line": 1}, "takes no start_line or end_line"),
+    ],
+)
+def test_B19_a_bad_line_patch_is_a_typed_error_and_leaves_the_file_as_it_was(
+    arbiter: Arbiter, workspace: Path, args: dict[str, Any], message: str
+) -> None:
+    (workspace / "q.txt").write_text("a\nb\n")
+    with pytest.raises(ToolArgumentError, match=message):
+        run(arbiter, "choir.fs.write", path="q.txt", content="x", **args)
+    assert (workspace / "q.txt").read_text() == "a\nb\n"
+
+
+def test_B19_a_line_patch_stays_inside_the_workspace(arbiter: Arbiter, workspace: Path) -> None:
+    outside = workspace.parent / f"{workspace.name}-outside.txt"
+    outside.write_text("keep\n")
+    (workspace / "link.txt").symlink_to(outside)
+    with pytest.raises(ToolNotAllowedError):
+        run(arbiter, "choir.fs.write", path="link.txt", content="x", mode="insert", start_line=1)
+    with pytest.raises(ToolNotAllowedError):
+        run(arbiter, "choir.fs.write", path=f"../{outside.name}", content="x", mode="replace",
+            start_line=1, end_line=1)  # fmt: skip
+    assert outside.read_text() == "keep\n"
 
 
 def test_fs_search_finds_lines(arbiter: Arbiter, workspace: Path) -> None:

@@ -63,11 +63,74 @@ def fs_write(
     ctx: ToolContext,
     path: Annotated[str, Field(description="File path relative to the workspace root.")],
     content: Annotated[str, Field(description="Text to write.")],
-    mode: Literal["overwrite", "append"] = "overwrite",
+    mode: Annotated[
+        Literal["overwrite", "append", "replace", "insert"],
+        Field(
+            description="overwrite or append the file; replace lines start_line..end_line "
+            "with content; insert content before line start_line."
+        ),
+    ] = "overwrite",
+    *,
+    start_line: Annotated[
+        int | None, Field(ge=1, description="First line (1-based) to replace or insert at.")
+    ] = None,
+    end_line: Annotated[
+        int | None, Field(ge=1, description="Last line (1-based, inclusive) to replace.")
+    ] = None,
 ) -> ToolOutput:
-    """Write content to a file in the workspace (overwrite or append)."""
-    ctx.workspace.write_bytes(path, content.encode(), append=mode == "append", tool=ctx.tool)
-    return ToolOutput(summary=f"{mode} {len(content.encode())} bytes to {path}")
+    """Write content to a file in the workspace: overwrite, append, or patch it by lines
+    (replace a line range, insert at a line)."""
+    if mode in ("overwrite", "append"):
+        if start_line is not None or end_line is not None:
+            raise ToolArgumentError(
+                f"tool {ctx.tool!r}: mode {mode!r} writes the whole file and takes no "
+                "start_line or end_line; drop them, or use mode 'replace' or 'insert'"
+            )
+        ctx.workspace.write_bytes(path, content.encode(), append=mode == "append", tool=ctx.tool)
+        return ToolOutput(summary=f"{mode} {len(content.encode())} bytes to {path}")
+    lines = ctx.workspace.read_bytes(path, tool=ctx.tool).splitlines(keepends=True)
+    first, last = _line_range(ctx.tool, path, mode, len(lines), start=start_line, end=end_line)
+    patch = content.encode()
+    if patch and not patch.endswith((b"\n", b"\r")):
+        patch += b"\n"  # the patch is whole lines: the line after it stays a line of its own
+    if mode == "insert" and first > len(lines) and lines and not lines[-1].endswith((b"\n", b"\r")):
+        lines[-1] += b"\n"  # inserting after an unterminated last line must not join the two
+    lines[first - 1 : last] = [patch]
+    ctx.workspace.write_bytes(path, b"".join(lines), tool=ctx.tool)
+    count = len(patch.splitlines())
+    if mode == "insert":
+        return ToolOutput(summary=f"insert {count} lines at line {first} of {path}")
+    return ToolOutput(summary=f"replace lines {first}-{last} of {path} with {count} lines")
+
+
+def _line_range(
+    tool: str, path: str, mode: str, total: int, *, start: int | None, end: int | None
+) -> tuple[int, int]:
+    """The 1-based ``(first, last)`` lines a patch replaces (``last = first - 1`` inserts
+    before ``first``), or a :class:`~stargraph.errors.ToolArgumentError` saying which
+    argument is wrong for a file of ``total`` lines."""
+    where = f"tool {tool!r}: {path} has {total} lines"
+    if start is None:
+        raise ToolArgumentError(f"tool {tool!r}: mode {mode!r} needs start_line; pass it")
+    if mode == "insert":
+        if end is not None:
+            raise ToolArgumentError(
+                f"tool {tool!r}: mode 'insert' takes no end_line (it inserts before "
+                "start_line); drop it, or use mode 'replace'"
+            )
+        if start > total + 1:
+            raise ToolArgumentError(
+                f"{where}; insert start_line={start} must be at most {total + 1} (the end)"
+            )
+        return start, start - 1
+    if end is None:
+        raise ToolArgumentError(f"tool {tool!r}: mode 'replace' needs end_line; pass it")
+    if not start <= end <= total:
+        raise ToolArgumentError(
+            f"{where}; replace needs start_line <= end_line <= {total}, got "
+            f"start_line={start}, end_line={end}"
+        )
+    return start, end
 
 
 @tool(id="choir.fs.search@1.0.0", side_effect="read", locks=("file:{path}:S",), timeout_s=30)

@@ -112,7 +112,11 @@ def test_A9_prompt_holds_context_memory_objective_and_step_context_only(
     messages = plan.messages
     assert messages[0] == {
         "role": "system",
-        "content": "Be terse.\n\n## Memory\nUser prefers Python.",
+        "content": (
+            "Be terse.\n\n## Skills you may run\n"
+            "- build_feature: Implement a feature end-to-end.\n\n"
+            "## Memory\nUser prefers Python."
+        ),
     }
     assert messages[1]["content"] == (
         "## Schema: build_feature\nImplement a feature end-to-end.\n"
@@ -226,6 +230,30 @@ def test_A13_valid_transition_appends_to_the_commit_log(
     assert arbiter.commit_log.verify_chain() is None
     statuses = [r.status for r in arbiter.commit_log.records()]
     assert statuses == ["success", "transition", "transition", "transition", "transition"]
+
+
+def test_A22_every_step_system_prompt_summarises_the_skills_with_their_descriptions(
+    server: ScriptedOpenAIServer, chat: OpenAIChatModel, arbiter: Arbiter
+) -> None:
+    runtime = MachineRuntime(
+        model=chat, arbiter=arbiter, skills=[small_spec(), example_spec()], context="Be terse."
+    )
+    summary = (
+        "## Skills you may run\n"
+        "- build_feature: Implement a feature end-to-end.\n"
+        "- small: A small skill."
+    )
+    assert runtime.skills_summary() == summary
+    server.set_script([call("complete"), finish(answer="42")])
+    assert runtime.run("small").status == "done"
+    assert len(server.chat_requests) == 2
+    for request in server.chat_requests:
+        system = request.messages[0]
+        assert system == {"role": "system", "content": f"Be terse.\n\n{summary}"}
+    # A skill that is not running shows its description only, never its states' objectives.
+    text = json.dumps([r.body for r in server.chat_requests])
+    assert not any(objective in text for objective in OBJECTIVES.values())
+    assert MachineRuntime(model=chat, arbiter=arbiter).skills_summary() == ""
 
 
 def test_A14_third_invalid_proposal_fires_the_error_transition(

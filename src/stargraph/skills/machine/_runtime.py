@@ -158,6 +158,19 @@ class MachineRuntime:
         self._apps: dict[str, CompiledGraph[MachineState]] = {}
         self._counter = 0
 
+    def skills_summary(self) -> str:
+        """The summary of the skills this runtime may run, one ``- name: description`` line
+        each (by name), that every step's system prompt carries after ``context``; empty
+        when it runs none.
+
+        The model learns what each skill is for from its description alone: never from its
+        states or objectives, which reach the prompt only while that skill runs.
+        """
+        if not self.skills:
+            return ""
+        lines = [f"- {name}: {self.skills[name].description}" for name in sorted(self.skills)]
+        return "## Skills you may run\n" + "\n".join(lines)
+
     def compiled(self, spec: SkillSpec) -> CompiledGraph[MachineState]:
         """The compiled graph of ``spec`` (cached), with this runtime's services."""
         app = self._apps.get(spec.name)
@@ -221,7 +234,7 @@ class MachineRuntime:
             "input": values,
             "session": self.session,
             "lane": lane,
-            "context": self.context,
+            "context": "\n\n".join(p for p in (self.context, self.skills_summary()) if p),
             "memory": memory,
         }
         thread = threading.Thread(
