@@ -38,7 +38,6 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, NoReturn, Pro
 
 import orjson
 from pydantic import (
-    BaseModel,
     ConfigDict,
     Field,
     JsonValue,
@@ -48,6 +47,7 @@ from pydantic import (
 )
 from pydantic_core import to_jsonable_python
 
+from stargraph._typed import TypedModel
 from stargraph.errors import (
     ToolArgumentError,
     ToolError,
@@ -108,7 +108,7 @@ _SUCCESS_SET: Final = frozenset(ToolResult.model_fields) - {"error"}
 _ENTRY_SET: Final = frozenset(CommitEntry.model_fields)
 
 
-class ToolCall(BaseModel):
+class ToolCall(TypedModel):
     """One structured tool call as the model proposed it, plus who is calling.
 
     ``allowed`` is the allowlist of the calling node or skill state (ids, names or ``ns.*``).
@@ -117,6 +117,8 @@ class ToolCall(BaseModel):
     defines exactly the tools it may call. Build it from an OpenAI tool call with
     :meth:`from_openai`.
     """
+
+    typed_error = ToolArgumentError
 
     model_config = ConfigDict(frozen=True)
 
