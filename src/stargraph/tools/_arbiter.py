@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, NoReturn, Pro
 
 import orjson
 from pydantic import (
+    BaseModel,
     ConfigDict,
     Field,
     JsonValue,
@@ -139,7 +140,7 @@ class ToolCall(TypedModel):
         """Validate ``data``; a bad field raises :class:`ToolArgumentError` naming each field
         and the value given (never a bare pydantic error)."""
         try:
-            super().__init__(**data)
+            BaseModel.__init__(self, **data)
         except ValidationError as exc:
             raise _bad_call(exc, data) from None
 
@@ -304,10 +305,13 @@ def _bad_call(exc: ValidationError, data: Mapping[str, Any]) -> ToolArgumentErro
         )
         for error in exc.errors(include_url=False)
     )
-    tool = str(data.get("tool", "<tool>"))
+    named = data.get("tool")
+    tool = named if isinstance(named, str) else "<tool>"
     listed = "; ".join(f"{p.field}: {p.message}" for p in fields)
     hint = "give a tool name and the arguments as one JSON object"
-    message = f"tool call {tool!r} is invalid: {listed} (fix: {hint})"
+    # Without a tool name to point at, the message names the model that refused the data.
+    culprit = f"tool call {tool!r}" if isinstance(named, str) else "ToolCall data"
+    message = f"{culprit} is invalid: {listed} (fix: {hint})"
     failure = ToolFailure(
         code="invalid_arguments", tool=tool, message=message, hint=hint, fields=fields
     )
