@@ -14,24 +14,37 @@ problems reach the parent's wrapper with their full path. The wrapper replaces p
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar, cast
 
 from pydantic import BaseModel, ValidationError
 
-from stargraph.errors import CompileError, _ProblemsError
+from stargraph.errors import (
+    CompileError,
+    StargraphError,
+    _problems_message,
+    _ProblemsError,
+    problems_of_validation,
+)
 
-__all__ = ["TypedModel"]
+__all__ = ["TypedModel", "validate_json_raw", "validate_raw"]
 
 
 class TypedModel(BaseModel):
     """A pydantic model that raises :attr:`typed_error` (never a bare ``ValidationError``)."""
 
-    typed_error: ClassVar[type[_ProblemsError]] = CompileError
-    """The error class its validation problems are raised as."""
+    typed_error: ClassVar[type[StargraphError]] = CompileError
+    """The error class its validation problems are raised as: one that carries problems
+    (a :class:`~stargraph.errors.CompileError`, ...), or any other taking one message (a
+    run-time error such as :class:`~stargraph.errors.CassetteError`), which then gets every
+    problem rendered in its message."""
 
     @classmethod
-    def _typed(cls, exc: ValidationError) -> _ProblemsError:
-        return cls.typed_error.from_validation(exc, subject=f"{cls.__name__} data")
+    def _typed(cls, exc: ValidationError) -> StargraphError:
+        subject = f"{cls.__name__} data"
+        error = cls.typed_error
+        if issubclass(error, _ProblemsError):
+            return error.from_validation(exc, subject=subject)
+        return error(_problems_message(tuple(problems_of_validation(exc)), subject))
 
     def __init__(self, /, **data: Any) -> None:
         # What BaseModel.__init__ does, called directly: one Python call per model, not two
@@ -65,3 +78,18 @@ class TypedModel(BaseModel):
             return super().model_validate_json(json_data, **options)
         except ValidationError as exc:
             raise cls._typed(exc) from None
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def validate_raw(model: type[_M], data: Any, **options: Any) -> _M:
+    """``data`` validated as ``model``, bad input raising pydantic's own ``ValidationError``
+    even for a :class:`TypedModel`: for the callers that turn it into an error of their own
+    (a run's input, a stored row), naming where the data came from."""
+    return cast("_M", model.__pydantic_validator__.validate_python(data, **options))
+
+
+def validate_json_raw(model: type[_M], data: str | bytes | bytearray, **options: Any) -> _M:
+    """JSON text validated as ``model``; see :func:`validate_raw`."""
+    return cast("_M", model.__pydantic_validator__.validate_json(data, **options))

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from stargraph.checkpoint import JournalEntry
+from stargraph.errors import CorruptCheckpointError
 from stargraph.runtime._context import TaskJournal
 
 
@@ -37,7 +38,7 @@ def test_issue19_recorded_entry_is_the_validated_one() -> None:
 
 def test_issue19_recorded_entry_of_other_values_is_validated() -> None:
     key: Any = 5
-    with pytest.raises(ValueError):
+    with pytest.raises(CorruptCheckpointError, match="JournalEntry data is invalid: /key"):
         _journal().call("once", key, lambda: 1)
 
 

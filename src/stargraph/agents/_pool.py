@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Final
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
+from stargraph._typed import TypedModel
 from stargraph.agents._profile import AgentProfile, TaskNeeds
 from stargraph.errors import AgentConfigError, Problem
 
@@ -176,8 +177,10 @@ def resolve_strategy(strategy: PoolStrategy | str | Strategy) -> Strategy:
         ) from None
 
 
-class Allocation(BaseModel):
+class Allocation(TypedModel):
     """Where one task of a queue went."""
+
+    typed_error = AgentConfigError
 
     model_config = ConfigDict(frozen=True)
 

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stargraph._lifecycle import Closing
 from stargraph._sqlite import Database, Doing
+from stargraph._typed import TypedModel
 from stargraph.agents import _writeback
 from stargraph.agents._data import config_error
 from stargraph.agents._lifecycle import DEFAULT_LIFECYCLE, Lifecycle
@@ -64,8 +65,10 @@ _THOUGHT_COLUMNS: Final = ("task_id", "type", "branch", "commit_sha", "tests_run
 _JSON_COLUMNS: Final = frozenset({"detail", "tests_run", "blockers"})
 
 
-class AgentRecord(BaseModel):
+class AgentRecord(TypedModel):
     """One row of ``agents``."""
+
+    typed_error = AgentConfigError
 
     model_config = ConfigDict(frozen=True)
 
@@ -88,8 +91,10 @@ class AgentRecord(BaseModel):
     without any)."""
 
 
-class AuditRow(BaseModel):
+class AuditRow(TypedModel):
     """One row of ``audit_log`` (its chain record left out)."""
+
+    typed_error = AgentConfigError
 
     model_config = ConfigDict(frozen=True)
 

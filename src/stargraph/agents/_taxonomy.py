@@ -13,16 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
+from stargraph._typed import TypedModel
 from stargraph.errors import AgentConfigError
 from stargraph.skills import TAG, SkillKind, SkillTier
 
 __all__ = ["SkillListing", "SkillTier", "skill_list"]
 
 
-class SkillListing(BaseModel):
+class SkillListing(TypedModel):
     """One row of :func:`skill_list`."""
+
+    typed_error = AgentConfigError
 
     model_config = ConfigDict(frozen=True)
 

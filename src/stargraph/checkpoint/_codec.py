@@ -21,6 +21,7 @@ import pydantic_core
 import zstandard
 from pydantic import BaseModel, ValidationError
 
+from stargraph._typed import validate_json_raw
 from stargraph.errors import CheckpointError, CorruptCheckpointError
 
 __all__ = [
@@ -175,7 +176,7 @@ def decode(
             raise TypeError(f"payload is {type(payload).__name__}, not JSON text")
         if isinstance(payload, bytes) and payload[:1] in PACKED:
             payload = unpack(payload)
-        record = model.model_validate_json(payload)
+        record = validate_json_raw(model, payload)
     except (ValidationError, TypeError, zlib.error, zstandard.ZstdError) as exc:
         raise CorruptCheckpointError(
             f"run {run_id!r} step {step}: the {table} row cannot be decoded as a "

@@ -2,21 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import ConfigDict, model_validator
 
+from stargraph._typed import TypedModel
 from stargraph.checkpoint._compact import expand_steps
 from stargraph.checkpoint._records import RunRecord, StepRecord
+from stargraph.errors import CorruptCheckpointError, StargraphError
 
 __all__ = ["Recording"]
 
 
-class Recording(BaseModel):
+class Recording(TypedModel):
     """A whole recorded run: its record and every committed step, with the calls of each.
 
     What ``CompiledGraph.replay`` consumes, and what a cassette file holds.
     """
+
+    typed_error: ClassVar[type[StargraphError]] = CorruptCheckpointError
 
     model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 

@@ -23,6 +23,7 @@ from typing import Any, Final, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from stargraph._text import lone_surrogate
+from stargraph._typed import TypedModel
 from stargraph._unchecked import every_field, unchecked
 from stargraph.errors import (
     CheckpointError,
@@ -210,8 +211,10 @@ def trusted_fields(cls: type[_ModelT], fields: dict[str, Any]) -> _ModelT:
     return unchecked(cls, fields, every_field(cls))
 
 
-class TaskRecord(BaseModel):
+class TaskRecord(TypedModel):
     """A scheduled node execution: ``(node, index)`` plus a ``Send`` payload, if any."""
+
+    typed_error = CorruptCheckpointError
 
     model_config = _FROZEN
 
@@ -220,8 +223,10 @@ class TaskRecord(BaseModel):
     payload: dict[str, Any] | None = None
 
 
-class WriteRecord(BaseModel):
+class WriteRecord(TypedModel):
     """The validated writes of one finished task, as JSON."""
+
+    typed_error = CorruptCheckpointError
 
     model_config = _FROZEN
 
@@ -230,9 +235,11 @@ class WriteRecord(BaseModel):
     writes: dict[str, Any]
 
 
-class JournalEntry(BaseModel):
+class JournalEntry(TypedModel):
     """One recorded non-deterministic call made by a task (clock, id, random, ``ctx.once``,
     an interrupt's response; later LLM and tool calls), served back on re-execution."""
+
+    typed_error = CorruptCheckpointError
 
     model_config = _FROZEN
 
@@ -257,8 +264,10 @@ class JournalEntry(BaseModel):
     )
 
 
-class StepRecord(BaseModel):
+class StepRecord(TypedModel):
     """One committed step (step 0 is the input). Appended once, never updated."""
+
+    typed_error = CorruptCheckpointError
 
     model_config = _FROZEN
 
@@ -350,13 +359,15 @@ def _holder(run_id: str, step: StepRecord, at: int, found: StepRecord | None) ->
     return found
 
 
-class RunOwner(BaseModel):
+class RunOwner(TypedModel):
     """Who holds a run's lease: one invoke/resume in one process, until the run is
     interrupted, finishes or fails. ``token`` is unique per lease (status changes and commits
     compare-and-set on it); ``host``/``pid``/``started_at`` name the process,
     ``process_start`` (Linux clock ticks since boot) tells a live owner from a later process
     that reused its pid. The owner renews the lease every few seconds; after ``lease_s``
     without a heartbeat it lapses."""
+
+    typed_error = CorruptCheckpointError
 
     model_config = _FROZEN
 
@@ -373,8 +384,10 @@ class RunOwner(BaseModel):
         return f"{self.host}:{self.pid}{since}"
 
 
-class RunRecord(BaseModel):
+class RunRecord(TypedModel):
     """A run's identity and status. ``last_step`` is the newest committed step."""
+
+    typed_error = CorruptCheckpointError
 
     model_config = _FROZEN
 
@@ -414,11 +427,13 @@ class RunRecord(BaseModel):
     )
 
 
-class PendingWrite(BaseModel):
+class PendingWrite(TypedModel):
     """Writes of a task that finished in a step whose siblings had not finished yet.
 
     Saved at once, so a crash before the step commits does not re-run the finished task.
     """
+
+    typed_error = CorruptCheckpointError
 
     model_config = _FROZEN
 

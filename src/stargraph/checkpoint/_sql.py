@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final, NamedTuple, cast
 import pydantic_core
 
 from stargraph._lifecycle import Closing
+from stargraph._typed import validate_raw
 from stargraph.checkpoint._codec import decode, encode, encode_extra, why
 from stargraph.checkpoint._lease import (
     busy_error,
@@ -137,7 +138,7 @@ def decode_run(
             data["lease_expires"], expired = lease(row[13], row)
         if row[14] is not None:
             data["thread_id"], data["turn"] = text(row[14]), row[15]
-        record = RunRecord.model_validate(data)
+        record = validate_raw(RunRecord, data)
     except (ValueError, TypeError, AttributeError) as exc:  # ValidationError, Unicode ...
         raise CorruptCheckpointError(
             f"run {run_id!r} step {step}: the runs row cannot be decoded ({why(exc)}); {damaged}",

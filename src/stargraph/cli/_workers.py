@@ -16,6 +16,7 @@ from typing import Any
 
 import click
 
+from stargraph._typed import validate_raw
 from stargraph.cli._load import (
     DEFAULT_DB,
     CliUsageError,
@@ -165,7 +166,7 @@ def _check_input(app: Any, data: dict[str, Any]) -> None:
 
     try:
         refuse_unknown_keys(app.state_model, data, None)
-        app.state_model.model_validate(data)
+        validate_raw(app.state_model, data)
     except InvalidInputError as exc:
         raise CliUsageError(f"--input is refused, nothing was queued: {exc}") from exc
     except ValidationError as exc:

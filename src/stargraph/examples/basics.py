@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel
-
 from stargraph import reducers
+from stargraph._typed import TypedModel
+from stargraph.errors import InvalidInputError
 from stargraph.graph import END, START, Graph, Send
 from stargraph.runtime import RunContext
 
@@ -28,8 +28,10 @@ __all__ = [
 ]
 
 
-class CounterState(BaseModel):
+class CounterState(TypedModel):
     """A counter, a log of visited nodes, and a running total."""
+
+    typed_error = InvalidInputError
 
     counter: int = 0
     items: Annotated[list[str], reducers.append] = []

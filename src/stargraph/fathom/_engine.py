@@ -20,10 +20,16 @@ from typing import Any, Final, NoReturn
 
 import clips
 from clips._clips import ffi, lib
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from stargraph._lifecycle import Closing
-from stargraph.errors import Problem, RuleBudgetError, RuleCompileError, RuleRuntimeError
+from stargraph._typed import TypedModel
+from stargraph.errors import (
+    Problem,
+    RuleBudgetError,
+    RuleCompileError,
+    RuleRuntimeError,
+)
 from stargraph.fathom._bounds import DEFAULT_BOUNDS, RuleBounds
 from stargraph.fathom._load import (
     Capture,
@@ -59,13 +65,15 @@ __all__ = ["Decision", "DecisionKind", "RuleEngine"]
 SNAPSHOT_VERSION: Final = 1
 
 
-class Decision(BaseModel):
+class Decision(TypedModel):
     """What the rules decided at one step, and which rule decided it (the runtime's
     ``EngineDecision``: the step loop folds those of every engine of the run).
 
     ``rule`` is ``"<pack id>/<rule name>"`` of the winning rule (None when no rule fired);
     ``fired`` lists every rule that asserted a decision this step, in firing order.
     """
+
+    typed_error = RuleRuntimeError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from stargraph._typed import TypedModel
 from stargraph.errors import Problem, RuleCompileError
 from stargraph.fathom._spec import compile_spec
 
@@ -27,12 +28,14 @@ _ID: Final = re.compile(_ID_PATTERN)
 _HEADER: Final = re.compile(r"^\s*;+\s*fathom-pack:(?P<body>.*)$", re.MULTILINE)
 
 
-class RulePack(BaseModel):
+class RulePack(TypedModel):
     """A versioned set of CLIPS constructs that decides routing and termination.
 
     ``source`` is the exact CLIPS text loaded into the engine; for ``origin="spec"`` it is the
     text compiled from the declarative form, so both kinds hash and audit the same way.
     """
+
+    typed_error = RuleCompileError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

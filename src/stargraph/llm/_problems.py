@@ -15,8 +15,10 @@ from collections.abc import Collection
 from typing import Any, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
+from stargraph._typed import TypedModel
+from stargraph.errors import ChatDataError
 from stargraph.llm._messages import ChatMessage, ChatResponse, ToolCall
 
 __all__ = ["NormalizedToolCalls", "ParsedToolCall", "ProblemKind", "ToolCallProblem"]
@@ -29,8 +31,10 @@ _FROZEN = ConfigDict(frozen=True, extra="forbid")
 _ECHO_LIMIT = 200
 
 
-class ParsedToolCall(BaseModel):
+class ParsedToolCall(TypedModel):
     """A tool call that names a known tool and carries a JSON object of arguments."""
+
+    typed_error = ChatDataError
 
     model_config = _FROZEN
 
@@ -42,8 +46,10 @@ class ParsedToolCall(BaseModel):
     """The parsed arguments (not yet validated against the tool's schema)."""
 
 
-class ToolCallProblem(BaseModel):
+class ToolCallProblem(TypedModel):
     """Something the model got wrong, with the text that tells it how to do better."""
+
+    typed_error = ChatDataError
 
     model_config = _FROZEN
 
@@ -67,8 +73,10 @@ class ToolCallProblem(BaseModel):
         return ChatMessage.tool(self.tool_call_id, self.message, name=self.tool_name)
 
 
-class NormalizedToolCalls(BaseModel):
+class NormalizedToolCalls(TypedModel):
     """A response sorted into dispatchable calls and problems, both in the model's order."""
+
+    typed_error = ChatDataError
 
     model_config = _FROZEN
 

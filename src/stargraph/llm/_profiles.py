@@ -28,9 +28,10 @@ from collections.abc import Collection, Mapping
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
-from stargraph.errors import LLMError
+from stargraph._typed import TypedModel
+from stargraph.errors import ChatDataError, LLMError
 from stargraph.llm._messages import ChatRequest
 
 __all__ = [
@@ -53,9 +54,11 @@ StructuredOutput = Literal["json_schema", "json_object_schema", "json_object"]
 _TOOL_CHOICES: Final = ("auto", "none", "required", "function")
 
 
-class EndpointProfile(BaseModel):
+class EndpointProfile(TypedModel):
     """What one kind of OpenAI-compatible server accepts, field by field; the shipped ones
     are :data:`OPENAI`, :data:`VLLM`, :data:`LLAMA_CPP`, :data:`OLLAMA` and :data:`GENERIC`."""
+
+    typed_error = ChatDataError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -40,11 +40,12 @@ from pathlib import Path
 from typing import Any, Final
 
 import orjson
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ConfigDict, ValidationError
 
+from stargraph._typed import TypedModel, validate_raw
 from stargraph.checkpoint import CheckpointStore, Recording, StepRecord
 from stargraph.checkpoint._compact import compact_steps
-from stargraph.errors import CassetteError
+from stargraph.errors import CassetteError, ReplayError
 from stargraph.ir import content_hash
 from stargraph.ir._canonical import non_canonical
 
@@ -98,6 +99,8 @@ def _signature(key: bytes, checksum: str) -> str:
 class Cassette(Recording):
     """A recording loaded from a cassette, with the recordings of its child runs (subgraph
     nodes' runs, at every depth), which replay serves the replayed subgraph nodes from."""
+
+    typed_error = CassetteError
 
     children: tuple[Recording, ...] = ()
 
@@ -228,8 +231,8 @@ def load_cassette(
         )
     _check_signature(where, document, _key(key))
     try:
-        recording = Cassette.model_validate(
-            {**body, "children": children or ()} if isinstance(body, dict) else body
+        recording = validate_raw(
+            Cassette, {**body, "children": children or ()} if isinstance(body, dict) else body
         )
     except ValidationError as exc:
         raise CassetteError(f"cassette {where} holds an invalid recording: {exc}") from exc
@@ -263,7 +266,7 @@ def _check_signature(where: str, document: dict[str, Any], key: bytes | None) ->
         )
 
 
-class StepDiff(BaseModel):
+class StepDiff(TypedModel):
     """How one step differs between two runs (absent side: ``None``).
 
     Steps are aligned by what ran, not by number: a step only one side has (the
@@ -271,6 +274,8 @@ class StepDiff(BaseModel):
     steps after it are compared with the other side's matching steps, so ``step_a`` and
     ``step_b`` may differ. ``step`` is ``step_a`` (``step_b`` for a step only B has).
     """
+
+    typed_error = ReplayError
 
     model_config = ConfigDict(frozen=True)
 
@@ -284,8 +289,10 @@ class StepDiff(BaseModel):
     step_b: int | None = None
 
 
-class RunDiff(BaseModel):
+class RunDiff(TypedModel):
     """Per-step differences between two recorded runs, and whether their ends differ."""
+
+    typed_error = ReplayError
 
     model_config = ConfigDict(frozen=True)
 

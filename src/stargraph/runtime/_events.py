@@ -10,7 +10,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from stargraph._typed import TypedModel
+from stargraph.errors import RunError
 
 # What stargraph.runtime re-exports (it star-imports this module).
 __all__ = [
@@ -27,7 +30,8 @@ __all__ = [
 ]
 
 
-class _EventBase(BaseModel):
+class _EventBase(TypedModel):
+    typed_error = RunError
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     run_id: str

@@ -22,6 +22,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from stargraph._typed import validate_raw
 from stargraph.errors import InvalidPayloadError
 from stargraph.runtime._plan import Task
 
@@ -44,7 +45,7 @@ def node_input(
         data = {name: values[name] for name in model.model_fields if name in values}
         source = "the state"
     try:
-        return model.model_validate(data)
+        return validate_raw(model, data)
     except ValidationError as exc:
         errors = exc.errors()
         problems = "; ".join(f"{_where(e['loc']) or '<payload>'}: {e['msg']}" for e in errors)

@@ -20,10 +20,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from stargraph._typed import TypedModel, validate_raw
+from stargraph.errors import RunError
+
 __all__ = ["Interrupt", "RuleDecision", "interrupt_of", "mark_interrupted"]
 
 
-class Interrupt(BaseModel):
+class Interrupt(TypedModel):
     """Why a run was interrupted: ``before``/``after`` nodes marked to interrupt there (``nodes``),
     a ``node`` that called ``ctx.interrupt`` (``node``, ``index``, the journal position
     ``seq`` of its question, and its ``payload``), or a ``rule`` that decided to interrupt
@@ -31,6 +34,8 @@ class Interrupt(BaseModel):
 
     ``run_id`` names the run when the interrupt comes from :func:`interrupt_of` (it is not
     part of what a run's record stores); :meth:`hint` is the call that continues the run."""
+
+    typed_error = RunError
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -74,7 +79,7 @@ class Interrupt(BaseModel):
         if not isinstance(stored, dict):
             return None
         try:
-            found = cls.model_validate(stored)
+            found = validate_raw(cls, stored)
         except ValidationError:
             return None
         return found if run_id is None else found.model_copy(update={"run_id": run_id})

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
+from stargraph._typed import validate_raw
 from stargraph.errors import (
     InvalidInputError,
     InvalidPayloadError,
@@ -720,7 +721,7 @@ def initial_values(
     if isinstance(data, BaseModel):
         data = data.model_dump()
     try:
-        state = model.model_validate(data)
+        state = validate_raw(model, data)
     except ValidationError as exc:
         raise InvalidInputError(
             f"input of run {run_id!r} does not fit {model.__name__}: {describe_validation(exc)}",

@@ -17,9 +17,10 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
-from stargraph.errors import InvalidInputError
+from stargraph._typed import TypedModel
+from stargraph.errors import InvalidInputError, RunError
 
 __all__ = [
     "CustomEvent",
@@ -51,7 +52,8 @@ def stream_modes(mode: str | Sequence[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(asked))
 
 
-class _Chunk(BaseModel):
+class _Chunk(TypedModel):
+    typed_error = RunError
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     run_id: str
@@ -75,9 +77,11 @@ class MessageChunk(_Chunk):
     text: str
 
 
-class Superstep(BaseModel):
+class Superstep(TypedModel):
     """One step of a run driven by ``app.iter(input)``: what ran, what runs next, and the
     state after the step (an instance of the graph's state model)."""
+
+    typed_error = RunError
 
     model_config = ConfigDict(frozen=True, arbitrary_types_allowed=True)
 

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from stargraph._typed import validate_raw
 from stargraph.errors import InvalidWriteError
 from stargraph.reducers import append as _append
 from stargraph.state import Channel
@@ -71,7 +72,7 @@ def state_of(model: type[_M], values: Mapping[str, Any], run_id: str, step: int)
     :class:`InvalidWriteError` naming the run and the fields, not a bare pydantic error.
     """
     try:
-        return model.model_validate(values)
+        return validate_raw(model, values)
     except ValidationError as exc:
         raise InvalidWriteError(
             f"the state of run {run_id!r} at step {step} does not validate against "

@@ -69,8 +69,15 @@ import orjson
 from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
 
 from stargraph import fathom, reducers
+from stargraph._typed import TypedModel, validate_json_raw
 from stargraph._unchecked import unchecked
-from stargraph.errors import NodeError, Problem, SkillValidationError, ToolError
+from stargraph.errors import (
+    InvalidInputError,
+    NodeError,
+    Problem,
+    SkillValidationError,
+    ToolError,
+)
 from stargraph.fathom._pack import budget_problems
 from stargraph.graph import END, START, Graph
 from stargraph.llm import (
@@ -112,12 +119,14 @@ StepKind = Literal["task", "reply", "observation"]
 """What a :class:`ReactStep` is: the user's task, a model reply, or an observation."""
 
 
-class ReactStep(BaseModel):
+class ReactStep(TypedModel):
     """One message of the agent's conversation, tagged with the LLM step it belongs to.
 
     The trajectory is the whole conversation except the system prompt (which is node
     config): replaying its messages in order rebuilds the request of the next ``think``.
     """
+
+    typed_error = SkillValidationError
 
     model_config = _FROZEN
 
@@ -135,8 +144,10 @@ class ReactStep(BaseModel):
     off by the token limit) ..., as the endpoint said."""
 
 
-class ToolCallRecord(BaseModel):
+class ToolCallRecord(TypedModel):
     """One tool call the model made and what came of it (refused calls included)."""
+
+    typed_error = SkillValidationError
 
     model_config = _FROZEN
 
@@ -160,7 +171,7 @@ class ToolCallRecord(BaseModel):
     """``sha256:`` reference of a stored payload."""
 
 
-class ReactState(BaseModel):
+class ReactState(TypedModel):
     """The ReAct loop's state: the seed's channels plus the ones the rules read.
 
     Start a run with ``{"task": "..."}`` (or with a ``trajectory`` holding a conversation).
@@ -168,6 +179,8 @@ class ReactState(BaseModel):
     results; ``llm_steps`` (a rule fact), ``error_count`` and ``last_event`` /
     ``tool_result`` are what the termination rules see.
     """
+
+    typed_error = InvalidInputError
 
     task: str = ""
     """The user's request; the first user message when the trajectory is empty."""
@@ -200,9 +213,11 @@ class ReactState(BaseModel):
     """Observations ``think``/``act`` produced that ``observe`` has not yet appended."""
 
 
-class ReactOutput(BaseModel):
+class ReactOutput(TypedModel):
     """The declared output channels of the ReAct skill (the seed's list plus the answer
     data): the only channels it writes back into a parent graph."""
+
+    typed_error = InvalidInputError
 
     trajectory: Annotated[list[ReactStep], reducers.append] = []
     """See :attr:`ReactState.trajectory`."""
@@ -525,7 +540,7 @@ def _check_answer(config: Mapping[str, Any], text: str) -> tuple[Any, str | None
     model = _output_model(ref)
     fenced = _FENCE.match(text)
     try:
-        return model.model_validate_json(fenced["body"] if fenced else text), None
+        return validate_json_raw(model, fenced["body"] if fenced else text), None
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in err['loc']) or '<answer>'}: {err['msg']}"

@@ -6,8 +6,10 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from stargraph._typed import TypedModel
+from stargraph.errors import ChatDataError
 from stargraph.llm import ChatResponse, Usage
 
 __all__ = ["RecordedRequest", "Reply", "ScriptedToolCall"]
@@ -18,8 +20,10 @@ ToolCallSpec = tuple[str, Mapping[str, Any] | str] | tuple[str, str, Mapping[str
 """``(name, arguments)`` or ``(id, name, arguments)``; arguments as a dict or raw text."""
 
 
-class ScriptedToolCall(BaseModel):
+class ScriptedToolCall(TypedModel):
     """One tool call the server will send; ``id=None`` lets it number the call itself."""
+
+    typed_error = ChatDataError
 
     model_config = _FROZEN
 
@@ -31,7 +35,7 @@ class ScriptedToolCall(BaseModel):
     """Explicit call id; ``None`` means ``call_0001``, ``call_0002`` ... per server."""
 
 
-class Reply(BaseModel):
+class Reply(TypedModel):
     """One scripted answer of :class:`~stargraph.testing.ScriptedOpenAIServer`.
 
     Build replies with the constructors; every one can be :meth:`delayed` to make a client
@@ -47,6 +51,8 @@ class Reply(BaseModel):
         Reply.text("cut short").aborted(after=2)   # the server drops the connection
         Reply.text("stuck").stalled(after=2)       # the stream goes silent: a read timeout
     """
+
+    typed_error = ChatDataError
 
     # Fields are named apart from the constructors (``calls``, not ``tool_calls``) because a
     # pydantic field and a classmethod cannot share a name.
@@ -159,8 +165,10 @@ class Reply(BaseModel):
         return self.model_copy(update={"stall_after": after})
 
 
-class RecordedRequest(BaseModel):
+class RecordedRequest(TypedModel):
     """One HTTP request the server received, kept for assertions."""
+
+    typed_error = ChatDataError
 
     model_config = _FROZEN
 

@@ -48,6 +48,7 @@ from pydantic import (
 )
 from pydantic_core import to_jsonable_python
 
+from stargraph._typed import TypedModel
 from stargraph.errors import (
     ToolArgumentError,
     ToolError,
@@ -108,7 +109,7 @@ _SUCCESS_SET: Final = frozenset(ToolResult.model_fields) - {"error"}
 _ENTRY_SET: Final = frozenset(CommitEntry.model_fields)
 
 
-class ToolCall(BaseModel):
+class ToolCall(TypedModel):
     """One structured tool call as the model proposed it, plus who is calling.
 
     ``allowed`` is the allowlist of the calling node or skill state (ids, names or ``ns.*``).
@@ -117,6 +118,8 @@ class ToolCall(BaseModel):
     defines exactly the tools it may call. Build it from an OpenAI tool call with
     :meth:`from_openai`.
     """
+
+    typed_error = ToolArgumentError
 
     model_config = ConfigDict(frozen=True)
 
@@ -137,7 +140,7 @@ class ToolCall(BaseModel):
         """Validate ``data``; a bad field raises :class:`ToolArgumentError` naming each field
         and the value given (never a bare pydantic error)."""
         try:
-            super().__init__(**data)
+            BaseModel.__init__(self, **data)
         except ValidationError as exc:
             raise _bad_call(exc, data) from None
 
@@ -302,10 +305,13 @@ def _bad_call(exc: ValidationError, data: Mapping[str, Any]) -> ToolArgumentErro
         )
         for error in exc.errors(include_url=False)
     )
-    tool = str(data.get("tool", "<tool>"))
+    named = data.get("tool")
+    tool = named if isinstance(named, str) else "<tool>"
     listed = "; ".join(f"{p.field}: {p.message}" for p in fields)
     hint = "give a tool name and the arguments as one JSON object"
-    message = f"tool call {tool!r} is invalid: {listed} (fix: {hint})"
+    # Without a tool name to point at, the message names the model that refused the data.
+    culprit = f"tool call {tool!r}" if isinstance(named, str) else "ToolCall data"
+    message = f"{culprit} is invalid: {listed} (fix: {hint})"
     failure = ToolFailure(
         code="invalid_arguments", tool=tool, message=message, hint=hint, fields=fields
     )

@@ -47,10 +47,11 @@ from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 
 from stargraph._sqlite import Database
-from stargraph.errors import CommitLogCorruptError
+from stargraph._typed import TypedModel, validate_json_raw
+from stargraph.errors import CommitLogCorruptError, ToolError
 from stargraph.tools._canonical import GENESIS_HASH, canonical_json, sha256_hex
 from stargraph.tools._result import built
 
@@ -68,8 +69,10 @@ __all__ = [
 RecordKind = Literal["call", "audit"]
 
 
-class CommitEntry(BaseModel):
+class CommitEntry(TypedModel):
     """What the arbiter appends; the log adds ``seq``, ``prev_hash`` and ``hash``."""
+
+    typed_error = ToolError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -95,10 +98,12 @@ class CommitRecord(CommitEntry):
     hash: str = Field(description="sha256 of this record's canonical JSON without 'hash'.")
 
 
-class CommitHead(BaseModel):
+class CommitHead(TypedModel):
     """The head of a commit log: its last ``seq`` and that record's ``hash`` (``0`` and 64
     zeros when empty). Store it outside the log to detect truncation and re-sealing later
     with ``verify_chain(expected_head=...)``."""
+
+    typed_error = ToolError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -463,7 +468,7 @@ class SqliteCommitLog:
             if not isinstance(data, bytes):
                 raise self._corrupt(seq, data, "")
             try:
-                out.append(CommitRecord.model_validate_json(data))
+                out.append(validate_json_raw(CommitRecord, data))
             except ValidationError as exc:
                 raise self._corrupt(seq, data, f"({exc.error_count()} validation errors)") from None
         return out

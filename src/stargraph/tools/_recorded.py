@@ -101,7 +101,7 @@ def tool_message_content(request: Any, value: Any) -> str | None:
             failure = ToolFailure.model_validate(value["failure"])
             error = ToolError(str(value.get("message", "")), failure=failure)
             result = ToolResult.from_error(error)
-    except (KeyError, ValueError):  # ValueError: pydantic's ValidationError
+    except (KeyError, ValueError, ToolError):  # ToolError: the stored result is malformed
         return None
     content = result.to_tool_message(lane)["content"]
     return content if isinstance(content, str) else None

@@ -13,6 +13,7 @@ from typing import Any, Final, Literal, TypeVar
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
+from stargraph._typed import TypedModel
 from stargraph._unchecked import unchecked
 from stargraph.errors import (
     LockTimeoutError,
@@ -116,8 +117,10 @@ FailureCode = Literal[
 ]
 
 
-class FieldProblem(BaseModel):
+class FieldProblem(TypedModel):
     """One argument that failed validation: JSON-pointer-like ``field`` and the reason."""
+
+    typed_error = ToolError
 
     model_config = ConfigDict(frozen=True)
 
@@ -126,12 +129,14 @@ class FieldProblem(BaseModel):
     type: str = Field("", description="Machine-readable pydantic error type, e.g. 'int_type'.")
 
 
-class ToolFailure(BaseModel):
+class ToolFailure(TypedModel):
     """Structured description of a refused or failed call, attached to the raised ToolError.
 
     The ReAct act node turns it into the tool message the model sees, so the model can retry
     with the right tool or arguments.
     """
+
+    typed_error = ToolError
 
     model_config = ConfigDict(frozen=True)
 
@@ -175,12 +180,14 @@ def failure_of(exc: ToolError) -> ToolFailure:
     return ToolFailure(code=code, tool="", message=str(exc))
 
 
-class ToolOutput(BaseModel):
+class ToolOutput(TypedModel):
     """What a tool body may return to set its summary explicitly.
 
     A body may also return any JSON-able value (summary: its compact JSON, truncated) or
     ``None`` (summary ``"ok"``).
     """
+
+    typed_error = ToolError
 
     model_config = ConfigDict(frozen=True)
 
@@ -188,8 +195,10 @@ class ToolOutput(BaseModel):
     payload: JsonValue = Field(None, description="The full result (stored by reference).")
 
 
-class ToolResult(BaseModel):
+class ToolResult(TypedModel):
     """The normalised outcome of one dispatched call."""
+
+    typed_error = ToolError
 
     model_config = ConfigDict(frozen=True)
 

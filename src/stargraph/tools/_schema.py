@@ -20,6 +20,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 from pydantic_core import SchemaError
 
+from stargraph._typed import validate_json_raw
 from stargraph.errors import Problem, ToolArgumentError, ToolSpecError
 from stargraph.tools._result import FieldProblem, ToolFailure
 
@@ -103,7 +104,7 @@ class ArgumentModel:
                 tool, [FieldProblem(field="", message=f"arguments are not JSON: {exc}")], node
             ) from exc
         try:
-            instance = self.model.model_validate_json(raw, strict=True)
+            instance = validate_json_raw(self.model, raw, strict=True)
         except ValidationError as exc:
             problems = [
                 FieldProblem(

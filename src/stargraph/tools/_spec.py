@@ -205,11 +205,10 @@ class ToolSpec(TypedModel):
         try:
             BaseModel.__init__(self, **data)
         except ValidationError as exc:
-            raise spec_error_from_validation(exc, source=str(data.get("id", "<tool>"))) from None
-
-    @classmethod
-    def _typed(cls, exc: ValidationError) -> _ProblemsError:
-        return spec_error_from_validation(exc, source="<tool>")
+            tool = data.get("id")
+            if isinstance(tool, str):  # the problems read as the tool's, under its id
+                raise spec_error_from_validation(exc, source=tool) from None
+            raise type(self)._typed(exc) from None
 
     @field_validator("id")
     @classmethod

@@ -24,6 +24,7 @@ from typing import Any, Final, Protocol, get_type_hints, runtime_checkable
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, create_model
 
+from stargraph._typed import TypedModel
 from stargraph.errors import Problem, ToolError, ToolSpecError, ToolTimeoutError
 from stargraph.tools._result import ToolOutput
 from stargraph.tools._schema import ArgumentModel, ValidatedArgs
@@ -80,9 +81,11 @@ def secret_env_name(resource: str) -> str:
     return "STARGRAPH_SECRET_" + resource.upper()
 
 
-class HostRequest(BaseModel):
+class HostRequest(TypedModel):
     """One delegated execution, as the host receives it (JSON-serialisable, so a host may sit
     behind an RPC boundary). ``args`` are the validated, normalised arguments."""
+
+    typed_error = ToolError
 
     model_config = ConfigDict(frozen=True)
 

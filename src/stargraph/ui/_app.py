@@ -17,7 +17,7 @@ from typing import Any, Final
 from urllib.parse import parse_qs, quote, urlencode
 
 import anyio
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.exceptions import HTTPException
@@ -32,10 +32,11 @@ from starlette.responses import (
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from stargraph._typed import TypedModel
 from stargraph.checkpoint import CheckpointStore, PollingWatch, RunRecord, StepRecord, watch_runs
 from stargraph.checkpoint._compact import expand_stored
 from stargraph.compile._subgraphs import site_of  # how the runner names a child run
-from stargraph.errors import RunNotFoundError, StargraphError
+from stargraph.errors import RunNotFoundError, StargraphError, UsageError
 from stargraph.ir import GraphIR, SubgraphNodeIR
 from stargraph.runtime import CompiledGraph
 from stargraph.runtime._secrets import registered_secrets
@@ -79,7 +80,7 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-class UiSettings(BaseModel):
+class UiSettings(TypedModel):
     """How the console is bound and what it allows.
 
     ``host`` is the address the server binds (it decides whether a token is required:
@@ -90,6 +91,8 @@ class UiSettings(BaseModel):
     ``stream_tokens``: runs the console itself continues (an answer, a continued fork, a live
     replay) stream their model tokens to the page.
     """
+
+    typed_error = UsageError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

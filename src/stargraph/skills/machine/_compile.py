@@ -18,10 +18,17 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import ConfigDict, JsonValue
 
 from stargraph import fathom, reducers
-from stargraph.errors import ToolArgumentError, ToolError, ToolNotAllowedError
+from stargraph._typed import TypedModel
+from stargraph.errors import (
+    InvalidInputError,
+    SkillValidationError,
+    ToolArgumentError,
+    ToolError,
+    ToolNotAllowedError,
+)
 from stargraph.graph import END, START, Graph
 from stargraph.llm import ChatModel, ChatRequest, ChatResponse
 from stargraph.runtime import RunContext
@@ -62,8 +69,10 @@ DEFAULT_RETRY_BUDGET: Final = 2
 _FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
 
 
-class StepNote(BaseModel):
+class StepNote(TypedModel):
     """One entry of the structured step context: a tool result or a rejection."""
+
+    typed_error = SkillValidationError
 
     model_config = _FROZEN
 
@@ -76,9 +85,11 @@ class StepNote(BaseModel):
     when the result's ``exposure`` hides it from the lane) or the rejection's JSON."""
 
 
-class MachineEvent(BaseModel):
+class MachineEvent(TypedModel):
     """One thing that happened in a skill, with its full lineage: session > lane >
     skill > step."""
+
+    typed_error = SkillValidationError
 
     model_config = _FROZEN
 
@@ -101,13 +112,15 @@ class MachineEvent(BaseModel):
     """Details of the event."""
 
 
-class MachineState(BaseModel):
+class MachineState(TypedModel):
     """The state of a compiled SkillSpec run.
 
     Start a run with ``{"input": {...}}`` (and optionally ``session``, ``lane``,
     ``context``, ``memory``); the results are ``status``, ``reason``, ``output``,
     ``transitions`` and ``events``.
     """
+
+    typed_error = InvalidInputError
 
     input: dict[str, JsonValue] = {}
     """The skill input, validated against ``input_schema`` at start."""
@@ -144,8 +157,10 @@ class MachineState(BaseModel):
     """Every event, with lineage."""
 
 
-class MachineOutput(BaseModel):
+class MachineOutput(TypedModel):
     """The declared outputs of a compiled SkillSpec (what a parent graph gets back)."""
+
+    typed_error = InvalidInputError
 
     status: str = "running"
     """See :attr:`MachineState.status`."""

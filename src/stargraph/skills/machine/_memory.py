@@ -21,9 +21,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import ConfigDict, Field, JsonValue, ValidationError
 
-from stargraph.errors import CompileError
+from stargraph._typed import TypedModel, validate_raw
+from stargraph.errors import CompileError, SkillValidationError
 from stargraph.skills._files import validation_problems
 from stargraph.tools import ToolResult
 
@@ -46,9 +47,11 @@ EventKind = Literal["user", "assistant", "tool_result", "core_job_start", "note"
 _CLIP: Final = 160
 
 
-class CoreJobStart(BaseModel):
+class CoreJobStart(TypedModel):
     """A core job started from an edge-lane event: the job's origin, pinned in both lanes'
     memories for as long as they live."""
+
+    typed_error = SkillValidationError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -72,8 +75,10 @@ class CoreJobStart(BaseModel):
         return f"CoreJobStart {self.job_id}: {self.skill} {data} (from {self.origin_lane}){why}"
 
 
-class MemoryEvent(BaseModel):
+class MemoryEvent(TypedModel):
     """One event in a lane's working memory."""
+
+    typed_error = SkillValidationError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -155,7 +160,9 @@ class WorkingMemory:
         """Append one event; events leaving the window roll into the summary."""
         with self._lock:
             try:
-                event = MemoryEvent(seq=self._seq + 1, kind=kind, text=text, data=data)
+                event = validate_raw(
+                    MemoryEvent, {"seq": self._seq + 1, "kind": kind, "text": text, "data": data}
+                )
             except ValidationError as exc:
                 raise CompileError(
                     validation_problems(exc, "pass a known kind, text as str and JSON data"),

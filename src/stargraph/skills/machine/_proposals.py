@@ -14,9 +14,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import ConfigDict, JsonValue
 
-from stargraph.errors import ToolArgumentError, ToolSpecError
+from stargraph._typed import TypedModel
+from stargraph.errors import InvalidProposalError, ToolArgumentError, ToolSpecError
 from stargraph.tools import (
     Arbiter,
     ArgumentModel,
@@ -62,9 +63,11 @@ ProposalKind = Literal["finish", "transition", "tool", "spawn", "unknown"]
 """What a function name proposes in a given state."""
 
 
-class Rejection(BaseModel):
+class Rejection(TypedModel):
     """The structured answer to an invalid proposal: what was proposed, what is
     allowed, and how many retries are left in this step. Nothing was executed."""
+
+    typed_error = InvalidProposalError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

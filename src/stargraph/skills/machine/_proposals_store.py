@@ -32,10 +32,11 @@ from importlib import resources
 from types import MappingProxyType
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import ConfigDict, JsonValue
 
 from stargraph._lifecycle import Closing
 from stargraph._sqlite import Database
+from stargraph._typed import TypedModel
 from stargraph.errors import (
     CompileError,
     ExecutableProposalError,
@@ -140,8 +141,10 @@ _SCRIPT_PATH: Final = re.compile(
 # --------------------------------------------------------------------------- model
 
 
-class Proposal(BaseModel):
+class Proposal(TypedModel):
     """One proposal as stored."""
+
+    typed_error = InvalidProposalError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

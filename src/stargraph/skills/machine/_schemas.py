@@ -21,10 +21,12 @@ from __future__ import annotations
 from collections.abc import Hashable, Mapping
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import ConfigDict, Field, JsonValue
 
 from stargraph import fathom, reducers
+from stargraph._typed import TypedModel
 from stargraph.errors import (
+    InvalidInputError,
     Problem,
     SkillValidationError,
     ToolArgumentError,
@@ -359,8 +361,10 @@ def _cycle_problems(schemas: Mapping[str, Schema], source: str) -> list[Problem]
 # --------------------------------------------------------------------------- run time
 
 
-class Frame(BaseModel):
+class Frame(TypedModel):
     """One active level: which schema, in which state, how many LLM steps it took."""
+
+    typed_error = SkillValidationError
 
     model_config = _FROZEN
 
@@ -374,8 +378,10 @@ class Frame(BaseModel):
     """Consecutive invalid proposals."""
 
 
-class SchemaRunState(BaseModel):
+class SchemaRunState(TypedModel):
     """The state of one turn of a schema session."""
+
+    typed_error = InvalidInputError
 
     user_message: str = ""
     """The user's message for this turn."""

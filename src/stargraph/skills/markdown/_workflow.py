@@ -7,10 +7,11 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Final
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import ConfigDict, Field, JsonValue
 
 from stargraph import fathom, reducers
-from stargraph.errors import ToolError
+from stargraph._typed import TypedModel
+from stargraph.errors import InvalidInputError, SkillValidationError, ToolError
 from stargraph.graph import END, START, Graph
 from stargraph.runtime import RunContext
 from stargraph.skills._files import SkillModel
@@ -74,8 +75,10 @@ class Check(SkillModel):
     """Exact payload expected (``None``: not checked)."""
 
 
-class StepResult(BaseModel):
+class StepResult(TypedModel):
     """What one workflow step (or a verification tool call) produced."""
+
+    typed_error = SkillValidationError
 
     model_config = _FROZEN
 
@@ -93,8 +96,10 @@ class StepResult(BaseModel):
     """The result payload, when the tool returned one inline."""
 
 
-class WorkflowOutput(BaseModel):
+class WorkflowOutput(TypedModel):
     """The declared output channels of a SKILL.md workflow skill."""
+
+    typed_error = InvalidInputError
 
     steps: Annotated[list[StepResult], reducers.append] = []
     """Every step's result, in order."""

@@ -31,9 +31,10 @@ from collections.abc import Callable
 from typing import Annotated, Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from stargraph.errors import ToolError
+from stargraph._typed import TypedModel
+from stargraph.errors import InvalidInputError, SkillValidationError, ToolError
 from stargraph.graph import END, START, Graph
 from stargraph.nodes import SubgraphNode
 from stargraph.skills import Skill, SkillKind
@@ -86,8 +87,10 @@ _HTTP_STATUS: Final = re.compile(r"^HTTP (\d{3}) ")
 _RETRIEVED: Final = re.compile(r"^retrieved (\d+) passages?: ?(.*)$")
 
 
-class Claim(BaseModel):
+class Claim(TypedModel):
     """One finding and where it comes from."""
+
+    typed_error = SkillValidationError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -97,8 +100,10 @@ class Claim(BaseModel):
     )
 
 
-class Report(BaseModel):
+class Report(TypedModel):
     """The structured result of a research run."""
+
+    typed_error = SkillValidationError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -131,8 +136,10 @@ class AutoresearchState(ReactOutput, BaseModel):
     """What the agent saw: URLs fetched successfully and passage ids retrieved, in order."""
 
 
-class AutoresearchOutput(BaseModel):
+class AutoresearchOutput(TypedModel):
     """The autoresearch skill's declared output channels."""
+
+    typed_error = InvalidInputError
 
     report: Report | None = None
     """See :attr:`AutoresearchState.report`."""
@@ -256,7 +263,7 @@ def verify_node(state: AutoresearchState) -> dict[str, Any]:
         return {**out, "outcome": "no_report"}
     try:
         report = Report.model_validate(state.final_output)
-    except ValidationError:
+    except SkillValidationError:
         return {**out, "outcome": "no_report"}
     known = set(seen)
     unsupported = list(

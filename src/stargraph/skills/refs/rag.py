@@ -32,8 +32,8 @@ from __future__ import annotations
 
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel
-
+from stargraph._typed import TypedModel
+from stargraph.errors import InvalidInputError
 from stargraph.graph import START, Graph
 from stargraph.runtime import RunContext
 from stargraph.skills import Skill, SkillKind
@@ -65,8 +65,10 @@ RAG_PROMPT: Final = (
 Outcome = Literal["answered", "insufficient_context"]
 
 
-class RagState(BaseModel):
+class RagState(TypedModel):
     """The rag graph's state. Start it with ``{"question": ...}``."""
+
+    typed_error = InvalidInputError
 
     question: str = ""
     """What to answer."""
@@ -86,8 +88,10 @@ class RagState(BaseModel):
     """``answered`` or ``insufficient_context`` once the run is over."""
 
 
-class RagOutput(BaseModel):
+class RagOutput(TypedModel):
     """The rag skill's declared output channels."""
+
+    typed_error = InvalidInputError
 
     answer: str | None = None
     """See :attr:`RagState.answer`."""

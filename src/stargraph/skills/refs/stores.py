@@ -32,10 +32,11 @@ from typing import Final, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from stargraph._sqlite import Database
-from stargraph.errors import StoreError
+from stargraph._typed import TypedModel
+from stargraph.errors import SkillValidationError, StoreError
 
 __all__ = [
     "DocumentStore",
@@ -56,8 +57,10 @@ _K1: Final = 1.2
 _B: Final = 0.75
 
 
-class Passage(BaseModel):
+class Passage(TypedModel):
     """One retrievable piece of text. ``id`` is what answers cite (``[p3]``)."""
+
+    typed_error = SkillValidationError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -30,9 +30,11 @@ import re
 from typing import Annotated, Any, Final, Literal
 
 import orjson
-from pydantic import BaseModel, ConfigDict
+from pydantic import ConfigDict
 
 from stargraph import reducers
+from stargraph._typed import TypedModel
+from stargraph.errors import InvalidInputError, SkillValidationError
 from stargraph.graph import START, Graph, Send
 from stargraph.runtime import RunContext
 from stargraph.skills import Skill, SkillKind
@@ -74,8 +76,10 @@ _FENCE: Final = re.compile(r"^\s*```[A-Za-z0-9_-]*\s*\n(?P<body>.*)\n\s*```\s*$"
 Outcome = Literal["written", "insufficient_context", "rejected"]
 
 
-class WikiClaim(BaseModel):
+class WikiClaim(TypedModel):
     """One sentence of the entry and the sources it cites."""
+
+    typed_error = SkillValidationError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -85,8 +89,10 @@ class WikiClaim(BaseModel):
     """The ids it cites."""
 
 
-class WikiState(BaseModel):
+class WikiState(TypedModel):
     """State of the wiki graph. Start it with ``{"topic": ...}``."""
+
+    typed_error = InvalidInputError
 
     topic: str = ""
     """What the entry is about."""
@@ -116,8 +122,10 @@ class WikiState(BaseModel):
     """``written``, ``insufficient_context`` or ``rejected`` once the run is over."""
 
 
-class WikiOutput(BaseModel):
+class WikiOutput(TypedModel):
     """The wiki skill's declared output channels."""
+
+    typed_error = InvalidInputError
 
     entry: str | None = None
     """See :attr:`WikiState.entry`."""

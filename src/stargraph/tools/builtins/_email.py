@@ -46,7 +46,8 @@ from typing import Annotated, Any, Final, Self
 from pydantic import BaseModel, Field
 
 from stargraph._lifecycle import Started
-from stargraph.errors import ToolError, ToolTimeoutError
+from stargraph._typed import TypedModel
+from stargraph.errors import ToolArgumentError, ToolError, ToolTimeoutError
 from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._canonical import sha256_hex
 from stargraph.tools._result import ToolOutput
@@ -70,8 +71,10 @@ _DATA_LIMIT: Final = 10_000_000
 Address = Annotated[str, Field(pattern=_ADDRESS, max_length=254)]
 
 
-class EmailSendArgs(BaseModel):
+class EmailSendArgs(TypedModel):
     """Send an email from the agent's address."""
+
+    typed_error = ToolArgumentError
 
     model_config = FROZEN
 
@@ -83,8 +86,10 @@ class EmailSendArgs(BaseModel):
     cc: Annotated[list[Address], Field(max_length=20, description="Copy recipients.")] = []
 
 
-class EmailCheckArgs(BaseModel):
+class EmailCheckArgs(TypedModel):
     """Check a mailbox for new (unseen) messages: counts plus sender and subject of each."""
+
+    typed_error = ToolArgumentError
 
     model_config = FROZEN
 
@@ -92,8 +97,10 @@ class EmailCheckArgs(BaseModel):
     max_summaries: Annotated[int, Field(ge=0, le=50, description="Unseen messages listed.")] = 10
 
 
-class EmailReceiveArgs(BaseModel):
+class EmailReceiveArgs(TypedModel):
     """Fetch messages (the newest first, unseen only by default); they become seen."""
+
+    typed_error = ToolArgumentError
 
     model_config = FROZEN
 

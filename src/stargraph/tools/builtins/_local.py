@@ -21,6 +21,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stargraph._lifecycle import ServerThread, Started
+from stargraph._typed import validate_raw
 from stargraph.errors import (
     ServiceNotStartedError,
     ToolArgumentError,
@@ -54,7 +55,7 @@ def parse_host_args(model: type[_M], request: HostRequest) -> _M:
     """``request.args`` as ``model``. A host validates again: something other than our
     arbiter may reach it. Bad arguments raise :class:`ToolArgumentError`."""
     try:
-        return model.model_validate(request.args)
+        return validate_raw(model, request.args)
     except ValidationError as exc:
         problems = "; ".join(
             f"{'.'.join(str(p) for p in e['loc']) or '<arguments>'}: {e['msg']}"

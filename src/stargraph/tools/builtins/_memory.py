@@ -31,10 +31,11 @@ from pathlib import Path
 from typing import Annotated, Any, Final, Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
 
 from stargraph._sqlite import Database
-from stargraph.errors import StoreError
+from stargraph._typed import TypedModel
+from stargraph.errors import StoreError, ToolArgumentError, ToolError
 from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._canonical import content_ref
 from stargraph.tools._host import HostHandler, HostRequest, HostTool, host_tool
@@ -65,8 +66,10 @@ _CLIP: Final = 160
 _SUMMARY_LINES: Final = 200
 
 
-class MemoryEntry(BaseModel):
+class MemoryEntry(TypedModel):
     """One stored memory."""
+
+    typed_error = ToolError
 
     model_config = FROZEN
 
@@ -248,10 +251,12 @@ def _entry(row: Any) -> MemoryEntry:
 # --------------------------------------------------------------------------- tools
 
 
-class MemoryQueryArgs(BaseModel):
+class MemoryQueryArgs(TypedModel):
     """Search memory. mode 'semantic': entries closest in meaning to `query`; mode 'hash':
     the entries with content hash `hash`; mode 'range': entries `start`..`end` by sequence
     number. `scope` limits the search to working, session or knowledge memory."""
+
+    typed_error = ToolArgumentError
 
     model_config = FROZEN
 
@@ -285,8 +290,10 @@ class MemoryQueryArgs(BaseModel):
         return self
 
 
-class MemoryUpsertArgs(BaseModel):
+class MemoryUpsertArgs(TypedModel):
     """Write to memory (knowledge by default): insert, or replace the entry with this key."""
+
+    typed_error = ToolArgumentError
 
     model_config = FROZEN
 
@@ -297,9 +304,11 @@ class MemoryUpsertArgs(BaseModel):
     ] = None
 
 
-class MemoryCompactArgs(BaseModel):
+class MemoryCompactArgs(TypedModel):
     """Force a summary update: fold all but the newest `keep` entries of a memory scope into
     its summary entry."""
+
+    typed_error = ToolArgumentError
 
     model_config = FROZEN
 

@@ -14,9 +14,10 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any, Final
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue
+from pydantic import ConfigDict, Field, JsonValue
 
-from stargraph.errors import ToolError
+from stargraph._typed import TypedModel
+from stargraph.errors import ToolArgumentError, ToolError
 from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._result import ToolOutput
 from stargraph.tools._tool import PythonTool, ToolContext
@@ -47,8 +48,10 @@ NOTION_VERSION: Final = "2022-06-28"
 _ID = r"^[0-9a-f]{8}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{4}-?[0-9a-f]{12}$"
 
 
-class NotionQueryArgs(BaseModel):
+class NotionQueryArgs(TypedModel):
     """Query a Notion database; optionally only pages whose property contains some text."""
+
+    typed_error = ToolArgumentError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

@@ -16,8 +16,10 @@ import wave
 from typing import Annotated, Any, Final, Protocol, runtime_checkable
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
+from stargraph._typed import TypedModel
+from stargraph.errors import ToolArgumentError
 from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._canonical import sha256_hex
 from stargraph.tools._result import ToolOutput
@@ -81,8 +83,10 @@ class ToneSynthesizer:
         return buffer.getvalue()
 
 
-class SpeakArgs(BaseModel):
+class SpeakArgs(TypedModel):
     """Speak text aloud: synthesise it to a WAV file in the outbox (.choirtmp/send/)."""
+
+    typed_error = ToolArgumentError
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 

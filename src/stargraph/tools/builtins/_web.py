@@ -25,9 +25,10 @@ from html.parser import HTMLParser
 from typing import Annotated, Any, Final
 from urllib.parse import urlencode, urljoin, urlsplit
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
-from stargraph.errors import ToolError, ToolTimeoutError
+from stargraph._typed import TypedModel
+from stargraph.errors import ToolArgumentError, ToolError, ToolTimeoutError
 from stargraph.plugin.hookspecs import hookimpl
 from stargraph.tools._host import HostHandler, HostRequest, HostTool, host_tool
 from stargraph.tools._result import ToolOutput
@@ -67,8 +68,10 @@ _PAGE_LIMIT: Final = 2_000_000
 # --------------------------------------------------------------------------- search
 
 
-class WebSearchArgs(BaseModel):
+class WebSearchArgs(TypedModel):
     """Search the web (Brave Search) and return titles, URLs and snippets."""
+
+    typed_error = ToolArgumentError
 
     model_config = FROZEN
 
@@ -204,8 +207,10 @@ def _brave_error(status: int, code: str, detail: str) -> HttpAnswer:
 # --------------------------------------------------------------------------- browse
 
 
-class BrowseArgs(BaseModel):
+class BrowseArgs(TypedModel):
     """Open a URL in a browser tab and return the page's title, text and links."""
+
+    typed_error = ToolArgumentError
 
     model_config = FROZEN
 
@@ -240,8 +245,10 @@ web_browse: Final[HostTool] = host_tool(
 """``choir.web.browse@1.0.0``: executed by the host (:class:`BrowserHost` here)."""
 
 
-class WebPage(BaseModel):
+class WebPage(TypedModel):
     """One page of a :class:`LocalSite`."""
+
+    typed_error = ToolError
 
     model_config = FROZEN
 
