@@ -173,3 +173,20 @@ def test_issue44_fork_as_node_asks_the_rules(store: CheckpointStore) -> None:
     assert app.invoke({"text": "my invoice"}, run_id="r").log == ["classify", "investigate"]
     fork_id = app.fork("r", 1, update={"category": "spam"}, as_node="classify")
     assert app.resume(fork_id).log == ["classify", "discard"]
+
+
+def test_issue44_fork_next_previews_without_forking(store: CheckpointStore) -> None:
+    app = triage().compile(store=store)
+    app.invoke({"text": "my invoice"}, run_id="t")
+    spam = {"category": "spam"}
+    assert app.fork_next("t", 1, update=spam, as_node="classify") == ("discard",)
+    assert app.fork_next("t", 1, update=spam) == ("investigate",)
+    assert app.fork_next("t", 2, as_node="investigate") == ()
+    assert [r.run_id for r in app.list_runs()] == ["t"]
+    assert app.get_state("t").category == "billing"
+    fan = crawl().compile(store=store)
+    fan.invoke({"items": ["a"]}, run_id="c")
+    assert fan.fork_next("c", 1, update={"items": ["x", "y"]}, as_node="plan") == (
+        "work",
+        "work",
+    )

@@ -32,6 +32,7 @@ from stargraph.runtime._settings import DEFAULT_MAX_STEPS, RunSettings
 from stargraph.runtime._steploop import StepLoop
 from stargraph.runtime._stored import NO_RESPONSE, Migration, load, require_store
 from stargraph.runtime._stored import fork as fork_run
+from stargraph.runtime._stored import fork_next as preview_fork
 from stargraph.runtime._stored import run_nested as run_child
 from stargraph.runtime._stream import Feed, StreamMode, Superstep, stream_modes
 from stargraph.runtime._threads import get_thread as thread_runs
@@ -546,6 +547,22 @@ class CompiledGraph(Generic[StateT]):
             code_hash=self.code_hash,
             as_node=as_node,
         )
+
+    def fork_next(
+        self,
+        run_id: str,
+        step: int,
+        *,
+        update: Mapping[str, Any] | None = None,
+        as_node: str | None = None,
+    ) -> tuple[str, ...]:
+        """The nodes ``fork(run_id, step, update=, as_node=)`` would schedule for its next
+        step (a node once per task, so a ``Send`` fan-out repeats it), without forking.
+
+        Nothing is written: the console's fork form shows this before you confirm. Without
+        ``as_node`` it is what the parent had scheduled after ``step``.
+        """
+        return preview_fork(self.steploop, run_id, step, update=update, as_node=as_node)
 
     def run_nested(
         self,

@@ -55,6 +55,7 @@ __all__ = [
     "apply_update",
     "check_hashes",
     "fork",
+    "fork_next",
     "history_writes",
     "load",
     "migrate",
@@ -138,6 +139,53 @@ def fork(
                 run.rules.close()
                 run.rules = None
     return new_id
+
+
+def fork_next(
+    loop: StepLoop,
+    run_id: str,
+    step: int,
+    *,
+    update: Mapping[str, Any] | None = None,
+    as_node: str | None = None,
+) -> tuple[str, ...]:
+    """``CompiledGraph.fork_next`` (documented there): the nodes a fork of ``run_id`` at
+    ``step`` with ``update`` (routed from ``as_node``) would run next; nothing is written."""
+    store = require_store(loop)
+    check_as_node(loop, as_node, run_id)
+    record = store.get_run(run_id)
+    if not 0 <= step <= record.last_step:
+        raise CheckpointError(
+            f"run {run_id!r} has steps 0..{record.last_step}; cannot fork from step {step}",
+            run_id=run_id,
+            step=step,
+        )
+    writes = validate_update(loop, update, run_id) if update else {}
+    values, at = load_values(store, loop.plan.channels, run_id, step)
+    if as_node is None:
+        return tuple(t.node for t in at.next)
+    run = loop.make_run(run_id, values)
+    run.step = step + 1
+    run.tasks = tasks_from(at.next)
+    run.joins_seen = joins_from(at)
+    if loop.plan.rules is not None:
+        run.rules = loop.plan.rules()
+        run.rules.restore(at.facts)
+    try:
+        run.merge([(Task("__update__"), writes)])
+        _route_as(loop, run, as_node)
+    finally:
+        if run.rules is not None:
+            run.rules.close()
+    return tuple(t.node for t in run.tasks)
+
+
+def _route_as(loop: StepLoop, run: Run, as_node: str) -> None:
+    """Schedule the run's next tasks as if ``as_node`` had just written the merged state."""
+    ran = [Task(as_node)]
+    run.schedule_next(ran)
+    if run.rules is not None:
+        loop.apply_rules(run, ran)
 
 
 def check_as_node(loop: StepLoop, as_node: str | None, run_id: str) -> None:
@@ -501,10 +549,7 @@ def apply_update(
     run.step += 1
     run.merge([(Task("__update__"), writes)])
     if as_node is not None:
-        ran = [Task(as_node)]
-        run.schedule_next(ran)
-        if run.rules is not None:
-            loop.apply_rules(run, ran)
+        _route_as(loop, run, as_node)
     assert run.persistence is not None
     run.persistence.commit(run, [(Task("__update__"), writes)])
     run.committed()
