@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Annotated, Any, Literal
 
 import pytest
@@ -11,6 +12,7 @@ from stargraph import fathom, reducers
 from stargraph.checkpoint import CheckpointStore
 from stargraph.errors import InvalidInputError
 from stargraph.graph import END, START, Graph, Send
+from stargraph.runtime import NodeStarted
 
 pytestmark = pytest.mark.stores("memory", "sqlite")
 
@@ -190,3 +192,14 @@ def test_issue44_fork_next_previews_without_forking(store: CheckpointStore) -> N
         "work",
         "work",
     )
+
+
+def test_issue44_aresume_and_resume_stream_take_as_node(store: CheckpointStore) -> None:
+    app = triage(pause=True).compile(store=store)
+    app.invoke({"text": "my invoice"}, run_id="a")
+    final = asyncio.run(app.aresume("a", update={"category": "spam"}, as_node="classify"))
+    assert final.log == ["classify", "discard"]
+    app.invoke({"text": "my invoice"}, run_id="s")
+    events = list(app.resume_stream("s", update={"category": "spam"}, as_node="classify"))
+    started = [e.node for e in events if isinstance(e, NodeStarted)]
+    assert started == ["discard"]
