@@ -562,7 +562,14 @@ class CompiledGraph(Generic[StateT]):
         Nothing is written: the console's fork form shows this before you confirm. Without
         ``as_node`` it is what the parent had scheduled after ``step``.
         """
-        return preview_fork(self.steploop, run_id, step, update=update, as_node=as_node)
+        return preview_fork(
+            self.steploop,
+            run_id,
+            step,
+            update=update,
+            as_node=as_node,
+            code_hash=self.code_hash,
+        )
 
     def run_nested(
         self,

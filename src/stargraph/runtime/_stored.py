@@ -148,12 +148,13 @@ def fork_next(
     *,
     update: Mapping[str, Any] | None = None,
     as_node: str | None = None,
+    code_hash: str | None = None,
 ) -> tuple[str, ...]:
     """``CompiledGraph.fork_next`` (documented there): the nodes a fork of ``run_id`` at
     ``step`` with ``update`` (routed from ``as_node``) would run next; nothing is written."""
     store = require_store(loop)
     check_as_node(loop, as_node, run_id)
-    record = store.get_run(run_id)
+    record = check_hashes(loop, store.get_run(run_id), code_hash)
     if not 0 <= step <= record.last_step:
         raise CheckpointError(
             f"run {run_id!r} has steps 0..{record.last_step}; cannot fork from step {step}",
