@@ -43,12 +43,19 @@ def _db_part(db: str) -> str:
 Examples:
   stargraph fork order-7 --step 2                  # a new run with steps 0..2 of order-7
   stargraph fork order-7 --step 2 --update '{"approved": false}' --new-run-id order-7b
+  stargraph fork ticket-3 --step 1 --update '{"category": "spam"}' --as-node classify
   stargraph resume order-7b                        # then continue the fork
 """,
 )
 @click.argument("run_id")
 @click.option("--step", type=click.IntRange(min=0), required=True, help="Last step to keep.")
 @click.option("--update", help="Channel writes recorded as the fork's next step (JSON object).")
+@click.option(
+    "--as-node",
+    metavar="NODE",
+    help="Route the update as if NODE wrote it: NODE's edges, routers and rules choose the "
+    "next tasks (default: keep the tasks the run had scheduled).",
+)
 @click.option("--new-run-id", help="Id of the new run (default: RUN_ID~<random>).")
 @click.option("--graph", "graph_spec", help="The run's graph (default: the archived one).")
 @click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite run database.")
@@ -57,6 +64,7 @@ def fork_command(
     run_id: str,
     step: int,
     update: str | None,
+    as_node: str | None,
     new_run_id: str | None,
     graph_spec: str | None,
     db: str,
@@ -65,6 +73,8 @@ def fork_command(
 
     The fork holds a copy of steps 0..STEP (it replays like its parent up to there) and is
     linked to its parent; --update becomes its next step. Nothing runs until you resume it.
+    Without --as-node the fork runs next what the parent had scheduled after STEP, whatever
+    the update changed; with it, the update is routed from the edited state.
     """
     updates = parse_object(update, "--update", of=" of channel writes")
     with open_store(db, must_exist=True) as store:
@@ -76,10 +86,14 @@ def fork_command(
         target = graph_for(graph_spec, db, record.graph_hash, purpose="fork it")
         app = compile_target(target, store=store)
         try:
-            new_id = app.fork(run_id, step, update=updates, new_run_id=new_run_id)
+            new_id = app.fork(run_id, step, update=updates, new_run_id=new_run_id, as_node=as_node)
+            last = store.get_run(new_id).last_step
+            scheduled = [t.node for t in store.get_steps(new_id, start=last, end=last)[-1].next]
         finally:
             app.close()
     click.echo(new_id)
+    if as_node is not None:
+        click.echo(f"routed as {as_node}: next {', '.join(scheduled) or 'nothing (END)'}", err=True)
     click.echo(
         f"forked run {new_id} from {run_id} at step {step}; continue it with: "
         f"stargraph resume {shlex.quote(new_id)}{_db_part(db)}",

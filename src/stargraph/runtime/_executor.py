@@ -32,6 +32,7 @@ from stargraph.runtime._settings import DEFAULT_MAX_STEPS, RunSettings
 from stargraph.runtime._steploop import StepLoop
 from stargraph.runtime._stored import NO_RESPONSE, Migration, load, require_store
 from stargraph.runtime._stored import fork as fork_run
+from stargraph.runtime._stored import fork_next as preview_fork
 from stargraph.runtime._stored import run_nested as run_child
 from stargraph.runtime._stream import Feed, StreamMode, Superstep, stream_modes
 from stargraph.runtime._threads import get_thread as thread_runs
@@ -347,6 +348,7 @@ class CompiledGraph(Generic[StateT]):
         max_steps: int | None = None,
         migration: Migration | None = None,
         wait: bool | float = False,
+        as_node: str | None = None,
     ) -> StateT:
         """Continue a stored run after its last committed step; return the state reached.
 
@@ -364,8 +366,12 @@ class CompiledGraph(Generic[StateT]):
         ``migration`` is given: it receives the run's state as JSON and returns the state
         to continue from under this graph; the migration is committed as a step and the run
         is re-labelled with this graph's hash.
+
+        ``as_node`` routes the update as if that node had written it: its edges, routers
+        (``Send``s included) and rules choose the next tasks from the updated state, as
+        :meth:`fork` does; without it the run keeps the tasks it had scheduled.
         """
-        run = self._load(run_id, response, update, max_steps, migration, wait=wait)
+        run = self._load(run_id, response, update, max_steps, migration, wait=wait, as_node=as_node)
         self.steploop.run_to_end(run, fresh=False)
         return self._result(run)
 
@@ -379,6 +385,7 @@ class CompiledGraph(Generic[StateT]):
         max_steps: int | None = None,
         migration: Migration | None = None,
         wait: bool | float = False,
+        as_node: str | None = None,
         mode: Literal["events"] = "events",
     ) -> Generator[Event, None, None]: ...
 
@@ -392,6 +399,7 @@ class CompiledGraph(Generic[StateT]):
         max_steps: int | None = None,
         migration: Migration | None = None,
         wait: bool | float = False,
+        as_node: str | None = None,
         mode: StreamMode | Sequence[StreamMode],
     ) -> Generator[Any, None, None]: ...
 
@@ -404,6 +412,7 @@ class CompiledGraph(Generic[StateT]):
         max_steps: int | None = None,
         migration: Migration | None = None,
         wait: bool | float = False,
+        as_node: str | None = None,
         mode: StreamMode | Sequence[StreamMode] = "events",
     ) -> Generator[Any, None, None]:
         """:meth:`resume`, yielding what happens as it happens, in the stream ``mode`` of
@@ -411,7 +420,14 @@ class CompiledGraph(Generic[StateT]):
         modes = stream_modes(mode)
         yield from self.steploop.live(
             lambda emit: self._load(
-                run_id, response, update, max_steps, migration, emit=emit, wait=wait
+                run_id,
+                response,
+                update,
+                max_steps,
+                migration,
+                emit=emit,
+                wait=wait,
+                as_node=as_node,
             ),
             modes,
             fresh=False,
@@ -426,13 +442,16 @@ class CompiledGraph(Generic[StateT]):
         max_steps: int | None = None,
         migration: Migration | None = None,
         wait: bool | float = False,
+        as_node: str | None = None,
     ) -> StateT:
         """Async :meth:`resume`; with ``wait``, waiting for another owner to let go sleeps on
         the event loop (other tasks run meanwhile)."""
         store = require_store(self.steploop)
         check_run_id(run_id)
         taken = await atake_lease(store, run_id, wait=wait)
-        run = self._load(run_id, response, update, max_steps, migration, taken=taken)
+        run = self._load(
+            run_id, response, update, max_steps, migration, taken=taken, as_node=as_node
+        )
         async for _ in self.steploop.adrive(run, fresh=False):
             pass
         return self._result(run)
@@ -448,6 +467,7 @@ class CompiledGraph(Generic[StateT]):
         emit: Callable[[Event], None] | None = None,
         wait: bool | float = False,
         taken: tuple[Lease, RunRecord] | None = None,
+        as_node: str | None = None,
     ) -> Run:
         # The stored run, leased and ready to continue: _stored.load with this graph's loop
         # and code hash (the arguments are resume's; ``taken``: a lease aresume took).
@@ -462,6 +482,7 @@ class CompiledGraph(Generic[StateT]):
             wait=wait,
             taken=taken,
             code_hash=self.code_hash,
+            as_node=as_node,
         )
 
     def get_run(self, run_id: str) -> RunRecord:
@@ -498,6 +519,7 @@ class CompiledGraph(Generic[StateT]):
         *,
         update: Mapping[str, Any] | None = None,
         new_run_id: str | None = None,
+        as_node: str | None = None,
     ) -> str:
         """Start a new run from ``step`` of ``run_id`` (optionally with changed channels).
 
@@ -506,6 +528,15 @@ class CompiledGraph(Generic[StateT]):
         ``step + 1``, written by ``__update__``. It is linked to its parent
         (``parent_run_id``/``parent_step``); continue it with ``resume(new_run_id)``.
         Returns the new run id.
+
+        Without ``as_node`` the fork keeps the tasks the parent had scheduled after
+        ``step``: an edit of a field a router reads does not change where the run goes.
+        ``as_node="classify"`` applies ``update`` as if node ``classify`` had written it
+        (through the reducers) and schedules the next tasks from the edited state by that
+        node's edges, routers (``Send``s included), joins and rules, as LangGraph's
+        ``update_state(..., as_node=)`` does. Any node of the graph may be named, whether
+        or not it ran before ``step``; a name the graph lacks raises
+        :class:`~stargraph.errors.InvalidInputError` listing its nodes.
         """
         return fork_run(
             self.steploop,
@@ -513,6 +544,30 @@ class CompiledGraph(Generic[StateT]):
             step,
             update=update,
             new_run_id=new_run_id,
+            code_hash=self.code_hash,
+            as_node=as_node,
+        )
+
+    def fork_next(
+        self,
+        run_id: str,
+        step: int,
+        *,
+        update: Mapping[str, Any] | None = None,
+        as_node: str | None = None,
+    ) -> tuple[str, ...]:
+        """The nodes ``fork(run_id, step, update=, as_node=)`` would schedule for its next
+        step (a node once per task, so a ``Send`` fan-out repeats it), without forking.
+
+        Nothing is written: the console's fork form shows this before you confirm. Without
+        ``as_node`` it is what the parent had scheduled after ``step``.
+        """
+        return preview_fork(
+            self.steploop,
+            run_id,
+            step,
+            update=update,
+            as_node=as_node,
             code_hash=self.code_hash,
         )
 

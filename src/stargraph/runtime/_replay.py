@@ -204,6 +204,10 @@ class ReplayDriver:
             for w in record.writes
         ]
         run.merge(results)
+        # An update routed as a node (fork or resume with as_node) chose its own next
+        # tasks; one that was not kept the tasks before it, which its record repeats.
+        run.tasks = tasks_from(record.next)
+        run.joins_seen = joins_from(record)
 
     def _check_scheduled(self, record: StepRecord) -> None:
         run = self.run

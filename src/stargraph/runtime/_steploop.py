@@ -640,7 +640,7 @@ class StepLoop:
             run.merge(results)
         run.schedule_next(ran)
         if run.rules is not None:
-            self._apply_rules(run, ran)
+            self.apply_rules(run, ran)
         if run.emit is not None:
             for task, writes in sorted(results, key=by_task):
                 for child_event in run.child_events.pop(task.key, ()):
@@ -669,7 +669,9 @@ class StepLoop:
                 next=tuple(t.node for t in run.tasks),
             )
 
-    def _apply_rules(self, run: Run, ran: Sequence[Task]) -> None:
+    def apply_rules(self, run: Run, ran: Sequence[Task]) -> None:
+        """Let the rules decide after the tasks ``ran``: a halt, an interrupt or a goto
+        replaces what the edges scheduled in ``run.tasks``."""
         rules = run.rules
         assert rules is not None
         if not rules.applies(ran):

@@ -55,6 +55,7 @@ __all__ = [
     "apply_update",
     "check_hashes",
     "fork",
+    "fork_next",
     "history_writes",
     "load",
     "migrate",
@@ -78,10 +79,13 @@ def fork(
     update: Mapping[str, Any] | None = None,
     new_run_id: str | None = None,
     code_hash: str | None = None,
+    as_node: str | None = None,
 ) -> str:
     """``CompiledGraph.fork`` (documented there): copy steps ``0..step`` of ``run_id`` into
-    a new run linked to it, ``update`` committed as the step after; the new run's id."""
+    a new run linked to it, ``update`` committed as the step after (routed from ``as_node``
+    if given); the new run's id."""
     store = require_store(loop)
+    check_as_node(loop, as_node, run_id)
     record = check_hashes(loop, store.get_run(run_id), code_hash)
     if not 0 <= step <= record.last_step:
         raise CheckpointError(
@@ -116,15 +120,86 @@ def fork(
     )
     for past in history[1:]:
         store.commit_step(new_id, past)
-    if writes:
+    if writes or as_node is not None:
         values, at = load_values(store, loop.plan.channels, new_id, step)
         run = loop.make_run(new_id, values)
         run.step = step
         run.tasks = tasks_from(at.next)
         run.joins_seen = joins_from(at)
         run.persistence = Persistence(loop.plan, store, snapshot_every=loop.options.snapshot_every)
-        apply_update(loop, run, update or {})
+        if as_node is not None and loop.plan.rules is not None:
+            # The re-routed step asks the rules as a step of NODE would, from the facts
+            # the parent held at the fork point.
+            run.rules = loop.plan.rules()
+            run.rules.restore(at.facts)
+        try:
+            apply_update(loop, run, update or {}, as_node=as_node)
+        finally:
+            if run.rules is not None:
+                run.rules.close()
+                run.rules = None
     return new_id
+
+
+def fork_next(
+    loop: StepLoop,
+    run_id: str,
+    step: int,
+    *,
+    update: Mapping[str, Any] | None = None,
+    as_node: str | None = None,
+    code_hash: str | None = None,
+) -> tuple[str, ...]:
+    """``CompiledGraph.fork_next`` (documented there): the nodes a fork of ``run_id`` at
+    ``step`` with ``update`` (routed from ``as_node``) would run next; nothing is written."""
+    store = require_store(loop)
+    check_as_node(loop, as_node, run_id)
+    record = check_hashes(loop, store.get_run(run_id), code_hash)
+    if not 0 <= step <= record.last_step:
+        raise CheckpointError(
+            f"run {run_id!r} has steps 0..{record.last_step}; cannot fork from step {step}",
+            run_id=run_id,
+            step=step,
+        )
+    writes = validate_update(loop, update, run_id) if update else {}
+    values, at = load_values(store, loop.plan.channels, run_id, step)
+    if as_node is None:
+        return tuple(t.node for t in at.next)
+    run = loop.make_run(run_id, values)
+    run.step = step + 1
+    run.tasks = tasks_from(at.next)
+    run.joins_seen = joins_from(at)
+    if loop.plan.rules is not None:
+        run.rules = loop.plan.rules()
+        run.rules.restore(at.facts)
+    try:
+        run.merge([(Task("__update__"), writes)])
+        _route_as(loop, run, as_node)
+    finally:
+        if run.rules is not None:
+            run.rules.close()
+    return tuple(t.node for t in run.tasks)
+
+
+def _route_as(loop: StepLoop, run: Run, as_node: str) -> None:
+    """Schedule the run's next tasks as if ``as_node`` had just written the merged state."""
+    ran = [Task(as_node)]
+    run.schedule_next(ran)
+    if run.rules is not None:
+        loop.apply_rules(run, ran)
+
+
+def check_as_node(loop: StepLoop, as_node: str | None, run_id: str) -> None:
+    """Refuse an ``as_node`` that is not a node of this graph, naming the ones it has."""
+    if as_node is not None and as_node not in loop.plan.specs:
+        raise InvalidInputError(
+            f"update of run {run_id!r} is given as_node={as_node!r}, which is not a node of "
+            f"graph {loop.plan.ir.name!r} (nodes: {sorted(loop.plan.specs)}); name the "
+            "node whose write the update stands for, or leave as_node out to keep the "
+            "run's scheduled tasks",
+            run_id=run_id,
+            node=as_node,
+        )
 
 
 def run_nested(
@@ -272,11 +347,13 @@ def load(
     wait: bool | float = False,
     taken: tuple[Lease, RunRecord] | None = None,
     code_hash: str | None = None,
+    as_node: str | None = None,
 ) -> Run:
     """Stored run ``run_id``, leased to this process and ready for the loop's drivers to
     continue (``fresh=False``); see ``CompiledGraph.resume`` for the arguments."""
     store = require_store(loop)
     check_run_id(run_id)
+    check_as_node(loop, as_node, run_id)
     # The lease first: nothing below (the interrupt's answer, the status, a node) may
     # be written by a second resumer while another process runs the run. ``taken``: the
     # caller took it already (aresume, waiting on its event loop).
@@ -297,9 +374,9 @@ def load(
             run.journals.setdefault((entry.node, entry.index), []).append(entry)
         if waiting is not None and waiting.kind == "before":
             run.skip_interrupt_before = True
-        if update:
+        if update or as_node is not None:
             _check_update(record, asked, run)
-            apply_update(loop, run, update)
+            apply_update(loop, run, update or {}, as_node=as_node)
         store.set_status(run_id, "running", owner=lease.token)
         return run
     except BaseException:
@@ -459,11 +536,21 @@ def migrate(
     )
 
 
-def apply_update(loop: StepLoop, run: Run, update: Mapping[str, Any]) -> None:
-    """Commit ``update`` as a step of its own, written by ``__update__``."""
+def apply_update(
+    loop: StepLoop, run: Run, update: Mapping[str, Any], *, as_node: str | None = None
+) -> None:
+    """Commit ``update`` as a step of its own, written by ``__update__``.
+
+    With ``as_node`` the step is routed as if that node had written ``update``: its edges,
+    routers (``Send``s included), joins and rules schedule the next tasks from the edited
+    state. Without it the run keeps the tasks it had scheduled. The record still names
+    ``__update__`` as the writer, so history, diff and replay tell the edit from a node's run.
+    """
     writes = validate_update(loop, update, run.run_id)
     run.step += 1
     run.merge([(Task("__update__"), writes)])
+    if as_node is not None:
+        _route_as(loop, run, as_node)
     assert run.persistence is not None
     run.persistence.commit(run, [(Task("__update__"), writes)])
     run.committed()

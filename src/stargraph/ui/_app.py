@@ -888,13 +888,31 @@ def create_app(
         )
         return shown
 
-    def render_fork(run_id: str, step: int, csrf: str) -> str:
+    def render_fork(
+        run_id: str, step: int, csrf: str, form: Mapping[str, str] | None = None
+    ) -> str:
+        """The fork form; after its preview button (``form``), with the edits kept and the
+        tasks the fork would run next worked out from them."""
         run = store.get_run(run_id)
         app = acting_graph(run)
-        shown = shown_state(app, run, step)
         reducers = {f.name: f.reducer for f in app.ir.state.fields if f.reducer is not None}
-        text = json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False)
-        return pages.fork_page(run, step, text, reducers, csrf)
+        if form is None:
+            shown = shown_state(app, run, step)
+            text = json.dumps(shown, indent=2, sort_keys=True, ensure_ascii=False)
+            writes, as_node = "", ""
+            update: dict[str, Any] = {}
+        else:
+            update = fork_update(app, run, step, form)
+            text, writes = form.get("state", ""), form.get("writes", "")
+            as_node = form.get("as_node", "")
+        try:
+            nxt = app.fork_next(run_id, step, update=update or None, as_node=as_node or None)
+        except StargraphError as exc:
+            raise HTTPException(400, console.masker.text(f"{exc}; go back and fix it")) from exc
+        nodes = sorted(node.id for node in app.ir.nodes)
+        return pages.fork_page(
+            run, step, text, reducers, csrf, nodes=nodes, as_node=as_node, writes=writes, nxt=nxt
+        )
 
     async def fork_page(request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -961,7 +979,9 @@ def create_app(
 
         action = form.get("action", "")
         if action not in ("fork", "counterfactual"):
-            raise HTTPException(400, f"unknown action {action!r}; use fork or counterfactual")
+            raise HTTPException(
+                400, f"unknown action {action!r}; use fork, counterfactual or preview"
+            )
         raw = form.get("step", "")
         if not raw.isdigit():
             raise HTTPException(400, "the fork form lost its step; reload it from the run page")
@@ -975,7 +995,13 @@ def create_app(
             # A counterfactual from step k+1 is CompiledGraph.replay(from_step=k+1, mutate=)
             # done in two halves: the fork here (so the new run exists before the browser
             # is sent to it), the live resume in a console thread.
-            app.fork(run_id, step, update=update or None, new_run_id=new_id)
+            app.fork(
+                run_id,
+                step,
+                update=update or None,
+                new_run_id=new_id,
+                as_node=form.get("as_node") or None,
+            )
         except InvalidInputError as exc:
             message = console.masker.text(f"{exc}; go back and fix the value")
             raise HTTPException(400, message) from exc
@@ -988,6 +1014,13 @@ def create_app(
 
     @_run_form_post
     async def fork_post(run_id: str, form: Mapping[str, str]) -> Response:
+        if form.get("action") == "preview":
+            raw = form.get("step", "")
+            if not raw.isdigit():
+                raise HTTPException(400, "the fork form lost its step; reload it from the run page")
+            csrf = form.get("csrf", "")
+            text = await run_in_threadpool(render_fork, run_id, int(raw), csrf, form)
+            return HTMLResponse(text)
         new_id = await run_in_threadpool(make_fork, run_id, form)
         return _to_run_page(new_id)
 

@@ -8,7 +8,7 @@ the console itself (no CDN, no inline script: the Content-Security-Policy forbid
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any, Final
 from urllib.parse import quote, urlencode
@@ -379,10 +379,29 @@ def fork_page(
     state_json: str,
     reducers: dict[str, str],
     csrf: str,
+    *,
+    nodes: Sequence[str] = (),
+    as_node: str = "",
+    writes: str = "",
+    nxt: Sequence[str] = (),
 ) -> str:
     """The form that forks ``run`` after ``step`` with an edited state, or replays it live
-    from there as a counterfactual (``state_json`` is the masked state after ``step``)."""
+    from there as a counterfactual (``state_json`` is the masked state after ``step``).
+
+    ``nodes``: the graph's nodes, offered to route the update as one of them wrote it
+    (``as_node``, the one chosen); ``nxt``: the tasks the fork would run next as the form
+    stands; ``writes``: the writes box as last submitted."""
     rid = quote(run.run_id, safe="")
+    options = "".join(
+        f'<option value="{escape(n)}"{" selected" if n == as_node else ""}>{escape(n)}</option>'
+        for n in nodes
+    )
+    routed = (
+        f"as if <code>{escape(as_node)}</code> wrote your changes"
+        if as_node
+        else "routing kept: the tasks this run scheduled after the step, whatever you change"
+    )
+    nxt_text = ", ".join(f"<code>{escape(n)}</code>" for n in nxt) or "nothing (the run ends)"
     merged = ", ".join(
         f"<code>{escape(name)}</code> ({escape(reducer)})" for name, reducer in reducers.items()
     )
@@ -402,8 +421,16 @@ def fork_page(
 <textarea name="state" id="fork-state" rows="16">{escape(state_json)}</textarea></label>
 {merged_note}
 <label>writes through the reducers (JSON object, optional, as <code>stargraph fork
---update</code>) <textarea name="writes" id="fork-writes" rows="3"></textarea></label>
+--update</code>) <textarea name="writes" id="fork-writes" rows="3">{escape(writes)}</textarea>
+</label>
+<label>route as node (as <code>stargraph fork --as-node</code>): the node's edges, routers
+and rules choose the next tasks from the edited state
+<select name="as_node" id="fork-as-node"><option value="">(keep the scheduled tasks)</option>
+{options}</select></label>
+<p id="fork-next">Next tasks ({routed}): {nxt_text}.</p>
 <div class="buttons">
+<button type="submit" name="action" value="preview" id="fork-preview">show the next
+tasks</button>
 <button type="submit" name="action" value="fork" id="fork">fork (run it later)</button>
 <button type="submit" name="action" value="counterfactual" id="counterfactual">replay
 live from step {step + 1} (counterfactual)</button>
