@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from pydantic import BaseModel, ConfigDict, JsonValue
 
@@ -25,7 +25,7 @@ from stargraph.errors import ToolArgumentError, ToolError, ToolNotAllowedError
 from stargraph.graph import END, START, Graph
 from stargraph.llm import ChatModel, ChatRequest, ChatResponse
 from stargraph.runtime import RunContext
-from stargraph.skills._services import typed_service
+from stargraph.skills._services import ToolDispatcher, arbiter_service, model_service
 from stargraph.skills.machine._prompt import PromptBuilder, PromptLevel
 from stargraph.skills.machine._proposals import (
     Rejection,
@@ -38,7 +38,7 @@ from stargraph.skills.machine._proposals import (
     offered_tools,
 )
 from stargraph.skills.machine._spec import SkillSpec, StateSpec
-from stargraph.tools import Arbiter, ToolCall, ToolResult, failure_of
+from stargraph.tools import ToolCall, ToolResult, failure_of
 
 if TYPE_CHECKING:
     from stargraph.skills import Skill
@@ -302,13 +302,11 @@ def compile_skillspec(
 
 # --------------------------------------------------------------------------- run time
 
-_S = TypeVar("_S")
 
-
-def service(ctx: RunContext, key: str, kind: type[_S]) -> _S:
-    """``ctx.services[key]``, checked; a clear NodeError when it is missing."""
-    found: _S = typed_service(ctx, key, kind, who="skill node")
-    return found
+def service_models(ctx: RunContext) -> tuple[ChatModel, ToolDispatcher]:
+    """``ctx.services["model"]`` and ``["arbiter"]``, checked by what the step calls (a
+    durable run hands over their journaled forms); a clear NodeError when one is missing."""
+    return model_service(ctx, who="skill node"), arbiter_service(ctx, who="skill node")
 
 
 def once_json(ctx: RunContext, key: str, compute: Callable[[], Any]) -> Any:
@@ -388,7 +386,7 @@ class _Step:
             "session": self.state.session,
             "lane": self.state.lane,
         }
-        arbiter = service(self.ctx, "arbiter", Arbiter)
+        arbiter = arbiter_service(self.ctx, who="skill node")
         once_json(self.ctx, f"commit:{on}", lambda: commit_transition(arbiter, record))
         self.out.setdefault("transitions", []).append(record)
         self.event("transition", **{"from": self.name, "to": to, "on": on})
@@ -413,7 +411,7 @@ class _Step:
         return left <= 0
 
 
-def _request(step: _Step, arbiter: Arbiter) -> ChatRequest:
+def _request(step: _Step, arbiter: ToolDispatcher) -> ChatRequest:
     state, spec, config = step.state, step.spec, step.config
     master = "\n\n".join(
         part
@@ -484,8 +482,7 @@ def machine_step(state: MachineState, ctx: RunContext) -> dict[str, Any]:
         problems = json_problems(ctx.config["input_schema"], state.input, what="input")
         if problems:
             return step.end("error", "invalid_input", output={"problems": list(problems)})
-    model = service(ctx, "model", ChatModel)  # type: ignore[type-abstract]
-    arbiter = service(ctx, "arbiter", Arbiter)
+    model, arbiter = service_models(ctx)
     request = _request(step, arbiter)
     response = ChatResponse.model_validate(
         once_json(ctx, "llm", lambda: model.complete(request).model_dump(mode="json"))
@@ -552,7 +549,9 @@ def _lane_view(result: ToolResult, lane: str) -> dict[str, JsonValue]:
     return view
 
 
-def _dispatch(step: _Step, arbiter: Arbiter, call: Any, index: int) -> ToolResult | Rejection:
+def _dispatch(
+    step: _Step, arbiter: ToolDispatcher, call: Any, index: int
+) -> ToolResult | Rejection:
     """Run one tool call through the arbiter with the state's allowlist; a refusal by the
     allowlist (or an unknown tool) is a rejection, any other failure a tool result."""
 

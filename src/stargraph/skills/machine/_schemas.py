@@ -36,7 +36,8 @@ from stargraph.llm import ChatModel, ChatRequest, ChatResponse
 from stargraph.runtime import RunContext
 from stargraph.skills import DEFAULT_NESTING, NestingProfile
 from stargraph.skills._files import SkillModel
-from stargraph.skills.machine._compile import StepNote, once_json, service
+from stargraph.skills._services import ToolDispatcher
+from stargraph.skills.machine._compile import StepNote, once_json, service_models
 from stargraph.skills.machine._prompt import MaskPart, PromptBuilder, PromptLevel
 from stargraph.skills.machine._proposals import (
     Rejection,
@@ -523,7 +524,7 @@ class _Turn:
             self.exit(ERROR)
 
 
-def _functions(turn: _Turn, arbiter: Arbiter) -> list[dict[str, Any]]:
+def _functions(turn: _Turn, arbiter: ToolDispatcher) -> list[dict[str, Any]]:
     state = turn.current()
     functions = list(offered_tools(arbiter, state.tools))
     functions += [event_function(t.on, t.description) for t in state.transitions]
@@ -568,8 +569,7 @@ def schema_step(state: SchemaRunState, ctx: RunContext) -> dict[str, Any]:
     if turn.top.steps >= turn.schema(turn.top).max_steps:
         turn.exit(MAX_STEPS_EXCEEDED)
         return _result(turn)
-    model = service(ctx, "model", ChatModel)  # type: ignore[type-abstract]
-    arbiter = service(ctx, "arbiter", Arbiter)
+    model, arbiter = service_models(ctx)
     request = ChatRequest(
         messages=_messages(turn, state),
         tools=tuple(_functions(turn, arbiter)),
@@ -607,7 +607,7 @@ def schema_step(state: SchemaRunState, ctx: RunContext) -> dict[str, Any]:
     return _result(turn)
 
 
-def _tool(turn: _Turn, arbiter: Arbiter, call: Any, budget: int) -> None:
+def _tool(turn: _Turn, arbiter: ToolDispatcher, call: Any, budget: int) -> None:
     allowed = turn.current().tools
 
     def run() -> dict[str, Any]:
