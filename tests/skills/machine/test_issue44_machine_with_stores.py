@@ -20,7 +20,7 @@ import pytest
 from pydantic import BaseModel, JsonValue
 
 from stargraph import reducers
-from stargraph.checkpoint import CheckpointStore, MemoryStore, SqliteStore
+from stargraph.checkpoint import CheckpointStore, MemoryStore, Recording, SqliteStore
 from stargraph.errors import LLMError, NodeError
 from stargraph.graph import END, START, Graph
 from stargraph.llm import OpenAIChatModel
@@ -257,3 +257,19 @@ def test_issue44_machine_without_an_arbiter_names_node_key_and_fix(
     message = str(caught.value)
     assert "skill node 'work' needs a tool Arbiter as services['arbiter'] but got object" in message
     assert "compile the graph with services={'arbiter': ...}" in message
+
+
+def test_issue44_machine_records_each_model_and_tool_call_once(
+    tmp_path: Path, server: ScriptedOpenAIServer, chat: OpenAIChatModel, arbiter: Arbiter
+) -> None:
+    server.set_script(SCRIPT)
+    store = SqliteStore(tmp_path / "runs.db")
+    app = skillspec_graph(small_spec()).compile(
+        services={"model": chat, "arbiter": arbiter}, store=store
+    )
+    _final(app)
+    recording = Recording.from_store(store, "run-1")
+    calls = [(s.step, c.kind) for s in recording.steps for c in s.calls]
+    # The journaled model and arbiter record their calls (with the request, which replay
+    # compares); only the transition commit, which neither makes, goes through ctx.once.
+    assert calls == [(1, "llm"), (1, "tool"), (2, "llm"), (2, "once"), (3, "llm")]

@@ -309,9 +309,17 @@ def service_models(ctx: RunContext) -> tuple[ChatModel, ToolDispatcher]:
     return model_service(ctx, who="skill node"), arbiter_service(ctx, who="skill node")
 
 
-def once_json(ctx: RunContext, key: str, compute: Callable[[], Any]) -> Any:
-    """``compute()`` journaled through ``ctx.once`` in durable runs."""
-    return compute() if ctx.journal is None else ctx.once(key, compute)
+def once_json(ctx: RunContext, key: str, compute: Callable[[], Any], *, by: Any = None) -> Any:
+    """``compute()`` journaled through ``ctx.once`` in durable runs.
+
+    ``by`` is the service ``compute`` calls. A durable run hands nodes the model and arbiter
+    bound to the task's journal, which record each call themselves (with its request, so a
+    replay can diff it); wrapping that in ``ctx.once`` too would store every response twice
+    and serve replay from the copy that never looks at the request.
+    """
+    if ctx.journal is None or (by is not None and getattr(by, "journal", None) is ctx.journal):
+        return compute()
+    return ctx.once(key, compute)
 
 
 def route_event(state: MachineState) -> str:
@@ -485,7 +493,7 @@ def machine_step(state: MachineState, ctx: RunContext) -> dict[str, Any]:
     model, arbiter = service_models(ctx)
     request = _request(step, arbiter)
     response = ChatResponse.model_validate(
-        once_json(ctx, "llm", lambda: model.complete(request).model_dump(mode="json"))
+        once_json(ctx, "llm", lambda: model.complete(request).model_dump(mode="json"), by=model)
     )
     step.llm_step = state.llm_steps + 1
     step.out["llm_steps"] = step.llm_step
@@ -574,7 +582,7 @@ def _dispatch(
         except ToolError as exc:
             return {"result": ToolResult.from_error(exc, call_id=call.id).model_dump(mode="json")}
 
-    outcome = once_json(step.ctx, f"tool:{index}:{call.id}", run)
+    outcome = once_json(step.ctx, f"tool:{index}:{call.id}", run, by=arbiter)
     if "rejected" in outcome:
         return Rejection(
             code="tool_not_allowed",

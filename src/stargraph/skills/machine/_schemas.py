@@ -576,7 +576,7 @@ def schema_step(state: SchemaRunState, ctx: RunContext) -> dict[str, Any]:
         parallel_tool_calls=False,
     )
     response = ChatResponse.model_validate(
-        once_json(ctx, "llm", lambda: model.complete(request).model_dump(mode="json"))
+        once_json(ctx, "llm", lambda: model.complete(request).model_dump(mode="json"), by=model)
     )
     turn.out["llm_steps"] = state.llm_steps + 1
     turn.stack[-1] = turn.top.model_copy(update={"steps": turn.top.steps + 1})
@@ -625,7 +625,7 @@ def _tool(turn: _Turn, arbiter: ToolDispatcher, call: Any, budget: int) -> None:
         except ToolError as exc:
             return {"result": ToolResult.from_error(exc, call_id=call.id).model_dump(mode="json")}
 
-    outcome = once_json(turn.ctx, f"tool:{call.id}", run)
+    outcome = once_json(turn.ctx, f"tool:{call.id}", run, by=arbiter)
     if "rejected" in outcome:
         turn.reject("tool_not_allowed", call.name, budget)
         return
