@@ -13,12 +13,16 @@ the storeless run's.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
 from pydantic import BaseModel, JsonValue
 
+import stargraph
 from stargraph import reducers
 from stargraph.checkpoint import CheckpointStore, MemoryStore, Recording, SqliteStore
 from stargraph.errors import LLMError, NodeError
@@ -42,6 +46,7 @@ from tests.skills.machine.test_machine_helpers import (  # noqa: F401 -- fixture
     call,
     chat,
     finish,
+    registry,
     server,
     small_spec,
 )
@@ -193,6 +198,59 @@ def test_issue44_machine_resumes_after_a_failed_step(
     assert QUERIES == ["the answer"]
     assert len(server.chat_requests) == 2 + 2
     assert again.get_run("run-1").status == "done"
+
+
+ROOT = Path(__file__).resolve().parents[3]
+CHILD = "from tests.skills.machine.test_issue44_machine_with_stores import child; child()"
+
+
+def child() -> None:
+    """A process that runs the small spec on ``argv[1]`` (a SQLite file) against the
+    scripted server at ``argv[2]``, dying (``tests.crashgraph``, ``SG_CRASH_AT``) where told."""
+    from tests.crashgraph import CrashingStore
+
+    db, base_url, workspace = sys.argv[1:4]
+    model = OpenAIChatModel(
+        "gpt-test", base_url=base_url, api_key="sk-test", timeout=5.0, max_retries=0
+    )
+    with Arbiter(registry(), workspace=Path(workspace)) as arbiter:
+        app = skillspec_graph(small_spec()).compile(
+            services={"model": model, "arbiter": arbiter}, store=CrashingStore(db)
+        )
+        _final(app)
+
+
+def test_issue44_machine_killed_after_a_commit_resumes_to_the_same_state(
+    tmp_path: Path, server: ScriptedOpenAIServer, chat: OpenAIChatModel, arbiter: Arbiter
+) -> None:
+    expected = _storeless(server, chat, arbiter)
+    server.set_script(SCRIPT)
+    workspace = tmp_path / "child-ws"
+    workspace.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "SG_CRASH_AT"}
+    # The child imports the stargraph this process runs, and tests.crashgraph from ROOT.
+    src = Path(stargraph.__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT), env.get("PYTHONPATH", "")])
+    env["SG_CRASH_AT"] = "after_commit:1"
+    crashed = subprocess.run(
+        [sys.executable, "-c", CHILD, str(tmp_path / "runs.db"), server.base_url, str(workspace)],
+        check=False,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert crashed.returncode == 137, crashed.stderr
+    assert len(server.chat_requests) == 1  # the process died after its first step
+    app = skillspec_graph(small_spec()).compile(
+        services={"model": chat, "arbiter": arbiter}, store=SqliteStore(tmp_path / "runs.db")
+    )
+    final = app.resume("run-1")
+    assert final.model_dump(mode="json") == expected
+    # The killed process's step (its model call and tool call) was not made again.
+    assert len(server.chat_requests) == 1 + 2
+    assert QUERIES == []
 
 
 def test_issue44_machine_replays_offline_from_the_record(
