@@ -229,7 +229,8 @@ def skillspec_graph(
 ) -> Graph[MachineState]:
     """The SkillSpec as a graph over :class:`MachineState`; compile it with
     ``services={"model": ChatModel, "arbiter": Arbiter}`` (and optionally
-    ``"machine.control": MachineControl``).
+    ``"machine.control": MachineControl``), with or without a checkpoint store: a durable
+    run hands the steps the journaled model and arbiter, which they take alike.
 
     >>> from stargraph.skills.machine import parse_skillspec
     >>> spec = parse_skillspec({"name": "t", "description": "d", "initial_state": "a",
