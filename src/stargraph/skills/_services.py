@@ -4,19 +4,75 @@ The reference skills, the SkillSpec machine and the Markdown workflows all reach
 an arbiter or a store in ``ctx.services``; one function checks what they find, so a missing
 or mistyped service reads the same everywhere: which node, which key, what was found instead
 and how to pass it.
+
+The model and the arbiter are checked by what nodes call on them, never by their class: a
+graph with a checkpoint store hands its nodes the journaled forms (``JournaledChatModel``,
+``JournaledArbiter``), which record each call and serve it back on resume and replay, and a
+class check against ``Arbiter`` would turn every durable run away at its first step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from stargraph.errors import NodeError
 
 if TYPE_CHECKING:
+    from stargraph.llm import ChatModel
     from stargraph.runtime import RunContext
+    from stargraph.tools import ArtifactStore, CommitLog, ToolCall, ToolRegistry, ToolResult
 
-__all__ = ["node_error", "require_service", "typed_service"]
+__all__ = [
+    "ToolDispatcher",
+    "arbiter_service",
+    "is_chat_model",
+    "is_tool_dispatcher",
+    "model_service",
+    "node_error",
+    "require_service",
+    "typed_service",
+]
+
+ARBITER_WHAT: Final = "a tool Arbiter"
+MODEL_WHAT: Final = "a ChatModel"
+
+
+class ToolDispatcher(Protocol):
+    """What skill nodes use of ``services["arbiter"]``: an
+    :class:`~stargraph.tools.Arbiter`, or the journaled arbiter a durable run gives its
+    nodes in its place (which forwards everything but the dispatches to the arbiter)."""
+
+    @property
+    def registry(self) -> ToolRegistry:
+        """The tools it dispatches to."""
+        ...
+
+    @property
+    def commit_log(self) -> CommitLog:
+        """Where committed calls (and skill transitions) are chained."""
+        ...
+
+    @property
+    def artifacts(self) -> ArtifactStore:
+        """Where large outputs and transition records are kept by hash."""
+        ...
+
+    def dispatch(self, call: ToolCall, /) -> ToolResult:
+        """Run one tool call under the arbiter's policies and return its result."""
+        ...
+
+
+def is_tool_dispatcher(found: object) -> bool:
+    """Whether ``found`` can stand as ``services["arbiter"]``: it dispatches and has a
+    registry. Two attribute looks, cheaper than a runtime-checkable ``isinstance`` on
+    every step."""
+    return callable(getattr(found, "dispatch", None)) and hasattr(found, "registry")
+
+
+def is_chat_model(found: object) -> bool:
+    """Whether ``found`` can stand as ``services["model"]``: it has ``complete``."""
+    return callable(getattr(found, "complete", None))
 
 
 def node_error(ctx: RunContext, message: str) -> NodeError:
@@ -47,3 +103,19 @@ def typed_service(ctx: RunContext, key: str, kind: type[Any], *, who: str = "nod
     return require_service(
         ctx, key, lambda value: isinstance(value, kind), f"a {kind.__name__}", who=who
     )
+
+
+def arbiter_service(ctx: RunContext, *, who: str = "node") -> ToolDispatcher:
+    """``ctx.services["arbiter"]``: an arbiter or its journaled form (see the module
+    docstring), else a NodeError naming the node and how to pass one."""
+    found: ToolDispatcher = require_service(
+        ctx, "arbiter", is_tool_dispatcher, ARBITER_WHAT, who=who
+    )
+    return found
+
+
+def model_service(ctx: RunContext, *, who: str = "node") -> ChatModel:
+    """``ctx.services["model"]``: a chat model or its journaled form, else a NodeError
+    naming the node and how to pass one."""
+    found: ChatModel = require_service(ctx, "model", is_chat_model, MODEL_WHAT, who=who)
+    return found

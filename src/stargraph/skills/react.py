@@ -91,6 +91,12 @@ from stargraph.llm import (
 from stargraph.llm import ToolCall as LlmToolCall
 from stargraph.refs import resolve_ref, try_ref_of
 from stargraph.runtime import RunContext
+from stargraph.skills._services import (
+    ARBITER_WHAT,
+    MODEL_WHAT,
+    is_chat_model,
+    is_tool_dispatcher,
+)
 from stargraph.tools import Arbiter, ToolCall, ToolResult
 from stargraph.tools._recorded import JournaledArbiter
 
@@ -466,17 +472,6 @@ def _service(ctx: RunContext, key: str, check: Callable[[Any], bool], what: str)
     return found
 
 
-def _is_chat_model(obj: Any) -> bool:
-    # Duck-typed: isinstance() against the runtime-checkable ChatModel protocol costs ~10 us
-    # per call, on every think step.
-    return callable(getattr(obj, "complete", None))
-
-
-def _is_arbiter(obj: Any) -> bool:
-    # The executor hands nodes the arbiter bound to their task's journal (JournaledArbiter).
-    return isinstance(obj, Arbiter) or isinstance(getattr(obj, "arbiter", None), Arbiter)
-
-
 # Offered tools per arbiter and allowlist: llm_view() deep-copies each schema, and the
 # registry behind an arbiter is frozen, so the list is computed once.
 _OFFERED: weakref.WeakKeyDictionary[Arbiter, dict[tuple[str, ...], tuple[dict[str, Any], ...]]]
@@ -645,8 +640,8 @@ def _head(config: Mapping[str, Any], tools: tuple[dict[str, Any], ...]) -> ChatR
 def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     """Ask the model for the next step; take its answer or prepare its tool calls."""
     config = ctx.config
-    model: ChatModel = _service(ctx, "model", _is_chat_model, "a ChatModel")
-    arbiter: Arbiter = _service(ctx, "arbiter", _is_arbiter, "a tool Arbiter")
+    model: ChatModel = _service(ctx, "model", is_chat_model, MODEL_WHAT)
+    arbiter: Arbiter = _service(ctx, "arbiter", is_tool_dispatcher, ARBITER_WHAT)
     # The state's fields read from its __dict__: each attribute read of a pydantic model
     # goes through its __getattr__ hook, several times the cost of a dict lookup.
     fields = state.__dict__
@@ -854,7 +849,7 @@ def _act_arbiter(ctx: RunContext) -> Arbiter:
     if ctx.services.get("arbiter") is None and journal is not None and journal.replay:
         # Replay runs no tool body: the recorded outcomes stand in for the arbiter.
         return cast(Arbiter, JournaledArbiter(cast(Arbiter, _Offline()), journal))
-    arbiter: Arbiter = _service(ctx, "arbiter", _is_arbiter, "a tool Arbiter")
+    arbiter: Arbiter = _service(ctx, "arbiter", is_tool_dispatcher, ARBITER_WHAT)
     return arbiter
 
 

@@ -16,7 +16,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import TYPE_CHECKING, Annotated, Any, Final, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Final
 
 from pydantic import ConfigDict, JsonValue
 
@@ -32,7 +32,7 @@ from stargraph.errors import (
 from stargraph.graph import END, START, Graph
 from stargraph.llm import ChatModel, ChatRequest, ChatResponse
 from stargraph.runtime import RunContext
-from stargraph.skills._services import typed_service
+from stargraph.skills._services import ToolDispatcher, arbiter_service, model_service
 from stargraph.skills.machine._prompt import PromptBuilder, PromptLevel
 from stargraph.skills.machine._proposals import (
     Rejection,
@@ -45,7 +45,7 @@ from stargraph.skills.machine._proposals import (
     offered_tools,
 )
 from stargraph.skills.machine._spec import SkillSpec, StateSpec
-from stargraph.tools import Arbiter, ToolCall, ToolResult, failure_of
+from stargraph.tools import ToolCall, ToolResult, failure_of
 
 if TYPE_CHECKING:
     from stargraph.skills import Skill
@@ -244,7 +244,8 @@ def skillspec_graph(
 ) -> Graph[MachineState]:
     """The SkillSpec as a graph over :class:`MachineState`; compile it with
     ``services={"model": ChatModel, "arbiter": Arbiter}`` (and optionally
-    ``"machine.control": MachineControl``).
+    ``"machine.control": MachineControl``), with or without a checkpoint store: a durable
+    run hands the steps the journaled model and arbiter, which they take alike.
 
     >>> from stargraph.skills.machine import parse_skillspec
     >>> spec = parse_skillspec({"name": "t", "description": "d", "initial_state": "a",
@@ -317,18 +318,24 @@ def compile_skillspec(
 
 # --------------------------------------------------------------------------- run time
 
-_S = TypeVar("_S")
+
+def service_models(ctx: RunContext) -> tuple[ChatModel, ToolDispatcher]:
+    """``ctx.services["model"]`` and ``["arbiter"]``, checked by what the step calls (a
+    durable run hands over their journaled forms); a clear NodeError when one is missing."""
+    return model_service(ctx, who="skill node"), arbiter_service(ctx, who="skill node")
 
 
-def service(ctx: RunContext, key: str, kind: type[_S]) -> _S:
-    """``ctx.services[key]``, checked; a clear NodeError when it is missing."""
-    found: _S = typed_service(ctx, key, kind, who="skill node")
-    return found
+def once_json(ctx: RunContext, key: str, compute: Callable[[], Any], *, by: Any = None) -> Any:
+    """``compute()`` journaled through ``ctx.once`` in durable runs.
 
-
-def once_json(ctx: RunContext, key: str, compute: Callable[[], Any]) -> Any:
-    """``compute()`` journaled through ``ctx.once`` in durable runs."""
-    return compute() if ctx.journal is None else ctx.once(key, compute)
+    ``by`` is the service ``compute`` calls. A durable run hands nodes the model and arbiter
+    bound to the task's journal, which record each call themselves (with its request, so a
+    replay can diff it); wrapping that in ``ctx.once`` too would store every response twice
+    and serve replay from the copy that never looks at the request.
+    """
+    if ctx.journal is None or (by is not None and getattr(by, "journal", None) is ctx.journal):
+        return compute()
+    return ctx.once(key, compute)
 
 
 def route_event(state: MachineState) -> str:
@@ -403,7 +410,7 @@ class _Step:
             "session": self.state.session,
             "lane": self.state.lane,
         }
-        arbiter = service(self.ctx, "arbiter", Arbiter)
+        arbiter = arbiter_service(self.ctx, who="skill node")
         once_json(self.ctx, f"commit:{on}", lambda: commit_transition(arbiter, record))
         self.out.setdefault("transitions", []).append(record)
         self.event("transition", **{"from": self.name, "to": to, "on": on})
@@ -428,7 +435,7 @@ class _Step:
         return left <= 0
 
 
-def _request(step: _Step, arbiter: Arbiter) -> ChatRequest:
+def _request(step: _Step, arbiter: ToolDispatcher) -> ChatRequest:
     state, spec, config = step.state, step.spec, step.config
     master = "\n\n".join(
         part
@@ -499,11 +506,10 @@ def machine_step(state: MachineState, ctx: RunContext) -> dict[str, Any]:
         problems = json_problems(ctx.config["input_schema"], state.input, what="input")
         if problems:
             return step.end("error", "invalid_input", output={"problems": list(problems)})
-    model = service(ctx, "model", ChatModel)  # type: ignore[type-abstract]
-    arbiter = service(ctx, "arbiter", Arbiter)
+    model, arbiter = service_models(ctx)
     request = _request(step, arbiter)
     response = ChatResponse.model_validate(
-        once_json(ctx, "llm", lambda: model.complete(request).model_dump(mode="json"))
+        once_json(ctx, "llm", lambda: model.complete(request).model_dump(mode="json"), by=model)
     )
     step.llm_step = state.llm_steps + 1
     step.out["llm_steps"] = step.llm_step
@@ -567,7 +573,9 @@ def _lane_view(result: ToolResult, lane: str) -> dict[str, JsonValue]:
     return view
 
 
-def _dispatch(step: _Step, arbiter: Arbiter, call: Any, index: int) -> ToolResult | Rejection:
+def _dispatch(
+    step: _Step, arbiter: ToolDispatcher, call: Any, index: int
+) -> ToolResult | Rejection:
     """Run one tool call through the arbiter with the state's allowlist; a refusal by the
     allowlist (or an unknown tool) is a rejection, any other failure a tool result."""
 
@@ -590,7 +598,7 @@ def _dispatch(step: _Step, arbiter: Arbiter, call: Any, index: int) -> ToolResul
         except ToolError as exc:
             return {"result": ToolResult.from_error(exc, call_id=call.id).model_dump(mode="json")}
 
-    outcome = once_json(step.ctx, f"tool:{index}:{call.id}", run)
+    outcome = once_json(step.ctx, f"tool:{index}:{call.id}", run, by=arbiter)
     if "rejected" in outcome:
         return Rejection(
             code="tool_not_allowed",

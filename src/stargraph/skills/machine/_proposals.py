@@ -18,8 +18,8 @@ from pydantic import ConfigDict, JsonValue
 
 from stargraph._typed import TypedModel
 from stargraph.errors import InvalidProposalError, ToolArgumentError, ToolSpecError
+from stargraph.skills._services import ToolDispatcher
 from stargraph.tools import (
-    Arbiter,
     ArgumentModel,
     CommitEntry,
     canonical_json,
@@ -159,7 +159,7 @@ def json_problems(schema: Mapping[str, Any], value: Any, *, what: str) -> list[s
     return []
 
 
-def commit_transition(arbiter: Arbiter, record: Mapping[str, JsonValue]) -> str:
+def commit_transition(arbiter: ToolDispatcher, record: Mapping[str, JsonValue]) -> str:
     """Append a transition to the arbiter's commit log; returns the record's hash.
 
     The commit log's record shape is fixed (tool calls), so the transition is an entry with
@@ -179,7 +179,7 @@ def commit_transition(arbiter: Arbiter, record: Mapping[str, JsonValue]) -> str:
     return arbiter.commit_log.append(entry).hash
 
 
-def transition_records(arbiter: Arbiter) -> list[dict[str, Any]]:
+def transition_records(arbiter: ToolDispatcher) -> list[dict[str, Any]]:
     """Every transition in the arbiter's commit log, in order, as recorded."""
     out = []
     for record in arbiter.commit_log.records():
@@ -189,14 +189,16 @@ def transition_records(arbiter: Arbiter) -> list[dict[str, Any]]:
 
 
 # The offered tool views per arbiter and allowlist (the registry behind an arbiter is frozen).
-_OFFERED: weakref.WeakKeyDictionary[Arbiter, dict[tuple[str, ...], tuple[dict[str, Any], ...]]]
+_OFFERED: weakref.WeakKeyDictionary[Any, dict[tuple[str, ...], tuple[dict[str, Any], ...]]]
 _OFFERED = weakref.WeakKeyDictionary()
 
 
-def offered_tools(arbiter: Arbiter, allowed: Sequence[str]) -> tuple[dict[str, Any], ...]:
+def offered_tools(arbiter: ToolDispatcher, allowed: Sequence[str]) -> tuple[dict[str, Any], ...]:
     """The ``llm_view`` of every registered tool the allowlist covers (cached)."""
     key = tuple(allowed)
-    per_arbiter = _OFFERED.setdefault(arbiter, {})
+    # A durable run wraps the arbiter anew for every task: key the cache on the arbiter
+    # underneath, or each step would build the views again.
+    per_arbiter = _OFFERED.setdefault(getattr(arbiter, "arbiter", arbiter), {})
     found = per_arbiter.get(key)
     if found is None:
         found = per_arbiter[key] = tuple(arbiter.registry.llm_tools(key)) if key else ()

@@ -38,7 +38,8 @@ from stargraph.llm import ChatModel, ChatRequest, ChatResponse
 from stargraph.runtime import RunContext
 from stargraph.skills import DEFAULT_NESTING, NestingProfile
 from stargraph.skills._files import SkillModel
-from stargraph.skills.machine._compile import StepNote, once_json, service
+from stargraph.skills._services import ToolDispatcher
+from stargraph.skills.machine._compile import StepNote, once_json, service_models
 from stargraph.skills.machine._prompt import MaskPart, PromptBuilder, PromptLevel
 from stargraph.skills.machine._proposals import (
     Rejection,
@@ -529,7 +530,7 @@ class _Turn:
             self.exit(ERROR)
 
 
-def _functions(turn: _Turn, arbiter: Arbiter) -> list[dict[str, Any]]:
+def _functions(turn: _Turn, arbiter: ToolDispatcher) -> list[dict[str, Any]]:
     state = turn.current()
     functions = list(offered_tools(arbiter, state.tools))
     functions += [event_function(t.on, t.description) for t in state.transitions]
@@ -574,15 +575,14 @@ def schema_step(state: SchemaRunState, ctx: RunContext) -> dict[str, Any]:
     if turn.top.steps >= turn.schema(turn.top).max_steps:
         turn.exit(MAX_STEPS_EXCEEDED)
         return _result(turn)
-    model = service(ctx, "model", ChatModel)  # type: ignore[type-abstract]
-    arbiter = service(ctx, "arbiter", Arbiter)
+    model, arbiter = service_models(ctx)
     request = ChatRequest(
         messages=_messages(turn, state),
         tools=tuple(_functions(turn, arbiter)),
         parallel_tool_calls=False,
     )
     response = ChatResponse.model_validate(
-        once_json(ctx, "llm", lambda: model.complete(request).model_dump(mode="json"))
+        once_json(ctx, "llm", lambda: model.complete(request).model_dump(mode="json"), by=model)
     )
     turn.out["llm_steps"] = state.llm_steps + 1
     turn.stack[-1] = turn.top.model_copy(update={"steps": turn.top.steps + 1})
@@ -613,7 +613,7 @@ def schema_step(state: SchemaRunState, ctx: RunContext) -> dict[str, Any]:
     return _result(turn)
 
 
-def _tool(turn: _Turn, arbiter: Arbiter, call: Any, budget: int) -> None:
+def _tool(turn: _Turn, arbiter: ToolDispatcher, call: Any, budget: int) -> None:
     allowed = turn.current().tools
 
     def run() -> dict[str, Any]:
@@ -631,7 +631,7 @@ def _tool(turn: _Turn, arbiter: Arbiter, call: Any, budget: int) -> None:
         except ToolError as exc:
             return {"result": ToolResult.from_error(exc, call_id=call.id).model_dump(mode="json")}
 
-    outcome = once_json(turn.ctx, f"tool:{call.id}", run)
+    outcome = once_json(turn.ctx, f"tool:{call.id}", run, by=arbiter)
     if "rejected" in outcome:
         turn.reject("tool_not_allowed", call.name, budget)
         return
