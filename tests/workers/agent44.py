@@ -1,0 +1,50 @@
+"""A ReAct agent with one tool, for workers to import: its graph (a factory and a compiled
+graph) and the services a worker gives it (``services``: a model on the scripted server at
+``SG44_BASE_URL`` and an arbiter with a workspace at ``SG44_WORKSPACE``)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from stargraph.graph import Graph
+from stargraph.llm import OpenAIChatModel
+from stargraph.skills.react import react_graph
+from stargraph.testing import Reply
+from stargraph.tools import Arbiter, ToolRegistry, llm_name_for, tool
+
+CALC = "workers44.calc@1.0.0"
+TASK = {"task": "6*7?"}
+
+
+@tool(id=CALC)
+def calc(a: int, b: int) -> int:
+    """Multiply two integers."""
+    return a * b
+
+
+def script() -> list[Reply]:
+    """What the scripted model answers for one run of :data:`TASK`."""
+    return [Reply.tool_calls([(llm_name_for(CALC), {"a": 6, "b": 7})]), Reply.text("It is 42.")]
+
+
+def agent() -> Graph[Any]:
+    """The agent's graph: a factory, as ``submit`` takes it."""
+    return react_graph(tools=[CALC])
+
+
+compiled = agent().compile()
+"""The agent compiled without services: a worker gives them."""
+
+
+def make_services(base_url: str, workspace: str | Path) -> dict[str, Any]:
+    """A chat model on ``base_url`` and an arbiter holding :func:`calc`."""
+    model = OpenAIChatModel("smollm2", base_url=base_url, timeout=30.0)
+    arbiter = Arbiter(ToolRegistry.build(builtins=[calc]), workspace=workspace)
+    return {"model": model, "arbiter": arbiter}
+
+
+def services() -> dict[str, Any]:
+    """The services of a worker process (``--services tests.workers.agent44:services``)."""
+    return make_services(os.environ["SG44_BASE_URL"], os.environ["SG44_WORKSPACE"])
