@@ -20,23 +20,9 @@ from stargraph.checkpoint import SqliteStore
 from stargraph.testing import ScriptedOpenAIServer
 from stargraph.workers import Worker, submit
 from tests.workers import agent44
+from tests.workers.agent44 import AGENT, COMPILED, PIN, plain_invoke
 
 ROOT = Path(__file__).resolve().parents[2]  # on PYTHONPATH: workers import tests.workers.*
-AGENT = "tests.workers.agent44:agent"
-COMPILED = "tests.workers.agent44:compiled"
-PIN = agent44.agent().to_ir().graph_hash
-
-
-def plain_invoke(workspace: Path) -> Any:
-    """The agent's final state from a plain in-memory ``invoke`` (its own scripted server)."""
-    with ScriptedOpenAIServer() as server:
-        server.set_script(agent44.script())
-        services = agent44.make_services(server.base_url, workspace)
-        try:
-            return agent44.agent().compile(services=services).invoke(agent44.TASK)
-        finally:
-            for service in services.values():
-                service.close()
 
 
 def stored_state(db: Path, run_id: str) -> Any:
@@ -113,14 +99,15 @@ def test_issue44_a_worker_without_the_services_fails_the_run_with_a_typed_error(
     tmp_path: Path,
 ) -> None:
     db = tmp_path / "runs.db"
-    run_id = submit(db, AGENT, agent44.TASK, graph_hash=PIN)
+    run_id = submit(db, AGENT, agent44.TASK)
     with Worker(db, lease_s=30) as worker:
         assert worker.run_once() == "failed"
         reason = worker.queue.get(run_id).reason or ""
         record = worker.store.get_run(run_id)
     assert record.status == "failed"
+    assert reason.startswith("MissingServiceError: node 'think' "), reason
+    assert (record.error or "").startswith("node 'think' "), record.error
     for text in (reason, record.error or ""):
-        assert text.startswith("MissingServiceError: node 'think' "), text
         assert "needs services['model'], which this worker was not given" in text
         assert "Worker(db, services={'model': ...})" in text
         assert "stargraph worker --services module:fn" in text
@@ -137,3 +124,22 @@ def test_issue44_a_worker_refuses_a_run_whose_graph_it_builds_otherwise(tmp_path
             worker.store.get_run(run_id)  # nothing ran
     assert reason.startswith("GraphHashMismatch: ")
     assert f"{AGENT} builds {PIN} in this worker" in reason
+
+
+def test_issue44_a_plain_node_missing_a_worker_service_is_a_typed_error(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    missing = submit(db, "tests.workers.agent44:priced", {"item": "tea"})
+    with Worker(db, lease_s=30) as worker:
+        assert worker.run_once() == "failed"
+        record = worker.store.get_run(missing)
+    assert (record.error or "").startswith("node 'price' of run "), record.error
+    assert "needs services['prices'], which this worker was not given" in (record.error or "")
+    given = submit(db, "tests.workers.agent44:priced", {"item": "tea"})
+    with Worker(db, lease_s=30, services={"prices": {"tea": 3}}) as worker:
+        assert worker.run_once() == "done"
+    assert stored_state_of(agent44.priced(), db, given).price == 3
+
+
+def stored_state_of(graph: Any, db: Path, run_id: str) -> Any:
+    with SqliteStore(db) as store:
+        return graph.compile(store=store).get_state(run_id)

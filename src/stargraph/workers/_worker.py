@@ -561,7 +561,7 @@ class Worker(Closing):
     def _record_failure(self, claim: Claim, exc: StargraphError) -> None:
         """Put ``exc`` on the failed run's record in place of the error it failed with."""
         try:
-            self.store.set_status(claim.run_id, "failed", error=f"{type(exc).__name__}: {exc}")
+            self.store.set_status(claim.run_id, "failed", error=str(exc))
         except StargraphError as err:  # the queue still says why; the record keeps its own
             log.warning("run %s: cannot record %s: %s", claim.run_id, type(exc).__name__, err)
 
