@@ -91,3 +91,19 @@ def priced() -> Graph[PriceState]:
         .with_edge(START, "price")
         .with_edge("price", END)
     )
+
+
+def unpriced(state: PriceState, ctx: RunContext) -> dict[str, int]:
+    """A plain node whose own lookup fails (a KeyError that is no missing service)."""
+    table: dict[str, int] = {}
+    return {"price": table[state.item]}
+
+
+def broken() -> Graph[PriceState]:
+    """One plain node that raises a KeyError of its own data."""
+    return (
+        Graph("broken", state=PriceState)
+        .with_node("unpriced", unpriced)
+        .with_edge(START, "unpriced")
+        .with_edge("unpriced", END)
+    )

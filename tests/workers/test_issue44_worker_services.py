@@ -17,8 +17,10 @@ from typing import Any
 import pytest
 
 from stargraph.checkpoint import SqliteStore
+from stargraph.errors import CheckpointError
 from stargraph.testing import ScriptedOpenAIServer
 from stargraph.workers import Worker, submit
+from stargraph.workers.__main__ import main as workers_main
 from tests.workers import agent44
 from tests.workers.agent44 import AGENT, COMPILED, PIN, plain_invoke
 
@@ -138,8 +140,39 @@ def test_issue44_a_plain_node_missing_a_worker_service_is_a_typed_error(tmp_path
     with Worker(db, lease_s=30, services={"prices": {"tea": 3}}) as worker:
         assert worker.run_once() == "done"
     assert stored_state_of(agent44.priced(), db, given).price == 3
+    # A KeyError of the node's own data is no missing service and keeps its own error.
+    broken = submit(db, "tests.workers.agent44:broken", {"item": "tea"})
+    with Worker(db, lease_s=30) as worker:
+        assert worker.run_once() == "failed"
+        reason = worker.queue.get(broken).reason or ""
+    assert "KeyError: 'tea'" in reason
+    assert "MissingServiceError" not in reason
 
 
 def stored_state_of(graph: Any, db: Path, run_id: str) -> Any:
     with SqliteStore(db) as store:
         return graph.compile(store=store).get_state(run_id)
+
+
+def test_issue44_python_m_stargraph_workers_takes_services(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    expected = plain_invoke(tmp_path)
+    db = tmp_path / "runs.db"
+    run_id = submit(db, AGENT, agent44.TASK, graph_hash=PIN)
+    with ScriptedOpenAIServer() as server:
+        server.set_script(agent44.script())
+        monkeypatch.setenv("SG44_BASE_URL", server.base_url)
+        monkeypatch.setenv("SG44_WORKSPACE", str(tmp_path))
+        args = ["--db", str(db), "--services", "tests.workers.agent44:services"]
+        assert workers_main([*args, "--max-runs", "1", "--idle-exit", "60"]) == 0
+    assert stored_state(db, run_id) == expected
+
+
+def test_issue44_worker_services_that_are_no_mapping_are_refused(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    with pytest.raises(CheckpointError, match="returned a list, not a mapping"):
+        Worker(db, services=lambda: [1, 2])  # type: ignore[arg-type]
+    with pytest.raises(CheckpointError, match="takes a mapping or a function"):
+        Worker(db, services=42)  # type: ignore[arg-type]
+    assert workers_main(["--db", str(db), "--services", "tests.workers.agent44:nothing"]) == 2
