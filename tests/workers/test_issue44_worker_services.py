@@ -173,6 +173,8 @@ def test_issue44_worker_services_that_are_no_mapping_are_refused(tmp_path: Path)
     db = tmp_path / "runs.db"
     with pytest.raises(CheckpointError, match="returned a list, not a mapping"):
         Worker(db, services=lambda: [1, 2])  # type: ignore[arg-type]
+    with pytest.raises(CheckpointError, match="raised ZeroDivisionError: integer division"):
+        Worker(db, services=lambda: {"model": 1 // 0})
     with pytest.raises(CheckpointError, match="takes a mapping or a function"):
         Worker(db, services=42)  # type: ignore[arg-type]
     assert workers_main(["--db", str(db), "--services", "tests.workers.agent44:nothing"]) == 2

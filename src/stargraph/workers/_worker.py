@@ -660,9 +660,18 @@ def _resolve_services(services: Services | None) -> tuple[Mapping[str, Any], tup
             f"Worker(services=) takes a mapping or a function returning one, not a "
             f"{type(services).__name__}"
         )
-    made = services()
+    name = getattr(services, "__qualname__", repr(services))
+    try:
+        made = services()
+    except StargraphError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(
+            f"the services function {name} raised {type(exc).__name__}: {exc}; the worker "
+            "cannot start without its services - fix the function (it runs in the worker's "
+            "process, with its environment)"
+        ) from exc
     if not isinstance(made, Mapping):
-        name = getattr(services, "__qualname__", repr(services))
         raise CheckpointError(
             f"the services function {name} returned a {type(made).__name__}, not a mapping "
             "of service names to objects; return e.g. {'model': ..., 'arbiter': ...}"
@@ -674,6 +683,6 @@ def _with_services(app: Any, services: Mapping[str, Any], store: CheckpointStore
     """``app`` compiled again with ``services`` over its own."""
     from stargraph.graph import Graph
 
-    merged = {**app.services, **services} if hasattr(app, "services") else dict(services)
+    merged = {**app.services, **services}
     app.close()
     return Graph(app.ir).compile(store=store, services=merged)
