@@ -23,6 +23,7 @@ keeps working for callers who do not know stargraph::
     │   └── UntrustedRefError (ImportError)  an IR ref outside the trusted modules
     ├── RunError (RuntimeError)              problems met while a run executes
     │   ├── NodeError                        a node raised; the original is ``__cause__``
+    │   │   └── MissingServiceError (LookupError)  a node asked for a service it was not given
     │   ├── InvalidInputError (ValueError)   the run's input does not fit the state model
     │   ├── InvalidWriteError                a node wrote something the state cannot take
     │   ├── InvalidPayloadError (ValueError) a Send payload that does not fit the node's input
@@ -117,6 +118,7 @@ __all__ = [
     "LeaseLostError",
     "LifecycleError",
     "LockTimeoutError",
+    "MissingServiceError",
     "NodeError",
     "NodeTimeoutError",
     "OrphanWarning",
@@ -406,6 +408,15 @@ class RunError(StargraphError, RuntimeError):
 
 class NodeError(RunError):
     """A node raised. The original exception is chained as ``__cause__``."""
+
+
+class MissingServiceError(NodeError, LookupError):
+    """A node asked ``ctx.services`` for a key its graph was not given; ``service`` is the
+    key. The message says how to give it on the path that ran the node."""
+
+    def __init__(self, message: str, *, service: str, **at: Unpack[_RunAt]) -> None:
+        self.service = service
+        super().__init__(message, **at)
 
 
 class InvalidInputError(RunError, ValueError):

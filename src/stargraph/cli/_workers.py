@@ -24,6 +24,7 @@ from stargraph.cli._load import (
     archive_ir,
     compile_target,
     graph_for,
+    importable_cwd,
     load_target,
     open_store,
     parse_object,
@@ -118,6 +119,7 @@ _schema_option = click.option(
 Examples:
   stargraph submit triage.py --input '{"text": "my invoice is wrong"}'
   stargraph submit myapp.flows:graph --db postgresql://app@db/app --run-id t-42
+  stargraph submit myapp.agent:app                 # a CompiledGraph or a factory, too
   stargraph worker --db postgresql://app@db/app    # in as many processes as you like
 """,
 )
@@ -144,19 +146,20 @@ def submit_command(
 ) -> None:
     """Queue a run of GRAPH for `stargraph worker` processes; print its run id.
 
-    GRAPH must be importable by the workers: a Python file or module:attr naming a Graph or
-    a function returning one (workers compile it with their own store). Start the workers
-    from the same folder (or with the code on PYTHONPATH).
+    GRAPH must be importable by the workers: a Python file or module:attr naming a Graph, a
+    CompiledGraph or a function returning one (workers compile it with their own store and
+    services, see `stargraph worker --services`; a run whose graph hashes otherwise in the
+    worker is refused). Start the workers from the same folder (or with the code on
+    PYTHONPATH).
     """
     from stargraph.workers import submit
 
     data = parse_object(input_json, "--input")
     target = load_target(graph)
-    if target.graph is None:
+    if target.graph is None and target.compiled is None:
         raise CliUsageError(
-            f"{graph} is {'an IR file' if target.compiled is None else 'a CompiledGraph'}; "
-            "workers import the graph by reference: pass a Python file or module:attr naming "
-            "a Graph or a function returning one"
+            f"{graph} is an IR file; workers import the graph by reference: pass a Python "
+            "file or module:attr naming a Graph, a CompiledGraph or a function returning one"
         )
     from stargraph.checkpoint import MemoryStore
 
@@ -164,7 +167,15 @@ def submit_command(
     app = compile_target(target, store=MemoryStore())
     _check_input(app, data or {})
     ref = _reference(graph, target)
-    run_id = submit(db, ref, data or {}, run_id=run_id, max_attempts=max_attempts, schema=schema)
+    run_id = submit(
+        db,
+        ref,
+        data or {},
+        run_id=run_id,
+        max_attempts=max_attempts,
+        schema=schema,
+        graph_hash=target.ir.graph_hash,
+    )
     if not db.startswith(("postgresql://", "postgres://")):
         archive_ir(db, target.ir, spec=ref)
     click.echo(run_id)
@@ -208,6 +219,7 @@ Examples:
   stargraph worker                                  # the SQLite queue in .stargraph/
   stargraph worker --db postgresql://app@db/app -v  # PostgreSQL: SKIP LOCKED + leases
   stargraph worker --max-runs 1 --idle-exit 5       # one run, or give up after 5 s idle
+  stargraph worker --services myapp.agent:services  # services() returns {"model": ...}
 """,
 )
 @_db_option
@@ -226,6 +238,11 @@ Examples:
 @click.option("--max-runs", type=click.IntRange(min=1), help="Exit after this many runs.")
 @click.option("--idle-exit", type=click.FloatRange(min=0), help="Exit after idle seconds.")
 @click.option("--name", help="Worker name (default host:pid:random).")
+@click.option(
+    "--services",
+    "services_ref",
+    help="module:fn returning the services mapping the graphs need ({'model': ...}).",
+)
 @click.option("--verbose", "-v", is_flag=True, help="Log every claim and outcome.")
 def worker_command(
     *,
@@ -237,6 +254,7 @@ def worker_command(
     max_runs: int | None,
     idle_exit: float | None,
     name: str | None,
+    services_ref: str | None,
     verbose: bool,
 ) -> None:
     """Claim queued runs (`stargraph submit`) and run them to their end, durably.
@@ -244,15 +262,28 @@ def worker_command(
     Graphs are imported by reference with the current folder on sys.path. SIGTERM or
     Ctrl-C stops the worker: its current run stops at its next step boundary and goes back
     to the queue (a second signal stops at once); a worker that dies loses its lease and
-    another one resumes the run from its last committed step.
+    another one resumes the run from its last committed step. A graph whose nodes need a
+    model or an arbiter gets them from --services module:fn: the worker calls fn() once and
+    compiles every graph it runs with the mapping it returns.
     """
-    from stargraph.workers import Worker
+    from stargraph.workers import Worker, load_services
+
+    importable_cwd()
+    services = None if services_ref is None else load_services(services_ref)
 
     logging.basicConfig(
         level=logging.INFO if verbose else logging.WARNING,
         format="%(asctime)s %(name)s %(levelname)s %(message)s",
     )
-    worker = Worker(db, schema=schema, lease_s=lease, heartbeat_s=heartbeat, poll_s=poll, name=name)
+    worker = Worker(
+        db,
+        schema=schema,
+        lease_s=lease,
+        heartbeat_s=heartbeat,
+        poll_s=poll,
+        name=name,
+        services=services,
+    )
     processed = serve(worker, max_runs=max_runs, idle_exit=idle_exit, report=click.echo)
     click.echo(f"worker {worker.name} stopped after {processed} run(s)", err=True)
 

@@ -1,6 +1,7 @@
 """``python -m stargraph.workers``: run a worker, or queue a run.
 
     python -m stargraph.workers --db postgresql://user@host/db [--lease 30] [--max-runs N]
+        [--services pkg.module:fn]
     python -m stargraph.workers submit --db DB pkg.module:graph '{"input": 1}' [--run-id ID]
 
 ``--db`` is a ``postgresql://`` DSN or a SQLite file (default ``.stargraph/stargraph.db``).
@@ -14,7 +15,7 @@ import logging
 import sys
 
 from stargraph.errors import StargraphError
-from stargraph.workers._worker import Worker, submit
+from stargraph.workers._worker import Worker, load_services, submit
 
 
 def _common(parser: argparse.ArgumentParser) -> None:
@@ -55,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-runs", type=int, default=None)
     parser.add_argument("--idle-exit", type=float, default=None, help="exit after idle seconds")
     parser.add_argument("--name", default=None, help="worker name (default host:pid:rand)")
+    parser.add_argument(
+        "--services", default=None, help="module:fn returning the services mapping graphs need"
+    )
     parser.add_argument("-v", "--verbose", action="store_true")
     opts = parser.parse_args(args_in)
     logging.basicConfig(
@@ -69,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
             heartbeat_s=opts.heartbeat,
             poll_s=opts.poll,
             name=opts.name,
+            services=None if opts.services is None else load_services(opts.services),
         )
     except StargraphError as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -19,15 +19,25 @@ does not fail the run: what was committed is intact, so the worker waits for the
 with backoff and resumes the run from its last committed step (a step cut off mid-commit
 runs again; effects keyed by ``ctx.idempotency_key`` happen once). An idle worker keeps
 polling until the database is back.
+
+A graph whose nodes reach for live objects (a chat model, a tool arbiter) gets them from the
+worker: ``Worker(db, services=...)`` takes a mapping, or a function returning one that the
+worker calls once (model clients and arbiters hold connections and threads, so each worker
+process makes its own); every graph the worker runs is compiled with them. A node that asks
+for a service the worker was not given fails its run with a
+:class:`~stargraph.errors.MissingServiceError` that names the node, the key and how to give
+the worker its services.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
+import re
 import threading
 import time
-from collections.abc import Callable
+import traceback
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -43,7 +53,10 @@ from stargraph.checkpoint import (
 )
 from stargraph.errors import (
     CheckpointError,
+    GraphHashMismatch,
     LeaseLostError,
+    MissingServiceError,
+    NodeError,
     RunCancelledError,
     StargraphError,
     StoreUnavailableError,
@@ -56,7 +69,15 @@ from stargraph.workers._queue import (
     worker_name,
 )
 
-__all__ = ["LeaseLostError", "Outcome", "Worker", "load_graph", "submit"]
+__all__ = [
+    "LeaseLostError",
+    "Outcome",
+    "Services",
+    "Worker",
+    "load_graph",
+    "load_services",
+    "submit",
+]
 
 log = logging.getLogger("stargraph.workers")
 
@@ -67,8 +88,26 @@ _RETRY_MAX_S = 2.0
 """Backoff between tries while the database is unavailable."""
 
 
+Services = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
+"""What ``Worker(services=)`` takes: the services mapping, or a function returning it."""
+
+_PIN = "@"
+"""Separates a queued graph reference from the graph hash it was submitted with."""
+
+
+def split_ref(graph_ref: str) -> tuple[str, str | None]:
+    """``(module:attr, graph hash or None)`` of a queued graph reference."""
+    ref, pin, graph_hash = graph_ref.partition(_PIN)
+    return ref, graph_hash if pin else None
+
+
 def load_graph(graph_ref: str) -> Any:
-    """Import ``module:attr``: a ``Graph``, or a function returning one."""
+    """Import ``module:attr``: a ``Graph`` or a ``CompiledGraph``, or a function returning
+    one (a trailing ``@<graph hash>`` pin is ignored)."""
+    from stargraph.graph import Graph
+    from stargraph.runtime import CompiledGraph
+
+    graph_ref, _ = split_ref(graph_ref)
     module_name, _, attr = graph_ref.partition(":")
     try:
         target: Any = importlib.import_module(module_name)
@@ -76,16 +115,37 @@ def load_graph(graph_ref: str) -> Any:
             target = getattr(target, part)
     except (ImportError, AttributeError) as exc:
         raise CheckpointError(f"cannot load graph {graph_ref!r}: {exc}") from exc
-    from stargraph.graph import Graph
-
-    if not isinstance(target, Graph) and callable(target):
+    if not isinstance(target, Graph | CompiledGraph) and callable(target):
         target = target()
-    if not isinstance(target, Graph):
+    if not isinstance(target, Graph | CompiledGraph):
         raise CheckpointError(
-            f"graph {graph_ref!r} is a {type(target).__name__}, not a Graph or a function "
-            "returning one"
+            f"graph {graph_ref!r} is a {type(target).__name__}, not a Graph, a CompiledGraph "
+            "or a function returning one"
         )
     return target
+
+
+def load_services(ref: str) -> Services:
+    """Import ``module:attr`` naming a services mapping or a function returning one, for
+    ``Worker(services=)`` (the worker calls the function once)."""
+    module_name, colon, attr = ref.partition(":")
+    if not colon or not module_name or not attr:
+        raise CheckpointError(
+            f"services reference {ref!r} must be 'package.module:function' naming a function "
+            "that returns the services mapping (or the mapping itself)"
+        )
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except (ImportError, AttributeError) as exc:
+        raise CheckpointError(f"cannot load services {ref!r}: {exc}") from exc
+    if not isinstance(target, Mapping) and not callable(target):
+        raise CheckpointError(
+            f"services {ref!r} is a {type(target).__name__}, not a mapping or a function "
+            "returning one"
+        )
+    return target  # type: ignore[no-any-return]
 
 
 def submit(
@@ -96,14 +156,56 @@ def submit(
     run_id: str | None = None,
     max_attempts: int = 3,
     schema: str = "stargraph",
+    graph_hash: str | None = None,
 ) -> str:
-    """Queue a run of ``graph_ref`` (``"module:attr"``) on ``db`` (a ``postgresql://`` DSN or
-    a SQLite file); returns the run id. Workers on the same ``db`` pick it up."""
+    """Queue a run of ``graph_ref`` (``"module:attr"`` naming a ``Graph``, a
+    ``CompiledGraph`` or a function returning one) on ``db`` (a ``postgresql://`` DSN or a
+    SQLite file); returns the run id. Workers on the same ``db`` pick it up and compile the
+    graph with their services. With ``graph_hash``, a worker whose graph hashes otherwise
+    (other code) refuses the run with :class:`~stargraph.errors.GraphHashMismatch`."""
+    if graph_hash is not None:
+        graph_ref = f"{split_ref(graph_ref)[0]}{_PIN}{graph_hash}"
     queue = open_queue(db, schema=schema)
     try:
         return queue.submit(graph_ref, input, run_id=run_id, max_attempts=max_attempts)
     finally:
         queue.close()
+
+
+_SKILL_MISSING = re.compile(r"needs .+? as services\[('[^']+'|\"[^\"]+\")\] but got nothing")
+
+
+def _missing_service(exc: StargraphError, services: Mapping[str, Any]) -> str | None:
+    """The service key a failed node asked for and the worker lacks, if that is why."""
+    if not isinstance(exc, NodeError) or isinstance(exc, MissingServiceError):
+        return None
+    found = _SKILL_MISSING.search(str(exc))
+    if found is not None:
+        key = found.group(1)[1:-1]
+        return None if key in services else key
+    cause = exc.__cause__
+    if not isinstance(cause, KeyError) or len(cause.args) != 1:
+        return None
+    key = cause.args[0]
+    if not isinstance(key, str) or key in services or cause.__traceback__ is None:
+        return None
+    # A KeyError of the node's own data is not a missing service: only a lookup on a line
+    # that reads the services is.
+    line = traceback.extract_tb(cause.__traceback__)[-1].line or ""
+    return key if "services" in line else None
+
+
+def _missing_service_error(exc: NodeError, key: str, graph_ref: str) -> MissingServiceError:
+    return MissingServiceError(
+        f"node {exc.node!r} of run {exc.run_id!r} (graph {graph_ref}) needs "
+        f"services[{key!r}], which this worker was not given; give the worker its services: "
+        f"Worker(db, services={{{key!r}: ...}}) or a function returning them, or "
+        f"`stargraph worker --services module:fn` where fn() returns the mapping",
+        service=key,
+        run_id=exc.run_id,
+        step=exc.step,
+        node=exc.node,
+    )
 
 
 class _FencedStore:
@@ -250,6 +352,12 @@ class Worker(Closing):
     over after that); heartbeats renew it every ``heartbeat_s`` (default ``lease_s / 3``).
     Idle workers wait for a ``NOTIFY`` from ``submit`` (PostgreSQL) or poll (SQLite), and look
     for expired leases every ``poll_s``.
+
+    ``services`` (a mapping, or a function returning one, called once here) are the live
+    objects the graphs' nodes reach through ``ctx.services`` (``{"model": ..., "arbiter":
+    ...}``); every graph the worker runs is compiled with them, a ``CompiledGraph`` keeping
+    those it was compiled with for any key the worker does not give. Those a function made
+    are the worker's: :meth:`close` closes them.
     """
 
     def __init__(
@@ -262,6 +370,7 @@ class Worker(Closing):
         poll_s: float = 1.0,
         name: str | None = None,
         pool_size: int = 4,
+        services: Services | None = None,
     ) -> None:
         if lease_s <= 0:
             raise CheckpointError(f"lease_s must be positive, got {lease_s}")
@@ -283,6 +392,12 @@ class Worker(Closing):
                 self.store = SqliteStore(db)
         except BaseException:
             self.queue.close()
+            raise
+        try:
+            self.services, self._owned = _resolve_services(services)
+        except BaseException:
+            self.queue.close()
+            self.store.close()
             raise
         self._graphs: dict[str, Any] = {}
         self._stop = threading.Event()
@@ -342,16 +457,36 @@ class Worker(Closing):
                     return False  # stopping: the claim lapses and another worker finishes it
                 delay = next_delay
 
-    def _compiled(self, graph_ref: str, store: CheckpointStore) -> Any:
-        graph = self._graphs.get(graph_ref)
+    def _compiled(self, graph_ref: str, store: CheckpointStore, run_id: str) -> Any:
+        from stargraph.runtime import CompiledGraph
+
+        ref, pinned = split_ref(graph_ref)
+        graph = self._graphs.get(ref)
         if graph is None:
-            graph = self._graphs[graph_ref] = load_graph(graph_ref)
-        return graph.compile(store=store)
+            graph = self._graphs[ref] = load_graph(ref)
+        if isinstance(graph, CompiledGraph):
+            app: Any = graph.with_store(store)
+            if self.services:
+                # The worker's services win over those the graph was compiled with (clients
+                # made at import time, in the submitting process's image of the code).
+                app = _with_services(app, self.services, store)
+        else:
+            app = graph.compile(store=store, services=self.services)
+        if pinned is not None and app.graph_hash != pinned:
+            app.close()
+            raise GraphHashMismatch(run_id=run_id, stored=pinned, current=app.graph_hash)
+        return app
 
     def _execute(self, claim: Claim, lease: _Lease) -> tuple[Outcome, str | None]:
         fenced = _FencedStore(self.store, lease)
         try:
-            app = self._compiled(claim.graph_ref, fenced)
+            app = self._compiled(claim.graph_ref, fenced, claim.run_id)
+        except GraphHashMismatch as exc:
+            return "failed", (
+                f"GraphHashMismatch: run {claim.run_id!r} was submitted with graph "
+                f"{exc.stored} but {split_ref(claim.graph_ref)[0]} builds {exc.current} in "
+                "this worker; run the worker on the code the run was submitted from"
+            )
         except StargraphError as exc:
             return "failed", f"{type(exc).__name__}: {exc}"
         # stop(cancel=True) reaches the run through it (a signal reaches every run anyway,
@@ -393,6 +528,11 @@ class Worker(Closing):
         except StargraphError as exc:
             if lease.lost.is_set():
                 return "lost", None
+            key = _missing_service(exc, self.services)
+            if key is not None and isinstance(exc, NodeError):
+                missing = _missing_service_error(exc, key, split_ref(claim.graph_ref)[0])
+                self._record_failure(claim, missing)
+                return "failed", f"{type(missing).__name__}: {missing}"
             return "failed", f"{type(exc).__name__}: {exc}"
         finally:
             self._current = None
@@ -417,6 +557,13 @@ class Worker(Closing):
         elif status in ("running", "orphaned", "cancelled"):
             app.resume(claim.run_id)
         return self.store.get_run(claim.run_id)
+
+    def _record_failure(self, claim: Claim, exc: StargraphError) -> None:
+        """Put ``exc`` on the failed run's record in place of the error it failed with."""
+        try:
+            self.store.set_status(claim.run_id, "failed", error=str(exc))
+        except StargraphError as err:  # the queue still says why; the record keeps its own
+            log.warning("run %s: cannot record %s: %s", claim.run_id, type(exc).__name__, err)
 
     def _still_owner(self, claim: Claim) -> bool:
         try:
@@ -493,6 +640,49 @@ class Worker(Closing):
             log.info("worker %s is stopping: run %s goes back to the queue", self.name, run_id)
 
     def close(self) -> None:
-        """Close the queue and the store."""
+        """Close the queue, the store and the services the worker made."""
         self.queue.close()
         self.store.close()
+        for service in self._owned:
+            close = getattr(service, "close", None)
+            if callable(close):
+                close()
+
+
+def _resolve_services(services: Services | None) -> tuple[Mapping[str, Any], tuple[Any, ...]]:
+    """The services mapping, and the objects in it the worker owns (a function made them)."""
+    if services is None:
+        return {}, ()
+    if isinstance(services, Mapping):
+        return dict(services), ()
+    if not callable(services):
+        raise CheckpointError(
+            f"Worker(services=) takes a mapping or a function returning one, not a "
+            f"{type(services).__name__}"
+        )
+    name = getattr(services, "__qualname__", repr(services))
+    try:
+        made = services()
+    except StargraphError:
+        raise
+    except Exception as exc:
+        raise CheckpointError(
+            f"the services function {name} raised {type(exc).__name__}: {exc}; the worker "
+            "cannot start without its services - fix the function (it runs in the worker's "
+            "process, with its environment)"
+        ) from exc
+    if not isinstance(made, Mapping):
+        raise CheckpointError(
+            f"the services function {name} returned a {type(made).__name__}, not a mapping "
+            "of service names to objects; return e.g. {'model': ..., 'arbiter': ...}"
+        )
+    return dict(made), tuple(made.values())
+
+
+def _with_services(app: Any, services: Mapping[str, Any], store: CheckpointStore) -> Any:
+    """``app`` compiled again with ``services`` over its own."""
+    from stargraph.graph import Graph
+
+    merged = {**app.services, **services}
+    app.close()
+    return Graph(app.ir).compile(store=store, services=merged)
