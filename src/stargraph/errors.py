@@ -23,7 +23,7 @@ keeps working for callers who do not know stargraph::
     │   └── UntrustedRefError (ImportError)  an IR ref outside the trusted modules
     ├── RunError (RuntimeError)              problems met while a run executes
     │   ├── NodeError                        a node raised; the original is ``__cause__``
-    │   │   └── MissingServiceError (LookupError)  a node asked for a service it was not given
+    │   │   └── MissingServiceError (KeyError)  a node asked for a service it was not given
     │   ├── InvalidInputError (ValueError)   the run's input does not fit the state model
     │   ├── InvalidWriteError                a node wrote something the state cannot take
     │   ├── InvalidPayloadError (ValueError) a Send payload that does not fit the node's input
@@ -410,13 +410,17 @@ class NodeError(RunError):
     """A node raised. The original exception is chained as ``__cause__``."""
 
 
-class MissingServiceError(NodeError, LookupError):
+class MissingServiceError(NodeError, KeyError):
     """A node asked ``ctx.services`` for a key its graph was not given; ``service`` is the
-    key. The message says how to give it on the path that ran the node."""
+    key. The message says how to give it on the path that ran the node. A ``KeyError`` too,
+    which is what a plain mapping would have raised."""
 
     def __init__(self, message: str, *, service: str, **at: Unpack[_RunAt]) -> None:
         self.service = service
         super().__init__(message, **at)
+
+    # KeyError's own __str__ would show the message as a quoted repr.
+    __str__ = Exception.__str__
 
 
 class InvalidInputError(RunError, ValueError):

@@ -30,6 +30,7 @@ from stargraph.ir import (
 )
 from stargraph.refs import resolve_ref
 from stargraph.runtime import CompiledGraph
+from stargraph.runtime._context import ServiceMap
 from stargraph.runtime._plan import JoinSpec, NodeSpec, Plan, RouterSpec, accepts_ctx
 from stargraph.runtime._rules import DecisionMaker, RuleSet
 from stargraph.runtime._run import MAX_STEPS_BOUND, max_steps_problem
@@ -194,7 +195,7 @@ def compile_ir(
         specs=specs,
         start_routers=tuple(start_routers),
         rules=rules,
-        services=dict(services or {}),
+        services=ServiceMap(services or {}),
     )
     return CompiledGraph(
         plan,

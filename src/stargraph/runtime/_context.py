@@ -35,6 +35,7 @@ __all__ = [
     "GraphInterrupt",
     "RunContext",
     "SeededEntropy",
+    "ServiceMap",
     "SystemEntropy",
     "TaskJournal",
 ]
@@ -466,6 +467,24 @@ def _request_diff(recorded: Any, current: Any) -> str:
     old = json.dumps(recorded, indent=1, sort_keys=True, ensure_ascii=False).splitlines()
     new = json.dumps(current, indent=1, sort_keys=True, ensure_ascii=False).splitlines()
     return "\n".join(difflib.unified_diff(old, new, "recorded", "replayed", lineterm="", n=2))
+
+
+class ServiceMap(dict[str, Any]):
+    """The services a graph was compiled with, as nodes read them: a name it was not given
+    is a :class:`~stargraph.errors.MissingServiceError` naming it and how to give it, on
+    every path that runs the node (the runtime adds the node, run and step)."""
+
+    __slots__ = ()
+
+    def __missing__(self, key: str) -> Any:
+        from stargraph.errors import MissingServiceError
+
+        raise MissingServiceError(
+            f"services[{key!r}] was not given to the graph; compile it with "
+            f"services={{{key!r}: ...}} (a worker: Worker(db, services=...) or `stargraph "
+            "worker --services module:fn`)",
+            service=key,
+        )
 
 
 class RunContext:

@@ -18,13 +18,20 @@ from stargraph.errors import (
     InvalidInputError,
     InvalidPayloadError,
     InvalidWriteError,
+    MissingServiceError,
     NodeError,
     RunError,
     StargraphError,
     StepLimitExceeded,
 )
 from stargraph.ir import END
-from stargraph.runtime._context import AttemptFence, Entropy, RunContext, TaskJournal
+from stargraph.runtime._context import (
+    AttemptFence,
+    Entropy,
+    RunContext,
+    ServiceMap,
+    TaskJournal,
+)
 from stargraph.runtime._events import Event
 from stargraph.runtime._inputs import node_input
 from stargraph.runtime._loop import RunLoop
@@ -420,7 +427,7 @@ class Run:
         if journal is not None and self.plan.bindable:
             # Chat models and tool arbiters route their calls through this task's journal
             # (a loop, not a comprehension: that would be a second frame and dict per task).
-            bound = dict(services)
+            bound = ServiceMap(services)
             for name in self.plan.bindable:
                 bound[name] = services[name].bind_journal(journal)
             services = bound
@@ -523,6 +530,12 @@ class Run:
 
     def node_failed(self, task: Task, exc: BaseException) -> RunError:
         """Wrap a node's exception as a :class:`NodeError` naming node and step."""
+        if isinstance(exc, MissingServiceError) and exc.node is None:
+            return MissingServiceError(
+                f"node {task.node!r} at step {self.step} of run {self.run_id!r}: {exc}",
+                service=exc.service,
+                **self.where(task.node),
+            )
         if isinstance(exc, RunError):
             return exc
         return NodeError(

@@ -26,7 +26,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from stargraph._threads import LazyDaemon
-from stargraph.errors import NodeTimeoutError, RunError, StargraphError
+from stargraph.errors import MissingServiceError, NodeTimeoutError, RunError, StargraphError
 from stargraph.refs import resolve_ref
 from stargraph.runtime._context import AttemptFence, GraphInterrupt
 from stargraph.runtime._daemon import DaemonThreads
@@ -242,6 +242,8 @@ def run_task_sync(
                 result = spec.fn(*args)
             writes = run.validate_writes(task, result)
             break
+        except MissingServiceError as exc:  # raised by the services mapping, unlocated
+            raise run.node_failed(task, exc) from None
         except (GraphInterrupt, StargraphError):
             raise
         except Exception as exc:
@@ -283,6 +285,8 @@ async def run_task_async(
                 result = await awaitable
             writes = run.validate_writes(task, result)
             break
+        except MissingServiceError as exc:  # raised by the services mapping, unlocated
+            raise run.node_failed(task, exc) from None
         except (GraphInterrupt, StargraphError):
             raise
         except Exception as exc:
@@ -528,6 +532,8 @@ def _plain(run: Run, task: Task, spec: NodeSpec) -> dict[str, Any]:
     try:
         args = (run.task_state(task),) if spec.bare else run.call_args(task, spec)
         result = spec.fn(*args)
+    except MissingServiceError as exc:  # raised by the services mapping, unlocated
+        raise run.node_failed(task, exc) from None
     except (GraphInterrupt, StargraphError):
         raise
     except Exception as exc:

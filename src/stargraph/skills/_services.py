@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from stargraph.errors import NodeError
+from stargraph.errors import MissingServiceError, NodeError
 
 if TYPE_CHECKING:
     from stargraph.llm import ChatModel
@@ -86,6 +86,16 @@ def require_service(
     """``ctx.services[key]`` if ``check`` accepts it; else a NodeError saying that ``who``
     (``"node"``, ``"skill node"``...) needs ``what`` (``"a ChatModel"``) there."""
     found = ctx.services.get(key)
+    if found is None and key not in ctx.services:
+        raise MissingServiceError(
+            f"{who} {ctx.node!r} needs {what} as services[{key!r}] but got nothing; "
+            f"compile the graph with services={{{key!r}: ...}} (a worker: "
+            "Worker(db, services=...) or `stargraph worker --services module:fn`)",
+            service=key,
+            run_id=ctx.run_id,
+            step=ctx.step,
+            node=ctx.node,
+        )
     if not check(found):
         got = "nothing" if found is None else type(found).__name__
         raise node_error(

@@ -96,6 +96,7 @@ from stargraph.skills._services import (
     MODEL_WHAT,
     is_chat_model,
     is_tool_dispatcher,
+    require_service,
 )
 from stargraph.tools import Arbiter, ToolCall, ToolResult
 from stargraph.tools._recorded import JournaledArbiter
@@ -461,15 +462,7 @@ def react_skill(
 
 
 def _service(ctx: RunContext, key: str, check: Callable[[Any], bool], what: str) -> Any:
-    found = ctx.services.get(key)
-    if not check(found):
-        got = "nothing" if found is None else type(found).__name__
-        raise NodeError(
-            f"ReAct node {ctx.node!r} needs {what} as services[{key!r}] but got {got}; "
-            f"compile the graph with services={{{key!r}: ...}}",
-            **ctx.where(),
-        )
-    return found
+    return require_service(ctx, key, check, what, who="ReAct node")
 
 
 # Offered tools per arbiter and allowlist: llm_view() deep-copies each schema, and the

@@ -33,10 +33,8 @@ from __future__ import annotations
 
 import importlib
 import logging
-import re
 import threading
 import time
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +54,6 @@ from stargraph.errors import (
     GraphHashMismatch,
     LeaseLostError,
     MissingServiceError,
-    NodeError,
     RunCancelledError,
     StargraphError,
     StoreUnavailableError,
@@ -172,30 +169,16 @@ def submit(
         queue.close()
 
 
-_SKILL_MISSING = re.compile(r"needs .+? as services\[('[^']+'|\"[^\"]+\")\] but got nothing")
-
-
 def _missing_service(exc: StargraphError, services: Mapping[str, Any]) -> str | None:
     """The service key a failed node asked for and the worker lacks, if that is why."""
-    if not isinstance(exc, NodeError) or isinstance(exc, MissingServiceError):
-        return None
-    found = _SKILL_MISSING.search(str(exc))
-    if found is not None:
-        key = found.group(1)[1:-1]
-        return None if key in services else key
-    cause = exc.__cause__
-    if not isinstance(cause, KeyError) or len(cause.args) != 1:
-        return None
-    key = cause.args[0]
-    if not isinstance(key, str) or key in services or cause.__traceback__ is None:
-        return None
-    # A KeyError of the node's own data is not a missing service: only a lookup on a line
-    # that reads the services is.
-    line = traceback.extract_tb(cause.__traceback__)[-1].line or ""
-    return key if "services" in line else None
+    if isinstance(exc, MissingServiceError) and exc.service not in services:
+        return exc.service
+    return None
 
 
-def _missing_service_error(exc: NodeError, key: str, graph_ref: str) -> MissingServiceError:
+def _missing_service_error(
+    exc: MissingServiceError, key: str, graph_ref: str
+) -> MissingServiceError:
     return MissingServiceError(
         f"node {exc.node!r} of run {exc.run_id!r} (graph {graph_ref}) needs "
         f"services[{key!r}], which this worker was not given; give the worker its services: "
@@ -529,7 +512,7 @@ class Worker(Closing):
             if lease.lost.is_set():
                 return "lost", None
             key = _missing_service(exc, self.services)
-            if key is not None and isinstance(exc, NodeError):
+            if key is not None and isinstance(exc, MissingServiceError):
                 missing = _missing_service_error(exc, key, split_ref(claim.graph_ref)[0])
                 self._record_failure(claim, missing)
                 return "failed", f"{type(missing).__name__}: {missing}"
