@@ -41,7 +41,8 @@ def test_issue44_a_missing_service_names_the_node_the_service_and_the_fix() -> N
         _graph(price).compile().invoke({})
     err = info.value
     assert (err.service, err.node, err.step) == ("prices", "n", 1)
-    assert "services['prices']" in str(err) and "compile it with services=" in str(err)
+    assert "services['prices']" in str(err)
+    assert "compile it with services=" in str(err)
     assert "node 'n'" in str(err)
 
 
