@@ -169,7 +169,10 @@ class CompiledGraph(Generic[StateT]):
         step), ``"custom"`` (a :class:`~stargraph.runtime.CustomEvent` per ``ctx.emit``) or
         ``"messages"`` (a :class:`~stargraph.runtime.MessageChunk` per piece of a model's
         answer). With a list of modes, items come as ``(mode, item)`` pairs. A consumer
-        that stops reading cancels the run at the step it reached. ``thread_id``: as in
+        that stops reading (``close()``, or leaving a ``for`` loop over the stream) cancels
+        the run at the step it reached: closed inside a step, that step finishes and commits
+        first (its nodes ran), then the run ends ``cancelled`` at it, or ``done`` if it was
+        the last; ``resume(run_id)`` continues with the next step. ``thread_id``: as in
         :meth:`invoke`.
         """
         modes = stream_modes(mode)
@@ -228,7 +231,9 @@ class CompiledGraph(Generic[StateT]):
         max_steps: int | None = None,
         thread_id: str | None = None,
     ) -> AsyncIterator[Any]:
-        """Async :meth:`stream` (same modes)."""
+        """Async :meth:`stream` (same modes). ``await stream.aclose()`` inside a step lets
+        that step finish and commit, then cancels the run there, as closing a stream does;
+        only cancelling the task that iterates drops the step in flight."""
         modes = stream_modes(mode)
         refuse_unknown_keys(self.state_model, input, run_id)
         feed = Feed(modes)

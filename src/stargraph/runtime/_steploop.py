@@ -382,6 +382,28 @@ class StepLoop:
         except Exception as exc:  # recorded as a driver would; the consumer has gone
             self.stopped_by(run, exc)
 
+    async def _aclose_in_step(self, run: Run, stepping: asyncio.Future[StepOutcome]) -> None:
+        """:meth:`_close_in_step` for the async driver, whose async routers run here. Only
+        a cancelled task drops the step in flight (as in :meth:`adrive`)."""
+        try:
+            outcome = await asyncio.shield(stepping)
+        except asyncio.CancelledError:
+            stepping.cancel()
+            run.step -= 1
+            self.cancel_quietly(run, "its asyncio task was cancelled")
+            raise
+        except Exception as exc:
+            self.stopped_by(run, exc)
+            return
+        try:
+            routing = self.routing(run, outcome)
+            if routing is not None:
+                await routing
+            if self.complete(run, outcome, merged=routing is not None):
+                self.closed(run)
+        except Exception as exc:  # recorded as a driver would; the consumer has gone
+            self.stopped_by(run, exc)
+
     # One step loop, three drivers. ``advance`` is the loop itself: it yields the work to
     # do and is sent what came of it; the drivers - ``run_to_end`` (invoke, resume),
     # ``drive`` (streams, ``iter``) and ``adrive`` (the async API) - only do that work in
@@ -535,13 +557,11 @@ class StepLoop:
             except StopIteration as stop:
                 way_out.cancelled = stop.value
             except GeneratorExit:
+                # The consumer closed the stream, as in ``drive``: inside a step, that step
+                # finishes and commits first.
                 way_out.handled = True
                 if stepping is not None:
-                    # Closed inside a step: its tasks are cancelled and the step dropped.
-                    stepping.cancel()
-                    await asyncio.gather(stepping, return_exceptions=True)
-                    run.step -= 1
-                    self.cancel_quietly(run, "its event stream was closed")
+                    await self._aclose_in_step(run, stepping)
                 else:
                     self.closed(run)
                 raise
