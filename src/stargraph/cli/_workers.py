@@ -29,6 +29,7 @@ from stargraph.cli._load import (
     open_store,
     parse_object,
     python_reference,
+    resolve_db,
 )
 
 __all__ = ["fork_command", "submit_command", "worker_command"]
@@ -59,7 +60,9 @@ Examples:
 )
 @click.option("--new-run-id", help="Id of the new run (default: RUN_ID~<random>).")
 @click.option("--graph", "graph_spec", help="The run's graph (default: the archived one).")
-@click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite run database.")
+@click.option(
+    "--db", default=DEFAULT_DB, callback=resolve_db, show_default=True, help="SQLite run database."
+)
 def fork_command(
     *,
     run_id: str,
@@ -105,6 +108,7 @@ def fork_command(
 _db_option = click.option(
     "--db",
     default=DEFAULT_DB,
+    callback=resolve_db,
     show_default=True,
     help="A postgresql:// DSN or a SQLite file: the queue and the runs.",
 )
