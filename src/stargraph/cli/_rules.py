@@ -56,7 +56,7 @@ def rules_check_command(pack: str, graph_spec: str | None) -> None:
 def _check_without_graph(pack: Any) -> None:
     """Validate ``pack`` with every state field it reads declared as an untyped slot, so
     that syntax, templates, decisions and bounds are still checked in full."""
-    from stargraph.fathom import _load, _values
+    from stargraph.fathom import _bounds, _load, _values
 
     class _Unchecked(_values.FactField):
         """A slot of any type: CLIPS then checks how a rule uses it, not what it holds."""
@@ -78,7 +78,7 @@ def _check_without_graph(pack: Any) -> None:
             err=True,
         )
     _load.load_packs(
-        [pack], fields=fields, successors=None, functions={}, bounds=_load.DEFAULT_BOUNDS
+        [pack], fields=fields, successors=None, functions={}, bounds=_bounds.DEFAULT_BOUNDS
     )
 
 
@@ -100,6 +100,6 @@ def _state_fields_read(pack: Any) -> set[str]:
                 continue
             for item in pattern.items[1:]:
                 if isinstance(item, sx.SExpr) and isinstance(item.head, str):
-                    if item.head != "sg-tick":
-                        found.add(item.head)
+                    found.add(item.head)
+    found.discard("sg-tick")
     return found
