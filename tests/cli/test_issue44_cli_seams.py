@@ -41,11 +41,15 @@ def test_issue44_commands_find_the_database_in_a_parent_folder(
     assert [r["run_id"] for r in json.loads(listed.stdout)] == ["top"]
     assert sg("show", "top").exit_code == 0
 
-    # A run started below the project goes into the project's database, not a new one.
+    # A run started below the project goes into the project's database, not a new one, and
+    # its hints need no --db there.
     assert sg("run", CHAIN, "--run-id", "below", "-q").exit_code == 0
+    waiting = sg("run", "tests.cli.test_cli_commands:approval", "--run-id", "w", "-q")
+    assert "stargraph resume w --response JSON --graph" in waiting.stdout
+    assert "--db" not in waiting.stdout
     assert not (deeper / ".stargraph").exists()
     listed = sg("runs", "--json")
-    assert sorted(r["run_id"] for r in json.loads(listed.stdout)) == ["below", "top"]
+    assert sorted(r["run_id"] for r in json.loads(listed.stdout)) == ["below", "top", "w"]
 
 
 def test_issue44_an_explicit_db_is_used_as_given(

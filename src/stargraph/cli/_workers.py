@@ -23,6 +23,7 @@ from stargraph.cli._load import (
     Target,
     archive_ir,
     compile_target,
+    find_db,
     graph_for,
     importable_cwd,
     load_target,
@@ -36,7 +37,7 @@ __all__ = ["fork_command", "submit_command", "worker_command"]
 
 
 def _db_part(db: str) -> str:
-    return "" if db == DEFAULT_DB else f" --db {shlex.quote(db)}"
+    return "" if db in (DEFAULT_DB, find_db()) else f" --db {shlex.quote(db)}"
 
 
 @click.command(
