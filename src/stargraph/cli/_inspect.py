@@ -22,6 +22,7 @@ from stargraph.cli._load import (
     archived_ir,
     load_target,
     open_store,
+    resolve_db,
 )
 from stargraph.cli._output import describe_error, print_table
 from stargraph.ir import GraphIR
@@ -47,7 +48,9 @@ def _short(graph_hash: str) -> str:
 
 
 @click.command("runs")
-@click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite run database.")
+@click.option(
+    "--db", default=DEFAULT_DB, callback=resolve_db, show_default=True, help="SQLite run database."
+)
 @click.option("--status", type=click.Choice(_STATUSES), help="Only runs with this status.")
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the run records as JSON.")
@@ -118,7 +121,9 @@ def _summary(record: RunRecord) -> list[str]:
 @click.command("show")
 @click.argument("run_id")
 @click.option("--step", type=click.IntRange(min=0), help="Show one step and the state after it.")
-@click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite run database.")
+@click.option(
+    "--db", default=DEFAULT_DB, callback=resolve_db, show_default=True, help="SQLite run database."
+)
 @click.option("--graph", "graph_spec", help="The run's graph (default: the archived IR).")
 @click.option(
     "--html",
@@ -236,7 +241,9 @@ def diff_runs(
 @click.command("diff")
 @click.argument("run_a")
 @click.argument("run_b")
-@click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite run database.")
+@click.option(
+    "--db", default=DEFAULT_DB, callback=resolve_db, show_default=True, help="SQLite run database."
+)
 @click.option("--graph", "graph_spec", help="Graph of both runs (default: archived IRs).")
 def diff_command(run_a: str, run_b: str, db: str, graph_spec: str | None) -> None:
     """Compare two runs step by step (writes, next nodes, outcome, final state).

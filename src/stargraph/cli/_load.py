@@ -38,6 +38,7 @@ __all__ = [
     "archived_ir",
     "archived_target",
     "compile_target",
+    "find_db",
     "graph_for",
     "importable_cwd",
     "load_target",
@@ -46,11 +47,44 @@ __all__ = [
     "parse_object",
     "python_reference",
     "refuse_another_store",
+    "resolve_db",
     "stored_ir",
 ]
 
 DEFAULT_DB: Final = ".stargraph/stargraph.db"
 """Where runs are kept unless ``--db`` says otherwise (the library's default too)."""
+
+
+def find_db(start: Path | None = None) -> str:
+    """The nearest ``.stargraph/stargraph.db``: in ``start`` (the current folder) or the
+    first parent holding a ``.stargraph/`` folder, as git finds ``.git``.
+
+    The search stops at the top of a git repository (a folder holding ``.git``), so a
+    project never picks up the runs of an enclosing one, and otherwise at the filesystem
+    root. With none found, the default in the current folder (which ``run`` creates).
+    """
+    here = Path.cwd() if start is None else start
+    for folder in (here, *here.parents):
+        if (folder / ".stargraph").is_dir():
+            if folder == here:
+                return DEFAULT_DB
+            found = folder / DEFAULT_DB
+            try:
+                return os.path.relpath(found, here)
+            except ValueError:  # another drive (Windows): no relative path exists
+                return str(found)
+        if (folder / ".git").exists():
+            break
+    return DEFAULT_DB
+
+
+def resolve_db(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A ``--db`` option callback: the default becomes :func:`find_db`'s database; a
+    ``--db`` given on the command line is used as given."""
+    source = ctx.get_parameter_source(param.name or "db")
+    if value == DEFAULT_DB and source is click.core.ParameterSource.DEFAULT:
+        return find_db()
+    return value
 
 
 class CliError(click.ClickException):
@@ -429,9 +463,13 @@ def stored_ir(db: str, graph_hash: str) -> GraphIR | None:
     return ir if ir.graph_hash == graph_hash else None
 
 
-def archived_target(db: str, graph_hash: str) -> Target | None:
+def archived_target(db: str, graph_hash: str, *, warn_changed: bool = False) -> Target | None:
     """The graph of a run made by ``stargraph run``: the Python object it ran, when that
-    still loads with the same hash (its services come with it), else its archived IR."""
+    still loads with the same hash (its services come with it), else its archived IR.
+
+    With ``warn_changed``, a GRAPH argument that now loads as another graph is reported on
+    stderr: the run goes on with the archived graph, which the user may not expect after
+    editing the file."""
     source_path = _archive_path(db, graph_hash, ".source")
     if source_path.is_file():
         try:
@@ -443,6 +481,14 @@ def archived_target(db: str, graph_hash: str) -> Target | None:
             target = _load_in(spec, folder)
             if target is not None and target.ir.graph_hash == graph_hash:
                 return target
+            if target is not None and warn_changed:
+                click.echo(
+                    f"warning: {target.spec} now hashes as {target.ir.graph_hash}, not as "
+                    f"{graph_hash}, the graph the run was recorded with; continuing with the "
+                    f"archived graph {graph_hash} (pass --graph {shlex.quote(spec)} to use the "
+                    "file as it is now, which resume refuses unless the hashes match)",
+                    err=True,
+                )
     archived = _archive_path(db, graph_hash, ".json")
     ir = archived_ir(db, graph_hash)
     if ir is None:
@@ -451,13 +497,20 @@ def archived_target(db: str, graph_hash: str) -> Target | None:
 
 
 def graph_for(
-    spec: str | None, db: str, graph_hash: str, *, purpose: str, what: str = "run"
+    spec: str | None,
+    db: str,
+    graph_hash: str,
+    *,
+    purpose: str,
+    what: str = "run",
+    warn_changed: bool = False,
 ) -> Target:
     """The graph named by ``--graph``, else the one kept for ``graph_hash`` (archived
-    beside ``db`` by ``stargraph run``, or in the store at ``db`` by any durable run)."""
+    beside ``db`` by ``stargraph run``, or in the store at ``db`` by any durable run);
+    ``warn_changed`` as for :func:`archived_target`."""
     if spec is not None:
         return load_target(spec)
-    target = archived_target(db, graph_hash)
+    target = archived_target(db, graph_hash, warn_changed=warn_changed)
     if target is None:
         raise CliUsageError(
             f"the graph {graph_hash} of this {what} is neither archived beside {db} nor kept "

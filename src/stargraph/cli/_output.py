@@ -14,7 +14,7 @@ from typing import Any
 
 import click
 
-from stargraph.cli._load import DEFAULT_DB
+from stargraph.cli._load import DEFAULT_DB, find_db
 from stargraph.errors import (
     ProposalNotFoundError,
     RunError,
@@ -58,7 +58,7 @@ def describe_error(exc: BaseException) -> str:
 
 def resume_hint(run_id: str, spec: str, db: str, extra: str = "") -> str:
     """The ``stargraph resume`` command line that continues ``run_id`` (``extra``: options)."""
-    db_part = "" if db == DEFAULT_DB else f" --db {shlex.quote(db)}"
+    db_part = "" if db in (DEFAULT_DB, find_db()) else f" --db {shlex.quote(db)}"
     return f"stargraph resume {shlex.quote(run_id)}{extra} --graph {shlex.quote(spec)}{db_part}"
 
 

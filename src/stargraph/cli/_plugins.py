@@ -14,7 +14,14 @@ from typing import Any
 
 import click
 
-from stargraph.cli._load import DEFAULT_DB, CliUsageError, archive_ir, open_store, parse_object
+from stargraph.cli._load import (
+    DEFAULT_DB,
+    CliUsageError,
+    archive_ir,
+    open_store,
+    parse_object,
+    resolve_db,
+)
 from stargraph.cli._output import drive, print_table, report, view
 
 __all__ = ["installed_registry", "plugins_group", "skills_group"]
@@ -98,7 +105,9 @@ def skills_show(name: str) -> None:
 @click.argument("name")
 @click.option("--input", "input_json", help="Input state as JSON (or @file.json).")
 @click.option("--run-id", help="Id for the run (default: a fresh random id).")
-@click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite run database.")
+@click.option(
+    "--db", default=DEFAULT_DB, callback=resolve_db, show_default=True, help="SQLite run database."
+)
 @click.option(
     "--workspace",
     type=click.Path(file_okay=False, path_type=Path),

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from stargraph.cli import _load
-from stargraph.cli._load import DEFAULT_DB, CliError, CliUsageError
+from stargraph.cli._load import DEFAULT_DB, CliError, CliUsageError, resolve_db
 from stargraph.errors import ReplayError
 
 __all__ = ["format_run_diff", "parse_assignments", "replay_command"]
@@ -90,7 +90,9 @@ def format_run_diff(run_diff: Any) -> list[str]:
 @click.command("replay")
 @click.argument("source")
 @click.option("--graph", "graph_spec", help="The run's graph (default: the archived IR).")
-@click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite run database.")
+@click.option(
+    "--db", default=DEFAULT_DB, callback=resolve_db, show_default=True, help="SQLite run database."
+)
 @click.option(
     "--from-step",
     type=click.IntRange(min=1),

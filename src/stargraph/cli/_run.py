@@ -22,6 +22,7 @@ from stargraph.cli._load import (
     parse_json,
     parse_object,
     refuse_another_store,
+    resolve_db,
 )
 from stargraph.cli._output import describe_error, drive, report, resume_hint, view
 from stargraph.errors import (
@@ -37,7 +38,13 @@ __all__ = ["resume_command", "run_command"]
 
 
 _run_options = [
-    click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite run database."),
+    click.option(
+        "--db",
+        default=DEFAULT_DB,
+        callback=resolve_db,
+        show_default=True,
+        help="SQLite run database.",
+    ),
     click.option("--max-steps", type=click.IntRange(min=1), help="Step limit for this run."),
     click.option("--quiet", "-q", is_flag=True, help="No progress output."),
     click.option(
@@ -172,7 +179,9 @@ def resume_command(
         options["max_steps"] = max_steps
     with open_store(db, must_exist=True) as store:
         record = store.get_run(run_id)
-        target = graph_for(graph_spec, db, record.graph_hash, purpose="resume it")
+        target = graph_for(
+            graph_spec, db, record.graph_hash, purpose="resume it", warn_changed=True
+        )
         app = compile_target(target, store=store)
         hint = resume_hint(run_id, target.spec, db)
         try:

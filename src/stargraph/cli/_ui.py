@@ -19,6 +19,7 @@ from stargraph.cli._load import (
     compile_target,
     load_target,
     open_store,
+    resolve_db,
 )
 from stargraph.errors import StargraphError
 
@@ -62,7 +63,11 @@ def _secrets_from(names: str) -> dict[str, str]:
 
 @click.command("ui")
 @click.option(
-    "--db", default=DEFAULT_DB, show_default=True, help="SQLite file or postgresql:// URL."
+    "--db",
+    default=DEFAULT_DB,
+    callback=resolve_db,
+    show_default=True,
+    help="SQLite file or postgresql:// URL.",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
 @click.option("--port", default=8765, show_default=True, type=click.IntRange(0, 65535))

@@ -23,19 +23,21 @@ from stargraph.cli._load import (
     Target,
     archive_ir,
     compile_target,
+    find_db,
     graph_for,
     importable_cwd,
     load_target,
     open_store,
     parse_object,
     python_reference,
+    resolve_db,
 )
 
 __all__ = ["fork_command", "submit_command", "worker_command"]
 
 
 def _db_part(db: str) -> str:
-    return "" if db == DEFAULT_DB else f" --db {shlex.quote(db)}"
+    return "" if db in (DEFAULT_DB, find_db()) else f" --db {shlex.quote(db)}"
 
 
 @click.command(
@@ -59,7 +61,9 @@ Examples:
 )
 @click.option("--new-run-id", help="Id of the new run (default: RUN_ID~<random>).")
 @click.option("--graph", "graph_spec", help="The run's graph (default: the archived one).")
-@click.option("--db", default=DEFAULT_DB, show_default=True, help="SQLite run database.")
+@click.option(
+    "--db", default=DEFAULT_DB, callback=resolve_db, show_default=True, help="SQLite run database."
+)
 def fork_command(
     *,
     run_id: str,
@@ -105,6 +109,7 @@ def fork_command(
 _db_option = click.option(
     "--db",
     default=DEFAULT_DB,
+    callback=resolve_db,
     show_default=True,
     help="A postgresql:// DSN or a SQLite file: the queue and the runs.",
 )
