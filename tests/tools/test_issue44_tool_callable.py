@@ -38,6 +38,6 @@ def test_issue44_tool_with_context_and_async_tool_are_callable() -> None:
     class _Ctx:
         node = "n1"
 
-    assert where(_Ctx(), text="hi") == "n1:hi"  # type: ignore[arg-type]
+    assert where(_Ctx(), text="hi") == "n1:hi"
     assert isinstance(double, AsyncPythonTool)
     assert asyncio.run(double(21)) == 42

@@ -168,9 +168,10 @@ class CompiledGraph(Generic[StateT]):
         (``{node: writes}`` for each finished node), ``"values"`` (the state after each
         step), ``"custom"`` (a :class:`~stargraph.runtime.CustomEvent` per ``ctx.emit``) or
         ``"messages"`` (a :class:`~stargraph.runtime.MessageChunk` per piece of a model's
-        answer). With a list of modes, items come as ``(mode, item)`` pairs. A consumer
-        that stops reading cancels the run at the step it reached. ``thread_id``: as in
-        :meth:`invoke`.
+        answer). With a list of modes, items come as ``(mode, item)`` pairs. A run that
+        stops at an interrupt ends its ``updates`` and ``values`` items with
+        ``{"__interrupt__": (Interrupt(...),)}``. A consumer that stops reading cancels the
+        run at the step it reached. ``thread_id``: as in :meth:`invoke`.
         """
         modes = stream_modes(mode)
         refuse_unknown_keys(self.state_model, input, run_id)
