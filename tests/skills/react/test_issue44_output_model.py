@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 from pydantic import BaseModel
@@ -78,10 +79,11 @@ def test_issue44_output_model_state_is_importable_and_parents_keep_json(
     # A parent graph on ReactOutput gets JSON-able data, as before; one that declares the
     # output model gets the model.
     skill = react_skill(name="verdict", tools=[ADD], output_model=Verdict)
-    for state, expected in (
+    cases: tuple[tuple[type[ReactOutput | Typed], object], ...] = (
         (ReactOutput, {"answer": 7, "confidence": 1.0}),
         (Typed, Verdict(answer=7, confidence=1.0)),
-    ):
+    )
+    for state, expected in cases:
         parent = (
             Graph("parent", state=state)
             .with_node(
@@ -94,6 +96,6 @@ def test_issue44_output_model_state_is_importable_and_parents_keep_json(
         )
         model = ScriptedChatModel(['{"answer": 7, "confidence": 1}'])
         services = {"model": model, "arbiter": arbiter}
-        done = parent.compile(services=services).invoke({})
+        done = cast("ReactOutput | Typed", parent.compile(services=services).invoke({}))
         assert done.final_output == expected
         assert type(done.final_output) is type(expected)
