@@ -210,9 +210,16 @@ class ReactState(TypedModel):
     (informational; the rules read ``error_count``)."""
     final_answer: str | None = None
     """The final answer text (with an output model: its canonical JSON)."""
-    final_output: Any = None
+    if TYPE_CHECKING:
+        # What a type checker sees: the field holds the output model's instance, a class
+        # known only when the graph is built.
+        final_output: Any = None
+    else:
+        # What pydantic sees, and the graph hash: unchanged for graphs without an output
+        # model, whose field stays None.
+        final_output: dict[str, JsonValue] | None = None
     """With an output model: the validated answer, an instance of that model (the state of
-    such a graph is :func:`react_state` of the model, which declares the field's type)."""
+    such a graph is :func:`react_state` of the model, which declares this field as it)."""
     llm_steps: Annotated[int, fathom.Fact()] = 0
     """``think`` calls so far; rule ``max_steps`` compares it with the limit."""
     error_count: int = 0
