@@ -176,7 +176,6 @@ def test_tool_decorator_builds_schema_from_signature() -> None:
     assert schema["properties"]["style"]["enum"] == ["short", "long"]
     assert "ctx" not in schema["properties"]
     assert greet.spec.description == "Greet someone."
-    assert not callable(greet)  # the body is reachable only through the arbiter
 
 
 def test_async_function_gives_async_tool() -> None:

@@ -168,11 +168,13 @@ class CompiledGraph(Generic[StateT]):
         (``{node: writes}`` for each finished node), ``"values"`` (the state after each
         step), ``"custom"`` (a :class:`~stargraph.runtime.CustomEvent` per ``ctx.emit``) or
         ``"messages"`` (a :class:`~stargraph.runtime.MessageChunk` per piece of a model's
-        answer). With a list of modes, items come as ``(mode, item)`` pairs. A consumer
-        that stops reading (``close()``, or leaving a ``for`` loop over the stream) cancels
-        the run at the step it reached: closed inside a step, that step finishes and commits
-        first (its nodes ran), then the run ends ``cancelled`` at it, or ``done`` if it was
-        the last; ``resume(run_id)`` continues with the next step. ``thread_id``: as in
+        answer). With a list of modes, items come as ``(mode, item)`` pairs. A run that
+        stops at an interrupt ends its ``updates`` and ``values`` items with
+        ``{"__interrupt__": (Interrupt(...),)}``. A consumer that stops reading
+        (``close()``, or leaving a ``for`` loop over the stream) cancels the run at the step
+        it reached: closed inside a step, that step finishes and commits first (its nodes
+        ran), then the run ends ``cancelled`` at it, or ``done`` if it was the last;
+        ``resume(run_id)`` continues with the next step. ``thread_id``: as in
         :meth:`invoke`.
         """
         modes = stream_modes(mode)

@@ -65,7 +65,7 @@ from stargraph.runtime._plan import Plan, Task, by_task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run, describe_exception, initial_values, jsonable
 from stargraph.runtime._settings import RunSettings
-from stargraph.runtime._stream import Feed
+from stargraph.runtime._stream import INTERRUPT_KEY, Feed
 from stargraph.runtime._tasks import (
     LocalRunner,
     StepOutcome,
@@ -855,6 +855,14 @@ class StepLoop:
                 # The state when the run starts, then after each step.
                 assert feed.snapshot is not None
                 feed.put("values", feed.snapshot())
+            if (updates or values) and isinstance(event, RunInterrupted):
+                # The stream ends here either way; the marker tells its consumer that the
+                # run waits (and for what) rather than finished, as LangGraph's streams do.
+                marker = {INTERRUPT_KEY: (Interrupt.read(event.payload, run_id=event.run_id),)}
+                if updates:
+                    feed.put("updates", marker)
+                if values:
+                    feed.put("values", marker)
 
         return emit  # the run adds the on_event observer (see _observed)
 

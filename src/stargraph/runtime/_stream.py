@@ -15,7 +15,7 @@ import collections
 import contextlib
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Literal, get_args
+from typing import Any, Final, Literal, get_args
 
 from pydantic import ConfigDict, Field
 
@@ -23,6 +23,7 @@ from stargraph._typed import TypedModel
 from stargraph.errors import InvalidInputError, RunError
 
 __all__ = [
+    "INTERRUPT_KEY",
     "CustomEvent",
     "Feed",
     "MessageChunk",
@@ -34,7 +35,13 @@ __all__ = [
 StreamMode = Literal["events", "updates", "values", "custom", "messages"]
 """What ``stream(..., mode=...)`` yields: ``events`` (the typed run events), ``updates``
 (``{node: writes}`` per finished node), ``values`` (the state after each step), ``custom``
-(:class:`CustomEvent` from ``ctx.emit``) and ``messages`` (:class:`MessageChunk` tokens)."""
+(:class:`CustomEvent` from ``ctx.emit``) and ``messages`` (:class:`MessageChunk` tokens).
+A run that stops at an interrupt ends its ``updates`` and ``values`` streams with
+``{"__interrupt__": (Interrupt(...),)}``."""
+
+INTERRUPT_KEY: Final = "__interrupt__"
+"""The key of the last ``updates``/``values`` item of a run stopped at an interrupt; its value
+is a one-element tuple holding the :class:`~stargraph.Interrupt` the run waits at."""
 
 _MODES: frozenset[str] = frozenset(get_args(StreamMode))
 

@@ -66,7 +66,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar, cast
 
 import orjson
-from pydantic import BaseModel, ConfigDict, JsonValue, ValidationError
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    JsonValue,
+    ValidationError,
+    create_model,
+)
 
 from stargraph import fathom, reducers
 from stargraph._typed import TypedModel, validate_json_raw
@@ -111,6 +118,7 @@ __all__ = [
     "ToolCallRecord",
     "react_graph",
     "react_skill",
+    "react_state",
     "termination_pack",
 ]
 
@@ -202,8 +210,16 @@ class ReactState(TypedModel):
     (informational; the rules read ``error_count``)."""
     final_answer: str | None = None
     """The final answer text (with an output model: its canonical JSON)."""
-    final_output: dict[str, JsonValue] | None = None
-    """With an output model: the validated answer, dumped to JSON-able data."""
+    if TYPE_CHECKING:
+        # What a type checker sees: the field holds the output model's instance, a class
+        # known only when the graph is built.
+        final_output: Any = None
+    else:
+        # What pydantic sees, and the graph hash: unchanged for graphs without an output
+        # model, whose field stays None.
+        final_output: dict[str, JsonValue] | None = None
+    """With an output model: the validated answer, an instance of that model (the state of
+    such a graph is :func:`react_state` of the model, which declares this field as it)."""
     llm_steps: Annotated[int, fathom.Fact()] = 0
     """``think`` calls so far; rule ``max_steps`` compares it with the limit."""
     error_count: int = 0
@@ -218,6 +234,10 @@ class ReactState(TypedModel):
     """Token usage of every model call of the run, summed."""
     pending: list[ChatMessage] = []
     """Observations ``think``/``act`` produced that ``observe`` has not yet appended."""
+
+
+def _as_json(value: Any) -> Any:
+    return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
 
 class ReactOutput(TypedModel):
@@ -236,8 +256,9 @@ class ReactOutput(TypedModel):
     """See :attr:`ReactState.error_budget`."""
     final_answer: str | None = None
     """See :attr:`ReactState.final_answer`."""
-    final_output: dict[str, JsonValue] | None = None
-    """See :attr:`ReactState.final_output`."""
+    final_output: Annotated[dict[str, JsonValue] | None, BeforeValidator(_as_json)] = None
+    """:attr:`ReactState.final_output` as JSON-able data: what a parent graph's channel
+    holds, whichever output model the loop had."""
 
 
 # --------------------------------------------------------------------------- building
@@ -246,6 +267,66 @@ class ReactOutput(TypedModel):
 # a model without an import path (defined in a function, in a test) still works in-process;
 # another process resolves the reference by import.
 _OUTPUT_MODELS: dict[str, type[BaseModel]] = {}
+
+
+# The state class of each output model, by the model's reference. Its import path is
+# ``stargraph.skills.react:ReactState__<hex of the reference>``, which the module's
+# ``__getattr__`` rebuilds in any process that can import the output model: the IR of a
+# graph (and of a parent graph holding it as a subgraph) references its state by import path.
+_STATES: dict[str, type[ReactState]] = {}
+_STATES_LOCK = threading.Lock()
+_STATE_PREFIX: Final = "ReactState__"
+
+
+def _output_ref(output_model: type[BaseModel]) -> str:
+    """The reference an output model is stored under (and remembered by, in-process)."""
+    found = try_ref_of(output_model)
+    ref = found if isinstance(found, str) else f"{output_model.__module__}:"
+    ref = ref if isinstance(found, str) else ref + output_model.__qualname__
+    _OUTPUT_MODELS.setdefault(ref, output_model)
+    return ref
+
+
+def react_state(output_model: type[BaseModel]) -> type[ReactState]:
+    """:class:`ReactState` whose ``final_output`` is an ``output_model`` (or ``None``): the
+    state of ``react_graph(output_model=...)``, so the final answer comes back as the model,
+    and checkpoints and replays, which hold it as JSON, validate it back into the model.
+    One class per output model.
+
+    >>> class Answer(BaseModel):
+    ...     total: float
+    >>> react_state(Answer).model_validate({"final_output": {"total": 1}}).final_output
+    Answer(total=1.0)
+    """
+    return _state_for(_output_ref(output_model), output_model)
+
+
+def _state_for(ref: str, output_model: type[BaseModel]) -> type[ReactState]:
+    with _STATES_LOCK:
+        found = _STATES.get(ref)
+        if found is None:
+            name = _STATE_PREFIX + ref.encode().hex()
+            found = create_model(
+                name,
+                __base__=ReactState,
+                __module__=ReactState.__module__,
+                __doc__=f"{ReactState.__doc__}\n\nWith output model ``{ref}``.",
+                final_output=(cast(Any, output_model | None), None),
+            )
+            found.__qualname__ = name
+            _STATES[ref] = found
+    return found
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith(_STATE_PREFIX):
+        try:
+            ref = bytes.fromhex(name.removeprefix(_STATE_PREFIX)).decode()
+        except ValueError:
+            ref = ""
+        if ref:
+            return _state_for(ref, _output_model(ref))
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def termination_pack(max_steps: int = 10, error_budget: int = 3) -> fathom.RulePack:
@@ -312,7 +393,10 @@ def react_graph(
     ``max_steps`` bounds the model calls, ``error_budget`` the failed tool calls, refusals
     and rejected answers. With ``output_model`` the final answer must be a JSON object that
     validates against it (the schema is added to the system prompt); it lands in
-    ``final_output`` and, as canonical JSON, in ``final_answer``.
+    ``final_output`` as an ``output_model`` instance (the graph's state is
+    :func:`react_state` of it) and, as canonical JSON, in ``final_answer``. A parent graph
+    mounting the loop receives that instance in its ``final_output`` channel: declare the
+    channel as the model, or as :class:`ReactOutput`'s field, which holds it as JSON data.
 
     ``request`` fixes request fields of every model call (``tool_choice``, ``max_tokens``,
     ``response_format``, ``extra``); like everything else here it is part of the graph hash.
@@ -362,16 +446,14 @@ def react_graph(
         if options:
             config["request"] = options
     if output_model is not None:
-        found = try_ref_of(output_model)
-        ref = found if isinstance(found, str) else f"{output_model.__module__}:"
-        ref = ref if isinstance(found, str) else ref + output_model.__qualname__
+        ref = _output_ref(output_model)
         _OUTPUT_MODELS[ref] = output_model
         # The schema, not just the reference, goes into the hash: editing the model's
         # fields changes what the agent is asked to produce.
         config["output_model"] = ref
         config["output_schema"] = output_model.model_json_schema()
     return (
-        Graph(name, state=ReactState)
+        Graph(name, state=ReactState if output_model is None else react_state(output_model))
         .with_node(
             "think",
             think,
@@ -715,7 +797,7 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
             if output is None:
                 out["final_answer"] = text
             else:
-                out["final_output"] = output.model_dump(mode="json")
+                out["final_output"] = output
                 out["final_answer"] = output.model_dump_json()
     errors = fields["error_count"] + len(notes)
     out.update(

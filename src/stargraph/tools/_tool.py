@@ -5,8 +5,10 @@
 * :class:`SubprocessTool` -- an external tool: a JSON manifest with both views plus an
   executable that reads the arguments as JSON on stdin and writes its result as JSON on stdout.
 
-Both are only ever run by the arbiter. Neither is callable: the decorated name is a tool, not
-a function, so code holding it cannot skip validation, locks and the commit log.
+Both are only ever run by the arbiter when a graph or an agent calls them. A ``PythonTool``
+is also callable as the plain function it wraps, so its own tests can call it directly; such a
+call is ordinary Python (no argument validation, locks or commit log), and the graph's path
+to the body stays the arbiter's.
 """
 
 from __future__ import annotations
@@ -232,7 +234,7 @@ class Tool(Protocol):
 
 
 class PythonTool:
-    """A Python function as a tool. Built by :func:`tool`; not callable on purpose."""
+    """A Python function as a tool. Built by :func:`tool`; calling it calls the function."""
 
     __slots__ = ("_ctx_param", "_fields", "_fn", "_model_param", "arguments", "source", "spec")
 
@@ -257,6 +259,11 @@ class PythonTool:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec.id!r}, source={self.source!r})"
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the wrapped function as written (a ``ToolContext`` parameter, if any, is
+        the caller's to pass): what unit tests of a tool's body want, outside the arbiter."""
+        return self._fn(*args, **kwargs)
 
     def _kwargs(self, ctx: ToolContext, args: ValidatedArgs) -> dict[str, Any]:
         if self._model_param is not None:
@@ -313,6 +320,8 @@ def tool(
     ...     return a + b
     >>> add.spec.input_schema["required"]
     ['a']
+    >>> add(2, b=3)
+    5
     """
 
     def decorate(fn: Callable[..., Any]) -> PythonTool:

@@ -436,7 +436,7 @@ def test_invalid_structured_answers_go_back_as_observations_within_the_budget(
         ]
     )
     final = compiled(chat, arbiter, output_model=Verdict).invoke({"task": "answer"})
-    assert final.final_output == {"answer": 42, "confidence": 0.9}
+    assert final.final_output == Verdict(answer=42, confidence=0.9)
     assert Verdict.model_validate_json(final.final_answer or "") == Verdict(
         answer=42, confidence=0.9
     )

@@ -111,7 +111,7 @@ def test_p2_every_request_option_is_sent(llama: ScriptedOpenAIServer, arbiter: A
             services={"model": chat, "arbiter": arbiter}
         )
         final = app.invoke({"task": "6*7?"})
-    assert final.final_output == {"value": 42}
+    assert final.final_output == Answer(value=42)
     body = llama.chat_requests[0].body
     assert body is not None
     assert (body["tool_choice"], body["max_tokens"], body["seed"]) == ("auto", 64, 7)
