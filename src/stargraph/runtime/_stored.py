@@ -84,15 +84,7 @@ def fork(
     """``CompiledGraph.fork`` (documented there): copy steps ``0..step`` of ``run_id`` into
     a new run linked to it, ``update`` committed as the step after (routed from ``as_node``
     if given); the new run's id."""
-    store = require_store(loop)
-    check_as_node(loop, as_node, run_id)
-    record = check_hashes(loop, store.get_run(run_id), code_hash)
-    if not 0 <= step <= record.last_step:
-        raise CheckpointError(
-            f"run {run_id!r} has steps 0..{record.last_step}; cannot fork from step {step}",
-            run_id=run_id,
-            step=step,
-        )
+    store, record = _fork_point(loop, run_id, step, as_node, code_hash)
     new_id = new_run_id or f"{run_id}~{uuid.uuid4().hex[:8]}"
     writes = validate_update(loop, update, new_id) if update else None
     history = store.get_steps(run_id, start=0, end=step)
@@ -122,16 +114,8 @@ def fork(
         store.commit_step(new_id, past)
     if writes or as_node is not None:
         values, at = load_values(store, loop.plan.channels, new_id, step)
-        run = loop.make_run(new_id, values)
-        run.step = step
-        run.tasks = tasks_from(at.next)
-        run.joins_seen = joins_from(at)
+        run = _run_at(loop, new_id, values, at, step, rules=as_node is not None)
         run.persistence = Persistence(loop.plan, store, snapshot_every=loop.options.snapshot_every)
-        if as_node is not None and loop.plan.rules is not None:
-            # The re-routed step asks the rules as a step of NODE would, from the facts
-            # the parent held at the fork point.
-            run.rules = loop.plan.rules()
-            run.rules.restore(at.facts)
         try:
             apply_update(loop, run, update or {}, as_node=as_node)
         finally:
@@ -152,6 +136,26 @@ def fork_next(
 ) -> tuple[str, ...]:
     """``CompiledGraph.fork_next`` (documented there): the nodes a fork of ``run_id`` at
     ``step`` with ``update`` (routed from ``as_node``) would run next; nothing is written."""
+    store, _ = _fork_point(loop, run_id, step, as_node, code_hash)
+    writes = validate_update(loop, update, run_id) if update else {}
+    values, at = load_values(store, loop.plan.channels, run_id, step)
+    if as_node is None:
+        return tuple(t.node for t in at.next)
+    run = _run_at(loop, run_id, values, at, step + 1, rules=True)
+    try:
+        run.merge([(Task("__update__"), writes)])
+        _route_as(loop, run, as_node)
+    finally:
+        if run.rules is not None:
+            run.rules.close()
+    return tuple(t.node for t in run.tasks)
+
+
+def _fork_point(
+    loop: StepLoop, run_id: str, step: int, as_node: str | None, code_hash: str | None
+) -> tuple[CheckpointStore, RunRecord]:
+    """The store and record of a run to fork at ``step``, refusing an unknown ``as_node``,
+    changed hashes and a step the run does not have."""
     store = require_store(loop)
     check_as_node(loop, as_node, run_id)
     record = check_hashes(loop, store.get_run(run_id), code_hash)
@@ -161,24 +165,23 @@ def fork_next(
             run_id=run_id,
             step=step,
         )
-    writes = validate_update(loop, update, run_id) if update else {}
-    values, at = load_values(store, loop.plan.channels, run_id, step)
-    if as_node is None:
-        return tuple(t.node for t in at.next)
+    return store, record
+
+
+def _run_at(
+    loop: StepLoop, run_id: str, values: dict[str, Any], at: StepRecord, step: int, *, rules: bool
+) -> Run:
+    """A run standing at stored step ``at`` (its tasks and joins), at ``step``; with
+    ``rules``, an engine holding the facts of that step, so a re-routed step asks the rules
+    as a step of its node would."""
     run = loop.make_run(run_id, values)
-    run.step = step + 1
+    run.step = step
     run.tasks = tasks_from(at.next)
     run.joins_seen = joins_from(at)
-    if loop.plan.rules is not None:
+    if rules and loop.plan.rules is not None:
         run.rules = loop.plan.rules()
         run.rules.restore(at.facts)
-    try:
-        run.merge([(Task("__update__"), writes)])
-        _route_as(loop, run, as_node)
-    finally:
-        if run.rules is not None:
-            run.rules.close()
-    return tuple(t.node for t in run.tasks)
+    return run
 
 
 def _route_as(loop: StepLoop, run: Run, as_node: str) -> None:
