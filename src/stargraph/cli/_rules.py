@@ -54,52 +54,16 @@ def rules_check_command(pack: str, graph_spec: str | None) -> None:
 
 
 def _check_without_graph(pack: Any) -> None:
-    """Validate ``pack`` with every state field it reads declared as an untyped slot, so
-    that syntax, templates, decisions and bounds are still checked in full."""
-    from stargraph.fathom import _bounds, _load, _values
+    """Validate ``pack`` with every state field it reads left untyped, so that syntax,
+    templates, decisions and bounds are still checked in full; warn about those fields."""
+    from stargraph import fathom
 
-    class _Unchecked(_values.FactField):
-        """A slot of any type: CLIPS then checks how a rule uses it, not what it holds."""
-
-        __slots__ = ()
-
-        def slot_declaration(self) -> str:
-            return "(default nil)"
-
-    read = _state_fields_read(pack)
-    fields: dict[str, _values.FactField] = {"done": _values.FactField(bool, False)}
-    fields.update((name, _Unchecked(object, True)) for name in read if name != "done")
-    if read:
-        names = ", ".join(sorted(read))
+    unchecked = fathom.validate_pack(pack, open_state=True)
+    if unchecked:
+        names = ", ".join(sorted(unchecked))
         click.echo(
             f"warning: rule pack {pack.id!r} reads state fields {names} (sg-state slots), which "
             "are unchecked without the graph's state model; pass --graph FILE.py|module:attr "
             "to check that they are fields marked fathom.Fact() and of the right type",
             err=True,
         )
-    _load.load_packs(
-        [pack], fields=fields, successors=None, functions={}, bounds=_bounds.DEFAULT_BOUNDS
-    )
-
-
-def _state_fields_read(pack: Any) -> set[str]:
-    """The ``sg-state`` slots the rules of ``pack`` match on (none when it does not read)."""
-    from stargraph.fathom import _sexpr as sx
-
-    try:
-        constructs = sx.read_constructs(pack.source)
-    except sx.SourceError:
-        return set()  # the check proper reports it, with its line
-    found: set[str] = set()
-    for c in constructs:
-        if c.kind != "defrule":
-            continue
-        lhs, _ = sx.split_rule(c.tree)
-        for pattern in sx.patterns(lhs):
-            if pattern.head != "sg-state":
-                continue
-            for item in pattern.items[1:]:
-                if isinstance(item, sx.SExpr) and isinstance(item.head, str):
-                    found.add(item.head)
-    found.discard("sg-tick")
-    return found

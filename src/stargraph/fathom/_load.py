@@ -31,7 +31,7 @@ from stargraph.fathom import _allow
 from stargraph.fathom import _sexpr as sx
 from stargraph.fathom._bounds import DEFAULT_BOUNDS, RuleBounds, check_bounds
 from stargraph.fathom._pack import RulePack
-from stargraph.fathom._values import FactField, normalise_fields
+from stargraph.fathom._values import FactField, OpenField, normalise_fields
 
 __all__ = ["Capture", "Loaded", "load_packs", "new_environment", "validate_pack"]
 
@@ -534,7 +534,8 @@ def validate_pack(
     successors: Mapping[str, Iterable[str]] | None = None,
     functions: Iterable[str] = (),
     bounds: RuleBounds | None = None,
-) -> None:
+    open_state: bool = False,
+) -> frozenset[str]:
     """Load ``pack`` into a scratch environment and raise RuleCompileError if it is invalid.
 
     Checks the allowlist of constructs and functions (:mod:`stargraph.fathom._allow`) before
@@ -545,14 +546,44 @@ def validate_pack(
     ``functions`` names the Python functions the engine will define. The pack must also
     stay within ``bounds`` (:class:`~stargraph.fathom.RuleBounds`: patterns per rule,
     deffacts facts, partial matches), as it must in the engine.
+
+    With ``open_state``, every ``sg-state`` slot the rules match on and ``fact_fields`` does
+    not declare is declared without a type, so a pack can be checked without the state model
+    it will run with; the names of those unchecked slots are returned (else an empty set).
     """
+    fields = normalise_fields(fact_fields or {})
+    unchecked = frozenset(_state_slots_read(pack) - fields.keys()) if open_state else frozenset()
+    fields.update((name, OpenField(object, True)) for name in unchecked)
     load_packs(
         [pack],
-        fields=normalise_fields(fact_fields or {}),
+        fields=fields,
         successors=freeze_successors(successors),
         functions=dict.fromkeys(functions, _stub),
         bounds=bounds or DEFAULT_BOUNDS,
     )  # the scratch environment is dropped on return
+    return unchecked
+
+
+def _state_slots_read(pack: RulePack) -> set[str]:
+    """The ``sg-state`` slots the rules of ``pack`` match on (none when it cannot be read:
+    the load proper reports that, with its line)."""
+    try:
+        constructs = sx.read_constructs(pack.source)
+    except sx.SourceError:
+        return set()
+    found: set[str] = set()
+    for c in constructs:
+        if c.kind != "defrule":
+            continue
+        lhs, _ = sx.split_rule(c.tree)
+        for pattern in sx.patterns(lhs):
+            if pattern.head != "sg-state":
+                continue
+            for item in pattern.items[1:]:
+                if isinstance(item, sx.SExpr) and isinstance(item.head, str):
+                    found.add(item.head)
+    found.discard("sg-tick")
+    return found
 
 
 def freeze_successors(

@@ -79,6 +79,17 @@ class FactField(typing.NamedTuple):
         return table[self.base]
 
 
+class OpenField(FactField):
+    """A slot of any type, for checking a pack without the state model it will run with:
+    CLIPS then checks how a rule uses the slot, not what it holds."""
+
+    __slots__ = ()
+
+    def slot_declaration(self) -> str:
+        """No type constraint, ``nil`` by default."""
+        return "(default nil)"
+
+
 def _unwrap(annotation: Any) -> Any:
     """Strip ``Annotated`` so ``Annotated[int | None, Fact()]`` yields ``int | None``."""
     while get_origin(annotation) is typing.Annotated:
