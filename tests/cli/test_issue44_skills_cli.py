@@ -356,4 +356,4 @@ def test_issue44_model_option_refuses_an_object_that_is_no_chat_model(project: P
     (project / "model.py").write_text(textwrap.dedent("not_a_model = 42\n"))
     result = sg("skills", "run", "review", "--model", "model:not_a_model", "--input", "{}")
     assert result.exit_code == 2
-    assert "--model model:not_a_model is a int, not a chat model" in result.stderr
+    assert "--model model:not_a_model is an object of type int, not a chat model" in result.stderr

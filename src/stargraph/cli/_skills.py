@@ -78,9 +78,9 @@ def _model(value: str, project: Project) -> Any:
         found = found()
     if not is_chat_model(found):
         raise CliUsageError(
-            f"--model {value} is a {type(found).__name__}, not a chat model (an object with "
-            "complete(request), e.g. stargraph.llm.ScriptedChatModel) or a function returning "
-            "one; or pass a model name of the endpoint in OPENAI_BASE_URL"
+            f"--model {value} is an object of type {type(found).__name__}, not a chat model "
+            "(an object with complete(request), e.g. stargraph.testing.ScriptedChatModel) or a "
+            "function returning one; or pass a model name of the endpoint in OPENAI_BASE_URL"
         )
     return found
 
