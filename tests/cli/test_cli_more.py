@@ -504,7 +504,7 @@ def test_skills_run_an_agent_skill_against_an_openai_compatible_endpoint(site: P
         (["skills", "run", "nope"], 1, "no skill 'nope'"),
         (["skills", "run", "acme-greeter", "--input", "[1]"], 2, "must be a JSON object"),
         (["skills", "run", "acme-greeter", "--input", "{"], 2, "--input is not valid JSON"),
-        (["skills", "run", "acme-greeter", "--input", '{"name": 5}'], 1, "does not fit"),
+        (["skills", "run", "acme-greeter", "--input", '{"name": 5}'], 2, "does not fit"),
         (["skills", "frob"], 2, "No such command 'frob'"),
     ],
 )

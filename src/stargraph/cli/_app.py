@@ -3,8 +3,8 @@ every failure into one paragraph on stderr (``error: ...``) with exit status 1; 
 exit 2; ``--debug`` adds the traceback.
 
 Each command lives in the module of its subject (``_graphs``, ``_run``, ``_inspect``,
-``_replay``, ``_workers``, ``_plugins``, ``_rules``, ``_proposals``, ``_ui``); what they print
-in common is in ``_output``. None of them imports this module.
+``_replay``, ``_workers``, ``_skills``, ``_plugins``, ``_rules``, ``_proposals``, ``_ui``);
+what they print in common is in ``_output``. None of them imports this module.
 """
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ from stargraph.cli._graphs import compile_command, draw_command, hash_command
 from stargraph.cli._inspect import diff_command, runs_command, show_command
 from stargraph.cli._load import CliError, importable_cwd
 from stargraph.cli._output import describe_error
-from stargraph.cli._plugins import plugins_group, skills_group
+from stargraph.cli._plugins import plugins_group
 from stargraph.cli._proposals import proposals_group
 from stargraph.cli._replay import replay_command
 from stargraph.cli._rules import rules_group
 from stargraph.cli._run import resume_command, run_command
+from stargraph.cli._skills import skills_group
 from stargraph.cli._ui import ui_command
 from stargraph.cli._workers import fork_command, submit_command, worker_command
 

@@ -1,5 +1,7 @@
 """Test support that ships: a scripted OpenAI-compatible server and conformance suites.
 
+* :class:`ScriptedChatModel` - the in-process fake model (``stargraph.llm``'s, here beside its
+  over-HTTP sibling): replies from a list, or from a function of each request.
 * :class:`ScriptedOpenAIServer` - an HTTP server on 127.0.0.1 answering
   ``/v1/chat/completions`` (plain and SSE streaming) from a script of :class:`Reply` s, with
   deterministic ids, injected errors, delays and aborted answers, and every request recorded;
@@ -11,6 +13,7 @@
 
 from __future__ import annotations
 
+from stargraph.llm import ScriptedChatModel
 from stargraph.testing._replies import RecordedRequest, Reply, ScriptedToolCall
 from stargraph.testing._server import FIXED_CREATED, ScriptedOpenAIServer
 from stargraph.testing.conformance import CONFORMANCE_SCRIPT, ChatModelHarness, check_chat_model
@@ -22,6 +25,7 @@ __all__ = [
     "FIXED_CREATED",
     "RecordedRequest",
     "Reply",
+    "ScriptedChatModel",
     "ScriptedOpenAIServer",
     "ScriptedToolCall",
     "assert_replays_every_step",
