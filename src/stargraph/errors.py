@@ -64,6 +64,7 @@ keeps working for callers who do not know stargraph::
     │   ├── WaitTimeoutError (TimeoutError)  waiting for a skill run or a lane outlasted the wait
     │   ├── ServiceNotStartedError           a local server used before start() / after close()
     │   ├── LifecycleError                   an illegal agent transition or unmet writeback
+    │   │   └── AgentQueueFullError          a task refused: its agent type's queue is full
     │   └── ReplayError                      replay could not reproduce the recorded run
     │       ├── ReplayMissError (LookupError)
     │       ├── ReplayDivergenceError
@@ -93,6 +94,7 @@ from typing import Any, Protocol, Self, TypedDict, Unpack
 
 __all__ = [
     "AgentConfigError",
+    "AgentQueueFullError",
     "ArtifactNotFoundError",
     "AttemptAbandonedError",
     "CassetteError",
@@ -655,6 +657,18 @@ class ServiceNotStartedError(RunError):
 class LifecycleError(RunError):
     """An agent lifecycle transition the lifecycle machine does not allow (``TERMINATED ->
     BUSY``), or one refused because the agent's writeback contract is not met (``block``)."""
+
+
+class AgentQueueFullError(LifecycleError):
+    """A task submitted for an agent type whose every slot is taken and whose queue holds
+    ``limits.queue_depth`` tasks already. Names the type and both limits."""
+
+    def __init__(self, message: str, *, agent_type: str, queue_depth: int) -> None:
+        super().__init__(message)
+        self.agent_type = agent_type
+        """The profile whose queue is full."""
+        self.queue_depth = queue_depth
+        """The limit that was reached."""
 
 
 class ReplayError(RunError):
