@@ -58,6 +58,7 @@ keeps working for callers who do not know stargraph::
     │   │   ├── ProposalNotFoundError (LookupError)
     │   │   └── ProposalStateError (ValueError)
     │   ├── LaneTransitionError              an event a lane state machine does not allow
+    │   ├── SessionError                     a session event its state forbids, or no session
     │   ├── RemoteContextError               a remote node used an orchestrator-only ctx part
     │   ├── RayUnavailableError              Ray missing, unconnected, or not on loopback
     │   ├── LaneBusyError                    a lane already runs a skill (one active per lane)
@@ -144,6 +145,7 @@ __all__ = [
     "RunNotFoundError",
     "RunNotResumableError",
     "ServiceNotStartedError",
+    "SessionError",
     "SkillValidationError",
     "StargraphError",
     "StargraphWarning",
@@ -626,6 +628,12 @@ class ProposalStateError(ProposalError, ValueError):
 
 class LaneTransitionError(RunError):
     """An event the lane state machine does not allow in its current state."""
+
+
+class SessionError(RunError):
+    """A session lifecycle event its state does not allow (``heartbeat`` of a stopped
+    session), a skill started in a session that is not running, or a session id the session
+    store does not hold."""
 
 
 class RemoteContextError(RunError):
