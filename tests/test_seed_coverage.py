@@ -305,6 +305,7 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
     "D13": ("at TERMINATE the slot is released and the parent notified", (
         f"{AQ}::test_D13_terminate_releases_the_agent_and_notifies_the_parent_durably",
         f"{AQ}::test_D13_a_waiting_parent_wakes_when_its_agent_terminates",
+        f"{AQ}::test_D13_a_parent_waiting_on_another_handle_of_the_file_sees_the_notification",
         f"{AQ}::test_D13_a_failed_agent_notifies_with_its_error_and_waiting_can_time_out",
     )),
     "D14": ("the orphan scan runs periodically", (
@@ -316,6 +317,7 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         f"{AQ}::test_D15_limits_size_the_pool_and_the_queue_depth",
         f"{AQ}::test_D15_the_default_queue_depth_is_one_task_per_slot",
         f"{AQ}::test_D15_an_ended_agent_gives_its_slot_to_the_oldest_queued_task",
+        f"{AQ}::test_D15_the_queue_full_error_survives_a_process_boundary",
     )),
     # E. Stargraph skills page
     "E1": ("Skill validates name, version, kind, tool ids", (

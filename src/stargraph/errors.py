@@ -671,7 +671,9 @@ class AgentQueueFullError(LifecycleError):
     """A task submitted for an agent type whose every slot is taken and whose queue holds
     ``limits.queue_depth`` tasks already. Names the type and both limits."""
 
-    def __init__(self, message: str, *, agent_type: str, queue_depth: int) -> None:
+    # Defaults only so that unpickling (which passes the message alone, then restores the
+    # attributes) works: a process pool sends errors back pickled.
+    def __init__(self, message: str, *, agent_type: str = "", queue_depth: int = 0) -> None:
         super().__init__(message)
         self.agent_type = agent_type
         """The profile whose queue is full."""

@@ -4,7 +4,10 @@ queue sized by the profile's limits - all through the public ``stargraph.agents`
 
 from __future__ import annotations
 
+import pickle
+import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -178,6 +181,45 @@ def test_D13_a_waiting_parent_wakes_when_its_agent_terminates(store: AgentStore)
     assert [(n.agent_id, n.status) for n in received] == [(agent.id, "TERMINATED")]
 
 
+def _blocked_in_wait(thread: threading.Thread) -> bool:
+    """Whether ``thread`` reached a blocking ``Condition.wait`` (checked until a generous
+    deadline that only catches a hang)."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        frame = sys._current_frames().get(thread.ident or -1)
+        while frame is not None:
+            if frame.f_code.co_name == "wait" and "threading" in frame.f_code.co_filename:
+                return True
+            frame = frame.f_back
+        threading.Event().wait(0.001)
+    return False
+
+
+def test_D13_a_parent_waiting_on_another_handle_of_the_file_sees_the_notification(
+    tmp_path: Path, ids: Iterator[str]
+) -> None:
+    # Two store objects on one file stand for two processes: nothing wakes the waiter but
+    # its own reading of the table.
+    path = tmp_path / "agents.db"
+    with (
+        AgentStore(path, new_id=lambda: next(ids)) as child_side,
+        AgentStore(path) as parent_side,
+    ):
+        agent = child_side.allocate(coder(), task_id="t1", parent="parent")
+        received: list[Notification] = []
+        waiter = threading.Thread(
+            target=lambda: received.append(
+                parent_side.wait_notification("parent", timeout=60, poll=0.01)
+            )
+        )
+        waiter.start()
+        assert _blocked_in_wait(waiter)  # the parent waits before the child ends
+        finish(child_side, agent.id)
+        waiter.join(30)  # well inside the wait's own 60 s: the poll, not the timeout, ended it
+        assert not waiter.is_alive()
+    assert [(n.agent_id, n.status) for n in received] == [(agent.id, "TERMINATED")]
+
+
 def test_D13_a_failed_agent_notifies_with_its_error_and_waiting_can_time_out(
     store: AgentStore,
 ) -> None:
@@ -320,3 +362,13 @@ def test_D12_each_phase_boundary_is_a_checkpoint_and_a_crash_resumes_at_the_last
         assert [c.step for c in phase_checkpoints(app, "agent-a1")] == [1, 2, 3, 4]
     # The phases before the crash ran once; the crashed one ran again from its start.
     assert CALLS == {"GATHER": 1, "ANALYZE": 1, "PLAN": 2, "APPLY": 1}
+
+
+def test_D15_the_queue_full_error_survives_a_process_boundary(store: AgentStore) -> None:
+    profile = coder(max_tasks=1, queued=0)
+    store.submit(profile, TaskNeeds())
+    with pytest.raises(AgentQueueFullError) as caught:
+        store.submit(profile, TaskNeeds())
+    back = pickle.loads(pickle.dumps(caught.value))
+    assert (type(back), back.agent_type, back.queue_depth) == (AgentQueueFullError, "coder", 0)
+    assert str(back) == str(caught.value)

@@ -23,7 +23,7 @@ from pydantic import ConfigDict
 
 from stargraph._typed import TypedModel
 from stargraph.agents._profile import AgentProfile, TaskNeeds
-from stargraph.errors import AgentConfigError
+from stargraph.errors import AgentConfigError, AgentQueueFullError
 
 __all__ = ["Notification", "QueuedTask", "SCHEMA"]
 
@@ -89,6 +89,20 @@ _NOTIFICATION_COLUMNS: Final = (
     "summary",
     "error",
 )
+
+
+def queue_full(profile: AgentProfile, waiting: int) -> AgentQueueFullError:
+    """The refusal of a task for ``profile``, whose slots are taken and whose queue holds
+    ``waiting`` tasks: it names the type and both limits, and what to change."""
+    limits = profile.limits
+    return AgentQueueFullError(
+        f"agent type {profile.agent_type!r} is full: limits.max_concurrent_tasks="
+        f"{limits.max_concurrent_tasks} agents are live and its queue holds {waiting} tasks "
+        f"(limits.queue_depth={limits.queue_depth}); wait for an agent to end, or raise "
+        "limits.max_concurrent_tasks or limits.max_queued_tasks",
+        agent_type=profile.agent_type,
+        queue_depth=limits.queue_depth,
+    )
 
 
 def queue_length(conn: sqlite3.Connection, agent_type: str) -> int:

@@ -36,7 +36,6 @@ from stargraph.agents._spawn import PoolAssignment, SpawnParams, WritebackContra
 from stargraph.agents._writeback import AgentEvent, TaskUpdate, ThoughtRecord, WritebackMode
 from stargraph.errors import (
     AgentConfigError,
-    AgentQueueFullError,
     LifecycleError,
     Problem,
     WaitTimeoutError,
@@ -384,15 +383,7 @@ class AgentStore(Closing):
             else:
                 waiting = _pipeline.queue_length(conn, profile.agent_type)
                 if waiting >= limits.queue_depth:
-                    raise AgentQueueFullError(
-                        f"agent type {profile.agent_type!r} is full: "
-                        f"limits.max_concurrent_tasks={limits.max_concurrent_tasks} agents "
-                        f"are live and its queue holds {waiting} tasks (limits.queue_depth="
-                        f"{limits.queue_depth}); wait for an agent to end, or raise "
-                        "limits.max_concurrent_tasks or limits.max_queued_tasks",
-                        agent_type=profile.agent_type,
-                        queue_depth=limits.queue_depth,
-                    )
+                    raise _pipeline.queue_full(profile, waiting)
                 return _pipeline.enqueue(conn, profile, needs, parent, self._now())
         return self.get(agent_id)
 
@@ -410,21 +401,29 @@ class AgentStore(Closing):
             return _pipeline.notifications(self._conn, parent, after)
 
     def wait_notification(
-        self, parent: str, *, after: int = 0, timeout: float | None = 60.0
+        self, parent: str, *, after: int = 0, timeout: float | None = 60.0, poll: float = 0.5
     ) -> Notification:
         """The first notification for ``parent`` after ``seq`` ``after``, waiting for one
         when there is none yet; a notification stored before the call is returned at once.
-        Raises :class:`~stargraph.errors.WaitTimeoutError` after ``timeout`` seconds."""
+
+        An agent ended through this store object wakes the wait at once; one ended by
+        another process is seen within ``poll`` seconds, when the wait reads the table
+        again. Raises :class:`~stargraph.errors.WaitTimeoutError` after ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._notified:
-            ready = self._notified.wait_for(
-                lambda: _pipeline.notifications(self._conn, parent, after), timeout
-            )
-        if not ready:
-            raise WaitTimeoutError(
-                f"no agent of parent {parent!r} ended within {timeout}s (after notification "
-                f"{after}); wait again, or check store.agents() for its live agents"
-            )
-        return ready[0]
+            while True:
+                found = _pipeline.notifications(self._conn, parent, after)
+                if found:
+                    return found[0]
+                left = poll if deadline is None else min(poll, deadline - time.monotonic())
+                if left <= 0:
+                    raise WaitTimeoutError(
+                        f"no agent of parent {parent!r} ended within {timeout}s (after "
+                        f"notification {after}); wait again, or check store.agents() for its "
+                        "live agents"
+                    )
+                self._notified.wait(left)
 
     def pool_members(self, pool: PoolAssignment | str) -> list[str]:
         """The live agents of ``pool``, by id: an agent leaves it when it ends."""
