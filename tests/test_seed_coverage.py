@@ -131,6 +131,7 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         f"{MSN}::test_A23_session_starts_heartbeats_and_stops_durably",
         f"{MSN}::test_A23_a_session_whose_heartbeat_stopped_resumes_its_skills_from_their_checkpoints",
         f"{MSN}::test_A23_recovery_restarts_a_run_cut_off_before_its_first_checkpoint",
+        f"{MSN}::test_A23_a_killed_sessions_skill_resumes_in_another_process",
     )),
     # B. Choir tool system
     "B1": ("llm and runtime views of a manifest", (

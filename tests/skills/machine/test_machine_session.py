@@ -8,21 +8,25 @@ checkpoints - through the public ``stargraph.skills.machine`` API."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
 
+import stargraph
 from stargraph.checkpoint import SqliteStore
 from stargraph.errors import LLMError, SessionError
 from stargraph.llm import OpenAIChatModel
 from stargraph.skills.machine import (
     SESSION_MACHINE,
+    LaneMachine,
     MachineRuntime,
     Session,
     SessionStore,
-    validate_machine,
 )
-from stargraph.skills.machine._lanes import machine_shape
 from stargraph.testing import Reply, ScriptedOpenAIServer
 from stargraph.tools import Arbiter
 from tests.skills.machine.test_machine_helpers import (  # noqa: F401 -- fixtures
@@ -57,7 +61,8 @@ def runtime(chat: OpenAIChatModel, arbiter: Arbiter, runs: SqliteStore | None) -
 def test_A23_session_starts_heartbeats_and_stops_durably(
     tmp_path: Path, server: ScriptedOpenAIServer, chat: OpenAIChatModel, arbiter: Arbiter
 ) -> None:
-    assert validate_machine(machine_shape(SESSION_MACHINE)) == []
+    # The session machine is data the machine validator accepts, as a lane machine's is.
+    assert LaneMachine("session", SESSION_MACHINE).allowed() == ("start",)
     clock = Clock()
     with SessionStore(tmp_path / "sessions.db", clock=clock) as store:
         session = Session(runtime(chat, arbiter, None), store)
@@ -156,3 +161,56 @@ def test_A23_recovery_restarts_a_run_cut_off_before_its_first_checkpoint(
         assert store.events("s1")[-1].detail == {"resumed": [], "restarted": [run_id]}
         with pytest.raises(SessionError, match="no session 'nobody'"):
             store.get("nobody")
+
+
+ROOT = Path(__file__).resolve().parents[3]
+CHILD = "from tests.skills.machine.test_machine_session import child; child()"
+
+
+def child() -> None:
+    """A process running session ``s1`` on the SQLite files ``argv[1:3]`` against the
+    scripted server at ``argv[3]``; it dies (``tests.crashgraph``, ``SG_CRASH_AT``) where
+    told, its heartbeat stopping with it."""
+    from tests.crashgraph import CrashingStore
+
+    runs_db, sessions_db, base_url, workspace = sys.argv[1:5]
+    model = OpenAIChatModel(
+        "gpt-test", base_url=base_url, api_key="sk-test", timeout=5.0, max_retries=0
+    )
+    with Arbiter(registry(), workspace=Path(workspace)) as arbiter:
+        session = Session(
+            runtime(model, arbiter, CrashingStore(runs_db)), SessionStore(sessions_db)
+        )
+        session.start()
+        session.run("small", {"topic": "x"}).result()
+
+
+def test_A23_a_killed_sessions_skill_resumes_in_another_process(
+    tmp_path: Path, server: ScriptedOpenAIServer, chat: OpenAIChatModel, arbiter: Arbiter
+) -> None:
+    server.set_script(SCRIPT)
+    workspace = tmp_path / "child-ws"
+    workspace.mkdir()
+    env = {k: v for k, v in os.environ.items() if k != "SG_CRASH_AT"}
+    src = Path(stargraph.__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT), env.get("PYTHONPATH", "")])
+    env["SG_CRASH_AT"] = "after_commit:1"
+    runs_db, sessions_db = tmp_path / "runs.db", tmp_path / "sessions.db"
+    crashed = subprocess.run(
+        [sys.executable, "-c", CHILD, str(runs_db), str(sessions_db), server.base_url,
+         str(workspace)],
+        check=False, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert crashed.returncode == 137, crashed.stderr
+    assert len(server.chat_requests) == 1  # it died after its first committed step
+    later = time.time() + 120  # the supervisor looks two minutes on: no heartbeat since
+    with SqliteStore(runs_db) as runs, SessionStore(sessions_db, clock=lambda: later) as store:
+        assert [s.id for s in store.stale(after=30)] == ["s1"]
+        assert runs.get_run("s1/core/1").status == "orphaned"
+        (resumed,) = Session(runtime(chat, arbiter, runs), store).recover(stale_after=30)
+        result = resumed.result()
+        assert (result.status, result.output) == ("done", {"answer": "42"})
+        assert [e.event for e in store.events("s1")] == ["start", "crash", "recover"]
+    # The killed process's step (its model call and tool call) was not made again.
+    assert len(server.chat_requests) == 1 + 2
+    assert QUERIES == []
