@@ -42,6 +42,8 @@ SL = "tests/skills/markdown/test_skillmd_loading.py"
 SR = "tests/skills/markdown/test_skillmd_running.py"
 AL = "tests/agents/test_agents_lifecycle.py"
 AP = "tests/agents/test_agents_pool.py"
+AQ = "tests/agents/test_agents_pipeline.py"
+MSN = "tests/skills/machine/test_machine_session.py"
 SK = "tests/skills/test_skills.py"
 SE = "tests/test_seed_rows.py"
 B18 = "tests/tools/test_seed_b18.py"
@@ -124,6 +126,12 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
     "A22": ("skill descriptions in the system-prompt summary of the skills", (
         f"{MR}::test_A22_every_step_system_prompt_summarises_the_skills_with_their_descriptions",
         f"{MR}::test_A9_prompt_holds_context_memory_objective_and_step_context_only",
+    )),
+    "A23": ("session SM: start, heartbeat, stop, crash recovery from checkpoints", (
+        f"{MSN}::test_A23_session_starts_heartbeats_and_stops_durably",
+        f"{MSN}::test_A23_a_session_whose_heartbeat_stopped_resumes_its_skills_from_their_checkpoints",
+        f"{MSN}::test_A23_recovery_restarts_a_run_cut_off_before_its_first_checkpoint",
+        f"{MSN}::test_A23_a_killed_sessions_skill_resumes_in_another_process",
     )),
     # B. Choir tool system
     "B1": ("llm and runtime views of a manifest", (
@@ -292,6 +300,26 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         f"{AP}::test_D11_each_pool_strategy_chooses_by_its_own_rule",
         f"{AP}::test_D11_six_tier_taxonomy_tags_skill_list",
     )),
+    "D12": ("GATHER -> ANALYZE -> PLAN -> APPLY, a checkpoint per phase boundary", (
+        f"{AQ}::test_D12_each_phase_boundary_is_a_checkpoint_and_a_crash_resumes_at_the_last",
+    )),
+    "D13": ("at TERMINATE the slot is released and the parent notified", (
+        f"{AQ}::test_D13_terminate_releases_the_agent_and_notifies_the_parent_durably",
+        f"{AQ}::test_D13_a_waiting_parent_wakes_when_its_agent_terminates",
+        f"{AQ}::test_D13_a_parent_waiting_on_another_handle_of_the_file_sees_the_notification",
+        f"{AQ}::test_D13_a_failed_agent_notifies_with_its_error_and_waiting_can_time_out",
+    )),
+    "D14": ("the orphan scan runs periodically", (
+        f"{AQ}::test_D14_orphan_scan_runs_periodically",
+        f"{AQ}::test_D14_the_scanner_loop_scans_on_schedule_until_stopped",
+        f"{AQ}::test_D14_a_real_scanner_thread_stops_on_request",
+    )),
+    "D15": ("profile limits size the pool and the queue depth", (
+        f"{AQ}::test_D15_limits_size_the_pool_and_the_queue_depth",
+        f"{AQ}::test_D15_the_default_queue_depth_is_one_task_per_slot",
+        f"{AQ}::test_D15_an_ended_agent_gives_its_slot_to_the_oldest_queued_task",
+        f"{AQ}::test_D15_the_queue_full_error_survives_a_process_boundary",
+    )),
     # E. Stargraph skills page
     "E1": ("Skill validates name, version, kind, tool ids", (
         f"{SK}::test_skill_validators_name_field_and_value",
@@ -344,16 +372,8 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
 }  # fmt: skip
 
 OPEN_ROWS: dict[str, str] = {
-    "A23": "not built: no session state machine (start, heartbeat, stop, crash recovery) "
-    "above the lane and skill machines; a project of its own, to be filed as an issue",
     "B20": "not built: an external tool must be a ready executable; building a source "
     "directory during the agent build needs a build step and sandbox, to be filed as an issue",
-    "D12": "not built: sub-agents have no GATHER/ANALYZE/PLAN/APPLY phases with a "
-    "checkpoint at each boundary; needs a phase model over the agents store, to be filed",
-    "D13": "not built: terminating an agent neither releases it from a pool nor notifies "
-    "a parent workflow; the agents store has no task pipeline to notify through",
-    "D14": "not built: orphan_scan() runs only when called; no periodic scanner",
-    "D15": "not built: profile limits bound allocation but do not size pools or queues",
     "E12": "not built: Skill.requires is recorded but not checked; checking service: "
     "capabilities against compile(services=...) breaks offline replay, which compiles a "
     "recorded run without its live services; needs a design decision, to be filed",

@@ -58,12 +58,14 @@ keeps working for callers who do not know stargraph::
     │   │   ├── ProposalNotFoundError (LookupError)
     │   │   └── ProposalStateError (ValueError)
     │   ├── LaneTransitionError              an event a lane state machine does not allow
+    │   ├── SessionError                     a session event its state forbids, or no session
     │   ├── RemoteContextError               a remote node used an orchestrator-only ctx part
     │   ├── RayUnavailableError              Ray missing, unconnected, or not on loopback
     │   ├── LaneBusyError                    a lane already runs a skill (one active per lane)
     │   ├── WaitTimeoutError (TimeoutError)  waiting for a skill run or a lane outlasted the wait
     │   ├── ServiceNotStartedError           a local server used before start() / after close()
     │   ├── LifecycleError                   an illegal agent transition or unmet writeback
+    │   │   └── AgentQueueFullError          a task refused: its agent type's queue is full
     │   └── ReplayError                      replay could not reproduce the recorded run
     │       ├── ReplayMissError (LookupError)
     │       ├── ReplayDivergenceError
@@ -93,6 +95,7 @@ from typing import Any, Protocol, Self, TypedDict, Unpack
 
 __all__ = [
     "AgentConfigError",
+    "AgentQueueFullError",
     "ArtifactNotFoundError",
     "AttemptAbandonedError",
     "CassetteError",
@@ -142,6 +145,7 @@ __all__ = [
     "RunNotFoundError",
     "RunNotResumableError",
     "ServiceNotStartedError",
+    "SessionError",
     "SkillValidationError",
     "StargraphError",
     "StargraphWarning",
@@ -626,6 +630,12 @@ class LaneTransitionError(RunError):
     """An event the lane state machine does not allow in its current state."""
 
 
+class SessionError(RunError):
+    """A session lifecycle event its state does not allow (``heartbeat`` of a stopped
+    session), a skill started in a session that is not running, or a session id the session
+    store does not hold."""
+
+
 class RemoteContextError(RunError):
     """A node running on the executor given to ``compile(executor=...)`` used a part of its
     ``ctx`` that only the orchestrating process has (``once``, ``record_call``,
@@ -655,6 +665,20 @@ class ServiceNotStartedError(RunError):
 class LifecycleError(RunError):
     """An agent lifecycle transition the lifecycle machine does not allow (``TERMINATED ->
     BUSY``), or one refused because the agent's writeback contract is not met (``block``)."""
+
+
+class AgentQueueFullError(LifecycleError):
+    """A task submitted for an agent type whose every slot is taken and whose queue holds
+    ``limits.queue_depth`` tasks already. Names the type and both limits."""
+
+    # Defaults only so that unpickling (which passes the message alone, then restores the
+    # attributes) works: a process pool sends errors back pickled.
+    def __init__(self, message: str, *, agent_type: str = "", queue_depth: int = 0) -> None:
+        super().__init__(message)
+        self.agent_type = agent_type
+        """The profile whose queue is full."""
+        self.queue_depth = queue_depth
+        """The limit that was reached."""
 
 
 class ReplayError(RunError):

@@ -21,11 +21,27 @@ CAPACITY_AWARE, or your own :class:`Strategy`), and ``store.dispatch(profiles, t
 it for a queue of tasks against the store's live agents. ``spawn(agent_id, SpawnParams(...))``
 injects the seven spawn parameters; :func:`skill_list` lists skills by the six-tier taxonomy.
 Invalid agent data is an :class:`~stargraph.errors.AgentConfigError` naming field and value.
+
+``store.submit(profile, TaskNeeds(...), parent="run-1")`` gives a task an agent while the
+profile's ``limits`` leave a slot, queues it up to ``limits.queue_depth`` otherwise (then
+:class:`~stargraph.errors.AgentQueueFullError`); an agent that ends frees its slot for the
+next queued task and notifies its parent (``store.notifications(parent)``,
+``store.wait_notification(parent)``). :class:`OrphanScanner` runs the orphan scan every N
+seconds; :func:`phased_graph` runs a sub-agent's workflow as GATHER -> ANALYZE -> PLAN ->
+APPLY with a checkpoint at each phase boundary.
 """
 
 from __future__ import annotations
 
 from stargraph.agents._lifecycle import DEFAULT_LIFECYCLE, LIFECYCLE_DATA, AgentState, Lifecycle
+from stargraph.agents._phases import (
+    PHASES,
+    Phase,
+    PhaseCheckpoint,
+    phase_checkpoints,
+    phased_graph,
+)
+from stargraph.agents._pipeline import Notification, QueuedTask
 from stargraph.agents._pool import (
     STRATEGIES,
     Allocation,
@@ -36,6 +52,7 @@ from stargraph.agents._pool import (
     plan,
 )
 from stargraph.agents._profile import AgentProfile, History, Limits, Permissions, TaskNeeds
+from stargraph.agents._scanner import OrphanScanner
 from stargraph.agents._spawn import (
     ContextSnapshot,
     PoolAssignment,
@@ -70,10 +87,16 @@ __all__ = [
     "LIFECYCLE_DATA",
     "Lifecycle",
     "Limits",
+    "Notification",
+    "OrphanScanner",
     "OrphanWarning",
+    "PHASES",
     "Permissions",
+    "Phase",
+    "PhaseCheckpoint",
     "PoolAssignment",
     "PoolStrategy",
+    "QueuedTask",
     "STRATEGIES",
     "SkillListing",
     "SkillTier",
@@ -87,6 +110,8 @@ __all__ = [
     "WritebackMode",
     "WritebackWarning",
     "allocate",
+    "phase_checkpoints",
+    "phased_graph",
     "plan",
     "skill_list",
     "task_slug",

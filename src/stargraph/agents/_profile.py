@@ -37,6 +37,20 @@ class Limits(AgentData):
     """Tokens one task may spend."""
     timeout_ms: int = Field(300_000, ge=1)
     """Wall time one task may take."""
+    max_queued_tasks: int | None = Field(None, ge=0)
+    """Tasks that may wait for a free slot (queue depth); ``None``: one per slot, that is
+    ``max_concurrent_tasks``. ``0`` refuses a task at once when every slot is taken."""
+
+    @property
+    def queue_depth(self) -> int:
+        """How many submitted tasks may wait for this type at once.
+
+        >>> (Limits(max_concurrent_tasks=3).queue_depth, Limits(max_queued_tasks=0).queue_depth)
+        (3, 0)
+        """
+        if self.max_queued_tasks is None:
+            return self.max_concurrent_tasks
+        return self.max_queued_tasks
 
 
 class History(AgentData):
@@ -54,7 +68,7 @@ class AgentProfile(AgentData):
     """An agent type's capability profile (the seed's CV).
 
     >>> AgentProfile(agent_type="coder", permissions={"tools": ["choir.fs.*"]}).limits
-    Limits(max_concurrent_tasks=1, token_budget=100000, timeout_ms=300000)
+    Limits(max_concurrent_tasks=1, token_budget=100000, timeout_ms=300000, max_queued_tasks=None)
     >>> from stargraph.errors import AgentConfigError
     >>> try:
     ...     AgentProfile(agent_type="coder", history={"success_rate": 2})

@@ -26,14 +26,20 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from stargraph._lifecycle import Closing
 from stargraph._sqlite import Database, Doing
 from stargraph._typed import TypedModel
-from stargraph.agents import _writeback
+from stargraph.agents import _pipeline, _writeback
 from stargraph.agents._data import config_error
 from stargraph.agents._lifecycle import DEFAULT_LIFECYCLE, Lifecycle
+from stargraph.agents._pipeline import Notification, QueuedTask
 from stargraph.agents._pool import PoolStrategy, Strategy, plan
 from stargraph.agents._profile import AgentProfile, TaskNeeds
 from stargraph.agents._spawn import PoolAssignment, SpawnParams, WritebackContract
 from stargraph.agents._writeback import AgentEvent, TaskUpdate, ThoughtRecord, WritebackMode
-from stargraph.errors import AgentConfigError, LifecycleError, Problem
+from stargraph.errors import (
+    AgentConfigError,
+    LifecycleError,
+    Problem,
+    WaitTimeoutError,
+)
 from stargraph.ir import canonical_json
 from stargraph.tools import GENESIS_HASH, CommitEntry, seal, sha256_hex, verify_rows
 
@@ -143,10 +149,12 @@ class AgentStore(Closing):
         self._new_id = new_id
         # Makes each compound operation (check, then write) atomic within this process.
         self._lock = threading.RLock()
+        # Wakes parents waiting in this process for a notification (others read the table).
+        self._notified = threading.Condition(self._lock)
         self._db = Database(self.path, fail=self._fail)
         self._db.connection()  # a file that cannot be opened fails here, naming it
         try:
-            self._db.script(_SCHEMA)
+            self._db.script(_SCHEMA + _pipeline.SCHEMA)
         except sqlite3.Error as exc:
             self._db.close()
             raise self._not_ours(exc) from exc
@@ -262,7 +270,34 @@ class AgentStore(Closing):
                 (to, error, self._now(), agent_id),
             )
             self._audit(conn, agent_id, event, detail, moved=(current, to))
+            if to in self.lifecycle.terminal:
+                self._release(conn, agent_id)
         return self.get(agent_id)
+
+    def _release(self, conn: sqlite3.Connection, agent_id: str) -> None:
+        """An agent ended: its slot goes to the oldest task queued for its type and its
+        parent is told, both in the transaction of the move, so neither is lost or doubled
+        by a crash."""
+        agent_type, pool, task_id = conn.execute(
+            "SELECT agent_type, pool, task_id FROM agents WHERE id = ?", (agent_id,)
+        ).fetchone()
+        parent = _pipeline.parent_of(conn, agent_id)
+        if parent is not None:
+            _pipeline.notify(conn, parent, agent_id, self._now())
+            self._notified.notify_all()
+        task = _pipeline.pop(conn, agent_type)
+        next_id = None
+        if task is not None:
+            next_id = self._insert_agent(
+                conn, task.profile, task.needs.task_id, task.needs.pool, task.parent
+            )
+        if parent is not None or next_id is not None:  # else the terminal move says it all
+            self._audit(
+                conn,
+                agent_id,
+                "release",
+                {"pool": pool, "task_id": task_id, "parent": parent, "next_agent": next_id},
+            )
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -272,44 +307,134 @@ class AgentStore(Closing):
         *,
         task_id: str | None = None,
         pool: PoolAssignment | str | None = None,
+        parent: str | None = None,
     ) -> AgentRecord:
         """Reserve an agent in the initial state; refused when the type is at its
-        ``limits.max_concurrent_tasks`` live agents."""
-        agent_id = self._new_id()
+        ``limits.max_concurrent_tasks`` live agents. ``parent`` names the workflow to notify
+        when the agent ends (see :meth:`notifications`)."""
         with self._tx() as conn:
-            live = conn.execute(
-                "SELECT COUNT(*) FROM agents WHERE agent_type = ? AND status NOT IN "
-                f"({','.join('?' * len(self.lifecycle.terminal))})",
-                (profile.agent_type, *sorted(self.lifecycle.terminal)),
-            ).fetchone()[0]
+            live = self._live(conn, profile.agent_type)
             if live >= profile.limits.max_concurrent_tasks:
                 raise LifecycleError(
                     f"agent type {profile.agent_type!r} already has {live} live agents "
                     f"(limits.max_concurrent_tasks={profile.limits.max_concurrent_tasks}); "
-                    "wait for one to terminate or raise the limit"
+                    "wait for one to terminate, raise the limit, or submit() the task to "
+                    "queue it"
                 )
-            now = self._now()
-            conn.execute(
-                "INSERT INTO agents VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?)",
-                (
-                    agent_id,
-                    profile.agent_type,
-                    None if pool is None else str(pool),
-                    task_id,
-                    self.lifecycle.initial,
-                    profile.model_dump_json(),
-                    now,
-                    now,
-                ),
-            )
-            self._audit(
-                conn,
-                agent_id,
-                "allocate",
-                {"task_id": task_id},
-                moved=(None, self.lifecycle.initial),
-            )
+            agent_id = self._insert_agent(conn, profile, task_id, pool, parent)
         return self.get(agent_id)
+
+    def _live(self, conn: sqlite3.Connection, agent_type: str) -> int:
+        terminal = sorted(self.lifecycle.terminal)
+        return int(
+            conn.execute(
+                "SELECT COUNT(*) FROM agents WHERE agent_type = ? AND status NOT IN "
+                f"({','.join('?' * len(terminal))})",
+                (agent_type, *terminal),
+            ).fetchone()[0]
+        )
+
+    def _insert_agent(
+        self,
+        conn: sqlite3.Connection,
+        profile: AgentProfile,
+        task_id: str | None,
+        pool: PoolAssignment | str | None,
+        parent: str | None,
+    ) -> str:
+        agent_id = self._new_id()
+        now = self._now()
+        conn.execute(
+            "INSERT INTO agents VALUES (?, ?, ?, ?, ?, ?, NULL, ?, ?)",
+            (
+                agent_id,
+                profile.agent_type,
+                None if pool is None else str(pool),
+                task_id,
+                self.lifecycle.initial,
+                profile.model_dump_json(),
+                now,
+                now,
+            ),
+        )
+        if parent is not None:
+            _pipeline.set_parent(conn, agent_id, parent)
+        detail = {"task_id": task_id} if parent is None else {"task_id": task_id, "parent": parent}
+        self._audit(conn, agent_id, "allocate", detail, moved=(None, self.lifecycle.initial))
+        return agent_id
+
+    def submit(
+        self, profile: AgentProfile, needs: TaskNeeds, *, parent: str | None = None
+    ) -> AgentRecord | QueuedTask:
+        """Give ``needs`` an agent of ``profile`` now, or queue it until one ends.
+
+        The profile's ``limits`` size the pool and its queue: while fewer than
+        ``max_concurrent_tasks`` agents of the type are live, the task gets a new agent
+        (allocated with its ``task_id`` and ``pool``); otherwise it waits in the type's queue
+        and gets the slot of the next agent of the type to end. A queue already holding
+        ``limits.queue_depth`` tasks refuses it with
+        :class:`~stargraph.errors.AgentQueueFullError`, naming the profile and both limits.
+        ``parent`` is the workflow notified when the task's agent ends.
+        """
+        limits = profile.limits
+        with self._tx() as conn:
+            if self._live(conn, profile.agent_type) < limits.max_concurrent_tasks:
+                agent_id = self._insert_agent(conn, profile, needs.task_id, needs.pool, parent)
+            else:
+                waiting = _pipeline.queue_length(conn, profile.agent_type)
+                if waiting >= limits.queue_depth:
+                    raise _pipeline.queue_full(profile, waiting)
+                return _pipeline.enqueue(conn, profile, needs, parent, self._now())
+        return self.get(agent_id)
+
+    def queued(self, agent_type: str | None = None) -> list[QueuedTask]:
+        """Tasks waiting for a slot (of one agent type, or all), in the order they will be
+        served."""
+        with self._lock:
+            return _pipeline.queued(self._conn, agent_type)
+
+    def notifications(self, parent: str, *, after: int = 0) -> list[Notification]:
+        """What ``parent``'s agents reported when they ended, after ``seq`` ``after``: keep
+        the last ``seq`` read and pass it next time to read on (it survives restarts: the
+        notifications are rows of the store)."""
+        with self._lock:
+            return _pipeline.notifications(self._conn, parent, after)
+
+    def wait_notification(
+        self, parent: str, *, after: int = 0, timeout: float | None = 60.0, poll: float = 0.5
+    ) -> Notification:
+        """The first notification for ``parent`` after ``seq`` ``after``, waiting for one
+        when there is none yet; a notification stored before the call is returned at once.
+
+        An agent ended through this store object wakes the wait at once; one ended by
+        another process is seen within ``poll`` seconds, when the wait reads the table
+        again. Raises :class:`~stargraph.errors.WaitTimeoutError` after ``timeout`` seconds.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._notified:
+            while True:
+                found = _pipeline.notifications(self._conn, parent, after)
+                if found:
+                    return found[0]
+                left = poll if deadline is None else min(poll, deadline - time.monotonic())
+                if left <= 0:
+                    raise WaitTimeoutError(
+                        f"no agent of parent {parent!r} ended within {timeout}s (after "
+                        f"notification {after}); wait again, or check store.agents() for its "
+                        "live agents"
+                    )
+                self._notified.wait(left)
+
+    def pool_members(self, pool: PoolAssignment | str) -> list[str]:
+        """The live agents of ``pool``, by id: an agent leaves it when it ends."""
+        terminal = sorted(self.lifecycle.terminal)
+        with self._lock:
+            rows = self._conn.execute(
+                "SELECT id FROM agents WHERE pool = ? AND status NOT IN "
+                f"({','.join('?' * len(terminal))}) ORDER BY id",
+                (str(pool), *terminal),
+            ).fetchall()
+        return [str(r[0]) for r in rows]
 
     def transition(self, agent_id: str, to: str, **detail: Any) -> AgentRecord:
         """Move an agent to state ``to``; ``LifecycleError`` when the lifecycle forbids it."""
@@ -510,14 +635,20 @@ class AgentStore(Closing):
                 if self._conn.execute(queries[item], (agent_id,)).fetchone() is None
             ]
 
-    def orphan_scan(self) -> list[str]:
+    def orphan_scan(self, *, new_only: bool = False) -> list[str]:
         """Terminated agents without a thought record: each one is warned about
         (:class:`OrphanWarning`), sent as an ``orphan`` event and audited. Nothing is rolled
-        back or re-run."""
+        back or re-run. ``new_only`` skips agents an earlier scan flagged already (what a
+        periodic :class:`~stargraph.agents.OrphanScanner` does, so each is flagged once)."""
+        flagged = (
+            " AND id NOT IN (SELECT agent_id FROM audit_log WHERE action = 'orphan')"
+            if new_only
+            else ""
+        )
         with self._lock:
             rows = self._conn.execute(
                 "SELECT id FROM agents WHERE status = 'TERMINATED' AND id NOT IN "
-                "(SELECT agent_id FROM thought_records) ORDER BY id"
+                f"(SELECT agent_id FROM thought_records){flagged} ORDER BY id"
             ).fetchall()
         orphans = [str(r[0]) for r in rows]
         for agent_id in orphans:

@@ -15,6 +15,9 @@ transitions; the model sees only the current state and may only propose what it 
 * :class:`PromptBuilder` - master + (schema prompt, state prompt) per active level + user
   message + context, with masks; :mod:`nested schemas <stargraph.skills.machine._schemas>`
   (:class:`Schema`, :class:`SchemaSession`) stack levels and hot-swap the root loop.
+* :class:`Session` / :class:`SessionStore` - the session state machine above the lanes:
+  start, heartbeat, stop, and crash recovery that resumes a dead session's skill runs from
+  their checkpoints.
 * :class:`LaneSession` - edge and core lanes running concurrently over one arbiter, each with
   a lane state machine (data, validated) and a :class:`WorkingMemory`.
 * :class:`ProposalStore` and :func:`proposal_tools` - ``propose.*`` meta-tools that only store
@@ -73,6 +76,14 @@ from stargraph.skills.machine._runtime import (
     SkillRun,
 )
 from stargraph.skills.machine._schemas import *
+from stargraph.skills.machine._session import (
+    RESUMABLE,
+    SESSION_MACHINE,
+    Session,
+    SessionEvent,
+    SessionRecord,
+    SessionStore,
+)
 from stargraph.skills.machine._spec import (
     SkillSpec,
     StateSpec,
@@ -110,9 +121,15 @@ __all__ = [
     "ProposalNotFoundError",
     "ProposalStateError",
     "ProposalStore",
+    "RESUMABLE",
     "Rejection",
     "RejectionCode",
+    "SESSION_MACHINE",
     "Section",
+    "Session",
+    "SessionEvent",
+    "SessionRecord",
+    "SessionStore",
     "SkillLoadReport",
     "SkillRun",
     "SkillSpec",

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from stargraph.checkpoint import CheckpointStore
-from stargraph.errors import InvalidInputError, LaneBusyError, WaitTimeoutError
+from stargraph.errors import InvalidInputError, LaneBusyError, UsageError, WaitTimeoutError
 from stargraph.llm import ChatModel
 from stargraph.runtime import CompiledGraph
 from stargraph.skills.machine._compile import (
@@ -80,9 +80,15 @@ class SkillRun:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
 
-    def _run(self, app: CompiledGraph[MachineState], values: Mapping[str, Any]) -> None:
+    def _run(self, app: CompiledGraph[MachineState], values: Mapping[str, Any] | None) -> None:
         try:
-            events = tuple(app.stream(dict(values), run_id=self.run_id))
+            # No start values: the run continues from its last committed step.
+            stream = (
+                app.resume_stream(self.run_id)
+                if values is None
+                else app.stream(dict(values), run_id=self.run_id)
+            )
+            events = tuple(stream)
             final = events[-1]
             state = getattr(final, "state", None) or {}
             self._result = MachineResult(
@@ -217,6 +223,34 @@ class MachineRuntime:
                 + " (fix: pass input that matches the skill's input_schema)"
             )
         app = self.compiled(spec)
+        run = self._claim(spec, lane, run_id)
+        start = {
+            "input": values,
+            "session": self.session,
+            "lane": lane,
+            "context": "\n\n".join(p for p in (self.context, self.skills_summary()) if p),
+            "memory": memory,
+        }
+        return self._launch(run, app, start)
+
+    def resume(self, skill: str | SkillSpec, run_id: str, *, lane: str = "core") -> SkillRun:
+        """Continue the stored run ``run_id`` of ``skill`` on ``lane`` in the background,
+        from its last committed step (what a crashed session's recovery does).
+
+        Needs the runtime's checkpoint ``store``; the lane must be free
+        (:class:`~stargraph.errors.LaneBusyError` otherwise).
+        """
+        spec = self.skills[skill] if isinstance(skill, str) else skill
+        if self.store is None:
+            raise UsageError(
+                f"cannot resume run {run_id!r} of skill {spec.name!r}: this MachineRuntime "
+                "has no checkpoint store; pass store=... to keep runs resumable"
+            )
+        app = self.compiled(spec)
+        return self._launch(self._claim(spec, lane, run_id), app, None)
+
+    def _claim(self, spec: SkillSpec, lane: str, run_id: str | None) -> SkillRun:
+        """A run of ``spec`` holding ``lane``: one active skill per lane."""
         with self._lock:
             busy = self._active.get(lane)
             if busy is not None:
@@ -230,15 +264,16 @@ class MachineRuntime:
             run = SkillRun(self, spec, lane, run_id or f"{self.session}/{lane}/{self._counter}")
             self._active[lane] = run
             self.control.clear(lane)
-        start = {
-            "input": values,
-            "session": self.session,
-            "lane": lane,
-            "context": "\n\n".join(p for p in (self.context, self.skills_summary()) if p),
-            "memory": memory,
-        }
+        return run
+
+    def _launch(
+        self,
+        run: SkillRun,
+        app: CompiledGraph[MachineState],
+        start: Mapping[str, Any] | None,
+    ) -> SkillRun:
         thread = threading.Thread(
-            target=run._run, args=(app, start), name=f"skill-{lane}", daemon=True
+            target=run._run, args=(app, start), name=f"skill-{run.lane}", daemon=True
         )
         run._thread = thread
         thread.start()
