@@ -29,6 +29,7 @@ __all__ = [
     "print_table",
     "report",
     "resume_hint",
+    "taken_run_id",
     "view",
     "waiting_message",
 ]
@@ -82,6 +83,33 @@ def waiting_message(run_id: str, interrupt: Any, spec: str, db: str) -> str:
         what = json.dumps(interrupt, ensure_ascii=False, sort_keys=True, default=str)
     return f"run {run_id} is waiting: {what}; continue it with: " + resume_hint(
         run_id, spec, db, extra
+    )
+
+
+def taken_run_id(record: Any, spec: str | None, db: str, option: str) -> str:
+    """Why ``option`` (``--run-id``) cannot name the existing run ``record``, and the commands
+    that do what the user may have meant: a fresh id, or the existing run continued."""
+    run_id = record.run_id
+    quoted = shlex.quote(run_id)
+    db_part = "" if db in (DEFAULT_DB, find_db()) else f" --db {shlex.quote(db)}"
+    graph = f" --graph {shlex.quote(spec)}" if spec is not None else ""
+    status = record.status
+    if status == "interrupted":
+        info = record.interrupt if isinstance(record.interrupt, dict) else {}
+        extra = " --response JSON" if info.get("kind") == "node" else ""
+        then = f"to continue it instead: stargraph resume {quoted}{extra}{graph}{db_part}"
+    elif status in ("failed", "cancelled", "orphaned"):
+        then = f"to continue it instead: stargraph resume {quoted}{graph}{db_part}"
+    elif status == "running":
+        then = f"it is running now; see it with: stargraph show {quoted}{db_part}"
+    else:  # done: nothing to continue, but a fork branches from any of its steps
+        then = (
+            f"to see it: stargraph show {quoted}{db_part}; to branch from one of its steps: "
+            f"stargraph fork {quoted} --step K{db_part}"
+        )
+    return (
+        f"run {run_id} already exists in {db} ({status} at step {record.last_step}); pass "
+        f"another {option} (or leave it out for a fresh id); {then}"
     )
 
 

@@ -24,7 +24,14 @@ from stargraph.cli._load import (
     refuse_another_store,
     resolve_db,
 )
-from stargraph.cli._output import describe_error, drive, report, resume_hint, view
+from stargraph.cli._output import (
+    describe_error,
+    drive,
+    report,
+    resume_hint,
+    taken_run_id,
+    view,
+)
 from stargraph.errors import (
     GraphHashMismatch,
     InvalidInputError,
@@ -83,6 +90,11 @@ def run_command(
     refuse_another_store(target, db)
     run_id = run_id or f"run-{secrets.token_hex(6)}"
     with open_store(db, must_exist=False) as store:
+        if _stored(store, run_id):
+            taken = store.get_run(run_id)
+            # --graph only when GRAPH made that run; resume finds its own graph otherwise.
+            same = taken.graph_hash == target.ir.graph_hash
+            raise CliUsageError(taken_run_id(taken, graph if same else None, db, "--run-id"))
         app = compile_target(target, store=store, max_steps=max_steps)
         archive_ir(db, app.ir, spec=graph)
         hint = resume_hint(run_id, graph, db)
@@ -182,7 +194,7 @@ def resume_command(
         target = graph_for(
             graph_spec, db, record.graph_hash, purpose="resume it", warn_changed=True
         )
-        app = compile_target(target, store=store)
+        app = compile_target(target, store=store, run_id=run_id)
         hint = resume_hint(run_id, target.spec, db)
         try:
             with _stoppable(store, run_id, hint, quiet=quiet):
