@@ -168,6 +168,11 @@ def _stored(store: Any, run_id: str) -> bool:
     "graph_spec",
     help="The graph that made the run (default: the IR archived when `stargraph run` ran it).",
 )
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="If another process is running the run, wait for it to let go, then continue.",
+)
 @_with_run_options
 def resume_command(
     *,
@@ -175,6 +180,7 @@ def resume_command(
     response: str | None,
     update: str | None,
     graph_spec: str | None,
+    wait: bool,
     db: str,
     max_steps: int | None,
     quiet: bool,
@@ -189,6 +195,8 @@ def resume_command(
         options["update"] = updates
     if max_steps is not None:
         options["max_steps"] = max_steps
+    if wait:
+        options["wait"] = True
     with open_store(db, must_exist=True) as store:
         record = store.get_run(run_id)
         target = graph_for(
