@@ -23,6 +23,7 @@ Everything lands in ``.stargraph/demo/`` under the current directory.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -282,6 +283,11 @@ def main() -> None:
     archive = OUT_DIR / "graphs" / f"{ir.graph_hash.removeprefix('sha256:')}.json"
     archive.parent.mkdir(exist_ok=True)
     archive.write_text(ir.to_json(indent=True), encoding="utf-8")
+    # ...and the code that made it, so `stargraph show` imports its state model from any
+    # folder (the agent's module is not importable from where `make demo` runs).
+    agent_file = Path(demo_agent.__file__).resolve()
+    source = {"spec": f"{agent_file}:desk_graph", "cwd": str(agent_file.parent)}
+    archive.with_suffix(".source").write_text(json.dumps(source), encoding="utf-8")
     store.close()
     phase(7, "pictures", "wrote " + ", ".join(str(p) for p in pictures))
     console.print(f"done. Open {report} in a browser; list the runs with: stargraph runs --db {db}")

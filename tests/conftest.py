@@ -33,6 +33,7 @@ SLOW_TESTS: Final[dict[str, tuple[str, ...]]] = {
     # The command or Python in fresh processes: each one pays interpreter start and imports.
     "tests/cli/test_cli_paths.py": ("*",),
     "tests/cli/test_cli_mistakes.py": ("*",),
+    "tests/cli/test_issue44_cli_paths.py": ("*",),
     "tests/cli/test_cli_live.py": (
         "test_importing_the_cli_package_is_light",
         "test_main_entry_point_in_a_fresh_process",

@@ -160,3 +160,23 @@ def test_main_entry_point_in_a_fresh_process(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert done.stderr.startswith("error: no run 'nope'")
+
+
+def test_issue44_the_live_clock_ticks_without_events() -> None:
+    """The panel given to rich's Live was built once per event: its refresh thread redrew
+    the same text, so "elapsed" stood still while a node waited on a model."""
+    from rich.console import Console
+
+    now = [100.0]
+    out = io.StringIO()
+    view = LiveView(Console(file=out, force_terminal=True, width=100), clock=lambda: now[0])
+    try:
+        view.show(EVENTS[0])
+        now[0] = 112.5
+        view.live.refresh()  # what the refresh thread does between events
+        assert "12.5s" in out.getvalue()
+        now[0] = 130.0
+        view.live.refresh()
+        assert "30.0s" in out.getvalue()
+    finally:
+        view.close()

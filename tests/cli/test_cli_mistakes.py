@@ -246,7 +246,7 @@ def test_fork_failures(project: Path) -> None:
 def test_a_finished_run_points_at_fork(project: Path) -> None:
     ok(project, "run", "flow.py", "--run-id", "d-1", "-q")
     message = error(sg(project, "resume", "d-1"), 1)
-    assert "(on the command line: `stargraph fork d-1 --step K`)" in message
+    assert "(use `stargraph fork d-1 --step K` to continue from an earlier step)" in message
 
 
 # --------------------------------------------------------------------------- submit/worker

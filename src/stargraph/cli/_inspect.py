@@ -20,11 +20,13 @@ from stargraph.cli._load import (
     CliError,
     CliUsageError,
     archived_ir,
+    archived_target,
     load_target,
     open_store,
     resolve_db,
 )
 from stargraph.cli._output import describe_error, print_table
+from stargraph.errors import RunNotFoundError
 from stargraph.ir import GraphIR
 from stargraph.replay import align_steps, value_changes
 
@@ -37,10 +39,35 @@ def _dumps(value: Any, *, indent: int | None = None) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=False, sort_keys=True, default=str)
 
 
-def _ir_for(spec: str | None, db: str, record: RunRecord) -> GraphIR | None:
+def _ir_for(spec: str | None, db: str, record: RunRecord, store: CheckpointStore) -> GraphIR | None:
+    """The graph of ``record``: ``--graph``, else the one archived for its hash, with the
+    code that made the run importable (as ``resume`` finds it), so the state model and
+    reducers resolve from any folder, not only the one the run was started in."""
     if spec is not None:
         return load_target(spec).ir
+    # A child skill run or a fork has no source of its own: the code that ran it is its
+    # root run's, whose module root on sys.path makes the child's refs import too.
+    seen: set[str] = set()
+    current: RunRecord | None = record
+    while current is not None and current.run_id not in seen:
+        seen.add(current.run_id)
+        target = archived_target(db, current.graph_hash)
+        if target is not None and (target.graph or target.compiled) is not None:
+            break  # the source loaded: its module root is on sys.path now
+        current = _parent(store, current)
     return archived_ir(db, record.graph_hash)
+
+
+def _parent(store: CheckpointStore, record: RunRecord) -> RunRecord | None:
+    """The run ``record`` was forked from, or the run whose skill node ran it (a child
+    run's id is its parent's, ``::``, the node's site)."""
+    parent = record.parent_run_id or record.run_id.rpartition("::")[0]
+    if not parent:
+        return None
+    try:
+        return store.get_run(parent)
+    except RunNotFoundError:
+        return None
 
 
 def _short(graph_hash: str) -> str:
@@ -139,7 +166,7 @@ def show_command(
 
     with open_store(db, must_exist=True) as store:
         record = store.get_run(run_id)
-        ir = _ir_for(graph_spec, db, record)
+        ir = _ir_for(graph_spec, db, record, store)
         if html_out is not None:
             if ir is None:
                 raise CliUsageError(
@@ -257,8 +284,8 @@ def diff_command(run_a: str, run_b: str, db: str, graph_spec: str | None) -> Non
                 store,
                 run_a,
                 run_b,
-                ir_a=_ir_for(graph_spec, db, rec_a),
-                ir_b=_ir_for(graph_spec, db, rec_b),
+                ir_a=_ir_for(graph_spec, db, rec_a, store),
+                ir_b=_ir_for(graph_spec, db, rec_b, store),
             )
     except CliError as exc:
         raise CliUsageError(exc.message) from exc.__cause__

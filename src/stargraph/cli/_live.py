@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, TextIO
 
 from stargraph.runtime import (
@@ -96,7 +96,7 @@ class LiveView:
     Event lines scroll above the panel, so the terminal keeps a full log after the run.
     """
 
-    def __init__(self, console: Any) -> None:
+    def __init__(self, console: Any, *, clock: Callable[[], float] = time.monotonic) -> None:
         from rich.live import Live
 
         self.console = console
@@ -105,8 +105,12 @@ class LiveView:
         self.running: list[str] = []
         self.decisions: list[str] = []
         self.nodes_done = 0
-        self.started = time.monotonic()
-        self.live = Live(self._panel(), console=console, refresh_per_second=8, transient=False)
+        self.clock = clock
+        self.started = clock()
+        # Live's refresh thread redraws what it was given: a panel built once would show
+        # the elapsed time of the last event. An object that builds the panel when drawn
+        # keeps the clock ticking between events (a node waiting on a model).
+        self.live = Live(_Drawn(self), console=console, refresh_per_second=8, transient=False)
         self.live.start()
 
     def _panel(self) -> Any:
@@ -121,7 +125,7 @@ class LiveView:
         table.add_row("running", ", ".join(self.running) or "-")
         table.add_row("nodes done", str(self.nodes_done))
         table.add_row("rules", "; ".join(self.decisions[-3:]) or "-")
-        table.add_row("elapsed", f"{time.monotonic() - self.started:.1f}s")
+        table.add_row("elapsed", f"{self.clock() - self.started:.1f}s")
         return Panel(table, title="stargraph", expand=False)
 
     def show(self, event: Event) -> None:
@@ -142,12 +146,23 @@ class LiveView:
         line = describe_event(event)
         if line is not None:
             self.live.console.print(line, markup=False, highlight=False)
-        self.live.update(self._panel())
+        self.live.refresh()
 
     def close(self) -> None:
         """Draw the last frame and stop refreshing."""
-        self.live.update(self._panel())
+        self.live.refresh()
         self.live.stop()
+
+
+class _Drawn:
+    """The live panel of ``view`` as it is at each redraw."""
+
+    def __init__(self, view: LiveView) -> None:
+        self.view = view
+
+    def __rich__(self) -> Any:
+        """Rich's hook for a renderable made on demand."""
+        return self.view._panel()
 
 
 def watch(events: Iterable[Event], view: View) -> Iterator[Event]:

@@ -13,7 +13,9 @@ from __future__ import annotations
 import contextlib
 import importlib
 import json
+import keyword
 import os
+import re
 import shlex
 import sys
 from dataclasses import dataclass
@@ -109,6 +111,8 @@ class Target:
     ir: GraphIR
     graph: Graph[Any] | None = None
     compiled: CompiledGraph[Any] | None = None
+    file: Path | None = None
+    """The file of the module that defined the graph, when it came from Python."""
 
 
 def importable_cwd() -> None:
@@ -225,11 +229,7 @@ def _import_file(spec: str, path: Path) -> ModuleType:
 
     found = module_name_for_file(path)
     if found is None:
-        stem = path.stem.replace("-", "_").replace(" ", "_")
-        raise CliUsageError(
-            f"{path} has no Python module name (a graph's nodes are referenced by module name, "
-            f"so its file must be importable); rename it, e.g. to {stem}.py"
-        )
+        raise CliUsageError(_rename_hint(path))
     name, root = found
     if str(root) not in sys.path:
         sys.path.insert(0, str(root))
@@ -241,6 +241,70 @@ def _import_file(spec: str, path: Path) -> ModuleType:
             "rename your file so its module name is its own"
         )
     return _import_module(spec, name)
+
+
+def _rename_hint(path: Path) -> str:
+    """Why ``path`` (or a package folder above it) has no module name, and a new name that
+    has one (a free file name, not a standard module's), with the command that renames it."""
+    resolved = path.resolve()
+    folders: list[Path] = []
+    folder = resolved.parent
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        folders.append(folder)
+        folder = folder.parent
+    bad_folder = next((f for f in reversed(folders) if not _is_module_name(f.name)), None)
+    if bad_folder is not None:
+        new = _free_name(_module_name_like(bad_folder.name), bad_folder.parent, "")
+        old = Path(os.path.relpath(bad_folder))
+        what, renamed = "its package folder", old.with_name(new)
+        name = bad_folder.name
+    else:
+        name = path.stem
+        new = _free_name(_module_name_like(name), path.parent, ".py")
+        what, old, renamed = "it", path, path.with_name(f"{new}.py")
+    return (
+        f"{path} cannot be imported by a module name ({_why_not_module_name(name)}), and a "
+        f"graph's nodes are referenced by module name; rename {what}, e.g. to "
+        f"{renamed.name}: mv {shlex.quote(str(old))} {shlex.quote(str(renamed))}"
+    )
+
+
+def _is_module_name(name: str) -> bool:
+    return name.isidentifier() and not keyword.iskeyword(name)
+
+
+def _why_not_module_name(name: str) -> str:
+    """Every reason ``name`` is not a module name."""
+    why = []
+    if keyword.iskeyword(name):
+        why.append(f"{name!r} is a Python keyword")
+    if "." in name:
+        why.append(f"a dot in {name!r} would name a package")
+    if name[:1].isdigit():
+        why.append(f"{name!r} starts with a digit")
+    odd = sorted({c for c in name if not (c.isalnum() or c in "_.")})
+    if odd:
+        why.append(f"{', '.join(repr(c) for c in odd)} in {name!r} cannot be part of a module name")
+    return "; ".join(why) or f"{name!r} is not an identifier"
+
+
+def _module_name_like(name: str) -> str:
+    """``name`` made a module name: odd characters become ``_``; a leading digit or a
+    keyword gets a word added."""
+    new = re.sub(r"\W", "_", name).strip("_") or "graph"
+    if new[0].isdigit():
+        new = f"graph_{new}"
+    if keyword.iskeyword(new):
+        new = f"{new}_graph"
+    return new
+
+
+def _free_name(name: str, folder: Path, suffix: str) -> str:
+    """``name``, or ``name_graph``... when a file of that name exists in ``folder`` or a
+    standard module has it (the renamed file would be shadowed or shadow it)."""
+    while (folder / f"{name}{suffix}").exists() or name in sys.stdlib_module_names:
+        name = f"{name}_graph"
+    return name
 
 
 def _from_module(spec: str, module: ModuleType, attr: str | None) -> Target:
@@ -262,10 +326,11 @@ def _from_module(spec: str, module: ModuleType, attr: str | None) -> Target:
             raise
         except Exception as exc:
             raise CliError(_in_user_code(f"calling {module.__name__}.{attr}()", exc)) from exc
+    file = Path(module.__file__) if module.__file__ else None
     if isinstance(obj, Graph):
-        return Target(spec, obj.to_ir(), graph=obj)
+        return Target(spec, obj.to_ir(), graph=obj, file=file)
     if isinstance(obj, CompiledGraph):
-        return Target(spec, obj.ir, compiled=obj)
+        return Target(spec, obj.ir, compiled=obj, file=file)
     raise CliError(
         f"{spec!r} is a {type(obj).__name__}, not a Graph, a CompiledGraph or a zero-argument "
         "function returning one"
@@ -299,15 +364,22 @@ def _only_graph(spec: str, module: ModuleType) -> tuple[Any, str]:
 
 
 def compile_target(
-    target: Target, *, store: CheckpointStore | None = None, max_steps: int | None = None
+    target: Target,
+    *,
+    store: CheckpointStore | None = None,
+    max_steps: int | None = None,
+    run_id: str | None = None,
 ) -> CompiledGraph[Any]:
-    """Compile ``target`` (with ``store`` for durable runs); every problem at once."""
+    """Compile ``target`` (with ``store`` for durable runs); every problem at once.
+
+    ``run_id``: the stored run the command goes on with, for :func:`refuse_another_store`.
+    """
     if target.compiled is not None:
         app = target.compiled
         if store is None:
             return app
         if isinstance(store, SqliteStore):
-            refuse_another_store(target, store.path)
+            refuse_another_store(target, store.path, run_id=run_id)
         # What the user compiled with stays (a seeded entropy, durability, plugins, an
         # executor); only the store (and a --max-steps) is the command's.
         return app.with_store(store, max_steps=max_steps)
@@ -317,19 +389,34 @@ def compile_target(
     return graph.compile(store=store, max_steps=max_steps)
 
 
-def refuse_another_store(target: Target, db: str | Path) -> None:
+def refuse_another_store(target: Target, db: str | Path, *, run_id: str | None = None) -> None:
     """A compiled graph that brings its own persistent store is not silently moved to
     ``--db``: the command would keep (or look for) its runs somewhere the user did not
     choose. A ``MemoryStore`` dies with the process, so the command's store replaces it.
-    Called before the command opens (and so creates) ``db``."""
+    Called before the command opens (and so creates) ``db``.
+
+    A relative ``SqliteStore`` path names a file beside the graph's module as well as one
+    in the current folder (the command may run from a subfolder, or from the folder above
+    the module); either is the graph's own. The ``--db`` suggested is one that holds
+    ``run_id`` when a stored run is continued, so following the hint finds the run.
+    """
     own = None if target.compiled is None else target.compiled.store
     if own is None or isinstance(own, MemoryStore):
         return
     if isinstance(own, SqliteStore):
-        if own.path.resolve() == Path(db).resolve():
+        places = _own_store_places(target, own.path)
+        if any(place.resolve() == Path(db).resolve() for place in places):
             return
         where = f"SqliteStore at {str(own.path)!r}"
-        fix = f"pass --db {shlex.quote(str(own.path))}, or"
+        holding = [p for p in places if run_id is None or _holds_run(p, run_id)]
+        if holding:
+            fix = f"pass --db {shlex.quote(_shown(holding[0]))}, or"
+        else:
+            looked = " nor ".join(repr(_shown(p)) for p in places)
+            if len(places) == 1:
+                fix = f"{looked} does not hold run {run_id}, so"
+            else:
+                fix = f"neither {looked} holds run {run_id}, so"
     else:
         where = type(own).__name__
         fix = "use the Python API for that store, or"
@@ -338,6 +425,35 @@ def refuse_another_store(target: Target, db: str | Path) -> None:
         f"keeps its runs in {str(db)!r}; {fix} make {target.spec} return the Graph (or "
         "compile it without store=) so that --db decides where runs are kept"
     )
+
+
+def _own_store_places(target: Target, path: Path) -> list[Path]:
+    """Where a graph's own SQLite file is meant to be: beside its module first, then as the
+    process opened it (the current folder), once each."""
+    if path.is_absolute() or target.file is None:
+        return [path]
+    beside = target.file.parent / path
+    return [beside] if beside.resolve() == path.resolve() else [beside, path]
+
+
+def _shown(path: Path) -> str:
+    """``path`` as the user would type it here: relative to the current folder."""
+    try:
+        return os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return str(path)
+
+
+def _holds_run(path: Path, run_id: str) -> bool:
+    """Whether ``path`` is a stargraph database holding run ``run_id`` (read only)."""
+    if not path.is_file() or _not_ours(path) is not None:
+        return False
+    try:
+        with SqliteStore(path) as store:
+            store.get_run(run_id)
+    except StargraphError:
+        return False
+    return True
 
 
 def open_store(db: str, *, must_exist: bool) -> SqliteStore:

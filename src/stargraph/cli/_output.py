@@ -7,35 +7,44 @@ commands depend on it and never on the group that assembles them (``_app``).
 from __future__ import annotations
 
 import json
+import re
 import shlex
 import sys
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any, Final
 
 import click
 
 from stargraph.cli._load import DEFAULT_DB, find_db
 from stargraph.errors import (
+    InvalidInputError,
+    MissingServiceError,
     ProposalNotFoundError,
+    RunBusyError,
+    RunCancelledError,
     RunError,
     RunNotFoundError,
     RunNotResumableError,
     StargraphError,
+    StepLimitExceeded,
 )
 
 __all__ = [
+    "cli_form",
     "describe_error",
     "drive",
     "print_table",
     "report",
     "resume_hint",
+    "taken_run_id",
     "view",
     "waiting_message",
 ]
 
 
 def describe_error(exc: BaseException) -> str:
-    """One paragraph for an exception: its message, plus where a run error happened."""
+    """One paragraph for an exception: its message, plus where a run error happened, with
+    the fixes the library phrases for Python (``wait=True``) named as the CLI's options."""
     text = str(exc) or type(exc).__name__
     if isinstance(exc, RunError):
         where = [
@@ -45,14 +54,104 @@ def describe_error(exc: BaseException) -> str:
         ]
         if where:
             text = f"{text} ({', '.join(where)})"
-    if isinstance(exc, RunNotResumableError) and "fork(" in text:
-        text = f"{text} (on the command line: `stargraph fork {exc.run_id} --step K`)"
-    if isinstance(exc, RunNotFoundError):
-        text = f"{text} (on the command line: `stargraph runs [--db PATH]`)"
+    if isinstance(exc, StargraphError):
+        text = cli_form(text, exc)
     if isinstance(exc, ProposalNotFoundError):
         text = f"{text} (on the command line: `stargraph proposals list [--db PATH]`)"
     if not isinstance(exc, StargraphError):
         text = f"{type(exc).__name__}: {text} (this looks like a bug; rerun with --debug)"
+    return text
+
+
+def _run_of(exc: StargraphError) -> str:
+    run_id = getattr(exc, "run_id", None)
+    return "RUN_ID" if run_id is None else shlex.quote(str(run_id))
+
+
+_Fix = Callable[["re.Match[str]", StargraphError], str]
+
+# The fixes library errors spell in Python, and what does the same on the command line.
+# Each error keeps its Python wording for Python callers; the CLI rewrites it when it shows
+# it. The patterns follow the messages' wording, which the CLI tests pin through real runs.
+_CLI_FORMS: Final[tuple[tuple[type[StargraphError], re.Pattern[str], _Fix], ...]] = (
+    (
+        RunBusyError,
+        re.compile(r"call resume\(\.\.\., wait=True\) to wait for it"),
+        lambda m, e: f"pass --wait (`stargraph resume {_run_of(e)} --wait`) to wait for it",
+    ),
+    (
+        RunNotResumableError,
+        re.compile(r"use fork\((?:'[^']*'|\"[^\"]*\"), step\)"),
+        lambda m, e: f"use `stargraph fork {_run_of(e)} --step K`",
+    ),
+    (
+        RunNotResumableError,
+        re.compile(r"pass resume\(\.\.\., response=\.\.\.\)"),
+        lambda m, e: f"pass --response JSON (`stargraph resume {_run_of(e)} --response JSON`)",
+    ),
+    (
+        RunNotResumableError,
+        re.compile(r"call resume\(\) without response="),
+        lambda m, e: "resume it without --response",
+    ),
+    (
+        RunNotResumableError,
+        re.compile(r"answer it with response= alone"),
+        lambda m, e: "answer it with --response alone",
+    ),
+    (
+        RunNotResumableError,
+        re.compile(r"resume it without update=, or fork it from step (\d+) with the update"),
+        lambda m, e: (
+            "resume it without --update, or fork it with the update: "
+            f"`stargraph fork {_run_of(e)} --step {m.group(1)} --update JSON`"
+        ),
+    ),
+    (
+        RunNotFoundError,
+        re.compile(r"list runs with store\.list_runs\(\)"),
+        lambda m, e: "list runs with `stargraph runs [--db PATH]`",
+    ),
+    (
+        StepLimitExceeded,
+        re.compile(r"raise max_steps in compile\(\)/invoke\(\)"),
+        lambda m, e: "pass a larger --max-steps",
+    ),
+    (
+        InvalidInputError,
+        re.compile(r"as_node=('[^']*'|\"[^\"]*\")"),
+        lambda m, e: f"--as-node {m.group(1)}",
+    ),
+    (
+        InvalidInputError,
+        re.compile(r"leave as_node out"),
+        lambda m, e: "leave --as-node out",
+    ),
+    (
+        RunCancelledError,
+        re.compile(r"continue it with resume\((?:'[^']*'|\"[^\"]*\")\)"),
+        lambda m, e: f"continue it with: stargraph resume {_run_of(e)}",
+    ),
+    (
+        MissingServiceError,
+        re.compile(
+            r"compile (?:it|the graph) with (services=\{.*?: \.\.\.\})"
+            r"(?: \(a worker: Worker\(db, services=\.\.\.\) or (`[^`]*`)\))?"
+        ),
+        lambda m, e: (
+            f"give the graph its services on the command line: pass as GRAPH a "
+            f"CompiledGraph compiled with {m.group(1)}, or a function returning one"
+            + (f"; a worker: {m.group(2)}" if m.group(2) else "")
+        ),
+    ),
+)
+
+
+def cli_form(text: str, exc: StargraphError) -> str:
+    """``text`` (``exc``'s message) with its Python fixes named as the CLI's options."""
+    for kind, pattern, fix in _CLI_FORMS:
+        if isinstance(exc, kind):
+            text = pattern.sub(lambda m, e=exc, f=fix: f(m, e), text)  # type: ignore[misc]
     return text
 
 
@@ -82,6 +181,33 @@ def waiting_message(run_id: str, interrupt: Any, spec: str, db: str) -> str:
         what = json.dumps(interrupt, ensure_ascii=False, sort_keys=True, default=str)
     return f"run {run_id} is waiting: {what}; continue it with: " + resume_hint(
         run_id, spec, db, extra
+    )
+
+
+def taken_run_id(record: Any, spec: str | None, db: str, option: str) -> str:
+    """Why ``option`` (``--run-id``) cannot name the existing run ``record``, and the commands
+    that do what the user may have meant: a fresh id, or the existing run continued."""
+    run_id = record.run_id
+    quoted = shlex.quote(run_id)
+    db_part = "" if db in (DEFAULT_DB, find_db()) else f" --db {shlex.quote(db)}"
+    graph = f" --graph {shlex.quote(spec)}" if spec is not None else ""
+    status = record.status
+    if status == "interrupted":
+        info = record.interrupt if isinstance(record.interrupt, dict) else {}
+        extra = " --response JSON" if info.get("kind") == "node" else ""
+        then = f"to continue it instead: stargraph resume {quoted}{extra}{graph}{db_part}"
+    elif status in ("failed", "cancelled", "orphaned"):
+        then = f"to continue it instead: stargraph resume {quoted}{graph}{db_part}"
+    elif status == "running":
+        then = f"it is running now; see it with: stargraph show {quoted}{db_part}"
+    else:  # done: nothing to continue, but a fork branches from any of its steps
+        then = (
+            f"to see it: stargraph show {quoted}{db_part}; to branch from one of its steps: "
+            f"stargraph fork {quoted} --step K{db_part}"
+        )
+    return (
+        f"run {run_id} already exists in {db} ({status} at step {record.last_step}); pass "
+        f"another {option} (or leave it out for a fresh id); {then}"
     )
 
 

@@ -150,7 +150,7 @@ def replay_command(
     with _load.open_store(db, must_exist=True) as store:
         record = store.get_run(source)
         target = _load.graph_for(graph_spec, db, record.graph_hash, purpose="replay it")
-        app = _load.compile_target(target, store=store)
+        app = _load.compile_target(target, store=store, run_id=source)
         try:
             if from_step is None:
                 _replay(app, source, source, quiet=quiet)

@@ -24,7 +24,14 @@ from stargraph.cli._load import (
     refuse_another_store,
     resolve_db,
 )
-from stargraph.cli._output import describe_error, drive, report, resume_hint, view
+from stargraph.cli._output import (
+    describe_error,
+    drive,
+    report,
+    resume_hint,
+    taken_run_id,
+    view,
+)
 from stargraph.errors import (
     GraphHashMismatch,
     InvalidInputError,
@@ -83,6 +90,11 @@ def run_command(
     refuse_another_store(target, db)
     run_id = run_id or f"run-{secrets.token_hex(6)}"
     with open_store(db, must_exist=False) as store:
+        if _stored(store, run_id):
+            taken = store.get_run(run_id)
+            # --graph only when GRAPH made that run; resume finds its own graph otherwise.
+            same = taken.graph_hash == target.ir.graph_hash
+            raise CliUsageError(taken_run_id(taken, graph if same else None, db, "--run-id"))
         app = compile_target(target, store=store, max_steps=max_steps)
         archive_ir(db, app.ir, spec=graph)
         hint = resume_hint(run_id, graph, db)
@@ -156,6 +168,11 @@ def _stored(store: Any, run_id: str) -> bool:
     "graph_spec",
     help="The graph that made the run (default: the IR archived when `stargraph run` ran it).",
 )
+@click.option(
+    "--wait",
+    is_flag=True,
+    help="If another process is running the run, wait for it to let go, then continue.",
+)
 @_with_run_options
 def resume_command(
     *,
@@ -163,6 +180,7 @@ def resume_command(
     response: str | None,
     update: str | None,
     graph_spec: str | None,
+    wait: bool,
     db: str,
     max_steps: int | None,
     quiet: bool,
@@ -177,12 +195,14 @@ def resume_command(
         options["update"] = updates
     if max_steps is not None:
         options["max_steps"] = max_steps
+    if wait:
+        options["wait"] = True
     with open_store(db, must_exist=True) as store:
         record = store.get_run(run_id)
         target = graph_for(
             graph_spec, db, record.graph_hash, purpose="resume it", warn_changed=True
         )
-        app = compile_target(target, store=store)
+        app = compile_target(target, store=store, run_id=run_id)
         hint = resume_hint(run_id, target.spec, db)
         try:
             with _stoppable(store, run_id, hint, quiet=quiet):

@@ -32,8 +32,21 @@ from stargraph.cli._load import (
     python_reference,
     resolve_db,
 )
+from stargraph.cli._output import taken_run_id
 
 __all__ = ["fork_command", "submit_command", "worker_command"]
+
+
+def _existing(store: Any, run_id: str | None) -> Any:
+    """The stored record of ``run_id``, or None (no such run, or no id given)."""
+    from stargraph.errors import RunNotFoundError
+
+    if run_id is None:
+        return None
+    try:
+        return store.get_run(run_id)
+    except RunNotFoundError:
+        return None
 
 
 def _db_part(db: str) -> str:
@@ -84,12 +97,15 @@ def fork_command(
     updates = parse_object(update, "--update", of=" of channel writes")
     with open_store(db, must_exist=True) as store:
         record = store.get_run(run_id)
+        taken = _existing(store, new_run_id)
+        if taken is not None:
+            raise CliUsageError(taken_run_id(taken, None, db, "--new-run-id"))
         if step > record.last_step:
             raise CliUsageError(
                 f"run {run_id} has steps 0..{record.last_step}; pass --step 0 to {record.last_step}"
             )
         target = graph_for(graph_spec, db, record.graph_hash, purpose="fork it")
-        app = compile_target(target, store=store)
+        app = compile_target(target, store=store, run_id=run_id)
         try:
             new_id = app.fork(run_id, step, update=updates, new_run_id=new_run_id, as_node=as_node)
             last = store.get_run(new_id).last_step

@@ -42,7 +42,7 @@ from stargraph.runtime import CompiledGraph
 from stargraph.runtime._secrets import registered_secrets
 from stargraph.ui import _pages as pages
 from stargraph.ui._diff import RunPairDiff, diff_pair
-from stargraph.ui._digest import DigestCache
+from stargraph.ui._digest import DigestCache, RunDigest, Totals
 from stargraph.ui._errors import error_handlers, error_page, int_param, run_address
 from stargraph.ui._graph import graph_svg
 from stargraph.ui._live import Closing, LiveText, Wakeup, Wakeups
@@ -130,6 +130,11 @@ def _subgraphs(ir: GraphIR) -> Iterator[tuple[str, GraphIR]]:
         yield from _subgraphs(child)
 
 
+def _sites(ir: GraphIR) -> dict[str, str]:
+    """The site (the child run id's part) of each subgraph node of ``ir``, by node id."""
+    return {str(node.id): site_of(node) for node in ir.nodes if isinstance(node, SubgraphNodeIR)}
+
+
 def child_runs(
     ir: GraphIR, run: RunRecord, records: Iterable[StepRecord], owner: Callable[[int], str]
 ) -> ChildRuns:
@@ -137,9 +142,7 @@ def child_runs(
     the tasks that ran in a step, ``("next", step, node, index)`` for the tasks the run's
     last step scheduled (running or waiting now, in the step after). ``owner(step)`` is the
     run that ran ``step`` (a fork's copied steps ran in its parent)."""
-    sites: dict[str, str] = {
-        str(node.id): site_of(node) for node in ir.nodes if isinstance(node, SubgraphNodeIR)
-    }
+    sites = _sites(ir)
     if not sites:
         return {}
     out: ChildRuns = {}
@@ -325,6 +328,44 @@ class _Console:
                     self._graphs[run.graph_hash] = RunGraph(child)
                 return RunGraph(child)
         return None
+
+    def family(self, run: RunRecord, graph: RunGraph | None, digest: RunDigest) -> Totals:
+        """Call totals of ``run`` with every child skill run below it (nested ones too):
+        a skill's model calls are made in its child run, not in the step of its parent."""
+        totals = Totals()
+        totals.add(digest)
+        todo = [(run, graph, digest)]
+        seen = {run.run_id}
+        while todo:
+            current, current_graph, current_digest = todo.pop()
+            if current_graph is None:
+                continue
+            sites = _sites(current_graph.ir)
+            owner = self.owner_of(current)
+            ids = [
+                f"{owner(step)}::{site}@{step}.{index}"
+                for node, site in sites.items()
+                for step, index in current_digest.written.get(node, ())
+            ]
+            tail = self.store.get_steps(current.run_id, start=current.last_step)
+            ids += [
+                f"{current.run_id}::{sites[t.node]}@{current.last_step + 1}.{t.index}"
+                for record in tail[-1:]
+                for t in record.next
+                if t.node in sites
+            ]
+            for child_id in dict.fromkeys(ids):
+                if child_id in seen:
+                    continue
+                seen.add(child_id)
+                try:
+                    child = self.store.get_run(child_id)
+                except RunNotFoundError:
+                    continue  # a skill node that failed before its child run started
+                child_digest = self.digests.get(child_id, child.last_step)
+                totals.add(child_digest)
+                todo.append((child, self.graph_of(child), child_digest))
+        return totals
 
     def owner_of(self, run: RunRecord) -> Callable[[int], str]:
         """``step -> id of the run that ran it``: a fork's copied steps ran in its parent
@@ -614,7 +655,7 @@ def create_app(
         rid = quote(run_id, safe="")
         body = f"""
 <h1>Run {pages.escape(run_id)}</h1>
-{pages.summary_table(masker, run, digest)}
+{pages.summary_table(masker, run, digest, console.family(run, graph, digest))}
 {waiting}
 {pages.LIVE_OUTPUT}
 <h2>Graph</h2>

@@ -12,12 +12,13 @@ shared by the nodes that ran side by side in that step, engine overhead included
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
 from stargraph.checkpoint import CheckpointStore, StepRecord
 
-__all__ = ["DigestCache", "RunDigest"]
+__all__ = ["DigestCache", "RunDigest", "Totals"]
 
 
 @dataclass(slots=True)
@@ -36,6 +37,9 @@ class RunDigest:
     transitions: set[tuple[str, str]] = field(default_factory=set)
     last_nodes: tuple[str, ...] = ()
     timed: bool = False
+    written: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    """``(step, task index)`` of every write, by node: where a subgraph node's child runs
+    are (their ids are built from them)."""
 
     @property
     def total_tokens(self) -> int:
@@ -44,14 +48,18 @@ class RunDigest:
 
     def fold(self, record: StepRecord) -> None:
         """Add one committed step (steps must come in order)."""
-        nodes = tuple(dict.fromkeys(w.node for w in record.writes))
+        # A node fanned out by N Send tasks writes N times in one step: it ran N times.
+        tasks = Counter(w.node for w in record.writes)
+        nodes = tuple(tasks)
+        for w in record.writes:
+            self.written.setdefault(w.node, []).append((record.step, w.index))
         if record.step > 0:
             known = bool(record.created_ms and self.last_ms)
             elapsed = record.created_ms - self.last_ms if known else 0
             self.timed = self.timed or known
-            for node in nodes:
+            for node, runs in tasks.items():
                 self.node_ms[node] = self.node_ms.get(node, 0) + max(elapsed, 0)
-                self.node_runs[node] = self.node_runs.get(node, 0) + 1
+                self.node_runs[node] = self.node_runs.get(node, 0) + runs
             sources = self.last_nodes or ("__start__",)
             self.transitions.update((s, t) for s in sources for t in nodes)
             if nodes:
@@ -70,6 +78,28 @@ class RunDigest:
             elif call.kind == "tool":
                 self.tool_calls += 1
         self.counted = record.step
+
+
+@dataclass(slots=True)
+class Totals:
+    """Model and tool call totals summed over runs (a run and its child skill runs)."""
+
+    runs: int = 0
+    model_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tool_calls: int = 0
+    cost: float | None = None
+
+    def add(self, digest: RunDigest) -> None:
+        """Count one more run's digest."""
+        self.runs += 1
+        self.model_calls += digest.model_calls
+        self.prompt_tokens += digest.prompt_tokens
+        self.completion_tokens += digest.completion_tokens
+        self.tool_calls += digest.tool_calls
+        if digest.cost is not None:
+            self.cost = (self.cost or 0.0) + digest.cost
 
 
 class DigestCache:

@@ -31,6 +31,31 @@ def _boxes(cluster: Cluster) -> list[Box]:
     return out
 
 
+def _clusters(cluster: Cluster) -> list[tuple[Cluster, list[Box]]]:
+    """Every child graph below ``cluster`` (nested ones too) with all the boxes inside it."""
+    out = []
+    for child in cluster.clusters:
+        out.append((child, _boxes(child)))
+        out.extend(_clusters(child))
+    return out
+
+
+def _frame(title: str, key: str, corners: list[tuple[float, float]], depth: int) -> str:
+    """A labelled frame around the boxes at ``corners`` (their top-left points): a skill
+    run as a subgraph reads as one unit, named by its skill."""
+    pad = 8.0 - 3 * min(depth, 2)
+    left = min(x for x, _ in corners) - pad
+    top = min(y for _, y in corners) - pad - 12
+    right = max(x for x, _ in corners) + _W + pad
+    bottom = max(y for _, y in corners) + _H + pad
+    return (
+        f'<g class="cluster" data-cluster="{escape(key)}"><title>{escape(title)}</title>'
+        f'<rect x="{left}" y="{top}" width="{right - left}" height="{bottom - top}" rx="8"/>'
+        f'<text class="cluster-label" x="{left + 6}" y="{top + 12}">{escape(title[:60])}</text>'
+        "</g>"
+    )
+
+
 def _root(key: str) -> str:
     return key.split("/", 1)[0]
 
@@ -135,6 +160,10 @@ def graph_svg(
         'markerHeight="11" markerUnits="userSpaceOnUse" orient="auto-start-reverse">'
         '<path class="ran" d="M0,0L10,5L0,10z"/></marker></defs>',
     ]
+    for cluster, inside in _clusters(picture.root):
+        corners = [pos[b.key] for b in inside if b.key in pos]
+        if corners:
+            parts.append(_frame(cluster.title, cluster.key, corners, cluster.key.count("/")))
     for link in links:
         (x1, y1), (x2, y2) = pos[link.source], pos[link.target]
         on = taken(link.source, link.target)

@@ -15,7 +15,7 @@ from urllib.parse import quote, urlencode
 
 from stargraph.checkpoint import JournalEntry, RunRecord, StepRecord
 from stargraph.ui._diff import AlignedStep, RunPairDiff
-from stargraph.ui._digest import RunDigest, usage_of
+from stargraph.ui._digest import RunDigest, Totals, usage_of
 from stargraph.ui._mask import Masker
 from stargraph.viz import format_ms
 from stargraph.viz._runs import rule_decision
@@ -32,6 +32,7 @@ __all__ = [
     "fork_page",
     "layout",
     "nested_run",
+    "nested_runs",
     "run_rows",
     "step_rows",
 ]
@@ -99,15 +100,53 @@ def _when(iso: str) -> str:
     return f'<time datetime="{escape(iso)}" title="{escape(iso)}">{short}</time>'
 
 
+def nested_runs(
+    runs: Sequence[tuple[RunRecord, RunDigest]],
+) -> list[tuple[RunRecord, RunDigest, int]]:
+    """``runs`` with each child (skill) run right after its parent, and its depth: the
+    number of its ancestors in ``runs`` (a child run's id is its parent's, ``::``, the
+    node's site). A child whose parent is not listed (filtered out) stands on its own."""
+    ids = {run.run_id for run, _ in runs}
+
+    def parent(run_id: str) -> str:
+        up = run_id.rpartition("::")[0]
+        while up and up not in ids:
+            up = up.rpartition("::")[0]
+        return up
+
+    children: dict[str, list[tuple[RunRecord, RunDigest]]] = {}
+    roots = []
+    for item in runs:
+        up = parent(item[0].run_id)
+        if up:
+            children.setdefault(up, []).append(item)
+        else:
+            roots.append(item)
+    out: list[tuple[RunRecord, RunDigest, int]] = []
+    stack = [(item, 0) for item in reversed(roots)]
+    while stack:
+        (run, digest), depth = stack.pop()
+        out.append((run, digest, depth))
+        stack.extend((kid, depth + 1) for kid in reversed(children.get(run.run_id, [])))
+    return out
+
+
 def run_rows(runs: list[tuple[RunRecord, RunDigest]]) -> str:
-    """The ``<tr>`` rows of the runs list."""
+    """The ``<tr>`` rows of the runs list, child skill runs nested under their parent."""
     rows = []
-    for run, digest in runs:
+    for run, digest, depth in nested_runs(runs):
         tokens = f"{digest.total_tokens:,}" if digest.model_calls else "-"
         cost = f"${digest.cost:.4f}" if digest.cost is not None else "-"
+        nest = (
+            f' class="child depth-{min(depth, 3)}" data-parent="'
+            f'{escape(run.run_id.rpartition("::")[0])}"'
+            if depth
+            else ""
+        )
+        mark = '<span class="nest" aria-hidden="true">&#8627; </span>' if depth else ""
         rows.append(
-            f'<tr data-run="{escape(run.run_id)}">'
-            f'<td><a href="/runs/{quote(run.run_id, safe="")}">{escape(run.run_id)}</a></td>'
+            f'<tr data-run="{escape(run.run_id)}"{nest}>'
+            f'<td>{mark}<a href="/runs/{quote(run.run_id, safe="")}">{escape(run.run_id)}</a></td>'
             f"<td>{escape(run.graph_name)}</td><td>{_status(run.status)}</td>"
             f'<td class="num">{run.last_step}</td><td class="num">{tokens}</td>'
             f'<td class="num">{cost}</td>'
@@ -458,8 +497,11 @@ def continue_form(run: RunRecord, csrf: str) -> str:
 </form></section>"""
 
 
-def summary_table(masker: Masker, run: RunRecord, digest: RunDigest) -> str:
-    """The run's status, hashes, totals and error."""
+def summary_table(
+    masker: Masker, run: RunRecord, digest: RunDigest, family: Totals | None = None
+) -> str:
+    """The run's status, hashes, totals and error; ``family``: the totals of the run with
+    its child skill runs, shown when it has any."""
     items = [
         ("status", f'<span id="run-status">{_status(run.status)}</span>'),
         ("graph", f"{escape(run.graph_name)} <code>{escape(run.graph_hash[:19])}</code>"),
@@ -473,6 +515,18 @@ def summary_table(masker: Masker, run: RunRecord, digest: RunDigest) -> str:
         ),
         ("tool calls", str(digest.tool_calls)),
     ]
+    if family is not None and family.runs > 1:
+        kids = family.runs - 1
+        items.append(
+            (
+                "with skill runs",
+                f'<span id="family-totals">{family.model_calls} model calls '
+                f"({family.prompt_tokens:,} prompt + {family.completion_tokens:,} completion "
+                f"tokens), {family.tool_calls} tool calls, over this run and its {kids} child "
+                f"run{'s' if kids > 1 else ''}</span>"
+                + (f", ${family.cost:.4f}" if family.cost is not None else ""),
+            )
+        )
     if digest.cost is not None:
         items.append(("cost", f"${digest.cost:.4f}"))
     if run.stopped_by:

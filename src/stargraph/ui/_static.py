@@ -122,7 +122,7 @@ pre{background:#f5f5f7;padding:.4rem;margin:.2rem 0;font-size:.8rem;white-space:
 overflow-wrap:anywhere;max-height:24rem;overflow-y:auto}
 code{font-size:.85rem;overflow-wrap:anywhere}
 .muted{color:#6e7781}
-.status{font-weight:600}.status-done{color:#1a7f37}.status-failed{color:#cf222e}
+.status{font-weight:600;white-space:nowrap;overflow-wrap:normal}.status-done{color:#1a7f37}.status-failed{color:#cf222e}
 .status-interrupted{color:#9a6700}.status-running{color:#0969da}
 .status-orphaned{color:#8250df}.status-cancelled{color:#6e7781}
 .filters{display:flex;gap:1rem;flex-wrap:wrap;margin-bottom:1rem;align-items:end}
@@ -135,6 +135,8 @@ svg.graph .node.next rect{fill:#fff8c5;stroke:#bf8700;stroke-width:2.5;stroke-da
 svg.graph .node.ran rect{fill:#dafbe1;stroke:#1a7f37;stroke-width:2.5}
 svg.graph text{font-size:13px;text-anchor:middle;fill:#1d1d1f}
 svg.graph text.detail{font-size:11px;fill:#57606a}
+svg.graph .cluster rect{fill:#fbf8ff;stroke:#8250df;stroke-width:1;stroke-dasharray:4 3}
+svg.graph text.cluster-label{font-size:11px;text-anchor:start;fill:#8250df}
 svg.graph .link{fill:none;stroke:#8c959f;stroke-width:1.2}
 svg.graph .link.conditional{stroke-dasharray:5 3}svg.graph .link.rule{stroke:#bf8700}
 svg.graph .link.ran{stroke:#1a7f37;stroke-width:3}
@@ -153,6 +155,9 @@ svg.graph marker path{fill:#8c959f}svg.graph marker path.ran{fill:#1a7f37}
 .live-output{border:1px solid #0969da;padding:.3rem 1rem;margin-top:1rem}
 .live-output h2{margin-top:.4rem}
 .live-call .text::after{content:"\\2588";color:#0969da}
+table.runs tr.child>td:first-child{padding-left:1.5rem}
+table.runs tr.depth-2>td:first-child{padding-left:2.5rem}
+table.runs tr.depth-3>td:first-child{padding-left:3.5rem}.nest{color:#8250df}
 details.child{margin:.3rem 0;border-left:3px solid #8250df;padding-left:.4rem}
 details.child>summary{cursor:pointer}
 table.nested{font-size:.85rem}
