@@ -1,0 +1,460 @@
+"""The cells of the combination grid: stores, drivers, the record a cell is judged by.
+
+A cell runs one feature's whole story (its run, the answer to an interrupt, a thread's
+second turn) on one store through one driver, and returns the final state and a summary of
+every run it made. The test compares both with the reference cell: the feature run by plain
+``invoke`` on the in-memory store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, get_args
+
+import pydantic_core
+
+import stargraph
+from stargraph import interrupt_of
+from stargraph.checkpoint import CheckpointStore, MemoryStore, SqliteStore
+from stargraph.reducers import Reducer
+from stargraph.runtime import CompiledGraph
+from stargraph.runtime._stream import INTERRUPT_KEY, StreamMode
+from tests.grid.features import FEATURES, NO_ANSWER, Feature
+
+STORES: Final = ("memory", "sqlite", "postgres")
+STREAM_MODES: Final[tuple[str, ...]] = get_args(StreamMode)
+DRIVERS: Final[tuple[str, ...]] = (
+    "invoke",
+    *(f"stream_{mode}" for mode in STREAM_MODES),
+    "stream_all",
+    "ainvoke",
+    "astream",
+    "worker",
+    "sigkill",
+    "replay",
+    "fork_as_node",
+)
+"""Every way a run is driven; ``stream_all`` asks for every mode at once."""
+
+REFERENCE: Final = ("memory", "invoke")
+
+_OUTLIVE = "the memory store lives in one process: nothing outlives the {what}"
+_NO_THREAD = "submit() queues a run, not a thread's turn: it takes no thread_id"
+
+IMPOSSIBLE: Final[dict[str, str]] = {
+    **{f"{f}-memory-worker": _OUTLIVE.format(what="test process for a worker") for f in FEATURES},
+    **{f"{f}-memory-sigkill": _OUTLIVE.format(what="killed process") for f in FEATURES},
+    "thread-sqlite-worker": _NO_THREAD,
+    "thread-postgres-worker": _NO_THREAD,
+}
+"""The cells that cannot exist, each with the reason."""
+
+
+def cell_id(feature: str, store: str, driver: str) -> str:
+    """``chain-sqlite-stream_updates``."""
+    return f"{feature}-{store}-{driver}"
+
+
+def all_cells() -> list[tuple[str, str, str]]:
+    """Every (feature, store, driver), impossible ones included."""
+    return [(f, s, d) for f in FEATURES for s in STORES for d in DRIVERS]
+
+
+# ----------------------------------------------------------------------------- stores
+
+
+@dataclass
+class Backend:
+    """Where a cell's runs are kept: opens fresh handles as a new process would."""
+
+    kind: str
+    tmp: Path
+    dsn: str | None = None
+    schema: str = "stargraph"
+    memory: MemoryStore = field(default_factory=MemoryStore)
+    opened: list[CheckpointStore] = field(default_factory=list)
+
+    @property
+    def db(self) -> str:
+        """What a worker or a child process opens: the SQLite file or the DSN."""
+        return self.dsn if self.kind == "postgres" else str(self.tmp / "runs.db")  # type: ignore[return-value]
+
+    def open(self) -> CheckpointStore:
+        """A handle on the cell's store (the one in-process store for ``memory``)."""
+        if self.kind == "memory":
+            return self.memory
+        made = open_store(self.kind, self.db, self.schema)
+        self.opened.append(made)
+        return made
+
+    def close(self) -> None:
+        """Close every handle opened."""
+        for made in self.opened:
+            made.close()
+
+
+def open_store(kind: str, db: str, schema: str) -> CheckpointStore:
+    """A new handle on a SQLite file or a PostgreSQL schema."""
+    if kind == "postgres":
+        from stargraph.checkpoint import PostgresStore
+
+        return PostgresStore(db, schema=schema)
+    return SqliteStore(db)
+
+
+# ----------------------------------------------------------------------------- records
+
+
+def _json(value: Any) -> Any:
+    return pydantic_core.to_jsonable_python(value)
+
+
+def run_summary(store: CheckpointStore, run_id: str, *, after: int = -1) -> dict[str, Any]:
+    """What a cell is judged by for one run: status, steps and their writes, who stopped it,
+    its turn, and the same of its child runs (by site and step), those of steps after
+    ``after`` only."""
+    record = store.get_run(run_id)
+    steps = store.get_steps(run_id)
+    children = {}
+    prefix = f"{run_id}::"
+    for child in store.list_runs(limit=10_000):
+        rest = child.run_id.removeprefix(prefix)
+        if rest == child.run_id or "::" in rest:
+            continue
+        step = int(rest.partition("@")[2].partition(".")[0] or -1)
+        if step > after:
+            children[rest] = run_summary(store, child.run_id)
+    return {
+        "status": record.status,
+        "steps": len(steps),
+        "writes": [sorted((w.node, w.index, _json(w.writes)) for w in s.writes) for s in steps[1:]],
+        "stopped_by": record.stopped_by,
+        "error": record.error,
+        "turn": record.turn,
+        "children": children,
+    }
+
+
+@dataclass
+class Result:
+    """A cell's outcome: the final state of its last run and the summary of each run."""
+
+    final: dict[str, Any]
+    runs: dict[str, dict[str, Any]]
+
+
+# ----------------------------------------------------------------------------- drivers
+
+
+def _reducers(model: type[Any]) -> dict[str, Reducer]:
+    found = {}
+    for name, hint in typing.get_type_hints(model, include_extras=True).items():
+        for meta in getattr(hint, "__metadata__", ()):
+            if isinstance(meta, Reducer):
+                found[name] = meta
+    return found
+
+
+def merge_updates(model: type[Any], start: dict[str, Any], items: list[Any]) -> dict[str, Any]:
+    """``start`` with every ``{node: writes}`` of an updates stream applied through the
+    state's reducers, as the run applied them."""
+    reducers = _reducers(model)
+    state = dict(start)
+    for item in items:
+        for node, writes in item.items():
+            if node == INTERRUPT_KEY:
+                continue
+            for name, value in _json(writes).items():
+                fn = reducers.get(name)
+                state[name] = value if fn is None else fn(state[name], value)
+    return state
+
+
+def _dump(state: Any) -> dict[str, Any]:
+    return dict(state.model_dump(mode="json"))
+
+
+@dataclass
+class Driver:
+    """Runs a story's parts: a run's start and the answer to its interrupt."""
+
+    name: str
+
+    def start(
+        self, app: CompiledGraph[Any], input: Any, run_id: str, thread_id: str | None
+    ) -> None:
+        """Start ``run_id`` and drive it to its end or its interrupt."""
+        kw: dict[str, Any] = {"run_id": run_id, "thread_id": thread_id}
+        if self.name == "ainvoke":
+            asyncio.run(app.ainvoke(input, **kw))
+        elif self.name == "astream":
+            self._stream(app, run_id, None, lambda mode: app.astream(input, mode=mode, **kw))
+        elif self.name.startswith("stream_"):
+            self._stream(app, run_id, None, lambda mode: app.stream(input, mode=mode, **kw))
+        else:
+            app.invoke(input, **kw)
+
+    def answer(self, app: CompiledGraph[Any], run_id: str, response: Any) -> None:
+        """Resume the interrupted ``run_id`` with ``response``."""
+        if self.name in ("ainvoke", "astream"):
+            asyncio.run(app.aresume(run_id, response=response))
+        elif self.name.startswith("stream_"):
+            before = _dump(app.get_state(run_id))
+            self._stream(
+                app,
+                run_id,
+                before,
+                lambda mode: app.resume_stream(run_id, response=response, mode=mode),
+            )
+        else:
+            app.resume(run_id, response=response)
+
+    def _modes(self) -> Any:
+        if self.name in ("stream_all", "astream"):
+            return list(STREAM_MODES)
+        return self.name.removeprefix("stream_")
+
+    def _stream(
+        self,
+        app: CompiledGraph[Any],
+        run_id: str,
+        before: dict[str, Any] | None,
+        open_stream: Callable[[Any], Any],
+    ) -> None:
+        modes = self._modes()
+        if self.name == "astream":
+            items = asyncio.run(_collect(open_stream(modes)))
+        else:
+            items = list(open_stream(modes))
+        pairs = items if isinstance(modes, list) else [(modes, item) for item in items]
+        check_stream(app, run_id, before, pairs)
+
+
+async def _collect(stream: Any) -> list[Any]:
+    return [item async for item in stream]
+
+
+def check_stream(
+    app: CompiledGraph[Any], run_id: str, before: dict[str, Any] | None, pairs: list[Any]
+) -> None:
+    """The stream agrees with the stored run: the last ``values`` item is its state, the
+    ``updates`` merged into the state it started from give that state too, and every event
+    and chunk names the run."""
+    final = _dump(app.get_state(run_id))
+    start = before if before is not None else _dump(app.get_state(run_id, 0))
+    values = [i for m, i in pairs if m == "values" and INTERRUPT_KEY not in _keys(i)]
+    updates = [i for m, i in pairs if m == "updates"]
+    modes = {m for m, _ in pairs}
+    if "values" in modes:
+        assert values, "a values stream yielded no state"
+        assert _dump(values[-1]) == final, "the values stream's last item is not the final state"
+    if "updates" in modes:
+        merged = merge_updates(app.state_model, start, updates)
+        assert merged == final, "the updates stream merged does not give the final state"
+    for mode, item in pairs:
+        if mode in ("custom", "messages", "events"):
+            assert getattr(item, "run_id", run_id).partition("::")[0] == run_id, item
+
+
+def _keys(item: Any) -> set[str]:
+    return set(item) if isinstance(item, Mapping) else set()
+
+
+# ----------------------------------------------------------------------------- a story
+
+
+@dataclass
+class Story:
+    """One feature's whole story on one store, with the services open."""
+
+    feature: Feature
+    backend: Backend
+    services: Mapping[str, Any]
+    kill_at: int = 1
+    """The commit after which the ``sigkill`` driver's child kills itself."""
+
+    @property
+    def thread(self) -> str | None:
+        """The thread id, for a feature run as two turns."""
+        return None if self.feature.second is None else "thread-1"
+
+    @property
+    def run_ids(self) -> list[str]:
+        """The story's top-level runs, in order."""
+        return ["run-1"] if self.feature.second is None else ["run-1", "run-2"]
+
+    def inputs(self) -> list[dict[str, Any]]:
+        """Each run's input."""
+        second = self.feature.second
+        return [self.feature.input] if second is None else [self.feature.input, second]
+
+    def app(self, *, without: tuple[str, ...] = ()) -> CompiledGraph[Any]:
+        """The feature's graph compiled on a fresh handle of the store, with its services
+        but those named in ``without``."""
+        services = {k: v for k, v in self.services.items() if k not in without}
+        return self.feature.build().compile(  # type: ignore[no-any-return]
+            store=self.backend.open(), services=services
+        )
+
+    def play(self, driver: Driver, app: CompiledGraph[Any] | None = None) -> Result:
+        """Run every part through ``driver``, continuing what already ran (a killed child's
+        runs): a run that exists is resumed, an interrupted one answered."""
+        app = app or self.app()
+        for run_id, input in zip(self.run_ids, self.inputs(), strict=True):
+            status = _status(app, run_id)
+            if status is None:
+                driver.start(app, input, run_id, self.thread)
+            elif status in ("running", "orphaned", "cancelled"):
+                app.resume(run_id)
+            if _status(app, run_id) == "interrupted" and self.feature.answer is not NO_ANSWER:
+                driver.answer(app, run_id, self.feature.answer)
+        return self.result(app, self.run_ids)
+
+    def result(self, app: CompiledGraph[Any], run_ids: list[str], after: int = -1) -> Result:
+        """The final state of the last run and the summary of each."""
+        store = app.store
+        assert store is not None
+        runs = {r: run_summary(store, r, after=after) for r in run_ids}
+        return Result(_dump(app.get_state(run_ids[-1])), runs)
+
+
+def _status(app: CompiledGraph[Any], run_id: str) -> str | None:
+    try:
+        return app.get_run(run_id).status
+    except LookupError:
+        return None
+
+
+# ----------------------------------------------------------------------------- cells
+
+
+def run_cell(story: Story, driver: str) -> Result:
+    """Run the story through ``driver``."""
+    if driver in ("invoke", "ainvoke", "astream") or driver.startswith("stream_"):
+        return story.play(Driver(driver))
+    if driver == "worker":
+        return _worker(story)
+    if driver == "sigkill":
+        return _sigkill(story)
+    if driver == "replay":
+        return _replay(story)
+    if driver == "fork_as_node":
+        return _fork(story)
+    raise AssertionError(f"unknown driver {driver!r}")
+
+
+def _worker(story: Story) -> Result:
+    from stargraph.workers import Worker, submit
+
+    backend = story.backend
+    (run_id,) = story.run_ids
+    submit(backend.db, story.feature.graph, story.feature.input, run_id=run_id,
+           schema=backend.schema)  # fmt: skip
+    with Worker(backend.db, schema=backend.schema, services=story.services) as worker:
+        outcome = worker.run_once()
+    assert outcome is not None, "the worker found no run to claim"
+    return story.play(Driver("invoke"))
+
+
+CHILD: Final = "from tests.grid.cells import child; child()"
+ROOT: Final = Path(__file__).resolve().parents[2]
+
+
+def _sigkill(story: Story) -> Result:
+    backend = story.backend
+    kill_at = story.kill_at
+    env = dict(os.environ)
+    src = Path(stargraph.__file__).resolve().parents[1]
+    env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT), env.get("PYTHONPATH", "")])
+    args = [sys.executable, "-c", CHILD, story.feature.name, backend.kind, backend.db,
+            backend.schema, str(backend.tmp / "ws"), str(kill_at)]  # fmt: skip
+    done = subprocess.run(args, check=False, env=env, cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert done.returncode == -signal.SIGKILL, (
+        f"the child was to die after commit {kill_at}; it exited {done.returncode}: "
+        f"{done.stderr[-2000:]}"
+    )
+    return story.play(Driver("invoke"))
+
+
+def child() -> None:
+    """A process that plays a story on a store and SIGKILLs itself right after the store
+    committed its ``argv[6]``-th step (of any run): a known point, no timing involved."""
+    name, kind, db, schema, workspace, kill_at = sys.argv[1:7]
+    feature = FEATURES[name]
+    store = open_store(kind, db, schema)
+    commits = 0
+    commit = store.commit_step
+
+    def commit_then_die(run_id: str, step: Any, **kwargs: Any) -> None:
+        nonlocal commits
+        commit(run_id, step, **kwargs)
+        commits += 1
+        if commits == int(kill_at):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    store.commit_step = commit_then_die  # type: ignore[method-assign]
+    backend = Backend(kind, Path(workspace).parent, dsn=db if kind == "postgres" else None,
+                      schema=schema)  # fmt: skip
+    with feature.serve(Path(workspace)) as services:
+        story = Story(feature, backend, services)
+        app = feature.build().compile(store=store, services=dict(services))
+        story.play(Driver("invoke"), app)
+
+
+def _replay(story: Story) -> Result:
+    story.play(Driver("invoke"))
+    # No model: its answers come from the record. The arbiter stays (its dispatches are
+    # served from the record too, but nodes read its registry before dispatching).
+    offline = story.app(without=("model",))
+    replayed = {}
+    for run_id in story.run_ids:
+        replayed[run_id] = _dump(offline.replay(run_id))
+        assert replayed[run_id] == _dump(offline.get_state(run_id)), f"replay of {run_id} differs"
+    # The record after the replay: a replay writes nothing.
+    return Result(replayed[story.run_ids[-1]], story.result(offline, story.run_ids).runs)
+
+
+def fork_point(summary: dict[str, Any]) -> tuple[int, str, int, dict[str, Any]]:
+    """Where a fork re-routes: the latest step before the last with one node's writes (the
+    last step when no earlier one has), as ``(step, node, index, writes)``."""
+    single = [
+        (step, writes[0])
+        for step, writes in enumerate(summary["writes"], start=1)
+        if len(writes) == 1 and not writes[0][0].startswith("__")
+    ]
+    assert single, "no step was written by one node"
+    earlier = [s for s in single if s[0] < len(summary["writes"])]
+    step, (node, index, writes) = (earlier or single)[-1]
+    return step, node, index, writes
+
+
+def _fork(story: Story) -> Result:
+    recorded = story.play(Driver("invoke"))
+    app = story.app()
+    parent = story.run_ids[-1]
+    step, node, _, writes = fork_point(recorded.runs[parent])
+    fork_id = app.fork(parent, step - 1, update=writes, as_node=node, new_run_id="fork-1")
+    state = app.resume(fork_id)
+    assert interrupt_of(state) is None, f"the fork at step {step} stopped at an interrupt"
+    summary = run_summary(app.store, fork_id, after=step)  # type: ignore[arg-type]
+    return Result(_dump(state), {**recorded.runs, "fork-1": summary})
+
+
+@contextmanager
+def story_for(feature: Feature, backend: Backend) -> Iterator[Story]:
+    """A story with the feature's services open over the cell's workspace."""
+    workspace = backend.tmp / "ws"
+    workspace.mkdir(exist_ok=True)
+    feature.prepare(workspace)
+    with feature.serve(workspace) as services:
+        yield Story(feature, backend, services)
