@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final, get_args
+from typing import Any, Final
 
 import pydantic_core
 
@@ -27,11 +27,13 @@ from stargraph import interrupt_of
 from stargraph.checkpoint import CheckpointStore, MemoryStore, SqliteStore
 from stargraph.reducers import Reducer
 from stargraph.runtime import CompiledGraph
-from stargraph.runtime._stream import INTERRUPT_KEY, StreamMode
-from tests.grid.features import FEATURES, NO_ANSWER, Feature
+from tests.grid.features import FEATURES, LEDGER, NO_ANSWER, Feature
 
 STORES: Final = ("memory", "sqlite", "postgres")
-STREAM_MODES: Final[tuple[str, ...]] = get_args(StreamMode)
+STREAM_MODES: Final = ("events", "updates", "values", "custom", "messages")
+"""Every mode ``stream`` accepts (``test_issue44_grid_streams_every_mode`` keeps it so)."""
+INTERRUPT_KEY: Final = "__interrupt__"
+"""The key of the item ``updates`` and ``values`` streams end with at an interrupt."""
 DRIVERS: Final[tuple[str, ...]] = (
     "invoke",
     *(f"stream_{mode}" for mode in STREAM_MODES),
@@ -146,10 +148,12 @@ def run_summary(store: CheckpointStore, run_id: str, *, after: int = -1) -> dict
 
 @dataclass
 class Result:
-    """A cell's outcome: the final state of its last run and the summary of each run."""
+    """A cell's outcome: the final state of its last run, the summary of each run, and the
+    tool bodies that ran (in every process of the cell)."""
 
     final: dict[str, Any]
     runs: dict[str, dict[str, Any]]
+    effects: list[str] = field(default_factory=list)
 
 
 # ----------------------------------------------------------------------------- drivers
@@ -263,6 +267,36 @@ def check_stream(
     for mode, item in pairs:
         if mode in ("custom", "messages", "events"):
             assert getattr(item, "run_id", run_id).partition("::")[0] == run_id, item
+    events = [i for m, i in pairs if m == "events" and i.run_id == run_id]
+    if "events" in modes:
+        check_events(app, run_id, final, events)
+
+
+def check_events(
+    app: CompiledGraph[Any], run_id: str, final: dict[str, Any], events: list[Any]
+) -> None:
+    """The run's events agree with its record: the steps they completed hold the writes
+    their ``node_finished`` events carried, and the last event is the run's outcome."""
+    store = app.store
+    assert store is not None
+    record = store.get_run(run_id)
+    steps = {s.step: s for s in store.get_steps(run_id)}
+    done = [e.step for e in events if e.kind == "step_completed"]
+    for step in done:
+        finished = sorted(
+            (e.node, e.index, _json(e.writes))
+            for e in events
+            if e.kind == "node_finished" and e.step == step
+        )
+        stored = sorted((w.node, w.index, _json(w.writes)) for w in steps[step].writes)
+        assert finished == stored, f"step {step}: events {finished} but record {stored}"
+    last = events[-1]
+    if last.kind == "run_finished":
+        assert done, "the events stream finished the run without completing a step"
+        assert (last.state, last.stopped_by) == (final, record.stopped_by)
+        assert record.status != "interrupted"
+    else:
+        assert (last.kind, record.status) == ("run_interrupted", "interrupted"), last
 
 
 def _keys(item: Any) -> set[str]:
@@ -324,7 +358,15 @@ class Story:
         store = app.store
         assert store is not None
         runs = {r: run_summary(store, r, after=after) for r in run_ids}
-        return Result(_dump(app.get_state(run_ids[-1])), runs)
+        return Result(_dump(app.get_state(run_ids[-1])), runs, effects())
+
+
+def effects() -> list[str]:
+    """The tool bodies run so far by this cell (``features.LEDGER``), sorted."""
+    path = os.environ.get(LEDGER)
+    if not path or not Path(path).exists():
+        return []
+    return sorted(Path(path).read_text(encoding="utf-8").splitlines())
 
 
 def _status(app: CompiledGraph[Any], run_id: str) -> str | None:
@@ -362,6 +404,7 @@ def _worker(story: Story) -> Result:
     with Worker(backend.db, schema=backend.schema, services=story.services) as worker:
         outcome = worker.run_once()
     assert outcome is not None, "the worker found no run to claim"
+    assert outcome not in ("failed", "dead", "lost"), story.app().get_run(run_id)
     return story.play(Driver("invoke"))
 
 
@@ -412,7 +455,7 @@ def child() -> None:
 
 
 def _replay(story: Story) -> Result:
-    story.play(Driver("invoke"))
+    recorded = story.play(Driver("invoke"))
     # No model: its answers come from the record. The arbiter stays (its dispatches are
     # served from the record too, but nodes read its registry before dispatching).
     offline = story.app(without=("model",))
@@ -420,8 +463,10 @@ def _replay(story: Story) -> Result:
     for run_id in story.run_ids:
         replayed[run_id] = _dump(offline.replay(run_id))
         assert replayed[run_id] == _dump(offline.get_state(run_id)), f"replay of {run_id} differs"
+    after = story.result(offline, story.run_ids)
+    assert after.effects == recorded.effects, "the replay ran a tool body"
     # The record after the replay: a replay writes nothing.
-    return Result(replayed[story.run_ids[-1]], story.result(offline, story.run_ids).runs)
+    return Result(replayed[story.run_ids[-1]], after.runs, after.effects)
 
 
 def fork_point(summary: dict[str, Any]) -> tuple[int, str, int, dict[str, Any]]:
@@ -447,7 +492,8 @@ def _fork(story: Story) -> Result:
     state = app.resume(fork_id)
     assert interrupt_of(state) is None, f"the fork at step {step} stopped at an interrupt"
     summary = run_summary(app.store, fork_id, after=step)  # type: ignore[arg-type]
-    return Result(_dump(state), {**recorded.runs, "fork-1": summary})
+    # The fork runs the steps after ``step`` again, live: their tool bodies run again too.
+    return Result(_dump(state), {**recorded.runs, "fork-1": summary}, recorded.effects)
 
 
 @contextmanager

@@ -9,6 +9,7 @@ model made in another process (a worker, a resumed run) answers a request the sa
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
@@ -33,15 +34,29 @@ LOOKUP: Final = "grid.lookup@1.0.0"
 MULTIPLY: Final = "grid.multiply@1.0.0"
 
 
+LEDGER: Final = "SG_GRID_LEDGER"
+"""The environment variable naming the file each tool body's run is appended to: the
+effects a cell made, counted across the processes it ran in."""
+
+
+def _effect(line: str) -> None:
+    path = os.environ.get(LEDGER)
+    if path:
+        with open(path, "a", encoding="utf-8") as ledger:
+            ledger.write(line + "\n")
+
+
 @tool(id=LOOKUP, side_effect="read")
 def lookup(query: str) -> str:
     """Look ``query`` up in a fixed table."""
+    _effect(f"lookup {query}")
     return f"nothing is known about {query}"
 
 
 @tool(id=MULTIPLY, side_effect="read")
 def multiply(a: float, b: float) -> float:
     """Multiply two numbers."""
+    _effect(f"multiply {a} {b}")
     return a * b
 
 

@@ -11,6 +11,7 @@ rest run in ``make check``.
 
 from __future__ import annotations
 
+import typing
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from tests.grid.cells import (
     IMPOSSIBLE,
     REFERENCE,
     STORES,
+    STREAM_MODES,
     Backend,
     Result,
     all_cells,
@@ -30,7 +32,7 @@ from tests.grid.cells import (
     run_cell,
     story_for,
 )
-from tests.grid.features import FEATURES
+from tests.grid.features import FEATURES, LEDGER
 
 
 def _cells() -> Iterator[Any]:
@@ -54,9 +56,12 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Resul
 
     def get(feature: str) -> Result:
         if feature not in made:
-            backend = Backend(REFERENCE[0], tmp_path_factory.mktemp(f"ref-{feature}"))
-            with story_for(FEATURES[feature], backend) as story:
-                made[feature] = run_cell(story, REFERENCE[1])
+            tmp = tmp_path_factory.mktemp(f"ref-{feature}")
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setenv(LEDGER, str(tmp / "effects.txt"))
+                backend = Backend(REFERENCE[0], tmp)
+                with story_for(FEATURES[feature], backend) as story:
+                    made[feature] = run_cell(story, REFERENCE[1])
         return made[feature]
 
     return get
@@ -75,8 +80,10 @@ def test_cell(
     tmp_path: Path,
     request: pytest.FixtureRequest,
     reference: Callable[[str], Result],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     feature, store, driver = cell
+    monkeypatch.setenv(LEDGER, str(tmp_path / "effects.txt"))
     expected = reference(feature)
     backend = _backend(store, tmp_path, request)
     try:
@@ -86,6 +93,8 @@ def test_cell(
     finally:
         backend.close()
     assert got.final == expected.final
+    # Each tool body ran as often as in the reference, however many processes ran the story.
+    assert got.effects == expected.effects
     if driver == "fork_as_node":
         fork = got.runs.pop("fork-1")
         parent = expected.runs[list(expected.runs)[-1]]
@@ -132,3 +141,14 @@ def test_issue44_grid_reference_is_the_storeless_invoke(
     with spec.serve(workspace) as services:
         final = spec.build().compile(services=services).invoke(spec.input)
     assert final.model_dump(mode="json") == reference(feature).final
+
+
+def test_issue44_grid_streams_every_mode() -> None:
+    from stargraph.runtime import CompiledGraph
+
+    def literals(hint: Any) -> set[str]:
+        args = typing.get_args(hint)
+        return {a for a in args if isinstance(a, str)} | {m for a in args for m in literals(a)}
+
+    # What stream(mode=...) is annotated to take: a grid without a new mode fails here.
+    assert set(STREAM_MODES) == literals(typing.get_type_hints(CompiledGraph.stream)["mode"])
