@@ -9,7 +9,9 @@ every run it made. The test compares both with the reference cell: the feature r
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -42,6 +44,7 @@ DRIVERS: Final[tuple[str, ...]] = (
     "astream",
     "worker",
     "sigkill",
+    "sigkill_journaled",
     "replay",
     "fork_as_node",
 )
@@ -51,10 +54,21 @@ REFERENCE: Final = ("memory", "invoke")
 
 _OUTLIVE = "the memory store lives in one process: nothing outlives the {what}"
 _NO_THREAD = "submit() queues a run, not a thread's turn: it takes no thread_id"
+_NO_JOURNAL = "no node makes a journaled call: there is no point inside a step to die at"
 
 IMPOSSIBLE: Final[dict[str, str]] = {
     **{f"{f}-memory-worker": _OUTLIVE.format(what="test process for a worker") for f in FEATURES},
-    **{f"{f}-memory-sigkill": _OUTLIVE.format(what="killed process") for f in FEATURES},
+    **{
+        f"{f}-memory-{d}": _OUTLIVE.format(what="killed process")
+        for f in FEATURES
+        for d in ("sigkill", "sigkill_journaled")
+    },
+    **{
+        f"{f}-{s}-sigkill_journaled": _NO_JOURNAL
+        for f in FEATURES
+        if FEATURES[f].journaled is None
+        for s in ("sqlite", "postgres")
+    },
     "thread-sqlite-worker": _NO_THREAD,
     "thread-postgres-worker": _NO_THREAD,
 }
@@ -315,6 +329,8 @@ class Story:
     services: Mapping[str, Any]
     kill_at: int = 1
     """The commit after which the ``sigkill`` driver's child kills itself."""
+    forker: Forker | None = None
+    """Where killed children are forked from (None: each one is a new interpreter)."""
 
     @property
     def thread(self) -> str | None:
@@ -386,7 +402,9 @@ def run_cell(story: Story, driver: str) -> Result:
     if driver == "worker":
         return _worker(story)
     if driver == "sigkill":
-        return _sigkill(story)
+        return _sigkill(story, f"commit:{story.kill_at}")
+    if driver == "sigkill_journaled":
+        return _sigkill(story, f"journal:{story.feature.journaled}")
     if driver == "replay":
         return _replay(story)
     if driver == "fork_as_node":
@@ -408,44 +426,106 @@ def _worker(story: Story) -> Result:
     return story.play(Driver("invoke"))
 
 
-CHILD: Final = "from tests.grid.cells import child; child()"
+FORKER: Final = "from tests.grid import forker; forker.main()"
 ROOT: Final = Path(__file__).resolve().parents[2]
+HANG_S: Final = 120.0
+"""Only to catch a hang: no cell's child comes near it."""
 
 
-def _sigkill(story: Story) -> Result:
-    backend = story.backend
-    kill_at = story.kill_at
+def _child_env() -> dict[str, str]:
     env = dict(os.environ)
+    # The child imports the stargraph this process runs, and the tests package from ROOT.
     src = Path(stargraph.__file__).resolve().parents[1]
     env["PYTHONPATH"] = os.pathsep.join([str(src), str(ROOT), env.get("PYTHONPATH", "")])
-    args = [sys.executable, "-c", CHILD, story.feature.name, backend.kind, backend.db,
-            backend.schema, str(backend.tmp / "ws"), str(kill_at)]  # fmt: skip
-    done = subprocess.run(args, check=False, env=env, cwd=ROOT, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
-    assert done.returncode == -signal.SIGKILL, (
-        f"the child was to die after commit {kill_at}; it exited {done.returncode}: "
-        f"{done.stderr[-2000:]}"
+    return env
+
+
+class Forker:
+    """The :mod:`tests.grid.forker` process, started on first use: each killed child is a
+    fork of it, so none pays for the imports again."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.errors = tmp / "forker.err"
+        self.proc: subprocess.Popen[str] | None = None
+
+    def run(self, argv: list[str]) -> tuple[int, str]:
+        """Run :func:`child` with ``argv`` in a fresh fork; its exit code and stderr."""
+        if self.proc is None:
+            with self.errors.open("w") as err:
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-c", FORKER], stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE, stderr=err, env=_child_env(), cwd=ROOT, text=True,
+                )  # fmt: skip
+        assert self.proc.stdin is not None
+        assert self.proc.stdout is not None
+        seen = self.errors.stat().st_size
+        env = {LEDGER: os.environ[LEDGER]} if LEDGER in os.environ else {}
+        self.proc.stdin.write(json.dumps({"argv": argv, "env": env}) + "\n")
+        self.proc.stdin.flush()
+        ready, _, _ = select.select([self.proc.stdout], [], [], HANG_S)
+        assert ready, f"a forked child did not end within {HANG_S} s"
+        line = self.proc.stdout.readline()
+        assert line, f"the forker died: {self.errors.read_text()[-2000:]}"
+        with self.errors.open() as err:
+            err.seek(seen)
+            return int(json.loads(line)["returncode"]), err.read()
+
+    def close(self) -> None:
+        """Stop the forker (it ends when its stdin closes)."""
+        if self.proc is not None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            self.proc.wait(timeout=HANG_S)
+            assert self.proc.stdout is not None
+            self.proc.stdout.close()
+
+
+def _sigkill(story: Story, kill_at: str) -> Result:
+    backend = story.backend
+    argv = [story.feature.name, backend.kind, backend.db, backend.schema,
+            str(backend.tmp / "ws"), kill_at]  # fmt: skip
+    if story.forker is not None:
+        code, stderr = story.forker.run(argv)
+    else:
+        done = subprocess.run(
+            [sys.executable, "-c", "from tests.grid.cells import child; child()", *argv],
+            check=False, env=_child_env(), cwd=ROOT, capture_output=True, text=True,
+            timeout=HANG_S,
+        )  # fmt: skip
+        code, stderr = done.returncode, done.stderr
+    assert code == -signal.SIGKILL, (
+        f"the child was to die at {kill_at}; it exited {code}: {stderr[-2000:]}"
     )
     return story.play(Driver("invoke"))
 
 
 def child() -> None:
-    """A process that plays a story on a store and SIGKILLs itself right after the store
-    committed its ``argv[6]``-th step (of any run): a known point, no timing involved."""
+    """A process that plays a story on a store and SIGKILLs itself at a known point, no
+    timing involved: ``commit:N`` right after the store committed its N-th step (of any
+    run); ``journal:KIND`` right after the first journaled call of that kind (a tool call,
+    an interrupt's response) is recorded, inside the step, before the step commits."""
     name, kind, db, schema, workspace, kill_at = sys.argv[1:7]
     feature = FEATURES[name]
     store = open_store(kind, db, schema)
+    point, _, arg = kill_at.partition(":")
     commits = 0
     commit = store.commit_step
+    journal = store.append_journal
 
     def commit_then_die(run_id: str, step: Any, **kwargs: Any) -> None:
         nonlocal commits
         commit(run_id, step, **kwargs)
         commits += 1
-        if commits == int(kill_at):
+        if point == "commit" and commits == int(arg):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def journal_then_die(run_id: str, entry: Any, **kwargs: Any) -> None:
+        journal(run_id, entry, **kwargs)
+        if point == "journal" and entry.kind == arg:
             os.kill(os.getpid(), signal.SIGKILL)
 
     store.commit_step = commit_then_die  # type: ignore[method-assign]
+    store.append_journal = journal_then_die  # type: ignore[method-assign]
     backend = Backend(kind, Path(workspace).parent, dsn=db if kind == "postgres" else None,
                       schema=schema)  # fmt: skip
     with feature.serve(Path(workspace)) as services:

@@ -8,7 +8,16 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.grid.cells import Forker
 from tests.postgres import pgcluster
+
+
+@pytest.fixture(scope="session")
+def grid_forker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forker]:
+    """The process the killed children of this pytest process are forked from."""
+    forker = Forker(tmp_path_factory.mktemp("forker"))
+    yield forker
+    forker.close()
 
 
 @pytest.fixture(scope="session")

@@ -425,6 +425,9 @@ class Feature:
     """The response an interrupted run is resumed with."""
     second: dict[str, Any] | None = None
     """The second turn's input, for a feature run as two turns of one thread."""
+    journaled: str | None = None
+    """The kind of journaled call (``tool``, ``interrupt``) the ``sigkill_journaled`` cell
+    dies right after, mid-step; None: the graph makes none."""
     storeless: bool = True
     """Whether the graph runs without a checkpoint store (interrupts and threads need one)."""
     prepare: Callable[[Path], None] = field(default=lambda workspace: None)
@@ -464,19 +467,29 @@ FEATURES: Final[dict[str, Feature]] = {
             f"{_M}:react_agent_graph",
             {"task": "What do 3 items at 4.50 EUR cost?"},
             services=_models(react_script),
+            journaled="tool",
         ),
         Feature(
             "machine",
             f"{_M}:machine_graph",
             {"input": {"topic": "x"}},
             services=_models(machine_script),
+            journaled="tool",
         ),
-        Feature("skillmd", f"{_M}:skillmd_graph", {}, services=arbiter_only, prepare=_notes),
+        Feature(
+            "skillmd",
+            f"{_M}:skillmd_graph",
+            {},
+            services=arbiter_only,
+            prepare=_notes,
+            journaled="tool",
+        ),
         Feature(
             "interrupt",
             f"{_M}:interrupt_graph",
             {"order": "A-17", "amount": 12.5},
             answer=True,
+            journaled="interrupt",
             storeless=False,
         ),
         Feature(

@@ -88,6 +88,7 @@ def test_cell(
     backend = _backend(store, tmp_path, request)
     try:
         with story_for(FEATURES[feature], backend) as story:
+            story.forker = request.getfixturevalue("grid_forker")
             story.kill_at = max(1, sum(_commits(r) for r in expected.runs.values()) // 2)
             got = run_cell(story, driver)
     finally:
