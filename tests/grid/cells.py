@@ -42,6 +42,8 @@ DRIVERS: Final[tuple[str, ...]] = (
     "stream_all",
     "ainvoke",
     "astream",
+    "closed_stream",
+    "closed_astream",
     "worker",
     "sigkill",
     "sigkill_journaled",
@@ -212,7 +214,11 @@ class Driver:
     ) -> None:
         """Start ``run_id`` and drive it to its end or its interrupt."""
         kw: dict[str, Any] = {"run_id": run_id, "thread_id": thread_id}
-        if self.name == "ainvoke":
+        if self.name == "closed_stream":
+            _close_mid_step(app.stream(input, **kw), run_id)
+        elif self.name == "closed_astream":
+            asyncio.run(_aclose_mid_step(app.astream(input, **kw), run_id))
+        elif self.name == "ainvoke":
             asyncio.run(app.ainvoke(input, **kw))
         elif self.name == "astream":
             self._stream(app, run_id, None, lambda mode: app.astream(input, mode=mode, **kw))
@@ -255,6 +261,23 @@ class Driver:
             items = list(open_stream(modes))
         pairs = items if isinstance(modes, list) else [(modes, item) for item in items]
         check_stream(app, run_id, before, pairs)
+
+
+def _close_mid_step(events: Any, run_id: str) -> None:
+    """Read ``events`` until the run's first node finishes, close the stream there (inside
+    the step) and resume the run that closing cancelled."""
+    for event in events:
+        if event.kind == "node_finished" and event.run_id == run_id:
+            events.close()
+            break
+
+
+async def _aclose_mid_step(events: Any, run_id: str) -> None:
+    """:func:`_close_mid_step` over an async stream."""
+    async for event in events:
+        if event.kind == "node_finished" and event.run_id == run_id:
+            await events.aclose()
+            break
 
 
 async def _collect(stream: Any) -> list[Any]:
@@ -363,7 +386,8 @@ class Story:
             status = _status(app, run_id)
             if status is None:
                 driver.start(app, input, run_id, self.thread)
-            elif status in ("running", "orphaned", "cancelled"):
+                status = _status(app, run_id)
+            if status in ("running", "orphaned", "cancelled"):
                 app.resume(run_id)
             if _status(app, run_id) == "interrupted" and self.feature.answer is not NO_ANSWER:
                 driver.answer(app, run_id, self.feature.answer)
@@ -397,7 +421,9 @@ def _status(app: CompiledGraph[Any], run_id: str) -> str | None:
 
 def run_cell(story: Story, driver: str) -> Result:
     """Run the story through ``driver``."""
-    if driver in ("invoke", "ainvoke", "astream") or driver.startswith("stream_"):
+    if driver in ("invoke", "ainvoke", "astream", "closed_stream", "closed_astream"):
+        return story.play(Driver(driver))
+    if driver.startswith("stream_"):
         return story.play(Driver(driver))
     if driver == "worker":
         return _worker(story)
