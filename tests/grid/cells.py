@@ -48,6 +48,7 @@ DRIVERS: Final[tuple[str, ...]] = (
     "sigkill",
     "sigkill_journaled",
     "replay",
+    "replay_stream",
     "fork_as_node",
 )
 """Every way a run is driven; ``stream_all`` asks for every mode at once."""
@@ -208,6 +209,8 @@ class Driver:
     """Runs a story's parts: a run's start and the answer to its interrupt."""
 
     name: str
+    events: dict[str, list[Any]] = field(default_factory=dict)
+    """The events each run's streams yielded, in order (stream drivers with ``events``)."""
 
     def start(
         self, app: CompiledGraph[Any], input: Any, run_id: str, thread_id: str | None
@@ -261,6 +264,7 @@ class Driver:
             items = list(open_stream(modes))
         pairs = items if isinstance(modes, list) else [(modes, item) for item in items]
         check_stream(app, run_id, before, pairs)
+        self.events.setdefault(run_id, []).extend(i for m, i in pairs if m == "events")
 
 
 def _close_mid_step(events: Any, run_id: str) -> None:
@@ -433,6 +437,8 @@ def run_cell(story: Story, driver: str) -> Result:
         return _sigkill(story, f"journal:{story.feature.journaled}")
     if driver == "replay":
         return _replay(story)
+    if driver == "replay_stream":
+        return _replay(story, stream=True)
     if driver == "fork_as_node":
         return _fork(story)
     raise AssertionError(f"unknown driver {driver!r}")
@@ -560,13 +566,30 @@ def child() -> None:
         story.play(Driver("invoke"), app)
 
 
-def _replay(story: Story) -> Result:
-    recorded = story.play(Driver("invoke"))
+OUTCOME_EVENTS: Final = frozenset(
+    {"node_finished", "step_completed", "rule_decided", "run_finished"}
+)
+"""The events that say what a run did (a replay skips the wait at an interrupt, so the
+events around it are not among them)."""
+
+
+def _outcomes(events: list[Any]) -> list[dict[str, Any]]:
+    return [e.model_dump(mode="json") for e in events if e.kind in OUTCOME_EVENTS]
+
+
+def _replay(story: Story, *, stream: bool = False) -> Result:
+    live = Driver("stream_events" if stream else "invoke")
+    recorded = story.play(live)
     # No model: its answers come from the record. The arbiter stays (its dispatches are
     # served from the record too, but nodes read its registry before dispatching).
     offline = story.app(without=("model",))
     replayed = {}
     for run_id in story.run_ids:
+        if stream:
+            events = list(offline.replay_stream(run_id))
+            assert _outcomes(events) == _outcomes(live.events[run_id]), (
+                f"the replay of {run_id} streamed other events than the live run"
+            )
         replayed[run_id] = _dump(offline.replay(run_id))
         assert replayed[run_id] == _dump(offline.get_state(run_id)), f"replay of {run_id} differs"
     after = story.result(offline, story.run_ids)
