@@ -218,9 +218,9 @@ class Driver:
         """Start ``run_id`` and drive it to its end or its interrupt."""
         kw: dict[str, Any] = {"run_id": run_id, "thread_id": thread_id}
         if self.name == "closed_stream":
-            _close_mid_step(app.stream(input, **kw), run_id)
+            _close_mid_step(app, app.stream(input, **kw), run_id)
         elif self.name == "closed_astream":
-            asyncio.run(_aclose_mid_step(app.astream(input, **kw), run_id))
+            asyncio.run(_aclose_mid_step(app, app.astream(input, **kw), run_id))
         elif self.name == "ainvoke":
             asyncio.run(app.ainvoke(input, **kw))
         elif self.name == "astream":
@@ -267,21 +267,32 @@ class Driver:
         self.events.setdefault(run_id, []).extend(i for m, i in pairs if m == "events")
 
 
-def _close_mid_step(events: Any, run_id: str) -> None:
-    """Read ``events`` until the run's first node finishes, close the stream there (inside
-    the step) and resume the run that closing cancelled."""
+def _close_mid_step(app: CompiledGraph[Any], events: Any, run_id: str) -> None:
+    """Read ``events`` until the run's first node finishes and close the stream there,
+    inside the step: that step still commits, then the run stops (``play`` resumes it)."""
     for event in events:
         if event.kind == "node_finished" and event.run_id == run_id:
             events.close()
-            break
+            _closed_at(app, run_id, event.step)
+            return
 
 
-async def _aclose_mid_step(events: Any, run_id: str) -> None:
-    """:func:`_close_mid_step` over an async stream."""
+async def _aclose_mid_step(app: CompiledGraph[Any], events: Any, run_id: str) -> None:
+    """:func:`_close_mid_step` over an async stream: it must end the same way."""
     async for event in events:
         if event.kind == "node_finished" and event.run_id == run_id:
             await events.aclose()
-            break
+            _closed_at(app, run_id, event.step)
+            return
+
+
+def _closed_at(app: CompiledGraph[Any], run_id: str, step: int) -> None:
+    record = app.get_run(run_id)
+    assert record.last_step >= step, (
+        f"the stream was closed in step {step}, which finished a node, but the run's last "
+        f"committed step is {record.last_step}: the step was dropped"
+    )
+    assert record.status != "running", record
 
 
 async def _collect(stream: Any) -> list[Any]:
