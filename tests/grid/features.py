@@ -86,6 +86,12 @@ def react_script(request: ChatRequest) -> ChatResponse:
     return _text(f"3 items cost {results[-1]} EUR", "react-2")
 
 
+def looping_script(request: ChatRequest) -> ChatResponse:
+    """Never answer: call the tool again and again (the run's rules must stop it)."""
+    done = sum(1 for m in request.messages if m.role == "tool")
+    return _call(llm_name_for(MULTIPLY), {"a": 2, "b": done}, f"loop-{done + 1}")
+
+
 def machine_script(request: ChatRequest) -> ChatResponse:
     """In ``work``: look up, then ``complete``; in ``done``: ``finish`` with the answer."""
     text = "\n".join(m.content or "" for m in request.messages)
@@ -292,6 +298,11 @@ def react_agent_graph() -> Any:
     return react_graph(name="grid-react", tools=[MULTIPLY], max_steps=4)
 
 
+def halting_agent_graph() -> Any:
+    """A ReAct loop whose model never answers: its ``max_steps`` rule halts it."""
+    return react_graph(name="grid-halt", tools=[MULTIPLY], max_steps=2)
+
+
 SPEC: Final[dict[str, Any]] = {
     "name": "small",
     "description": "A small skill.",
@@ -467,6 +478,13 @@ FEATURES: Final[dict[str, Feature]] = {
             f"{_M}:react_agent_graph",
             {"task": "What do 3 items at 4.50 EUR cost?"},
             services=_models(react_script),
+            journaled="tool",
+        ),
+        Feature(
+            "halt",
+            f"{_M}:halting_agent_graph",
+            {"task": "Multiply forever."},
+            services=_models(looping_script),
             journaled="tool",
         ),
         Feature(
