@@ -579,10 +579,15 @@ def child() -> None:
         story.play(Driver("invoke"), app)
 
 
+OFFLINE: Final = ("model", "arbiter")
+"""The services an offline replay goes without: the record answers their calls."""
+
+
 def replays_offline(story: Story, result: Result) -> Result:
-    """``result``, once each of the story's runs replayed offline (no model) to the state
-    it ended with: a record written by several processes replays as one written by one."""
-    offline = story.app(without=("model",))
+    """``result``, once each of the story's runs replayed offline (no services) to the
+    state it ended with: a record written by several processes replays as one written by
+    one."""
+    offline = story.app(without=OFFLINE)
     for run_id in story.run_ids:
         assert _dump(offline.replay(run_id)) == _dump(offline.get_state(run_id)), run_id
     assert effects() == result.effects, "the replay ran a tool body"
@@ -603,9 +608,7 @@ def _outcomes(events: list[Any]) -> list[dict[str, Any]]:
 def _replay(story: Story, *, stream: bool = False) -> Result:
     live = Driver("stream_events" if stream else "invoke")
     recorded = story.play(live)
-    # No model: its answers come from the record. The arbiter stays (its dispatches are
-    # served from the record too, but nodes read its registry before dispatching).
-    offline = story.app(without=("model",))
+    offline = story.app(without=OFFLINE)
     replayed = {}
     for run_id in story.run_ids:
         if stream:
