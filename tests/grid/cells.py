@@ -55,17 +55,14 @@ DRIVERS: Final[tuple[str, ...]] = (
 
 REFERENCE: Final = ("memory", "invoke")
 
-_OUTLIVE = "the memory store lives in one process: nothing outlives the {what}"
+_NO_PATH = "a worker opens the store by its file or DSN; the memory store has neither"
+_DIES = "the memory store dies with the process that is killed: nothing is left to resume"
 _NO_THREAD = "submit() queues a run, not a thread's turn: it takes no thread_id"
 _NO_JOURNAL = "no node makes a journaled call: there is no point inside a step to die at"
 
 IMPOSSIBLE: Final[dict[str, str]] = {
-    **{f"{f}-memory-worker": _OUTLIVE.format(what="test process for a worker") for f in FEATURES},
-    **{
-        f"{f}-memory-{d}": _OUTLIVE.format(what="killed process")
-        for f in FEATURES
-        for d in ("sigkill", "sigkill_journaled")
-    },
+    **{f"{f}-memory-worker": _NO_PATH for f in FEATURES},
+    **{f"{f}-memory-{d}": _DIES for f in FEATURES for d in ("sigkill", "sigkill_journaled")},
     **{
         f"{f}-{s}-sigkill_journaled": _NO_JOURNAL
         for f in FEATURES

@@ -4,8 +4,9 @@ A cell (``chain-sqlite-stream_updates``) runs one feature's story (its run, the 
 its interrupt, a thread's second turn) on one store through one driver; it must reach the
 final state the reference reaches - the same story by ``invoke`` on the in-memory store -
 and leave a consistent record: each run's status, its number of steps, the steps' writes,
-``stopped_by``, its turn and its child runs. Cells that cannot exist are listed with the
-reason in ``cells.IMPOSSIBLE``. The ``postgres`` cells need the server (``make test``); the
+``stopped_by``, its turn and its child runs - and run each tool body as often (counted
+across every process the cell used). Cells that cannot exist are listed with the reason in
+``cells.IMPOSSIBLE``. The ``postgres`` cells need the server (``make test``); the
 rest run in ``make check``.
 """
 
