@@ -30,6 +30,7 @@ __all__ = [
     "is_tool_dispatcher",
     "model_service",
     "node_error",
+    "recorded_arbiter",
     "require_service",
     "typed_service",
 ]
@@ -129,3 +130,26 @@ def model_service(ctx: RunContext, *, who: str = "node") -> ChatModel:
     naming the node and how to pass one."""
     found: ChatModel = require_service(ctx, "model", is_chat_model, MODEL_WHAT, who=who)
     return found
+
+
+class _Unreachable:
+    """The arbiter behind :func:`recorded_arbiter`: the record answers every tool call (a
+    call it does not hold raises ``ReplayMissError`` first), so nothing reaches this."""
+
+    def dispatch(self, call: ToolCall, /) -> ToolResult:
+        raise NodeError(
+            f"tool call {call.tool!r} reached no arbiter: replay serves tool calls from the "
+            "record; compile the graph with services={'arbiter': ...} to run tools live"
+        )
+
+
+def recorded_arbiter(ctx: RunContext) -> Any:
+    """In a replay compiled without ``services["arbiter"]``, an arbiter that serves each
+    dispatch from the record (a replay runs no tool body, so it needs no live one); else
+    ``None``, and the node asks for the arbiter it was given."""
+    journal = ctx.journal
+    if journal is None or not journal.replay or ctx.services.get("arbiter") is not None:
+        return None
+    from stargraph.tools._recorded import JournaledArbiter
+
+    return JournaledArbiter(_Unreachable(), journal)  # type: ignore[arg-type]

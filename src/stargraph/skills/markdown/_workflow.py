@@ -15,7 +15,7 @@ from stargraph.errors import InvalidInputError, SkillValidationError, ToolError
 from stargraph.graph import END, START, Graph
 from stargraph.runtime import RunContext
 from stargraph.skills._files import SkillModel
-from stargraph.skills._services import require_service
+from stargraph.skills._services import recorded_arbiter, require_service
 
 __all__ = [
     "Check",
@@ -188,7 +188,7 @@ def _call(
 ) -> StepResult:
     from stargraph.tools import ToolCall, ToolResult
 
-    arbiter = require_service(
+    arbiter = recorded_arbiter(ctx) or require_service(
         ctx,
         "arbiter",
         lambda found: callable(getattr(found, "dispatch", None)),

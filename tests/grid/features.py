@@ -1,0 +1,522 @@
+"""The features of the combination grid: one small graph each, its input, its services.
+
+Every graph is a module attribute (``tests.grid.features:<name>_graph``) so that a worker
+can import it by reference and a killed child process can build it again. The scripted
+models answer from the request's content, never from a count of earlier calls, so that a
+model made in another process (a worker, a resumed run) answers a request the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Annotated, Any, Final, Literal
+
+from pydantic import BaseModel
+
+from stargraph import END, START, Graph, Send, reducers
+from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
+from stargraph.nodes import SubgraphNode
+from stargraph.runtime import RunContext
+from stargraph.skills import Skill
+from stargraph.skills.machine import parse_skillspec, skillspec_graph
+from stargraph.skills.markdown import parse_skill_md
+from stargraph.skills.react import react_graph
+from stargraph.tools import Arbiter, ToolRegistry, builtin_tools, llm_name_for, tool
+
+# ----------------------------------------------------------------------------- tools
+
+LOOKUP: Final = "grid.lookup@1.0.0"
+MULTIPLY: Final = "grid.multiply@1.0.0"
+
+
+LEDGER: Final = "SG_GRID_LEDGER"
+"""The environment variable naming the file each tool body's run is appended to: the
+effects a cell made, counted across the processes it ran in."""
+
+
+def _effect(line: str) -> None:
+    path = os.environ.get(LEDGER)
+    if path:
+        with open(path, "a", encoding="utf-8") as ledger:
+            ledger.write(line + "\n")
+
+
+@tool(id=LOOKUP, side_effect="read")
+def lookup(query: str) -> str:
+    """Look ``query`` up in a fixed table."""
+    _effect(f"lookup {query}")
+    return f"nothing is known about {query}"
+
+
+@tool(id=MULTIPLY, side_effect="read")
+def multiply(a: float, b: float) -> float:
+    """Multiply two numbers."""
+    _effect(f"multiply {a} {b}")
+    return a * b
+
+
+def registry() -> ToolRegistry:
+    """The grid's tools and the built-ins (``choir.fs.*`` for the SKILL.md workflow)."""
+    return ToolRegistry.build(builtins=[lookup, multiply, *builtin_tools()])
+
+
+def _call(name: str, args: dict[str, Any], call_id: str) -> ChatResponse:
+    message = ChatMessage.assistant(
+        None, [ToolCall(id=call_id, name=name, arguments=json.dumps(args))]
+    )
+    return ChatResponse(message=message, finish_reason="tool_calls", id=f"resp-{call_id}")
+
+
+def _text(content: str, call_id: str) -> ChatResponse:
+    return ChatResponse(
+        message=ChatMessage.assistant(content), finish_reason="stop", id=f"resp-{call_id}"
+    )
+
+
+def react_script(request: ChatRequest) -> ChatResponse:
+    """Multiply once, then answer with the tool's result."""
+    results = [m.content for m in request.messages if m.role == "tool"]
+    if not results:
+        return _call(llm_name_for(MULTIPLY), {"a": 3, "b": 4.5}, "react-1")
+    return _text(f"3 items cost {results[-1]} EUR", "react-2")
+
+
+def looping_script(request: ChatRequest) -> ChatResponse:
+    """Never answer: call the tool again and again (the run's rules must stop it)."""
+    done = sum(1 for m in request.messages if m.role == "tool")
+    return _call(llm_name_for(MULTIPLY), {"a": 2, "b": done}, f"loop-{done + 1}")
+
+
+def machine_script(request: ChatRequest) -> ChatResponse:
+    """In ``work``: look up, then ``complete``; in ``done``: ``finish`` with the answer."""
+    text = "\n".join(m.content or "" for m in request.messages)
+    if "### State: done" in text:
+        return _call("finish", {"answer": "42"}, "machine-3")
+    if '"kind": "tool_result"' in text:
+        return _call("complete", {}, "machine-2")
+    return _call(llm_name_for(LOOKUP), {"query": "the answer"}, "machine-1")
+
+
+@contextmanager
+def model_and_arbiter(
+    script: Callable[[ChatRequest], ChatResponse], workspace: Path
+) -> Iterator[dict[str, Any]]:
+    """The services of a model-driven feature: a scripted model and a real arbiter."""
+    with Arbiter(registry(), workspace=workspace) as arbiter:
+        yield {"model": ScriptedChatModel(script), "arbiter": arbiter}
+
+
+@contextmanager
+def arbiter_only(workspace: Path) -> Iterator[dict[str, Any]]:
+    """The services of the SKILL.md workflow: a real arbiter, no model."""
+    with Arbiter(registry(), workspace=workspace) as arbiter:
+        yield {"arbiter": arbiter}
+
+
+@contextmanager
+def no_services(workspace: Path) -> Iterator[dict[str, Any]]:
+    """Plain graphs need no services."""
+    del workspace
+    yield {}
+
+
+# ----------------------------------------------------------------------------- graphs
+
+
+class Flow(BaseModel):
+    """The state of the plain graphs: a log, a total, a category, a report."""
+
+    text: str = ""
+    log: Annotated[list[str], reducers.append] = []
+    total: Annotated[int, reducers.add] = 0
+    category: str = ""
+    words: list[str] = ["kettle", "toaster", "mug"]
+    word: str = ""
+    lengths: Annotated[dict[str, int], reducers.merge] = {}
+    report: str = ""
+
+
+def _step(name: str) -> Callable[[Flow], dict[str, Any]]:
+    def node(state: Flow) -> dict[str, Any]:
+        return {"log": [name], "total": len(state.log) + 1}
+
+    node.__name__ = name
+    node.__qualname__ = name
+    return node
+
+
+a = _step("a")
+b = _step("b")
+c = _step("c")
+
+
+def chain_graph() -> Graph[Flow]:
+    """a -> b -> c."""
+    return (
+        Graph("grid-chain", state=Flow)
+        .with_node("a", a)
+        .with_node("b", b)
+        .with_node("c", c)
+        .with_edge(START, "a")
+        .with_edge("a", "b")
+        .with_edge("b", "c")
+        .with_edge("c", END)
+    )
+
+
+def classify(state: Flow) -> dict[str, Any]:
+    """Pick the category the router reads."""
+    return {"category": "spam" if "win" in state.text else "ham", "log": ["classify"]}
+
+
+def route(state: Flow) -> Literal["discard", "investigate"]:
+    """Spam is discarded, the rest investigated."""
+    return "discard" if state.category == "spam" else "investigate"
+
+
+def discard(state: Flow) -> dict[str, Any]:
+    """Drop the message."""
+    return {"report": f"discarded {state.text!r}", "log": ["discard"]}
+
+
+def investigate(state: Flow) -> dict[str, Any]:
+    """Look into the message."""
+    return {"report": f"investigated {state.text!r}", "log": ["investigate"]}
+
+
+def route_graph() -> Graph[Flow]:
+    """classify -> (discard | investigate) by a router."""
+    return (
+        Graph("grid-route", state=Flow)
+        .with_node("classify", classify)
+        .with_node("discard", discard)
+        .with_node("investigate", investigate)
+        .with_edge(START, "classify")
+        .with_conditional_edges("classify", route)
+        .with_edge("discard", END)
+        .with_edge("investigate", END)
+    )
+
+
+def plan(state: Flow) -> dict[str, Any]:
+    """The node the fan-out starts from."""
+    return {"log": ["plan"]}
+
+
+def fan_out(state: Flow) -> list[Send]:
+    """One ``measure`` task per word."""
+    return [Send("measure", {"word": w}) for w in state.words]
+
+
+def measure(state: Flow) -> dict[str, Any]:
+    """Measure one word (from its ``Send`` payload)."""
+    return {"lengths": {state.word: len(state.word)}, "total": len(state.word)}
+
+
+def collect(state: Flow) -> dict[str, Any]:
+    """The join after the fan-out."""
+    return {"report": ",".join(f"{k}={v}" for k, v in sorted(state.lengths.items()))}
+
+
+def send_graph() -> Graph[Flow]:
+    """plan -> Send(measure) per word -> collect."""
+    return (
+        Graph("grid-send", state=Flow)
+        .with_node("plan", plan)
+        .with_node("measure", measure)
+        .with_node("collect", collect)
+        .with_edge(START, "plan")
+        .with_conditional_edges("plan", fan_out, ["measure"])
+        .with_edge("measure", "collect")
+        .with_edge("collect", END)
+    )
+
+
+class Counter(BaseModel):
+    """The state of the mounted skill and of its host."""
+
+    x: int = 0
+    log: Annotated[list[str], reducers.append] = []
+
+
+def bump(state: Counter) -> dict[str, Any]:
+    """Add one (inside the skill)."""
+    return {"x": state.x + 1, "log": [f"bump {state.x}"]}
+
+
+def before(state: Counter) -> dict[str, Any]:
+    """The host's node before the skill."""
+    return {"x": state.x + 10, "log": ["before"]}
+
+
+def after(state: Counter) -> dict[str, Any]:
+    """The host's node after the skill."""
+    return {"log": [f"after {state.x}"]}
+
+
+def _inc_skill() -> Skill:
+    inner = (
+        Graph("grid-inner", state=Counter)
+        .with_node("bump", bump)
+        .with_node("bump2", bump)
+        .with_edge(START, "bump")
+        .with_edge("bump", "bump2")
+        .with_edge("bump2", END)
+        .to_ir()
+    )
+    return Skill(
+        name="inc",
+        version="1.0.0",
+        kind="utility",
+        description="adds two",
+        state_schema=Counter,
+        subgraph=inner,
+    )
+
+
+def skill_graph() -> Graph[Counter]:
+    """before -> the ``inc`` skill mounted as a subgraph -> after."""
+    return (
+        Graph("grid-skill", state=Counter)
+        .with_node("before", before)
+        .with_node(SubgraphNode.from_skill(_inc_skill(), site="inc"))
+        .with_node("after", after)
+        .with_edge(START, "before")
+        .with_edge("before", "inc")
+        .with_edge("inc", "after")
+        .with_edge("after", END)
+    )
+
+
+def react_agent_graph() -> Any:
+    """The ReAct loop over the multiply tool."""
+    return react_graph(name="grid-react", tools=[MULTIPLY], max_steps=4)
+
+
+def halting_agent_graph() -> Any:
+    """A ReAct loop whose model never answers: its ``max_steps`` rule halts it."""
+    return react_graph(name="grid-halt", tools=[MULTIPLY], max_steps=2)
+
+
+SPEC: Final[dict[str, Any]] = {
+    "name": "small",
+    "description": "A small skill.",
+    "initial_state": "work",
+    "input_schema": {"type": "object"},
+    "output_schema": {
+        "type": "object",
+        "properties": {"answer": {"type": "string"}},
+        "required": ["answer"],
+    },
+    "states": {
+        "work": {
+            "objective": "Do the work.",
+            "allowed_tools": [LOOKUP],
+            "transitions": [{"on": "complete", "to": "done"}],
+        },
+        "done": {"objective": "Report the answer.", "terminal": True},
+    },
+    "max_steps": 6,
+    "interruptible": True,
+}
+
+
+def machine_graph() -> Any:
+    """The two-state SkillSpec machine: look up, ``complete``, ``finish``."""
+    return skillspec_graph(parse_skillspec(SPEC, tools=registry()))
+
+
+ARCHIVE: Final = """\
+---
+name: archive-notes
+description: Copy the notes into the archive and check the copy.
+version: 1.0.0
+tools: [choir.fs.read@1.0.0, choir.fs.write@1.0.0]
+workflow:
+  - {step: read the notes, tool: choir.fs.read@1.0.0, params: {path: notes.txt}}
+  - step: write the archive
+    tool: choir.fs.write@1.0.0
+    params: {path: archive/notes.txt, content: "archived: hello"}
+verification:
+  - {check: notes read, step: 1, contains: hello}
+  - {check: archive written, tool: choir.fs.read@1.0.0, params: {path: archive/notes.txt},
+     contains: "archived: hello"}
+---
+Archive carefully.
+"""
+
+
+def skillmd_graph() -> Any:
+    """The SKILL.md workflow: read the notes, write the archive, verify."""
+    skill = parse_skill_md(ARCHIVE, source="archive/SKILL.md")
+    return Graph(skill.subgraph, impls=skill.impls)  # type: ignore[arg-type]
+
+
+class Refund(BaseModel):
+    """The interrupt feature's state."""
+
+    order: str = ""
+    amount: float = 0.0
+    approved: bool = False
+    done: str = ""
+
+
+def approve(state: Refund, ctx: RunContext) -> dict[str, Any]:
+    """Ask a person; their answer decides."""
+    answer = ctx.interrupt({"question": f"refund {state.amount:.2f} EUR on {state.order}?"})
+    return {"approved": bool(answer)}
+
+
+def pay(state: Refund) -> dict[str, Any]:
+    """Pay, or not."""
+    return {"done": "refunded" if state.approved else "refused"}
+
+
+def interrupt_graph() -> Graph[Refund]:
+    """approve (asks) -> pay."""
+    return (
+        Graph("grid-interrupt", state=Refund)
+        .with_node("approve", approve)
+        .with_node("pay", pay)
+        .with_edge(START, "approve")
+        .with_edge("approve", "pay")
+        .with_edge("pay", END)
+    )
+
+
+class Chat(BaseModel):
+    """The thread feature's state."""
+
+    messages: Annotated[list[str], reducers.append] = []
+    user: str = ""
+
+
+def reply(chat: Chat) -> dict[str, Any]:
+    """Answer the last message."""
+    return {"messages": [f"bot: {chat.messages[-1]!r}, message {len(chat.messages)}"]}
+
+
+def thread_graph() -> Graph[Chat]:
+    """One reply per turn."""
+    return (
+        Graph("grid-thread", state=Chat)
+        .with_node("reply", reply)
+        .with_edge(START, "reply")
+        .with_edge("reply", END)
+    )
+
+
+# ----------------------------------------------------------------------------- the table
+
+
+NO_ANSWER: Final[Any] = object()
+"""A feature whose run never waits for an answer."""
+
+
+def _notes(workspace: Path) -> None:
+    (workspace / "notes.txt").write_text("hello world\n", encoding="utf-8")
+
+
+@dataclass(frozen=True)
+class Feature:
+    """One feature of the grid: how to build, feed and serve its graph."""
+
+    name: str
+    graph: str
+    """``module:attr`` of a function returning the graph (what a worker imports)."""
+    input: dict[str, Any]
+    services: Callable[[Path], Any] = no_services
+    """A context manager factory: the services mapping, given the cell's workspace."""
+    answer: Any = NO_ANSWER
+    """The response an interrupted run is resumed with."""
+    second: dict[str, Any] | None = None
+    """The second turn's input, for a feature run as two turns of one thread."""
+    journaled: str | None = None
+    """The kind of journaled call (``tool``, ``interrupt``) the ``sigkill_journaled`` cell
+    dies right after, mid-step; None: the graph makes none."""
+    storeless: bool = True
+    """Whether the graph runs without a checkpoint store (interrupts and threads need one)."""
+    prepare: Callable[[Path], None] = field(default=lambda workspace: None)
+    """What the workspace must hold before the run (files a tool reads)."""
+
+    def build(self) -> Any:
+        """The graph, imported as a worker imports it."""
+        from stargraph.workers import load_graph
+
+        return load_graph(self.graph)
+
+    @contextmanager
+    def serve(self, workspace: Path) -> Iterator[dict[str, Any]]:
+        """The services, open for the duration of the block."""
+        with ExitStack() as stack:
+            yield stack.enter_context(self.services(workspace))
+
+
+def _models(script: Callable[[ChatRequest], ChatResponse]) -> Callable[[Path], Any]:
+    def services(workspace: Path) -> Any:
+        return model_and_arbiter(script, workspace)
+
+    return services
+
+
+_M = "tests.grid.features"
+
+FEATURES: Final[dict[str, Feature]] = {
+    f.name: f
+    for f in (
+        Feature("chain", f"{_M}:chain_graph", {"text": "hi"}),
+        Feature("route", f"{_M}:route_graph", {"text": "win a prize"}),
+        Feature("send", f"{_M}:send_graph", {"text": "fan"}),
+        Feature("skill", f"{_M}:skill_graph", {"x": 1}),
+        Feature(
+            "react",
+            f"{_M}:react_agent_graph",
+            {"task": "What do 3 items at 4.50 EUR cost?"},
+            services=_models(react_script),
+            journaled="tool",
+        ),
+        Feature(
+            "halt",
+            f"{_M}:halting_agent_graph",
+            {"task": "Multiply forever."},
+            services=_models(looping_script),
+            journaled="tool",
+        ),
+        Feature(
+            "machine",
+            f"{_M}:machine_graph",
+            {"input": {"topic": "x"}},
+            services=_models(machine_script),
+            journaled="tool",
+        ),
+        Feature(
+            "skillmd",
+            f"{_M}:skillmd_graph",
+            {},
+            services=arbiter_only,
+            prepare=_notes,
+            journaled="tool",
+        ),
+        Feature(
+            "interrupt",
+            f"{_M}:interrupt_graph",
+            {"order": "A-17", "amount": 12.5},
+            answer=True,
+            journaled="interrupt",
+            storeless=False,
+        ),
+        Feature(
+            "thread",
+            f"{_M}:thread_graph",
+            {"messages": ["hello"], "user": "ada"},
+            second={"messages": ["bye"]},
+            storeless=False,
+        ),
+    )
+}
+"""Every feature of the grid, by name (the first part of a cell id)."""
