@@ -63,11 +63,17 @@ def _stargraph_script(request: ChatRequest) -> ChatResponse:
     return _REPLIES[answered] if answered < TOOL_CALLS else _ANSWER
 
 
+def end_on_done(state: ReactState) -> str:
+    """The rule-free variant's exit: ``END`` once the step signalled success (what the
+    ``exit`` pack's rules decide in the real loop)."""
+    return "__end__" if state.done else "think"
+
+
 def stargraph_runner(
     workspace: str, *, rules: bool = True
 ) -> tuple[Callable[[], Any], Callable[[], None]]:
-    """The ReAct run; ``rules=False`` drops the termination pack (the run then ends through
-    the think -> END edge on the answer), to show what the rule engine costs."""
+    """The ReAct run; ``rules=False`` drops the rule packs and ends the run through an
+    observe -> END edge on the answer instead, to show what the rule engine costs."""
     arbiter = Arbiter(ToolRegistry.build(builtins=[add]), workspace=workspace)
     model = ScriptedChatModel(_stargraph_script)
     graph = react_graph(tools=[ADD], max_steps=REACT_STEPS + 1)
@@ -77,6 +83,12 @@ def stargraph_runner(
             update={
                 "rule_packs": (),
                 "nodes": tuple(n.model_copy(update={"rules": ()}) for n in ir.nodes),
+                "edges": tuple(
+                    e.model_copy(update={"router": f"{__name__}:end_on_done"})
+                    if getattr(e, "source", None) == "observe"
+                    else e
+                    for e in ir.edges
+                ),
             }
         )
         graph = Graph(bare, state=ReactState)

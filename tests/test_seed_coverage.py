@@ -357,6 +357,8 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         f"{RA}::test_done_stops_the_loop_and_is_named_in_the_run_record",
         f"{RA}::test_error_budget_stops_the_loop_and_is_named_in_the_run_record",
         "tests/skills/react/test_react_graph.py::test_graph_shape_config_and_rules",
+        "tests/skills/react/test_issue44_react_termination.py::test_issue44_each_way_out_is_a_rule_named_on_the_stored_run",
+        "tests/skills/react/test_issue44_react_termination.py::test_issue44_a_done_flag_ends_the_loop_and_keeps_the_tool_result",
     )),
     "E10": ("replay stubs by (node, step); think is must-stub", (
         "tests/replay/test_replay.py::test_replay_reproduces_state_and_events_without_calling_the_model",

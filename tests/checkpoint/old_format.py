@@ -11,12 +11,15 @@ from __future__ import annotations
 import contextlib
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
+from stargraph import fathom
 from stargraph.checkpoint import SqliteStore
 from stargraph.errors import NodeError
+from stargraph.graph import Graph
+from stargraph.ir import RulePackIR
 from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
-from stargraph.skills.react import react_graph
+from stargraph.skills.react import ReactState, react_graph
 from stargraph.tools import Arbiter, ToolRegistry, llm_name_for, tool
 
 ECHO = "oldformat.echo@1.0.0"
@@ -51,11 +54,65 @@ def script(*, broken: bool) -> Any:
     return answer
 
 
+# The loop's rules when the fixture was recorded: one pack, its `done` rule reading the
+# `done` fact (today's loop ends on the `exit` pack's rules instead).
+_RECORDED_PACK: Final = fathom.RulePack.from_spec(
+    {
+        "id": "termination",
+        "version": "react-1",
+        "rules": [
+            {
+                "name": "done",
+                "salience": 20,
+                "when": [{"state.done": True}, {"node": "observe"}],
+                "then": {"halt": "done"},
+            },
+            {
+                "name": "error_budget",
+                "salience": 10,
+                "when": [{"error_count": {">=": 3}}, {"node": "observe"}],
+                "then": {"halt": "error_budget_exhausted"},
+            },
+            {
+                "name": "max_steps",
+                "when": [{"state.llm_steps": {">=": CALLS + 2}}, {"node": "observe"}],
+                "then": {"halt": "max_steps_exceeded"},
+            },
+        ],
+    }
+)
+_RECORDED_WRITES: Final = {
+    "act": ("error_budget", "error_count", "last_event", "pending", "tool_calls"),
+    "observe": ("last_event", "pending", "tool_result", "trajectory"),
+}
+
+
+def recorded_graph() -> Graph[ReactState]:
+    """The graph that recorded the fixture (a run resumes and replays only under the graph
+    that made it): today's ReAct nodes with the rules and writes the loop had then."""
+    ir = react_graph(tools=[ECHO], max_steps=CALLS + 2).to_ir()
+    nodes = []
+    for recorded in ir.nodes:
+        node = recorded
+        if node.id in _RECORDED_WRITES:
+            update: dict[str, Any] = {"writes": _RECORDED_WRITES[node.id]}
+            if node.id == "observe":
+                pack = RulePackIR(
+                    id=_RECORDED_PACK.id,
+                    version=_RECORDED_PACK.version,
+                    source=_RECORDED_PACK.source,
+                )
+                update["rules"] = (pack,)
+            node = node.model_copy(update=update)
+        nodes.append(node)
+    return Graph(ir.model_copy(update={"nodes": tuple(nodes)}), state=ReactState)
+
+
 def app(store: SqliteStore, workspace: Path, *, broken: bool) -> Any:
     """The compiled ReAct graph (a snapshot every 4 steps), with the scripted model."""
     arbiter = Arbiter(ToolRegistry.build(builtins=[echo]), workspace=str(workspace))
     model = ScriptedChatModel(script(broken=broken))
-    graph = react_graph(tools=[ECHO], max_steps=CALLS + 2)
+    graph = recorded_graph()
     return graph.compile(
         store=store, services={"model": model, "arbiter": arbiter}, snapshot_every=4
     )

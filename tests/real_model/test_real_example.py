@@ -61,7 +61,7 @@ def test_example_on_a_local_model_replays_with_the_server_stopped(
     assert tool_lines, live.stdout  # it called its tools
     (stopped,) = [line for line in lines if line.startswith("stopped by:")]
     assert stopped.split()[-1] in {
-        "termination/done",
+        "exit/final_answer",
         "termination/error_budget",
         "termination/max_steps",
     }

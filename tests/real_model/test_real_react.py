@@ -29,7 +29,7 @@ from tests.real_model import llamaserver, realagent
 pytestmark = pytest.mark.real_model  # a llama.cpp model server (scripts/ensure_llama_server.sh)
 
 HERE = Path(__file__).parent
-TERMINATION = {"termination/done", "termination/error_budget", "termination/max_steps"}
+TERMINATION = {"exit/final_answer", "termination/error_budget", "termination/max_steps"}
 STATUSES = {"success", "error", "timeout", "denied", "invalid"}
 STALL_DEADLINE_S = 180.0
 

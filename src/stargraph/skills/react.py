@@ -18,15 +18,24 @@ over :class:`ReactState`; ``react_skill(...)`` packages it as a ``kind=agent``
   can read.
 
 The edges form a cycle (think -> act -> observe -> think; a reply without tool calls goes
-from think straight to observe) whose only exit is a final answer. Every ReAct step ends
-at ``observe``, where the ``termination`` rule pack is mounted: the loop ends when it halts
-the run, and the run record's ``stopped_by`` names the rule - ``termination/done``,
-``termination/error_budget`` or ``termination/max_steps``. One decision per ReAct step, at
-the point where everything of the step (the reply, its tool calls, their observations) is
-in the state. ``max_steps`` counts *LLM steps* (``think`` calls, the seed's
-meaning), kept in the ``llm_steps`` fact; it halts after the observe of the last allowed
-step, so a model that never stops makes exactly ``max_steps`` model calls and every call it
-made has run and been observed.
+from think straight to observe) that the edges never leave: only rules end the loop, and
+the run record's ``stopped_by`` names the rule that did. Every ReAct step ends at
+``observe``, where two packs are mounted (one decision per step, at the point where
+everything of the step - the reply, its tool calls, their observations - is in the state):
+
+* ``exit`` (:func:`exit_pack`, replaceable with ``react_graph(rules=[...])``): the success
+  rules. ``exit/final_answer`` ends the loop on a valid final answer (``last_event``
+  ``final_answer``); ``exit/done_flag``, mounted with ``react_graph(done_field="done")``,
+  ends it when a successful tool result is a JSON object whose ``done`` field is ``true``
+  (``act`` sets ``last_event`` to ``tool_done``; that result's summary becomes
+  ``final_answer``).
+  Without a ``final_answer`` rule an answer does not end the loop: the next ``think`` tells
+  the model so and it goes on.
+* ``termination`` (:func:`termination_pack`, always mounted): the budgets.
+  ``termination/error_budget`` and ``termination/max_steps``. ``max_steps`` counts *LLM
+  steps* (``think`` calls, the seed's meaning), kept in the ``llm_steps`` fact; it halts
+  after the observe of the last allowed step, so a model that never stops makes exactly
+  ``max_steps`` model calls and every call it made has run and been observed.
 
 The chat model and the arbiter are live objects, which the IR cannot hold: they reach the
 nodes as ``compile(services={"model": ChatModel, "arbiter": Arbiter})``. Everything that
@@ -37,7 +46,7 @@ graph hash::
     graph = react_graph(tools=["demo.calc@1.0.0"], system_prompt="Be brief.")
     app = graph.compile(services={"model": OpenAIChatModel("gpt-4o-mini"), "arbiter": arbiter})
     final = app.invoke({"task": "What is 6*7?"})
-    final.final_answer, app.get_run(run_id).stopped_by   # with a store: "termination/done"
+    final.final_answer, app.get_run(run_id).stopped_by   # with a store: "exit/final_answer"
 
 Model calls and tool dispatches go through the run's record (the executor binds the
 ``model`` and ``arbiter`` services to each task's journal), so a step re-executed after a
@@ -85,7 +94,6 @@ from stargraph.errors import (
     SkillValidationError,
     ToolError,
 )
-from stargraph.fathom._pack import budget_problems
 from stargraph.graph import END, START, Graph
 from stargraph.llm import (
     ChatMessage,
@@ -98,6 +106,7 @@ from stargraph.llm import (
 from stargraph.llm import ToolCall as LlmToolCall
 from stargraph.refs import resolve_ref, try_ref_of
 from stargraph.runtime import RunContext
+from stargraph.skills._react_rules import exit_pack, termination_pack
 from stargraph.skills._services import (
     ARBITER_WHAT,
     MODEL_WHAT,
@@ -116,6 +125,7 @@ __all__ = [
     "ReactState",
     "ReactStep",
     "ToolCallRecord",
+    "exit_pack",
     "react_graph",
     "react_skill",
     "react_state",
@@ -191,8 +201,8 @@ class ReactState(TypedModel):
 
     Start a run with ``{"task": "..."}`` (or with a ``trajectory`` holding a conversation).
     ``done``, ``final_answer``, ``final_output``, ``trajectory`` and ``tool_calls`` are the
-    results; ``llm_steps`` (a rule fact), ``error_count`` and ``last_event`` /
-    ``tool_result`` are what the termination rules see.
+    results; ``done``, ``llm_steps`` (rule facts), ``error_count`` and ``last_event`` /
+    ``tool_result`` are what the rules that end the loop see.
     """
 
     typed_error = InvalidInputError
@@ -204,12 +214,17 @@ class ReactState(TypedModel):
     tool_calls: Annotated[list[ToolCallRecord], reducers.append] = []
     """Every tool call the model made, in order, with its outcome."""
     done: Annotated[bool, fathom.Fact()] = False
-    """Set by ``think`` when the model gave an acceptable final answer; rule ``done``."""
+    """Whether the last ReAct step signalled success: a valid final answer (``last_event``
+    ``final_answer``) or a tool result that set the declared done field (``tool_done``).
+    With the default rules that ends the loop; whether it did is the run record's
+    ``stopped_by``."""
     error_budget: int = 3
     """Errors the loop may still make: the configured budget minus ``error_count``
     (informational; the rules read ``error_count``)."""
     final_answer: str | None = None
-    """The final answer text (with an output model: its canonical JSON)."""
+    """The last valid final answer the model gave (with an output model: its canonical
+    JSON), or, when a tool result set the done field, that result's summary (a tool
+    returning a dict: its JSON)."""
     if TYPE_CHECKING:
         # What a type checker sees: the field holds the output model's instance, a class
         # known only when the graph is built.
@@ -227,7 +242,10 @@ class ReactState(TypedModel):
     last_event: str | None = None
     """What the last node saw: ``tool_calls``, ``final_answer``, ``refusal``,
     ``invalid_answer``, ``empty_answer``, ``truncated`` (cut off by the token limit),
-    ``tools_ran``, ``tool_error``, ``tool_success``, ``observed``."""
+    ``tools_ran``, ``tool_error``, ``tool_success``, ``observed``. After ``observe`` (where
+    the rules read it): ``final_answer`` (rule ``final_answer``), ``tool_done`` (a tool result
+    set the declared done field; rule ``done_flag``), the tool status of the step
+    (``tool_success`` / ``tool_error``), or ``observed``."""
     tool_result: str | None = None
     """Status of the last tool call of the last step (``success``, ``denied`` ...)."""
     usage: Usage = Usage()
@@ -329,50 +347,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def termination_pack(max_steps: int = 10, error_budget: int = 3) -> fathom.RulePack:
-    """The ``termination`` pack of the ReAct loop: rules ``done``, ``error_budget``,
-    ``max_steps``, in that order of precedence.
-
-    It differs from :func:`stargraph.fathom.default_termination_pack` (which counts graph
-    steps) in one way: ``max_steps`` counts LLM steps (the ``llm_steps`` fact). The pack is
-    mounted on ``observe``, which ends every ReAct step, so the last reply's tool calls run
-    and are observed before the loop stops, and the trajectory ends with the observations of
-    the failures that exhausted the error budget.
-
-    >>> pack = termination_pack(max_steps=5, error_budget=2)
-    >>> pack.label, "(llm_steps" in pack.source
-    ('termination@react-1', True)
-    """
-    problems = budget_problems(max_steps, error_budget, at="/", fix="pass a positive int")
-    if problems:
-        raise SkillValidationError(problems, subject="ReAct termination pack")
-    return fathom.RulePack.from_spec(
-        {
-            "id": "termination",
-            "version": "react-1",
-            "rules": [
-                {
-                    "name": "done",
-                    "salience": 20,
-                    "when": [{"state.done": True}, {"node": "observe"}],
-                    "then": {"halt": "done"},
-                },
-                {
-                    "name": "error_budget",
-                    "salience": 10,
-                    "when": [{"error_count": {">=": error_budget}}, {"node": "observe"}],
-                    "then": {"halt": "error_budget_exhausted"},
-                },
-                {
-                    "name": "max_steps",
-                    "when": [{"state.llm_steps": {">=": max_steps}}, {"node": "observe"}],
-                    "then": {"halt": "max_steps_exceeded"},
-                },
-            ],
-        }
-    )
-
-
 def react_graph(
     *,
     name: str = "react",
@@ -384,6 +358,8 @@ def react_graph(
     output_model: type[BaseModel] | None = None,
     temperature: float | None = None,
     request: RequestOptions | None = None,
+    done_field: str | None = None,
+    rules: Sequence[fathom.RulePack] | None = None,
 ) -> Graph[ReactState]:
     """The ReAct loop as a graph over :class:`ReactState`; compile it with
     ``services={"model": <ChatModel>, "arbiter": <Arbiter>}``.
@@ -402,6 +378,18 @@ def react_graph(
     ``response_format``, ``extra``); like everything else here it is part of the graph hash.
     To have the endpoint enforce the output model, pass
     ``request=RequestOptions(response_format=ResponseFormat.for_schema(output_model))``.
+
+    Only rules end the loop, after ``observe``; the edges always go on to ``think``. The
+    budgets (:func:`termination_pack`) are always mounted. ``rules`` are the packs that end
+    it on success, by default :func:`exit_pack`: rule ``final_answer`` ends it on a valid
+    final answer, and, with ``done_field="done"``, rule ``done_flag`` ends it once a
+    successful tool result is a JSON object whose ``done`` field is ``true`` (the tool's
+    ``return {"done": True, ...}``; read from the result's inline payload). That result is
+    kept in ``tool_calls`` and the trajectory, and its summary becomes ``final_answer``
+    (``final_output`` is set by a final answer only). Given packs without a
+    ``final_answer`` rule, an answer does not end the loop: the next ``think`` tells the
+    model so (a user note, no error) and asks it to go on with its tools, until another
+    rule or a budget stops it.
 
     >>> graph = react_graph(tools=["demo.calc@1.0.0"], max_steps=4)
     >>> sorted(node.id for node in graph.to_ir().nodes if node.must_stub)
@@ -423,8 +411,31 @@ def react_graph(
                 "pass request=RequestOptions(tool_choice=..., max_tokens=...)",
             )
         )
+    if done_field is not None and (not isinstance(done_field, str) or not done_field):
+        problems.append(
+            Problem(
+                "/done_field",
+                f"expected the name of a field of a tool's result, got {done_field!r}",
+                'pass done_field="done"',
+            )
+        )
+    packs: tuple[fathom.RulePack, ...] = ()
+    if rules is None:
+        packs = (exit_pack(done_flag=done_field is not None),)
+    elif isinstance(rules, fathom.RulePack) or not all(
+        isinstance(p, fathom.RulePack) for p in rules
+    ):
+        problems.append(
+            Problem(
+                "/rules",
+                f"expected a list of RulePacks, got {rules!r}",
+                "pass rules=[exit_pack(...)] or rules=[RulePack.from_spec({...})]",
+            )
+        )
+    else:
+        packs = tuple(rules)
     try:
-        pack = termination_pack(max_steps, error_budget)
+        packs = (termination_pack(max_steps, error_budget), *packs)
     except SkillValidationError as exc:
         problems.extend(exc.problems)
     if problems:
@@ -434,6 +445,8 @@ def react_graph(
         "error_budget": error_budget,
         "max_steps": max_steps,
     }
+    if done_field is not None:
+        config["done_field"] = done_field
     if model is not None:
         config["model"] = model
     if system_prompt is not None:
@@ -476,14 +489,22 @@ def react_graph(
             "act",
             act,
             config=config,
-            writes=("tool_calls", "pending", "error_count", "error_budget", "last_event"),
+            writes=(
+                "tool_calls",
+                "pending",
+                "error_count",
+                "error_budget",
+                "last_event",
+                "done",
+                "final_answer",
+            ),
         )
         .with_node(
             "observe",
             observe,
             # Every ReAct step ends here (a reply without tool calls skips act), so one
             # decision per step sees all of it: the reply, the tool calls, the observations.
-            rules=[pack],
+            rules=list(packs),
             writes=("trajectory", "pending", "tool_result", "last_event"),
         )
         .with_edge(START, "think")
@@ -506,6 +527,8 @@ def react_skill(
     output_model: type[BaseModel] | None = None,
     temperature: float | None = None,
     request: RequestOptions | None = None,
+    done_field: str | None = None,
+    rules: Sequence[fathom.RulePack] | None = None,
     requires: Sequence[str] = (),
 ) -> Skill:
     """:func:`react_graph` packaged as a ``kind=agent`` :class:`~stargraph.skills.Skill`
@@ -526,6 +549,8 @@ def react_skill(
         output_model=output_model,
         temperature=temperature,
         request=request,
+        done_field=done_field,
+        rules=rules,
     )
     return Skill.from_graph(
         graph,
@@ -712,6 +737,12 @@ def _head(config: Mapping[str, Any], tools: tuple[dict[str, Any], ...]) -> ChatR
     return head
 
 
+_NOT_ENDED: Final = (
+    "Your answer was recorded, but an answer does not end this task: go on with the task "
+    "using your tools."
+)
+
+
 def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     """Ask the model for the next step; take its answer or prepare its tool calls."""
     config = ctx.config
@@ -727,6 +758,11 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
         new_steps.append(
             ReactStep(llm_step=0, kind="task", message=ChatMessage.user(fields["task"]))
         )
+    if fields["last_event"] == "final_answer" and trajectory and trajectory[-1].kind == "reply":
+        # The last step's answer did not end the loop (no rule took it): without a word the
+        # model would see its own answer last and likely give it again. (A thread's next
+        # turn starts after the answer too, but with the user's new message last.)
+        new_steps.append(_observation_step(llm_step, ChatMessage.user(_NOT_ENDED)))
     transcript = _transcript(trajectory)
     system = _system_prompt(config)
     # The kept transcript (a read-only tuple) and what goes around it: the common step (no
@@ -793,7 +829,6 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
             event = "invalid_answer"
         else:
             event = "final_answer"
-            out["done"] = True
             if output is None:
                 out["final_answer"] = text
             else:
@@ -801,6 +836,7 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
                 out["final_answer"] = output.model_dump_json()
     errors = fields["error_count"] + len(notes)
     out.update(
+        done=event == "final_answer",
         trajectory=new_steps,
         llm_steps=llm_step,
         pending=notes,
@@ -853,7 +889,7 @@ def _step(values: dict[str, Any], fields_set: set[str]) -> ReactStep:
 
 
 _ASKED: Final = ("id", "name", "arguments")
-_GOT: Final = ("status", "error", "tool", "summary", "artifact_ref")
+_GOT: Final = ("status", "error", "tool", "summary", "artifact_ref", "payload")
 
 
 def _fields(model: object, names: tuple[str, ...]) -> dict[str, Any]:
@@ -889,13 +925,13 @@ def after_think(state: ReactState) -> str:
 
 
 def after_observe(state: ReactState) -> str:
-    """``END`` once the model answered, else ``think``.
+    """``think``, always: the edges never end the loop, the rules on ``observe`` do.
 
-    The exit exists because a graph must be able to reach ``END``; it never decides a run
-    that mounts the termination pack, whose ``done`` rule halts first (and is the rule the
-    run record names). Without a final answer the edges cycle forever: only rules stop it.
+    The ``END`` branch of the edge is the way out those rules take (a halt after
+    ``observe``), declared so the graph reaches ``END``; no state makes the edge take it.
     """
-    return END if state.done else "think"
+    del state
+    return "think"
 
 
 def _dispatch(arbiter: Arbiter, call: Any, allowed: tuple[str, ...], node: str) -> ToolResult:
@@ -940,6 +976,8 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
     failed = 0
     node = ctx.node
     llm_step = reply.llm_step
+    done_field = ctx.config.get("done_field")
+    finishing: str | None = None
     for call in reply.message.tool_calls:
         # No _once around the dispatch: the journaled arbiter records each call itself.
         result = _dispatch(arbiter, call, allowed, node)
@@ -953,6 +991,7 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
         wire = result.to_tool_message(_LANE)
         answers.append(ChatMessage.tool(asked["id"], wire["content"], name=asked["name"]))
         error = got["error"]
+        payload = got["payload"]
         records.append(
             _call_record(
                 {
@@ -968,8 +1007,18 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
                 }
             )
         )
+        # `is True`: the flag is JSON true, not any truthy value a tool returns. The first
+        # such result is the one the loop ends with.
+        if (
+            done_field is not None
+            and finishing is None
+            and status == "success"
+            and type(payload) is dict
+            and payload.get(done_field) is True
+        ):
+            finishing = got["summary"]
     errors = state.error_count + failed
-    return {
+    out = {
         "tool_calls": records,
         # Tool answers first: the API wants them right after the assistant message that
         # made the calls, before any note addressed to the model as a user turn.
@@ -978,10 +1027,16 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
         "error_budget": ctx.config["error_budget"] - errors,
         "last_event": "tool_error" if failed else "tool_success",
     }
+    if finishing is not None:
+        # Only act sees the results' payloads; observe passes the event on to the rules.
+        out.update(last_event="tool_done", done=True, final_answer=finishing)
+    return out
 
 
 def observe(state: ReactState) -> dict[str, Any]:
-    """Append the pending observations to the trajectory; expose the last tool status."""
+    """Append the pending observations to the trajectory and expose the last tool status;
+    the step's event stays for the rules when it ends the loop (``final_answer``,
+    ``tool_done``)."""
     fields = state.__dict__  # one attribute read, not one per field (see think)
     trajectory = fields["trajectory"]
     last = trajectory[-1].llm_step if trajectory else 0
@@ -989,10 +1044,12 @@ def observe(state: ReactState) -> dict[str, Any]:
     # of the run (a long run would pay for its whole history each step).
     recent = itertools.takewhile(lambda r: r.llm_step == last, reversed(fields["tool_calls"]))
     step_calls = list(recent)[::-1]
+    event = fields["last_event"]
     out: dict[str, Any] = {
         "trajectory": [_observation_step(last, message) for message in fields["pending"]],
         "pending": [],
-        "last_event": "observed" if not step_calls else fields["last_event"],
+        # A final answer stays the step's event: it is what rule final_answer reads.
+        "last_event": event if step_calls or event == "final_answer" else "observed",
     }
     out["tool_result"] = step_calls[-1].status if step_calls else None
     return out

@@ -189,7 +189,7 @@ def test_three_tool_run_ends_with_the_right_final_answer(
     assert final.error_budget == 3
     assert final.usage.total_tokens > 0
     record = app.get_run("r3")
-    assert (record.status, record.stopped_by) == ("done", "termination/done")
+    assert (record.status, record.stopped_by) == ("done", "exit/final_answer")
     # think, act, observe three times, then the answering think and its observe (where the
     # termination pack decides).
     assert record.last_step == 11
@@ -270,11 +270,11 @@ def test_done_stops_the_loop_and_is_named_in_the_run_record(
     app = compiled(chat, arbiter, store)
     events = list(app.stream({"task": "hi"}, run_id="d"))
     assert events[-1].kind == "run_finished"
-    assert finished(events).stopped_by == "termination/done"
+    assert finished(events).stopped_by == "exit/final_answer"
     decided = [(e.step, e.decision, e.rule) for e in events if e.kind == "rule_decided"]
     # The answer goes think -> observe; the pack decides once, after observe.
-    assert decided == [(2, "halt", "termination/done")]
-    assert app.get_run("d").stopped_by == "termination/done"
+    assert decided == [(2, "halt", "exit/final_answer")]
+    assert app.get_run("d").stopped_by == "exit/final_answer"
     assert app.get_run("d").last_step == 2
 
 
@@ -518,7 +518,7 @@ def test_persistent_failure_ends_with_a_typed_error_and_resumes_from_the_checkpo
     record = app.get_run("p")
     assert (record.status, record.stopped_by, record.last_step) == (
         "done",
-        "termination/done",
+        "exit/final_answer",
         5,
     )
     # The resumed request carries the whole conversation, tool answer included.

@@ -17,5 +17,5 @@ def test_example_runs_offline(
     runpy.run_path(str(EXAMPLE), run_name="__main__")
     out = capsys.readouterr().out
     assert "final answer: The order costs 16.00 EUR." in out
-    assert "stopped by:   termination/done" in out
+    assert "stopped by:   exit/final_answer" in out
     assert out.count(" success ") == 3

@@ -72,10 +72,14 @@ def test_graph_shape_config_and_rules() -> None:
         "system_prompt": "hi",
         "temperature": 0.0,
     }
-    # The termination pack is mounted on observe, which ends every ReAct step.
+    # The budgets and the success rules are mounted on observe, which ends every ReAct step.
     assert ir.rule_packs == ()
     mounted = {n.id: [(p.id, p.version) for p in n.rules] for n in ir.nodes}
-    assert mounted == {"act": [], "observe": [("termination", "react-1")], "think": []}
+    assert mounted == {
+        "act": [],
+        "observe": [("termination", "react-2"), ("exit", "react-1")],
+        "think": [],
+    }
     assert ir.entry == ("think",)
 
 
@@ -90,6 +94,8 @@ def test_every_behavioural_option_changes_the_hash_and_tool_order_does_not() -> 
         react_graph(tools=[ADD, "choir.fs.read@1.0.0"], error_budget=5),
         react_graph(tools=[ADD, "choir.fs.read@1.0.0"], temperature=0.5),
         react_graph(tools=[ADD, "choir.fs.read@1.0.0"], output_model=Answer),
+        react_graph(tools=[ADD, "choir.fs.read@1.0.0"], done_field="done"),
+        react_graph(tools=[ADD, "choir.fs.read@1.0.0"], rules=[]),
     ]
     hashes = {g.graph_hash for g in variants}
     assert len(hashes) == len(variants)
@@ -120,8 +126,9 @@ def test_termination_pack_rules_and_validation() -> None:
         fact_fields=fathom.fact_fields(ReactState),
         successors={"think": frozenset({"act"}), "act": frozenset({"observe"})},
     )
-    for rule in ("done", "error_budget", "max_steps"):
+    for rule in ("error_budget", "max_steps"):
         assert f"(defrule {rule}" in pack.source
+    assert "(defrule done" not in pack.source  # the success rules are the exit pack's
     with pytest.raises(SkillValidationError):
         termination_pack(max_steps=True, error_budget=1)
 
@@ -166,7 +173,7 @@ def test_in_process_run_with_the_scripted_model(arbiter: Arbiter) -> None:
     app = react_graph(tools=[ADD]).compile(services={"model": model, "arbiter": arbiter})
     events = list(app.stream({"task": "add"}))
     final = finished(events)
-    assert final.stopped_by == "termination/done"
+    assert final.stopped_by == "exit/final_answer"
     assert final.state["final_answer"] == "3 and 7"
     assert [r["summary"] for r in final.state["tool_calls"]] == ["3", "7"]
     second = model.requests[1]
