@@ -248,7 +248,8 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         f"{MS}::test_C8_root_loop_is_a_schema_hot_swapped_by_a_user_command",
     )),
     # D. Colibri / AMS
-    "D1": ("SKILL.md parser", (
+    "D1": ("SKILL.md parser; name is a slug, '_' refused with a fix", (
+        f"{SL}::test_D1_a_name_with_an_underscore_is_refused_naming_file_name_and_fix",
         f"{SL}::test_D1_frontmatter_fields_unknown_keys_and_references",
         f"{SL}::test_D1_every_problem_named_with_file_and_key",
         f"{SL}::test_D1_donor_section_format",

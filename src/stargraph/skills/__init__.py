@@ -165,13 +165,20 @@ class Example(SkillModel):
     description: str = ""
 
 
+def slug_suggestion(value: object) -> str | None:
+    """The slug closest to a name that is not one (``note_taker`` -> ``note-taker``), or
+    ``None`` when nothing of it is left to suggest."""
+    guess = re.sub(r"[^a-z0-9]+", "-", str(value).lower()).strip("-")
+    guess = re.sub(r"^[^a-z]+", "", guess)
+    return guess if SLUG.match(guess) else None
+
+
 def _slug_fix(value: object) -> str:
     """How to name a skill whose name is not a slug: the slug closest to it, and why node
     ids differ (a skill's name is its SKILL.md name; a node id is only a place in a graph)."""
     rule = "lowercase letters, digits and hyphens, starting with a letter, two or more"
-    guess = re.sub(r"[^a-z0-9]+", "-", str(value).lower()).strip("-")
-    guess = re.sub(r"^[^a-z]+", "", guess)
-    use = f"use {guess!r}" if SLUG.match(guess) else "use e.g. 'web-research'"
+    guess = slug_suggestion(value)
+    use = f"use {guess!r}" if guess else "use e.g. 'web-research'"
     return (
         f"{use} ({rule}, as SKILL.md names are); the node the skill is mounted as may keep "
         "any node id: SubgraphNode.from_skill(skill, node_id=...)"
