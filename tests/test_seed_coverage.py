@@ -297,14 +297,15 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
     "E1": ("Skill validates name, version, kind, tool ids", (
         f"{SK}::test_skill_validators_name_field_and_value",
     )),
-    "E2": ("utility skill with a write tool, workflow skill with LLM routing", (
+    "E2": ("utility skill with a write tool, workflow skill routing on any path from an LLM", (
         f"{SK}::test_utility_skill_with_a_write_tool_is_rejected",
-        f"{SK}::test_workflow_skill_with_llm_routing_is_rejected",
         f"{SE}::test_E2_utility_skill_with_write_and_exec_tools_is_refused_where_registered",
         f"{SE}::test_E2_utility_skill_with_write_and_exec_tools_is_refused_where_compiled",
         f"{SE}::test_E2_utility_skill_with_write_and_exec_tools_is_refused_where_mounted",
         f"{SE}::test_E2_utility_skill_with_write_and_exec_tools_is_refused_where_compiled_from_ir",
-        f"{SE}::test_E2_workflow_skill_routing_on_an_llm_node_is_refused_where_compiled_from_ir",
+        f"{SE}::test_E2_a_router_two_plain_nodes_after_an_llm_node_is_refused_naming_the_path",
+        f"{SE}::test_E2_a_router_after_a_subgraph_that_calls_a_model_is_refused",
+        f"{SE}::test_E2_a_routed_path_is_refused_where_a_workflow_skill_is_compiled_from_ir",
     )),
     "E3": ("a plugin name clash names both providers", (
         "tests/plugin/test_plugins.py::test_two_plugins_registering_one_skill_fail_naming_both",
