@@ -235,7 +235,7 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         f"{MS}::test_C4_masks_hide_ancestor_prompts_and_positions_are_configurable",
     )),
     "C5": ("parent completes when the child exits; exit status -> event", (
-        f"{MS}::test_C5_parent_state_completes_only_when_the_child_exits",
+        f"{MS}::test_C5_a_spawning_state_cannot_be_completed_without_running_the_child",
         f"{MS}::test_C5_the_childs_exit_status_picks_the_parents_event",
     )),
     "C6": ("every level bounded", (
