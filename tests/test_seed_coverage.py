@@ -343,6 +343,10 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         "tests/skills/refs/test_refs_wiki.py::test_wiki_is_an_agent_skill_fanning_out_with_send",
         "tests/skills/refs/test_refs_wiki.py::test_every_claim_cites_a_retrieved_source",
     )),
+    "E12": ("requires checked: a live run lacking a required service does not start", (
+        f"{SE}::test_E12_a_live_run_without_a_required_service_does_not_start",
+        f"{SE}::test_E12_replay_needs_no_services_and_resume_does",
+    )),
 }  # fmt: skip
 
 OPEN_ROWS: dict[str, str] = {
@@ -356,9 +360,6 @@ OPEN_ROWS: dict[str, str] = {
     "a parent workflow; the agents store has no task pipeline to notify through",
     "D14": "not built: orphan_scan() runs only when called; no periodic scanner",
     "D15": "not built: profile limits bound allocation but do not size pools or queues",
-    "E12": "not built: Skill.requires is recorded but not checked; checking service: "
-    "capabilities against compile(services=...) breaks offline replay, which compiles a "
-    "recorded run without its live services; needs a design decision, to be filed",
     "E13": "not built: observe appends the observations but keeps no salience; the seed "
     "does not say what salience ranks, to be decided with the memory design",
     "E14": "issue 48: replay across graph versions (unchanged regions served from the "

@@ -16,8 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from stargraph.checkpoint import MemoryStore
 from stargraph.compile import compile_ir
-from stargraph.errors import SkillValidationError, ToolError, ToolNotAllowedError
+from stargraph.errors import (
+    MissingServiceError,
+    SkillValidationError,
+    ToolError,
+    ToolNotAllowedError,
+)
 from stargraph.graph import END, START, Graph
 from stargraph.ir import GraphIR, SubgraphNodeIR
 from stargraph.nodes import SubgraphNode, nesting_chain
@@ -414,6 +420,76 @@ def test_E2_a_routed_path_is_refused_where_a_workflow_skill_is_compiled_from_ir(
             "'llm' wrote before it (path llm -> copy -> judge)",
         )
     ]
+
+
+# --------------------------------------------------------------------------- E12
+
+
+SIDE_EFFECTS: list[str] = []
+
+
+def before(state: Out) -> dict[str, Any]:
+    SIDE_EFFECTS.append("before ran")
+    return {"answer": "asked"}
+
+
+def needs_a_model() -> Skill:
+    """A skill declaring it needs ``services['model']`` (its node does not ask on this path,
+    so only the declaration can stop a run that lacks it)."""
+    return Skill.from_graph(
+        small_graph("asker"),
+        name="asker",
+        version="1.0.0",
+        kind="agent",
+        description="d",
+        state_schema=Out,
+        requires=("service:model", "gpu:any"),
+    )
+
+
+def host() -> Graph[Out]:
+    return (
+        Graph("host", state=Out)
+        .with_node("before", before)
+        .with_node(SubgraphNode.from_skill(needs_a_model(), site="ask"))
+        .with_edge(START, "before")
+        .with_edge("before", "ask")
+        .with_edge("ask", END)
+    )
+
+
+def test_E12_a_live_run_without_a_required_service_does_not_start() -> None:
+    SIDE_EFFECTS.clear()
+    store = MemoryStore()
+    for app in (
+        host().compile(store=store),
+        host().compile(store=store, services={"arbiter": object()}),
+        Graph(GraphIR.from_json(host().to_ir().to_json()), state=Out).compile(store=store),
+    ):
+        with pytest.raises(MissingServiceError) as info:
+            app.invoke({}, run_id="r")
+        assert (info.value.node, info.value.service) == ("ask", "model")
+        assert str(info.value).startswith(
+            "node 'ask' (skill asker@1.0.0) requires service:model, which the graph was not "
+            "given; compile it with services={'model': ...}"
+        )
+    assert SIDE_EFFECTS == []  # refused before any node ran
+    # Given the service, the same graph runs.
+    live = host().compile(store=store, services={"model": object()})
+    assert live.invoke({}, run_id="r").answer == "42"
+    assert SIDE_EFFECTS == ["before ran"]
+
+
+def test_E12_replay_needs_no_services_and_resume_does() -> None:
+    store = MemoryStore()
+    live = host().compile(store=store, services={"model": object()})
+    final = live.invoke({}, run_id="r")
+    offline = host().compile(store=store)
+    assert offline.replay("r") == final
+    fork = live.fork("r", 1)
+    with pytest.raises(MissingServiceError, match=r"requires service:model"):
+        offline.resume(fork)
+    assert live.resume(fork) == final
 
 
 # --------------------------------------------------------------------------- decision 3, A17

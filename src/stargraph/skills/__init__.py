@@ -547,8 +547,8 @@ def _llm_routed_nodes(ir: GraphIR) -> list[Problem]:
     any depth) calls a model counts as an LLM node of this graph. The search follows edges,
     not the fields they carry, so it errs on the side of refusing.
     """
-    llm = {
-        n.id
+    llm: set[str] = {
+        str(n.id)
         for n in ir.nodes
         if n.must_stub or (isinstance(n, SubgraphNodeIR) and _calls_a_model(ir, n))
     }
@@ -566,7 +566,7 @@ def _llm_routed_nodes(ir: GraphIR) -> list[Problem]:
     checks = {n.id for n in ir.nodes if n.metadata.get(CHECK) is True and n.id not in llm}
     # Breadth first from every LLM node at once: each node keeps the shortest path to it.
     came_from: dict[str, str | None] = dict.fromkeys(sorted(llm))
-    frontier = sorted(llm)
+    frontier: list[str] = sorted(llm)
     while frontier:
         following: list[str] = []
         for node in frontier:
