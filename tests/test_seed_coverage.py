@@ -36,6 +36,7 @@ TA = "tests/tools/test_tools_arbiter.py"
 TL = "tests/tools/test_tools_locks.py"
 TR = "tests/tools/test_tools_registry.py"
 TS = "tests/tools/test_tools_spec.py"
+TB = "tests/tools/test_tools_build.py"
 TC = "tests/tools/test_tools_commit.py"
 TY = "tests/tools/test_tools_safety.py"
 SL = "tests/skills/markdown/test_skillmd_loading.py"
@@ -218,6 +219,12 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         "::test_B19_a_bad_line_patch_is_a_typed_error_and_leaves_the_file_as_it_was",
         "tests/tools/test_tools_builtins.py::test_B19_a_line_patch_stays_inside_the_workspace",
     )),
+    "B20": ("a tool built from its source directory at registry build, sandboxed", (
+        f"{TB}::test_B20_a_tool_is_built_from_its_source_directory_when_the_registry_is_built",
+        f"{TB}::test_B20_a_changed_source_changes_the_tools_identity",
+        f"{TB}::test_B20_a_failed_build_names_the_tool_the_directory_and_the_stderr_tail",
+        f"{TB}::test_B20_the_build_has_no_network_and_writes_only_a_copy_of_its_sources",
+    )),
     "B21": ("a per-tool mutex is the lock tool:<name>:X", (
         f"{TA}::test_B21_a_tool_holding_its_own_mutex_never_runs_twice_at_once",
     )),
@@ -352,8 +359,6 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
 OPEN_ROWS: dict[str, str] = {
     "A23": "not built: no session state machine (start, heartbeat, stop, crash recovery) "
     "above the lane and skill machines; a project of its own, to be filed as an issue",
-    "B20": "not built: an external tool must be a ready executable; building a source "
-    "directory during the agent build needs a build step and sandbox, to be filed as an issue",
     "D12": "not built: sub-agents have no GATHER/ANALYZE/PLAN/APPLY phases with a "
     "checkpoint at each boundary; needs a phase model over the agents store, to be filed",
     "D13": "not built: terminating an agent neither releases it from a pool nor notifies "
