@@ -36,6 +36,7 @@ TA = "tests/tools/test_tools_arbiter.py"
 TL = "tests/tools/test_tools_locks.py"
 TR = "tests/tools/test_tools_registry.py"
 TS = "tests/tools/test_tools_spec.py"
+TB = "tests/tools/test_tools_build.py"
 TC = "tests/tools/test_tools_commit.py"
 TY = "tests/tools/test_tools_safety.py"
 SL = "tests/skills/markdown/test_skillmd_loading.py"
@@ -226,6 +227,12 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         "::test_B19_a_bad_line_patch_is_a_typed_error_and_leaves_the_file_as_it_was",
         "tests/tools/test_tools_builtins.py::test_B19_a_line_patch_stays_inside_the_workspace",
     )),
+    "B20": ("a tool built from its source directory at registry build, sandboxed", (
+        f"{TB}::test_B20_a_tool_is_built_from_its_source_directory_when_the_registry_is_built",
+        f"{TB}::test_B20_a_changed_source_changes_the_tools_identity",
+        f"{TB}::test_B20_a_failed_build_names_the_tool_the_directory_and_the_stderr_tail",
+        f"{TB}::test_B20_the_build_has_no_network_and_writes_only_a_copy_of_its_sources",
+    )),
     "B21": ("a per-tool mutex is the lock tool:<name>:X", (
         f"{TA}::test_B21_a_tool_holding_its_own_mutex_never_runs_twice_at_once",
     )),
@@ -243,7 +250,7 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         f"{MS}::test_C4_masks_hide_ancestor_prompts_and_positions_are_configurable",
     )),
     "C5": ("parent completes when the child exits; exit status -> event", (
-        f"{MS}::test_C5_parent_state_completes_only_when_the_child_exits",
+        f"{MS}::test_C5_a_spawning_state_cannot_be_completed_without_running_the_child",
         f"{MS}::test_C5_the_childs_exit_status_picks_the_parents_event",
     )),
     "C6": ("every level bounded", (
@@ -256,7 +263,8 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         f"{MS}::test_C8_root_loop_is_a_schema_hot_swapped_by_a_user_command",
     )),
     # D. Colibri / AMS
-    "D1": ("SKILL.md parser", (
+    "D1": ("SKILL.md parser; name is a slug, '_' refused with a fix", (
+        f"{SL}::test_D1_a_name_with_an_underscore_is_refused_naming_file_name_and_fix",
         f"{SL}::test_D1_frontmatter_fields_unknown_keys_and_references",
         f"{SL}::test_D1_every_problem_named_with_file_and_key",
         f"{SL}::test_D1_donor_section_format",
@@ -324,14 +332,15 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
     "E1": ("Skill validates name, version, kind, tool ids", (
         f"{SK}::test_skill_validators_name_field_and_value",
     )),
-    "E2": ("utility skill with a write tool, workflow skill with LLM routing", (
+    "E2": ("utility skill with a write tool, workflow skill routing on any path from an LLM", (
         f"{SK}::test_utility_skill_with_a_write_tool_is_rejected",
-        f"{SK}::test_workflow_skill_with_llm_routing_is_rejected",
         f"{SE}::test_E2_utility_skill_with_write_and_exec_tools_is_refused_where_registered",
         f"{SE}::test_E2_utility_skill_with_write_and_exec_tools_is_refused_where_compiled",
         f"{SE}::test_E2_utility_skill_with_write_and_exec_tools_is_refused_where_mounted",
         f"{SE}::test_E2_utility_skill_with_write_and_exec_tools_is_refused_where_compiled_from_ir",
-        f"{SE}::test_E2_workflow_skill_routing_on_an_llm_node_is_refused_where_compiled_from_ir",
+        f"{SE}::test_E2_a_router_two_plain_nodes_after_an_llm_node_is_refused_naming_the_path",
+        f"{SE}::test_E2_a_router_after_a_subgraph_that_calls_a_model_is_refused",
+        f"{SE}::test_E2_a_routed_path_is_refused_where_a_workflow_skill_is_compiled_from_ir",
     )),
     "E3": ("a plugin name clash names both providers", (
         "tests/plugin/test_plugins.py::test_two_plugins_registering_one_skill_fail_naming_both",
@@ -371,14 +380,13 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         "tests/skills/refs/test_refs_wiki.py::test_wiki_is_an_agent_skill_fanning_out_with_send",
         "tests/skills/refs/test_refs_wiki.py::test_every_claim_cites_a_retrieved_source",
     )),
+    "E12": ("requires checked: a live run lacking a required service does not start", (
+        f"{SE}::test_E12_a_live_run_without_a_required_service_does_not_start",
+        f"{SE}::test_E12_replay_needs_no_services_and_resume_does",
+    )),
 }  # fmt: skip
 
 OPEN_ROWS: dict[str, str] = {
-    "B20": "not built: an external tool must be a ready executable; building a source "
-    "directory during the agent build needs a build step and sandbox, to be filed as an issue",
-    "E12": "not built: Skill.requires is recorded but not checked; checking service: "
-    "capabilities against compile(services=...) breaks offline replay, which compiles a "
-    "recorded run without its live services; needs a design decision, to be filed",
     "E13": "not built: observe appends the observations but keeps no salience; the seed "
     "does not say what salience ranks, to be decided with the memory design",
     "E14": "issue 48: replay across graph versions (unchanged regions served from the "

@@ -16,8 +16,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
+from stargraph.checkpoint import MemoryStore
 from stargraph.compile import compile_ir
-from stargraph.errors import SkillValidationError, ToolError, ToolNotAllowedError
+from stargraph.errors import (
+    MissingServiceError,
+    SkillValidationError,
+    ToolError,
+    ToolNotAllowedError,
+)
 from stargraph.graph import END, START, Graph
 from stargraph.ir import GraphIR, SubgraphNodeIR
 from stargraph.nodes import SubgraphNode, nesting_chain
@@ -329,6 +335,161 @@ def test_E2_workflow_skill_routing_on_an_llm_node_is_refused_where_compiled_from
             "node 'r' (skill router@1.0.0): workflow skill routes on the output of LLM node 'llm'",
         )
     ]
+
+
+def plain(state: Out) -> dict[str, Any]:
+    return {"answer": state.answer + "."}
+
+
+def two_hops(*, check: bool = False) -> Graph[Out]:
+    """llm -> copy -> judge -> router: the model's answer reaches the router two nodes on."""
+    return (
+        Graph("hops", state=Out)
+        .with_node("llm", llm, must_stub=True)
+        .with_node("copy", plain)
+        .with_node("judge", plain, metadata={"check": True} if check else None)
+        .with_edge(START, "llm")
+        .with_edge("llm", "copy")
+        .with_edge("copy", "judge")
+        .with_conditional_edges("judge", route, {"end": END})
+    )
+
+
+def as_workflow(graph: Graph[Out], name: str = "hops") -> Skill:
+    return Skill.from_graph(
+        graph, name=name, version="1.0.0", kind="workflow", description="d", state_schema=Out
+    )
+
+
+def test_E2_a_router_two_plain_nodes_after_an_llm_node_is_refused_naming_the_path() -> None:
+    with pytest.raises(SkillValidationError) as info:
+        as_workflow(two_hops())
+    assert [(p.pointer, p.message) for p in info.value.problems] == [
+        (
+            "/subgraph/edges/0",
+            "workflow skill routes at 'judge' on state LLM node 'llm' wrote before it "
+            "(path llm -> copy -> judge)",
+        )
+    ]
+    # The same graph is a fine agent skill, and a declared check of the model's output by
+    # code may route in a workflow.
+    Skill.from_graph(
+        two_hops(), name="hops", version="1.0.0", kind="agent", description="d", state_schema=Out
+    )
+    assert as_workflow(two_hops(check=True)).kind is SkillKind.WORKFLOW
+
+
+def test_E2_a_router_after_a_subgraph_that_calls_a_model_is_refused() -> None:
+    # The LLM node sits inside a mounted agent skill: its output reaches the parent's router.
+    inner = Skill.from_graph(
+        Graph("inner", state=Out).with_node("llm", llm, must_stub=True).with_edge(START, "llm"),
+        name="inner",
+        version="1.0.0",
+        kind="agent",
+        description="d",
+        state_schema=Out,
+    )
+    outer = (
+        Graph("outer", state=Out)
+        .with_node(SubgraphNode.from_skill(inner, site="ask"))
+        .with_node("copy", plain)
+        .with_edge(START, "ask")
+        .with_edge("ask", "copy")
+        .with_conditional_edges("copy", route, {"end": END})
+    )
+    with pytest.raises(SkillValidationError) as info:
+        as_workflow(outer, "outer")
+    assert [p.message for p in info.value.problems] == [
+        "workflow skill routes at 'copy' on state subgraph node 'ask' (its graph calls a "
+        "model) wrote before it (path ask -> copy)"
+    ]
+
+
+def test_E2_a_routed_path_is_refused_where_a_workflow_skill_is_compiled_from_ir() -> None:
+    routed = Skill.from_graph(
+        two_hops(), name="hops", version="1.0.0", kind="agent", description="d", state_schema=Out
+    )
+    graph = mounted(routed, "r")
+    graph.compile()
+    with pytest.raises(SkillValidationError) as info:
+        Graph(_retyped(graph, "workflow"), state=Out).compile()
+    assert [(p.pointer, p.message) for p in info.value.problems] == [
+        (
+            "/nodes/0/subgraph/edges/0",
+            "node 'r' (skill hops@1.0.0): workflow skill routes at 'judge' on state LLM node "
+            "'llm' wrote before it (path llm -> copy -> judge)",
+        )
+    ]
+
+
+# --------------------------------------------------------------------------- E12
+
+
+SIDE_EFFECTS: list[str] = []
+
+
+def before(state: Out) -> dict[str, Any]:
+    SIDE_EFFECTS.append("before ran")
+    return {"answer": "asked"}
+
+
+def needs_a_model() -> Skill:
+    """A skill declaring it needs ``services['model']`` (its node does not ask on this path,
+    so only the declaration can stop a run that lacks it)."""
+    return Skill.from_graph(
+        small_graph("asker"),
+        name="asker",
+        version="1.0.0",
+        kind="agent",
+        description="d",
+        state_schema=Out,
+        requires=("service:model", "gpu:any"),
+    )
+
+
+def host() -> Graph[Out]:
+    return (
+        Graph("host", state=Out)
+        .with_node("before", before)
+        .with_node(SubgraphNode.from_skill(needs_a_model(), site="ask"))
+        .with_edge(START, "before")
+        .with_edge("before", "ask")
+        .with_edge("ask", END)
+    )
+
+
+def test_E12_a_live_run_without_a_required_service_does_not_start() -> None:
+    SIDE_EFFECTS.clear()
+    store = MemoryStore()
+    for app in (
+        host().compile(store=store),
+        host().compile(store=store, services={"arbiter": object()}),
+        Graph(GraphIR.from_json(host().to_ir().to_json()), state=Out).compile(store=store),
+    ):
+        with pytest.raises(MissingServiceError) as info:
+            app.invoke({}, run_id="r")
+        assert (info.value.node, info.value.service) == ("ask", "model")
+        assert str(info.value).startswith(
+            "node 'ask' (skill asker@1.0.0) requires service:model, which the graph was not "
+            "given; compile it with services={'model': ...}"
+        )
+    assert SIDE_EFFECTS == []  # refused before any node ran
+    # Given the service, the same graph runs.
+    live = host().compile(store=store, services={"model": object()})
+    assert live.invoke({}, run_id="r").answer == "42"
+    assert SIDE_EFFECTS == ["before ran"]
+
+
+def test_E12_replay_needs_no_services_and_resume_does() -> None:
+    store = MemoryStore()
+    live = host().compile(store=store, services={"model": object()})
+    final = live.invoke({}, run_id="r")
+    offline = host().compile(store=store)
+    assert offline.replay("r") == final
+    fork = live.fork("r", 1)
+    with pytest.raises(MissingServiceError, match=r"requires service:model"):
+        offline.resume(fork)
+    assert live.resume(fork) == final
 
 
 # --------------------------------------------------------------------------- decision 3, A17

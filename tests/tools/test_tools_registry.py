@@ -136,9 +136,9 @@ def test_every_manifest_problem_is_reported_at_once(tmp_path: Path) -> None:
         load_manifest(path)
     rendered = [p.render() for p in info.value.problems]
     assert rendered == [
-        f"{path}#/runtime/colour: unknown key 'colour' (fix: use ['exec_path', 'exposure', "
-        "'host_executed', 'idempotent', 'locks', 'network', 'prompt_mask', 'secret_resources', "
-        "'side_effect', 'timeout_ms', 'timeout_s', 'version'])",
+        f"{path}#/runtime/colour: unknown key 'colour' (fix: use ['build', 'exec_path', "
+        "'exposure', 'host_executed', 'idempotent', 'locks', 'network', 'prompt_mask', "
+        "'secret_resources', 'side_effect', 'timeout_ms', 'timeout_s', 'version'])",
         f"{path}#/llm/name: 'Messy' is not a canonical namespaced name (fix: use 'ns.name[.sub]')",
         f"{path}#/runtime/exec_path: '{tmp_path / 'messy'}' is not executable (fix: chmod +x it)",
         f"{path}#/runtime/timeout_ms: timeout_ms must be a number of milliseconds",

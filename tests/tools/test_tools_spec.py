@@ -36,6 +36,7 @@ RUNTIME = {
     "prompt_mask": True,
     "executor": "subprocess",
     "exec_path": "/opt/tools/exec_path_zz",
+    "build_hash": "sha256:build_hash_zz",
 }
 
 

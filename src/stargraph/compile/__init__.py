@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from stargraph.compile._inputs import input_models
 from stargraph.compile._options import RunOptions
+from stargraph.compile._requires import unmet_requires
 from stargraph.compile._subgraphs import site_of, subgraph_problems
 from stargraph.compile._validate import is_async_callable, validate_ir
 from stargraph.errors import CompileError, Problem, SkillValidationError, UndeclaredOutputError
@@ -103,6 +104,9 @@ def compile_ir(
     nested = subgraph_problems(ir, set(state.model_fields), nesting)
     problems.extend(nested.problems)
     skill_rules = _mounted_skill_problems(ir, services)
+    # Not a compile error: a graph compiled to be inspected, or to replay a run (whose record
+    # answers every service call), rightly lacks services. Live runs refuse to start.
+    unmet = unmet_requires(ir, services or {})
     if executor is not None:
         from stargraph.runtime._remote import remote_problems
 
@@ -196,6 +200,7 @@ def compile_ir(
         start_routers=tuple(start_routers),
         rules=rules,
         services=ServiceMap(services or {}),
+        unmet_requires=tuple(unmet),
     )
     return CompiledGraph(
         plan,

@@ -63,6 +63,7 @@ class SubgraphNode:
         bubble_events: bool = True,
         skill_kind: str | None = None,
         skill_tools: tuple[str, ...] = (),
+        skill_requires: tuple[str, ...] = (),
     ) -> None:
         self.node_id = node_id
         self.child = child
@@ -77,6 +78,8 @@ class SubgraphNode:
         # graph compiled from its IR is held to the kind's tool rule as the mount was.
         self.skill_kind = skill_kind
         self.skill_tools = tuple(skill_tools)
+        # And its required capabilities, which the compiler and each run start check.
+        self.skill_requires = tuple(skill_requires)
 
     @classmethod
     def from_skill(
@@ -162,6 +165,7 @@ class SubgraphNode:
             bubble_events=skill.bubble_events,
             skill_kind=str(skill.kind),
             skill_tools=tuple(skill.tools),
+            skill_requires=tuple(skill.requires),
         )
 
     def mount(
@@ -188,7 +192,13 @@ class SubgraphNode:
             max_steps=self.max_steps,
             bubble_events=self.bubble_events,
             metadata=(
-                {"skill_kind": self.skill_kind, "skill_tools": list(self.skill_tools)}
+                {
+                    "skill_kind": self.skill_kind,
+                    "skill_tools": list(self.skill_tools),
+                    **(
+                        {"skill_requires": list(self.skill_requires)} if self.skill_requires else {}
+                    ),
+                }
                 if self.skill_kind is not None
                 else {}
             ),

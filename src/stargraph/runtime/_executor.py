@@ -24,7 +24,7 @@ from stargraph.runtime._cancel import request
 from stargraph.runtime._durable import Durability, atake_lease, check_run_id, load_values
 from stargraph.runtime._events import Event
 from stargraph.runtime._interrupts import mark_interrupted
-from stargraph.runtime._plan import Plan
+from stargraph.runtime._plan import Plan, unmet_error
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._replay import ReplayDriver
 from stargraph.runtime._run import MAX_STEPS_BOUND, Run, refuse_unknown_keys
@@ -455,6 +455,7 @@ class CompiledGraph(Generic[StateT]):
         the event loop (other tasks run meanwhile)."""
         store = require_store(self.steploop)
         check_run_id(run_id)
+        self._refuse_unmet()  # before the lease: a refused resume holds nothing
         taken = await atake_lease(store, run_id, wait=wait)
         run = self._load(
             run_id, response, update, max_steps, migration, taken=taken, as_node=as_node
@@ -478,6 +479,8 @@ class CompiledGraph(Generic[StateT]):
     ) -> Run:
         # The stored run, leased and ready to continue: _stored.load with this graph's loop
         # and code hash (the arguments are resume's; ``taken``: a lease aresume took).
+        if taken is None:
+            self._refuse_unmet()
         return load(
             self.steploop,
             run_id,
@@ -491,6 +494,11 @@ class CompiledGraph(Generic[StateT]):
             code_hash=self.code_hash,
             as_node=as_node,
         )
+
+    def _refuse_unmet(self) -> None:
+        # A run continued live needs the services its mounted skills require.
+        if self.plan.unmet_requires:
+            raise unmet_error(self.plan.unmet_requires)
 
     def get_run(self, run_id: str) -> RunRecord:
         """The stored record of a run (status, last step, interrupt, error)."""

@@ -17,6 +17,7 @@ from typing import Any, Literal, NamedTuple, Union, cast, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from stargraph.errors import MissingServiceError
 from stargraph.ir import END, GraphIR, RetryPolicyIR
 from stargraph.refs import importable_name
 from stargraph.runtime._protocols import HasCodeHash, Journaled
@@ -51,6 +52,41 @@ class Send:
 
     node: str
     payload: Mapping[str, Any]
+
+
+class UnmetRequirement(NamedTuple):
+    """A capability a mounted skill requires that its graph was not given."""
+
+    pointer: str
+    """Where the mount is in the IR (``/nodes/<i>``)."""
+    node: str
+    skill: str
+    capability: str
+    """As the skill wrote it, ``service:<name>``."""
+
+    @property
+    def service(self) -> str:
+        """The service key the capability names."""
+        return self.capability.partition(":")[2]
+
+    def describe(self) -> str:
+        """``node 'ask' (skill rag@1.0.0) requires service:docs``."""
+        return f"node {self.node!r} (skill {self.skill}) requires {self.capability}"
+
+
+def unmet_error(unmet: Sequence[UnmetRequirement]) -> MissingServiceError:
+    """Why a live run of a graph with unmet skill requirements does not start: every one of
+    them named, the first as the error's ``node`` and ``service``."""
+    first = unmet[0]
+    names = ", ".join(repr(need.service) for need in unmet)
+    return MissingServiceError(
+        "; ".join(need.describe() for need in unmet)
+        + f", which the graph was not given; compile it with services={{{names}: ...}} (a "
+        "worker: Worker(db, services=...) or `stargraph worker --services module:fn`); a "
+        "replay needs none: its record answers the calls",
+        service=first.service,
+        node=first.node,
+    )
 
 
 class Task(NamedTuple):
@@ -288,6 +324,9 @@ class Plan:
     start_routers: tuple[RouterSpec, ...] = ()
     rules: Callable[[], RuleSet] | None = None
     services: Mapping[str, Any] = field(default_factory=dict)
+    unmet_requires: tuple[UnmetRequirement, ...] = ()
+    """Capabilities mounted skills require that ``services`` lacks: a live run refuses to
+    start (a replay, served from its record, does not ask)."""
     static_tasks: Mapping[str, tuple[Task, ...]] = field(init=False)
     single_tasks: Mapping[str, tuple[Task, ...]] = field(init=False)
     entry_tasks: tuple[Task, ...] = field(init=False)

@@ -61,7 +61,7 @@ from stargraph.runtime._events import (
     StepCompleted,
 )
 from stargraph.runtime._interrupts import Interrupt, RuleDecision
-from stargraph.runtime._plan import Plan, Task, by_task
+from stargraph.runtime._plan import Plan, Task, by_task, unmet_error
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run, describe_exception, initial_values, jsonable
 from stargraph.runtime._settings import RunSettings
@@ -129,6 +129,8 @@ class StepLoop:
         of that thread), with this graph's store and options; not started yet. ``valid``:
         ``input`` is a dict of every channel's value, valid already (a subgraph node's
         projection of a parent state of the same model), taken as it is."""
+        if self.plan.unmet_requires:
+            raise unmet_error(self.plan.unmet_requires)
         run_id = run_id or f"run-{os.urandom(8).hex()}"
         turn = (
             None

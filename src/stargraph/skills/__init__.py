@@ -59,6 +59,11 @@ SEMVER: Final = re.compile(
 )
 """Semantic Versioning 2.0.0."""
 
+CHECK: Final = "check"
+"""Node ``metadata`` key: ``{"check": True}`` declares a node that judges a model's output by
+code (a validation step). A workflow skill may route on its verdict; without it, a router
+reachable from an LLM node is LLM-driven control flow."""
+
 TOOL_ID: Final = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+@" + SEMVER.pattern[1:])
 """Tool ids: ``<ns>.<name>[.<sub>]@<semver>``."""
 
@@ -165,13 +170,20 @@ class Example(SkillModel):
     description: str = ""
 
 
+def slug_suggestion(value: object) -> str | None:
+    """The slug closest to a name that is not one (``note_taker`` -> ``note-taker``), or
+    ``None`` when nothing of it is left to suggest."""
+    guess = re.sub(r"[^a-z0-9]+", "-", str(value).lower()).strip("-")
+    guess = re.sub(r"^[^a-z]+", "", guess)
+    return guess if SLUG.match(guess) else None
+
+
 def _slug_fix(value: object) -> str:
     """How to name a skill whose name is not a slug: the slug closest to it, and why node
     ids differ (a skill's name is its SKILL.md name; a node id is only a place in a graph)."""
     rule = "lowercase letters, digits and hyphens, starting with a letter, two or more"
-    guess = re.sub(r"[^a-z0-9]+", "-", str(value).lower()).strip("-")
-    guess = re.sub(r"^[^a-z]+", "", guess)
-    use = f"use {guess!r}" if SLUG.match(guess) else "use e.g. 'web-research'"
+    guess = slug_suggestion(value)
+    use = f"use {guess!r}" if guess else "use e.g. 'web-research'"
     return (
         f"{use} ({rule}, as SKILL.md names are); the node the skill is mounted as may keep "
         "any node id: SubgraphNode.from_skill(skill, node_id=...)"
@@ -528,14 +540,93 @@ def _declared_outputs_exist(ir: GraphIR, schema: type[BaseModel]) -> list[Proble
 
 
 def _llm_routed_nodes(ir: GraphIR) -> list[Problem]:
-    # An LLM node (must_stub) feeding a router is control flow chosen by the model.
-    llm = {n.id for n in ir.nodes if n.must_stub}
-    return [
-        Problem(
-            f"/subgraph/edges/{i}",
-            f"workflow skill routes on the output of LLM node {edge.source!r}",
-            "use kind 'agent' for LLM-driven control flow, or route on deterministic state",
+    """Routers a model steers: every conditional edge whose source an LLM node reaches.
+
+    A model's answer travels through state, so a router any number of plain nodes after an
+    LLM node may branch on it: one hop is not enough. A subgraph node whose child graph (at
+    any depth) calls a model counts as an LLM node of this graph. The search follows edges,
+    not the fields they carry, so it errs on the side of refusing.
+    """
+    llm: set[str] = {
+        str(n.id)
+        for n in ir.nodes
+        if n.must_stub or (isinstance(n, SubgraphNodeIR) and _calls_a_model(ir, n))
+    }
+    if not llm:
+        return []
+    successors: dict[str, set[str]] = {}
+    for edge in ir.edges:
+        if isinstance(edge, ConditionalEdgeIR):
+            successors.setdefault(edge.source, set()).update(edge.mapping.values())
+        else:
+            for source in edge.sources:
+                successors.setdefault(source, set()).add(edge.target)
+    # A declared check judges the model's output by code: what follows it, and a router on
+    # its verdict, is the workflow's own decision, so the search stops there.
+    checks = {n.id for n in ir.nodes if n.metadata.get(CHECK) is True and n.id not in llm}
+    # Breadth first from every LLM node at once: each node keeps the shortest path to it.
+    came_from: dict[str, str | None] = dict.fromkeys(sorted(llm))
+    frontier: list[str] = sorted(llm)
+    while frontier:
+        following: list[str] = []
+        for node in frontier:
+            for target in sorted(successors.get(node, ())):
+                if target not in came_from and target not in checks:
+                    came_from[target] = node
+                    following.append(target)
+        frontier = following
+    problems: list[Problem] = []
+    for i, edge in enumerate(ir.edges):
+        if not isinstance(edge, ConditionalEdgeIR) or edge.source not in came_from:
+            continue
+        path = [edge.source]
+        while (previous := came_from[path[-1]]) is not None:
+            path.append(previous)
+        path.reverse()
+        origin = _llm_label(ir, path[0])
+        message = (
+            f"workflow skill routes on the output of {origin}"
+            if len(path) == 1
+            else f"workflow skill routes at {edge.source!r} on state {origin} wrote before "
+            f"it (path {' -> '.join(path)})"
         )
-        for i, edge in enumerate(ir.edges)
-        if isinstance(edge, ConditionalEdgeIR) and edge.source in llm
-    ]
+        problems.append(
+            Problem(
+                f"/subgraph/edges/{i}",
+                message,
+                "use kind 'agent' for LLM-driven control flow, or route on deterministic state"
+                + (
+                    f" (a node that checks the model's output by code may say so with "
+                    f"metadata={{{CHECK!r}: True}}; routing on its verdict is allowed)"
+                    if len(path) > 1
+                    else ""
+                ),
+            )
+        )
+    return problems
+
+
+def _llm_label(ir: GraphIR, node_id: str) -> str:
+    node = next(n for n in ir.nodes if n.id == node_id)
+    if node.must_stub:
+        return f"LLM node {node_id!r}"
+    return f"subgraph node {node_id!r} (its graph calls a model)"
+
+
+def _calls_a_model(ir: GraphIR, node: SubgraphNodeIR) -> bool:
+    """Whether the child graph ``node`` runs has an LLM node at any depth (a stack, not
+    recursion: a hand-written IR may nest deeper than any profile allows)."""
+    stack = [(ir, node)]
+    seen: set[str] = set()
+    while stack:
+        parent, current = stack.pop()
+        child = parent.subgraphs.get(current.graph)
+        if child is None or current.graph in seen:
+            continue  # a missing child is reported where the graph is compiled
+        seen.add(current.graph)
+        for inner in child.nodes:
+            if inner.must_stub:
+                return True
+            if isinstance(inner, SubgraphNodeIR):
+                stack.append((child, inner))
+    return False

@@ -13,8 +13,9 @@ The manifest has the two views of the seed::
 seed writes ``"1.0"``) is read as ``MAJOR.MINOR.0``. ``exec_path`` is relative to the manifest
 and defaults to the manifest's file name without ``.json``. ``"host_executed": true`` declares
 a tool the host executes (a :class:`~stargraph.tools.HostTool`, delegated by the arbiter to its
-``ToolHost``): it has no executable. Every problem in one manifest is reported at once, each
-with the file and a JSON pointer.
+``ToolHost``): it has no executable. ``"build": {...}`` declares a tool built from a source
+directory when the manifest is loaded (see ``_build``). Every problem in one manifest is
+reported at once, each with the file and a JSON pointer.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, Final
 import orjson
 
 from stargraph.errors import Problem, ToolSpecError
+from stargraph.tools._build import build_tool
 from stargraph.tools._host import HostTool
 from stargraph.tools._schema import model_from_json_schema
 from stargraph.tools._spec import NAME_RE, ToolSpec
@@ -49,6 +51,7 @@ _RUNTIME_KEYS: Final = frozenset(
         "exposure",
         "prompt_mask",
         "host_executed",
+        "build",
     }
 )
 # Runtime fields copied onto ToolSpec under the same name.
@@ -106,7 +109,20 @@ def load_manifest(path: str | os.PathLike[str]) -> SubprocessTool | HostTool:
             "a host-executed tool has no executable",
             "remove exec_path, or host_executed to run it as a subprocess",
         )
-    exec_path = None if host_executed else _executable(file, runtime, problem)
+    build_hash: str | None = None
+    if "build" in runtime:
+        if host_executed or "exec_path" in runtime:
+            problem(
+                "/runtime/build",
+                "a tool built from sources has neither exec_path nor host_executed",
+                "keep build (its artifact is the executable), or drop it",
+            )
+            exec_path = None
+        else:
+            built = build_tool(file, tool_id or source, runtime["build"], problem)
+            exec_path, build_hash = built if built is not None else (None, None)
+    else:
+        exec_path = None if host_executed else _executable(file, runtime, problem)
 
     fields: dict[str, Any] = {k: runtime[k] for k in _PASSTHROUGH if k in runtime}
     secrets = runtime.get("secret_resources", [])
@@ -135,6 +151,7 @@ def load_manifest(path: str | os.PathLike[str]) -> SubprocessTool | HostTool:
             input_schema=schema,
             executor="host" if host_executed else "subprocess",
             exec_path=None if host_executed else str(exec_path or file.with_suffix("")),
+            build_hash=build_hash,
             **fields,
         )
     except ToolSpecError as exc:

@@ -197,6 +197,11 @@ class ToolSpec(TypedModel):
         "local", description="local (Python), subprocess, or host (delegated to the host)."
     )
     exec_path: str | None = Field(None, description="Executable of a subprocess tool.")
+    build_hash: str | None = Field(
+        None,
+        description="'sha256:<hex>' of what a tool built from its source directory was built "
+        "from and to (source tree, command, artifact); None for a ready executable.",
+    )
 
     typed_error: ClassVar[type[_ProblemsError]] = ToolSpecError
 
@@ -289,7 +294,9 @@ class ToolSpec(TypedModel):
     @property
     def spec_hash(self) -> str:
         """sha256 of the canonical JSON of the whole spec; changes with any field."""
-        return sha256_hex(canonical_json(self.model_dump(mode="json")))
+        # A ready executable's spec leaves the field out: its hash is what it always was.
+        exclude = {"build_hash"} if self.build_hash is None else None
+        return sha256_hex(canonical_json(self.model_dump(mode="json", exclude=exclude)))
 
     def llm_view(self) -> dict[str, Any]:
         """The OpenAI ``tools`` entry; contains no runtime key by construction.

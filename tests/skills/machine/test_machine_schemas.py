@@ -230,10 +230,11 @@ def test_C3_tools_and_transitions_come_only_from_the_innermost_level(
 ) -> None:
     server.set_script(DOWN_TO_SEARCH)
     _session(chat, arbiter).send("q")
+    # A spawning state offers its spawns, not the events its child's exit fires (C5).
     assert [_offered(r) for r in server.chat_requests] == [
         ["delegate", "answer"],
-        ["complete", "fail", "spawn_research"],
-        ["found_it", "give_up", "spawn_search"],
+        ["spawn_research"],
+        ["spawn_search"],
         [MEMORY_FN, "hit", "miss"],
         [MEMORY_FN, "hit", "miss"],
     ]
@@ -283,6 +284,24 @@ def test_C5_parent_state_completes_only_when_the_child_exits(
         ("transition", "main", "complete"),
         ("exit", "main", "reply"),
     ]
+
+
+def test_C5_a_spawning_state_cannot_be_completed_without_running_the_child(
+    server: ScriptedOpenAIServer, chat: OpenAIChatModel, arbiter: Arbiter
+) -> None:
+    # The model tries to fire 'complete' (which only research's exit maps to) before it has
+    # spawned research: refused, nothing moves, and the run goes on through the child.
+    server.set_script([call("delegate"), call("complete"), *DOWN_TO_SEARCH[1:]])
+    final = _session(chat, arbiter).send("q")
+    rejected = [e for e in final.log if e["kind"] == "rejected"]
+    assert [(e["code"], e["proposed"], e["state"]) for e in rejected] == [
+        ("awaiting_child", "complete", "research")
+    ]
+    assert rejected[0]["valid_transitions"] == []
+    moves = [(e["kind"], e.get("schema"), e.get("on") or e.get("status")) for e in final.log]
+    main_done = moves.index(("transition", "main", "complete"))
+    assert moves.index(("exit", "research", "found")) < main_done
+    assert (final.status, final.reason) == ("exited", "reply")
 
 
 def test_C5_the_childs_exit_status_picks_the_parents_event(

@@ -111,6 +111,28 @@ def test_D1_every_problem_named_with_file_and_key(tmp_path: Path) -> None:
     assert str(info.value).startswith(f"SKILL.md {path} has 7 problems")
 
 
+@pytest.mark.parametrize("layout", ["frontmatter", "donor"])
+def test_D1_a_name_with_an_underscore_is_refused_naming_file_name_and_fix(
+    tmp_path: Path, layout: str
+) -> None:
+    text = (
+        "---\nname: note_taker\ndescription: Takes notes.\n---\nbody\n"
+        if layout == "frontmatter"
+        else "# note_taker\n\nTakes notes.\n"
+    )
+    path = write(tmp_path, "note_taker", text)
+    with pytest.raises(SkillValidationError) as info:
+        load_skill_md(path)
+    assert [(p.pointer, p.message, p.hint) for p in info.value.problems] == [
+        (
+            f"{path}#/name",
+            "name 'note_taker' does not match ^[a-z][a-z0-9-]+$ ('_' is not allowed: use '-')",
+            "rename it 'note-taker' (lowercase letters, digits and dashes)",
+        )
+    ]
+    assert str(path) in str(info.value)
+
+
 def test_D1_donor_section_format() -> None:
     text = textwrap.dedent(
         """\

@@ -55,9 +55,12 @@ RejectionCode = Literal[
     "invalid_output",
     "no_proposal",
     "spawn_not_declared",
+    "awaiting_child",
 ]
 """Why a proposal was rejected: the seed's three codes, plus an output that fails
-``output_schema``, a reply with no proposal at all, and an undeclared sub-schema."""
+``output_schema``, a reply with no proposal at all, an undeclared sub-schema, and an event
+that only a spawned child's exit may fire (a spawning state completes when its child
+exits)."""
 
 ProposalKind = Literal["finish", "transition", "tool", "spawn", "unknown"]
 """What a function name proposes in a given state."""

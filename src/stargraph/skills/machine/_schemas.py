@@ -521,7 +521,11 @@ class _Turn:
             state=self.top.state,
             proposed=proposed,
             allowed_tools=state.tools,
-            valid_transitions=tuple({"on": t.on, "to": t.to} for t in state.transitions),
+            valid_transitions=tuple(
+                {"on": t.on, "to": t.to}
+                for t in state.transitions
+                if t.on not in _child_events(state)
+            ),
             retries_left=max(budget + 1 - retries, 0),
         )
         self.record("rejected", **rejection.to_json())
@@ -530,10 +534,19 @@ class _Turn:
             self.exit(ERROR)
 
 
+def _child_events(state: SchemaState) -> frozenset[str]:
+    """The events only a spawned child's exit fires: those its spawns map exits to. The
+    model is never offered them, so a spawning state cannot complete without its child."""
+    return frozenset(event for spawn in state.spawns for event in spawn.exits.values())
+
+
 def _functions(turn: _Turn, arbiter: ToolDispatcher) -> list[dict[str, Any]]:
     state = turn.current()
+    reserved = _child_events(state)
     functions = list(offered_tools(arbiter, state.tools))
-    functions += [event_function(t.on, t.description) for t in state.transitions]
+    functions += [
+        event_function(t.on, t.description) for t in state.transitions if t.on not in reserved
+    ]
     functions += [
         {
             "type": "function",
@@ -593,8 +606,12 @@ def schema_step(state: SchemaRunState, ctx: RunContext) -> dict[str, Any]:
         return _result(turn)
     call = calls[0]
     spawns = [SPAWN_PREFIX + s.schema_name for s in current.spawns]
-    kind = classify(call.name, events=[t.on for t in current.transitions], spawns=spawns)
-    if kind == "transition":
+    reserved = _child_events(current)
+    events = [t.on for t in current.transitions if t.on not in reserved]
+    kind = classify(call.name, events=events, spawns=spawns)
+    if call.name in reserved:
+        turn.reject("awaiting_child", call.name, budget)
+    elif kind == "transition":
         target = next(t for t in current.transitions if t.on == call.name)
         turn.move(target.to, target.on)
     elif kind == "spawn":

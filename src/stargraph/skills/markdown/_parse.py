@@ -15,7 +15,16 @@ from pydantic import ConfigDict, Field
 
 from stargraph.errors import CompileError, Problem, SkillValidationError, UnknownKeyWarning
 from stargraph.ir._canonical import non_canonical
-from stargraph.skills import SEMVER, SLUG, TAG, TOOL_ID, Example, Skill, SkillKind
+from stargraph.skills import (
+    SEMVER,
+    SLUG,
+    TAG,
+    TOOL_ID,
+    Example,
+    Skill,
+    SkillKind,
+    slug_suggestion,
+)
 from stargraph.skills._files import SkillModel, read_utf8
 from stargraph.skills.markdown._workflow import (
     Check,
@@ -54,6 +63,8 @@ _FRONTMATTER: Final = re.compile(
 )
 _HEADING: Final = re.compile(r"^(#{1,6})[ \t]+(.+?)[ \t]*#*[ \t]*$", re.M)
 _WORD_TOKEN: Final = re.compile(r"[A-Za-z0-9_.@*-]+")
+# A level-1 title read as the skill's name in the donor layout: a slug, or one but for '_'.
+_NAME_HEADING: Final = re.compile(r"^[a-z][a-z0-9_-]+$")
 
 
 # --------------------------------------------------------------------------- data
@@ -247,7 +258,13 @@ def _donor_sections(text: str, where: str) -> tuple[dict[str, Any], str, list[Pr
         content = text[head.end() : end]
         key = re.sub(r"[\s-]+", "_", head.group(2).strip().lower())
         if key not in _KNOWN:
-            if len(head.group(1)) == 1 and "name" not in data and SLUG.match(head.group(2)):
+            if (
+                len(head.group(1)) == 1
+                and "name" not in data
+                and _NAME_HEADING.match(head.group(2))
+            ):
+                # A near-slug title (``# note_taker``) is meant as the name: taken, the
+                # name check refuses it with a fix instead of reporting no name at all.
                 data["name"] = head.group(2)
                 prompt.append(content)
             else:
@@ -331,11 +348,17 @@ def _fields(
         else:
             out[key] = value.strip()
     if "name" in out and not SLUG.match(out["name"]):
+        name = out["name"]
+        # The usual near miss is a Python-style name: say which character is refused.
+        why = " ('_' is not allowed: use '-')" if "_" in name else ""
+        guess = slug_suggestion(name)
         problems.append(
             Problem(
                 f"{where}/name",
-                f"name {out['name']!r} does not match ^[a-z][a-z0-9-]+$",
-                "use lowercase letters, digits and dashes, e.g. 'web-research'",
+                f"name {name!r} does not match ^[a-z][a-z0-9-]+${why}",
+                f"rename it {guess!r} (lowercase letters, digits and dashes)"
+                if guess
+                else "use lowercase letters, digits and dashes, e.g. 'web-research'",
             )
         )
     version = data.get("version", "0.1.0")

@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from stargraph.graph import END, Graph
 from stargraph.llm import ChatMessage
 from stargraph.runtime import RunContext
-from stargraph.skills import Skill, SkillKind
+from stargraph.skills import CHECK, Skill, SkillKind
 from stargraph.skills.refs.retrieval import ask_model, retrieve
 from stargraph.skills.refs.stores import Passage, StoreError
 
@@ -116,7 +116,13 @@ def with_retry_loop(
     """``graph`` with the loop after its ``writer`` node: ``writer -> validate``, which
     accepts (``END``), sends the draft back to ``writer`` or ends at ``give_up``."""
     return (
-        graph.with_node("validate", validate, config={"budget": budget}, writes=validate_writes)
+        graph.with_node(
+            "validate",
+            validate,
+            config={"budget": budget},
+            writes=validate_writes,
+            metadata={CHECK: True},  # judges the draft by code: routing on it is no LLM's
+        )
         .with_node("give_up", give_up, writes=give_up_writes)
         .with_edge(writer, "validate")
         .with_conditional_edges(
