@@ -113,5 +113,6 @@ def effects() -> Graph[Ledger]:
 
 
 def lines(ledger: Path) -> list[str]:
-    """The ledger's lines (none when no node has written it)."""
-    return ledger.read_text(encoding="utf-8").splitlines() if ledger.exists() else []
+    """The ledger's lines, sorted (the ``touch`` tasks run concurrently, in any order);
+    none when no node has written it."""
+    return sorted(ledger.read_text(encoding="utf-8").splitlines()) if ledger.exists() else []

@@ -107,7 +107,7 @@ def as_stub(stub: StubOption | None, plan: Plan) -> Stub:
     unknown = sorted(str(name) for name in names if name not in known)
     if unknown:
         raise ReplayError(
-            f"replay(stub=...) names {', '.join(map(repr, unknown))}, not a node of the graph; "
+            f"the replay's stub names {', '.join(map(repr, unknown))}, not a node of the graph; "
             f"its nodes are {', '.join(sorted(known))} (a subgraph's as site/node)"
         )
     return names
