@@ -253,7 +253,7 @@ def main() -> None:
     demo_agent.TOOL_BODIES["allowed"] = False
     try:
         with tempfile.TemporaryDirectory() as tmp, offline_services(Path(tmp)) as offline:
-            replayed = graph.compile(services=offline).replay(cassette)
+            replayed = graph.compile(services=offline).replay(cassette, stub="must")
     finally:
         demo_agent.TOOL_BODIES["allowed"] = True
     run_diff = diff(Recording.from_store(store, RUN_ID), cassette)

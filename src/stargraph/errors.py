@@ -80,7 +80,7 @@ keeps working for callers who do not know stargraph::
 Warnings have their own small tree: ``StargraphWarning(UserWarning)`` and
 ``CodeHashWarning`` (node source changed since a run was checkpointed), ``UnknownKeyWarning``
 (a SKILL.md key stargraph does not know), ``WritebackWarning`` and ``OrphanWarning`` (the agent
-writeback contract).
+writeback contract), ``ReplayEffectsWarning`` (a replay runs node bodies again).
 
 Messages name every culprit (node, step, key, file, JSON pointer ...) and say how to fix
 the problem; ``tests/test_errors.py`` and the feature tests pin them.
@@ -134,6 +134,7 @@ __all__ = [
     "RegistryError",
     "RemoteContextError",
     "ReplayDivergenceError",
+    "ReplayEffectsWarning",
     "ReplayError",
     "ReplayMissError",
     "RuleBudgetError",
@@ -746,6 +747,11 @@ class StargraphWarning(UserWarning):
 
 class CodeHashWarning(StargraphWarning):
     """A resumed run was checkpointed by different node source code (``code_hash``)."""
+
+
+class ReplayEffectsWarning(StargraphWarning):
+    """A replay left to its default ``stub`` runs node bodies again: what they do outside
+    the record (files, services reached without a tool) happens again."""
 
 
 class UnknownKeyWarning(StargraphWarning):

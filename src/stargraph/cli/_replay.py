@@ -2,7 +2,10 @@
 
 * ``stargraph replay RUN_ID`` / ``stargraph replay run.cassette.json`` re-executes the run from
   its record (no model call, no tool body, nothing written) and prints its events; a replay
-  that diverges from the record exits 1 with the divergence (and the request diff).
+  that diverges from the record exits 1 with the divergence (and the request diff). Before
+  it starts it prints the nodes whose bodies run again (what they do outside the record
+  happens again); ``--stub all`` or ``--stub NODE,NODE`` serves their recorded writes
+  instead (``CompiledGraph.replay(stub=)``).
 * ``--from-step K --set key=value ...`` forks the run before step ``K`` with those channel
   writes and runs the fork *live* from there (``CompiledGraph.replay(from_step=, mutate=)``),
   then prints how the new run differs from its parent (``stargraph.replay.diff``).
@@ -22,7 +25,7 @@ from stargraph.cli import _load
 from stargraph.cli._load import DEFAULT_DB, CliError, CliUsageError, resolve_db
 from stargraph.errors import ReplayError
 
-__all__ = ["format_run_diff", "parse_assignments", "replay_command"]
+__all__ = ["format_run_diff", "parse_assignments", "parse_stub", "plan_line", "replay_command"]
 
 
 def parse_assignments(pairs: tuple[str, ...]) -> dict[str, Any]:
@@ -111,6 +114,13 @@ def format_run_diff(run_diff: Any) -> list[str]:
     type=click.Path(dir_okay=False, path_type=Path),
     help="Also write the stored run as a cassette to this file.",
 )
+@click.option(
+    "--stub",
+    "stub_spec",
+    metavar="all|must|NODE,NODE",
+    help="Serve these nodes' recorded writes instead of running their bodies: all, must "
+    "(only must_stub nodes, the default) or node names (site/node inside a subgraph).",
+)
 @click.option("--quiet", "-q", is_flag=True, help="Do not print the replayed events.")
 def replay_command(
     *,
@@ -120,6 +130,7 @@ def replay_command(
     from_step: int | None,
     assignments: tuple[str, ...],
     export_path: Path | None,
+    stub_spec: str | None,
     quiet: bool,
 ) -> None:
     """Replay SOURCE (a run id in --db, or a cassette file) offline and print its events.
@@ -134,6 +145,12 @@ def replay_command(
     mutate = parse_assignments(assignments)
     if mutate and from_step is None:
         raise CliUsageError("--set needs --from-step K (the step whose state it changes)")
+    stub = parse_stub(stub_spec)
+    if stub_spec is not None and from_step is not None:
+        raise CliUsageError(
+            "--stub is for an offline replay; --from-step K runs the fork live from step K, "
+            "so there is nothing to stub: drop one of them"
+        )
     if Path(source).is_file():
         if from_step is not None or export_path is not None:
             raise CliUsageError(
@@ -145,7 +162,7 @@ def replay_command(
             graph_spec, db, cassette.run.graph_hash, purpose="replay it", what="recording"
         )
         app = _load.compile_target(target)
-        _replay(app, cassette, cassette.run.run_id, quiet=quiet)
+        _replay(app, cassette, cassette.run.run_id, stub=stub, quiet=quiet)
         return
     with _load.open_store(db, must_exist=True) as store:
         record = store.get_run(source)
@@ -153,7 +170,7 @@ def replay_command(
         app = _load.compile_target(target, store=store, run_id=source)
         try:
             if from_step is None:
-                _replay(app, source, source, quiet=quiet)
+                _replay(app, source, source, stub=stub, quiet=quiet)
             else:
                 new_id = f"{source}~from{from_step}-{secrets.token_hex(3)}"
                 _load.archive_ir(db, app.ir, spec=graph_spec)
@@ -180,12 +197,47 @@ def replay_command(
             app.close()
 
 
-def _replay(app: Any, source: Any, run_id: str, *, quiet: bool) -> None:
+def parse_stub(spec: str | None) -> str | frozenset[str]:
+    """``--stub``: ``all``, ``must`` (also when not given) or comma-separated node names."""
+    if spec is None or spec.strip() == "must":
+        return "must"
+    if spec.strip() == "all":
+        return "all"
+    names = frozenset(name.strip() for name in spec.split(",") if name.strip())
+    if not names:
+        raise CliUsageError(
+            f"--stub expects all, must or node names separated by commas, got {spec!r}; "
+            "e.g. --stub all or --stub fetch,save"
+        )
+    return names
+
+
+def plan_line(plan: Any) -> str:
+    """The line printed before a replay starts: the nodes whose bodies run again."""
+    if not plan.reruns:
+        return (
+            f"replay of run {plan.run_id}: no node body runs again (every recorded node's "
+            "writes are served from the record)"
+        )
+    return (
+        f"replay of run {plan.run_id} runs these node bodies again: "
+        f"{', '.join(plan.reruns)}; their model, tool and ctx.once calls come from the "
+        "record, anything else they do (files, services) happens again; --stub all serves "
+        f"their recorded writes instead (or --stub {','.join(plan.reruns)})"
+    )
+
+
+def _replay(app: Any, source: Any, run_id: str, *, stub: Any, quiet: bool) -> None:
     from stargraph.cli._live import describe_event
 
     steps = 0
     try:
-        for event in app.replay_stream(source):
+        plan = app.replay_plan(source, stub=stub)
+    except ReplayError as exc:
+        raise CliError(f"cannot replay run {run_id}: {exc}".rstrip()) from exc
+    click.echo(plan_line(plan), err=True)
+    try:
+        for event in app.replay_stream(source, stub=stub):
             if not event.path and event.kind == "step_completed":
                 steps += 1
             line = describe_event(event)

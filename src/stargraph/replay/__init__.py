@@ -48,11 +48,13 @@ from stargraph.checkpoint._compact import compact_steps
 from stargraph.errors import CassetteError, ReplayError
 from stargraph.ir import content_hash
 from stargraph.ir._canonical import non_canonical
+from stargraph.runtime._replayplan import ReplayPlan
 
 __all__ = [
     "CASSETTE_FORMAT",
     "CASSETTE_KEY_ENV",
     "Cassette",
+    "ReplayPlan",
     "RunDiff",
     "StepDiff",
     "align_steps",

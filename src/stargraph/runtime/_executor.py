@@ -27,6 +27,7 @@ from stargraph.runtime._interrupts import mark_interrupted
 from stargraph.runtime._plan import Plan, unmet_error
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._replay import ReplayDriver
+from stargraph.runtime._replayplan import ReplayPlan, StubOption, as_stub, warn_reruns
 from stargraph.runtime._run import MAX_STEPS_BOUND, Run, refuse_unknown_keys
 from stargraph.runtime._settings import DEFAULT_MAX_STEPS, RunSettings
 from stargraph.runtime._steploop import StepLoop
@@ -295,33 +296,49 @@ class CompiledGraph(Generic[StateT]):
         from_step: int | None = None,
         mutate: Mapping[str, Any] | None = None,
         new_run_id: str | None = None,
+        stub: StubOption | None = None,
     ) -> StateT:
         """Replay a recorded run (a run id in this graph's store, or a :class:`Recording`
         such as a loaded cassette) offline and return its final state.
 
-        Nothing is written and no model or tool is called; see ``runtime._replay``.
-        ``until_step`` stops early. With ``from_step=k`` this is a *counterfactual*: steps
-        before ``k`` come from the record, ``mutate`` (state overrides) is applied, and the
-        run continues live from ``k`` as a new run linked to its parent (``new_run_id``).
+        Nothing is written and no model is called nor tool run: their calls, and
+        ``ctx.once``, are served from the record; see ``runtime._replay``. ``stub``: which
+        nodes are served their recorded writes instead of running - ``"must"`` (the
+        ``must_stub`` ones; every other node's body runs again and must write what it
+        wrote), ``"all"`` (no node body runs; routing, rules and reducers are checked
+        against the record) or node names (besides the ``must_stub`` ones). Left unset it
+        is ``"must"``, with a :class:`~stargraph.errors.ReplayEffectsWarning` naming the
+        nodes that run again (:meth:`replay_plan`). ``until_step`` stops early.
+
+        With ``from_step=k`` this is a *counterfactual*: steps before ``k`` come from the
+        record, ``mutate`` (state overrides) is applied, and the run continues live from
+        ``k`` as a new run linked to its parent (``new_run_id``).
         """
         if from_step is not None:
             if not isinstance(source, str):
                 raise ReplayError("a counterfactual needs a run id in this graph's store")
+            if stub is not None:
+                raise ReplayError(
+                    "replay(from_step=, stub=): a counterfactual runs live from its step, so "
+                    "there is nothing to stub; drop stub= or from_step="
+                )
             fork_id = self.fork(source, from_step - 1, update=mutate, new_run_id=new_run_id)
             return self.resume(fork_id)
-        driver = ReplayDriver(self.steploop, self._recording(source), until_step=until_step)
+        driver = self._replay_driver(source, until_step, stub, None)
         for _ in driver.steps_run():
             pass
         return self._state(driver.run)
 
     def replay_stream(
-        self, source: str | Recording, *, until_step: int | None = None
+        self,
+        source: str | Recording,
+        *,
+        until_step: int | None = None,
+        stub: StubOption | None = None,
     ) -> Generator[Event, None, None]:
         """:meth:`replay`, yielding the replayed run's events (identical to the live ones)."""
         buffer: list[Event] = []
-        driver = ReplayDriver(
-            self.steploop, self._recording(source), until_step=until_step, emit=buffer.append
-        )
+        driver = self._replay_driver(source, until_step, stub, buffer.append)
         try:
             for _ in driver.steps_run():
                 yield from buffer
@@ -330,6 +347,42 @@ class CompiledGraph(Generic[StateT]):
             yield from buffer
             raise
         yield from buffer
+
+    def replay_plan(
+        self,
+        source: str | Recording,
+        *,
+        until_step: int | None = None,
+        stub: StubOption | None = None,
+    ) -> ReplayPlan:
+        """What :meth:`replay` with the same arguments would re-execute: the recorded nodes
+        whose bodies run again (``reruns``, with unjournaled effects such as files written)
+        and those served their recorded writes (``served``). Nothing runs."""
+        recording = self._recording(source)
+        driver = ReplayDriver(
+            self.steploop, recording, until_step=until_step, stub=as_stub(stub, self.plan)
+        )
+        return driver.plan()
+
+    def _replay_driver(
+        self,
+        source: str | Recording,
+        until_step: int | None,
+        stub: StubOption | None,
+        emit: Callable[[Event], None] | None,
+    ) -> ReplayDriver:
+        driver = ReplayDriver(
+            self.steploop,
+            self._recording(source),
+            until_step=until_step,
+            emit=emit,
+            stub=as_stub(stub, self.plan),
+        )
+        if stub is None:
+            # Left to the default, the caller has not said whether node bodies may run
+            # again: say which will, before any does (once, for the run and its children).
+            warn_reruns(driver.plan(), stacklevel=3)
+        return driver
 
     def get_thread(self, thread_id: str) -> list[RunRecord]:
         """The runs of a thread, one per turn, in turn order; the last one's final state is

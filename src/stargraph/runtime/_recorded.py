@@ -11,18 +11,24 @@ graph's store.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Literal
 
 from stargraph.checkpoint import CheckpointStore, Recording
 from stargraph.errors import ReplayMissError
 from stargraph.runtime._plan import ChildRunId
 
-__all__ = ["ReplaySource"]
+__all__ = ["ReplaySource", "Stub"]
+
+Stub = Literal["must", "all"] | frozenset[str]
+"""Which nodes a replay serves their recorded writes instead of running them: ``"must"``
+(the ``must_stub`` ones), ``"all"``, or the ``must_stub`` ones and those named (a node of
+the graph, or ``site/node`` for a node of a subgraph's child)."""
 
 
 class ReplaySource:
     """The recording being replayed, and where the recordings of its descendants are."""
 
-    __slots__ = ("children", "recording", "store")
+    __slots__ = ("children", "loaded", "recording", "store", "stub")
 
     def __init__(
         self,
@@ -30,10 +36,18 @@ class ReplaySource:
         *,
         children: Mapping[str, Recording] | None = None,
         store: CheckpointStore | None = None,
+        stub: Stub = "must",
+        loaded: dict[str, Recording] | None = None,
     ) -> None:
         """``children``: the recordings of descendant runs, by run id; by default those the
-        recording carries (a loaded cassette), else none (``store`` is asked instead)."""
+        recording carries (a loaded cassette), else none (``store`` is asked instead).
+        ``stub``: which nodes the replay serves their recorded writes (see
+        ``runtime._replay``); descendants are replayed with the same. ``loaded``: child
+        recordings read from the store already, shared with the descendants' sources (a
+        replay's plan reads them before the replay does)."""
         self.recording = recording
+        self.stub = stub
+        self.loaded: dict[str, Recording] = {} if loaded is None else loaded
         if children is None:
             carried = getattr(recording, "children", None)
             if carried is not None:
@@ -66,10 +80,15 @@ class ReplaySource:
             store = self.store
             if store is not None:
                 for candidate in ids:
+                    cached = self.loaded.get(candidate)
+                    if cached is not None:
+                        return cached
                     try:
-                        return Recording.from_store(store, candidate)
+                        found = Recording.from_store(store, candidate)
                     except LookupError:
-                        pass
+                        continue
+                    self.loaded[candidate] = found
+                    return found
             where = "the graph's store" if store is not None else "a store (the graph has none)"
         raise ReplayMissError(
             f"replay of run {self.recording.run.run_id!r}: subgraph child run {run_id!r} is "
@@ -81,4 +100,10 @@ class ReplaySource:
     def child(self, run_id: str, store: CheckpointStore | None) -> ReplaySource:
         """The source of child run ``run_id``'s replay (its descendants are looked up where
         this run's are; ``store`` is the child graph's)."""
-        return ReplaySource(self.child_recording(run_id), children=self.children, store=store)
+        return ReplaySource(
+            self.child_recording(run_id),
+            children=self.children,
+            store=store,
+            stub=self.stub,
+            loaded=self.loaded,
+        )

@@ -3,7 +3,8 @@
 The graph executes step by step as it did live, with the record standing in for the world:
 
 - ``must_stub`` nodes (LLM ``think`` nodes, side-effecting steps) never run; their recorded
-  writes are merged instead;
+  writes are merged instead - and so are those of the nodes the replay's ``stub`` names, or
+  of every node with ``stub="all"`` (see ``runtime._replayplan``);
 - every other node runs, but each recorded call it makes - model, tool, clock, id, random,
   ``ctx.once``, interrupt answers - is served from the record, matched by
   ``(node, step, index)`` and position, with the request's fingerprint checked;
@@ -11,7 +12,8 @@ The graph executes step by step as it did live, with the record standing in for 
   it wrote live; anything else is a :class:`~stargraph.errors.ReplayDivergenceError` naming
   node, step and both sides. A call the record does not hold is a ``ReplayMissError``.
 
-Replay writes nothing to any store and never calls a model or runs a tool body.
+Replay writes nothing to any store and never calls a model or runs a tool body; what a
+re-executed node's own code does besides its calls happens again (``ReplayPlan.reruns``).
 
 The replay is the step loop's own (``StepLoop.step_once``), with a :class:`ReplayRunner` as
 its task runner in place of the live one: the same events, merges, rules and scheduling.
@@ -40,7 +42,8 @@ from stargraph.errors import (
 from stargraph.runtime._durable import decode_writes, joins_from, tasks_from
 from stargraph.runtime._events import Event
 from stargraph.runtime._plan import Task
-from stargraph.runtime._recorded import ReplaySource
+from stargraph.runtime._recorded import ReplaySource, Stub
+from stargraph.runtime._replayplan import ReplayPlan, plan_replay, served_nodes
 from stargraph.runtime._run import Run, initial_values, jsonable
 from stargraph.runtime._steploop import StepLoop
 from stargraph.runtime._tasks import StepOutcome, execute_sync, worker_threads
@@ -51,14 +54,15 @@ _SPECIAL = ("__update__", "__migration__")
 
 
 class ReplayRunner:
-    """The task runner of a replay: each step's ``must_stub`` tasks are served their
+    """The task runner of a replay: each step's tasks of a ``served`` node are served their
     recorded writes, the others run here with every call served from the record, and what
     they write must be what the record holds (else :class:`ReplayDivergenceError`)."""
 
-    __slots__ = ("steps",)
+    __slots__ = ("served", "steps")
 
-    def __init__(self, steps: Mapping[int, StepRecord]) -> None:
+    def __init__(self, steps: Mapping[int, StepRecord], served: frozenset[str]) -> None:
         self.steps = steps
+        self.served = served
 
     def run_step(self, run: Run, tasks: Sequence[Task]) -> StepOutcome:
         """Replay step ``run.step``'s ``tasks`` from its record."""
@@ -67,10 +71,11 @@ class ReplayRunner:
         calls: dict[tuple[str, int], list[Any]] = {}
         for entry in record.calls:
             calls.setdefault((entry.node, entry.index), []).append(entry)
+        served = self.served
         run.done = {
             (w.node, w.index): decode_writes(channels, run.run_id, run.step, w.writes)
             for w in record.writes
-            if run.plan.specs[w.node].must_stub
+            if w.node in served
         }
         run.replay_calls = calls
         try:
@@ -118,12 +123,14 @@ class ReplayDriver:
         emit: Callable[[Event], None] | None = None,
         path: tuple[str, ...] = (),
         collect: list[tuple[str, dict[str, Any]]] | None = None,
+        stub: Stub = "must",
     ) -> None:
         """``source``: the recording (its descendants' recordings from the cassette it
-        carries, else the loop's store), or a child's :class:`ReplaySource`. ``path`` and
-        ``collect`` are set for a child run (as ``run_nested`` sets them live)."""
+        carries, else the loop's store) replayed with ``stub``, or a child's
+        :class:`ReplaySource` (which carries its own). ``path`` and ``collect`` are set for
+        a child run (as ``run_nested`` sets them live)."""
         if isinstance(source, Recording):
-            source = ReplaySource(source, store=loop.store)
+            source = ReplaySource(source, store=loop.store, stub=stub)
         recording = source.recording
         plan = loop.plan
         if recording.run.graph_hash != plan.graph_hash:
@@ -140,9 +147,11 @@ class ReplayDriver:
                 run_id=recording.run.run_id,
             )
         self.loop = loop
+        self.source = source
+        self.until_step = until_step
         self.recording = recording
         self.steps = steps
-        self.runner = ReplayRunner(steps)
+        self.runner = ReplayRunner(steps, served_nodes(plan, source.stub, path))
         self.last = max(steps) if until_step is None else min(until_step, max(steps))
         first = steps[0]
         if first.snapshot is None:
@@ -157,6 +166,10 @@ class ReplayDriver:
         )
         self.run.path, self.run.collect, self.run.replay = path, collect, source
         self.first = first
+
+    def plan(self) -> ReplayPlan:
+        """What this replay will re-execute and serve (read from the record, nothing run)."""
+        return plan_replay(self.loop, self.source, until_step=self.until_step)
 
     def steps_run(self) -> Iterator[int]:
         """Replay step by step; yields after each replayed step."""

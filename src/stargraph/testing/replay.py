@@ -3,7 +3,9 @@
 :func:`assert_replays_every_step` runs a graph live with its checkpoint store and, after
 each committed step ``k``, replays the run so far (``app.replay(run_id, until_step=k)``) and
 checks it equals the stored state at ``k`` (``app.get_state(run_id, k)``). At the end the
-whole run is replayed once more as a stream, and its events must equal the live events::
+whole run is replayed once more as a stream, and its events must equal the live events.
+These replays re-run the node bodies (``stub="must"``): what they check is that the code
+still writes what it wrote::
 
     from stargraph.testing import assert_replays_every_step
 
@@ -57,7 +59,7 @@ def assert_replays_every_step(
         except LookupError:
             return
         for step in range(checked + 1, last + 1):
-            replayed = app.replay(run_id, until_step=step)
+            replayed = app.replay(run_id, until_step=step, stub="must")
             stored = app.get_state(run_id, step)
             if replayed != stored:
                 raise AssertionError(
@@ -74,7 +76,7 @@ def assert_replays_every_step(
     check_new_steps()
     if checked < 0:
         raise AssertionError(f"run {run_id!r} committed no step to the store")
-    replayed_events = [e.model_dump(mode="json") for e in app.replay_stream(run_id)]
+    replayed_events = [e.model_dump(mode="json") for e in app.replay_stream(run_id, stub="must")]
     if replayed_events != live:
         first = next(
             (i for i, (a, b) in enumerate(zip(live, replayed_events, strict=False)) if a != b),

@@ -47,6 +47,7 @@ from stargraph.ui._errors import error_handlers, error_page, int_param, run_addr
 from stargraph.ui._graph import graph_svg
 from stargraph.ui._live import Closing, LiveText, Wakeup, Wakeups
 from stargraph.ui._mask import Masker
+from stargraph.ui._replay import render_replay
 from stargraph.ui._static import CSS, ICON, JS
 
 __all__ = ["RunGraph", "UiSettings", "create_app", "is_loopback"]
@@ -643,6 +644,11 @@ def create_app(
         )
         if can_resume and _unstarted_fork(run):
             waiting += pages.continue_form(run, csrf)
+        if can_resume and "::" not in run_id:  # a child run replays with its parent
+            waiting += (
+                f'<p><a href="/runs/{quote(run_id, safe="")}/replay" id="replay-link">replay '
+                "offline</a>: see which node bodies run again first</p>"
+            )
         failure = console.failures.get(run_id)
         if failure:
             shown_failure = pages.escape(masker.text(failure))
@@ -1065,6 +1071,30 @@ def create_app(
         new_id = await run_in_threadpool(make_fork, run_id, form)
         return _to_run_page(new_id)
 
+    async def replay_page(request: Request) -> Response:
+        run_id = request.path_params["run_id"]
+        csrf = _csrf(request)
+
+        def render() -> str:
+            run = store.get_run(run_id)
+            return render_replay(console.masker, acting_graph(run), run, csrf, {}, run_it=False)
+
+        return _html(request, await run_in_threadpool(render), csrf)
+
+    @_run_form_post
+    async def replay_post(run_id: str, form: Mapping[str, str]) -> Response:
+        action = form.get("action", "")
+        if action not in ("preview", "replay"):
+            raise HTTPException(400, f"unknown action {action!r}; use preview or replay")
+
+        def render() -> str:
+            run = store.get_run(run_id)
+            app = acting_graph(run)
+            csrf = form.get("csrf", "")
+            return render_replay(console.masker, app, run, csrf, form, run_it=action == "replay")
+
+        return HTMLResponse(await run_in_threadpool(render))
+
     @_run_form_post
     async def continue_post(run_id: str, form: Mapping[str, str]) -> Response:
         run = await run_in_threadpool(store.get_run, run_id)
@@ -1134,6 +1164,8 @@ def create_app(
         ("fork", "GET"): fork_page,
         ("fork", "POST"): fork_post,
         ("continue", "POST"): continue_post,
+        ("replay", "GET"): replay_page,
+        ("replay", "POST"): replay_post,
     }
 
     async def run_route(request: Request) -> Response:

@@ -97,7 +97,9 @@ def int_param(
     return value
 
 
-RUN_ACTIONS: Final = frozenset({"events", "rows", "state", "nested", "answer", "fork", "continue"})
+RUN_ACTIONS: Final = frozenset(
+    {"events", "rows", "state", "nested", "answer", "fork", "continue", "replay"}
+)
 """What may follow a run's id in ``/runs/ID/ACTION``."""
 
 
