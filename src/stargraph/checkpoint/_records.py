@@ -45,17 +45,30 @@ __all__ = [
     "WriteRecord",
 ]
 
-RunStatus = Literal["running", "interrupted", "done", "failed", "cancelled", "orphaned"]
-"""What a run is doing. ``cancelled``: it was asked to stop and stopped at a step boundary
-(``last_step`` is the step reached, ``stopped_by`` says what cancelled it); it resumes like a
-failed run. ``orphaned`` is never stored: a store reports a ``running`` run as ``orphaned``
-when the owner of its lease is gone (its process died, it stopped at once on a second signal,
-or its heartbeat stopped for longer than the lease); such a run resumes at once. A
-``running`` run without an owner (a fork not yet resumed, or written before leases) is
-resumable too."""
+RunStatus = Literal[
+    "pending", "running", "interrupted", "done", "halted", "failed", "cancelled", "orphaned"
+]
+"""What a run is doing. ``done``: the graph reached its end (nothing left scheduled), or a
+success rule (a ``finish`` decision, e.g. ``termination/done``) ended it; ``stopped_by`` then
+names that rule. ``halted``: a rule's ``halt`` decision stopped it before the end (an
+exhausted error budget, ``max_steps``, a guard rule); ``stopped_by`` names the rule and
+``stop_reason`` says why. Both are final: there is nothing to resume (fork an earlier step
+instead). ``pending``: a fork created at a stored step that nobody has continued yet;
+``resume(run_id)`` starts it. ``cancelled``: it was asked to stop and stopped at a step
+boundary (``last_step`` is the step reached, ``stopped_by`` says what cancelled it); it
+resumes like a failed run. ``orphaned`` is never stored: a store reports a ``running`` run as
+``orphaned`` when the owner of its lease is gone (its process died, it stopped at once on a
+second signal, or its heartbeat stopped for longer than the lease); such a run resumes at
+once. A ``running`` run without an owner (written before leases) is resumable too."""
 
-STORED_STATUSES: Final = frozenset({"running", "interrupted", "done", "failed", "cancelled"})
+STORED_STATUSES: Final = frozenset(
+    {"pending", "running", "interrupted", "done", "halted", "failed", "cancelled"}
+)
 """The statuses a store keeps (``set_status`` / ``commit_step`` take only these)."""
+
+ENDED_STATUSES: Final = frozenset({"done", "halted"})
+"""The statuses of a run that ended: it resumes no more, and its lease is given up by the
+commit of its last step (``commit_step(status=...)``) as by ``set_status``."""
 
 MAX_ERROR_CHARS: Final = 16_000
 """A run's stored ``error`` is cut to this many characters (head and tail are kept)."""
@@ -404,7 +417,13 @@ class RunRecord(TypedModel):
     error: str | None = None
     stopped_by: str | None = Field(
         default=None,
-        description="The rule that halted the run, or what cancelled it (a signal, cancel()).",
+        description="The rule that ended the run (``halted``, or ``done`` by a success "
+        "rule), or what cancelled it (a signal, cancel()).",
+    )
+    stop_reason: str | None = Field(
+        default=None,
+        description="Why the rule ``stopped_by`` ended the run (its decision's reason, e.g. "
+        "``error_budget_exhausted``).",
     )
     interrupt: Any = Field(default=None, description="What an interrupted run waits on.")
     owner: RunOwner | None = Field(

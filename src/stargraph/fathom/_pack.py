@@ -160,17 +160,18 @@ class RulePack(TypedModel):
 
 
 _TERMINATION: Final = """\
-; fathom-pack: id=termination version=1
+; fathom-pack: id=termination version=2
 ; The default termination pack: every ReAct loop and SkillSpec machine stops through it.
 ; `step` counts the steps already taken, so `max_steps` halts after exactly that many.
-; Salience orders simultaneous halts: a finished task is reported as done, not as a limit.
+; `done` finishes the run (status done); the limits halt it (status halted). Salience
+; orders them when several fire at once: a finished task is reported as done, not as a limit.
 
 (defrule done
   "The state says the task is finished."
   (declare (salience 20))
   (sg-state (done TRUE))
   =>
-  (assert (sg-decision (kind halt) (reason "done") (rule done))))
+  (assert (sg-decision (kind finish) (reason "done") (rule done))))
 
 (defrule error_budget
   "Too many failed tool calls or node errors."

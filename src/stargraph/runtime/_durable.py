@@ -471,6 +471,7 @@ class Persistence:
                 "updated_at": "",
                 "error": None,
                 "stopped_by": None,
+                "stop_reason": None,
                 "interrupt": None,
                 "owner": owner,
                 "lease_expires": None,
@@ -541,14 +542,17 @@ class Persistence:
         *,
         last: bool = False,
         stopped_by: str | None = None,
+        stop_reason: str | None = None,
+        halted: bool = False,
     ) -> None:
         """Commit the step just merged: its writes, next tasks, joins (one transaction). The
         caller then clears the step's bookkeeping (``Run.committed``).
 
-        ``last``: nothing follows the step, so the run finishes right after it (stopped by
-        the rule ``stopped_by``, if one halted it). A store that can does it in the same
-        transaction - the step, status ``done`` and the lease released - and the
-        :meth:`finish` that follows has nothing left to write."""
+        ``last``: nothing follows the step, so the run finishes right after it (ended by the
+        rule ``stopped_by`` for ``stop_reason``, if one did; ``halted``: that rule halted
+        it). A store that can does it in the same transaction - the step, status ``done``
+        (or ``halted``) and the lease released - and the :meth:`finish` that follows has
+        nothing left to write."""
         plain = self._plain
         if (
             plain is not None
@@ -634,7 +638,12 @@ class Persistence:
         try:
             if last and getattr(store, "releases_on_final_commit", False) is True:
                 store.commit_step(
-                    run.run_id, record, status="done", stopped_by=stopped_by, owner=self.owner
+                    run.run_id,
+                    record,
+                    status="halted" if halted else "done",
+                    stopped_by=stopped_by,
+                    stop_reason=stop_reason,
+                    owner=self.owner,
                 )
                 self._done = True
                 self._let_go()  # the commit released the lease in the store
@@ -713,12 +722,21 @@ class Persistence:
         """Mark the run interrupted, waiting on ``interrupt`` (and release its lease)."""
         self._stop(run, "interrupted", interrupt=interrupt)
 
-    def finish(self, run: Progress, *, stopped_by: str | None = None) -> None:
-        """Mark the run done (and release its lease), unless its last commit did."""
+    def finish(
+        self,
+        run: Progress,
+        *,
+        stopped_by: str | None = None,
+        stop_reason: str | None = None,
+        halted: bool = False,
+    ) -> None:
+        """Mark the run done - or halted, when the rule ``stopped_by`` halted it - (and
+        release its lease), unless its last commit did."""
         if self._done:
             self.flush(run)
             return
-        self._stop(run, "done", stopped_by=stopped_by)
+        status = "halted" if halted else "done"
+        self._stop(run, status, stopped_by=stopped_by, stop_reason=stop_reason)
 
     def fail(self, run: Progress, error: str) -> None:
         """Mark the run failed (it stays resumable: fix the cause, then resume). The store
@@ -764,6 +782,7 @@ class Persistence:
             record.status,
             error=record.error,
             stopped_by=record.stopped_by,
+            stop_reason=record.stop_reason,
             interrupt=record.interrupt,
         )
         # Later events of the same run (a resume in this process) go straight to the target.

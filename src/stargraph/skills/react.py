@@ -341,7 +341,7 @@ def termination_pack(max_steps: int = 10, error_budget: int = 3) -> fathom.RuleP
 
     >>> pack = termination_pack(max_steps=5, error_budget=2)
     >>> pack.label, "(llm_steps" in pack.source
-    ('termination@react-1', True)
+    ('termination@react-2', True)
     """
     problems = budget_problems(max_steps, error_budget, at="/", fix="pass a positive int")
     if problems:
@@ -349,13 +349,13 @@ def termination_pack(max_steps: int = 10, error_budget: int = 3) -> fathom.RuleP
     return fathom.RulePack.from_spec(
         {
             "id": "termination",
-            "version": "react-1",
+            "version": "react-2",
             "rules": [
                 {
                     "name": "done",
                     "salience": 20,
                     "when": [{"state.done": True}, {"node": "observe"}],
-                    "then": {"halt": "done"},
+                    "then": {"finish": "done"},
                 },
                 {
                     "name": "error_budget",

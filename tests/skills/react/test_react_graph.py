@@ -75,7 +75,7 @@ def test_graph_shape_config_and_rules() -> None:
     # The termination pack is mounted on observe, which ends every ReAct step.
     assert ir.rule_packs == ()
     mounted = {n.id: [(p.id, p.version) for p in n.rules] for n in ir.nodes}
-    assert mounted == {"act": [], "observe": [("termination", "react-1")], "think": []}
+    assert mounted == {"act": [], "observe": [("termination", "react-2")], "think": []}
     assert ir.entry == ("think",)
 
 
