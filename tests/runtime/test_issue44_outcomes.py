@@ -221,3 +221,10 @@ def test_issue44_as_node_resume_halt_ends_halted(store: CheckpointStore) -> None
         "guard/blocked",
         "the input is blocked",
     )
+
+
+budget = _loop(AGAIN, fathom.default_termination_pack(50, 3), node=fail_tool)
+"""A loop whose every step fails a tool: its error budget halts it (the CLI tests run it)."""
+
+success = _loop(AGAIN, fathom.default_termination_pack(50, 3))
+"""A loop its ``done`` rule finishes once ``finish_at`` is reached."""

@@ -76,6 +76,17 @@ MAX_ERROR_CHARS: Final = 16_000
 _FROZEN = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
 
 
+def describe_outcome(status: str, stopped_by: str | None, stop_reason: str | None) -> str:
+    """:meth:`RunRecord.outcome` of a run's status fields (also what a ``RunFinished``
+    event carries)."""
+    if status in ENDED_STATUSES and stopped_by:
+        reason = f": {stop_reason}" if stop_reason else ""
+        return f"{status} by rule {stopped_by}{reason}"
+    if status == "pending":
+        return "pending (a fork never continued; resume it to start it)"
+    return status
+
+
 def clip_error(text: str | None) -> str | None:
     """``text`` cut to :data:`MAX_ERROR_CHARS`, keeping its head and tail and saying how many
     characters were cut: a 20 MB exception message would otherwise be stored (and shown by
@@ -444,6 +455,18 @@ class RunRecord(TypedModel):
         description="Which turn of its thread the run is, from 1 (None outside a thread). A "
         "store keeps one run per thread and turn.",
     )
+
+    def outcome(self) -> str:
+        """The status as a person reads it, with the rule that ended the run and why:
+        ``halted by rule termination/error_budget: error_budget_exhausted``, ``done by rule
+        termination/done: done``, ``pending (a fork never continued; resume it to start
+        it)``, or the bare status.
+
+        >>> RunRecord(run_id="r", graph_name="g", graph_hash="h", code_hash="c",
+        ...           status="halted", stopped_by="guard/blocked", stop_reason="spam").outcome()
+        'halted by rule guard/blocked: spam'
+        """
+        return describe_outcome(self.status, self.stopped_by, self.stop_reason)
 
 
 class PendingWrite(TypedModel):

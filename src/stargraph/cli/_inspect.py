@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from stargraph.checkpoint import CheckpointStore, RunRecord
+from stargraph.checkpoint._records import ENDED_STATUSES
 from stargraph.cli._load import (
     DEFAULT_DB,
     CliError,
@@ -30,7 +31,16 @@ from stargraph.replay import align_steps, value_changes
 
 __all__ = ["diff_command", "diff_runs", "runs_command", "show_command"]
 
-_STATUSES = ("running", "interrupted", "done", "failed", "cancelled", "orphaned")
+_STATUSES = (
+    "pending",
+    "running",
+    "interrupted",
+    "done",
+    "halted",
+    "failed",
+    "cancelled",
+    "orphaned",
+)
 
 
 def _dumps(value: Any, *, indent: int | None = None) -> str:
@@ -98,7 +108,7 @@ def _summary(record: RunRecord) -> list[str]:
     lines = [
         f"run        {record.run_id}",
         f"graph      {record.graph_name} {record.graph_hash}",
-        f"status     {record.status}",
+        f"status     {record.outcome()}",
         f"last step  {record.last_step}",
         f"created    {record.created_at or '-'}",
         f"updated    {record.updated_at or '-'}",
@@ -107,7 +117,7 @@ def _summary(record: RunRecord) -> list[str]:
         lines.append(f"thread     {record.thread_id}, turn {record.turn}")
     if record.parent_run_id:
         lines.append(f"forked     from {record.parent_run_id} at step {record.parent_step}")
-    if record.stopped_by:
+    if record.stopped_by and record.status not in ENDED_STATUSES:  # the status names a rule
         lines.append(f"stopped by {record.stopped_by}")
     if record.error:
         lines.append(f"error      {record.error}")
