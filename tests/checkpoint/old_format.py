@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import sys
+from unittest import mock
 from pathlib import Path
 from typing import Any
 
 from stargraph.checkpoint import SqliteStore
 from stargraph.errors import NodeError
 from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
+from stargraph import fathom
+from stargraph.skills import react
 from stargraph.skills.react import react_graph
 from stargraph.tools import Arbiter, ToolRegistry, llm_name_for, tool
 
@@ -51,11 +54,43 @@ def script(*, broken: bool) -> Any:
     return answer
 
 
+def _react_1(max_steps: int = 10, error_budget: int = 3) -> fathom.RulePack:
+    """ReAct's termination pack as the fixture's graph had it (``react-1``, its ``done`` rule a
+    halt): the graph hash the stored run names is that graph's."""
+    on_observe = {"node": "observe"}
+    return fathom.RulePack.from_spec(
+        {
+            "id": "termination",
+            "version": "react-1",
+            "rules": [
+                {
+                    "name": "done",
+                    "salience": 20,
+                    "when": [{"state.done": True}, on_observe],
+                    "then": {"halt": "done"},
+                },
+                {
+                    "name": "error_budget",
+                    "salience": 10,
+                    "when": [{"error_count": {">=": error_budget}}, on_observe],
+                    "then": {"halt": "error_budget_exhausted"},
+                },
+                {
+                    "name": "max_steps",
+                    "when": [{"state.llm_steps": {">=": max_steps}}, on_observe],
+                    "then": {"halt": "max_steps_exceeded"},
+                },
+            ],
+        }
+    )
+
+
 def app(store: SqliteStore, workspace: Path, *, broken: bool) -> Any:
     """The compiled ReAct graph (a snapshot every 4 steps), with the scripted model."""
     arbiter = Arbiter(ToolRegistry.build(builtins=[echo]), workspace=str(workspace))
     model = ScriptedChatModel(script(broken=broken))
-    graph = react_graph(tools=[ECHO], max_steps=CALLS + 2)
+    with mock.patch.object(react, "termination_pack", _react_1):
+        graph = react_graph(tools=[ECHO], max_steps=CALLS + 2)
     return graph.compile(
         store=store, services={"model": model, "arbiter": arbiter}, snapshot_every=4
     )
