@@ -10,14 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from unittest import mock
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
+from stargraph import fathom
 from stargraph.checkpoint import SqliteStore
 from stargraph.errors import NodeError
 from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
-from stargraph import fathom
 from stargraph.skills import react
 from stargraph.skills.react import react_graph
 from stargraph.tools import Arbiter, ToolRegistry, llm_name_for, tool

@@ -32,9 +32,7 @@ def _run(graph: str, run_id: str, *extra: str) -> Result:
 
 def test_issue44_cli_runs_and_show_say_halted_with_rule_and_reason() -> None:
     ran = _run(BUDGET, "b-1")
-    assert (
-        "run b-1 halted by rule termination/error_budget: error_budget_exhausted" in ran.stderr
-    )
+    assert "run b-1 halted by rule termination/error_budget: error_budget_exhausted" in ran.stderr
     _run(SUCCESS, "s-1", "--input", '{"finish_at": 2}')
     halted = sg("runs", "--status", "halted")
     assert halted.exit_code == 0, halted.output
@@ -45,8 +43,7 @@ def test_issue44_cli_runs_and_show_say_halted_with_rule_and_reason() -> None:
     shown = sg("show", "b-1")
     assert shown.exit_code == 0, shown.output
     assert (
-        "status     halted by rule termination/error_budget: error_budget_exhausted"
-        in shown.stdout
+        "status     halted by rule termination/error_budget: error_budget_exhausted" in shown.stdout
     )
     shown = sg("show", "s-1")
     assert "status     done by rule termination/done: done" in shown.stdout

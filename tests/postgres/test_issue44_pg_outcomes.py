@@ -27,7 +27,7 @@ def test_issue44_schema_4_database_migrates_rule_ended_runs_to_halted(
         store.set_status("cancelled", "cancelled", stopped_by="SIGINT")
         store.set_status("waiting", "interrupted", interrupt={"x": math.nan})
     with psycopg.connect(pg_dsn, autocommit=True) as conn:
-        conn.execute(f'UPDATE "{pg_schema}".meta SET value = \'4\' WHERE key = \'schema_version\'')
+        conn.execute(f"UPDATE \"{pg_schema}\".meta SET value = '4' WHERE key = 'schema_version'")
     with PostgresStore(pg_dsn, schema=pg_schema) as store:
         assert store.schema_version() == SCHEMA_VERSION == 5
         status = {r.run_id: (r.status, r.stopped_by) for r in store.list_runs()}

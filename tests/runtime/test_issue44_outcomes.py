@@ -81,9 +81,7 @@ def _finished(events: list[Event]) -> RunFinished:
 
 
 def test_issue44_budget_halt_ends_halted_with_rule_and_reason(store: CheckpointStore) -> None:
-    app = _loop(AGAIN, fathom.default_termination_pack(50, 3), node=fail_tool).compile(
-        store=store
-    )
+    app = _loop(AGAIN, fathom.default_termination_pack(50, 3), node=fail_tool).compile(store=store)
     events = list(app.stream({}, run_id="r"))
     record = app.get_run("r")
     assert (record.status, record.stopped_by, record.stop_reason) == (

@@ -41,7 +41,8 @@ next, created_ms)``, built into its ``StepRecord`` when first read (``MemoryStor
 
 _Advanced = tuple[int, RunStatus, str | None, str | None, object, float, str | None]
 """What a commit changes in a run's record: ``(last_step, status, error, stopped_by,
-interrupt, updated, stop_reason)``, folded into it when it is next read (see ``MemoryStore._settle``)."""
+interrupt, updated, stop_reason)``, folded into it when it is next read (see
+``MemoryStore._settle``)."""
 
 
 def _record(plain: _Plain) -> StepRecord:

@@ -28,12 +28,12 @@ from stargraph.checkpoint._lease import (
     owner_from,
 )
 from stargraph.checkpoint._records import (
+    ENDED_STATUSES,
     JournalEntry,
     PendingWrite,
     RunOwner,
     RunRecord,
     RunStatus,
-    ENDED_STATUSES,
     StepRecord,
     check_status,
     check_thread,
@@ -405,8 +405,9 @@ class SqlStore(Closing):
         self._released(run_id, status)
 
     def _advance_last(self, run_id: str, number: int, commit: Commit) -> None:
-        """:meth:`_advance` of the run's last step (status ``done`` or ``halted``), which also releases
-        the lease, in one transaction (a dialect may do both in one statement)."""
+        """:meth:`_advance` of the run's last step (status ``done`` or ``halted``), which
+        also releases the lease, in one transaction (a dialect may do both in one
+        statement)."""
         with self._batch():
             # The store's methods join this transaction.
             self._advance(run_id, number, commit)

@@ -55,10 +55,10 @@ from stargraph.checkpoint._codec import encode as _encode
 from stargraph.checkpoint._journal_files import JournalFiles
 from stargraph.checkpoint._lease import owner_blob
 from stargraph.checkpoint._records import (
+    ENDED_STATUSES,
     JournalEntry,
     PendingWrite,
     RunOwner,
-    ENDED_STATUSES,
     RunRecord,
     StepRecord,
     check_text,

@@ -15,8 +15,8 @@ Conditions (all must hold) name a subject and either a literal (equality) or ope
 rule), or ``{"no_fact": "<name>"}``. Operators: ``==  !=  <  <=  >  >=  in  not_in``.
 Actions: ``goto`` (node), ``halt`` (reason: stop the run before its end, status
 ``halted``), ``finish`` (reason: the task is complete, end the run ``done``), ``interrupt``
-(reason), ``assert`` (``{"name", "value"}``). Spec values are the pack author's constants, rendered as CLIPS
-literals with escaping; run-time values never pass through here.
+(reason), ``assert`` (``{"name", "value"}``). Spec values are the pack author's constants,
+rendered as CLIPS literals with escaping; run-time values never pass through here.
 """
 
 from __future__ import annotations
@@ -162,9 +162,7 @@ def _actions(name: str, then: Any) -> Iterator[str]:
             'write "then": {"halt": "reason"}',
         )
     if sum(k in then for k in _DECIDING) > 1:
-        raise _SpecError(
-            "a rule takes at most one of goto/halt/finish/interrupt", "split the rule"
-        )
+        raise _SpecError("a rule takes at most one of goto/halt/finish/interrupt", "split the rule")
     if "assert" in then:
         fact = then["assert"]
         if not isinstance(fact, dict) or set(fact) != {"name", "value"}:

@@ -722,7 +722,7 @@ class StepLoop:
             target=",".join(decision.targets) or None,
             reason=decision.reason,
         )
-        if decision.kind == "halt" or decision.kind == "finish":
+        if decision.kind in ("halt", "finish"):
             run.tasks = ()
             run.stopped_by = decision.rule
             run.stop_reason = decision.reason

@@ -23,8 +23,8 @@ from stargraph.checkpoint import (
     StepRecord,
     WriteRecord,
 )
-from stargraph.checkpoint._records import ENDED_STATUSES
 from stargraph.checkpoint._lease import Lease
+from stargraph.checkpoint._records import ENDED_STATUSES
 from stargraph.errors import (
     CheckpointError,
     CodeHashMismatch,

@@ -115,9 +115,7 @@ def html_report(ir: GraphIR, store: CheckpointStore, run_id: str) -> str:
         # "done by rule" for a success rule, "halted by rule" for a halt.
         verb = "halted" if record.status == "halted" else "finished"
         why = f": {escape(record.stop_reason)}" if record.stop_reason else ""
-        notes.append(
-            f"<li>run {verb} by rule <code>{escape(record.stopped_by)}</code>{why}</li>"
-        )
+        notes.append(f"<li>run {verb} by rule <code>{escape(record.stopped_by)}</code>{why}</li>")
     if isinstance(record.interrupt, dict) and record.interrupt.get("kind") == "rule":
         notes.append(
             f"<li>run interrupted by rule <code>{escape(str(record.interrupt.get('rule')))}"

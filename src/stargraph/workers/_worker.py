@@ -41,7 +41,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 from stargraph._lifecycle import Closing
-from stargraph.checkpoint._records import ENDED_STATUSES
 from stargraph.checkpoint import (
     CheckpointStore,
     JournalEntry,
@@ -50,6 +49,7 @@ from stargraph.checkpoint import (
     RunRecord,
     StepRecord,
 )
+from stargraph.checkpoint._records import ENDED_STATUSES
 from stargraph.errors import (
     CheckpointError,
     GraphHashMismatch,

@@ -1,6 +1,9 @@
 """A SkillSpec machine's result says how its run ended: ``done`` at ``finish`` (the machine
 pack's ``done`` rule is a success rule), ``halted`` when a limit stopped it."""
 
+# Fixtures are imported from test_machine_helpers and requested as parameters.
+# ruff: noqa: F811
+
 from __future__ import annotations
 
 from stargraph.llm import OpenAIChatModel
@@ -35,9 +38,9 @@ def test_issue44_machine_result_done_at_finish(
 def test_issue44_machine_result_halted_by_its_step_limit(
     server: ScriptedOpenAIServer, chat: OpenAIChatModel, arbiter: Arbiter
 ) -> None:
-    runtime = MachineRuntime(model=chat, arbiter=arbiter, skills=[small_spec(max_steps=3)])
+    limited = MachineRuntime(model=chat, arbiter=arbiter, skills=[small_spec(max_steps=3)])
     server.set_script(lambda _: call(MEMORY_FN, {"query": "again"}))
-    result = runtime.run("small")
+    result = limited.run("small")
     assert (result.run_status, result.stopped_by, result.stop_reason) == (
         "halted",
         "machine/max_steps_exceeded",

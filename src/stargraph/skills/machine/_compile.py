@@ -226,7 +226,11 @@ def machine_pack(spec: SkillSpec) -> fathom.RulePack:
     ]
     rules.append({"name": "done", "when": [{"state.status": "done"}], "then": {"finish": "done"}})
     rules.append(
-        {"name": "cancelled", "when": [{"state.status": "cancelled"}], "then": {"halt": "cancelled"}}
+        {
+            "name": "cancelled",
+            "when": [{"state.status": "cancelled"}],
+            "then": {"halt": "cancelled"},
+        }
     )
     for reason in ("retry_budget_exhausted", "invalid_input"):
         rules.append(
