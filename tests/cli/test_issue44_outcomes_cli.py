@@ -74,3 +74,16 @@ def test_issue44_cli_fork_is_pending_in_runs_and_show() -> None:
     assert "status     pending (a fork never continued" in sg("show", fork_id).stdout
     assert sg("resume", fork_id, "-q").exit_code == 0
     assert "status     done" in sg("show", fork_id).stdout
+
+
+def test_issue44_cli_show_names_the_node_a_fork_was_routed_as() -> None:
+    graph = "tests.runtime.test_issue44_fork_as_node:triage"
+    _run(graph, "t-1", "--input", '{"text": "my invoice"}')
+    update = ("--update", '{"category": "spam"}')
+    routed = sg("fork", "t-1", "--step", "1", *update, "--as-node", "classify")
+    kept = sg("fork", "t-1", "--step", "1", *update)
+    assert routed.exit_code == 0, routed.output
+    shown = sg("show", routed.stdout.strip()).stdout
+    assert "forked     from t-1 at step 1, its update routed as classify" in shown
+    assert "status     pending" in shown
+    assert "routed as" not in sg("show", kept.stdout.strip()).stdout

@@ -226,3 +226,12 @@ budget = _loop(AGAIN, fathom.default_termination_pack(50, 3), node=fail_tool)
 
 success = _loop(AGAIN, fathom.default_termination_pack(50, 3))
 """A loop its ``done`` rule finishes once ``finish_at`` is reached."""
+
+
+def test_issue44_as_node_is_recorded_on_the_update_step(store: CheckpointStore) -> None:
+    app = _loop(fathom.default_termination_pack(50, 3)).compile(store=store)
+    app.invoke({}, run_id="r")
+    routed = app.fork("r", 1, update={"finish_at": 5}, as_node="work", new_run_id="f")
+    kept = app.fork("r", 1, update={"finish_at": 5}, new_run_id="k")
+    assert [s.as_node for s in app.history(routed)] == [None, None, "work"]
+    assert [s.as_node for s in app.history(kept)] == [None, None, None]

@@ -64,6 +64,7 @@ def _record(plain: _Plain) -> StepRecord:
             "attempts": {},
             "calls": (),
             "created_ms": created_ms,
+            "as_node": None,
         },
     )
 

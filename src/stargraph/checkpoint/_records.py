@@ -338,6 +338,12 @@ class StepRecord(TypedModel):
         description="Commit time, milliseconds since the Unix epoch (an int: it is stored with "
         "every step, and an ISO string would be a third of a small step's bytes).",
     )
+    as_node: str | None = Field(
+        default=None,
+        description="For an update step (``fork``/``resume`` with ``update=`` and "
+        "``as_node=``): the node the update was routed as, whose edges and rules chose the "
+        "next tasks.",
+    )
 
 
 def resolve_facts(

@@ -495,6 +495,7 @@ class Persistence:
                 "attempts": {},
                 "calls": (),
                 "created_ms": _now_ms(),
+                "as_node": None,
             },
         )
         if self.durability == "sync":  # an exit-mode run gives its graph when it is written
@@ -544,6 +545,7 @@ class Persistence:
         stopped_by: str | None = None,
         stop_reason: str | None = None,
         halted: bool = False,
+        as_node: str | None = None,
     ) -> None:
         """Commit the step just merged: its writes, next tasks, joins (one transaction). The
         caller then clears the step's bookkeeping (``Run.committed``).
@@ -552,7 +554,8 @@ class Persistence:
         rule ``stopped_by`` for ``stop_reason``, if one did; ``halted``: that rule halted
         it). A store that can does it in the same transaction - the step, status ``done``
         (or ``halted``) and the lease released - and the :meth:`finish` that follows has
-        nothing left to write."""
+        nothing left to write. ``as_node``: the step is an update routed as that node.
+        """
         plain = self._plain
         if (
             plain is not None
@@ -563,6 +566,7 @@ class Persistence:
             and not run.attempts
             and run.rules is None
             and run.decision is None
+            and as_node is None
         ):
             # The common step of an in-memory run: its record is built only if it is read.
             ((task, written),) = results
@@ -631,6 +635,7 @@ class Persistence:
                 "attempts": dict(run.attempts) if run.attempts else {},
                 "calls": self._calls(run.journals) if run.journals else (),
                 "created_ms": time.time_ns() // 1_000_000,
+                "as_node": as_node,
             },
         )
         store = self.store

@@ -574,5 +574,5 @@ def apply_update(
     if as_node is not None:
         _route_as(loop, run, as_node)
     assert run.persistence is not None
-    run.persistence.commit(run, [(Task("__update__"), writes)])
+    run.persistence.commit(run, [(Task("__update__"), writes)], as_node=as_node)
     run.committed()
