@@ -19,9 +19,10 @@ over :class:`ReactState`; ``react_skill(...)`` packages it as a ``kind=agent``
 
 The edges form a cycle (think -> act -> observe -> think; a reply without tool calls goes
 from think straight to observe) whose only exit is a final answer. Every ReAct step ends
-at ``observe``, where the ``termination`` rule pack is mounted: the loop ends when it halts
-the run, and the run record's ``stopped_by`` names the rule - ``termination/done``,
-``termination/error_budget`` or ``termination/max_steps``. One decision per ReAct step, at
+at ``observe``, where the ``termination`` rule pack is mounted: the loop ends when one of its
+rules ends the run, and the run record's ``stopped_by`` names the rule -
+``termination/done`` (a ``finish``: the run is ``done``), ``termination/error_budget`` or
+``termination/max_steps`` (a ``halt``: the run is ``halted``, ``stop_reason`` says why). One decision per ReAct step, at
 the point where everything of the step (the reply, its tool calls, their observations) is
 in the state. ``max_steps`` counts *LLM steps* (``think`` calls, the seed's
 meaning), kept in the ``llm_steps`` fact; it halts after the observe of the last allowed
