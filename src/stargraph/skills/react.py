@@ -26,8 +26,8 @@ rules ends the run, and the run record's ``stopped_by`` names the rule -
 One decision per ReAct step, at the point where everything of the step (the reply, its
 tool calls, their observations) is in the state. ``max_steps`` counts *LLM steps*
 (``think`` calls, the seed's meaning), kept in the ``llm_steps`` fact; it halts after the
-observe of the last allowed step, so a model that never stops makes exactly ``max_steps`` model calls and every call it
-made has run and been observed.
+observe of the last allowed step, so a model that never stops makes exactly ``max_steps``
+model calls and every call it made has run and been observed.
 
 The chat model and the arbiter are live objects, which the IR cannot hold: they reach the
 nodes as ``compile(services={"model": ChatModel, "arbiter": Arbiter})``. Everything that
