@@ -202,10 +202,11 @@ def default_termination_pack(max_steps: int, error_budget: int) -> RulePack:
     """The pack with rules ``done``, ``error_budget`` and ``max_steps`` (id ``termination``).
 
     ``max_steps`` halts once ``step >= max_steps``; ``error_budget`` once
-    ``error_count >= error_budget``; ``done`` when the ``done`` fact is true.
+    ``error_count >= error_budget`` (the run ends ``halted``); ``done`` finishes the run
+    (``done``) when the ``done`` fact is true.
     """
     problems = budget_problems(max_steps, error_budget, at="termination pack: ", fix="pass one")
     if problems:
         raise RuleCompileError(problems, subject="rule pack 'termination'")
     text = _TERMINATION.format(max_steps=max_steps, error_budget=error_budget)
-    return RulePack.from_clp("termination", "1", text)
+    return RulePack.from_clp("termination", "2", text)
