@@ -170,6 +170,22 @@ def test_spans_nest_run_step_node_tool_and_subgraph_run(otel: Otel, tmp_path: Pa
             assert up.start_time <= span.start_time <= span.end_time <= up.end_time
 
 
+def test_issue44_halted_run_span_says_halted_and_why(otel: Otel) -> None:
+    cycle = fathom.RulePack.from_spec(
+        {
+            "id": "cycle",
+            "version": "1",
+            "rules": [{"name": "again", "when": [{"node": "step"}], "then": {"goto": "step"}}],
+        }
+    )
+    pm = get_plugin_manager(plugins=[OtelObserver(otel.provider)], entry_points=False)
+    graph = basics.loop_graph().with_rules(cycle, fathom.default_termination_pack(3, 2))
+    graph.compile(plugins=pm).invoke({"limit": 100}, run_id="r")
+    run = otel.one("invoke_workflow")
+    assert run.attributes["stargraph.status"] == "halted"
+    assert run.attributes["stargraph.stop_reason"] == "max_steps_exceeded"
+
+
 def test_rule_decisions_are_span_events(otel: Otel) -> None:
     cycle = fathom.RulePack.from_spec(
         {

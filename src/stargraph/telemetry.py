@@ -268,9 +268,11 @@ class OtelObserver:
                 self._end_run(run_id)
             elif kind == "run_finished":
                 if run is not None:
-                    run.set_attribute("stargraph.status", "done")
+                    run.set_attribute("stargraph.status", event.status)
                     if event.stopped_by:
                         run.set_attribute("stargraph.stopped_by", event.stopped_by)
+                    if event.stop_reason:
+                        run.set_attribute("stargraph.stop_reason", event.stop_reason)
                     run.set_status(self._status(self._code.OK))
                 self._end_run(run_id)
             elif kind == "run_failed":

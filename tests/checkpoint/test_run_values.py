@@ -373,7 +373,7 @@ def test_a_schema_1_file_is_migrated_and_its_rows_still_read(tmp_path: Path) -> 
             (step0.model_dump_json(exclude_defaults=True).encode(),),
         )
     with SqliteStore(path) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 5
+        assert store.schema_version() == SCHEMA_VERSION == 6
         app = counter_graph().compile(store=store)
         assert app.get_state("r").n == 0
         assert app.resume("r").n == 2

@@ -33,7 +33,14 @@ EVENTS: list[Event] = [
     NodeFinished(run_id="r", step=1, node="plan", writes={"big": "y" * 500}, attempts=2),
     StepCompleted(run_id="r", step=1, nodes=("plan",), next=("work",)),
     RuleDecided(run_id="r", step=1, decision="goto", rule="again", target="work", reason="r"),
-    RunFinished(run_id="r", step=1, state={"x": 1}, stopped_by="termination/max_steps"),
+    RunFinished(
+        run_id="r",
+        step=1,
+        state={"x": 1},
+        stopped_by="termination/max_steps",
+        status="halted",
+        stop_reason="max_steps_exceeded",
+    ),
 ]
 
 
@@ -48,7 +55,7 @@ def test_describe_event_lines() -> None:
     assert lines[4].endswith("…")
     assert len(lines[4]) < 220
     assert lines[6] == "[step 1] rule again: goto -> work (r)"
-    assert lines[7] == "[step 1] run r finished, halted by rule termination/max_steps"
+    assert lines[7] == "[step 1] run r halted by rule termination/max_steps: max_steps_exceeded"
     failed = RunFailed(run_id="r", step=2, node="n", error="boom", error_type="NodeError")
     assert describe_event(failed) == "[step 2] run r failed in n: NodeError"
     assert describe_event(RunInterrupted(run_id="r", step=2)) == "[step 2] run r is waiting"
@@ -71,7 +78,7 @@ def test_live_view_draws_a_panel_and_logs_lines() -> None:
     text = out.getvalue()
     assert "stargraph" in text
     assert "again: goto" in text
-    assert "run r finished" in text
+    assert "run r halted by rule termination/max_steps" in text
     assert view.nodes_done == 2
 
 

@@ -495,7 +495,7 @@ def test_skills_run_an_agent_skill_against_an_openai_compatible_endpoint(site: P
     assert [(c["tool"], c["status"]) for c in final["tool_calls"]] == [
         ("acme.shout@1.0.0", "success")
     ]
-    assert "halted by rule exit/final_answer" in result.stderr
+    assert "finished (done by rule exit/final_answer: final_answer)" in result.stderr
 
 
 @pytest.mark.parametrize(

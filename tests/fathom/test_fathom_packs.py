@@ -165,7 +165,7 @@ def test_spec_errors_name_every_bad_rule_at_once() -> None:
     assert str(info.value) == (
         "rule pack 'bad' has 4 problems:\n"
         "  - pack 'bad', rule 'no_then' (rules[1]): 'then' must be an object with actions from "
-        "['assert', 'goto', 'halt', 'interrupt'], got None (fix: write \"then\": "
+        "['assert', 'finish', 'goto', 'halt', 'interrupt'], got None (fix: write \"then\": "
         '{"halt": "reason"})\n'
         "  - pack 'bad', rule 'bad_op' (rules[2]): unknown operators ['~'] (fix: use one of "
         "!= < <= == > >= in not_in)\n"

@@ -28,7 +28,7 @@ def test_a_closed_engine_goes_back_to_its_pool_reset() -> None:
     made: list[RuleEngine] = []
     pool = _pool(made)
     first = pool.acquire()
-    assert first.decide(step=1, node="n", state_facts={"done": True}).kind == "halt"
+    assert first.decide(step=1, node="n", state_facts={"done": True}).kind == "finish"
     snapshot = first.snapshot()
     first.close()
     again = pool.acquire()
@@ -81,7 +81,7 @@ def test_fathom_implements_the_runtime_decision_seam() -> None:
         combined = StepDecision()
         combined.add(decision)
         combined.add(Decision(kind="goto", target="b", rule="p/go"))
-        assert (combined.kind, combined.rule, combined.targets) == ("halt", decision.rule, ["b"])
+        assert (combined.kind, combined.rule, combined.targets) == ("finish", decision.rule, ["b"])
         assert set(RANK) == set(typing.get_args(fathom.DecisionKind))
     finally:
         engine.close()

@@ -44,7 +44,7 @@ def run_loop(engine: RuleEngine, *, start: str = "a", **per_step: object) -> lis
         args = {k: (v(step) if callable(v) else v) for k, v in per_step.items()}
         decision = engine.decide(step=step, node=node, **args)  # type: ignore[arg-type]
         decisions.append(decision)
-        if decision.kind == "halt":
+        if decision.kind in ("halt", "finish"):
             return decisions
         if decision.kind == "goto":
             assert decision.target is not None
@@ -76,13 +76,13 @@ def test_done_flag_stops_at_the_next_step_boundary() -> None:
     pack = default_termination_pack(max_steps=100, error_budget=3)
     fields = fathom.fact_fields(State)
     with RuleEngine([pack, CYCLE], fact_fields=fields, successors=SUCCESSORS) as engine:
-        # the node that runs as step 4 sets done; the decision after it halts
+        # the node that runs as step 4 sets done; the decision after it finishes the run
         decisions = run_loop(
             engine,
             state_facts=lambda step: State(done=step >= 4).model_dump(),
         )
     assert len(decisions) == 4
-    assert decisions[-1].kind == "halt"
+    assert decisions[-1].kind == "finish"
     assert decisions[-1].reason == "done"
     assert decisions[-1].rule == "termination/done"
 

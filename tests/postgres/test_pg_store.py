@@ -204,7 +204,7 @@ def test_a_schema_1_database_is_migrated_and_its_rows_still_read(
             (make_step(0).model_dump_json(exclude_defaults=True).encode(),),
         )
     with PostgresStore(pg_dsn, schema=pg_schema) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 4
+        assert store.schema_version() == SCHEMA_VERSION == 5
         assert store.get_steps("r1") == [make_step(0)]
         assert store.get_run("r1").owner is None
         store.commit_step("r1", make_step(1))

@@ -44,7 +44,7 @@ def test_a_schema_2_database_is_migrated_and_takes_threads(pg_dsn: str, pg_schem
             (make_step(0).model_dump_json(exclude_defaults=True).encode(),),
         )
     with PostgresStore(pg_dsn, schema=pg_schema) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 4
+        assert store.schema_version() == SCHEMA_VERSION == 5
         old = store.get_run("r1")
         assert (old.status, old.thread_id, old.turn) == ("done", None, None)
         assert store.get_steps("r1") == [make_step(0)]

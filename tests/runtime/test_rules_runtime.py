@@ -122,7 +122,7 @@ def test_stopping_rule_is_recorded_in_the_run(tmp_path: Path) -> None:
     app.invoke({}, run_id="r")
     record = app.get_run("r")
     assert (record.status, record.stopped_by, record.last_step) == (
-        "done",
+        "halted",
         "termination/max_steps",
         5,
     )

@@ -302,7 +302,7 @@ def test_a_schema_2_sqlite_file_is_migrated_and_takes_threads(tmp_path: Path) ->
                 (step.step, step.snapshot is not None, payload),
             )
     with SqliteStore(path) as store:
-        assert store.schema_version() == SCHEMA_VERSION == 5
+        assert store.schema_version() == SCHEMA_VERSION == 6
         assert store.get_graph(app.graph_hash) is None  # an old run kept no graph
         app = threadgraph.app(store)
         old = store.get_run("old-run")

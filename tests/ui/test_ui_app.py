@@ -376,7 +376,7 @@ def test_fork_from_a_step_with_an_edited_state_then_continue_it(store: SqliteSto
     new_id = response.headers["location"].removeprefix("/runs/")
     assert new_id.startswith("loop-1~fork1-")
     fork = store.get_run(new_id)
-    assert (fork.parent_run_id, fork.parent_step, fork.status) == ("loop-1", 1, "running")
+    assert (fork.parent_run_id, fork.parent_step, fork.status) == ("loop-1", 1, "pending")
     # Only the changed field is written, as the fork's step 2, by __update__.
     update = store.get_steps(new_id, start=2, end=2)[0]
     assert [(w.node, w.writes) for w in update.writes] == [("__update__", {"limit": 5})]

@@ -129,7 +129,16 @@ def test_report_names_the_rule_that_halted_the_run(store: SqliteStore, no_dot: N
     )
     app.invoke({}, run_id="rules")
     html = viz.html_report(app.ir, store, "rules")
-    assert "run halted by rule <code>termination/max_steps</code>" in html
+    assert "run halted by rule <code>termination/max_steps</code>: max_steps_exceeded" in html
+
+
+def test_issue44_report_says_halted_with_reason(store: SqliteStore, no_dot: None) -> None:
+    app = _ticker(store)
+    app.invoke({}, run_id="rules")
+    html = viz.html_report(app.ir, store, "rules")
+    assert '<span class="status-halted">halted</span>' in html
+    assert ".status-halted{color:#bc4c00}" in html
+    assert "<tr><th>reason</th><td>max_steps_exceeded</td></tr>" in html
 
 
 def test_report_lists_the_rule_decisions_of_every_step(store: SqliteStore, no_dot: None) -> None:

@@ -320,7 +320,7 @@ def test_rule_packs_get_a_legend_a_node_marker_and_goto_edges() -> None:
         .to_ir()
     )
     mermaid = to_mermaid(ir)
-    assert '    __rules__[/"rule packs<br/>cycle@1<br/>termination@1"/]' in mermaid
+    assert '    __rules__[/"rule packs<br/>cycle@1<br/>termination@2"/]' in mermaid
     assert '    work["work<br/>[rules: anywhere@2]"]' in mermaid
     assert '    work ==>|"rule again"| work' in mermaid
     # A node pack's rule that matches any node still only fires after its own node.

@@ -121,12 +121,22 @@ def unpack(payload: bytes) -> bytes:
 
 
 def encode_extra(
-    error: str | None, stopped_by: str | None, interrupt: object, *, run_id: str
+    error: str | None,
+    stopped_by: str | None,
+    interrupt: object,
+    *,
+    run_id: str,
+    stop_reason: str | None = None,
 ) -> bytes | None:
     """The runs row's ``extra`` column: the status fields that are set, or ``None``."""
-    if error is None and stopped_by is None and interrupt is None:
+    if error is None and stopped_by is None and interrupt is None and stop_reason is None:
         return None
-    extra = {"error": error, "stopped_by": stopped_by, "interrupt": interrupt}
+    extra = {
+        "error": error,
+        "stopped_by": stopped_by,
+        "stop_reason": stop_reason,
+        "interrupt": interrupt,
+    }
     try:
         return pydantic_core.to_json({k: v for k, v in extra.items() if v is not None})
     except (pydantic_core.PydanticSerializationError, ValueError, TypeError) as exc:

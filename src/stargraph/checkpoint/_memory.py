@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from stargraph.checkpoint._lease import busy_error, effective_status, is_orphaned, lease_lost
 from stargraph.checkpoint._records import (
+    ENDED_STATUSES,
     STORED_STATUSES,
     JournalEntry,
     PendingWrite,
@@ -38,9 +39,10 @@ _Plain = tuple[int, str, int, dict[str, Any], tuple[TaskRecord, ...], int]
 next, created_ms)``, built into its ``StepRecord`` when first read (``MemoryStore._built``)."""
 
 
-_Advanced = tuple[int, RunStatus, str | None, str | None, object, float]
+_Advanced = tuple[int, RunStatus, str | None, str | None, object, float, str | None]
 """What a commit changes in a run's record: ``(last_step, status, error, stopped_by,
-interrupt, updated)``, folded into it when it is next read (see ``MemoryStore._settle``)."""
+interrupt, updated, stop_reason)``, folded into it when it is next read (see
+``MemoryStore._settle``)."""
 
 
 def _record(plain: _Plain) -> StepRecord:
@@ -62,6 +64,7 @@ def _record(plain: _Plain) -> StepRecord:
             "attempts": {},
             "calls": (),
             "created_ms": created_ms,
+            "as_node": None,
         },
     )
 
@@ -134,13 +137,14 @@ class MemoryStore:
         advanced = self._advanced.pop(run_id, None)
         if advanced is None:
             return
-        step, status, error, stopped_by, interrupt, at = advanced
+        step, status, error, stopped_by, interrupt, at, stop_reason = advanced
         fields = dict(self._runs[run_id].__dict__)
         fields.update(
             last_step=step,
             status=status,
             error=error,
             stopped_by=stopped_by,
+            stop_reason=stop_reason,
             interrupt=interrupt,
             updated_at=iso_at(at),
         )
@@ -221,6 +225,7 @@ class MemoryStore:
                     run.stopped_by,
                     run.interrupt,
                     at,
+                    run.stop_reason,
                 )
                 self._steps[run.run_id] = [first]
                 return
@@ -279,9 +284,10 @@ class MemoryStore:
         stopped_by: str | None = None,
         interrupt: object = None,
         owner: str | None = None,
+        stop_reason: str | None = None,
     ) -> None:
-        """Append ``step`` and update the run, atomically; status ``done`` (the run's last
-        step) also releases the lease, as ``set_status`` does."""
+        """Append ``step`` and update the run, atomically; status ``done`` or ``halted`` (the
+        run's last step) also releases the lease, as ``set_status`` does."""
         if status not in STORED_STATUSES:
             check_status(run_id, status)
         with self._lock:
@@ -295,6 +301,7 @@ class MemoryStore:
                     stopped_by,
                     interrupt,
                     time.time(),
+                    stop_reason,
                 ),
                 owner,
             )
@@ -314,7 +321,7 @@ class MemoryStore:
         in-memory run never are). ``done``: the run's last step, as with status ``done``,
         stopped by the rule ``stopped_by`` (``None`` unless ``done``)."""
         status: RunStatus = "done" if done else "running"
-        advanced = (step[0], status, None, stopped_by if done else None, None, time.time())
+        advanced = (step[0], status, None, stopped_by if done else None, None, time.time(), None)
         with self._lock:
             self._append(run_id, step, advanced, owner)
 
@@ -348,7 +355,7 @@ class MemoryStore:
             self._pending.pop((run_id, number), None)
         if self._journal:
             self._journal.pop((run_id, number), None)
-        if advanced[1] == "done":
+        if advanced[1] in ENDED_STATUSES:
             # The run ends here, without the lease: gone from _expires now, and from the
             # record when it is next read.
             self._expires.pop(run_id, None)
@@ -363,6 +370,7 @@ class MemoryStore:
         stopped_by: str | None = None,
         interrupt: object = None,
         owner: str | None = None,
+        stop_reason: str | None = None,
     ) -> None:
         """Change a run's status fields (fenced on ``owner``; releases the lease unless
         the run goes on ``running``)."""
@@ -382,6 +390,7 @@ class MemoryStore:
                 status=status,
                 error=clip_error(error),
                 stopped_by=stopped_by,
+                stop_reason=stop_reason,
                 interrupt=interrupt,
                 updated_at=iso_now(),
             )

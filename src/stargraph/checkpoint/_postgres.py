@@ -1,6 +1,6 @@
 """``PostgresStore``: the ``CheckpointStore`` on PostgreSQL (psycopg 3, extra ``postgres``).
 
-Layout (schema version 3, kept in ``<schema>.meta``; everything lives in its own schema,
+Layout (schema version 5, kept in ``<schema>.meta``; everything lives in its own schema,
 ``stargraph`` by default)::
 
     runs     run_id PK, graph_name, graph_hash, code_hash, status, last_step,
@@ -75,7 +75,7 @@ if TYPE_CHECKING:
 
 __all__ = ["SCHEMA_VERSION", "PostgresStore", "describe_dsn", "migrate", "redact"]
 
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 """The schema this code writes; older schemas are migrated when a store opens them."""
 
 # Each entry takes the schema from version ``i`` to ``i + 1``. ``{s}`` is the quoted schema.
@@ -140,6 +140,15 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
     (
         # Graphs (see the SQLite store): the IR every run's graph_hash names, once per hash.
         "CREATE TABLE {s}.graphs (graph_hash bytea PRIMARY KEY, ir bytea NOT NULL)",
+    ),
+    (
+        # Honest outcomes (see the SQLite store): a run stored 'done' by a rule other than
+        # termination/done, the shipped success rule, was halted by it.
+        # CASE, not AND: only a done row's extra is read (another's may hold NaN, which
+        # jsonb refuses).
+        "UPDATE {s}.runs SET status = 'halted' WHERE CASE WHEN status = 'done' AND extra "
+        "IS NOT NULL THEN coalesce(convert_from(extra, 'UTF8')::jsonb ->> 'stopped_by', "
+        "'termination/done') != 'termination/done' ELSE false END",
     ),
 )
 

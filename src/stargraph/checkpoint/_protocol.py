@@ -73,11 +73,13 @@ class CheckpointStore(Protocol):
         stopped_by: str | None = None,
         interrupt: object = None,
         owner: str | None = None,
+        stop_reason: str | None = None,
     ) -> None:
         """In one transaction: append ``step`` (must be ``last_step + 1``), set the run's
         ``last_step``/status fields, and drop the pending writes and journal of that step.
         Fenced on ``owner`` (the lease token). The lease is kept, except that status ``done``
-        (the run's last step and its end in one commit) releases it as ``set_status`` does;
+        or ``halted`` (the run's last step and its end in one commit) releases it as
+        ``set_status`` does;
         a store that does so says ``releases_on_final_commit = True``, and the runtime then
         marks a run done in its last commit instead of a status change of its own."""
         ...
@@ -91,9 +93,11 @@ class CheckpointStore(Protocol):
         stopped_by: str | None = None,
         interrupt: object = None,
         owner: str | None = None,
+        stop_reason: str | None = None,
     ) -> None:
         """Change a run's status without committing a step (interrupt, fail, finish). Fenced on
-        ``owner``; any status but ``running`` also releases the lease."""
+        ``owner``; any status but ``running`` also releases the lease. ``stop_reason``: why
+        the rule ``stopped_by`` ended the run (a ``halted`` run, or ``done`` by a rule)."""
         ...
 
     def set_graph(self, run_id: str, *, graph_hash: str, code_hash: str) -> None:

@@ -45,22 +45,46 @@ __all__ = [
     "WriteRecord",
 ]
 
-RunStatus = Literal["running", "interrupted", "done", "failed", "cancelled", "orphaned"]
-"""What a run is doing. ``cancelled``: it was asked to stop and stopped at a step boundary
-(``last_step`` is the step reached, ``stopped_by`` says what cancelled it); it resumes like a
-failed run. ``orphaned`` is never stored: a store reports a ``running`` run as ``orphaned``
-when the owner of its lease is gone (its process died, it stopped at once on a second signal,
-or its heartbeat stopped for longer than the lease); such a run resumes at once. A
-``running`` run without an owner (a fork not yet resumed, or written before leases) is
-resumable too."""
+RunStatus = Literal[
+    "pending", "running", "interrupted", "done", "halted", "failed", "cancelled", "orphaned"
+]
+"""What a run is doing. ``done``: the graph reached its end (nothing left scheduled), or a
+success rule (a ``finish`` decision, e.g. ``termination/done``) ended it; ``stopped_by`` then
+names that rule. ``halted``: a rule's ``halt`` decision stopped it before the end (an
+exhausted error budget, ``max_steps``, a guard rule); ``stopped_by`` names the rule and
+``stop_reason`` says why. Both are final: there is nothing to resume (fork an earlier step
+instead). ``pending``: a fork created at a stored step that nobody has continued yet;
+``resume(run_id)`` starts it. ``cancelled``: it was asked to stop and stopped at a step
+boundary (``last_step`` is the step reached, ``stopped_by`` says what cancelled it); it
+resumes like a failed run. ``orphaned`` is never stored: a store reports a ``running`` run as
+``orphaned`` when the owner of its lease is gone (its process died, it stopped at once on a
+second signal, or its heartbeat stopped for longer than the lease); such a run resumes at
+once. A ``running`` run without an owner (written before leases) is resumable too."""
 
-STORED_STATUSES: Final = frozenset({"running", "interrupted", "done", "failed", "cancelled"})
+STORED_STATUSES: Final = frozenset(
+    {"pending", "running", "interrupted", "done", "halted", "failed", "cancelled"}
+)
 """The statuses a store keeps (``set_status`` / ``commit_step`` take only these)."""
+
+ENDED_STATUSES: Final = frozenset({"done", "halted"})
+"""The statuses of a run that ended: it resumes no more, and its lease is given up by the
+commit of its last step (``commit_step(status=...)``) as by ``set_status``."""
 
 MAX_ERROR_CHARS: Final = 16_000
 """A run's stored ``error`` is cut to this many characters (head and tail are kept)."""
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
+
+
+def describe_outcome(status: str, stopped_by: str | None, stop_reason: str | None) -> str:
+    """:meth:`RunRecord.outcome` of a run's status fields (also what a ``RunFinished``
+    event carries)."""
+    if status in ENDED_STATUSES and stopped_by:
+        reason = f": {stop_reason}" if stop_reason else ""
+        return f"{status} by rule {stopped_by}{reason}"
+    if status == "pending":
+        return "pending (a fork never continued; resume it to start it)"
+    return status
 
 
 def clip_error(text: str | None) -> str | None:
@@ -314,6 +338,12 @@ class StepRecord(TypedModel):
         description="Commit time, milliseconds since the Unix epoch (an int: it is stored with "
         "every step, and an ISO string would be a third of a small step's bytes).",
     )
+    as_node: str | None = Field(
+        default=None,
+        description="For an update step (``fork``/``resume`` with ``update=`` and "
+        "``as_node=``): the node the update was routed as, whose edges and rules chose the "
+        "next tasks.",
+    )
 
 
 def resolve_facts(
@@ -404,7 +434,13 @@ class RunRecord(TypedModel):
     error: str | None = None
     stopped_by: str | None = Field(
         default=None,
-        description="The rule that halted the run, or what cancelled it (a signal, cancel()).",
+        description="The rule that ended the run (``halted``, or ``done`` by a success "
+        "rule), or what cancelled it (a signal, cancel()).",
+    )
+    stop_reason: str | None = Field(
+        default=None,
+        description="Why the rule ``stopped_by`` ended the run (its decision's reason, e.g. "
+        "``error_budget_exhausted``).",
     )
     interrupt: Any = Field(default=None, description="What an interrupted run waits on.")
     owner: RunOwner | None = Field(
@@ -425,6 +461,18 @@ class RunRecord(TypedModel):
         description="Which turn of its thread the run is, from 1 (None outside a thread). A "
         "store keeps one run per thread and turn.",
     )
+
+    def outcome(self) -> str:
+        """The status as a person reads it, with the rule that ended the run and why:
+        ``halted by rule termination/error_budget: error_budget_exhausted``, ``done by rule
+        termination/done: done``, ``pending (a fork never continued; resume it to start
+        it)``, or the bare status.
+
+        >>> RunRecord(run_id="r", graph_name="g", graph_hash="h", code_hash="c",
+        ...           status="halted", stopped_by="guard/blocked", stop_reason="spam").outcome()
+        'halted by rule guard/blocked: spam'
+        """
+        return describe_outcome(self.status, self.stopped_by, self.stop_reason)
 
 
 class PendingWrite(TypedModel):

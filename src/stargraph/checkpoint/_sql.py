@@ -28,6 +28,7 @@ from stargraph.checkpoint._lease import (
     owner_from,
 )
 from stargraph.checkpoint._records import (
+    ENDED_STATUSES,
     JournalEntry,
     PendingWrite,
     RunOwner,
@@ -81,7 +82,7 @@ _RUN_FIELDS: Final = (
 _TEXT_FIELDS: Final = frozenset(
     {"run_id", "graph_name", "graph_hash", "code_hash", "parent_run_id", "created_at"}
 )
-_EXTRA_FIELDS: Final = ("error", "stopped_by", "interrupt")
+_EXTRA_FIELDS: Final = ("error", "stopped_by", "stop_reason", "interrupt")
 
 RELEASE: Final = ", lease_token = NULL, lease_owner = NULL, lease_expires = NULL"
 """What a ``SET`` adds to give up the run's lease."""
@@ -130,7 +131,9 @@ def decode_run(
         if row[10] is not None:
             extra = pydantic_core.from_json(blob(row[10]))
             if not isinstance(extra, dict) or not set(extra) <= set(_EXTRA_FIELDS):
-                raise TypeError("the extra column is not an object of error/stopped_by/interrupt")
+                raise TypeError(
+                    "the extra column is not an object of error/stopped_by/stop_reason/interrupt"
+                )
             data.update(extra)
         expired = False
         if row[12] is not None:
@@ -204,6 +207,7 @@ def write_whole_run(
             "last_step": steps[0].step,
             "error": None,
             "stopped_by": None,
+            "stop_reason": None,
             "interrupt": None,
             "owner": None,
             "lease_expires": None,
@@ -219,7 +223,12 @@ def write_whole_run(
     for entry in journal:
         store.append_journal(rid, entry)
     store.set_status(
-        rid, run.status, error=run.error, stopped_by=run.stopped_by, interrupt=run.interrupt
+        rid,
+        run.status,
+        error=run.error,
+        stopped_by=run.stopped_by,
+        stop_reason=run.stop_reason,
+        interrupt=run.interrupt,
     )
 
 
@@ -229,8 +238,8 @@ class SqlStore(Closing):
     implements (its placeholder, table names, key encoding, queries and transactions)."""
 
     releases_on_final_commit: ClassVar[bool] = True
-    """``commit_step`` with status ``done`` releases the lease (a run's last step and its
-    status change are one transaction)."""
+    """``commit_step`` with status ``done`` or ``halted`` releases the lease (a run's last
+    step and its status change are one transaction)."""
 
     refer_to_facts: ClassVar[bool] = True
     """The runtime writes a step's rule facts only when they changed, and otherwise the
@@ -352,7 +361,13 @@ class SqlStore(Closing):
         check_status(rid, run.status)
         check_thread(run)
         payload = encode(first, run_id=rid, step=first.step, pack=True)
-        extra = encode_extra(clip_error(run.error), run.stopped_by, run.interrupt, run_id=rid)
+        extra = encode_extra(
+            clip_error(run.error),
+            run.stopped_by,
+            run.interrupt,
+            run_id=rid,
+            stop_reason=run.stop_reason,
+        )
         return payload, extra, iso_now()
 
     def commit_step(
@@ -365,30 +380,34 @@ class SqlStore(Closing):
         stopped_by: str | None = None,
         interrupt: object = None,
         owner: str | None = None,
+        stop_reason: str | None = None,
     ) -> None:
         """In one transaction: append ``step`` (must be ``last_step + 1``), set the run's
         ``last_step``/status fields, and drop the pending writes and journal of that step.
-        Fenced on ``owner`` (the lease token). The lease is kept, but status ``done`` (the
-        run's last step) releases it, as :meth:`set_status` does."""
+        Fenced on ``owner`` (the lease token). The lease is kept, but status ``done`` or
+        ``halted`` (the run's last step) releases it, as :meth:`set_status` does."""
         check_status(run_id, status)
         number = step.step
         payload = encode(step, run_id=run_id, step=number, pack=True)
         # The common commit sets none of the status fields: no column to build.
         extra = (
             None
-            if error is None and stopped_by is None and interrupt is None
-            else encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
+            if error is None and stopped_by is None and interrupt is None and stop_reason is None
+            else encode_extra(
+                clip_error(error), stopped_by, interrupt, run_id=run_id, stop_reason=stop_reason
+            )
         )
         commit = Commit(status, extra, owner, step.snapshot is not None, payload)
-        if status != "done":
+        if status not in ENDED_STATUSES:
             self._advance(run_id, number, commit)
             return
         self._advance_last(run_id, number, commit)
         self._released(run_id, status)
 
     def _advance_last(self, run_id: str, number: int, commit: Commit) -> None:
-        """:meth:`_advance` of the run's last step (status ``done``), which also releases
-        the lease, in one transaction (a dialect may do both in one statement)."""
+        """:meth:`_advance` of the run's last step (status ``done`` or ``halted``), which
+        also releases the lease, in one transaction (a dialect may do both in one
+        statement)."""
         with self._batch():
             # The store's methods join this transaction.
             self._advance(run_id, number, commit)
@@ -404,11 +423,14 @@ class SqlStore(Closing):
         stopped_by: str | None = None,
         interrupt: object = None,
         owner: str | None = None,
+        stop_reason: str | None = None,
     ) -> None:
         """Change a run's status without committing a step (interrupt, fail, finish). Fenced
         on ``owner``; any status but ``running`` also releases the lease."""
         check_status(run_id, status)
-        extra = encode_extra(clip_error(error), stopped_by, interrupt, run_id=run_id)
+        extra = encode_extra(
+            clip_error(error), stopped_by, interrupt, run_id=run_id, stop_reason=stop_reason
+        )
         release = "" if status == "running" else RELEASE
         self._fenced(
             self._sql(

@@ -1,11 +1,11 @@
 """``SqliteStore``: the embedded ``CheckpointStore`` (stdlib ``sqlite3``, WAL, one file).
 
-Layout (schema version 5, kept in ``meta.schema_version``; ``meta.database_id`` is the
+Layout (schema version 6, kept in ``meta.schema_version``; ``meta.database_id`` is the
 file's random id, made with its schema)::
 
     runs     run_id PK, graph_name, graph_hash, code_hash, status, last_step,
              parent_run_id, parent_step, created_at, updated_at, extra (JSON or NULL:
-             error / stopped_by / interrupt, only when set), lease_token, lease_owner
+             error / stopped_by / stop_reason / interrupt, only when set), lease_token, lease_owner
              (JSON RunOwner but its token), lease_expires (Unix seconds): the lease, NULL if
              free; thread_id, turn (NULL for a run outside a thread; unique together);
              incarnation (random, made by ``create_run``: a run deleted and created again
@@ -55,6 +55,7 @@ from stargraph.checkpoint._codec import encode as _encode
 from stargraph.checkpoint._journal_files import JournalFiles
 from stargraph.checkpoint._lease import owner_blob
 from stargraph.checkpoint._records import (
+    ENDED_STATUSES,
     JournalEntry,
     PendingWrite,
     RunOwner,
@@ -81,7 +82,7 @@ from stargraph.errors import (
 
 __all__ = ["SCHEMA_VERSION", "WAL_CHECKPOINT_PAGES", "SqliteStore"]
 
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 """The schema this code writes; older files are migrated when opened."""
 
 WAL_CHECKPOINT_PAGES: Final = 4000
@@ -172,6 +173,20 @@ _MIGRATIONS: Final[tuple[tuple[str, ...], ...]] = (
         "UPDATE runs SET incarnation = randomblob(16)",
         "INSERT OR IGNORE INTO meta (key, value) "
         "VALUES ('database_id', lower(hex(randomblob(16))))",
+    ),
+    (
+        # Honest outcomes: a run stopped by a halt rule is 'halted', not 'done'. Before,
+        # every rule that ended a run halted it and the run was stored 'done' with the rule
+        # in stopped_by; such a run is now 'halted' as it would be if run today, except one
+        # ended by termination/done, the shipped success rule, which stays 'done'. Its
+        # reason was kept only with its last step's decision: stop_reason stays unset. No
+        # DDL: the new statuses and stop_reason fit the columns, but an older stargraph
+        # would misread them, so the version tells it to refuse the file.
+        # CASE, not AND: only a done row's extra is read (another's may hold NaN, which
+        # the JSON functions refuse).
+        "UPDATE runs SET status = 'halted' WHERE CASE WHEN status = 'done' AND extra IS "
+        "NOT NULL THEN coalesce(json_extract(CAST(extra AS TEXT), '$.stopped_by'), "
+        "'termination/done') != 'termination/done' ELSE 0 END",
     ),
 )
 
@@ -592,7 +607,7 @@ class SqliteStore(SqlStore):
         # records no call has none: its end costs no file system call).
         filed = run_id not in self._fresh or self._calls.holds(run_id)
         self._forget(run_id)  # whoever resumes it acquires it first
-        if status == "done" and filed:
+        if status in ENDED_STATUSES and filed:
             self._calls.finished(run_id)
 
     def put_graph(self, graph_hash: str, ir: bytes) -> None:

@@ -759,6 +759,67 @@ class CheckpointStoreConformance:
             store.set_status("r1", "running", owner=owner.token)
         assert store.acquire("r1", _foreign_owner("next")).status == "done"
 
+    def test_committing_the_last_step_halted_keeps_rule_and_reason(
+        self, store: CheckpointStore
+    ) -> None:
+        """A run a halt rule stopped ends ``halted`` at its last commit: the lease is
+        released as for ``done``, and the rule and its reason stay on the record."""
+        owner = _foreign_owner()
+        store.create_run(make_run("r1", owner=owner), make_step(0))
+        store.commit_step(
+            "r1",
+            make_step(1),
+            status="halted",
+            stopped_by="termination/error_budget",
+            stop_reason="error_budget_exhausted",
+            owner=owner.token,
+        )
+        run = _released(store.get_run("r1"))
+        assert (run.status, run.last_step, run.stopped_by, run.stop_reason) == (
+            "halted",
+            1,
+            "termination/error_budget",
+            "error_budget_exhausted",
+        )
+        assert store.heartbeat("r1", owner) is False, "the lease is gone"
+        assert [r.run_id for r in store.list_runs(status="halted")] == ["r1"]
+        assert store.list_runs(status="done") == []
+
+    def test_set_status_halted_and_done_by_a_rule(self, store: CheckpointStore) -> None:
+        """``set_status`` keeps ``stop_reason`` beside ``stopped_by``, for ``halted`` and for
+        ``done`` by a success rule; a later status change without them clears them."""
+        store.create_run(make_run("h"), make_step(0))
+        store.create_run(make_run("d"), make_step(0))
+        store.set_status("h", "halted", stopped_by="guard/blocked", stop_reason="blocked")
+        store.set_status("d", "done", stopped_by="termination/done", stop_reason="done")
+        h, d = store.get_run("h"), store.get_run("d")
+        assert (h.status, h.stopped_by, h.stop_reason, h.owner) == (
+            "halted",
+            "guard/blocked",
+            "blocked",
+            None,
+        )
+        assert (d.status, d.stopped_by, d.stop_reason) == ("done", "termination/done", "done")
+        assert {r.run_id for r in store.list_runs(status="halted")} == {"h"}
+        assert {r.run_id for r in store.list_runs(status="done")} == {"d"}
+        store.set_status("d", "failed", error="boom")
+        assert (store.get_run("d").stopped_by, store.get_run("d").stop_reason) == (None, None)
+
+    def test_a_pending_run_is_listed_as_pending_and_can_be_taken(
+        self, store: CheckpointStore
+    ) -> None:
+        """A run created ``pending`` (a fork nobody continued) is neither running nor
+        orphaned; a resumer acquires it and sets it running."""
+        store.create_run(make_run("p", status="pending"), make_step(0))
+        assert store.get_run("p").status == "pending"
+        assert [r.run_id for r in store.list_runs(status="pending")] == ["p"]
+        assert store.list_runs(status="running") == []
+        assert store.list_runs(status="orphaned") == []
+        owner = _foreign_owner()
+        assert store.acquire("p", owner).status == "pending"
+        store.set_status("p", "running", owner=owner.token)
+        assert store.get_run("p").status == "running"
+
     def test_committing_with_another_status_keeps_the_lease(self, store: CheckpointStore) -> None:
         """Only ``done`` ends a run at a commit: a commit that keeps a run failed (a migration
         step written by the resumer that holds the lease) leaves the lease held."""

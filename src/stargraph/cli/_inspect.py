@@ -15,6 +15,7 @@ from typing import Any
 import click
 
 from stargraph.checkpoint import CheckpointStore, RunRecord
+from stargraph.checkpoint._records import ENDED_STATUSES
 from stargraph.cli._load import (
     DEFAULT_DB,
     CliError,
@@ -32,7 +33,16 @@ from stargraph.replay import align_steps, value_changes
 
 __all__ = ["diff_command", "diff_runs", "runs_command", "show_command"]
 
-_STATUSES = ("running", "interrupted", "done", "failed", "cancelled", "orphaned")
+_STATUSES = (
+    "pending",
+    "running",
+    "interrupted",
+    "done",
+    "halted",
+    "failed",
+    "cancelled",
+    "orphaned",
+)
 
 
 def _dumps(value: Any, *, indent: int | None = None) -> str:
@@ -121,11 +131,20 @@ def runs_command(db: str, status: str | None, limit: int, as_json: bool) -> None
     print_table(header, rows)
 
 
-def _summary(record: RunRecord) -> list[str]:
+def _routed_as(store: CheckpointStore, record: RunRecord) -> str | None:
+    """The node a fork's update was routed as (``fork --as-node``), if it was."""
+    if record.parent_step is None or record.last_step <= record.parent_step:
+        return None
+    at = record.parent_step + 1
+    (update,) = store.get_steps(record.run_id, start=at, end=at)
+    return update.as_node
+
+
+def _summary(record: RunRecord, routed_as: str | None = None) -> list[str]:
     lines = [
         f"run        {record.run_id}",
         f"graph      {record.graph_name} {record.graph_hash}",
-        f"status     {record.status}",
+        f"status     {record.outcome()}",
         f"last step  {record.last_step}",
         f"created    {record.created_at or '-'}",
         f"updated    {record.updated_at or '-'}",
@@ -133,8 +152,9 @@ def _summary(record: RunRecord) -> list[str]:
     if record.thread_id is not None:
         lines.append(f"thread     {record.thread_id}, turn {record.turn}")
     if record.parent_run_id:
-        lines.append(f"forked     from {record.parent_run_id} at step {record.parent_step}")
-    if record.stopped_by:
+        routed = f", its update routed as {routed_as}" if routed_as else ""
+        lines.append(f"forked     from {record.parent_run_id} at step {record.parent_step}{routed}")
+    if record.stopped_by and record.status not in ENDED_STATUSES:  # the status names a rule
         lines.append(f"stopped by {record.stopped_by}")
     if record.error:
         lines.append(f"error      {record.error}")
@@ -178,7 +198,8 @@ def show_command(
             return
         if step is not None and step > record.last_step:
             raise CliError(f"run {run_id} has steps 0..{record.last_step}; there is no step {step}")
-        for line in _summary(record):
+        routed_as = _routed_as(store, record) if record.parent_run_id else None
+        for line in _summary(record, routed_as):
             click.echo(line)
         click.echo("")
         for view in viz.step_views(store, run_id, step):

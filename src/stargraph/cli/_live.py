@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol, TextIO
 
+from stargraph.checkpoint._records import describe_outcome
 from stargraph.runtime import (
     Event,
     NodeFinished,
@@ -50,6 +51,11 @@ def _who(event: Event) -> str:
     return "/".join([*event.path, node]) if event.path else node
 
 
+def _ended(event: RunFinished) -> str:
+    """``halted by rule R: reason`` (or ``done by rule ...``) of a run a rule ended."""
+    return describe_outcome(event.status, event.stopped_by, event.stop_reason)
+
+
 def describe_event(event: Event) -> str | None:
     """One progress line for ``event`` (``None`` for events not worth a line)."""
     at = f"[step {event.step}]"
@@ -66,7 +72,9 @@ def describe_event(event: Event) -> str | None:
     if isinstance(event, RunInterrupted):
         return f"{at} run {event.run_id} is waiting"
     if isinstance(event, RunFinished):
-        by = f", halted by rule {event.stopped_by}" if event.stopped_by else ""
+        if event.status == "halted":
+            return f"{at} run {event.run_id} {_ended(event)}"
+        by = f" ({_ended(event)})" if event.stopped_by else ""
         return f"{at} run {event.run_id} finished{by}"
     if isinstance(event, RunFailed):
         where = f" in {_who(event)}" if event.node else ""

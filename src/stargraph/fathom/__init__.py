@@ -8,7 +8,7 @@ docs/concepts/rules.md). This is the only package that imports clipspy. The piec
   ``when``/``then`` form); its ``source_hash`` feeds the graph hash.
 * :func:`default_termination_pack` holds the rules ``done``, ``error_budget``, ``max_steps``.
 * :class:`RuleEngine` owns one CLIPS environment per run and returns a :class:`Decision`
-  (halt > interrupt > goto > continue) naming the rule that produced it; ``snapshot()`` /
+  (halt = finish > interrupt > goto > continue) naming the rule that produced it; ``snapshot()`` /
   ``restore()`` carry its facts across checkpoints. It implements the runtime's seam
   :class:`DecisionEngine` (``stargraph.runtime``'s ``DecisionMaker``), and
   :class:`Decision` the runtime's ``EngineDecision``.
@@ -26,8 +26,12 @@ Rules see three engine templates, and decide by asserting ``sg-decision``::
              (tool-result "<str>"|nil) (error-count <int>))
     (sg-state (<fact field> <value>) ... (done TRUE|FALSE))
     (sg-fact (name "<str>") (value <any>))            ; facts rules assert for later steps
-    (assert (sg-decision (kind goto|halt|interrupt|continue) (target "<node>")
+    (assert (sg-decision (kind goto|halt|finish|interrupt|continue) (target "<node>")
                          (reason "<str>") (rule <this rule's name>)))
+
+``halt`` stops the run before its end (status ``halted``: an exhausted budget, a guard);
+``finish`` says the task is complete and ends the run ``done``; both name the rule in the
+run record's ``stopped_by`` and their reason in its ``stop_reason``.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Per step the engine (1) writes the engine facts and the state facts by calling `
 with clipspy values -- never CLIPS text --, (2) runs the agenda with a limit and under a
 time and memory budget (:class:`~._raw.Watchdog`), (3) checks the environment's error state
 and captured error output, and (4) reads the asserted ``sg-decision`` facts back as plain
-values. Precedence is halt > interrupt > goto >
+values. Precedence is halt = finish > interrupt > goto >
 continue; within a kind the first rule to fire wins. Python never holds a fact that is
 later retracted, which keeps the per-step cost flat (clipspy 1.0.6 never releases such facts).
 """
@@ -77,9 +77,9 @@ class Decision(TypedModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: DecisionKind = Field(description="continue, goto, halt or interrupt.")
+    kind: DecisionKind = Field(description="continue, goto, halt, finish or interrupt.")
     target: str | None = Field(None, description="The node to go to, for goto.")
-    reason: str | None = Field(None, description="Why, for halt and interrupt.")
+    reason: str | None = Field(None, description="Why, for halt, finish and interrupt.")
     rule: str | None = Field(None, description="The rule that produced this decision.")
     fired: tuple[str, ...] = Field((), description="Every rule that asserted a decision.")
 

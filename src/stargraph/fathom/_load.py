@@ -48,7 +48,7 @@ _BASE: Final = (
   (slot tool-result (type STRING SYMBOL) (allowed-symbols nil) (default nil))
   (slot error-count (type INTEGER) (default 0)))""",
     """(deftemplate sg-decision
-  (slot kind (type SYMBOL) (allowed-symbols continue goto halt interrupt) (default ?NONE))
+  (slot kind (type SYMBOL) (allowed-symbols continue goto halt finish interrupt) (default ?NONE))
   (slot target (type STRING SYMBOL) (allowed-symbols nil) (default nil))
   (slot reason (type STRING SYMBOL) (allowed-symbols nil) (default nil))
   (slot rule (type SYMBOL) (default ?NONE)))""",

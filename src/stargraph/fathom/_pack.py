@@ -160,17 +160,18 @@ class RulePack(TypedModel):
 
 
 _TERMINATION: Final = """\
-; fathom-pack: id=termination version=1
+; fathom-pack: id=termination version=2
 ; The default termination pack: every ReAct loop and SkillSpec machine stops through it.
 ; `step` counts the steps already taken, so `max_steps` halts after exactly that many.
-; Salience orders simultaneous halts: a finished task is reported as done, not as a limit.
+; `done` finishes the run (status done); the limits halt it (status halted). Salience
+; orders them when several fire at once: a finished task is reported as done, not as a limit.
 
 (defrule done
   "The state says the task is finished."
   (declare (salience 20))
   (sg-state (done TRUE))
   =>
-  (assert (sg-decision (kind halt) (reason "done") (rule done))))
+  (assert (sg-decision (kind finish) (reason "done") (rule done))))
 
 (defrule error_budget
   "Too many failed tool calls or node errors."
@@ -201,10 +202,11 @@ def default_termination_pack(max_steps: int, error_budget: int) -> RulePack:
     """The pack with rules ``done``, ``error_budget`` and ``max_steps`` (id ``termination``).
 
     ``max_steps`` halts once ``step >= max_steps``; ``error_budget`` once
-    ``error_count >= error_budget``; ``done`` when the ``done`` fact is true.
+    ``error_count >= error_budget`` (the run ends ``halted``); ``done`` finishes the run
+    (``done``) when the ``done`` fact is true.
     """
     problems = budget_problems(max_steps, error_budget, at="termination pack: ", fix="pass one")
     if problems:
         raise RuleCompileError(problems, subject="rule pack 'termination'")
     text = _TERMINATION.format(max_steps=max_steps, error_budget=error_budget)
-    return RulePack.from_clp("termination", "1", text)
+    return RulePack.from_clp("termination", "2", text)

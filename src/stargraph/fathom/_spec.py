@@ -13,9 +13,10 @@ Conditions (all must hold) name a subject and either a literal (equality) or ope
 ``step``, ``node``, ``last_event``, ``tool_result``, ``error_count`` (engine facts),
 ``state.<field>`` (a state field marked ``Fact()``), ``fact.<name>`` (a fact asserted by a
 rule), or ``{"no_fact": "<name>"}``. Operators: ``==  !=  <  <=  >  >=  in  not_in``.
-Actions: ``goto`` (node), ``halt`` (reason), ``interrupt`` (reason), ``assert``
-(``{"name", "value"}``). Spec values are the pack author's constants, rendered as CLIPS
-literals with escaping; run-time values never pass through here.
+Actions: ``goto`` (node), ``halt`` (reason: stop the run before its end, status
+``halted``), ``finish`` (reason: the task is complete, end the run ``done``), ``interrupt``
+(reason), ``assert`` (``{"name", "value"}``). Spec values are the pack author's constants,
+rendered as CLIPS literals with escaping; run-time values never pass through here.
 """
 
 from __future__ import annotations
@@ -39,7 +40,8 @@ _ENGINE_SLOTS: Final = {
     "error_count": "error-count",
 }
 _OPS: Final = frozenset({"==", "!=", "<", "<=", ">", ">=", "in", "not_in"})
-_ACTIONS: Final = frozenset({"goto", "halt", "interrupt", "assert"})
+_ACTIONS: Final = frozenset({"goto", "halt", "finish", "interrupt", "assert"})
+_DECIDING: Final = ("goto", "halt", "finish", "interrupt")
 
 
 class _SpecError(Exception):
@@ -159,8 +161,8 @@ def _actions(name: str, then: Any) -> Iterator[str]:
             f"'then' must be an object with actions from {sorted(_ACTIONS)}, got {then!r}",
             'write "then": {"halt": "reason"}',
         )
-    if sum(k in then for k in ("goto", "halt", "interrupt")) > 1:
-        raise _SpecError("a rule takes at most one of goto/halt/interrupt", "split the rule")
+    if sum(k in then for k in _DECIDING) > 1:
+        raise _SpecError("a rule takes at most one of goto/halt/finish/interrupt", "split the rule")
     if "assert" in then:
         fact = then["assert"]
         if not isinstance(fact, dict) or set(fact) != {"name", "value"}:
@@ -171,11 +173,11 @@ def _actions(name: str, then: Any) -> Iterator[str]:
         if not isinstance(then["goto"], str):
             raise _SpecError("'goto' names a node", 'write {"goto": "node_name"}')
         yield f"(assert (sg-decision (kind goto) (target {literal(then['goto'])}) (rule {name})))"
-    for kind in ("halt", "interrupt"):
+    for kind in ("halt", "finish", "interrupt"):
         if kind in then:
             reason = literal(str(then[kind]))
             yield f"(assert (sg-decision (kind {kind}) (reason {reason}) (rule {name})))"
-    if not {"goto", "halt", "interrupt"} & set(then):
+    if not set(_DECIDING) & set(then):
         # A vote to continue records that the rule fired, so the decision names it.
         yield f"(assert (sg-decision (kind continue) (rule {name})))"
 

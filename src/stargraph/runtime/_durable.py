@@ -471,6 +471,7 @@ class Persistence:
                 "updated_at": "",
                 "error": None,
                 "stopped_by": None,
+                "stop_reason": None,
                 "interrupt": None,
                 "owner": owner,
                 "lease_expires": None,
@@ -494,6 +495,7 @@ class Persistence:
                 "attempts": {},
                 "calls": (),
                 "created_ms": _now_ms(),
+                "as_node": None,
             },
         )
         if self.durability == "sync":  # an exit-mode run gives its graph when it is written
@@ -541,14 +543,19 @@ class Persistence:
         *,
         last: bool = False,
         stopped_by: str | None = None,
+        stop_reason: str | None = None,
+        halted: bool = False,
+        as_node: str | None = None,
     ) -> None:
         """Commit the step just merged: its writes, next tasks, joins (one transaction). The
         caller then clears the step's bookkeeping (``Run.committed``).
 
-        ``last``: nothing follows the step, so the run finishes right after it (stopped by
-        the rule ``stopped_by``, if one halted it). A store that can does it in the same
-        transaction - the step, status ``done`` and the lease released - and the
-        :meth:`finish` that follows has nothing left to write."""
+        ``last``: nothing follows the step, so the run finishes right after it (ended by the
+        rule ``stopped_by`` for ``stop_reason``, if one did; ``halted``: that rule halted
+        it). A store that can does it in the same transaction - the step, status ``done``
+        (or ``halted``) and the lease released - and the :meth:`finish` that follows has
+        nothing left to write. ``as_node``: the step is an update routed as that node.
+        """
         plain = self._plain
         if (
             plain is not None
@@ -559,6 +566,7 @@ class Persistence:
             and not run.attempts
             and run.rules is None
             and run.decision is None
+            and as_node is None
         ):
             # The common step of an in-memory run: its record is built only if it is read.
             ((task, written),) = results
@@ -627,6 +635,7 @@ class Persistence:
                 "attempts": dict(run.attempts) if run.attempts else {},
                 "calls": self._calls(run.journals) if run.journals else (),
                 "created_ms": time.time_ns() // 1_000_000,
+                "as_node": as_node,
             },
         )
         store = self.store
@@ -634,7 +643,12 @@ class Persistence:
         try:
             if last and getattr(store, "releases_on_final_commit", False) is True:
                 store.commit_step(
-                    run.run_id, record, status="done", stopped_by=stopped_by, owner=self.owner
+                    run.run_id,
+                    record,
+                    status="halted" if halted else "done",
+                    stopped_by=stopped_by,
+                    stop_reason=stop_reason,
+                    owner=self.owner,
                 )
                 self._done = True
                 self._let_go()  # the commit released the lease in the store
@@ -713,12 +727,21 @@ class Persistence:
         """Mark the run interrupted, waiting on ``interrupt`` (and release its lease)."""
         self._stop(run, "interrupted", interrupt=interrupt)
 
-    def finish(self, run: Progress, *, stopped_by: str | None = None) -> None:
-        """Mark the run done (and release its lease), unless its last commit did."""
+    def finish(
+        self,
+        run: Progress,
+        *,
+        stopped_by: str | None = None,
+        stop_reason: str | None = None,
+        halted: bool = False,
+    ) -> None:
+        """Mark the run done - or halted, when the rule ``stopped_by`` halted it - (and
+        release its lease), unless its last commit did."""
         if self._done:
             self.flush(run)
             return
-        self._stop(run, "done", stopped_by=stopped_by)
+        status = "halted" if halted else "done"
+        self._stop(run, status, stopped_by=stopped_by, stop_reason=stop_reason)
 
     def fail(self, run: Progress, error: str) -> None:
         """Mark the run failed (it stays resumable: fix the cause, then resume). The store
@@ -764,6 +787,7 @@ class Persistence:
             record.status,
             error=record.error,
             stopped_by=record.stopped_by,
+            stop_reason=record.stop_reason,
             interrupt=record.interrupt,
         )
         # Later events of the same run (a resume in this process) go straight to the target.

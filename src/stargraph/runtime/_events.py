@@ -91,11 +91,21 @@ class RunInterrupted(_EventBase):
 
 
 class RunFinished(_EventBase):
-    """The run reached its end; ``state`` is the final state as JSON data."""
+    """The run reached its end; ``state`` is the final state as JSON data. ``status`` is
+    ``done`` (the graph reached END, or a success rule ended it) or ``halted`` (a halt rule
+    stopped it: ``stopped_by`` names the rule, ``stop_reason`` says why)."""
 
     kind: Literal["run_finished"] = "run_finished"
     state: dict[str, Any]
-    stopped_by: str | None = Field(default=None, description="Rule that halted the run.")
+    stopped_by: str | None = Field(
+        default=None, description="The rule that ended the run (halted it, or finished it)."
+    )
+    status: Literal["done", "halted"] = Field(
+        default="done", description="``halted`` when a halt rule stopped the run."
+    )
+    stop_reason: str | None = Field(
+        default=None, description="Why the rule ``stopped_by`` ended the run."
+    )
 
 
 class RunCancelled(_EventBase):

@@ -594,8 +594,8 @@ class CompiledGraph(Generic[StateT]):
         The fork holds a copy of the parent's steps ``0..step`` (same step ids, same recorded
         calls, so it replays like the parent up to there); ``update`` becomes step
         ``step + 1``, written by ``__update__``. It is linked to its parent
-        (``parent_run_id``/``parent_step``); continue it with ``resume(new_run_id)``.
-        Returns the new run id.
+        (``parent_run_id``/``parent_step``) and ``pending`` until ``resume(new_run_id)``
+        starts it. Returns the new run id.
 
         Without ``as_node`` the fork keeps the tasks the parent had scheduled after
         ``step``: an edit of a field a router reads does not change where the run goes.
@@ -604,7 +604,10 @@ class CompiledGraph(Generic[StateT]):
         node's edges, routers (``Send``s included), joins and rules, as LangGraph's
         ``update_state(..., as_node=)`` does. Any node of the graph may be named, whether
         or not it ran before ``step``; a name the graph lacks raises
-        :class:`~stargraph.errors.InvalidInputError` listing its nodes.
+        :class:`~stargraph.errors.InvalidInputError` listing its nodes. The update step
+        records ``as_node`` (``StepRecord.as_node``); when that node's rules end the run at
+        the update (a ``halt`` or a ``finish``), the fork is ``halted`` or ``done`` instead of
+        ``pending``.
         """
         return fork_run(
             self.steploop,

@@ -87,11 +87,11 @@ class Interrupt(TypedModel):
 
 class RuleDecision(BaseModel):
     """What a step's rules decided, when not ``continue``: the deciding ``rule``, the
-    ``goto`` ``targets`` and the ``reason`` of a ``halt`` or ``interrupt``."""
+    ``goto`` ``targets`` and the ``reason`` of a ``halt``, ``finish`` or ``interrupt``."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    kind: Literal["goto", "halt", "interrupt"]
+    kind: Literal["goto", "halt", "finish", "interrupt"]
     rule: str | None = None
     targets: tuple[str, ...] = ()
     reason: str | None = None

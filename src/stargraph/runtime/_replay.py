@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from stargraph.checkpoint import Recording, StepRecord
+from stargraph.checkpoint._records import ENDED_STATUSES
 from stargraph.errors import (
     GraphHashMismatch,
     ReplayDivergenceError,
@@ -191,7 +192,7 @@ class ReplayDriver:
                     loop.step_once(run, self.runner)
                 yield run.step
             recorded = self.recording.run
-            if self.last == max(self.steps) and recorded.status == "done" and not run.tasks:
+            if self.last == max(self.steps) and recorded.status in ENDED_STATUSES and not run.tasks:
                 loop.finish(run)
         except StargraphError as exc:
             loop.fail(run, exc)

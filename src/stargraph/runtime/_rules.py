@@ -3,8 +3,9 @@
 The runtime does not import the rule engine (only ``stargraph.fathom`` imports clipspy); the
 compiler hands it a factory of :class:`DecisionMaker` objects, which ``stargraph.fathom``
 implements. After each step, the rules of the graph - and of each node that ran - decide
-``continue``, ``goto``, ``halt`` or ``interrupt`` (an :class:`EngineDecision` each);
-decisions combine with the precedence halt > interrupt > goto > continue (:data:`RANK`) into
+``continue``, ``goto``, ``halt``, ``finish`` or ``interrupt`` (an :class:`EngineDecision`
+each); decisions combine with the precedence halt = finish > interrupt > goto > continue
+(:data:`RANK`) into
 one :class:`StepDecision`, and every non-``continue`` one is an event naming the rule that
 fired and a ``RuleDecision`` stored with the step.
 """
@@ -16,11 +17,20 @@ from typing import Any, Final, Literal, Protocol, runtime_checkable
 
 __all__ = ["RANK", "DecisionKind", "DecisionMaker", "EngineDecision", "RuleSet", "StepDecision"]
 
-DecisionKind = Literal["continue", "goto", "halt", "interrupt"]
-"""What rules may decide after a step."""
+DecisionKind = Literal["continue", "goto", "halt", "finish", "interrupt"]
+"""What rules may decide after a step. ``halt`` stops the run before its end (status
+``halted``); ``finish`` declares the task complete and ends the run ``done``."""
 
-RANK: Final[Mapping[str, int]] = {"continue": 0, "goto": 1, "interrupt": 2, "halt": 3}
-"""Precedence of decision kinds: the strongest wins, within one engine and across engines."""
+RANK: Final[Mapping[str, int]] = {
+    "continue": 0,
+    "goto": 1,
+    "interrupt": 2,
+    "halt": 3,
+    "finish": 3,
+}
+"""Precedence of decision kinds: the strongest wins, within one engine and across engines.
+``finish`` and ``halt`` rank equal, so the first to fire (by salience) wins: a task finished
+at the step its budget ran out is reported done."""
 
 
 class EngineDecision(Protocol):
@@ -33,7 +43,7 @@ class EngineDecision(Protocol):
 
     @property
     def kind(self) -> DecisionKind:
-        """``continue``, ``goto``, ``halt`` or ``interrupt``."""
+        """``continue``, ``goto``, ``halt``, ``finish`` or ``interrupt``."""
         ...
 
     @property
@@ -43,7 +53,7 @@ class EngineDecision(Protocol):
 
     @property
     def reason(self) -> str | None:
-        """Why, for ``halt`` and ``interrupt``."""
+        """Why, for ``halt``, ``finish`` and ``interrupt``."""
         ...
 
     @property

@@ -97,6 +97,7 @@ class Run:
         "emit",
         "entropy",
         "feed",
+        "halted",
         "interrupt",
         "joins_seen",
         "journals",
@@ -114,6 +115,7 @@ class Run:
         "run_id",
         "skip_interrupt_before",
         "step",
+        "stop_reason",
         "stopped_by",
         "tasks",
         "values",
@@ -167,7 +169,11 @@ class Run:
         # current step's tasks, by (node, index).
         self.replay: ReplaySource | None = None
         self.replay_calls: dict[tuple[str, int], list[JournalEntry]] | None = None
+        # The rule that ended the run and why; ``halted``: it stopped the run before the
+        # end (a halt), rather than declaring the task complete (a finish).
         self.stopped_by: str | None = None
+        self.stop_reason: str | None = None
+        self.halted = False
         # The interrupt a rule decided at this step, stopped at once the step is committed.
         self.rule_interrupt: Interrupt | None = None
         # The interrupt the run stopped at, if it did.

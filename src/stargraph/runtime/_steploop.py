@@ -679,7 +679,14 @@ class StepLoop:
             # Nothing scheduled and no interrupt to stop at: the run finishes after this step,
             # and a store that can marks it done in the step's own transaction.
             last = not run.tasks and run.rule_interrupt is None
-            run.persistence.commit(run, results, last=last, stopped_by=run.stopped_by)
+            run.persistence.commit(
+                run,
+                results,
+                last=last,
+                stopped_by=run.stopped_by,
+                stop_reason=run.stop_reason,
+                halted=run.halted,
+            )
             run.committed()
         elif run.attempts:
             run.attempts = {}
@@ -692,8 +699,8 @@ class StepLoop:
             )
 
     def apply_rules(self, run: Run, ran: Sequence[Task]) -> None:
-        """Let the rules decide after the tasks ``ran``: a halt, an interrupt or a goto
-        replaces what the edges scheduled in ``run.tasks``."""
+        """Let the rules decide after the tasks ``ran``: a halt, a finish, an interrupt or a
+        goto replaces what the edges scheduled in ``run.tasks``."""
         rules = run.rules
         assert rules is not None
         if not rules.applies(ran):
@@ -717,9 +724,11 @@ class StepLoop:
             target=",".join(decision.targets) or None,
             reason=decision.reason,
         )
-        if decision.kind == "halt":
+        if decision.kind in ("halt", "finish"):
             run.tasks = ()
             run.stopped_by = decision.rule
+            run.stop_reason = decision.reason
+            run.halted = decision.kind == "halt"
         elif decision.kind == "interrupt":
             run.rule_interrupt = Interrupt(
                 kind="rule", rule=decision.rule, reason=decision.reason, step=run.step
@@ -731,15 +740,20 @@ class StepLoop:
             )
 
     def finish(self, run: Run) -> None:
-        """The run has nothing scheduled: mark it done and emit ``run_finished``."""
+        """The run has nothing scheduled: mark it done (or halted, when a halt rule stopped
+        it) and emit ``run_finished``."""
         if run.persistence is not None:
-            run.persistence.finish(run, stopped_by=run.stopped_by)
+            run.persistence.finish(
+                run, stopped_by=run.stopped_by, stop_reason=run.stop_reason, halted=run.halted
+            )
         if run.emit is not None:  # the event dumps the whole state: only build it when seen
             self.emit(
                 run,
                 RunFinished,
                 state=jsonable(self.plan.channels, run.values),
                 stopped_by=run.stopped_by,
+                status="halted" if run.halted else "done",
+                stop_reason=run.stop_reason,
             )
 
     def _engine_failed(self, run: Run, exc: Exception) -> EngineError:

@@ -19,10 +19,12 @@ from stargraph.checkpoint import (
     CheckpointStore,
     JournalEntry,
     RunRecord,
+    RunStatus,
     StepRecord,
     WriteRecord,
 )
 from stargraph.checkpoint._lease import Lease
+from stargraph.checkpoint._records import ENDED_STATUSES
 from stargraph.errors import (
     CheckpointError,
     CodeHashMismatch,
@@ -83,7 +85,8 @@ def fork(
 ) -> str:
     """``CompiledGraph.fork`` (documented there): copy steps ``0..step`` of ``run_id`` into
     a new run linked to it, ``update`` committed as the step after (routed from ``as_node``
-    if given); the new run's id."""
+    if given); the new run's id. The fork is ``pending`` until ``resume`` starts it, or
+    ``halted``/``done`` when the rules of ``as_node`` ended it at the update."""
     store, record = _fork_point(loop, run_id, step, as_node, code_hash)
     new_id = new_run_id or f"{run_id}~{uuid.uuid4().hex[:8]}"
     writes = validate_update(loop, update, new_id) if update else None
@@ -98,6 +101,7 @@ def fork(
                 "parent_step": step,
                 "error": None,
                 "stopped_by": None,
+                "stop_reason": None,
                 "interrupt": None,
                 "owner": None,  # the parent's lease, if any, is not the fork's
                 # A fork of a thread's turn is a branch beside the thread, not a turn.
@@ -112,6 +116,8 @@ def fork(
     )
     for past in history[1:]:
         store.commit_step(new_id, past)
+    status: RunStatus = "pending"
+    stopped_by = stop_reason = None
     if writes or as_node is not None:
         values, at = load_values(store, loop.plan.channels, new_id, step)
         run = _run_at(loop, new_id, values, at, step, rules=as_node is not None)
@@ -122,6 +128,12 @@ def fork(
             if run.rules is not None:
                 run.rules.close()
                 run.rules = None
+        if run.stopped_by is not None and not run.tasks:
+            # The rules of as_node ended the run at the update: it is over, not pending.
+            status = "halted" if run.halted else "done"
+            stopped_by, stop_reason = run.stopped_by, run.stop_reason
+    # Nobody runs the fork until resume(new_id): it must not look like a run in progress.
+    store.set_status(new_id, status, stopped_by=stopped_by, stop_reason=stop_reason)
     return new_id
 
 
@@ -242,7 +254,7 @@ def run_nested(
     else:
         store = require_store(loop)
         raw.extend(history_writes(loop, run_id, record.last_step))
-        if record.status == "done":
+        if record.status in ENDED_STATUSES:
             values, _ = load_values(store, loop.plan.channels, run_id, record.last_step)
             return values, raw
         response = NO_RESPONSE
@@ -391,10 +403,17 @@ def _check_resumable(record: RunRecord, asked: Interrupt | None, response: Any) 
     """Refuse a run that is done, or a ``response`` given to a run that waits for none (or
     missing for one that does: ``asked``, the node interrupt it waits on)."""
     run_id = record.run_id
-    if record.status == "done":
+    if record.status in ENDED_STATUSES:
+        how = (
+            f"was halted by rule {record.stopped_by}"
+            + (f" ({record.stop_reason})" if record.stop_reason else "")
+            + f" at step {record.last_step}, which ends it like done"
+            if record.status == "halted"
+            else f"finished at step {record.last_step}"
+        )
         raise RunNotResumableError(
-            f"run {run_id!r} finished at step {record.last_step}; there is nothing to "
-            f"resume (use fork({run_id!r}, step) to continue from an earlier step)",
+            f"run {run_id!r} {how}; there is nothing to resume (use fork({run_id!r}, step) "
+            "to continue from an earlier step)",
             run_id=run_id,
             step=record.last_step,
         )
@@ -555,5 +574,5 @@ def apply_update(
     if as_node is not None:
         _route_as(loop, run, as_node)
     assert run.persistence is not None
-    run.persistence.commit(run, [(Task("__update__"), writes)])
+    run.persistence.commit(run, [(Task("__update__"), writes)], as_node=as_node)
     run.committed()

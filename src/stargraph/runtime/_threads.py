@@ -24,7 +24,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from stargraph.checkpoint import CheckpointStore, RunRecord
-from stargraph.checkpoint._records import unicode_problem
+from stargraph.checkpoint._records import ENDED_STATUSES, unicode_problem
 from stargraph.errors import (
     CheckpointError,
     InvalidInputError,
@@ -88,6 +88,8 @@ def _busy(thread_id: str, last: RunRecord) -> ThreadBusyError:
         todo = f"the process running it is gone: resume({rid!r}) first"
     elif last.status == "failed":
         todo = f"it failed ({last.error}): fix the cause, then resume({rid!r}) first"
+    elif last.status == "pending":
+        todo = f"it was never started: resume({rid!r}) first"
     else:  # cancelled
         todo = f"it was cancelled ({last.stopped_by}): resume({rid!r}) first"
     return ThreadBusyError(
@@ -160,7 +162,7 @@ def start_turn(
     if not turns:
         return Turn(tid, 1, initial_values(graph.state_model, input, run_id))
     last = turns[-1]
-    if last.status != "done":
+    if last.status not in ENDED_STATUSES:  # a halted turn ended as surely as a done one
         raise _busy(tid, last)
     values, _ = load_values(store, graph.channels, last.run_id, last.last_step)
     values = _apply(graph, values, _input_items(input), run_id=run_id, thread_id=tid)

@@ -10,7 +10,8 @@ Two packs are mounted on the loop's ``observe`` node, which ends every ReAct ste
   is the pack ``react_graph(rules=...)`` replaces: without a ``final_answer`` rule an answer
   does not end the loop.
 
-The success rules halt with a higher salience than the budgets, so a step that both
+The success rules are ``finish`` decisions (the run ends ``done``, by the rule) with a higher
+salience than the budgets, which ``halt`` (the run ends ``halted``), so a step that both
 finishes the task and reaches a limit is reported as finished, not as a limit.
 """
 
@@ -72,9 +73,9 @@ def termination_pack(max_steps: int = 10, error_budget: int = 3) -> fathom.RuleP
 def exit_pack(*, final_answer: bool = True, done_flag: bool = True) -> fathom.RulePack:
     """The ``exit`` pack of the ReAct loop: the rules that end it on success.
 
-    * ``final_answer`` halts when the step's reply was a valid final answer (``observe``
+    * ``final_answer`` finishes the run when the step's reply was a valid final answer (``observe``
       leaves ``last_event`` at ``final_answer``);
-    * ``done_flag`` halts when a tool result of the step set the loop's declared done field
+    * ``done_flag`` finishes it when a tool result of the step set the loop's declared done field
       (``act`` sets ``last_event`` to ``tool_done``, which ``observe`` keeps).
 
     ``react_graph`` mounts ``exit_pack(done_flag=done_field is not None)`` unless given
@@ -92,7 +93,7 @@ def exit_pack(*, final_answer: bool = True, done_flag: bool = True) -> fathom.Ru
                 "name": "final_answer",
                 "salience": _SUCCESS_SALIENCE,
                 "when": [{"last_event": "final_answer"}, _AT_OBSERVE],
-                "then": {"halt": "final_answer"},
+                "then": {"finish": "final_answer"},
             }
         )
     if done_flag:
@@ -101,7 +102,7 @@ def exit_pack(*, final_answer: bool = True, done_flag: bool = True) -> fathom.Ru
                 "name": "done_flag",
                 "salience": _SUCCESS_SALIENCE,
                 "when": [{"last_event": "tool_done"}, _AT_OBSERVE],
-                "then": {"halt": "done_flag"},
+                "then": {"finish": "done_flag"},
             }
         )
     return fathom.RulePack.from_spec({"id": "exit", "version": "react-1", "rules": rules})

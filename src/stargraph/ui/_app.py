@@ -35,6 +35,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from stargraph._typed import TypedModel
 from stargraph.checkpoint import CheckpointStore, PollingWatch, RunRecord, StepRecord, watch_runs
 from stargraph.checkpoint._compact import expand_stored
+from stargraph.checkpoint._records import ENDED_STATUSES
 from stargraph.compile._subgraphs import site_of  # how the runner names a child run
 from stargraph.errors import RunNotFoundError, StargraphError, UsageError
 from stargraph.ir import GraphIR, SubgraphNodeIR
@@ -492,9 +493,9 @@ async def _form(request: Request) -> dict[str, str]:
 
 
 def _unstarted_fork(run: RunRecord) -> bool:
-    """A fork nobody has continued: still ``running``, unleased, no step past its copy and
-    its update."""
-    return (
+    """A fork nobody has continued: ``pending`` (or, written before that status, still
+    ``running``, unleased, no step past its copy and its update)."""
+    return run.status == "pending" or (
         run.parent_run_id is not None
         and run.parent_step is not None
         and run.status == "running"
@@ -626,8 +627,9 @@ def create_app(
             tail = records[-1] if records and records[-1].step == run.last_step else None
             if tail is None:
                 tail = store.get_steps(run_id, start=run.last_step, end=run.last_step)[0]
-            pending = frozenset() if run.status == "done" else frozenset(t.node for t in tail.next)
-            svg = graph_svg(graph.ir, digest, finished=run.status == "done", waiting=pending)
+            ended = run.status in ENDED_STATUSES
+            pending = frozenset() if ended else frozenset(t.node for t in tail.next)
+            svg = graph_svg(graph.ir, digest, finished=ended, waiting=pending)
             picture = f'<div class="picture">{svg}</div>'
             if not digest.timed:
                 picture += '<p class="muted">These steps carry no commit times: no durations.</p>'

@@ -43,7 +43,16 @@ PAGE_SIZE: Final = 50
 DIFF_PAGE_SIZE: Final = 50
 """Lines per page of a diff (a fold of identical steps is one line)."""
 
-STATUSES: Final = ("running", "interrupted", "done", "failed", "cancelled", "orphaned")
+STATUSES: Final = (
+    "pending",
+    "running",
+    "interrupted",
+    "done",
+    "halted",
+    "failed",
+    "cancelled",
+    "orphaned",
+)
 
 LIVE_OUTPUT: Final = (
     '<section id="live-output" class="live-output" hidden><h2>Model output, streaming</h2>'
@@ -531,6 +540,8 @@ def summary_table(
         items.append(("cost", f"${digest.cost:.4f}"))
     if run.stopped_by:
         items.append(("stopped by", f"<code>{escape(run.stopped_by)}</code>"))
+    if run.stop_reason:
+        items.append(("reason", f'<span id="stop-reason">{escape(run.stop_reason)}</span>'))
     if run.parent_run_id:
         parent = quote(run.parent_run_id, safe="")
         items.append(

@@ -125,6 +125,7 @@ code{font-size:.85rem;overflow-wrap:anywhere}
 .status{font-weight:600;white-space:nowrap;overflow-wrap:normal}.status-done{color:#1a7f37}.status-failed{color:#cf222e}
 .status-interrupted{color:#9a6700}.status-running{color:#0969da}
 .status-orphaned{color:#8250df}.status-cancelled{color:#6e7781}
+.status-halted{color:#bc4c00}.status-pending{color:#57606a}
 .filters{display:flex;gap:1rem;flex-wrap:wrap;margin-bottom:1rem;align-items:end}
 .picture{overflow-x:auto;max-width:100%}
 svg.graph{max-width:100%;height:auto}

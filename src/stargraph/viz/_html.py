@@ -29,6 +29,7 @@ vertical-align:top;text-align:left}th{background:#f5f5f7}
 pre{background:#f5f5f7;padding:.5rem;overflow:auto;margin:0;font-size:.85rem}
 code{font-size:.85rem}.status-done{color:#1a7f37}.status-failed{color:#cf222e}
 .status-interrupted{color:#9a6700}.status-running{color:#0969da}.muted{color:#6e7781}
+.status-halted{color:#bc4c00}
 .picture svg{max-width:100%;height:auto}
 """
 
@@ -81,6 +82,7 @@ def html_report(ir: GraphIR, store: CheckpointStore, run_id: str) -> str:
         ("created", escape(record.created_at or "-")),
         ("updated", escape(record.updated_at or "-")),
         ("stopped by", escape(record.stopped_by or "-")),
+        ("reason", escape(record.stop_reason or "-")),
         ("error", f"<pre>{escape(record.error)}</pre>" if record.error else "-"),
     ]
     if record.parent_run_id:
@@ -109,8 +111,11 @@ def html_report(ir: GraphIR, store: CheckpointStore, run_id: str) -> str:
             "</tr>"
         )
     notes = []
-    if record.stopped_by:
-        notes.append(f"<li>run halted by rule <code>{escape(record.stopped_by)}</code></li>")
+    if record.stopped_by and record.status in ("done", "halted"):
+        # "done by rule" for a success rule, "halted by rule" for a halt.
+        verb = "halted" if record.status == "halted" else "finished"
+        why = f": {escape(record.stop_reason)}" if record.stop_reason else ""
+        notes.append(f"<li>run {verb} by rule <code>{escape(record.stopped_by)}</code>{why}</li>")
     if isinstance(record.interrupt, dict) and record.interrupt.get("kind") == "rule":
         notes.append(
             f"<li>run interrupted by rule <code>{escape(str(record.interrupt.get('rule')))}"

@@ -49,6 +49,7 @@ from stargraph.checkpoint import (
     RunRecord,
     StepRecord,
 )
+from stargraph.checkpoint._records import ENDED_STATUSES
 from stargraph.errors import (
     CheckpointError,
     GraphHashMismatch,
@@ -520,7 +521,7 @@ class Worker(Closing):
         finally:
             self._current = None
             app.close()
-        if record.status == "done":
+        if record.status in ENDED_STATUSES:  # halted by a rule: it ended, nothing to redo
             return "done", None
         if record.status == "interrupted":
             return "interrupted", "waiting for a response: resume it with resume(run_id, ...)"
@@ -537,7 +538,7 @@ class Worker(Closing):
             status = None
         if status is None:
             app.invoke(claim.input, run_id=claim.run_id)
-        elif status in ("running", "orphaned", "cancelled"):
+        elif status in ("pending", "running", "orphaned", "cancelled"):
             app.resume(claim.run_id)
         return self.store.get_run(claim.run_id)
 

@@ -85,6 +85,11 @@ def test_issue44_each_way_out_is_a_rule_named_on_the_stored_run(
         final = app.invoke({"task": "add 1 and 2"}, run_id=way)
         record = store.get_run(way)
     assert record.stopped_by == rule
+    # A success rule finishes the run (done); a budget halts it (halted, with its reason).
+    success = rule.startswith("exit/")
+    assert record.status == ("done" if success else "halted")
+    reasons = {"error_budget": "error_budget_exhausted", "max_steps": "max_steps_exceeded"}
+    assert record.stop_reason == reasons.get(way, way)
     # The script holds exactly the replies the loop may ask for: a loop that went on past
     # its rule would run out of replies and fail.
     assert len(model.requests) == len(script)
@@ -244,11 +249,11 @@ def test_issue44_the_done_flag_decision_resumes_and_replays(
         assert store.get_run("r").stopped_by == "exit/done_flag"
         assert len(model.requests) == 1  # the first reply came from the record
         live = [(e.rule, e.decision, e.reason) for e in events if isinstance(e, RuleDecided)]
-        assert live == [("exit/done_flag", "halt", "done_flag")]
+        assert live == [("exit/done_flag", "finish", "done_flag")]
         # Offline, from the record alone: no model, no arbiter.
         offline = react_graph(tools=[ADD, FINISH], done_field="done").compile(store=store)
         replayed = list(offline.replay_stream("r"))
         decided = [(e.rule, e.decision, e.reason) for e in replayed if isinstance(e, RuleDecided)]
-        assert decided[-1] == ("exit/done_flag", "halt", "done_flag")
+        assert decided[-1] == ("exit/done_flag", "finish", "done_flag")
         assert offline.replay("r") == final
     assert final.final_answer == '{"done":true,"answer":"three"}'

@@ -256,7 +256,7 @@ def test_a_model_that_never_stops_halts_at_max_steps(
     assert final.final_answer is None
     assert final.trajectory[-1].kind == "observation"  # the last call was observed
     record = app.get_run("forever")
-    assert (record.status, record.stopped_by) == ("done", "termination/max_steps")
+    assert (record.status, record.stopped_by) == ("halted", "termination/max_steps")
     assert record.last_step == 3 * max_steps
 
 
@@ -273,7 +273,7 @@ def test_done_stops_the_loop_and_is_named_in_the_run_record(
     assert finished(events).stopped_by == "exit/final_answer"
     decided = [(e.step, e.decision, e.rule) for e in events if e.kind == "rule_decided"]
     # The answer goes think -> observe; the pack decides once, after observe.
-    assert decided == [(2, "halt", "exit/final_answer")]
+    assert decided == [(2, "finish", "exit/final_answer")]
     assert app.get_run("d").stopped_by == "exit/final_answer"
     assert app.get_run("d").last_step == 2
 
@@ -294,7 +294,7 @@ def test_error_budget_stops_the_loop_and_is_named_in_the_run_record(
     assert [r.status for r in final.tool_calls] == ["denied"] * 3
     assert final.trajectory[-1].kind == "observation"
     record = app.get_run("e")
-    assert (record.status, record.stopped_by) == ("done", "termination/error_budget")
+    assert (record.status, record.stopped_by) == ("halted", "termination/error_budget")
 
 
 def test_error_budget_counts_every_failed_call_of_a_parallel_reply(

@@ -6,8 +6,9 @@
   accepted transition maps to the target state's node, ``__stay__`` (a tool ran or a
   proposal was rejected: another LLM step here) to the node itself, ``__end__`` to ``END``.
 * A rule pack (id ``machine``) terminates: ``max_steps`` sends the run to the ``_stop`` node
-  once the ``llm_steps`` fact reaches the limit, and ``done`` / ``error`` /
-  ``cancelled`` halt with the reason recorded as the run's ``stopped_by``.
+  once the ``llm_steps`` fact reaches the limit; ``done`` finishes the run (status ``done``)
+  and ``error`` / ``cancelled`` / ``max_steps_exceeded`` halt it (status ``halted``), the
+  rule recorded as the run's ``stopped_by`` and the reason as its ``stop_reason``.
 
 :func:`compile_skillspec` packages the graph as a ``kind=agent``
 :class:`~stargraph.skills.Skill`, mountable with ``SubgraphNode.from_skill``.
@@ -204,7 +205,8 @@ class MachineControl:
 
 
 def machine_pack(spec: SkillSpec) -> fathom.RulePack:
-    """The ``machine`` rule pack: ``max_steps`` (goto ``_stop``), then halts naming why."""
+    """The ``machine`` rule pack: ``max_steps`` (goto ``_stop``), ``done`` (finish), then
+    halts naming why."""
     nodes = sorted(spec.states)
     rules: list[dict[str, Any]] = [
         {
@@ -222,8 +224,14 @@ def machine_pack(spec: SkillSpec) -> fathom.RulePack:
             "then": {"halt": "max_steps_exceeded"},
         },
     ]
-    for status in ("done", "cancelled"):
-        rules.append({"name": status, "when": [{"state.status": status}], "then": {"halt": status}})
+    rules.append({"name": "done", "when": [{"state.status": "done"}], "then": {"finish": "done"}})
+    rules.append(
+        {
+            "name": "cancelled",
+            "when": [{"state.status": "cancelled"}],
+            "then": {"halt": "cancelled"},
+        }
+    )
     for reason in ("retry_budget_exhausted", "invalid_input"):
         rules.append(
             {
@@ -232,7 +240,7 @@ def machine_pack(spec: SkillSpec) -> fathom.RulePack:
                 "then": {"halt": reason},
             }
         )
-    return fathom.RulePack.from_spec({"id": "machine", "version": "1", "rules": rules})
+    return fathom.RulePack.from_spec({"id": "machine", "version": "2", "rules": rules})
 
 
 def skillspec_graph(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from stargraph.checkpoint import CheckpointStore
 from stargraph.errors import InvalidInputError, LaneBusyError, UsageError, WaitTimeoutError
@@ -36,6 +36,10 @@ __all__ = ["CancelOutcome", "MachineResult", "MachineRuntime", "SkillRun"]
 CancelOutcome = Literal["cancelled", "deferred", "not_running"]
 """What ``cancel()`` did: stops at the next step boundary, is deferred until a terminal state
 (the skill is not interruptible), or there was nothing to cancel."""
+
+
+# How a run whose last event is not a RunFinished (which carries its status) stopped.
+_ENDS: Final = {"run_interrupted": "interrupted", "run_cancelled": "cancelled"}
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,11 @@ class MachineResult:
     """The rule that stopped the run (``machine/done``, ``machine/max_steps_exceeded`` ...)."""
     stream: tuple[Any, ...] = field(default=(), repr=False)
     """Every engine event of the run (``node_finished``, ``rule_decided`` ...)."""
+    run_status: str = "done"
+    """How the graph run ended: ``done`` (the machine reached ``finish``, its ``done`` rule)
+    or ``halted`` (a limit, an error or a cancel stopped it; ``stopped_by`` names the rule)."""
+    stop_reason: str | None = None
+    """Why the rule ``stopped_by`` ended the run (``max_steps_exceeded`` ...)."""
 
 
 class SkillRun:
@@ -103,6 +112,8 @@ class SkillRun:
                 events=tuple(MachineEvent.model_validate(e) for e in state.get("events", ())),
                 stopped_by=getattr(final, "stopped_by", None),
                 stream=events,
+                run_status=str(getattr(final, "status", None) or _ENDS.get(final.kind, "running")),
+                stop_reason=getattr(final, "stop_reason", None),
             )
         except BaseException as exc:  # handed to result(), never lost in the thread
             self._error = exc

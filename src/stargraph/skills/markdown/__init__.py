@@ -34,8 +34,9 @@ What a file compiles to:
   the step's tool through ``ctx.services["arbiter"]`` with its static ``params`` (node config,
   so in the graph hash), then a ``verify`` node for ``verification``. A failed step halts the
   run (rule ``workflow/step_failed``); failed checks are listed in
-  ``verification_failures`` and halt it with rule ``workflow/verification_failed``, so
-  ``stopped_by`` in the run record says which, and the state still holds every result.
+  ``verification_failures`` and halt it with rule ``workflow/verification_failed``, so the
+  run ends ``halted`` and ``stopped_by`` in the run record says which, and the state still
+  holds every result.
   (A run error was the alternative; a halt keeps the results inspectable.)
 * ``kind: agent`` without ``workflow`` - :func:`~stargraph.skills.react.react_skill` over the
   skill's ``tools`` with the body as system prompt (``model``, ``max_steps``,
