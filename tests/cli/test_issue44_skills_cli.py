@@ -319,7 +319,7 @@ def test_issue44_a_skillspec_machine_runs_with_a_model_is_killed_resumes_and_rep
     ]
     replayed = run(root, "replay", "m-2", "-q", env=SRC)
     assert "matches its record" in replayed.stdout + replayed.stderr
-    assert "stopped by machine/done" in run(root, "show", "m-2", env=SRC).stdout
+    assert "done by rule machine/done" in run(root, "show", "m-2", env=SRC).stdout
     assert run(root, "diff", "m-1", "m-2", env=SRC, check=False).returncode == 0
 
 

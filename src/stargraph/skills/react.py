@@ -24,13 +24,13 @@ the run record's ``stopped_by`` names the rule that did. Every ReAct step ends a
 everything of the step - the reply, its tool calls, their observations - is in the state):
 
 * ``exit`` (:func:`exit_pack`, replaceable with ``react_graph(rules=[...])``): the success
-  rules, ``finish`` decisions that end the run ``done``. ``exit/final_answer`` ends the loop on a valid final answer (``last_event``
-  ``final_answer``); ``exit/done_flag``, mounted with ``react_graph(done_field="done")``,
-  ends it when a successful tool result is a JSON object whose ``done`` field is ``true``
-  (``act`` sets ``last_event`` to ``tool_done``; that result's summary becomes
-  ``final_answer``).
-  Without a ``final_answer`` rule an answer does not end the loop: the next ``think`` tells
-  the model so and it goes on.
+  rules, ``finish`` decisions that end the run ``done``. ``exit/final_answer`` ends the
+  loop on a valid final answer (``last_event`` ``final_answer``); ``exit/done_flag``,
+  mounted with ``react_graph(done_field="done")``, ends it when a successful tool result
+  is a JSON object whose ``done`` field is ``true`` (``act`` sets ``last_event`` to
+  ``tool_done``; that result's summary becomes ``final_answer``). Without a
+  ``final_answer`` rule an answer does not end the loop: the next ``think`` tells the model
+  so and it goes on.
 * ``termination`` (:func:`termination_pack`, always mounted): the budgets,
   ``termination/error_budget`` and ``termination/max_steps``, ``halt`` decisions that end
   the run ``halted`` (``stop_reason`` says why). ``max_steps`` counts *LLM
