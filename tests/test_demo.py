@@ -48,7 +48,7 @@ def test_demo_runs_offline_and_explains_every_phase(tmp_path: Path) -> None:
     # Really killed mid-run: the run's owner is gone, so the store reports it orphaned.
     assert "desk-1 orphaned" in crash.group(0)
     assert "resumed" in out
-    assert "rule exit/final_answer decided halt" in out
+    assert "rule exit/final_answer decided finish" in out
     assert "rule desk/big_order decided goto -> approve" in out
     assert "answer:   The order costs 16.00 EUR." in out
     assert "diff against the recorded run is empty (0 differing steps" in out
