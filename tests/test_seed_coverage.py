@@ -49,6 +49,7 @@ SK = "tests/skills/test_skills.py"
 SE = "tests/test_seed_rows.py"
 B18 = "tests/tools/test_seed_b18.py"
 RA = "tests/skills/react/test_react_acceptance.py"
+RS = "tests/skills/react/test_react_salience.py"
 
 ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
     # A. Choir skill system
@@ -384,11 +385,16 @@ ROWS: dict[str, tuple[str, tuple[str, ...]]] = {
         f"{SE}::test_E12_a_live_run_without_a_required_service_does_not_start",
         f"{SE}::test_E12_replay_needs_no_services_and_resume_does",
     )),
+    "E13": ("observe appends the result and updates salience", (
+        f"{RS}::test_E13_a_failed_call_outranks_an_old_success_and_scores_decay_by_step",
+        f"{RS}::test_E13_a_repeated_or_superseded_result_ranks_low",
+        f"{RS}::test_E13_a_budgeted_run_elides_the_least_salient_observation_and_keeps_the_pairing",
+        f"{RS}::test_E13_replay_with_the_budget_is_byte_identical",
+        f"{RS}::test_E13_without_a_budget_nothing_changes",
+    )),
 }  # fmt: skip
 
 OPEN_ROWS: dict[str, str] = {
-    "E13": "not built: observe appends the observations but keeps no salience; the seed "
-    "does not say what salience ranks, to be decided with the memory design",
     "E14": "issue 48: replay across graph versions (unchanged regions served from the "
     "record) is a project of its own",
 }

@@ -15,7 +15,9 @@ over :class:`ReactState`; ``react_skill(...)`` packages it as a ``kind=agent``
   (``ToolResult.from_error``) and costs one unit of the error budget.
 * ``observe`` appends the observations to the trajectory (each ``tool`` message carries the
   ``tool_call_id`` it answers) and sets the ``tool_result`` / ``last_event`` channels rules
-  can read.
+  can read. The state after it ranks every tool observation (:attr:`ReactState.salience`):
+  with ``react_graph(context_budget=N)`` the next ``think`` elides the least salient old
+  observations first to keep the request within ``N`` characters.
 
 The edges form a cycle (think -> act -> observe -> think; a reply without tool calls goes
 from think straight to observe) that the edges never leave: only rules end the loop, and
@@ -108,6 +110,8 @@ from stargraph.llm import ToolCall as LlmToolCall
 from stargraph.refs import resolve_ref, try_ref_of
 from stargraph.runtime import RunContext
 from stargraph.skills._react_rules import exit_pack, termination_pack
+from stargraph.skills._react_salience import salience as _salience
+from stargraph.skills._react_salience import within_budget as _within_budget
 from stargraph.skills._services import (
     ARBITER_WHAT,
     MODEL_WHAT,
@@ -254,6 +258,20 @@ class ReactState(TypedModel):
     pending: list[ChatMessage] = []
     """Observations ``think``/``act`` produced that ``observe`` has not yet appended."""
 
+    @property
+    def salience(self) -> tuple[float, ...]:
+        """How much each tool call's observation still matters, one score per
+        :attr:`tool_calls` record, in order; ``think`` under a context budget elides the
+        lowest first.
+
+        Derived from the state alone (so ``observe`` updates every score when it appends a
+        step, and a replay or a reloaded checkpoint reproduces them exactly): a failed or
+        refused call starts at 1.0, a success at 0.5; a call repeated by a later step (same
+        tool, same arguments), or a failure a later step's success of the same tool made
+        good, counts a quarter; every LLM step since the call multiplies it by 0.8.
+        """
+        return _salience(self.tool_calls, self.llm_steps)
+
 
 def _as_json(value: Any) -> Any:
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
@@ -361,6 +379,7 @@ def react_graph(
     request: RequestOptions | None = None,
     done_field: str | None = None,
     rules: Sequence[fathom.RulePack] | None = None,
+    context_budget: int | None = None,
 ) -> Graph[ReactState]:
     """The ReAct loop as a graph over :class:`ReactState`; compile it with
     ``services={"model": <ChatModel>, "arbiter": <Arbiter>}``.
@@ -392,6 +411,12 @@ def react_graph(
     model so (a user note, no error) and asks it to go on with its tools, until another
     rule or a budget stops it.
 
+    ``context_budget`` bounds the characters of message text each ``think`` sends: over
+    it, the least salient tool observations of earlier steps (:attr:`ReactState.salience`;
+    the oldest first among equals) are replaced by a short marker naming the tool and the
+    call id, until the request fits or only the last step's observations are left. The
+    state keeps every observation whole; only the request is shortened.
+
     >>> graph = react_graph(tools=["demo.calc@1.0.0"], max_steps=4)
     >>> sorted(node.id for node in graph.to_ir().nodes if node.must_stub)
     ['think']
@@ -418,6 +443,14 @@ def react_graph(
                 "/done_field",
                 f"expected the name of a field of a tool's result, got {done_field!r}",
                 'pass done_field="done"',
+            )
+        )
+    if context_budget is not None and (type(context_budget) is not int or context_budget < 1):
+        problems.append(
+            Problem(
+                "/context_budget",
+                f"expected a positive number of characters, got {context_budget!r}",
+                "pass context_budget=20000, or leave it out for no budget",
             )
         )
     packs: tuple[fathom.RulePack, ...] = ()
@@ -448,6 +481,9 @@ def react_graph(
     }
     if done_field is not None:
         config["done_field"] = done_field
+    if context_budget is not None:
+        # Only when set: a graph without a budget hashes as before.
+        config["context_budget"] = context_budget
     if model is not None:
         config["model"] = model
     if system_prompt is not None:
@@ -531,6 +567,7 @@ def react_skill(
     done_field: str | None = None,
     rules: Sequence[fathom.RulePack] | None = None,
     requires: Sequence[str] = (),
+    context_budget: int | None = None,
 ) -> Skill:
     """:func:`react_graph` packaged as a ``kind=agent`` :class:`~stargraph.skills.Skill`
     whose declared outputs are :class:`ReactOutput`'s fields.
@@ -552,6 +589,7 @@ def react_skill(
         request=request,
         done_field=done_field,
         rules=rules,
+        context_budget=context_budget,
     )
     return Skill.from_graph(
         graph,
@@ -766,6 +804,10 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
         new_steps.append(_observation_step(llm_step, ChatMessage.user(_NOT_ENDED)))
     transcript = _transcript(trajectory)
     system = _system_prompt(config)
+    budget = config.get("context_budget")
+    if budget is not None:
+        around = len(system or "") + sum(len(s.message.content or "") for s in new_steps)
+        transcript = _within_budget(transcript, trajectory, state, budget - around)
     # The kept transcript (a read-only tuple) and what goes around it: the common step (no
     # system prompt, no task to add) sends the kept tuple itself.
     if system or new_steps:
