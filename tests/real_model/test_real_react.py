@@ -30,6 +30,13 @@ pytestmark = pytest.mark.real_model  # a llama.cpp model server (scripts/ensure_
 
 HERE = Path(__file__).parent
 TERMINATION = {"exit/final_answer", "termination/error_budget", "termination/max_steps"}
+
+
+def ended_as(rule: str | None) -> str:
+    """The status a run ended by ``rule`` has: a final answer finishes it, a budget halts it."""
+    return "done" if rule == "exit/final_answer" else "halted"
+
+
 STATUSES = {"success", "error", "timeout", "denied", "invalid"}
 STALL_DEADLINE_S = 180.0
 
@@ -71,8 +78,8 @@ def test_react_with_tools_is_ended_by_a_rule_and_every_step_replays(
         )
         final = assert_replays_every_step(app, {"task": realagent.TASK}, run_id="live")
     record = store.get_run("live")
-    assert record.status == "done"
     assert record.stopped_by in TERMINATION
+    assert record.status == ended_as(record.stopped_by)
     assert 1 <= final.llm_steps <= 3
     check_audit(final, log)
     # The record replays offline from a cassette with no services at all, to the same state.
@@ -127,8 +134,8 @@ def test_a_run_killed_mid_way_resumes_without_repeating_itself(
         )
         final = app.resume("crash")
     record = store.get_run("crash")
-    assert record.status == "done"
     assert record.stopped_by in TERMINATION
+    assert record.status == ended_as(record.stopped_by)
     assert record.last_step > done_before
     # Nothing before the kill ran twice: one model call per LLM step in the record, and one
     # commit-log record per tool call (a repeated note would be a record too many).
