@@ -10,14 +10,41 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final, Protocol
 
 from stargraph.llm import ChatMessage
 
-if TYPE_CHECKING:
-    from stargraph.skills.react import ReactState, ReactStep, ToolCallRecord
-
 __all__ = ["salience", "within_budget"]
+
+
+# What this module reads of the ReAct loop's records, as protocols: the loop's module imports
+# this one, so naming its classes here would make the two import each other.
+class _Call(Protocol):
+    @property
+    def llm_step(self) -> int: ...
+    @property
+    def call_id(self) -> str: ...
+    @property
+    def tool(self) -> str: ...
+    @property
+    def arguments(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+
+
+class _Step(Protocol):
+    @property
+    def llm_step(self) -> int: ...
+    @property
+    def kind(self) -> str: ...
+
+
+class _State(Protocol):
+    @property
+    def tool_calls(self) -> Sequence[_Call]: ...
+    @property
+    def salience(self) -> tuple[float, ...]: ...
+
 
 # A failure is what the model most needs to see again (it must not repeat the mistake); a
 # success is worth half as much, and less once a later step did the same thing again.
@@ -27,7 +54,7 @@ _OUTDONE: Final = 0.25
 _DECAY: Final = 0.8
 
 
-def salience(records: Sequence[ToolCallRecord], now: int) -> tuple[float, ...]:
+def salience(records: Sequence[_Call], now: int) -> tuple[float, ...]:
     """One score per record, in order, as of LLM step ``now`` (see
     :attr:`stargraph.skills.react.ReactState.salience` for the rule)."""
     scores: list[float] = []
@@ -58,8 +85,8 @@ def _marker(message: ChatMessage) -> ChatMessage:
 
 def within_budget(
     transcript: tuple[ChatMessage, ...],
-    trajectory: Sequence[ReactStep],
-    state: ReactState,
+    trajectory: Sequence[_Step],
+    state: _State,
     budget: int,
 ) -> tuple[ChatMessage, ...]:
     """``transcript`` (the messages of ``trajectory``) with the least salient tool results
