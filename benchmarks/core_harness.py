@@ -240,7 +240,9 @@ def all_sections() -> dict[str, Section]:
     from benchmarks.bench_long_runs import SECTIONS as LONG
     from benchmarks.durable import SECTIONS
 
-    return {**SECTIONS, **LONG, **CONCURRENCY}
+    from benchmarks.bench_modes import SECTIONS as MODES
+
+    return {**SECTIONS, **LONG, **CONCURRENCY, **MODES}
 
 
 def _select(

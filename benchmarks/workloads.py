@@ -43,6 +43,8 @@ __all__ = [
     "all_workloads",
     "chain_graph",
     "chain_state_graph",
+    "fanout_graph",
+    "fanout_state_graph",
     "snapshot",
 ]
 
@@ -353,19 +355,25 @@ def _loop_expected(n: int) -> Snapshot:
 # fan-out + join ---------------------------------------------------------------------------
 
 
-def fanout_stargraph(n: int) -> Runner:
-    """``fork`` -> ``n`` parallel branches -> ``join`` (runs once, after all of them)."""
+def fanout_graph(n: int) -> Graph[State]:
+    """``fork`` -> ``n`` parallel branches -> ``join`` (runs once, after all of them),
+    uncompiled."""
     branches = [f"b{i:02d}" for i in range(n)]
     graph = Graph(f"fanout{n}", state=State).with_node("fork", bump).with_node("join", bump)
     for node, fn in zip(branches, BRANCHES, strict=False):
         graph = graph.with_node(node, fn).with_edge("fork", node)
-    graph = graph.with_edge(START, "fork").with_edge(branches, "join").with_edge("join", END)
-    app = graph.compile(max_steps=10)
+    return graph.with_edge(START, "fork").with_edge(branches, "join").with_edge("join", END)
+
+
+def fanout_stargraph(n: int) -> Runner:
+    """:func:`fanout_graph`, compiled."""
+    app = fanout_graph(n).compile(max_steps=10)
     return lambda: app.invoke({})
 
 
-def fanout_langgraph(n: int) -> Runner:
-    """The same fan-out and join in LangGraph (``add_edge([...], "join")``)."""
+def fanout_state_graph(n: int) -> Any:
+    """The same fan-out and join as an uncompiled LangGraph ``StateGraph``
+    (``add_edge([...], "join")``)."""
     from langgraph.graph import StateGraph
 
     branches = [f"b{i:02d}" for i in range(n)]
@@ -378,7 +386,12 @@ def fanout_langgraph(n: int) -> Runner:
     builder.add_edge(START, "fork")
     builder.add_edge(branches, "join")
     builder.add_edge("join", END)
-    app = builder.compile()
+    return builder
+
+
+def fanout_langgraph(n: int) -> Runner:
+    """:func:`fanout_state_graph`, compiled."""
+    app = fanout_state_graph(n).compile()
     return lambda: app.invoke({"counter": 0, "items": []})
 
 

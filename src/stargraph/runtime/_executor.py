@@ -240,8 +240,9 @@ class CompiledGraph(Generic[StateT]):
         modes = stream_modes(mode)
         refuse_unknown_keys(self.state_model, input, run_id)
         feed = Feed(modes)
-        feed.loop = asyncio.get_running_loop()
-        feed.awake = asyncio.Event()
+        if feed.live:  # its nodes' items, put from other threads, wake the driver here
+            feed.loop = asyncio.get_running_loop()
+            feed.awake = asyncio.Event()
         run = self.steploop.new_run(
             input, run_id, max_steps, emit=self.steploop.feeder(feed), thread_id=thread_id
         )

@@ -236,6 +236,9 @@ class StepLoop:
                 graph_hash=self.plan.graph_hash,
                 resumed=not fresh,
             )
+        feed = run.feed
+        if feed is not None and feed.values and not run.path:
+            feed.add("values", self.state(run))  # the state the run starts from
         if fresh:
             if self.plan.rules is not None:
                 run.rules = self.plan.rules()
@@ -273,6 +276,15 @@ class StepLoop:
             node=interrupt.node,
             payload=stored,
         )
+        feed = run.feed
+        if feed is not None and not run.path:
+            # The stream ends here either way; the marker tells its consumer that the run
+            # waits (and for what) rather than finished, as LangGraph's streams do.
+            marker = {INTERRUPT_KEY: (Interrupt.read(stored, run_id=run.run_id),)}
+            if feed.updates:
+                feed.add("updates", marker)
+            if feed.values:
+                feed.add("values", marker)
 
     def _node_interrupted(self, run: Run, outcome: StepOutcome) -> None:
         assert outcome.interrupt is not None
@@ -365,21 +377,25 @@ class StepLoop:
         stepping = stepper.submit(self.runner.run_step, run, run.tasks)
         stepping.add_done_callback(feed.signal)
         try:
-            while not stepping.done():
-                feed.wait()
-                if feed.items:
+            while True:
+                if feed.items:  # first what the step's start handed on, while it runs
                     yield -1
+                if stepping.done():
+                    break
+                feed.wait()
         except GeneratorExit:
             concurrent.futures.wait([stepping])
-            self._close_in_step(run, stepping)
+            self._close_in_step(run, stepping.result)
             raise
         return stepping.result()
 
-    def _close_in_step(self, run: Run, stepping: concurrent.futures.Future[StepOutcome]) -> None:
-        """The consumer closed the stream while a step ran: as with ``cancel()``, that step
-        commits (its effects happened), then the run is cancelled (or finished) there."""
+    def _close_in_step(self, run: Run, stepping: Callable[[], StepOutcome]) -> None:
+        """The consumer closed the stream while a step ran (or once it had read what the
+        step's start handed on): as with ``cancel()``, that step commits (its effects
+        happened), then the run is cancelled (or finished) there. ``stepping``: the step's
+        outcome (its future's ``result``, or the step itself, to run)."""
         try:
-            if self.complete(run, stepping.result()):
+            if self.complete(run, stepping()):
                 self.closed(run)
         except Exception as exc:  # recorded as a driver would; the consumer has gone
             self.stopped_by(run, exc)
@@ -490,13 +506,16 @@ class StepLoop:
                 way_out.cancelled = stop.value
 
     def drive(self, run: Run, *, fresh: bool) -> Generator[int, None, None]:
-        """Sync driver for streams and ``iter``: yields after each committed step, and -1
-        whenever a live stream's feed has something new while a step runs."""
+        """Sync driver for streams and ``iter``: yields after each committed step, before a
+        step whose start handed the feed something (its ``node_started`` events), and -1
+        whenever a live feed has something new while a step runs."""
         feed = run.feed
-        # A live stream runs each step's tasks on a thread of its own, so that this driver
-        # (the consumer's thread) hands on events while they run.
-        stepper = None if feed is None else DaemonThreads(1, name="stargraph-step")
+        # Only a live feed's nodes hand on items while they run: then the step's tasks run
+        # on a thread of the driver's own, so that this one (the consumer's) hands them on.
+        # Every other stream runs its steps right here, as invoke does.
+        stepper: DaemonThreads | None = None
         steps = self.advance(run, fresh=fresh, steps=True)
+        begun: Sequence[Task] | None = None
         in_step = False
         with _WayOut(self, run) as way_out:
             try:
@@ -507,11 +526,15 @@ class StepLoop:
                         work = steps.send(None)
                         continue
                     tasks = cast("Sequence[Task]", work)  # no routers were asked for
-                    if feed is None or stepper is None or self._all_inline(tasks):
-                        # Nothing to hand on while the tasks run: inline ones (tiny pure
-                        # functions) run right here, sparing the thread hop.
+                    if feed is None or not feed.live or self._all_inline(tasks):
+                        if feed is not None and feed.items:
+                            begun = tasks  # its start was handed on: closed now, it runs
+                            yield -1
+                            begun = None
                         work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
                     else:
+                        if stepper is None:
+                            stepper = DaemonThreads(1, name="stargraph-step")
                         in_step = True
                         outcome = yield from self._pumped(run, feed, stepper)
                         in_step = False
@@ -520,9 +543,15 @@ class StepLoop:
                 way_out.cancelled = stop.value
             except GeneratorExit:
                 # The consumer closed the stream: at a step boundary, where it waits at the
-                # yield, or inside a step (then _pumped committed that step already).
+                # yield, or inside a step (then _pumped committed that step already), or
+                # once it read what the step's start handed on (then the step runs now).
                 way_out.handled = True
-                if not in_step:
+                if begun is not None:
+                    tasks = begun
+                    self._close_in_step(
+                        run, lambda: execute_sync(run, tasks, worker_threads, self.remote)
+                    )
+                elif not in_step:
                     self.closed(run)
                 raise
             finally:
@@ -530,10 +559,12 @@ class StepLoop:
                     stepper.shutdown(wait=False)
 
     async def adrive(self, run: Run, *, fresh: bool) -> AsyncGenerator[int, None]:
-        """Async driver: yields after each committed step, and -1 whenever a live stream's
-        feed has something new while a step runs. Async routers are awaited on this loop."""
+        """Async driver: yields after each committed step, before a step whose start handed
+        the feed something, and -1 whenever a live feed has something new while a step
+        runs. Async routers are awaited on this loop."""
         feed = run.feed
         stepping: asyncio.Future[StepOutcome] | None = None
+        begun: Sequence[Task] | None = None
         steps = self.advance(run, fresh=fresh, routers=True, steps=True)
         with _WayOut(self, run) as way_out:
             try:
@@ -542,18 +573,26 @@ class StepLoop:
                     if isinstance(work, int):
                         yield work
                         work = steps.send(None)
-                    elif isinstance(work, Coroutine):  # async routers
+                        continue
+                    if isinstance(work, Coroutine):  # async routers
                         await work
                         work = steps.send(None)
-                    elif feed is None:
+                        continue
+                    if feed is None or not feed.live:
+                        if feed is not None and feed.items:
+                            begun = work  # its start was handed on: closed now, it runs
+                            yield -1
+                            begun = None
                         work = steps.send(await self.runner.arun_step(run, work))
                     else:
                         stepping = asyncio.ensure_future(self.runner.arun_step(run, work))
                         stepping.add_done_callback(feed.signal)
-                        while not stepping.done():
-                            await feed.await_wake()
-                            if feed.items:
+                        while True:
+                            if feed.items:  # first what the step's start handed on
                                 yield -1
+                            if stepping.done():
+                                break
+                            await feed.await_wake()
                         outcome, stepping = stepping.result(), None
                         work = steps.send(outcome)
             except StopIteration as stop:
@@ -562,6 +601,8 @@ class StepLoop:
                 # The consumer closed the stream, as in ``drive``: inside a step, that step
                 # finishes and commits first.
                 way_out.handled = True
+                if begun is not None:
+                    stepping = asyncio.ensure_future(self.runner.arun_step(run, begun))
                 if stepping is not None:
                     await self._aclose_in_step(run, stepping)
                 else:
@@ -663,18 +704,11 @@ class StepLoop:
         run.schedule_next(ran)
         if run.rules is not None:
             self.apply_rules(run, ran)
-        if run.emit is not None:
-            for task, writes in sorted(results, key=by_task):
-                for child_event in run.child_events.pop(task.key, ()):
-                    run.emit(child_event)
-                self.emit(
-                    run,
-                    NodeFinished,
-                    node=task.node,
-                    index=task.index,
-                    writes=jsonable(self.plan.channels, writes),
-                    attempts=run.attempts.get(f"{task.node}/{task.index}", 1),
-                )
+        # A subgraph's runs share the parent's feed for their nodes' live items; their
+        # updates and values are the parent's.
+        feed = None if run.path else run.feed
+        if run.emit is not None or (feed is not None and feed.updates):
+            self._finished(run, results, feed)
         if run.persistence is not None:
             # Nothing scheduled and no interrupt to stop at: the run finishes after this step,
             # and a store that can marks it done in the step's own transaction.
@@ -697,6 +731,34 @@ class StepLoop:
                 nodes=tuple(t.node for t in ran),
                 next=tuple(t.node for t in run.tasks),
             )
+        if feed is not None and feed.values:
+            feed.add("values", self.state(run))
+
+    def _finished(
+        self, run: Run, results: list[tuple[Task, dict[str, Any]]], feed: Feed | None
+    ) -> None:
+        """Hand on what each task of the step wrote, in task order: its ``node_finished``
+        event (after its subgraph's events) and its ``updates`` item."""
+        emit = run.emit
+        updates = feed is not None and feed.updates
+        for task, writes in sorted(results, key=by_task):
+            written = jsonable(self.plan.channels, writes)
+            if emit is not None:
+                for child_event in run.child_events.pop(task.key, ()):
+                    emit(child_event)
+                self.emit(
+                    run,
+                    NodeFinished,
+                    node=task.node,
+                    index=task.index,
+                    writes=written,
+                    attempts=run.attempts.get(f"{task.node}/{task.index}", 1),
+                )
+                if updates:
+                    written = dict(written)  # the event's dict is its own
+            if updates:
+                assert feed is not None
+                feed.add("updates", {task.node: written})
 
     def apply_rules(self, run: Run, ran: Sequence[Task]) -> None:
         """Let the rules decide after the tasks ``ran``: a halt, a finish, an interrupt or a
@@ -812,7 +874,7 @@ class StepLoop:
 
     def live(
         self,
-        make_run: Callable[[Callable[[Event], None]], Run],
+        make_run: Callable[[Callable[[Event], None] | None], Run],
         modes: tuple[str, ...],
         *,
         fresh: bool,
@@ -854,33 +916,18 @@ class StepLoop:
             return [item for _, item in items]
         return items
 
-    def feeder(self, feed: Feed) -> Callable[[Event], None]:
-        """The emit function of a streamed run: its events, as the feed's modes want them."""
-        modes = feed.modes
-        events, updates, values = "events" in modes, "updates" in modes, "values" in modes
+    def feeder(self, feed: Feed) -> Callable[[Event], None] | None:
+        """The emit function of a streamed run: its events into the feed when they are
+        asked for, else ``None`` (the other modes' items are made at the step boundaries
+        from what the step committed, so nobody builds events nobody reads)."""
+        if "events" not in feed.modes:
+            return None
+        add = feed.add
 
         def emit(event: Event) -> None:
-            if events:
-                feed.put("events", event)
-            if event.path:
-                return  # a subgraph's events: its updates and values are the parent's
-            if updates and isinstance(event, NodeFinished):
-                assert event.node is not None
-                feed.put("updates", {event.node: event.writes})
-            elif values and isinstance(event, StepCompleted | RunStarted):
-                # The state when the run starts, then after each step.
-                assert feed.snapshot is not None
-                feed.put("values", feed.snapshot())
-            if (updates or values) and isinstance(event, RunInterrupted):
-                # The stream ends here either way; the marker tells its consumer that the
-                # run waits (and for what) rather than finished, as LangGraph's streams do.
-                marker = {INTERRUPT_KEY: (Interrupt.read(event.payload, run_id=event.run_id),)}
-                if updates:
-                    feed.put("updates", marker)
-                if values:
-                    feed.put("values", marker)
+            add("events", event)
 
-        return emit  # the run adds the on_event observer (see _observed)
+        return emit  # the run adds the on_event observer (see observed)
 
 
 class _WayOut:

@@ -105,12 +105,21 @@ class Feed:
     ``put`` never blocks: the driver drains the items whenever it wakes (between steps, or
     while it waits for a step's tasks), so a node is never slowed by a slow consumer beyond
     the step boundary, where the driver waits for the consumer as before.
+
+    A ``live`` feed's items come while a step's tasks run: ``custom`` and ``messages``
+    items (the nodes make them), and ``events``, whose ``node_started`` reaches the consumer
+    while the node runs. Only a live feed makes its driver run a step's tasks apart from
+    itself, to hand items on as they come; ``updates`` and ``values`` items are made at the
+    step boundaries, so those streams run their steps as ``invoke`` does.
     """
 
-    __slots__ = ("awake", "items", "loop", "modes", "snapshot", "wake")
+    __slots__ = ("awake", "items", "live", "loop", "modes", "snapshot", "updates", "values", "wake")
 
     def __init__(self, modes: tuple[str, ...]) -> None:
         self.modes = frozenset(modes)
+        self.live = not self.modes.isdisjoint(("events", "custom", "messages"))
+        self.updates = "updates" in self.modes
+        self.values = "values" in self.modes
         self.items: collections.deque[tuple[str, Any]] = collections.deque()
         self.wake = threading.Event()
         # Set by an async driver: items put from other threads wake it on its loop.
@@ -123,6 +132,10 @@ class Feed:
         """Hand ``item`` (of stream mode ``mode``) to the consumer."""
         self.items.append((mode, item))
         self.signal()
+
+    def add(self, mode: str, item: Any) -> None:
+        """:meth:`put` from the driver itself, between a step's tasks: nobody to wake."""
+        self.items.append((mode, item))
 
     def signal(self, *_: Any) -> None:
         """Wake the driver (also a future's done callback)."""

@@ -634,7 +634,7 @@ async def execute_async(
     todo = [t for t in tasks if t.key not in run.done]
     interrupts: list[tuple[Task, GraphInterrupt]] = []
     remote = _remote(run, tasks, remote)
-    alone = len(todo) == 1 and run.feed is None
+    alone = len(todo) == 1 and (run.feed is None or not run.feed.live)
 
     def on_loop(spec: NodeSpec) -> bool:
         if spec.is_async:
