@@ -238,9 +238,8 @@ def all_sections() -> dict[str, Section]:
     """Report sections printed after the core table, by ``--only`` name, in report order."""
     from benchmarks.bench_concurrency import SECTIONS as CONCURRENCY
     from benchmarks.bench_long_runs import SECTIONS as LONG
-    from benchmarks.durable import SECTIONS
-
     from benchmarks.bench_modes import SECTIONS as MODES
+    from benchmarks.durable import SECTIONS
 
     return {**SECTIONS, **LONG, **CONCURRENCY, **MODES}
 

@@ -8,11 +8,12 @@ nodes finished in, so two runs of the same graph stream identical event sequence
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import ConfigDict, Field
 
 from stargraph._typed import TypedModel
+from stargraph._unchecked import unchecked
 from stargraph.errors import RunError
 
 # What stargraph.runtime re-exports (it star-imports this module).
@@ -137,3 +138,35 @@ Event = Annotated[
     Field(discriminator="kind"),
 ]
 """Any run event, discriminated on ``kind``."""
+
+
+_E = TypeVar("_E", bound=_EventBase)
+# Per event class: every field's default, in declared order (a field whose default comes
+# from a factory holds None there), and the factories.
+_TEMPLATES: dict[type[_EventBase], tuple[dict[str, Any], dict[str, Any]]] = {}
+
+
+def made(kind: type[_E], fields: dict[str, Any]) -> _E:
+    """The event ``kind(**fields)``, built without validation: the engine makes its events
+    of values of the declared types (a run's id, step and path, node names, writes it
+    turned into JSON data), and a stream in mode ``events`` builds several per step."""
+    template = _TEMPLATES.get(kind)
+    if template is None:
+        template = _TEMPLATES[kind] = _template(kind)
+    defaults, factories = template
+    values = dict(defaults)
+    values.update(fields)
+    for name, factory in factories.items():
+        if name not in fields:
+            values[name] = factory()
+    return unchecked(kind, values, set(fields))
+
+
+def _template(kind: type[_EventBase]) -> tuple[dict[str, Any], dict[str, Any]]:
+    defaults: dict[str, Any] = {}
+    factories: dict[str, Any] = {}
+    for name, info in kind.model_fields.items():
+        defaults[name] = None if info.is_required() else info.get_default()
+        if info.default_factory is not None:
+            factories[name] = info.default_factory
+    return defaults, factories

@@ -199,7 +199,7 @@ class CompiledGraph(Generic[StateT]):
         """Async :meth:`invoke`: async nodes of one step run concurrently on this loop."""
         refuse_unknown_keys(self.state_model, input, run_id)
         run = self.steploop.new_run(input, run_id, max_steps, emit=None, thread_id=thread_id)
-        async for _ in self.steploop.adrive(run, fresh=True):
+        async for _ in self.steploop.adrive(run, fresh=True, steps=False):
             pass
         return self._result(run)
 
@@ -240,7 +240,7 @@ class CompiledGraph(Generic[StateT]):
         modes = stream_modes(mode)
         refuse_unknown_keys(self.state_model, input, run_id)
         feed = Feed(modes)
-        if feed.live:  # its nodes' items, put from other threads, wake the driver here
+        if feed.live or feed.watched:  # its steps run as tasks whose ends wake the driver
             feed.loop = asyncio.get_running_loop()
             feed.awake = asyncio.Event()
         run = self.steploop.new_run(
@@ -248,10 +248,12 @@ class CompiledGraph(Generic[StateT]):
         )
         self.steploop.attach(run, feed)
         drive = self.steploop.adrive(run, fresh=True)
+        items, pairs = feed.items, len(modes) > 1
         try:
             async for _ in drive:
-                for item in self.steploop.items(feed, modes):
-                    yield item
+                while items:  # as in StepLoop.items, without two calls a step
+                    item = items.popleft()
+                    yield item if pairs else item[1]
         except StargraphError:
             for item in self.steploop.items(feed, modes):
                 yield item
@@ -514,7 +516,7 @@ class CompiledGraph(Generic[StateT]):
         run = self._load(
             run_id, response, update, max_steps, migration, taken=taken, as_node=as_node
         )
-        async for _ in self.steploop.adrive(run, fresh=False):
+        async for _ in self.steploop.adrive(run, fresh=False, steps=False):
             pass
         return self._result(run)
 

@@ -59,6 +59,7 @@ from stargraph.runtime._events import (
     RunInterrupted,
     RunStarted,
     StepCompleted,
+    made,
 )
 from stargraph.runtime._interrupts import Interrupt, RuleDecision
 from stargraph.runtime._plan import Plan, Task, by_task, unmet_error
@@ -67,6 +68,7 @@ from stargraph.runtime._run import Run, describe_exception, initial_values, json
 from stargraph.runtime._settings import RunSettings
 from stargraph.runtime._stream import INTERRUPT_KEY, Feed
 from stargraph.runtime._tasks import (
+    Handoff,
     LocalRunner,
     StepOutcome,
     TaskRunner,
@@ -220,7 +222,8 @@ class StepLoop:
         path, and ``fields``), when someone listens. Callers whose fields cost something
         to build (a state dump) check ``run.emit`` first."""
         if run.emit is not None:
-            run.emit(kind(run_id=run.run_id, step=run.step, path=run.path, **fields))
+            fields["run_id"], fields["step"], fields["path"] = run.run_id, run.step, run.path
+            run.emit(made(kind, fields))
 
     def begin(self, run: Run, fresh: bool) -> None:
         """Start executing ``run``: register it for cancellation, emit ``run_started``, and
@@ -512,10 +515,10 @@ class StepLoop:
         feed = run.feed
         # Only a live feed's nodes hand on items while they run: then the step's tasks run
         # on a thread of the driver's own, so that this one (the consumer's) hands them on.
-        # Every other stream runs its steps right here, as invoke does.
+        # Every other stream runs its steps as invoke does (see Handoff for events).
         stepper: DaemonThreads | None = None
         steps = self.advance(run, fresh=fresh, steps=True)
-        begun: Sequence[Task] | None = None
+        begun: Handoff | None = None
         in_step = False
         with _WayOut(self, run) as way_out:
             try:
@@ -526,11 +529,13 @@ class StepLoop:
                         work = steps.send(None)
                         continue
                     tasks = cast("Sequence[Task]", work)  # no routers were asked for
-                    if feed is None or not feed.live or self._all_inline(tasks):
-                        if feed is not None and feed.items:
-                            begun = tasks  # its start was handed on: closed now, it runs
-                            yield -1
-                            begun = None
+                    if feed is not None and feed.items and not feed.live:
+                        # Hand on the step's start first; closed now, the step runs still.
+                        begun = Handoff(run, tasks, self.remote)
+                        yield -1
+                        outcome, begun = begun.take(), None
+                        work = steps.send(outcome)
+                    elif feed is None or not feed.live or self._all_inline(tasks):
                         work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
                     else:
                         if stepper is None:
@@ -547,10 +552,7 @@ class StepLoop:
                 # once it read what the step's start handed on (then the step runs now).
                 way_out.handled = True
                 if begun is not None:
-                    tasks = begun
-                    self._close_in_step(
-                        run, lambda: execute_sync(run, tasks, worker_threads, self.remote)
-                    )
+                    self._close_in_step(run, begun.take)
                 elif not in_step:
                     self.closed(run)
                 raise
@@ -558,34 +560,38 @@ class StepLoop:
                 if stepper is not None:
                     stepper.shutdown(wait=False)
 
-    async def adrive(self, run: Run, *, fresh: bool) -> AsyncGenerator[int, None]:
-        """Async driver: yields after each committed step, before a step whose start handed
-        the feed something, and -1 whenever a live feed has something new while a step
-        runs. Async routers are awaited on this loop."""
+    async def adrive(
+        self, run: Run, *, fresh: bool, steps: bool = True
+    ) -> AsyncGenerator[int, None]:
+        """Async driver: yields after each committed step (unless not ``steps``: the async
+        invoke and resume only wait for the end), before a step whose start handed the feed
+        something, and -1 whenever a live feed has something new while a step runs. Async
+        routers are awaited on this loop."""
         feed = run.feed
         stepping: asyncio.Future[StepOutcome] | None = None
         begun: Sequence[Task] | None = None
-        steps = self.advance(run, fresh=fresh, routers=True, steps=True)
+        advancing = self.advance(run, fresh=fresh, routers=True, steps=steps)
         with _WayOut(self, run) as way_out:
             try:
-                work = next(steps)
+                work = next(advancing)
                 while True:
-                    if isinstance(work, int):
+                    if type(work) is int:
                         yield work
-                        work = steps.send(None)
+                        work = advancing.send(None)
                         continue
                     if isinstance(work, Coroutine):  # async routers
                         await work
-                        work = steps.send(None)
+                        work = advancing.send(None)
                         continue
-                    if feed is None or not feed.live:
+                    tasks = cast("Sequence[Task]", work)
+                    if feed is None or not (feed.live or feed.watched):
                         if feed is not None and feed.items:
-                            begun = work  # its start was handed on: closed now, it runs
+                            begun = tasks  # its start was handed on: closed now, it runs
                             yield -1
                             begun = None
-                        work = steps.send(await self.runner.arun_step(run, work))
+                        work = advancing.send(await self.runner.arun_step(run, tasks))
                     else:
-                        stepping = asyncio.ensure_future(self.runner.arun_step(run, work))
+                        stepping = asyncio.ensure_future(self.runner.arun_step(run, tasks))
                         stepping.add_done_callback(feed.signal)
                         while True:
                             if feed.items:  # first what the step's start handed on
@@ -594,7 +600,7 @@ class StepLoop:
                                 break
                             await feed.await_wake()
                         outcome, stepping = stepping.result(), None
-                        work = steps.send(outcome)
+                        work = advancing.send(outcome)
             except StopIteration as stop:
                 way_out.cancelled = stop.value
             except GeneratorExit:
@@ -895,9 +901,12 @@ class StepLoop:
         self, run: Run, feed: Feed, modes: tuple[str, ...], *, fresh: bool
     ) -> Iterator[Any]:
         drive = self.drive(run, fresh=fresh)
+        items, pairs = feed.items, len(modes) > 1
         try:
             for _ in drive:
-                yield from self.items(feed, modes)
+                while items:  # what feed.drain and items() do, without two calls a step
+                    item = items.popleft()
+                    yield item if pairs else item[1]
         except StargraphError:
             # The consumer sees the failing step's events and run_failed before the error.
             yield from self.items(feed, modes)

@@ -106,18 +106,32 @@ class Feed:
     while it waits for a step's tasks), so a node is never slowed by a slow consumer beyond
     the step boundary, where the driver waits for the consumer as before.
 
-    A ``live`` feed's items come while a step's tasks run: ``custom`` and ``messages``
-    items (the nodes make them), and ``events``, whose ``node_started`` reaches the consumer
-    while the node runs. Only a live feed makes its driver run a step's tasks apart from
-    itself, to hand items on as they come; ``updates`` and ``values`` items are made at the
-    step boundaries, so those streams run their steps as ``invoke`` does.
+    A ``live`` feed's items come while a step's tasks run (``custom`` and ``messages``: the
+    nodes make them), so its driver runs the tasks apart from itself, to hand them on as
+    they come. Every other item is made by the driver at a step's start or end, so those
+    streams run their steps as ``invoke`` does; with ``events`` (``watched``) the consumer
+    reads ``node_started`` while the node runs, so a step whose start was handed on runs
+    on a worker thread if the consumer does not come back for more at once (see
+    ``runtime._tasks.Handoff``), and the async driver runs it as a task of its own.
     """
 
-    __slots__ = ("awake", "items", "live", "loop", "modes", "snapshot", "updates", "values", "wake")
+    __slots__ = (
+        "awake",
+        "items",
+        "live",
+        "loop",
+        "modes",
+        "snapshot",
+        "updates",
+        "values",
+        "wake",
+        "watched",
+    )
 
     def __init__(self, modes: tuple[str, ...]) -> None:
         self.modes = frozenset(modes)
-        self.live = not self.modes.isdisjoint(("events", "custom", "messages"))
+        self.live = "custom" in self.modes or "messages" in self.modes
+        self.watched = "events" in self.modes
         self.updates = "updates" in self.modes
         self.values = "values" in self.modes
         self.items: collections.deque[tuple[str, Any]] = collections.deque()

@@ -36,6 +36,7 @@ from stargraph.runtime._run import Run
 
 __all__ = [
     "WORKER_THREADS",
+    "Handoff",
     "LocalRunner",
     "StepOutcome",
     "TaskRunner",
@@ -336,11 +337,11 @@ class _Watchdog:
     __slots__ = ("active", "daemon", "wake")
 
     def __init__(self) -> None:
-        self.active: dict[int, _Batch] = {}
+        self.active: dict[int, _Batch | Handoff] = {}
         self.wake = threading.Event()
         self.daemon = LazyDaemon(self._loop, name="stargraph-watchdog")
 
-    def watch(self, batch: _Batch) -> None:
+    def watch(self, batch: _Batch | Handoff) -> None:
         """Look after ``batch`` until :meth:`forget`."""
         self.active[id(batch)] = batch
         if not self.wake.is_set():
@@ -348,7 +349,7 @@ class _Watchdog:
                 self.daemon.start()
             self.wake.set()
 
-    def forget(self, batch: _Batch) -> None:
+    def forget(self, batch: _Batch | Handoff) -> None:
         """``batch`` has no task left to hand out: it needs no more workers."""
         self.active.pop(id(batch), None)
 
@@ -377,6 +378,53 @@ class _Watchdog:
 
 _WATCHDOG = _Watchdog()
 os.register_at_fork(after_in_child=_WATCHDOG.reset)
+
+
+class Handoff:
+    """A step whose start a stream handed its consumer before the step runs (an events
+    stream's ``node_started``): the driver runs it when the consumer comes back for more
+    (on the consumer's thread, as invoke would), or a worker thread does once the consumer
+    stayed away for a look of the watchdog, so that the nodes run while the consumer is
+    busy elsewhere. Either way the step runs once; :meth:`take` is its outcome."""
+
+    __slots__ = ("claim", "looked", "outcome", "remote", "run", "tasks")
+
+    def __init__(self, run: Run, tasks: Sequence[Task], remote: Remote | None) -> None:
+        self.run = run
+        self.tasks = tasks
+        self.remote = remote
+        self.claim = threading.Lock()  # whoever takes it runs the step
+        self.outcome: concurrent.futures.Future[StepOutcome] = concurrent.futures.Future()
+        # One look's grace: a consumer that reads on is back long before the second look.
+        self.looked = False
+        _WATCHDOG.watch(self)
+
+    def look(self) -> None:
+        """The watchdog's look: at the second, the consumer is away; a worker runs the step."""
+        if not self.looked:
+            self.looked = True
+            return
+        if self.claim.acquire(blocking=False):
+            _WATCHDOG.forget(self)
+            try:
+                worker_threads().submit(self._on_worker)
+            except RuntimeError:  # the pool is shutting down: the driver runs it on return
+                self.claim.release()
+
+    def _on_worker(self) -> None:
+        try:
+            outcome = execute_sync(self.run, self.tasks, worker_threads, self.remote)
+        except BaseException as exc:  # handed to the driver, which raises it
+            self.outcome.set_exception(exc)
+        else:
+            self.outcome.set_result(outcome)
+
+    def take(self) -> StepOutcome:
+        """The step's outcome: run here unless a worker started it, then waited for."""
+        if self.claim.acquire(blocking=False):
+            _WATCHDOG.forget(self)
+            return execute_sync(self.run, self.tasks, worker_threads, self.remote)
+        return self.outcome.result()
 
 
 class _Batch:
@@ -630,11 +678,19 @@ async def execute_async(
     the pool's threads (``inline`` ones, and a lone plain one when nobody streams the run,
     on the loop's thread)."""
     specs = run.plan.specs
+    feed = run.feed
+    alone = len(tasks) == 1 and (feed is None or not (feed.live or feed.watched))
+    if alone and not run.done:
+        spec = specs[tasks[0].node]
+        if spec.plain or not (spec.is_async or spec.blocking or spec.timeout_s):
+            # A lone sync task that does not block runs on the loop's thread (nothing else
+            # of the run waits meanwhile), exactly as invoke runs it.
+            return execute_sync(run, tasks, pool, remote)
     results: list[TaskResult] = [(t, run.done[t.key]) for t in tasks if t.key in run.done]
     todo = [t for t in tasks if t.key not in run.done]
     interrupts: list[tuple[Task, GraphInterrupt]] = []
     remote = _remote(run, tasks, remote)
-    alone = len(todo) == 1 and (run.feed is None or not run.feed.live)
+    alone = len(todo) == 1 and (feed is None or not (feed.live or feed.watched))
 
     def on_loop(spec: NodeSpec) -> bool:
         if spec.is_async:
