@@ -204,3 +204,21 @@ def test_long_run_round_takes_the_mean_of_stargraphs_runs_around_langgraphs(
     results, notes, _ = run_all([2], rounds=1, runs=2)
     assert [r.engine for r in results] == ["stargraph", "langgraph"]
     assert "the mean of 2 runs a round" in notes[0]
+
+
+def test_issue45_modes_section_is_registered_and_names_each_missed_target() -> None:
+    from benchmarks.bench_modes import ROWS, render
+    from benchmarks.core_harness import all_sections
+
+    assert "modes" in all_sections()
+    figures = dict.fromkeys(ROWS, (100.0, 3000.0))
+    figures["stream(events)"] = (200.0, 3000.0)  # 2x our invoke: over 1.5x
+    figures["ainvoke"] = (140.0, 1000.0)  # 1.4x our invoke (over 1.3x), 7x LangGraph
+    text, misses = render("chain", figures)
+    assert [line.split()[0] for line in text.splitlines()[2:]] == list(ROWS)
+    assert misses == [
+        "chain stream(events) is 2.00x our invoke (target <= 1.5x)",
+        "chain stream(events) is 15.0x faster than LangGraph (target >= 20x)",
+        "chain ainvoke is 1.40x our invoke (target <= 1.3x)",
+        "chain ainvoke is 7.1x faster than LangGraph (target >= 20x)",
+    ]

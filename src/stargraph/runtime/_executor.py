@@ -246,7 +246,7 @@ class CompiledGraph(Generic[StateT]):
         run = self.steploop.new_run(
             input, run_id, max_steps, emit=self.steploop.feeder(feed), thread_id=thread_id
         )
-        self.steploop.attach(run, feed)
+        run.feed = feed
         drive = self.steploop.adrive(run, fresh=True)
         items, pairs = feed.items, len(modes) > 1
         try:

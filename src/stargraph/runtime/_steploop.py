@@ -46,7 +46,6 @@ from stargraph.errors import (
 )
 from stargraph.ir import END
 from stargraph.runtime._cancel import ACTIVE, SIGNALLED
-from stargraph.runtime._daemon import DaemonThreads
 from stargraph.runtime._durable import Persistence
 from stargraph.runtime._events import (
     Event,
@@ -370,14 +369,12 @@ class StepLoop:
         specs = self.plan.specs
         return all(specs[t.node].inline and not specs[t.node].is_async for t in tasks)
 
-    def _pumped(
-        self, run: Run, feed: Feed, stepper: concurrent.futures.Executor
-    ) -> Generator[int, None, StepOutcome]:
-        """Execute the step's tasks on ``stepper`` while handing the consumer what the
+    def _pumped(self, run: Run, feed: Feed) -> Generator[int, None, StepOutcome]:
+        """Execute the step's tasks on a worker thread while handing the consumer what the
         feed receives meanwhile (yields -1 for that); returns the step's outcome. Closed
         in the middle of the step, it lets the step finish and commits it first (see
         :meth:`drive`)."""
-        stepping = stepper.submit(self.runner.run_step, run, run.tasks)
+        stepping = worker_threads().submit(self.runner.run_step, run, run.tasks)
         stepping.add_done_callback(feed.signal)
         try:
             while True:
@@ -514,9 +511,8 @@ class StepLoop:
         whenever a live feed has something new while a step runs."""
         feed = run.feed
         # Only a live feed's nodes hand on items while they run: then the step's tasks run
-        # on a thread of the driver's own, so that this one (the consumer's) hands them on.
-        # Every other stream runs its steps as invoke does (see Handoff for events).
-        stepper: DaemonThreads | None = None
+        # on a worker thread, so that this one (the consumer's) hands them on. Every other
+        # stream runs its steps as invoke does (see Handoff for events).
         steps = self.advance(run, fresh=fresh, steps=True)
         begun: Handoff | None = None
         in_step = False
@@ -538,10 +534,8 @@ class StepLoop:
                     elif feed is None or not feed.live or self._all_inline(tasks):
                         work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
                     else:
-                        if stepper is None:
-                            stepper = DaemonThreads(1, name="stargraph-step")
                         in_step = True
-                        outcome = yield from self._pumped(run, feed, stepper)
+                        outcome = yield from self._pumped(run, feed)
                         in_step = False
                         work = steps.send(outcome)
             except StopIteration as stop:
@@ -556,9 +550,6 @@ class StepLoop:
                 elif not in_step:
                     self.closed(run)
                 raise
-            finally:
-                if stepper is not None:
-                    stepper.shutdown(wait=False)
 
     async def adrive(
         self, run: Run, *, fresh: bool, steps: bool = True
@@ -889,13 +880,8 @@ class StepLoop:
         the sync driver."""
         feed = Feed(modes)
         run = make_run(self.feeder(feed))
-        self.attach(run, feed)
-        return self._stream(run, feed, modes, fresh=fresh)
-
-    def attach(self, run: Run, feed: Feed) -> None:
-        """Stream ``run`` live into ``feed`` (whose ``values`` mode snapshots the run)."""
         run.feed = feed
-        feed.snapshot = lambda: self.state(run)
+        return self._stream(run, feed, modes, fresh=fresh)
 
     def _stream(
         self, run: Run, feed: Feed, modes: tuple[str, ...], *, fresh: bool

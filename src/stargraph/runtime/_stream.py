@@ -14,7 +14,7 @@ import asyncio
 import collections
 import contextlib
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, Final, Literal, get_args
 
 from pydantic import ConfigDict, Field
@@ -121,7 +121,6 @@ class Feed:
         "live",
         "loop",
         "modes",
-        "snapshot",
         "updates",
         "values",
         "wake",
@@ -139,8 +138,6 @@ class Feed:
         # Set by an async driver: items put from other threads wake it on its loop.
         self.loop: asyncio.AbstractEventLoop | None = None
         self.awake: asyncio.Event | None = None
-        # The run's state as the graph's state model, for mode "values".
-        self.snapshot: Callable[[], Any] | None = None
 
     def put(self, mode: str, item: Any) -> None:
         """Hand ``item`` (of stream mode ``mode``) to the consumer."""
