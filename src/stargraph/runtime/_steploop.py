@@ -738,7 +738,7 @@ class StepLoop:
         event (after its subgraph's events) and its ``updates`` item."""
         emit = run.emit
         updates = feed is not None and feed.updates
-        for task, writes in sorted(results, key=by_task):
+        for task, writes in results if len(results) == 1 else sorted(results, key=by_task):
             written = jsonable(self.plan.channels, writes)
             if emit is not None:
                 for child_event in run.child_events.pop(task.key, ()):

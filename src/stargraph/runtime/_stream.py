@@ -134,7 +134,8 @@ class Feed:
         self.updates = "updates" in self.modes
         self.values = "values" in self.modes
         self.items: collections.deque[tuple[str, Any]] = collections.deque()
-        self.wake = threading.Event()
+        # Only a driver that waits for a step's tasks waits for a wake-up.
+        self.wake = threading.Event() if self.live or self.watched else None
         # Set by an async driver: items put from other threads wake it on its loop.
         self.loop: asyncio.AbstractEventLoop | None = None
         self.awake: asyncio.Event | None = None
@@ -150,7 +151,8 @@ class Feed:
 
     def signal(self, *_: Any) -> None:
         """Wake the driver (also a future's done callback)."""
-        self.wake.set()
+        if self.wake is not None:
+            self.wake.set()
         loop, awake = self.loop, self.awake
         if loop is None or awake is None:
             return
@@ -166,6 +168,7 @@ class Feed:
 
     def wait(self) -> None:
         """Block until something was put or signalled since the last wait."""
+        assert self.wake is not None
         self.wake.wait()
         self.wake.clear()
 

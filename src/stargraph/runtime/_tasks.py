@@ -394,7 +394,9 @@ class Handoff:
         self.tasks = tasks
         self.remote = remote
         self.claim = threading.Lock()  # whoever takes it runs the step
-        self.outcome: concurrent.futures.Future[StepOutcome] = concurrent.futures.Future()
+        # Made by the watchdog before it tries the claim: only a step a worker may run
+        # needs a way back (the common case, a consumer that reads on, makes none).
+        self.outcome: concurrent.futures.Future[StepOutcome] | None = None
         # One look's grace: a consumer that reads on is back long before the second look.
         self.looked = False
         _WATCHDOG.watch(self)
@@ -404,6 +406,8 @@ class Handoff:
         if not self.looked:
             self.looked = True
             return
+        if self.outcome is None:
+            self.outcome = concurrent.futures.Future()
         if self.claim.acquire(blocking=False):
             _WATCHDOG.forget(self)
             try:
@@ -412,6 +416,7 @@ class Handoff:
                 self.claim.release()
 
     def _on_worker(self) -> None:
+        assert self.outcome is not None
         try:
             outcome = execute_sync(self.run, self.tasks, worker_threads, self.remote)
         except BaseException as exc:  # handed to the driver, which raises it
@@ -424,6 +429,7 @@ class Handoff:
         if self.claim.acquire(blocking=False):
             _WATCHDOG.forget(self)
             return execute_sync(self.run, self.tasks, worker_threads, self.remote)
+        assert self.outcome is not None  # made before the watchdog took the claim
         return self.outcome.result()
 
 
