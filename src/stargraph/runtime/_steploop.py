@@ -525,13 +525,17 @@ class StepLoop:
                         work = steps.send(None)
                         continue
                     tasks = cast("Sequence[Task]", work)  # no routers were asked for
-                    if feed is not None and feed.items and not feed.live:
+                    if feed is None:
+                        work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
+                    elif not feed.live and feed.items and not self._all_inline(tasks):
                         # Hand on the step's start first; closed now, the step runs still.
                         begun = Handoff(run, tasks, self.remote)
                         yield -1
                         outcome, begun = begun.take(), None
                         work = steps.send(outcome)
-                    elif feed is None or not feed.live or self._all_inline(tasks):
+                    elif not feed.live or self._all_inline(tasks):
+                        # Nothing to hand on while the tasks run, or inline ones (tiny pure
+                        # functions): right here, as invoke runs them.
                         work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
                     else:
                         in_step = True
