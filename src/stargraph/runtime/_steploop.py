@@ -584,7 +584,10 @@ class StepLoop:
                             begun = tasks  # its start was handed on: closed now, it runs
                             yield -1
                             begun = None
-                        work = advancing.send(await self.runner.arun_step(run, tasks))
+                        outcome = self.runner.run_here(run, tasks)
+                        if outcome is None:
+                            outcome = await self.runner.arun_step(run, tasks)
+                        work = advancing.send(outcome)
                     else:
                         stepping = asyncio.ensure_future(self.runner.arun_step(run, tasks))
                         stepping.add_done_callback(feed.signal)

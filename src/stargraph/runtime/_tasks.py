@@ -135,6 +135,17 @@ class LocalRunner:
         """:func:`execute_async`: the step on the running event loop."""
         return await execute_async(run, tasks, self.pool, self.remote)
 
+    def run_here(self, run: Run, tasks: Sequence[Task]) -> StepOutcome | None:
+        """For the async driver: a step of one sync task that does not block, run on the
+        loop's thread right now, exactly as invoke runs it (nothing else of the run waits
+        meanwhile); ``None`` for any other step, to await :meth:`arun_step` for."""
+        if len(tasks) != 1 or run.done:
+            return None
+        spec = run.plan.specs[tasks[0].node]
+        if spec.plain or not (spec.is_async or spec.blocking or spec.timeout_s):
+            return execute_sync(run, tasks, self.pool, self.remote)
+        return None
+
 
 def _retry_classes(spec: NodeSpec) -> tuple[type[BaseException], ...]:
     assert spec.retry is not None
@@ -685,13 +696,6 @@ async def execute_async(
     on the loop's thread)."""
     specs = run.plan.specs
     feed = run.feed
-    alone = len(tasks) == 1 and (feed is None or not (feed.live or feed.watched))
-    if alone and not run.done:
-        spec = specs[tasks[0].node]
-        if spec.plain or not (spec.is_async or spec.blocking or spec.timeout_s):
-            # A lone sync task that does not block runs on the loop's thread (nothing else
-            # of the run waits meanwhile), exactly as invoke runs it.
-            return execute_sync(run, tasks, pool, remote)
     results: list[TaskResult] = [(t, run.done[t.key]) for t in tasks if t.key in run.done]
     todo = [t for t in tasks if t.key not in run.done]
     interrupts: list[tuple[Task, GraphInterrupt]] = []
