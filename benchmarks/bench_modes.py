@@ -1,7 +1,8 @@
 """Stream and async modes at invoke speed: what each way of running a graph costs.
 
 Run: ``.venv/bin/python benchmarks/bench_modes.py [--quick]``, or as the ``modes`` section
-of ``python -m benchmarks`` (``--only modes``).
+of ``python -m benchmarks`` (``--only modes``). ``--quick`` (50 runs a row, two rounds, a
+few seconds) is a smoke check; its ratios are noisy on a shared machine.
 
 Each row runs the same graph one way - ``invoke``, ``stream`` in a mode (the whole stream
 read), ``ainvoke``, ``astream`` - on the 10-node chain and the 4-node fan-out of the core
@@ -82,7 +83,6 @@ def _async_cases(app: Any, lg: Any, lg_input: dict[str, Any]) -> dict[str, tuple
 
 
 def _time_sync(fn: Callable[[], object], n: int) -> float:
-    gc.collect()
     started = time.process_time()
     for _ in range(n):
         fn()
@@ -90,7 +90,6 @@ def _time_sync(fn: Callable[[], object], n: int) -> float:
 
 
 async def _time_async(fn: Callable[[], Any], n: int) -> float:
-    gc.collect()
     started = time.process_time()
     for _ in range(n):
         await fn()
@@ -114,6 +113,7 @@ def measure(
         ours()
         theirs()
     for _ in range(rounds):
+        gc.collect()  # each round starts on a collected heap (once: LangGraph's is large)
         for row, (ours, theirs) in sync.items():
             best[row][0] = min(best[row][0], _time_sync(ours, n))
             best[row][1] = min(best[row][1], _time_sync(theirs, lg_n))
@@ -158,12 +158,12 @@ def render(name: str, figures: dict[str, tuple[float, float]]) -> tuple[str, lis
 
 def modes_section(*, quick: bool, rounds: int) -> tuple[str, list[str]]:
     """The ``modes`` report section of ``python -m benchmarks``."""
-    n, lg_n = (100, 10) if quick else (300, 30)
+    n, lg_n = (50, 5) if quick else (300, 30)
     lg_input = {"counter": 0, "items": []}
     texts, misses = [], []
     for name, (app, lg) in _graphs().items():
         figures = measure(
-            app, lg, lg_input, n=n, lg_n=lg_n, rounds=min(rounds, 3) if quick else rounds
+            app, lg, lg_input, n=n, lg_n=lg_n, rounds=min(rounds, 2) if quick else rounds
         )
         text, missed = render(name, figures)
         texts.append(text)
