@@ -236,11 +236,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def all_sections() -> dict[str, Section]:
     """Report sections printed after the core table, by ``--only`` name, in report order."""
+    from benchmarks.bench_agents import SECTIONS as AGENTS
     from benchmarks.bench_concurrency import SECTIONS as CONCURRENCY
     from benchmarks.bench_long_runs import SECTIONS as LONG
     from benchmarks.durable import SECTIONS
 
-    return {**SECTIONS, **LONG, **CONCURRENCY}
+    return {**SECTIONS, **LONG, **CONCURRENCY, **AGENTS}
 
 
 def _select(
