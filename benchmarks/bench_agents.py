@@ -41,6 +41,7 @@ from __future__ import annotations
 import gc
 import itertools
 import json
+import operator
 import sqlite3
 import statistics
 import tempfile
@@ -83,8 +84,10 @@ __all__ = [
     "AgentResult",
     "AgentWorkload",
     "Built",
+    "Scratch",
     "agents_section",
     "all_agent_workloads",
+    "build_agent_workload",
     "check_agent_agreement",
     "time_agent_workload",
 ]
@@ -130,11 +133,11 @@ class AgentWorkload:
     name: str
     description: str
     target: float | None
-    builders: Mapping[str, Callable[[_Scratch], Built]]
+    builders: Mapping[str, Callable[[Scratch], Built]]
 
 
 @dataclass
-class _Scratch:
+class Scratch:
     """What builders share: a temporary directory and the scripted model server."""
 
     directory: Path
@@ -174,7 +177,7 @@ def _counter_items(state: Any) -> Answer:
 # ---------------------------------------------------------------------- mapreduce
 
 
-def _mapreduce_stargraph(scratch: _Scratch) -> Built:
+def _mapreduce_stargraph(scratch: Scratch) -> Built:
     graph = (
         Graph("mapreduce", state=State)
         .with_node("fork", bump)
@@ -197,7 +200,7 @@ def _mapreduce_stargraph(scratch: _Scratch) -> Built:
     return Built({"invoke": lambda: _counter_items(app.invoke(start)), "stream": stream})
 
 
-def _mapreduce_langgraph(scratch: _Scratch) -> Built:
+def _mapreduce_langgraph(scratch: Scratch) -> Built:
     from langgraph.graph import StateGraph
 
     builder = StateGraph(LGState)
@@ -223,7 +226,7 @@ def _mapreduce_langgraph(scratch: _Scratch) -> Built:
 # ---------------------------------------------------------------------- skill subgraph
 
 
-def _skill_stargraph(scratch: _Scratch) -> Built:
+def _skill_stargraph(scratch: Scratch) -> Built:
     from stargraph.nodes import SubgraphNode
     from stargraph.skills import Skill
 
@@ -254,7 +257,7 @@ def _skill_stargraph(scratch: _Scratch) -> Built:
     return Built({"invoke": lambda: _counter_items(app.invoke({})), "stream": stream})
 
 
-def _skill_langgraph(scratch: _Scratch) -> Built:
+def _skill_langgraph(scratch: Scratch) -> Built:
     from langgraph.graph import StateGraph
 
     child = chain_state_graph(SKILL_NODES).compile()
@@ -293,7 +296,7 @@ class Chat(BaseModel):
 class LGChat(TypedDict):
     """The same conversation as LangGraph state."""
 
-    messages: Annotated[list[str], lambda a, b: [*a, *b]]
+    messages: Annotated[list[str], operator.add]
 
 
 def _reply_to(messages: Sequence[str]) -> list[str]:
@@ -326,7 +329,7 @@ def _sqlite_saver(path: Path, built: Built) -> Any:
     return saver
 
 
-def _thread_stargraph(scratch: _Scratch) -> Built:
+def _thread_stargraph(scratch: Scratch) -> Built:
     from stargraph.checkpoint import SqliteStore
 
     store = SqliteStore(scratch.directory / "thread-stargraph.db", synchronous="NORMAL")
@@ -358,7 +361,7 @@ def _thread_stargraph(scratch: _Scratch) -> Built:
     return Built({"invoke": invoke, "stream": stream}, [store.close])
 
 
-def _thread_langgraph(scratch: _Scratch) -> Built:
+def _thread_langgraph(scratch: Scratch) -> Built:
     from langgraph.graph import StateGraph
 
     built = Built({})
@@ -434,7 +437,7 @@ def lg_pay(state: LGRefund) -> dict[str, Any]:
     return {"done": f"{state['order']}: {'refunded' if state.get('approved') else 'refused'}"}
 
 
-def _hitl_stargraph(scratch: _Scratch) -> Built:
+def _hitl_stargraph(scratch: Scratch) -> Built:
     from stargraph import interrupt_of
     from stargraph.checkpoint import SqliteStore
 
@@ -468,7 +471,7 @@ def _hitl_stargraph(scratch: _Scratch) -> Built:
     return Built({"invoke": invoke, "stream": stream}, [store.close])
 
 
-def _hitl_langgraph(scratch: _Scratch) -> Built:
+def _hitl_langgraph(scratch: Scratch) -> Built:
     from langgraph.graph import StateGraph
     from langgraph.types import Command
 
@@ -545,7 +548,7 @@ def react_script(request: Any) -> Any:
     return Reply.text(f"sum {results[0]}, product {results[1]}")
 
 
-def _react_stargraph(scratch: _Scratch) -> Built:
+def _react_stargraph(scratch: Scratch) -> Built:
     from stargraph.llm import OpenAIChatModel
     from stargraph.skills.react import react_graph
     from stargraph.tools import Arbiter, ToolRegistry
@@ -615,7 +618,11 @@ def _openai_chat_model(client: Any) -> Any:
             return OpenAIModel(tools=[convert_to_openai_tool(t) for t in tools])
 
         def _generate(
-            self, messages: list[BaseMessage], stop: Any = None, **kwargs: Any
+            self,
+            messages: list[BaseMessage],
+            stop: list[str] | None = None,
+            run_manager: Any = None,
+            **kwargs: Any,
         ) -> ChatResult:
             response = client.chat.completions.create(
                 model="scripted-model",
@@ -633,7 +640,7 @@ def _openai_chat_model(client: Any) -> Any:
     return OpenAIModel()
 
 
-def _react_langgraph(scratch: _Scratch) -> Built:
+def _react_langgraph(scratch: Scratch) -> Built:
     import openai
     from langchain_core.tools import tool as lc_tool
 
@@ -748,18 +755,26 @@ def check_agent_agreement(
     return answers
 
 
+def build_agent_workload(
+    workload: AgentWorkload, scratch: Scratch, stack: ExitStack
+) -> dict[str, Built]:
+    """``workload`` built on every engine; each build is closed when ``stack`` closes."""
+    built = {}
+    for engine, builder in workload.builders.items():
+        built[engine] = builder(scratch)
+        stack.callback(built[engine].close)
+    return built
+
+
 def time_agent_workload(
-    workload: AgentWorkload, scratch: _Scratch, *, rounds: int, runs: int
+    workload: AgentWorkload, scratch: Scratch, *, rounds: int, runs: int
 ) -> AgentResult:
     """Build on both engines, check they agree, then time ``rounds`` rounds of ``runs``."""
     per_run: dict[tuple[str, str], list[float]] = {
         (e, m): [] for e in workload.builders for m in MODES
     }
     with ExitStack() as stack:
-        built = {}
-        for engine, builder in workload.builders.items():
-            built[engine] = builder(scratch)
-            stack.callback(built[engine].close)
+        built = build_agent_workload(workload, scratch, stack)
         check_agent_agreement(workload, built)  # also the warm-up
         for _ in range(rounds):
             for (engine, mode), figures in per_run.items():
@@ -822,7 +837,7 @@ def agents_section(*, quick: bool, rounds: int) -> tuple[str, list[str]]:
         tempfile.TemporaryDirectory(prefix="stargraph-agents-") as tmp,
         ScriptedOpenAIServer(react_script) as server,
     ):
-        scratch = _Scratch(Path(tmp), lambda: server.base_url)
+        scratch = Scratch(Path(tmp), lambda: server.base_url)
         for workload in all_agent_workloads():
             runs = _RUNS_PER_ROUND[workload.name]
             runs = max(1, runs // 5) if quick else runs

@@ -9,18 +9,22 @@ It is made to hold on a noisy shared CI machine:
 - **CPU time, not wall time.** ``time.process_time`` counts the CPU of every thread of this
   process (worker threads included) and none of the time spent waiting for the CPU, the disk
   (SQLite's fsync) or another process.
-- **Best of K blocks.** A block runs the path enough times to take about a tenth of a second;
-  the figure is the cheapest block. Noise only ever adds time, so the minimum is the figure
-  least touched by it.
+- **Best of K blocks.** A block runs the path enough times to take 30 ms of CPU (80 ms
+  without ``--quick``); the figure is the cheapest of 15 blocks (25). Noise only ever adds
+  time, so the minimum is the figure least touched by it; and a path over its limit is
+  measured again (:data:`RETRIES`) before the gate fails.
 - **Normalised by a calibration workload measured in the same process**, interleaved block by
   block with the path's own: a fixed pure-Python loop. A slower (or throttled, or busier)
   machine slows both, so the figure reported is ``path / calibration * REFERENCE_US``: µs as
   the reference machine would have measured them.
 
-How the budgets were derived: ``python -m benchmarks --budgets --derive`` runs the
-measurement :data:`DERIVE_RUNS` times and prints the median normalised figure of each path;
-the table below holds those medians, measured on the machine that built issue 45's branches
-(2 shared cores, Python 3.12), rounded up to two significant figures. A path whose code got
+How the budgets were derived: ``python -m benchmarks.budgets --derive --quick`` runs the
+measurement :data:`DERIVE_RUNS` times and prints the median normalised figure of each path
+and of the calibration; :data:`REFERENCE_US` is that calibration median and the table below
+holds the path medians, rounded up to two significant figures, measured on the machine that
+built issue 45's branches (2 cores shared with five other builds, load average about 5,
+Python 3.11) at commit c29e3ee. The figures spread by about -35 % to +32 % around their
+medians there; the +35 % tolerance and the re-measurement cover that. A path whose code got
 cheaper on purpose should have its budget lowered the same way, so the gate keeps guarding
 the gain.
 """
@@ -44,6 +48,7 @@ __all__ = [
     "DERIVE_RUNS",
     "HOT_PATHS",
     "REFERENCE_US",
+    "RETRIES",
     "Budget",
     "HotPath",
     "calibration",
@@ -55,7 +60,7 @@ __all__ = [
 DEFAULT_TOLERANCE = 0.35
 """How far over its budget a path may go before the gate fails (+35 %)."""
 
-REFERENCE_US = 290.0
+REFERENCE_US = 230.0
 """The calibration workload's CPU time on the reference machine, in µs; normalised figures
 are µs as that machine would measure them."""
 
@@ -177,6 +182,43 @@ def _fanout(stack: ExitStack) -> Callable[[], object]:
     return fanout_stargraph(4)
 
 
+def _send20(stack: ExitStack) -> Callable[[], object]:
+    from benchmarks.workloads import send_stargraph
+
+    return send_stargraph(20)
+
+
+def _chain1_sqlite(stack: ExitStack) -> Callable[[], object]:
+    from benchmarks.workloads import chain_graph
+    from stargraph.checkpoint import SqliteStore
+
+    store = SqliteStore(_tmp(stack) / "budgets.db")
+    stack.callback(store.close)
+    app = chain_graph(1).compile(store=store, max_steps=5)
+    return lambda: app.invoke({})
+
+
+def _conversation(stack: ExitStack) -> Callable[[], object]:
+    from stargraph.llm import ChatMessage, ChatRequest
+    from stargraph.llm._recorded import encode_request
+
+    tools = tuple(
+        {"type": "function", "function": {"name": f"f{i}", "parameters": {"n": i}}}
+        for i in range(20)
+    )
+    messages = [ChatMessage.user("start")]
+    requests = []
+    for i in range(CONVERSATION):
+        requests.append(ChatRequest(messages=tuple(messages), tools=tools, temperature=0.5))
+        messages.append(ChatMessage.assistant(f"reply {i}"))
+
+    def run() -> None:
+        for request in requests:
+            encode_request(request)
+
+    return run
+
+
 def _dispatch(stack: ExitStack) -> Callable[[], object]:
     from benchmarks.bench_tools import noop
     from stargraph.tools import Arbiter, SqliteCommitLog, ToolCall, ToolRegistry, tool
@@ -210,14 +252,20 @@ def _react_steps() -> int:
     return REACT_STEPS
 
 
+CONVERSATION = 40
+"""Requests in the ``llm.encode`` conversation (each one message longer than the last)."""
+
 HOT_PATHS: tuple[HotPath, ...] = (
     HotPath("chain10.invoke", "node", 10, _chain),
     HotPath("chain10.stream", "node", 10, _chain_stream),
     HotPath("chain10.memory", "node", 10, _chain_memory),
     HotPath("chain10.sqlite", "step", 10, _chain_sqlite),
+    HotPath("chain1.sqlite", "run", 1, _chain1_sqlite),
     HotPath("fanout4.invoke", "node", 6, _fanout),
+    HotPath("send20.invoke", "node", 22, _send20),
     HotPath("tool.dispatch", "dispatch", 1, _dispatch),
     HotPath("react.step", "step", _react_steps(), _react),
+    HotPath("llm.encode", "request", CONVERSATION, _conversation),
 )
 """The hot paths the gate measures, in report order."""
 
@@ -225,13 +273,16 @@ HOT_PATHS: tuple[HotPath, ...] = (
 # measurement: it is chain10.invoke's budget x 1.5, the target for a streamed run, so it
 # fails until streams cost about what invoke costs.
 BUDGETS: tuple[Budget, ...] = (
-    Budget("chain10.invoke", 7.4, "node"),
-    Budget("chain10.stream", 7.4 * 1.5, "node"),
+    Budget("chain10.invoke", 6.7, "node"),
+    Budget("chain10.stream", 6.7 * 1.5, "node"),
     Budget("chain10.memory", 16.0, "node"),
-    Budget("chain10.sqlite", 87.0, "step"),
-    Budget("fanout4.invoke", 15.0, "node"),
-    Budget("tool.dispatch", 120.0, "dispatch"),
-    Budget("react.step", 240.0, "step"),
+    Budget("chain10.sqlite", 70.0, "step"),
+    Budget("chain1.sqlite", 170.0, "run"),
+    Budget("fanout4.invoke", 12.0, "node"),
+    Budget("send20.invoke", 7.7, "node"),
+    Budget("tool.dispatch", 86.0, "dispatch"),
+    Budget("react.step", 220.0, "step"),
+    Budget("llm.encode", 5.8, "request"),
 )
 """Every hot path's budget: normalised CPU µs per unit, +35 % tolerance."""
 
@@ -258,12 +309,16 @@ def _repeats(fn: Callable[[], object], block_s: float) -> int:
 @contextmanager
 def _gc_frozen() -> Iterator[None]:
     # Collections triggered by a path's garbage would land in whichever block crosses the
-    # threshold; each block starts from a collection instead and runs with gc off.
+    # threshold; each block starts from a collection instead and runs with gc off. Frozen,
+    # the objects alive before the blocks are not traversed again by each collection.
+    gc.collect()
+    gc.freeze()
     gc.disable()
     try:
         yield
     finally:
         gc.enable()
+        gc.unfreeze()
 
 
 def measure(path: HotPath, *, blocks: int, block_s: float) -> tuple[float, float, float]:
@@ -285,12 +340,29 @@ def measure(path: HotPath, *, blocks: int, block_s: float) -> tuple[float, float
     return raw_us * REFERENCE_US / calib_us, raw_us, calib_us
 
 
-def _measure_all(quick: bool) -> dict[str, tuple[float, float, float]]:
-    blocks, block_s = (5, 0.08) if quick else (11, 0.15)
+RETRIES = 2
+"""Times a path over its limit is measured again before the gate fails (its best counts)."""
+
+
+def _measure_all(
+    quick: bool, budgets: Sequence[Budget] = ()
+) -> dict[str, tuple[float, float, float]]:
+    """Every hot path's figures; a path over its limit in ``budgets`` is measured again, up
+    to :data:`RETRIES` times, and keeps its best: noise only adds time, so a real regression
+    is over every time and a neighbour's burst of work rarely is."""
+    blocks, block_s = (15, 0.03) if quick else (25, 0.08)
+    limits = {b.path: b.limit for b in budgets}
     figures = {}
     for path in HOT_PATHS:
         print(f"measuring {path.name} ...", file=sys.stderr)
         figures[path.name] = measure(path, blocks=blocks, block_s=block_s)
+        for _ in range(RETRIES):
+            if figures[path.name][0] <= limits.get(path.name, float("inf")):
+                break
+            print(f"  {path.name} over its limit: measuring again", file=sys.stderr)
+            figures[path.name] = min(
+                figures[path.name], measure(path, blocks=blocks, block_s=block_s)
+            )
     return figures
 
 
@@ -336,7 +408,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         calib = [f[2] for run in runs for f in run.values()]
         print(f"calibration      median {statistics.median(calib):8.2f} µs (REFERENCE_US)")
         return 0
-    figures = _measure_all(args.quick)
+    figures = _measure_all(args.quick, BUDGETS)
     print(render(figures, BUDGETS))
     failures = check_budgets({name: f[0] for name, f in figures.items()}, BUDGETS)
     print()
