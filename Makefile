@@ -9,7 +9,7 @@ STAMP_DEV := $(VENV)/.installed-dev
 STAMP_BENCH := $(VENV)/.installed-bench
 STAMP_DOCS := $(VENV)/.installed-docs
 
-.PHONY: demo test check lint typecheck pytest pytest-fast coverage llama-background bench chaos docs clean
+.PHONY: demo test check lint typecheck pytest pytest-fast coverage llama-background bench budgets chaos docs clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -61,7 +61,13 @@ coverage: $(STAMP_DEV)
 llama-background:
 	bash scripts/ensure_llama_server.sh --background
 
+# The CPU-time budget gate (benchmarks/budgets.py), quick form: about 15 s, after the tests so
+# it does not share the cores with them; it fails naming the hot path that got slower.
+budgets: $(STAMP_DEV)
+	$(BIN)/python -m benchmarks --budgets --quick
+
 test: llama-background lint typecheck pytest
+	$(MAKE) --no-print-directory budgets
 
 # Tests that need a server or a program outside the venv, and the long ones, carry a marker
 # (pyproject.toml); the fast loop leaves them out. It provisions only bubblewrap, the sandbox

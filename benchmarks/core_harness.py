@@ -229,6 +229,11 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--strict", action="store_true", help="exit with status 1 when a target is missed"
     )
     parser.add_argument(
+        "--budgets",
+        action="store_true",
+        help="run only the CPU-time budget gate (benchmarks.budgets); exit 1 when over",
+    )
+    parser.add_argument(
         "--no-import-time", action="store_true", help="skip the `import stargraph` measurement"
     )
     return parser.parse_args(argv)
@@ -236,12 +241,13 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
 
 def all_sections() -> dict[str, Section]:
     """Report sections printed after the core table, by ``--only`` name, in report order."""
+    from benchmarks.bench_agents import SECTIONS as AGENTS
     from benchmarks.bench_concurrency import SECTIONS as CONCURRENCY
     from benchmarks.bench_long_runs import SECTIONS as LONG
     from benchmarks.bench_modes import SECTIONS as MODES
     from benchmarks.durable import SECTIONS
 
-    return {**SECTIONS, **LONG, **CONCURRENCY, **MODES}
+    return {**SECTIONS, **LONG, **CONCURRENCY, **MODES, **AGENTS}
 
 
 def _select(
@@ -261,6 +267,10 @@ def _select(
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmarks and print the table; return the process exit status."""
     args = _parse(argv)
+    if args.budgets:
+        from benchmarks.budgets import main as budget_gate
+
+        return budget_gate(["--quick"] if args.quick else [])
     rounds = args.rounds or (3 if args.quick else 7)
     sections = all_sections()
     workloads, chosen = _select(all_workloads(), sections, args.only)

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import sqlite3
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -222,3 +224,73 @@ def test_issue45_modes_section_is_registered_and_names_each_missed_target() -> N
         "chain ainvoke is 1.40x our invoke (target <= 1.3x)",
         "chain ainvoke is 7.1x faster than LangGraph (target >= 20x)",
     ]
+
+
+# ---------------------------------------------------------------------- agents section
+
+AGENT_ANSWERS: dict[str, object] = {
+    "react": "sum 5, product 20",
+    "mapreduce": (10, tuple(sorted(["8", *(f"w{i:02d}" for i in range(8)), "9"]))),
+    "skill": (7, tuple(str(i) for i in range(7))),
+    "thread": tuple(
+        message
+        for i in range(5)
+        for message in (f"user says {i}", f"bot: 'user says {i}' is message {2 * i + 1}")
+    ),
+    "hitl": ({"question": "refund A-17?"}, "A-17: refunded"),
+}
+
+
+@pytest.fixture
+def scratch(tmp_path: Path) -> Iterator[Any]:
+    from benchmarks.bench_agents import Scratch, react_script
+
+    from stargraph.testing import ScriptedOpenAIServer
+
+    with ScriptedOpenAIServer(react_script) as server:
+        yield Scratch(tmp_path, lambda: server.base_url)
+
+
+@pytest.mark.parametrize("name", sorted(AGENT_ANSWERS))
+def test_issue45_agent_workloads_agree_on_both_engines_and_modes(name: str, scratch: Any) -> None:
+    from benchmarks.bench_agents import (
+        all_agent_workloads,
+        build_agent_workload,
+        check_agent_agreement,
+    )
+    from benchmarks.core_harness import all_sections
+
+    assert "agents" in all_sections()
+    workload = {w.name: w for w in all_agent_workloads()}[name]
+    with ExitStack() as stack:
+        built = build_agent_workload(workload, scratch, stack)
+        answers = check_agent_agreement(workload, built)
+        # A second run of each (a new thread, a new run id) answers the same again.
+        again = check_agent_agreement(workload, built)
+    assert set(answers) == {
+        (e, m) for e in ("stargraph", "langgraph") for m in ("invoke", "stream")
+    }
+    assert set(map(repr, answers.values())) == {repr(AGENT_ANSWERS[name])}
+    assert again == answers
+
+
+def test_issue45_agent_workload_that_disagrees_aborts(scratch: Any) -> None:
+    from benchmarks.bench_agents import (
+        Built,
+        all_agent_workloads,
+        build_agent_workload,
+        check_agent_agreement,
+    )
+
+    workload = {w.name: w for w in all_agent_workloads()}["skill"]
+
+    def wrong_stream(scratch: Any) -> Built:
+        built = workload.builders["stargraph"](scratch)
+        return Built({**built.runners, "stream": lambda: (6, ())}, built.closers)
+
+    broken = replace(workload, builders={**workload.builders, "stargraph": wrong_stream})
+    with (
+        ExitStack() as stack,
+        pytest.raises(StateMismatch, match=r"(?s)'skill'.*stargraph  stream"),
+    ):
+        check_agent_agreement(broken, build_agent_workload(broken, scratch, stack))

@@ -36,7 +36,8 @@ def test_issue19_no_fire_snapshot_matches_the_facts_read_back() -> None:
         engine.decide(step=2, state_facts={"done": False, "llm_steps": 2}, error_count=1, **args)
         worked_out = engine.snapshot()
         assert worked_out["facts"][0][1]["step"] == 2
-        engine._snapshot = None
+        # Restored, the engine has no worked-out snapshot: it reads the facts back from CLIPS.
+        engine.restore(worked_out)
         assert engine.snapshot() == worked_out
 
 

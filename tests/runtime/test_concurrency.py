@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import random
 import threading
 import time
@@ -13,8 +12,7 @@ import pytest
 from pydantic import BaseModel
 
 from stargraph import reducers
-from stargraph.graph import END, START, Graph, Send
-from stargraph.runtime import _tasks
+from stargraph.graph import END, START, Graph
 
 TIMEOUT = 10.0  # generous: a rendezvous that is never reached fails the test after this
 
@@ -292,51 +290,3 @@ def test_issue18_twenty_blocking_branches_each_get_a_thread() -> None:
         graph = graph.with_node(name, meets_nineteen_others).with_edge(START, name)
         graph = graph.with_edge(name, END)
     assert graph.compile().invoke({}).items == ["met"] * 20
-
-
-# ------------------------------------------------------------- tiny tasks wake no thread
-
-
-class _CountingPool(concurrent.futures.ThreadPoolExecutor):
-    """The worker pool, counting the workers a step asks it for."""
-
-    def __init__(self) -> None:
-        super().__init__(max_workers=4, thread_name_prefix="counted")
-        self.asked = 0
-
-    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future[Any]:
-        self.asked += 1
-        return super().submit(fn, *args, **kwargs)
-
-
-def tiny_work(state: Fan) -> dict[str, Any]:
-    return {"items": ["w"]}
-
-
-def fan_out_twenty(state: Fan) -> list[Send]:
-    return [Send("work", {}) for _ in range(20)]
-
-
-def test_issue18_a_step_of_tiny_tasks_wakes_no_worker_thread(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    # Waking a worker costs more than twenty pure functions: the driver runs them alone,
-    # and a worker is asked for only when it stalls (the tests above: tasks that block).
-    pool = _CountingPool()
-    monkeypatch.setattr(_tasks._SHARED, "pool", pool)
-    graph = (
-        Graph("tiny", state=Fan)
-        .with_node("fork", tiny_work)
-        .with_node("work", tiny_work)
-        .with_edge(START, "fork")
-        .with_conditional_edges("fork", fan_out_twenty, ["work"])
-        .with_edge("work", END)
-    )
-    app = graph.compile()
-    runs = 50
-    for _ in range(runs):
-        assert len(app.invoke({}).items) == 21
-    # Each run has one step of twenty tasks; a driver descheduled by a loaded machine for
-    # two of the watchdog's looks may still get a worker now and then, never every time.
-    assert pool.asked < runs // 2
-    pool.shutdown()
