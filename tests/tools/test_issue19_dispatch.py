@@ -13,9 +13,8 @@ import orjson
 import pytest
 from pydantic import BaseModel
 
-from stargraph.errors import SkillValidationError, ToolError, ToolNotAllowedError
+from stargraph.errors import ToolError, ToolNotAllowedError
 from stargraph.llm import ToolCall as LlmToolCall
-from stargraph.skills.react import ToolCallRecord, _call_record
 from stargraph.tools import (
     GENESIS_HASH,
     Arbiter,
@@ -315,37 +314,3 @@ def test_issue19_tool_message_is_the_prompt_view(
     assert result.to_tool_message(lane) == _message_as_views(result, lane)
     failed = ToolResult.from_error(ToolError("boom"), call_id=None)
     assert failed.to_tool_message(lane) == _message_as_views(failed, lane)
-
-
-_RECORD: Final[dict[str, Any]] = {
-    "llm_step": 2,
-    "call_id": "c",
-    "name": "n",
-    "arguments": "{}",
-    "tool": "t@1",
-    "status": "success",
-    "summary": "s",
-    "error_code": None,
-    "artifact_ref": None,
-}
-
-
-@pytest.mark.parametrize(
-    "change",
-    [{}, {"error_code": "tool_failed", "artifact_ref": "sha256:x"}, {"llm_step": True}],
-)
-def test_issue19_call_record_is_the_validated_record(change: dict[str, Any]) -> None:
-    values = {**_RECORD, **change}
-    made = _call_record(dict(values))
-    expected = ToolCallRecord(**values)
-    assert made == expected
-    assert made.model_fields_set == expected.model_fields_set
-
-
-@pytest.mark.parametrize("change", [{"summary": None}, {"status": 3}, {"llm_step": "x"}])
-def test_issue19_call_record_still_validates_what_is_not_plain(change: dict[str, Any]) -> None:
-    # A typed error naming the field: what is not plain is still checked.
-    with pytest.raises(
-        SkillValidationError, match=rf"ToolCallRecord data is invalid: /{next(iter(change))}"
-    ):
-        _call_record({**_RECORD, **change})
