@@ -28,7 +28,6 @@ from stargraph.tools import (
 from stargraph.tools import _arbiter as arbiter_module
 from stargraph.tools import _canonical as canonical_module
 from stargraph.tools import _workers as workers_module
-from stargraph.tools._schema import ValidatedArgs, _validated
 from tests.support import spy
 
 ArbiterFactory = Callable[..., Arbiter]
@@ -133,16 +132,6 @@ def test_issue19_sync_dispatch_resumes_in_one_call_per_step(
     # The error is the one the pipeline raises for a failed body, chained as before.
     assert caught.value.__suppress_context__
     assert isinstance(caught.value.__cause__, _Boom)
-
-
-def test_issue19_validated_args_are_the_dataclass() -> None:
-    model = echo.arguments.model.model_validate({"text": "a"})
-    made = _validated(model, {"text": "a", "times": 1})
-    assert type(made) is ValidatedArgs
-    assert made == ValidatedArgs(model, {"text": "a", "times": 1})
-    field_name = "json"  # frozen: setting any field raises
-    with pytest.raises(AttributeError):
-        setattr(made, field_name, {})
 
 
 def test_issue19_a_call_that_locks_nothing_leaves_nothing_held(
