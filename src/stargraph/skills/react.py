@@ -118,6 +118,7 @@ from stargraph.skills._services import (
 )
 from stargraph.tools import Arbiter, ToolCall, ToolResult
 from stargraph.tools._recorded import JournaledArbiter
+from stargraph.tools._result import built
 
 if TYPE_CHECKING:
     from stargraph.runtime._context import Conversation
@@ -785,7 +786,7 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     # set unvalidated: they are ChatMessage objects already (the trajectory's), and checking
     # each of them again would cost every step time in proportion to the whole conversation.
     head = _head(config, _offered_tools(ctx, arbiter, tuple(config["tools"])), conversation)
-    request = head.model_copy(update={"messages": messages})
+    request = built(ChatRequest, {**dict(head), "messages": messages}, head.model_fields_set)
     response = _once(ctx, "llm", ChatResponse, lambda: model.complete(request))
     reply = response.message
     new_steps.append(_reply_step(llm_step, response))

@@ -68,6 +68,7 @@ from stargraph.tools._result import (
     ToolOutput,
     ToolResult,
     ToolStatus,
+    built,
     failure_of,
 )
 from stargraph.tools._schema import ValidatedArgs
@@ -100,6 +101,9 @@ _NO_SECRETS: Final = Secrets()
 # The fields a successful call's result and its commit entry set (the others: defaults).
 # Tuples, not unions: Python 3.11 builds ``str | bytes`` anew at every isinstance call.
 _TEXT: Final = (str, bytes)
+_SUCCESS_SET: Final = set(ToolResult.model_fields) - {"error"}
+_ENTRY_SET: Final = set(CommitEntry.model_fields)
+_NORMALISED: Final = frozenset(("tool", "args"))
 _OUTPUTS: Final = (ToolResult, ToolOutput)
 
 
@@ -505,7 +509,12 @@ class Arbiter:
             self._refuse(call, spec_id, exc, _args_hash(call.args))
             raise
         args_hash = _args_hash(args.json)
-        normalised = call.model_copy(update={"tool": spec_id, "args": args.json})
+        # The canonical id and the validated arguments are the arbiter's own values.
+        normalised = built(
+            ToolCall,
+            {**dict(call), "tool": spec_id, "args": args.json},
+            _NORMALISED | call.model_fields_set,
+        )
         plan = self._plan(tool)
         try:
             self._check_allowlist(normalised, spec)
@@ -710,15 +719,21 @@ class Arbiter:
             # its prefix no longer matches and reaches the model, the journal and events.
             summary = _truncate(self._redact(summary) if self._needles else summary)
             ref, inline = self._store(payload)
-            result = ToolResult(
-                tool=spec.id,
-                call_id=admitted.call.call_id,
-                status="success",
-                summary=summary,
-                artifact_ref=ref,
-                payload=inline,
-                exposure=spec.exposure,
-                prompt_mask=spec.prompt_mask,
+            # Every value was produced (and typed) by the arbiter itself.
+            result = built(
+                ToolResult,
+                {
+                    "tool": spec.id,
+                    "call_id": admitted.call.call_id,
+                    "status": "success",
+                    "summary": summary,
+                    "artifact_ref": ref,
+                    "payload": inline,
+                    "exposure": spec.exposure,
+                    "prompt_mask": spec.prompt_mask,
+                    "error": None,
+                },
+                _SUCCESS_SET,
             )
             self._commit(admitted, "success", ref)
         finally:
@@ -834,13 +849,18 @@ class Arbiter:
         self, admitted: _Admitted, status: ToolStatus | _LateStatus, ref: str | None
     ) -> None:
         call, spec = admitted.call, admitted.tool.spec
-        entry = CommitEntry(
-            lane=call.lane,
-            tool=spec.id,
-            call_id=call.call_id,
-            args_hash=admitted.args_hash,
-            status=status,
-            artifact_ref=ref,
+        entry = built(
+            CommitEntry,
+            {
+                "kind": "call",
+                "lane": call.lane,
+                "tool": spec.id,
+                "call_id": call.call_id,
+                "args_hash": admitted.args_hash,
+                "status": status,
+                "artifact_ref": ref,
+            },
+            _ENTRY_SET,
         )
         self.commit_log.append(entry)
         if spec.side_effect == "external":

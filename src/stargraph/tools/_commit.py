@@ -53,6 +53,7 @@ from stargraph._sqlite import Database
 from stargraph._typed import TypedModel, validate_json_raw
 from stargraph.errors import CommitLogCorruptError, ToolError
 from stargraph.tools._canonical import GENESIS_HASH, canonical_json, sha256_hex
+from stargraph.tools._result import built
 
 __all__ = [
     "CommitEntry",
@@ -111,14 +112,16 @@ class CommitHead(TypedModel):
 
 
 _RECORD_KEYS: Final = frozenset(CommitRecord.model_fields)
+_RECORD_SET: Final = set(_RECORD_KEYS)
 _EMPTY: Final = CommitHead(seq=0, hash=GENESIS_HASH)
 
 
 def seal(entry: CommitEntry, *, seq: int, prev_hash: str) -> tuple[CommitRecord, bytes]:
     """Chain ``entry`` after ``prev_hash``: the record and its canonical stored bytes."""
-    body = entry.model_dump()
+    body = dict(entry)
     data = _seal_body(body, seq, prev_hash)
-    return CommitRecord(**body), data
+    # Every field was validated in ``entry`` or computed just above, in field order.
+    return built(CommitRecord, body, _RECORD_SET), data
 
 
 _HASH_AFTER: Final = b',"kind":'
