@@ -103,7 +103,7 @@ _NO_SECRETS: Final = Secrets()
 _TEXT: Final = (str, bytes)
 _SUCCESS_SET: Final = set(ToolResult.model_fields) - {"error"}
 _ENTRY_SET: Final = set(CommitEntry.model_fields)
-_NORMALISED: Final = frozenset(("tool", "args"))
+_NORMALISED: Final = {"tool", "args"}
 _OUTPUTS: Final = (ToolResult, ToolOutput)
 
 
