@@ -55,7 +55,7 @@ def _call(index: int) -> ToolCall:
     )
 
 
-def test_issue45_an_empty_lockset_is_granted_beside_any_holder() -> None:
+def test_issue19_an_empty_lockset_is_granted_beside_any_holder() -> None:
     """A call that locks nothing waits for no one, even with every resource held."""
     manager = LockManager()
     held = manager.acquire([LockRequest("workspace", "X")], owner="writer")
@@ -76,7 +76,7 @@ def test_issue45_an_empty_lockset_is_granted_beside_any_holder() -> None:
     assert manager.snapshot() == {}
 
 
-def test_issue45_an_empty_lockset_is_granted_beside_any_holder_async() -> None:
+def test_issue19_an_empty_lockset_is_granted_beside_any_holder_async() -> None:
     manager = LockManager()
     held = manager.acquire([LockRequest("workspace", "X")], owner="writer")
     lease = asyncio.run(manager.acquire_async((), owner="a#1", timeout=0.5))
