@@ -104,6 +104,7 @@ from stargraph.llm import (
     RequestOptions,
     Usage,
 )
+from stargraph.llm import ToolCall as LlmToolCall
 from stargraph.refs import resolve_ref, try_ref_of
 from stargraph.runtime import RunContext
 from stargraph.skills._react_rules import exit_pack, termination_pack
@@ -851,20 +852,39 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     return out
 
 
+_REPLY_SET: Final = set(ReactStep.model_fields)
+_OBSERVATION_SET: Final = {"llm_step", "kind", "message"}
+_RECORD_SET: Final = set(ToolCallRecord.model_fields)
+
+
 def _reply_step(llm_step: int, response: ChatResponse) -> ReactStep:
     """The trajectory step of the model's reply ``response``: its message, usage and finish
-    reason."""
-    return ReactStep(
-        llm_step=llm_step,
-        kind="reply",
-        message=response.message,
-        usage=response.usage,
-        finish_reason=response.finish_reason,
-    )
+    reason. Built from them as they are when the response is a plain validated one (the
+    common case, every step); a subclass may compute its fields, so it is validated."""
+    values = {
+        "llm_step": llm_step,
+        "kind": "reply",
+        "message": response.message,
+        "usage": response.usage,
+        "finish_reason": response.finish_reason,
+    }
+    if type(response) is ChatResponse and type(llm_step) is int:
+        return built(ReactStep, values, _REPLY_SET)
+    return ReactStep(**values)
 
 
 def _observation_step(llm_step: int, message: ChatMessage) -> ReactStep:
-    """The trajectory step of a tool result or note ``message``."""
+    """The trajectory step of a tool result or note ``message`` (validated unless it is a
+    plain message already)."""
+    if type(message) is ChatMessage and type(llm_step) is int:
+        values = {
+            "llm_step": llm_step,
+            "kind": "observation",
+            "message": message,
+            "usage": None,
+            "finish_reason": None,
+        }
+        return built(ReactStep, values, _OBSERVATION_SET)
     return ReactStep(llm_step=llm_step, kind="observation", message=message)
 
 
@@ -941,18 +961,23 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
         answers.append(ChatMessage.tool(call.id, wire["content"], name=call.name))
         error = result.error
         payload = result.payload
+        record = {
+            "llm_step": llm_step,
+            "call_id": call.id,
+            "name": call.name,
+            "arguments": call.arguments,
+            "tool": result.tool,
+            "status": status,
+            "summary": result.summary,
+            "error_code": error.code if error is not None else None,
+            "artifact_ref": result.artifact_ref,
+        }
+        # Plain validated call and result (the common case): their fields are the record's
+        # types already. A subclass may compute one, so its record is validated.
+        plain = type(call) is LlmToolCall and type(result) is ToolResult
+        plain = plain and type(llm_step) is int
         records.append(
-            ToolCallRecord(
-                llm_step=llm_step,
-                call_id=call.id,
-                name=call.name,
-                arguments=call.arguments,
-                tool=result.tool,
-                status=status,
-                summary=result.summary,
-                error_code=error.code if error is not None else None,
-                artifact_ref=result.artifact_ref,
-            )
+            built(ToolCallRecord, record, _RECORD_SET) if plain else ToolCallRecord(**record)
         )
         # `is True`: the flag is JSON true, not any truthy value a tool returns. The first
         # such result is the one the loop ends with.

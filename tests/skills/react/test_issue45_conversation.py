@@ -147,3 +147,37 @@ def test_issue19_step_of_other_values_is_validated() -> None:
     step = _observation_step(1, message)
     assert step.message == ChatMessage.user("hi")  # validated: the dict became a message
     assert step.model_fields_set == {"llm_step", "kind", "message"}
+
+
+def _same(made: Any, validated: Any) -> None:
+    assert made == validated
+    assert made.__dict__ == validated.__dict__
+    assert made.model_fields_set == validated.model_fields_set
+
+
+def test_issue19_steps_are_the_validated_ones() -> None:
+    from stargraph.llm import Usage
+    from stargraph.skills.react import _reply_step
+
+    reply = ChatMessage.assistant(tool_calls=[ToolCall(id="c", name="f", arguments="{}")])
+    usage = Usage(prompt_tokens=1, completion_tokens=2, total_tokens=3)
+    response = ChatResponse(message=reply, usage=usage, finish_reason="tool_calls")
+    _same(
+        _reply_step(3, response),
+        ReactStep(llm_step=3, kind="reply", message=reply, usage=usage, finish_reason="tool_calls"),
+    )
+    note = ChatMessage.tool("c", "ok")
+    _same(_observation_step(3, note), ReactStep(llm_step=3, kind="observation", message=note))
+
+
+def test_issue19_call_records_of_a_run_are_the_validated_ones(arbiter: Arbiter) -> None:
+    from stargraph.skills.react import ToolCallRecord
+
+    model = ScriptedChatModel(_script(3))
+    app = react_graph(tools=[ECHO]).compile(services={"model": model, "arbiter": arbiter})
+    final = app.invoke({"task": "count"})
+    assert len(final.tool_calls) == 3
+    for record in final.tool_calls:
+        _same(record, ToolCallRecord(**record.model_dump()))
+    for step in final.trajectory:
+        _same(step, ReactStep(**step.model_dump(exclude_unset=True)))
