@@ -709,6 +709,8 @@ def _transcript(
 
 
 _NO_EXTRA: Final[Mapping[str, Any]] = {}
+_REQUEST_FIELDS: Final = tuple(ChatRequest.model_fields)
+_REQUEST_VALUES: Final = operator.attrgetter(*_REQUEST_FIELDS)
 
 
 def _head(
@@ -787,7 +789,9 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     # set unvalidated: they are ChatMessage objects already (the trajectory's), and checking
     # each of them again would cost every step time in proportion to the whole conversation.
     head = _head(config, _offered_tools(ctx, arbiter, tuple(config["tools"])), conversation)
-    request = built(ChatRequest, {**dict(head), "messages": messages}, head.model_fields_set)
+    values = dict(zip(_REQUEST_FIELDS, _REQUEST_VALUES(head), strict=True))
+    values["messages"] = messages
+    request = built(ChatRequest, values, head.model_fields_set)
     response = _once(ctx, "llm", ChatResponse, lambda: model.complete(request))
     reply = response.message
     new_steps.append(_reply_step(llm_step, response))

@@ -510,11 +510,20 @@ class Arbiter:
             raise
         args_hash = _args_hash(args.json)
         # The canonical id and the validated arguments are the arbiter's own values.
-        normalised = built(
-            ToolCall,
-            {**dict(call), "tool": spec_id, "args": args.json},
-            _NORMALISED | call.model_fields_set,
-        )
+        if type(call) is ToolCall:
+            values = {
+                "tool": spec_id,
+                "args": args.json,
+                "call_id": call.call_id,
+                "lane": call.lane,
+                "node": call.node,
+                "state": call.state,
+                "allowed": call.allowed,
+                "raw_arguments": call.raw_arguments,
+            }
+            normalised = built(ToolCall, values, _NORMALISED | call.model_fields_set)
+        else:  # a subclass may have more fields
+            normalised = call.model_copy(update={"tool": spec_id, "args": args.json})
         plan = self._plan(tool)
         try:
             self._check_allowlist(normalised, spec)

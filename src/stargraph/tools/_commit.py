@@ -118,7 +118,15 @@ _EMPTY: Final = CommitHead(seq=0, hash=GENESIS_HASH)
 
 def seal(entry: CommitEntry, *, seq: int, prev_hash: str) -> tuple[CommitRecord, bytes]:
     """Chain ``entry`` after ``prev_hash``: the record and its canonical stored bytes."""
-    body = dict(entry)
+    body = {
+        "kind": entry.kind,
+        "lane": entry.lane,
+        "tool": entry.tool,
+        "call_id": entry.call_id,
+        "args_hash": entry.args_hash,
+        "status": entry.status,
+        "artifact_ref": entry.artifact_ref,
+    }
     data = _seal_body(body, seq, prev_hash)
     # Every field was validated in ``entry`` or computed just above, in field order.
     return built(CommitRecord, body, _RECORD_SET), data
