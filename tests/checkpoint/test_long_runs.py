@@ -28,6 +28,7 @@ from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatMo
 from stargraph.llm._recorded import encode_request
 from stargraph.replay import export_cassette, load_cassette
 from stargraph.runtime import RunContext
+from stargraph.runtime._context import Conversation
 from stargraph.skills.react import react_graph
 from stargraph.tools import Arbiter, ToolRegistry, llm_name_for, tool
 
@@ -209,6 +210,7 @@ def test_issue19_incremental_request_fingerprints_equal_the_whole_hash() -> None
     texts = ["hi", "héllo ✓", 'a"b\\c\n', "1.5", "", "x" * 300, "\u2028", "😀"]
     tool = {"type": "function", "function": {"name": "f", "parameters": {"x": 1.25}}}
     for _ in range(150):
+        conversation = Conversation()
         messages = [ChatMessage.system(rnd.choice(texts))]
         head: dict[str, Any] = {
             "temperature": rnd.choice([None, 0.5, 1e-7]),
@@ -234,16 +236,15 @@ def test_issue19_incremental_request_fingerprints_equal_the_whole_hash() -> None
             request = ChatRequest(
                 messages=tuple(messages), **{k: v for k, v in head.items() if v is not None}
             )
-            body, fingerprint = encode_request(request)
+            body, fingerprint = encode_request(request, conversation)
             whole = request.model_dump(mode="json", exclude_defaults=True)
             assert body == whole
             assert fingerprint == content_hash(whole) == request.fingerprint()
 
 
-def test_issue19_a_conversation_encodes_its_other_request_fields_as_the_whole_dump() -> None:
-    """The tools offered (and the other fields) of a conversation that repeats them, and of
-    a request that changes them, encode and hash as the whole request's dump does (their
-    cost is the ``llm.encode`` row of the CPU budget gate)."""
+def test_issue45_a_conversation_whose_other_fields_change_is_encoded_whole() -> None:
+    """A request of a kept conversation that offers other tools, or starts otherwise, is
+    recorded as its whole dump, not as the kept request's fields with new messages."""
     tools = tuple(
         {"type": "function", "function": {"name": f"f{i}", "parameters": {"n": i}}}
         for i in range(20)
@@ -255,11 +256,12 @@ def test_issue19_a_conversation_encodes_its_other_request_fields_as_the_whole_du
         messages.append(ChatMessage.assistant(f"reply {i}"))
     requests.append(ChatRequest(messages=tuple(messages), tools=tools[:3], temperature=0.5))
     requests.append(ChatRequest(messages=tuple(messages), tools=tools[:3], temperature=0.7))
+    requests.append(ChatRequest(messages=tuple(messages[2:]), tools=tools[:3]))
+    requests.append(ChatRequest(messages=(), tools=tools[:3]))
+    conversation = Conversation()
     for request in requests:
         whole = request.model_dump(mode="json", exclude_defaults=True)
-        body, fingerprint = encode_request(request)
-        assert body == whole
-        assert fingerprint == content_hash(whole) == request.fingerprint()
+        assert encode_request(request, conversation) == (whole, content_hash(whole))
 
 
 class Chat(BaseModel):
@@ -413,13 +415,14 @@ def test_issue19_transcripts_are_read_from_the_steps_added_since() -> None:
             for i, t in enumerate(texts)
         ]
 
+    kept = Conversation()
     first = steps("a", "b", "c")
-    assert _transcript(first) == tuple(s.message for s in first)
+    assert _transcript(first, kept) == tuple(s.message for s in first)
     grown = [*first, *steps("d", "e")]
-    assert _transcript(grown) == tuple(s.message for s in grown)
+    assert _transcript(grown, kept) == tuple(s.message for s in grown)
     edited = [first[0], *steps("B"), *grown[2:], *steps("f")]
-    assert _transcript(edited) == tuple(s.message for s in edited)
-    assert [m.content for m in _transcript(edited)] == ["a", "B", "c", "d", "e", "f"]
+    assert _transcript(edited, kept) == tuple(s.message for s in edited)
+    assert [m.content for m in _transcript(edited, kept)] == ["a", "B", "c", "d", "e", "f"]
 
 
 def test_issue19_write_run_is_all_or_nothing(tmp_path: Path) -> None:

@@ -18,7 +18,6 @@ from stargraph import reducers
 from stargraph.llm import ChatMessage, ToolCall
 from stargraph.runtime._values import jsonable
 from stargraph.state import Channel, build_channels, schema_ir, value_checker
-from tests.support import spy
 
 
 class _Scalars(BaseModel):
@@ -211,59 +210,16 @@ def test_issue19_one_task_step_applies_without_a_generator() -> None:
     assert not rules.applies([_Task("act"), _Task("observe")])
 
 
-def test_issue19_new_request_messages_are_encoded_without_the_plainness_walk(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    import itertools
-
-    from stargraph.ir import _canonical, canonical_json
-    from stargraph.llm import ChatRequest
-    from stargraph.llm._recorded import _encoded_message, encode_request
-
-    calls = [
-        ToolCall(id="c\u00e91", name="f", arguments='{"q": "\u00fc"}'),
-        ToolCall(id="c2", name="g"),
-    ]
-    roles: list[Any] = ["user", "assistant", "tool", "system"]
-    for role, content, tool_calls, call_id in itertools.product(
-        roles, [None, "", "h\u00e9"], [(), calls], [None, "c1"]
-    ):
-        message = ChatMessage(
-            role=role, content=content, tool_calls=tool_calls, tool_call_id=call_id
-        )
-        data, encoded = _encoded_message(message)
-        assert data == message.model_dump(mode="json", exclude_defaults=True)
-        assert encoded == canonical_json(data)
-    walked = spy(monkeypatch, _canonical, "_is_plain")
-    first = ChatRequest(messages=(ChatMessage.user("q\u00e9"), _message()), model="m")
-    body, fingerprint = encode_request(first)
-    # The messages' JSON went to orjson directly; only the other fields were walked.
-    assert all("role" not in value for value in walked if isinstance(value, dict))
-    from stargraph.ir import content_hash
-
-    assert fingerprint == content_hash(first.model_dump(mode="json", exclude_defaults=True))
-    assert body == first.model_dump(mode="json", exclude_defaults=True)
-
-
 def test_issue19_a_lone_surrogate_in_a_request_is_refused_as_before() -> None:
     from stargraph.ir import canonical_json
-    from stargraph.llm._recorded import _encoded_message
+    from stargraph.llm import ChatRequest
+    from stargraph.llm._recorded import encode_request
 
     message = ChatMessage.user("a\ud800")
     data = message.model_dump(mode="json", exclude_defaults=True)
     with pytest.raises(TypeError) as before:
         canonical_json(data)
     with pytest.raises(TypeError) as now:
-        _encoded_message(message)
+        encode_request(ChatRequest(messages=(message,)))
     assert type(now.value) is type(before.value)
     assert str(now.value) == str(before.value)
-
-
-def test_issue19_message_json_checks_text_fields_inline() -> None:
-    from stargraph.llm._recorded import _message_json
-
-    message = ChatMessage.tool("c1", "ok", name="search")
-    with _python_calls() as seen:
-        found = _message_json(message)
-    assert found == message.model_dump(mode="json")
-    assert "_text" not in seen

@@ -16,10 +16,9 @@ from stargraph.ir import canonical_json
 from stargraph.llm import ToolCall as LlmToolCall
 from stargraph.tools import (
     Arbiter,
-    Lease,
     LockManager,
-    Secrets,
     ToolCall,
+    ToolContext,
     Workspace,
     content_ref,
     llm_name_for,
@@ -28,10 +27,7 @@ from stargraph.tools import (
 )
 from stargraph.tools import _arbiter as arbiter_module
 from stargraph.tools import _canonical as canonical_module
-from stargraph.tools import _result as result_module
 from stargraph.tools import _workers as workers_module
-from stargraph.tools._schema import ValidatedArgs, _validated
-from stargraph.tools._tool import _Cancellation, context_of
 from tests.support import spy
 
 ArbiterFactory = Callable[..., Arbiter]
@@ -138,54 +134,21 @@ def test_issue19_sync_dispatch_resumes_in_one_call_per_step(
     assert isinstance(caught.value.__cause__, _Boom)
 
 
-def test_issue19_validated_args_are_the_dataclass() -> None:
-    model = echo.arguments.model.model_validate({"text": "a"})
-    made = _validated(model, {"text": "a", "times": 1})
-    assert type(made) is ValidatedArgs
-    assert made == ValidatedArgs(model, {"text": "a", "times": 1})
-    field_name = "json"  # frozen: setting any field raises
-    with pytest.raises(AttributeError):
-        setattr(made, field_name, {})
-
-
-def test_issue19_an_empty_lockset_is_granted_without_acquire(
-    make_arbiter: ArbiterFactory, monkeypatch: pytest.MonkeyPatch
+def test_issue19_a_call_that_locks_nothing_leaves_nothing_held(
+    make_arbiter: ArbiterFactory,
 ) -> None:
-    asked: list[object] = []
-    original = LockManager.acquire
-
-    def counting(self: LockManager, locks: Any, **kwargs: Any) -> Lease:
-        asked.append(locks)
-        return original(self, locks, **kwargs)
-
-    monkeypatch.setattr(LockManager, "acquire", counting)
-    arbiter = make_arbiter(echo)
-    assert arbiter.dispatch(_call('{"text": "hi"}')).summary == "hi"
-    assert asked == []
-    assert arbiter.locks.snapshot() == {}
-    assert arbiter.locks._leases == {}
-
     class Wider(LockManager):
-        """A lock manager of its own: its acquire is asked."""
+        """A lock manager of its own."""
 
-    wider = make_arbiter(echo, locks=Wider())
-    assert wider.dispatch(_call('{"text": "hi"}', 2)).summary == "hi"
-    assert asked == [()]
-    assert wider.locks._leases == {}
+    for locks in (LockManager(), Wider()):
+        arbiter = make_arbiter(echo, locks=locks)
+        assert arbiter.dispatch(_call('{"text": "hi"}')).summary == "hi"
+        assert locks.snapshot() == {}
+        assert locks.waiting == 0
 
 
-def test_issue19_a_context_made_without_init_cancels_like_an_event(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    made: list[object] = []
-    original = _Cancellation.__init__
-
-    def counting(self: _Cancellation) -> None:
-        made.append(self)
-        original(self)
-
-    monkeypatch.setattr(_Cancellation, "__init__", counting)
-    ctx = context_of(
+def test_issue19_a_context_cancels_like_an_event() -> None:
+    ctx = ToolContext(
         tool="t",
         call_id=None,
         lane="core",
@@ -193,12 +156,9 @@ def test_issue19_a_context_made_without_init_cancels_like_an_event(
         workspace=Workspace.at("."),
         timeout_s=1.0,
         deadline=2.0,
-        secrets=Secrets(),
-        host=None,
     )
     cancelled = ctx.cancelled
-    assert made == []
-    assert type(cancelled) is _Cancellation
+    assert isinstance(cancelled, threading.Event)
     assert not cancelled.is_set()
     assert not cancelled.wait(0)
     cancelled.set()
@@ -229,16 +189,11 @@ def test_issue19_a_text_payload_is_stored_as_its_canonical_json(
     assert walked[1:] == [{"a": [1.5]}]
 
 
-def test_issue19_a_text_payload_is_its_own_journal_copy(
-    make_arbiter: ArbiterFactory, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_issue19_a_text_payload_is_its_own_journal_copy(make_arbiter: ArbiterFactory) -> None:
     result = make_arbiter(echo).dispatch(_call('{"text": "hi"}'))
-    copied = spy(monkeypatch, result_module, "json_copy")
     assert result.journal_value() == result.model_dump(mode="json")
-    assert copied == []
     listed = result.model_copy(update={"payload": ["a", {"b": 1}]})
     assert listed.journal_value() == listed.model_dump(mode="json")
-    assert copied[0] == ["a", {"b": 1}]
 
 
 @tool(id="demo.write@1.0.0", side_effect="write")

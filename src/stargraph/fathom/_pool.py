@@ -31,7 +31,9 @@ class EnginePool:
     def acquire(self) -> PooledEngine:
         """An engine in its initial state (made on this thread); ``close()`` on it returns
         it to the pool."""
-        free: list[PooledEngine] = self._local.__dict__.setdefault("free", [])
+        free: list[PooledEngine] | None = getattr(self._local, "free", None)
+        if free is None:
+            free = self._local.free = []
         if free:
             return free.pop()
         return PooledEngine(self._make(), free)

@@ -262,15 +262,13 @@ class Usage(_ChatData):
     def __add__(self, other: Usage) -> Usage:
         """Usage adds up, so a run can total the usage of all its calls."""
         # Sums of validated counts are counts: built without validating them again (every
-        # ReAct step adds its reply's usage to the run's), read from the two __dict__s: an
-        # attribute read of a pydantic model goes through its __getattr__ hook.
-        mine, theirs = self.__dict__, other.__dict__
+        # ReAct step adds its reply's usage to the run's).
         return unchecked(
             Usage,
             {
-                "prompt_tokens": mine["prompt_tokens"] + theirs["prompt_tokens"],
-                "completion_tokens": mine["completion_tokens"] + theirs["completion_tokens"],
-                "total_tokens": mine["total_tokens"] + theirs["total_tokens"],
+                "prompt_tokens": self.prompt_tokens + other.prompt_tokens,
+                "completion_tokens": self.completion_tokens + other.completion_tokens,
+                "total_tokens": self.total_tokens + other.total_tokens,
             },
             _USAGE_FIELDS,
         )

@@ -10,7 +10,6 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 
-from stargraph._unchecked import unchecked
 from stargraph.errors import LLMError
 from stargraph.llm._messages import ChatMessage, ChatRequest, ChatResponse
 from stargraph.llm._recorded import Journal, JournaledChatModel
@@ -108,12 +107,7 @@ class ScriptedChatModel:
             updates["id"] = f"chatcmpl-{index:04d}"
         if not updates:
             return reply
-        # model_copy(update=...) without its generic copying: the two values are text.
-        return unchecked(
-            type(reply),
-            {**reply.__dict__, **updates},
-            reply.__pydantic_fields_set__.union(updates),
-        )
+        return reply.model_copy(update=updates)
 
 
 def word_pieces(text: str | None) -> list[str]:

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AttemptFence",
+    "Conversation",
+    "Conversations",
     "Entropy",
     "GraphInterrupt",
     "RunContext",
@@ -45,6 +47,41 @@ T = TypeVar("T")
 _log = logging.getLogger("stargraph")
 # The fields a recorded call sets (``base`` is the store's): its records' fields set, shared.
 _RECORDED = {"step", "node", "index", "seq", "kind", "key", "value", "fingerprint", "request"}
+
+
+class Conversation:
+    """What one task position of a run (a node and its index) keeps between its steps about
+    its conversation with a model, so that each step works in proportion to what is new
+    rather than to the whole conversation.
+
+    Derived data only: nothing here is recorded, and a miss costs time, never a different
+    result (a resumed run starts with none). Each slot has one owner - ``request`` the
+    journaled chat model's request encoder, ``transcript`` and ``head`` the ReAct node - that
+    replaces its value whole and never changes it in place, so overlapping attempts of one
+    task (a retry beside an abandoned attempt) need no lock: one of them can only miss.
+    """
+
+    __slots__ = ("head", "request", "transcript")
+
+    def __init__(self) -> None:
+        self.request: Any = None
+        self.transcript: Any = None
+        self.head: Any = None
+
+
+Conversations = dict[tuple[str, int], Conversation]
+"""A run's conversations, by task position ``(node, index)``."""
+
+
+def conversation_of(conversations: Conversations | None, node: str, index: int) -> Conversation:
+    """The conversation of ``(node, index)`` kept in ``conversations``, made on first use (a
+    new one, kept nowhere, when there is no run to keep it)."""
+    if conversations is None:
+        return Conversation()
+    found = conversations.get((node, index))
+    if found is None:
+        found = conversations[(node, index)] = Conversation()
+    return found
 
 
 @runtime_checkable
@@ -240,6 +277,13 @@ class TaskJournal:
     # The run's registered secrets, masked in each record (and in the value the node is
     # handed, so a resumed run sees what the live one saw); None: recorded as they are.
     mask: SecretMask | None = None
+    # The run's conversations (see Conversation); None: nothing is kept between steps.
+    conversations: Conversations | None = None
+
+    @property
+    def conversation(self) -> Conversation:
+        """What this task position keeps between steps about its model conversation."""
+        return conversation_of(self.conversations, self.node, self.index)
 
     def restart(self) -> None:
         """Serve the journal again from its first call (same attempt)."""
@@ -497,6 +541,7 @@ class RunContext:
     """
 
     __slots__ = (
+        "_conversations",
         "_custom",
         "_draws",
         "_feed",
@@ -528,8 +573,10 @@ class RunContext:
         events: list[Any] | None = None,
         custom: Callable[[Any], None] | None = None,
         feed: Any = None,
+        conversations: Conversations | None = None,
     ) -> None:
         self.journal = journal
+        self._conversations = conversations
         # Where ctx.emit() hands payloads: the run's live stream in mode "custom", or None.
         self._custom = custom
         # The run's live stream, handed down to the nested run of a subgraph node so that
@@ -550,6 +597,12 @@ class RunContext:
         self.path = path
         self.config = config
         self.entropy = entropy
+
+    @property
+    def conversation(self) -> Conversation:
+        """What this node keeps between its steps about its conversation with a model (see
+        :class:`Conversation`): the run holds one per node and index."""
+        return conversation_of(self._conversations, self.node, self.index)
 
     def emit(self, payload: Any) -> None:
         """Hand ``payload`` to whoever streams the run in mode ``"custom"``, at once, as a

@@ -31,7 +31,9 @@ class Journal(Protocol):
     """The slice of ``TaskJournal`` a journaled service needs.
 
     It may also carry ``tokens`` (a callable taking each piece of a model's reply, or
-    ``None``), read with ``getattr``: journals that do not stream need not have it.
+    ``None``), read with ``getattr``: journals that do not stream need not have it. Likewise
+    ``conversation`` (a ``runtime.Conversation``), where a chat model keeps its task's last
+    encoded request: a journal without one only makes each request cost its whole length.
     """
 
     def call(

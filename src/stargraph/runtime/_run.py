@@ -27,6 +27,7 @@ from stargraph.errors import (
 from stargraph.ir import END
 from stargraph.runtime._context import (
     AttemptFence,
+    Conversations,
     Entropy,
     RunContext,
     ServiceMap,
@@ -92,6 +93,7 @@ class Run:
         "cancelled",
         "child_events",
         "collect",
+        "conversations",
         "decision",
         "done",
         "emit",
@@ -191,6 +193,8 @@ class Run:
         self.loop: RunLoop | None = None
         self.routed: dict[int, Any] | None = None
         self.ran: Sequence[Task] = ()
+        # What each task position keeps between steps about its model conversation.
+        self.conversations: Conversations = {}
 
     def where(self, node: str | None = None) -> _RunAt:
         """Where the run is (at ``node``), as the keywords that locate a :class:`RunError`."""
@@ -391,6 +395,7 @@ class Run:
                 attempt=attempt,
                 source=self.replay,
                 mask=self.plan.mask,
+                conversations=self.conversations,
             )
         elif self.persistence is not None:
             # The list is shared with the run (and by every attempt of the task): at commit
@@ -405,6 +410,7 @@ class Run:
                 fence=fence,
                 attempt=attempt,
                 mask=self.plan.mask,
+                conversations=self.conversations,
             )
         feed = self.feed
         custom = None
@@ -424,6 +430,7 @@ class Run:
                         attempt=attempt,
                         ephemeral=True,
                         mask=self.plan.mask,
+                        conversations=self.conversations,
                     )
                 if journal is not None:
                     journal.tokens = self._sink(feed, "messages", node, index)
@@ -456,6 +463,7 @@ class Run:
             events=None if self.emit is None else self.child_events.setdefault((node, index), []),
             custom=custom,
             feed=feed,
+            conversations=self.conversations,
         )
 
     def _sink(self, feed: Feed, mode: str, node: str, index: int) -> Callable[[Any], None]:

@@ -73,7 +73,6 @@ import operator
 import re
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar, cast
 
@@ -89,7 +88,6 @@ from pydantic import (
 
 from stargraph import fathom, reducers
 from stargraph._typed import TypedModel, validate_json_raw
-from stargraph._unchecked import unchecked
 from stargraph.errors import (
     InvalidInputError,
     NodeError,
@@ -121,8 +119,10 @@ from stargraph.skills._services import (
 )
 from stargraph.tools import Arbiter, ToolCall, ToolResult
 from stargraph.tools._recorded import JournaledArbiter
+from stargraph.tools._result import built
 
 if TYPE_CHECKING:
+    from stargraph.runtime._context import Conversation
     from stargraph.skills import Skill
 
 __all__ = [
@@ -689,58 +689,33 @@ def _check_answer(config: Mapping[str, Any], text: str) -> tuple[Any, str | None
 
 _MESSAGE: Final = operator.attrgetter("message")
 
-# The messages of recent trajectories, by the id of their last step: a trajectory only grows,
-# so the next ``think`` of the same run reads only the steps added since (visiting every step
-# object of a long run each LLM step is the cost that grew with the run).
-_TRANSCRIPTS: OrderedDict[int, tuple[Sequence[ReactStep], tuple[ChatMessage, ...]]] = OrderedDict()
-_TRANSCRIPTS_LOCK = threading.Lock()
-_KEPT_TRANSCRIPTS: Final = 64
 
-
-def _extends(trajectory: Sequence[ReactStep], kept: Sequence[ReactStep]) -> bool:
-    """``trajectory[:len(kept)] == kept`` as lists (one comparison in C, elements by
-    identity first), without copying the lists the runtime already hands over."""
-    if type(trajectory) is list and type(kept) is list:
-        return trajectory[: len(kept)] == kept
-    return list(trajectory[: len(kept)]) == list(kept)
-
-
-def _transcript(trajectory: Sequence[ReactStep]) -> tuple[ChatMessage, ...]:
-    """``tuple(step.message for step in trajectory)``, from the messages of an earlier
-    trajectory this one extends (same step objects, checked by identity) when one is kept.
-    A tuple, the one kept for the next call: the common request takes it as its messages
-    as it is (``tuple()`` of a tuple is that tuple), so a step makes one copy of the
-    conversation, not two, and the collector traces one container of it, not two."""
-    found = None
-    with _TRANSCRIPTS_LOCK:
-        for end in range(len(trajectory) - 1, max(len(trajectory) - 33, -1), -1):
-            kept = _TRANSCRIPTS.get(id(trajectory[end]))
-            if kept is not None and len(kept[0]) == end + 1 and kept[0][end] is trajectory[end]:
-                found = kept
-                break
-    # One list comparison in C (elements by identity first), not a call per step.
-    if found is not None and _extends(trajectory, found[0]):
-        messages = (*found[1], *map(_MESSAGE, trajectory[len(found[0]) :]))
+def _transcript(
+    trajectory: Sequence[ReactStep], conversation: Conversation
+) -> tuple[ChatMessage, ...]:
+    """``tuple(step.message for step in trajectory)``, from the messages of the trajectory
+    the node's last step saw when this one extends it (the same step objects, compared by
+    identity first in one list comparison in C), so a long run reads only the steps added
+    since. A tuple, kept for the next step: the common request takes it as its messages as
+    it is."""
+    kept = conversation.transcript
+    steps = tuple(trajectory)
+    if kept is not None and steps[: len(kept[0])] == kept[0]:
+        messages = (*kept[1], *map(_MESSAGE, steps[len(kept[0]) :]))
     else:
-        messages = tuple(map(_MESSAGE, trajectory))
-    if trajectory:
-        with _TRANSCRIPTS_LOCK:
-            _TRANSCRIPTS[id(trajectory[-1])] = (trajectory, messages)
-            _TRANSCRIPTS.move_to_end(id(trajectory[-1]))
-            while len(_TRANSCRIPTS) > _KEPT_TRANSCRIPTS:
-                _TRANSCRIPTS.popitem(last=False)
+        messages = tuple(map(_MESSAGE, steps))
+    conversation.transcript = (steps, messages)
     return messages
 
 
-# The validated request fields but its messages, by the id of the node configuration they
-# came from (held, so the id stays its own), with the values they were built from.
-_HEADS: OrderedDict[int, tuple[Mapping[str, Any], tuple[Any, ...], ChatRequest]] = OrderedDict()
-_HEADS_LOCK = threading.Lock()
-_KEPT_HEADS: Final = 64
 _NO_EXTRA: Final[Mapping[str, Any]] = {}
+_REQUEST_FIELDS: Final = tuple(ChatRequest.model_fields)
+_REQUEST_VALUES: Final = operator.attrgetter(*_REQUEST_FIELDS)
 
 
-def _head(config: Mapping[str, Any], tools: tuple[dict[str, Any], ...]) -> ChatRequest:
+def _head(
+    config: Mapping[str, Any], tools: tuple[dict[str, Any], ...], conversation: Conversation
+) -> ChatRequest:
     """The request ``think`` sends but its messages (``messages=()``), validated once for the
     same configuration values (the same objects) rather than at every step."""
     options = config.get("request") or _NO_OPTIONS
@@ -753,10 +728,10 @@ def _head(config: Mapping[str, Any], tools: tuple[dict[str, Any], ...]) -> ChatR
         options.get("response_format"),
         options.get("extra") or _NO_EXTRA,
     )
-    with _HEADS_LOCK:
-        kept = _HEADS.get(id(config))
-    if kept is not None and kept[0] is config and all(map(operator.is_, kept[1], given)):
-        return kept[2]
+    kept = conversation.head
+    if kept is not None and all(map(operator.is_, kept[0], given)):
+        head: ChatRequest = kept[1]
+        return head
     model, tools, temperature, tool_choice, max_tokens, response_format, extra = given
     head = ChatRequest(
         messages=(),
@@ -768,11 +743,7 @@ def _head(config: Mapping[str, Any], tools: tuple[dict[str, Any], ...]) -> ChatR
         response_format=response_format,
         extra=extra,
     )
-    with _HEADS_LOCK:
-        _HEADS[id(config)] = (config, given, head)
-        _HEADS.move_to_end(id(config))
-        while len(_HEADS) > _KEPT_HEADS:
-            _HEADS.popitem(last=False)
+    conversation.head = (given, head)
     return head
 
 
@@ -787,22 +758,18 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     config = ctx.config
     model: ChatModel = _service(ctx, "model", is_chat_model, MODEL_WHAT)
     arbiter: Arbiter = _service(ctx, "arbiter", is_tool_dispatcher, ARBITER_WHAT)
-    # The state's fields read from its __dict__: each attribute read of a pydantic model
-    # goes through its __getattr__ hook, several times the cost of a dict lookup.
-    fields = state.__dict__
-    llm_step = fields["llm_steps"] + 1
-    trajectory = fields["trajectory"]
+    llm_step = state.llm_steps + 1
+    trajectory = state.trajectory
+    conversation = ctx.conversation
     new_steps: list[ReactStep] = []
-    if not trajectory and fields["task"]:
-        new_steps.append(
-            ReactStep(llm_step=0, kind="task", message=ChatMessage.user(fields["task"]))
-        )
-    if fields["last_event"] == "final_answer" and trajectory and trajectory[-1].kind == "reply":
+    if not trajectory and state.task:
+        new_steps.append(ReactStep(llm_step=0, kind="task", message=ChatMessage.user(state.task)))
+    if state.last_event == "final_answer" and trajectory and trajectory[-1].kind == "reply":
         # The last step's answer did not end the loop (no rule took it): without a word the
         # model would see its own answer last and likely give it again. (A thread's next
         # turn starts after the answer too, but with the user's new message last.)
         new_steps.append(_observation_step(llm_step, ChatMessage.user(_NOT_ENDED)))
-    transcript = _transcript(trajectory)
+    transcript = _transcript(trajectory, conversation)
     system = _system_prompt(config)
     budget = config.get("context_budget")
     if budget is not None:
@@ -821,12 +788,10 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     # The other fields are validated once per node configuration (_head); the messages are
     # set unvalidated: they are ChatMessage objects already (the trajectory's), and checking
     # each of them again would cost every step time in proportion to the whole conversation.
-    head = _head(config, _offered_tools(ctx, arbiter, tuple(config["tools"])))
-    request = unchecked(
-        ChatRequest,
-        {**head.__dict__, "messages": messages},
-        head.__pydantic_fields_set__,
-    )
+    head = _head(config, _offered_tools(ctx, arbiter, tuple(config["tools"])), conversation)
+    values = dict(zip(_REQUEST_FIELDS, _REQUEST_VALUES(head), strict=True))
+    values["messages"] = messages
+    request = built(ChatRequest, values, head.model_fields_set)
     response = _once(ctx, "llm", ChatResponse, lambda: model.complete(request))
     reply = response.message
     new_steps.append(_reply_step(llm_step, response))
@@ -877,7 +842,7 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
             else:
                 out["final_output"] = output
                 out["final_answer"] = output.model_dump_json()
-    errors = fields["error_count"] + len(notes)
+    errors = state.error_count + len(notes)
     out.update(
         done=event == "final_answer",
         trajectory=new_steps,
@@ -886,20 +851,20 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
         error_count=errors,
         error_budget=config["error_budget"] - errors,
         last_event=event,
-        usage=fields["usage"] + response.usage,
+        usage=state.usage + response.usage,
     )
     return out
 
 
-_STEP_FIELDS: Final = set(ReactStep.model_fields)
-_MESSAGE_STEP_FIELDS: Final = {"llm_step", "kind", "message"}
-_RECORD_FIELDS: Final = set(ToolCallRecord.model_fields)
-_OPTIONAL_RECORD: Final = frozenset(("error_code", "artifact_ref"))
+_REPLY_SET: Final = set(ReactStep.model_fields)
+_OBSERVATION_SET: Final = {"llm_step", "kind", "message"}
+_RECORD_SET: Final = set(ToolCallRecord.model_fields)
 
 
 def _reply_step(llm_step: int, response: ChatResponse) -> ReactStep:
     """The trajectory step of the model's reply ``response``: its message, usage and finish
-    reason (all five fields set, as ``ReactStep(...)`` would)."""
+    reason. Built from them as they are when the response is a plain validated one (the
+    common case, every step); a subclass may compute its fields, so it is validated."""
     values = {
         "llm_step": llm_step,
         "kind": "reply",
@@ -907,55 +872,24 @@ def _reply_step(llm_step: int, response: ChatResponse) -> ReactStep:
         "usage": response.usage,
         "finish_reason": response.finish_reason,
     }
-    return _step(values, _STEP_FIELDS)
+    if type(response) is ChatResponse and type(llm_step) is int:
+        return built(ReactStep, values, _REPLY_SET)
+    return ReactStep(**values)
 
 
 def _observation_step(llm_step: int, message: ChatMessage) -> ReactStep:
-    """The trajectory step of a tool result or note ``message`` (three fields set)."""
-    values = {
-        "llm_step": llm_step,
-        "kind": "observation",
-        "message": message,
-        "usage": None,
-        "finish_reason": None,
-    }
-    return _step(values, _MESSAGE_STEP_FIELDS)
-
-
-def _step(values: dict[str, Any], fields_set: set[str]) -> ReactStep:
-    """``ReactStep(**values)`` with ``fields_set`` set. The values the loop holds are
-    validated already (a response's parts, an LLM step count), so they are not validated
-    again; anything else goes through the constructor."""
-    if type(values["llm_step"]) is int and isinstance(values["message"], ChatMessage):
-        return unchecked(ReactStep, values, fields_set)
-    return ReactStep(**{name: values[name] for name in fields_set})
-
-
-_ASKED: Final = ("id", "name", "arguments")
-_GOT: Final = ("status", "error", "tool", "summary", "artifact_ref", "payload")
-
-
-def _fields(model: object, names: tuple[str, ...]) -> dict[str, Any]:
-    """``names`` of ``model`` read as attributes (a subclass may compute one)."""
-    return {name: getattr(model, name) for name in names}
-
-
-def _call_record(values: dict[str, Any]) -> ToolCallRecord:
-    """``ToolCallRecord(**values)`` (every field given) without validation when each value
-    is of its field's exact type already: text, the step an int, the two optional ones text
-    or ``None``."""
-    if type(values["llm_step"]) is not int:
-        return ToolCallRecord(**values)
-    # A loop, not all() over a generator: one generator resumption per field cost more
-    # than the test itself, on every tool call.
-    for key, value in values.items():
-        if (
-            type(value) is not str
-            and key != "llm_step"
-            and (value is not None or key not in _OPTIONAL_RECORD)
-        ):
-            return ToolCallRecord(**values)
-    return unchecked(ToolCallRecord, values, _RECORD_FIELDS)
+    """The trajectory step of a tool result or note ``message`` (validated unless it is a
+    plain message already)."""
+    if type(message) is ChatMessage and type(llm_step) is int:
+        values = {
+            "llm_step": llm_step,
+            "kind": "observation",
+            "message": message,
+            "usage": None,
+            "finish_reason": None,
+        }
+        return built(ReactStep, values, _OBSERVATION_SET)
+    return ReactStep(llm_step=llm_step, kind="observation", message=message)
 
 
 def after_think(state: ReactState) -> str:
@@ -1024,31 +958,30 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
     for call in reply.message.tool_calls:
         # No _once around the dispatch: the journaled arbiter records each call itself.
         result = _dispatch(arbiter, call, allowed, node)
-        # The fields read from the dicts at once (each attribute read of a model looks
-        # through its class first); a subclass is read through its attributes.
-        asked = call.__dict__ if type(call) is LlmToolCall else _fields(call, _ASKED)
-        got = result.__dict__ if type(result) is ToolResult else _fields(result, _GOT)
-        status = got["status"]
+        status = result.status
         if status != "success":
             failed += 1
         wire = result.to_tool_message(_LANE)
-        answers.append(ChatMessage.tool(asked["id"], wire["content"], name=asked["name"]))
-        error = got["error"]
-        payload = got["payload"]
+        answers.append(ChatMessage.tool(call.id, wire["content"], name=call.name))
+        error = result.error
+        payload = result.payload
+        record = {
+            "llm_step": llm_step,
+            "call_id": call.id,
+            "name": call.name,
+            "arguments": call.arguments,
+            "tool": result.tool,
+            "status": status,
+            "summary": result.summary,
+            "error_code": error.code if error is not None else None,
+            "artifact_ref": result.artifact_ref,
+        }
+        # Plain validated call and result (the common case): their fields are the record's
+        # types already. A subclass may compute one, so its record is validated.
+        plain = type(call) is LlmToolCall and type(result) is ToolResult
+        plain = plain and type(llm_step) is int
         records.append(
-            _call_record(
-                {
-                    "llm_step": llm_step,
-                    "call_id": asked["id"],
-                    "name": asked["name"],
-                    "arguments": asked["arguments"],
-                    "tool": got["tool"],
-                    "status": status,
-                    "summary": got["summary"],
-                    "error_code": error.code if error is not None else None,
-                    "artifact_ref": got["artifact_ref"],
-                }
-            )
+            built(ToolCallRecord, record, _RECORD_SET) if plain else ToolCallRecord(**record)
         )
         # `is True`: the flag is JSON true, not any truthy value a tool returns. The first
         # such result is the one the loop ends with.
@@ -1059,7 +992,7 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
             and type(payload) is dict
             and payload.get(done_field) is True
         ):
-            finishing = got["summary"]
+            finishing = result.summary
     errors = state.error_count + failed
     out = {
         "tool_calls": records,
@@ -1080,16 +1013,15 @@ def observe(state: ReactState) -> dict[str, Any]:
     """Append the pending observations to the trajectory and expose the last tool status;
     the step's event stays for the rules when it ends the loop (``final_answer``,
     ``tool_done``)."""
-    fields = state.__dict__  # one attribute read, not one per field (see think)
-    trajectory = fields["trajectory"]
+    trajectory = state.trajectory
     last = trajectory[-1].llm_step if trajectory else 0
     # The calls of the last LLM step are at the end: read back only those, not every call
     # of the run (a long run would pay for its whole history each step).
-    recent = itertools.takewhile(lambda r: r.llm_step == last, reversed(fields["tool_calls"]))
+    recent = itertools.takewhile(lambda r: r.llm_step == last, reversed(state.tool_calls))
     step_calls = list(recent)[::-1]
-    event = fields["last_event"]
+    event = state.last_event
     out: dict[str, Any] = {
-        "trajectory": [_observation_step(last, message) for message in fields["pending"]],
+        "trajectory": [_observation_step(last, message) for message in state.pending],
         "pending": [],
         # A final answer stays the step's event: it is what rule final_answer reads.
         "last_event": event if step_calls or event == "final_answer" else "observed",

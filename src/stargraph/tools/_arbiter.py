@@ -58,11 +58,10 @@ from stargraph.errors import (
 from stargraph.llm._messages import ToolCall as LlmToolCall
 from stargraph.tools._artifacts import ArtifactStore, InMemoryArtifactStore
 from stargraph.tools._canonical import canonical_json, sha256_hex
-from stargraph.tools._commit import CommitEntry, CommitLog, InMemoryCommitLog, SqliteCommitLog
+from stargraph.tools._commit import CommitEntry, CommitLog, InMemoryCommitLog
 from stargraph.tools._locks import Lease, LockManager, LockRequest
 from stargraph.tools._registry import ToolRegistry, matches_allowlist
 from stargraph.tools._result import (
-    JSON_DEPTH,
     FailureCode,
     FieldProblem,
     ToolFailure,
@@ -71,7 +70,6 @@ from stargraph.tools._result import (
     ToolStatus,
     built,
     failure_of,
-    json_copy,
 )
 from stargraph.tools._schema import ValidatedArgs
 from stargraph.tools._spec import LockTemplate, ToolSpec
@@ -80,7 +78,6 @@ from stargraph.tools._tool import (
     Secrets,
     Tool,
     ToolContext,
-    context_of,
     is_async_tool,
 )
 from stargraph.tools._workers import Job, WorkerPool, alarm_available, call_with_alarm
@@ -104,9 +101,10 @@ _NO_SECRETS: Final = Secrets()
 # The fields a successful call's result and its commit entry set (the others: defaults).
 # Tuples, not unions: Python 3.11 builds ``str | bytes`` anew at every isinstance call.
 _TEXT: Final = (str, bytes)
+_SUCCESS_SET: Final = set(ToolResult.model_fields) - {"error"}
+_ENTRY_SET: Final = set(CommitEntry.model_fields)
+_NORMALISED: Final = {"tool", "args"}
 _OUTPUTS: Final = (ToolResult, ToolOutput)
-_SUCCESS_SET: Final = frozenset(ToolResult.model_fields) - {"error"}
-_ENTRY_SET: Final = frozenset(CommitEntry.model_fields)
 
 
 class ToolCall(TypedModel):
@@ -154,26 +152,9 @@ class ToolCall(TypedModel):
         return data
 
     def journal_request(self) -> dict[str, Any]:
-        """``model_dump(mode="json")``: the request a journal records for this call, built
-        directly (the dump through :meth:`_dump` costs several times more, every call)."""
-        data = self.__dict__
-        args = json_copy(data["args"])
-        if type(self) is not ToolCall or args is None:
-            dumped: dict[str, Any] = self.model_dump(mode="json")
-            return dumped
-        allowed = data["allowed"]
-        out = {
-            "tool": data["tool"],
-            "args": args,
-            "call_id": data["call_id"],
-            "lane": data["lane"],
-            "node": data["node"],
-            "state": data["state"],
-            "allowed": None if allowed is None else list(allowed),
-        }
-        if data["raw_arguments"] is not None:
-            out["raw_arguments"] = data["raw_arguments"]
-        return out
+        """``model_dump(mode="json")``: the request a journal records for this call."""
+        dumped: dict[str, Any] = self.model_dump(mode="json")
+        return dumped
 
     @classmethod
     def from_openai(
@@ -194,9 +175,9 @@ class ToolCall(TypedModel):
         the arbiter refuses it like any invalid call (logged, committed, named by its
         canonical tool id).
         """
-        if type(tool_call) is LlmToolCall:
-            # The ReAct loop's case, every act step: a frozen model already validated.
-            data: dict[str, Any] = tool_call.__dict__
+        if isinstance(tool_call, LlmToolCall):
+            data: dict[str, Any] = {"id": tool_call.id, "name": tool_call.name}
+            data["arguments"] = tool_call.arguments
         else:
             data = tool_call.model_dump() if hasattr(tool_call, "model_dump") else dict(tool_call)
         # OpenAI wire shape nests name/arguments under "function"; stargraph.llm.ToolCall
@@ -207,33 +188,7 @@ class ToolCall(TypedModel):
         args, problem = _parse_arguments(raw)
         if problem and strict:
             raise _invalid_arguments(name, problem, node)
-        call_id = data.get("id")
         allowed_ids = tuple(allowed) if allowed is not None else None
-        if (
-            cls is ToolCall
-            and not problem
-            and isinstance(raw, _TEXT)
-            and type(call_id) is str
-            and _plain_text(lane, node, state)
-            and (allowed_ids is None or _all_text(allowed_ids))
-            and _within(args, JSON_DEPTH)
-        ):
-            # Every value is of its declared type (the arguments were parsed from JSON text,
-            # so they are a JSON object): validating them again would only copy them.
-            return built(
-                cls,
-                {
-                    "tool": name,
-                    "args": args,
-                    "call_id": call_id,
-                    "lane": lane,
-                    "node": node,
-                    "state": state,
-                    "allowed": allowed_ids,
-                    "raw_arguments": None,
-                },
-                _CALL_SET,
-            )
         return cls(
             tool=name,
             args=args,
@@ -244,56 +199,6 @@ class ToolCall(TypedModel):
             allowed=allowed_ids,
             raw_arguments=_as_text(raw) if problem else None,
         )
-
-
-_APPEND_FIELDS: Final[dict[type, Callable[[Any, dict[str, Any]], None]]] = {
-    InMemoryCommitLog: InMemoryCommitLog._append_fields,
-    SqliteCommitLog: SqliteCommitLog._append_fields,
-}
-"""The logs (exact types: a subclass may redefine ``append``) that append an entry's fields
-without the entry being built."""
-_CALL_SET: Final = frozenset(ToolCall.model_fields)
-"""Every field of a tool call: what ``from_openai`` sets."""
-_NORMALISED: Final = frozenset(("tool", "args"))
-
-
-def _normalised_fields(call: ToolCall) -> frozenset[str]:
-    """The set fields of ``call`` normalised (tool and args set too). A call of
-    ``from_openai`` sets every field, and a set of every field's size is that set: the
-    union would only make it again."""
-    given = call.__pydantic_fields_set__
-    if type(call) is ToolCall and len(given) == len(_CALL_SET):
-        return _CALL_SET
-    return _NORMALISED.union(given)
-
-
-def _within(value: dict[str, Any] | list[Any], depth: int) -> bool:
-    """Whether JSON ``value`` nests at most ``depth`` containers below itself (validation
-    refuses values nested past 254: a call built without it must not hold one)."""
-    for item in value.values() if type(value) is dict else value:
-        if (type(item) is dict or type(item) is list) and (
-            depth <= 0 or not _within(item, depth - 1)
-        ):
-            return False
-    return True
-
-
-def _all_text(items: tuple[object, ...]) -> bool:
-    """Whether every item is of type ``str`` (a loop: a generator for ``all()`` costs more
-    than the test, on every call)."""
-    for item in items:  # noqa: SIM110 -- all() over a generator is what this avoids
-        if type(item) is not str:
-            return False
-    return True
-
-
-def _plain_text(lane: object, node: object, state: object) -> bool:
-    """Whether a call's lane is text and its node and state are text or ``None``."""
-    return (
-        type(lane) is str
-        and (node is None or type(node) is str)
-        and (state is None or type(state) is str)
-    )
 
 
 def _bad_call(exc: ValidationError, data: Mapping[str, Any]) -> ToolArgumentError:
@@ -572,12 +477,7 @@ class Arbiter:
     def _wait(self, step: _Step) -> object:
         if isinstance(step, _Run):
             return self._run_sync(step.admitted, step.ctx)
-        locks = self.locks
-        if not step.locks and type(locks) is LockManager:
-            # What acquire() grants an empty lockset (most tools declare none), asked
-            # directly: nothing to wait for, so no deadline either.
-            return locks._grant_nothing(step.owner)
-        return locks.acquire(step.locks, owner=step.owner, timeout=self.lock_timeout)
+        return self.locks.acquire(step.locks, owner=step.owner, timeout=self.lock_timeout)
 
     async def _await(self, step: _Step) -> object:
         if isinstance(step, _Run):
@@ -589,36 +489,41 @@ class Arbiter:
     # ----------------------------------------------------------------------- steps 1-4
 
     def _admit(self, call: ToolCall) -> _Admitted:
-        # The call's fields read from its dict once (each attribute read of a model looks
-        # through its class first, and pydantic's __getattr__ hook).
-        data = call.__dict__
-        node = data["node"]
+        node = call.node
         try:
-            tool = self.registry.resolve(data["tool"], node=node)
+            tool = self.registry.resolve(call.tool, node=node)
         except ToolError as exc:
             self._refuse(call, call.tool, exc, _args_hash(call.args))
             raise
         spec = tool.spec
         spec_id = spec.id
         try:
-            if data["raw_arguments"] is not None:
+            if call.raw_arguments is not None:
                 # Text that is no JSON object (from_openai(strict=False)): refused here, after
                 # the tool is known, so the refusal is logged and committed under its id.
                 raise _invalid_arguments(
                     spec_id, _parse_arguments(call.raw_arguments)[1], call.node
                 )
-            args = tool.arguments.validate(spec_id, data["args"], node=node)
+            args = tool.arguments.validate(spec_id, call.args, node=node)
         except ToolError as exc:
             self._refuse(call, spec_id, exc, _args_hash(call.args))
             raise
         args_hash = _args_hash(args.json)
-        # model_copy(update=...) without its generic copying: the two values are the
-        # arbiter's own (the canonical id, the validated arguments).
-        normalised = built(
-            ToolCall,
-            {**data, "tool": spec_id, "args": args.json},
-            _normalised_fields(call),
-        )
+        # The canonical id and the validated arguments are the arbiter's own values.
+        if type(call) is ToolCall:
+            values = {
+                "tool": spec_id,
+                "args": args.json,
+                "call_id": call.call_id,
+                "lane": call.lane,
+                "node": call.node,
+                "state": call.state,
+                "allowed": call.allowed,
+                "raw_arguments": call.raw_arguments,
+            }
+            normalised = built(ToolCall, values, _NORMALISED | call.model_fields_set)
+        else:  # a subclass may have more fields
+            normalised = call.model_copy(update={"tool": spec_id, "args": args.json})
         plan = self._plan(tool)
         try:
             self._check_allowlist(normalised, spec)
@@ -638,16 +543,15 @@ class Arbiter:
             if plan.templates
             else ()
         )
-        owner = f"{spec_id}#{data['call_id'] or next(self._seq)}"
+        owner = f"{spec_id}#{call.call_id or next(self._seq)}"
         return _Admitted(tool, plan, normalised, args, args_hash, locks, owner)
 
     def _check_allowlist(self, call: ToolCall, spec: ToolSpec) -> None:
-        data = call.__dict__  # read once, as in _admit
-        if data["allowed"] is None and data["state"] is None:
+        if call.allowed is None and call.state is None:
             return  # host code calling the arbiter itself: no model proposed this call
         # Deny by default in a skill state: "each state defines exactly which tools the LLM
         # may call", so a state that lists none admits none.
-        allowed = data["allowed"] or ()
+        allowed = call.allowed or ()
         if matches_allowlist(spec.id, allowed):
             return
         where = f"node {call.node!r}" if call.node else "this call"
@@ -741,13 +645,13 @@ class Arbiter:
 
     def _context(self, admitted: _Admitted) -> ToolContext:
         spec, plan = admitted.tool.spec, admitted.plan
-        call = admitted.call.__dict__  # the fields read at once (see _admit)
+        call = admitted.call
         timeout_s = spec.timeout_s
-        return context_of(
+        return ToolContext(
             tool=spec.id,
-            call_id=call["call_id"],
-            lane=call["lane"],
-            node=call["node"],
+            call_id=call.call_id,
+            lane=call.lane,
+            node=call.node,
             workspace=self.workspace,
             timeout_s=timeout_s,
             deadline=time.monotonic() + timeout_s,
@@ -824,12 +728,12 @@ class Arbiter:
             # its prefix no longer matches and reaches the model, the journal and events.
             summary = _truncate(self._redact(summary) if self._needles else summary)
             ref, inline = self._store(payload)
-            # Unvalidated: every value was produced (and typed) by the arbiter itself.
+            # Every value was produced (and typed) by the arbiter itself.
             result = built(
                 ToolResult,
                 {
                     "tool": spec.id,
-                    "call_id": admitted.call.__dict__["call_id"],
+                    "call_id": admitted.call.call_id,
                     "status": "success",
                     "summary": summary,
                     "artifact_ref": ref,
@@ -954,24 +858,20 @@ class Arbiter:
         self, admitted: _Admitted, status: ToolStatus | _LateStatus, ref: str | None
     ) -> None:
         call, spec = admitted.call, admitted.tool.spec
-        data = call.__dict__  # the fields read at once (see _admit)
-        fields = {
-            "kind": "call",
-            "lane": data["lane"],
-            "tool": spec.id,
-            "call_id": data["call_id"],
-            "args_hash": admitted.args_hash,
-            "status": status,
-            "artifact_ref": ref,
-        }
-        log = self.commit_log
-        append_fields = _APPEND_FIELDS.get(type(log))
-        if append_fields is not None and spec.side_effect != "external":
-            # One of stargraph's own logs, and no audit record to derive from the entry.
-            append_fields(log, fields)
-            return
-        entry = built(CommitEntry, fields, _ENTRY_SET)
-        log.append(entry)
+        entry = built(
+            CommitEntry,
+            {
+                "kind": "call",
+                "lane": call.lane,
+                "tool": spec.id,
+                "call_id": call.call_id,
+                "args_hash": admitted.args_hash,
+                "status": status,
+                "artifact_ref": ref,
+            },
+            _ENTRY_SET,
+        )
+        self.commit_log.append(entry)
         if spec.side_effect == "external":
             # The audit record keeps the exact arguments (by reference) of every call that
             # touched the outside world, so "what did we send?" is always answerable.

@@ -112,16 +112,24 @@ class CommitHead(TypedModel):
 
 
 _RECORD_KEYS: Final = frozenset(CommitRecord.model_fields)
+_RECORD_SET: Final = set(_RECORD_KEYS)
 _EMPTY: Final = CommitHead(seq=0, hash=GENESIS_HASH)
 
 
 def seal(entry: CommitEntry, *, seq: int, prev_hash: str) -> tuple[CommitRecord, bytes]:
     """Chain ``entry`` after ``prev_hash``: the record and its canonical stored bytes."""
-    body: dict[str, Any] = dict(entry.__dict__)
+    body = {
+        "kind": entry.kind,
+        "lane": entry.lane,
+        "tool": entry.tool,
+        "call_id": entry.call_id,
+        "args_hash": entry.args_hash,
+        "status": entry.status,
+        "artifact_ref": entry.artifact_ref,
+    }
     data = _seal_body(body, seq, prev_hash)
-    # Unvalidated: every field was validated in ``entry`` or computed just above, and the
-    # body holds them in the record's field order.
-    return built(CommitRecord, body, _RECORD_KEYS), data
+    # Every field was validated in ``entry`` or computed just above, in field order.
+    return built(CommitRecord, body, _RECORD_SET), data
 
 
 _HASH_AFTER: Final = b',"kind":'
@@ -263,16 +271,6 @@ class InMemoryCommitLog:
             self._head = record.hash
             self._anchor_seq = record.seq
         return record
-
-    def _append_fields(self, fields: dict[str, Any]) -> None:
-        """:meth:`append` of ``CommitEntry(**fields)`` (the arbiter's own values of the
-        declared types; the dict is taken over), neither building the entry nor returning
-        the record: the arbiter appends one per call and reads neither."""
-        with self._lock:
-            seq = len(self._rows) + 1
-            self._rows.append(_seal_body(fields, seq, self._head))
-            self._head = fields["hash"]
-            self._anchor_seq = seq
 
     def records(self) -> list[CommitRecord]:
         """Every record, in order (decoded from the stored bytes)."""
@@ -425,22 +423,6 @@ class SqliteCommitLog:
                     continue
                 self._head = (record.seq, record.hash)
                 return record
-
-    def _append_fields(self, fields: dict[str, Any]) -> None:
-        """:meth:`append` of ``CommitEntry(**fields)`` (the arbiter's own values of the
-        declared types), neither building the entry nor returning the record."""
-        with self._lock:
-            while True:
-                seq, prev = self._head
-                body = dict(fields)
-                data = _seal_body(body, seq + 1, prev)
-                try:
-                    self._db.run("INSERT INTO commit_log VALUES (?, ?)", (seq + 1, data))
-                except sqlite3.IntegrityError:
-                    self._head = self._read_head()  # another process appended first
-                    continue
-                self._head = (seq + 1, body["hash"])
-                return
 
     def head(self) -> CommitHead:
         """The last stored record's ``seq`` and ``hash`` (read from the file, so appends by

@@ -88,25 +88,6 @@ class Lease:
     granted_at: float
 
 
-_new_lease = object.__new__
-_SET_ID: Final = Lease.__dict__["id"].__set__
-_SET_OWNER: Final = Lease.__dict__["owner"].__set__
-_SET_MODES: Final = Lease.__dict__["modes"].__set__
-_SET_GRANTED_AT: Final = Lease.__dict__["granted_at"].__set__
-
-
-def _lease(lease_id: int, owner: str, modes: Mapping[str, ResourceMode], at: float) -> Lease:
-    """``Lease(lease_id, owner, modes, at)``, its slots set through their descriptors (the
-    frozen dataclass's ``__init__`` goes through ``object.__setattr__`` by name; every tool
-    call is granted a lease)."""
-    lease: Lease = _new_lease(Lease)
-    _SET_ID(lease, lease_id)
-    _SET_OWNER(lease, owner)
-    _SET_MODES(lease, modes)
-    _SET_GRANTED_AT(lease, at)
-    return lease
-
-
 @dataclass(slots=True, eq=False)
 class _Ticket:
     owner: str
@@ -166,9 +147,12 @@ class LockManager:
         # An empty tuple (a tool that declares no locks, most calls) expands to nothing.
         modes = {} if type(locks) is tuple and not locks else self.expand(locks)
         if not modes:
-            # Nothing to lock (a tool that declares no locks): nothing to wait for or to
-            # queue behind, since an empty lockset conflicts with no one.
-            return self._grant_nothing(owner)
+            # Nothing to lock: nothing to wait for or to queue behind, since an empty
+            # lockset conflicts with no one.
+            with self._mutex:
+                lease = Lease(next(self._ids), owner, {}, time.monotonic())
+                self._leases[lease.id] = lease
+            return lease
         ticket = _Ticket(owner, modes)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._mutex:
@@ -287,13 +271,6 @@ class LockManager:
 
     # ----------------------------------------------------------------------- internals
 
-    def _grant_nothing(self, owner: str) -> Lease:
-        """The lease of an empty lockset, granted at once (released like any other)."""
-        with self._mutex:
-            lease = _lease(next(self._ids), owner, {}, time.monotonic())
-            self._leases[lease.id] = lease
-        return lease
-
     def _release_locked(self, lease: Lease) -> None:
         if self._leases.pop(lease.id, None) is None:
             raise ToolError(
@@ -343,7 +320,7 @@ class LockManager:
             self._held.setdefault(resource, Counter())[mode] += 1
         self._queue.remove(ticket)
         ticket.granted = True
-        lease = _lease(next(self._ids), ticket.owner, dict(ticket.modes), time.monotonic())
+        lease = Lease(next(self._ids), ticket.owner, dict(ticket.modes), time.monotonic())
         self._leases[lease.id] = lease
         return lease
 

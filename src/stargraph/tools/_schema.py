@@ -58,21 +58,6 @@ class ValidatedArgs:
     json: dict[str, Any]
 
 
-_new_args = object.__new__
-_SET_MODEL: Final = ValidatedArgs.__dict__["model"].__set__
-_SET_JSON: Final = ValidatedArgs.__dict__["json"].__set__
-
-
-def _validated(model: BaseModel, normalised: dict[str, Any]) -> ValidatedArgs:
-    """``ValidatedArgs(model, normalised)``, its slots set through their descriptors (the
-    frozen dataclass's ``__init__`` goes through ``object.__setattr__`` by name; every tool
-    call validates its arguments)."""
-    args: ValidatedArgs = _new_args(ValidatedArgs)
-    _SET_MODEL(args, model)
-    _SET_JSON(args, normalised)
-    return args
-
-
 @dataclass(frozen=True, slots=True)
 class ArgumentModel:
     """A tool's argument validator: the pydantic model plus which fields may be absent.
@@ -121,7 +106,7 @@ class ArgumentModel:
             given = {fields[n].alias or n for n in instance.model_fields_set if n in fields}
             for key in self.optional_absent - given:
                 normalised.pop(key, None)
-        return _validated(instance, normalised)
+        return ValidatedArgs(instance, normalised)
 
 
 def _argument_error(tool: str, fields: list[FieldProblem], node: str | None) -> ToolArgumentError:

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, get_type_hints, runtime_checkable
+from typing import Any, Protocol, get_type_hints, runtime_checkable
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, create_model
@@ -119,10 +119,6 @@ class _Cancellation(threading.Event):
     reads only the flag. The condition is made under one lock, so racing first users share
     it."""
 
-    # Unset until set(): the class's flag, so that an arbiter's call can make one without
-    # running __init__ at all (see context_of).
-    _flag = False
-
     def __init__(self) -> None:
         self._flag = False
 
@@ -130,6 +126,7 @@ class _Cancellation(threading.Event):
         if name != "_cond":
             raise AttributeError(name)
         with _CONDITION_LOCK:
+            # Through the instance dict: getattr would come back here while it is unset.
             cond = self.__dict__.get("_cond")
             if cond is None:
                 cond = self.__dict__["_cond"] = threading.Condition(threading.Lock())
@@ -160,54 +157,6 @@ class ToolContext:
     def remaining(self) -> float:
         """Seconds left before the call's timeout (never negative)."""
         return max(0.0, self.deadline - time.monotonic())
-
-
-def _slot_setter(name: str) -> Callable[[ToolContext, Any], None]:
-    setter: Callable[[ToolContext, Any], None] = ToolContext.__dict__[name].__set__
-    return setter
-
-
-_new_context = object.__new__
-_new_cancellation = object.__new__
-_SET_TOOL: Final = _slot_setter("tool")
-_SET_CALL_ID: Final = _slot_setter("call_id")
-_SET_LANE: Final = _slot_setter("lane")
-_SET_NODE: Final = _slot_setter("node")
-_SET_WORKSPACE: Final = _slot_setter("workspace")
-_SET_TIMEOUT_S: Final = _slot_setter("timeout_s")
-_SET_DEADLINE: Final = _slot_setter("deadline")
-_SET_SECRETS: Final = _slot_setter("secrets")
-_SET_CANCELLED: Final = _slot_setter("cancelled")
-_SET_HOST: Final = _slot_setter("host")
-
-
-def context_of(
-    *,
-    tool: str,
-    call_id: str | None,
-    lane: str,
-    node: str | None,
-    workspace: Workspace,
-    timeout_s: float,
-    deadline: float,
-    secrets: Secrets,
-    host: ToolHost | None,
-) -> ToolContext:
-    """``ToolContext(...)`` with a fresh ``cancelled``, for the arbiter's own values of the
-    declared types (one per call): each slot is set through its descriptor, where the
-    frozen dataclass's ``__init__`` goes through ``object.__setattr__`` by name."""
-    ctx: ToolContext = _new_context(ToolContext)
-    _SET_TOOL(ctx, tool)
-    _SET_CALL_ID(ctx, call_id)
-    _SET_LANE(ctx, lane)
-    _SET_NODE(ctx, node)
-    _SET_WORKSPACE(ctx, workspace)
-    _SET_TIMEOUT_S(ctx, timeout_s)
-    _SET_DEADLINE(ctx, deadline)
-    _SET_SECRETS(ctx, secrets)
-    _SET_CANCELLED(ctx, _new_cancellation(_Cancellation))
-    _SET_HOST(ctx, host)
-    return ctx
 
 
 @runtime_checkable
