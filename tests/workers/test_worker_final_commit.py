@@ -45,7 +45,10 @@ def test_issue45_fenced_store_forwards_the_features_of_the_store_it_wraps(
     tmp_path: Path,
 ) -> None:
     lease = cast("_Lease", _LostFlag())
-    assert _FencedStore(MemoryStore(), lease).features == {"releases_on_final_commit"}
+    assert _FencedStore(MemoryStore(), lease).features == {
+        "releases_on_final_commit",
+        "step_values",
+    }
     # A worker's run is written as it goes: the fence has no whole-run write to offer.
     with SqliteStore(tmp_path / "f.db") as sqlite:
         assert _FencedStore(sqlite, lease).features == {

@@ -17,6 +17,7 @@ from stargraph.checkpoint._records import (
     RunRecord,
     RunStatus,
     StepRecord,
+    StepValues,
     check_status,
     check_text,
     check_thread,
@@ -49,11 +50,16 @@ def _step_at(steps: list[StepRecord], at: int) -> StepRecord | None:
 class MemoryStore:
     """Keeps everything in dicts behind one lock. Same semantics as the SQLite store."""
 
-    features: ClassVar[frozenset[StoreFeature]] = frozenset({"releases_on_final_commit"})
+    features: ClassVar[frozenset[StoreFeature]] = frozenset(
+        {"releases_on_final_commit", "step_values"}
+    )
     """``commit_step`` with status ``done`` releases the lease (a run's last step and its
-    status change are one commit). Not ``refer_to_facts``: ``get_steps`` resolves such
-    references, as every store's does, but a step kept here holds the engines' own
-    unchanged dict again at no cost, while a reference would cost every read a copy."""
+    status change are one commit), and takes a step's values, kept as they are until the
+    step is read (most steps of an in-memory run never are, and building two frozen
+    records per step was most of a commit's cost). Not ``refer_to_facts``: ``get_steps``
+    resolves such references, as every store's does, but a step kept here holds the
+    engines' own unchanged dict again at no cost, while a reference would cost every read
+    a copy."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -68,8 +74,8 @@ class MemoryStore:
         self._unstamped: set[str] = set()
         self._released: set[str] = set()
         self._graphs: dict[str, bytes] = {}
-        # A run's steps in order.
-        self._steps: dict[str, list[StepRecord]] = {}
+        # A run's steps in order; those committed as values stay so until they are read.
+        self._steps: dict[str, list[StepRecord | StepValues]] = {}
         self._pending: dict[tuple[str, int], dict[tuple[str, int], PendingWrite]] = {}
         self._journal: dict[tuple[str, int], dict[tuple[str, int, int], JournalEntry]] = {}
         # When each held lease lapses (time.time()), by run id.
@@ -140,6 +146,14 @@ class MemoryStore:
         settled: these callers do not read it, and a run's every journal entry pays this)."""
         if run_id not in self._runs:
             self._run(run_id)
+
+    def _built(self, run_id: str) -> list[StepRecord]:
+        """The run's steps, every one a record (those kept as values built now, once).
+        Called with the lock held."""
+        steps = self._steps[run_id]
+        built = [s if isinstance(s, StepRecord) else s.record() for s in steps]
+        steps[:] = built
+        return built
 
     def create_run(self, run: RunRecord, first: StepRecord) -> None:
         """Insert a new run with its step 0."""
@@ -233,7 +247,7 @@ class MemoryStore:
     def commit_step(
         self,
         run_id: str,
-        step: StepRecord,
+        step: StepRecord | StepValues,
         *,
         status: RunStatus = "running",
         error: str | None = None,
@@ -263,7 +277,7 @@ class MemoryStore:
             )
 
     def _append(
-        self, run_id: str, step: StepRecord, advanced: _Advanced, owner: str | None
+        self, run_id: str, step: StepRecord | StepValues, advanced: _Advanced, owner: str | None
     ) -> None:
         """Append ``step`` (number ``advanced[0]``) to the run, fenced on the lease
         ``owner``, and defer the rest of the commit (``advanced``: see ``_settle``); called
@@ -390,7 +404,7 @@ class MemoryStore:
         """Committed steps ``start..end``."""
         with self._lock:
             self._known(run_id)
-            steps = list(self._steps[run_id])
+            steps = self._built(run_id)
         chosen = [s for s in steps if s.step >= start and (end is None or s.step <= end)]
         return resolve_facts(run_id, chosen, lambda at: _step_at(steps, at))
 
@@ -400,7 +414,7 @@ class MemoryStore:
             self._known(run_id)
             found = [
                 s.step
-                for s in self._steps[run_id]
+                for s in self._built(run_id)
                 if s.snapshot is not None and s.step <= at_or_before
             ]
         return max(found, default=0)

@@ -15,7 +15,7 @@ from stargraph.checkpoint._records import (
 
 __all__ = ["CheckpointStore", "StoreFeature", "features_of"]
 
-StoreFeature = Literal["releases_on_final_commit", "refer_to_facts", "write_run"]
+StoreFeature = Literal["releases_on_final_commit", "refer_to_facts", "step_values", "write_run"]
 """What a store may declare in its ``features`` (see :class:`CheckpointStore`)."""
 
 _NONE: Final[frozenset[StoreFeature]] = frozenset()
@@ -56,6 +56,9 @@ class CheckpointStore(Protocol):
       commit instead of a status change of its own;
     - ``"refer_to_facts"``: the runtime writes a step's unchanged rule facts as
       ``StepRecord.facts_from`` (the step holding them), which ``get_steps`` resolves;
+    - ``"step_values"``: ``commit_step`` also takes a :class:`StepValues` in place of the
+      ``StepRecord`` (the runtime then builds no record; the store gives the record back
+      when the step is read);
     - ``"write_run"``: the store has ``write_run(run, steps, *, pending, journal, graph)``,
       which writes a whole run (an ``exit``-mode run) in one transaction.
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, TypeVar
 
@@ -41,6 +42,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "StepRecord",
+    "StepValues",
     "TaskRecord",
     "WriteRecord",
 ]
@@ -344,6 +346,55 @@ class StepRecord(TypedModel):
         "``as_node=``): the node the update was routed as, whose edges and rules chose the "
         "next tasks.",
     )
+
+
+@dataclass(slots=True)
+class StepValues:
+    """One step as the runtime commits it: the fields of its :class:`StepRecord` as plain
+    values it made itself (JSON data, records), each write as ``(node, index, writes)``.
+    Treat it as immutable. A store that declares the feature ``"step_values"`` takes it in
+    ``commit_step`` in place of a record and gives the record back (:meth:`record`) when
+    the step is read, so a step nobody reads is never built; any other store is given the
+    record."""
+
+    step: int
+    writes: tuple[tuple[str, int, dict[str, Any]], ...]
+    snapshot: dict[str, Any] | None
+    carried: dict[str, int]
+    next: tuple[TaskRecord, ...]
+    joins: dict[str, tuple[str, ...]]
+    facts: Any
+    facts_from: int | None
+    decision: dict[str, Any] | None
+    attempts: dict[str, int]
+    calls: tuple[JournalEntry, ...]
+    created_ms: int
+    as_node: str | None
+
+    def record(self) -> StepRecord:
+        """The step's record (built without validation: the runtime made every value, of
+        its declared type)."""
+        return trusted_fields(
+            StepRecord,
+            {
+                "step": self.step,
+                "writes": tuple(
+                    trusted_fields(WriteRecord, {"node": node, "index": index, "writes": writes})
+                    for node, index, writes in self.writes
+                ),
+                "snapshot": self.snapshot,
+                "carried": self.carried,
+                "next": self.next,
+                "joins": self.joins,
+                "facts": self.facts,
+                "facts_from": self.facts_from,
+                "decision": self.decision,
+                "attempts": self.attempts,
+                "calls": self.calls,
+                "created_ms": self.created_ms,
+                "as_node": self.as_node,
+            },
+        )
 
 
 def resolve_facts(

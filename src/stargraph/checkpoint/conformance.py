@@ -39,6 +39,7 @@ from stargraph.checkpoint._records import (
     RunOwner,
     RunRecord,
     StepRecord,
+    StepValues,
     TaskRecord,
     WriteRecord,
 )
@@ -195,6 +196,39 @@ class CheckpointStoreConformance:
         )
         run = _released(store.get_run("r1"))
         assert (run.status, run.last_step, run.stopped_by) == ("halted", 1, "rule/x")
+
+    def test_step_values_read_back_as_their_record(self, store: CheckpointStore) -> None:
+        _declares(store, "step_values")
+        entry = JournalEntry(step=1, node="a", seq=0, kind="now", key="k", value=1.5)
+        values = [
+            StepValues(
+                1, (("a", 0, {"x": AWKWARD}),), None, {}, (), {}, None, None, None, {}, (), 7, None
+            ),
+            StepValues(
+                2,
+                (("a", 1, {"x": 1}), ("b", 0, {})),
+                {"x": 2},
+                {"log": 0},
+                (TaskRecord(node="a", payload={"p": 1}),),
+                {"0": ("a",)},
+                {"f": [1]},
+                None,
+                {"kind": "halt", "rule": "r"},
+                {"a/1": 2},
+                (entry,),
+                8,
+                "a",
+            ),
+        ]
+        store.create_run(make_run("r1"), make_step(0))
+        for step in values:
+            store.commit_step("r1", step)  # type: ignore[arg-type]
+        records = [v.record() for v in values]
+        assert records[1] == StepRecord.model_validate(records[1].model_dump())
+        assert store.get_steps("r1") == [make_step(0), *records]
+        assert store.snapshot_step("r1", 2) == 2
+        with pytest.raises(CheckpointError):  # fenced and sequenced like a record
+            store.commit_step("r1", values[0])  # type: ignore[arg-type]
 
     def test_write_run_writes_a_whole_run_in_one_go(self, store: CheckpointStore) -> None:
         _declares(store, "write_run")

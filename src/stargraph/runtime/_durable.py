@@ -37,8 +37,8 @@ from stargraph.checkpoint import (
     PendingWrite,
     RunRecord,
     StepRecord,
+    StepValues,
     TaskRecord,
-    WriteRecord,
 )
 from stargraph.checkpoint._compact import (
     Conversations,
@@ -490,49 +490,40 @@ class Persistence:
         carried: dict[str, int] = {}
         if run.step % self.snapshot_every == 0:
             snapshot, carried = self._snapshot(run)
-        facts, facts_from = self._facts_of(run, snapshot is None)
-        # Built without validation: every field is made here, of its declared type (the
-        # writes were validated by their channels; _dump made them JSON).
+        facts, facts_from = (
+            (None, None) if run.rules is None else self._facts_of(run, snapshot is None)
+        )
         if len(results) == 1:  # the common step: no generator, no sort
             ((task, written),) = results
-            writes: tuple[WriteRecord, ...] = (
-                trusted_fields(
-                    WriteRecord,
-                    {
-                        "node": task.node,
-                        "index": task.index,
-                        "writes": self._dump(run, written, task.node),
-                    },
-                ),
-            )
+            try:  # self._dump, inline: every step of every run with a store pays this
+                dumped = jsonable(self.graph.channels, written)
+            except _UNSTORABLE as exc:
+                raise _unstorable(run, task.node, exc) from exc
+            writes: tuple[tuple[str, int, dict[str, Any]], ...] = ((task.node, task.index, dumped),)
         else:
             writes = tuple(
-                trusted_fields(
-                    WriteRecord,
-                    {"node": t.node, "index": t.index, "writes": self._dump(run, w, t.node)},
-                )
+                (t.node, t.index, self._dump(run, w, t.node))
                 for t, w in sorted(results, key=_by_task)
             )
-        record = trusted_fields(
-            StepRecord,
-            {
-                "step": run.step,
-                "writes": writes,
-                "snapshot": snapshot,
-                "carried": carried,
-                "next": task_records(self.graph, run.tasks),
-                # The common step (one task, no join, retry or recorded call) skips the
-                # empty copies and sorts: this runs at every step of every run with a store.
-                "joins": joins_record(run.joins_seen) if run.joins_seen else {},
-                "facts": facts,
-                "facts_from": facts_from,
-                "decision": None if run.decision is None else run.decision.record(),
-                "attempts": dict(run.attempts) if run.attempts else {},
-                "calls": self._calls(run.journals) if run.journals else (),
-                "created_ms": time.time_ns() // 1_000_000,
-                "as_node": as_node,
-            },
+        values = StepValues(
+            run.step,
+            writes,
+            snapshot,
+            carried,
+            task_records(self.graph, run.tasks),
+            # The common step (one task, no join, retry or recorded call) skips the empty
+            # copies and sorts: this runs at every step of every run with a store.
+            joins_record(run.joins_seen) if run.joins_seen else {},
+            facts,
+            facts_from,
+            None if run.decision is None else run.decision.record(),
+            dict(run.attempts) if run.attempts else {},
+            self._calls(run.journals) if run.journals else (),
+            time.time_ns() // 1_000_000,
+            as_node,
         )
+        # A store that takes the values builds the record only if the step is read.
+        record: Any = values if "step_values" in self._features else values.record()
         store = self.store
         self._done = False
         try:
