@@ -374,14 +374,21 @@ class StepValues:
     def record(self) -> StepRecord:
         """The step's record (built without validation: the runtime made every value, of
         its declared type)."""
+        if len(self.writes) == 1:  # the common step: no generator
+            ((node, index, dumped),) = self.writes
+            writes: tuple[WriteRecord, ...] = (
+                trusted_fields(WriteRecord, {"node": node, "index": index, "writes": dumped}),
+            )
+        else:
+            writes = tuple(
+                trusted_fields(WriteRecord, {"node": n, "index": i, "writes": w})
+                for n, i, w in self.writes
+            )
         return trusted_fields(
             StepRecord,
             {
                 "step": self.step,
-                "writes": tuple(
-                    trusted_fields(WriteRecord, {"node": node, "index": index, "writes": writes})
-                    for node, index, writes in self.writes
-                ),
+                "writes": writes,
                 "snapshot": self.snapshot,
                 "carried": self.carried,
                 "next": self.next,
