@@ -13,7 +13,7 @@ from pydantic import BaseModel
 
 from stargraph.checkpoint import JournalEntry, PendingWrite, StepRecord, TaskRecord, WriteRecord
 from stargraph.checkpoint._codec import encode
-from stargraph.checkpoint._records import iso_at, iso_now, trusted
+from stargraph.checkpoint._records import iso_at, iso_now, trusted_fields
 from stargraph.errors import CheckpointError
 
 _JSON_LEAVES = (
@@ -96,19 +96,25 @@ def test_issue19_step_payloads_are_the_bytes_of_model_dump_json(record: StepReco
     [
         StepRecord(step=0),  # every field at its default but the step
         StepRecord(step=3, writes=(WriteRecord(node="n", writes={}),)),
-        trusted(  # as the executor builds the common step
+        trusted_fields(  # as the executor builds the common step
             StepRecord,
-            step=7,
-            writes=(trusted(WriteRecord, node="n7", index=0, writes={"c": 7, "items": ["6"]}),),
-            snapshot=None,
-            carried={},
-            next=(trusted(TaskRecord, node="n8", index=0, payload=None),),
-            joins={},
-            facts=None,
-            decision=None,
-            attempts={},
-            calls=(),
-            created_ms=1_764_230_000_123,
+            {
+                "step": 7,
+                "writes": (
+                    trusted_fields(
+                        WriteRecord, {"node": "n7", "index": 0, "writes": {"c": 7, "items": ["6"]}}
+                    ),
+                ),
+                "snapshot": None,
+                "carried": {},
+                "next": (trusted_fields(TaskRecord, {"node": "n8", "index": 0, "payload": None}),),
+                "joins": {},
+                "facts": None,
+                "decision": None,
+                "attempts": {},
+                "calls": (),
+                "created_ms": 1_764_230_000_123,
+            },
         ),
         StepRecord(
             step=2,

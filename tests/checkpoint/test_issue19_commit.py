@@ -22,7 +22,7 @@ import stargraph.runtime._durable as durable
 from stargraph._sqlite import Database
 from stargraph.checkpoint import JournalEntry, RunRecord, SqliteStore, StepRecord
 from stargraph.checkpoint._codec import encode_extra
-from stargraph.checkpoint._compact import compact_call, compact_calls
+from stargraph.checkpoint._compact import compact_call, compact_calls, expand_steps
 from stargraph.checkpoint._lease import new_owner
 from stargraph.errors import CheckpointError
 from stargraph.llm import ScriptedChatModel
@@ -151,32 +151,22 @@ def test_issue19_a_journal_row_is_compacted_by_itself_as_before(
         written(store, run_id, entry, **kw)
 
     monkeypatch.setattr(SqliteStore, "append_journal", noted)
-    calls: list[JournalEntry] = []
-    one = compact_call
-
-    def kept(entry: JournalEntry, *args: Any) -> JournalEntry:
-        calls.append(entry)
-        return one(entry, *args)
-
-    monkeypatch.setattr(durable, "compact_call", kept)
-    batches: list[int] = []
-    general = compact_calls
-
-    def counted(entries: Any, *args: Any) -> tuple[JournalEntry, ...]:
-        entries = tuple(entries)
-        batches.append(len(entries))
-        return general(entries, *args)
-
-    monkeypatch.setattr(durable, "compact_calls", counted)
     with SqliteStore(tmp_path / "r.db") as store:
         steps = _react(store, arbiter)
-    # compact_calls runs once per step with calls (the step's record), never per row.
-    assert len(batches) == sum(1 for s in steps if s.calls) == 2 * CALLS + 1
+    # The calls as made (one task a step: journal order is record order), whole again.
+    calls = [call for step in expand_steps(steps, {}) for call in step.calls]
     # Each row is what the general path makes of the call alone.
     conversations: compact.Conversations = {}
     assert len(rows) == len(calls) == 2 * CALLS + 1
     assert rows == [compact_calls((e,), conversations)[0] for e in calls]
     assert any(row.base for row in rows), "no model request was stored as a delta"
+    # A delta worked out once for the journal row and the step's record is the same in both.
+    shared: compact.Deltas = {}
+    again: compact.Conversations = {}
+    assert [compact_call(e, again, deltas=shared) for e in calls] == rows
+    assert [compact_call(e, {}, deltas=shared) for e in calls] == [
+        compact_call(e, {}) for e in calls
+    ]
 
 
 def test_issue19_compact_call_is_compact_calls_of_one_entry() -> None:
@@ -196,36 +186,19 @@ def test_issue19_compact_call_is_compact_calls_of_one_entry() -> None:
     assert compact_call(entries[1], {}) is entries[1]  # no earlier request: stored whole
 
 
-def test_issue19_a_step_of_one_call_is_not_sorted_and_others_sort_as_before(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    keyed: list[str] = []
-    by_call, by_seq = durable._by_call, durable._by_seq
-
-    def call_key(entry: JournalEntry) -> tuple[str, int, int]:
-        keyed.append("call")
-        return by_call(entry)
-
-    def seq_key(entry: JournalEntry) -> int:
-        keyed.append("seq")
-        return by_seq(entry)
-
-    monkeypatch.setattr(durable, "_by_call", call_key)
-    monkeypatch.setattr(durable, "_by_seq", seq_key)
-
+def test_issue19_a_steps_calls_are_stored_by_task_and_sequence_number() -> None:
     def entry(node: str, index: int, seq: int) -> JournalEntry:
         return JournalEntry(step=1, node=node, index=index, seq=seq, kind="now", key="k")
 
     persistence = durable.Persistence.__new__(durable.Persistence)
     persistence._conversations, persistence._results = {}, {}
+    persistence._deltas = {}
     single = entry("a", 0, 0)
     assert persistence._calls({("a", 0): [single]}) == (single,)
-    assert keyed == []
     one_task = [entry("a", 0, 2), entry("a", 0, 0), entry("a", 0, 1)]
     assert [e.seq for e in persistence._calls({("a", 0): one_task})] == [0, 1, 2]
     tasks = {("b", 0): [entry("b", 0, 1), entry("b", 0, 0)], ("a", 1): [entry("a", 1, 0)]}
     assert [(e.node, e.seq) for e in persistence._calls(tasks)] == [("a", 0), ("b", 0), ("b", 1)]
-    assert set(keyed) == {"seq", "call"}
 
 
 def test_issue19_the_tool_message_wording_is_imported_once(

@@ -28,15 +28,17 @@ def _chain() -> Graph[Count]:
     return graph.with_edge(START, "a").with_edge("a", "b").with_edge("b", "c").with_edge("c", END)
 
 
-def _steps(store: MemoryStore, run_id: str) -> list[StepRecord]:
-    app = _chain().compile(store=store)
+def _steps(store: MemoryStore, run_id: str, app: Any = None) -> list[StepRecord]:
+    app = app or _chain().compile(store=store)
     assert app.invoke({}, run_id=run_id).counter == 3
-    return store.get_steps(run_id)
+    steps: list[StepRecord] = store.get_steps(run_id)
+    return steps
 
 
 def test_runs_share_their_scheduled_task_records() -> None:
     store = MemoryStore()
-    first, second = _steps(store, "one"), _steps(store, "two")
+    app = _chain().compile(store=store)  # the records are the compiled graph's
+    first, second = _steps(store, "one", app), _steps(store, "two", app)
     assert [s.next for s in first] == [s.next for s in second]
     for mine, theirs in zip(first, second, strict=True):
         assert mine.next is theirs.next  # the same frozen records, not equal copies

@@ -41,10 +41,21 @@ class _LostFlag:
         self.lost = threading.Event()
 
 
-def test_issue19_fenced_store_forwards_releases_on_final_commit() -> None:
+def test_issue45_fenced_store_forwards_the_features_of_the_store_it_wraps(
+    tmp_path: Path,
+) -> None:
     lease = cast("_Lease", _LostFlag())
-    assert _FencedStore(MemoryStore(), lease).releases_on_final_commit is True
-    assert _FencedStore(cast("Any", object()), lease).releases_on_final_commit is False
+    assert _FencedStore(MemoryStore(), lease).features == {
+        "releases_on_final_commit",
+        "step_values",
+    }
+    # A worker's run is written as it goes: the fence has no whole-run write to offer.
+    with SqliteStore(tmp_path / "f.db") as sqlite:
+        assert _FencedStore(sqlite, lease).features == {
+            "releases_on_final_commit",
+            "refer_to_facts",
+        }
+    assert _FencedStore(cast("Any", object()), lease).features == set()
 
 
 def test_issue19_a_worker_run_ends_done_and_released(tmp_path: Path) -> None:

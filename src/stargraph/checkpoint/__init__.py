@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from stargraph.checkpoint import _records
 from stargraph.checkpoint._memory import MemoryStore
-from stargraph.checkpoint._protocol import CheckpointStore
+from stargraph.checkpoint._protocol import CheckpointStore, StoreFeature
 from stargraph.checkpoint._recording import Recording
 from stargraph.checkpoint._records import *
 from stargraph.checkpoint._sqlite import SqliteStore
@@ -31,6 +31,7 @@ __all__ = [
     "Recording",
     "RunWatch",
     "SqliteStore",
+    "StoreFeature",
     "WatchableStore",
     "watch_runs",
 ]

@@ -35,13 +35,14 @@ import functools
 from collections.abc import Callable, Iterable, Mapping, MutableMapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from stargraph.checkpoint._records import JournalEntry, StepRecord, trusted
+from stargraph.checkpoint._records import JournalEntry, StepRecord
 
 if TYPE_CHECKING:
     from stargraph.checkpoint._protocol import CheckpointStore
 
 __all__ = [
     "Conversations",
+    "Deltas",
     "ToolResults",
     "compact_call",
     "compact_calls",
@@ -54,6 +55,11 @@ __all__ = [
 
 Conversations = MutableMapping[tuple[str, str, str, int], tuple[str, dict[str, Any]]]
 """The last request of each conversation (kind, key, node, index): its fingerprint and body."""
+
+Deltas = dict[tuple[str, str], dict[str, Any] | None]
+"""A run's deltas by the fingerprints of the request they are from and the request they
+are of: a request is compacted twice, for its journal row and for its step's record."""
+_KEPT_DELTAS: Final = 64
 
 ToolResults = MutableMapping[str, JournalEntry]
 """Recorded tool calls of earlier steps by the call id the model gave (the latest of each)."""
@@ -172,22 +178,20 @@ def delta_request(previous: Mapping[str, Any], current: Mapping[str, Any]) -> di
     return delta
 
 
-_DELTAS: dict[int, tuple[Any, Any, dict[str, Any] | None]] = {}
-"""Recent deltas by the id of the request they are of, with it and the request before it:
-a request is compacted twice, for its journal row and for its step's record."""
-_KEPT_DELTAS: Final = 64
-
-
-def _delta(previous: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any] | None:
-    """:func:`delta_request`, worked out once for the same two request objects (treat the
-    delta as read-only, like the records that hold it)."""
-    kept = _DELTAS.get(id(current))
-    if kept is not None and kept[0] is previous and kept[1] is current:
-        return kept[2]
-    delta = delta_request(previous, current)
-    if len(_DELTAS) >= _KEPT_DELTAS:
-        _DELTAS.clear()
-    _DELTAS[id(current)] = (previous, current, delta)
+def _delta(
+    previous: tuple[str, Mapping[str, Any]], entry: JournalEntry, deltas: Deltas | None
+) -> dict[str, Any] | None:
+    """:func:`delta_request` from the ``previous`` request (fingerprint, body) to
+    ``entry``'s, worked out once per run for the same two (treat the delta as read-only,
+    like the records that hold it)."""
+    key = (previous[0], entry.fingerprint)
+    if deltas is not None and key in deltas:
+        return deltas[key]
+    delta = delta_request(previous[1], entry.request)
+    if deltas is not None:
+        if len(deltas) >= _KEPT_DELTAS:
+            deltas.clear()
+        deltas[key] = delta
     return delta
 
 
@@ -206,6 +210,7 @@ def compact_calls(
     calls: Iterable[JournalEntry],
     conversations: Conversations,
     results: ToolResults | None = None,
+    deltas: Deltas | None = None,
 ) -> tuple[JournalEntry, ...]:
     """``calls`` (in stored order) with each model request that extends the previous request
     of its conversation replaced by the delta; ``conversations`` is updated as it goes.
@@ -213,10 +218,11 @@ def compact_calls(
     ``calls`` are one step's, and ``results`` the tool calls of earlier steps: a delta's tool
     messages refer to them (see the module docstring), and the step's own tool calls are
     added to ``results`` at the end. Without ``results`` (the journal of a step in flight,
-    whose rows are read back in another order) no message refers to a tool call.
+    whose rows are read back in another order) no message refers to a tool call. ``deltas``:
+    the run's deltas worked out so far (see :data:`Deltas`).
     """
     calls = tuple(calls)
-    out = [compact_call(entry, conversations, results) for entry in calls]
+    out = [compact_call(entry, conversations, results, deltas) for entry in calls]
     if results is not None:
         for entry in calls:
             call_id = _call_id(entry)
@@ -229,7 +235,10 @@ def compact_calls(
 
 
 def compact_call(
-    entry: JournalEntry, conversations: Conversations, results: ToolResults | None = None
+    entry: JournalEntry,
+    conversations: Conversations,
+    results: ToolResults | None = None,
+    deltas: Deltas | None = None,
 ) -> JournalEntry:
     """One call of :func:`compact_calls` (which see): ``entry``, or its request as the delta
     from the previous request of its conversation (``conversations`` is updated). It does
@@ -243,13 +252,12 @@ def compact_call(
     conversations[conversation] = (entry.fingerprint, request)
     if previous is None:
         return entry
-    delta = _delta(previous[1], request)
+    delta = _delta(previous, entry, deltas)
     if delta is None:
         return entry
     if results:
         delta = _refer(delta, results)
-    # A copy as model_copy makes it, without its cost (this runs for every call).
-    return trusted(JournalEntry, **{**entry.__dict__, "request": delta, "base": previous[0]})
+    return entry.model_copy(update={"request": delta, "base": previous[0]})
 
 
 def compact_steps(steps: Iterable[StepRecord]) -> list[StepRecord]:

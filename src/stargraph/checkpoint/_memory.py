@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from stargraph.checkpoint._lease import busy_error, effective_status, is_orphaned, lease_lost
+from stargraph.checkpoint._protocol import StoreFeature
 from stargraph.checkpoint._records import (
     ENDED_STATUSES,
     STORED_STATUSES,
@@ -16,8 +17,7 @@ from stargraph.checkpoint._records import (
     RunRecord,
     RunStatus,
     StepRecord,
-    TaskRecord,
-    WriteRecord,
+    StepValues,
     check_status,
     check_text,
     check_thread,
@@ -34,39 +34,10 @@ from stargraph.errors import CheckpointError
 __all__ = ["MemoryStore"]
 
 
-_Plain = tuple[int, str, int, dict[str, Any], tuple[TaskRecord, ...], int]
-"""A step committed by ``commit_plain`` and not read yet: ``(step, node, index, writes,
-next, created_ms)``, built into its ``StepRecord`` when first read (``MemoryStore._built``)."""
-
-
 _Advanced = tuple[int, RunStatus, str | None, str | None, object, float, str | None]
 """What a commit changes in a run's record: ``(last_step, status, error, stopped_by,
 interrupt, updated, stop_reason)``, folded into it when it is next read (see
 ``MemoryStore._settle``)."""
-
-
-def _record(plain: _Plain) -> StepRecord:
-    """The record of a plain step: one task's writes and the next tasks, nothing else."""
-    step, node, index, writes, next_tasks, created_ms = plain
-    write = trusted_fields(WriteRecord, {"node": node, "index": index, "writes": writes})
-    return trusted_fields(
-        StepRecord,
-        {
-            "step": step,
-            "writes": (write,),
-            "snapshot": None,
-            "carried": {},
-            "next": next_tasks,
-            "joins": {},
-            "facts": None,
-            "facts_from": None,
-            "decision": None,
-            "attempts": {},
-            "calls": (),
-            "created_ms": created_ms,
-            "as_node": None,
-        },
-    )
 
 
 def _step_at(steps: list[StepRecord], at: int) -> StepRecord | None:
@@ -79,15 +50,16 @@ def _step_at(steps: list[StepRecord], at: int) -> StepRecord | None:
 class MemoryStore:
     """Keeps everything in dicts behind one lock. Same semantics as the SQLite store."""
 
-    releases_on_final_commit: ClassVar[bool] = True
+    features: ClassVar[frozenset[StoreFeature]] = frozenset(
+        {"releases_on_final_commit", "step_values"}
+    )
     """``commit_step`` with status ``done`` releases the lease (a run's last step and its
-    status change are one commit)."""
-
-    refer_to_facts: ClassVar[bool] = False
-    """Whether the runtime writes a step's unchanged rule facts as a reference to the step
-    holding them (``StepRecord.facts_from``). ``get_steps`` resolves such references, as
-    every store's does, but a step kept here holds the engines' own unchanged dict again at
-    no cost, while a reference would cost every read a copy."""
+    status change are one commit), and takes a step's values, kept as they are until the
+    step is read (most steps of an in-memory run never are, and building two frozen
+    records per step was most of a commit's cost). Not ``refer_to_facts``: ``get_steps``
+    resolves such references, as every store's does, but a step kept here holds the
+    engines' own unchanged dict again at no cost, while a reference would cost every read
+    a copy."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -102,10 +74,8 @@ class MemoryStore:
         self._unstamped: set[str] = set()
         self._released: set[str] = set()
         self._graphs: dict[str, bytes] = {}
-        # A run's steps in order; those committed by commit_plain are kept as the tuple of
-        # their parts until something reads them (most runs' steps are never read back, and
-        # building two frozen records per step was most of a commit's cost).
-        self._steps: dict[str, list[StepRecord | _Plain]] = {}
+        # A run's steps in order; those committed as values stay so until they are read.
+        self._steps: dict[str, list[StepRecord | StepValues]] = {}
         self._pending: dict[tuple[str, int], dict[tuple[str, int], PendingWrite]] = {}
         self._journal: dict[tuple[str, int], dict[tuple[str, int, int], JournalEntry]] = {}
         # When each held lease lapses (time.time()), by run id.
@@ -178,10 +148,10 @@ class MemoryStore:
             self._run(run_id)
 
     def _built(self, run_id: str) -> list[StepRecord]:
-        """The run's steps, every one a record (those kept as parts built now, once).
+        """The run's steps, every one a record (those kept as values built now, once).
         Called with the lock held."""
         steps = self._steps[run_id]
-        built = [s if isinstance(s, StepRecord) else _record(s) for s in steps]
+        built = [s if isinstance(s, StepRecord) else s.record() for s in steps]
         steps[:] = built
         return built
 
@@ -277,7 +247,7 @@ class MemoryStore:
     def commit_step(
         self,
         run_id: str,
-        step: StepRecord,
+        step: StepRecord | StepValues,
         *,
         status: RunStatus = "running",
         error: str | None = None,
@@ -306,27 +276,8 @@ class MemoryStore:
                 owner,
             )
 
-    def commit_plain(
-        self,
-        run_id: str,
-        step: _Plain,
-        owner: str | None,
-        done: bool = False,
-        stopped_by: str | None = None,
-    ) -> None:
-        """``commit_step`` of a plain step - one task, whose JSON writes and the next tasks
-        are all it records (no snapshot, join, rule fact or decision, retry nor call) -
-        given as the tuple of its parts, ``(step, node, index, writes, next, created_ms)``:
-        its ``StepRecord`` is built when something first reads the step (most steps of an
-        in-memory run never are). ``done``: the run's last step, as with status ``done``,
-        stopped by the rule ``stopped_by`` (``None`` unless ``done``)."""
-        status: RunStatus = "done" if done else "running"
-        advanced = (step[0], status, None, stopped_by if done else None, None, time.time(), None)
-        with self._lock:
-            self._append(run_id, step, advanced, owner)
-
     def _append(
-        self, run_id: str, step: StepRecord | _Plain, advanced: _Advanced, owner: str | None
+        self, run_id: str, step: StepRecord | StepValues, advanced: _Advanced, owner: str | None
     ) -> None:
         """Append ``step`` (number ``advanced[0]``) to the run, fenced on the lease
         ``owner``, and defer the rest of the commit (``advanced``: see ``_settle``); called

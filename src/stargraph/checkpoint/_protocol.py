@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Protocol, runtime_checkable
+from typing import Final, Literal, Protocol, runtime_checkable
 
 from stargraph.checkpoint._records import (
     JournalEntry,
@@ -13,7 +13,18 @@ from stargraph.checkpoint._records import (
     StepRecord,
 )
 
-__all__ = ["CheckpointStore"]
+__all__ = ["CheckpointStore", "StoreFeature", "features_of"]
+
+StoreFeature = Literal["releases_on_final_commit", "refer_to_facts", "step_values", "write_run"]
+"""What a store may declare in its ``features`` (see :class:`CheckpointStore`)."""
+
+_NONE: Final[frozenset[StoreFeature]] = frozenset()
+
+
+def features_of(store: object) -> frozenset[StoreFeature]:
+    """The features ``store`` declares (none for a store without a ``features`` attribute,
+    such as one written before features existed: it gets the plain protocol)."""
+    return frozenset(getattr(store, "features", _NONE))
 
 
 @runtime_checkable
@@ -35,6 +46,24 @@ class CheckpointStore(Protocol):
     ``list_runs`` report a ``running`` run whose owner is gone as ``orphaned``. Stored text
     must be valid Unicode (a run id with a lone surrogate is refused with a
     ``CheckpointError`` naming it); a stored ``error`` is cut to ``MAX_ERROR_CHARS``.
+
+    Features: a store may declare ``features``, a frozenset of :data:`StoreFeature` names
+    (a store without the attribute declares none, and the runtime then uses only the
+    methods below), read once per run:
+
+    - ``"releases_on_final_commit"``: ``commit_step`` with status ``done`` or ``halted``
+      releases the lease as ``set_status`` does, so the runtime ends a run in its last
+      commit instead of a status change of its own;
+    - ``"refer_to_facts"``: the runtime writes a step's unchanged rule facts as
+      ``StepRecord.facts_from`` (the step holding them), which ``get_steps`` resolves;
+    - ``"step_values"``: ``commit_step`` also takes a :class:`StepValues` in place of the
+      ``StepRecord`` (the runtime then builds no record; the store gives the record back
+      when the step is read);
+    - ``"write_run"``: the store has ``write_run(run, steps, *, pending, journal, graph)``,
+      which writes a whole run (an ``exit``-mode run) in one transaction.
+
+    The conformance suite checks that what a store declares behaves so. It is not a
+    protocol member, so ``isinstance(store, CheckpointStore)`` holds for a store without it.
 
     Threads: a run created with ``thread_id`` and ``turn`` is that turn of that thread; a
     store holds at most one run per ``(thread_id, turn)`` and refuses a second with
@@ -79,9 +108,8 @@ class CheckpointStore(Protocol):
         ``last_step``/status fields, and drop the pending writes and journal of that step.
         Fenced on ``owner`` (the lease token). The lease is kept, except that status ``done``
         or ``halted`` (the run's last step and its end in one commit) releases it as
-        ``set_status`` does;
-        a store that does so says ``releases_on_final_commit = True``, and the runtime then
-        marks a run done in its last commit instead of a status change of its own."""
+        ``set_status`` does (a store that does so declares the feature
+        ``releases_on_final_commit``)."""
         ...
 
     def set_status(
@@ -130,10 +158,9 @@ class CheckpointStore(Protocol):
         ...
 
     def get_steps(self, run_id: str, *, start: int = 0, end: int | None = None) -> list[StepRecord]:
-        """Committed steps ``start..end`` (inclusive) in order. A store that says
-        ``refer_to_facts`` (``True``: the runtime then writes a step's unchanged rule facts as
-        ``StepRecord.facts_from``, the step holding them) gives each such step back with
-        those facts, whatever the range; a store that says nothing gets facts in full."""
+        """Committed steps ``start..end`` (inclusive) in order. A store that declares
+        ``refer_to_facts`` gives each step written with ``facts_from`` back with the facts
+        of the step it names, whatever the range; any other store gets facts in full."""
         ...
 
     def snapshot_step(self, run_id: str, at_or_before: int) -> int:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Literal, TypeVar
 
@@ -41,6 +42,7 @@ __all__ = [
     "RunRecord",
     "RunStatus",
     "StepRecord",
+    "StepValues",
     "TaskRecord",
     "WriteRecord",
 ]
@@ -219,20 +221,20 @@ def missing(run_id: str, where: str) -> RunNotFoundError:
 _ModelT = TypeVar("_ModelT", bound=BaseModel)
 
 
-def trusted(cls: type[_ModelT], **fields: Any) -> _ModelT:
-    """A record built from fields its writer knows to be valid and of the declared types
-    (tuples where a tuple is declared), every field given: what ``model_construct`` does,
-    without its cost. The executor builds several records per step; validating what it has
-    just built would cost more than storing it in memory."""
-    every = every_field(cls)
-    return unchecked(cls, fields, every if fields.keys() == every else set(fields))
-
-
 def trusted_fields(cls: type[_ModelT], fields: dict[str, Any]) -> _ModelT:
-    """:func:`trusted` of a dict naming every field of ``cls`` and nothing else, which
-    becomes the record's own (the caller hands it over): a call with a dozen keywords and
-    the check of their names cost a third of building a step's record."""
-    return unchecked(cls, fields, every_field(cls))
+    """A record built without validation from fields its writer knows to be valid and of
+    the declared types (tuples where a tuple is declared): the dict becomes the record's
+    own (the caller hands it over). A field it does not name takes its default, as
+    validation would give it. The executor builds several records per step, and validating
+    what it has just built costs ten times more than this."""
+    every = every_field(cls)
+    if fields.keys() == every:
+        return unchecked(cls, fields, every)
+    given = set(fields)
+    for name, info in cls.model_fields.items():
+        if name not in given and not info.is_required():
+            fields[name] = info.get_default(call_default_factory=True)
+    return unchecked(cls, fields, given)
 
 
 class TaskRecord(TypedModel):
@@ -344,6 +346,62 @@ class StepRecord(TypedModel):
         "``as_node=``): the node the update was routed as, whose edges and rules chose the "
         "next tasks.",
     )
+
+
+@dataclass(slots=True)
+class StepValues:
+    """One step as the runtime commits it: the fields of its :class:`StepRecord` as plain
+    values it made itself (JSON data, records), each write as ``(node, index, writes)``.
+    Treat it as immutable. A store that declares the feature ``"step_values"`` takes it in
+    ``commit_step`` in place of a record and gives the record back (:meth:`record`) when
+    the step is read, so a step nobody reads is never built; any other store is given the
+    record."""
+
+    step: int
+    writes: tuple[tuple[str, int, dict[str, Any]], ...]
+    snapshot: dict[str, Any] | None
+    carried: dict[str, int]
+    next: tuple[TaskRecord, ...]
+    joins: dict[str, tuple[str, ...]]
+    facts: Any
+    facts_from: int | None
+    decision: dict[str, Any] | None
+    attempts: dict[str, int]
+    calls: tuple[JournalEntry, ...]
+    created_ms: int
+    as_node: str | None
+
+    def record(self) -> StepRecord:
+        """The step's record (built without validation: the runtime made every value, of
+        its declared type)."""
+        if len(self.writes) == 1:  # the common step: no generator
+            ((node, index, dumped),) = self.writes
+            writes: tuple[WriteRecord, ...] = (
+                trusted_fields(WriteRecord, {"node": node, "index": index, "writes": dumped}),
+            )
+        else:
+            writes = tuple(
+                trusted_fields(WriteRecord, {"node": n, "index": i, "writes": w})
+                for n, i, w in self.writes
+            )
+        return trusted_fields(
+            StepRecord,
+            {
+                "step": self.step,
+                "writes": writes,
+                "snapshot": self.snapshot,
+                "carried": self.carried,
+                "next": self.next,
+                "joins": self.joins,
+                "facts": self.facts,
+                "facts_from": self.facts_from,
+                "decision": self.decision,
+                "attempts": self.attempts,
+                "calls": self.calls,
+                "created_ms": self.created_ms,
+                "as_node": self.as_node,
+            },
+        )
 
 
 def resolve_facts(

@@ -27,6 +27,7 @@ from stargraph.checkpoint._lease import (
     lease_lost,
     owner_from,
 )
+from stargraph.checkpoint._protocol import StoreFeature
 from stargraph.checkpoint._records import (
     ENDED_STATUSES,
     JournalEntry,
@@ -237,14 +238,12 @@ class SqlStore(Closing):
     logic is the same in every SQL database, written once over a few hooks each store
     implements (its placeholder, table names, key encoding, queries and transactions)."""
 
-    releases_on_final_commit: ClassVar[bool] = True
-    """``commit_step`` with status ``done`` or ``halted`` releases the lease (a run's last
-    step and its status change are one transaction)."""
-
-    refer_to_facts: ClassVar[bool] = True
-    """The runtime writes a step's rule facts only when they changed, and otherwise the
-    step holding them (``StepRecord.facts_from``), which ``get_steps`` resolves: an agent's
-    think and act rows are then a few hundred bytes shorter."""
+    features: ClassVar[frozenset[StoreFeature]] = frozenset(
+        {"releases_on_final_commit", "refer_to_facts", "write_run"}
+    )
+    """A run's last step and its status change are one transaction; rule facts are written
+    only when they changed (an agent's think and act rows are then a few hundred bytes
+    shorter); an ``exit``-mode run is written in one transaction (``write_run``)."""
 
     _mark: str
     """The parameter placeholder: ``?`` (SQLite) or ``%s`` (PostgreSQL)."""

@@ -26,12 +26,12 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 from stargraph.checkpoint._lease import HOST, Lease, new_owner
-from stargraph.checkpoint._protocol import CheckpointStore
+from stargraph.checkpoint._protocol import CheckpointStore, StoreFeature, features_of
 from stargraph.checkpoint._records import (
     MAX_ERROR_CHARS,
     JournalEntry,
@@ -39,6 +39,7 @@ from stargraph.checkpoint._records import (
     RunOwner,
     RunRecord,
     StepRecord,
+    StepValues,
     TaskRecord,
     WriteRecord,
 )
@@ -154,10 +155,17 @@ def make_step(step: int, *, snapshot: bool = False, **fields: Any) -> StepRecord
 
 
 def _takes_fact_references(store: CheckpointStore) -> None:
-    """Skip unless ``store`` declares ``refer_to_facts`` (either way): a store written before
-    references to rule facts is never given one."""
-    if not hasattr(type(store), "refer_to_facts"):
-        pytest.skip("the store does not declare refer_to_facts: it gets rule facts in full")
+    """Skip unless ``store`` declares ``features`` (with ``refer_to_facts`` or without): a
+    store written before features is never given a reference to rule facts, and one that
+    declares features reads such references back whether or not the runtime writes them."""
+    if not hasattr(store, "features"):
+        pytest.skip("the store does not declare features: it gets rule facts in full")
+
+
+def _declares(store: CheckpointStore, feature: StoreFeature) -> None:
+    """Skip unless ``store`` declares ``feature``."""
+    if feature not in features_of(store):
+        pytest.skip(f"the store does not declare {feature!r}")
 
 
 class CheckpointStoreConformance:
@@ -172,6 +180,75 @@ class CheckpointStoreConformance:
 
     def test_satisfies_the_protocol(self, store: CheckpointStore) -> None:
         assert isinstance(store, CheckpointStore)
+
+    def test_declared_features_are_known(self, store: CheckpointStore) -> None:
+        # A misspelt feature would be ignored by the runtime without a word.
+        assert features_of(store) <= set(get_args(StoreFeature))
+
+    def test_a_store_that_releases_on_final_commit_ends_the_run_in_it(
+        self, store: CheckpointStore
+    ) -> None:
+        _declares(store, "releases_on_final_commit")
+        owner = _foreign_owner()
+        store.create_run(make_run("r1", owner=owner), make_step(0))
+        store.commit_step(
+            "r1", make_step(1), status="halted", stopped_by="rule/x", owner=owner.token
+        )
+        run = _released(store.get_run("r1"))
+        assert (run.status, run.last_step, run.stopped_by) == ("halted", 1, "rule/x")
+
+    def test_step_values_read_back_as_their_record(self, store: CheckpointStore) -> None:
+        _declares(store, "step_values")
+        entry = JournalEntry(step=1, node="a", seq=0, kind="now", key="k", value=1.5)
+        values = [
+            StepValues(
+                1, (("a", 0, {"x": AWKWARD}),), None, {}, (), {}, None, None, None, {}, (), 7, None
+            ),
+            StepValues(
+                2,
+                (("a", 1, {"x": 1}), ("b", 0, {})),
+                {"x": 2},
+                {"log": 0},
+                (TaskRecord(node="a", payload={"p": 1}),),
+                {"0": ("a",)},
+                {"f": [1]},
+                None,
+                {"kind": "halt", "rule": "r"},
+                {"a/1": 2},
+                (entry,),
+                8,
+                "a",
+            ),
+        ]
+        store.create_run(make_run("r1"), make_step(0))
+        for step in values:
+            store.commit_step("r1", step)  # type: ignore[arg-type]
+        records = [v.record() for v in values]
+        assert records[1] == StepRecord.model_validate(records[1].model_dump())
+        assert store.get_steps("r1") == [make_step(0), *records]
+        assert store.snapshot_step("r1", 2) == 2
+        with pytest.raises(CheckpointError):  # fenced and sequenced like a record
+            store.commit_step("r1", values[0])  # type: ignore[arg-type]
+
+    def test_write_run_writes_a_whole_run_in_one_go(self, store: CheckpointStore) -> None:
+        _declares(store, "write_run")
+        steps = [make_step(0), make_step(1), make_step(2, snapshot=True)]
+        pending = [PendingWrite(step=3, node="a", writes={"w": 1})]
+        journal = [JournalEntry(step=3, node="a", seq=0, kind="now", key="k", value=1.5)]
+        ended = make_run("r1", status="interrupted", interrupt={"at": "a"}, last_step=2)
+        graph = ("sha256:" + "a" * 64, b'{"name":"g"}')
+        write_run = store.write_run  # type: ignore[attr-defined]
+        write_run(ended, steps, pending=pending, journal=journal, graph=graph)
+        run = _released(store.get_run("r1"))
+        assert (run.status, run.last_step, run.interrupt) == ("interrupted", 2, {"at": "a"})
+        assert store.get_steps("r1") == steps
+        assert store.get_pending("r1", 3) == pending
+        assert store.get_journal("r1", 3) == journal
+        assert store.get_graph(graph[0]) == graph[1]
+        # A second write of the same run id is refused and changes nothing.
+        with pytest.raises(CheckpointError):
+            write_run(ended, [make_step(0)], pending=(), journal=(), graph=None)
+        assert store.get_steps("r1") == steps
 
     def test_create_and_get_run(self, store: CheckpointStore) -> None:
         store.create_run(make_run("r1"), make_step(0))

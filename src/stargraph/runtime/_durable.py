@@ -23,10 +23,7 @@ again on resume. Effects made through ``ctx.once`` / ``ctx.now`` / ``ctx.uuid`` 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import threading
 import time
-import weakref
 from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any, Final, Literal, Protocol
 
@@ -40,18 +37,20 @@ from stargraph.checkpoint import (
     PendingWrite,
     RunRecord,
     StepRecord,
+    StepValues,
     TaskRecord,
-    WriteRecord,
 )
 from stargraph.checkpoint._compact import (
     Conversations,
+    Deltas,
     ToolResults,
     compact_call,
     compact_calls,
     expand_steps,
 )
 from stargraph.checkpoint._lease import DEFAULT_LEASE_S, Lease, new_owner
-from stargraph.checkpoint._records import iso_now, trusted, trusted_fields, unicode_problem
+from stargraph.checkpoint._protocol import features_of
+from stargraph.checkpoint._records import iso_now, trusted_fields, unicode_problem
 from stargraph.errors import (
     CheckpointError,
     CorruptCheckpointError,
@@ -61,7 +60,6 @@ from stargraph.errors import (
     RunBusyError,
     _RunAt,
 )
-from stargraph.reducers import append as _append_reducer
 from stargraph.runtime._interrupts import RuleDecision
 from stargraph.runtime._plan import Plan, Task
 from stargraph.runtime._rules import RuleSet
@@ -72,7 +70,6 @@ __all__ = [
     "Durability",
     "Persistence",
     "Progress",
-    "appendable",
     "atake_lease",
     "check_run_id",
     "check_values",
@@ -230,33 +227,21 @@ async def atake_lease(
         return done.value  # type: ignore[no-any-return]
 
 
-# The records of recently scheduled payload-less task lists (a graph schedules the same few
-# again and again): records are frozen, so steps share them instead of each holding copies,
-# which a MemoryStore would keep and the garbage collector walk for as long as the run lives.
-_TASK_RECORDS: dict[tuple[Task, ...], tuple[TaskRecord, ...]] = {}
-_TASK_RECORDS_KEPT: Final = 4096
-
-
-def task_records(tasks: Sequence[Task]) -> tuple[TaskRecord, ...]:
-    """Scheduled tasks as records."""
+def task_records(graph: Plan, tasks: Sequence[Task]) -> tuple[TaskRecord, ...]:
+    """Scheduled tasks as records (the graph's own for a list it schedules statically)."""
     key = tuple(tasks)
     try:
-        found = _TASK_RECORDS.get(key)
-    except TypeError:  # a payload that cannot be hashed (a dict): never kept
+        found = graph.task_records.get(key)
+    except TypeError:  # a payload that cannot be hashed (a dict): never the graph's own
         found = None
     if found is not None:
-        return found  # only payload-less lists are kept
-    if all(t.payload is None for t in tasks):
-        found = tuple(trusted(TaskRecord, node=t.node, index=t.index, payload=None) for t in tasks)
-        if len(_TASK_RECORDS) >= _TASK_RECORDS_KEPT:
-            _TASK_RECORDS.clear()  # rare (thousands of distinct task lists): start over
-        _TASK_RECORDS[key] = found
         return found
     return tuple(
-        trusted(
-            TaskRecord, node=t.node, index=t.index, payload=dict(t.payload) if t.payload else None
+        trusted_fields(
+            TaskRecord,
+            {"node": t.node, "index": t.index, "payload": dict(t.payload) if t.payload else None},
         )
-        for t in tasks
+        for t in key
     )
 
 
@@ -265,60 +250,12 @@ def joins_record(joins: Mapping[int, frozenset[str]]) -> dict[str, tuple[str, ..
     return {str(k): tuple(sorted(v)) for k, v in sorted(joins.items()) if v}
 
 
-# The stores each compiled graph has already given its IR to (weakly: a store may be dropped
-# while the graph lives on), so a graph's IR is written once per store, not once per run.
-_KEPT: weakref.WeakKeyDictionary[Plan, weakref.WeakSet[CheckpointStore]] = (
-    weakref.WeakKeyDictionary()
-)
-_KEPT_LOCK = threading.Lock()
-
-
-def _stores_holding(graph: Plan) -> weakref.WeakSet[CheckpointStore]:
-    # Called with _KEPT_LOCK held.
-    kept = _KEPT.get(graph)
-    if kept is None:
-        kept = _KEPT[graph] = weakref.WeakSet()
-    return kept
-
-
-# The same pairs by the ids of graph and store, each with weak references to both, which
-# tell whether the pair is still the one kept (ids are reused once an object is gone): a
-# plain dict is looked up without a lock nor the weak containers' Python code, and every
-# run with a store asks.
-_KEPT_IDS: dict[tuple[int, int], tuple[weakref.ref[Plan], weakref.ref[Any]]] = {}
-
-
 def graph_to_keep(graph: Plan, store: CheckpointStore) -> tuple[str, bytes] | None:
     """``(graph_hash, IR)`` for ``store`` to keep, or ``None`` when this process already gave
     it to that store (the IR is serialised once per graph and store, not once per run)."""
-    seen = _KEPT_IDS.get((id(graph), id(store)))
-    if seen is not None and seen[0]() is graph and seen[1]() is store:
+    if graph.holds_ir(store):
         return None
-    with _KEPT_LOCK:
-        if store in _stores_holding(graph):
-            return None
     return graph.graph_hash, graph.ir.to_json().encode()
-
-
-def mark_kept(graph: Plan, store: CheckpointStore) -> None:
-    """Record that ``store`` now holds ``graph``'s IR."""
-    with _KEPT_LOCK, contextlib.suppress(TypeError):  # a store that takes no weak reference
-        _stores_holding(graph).add(store)
-        key = (id(graph), id(store))
-        _KEPT_IDS[key] = (weakref.ref(graph, _forgetter(key)), weakref.ref(store, _forgetter(key)))
-
-
-def _forgetter(key: tuple[int, int]) -> Callable[[object], None]:
-    """The weak references' callback: drop the pair once graph or store is gone (a process
-    that makes a store per request would otherwise keep one entry per store for good)."""
-
-    def forget(_: object) -> None:
-        entry = _KEPT_IDS.get(key)
-        # Only the dead pair: the ids may be someone else's by now, with a live entry.
-        if entry is not None and (entry[0]() is None or entry[1]() is None):
-            _KEPT_IDS.pop(key, None)
-
-    return forget
 
 
 def keep_graph(graph: Plan, store: CheckpointStore) -> None:
@@ -328,14 +265,7 @@ def keep_graph(graph: Plan, store: CheckpointStore) -> None:
     kept = graph_to_keep(graph, store)
     if kept is not None:
         store.put_graph(*kept)
-        mark_kept(graph, store)
-
-
-def _plain_commit(store: CheckpointStore) -> MemoryStore | None:
-    """``store`` when it takes plain steps as parts (``MemoryStore.commit_plain``): exactly
-    a ``MemoryStore`` (a subclass may change ``commit_step``, which every commit must then
-    go through)."""
-    return store if type(store) is MemoryStore else None
+        graph.gave_ir(store)
 
 
 _UNSTORABLE: Final = (pydantic_core.PydanticSerializationError, ValueError, TypeError)
@@ -369,8 +299,6 @@ class Persistence:
         self.target = store
         self.durability = durability
         self.store: CheckpointStore = MemoryStore() if durability == "exit" else store
-        # In exit mode every step is read back when the run is written: no plain steps.
-        self._plain = _plain_commit(store) if durability == "sync" else None
         self.snapshot_every = snapshot_every
         self.lease: Lease | None = None
         self.owner: str | None = None
@@ -385,16 +313,18 @@ class Persistence:
         # The same, for the journal rows written as calls are made (in the order they are
         # made; a commit orders a step's calls by task).
         self._journaled: Conversations = {}
+        # The deltas worked out for the journal rows, which the step's record stores again.
+        self._deltas: Deltas = {}
         # Append-only channels, and the step whose snapshot holds each in full (None: not
         # known yet in this process; read from the store at the first snapshot).
-        self._appends = _appendable_of(graph)
+        self._appends = graph.appendable
         self._roots: dict[str, int] | None = None
         # Whether the run's last commit marked it done already (see ``commit``).
         self._done = False
         # The rule facts last stored in full and the step holding them, which later steps
         # with the same (identical) facts refer to, in a store that resolves references.
         self._facts: tuple[dict[str, Any], int] | None = None
-        self._refer = getattr(self.store, "refer_to_facts", False) is True
+        self._features = features_of(self.store)
 
     def _hold(self, lease: Lease | None) -> None:
         """Adopt ``lease`` (``None``: none held). ``owner`` is its token, kept as a plain
@@ -413,10 +343,9 @@ class Persistence:
         """Write the run's later events straight to ``target`` (the buffer of ``exit`` mode
         was flushed into it)."""
         self.store = target
-        self._plain = _plain_commit(target)
         self.durability = "sync"
         # The buffer's steps went in whole: the next facts are stored in full first.
-        self._refer = getattr(target, "refer_to_facts", False) is True
+        self._features = features_of(target)
         self._facts = None
 
     def _let_go(self) -> None:
@@ -487,7 +416,7 @@ class Persistence:
                 "writes": (),
                 "snapshot": self._dump(run, run.values, None),
                 "carried": {},
-                "next": task_records(run.tasks),
+                "next": task_records(self.graph, run.tasks),
                 "joins": joins_record(run.joins_seen) if run.joins_seen else {},
                 "facts": None,
                 "facts_from": None,
@@ -509,6 +438,7 @@ class Persistence:
     def journal_writer(self, run: Progress) -> Callable[[JournalEntry], None]:
         """A function that saves one journal entry of ``run``."""
         store, run_id, lease, journaled = self.store, run.run_id, self.lease, self._journaled
+        deltas = self._deltas
 
         def write(entry: JournalEntry) -> None:
             if lease is not None and lease.lost:
@@ -522,7 +452,7 @@ class Persistence:
                 )
             # A model request goes in as a delta, like in the step's record: the row of every
             # call must not hold the whole conversation again (see load_journal).
-            store.append_journal(run_id, compact_call(entry, journaled))
+            store.append_journal(run_id, compact_call(entry, journaled, deltas=deltas))
 
         return write
 
@@ -556,92 +486,48 @@ class Persistence:
         (or ``halted``) and the lease released - and the :meth:`finish` that follows has
         nothing left to write. ``as_node``: the step is an update routed as that node.
         """
-        plain = self._plain
-        if (
-            plain is not None
-            and len(results) == 1
-            and run.step % self.snapshot_every
-            and not run.journals
-            and not run.joins_seen
-            and not run.attempts
-            and run.rules is None
-            and run.decision is None
-            and as_node is None
-        ):
-            # The common step of an in-memory run: its record is built only if it is read.
-            ((task, written),) = results
-            try:  # self._dump, inline
-                dumped = jsonable(self.graph.channels, written)
-            except _UNSTORABLE as exc:
-                raise _unstorable(run, task.node, exc) from exc
-            step = (
-                run.step,
-                task.node,
-                task.index,
-                dumped,
-                task_records(run.tasks),
-                time.time_ns() // 1_000_000,
-            )
-            try:
-                plain.commit_plain(run.run_id, step, self.owner, last, stopped_by)
-            except CheckpointError:
-                self.abandon()  # the run will not go on in this process
-                raise
-            self._done = last
-            if last:
-                self._let_go()  # the commit released the lease in the store
-            return
         snapshot: dict[str, Any] | None = None
         carried: dict[str, int] = {}
         if run.step % self.snapshot_every == 0:
             snapshot, carried = self._snapshot(run)
-        facts, facts_from = self._facts_of(run, snapshot is None)
-        # Built without validation: every field is made here, of its declared type (the
-        # writes were validated by their channels; _dump made them JSON).
+        facts, facts_from = (
+            (None, None) if run.rules is None else self._facts_of(run, snapshot is None)
+        )
         if len(results) == 1:  # the common step: no generator, no sort
             ((task, written),) = results
-            writes: tuple[WriteRecord, ...] = (
-                trusted_fields(
-                    WriteRecord,
-                    {
-                        "node": task.node,
-                        "index": task.index,
-                        "writes": self._dump(run, written, task.node),
-                    },
-                ),
-            )
+            try:  # self._dump, inline: every step of every run with a store pays this
+                dumped = jsonable(self.graph.channels, written)
+            except _UNSTORABLE as exc:
+                raise _unstorable(run, task.node, exc) from exc
+            writes: tuple[tuple[str, int, dict[str, Any]], ...] = ((task.node, task.index, dumped),)
         else:
             writes = tuple(
-                trusted_fields(
-                    WriteRecord,
-                    {"node": t.node, "index": t.index, "writes": self._dump(run, w, t.node)},
-                )
+                (t.node, t.index, self._dump(run, w, t.node))
                 for t, w in sorted(results, key=_by_task)
             )
-        record = trusted_fields(
-            StepRecord,
-            {
-                "step": run.step,
-                "writes": writes,
-                "snapshot": snapshot,
-                "carried": carried,
-                "next": task_records(run.tasks),
-                # The common step (one task, no join, retry or recorded call) skips the
-                # empty copies and sorts: this runs at every step of every run with a store.
-                "joins": joins_record(run.joins_seen) if run.joins_seen else {},
-                "facts": facts,
-                "facts_from": facts_from,
-                "decision": None if run.decision is None else run.decision.record(),
-                "attempts": dict(run.attempts) if run.attempts else {},
-                "calls": self._calls(run.journals) if run.journals else (),
-                "created_ms": time.time_ns() // 1_000_000,
-                "as_node": as_node,
-            },
+        values = StepValues(
+            run.step,
+            writes,
+            snapshot,
+            carried,
+            task_records(self.graph, run.tasks),
+            # The common step (one task, no join, retry or recorded call) skips the empty
+            # copies and sorts: this runs at every step of every run with a store.
+            joins_record(run.joins_seen) if run.joins_seen else {},
+            facts,
+            facts_from,
+            None if run.decision is None else run.decision.record(),
+            dict(run.attempts) if run.attempts else {},
+            self._calls(run.journals) if run.journals else (),
+            time.time_ns() // 1_000_000,
+            as_node,
         )
+        # A store that takes the values builds the record only if the step is read.
+        record: Any = values if "step_values" in self._features else values.record()
         store = self.store
         self._done = False
         try:
-            if last and getattr(store, "releases_on_final_commit", False) is True:
+            if last and "releases_on_final_commit" in self._features:
                 store.commit_step(
                     run.run_id,
                     record,
@@ -657,7 +543,7 @@ class Persistence:
         except CheckpointError:
             self.abandon()  # the run will not go on in this process
             raise
-        if facts is not None and self._refer:
+        if facts is not None and "refer_to_facts" in self._features:
             self._facts = (facts, run.step)  # committed: later steps may refer to it
 
     def _calls(
@@ -673,7 +559,7 @@ class Persistence:
                 calls = sorted(entries, key=_by_seq)
         else:
             calls = sorted((e for entries in journals.values() for e in entries), key=_by_call)
-        return compact_calls(calls, self._conversations, self._results)
+        return compact_calls(calls, self._conversations, self._results, self._deltas)
 
     def _facts_of(self, run: Progress, may_refer: bool) -> tuple[Any, int | None]:
         """The rule facts to store with the step being committed, as ``(facts,
@@ -761,17 +647,16 @@ class Persistence:
         record = buffer.get_run(run_id)
         steps = buffer.get_steps(run_id)
         pending_step = record.last_step + 1
-        write_run = getattr(target, "write_run", None)
-        if callable(write_run):
+        if "write_run" in features_of(target):
             # One transaction for the whole run: what makes "exit" cheaper than "sync".
-            write_run(
+            target.write_run(  # type: ignore[attr-defined]
                 record.model_copy(update={"owner": None, "lease_expires": None}),
                 steps,
                 pending=buffer.get_pending(run_id, pending_step),
                 journal=buffer.get_journal(run_id, pending_step),
                 graph=graph_to_keep(self.graph, target),
             )
-            mark_kept(self.graph, target)
+            self.graph.gave_ir(target)
             self._write_to(target)
             return
         keep_graph(self.graph, target)
@@ -811,33 +696,6 @@ def decode_writes(
         return {key: channels[key].validate(value) for key, value in writes.items()}
     except (KeyError, ValidationError) as exc:
         raise _corrupt(run_id, step, exc) from exc
-
-
-_APPENDS: weakref.WeakKeyDictionary[Plan, tuple[str, ...]] = weakref.WeakKeyDictionary()
-
-
-# The graph last asked about and its answer (every run with a store asks; most processes
-# run one graph, and WeakKeyDictionary.get is Python code).
-_LAST_APPENDS: tuple[weakref.ref[Plan] | None, tuple[str, ...]] = (None, ())
-
-
-def _appendable_of(graph: Plan) -> tuple[str, ...]:
-    """:func:`appendable` of ``graph``'s channels, worked out once per graph, not per run."""
-    global _LAST_APPENDS  # noqa: PLW0603 - a one-entry cache
-    last, names = _LAST_APPENDS
-    if last is not None and last() is graph:
-        return names
-    found = _APPENDS.get(graph)
-    if found is None:
-        found = _APPENDS[graph] = appendable(graph.channels)
-    _LAST_APPENDS = (weakref.ref(graph), found)
-    return found
-
-
-def appendable(channels: Mapping[str, Channel]) -> tuple[str, ...]:
-    """The channels whose every write appends to the value (``reducers.append``): a snapshot
-    refers back to them instead of copying them."""
-    return tuple(name for name, ch in channels.items() if ch.reducer is _append_reducer.fn)
 
 
 def load_values(

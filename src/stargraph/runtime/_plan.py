@@ -6,9 +6,11 @@ into barrier tables, so the step loop does no lookups by name beyond one dict ac
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import inspect
 import types
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -17,8 +19,10 @@ from typing import Any, Literal, NamedTuple, Union, cast, get_args, get_origin
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
+from stargraph.checkpoint._records import TaskRecord
 from stargraph.errors import MissingServiceError
 from stargraph.ir import END, GraphIR, RetryPolicyIR
+from stargraph.reducers import append as _append_reducer
 from stargraph.refs import importable_name
 from stargraph.runtime._protocols import HasCodeHash, Journaled
 from stargraph.runtime._rules import RuleSet
@@ -340,6 +344,14 @@ class Plan:
     rules_of: Mapping[str, WriteRule] = field(init=False)
     writable: Mapping[str, Mapping[str, WriteRule]] = field(init=False)
     reducers: Mapping[str, Callable[[Any, Any], Any] | None] = field(init=False)
+    task_records: Mapping[tuple[Task, ...], tuple[TaskRecord, ...]] = field(init=False)
+    """The records of the task lists the graph schedules without a router (successors,
+    single targets, the entry): shared by every step and run that schedules one, since
+    records are frozen and a ``MemoryStore`` keeps each step for as long as its run."""
+    appendable: tuple[str, ...] = field(init=False)
+    """The channels whose every write appends to the value (``reducers.append``): a stored
+    snapshot refers back to them instead of copying them."""
+    _holding_ir: weakref.WeakSet[object] = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         specs = self.specs
@@ -356,11 +368,13 @@ class Plan:
         single[END] = ()
         # Services that can route their calls through a task journal (chat models, arbiters).
         bindable = tuple(sorted(k for k, v in self.services.items() if isinstance(v, Journaled)))
-        derived = {
+        entry = tuple(Task(node) for node in sorted(set(self.ir.entry)))
+        lists = {*static.values(), *single.values(), entry}
+        derived: dict[str, object] = {
             "static_tasks": static,
             "single_tasks": single,
             # The first step's tasks when no router leaves START (as make_tasks orders them).
-            "entry_tasks": tuple(Task(node) for node in sorted(set(self.ir.entry))),
+            "entry_tasks": entry,
             "bindable": bindable,
             # The secrets the services register, masked in every call record.
             "mask": mask_of(self.services),
@@ -384,9 +398,32 @@ class Plan:
                 for node, spec in specs.items()
             },
             "reducers": {k: c.reducer for k, c in self.channels.items()},
+            "task_records": {
+                tasks: tuple(TaskRecord(node=t.node, index=t.index) for t in tasks)
+                for tasks in lists
+            },
+            "appendable": tuple(
+                k for k, c in self.channels.items() if c.reducer is _append_reducer.fn
+            ),
+            # Weakly: a store may be dropped while the graph lives on.
+            "_holding_ir": weakref.WeakSet(),
         }
         for name, value in derived.items():
             object.__setattr__(self, name, value)
+
+    def holds_ir(self, store: object) -> bool:
+        """Whether this process gave ``store`` this graph's IR already (see
+        :meth:`gave_ir`)."""
+        try:
+            return store in self._holding_ir
+        except TypeError:  # a store that takes no weak reference: given every time
+            return False
+
+    def gave_ir(self, store: object) -> None:
+        """Record that ``store`` now holds this graph's IR, so later runs do not serialise
+        and write it again."""
+        with contextlib.suppress(TypeError):  # a store that takes no weak reference
+            self._holding_ir.add(store)
 
     @property
     def graph_hash(self) -> str:

@@ -49,6 +49,7 @@ from stargraph.checkpoint import (
     RunRecord,
     StepRecord,
 )
+from stargraph.checkpoint._protocol import StoreFeature, features_of
 from stargraph.checkpoint._records import ENDED_STATUSES
 from stargraph.errors import (
     CheckpointError,
@@ -200,17 +201,11 @@ class _FencedStore:
         self._lease = lease
 
     @property
-    def releases_on_final_commit(self) -> bool:
-        """Whether the wrapped store ends a run in its last commit (then a worker's run
-        makes no separate ``set_status`` at its end); the fence still refuses that commit
-        once the lease is lost, as it refuses every other."""
-        return getattr(self._inner, "releases_on_final_commit", False) is True
-
-    @property
-    def refer_to_facts(self) -> bool:
-        """Whether the wrapped store takes a step's unchanged rule facts as a reference to
-        the step holding them (see ``CheckpointStore.get_steps``)."""
-        return getattr(self._inner, "refer_to_facts", False) is True
+    def features(self) -> frozenset[StoreFeature]:
+        """The wrapped store's features but ``write_run`` (a worker's run is ``sync``); the
+        fence still refuses a final commit once the lease is lost, as it refuses every
+        other write."""
+        return features_of(self._inner) - {"write_run"}
 
     def _check(self, run_id: str) -> None:
         if self._lease.lost.is_set():
