@@ -52,4 +52,3 @@ def test_issue45_core_imports_no_server(module: str) -> None:
 def test_issue45_core_imports_no_model_client_or_c_parser() -> None:
     loaded = _loaded_after(*_CORE)
     assert _roots_in(loaded, _HEAVY) == []
-

@@ -46,7 +46,7 @@ if TYPE_CHECKING:
     import ssl
 
     import openai
-    from openai import AsyncStream, Stream
+    from openai import AsyncStream, RequestOptions, Stream
 
 __all__ = ["ChatStream", "OpenAIChatModel", "StreamAssembler", "delta_from_chunk"]
 
@@ -64,7 +64,7 @@ _VALIDATION: Final = re.compile(
 # Error text longer than this is cut: a server may put a whole traceback in it.
 _ERROR_TEXT_LIMIT: Final = 2000
 # What create() asks of the client besides the body: the API key as a bearer token.
-_POST_OPTIONS: Final[dict[str, Any]] = {"security": {"bearer_auth": True}}
+_POST_OPTIONS: Final[RequestOptions] = {"security": {"bearer_auth": True}}
 _CHAT_PATH: Final = "/chat/completions"
 
 _T = TypeVar("_T")
@@ -210,6 +210,18 @@ class OpenAIChatModel(Closing):
             client, self._client = self._client, None
         if client is not None:
             client.close()
+
+    def warm(self) -> None:
+        """Import the ``openai`` package and open the HTTP client now, so that the first call
+        costs what any later one does (the import alone takes most of a second).
+
+        ``compile(services={"model": model})`` calls it. A model that has no API key for
+        OpenAI's own endpoint only imports the package: its first call says what is missing.
+        """
+        with contextlib.suppress(LLMError):
+            self._sync_client()
+        # The async calls share one TLS context; building it is the rest of their set-up.
+        self._tls_context()
 
     # ------------------------------------------------------------------ calls
 
