@@ -1,10 +1,12 @@
 """``OpenAIChatModel``: the one real :class:`ChatModel`, over the ``openai`` package.
 
 It speaks to any OpenAI-compatible endpoint (OpenAI, vLLM, llama.cpp, Ollama, the scripted
-test server). Two choices shape it:
+test server). Three choices shape it:
 
 * ``openai`` is imported lazily, inside the methods that need it: importing it costs more
-  than the whole ``import stargraph`` budget, and replay never calls a model at all.
+  than the whole ``import stargraph`` budget, and replay never calls a model at all. A graph
+  compiled with the model (:meth:`OpenAIChatModel.warm`) imports it then, so that a run's
+  first call does not stop for it.
 * The client's own retries are switched off (``max_retries=0``) and this class retries
   instead, so every attempt is counted, the backoff sleep is injectable (tests stay fast and
   deterministic: no jitter), and the final :class:`~stargraph.errors.LLMError` can say how
