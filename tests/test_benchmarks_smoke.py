@@ -204,3 +204,18 @@ def test_long_run_round_takes_the_mean_of_stargraphs_runs_around_langgraphs(
     results, notes, _ = run_all([2], rounds=1, runs=2)
     assert [r.engine for r in results] == ["stargraph", "langgraph"]
     assert "the mean of 2 runs a round" in notes[0]
+
+
+def test_issue45_llmcall_section_is_registered_and_times_every_client() -> None:
+    from benchmarks.bench_llmcall import per_call_us
+    from benchmarks.core_harness import all_sections
+
+    assert "llmcall" in all_sections()
+    costs = per_call_us(calls=2, rounds=1)
+    assert list(costs) == [
+        "raw HTTP (http.client + orjson)",
+        "openai create()",
+        "openai create() + model_dump + from_openai",
+        "OpenAIChatModel.complete",
+    ]
+    assert all(us > 0 for us in costs.values())
