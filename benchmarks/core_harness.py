@@ -269,7 +269,7 @@ def _imports(repeats: int) -> list[str]:
     """Print the import lines (median of fresh interpreters); return the targets missed."""
     from benchmarks.bench_llmcall import import_times_ms
 
-    times = import_times_ms((*CORE_IMPORTS, "stargraph.graph", "langgraph.graph"), repeats)
+    times = import_times_ms((*CORE_IMPORTS, "langgraph.graph"), repeats)
     theirs = times["langgraph.graph"][1]
     misses = []
     for module, (wall, cpu) in times.items():
