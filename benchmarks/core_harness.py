@@ -53,6 +53,13 @@ PLAIN_TARGET = 10.0
 IMPORT_BUDGET_MS = 300.0
 """``import stargraph`` must take less than this."""
 
+IMPORT_LANGGRAPH_RATIO = 4.0
+"""Each of :data:`CORE_IMPORTS` must be at least this many times lighter (CPU time, same run)
+than ``import langgraph.graph``."""
+
+CORE_IMPORTS = ("stargraph", "stargraph.llm", "stargraph.skills.react")
+"""The imports weighed against LangGraph's."""
+
 
 class StateMismatch(Exception):
     """Two engines (or an engine and the expectation) disagree on a workload's final state."""
@@ -243,11 +250,12 @@ def all_sections() -> dict[str, Section]:
     """Report sections printed after the core table, by ``--only`` name, in report order."""
     from benchmarks.bench_agents import SECTIONS as AGENTS
     from benchmarks.bench_concurrency import SECTIONS as CONCURRENCY
+    from benchmarks.bench_llmcall import SECTIONS as LLMCALL
     from benchmarks.bench_long_runs import SECTIONS as LONG
     from benchmarks.bench_modes import SECTIONS as MODES
     from benchmarks.durable import SECTIONS
 
-    return {**SECTIONS, **LONG, **CONCURRENCY, **MODES, **AGENTS}
+    return {**SECTIONS, **LONG, **CONCURRENCY, **MODES, **AGENTS, **LLMCALL}
 
 
 def _select(
@@ -262,6 +270,31 @@ def _select(
     if unknown:
         raise SystemExit(f"unknown workload(s) {unknown}; choose from {sorted(known)}")
     return [w for w in workloads if w.name in wanted], [s for s in sections if s in wanted]
+
+
+def _imports(repeats: int) -> list[str]:
+    """Print the import lines (median of fresh interpreters); return the targets missed."""
+    from benchmarks.bench_llmcall import import_times_ms
+
+    times = import_times_ms((*CORE_IMPORTS, "langgraph.graph"), repeats)
+    theirs = times["langgraph.graph"][1]
+    misses = []
+    for module, (wall, cpu) in times.items():
+        line = f"import {module:<22} {wall:7.1f} ms wall {cpu:7.1f} ms CPU"
+        if module == "stargraph":
+            line += f"  {_verdict(wall < IMPORT_BUDGET_MS)} (< {IMPORT_BUDGET_MS:.0f} ms)"
+            if wall >= IMPORT_BUDGET_MS:
+                misses.append(f"import stargraph takes {wall:.0f} ms")
+        if module in CORE_IMPORTS:
+            ok = theirs >= IMPORT_LANGGRAPH_RATIO * cpu
+            line += f"  langgraph.graph/this {theirs / cpu:4.1f}x {_verdict(ok)}"
+            if not ok:
+                misses.append(
+                    f"import {module} is {theirs / cpu:.1f}x lighter than langgraph.graph "
+                    f"(target {IMPORT_LANGGRAPH_RATIO:.0f}x)"
+                )
+        print(line)
+    return misses
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -299,16 +332,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         misses += missed
     if not args.no_import_time:
         print()
-        for module in ("stargraph", "stargraph.graph", "stargraph.compile"):
-            ms = import_time_ms(module, repeats=3 if args.quick else 5)
-            budget = (
-                f"  {_verdict(ms < IMPORT_BUDGET_MS)} (< {IMPORT_BUDGET_MS:.0f} ms)"
-                if module == "stargraph"
-                else ""
-            )
-            print(f"import {module:<18} {ms:7.1f} ms (median, fresh interpreter){budget}")
-            if module == "stargraph" and ms >= IMPORT_BUDGET_MS:
-                misses.append(f"import stargraph takes {ms:.0f} ms")
+        misses += _imports(repeats=3 if args.quick else 5)
     print()
     if misses:
         print("targets missed:")

@@ -294,3 +294,18 @@ def test_issue45_agent_workload_that_disagrees_aborts(scratch: Any) -> None:
         pytest.raises(StateMismatch, match=r"(?s)'skill'.*stargraph  stream"),
     ):
         check_agent_agreement(broken, build_agent_workload(broken, scratch, stack))
+
+
+def test_issue45_llmcall_section_is_registered_and_times_every_client() -> None:
+    from benchmarks.bench_llmcall import per_call_us
+    from benchmarks.core_harness import all_sections
+
+    assert "llmcall" in all_sections()
+    costs = per_call_us(calls=2, rounds=1)
+    assert list(costs) == [
+        "raw HTTP (http.client + orjson)",
+        "openai create()",
+        "openai create() + model_dump + from_openai",
+        "OpenAIChatModel.complete",
+    ]
+    assert all(us > 0 for us in costs.values())

@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from http.server import ThreadingHTTPServer
 from types import TracebackType
-from typing import Self, TypeVar
+from typing import TYPE_CHECKING, Self, TypeVar
+
+if TYPE_CHECKING:
+    # Only named in annotations: importing the server stack here would put it on the import
+    # path of every model and store that inherits :class:`Closing`.
+    from http.server import ThreadingHTTPServer
 
 __all__ = ["Closing", "ServerThread", "Started"]
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Self, TypeVar, cast
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from stargraph.errors import (
     CompileError,
@@ -31,6 +31,8 @@ __all__ = ["TypedModel", "validate_json_raw", "validate_raw"]
 
 class TypedModel(BaseModel):
     """A pydantic model that raises :attr:`typed_error` (never a bare ``ValidationError``)."""
+
+    model_config = ConfigDict(defer_build=True)
 
     typed_error: ClassVar[type[StargraphError]] = CompileError
     """The error class its validation problems are raised as: one that carries problems

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pytest
 
-from stargraph.checkpoint import MemoryStore
+from stargraph.checkpoint import MemoryStore, SqliteStore
 from stargraph.errors import LeaseLostError
 from stargraph.graph import END, START, Graph
 from stargraph.workers import Worker, submit

@@ -33,6 +33,7 @@ from stargraph.refs import resolve_ref
 from stargraph.runtime import CompiledGraph
 from stargraph.runtime._context import ServiceMap
 from stargraph.runtime._plan import JoinSpec, NodeSpec, Plan, RouterSpec, accepts_ctx
+from stargraph.runtime._protocols import Warmable
 from stargraph.runtime._rules import DecisionMaker, RuleSet
 from stargraph.runtime._run import MAX_STEPS_BOUND, max_steps_problem
 from stargraph.state import build_channels
@@ -192,6 +193,11 @@ def compile_ir(
             joins=tuple(joins[node.id]),
             input=inputs.get(node.id),
         )
+    # Set-up a service can do ahead (a chat model's client) is done here, where the user
+    # already waits, not in the middle of the first run's first call.
+    for service in (services or {}).values():
+        if isinstance(service, Warmable):
+            service.warm()
     plan = Plan(
         ir=ir,
         state_model=state,

@@ -22,12 +22,12 @@ loaded) library reaches them: same code, same environments.
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any, Final
 
-import cffi  # type: ignore[import-untyped]  # clipspy depends on it; no stubs
 import clips
 import clips._clips
 from clips._clips import ffi, lib
@@ -47,19 +47,29 @@ __all__ = [
 
 _SYMBOL: Final = int(clips.common.CLIPSType.SYMBOL)
 
-_ABI: Final = cffi.FFI()
-_ABI.cdef(
-    """
-    typedef struct environment Environment;
-    typedef void VoidCallFunction(Environment *, void *);
-    bool AddPeriodicFunction(Environment *, const char *, VoidCallFunction *, int, void *);
-    bool RemovePeriodicFunction(Environment *, const char *);
-    bool EnablePeriodicFunctions(Environment *, bool);
-    void SetHaltExecution(Environment *, bool);
-    long long MemUsed(Environment *);
-    """
-)
-_C: Final = _ABI.dlopen(clips._clips.__file__)
+
+@functools.cache
+def _c_api() -> tuple[Any, Any]:
+    """The ABI-level handle and the library, made on the first watchdog: declaring the
+    functions runs cffi's C parser (pycparser), which costs more than the rest of the
+    package's import, and a process that decides no rule never needs it."""
+    import cffi  # type: ignore[import-untyped]  # clipspy depends on it; no stubs
+
+    abi = cffi.FFI()
+    abi.cdef(
+        """
+        typedef struct environment Environment;
+        typedef void VoidCallFunction(Environment *, void *);
+        bool AddPeriodicFunction(Environment *, const char *, VoidCallFunction *, int, void *);
+        bool RemovePeriodicFunction(Environment *, const char *);
+        bool EnablePeriodicFunctions(Environment *, bool);
+        void SetHaltExecution(Environment *, bool);
+        long long MemUsed(Environment *);
+        """
+    )
+    return abi, abi.dlopen(clips._clips.__file__)
+
+
 _WATCHDOG: Final = b"sg-watchdog"
 
 
@@ -83,16 +93,27 @@ class Watchdog:
     before the environment goes, so CLIPS never calls a freed callback.
     """
 
-    __slots__ = ("_callback", "_env", "deadline", "limit", "timeout", "tripped", "used")
+    __slots__ = (
+        "_abi",
+        "_c",
+        "_callback",
+        "_env",
+        "deadline",
+        "limit",
+        "timeout",
+        "tripped",
+        "used",
+    )
 
     def __init__(self, env: Any, *, timeout: float, limit: int) -> None:
-        self._env = _ABI.cast("Environment *", int(ffi.cast("uintptr_t", env)))
+        self._abi, self._c = _c_api()
+        self._env = self._abi.cast("Environment *", int(ffi.cast("uintptr_t", env)))
         self.timeout = timeout
         self.limit = limit
         self.deadline = math.inf
         self.tripped: str | None = None
         self.used = 0
-        clock, mem_used, halt = time.monotonic, _C.MemUsed, _C.SetHaltExecution
+        clock, mem_used, halt = time.monotonic, self._c.MemUsed, self._c.SetHaltExecution
 
         def check(raw: Any, _context: Any) -> None:
             if self.deadline == math.inf:
@@ -107,16 +128,16 @@ class Watchdog:
             self.deadline = math.inf
             halt(raw, True)
 
-        self._callback = _ABI.callback("VoidCallFunction", check)
-        if not _C.AddPeriodicFunction(self._env, _WATCHDOG, self._callback, 0, _ABI.NULL):
+        self._callback = self._abi.callback("VoidCallFunction", check)
+        if not self._c.AddPeriodicFunction(self._env, _WATCHDOG, self._callback, 0, self._abi.NULL):
             raise RuleRuntimeError("CLIPS refused the watchdog")  # pragma: no cover - a bug
-        _C.EnablePeriodicFunctions(self._env, False)
+        self._c.EnablePeriodicFunctions(self._env, False)
 
     def arm(self) -> None:
         """Start the budget of one decision."""
         self.tripped = None
         self.deadline = time.monotonic() + self.timeout
-        _C.EnablePeriodicFunctions(self._env, True)
+        self._c.EnablePeriodicFunctions(self._env, True)
 
     def disarm(self) -> str | None:
         """End the decision; ``"time"`` or ``"memory"`` if the watchdog stopped it.
@@ -124,10 +145,10 @@ class Watchdog:
         The halt flag is cleared here, so the environment runs again at the next decision.
         """
         self.deadline = math.inf
-        _C.EnablePeriodicFunctions(self._env, False)
+        self._c.EnablePeriodicFunctions(self._env, False)
         tripped = self.tripped
         if tripped is not None:
-            _C.SetHaltExecution(self._env, False)
+            self._c.SetHaltExecution(self._env, False)
         return tripped
 
     def settle(self) -> str | None:
@@ -137,20 +158,20 @@ class Watchdog:
             if time.monotonic() > self.deadline:
                 self.tripped = "time"
             else:
-                used = int(_C.MemUsed(self._env))
+                used = int(self._c.MemUsed(self._env))
                 if used > self.limit:
                     self.used, self.tripped = used, "memory"
         return self.disarm()
 
     def memory_used(self) -> int:
         """Every byte the environment holds now."""
-        return int(_C.MemUsed(self._env))
+        return int(self._c.MemUsed(self._env))
 
     def close(self) -> None:
         """Unregister from CLIPS (idempotent); call before the environment is destroyed."""
-        if self._env != _ABI.NULL:
-            _C.RemovePeriodicFunction(self._env, _WATCHDOG)
-            self._env = _ABI.NULL
+        if self._env != self._abi.NULL:
+            self._c.RemovePeriodicFunction(self._env, _WATCHDOG)
+            self._env = self._abi.NULL
 
 
 _SYMBOL_TYPE: Final = clips.Symbol

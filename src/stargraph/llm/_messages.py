@@ -76,7 +76,9 @@ class _ChatData(BaseModel):
     """Frozen chat data whose validation errors are :class:`ChatDataError` (never a bare
     pydantic error): built directly, validated from data or JSON, or assigned to."""
 
-    model_config = _FROZEN
+    # Schemas are built at the first use, not at import: a process that never talks to a
+    # model (replay, most tools) does not pay for them.
+    model_config = ConfigDict(**_FROZEN, defer_build=True)
 
     def __init__(self, **data: Any) -> None:
         try:

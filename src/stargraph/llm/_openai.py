@@ -1,14 +1,21 @@
 """``OpenAIChatModel``: the one real :class:`ChatModel`, over the ``openai`` package.
 
 It speaks to any OpenAI-compatible endpoint (OpenAI, vLLM, llama.cpp, Ollama, the scripted
-test server). Two choices shape it:
+test server). Three choices shape it:
 
 * ``openai`` is imported lazily, inside the methods that need it: importing it costs more
-  than the whole ``import stargraph`` budget, and replay never calls a model at all.
+  than the whole ``import stargraph`` budget, and replay never calls a model at all. A graph
+  compiled with the model (:meth:`OpenAIChatModel.warm`) imports it then, so that a run's
+  first call does not stop for it.
 * The client's own retries are switched off (``max_retries=0``) and this class retries
   instead, so every attempt is counted, the backoff sleep is injectable (tests stay fast and
   deterministic: no jitter), and the final :class:`~stargraph.errors.LLMError` can say how
   many attempts were made.
+* A request leaves as the body the endpoint profile built, posted with the client's own
+  ``post``: ``chat.completions.create`` would walk every message against its typed
+  parameters (its ``maybe_transform``, milliseconds per call on a long conversation) only to
+  send the same JSON. Authentication, headers, timeouts, error mapping and server-sent events
+  are still the client's; replies are read as plain JSON, never built into its models.
 """
 
 from __future__ import annotations
@@ -20,6 +27,8 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING, Any, Final, NoReturn, Self, TypeVar
+
+import orjson
 
 from stargraph._lifecycle import Closing
 from stargraph.errors import LLMError
@@ -39,8 +48,7 @@ if TYPE_CHECKING:
     import ssl
 
     import openai
-    from openai import Stream
-    from openai.types.chat import ChatCompletionChunk
+    from openai import AsyncStream, RequestOptions, Stream
 
 __all__ = ["ChatStream", "OpenAIChatModel", "StreamAssembler", "delta_from_chunk"]
 
@@ -57,6 +65,9 @@ _VALIDATION: Final = re.compile(
 )
 # Error text longer than this is cut: a server may put a whole traceback in it.
 _ERROR_TEXT_LIMIT: Final = 2000
+# What create() asks of the client besides the body: the API key as a bearer token.
+_POST_OPTIONS: Final[RequestOptions] = {"security": {"bearer_auth": True}}
+_CHAT_PATH: Final = "/chat/completions"
 
 _T = TypeVar("_T")
 
@@ -202,6 +213,18 @@ class OpenAIChatModel(Closing):
         if client is not None:
             client.close()
 
+    def warm(self) -> None:
+        """Import the ``openai`` package and open the HTTP client now, so that the first call
+        costs what any later one does (the import alone takes most of a second).
+
+        ``compile(services={"model": model})`` calls it. A model that has no API key for
+        OpenAI's own endpoint only imports the package: its first call says what is missing.
+        """
+        with contextlib.suppress(LLMError):
+            self._sync_client()
+        # The async calls share one TLS context; building it is the rest of their set-up.
+        self._tls_context()
+
     # ------------------------------------------------------------------ calls
 
     def bind_journal(self, journal: Journal) -> JournaledChatModel:
@@ -212,7 +235,7 @@ class OpenAIChatModel(Closing):
     def complete(self, request: ChatRequest) -> ChatResponse:
         """Send ``request`` and return the first choice, retrying transient failures."""
         client, profile = self._session()
-        return self._complete_with(client, self._create_kwargs(request, profile), profile)
+        return self._complete_with(client, profile.body(request, self.model), profile)
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         """Like :meth:`complete`, without blocking the event loop.
@@ -222,8 +245,8 @@ class OpenAIChatModel(Closing):
         The TLS context, which costs ~20 ms to build, is made once and shared.
         """
         async with self._asession() as (client, profile):
-            kwargs = self._create_kwargs(request, profile)
-            return await self._acomplete_with(client, kwargs, profile)
+            body = profile.body(request, self.model)
+            return await self._acomplete_with(client, body, profile)
 
     def complete_streaming(
         self, request: ChatRequest, on_token: Callable[[str], None]
@@ -247,16 +270,16 @@ class OpenAIChatModel(Closing):
         content delivered as one piece.
         """
         client, profile = self._session()
-        kwargs = self._create_kwargs(request, profile)
-        if not _streamable(kwargs, profile):
-            return _deliver_whole(self._complete_with(client, kwargs, profile), on_token)
-        _ask_to_stream(kwargs, profile)
+        body = profile.body(request, self.model)
+        if not _streamable(body, profile):
+            return _deliver_whole(self._complete_with(client, body, profile), on_token)
+        _ask_to_stream(body, profile)
         relay = _TokenRelay(on_token)
 
         def attempt() -> ChatResponse:
             nonlocal relay
             relay = _TokenRelay(on_token)
-            chunks = client.chat.completions.create(**kwargs)
+            chunks = _open_stream(client, body)
             try:
                 for chunk in chunks:
                     relay.add(chunk)
@@ -271,17 +294,17 @@ class OpenAIChatModel(Closing):
     ) -> ChatResponse:
         """Async :meth:`complete_streaming` (an async client per call, as :meth:`acomplete`)."""
         async with self._asession() as (client, profile):
-            kwargs = self._create_kwargs(request, profile)
-            if not _streamable(kwargs, profile):
-                response = await self._acomplete_with(client, kwargs, profile)
+            body = profile.body(request, self.model)
+            if not _streamable(body, profile):
+                response = await self._acomplete_with(client, body, profile)
                 return _deliver_whole(response, on_token)
-            _ask_to_stream(kwargs, profile)
+            _ask_to_stream(body, profile)
             relay = _TokenRelay(on_token)
 
             async def attempt() -> ChatResponse:
                 nonlocal relay
                 relay = _TokenRelay(on_token)
-                chunks = await client.chat.completions.create(**kwargs)
+                chunks = await _aopen_stream(client, body)
                 try:
                     async for chunk in chunks:
                         relay.add(chunk)
@@ -310,12 +333,12 @@ class OpenAIChatModel(Closing):
         says the server can send them.
         """
         client, profile = self._session()
-        kwargs = self._create_kwargs(request, profile)
-        kwargs["stream"] = True
+        body = profile.body(request, self.model)
+        body["stream"] = True
         if include_usage and profile.stream_usage:
-            kwargs["stream_options"] = {"include_usage": True}
+            body["stream_options"] = {"include_usage": True}
         failure_of = self._failure_of(profile)
-        chunks = self._retry(lambda: client.chat.completions.create(**kwargs), failure_of)
+        chunks = self._retry(lambda: _open_stream(client, body), failure_of)
 
         def on_error(exc: Exception) -> NoReturn:
             self._give_up([failure_of(exc)])
@@ -325,7 +348,7 @@ class OpenAIChatModel(Closing):
     # ------------------------------------------------------------------ internals
     #
     # One core, two thin shells: what an attempt sends, how a failure is classified and how
-    # long to wait before the next one (_create_kwargs, _Failure, _after_failure) are shared;
+    # long to wait before the next one (the profile's body, _Failure, _after_failure) are shared;
     # _retry and _aretry differ only in calling, awaiting and sleeping.
 
     def _session(self) -> tuple[openai.OpenAI, EndpointProfile]:
@@ -375,18 +398,38 @@ class OpenAIChatModel(Closing):
                 await (self._asleep or asyncio.sleep)(delay)
 
     def _complete_with(
-        self, client: openai.OpenAI, kwargs: dict[str, Any], profile: EndpointProfile
+        self, client: openai.OpenAI, body: dict[str, Any], profile: EndpointProfile
     ) -> ChatResponse:
-        create = client.chat.completions.create
-        completion = self._retry(lambda: create(**kwargs), self._failure_of(profile))
-        return ChatResponse.from_openai(completion.model_dump(mode="json"))
+        post = client.post
+        raw = self._retry(
+            lambda: post(_CHAT_PATH, body=body, cast_to=bytes, options=_POST_OPTIONS),
+            self._failure_of(profile),
+        )
+        return self._response_of(raw)
 
     async def _acomplete_with(
-        self, client: openai.AsyncOpenAI, kwargs: dict[str, Any], profile: EndpointProfile
+        self, client: openai.AsyncOpenAI, body: dict[str, Any], profile: EndpointProfile
     ) -> ChatResponse:
-        create = client.chat.completions.create
-        completion = await self._aretry(lambda: create(**kwargs), self._failure_of(profile))
-        return ChatResponse.from_openai(completion.model_dump(mode="json"))
+        post = client.post
+        raw = await self._aretry(
+            lambda: post(_CHAT_PATH, body=body, cast_to=bytes, options=_POST_OPTIONS),
+            self._failure_of(profile),
+        )
+        return self._response_of(raw)
+
+    def _response_of(self, raw: bytes) -> ChatResponse:
+        try:
+            completion = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            completion = None
+        if not isinstance(completion, dict):
+            text = raw[:_ERROR_TEXT_LIMIT].decode("utf-8", "replace")
+            raise LLMError(
+                f"{self._subject()} answered a chat completion with something that is not a "
+                f"JSON object ({text!r}); check that base_url points at an OpenAI-compatible "
+                "endpoint (most end in /v1)"
+            )
+        return ChatResponse.from_openai(completion)
 
     def _stream_failure(self, exc: Exception, profile: EndpointProfile, delivered: int) -> _Failure:
         failure = _Failure(exc, self.timeout, profile)
@@ -479,14 +522,6 @@ class OpenAIChatModel(Closing):
     def _subject(self) -> str:
         return f"chat model {self.model!r} at {self.base_url}"
 
-    def _create_kwargs(self, request: ChatRequest, profile: EndpointProfile) -> dict[str, Any]:
-        body = profile.body(request, self.model)
-        # model and messages go as named arguments; everything else through extra_body so
-        # that fields this openai version has no keyword for still reach the endpoint.
-        model = body.pop("model")
-        messages = body.pop("messages")
-        return {"model": model, "messages": messages, "extra_body": body}
-
     def _after_failure(self, failures: list[_Failure], failure: _Failure) -> float:
         """Record ``failure``; return the sleep before the next attempt, or raise."""
         failures.append(failure)
@@ -576,7 +611,7 @@ class ChatStream(Closing):
 
     def __init__(
         self,
-        chunks: Stream[ChatCompletionChunk],
+        chunks: Stream[dict[str, Any]],
         on_error: Callable[[Exception], NoReturn],
         *,
         subject: str = "chat model",
@@ -584,7 +619,7 @@ class ChatStream(Closing):
         self._chunks = chunks
         self._on_error = on_error
         self._subject = subject
-        self._iterator: Iterator[ChatCompletionChunk] | None = None
+        self._iterator: Iterator[dict[str, Any]] | None = None
         self._assembler = StreamAssembler()
         self._model = ""
         self._id = ""
@@ -615,10 +650,9 @@ class ChatStream(Closing):
             if not _is_openai_error(exc):
                 raise
             self._on_error(exc)
-        raw = chunk.model_dump(mode="json")
-        self._model = raw.get("model") or self._model
-        self._id = raw.get("id") or self._id
-        delta = delta_from_chunk(raw)
+        self._model = chunk.get("model") or self._model
+        self._id = chunk.get("id") or self._id
+        delta = delta_from_chunk(chunk)
         self._assembler.add(delta)
         return delta
 
@@ -654,11 +688,10 @@ class _TokenRelay:
         self.delivered = 0
         """Pieces of content handed to ``on_token`` so far."""
 
-    def add(self, chunk: ChatCompletionChunk) -> None:
-        raw = chunk.model_dump(mode="json")
-        self._model = raw.get("model") or self._model
-        self._id = raw.get("id") or self._id
-        delta = delta_from_chunk(raw)
+    def add(self, chunk: dict[str, Any]) -> None:
+        self._model = chunk.get("model") or self._model
+        self._id = chunk.get("id") or self._id
+        delta = delta_from_chunk(chunk)
         self._assembler.add(delta)
         if delta.content:
             self.delivered += 1
@@ -680,19 +713,49 @@ def _aborted(subject: str) -> LLMError:
     )
 
 
-def _streamable(kwargs: dict[str, Any], profile: EndpointProfile) -> bool:
-    """Whether the endpoint can stream the request ``kwargs`` describe."""
+def _streamable(body: dict[str, Any], profile: EndpointProfile) -> bool:
+    """Whether the endpoint can stream the request ``body``."""
     if profile.stream_tools:
         return True
-    body = kwargs["extra_body"]
     return not (body.get("tools") and body.get("tool_choice") == "auto")
 
 
-def _ask_to_stream(kwargs: dict[str, Any], profile: EndpointProfile) -> None:
-    kwargs["stream"] = True
+def _ask_to_stream(body: dict[str, Any], profile: EndpointProfile) -> None:
+    body["stream"] = True
     if profile.stream_usage:
         # So that the streamed response carries the usage a non-streamed one would.
-        kwargs["stream_options"] = {"include_usage": True}
+        body["stream_options"] = {"include_usage": True}
+
+
+def _open_stream(client: openai.OpenAI, body: dict[str, Any]) -> Stream[dict[str, Any]]:
+    """Post ``body`` (which asks to stream) and return its server-sent events, each chunk as
+    the JSON object it arrived as."""
+    from openai import Stream
+
+    return client.post(
+        _CHAT_PATH,
+        body=body,
+        cast_to=object,
+        options=_POST_OPTIONS,
+        stream=True,
+        stream_cls=Stream[dict[str, Any]],
+    )
+
+
+async def _aopen_stream(
+    client: openai.AsyncOpenAI, body: dict[str, Any]
+) -> AsyncStream[dict[str, Any]]:
+    """Async :func:`_open_stream`."""
+    from openai import AsyncStream
+
+    return await client.post(
+        _CHAT_PATH,
+        body=body,
+        cast_to=object,
+        options=_POST_OPTIONS,
+        stream=True,
+        stream_cls=AsyncStream[dict[str, Any]],
+    )
 
 
 def _deliver_whole(response: ChatResponse, on_token: Callable[[str], None]) -> ChatResponse:

@@ -8,6 +8,8 @@ spelled at the place that looks:
   implementation);
 * :class:`Journaled` - a service (a chat model, an arbiter) that can route its calls through
   such a journal, so they are recorded live and served in replay;
+* :class:`Warmable` - a service with set-up to do before its first call (a chat model's
+  client library and HTTP client), done when a graph is compiled with it;
 * :class:`PositionalEntropy` - an entropy source that draws by *where* a value is drawn
   (``SeededEntropy``), so a resumed run draws what an uninterrupted one does;
 * :class:`HasCodeHash` - a node callable that stands for a whole graph (a subgraph node),
@@ -24,7 +26,14 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
-__all__ = ["HasCodeHash", "Journal", "Journaled", "PositionalEntropy", "is_positional"]
+__all__ = [
+    "HasCodeHash",
+    "Journal",
+    "Journaled",
+    "PositionalEntropy",
+    "Warmable",
+    "is_positional",
+]
 
 
 class Journal(Protocol):
@@ -69,6 +78,17 @@ class Journaled(Protocol):
 
     def bind_journal(self, journal: Journal, /) -> object:
         """This service, routed through ``journal``."""
+        ...
+
+
+@runtime_checkable
+class Warmable(Protocol):
+    """A service that can do its set-up ahead of its first call: ``compile(services=...)``
+    calls :meth:`warm`, where the user already waits for set-up, rather than the first run
+    paying it in the middle of a step."""
+
+    def warm(self) -> None:
+        """Do the set-up now (idempotent; never fails for want of a call's settings)."""
         ...
 
 

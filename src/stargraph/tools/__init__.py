@@ -27,9 +27,10 @@ How a ReAct ``act`` node calls the arbiter (one shared ``Arbiter`` per agent)::
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from stargraph.tools._arbiter import Arbiter, PolicyHook, ToolCall
 from stargraph.tools._artifacts import ArtifactStore, DirectoryArtifactStore, InMemoryArtifactStore
-from stargraph.tools._builtins import builtin_tools
 from stargraph.tools._canonical import GENESIS_HASH, canonical_json, content_ref, sha256_hex
 from stargraph.tools._commit import (
     CommitEntry,
@@ -72,6 +73,9 @@ from stargraph.tools._tool import (
     tool,
 )
 from stargraph.tools._workspace import Workspace
+
+if TYPE_CHECKING:
+    from stargraph.tools._builtins import builtin_tools
 
 __all__ = [
     "Arbiter",
@@ -130,3 +134,13 @@ __all__ = [
     "tool_id_from_llm_name",
     "verify_rows",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # The built-in tools build their argument models and pull in subprocess and urllib when
+    # imported: only a registry that asks for them pays that.
+    if name == "builtin_tools":
+        from stargraph.tools._builtins import builtin_tools
+
+        return builtin_tools
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -1,0 +1,54 @@
+"""What the core packages put in ``sys.modules``: no server stack, no model client.
+
+A behaviour pin, not a timing check: each case imports the core packages in a fresh
+interpreter and names the modules that must not have come with them. Servers belong to
+the console, the scripted server and the builtins' fake servers, which import them when
+they start; the ``openai`` client comes with the first model that is built.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+_CORE = ("stargraph", "stargraph.llm", "stargraph.skills.react", "stargraph.tools")
+_SERVERS = ("http.server", "socketserver", "wsgiref", "starlette", "uvicorn", "aiohttp")
+_HEAVY = ("openai", "httpx", "pycparser")
+
+
+def _loaded_after(*modules: str) -> set[str]:
+    code = (
+        "import importlib, json, sys\n"
+        f"for name in {list(modules)!r}:\n"
+        "    importlib.import_module(name)\n"
+        "print(json.dumps(sorted(sys.modules)))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    return set(json.loads(done.stdout))
+
+
+def _roots_in(loaded: set[str], names: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in loaded if any(m == n or m.startswith(n + ".") for n in names))
+
+
+@pytest.mark.parametrize("module", _CORE)
+def test_issue45_core_imports_no_server(module: str) -> None:
+    loaded = _loaded_after(module)
+    assert module in loaded
+    assert _roots_in(loaded, _SERVERS) == []
+
+
+def test_issue45_core_imports_no_model_client_or_c_parser() -> None:
+    loaded = _loaded_after(*_CORE)
+    assert _roots_in(loaded, _HEAVY) == []
