@@ -736,8 +736,8 @@ def test_closing_a_stream_after_its_last_step_finishes_the_run(store: Checkpoint
 
 # A user's script: one branch per argument, each a blocking node that says on which thread it
 # runs (its "entered-<node>" file), then blocks for a minute and writes "left-<node>". One
-# branch runs under stream() (on the stream's step thread); several run under invoke(), the
-# first on the driver's thread and the others on worker threads.
+# branch runs under stream() (on the consumer's thread, as invoke runs it); several run under
+# invoke(), the first on the driver's thread and the others on worker threads.
 SCRIPT = textwrap.dedent(
     """
     import os
@@ -787,8 +787,8 @@ SCRIPT = textwrap.dedent(
 
 @pytest.mark.parametrize(
     ("branches", "threads"),
-    [(["a"], ["stargraph-step_0"]), (["a", "b"], ["MainThread", "stargraph-worker_0"])],
-    ids=["stream-step-thread", "invoke-worker-thread"],
+    [(["a"], ["MainThread"]), (["a", "b"], ["MainThread", "stargraph-worker_0"])],
+    ids=["stream-main-thread", "invoke-worker-thread"],
 )
 def test_a_second_ctrl_c_in_a_users_script_does_not_wait_for_a_node_thread(
     tmp_path: Path, branches: list[str], threads: list[str]
