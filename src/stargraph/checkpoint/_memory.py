@@ -108,6 +108,7 @@ class MemoryStore:
         if advanced is None:
             return
         step, status, error, stopped_by, interrupt, at, stop_reason = advanced
+        # A copy of the record's fields, as model_copy makes it (unvalidated) but cheaper.
         fields = dict(self._runs[run_id].__dict__)
         fields.update(
             last_step=step,
@@ -333,7 +334,7 @@ class MemoryStore:
                 # fence sees the owner as it is); raises RunNotFoundError.
                 run = self._run(run_id)
             self._fence(run, owner)  # commits leave the lease alone: run.owner is current
-            fields = dict(run.__dict__)
+            fields = dict(run.__dict__)  # a copy of its fields, as model_copy makes it
             advanced = self._advanced.pop(run_id, None)
             if advanced is not None:
                 fields["last_step"] = advanced[0]  # the rest of it is set again here

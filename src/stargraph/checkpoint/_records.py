@@ -428,6 +428,7 @@ def resolve_facts(
             if holder is None and at < step.step:
                 holder = held(at)
             facts_at[at] = _holder(run_id, step, at, holder).facts
+        # A copy of the record's fields, as model_copy makes it (unvalidated) but cheaper.
         fields = dict(step.__dict__)
         fields.update(facts=facts_at[at], facts_from=None)
         out.append(trusted_fields(StepRecord, fields))

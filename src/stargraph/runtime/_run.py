@@ -755,4 +755,6 @@ def initial_values(
             run_id=run_id,
             step=0,
         ) from exc
+    # The validated fields themselves, as channel values (model_dump would copy nested
+    # models into dicts, which no reducer or node expects).
     return dict(state.__dict__)

@@ -543,6 +543,7 @@ def migrate(
         StepRecord(
             step=record.last_step + 1,
             writes=(WriteRecord(node="__migration__", writes={}),),
+            # The fields as they are: jsonable encodes them by channel, as a step's values.
             snapshot=jsonable(loop.plan.channels, dict(state.__dict__)),
             next=last.next,
             joins=last.joins,
