@@ -159,6 +159,14 @@ def test_missing_executable_names_the_file(tmp_path: Path) -> None:
         load_manifest(path)
 
 
+def test_an_exec_path_too_long_to_look_up_is_a_typed_problem(tmp_path: Path) -> None:
+    path = write_tool(tmp_path, "long", runtime={"exec_path": "x" * 400})
+    with pytest.raises(
+        ToolSpecError, match=r"#/runtime/exec_path: exec_path 'x+' cannot be looked up: File name"
+    ):
+        load_manifest(path)
+
+
 # --------------------------------------------------------------------------- running
 
 

@@ -213,7 +213,12 @@ def _executable(file: Path, runtime: dict[str, Any], problem: Any) -> Path | Non
         problem("/runtime/exec_path", "exec_path must be a string")
         return None
     target = (file.parent / declared) if declared else file.with_suffix("")
-    if not target.is_file():
+    try:
+        found = target.is_file()
+    except OSError as exc:  # a name too long for the file system, a loop of links...
+        problem("/runtime/exec_path", f"exec_path {declared!r} cannot be looked up: {exc.strerror}")
+        return None
+    if not found:
         problem(
             "/runtime/exec_path",
             f"executable {str(target)!r} does not exist",
