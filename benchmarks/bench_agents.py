@@ -61,12 +61,12 @@ from benchmarks.workloads import (
     LGState,
     State,
     bump,
-    chain_graph,
-    chain_state_graph,
     lg_bump,
     lg_send_router,
     lg_work,
     send_router,
+    subgraph_graph,
+    subgraph_state_graph,
     work,
 )
 from stargraph import reducers
@@ -227,28 +227,7 @@ def _mapreduce_langgraph(scratch: Scratch) -> Built:
 
 
 def _skill_stargraph(scratch: Scratch) -> Built:
-    from stargraph.nodes import SubgraphNode
-    from stargraph.skills import Skill
-
-    skill = Skill.from_graph(
-        chain_graph(SKILL_NODES),
-        name="bench-skill",
-        version="1.0.0",
-        kind="workflow",
-        description="five bumps",
-        state_schema=State,
-    )
-    graph = (
-        Graph("parent", state=State)
-        .with_node("first", bump)
-        .with_node(SubgraphNode.from_skill(skill, site="skill"))
-        .with_node("last", bump)
-        .with_edge(START, "first")
-        .with_edge("first", "skill")
-        .with_edge("skill", "last")
-        .with_edge("last", END)
-    )
-    app = graph.compile()
+    app = subgraph_graph().compile()
 
     def stream() -> Answer:
         updates = _node_writes(app.stream({}, mode="updates"))
@@ -258,23 +237,7 @@ def _skill_stargraph(scratch: Scratch) -> Built:
 
 
 def _skill_langgraph(scratch: Scratch) -> Built:
-    from langgraph.graph import StateGraph
-
-    child = chain_state_graph(SKILL_NODES).compile()
-
-    def skill(state: LGState) -> dict[str, Any]:
-        out = child.invoke({"counter": state["counter"], "items": []})
-        return {"counter": out["counter"], "items": out["items"]}
-
-    builder = StateGraph(LGState)
-    builder.add_node("first", lg_bump)
-    builder.add_node("skill", skill)
-    builder.add_node("last", lg_bump)
-    builder.add_edge(START, "first")
-    builder.add_edge("first", "skill")
-    builder.add_edge("skill", "last")
-    builder.add_edge("last", END)
-    app = builder.compile()
+    app = subgraph_state_graph()
 
     def stream() -> Answer:
         items = app.stream({"counter": 0, "items": []}, stream_mode="updates")

@@ -46,6 +46,8 @@ __all__ = [
     "fanout_graph",
     "fanout_state_graph",
     "snapshot",
+    "subgraph_graph",
+    "subgraph_state_graph",
 ]
 
 ENGINES: tuple[str, ...] = ("stargraph", "langgraph", "plain")
@@ -486,11 +488,11 @@ def _skill() -> Any:
     )
 
 
-def subgraph_stargraph(n: int) -> Runner:
+def subgraph_graph() -> Graph[State]:
     """``first -> skill (5-node chain, mounted with SubgraphNode.from_skill) -> last``."""
     from stargraph.nodes import SubgraphNode
 
-    graph = (
+    return (
         Graph("parent", state=State)
         .with_node("first", bump)
         .with_node(SubgraphNode.from_skill(_skill(), site="skill"))
@@ -500,12 +502,17 @@ def subgraph_stargraph(n: int) -> Runner:
         .with_edge("skill", "last")
         .with_edge("last", END)
     )
-    app = graph.compile()
+
+
+def subgraph_stargraph(n: int) -> Runner:
+    """:func:`subgraph_graph`, compiled."""
+    app = subgraph_graph().compile()
     return lambda: app.invoke({})
 
 
-def subgraph_langgraph(n: int) -> Runner:
-    """The LangGraph equivalent: the compiled 5-node chain invoked from a parent node.
+def subgraph_state_graph() -> Any:
+    """The LangGraph equivalent of :func:`subgraph_graph`, compiled: the compiled 5-node
+    chain invoked from a parent node.
 
     Not ``add_node("skill", compiled_child)``: with a shared ``operator.add`` channel the
     child's whole list would be added to the parent's again (the duplication fault stargraph
@@ -527,7 +534,12 @@ def subgraph_langgraph(n: int) -> Runner:
     builder.add_edge("first", "skill")
     builder.add_edge("skill", "last")
     builder.add_edge("last", END)
-    app = builder.compile()
+    return builder.compile()
+
+
+def subgraph_langgraph(n: int) -> Runner:
+    """:func:`subgraph_state_graph` (see there why the child is called, not mounted)."""
+    app = subgraph_state_graph()
     return lambda: app.invoke({"counter": 0, "items": []})
 
 
