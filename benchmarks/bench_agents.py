@@ -59,15 +59,10 @@ from benchmarks.core_harness import StateMismatch
 from benchmarks.workloads import (
     SKILL_NODES,
     LGState,
-    State,
-    bump,
-    lg_bump,
-    lg_send_router,
-    lg_work,
-    send_router,
+    send_graph,
+    send_state_graph,
     subgraph_graph,
     subgraph_state_graph,
-    work,
 )
 from stargraph import reducers
 from stargraph.graph import END, START, Graph
@@ -178,17 +173,7 @@ def _counter_items(state: Any) -> Answer:
 
 
 def _mapreduce_stargraph(scratch: Scratch) -> Built:
-    graph = (
-        Graph("mapreduce", state=State)
-        .with_node("fork", bump)
-        .with_node("work", work)
-        .with_node("collect", bump)
-        .with_edge(START, "fork")
-        .with_conditional_edges("fork", send_router, ["work"])
-        .with_edge("work", "collect")
-        .with_edge("collect", END)
-    )
-    app = graph.compile(max_steps=10)
+    app = send_graph(MAP_ITEMS).compile(max_steps=10)
     start = {"counter": MAP_ITEMS}
 
     def stream() -> Answer:
@@ -201,17 +186,7 @@ def _mapreduce_stargraph(scratch: Scratch) -> Built:
 
 
 def _mapreduce_langgraph(scratch: Scratch) -> Built:
-    from langgraph.graph import StateGraph
-
-    builder = StateGraph(LGState)
-    builder.add_node("fork", lg_bump)
-    builder.add_node("work", lg_work)
-    builder.add_node("collect", lg_bump)
-    builder.add_edge(START, "fork")
-    builder.add_conditional_edges("fork", lg_send_router, ["work"])
-    builder.add_edge("work", "collect")
-    builder.add_edge("collect", END)
-    app = builder.compile()
+    app = send_state_graph()
 
     def start() -> LGState:
         return {"counter": MAP_ITEMS, "items": []}

@@ -45,6 +45,8 @@ __all__ = [
     "chain_state_graph",
     "fanout_graph",
     "fanout_state_graph",
+    "send_graph",
+    "send_state_graph",
     "snapshot",
     "subgraph_graph",
     "subgraph_state_graph",
@@ -416,12 +418,12 @@ def _fanout_expected(n: int) -> Snapshot:
 # Send fan-out -----------------------------------------------------------------------------
 
 
-def send_stargraph(n: int) -> Runner:
+def send_graph(n: int) -> Graph[State]:
     """``fork`` routes ``n`` ``Send("work", ...)``; ``collect`` runs once after the ``work`` s.
 
-    The run starts at ``counter=n``: that is how :func:`send_router` knows the width.
+    A run starts at ``counter=n``: that is how :func:`send_router` knows the width.
     """
-    graph = (
+    return (
         Graph(f"send{n}", state=State)
         .with_node("fork", bump)
         .with_node("work", work)
@@ -431,13 +433,17 @@ def send_stargraph(n: int) -> Runner:
         .with_edge("work", "collect")
         .with_edge("collect", END)
     )
-    app = graph.compile(max_steps=10)
+
+
+def send_stargraph(n: int) -> Runner:
+    """:func:`send_graph`, compiled, run from ``counter=n``."""
+    app = send_graph(n).compile(max_steps=10)
     start = {"counter": n}
     return lambda: app.invoke(start)
 
 
-def send_langgraph(n: int) -> Runner:
-    """The same map-reduce in LangGraph (the router returns ``langgraph.types.Send``)."""
+def send_state_graph() -> Any:
+    """The same map-reduce in LangGraph, compiled (the router returns ``langgraph.types.Send``)."""
     from langgraph.graph import StateGraph
 
     builder = StateGraph(LGState)
@@ -448,7 +454,12 @@ def send_langgraph(n: int) -> Runner:
     builder.add_conditional_edges("fork", lg_send_router, ["work"])
     builder.add_edge("work", "collect")
     builder.add_edge("collect", END)
-    app = builder.compile()
+    return builder.compile()
+
+
+def send_langgraph(n: int) -> Runner:
+    """:func:`send_state_graph`, run from ``counter=n``."""
+    app = send_state_graph()
     return lambda: app.invoke({"counter": n, "items": []})
 
 
