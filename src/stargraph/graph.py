@@ -195,6 +195,7 @@ class Graph(Generic[StateT]):
         rules: Sequence[Any] = (),
         metadata: Mapping[str, Any] | None = None,
         input: type[BaseModel] | None = None,
+        destinations: Sequence[str] = (),
     ) -> Graph[StateT]:
         """Add a node: ``with_node("id", fn)`` for a callable, or ``with_node(SubgraphNode...)``.
 
@@ -211,6 +212,10 @@ class Graph(Generic[StateT]):
         ``Send`` payload of its task (which may carry keys that are not state fields) or, when
         it is reached without one, from the state's fields that ``Model`` declares. The
         model's import path is part of the graph hash.
+
+        ``destinations=[...]`` lists the nodes (or ``END``) a :class:`~stargraph.Command`
+        the node returns may ``goto``: edges of the graph, validated, drawn and hashed like
+        any other. A node with no outgoing edge at all ends the run after it.
         """
         if not isinstance(node, str):
             node_ir, children, child_impls = node.mount(self)
@@ -234,6 +239,7 @@ class Graph(Generic[StateT]):
             id=NodeId(node),
             ref=ref,
             input=input_ref,
+            destinations=tuple(destinations),
             config=dict(config or {}),
             writes=tuple(writes) if writes is not None else None,
             retry=retry,

@@ -20,7 +20,7 @@ from stargraph.refs import resolve_ref
 from stargraph.runtime._plan import accepts_ctx
 from stargraph.state import schema_ir, schema_problems
 
-__all__ = ["RESERVED_IDS", "Resolved", "validate_ir"]
+__all__ = ["RESERVED_IDS", "Resolved", "ended_implicitly", "validate_ir"]
 
 # \Z, not $: "$" also matches before a trailing newline, which let "a\n" through.
 _ID_RE: Final = re.compile(r"\A[A-Za-z_][A-Za-z0-9_.\-]*\Z")
@@ -188,6 +188,10 @@ def validate_ir(
 
     for i, entry in enumerate(ir.entry):
         check_target(entry, f"/entry/{i}")
+    for i, node in enumerate(ir.nodes):
+        if isinstance(node, FunctionNodeIR):
+            for j, target in enumerate(node.destinations):
+                check_target(target, f"/nodes/{i}/destinations/{j}")
     for i, edge in enumerate(ir.edges):
         where = f"/edges/{i}"
         if isinstance(edge, StaticEdgeIR):
@@ -235,6 +239,11 @@ def _reachability(ir: GraphIR, known: set[str]) -> list[Problem]:
             g.add_edges_from((s, edge.target) for s in edge.sources)
         else:
             g.add_edges_from((edge.source, t) for t in edge.mapping.values())
+    for node in ir.nodes:
+        if isinstance(node, FunctionNodeIR):
+            g.add_edges_from((node.id, t) for t in node.destinations)
+    for node_id in ended_implicitly(ir):
+        g.add_edge(node_id, END)
     reachable = nx.descendants(g, START)
     reaches_end = nx.ancestors(g, END)
     problems: list[Problem] = []
@@ -256,6 +265,24 @@ def _reachability(ir: GraphIR, known: set[str]) -> list[Problem]:
                 )
             )
     return problems
+
+
+def ended_implicitly(ir: GraphIR) -> list[str]:
+    """The nodes with no way out - no edge, router, join or ``Command`` destination leaves
+    them: a run ends after them, as if an edge led to ``END`` (the IR holds no such edge,
+    so the graph's hash is what it would be without the rule)."""
+    leaving: set[str] = set()
+    for edge in ir.edges:
+        if isinstance(edge, StaticEdgeIR):
+            leaving.update(edge.sources)
+        else:
+            leaving.add(edge.source)
+    return [
+        node.id
+        for node in ir.nodes
+        if node.id not in leaving
+        and not (isinstance(node, FunctionNodeIR) and node.destinations)
+    ]
 
 
 def is_async_callable(fn: Callable[..., Any]) -> bool:

@@ -230,6 +230,16 @@ class FunctionNodeIR(_NodeBase):
         "receives a validated instance of it - a Send's payload, or the state's fields it "
         "declares - instead of the state. None: the node receives the state.",
     )
+    destinations: tuple[str, ...] = Field(
+        default=(),
+        description="Nodes (or END) a Command returned by the node may go to: edges of "
+        "the graph like any other, drawn, validated and hashed.",
+    )
+
+    @field_validator("destinations")
+    @classmethod
+    def _sorted_destinations(cls, destinations: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted(set(destinations)))
 
     @field_validator("config")
     @classmethod

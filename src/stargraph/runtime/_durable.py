@@ -63,7 +63,7 @@ from stargraph.errors import (
 from stargraph.runtime._interrupts import RuleDecision
 from stargraph.runtime._plan import Plan, Task
 from stargraph.runtime._rules import RuleSet
-from stargraph.runtime._values import jsonable, reduce_writes
+from stargraph.runtime._values import GOTO_KEY, jsonable, reduce_writes
 from stargraph.state import Channel
 
 __all__ = [
@@ -691,11 +691,23 @@ def _corrupt(run_id: str, step: int, exc: Exception) -> CorruptCheckpointError:
 def decode_writes(
     channels: Mapping[str, Channel], run_id: str, step: int, writes: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Validate stored JSON writes back into channel values."""
+    """Validate stored JSON writes back into channel values (where a task's ``Command``
+    went, under ``GOTO_KEY``, comes back as it was stored)."""
     try:
         return {key: channels[key].validate(value) for key, value in writes.items()}
-    except (KeyError, ValidationError) as exc:
+    except KeyError as exc:
+        if GOTO_KEY not in writes:
+            raise _corrupt(run_id, step, exc) from exc
+    except ValidationError as exc:
         raise _corrupt(run_id, step, exc) from exc
+    rest = decode_writes(channels, run_id, step, _routing_dropped(writes))
+    rest[GOTO_KEY] = writes[GOTO_KEY]
+    return rest
+
+
+def _routing_dropped(writes: Mapping[str, Any]) -> dict[str, Any]:
+    """``writes`` without where a ``Command`` went: only the channels' writes."""
+    return {key: value for key, value in writes.items() if key != GOTO_KEY}
 
 
 def load_values(
@@ -759,6 +771,8 @@ def _merge(
     steps ``after`` its root)."""
     for write in record.writes:
         raw = write.writes
+        if GOTO_KEY in raw:
+            raw = _routing_dropped(raw)
         if only is not None and after is not None:
             raw = {k: v for k, v in raw.items() if k in only and record.step > after[k]}
             if not raw:

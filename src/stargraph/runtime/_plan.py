@@ -14,7 +14,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any, Literal, NamedTuple, Union, cast, get_args, get_origin
+from typing import Any, ClassVar, Literal, NamedTuple, Union, cast, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -31,6 +31,7 @@ from stargraph.state import Channel, Checker
 
 __all__ = [
     "ChildRunId",
+    "Command",
     "JoinSpec",
     "NodeSpec",
     "Plan",
@@ -56,6 +57,31 @@ class Send:
 
     node: str
     payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """Returned by a node instead of a dict: write ``update`` and go to ``goto`` as well.
+
+    ``update`` is a mapping of channel writes, checked like any node's. ``goto`` names the
+    node(s) to run in the next step (a node id, :data:`~stargraph.ir.END`, a ``Send``, or a
+    list of them), *in addition to* what the node's edges schedule; every node it names must
+    be declared with ``with_node(..., destinations=[...])``, so the graph's IR, hash,
+    drawing and validation know the edge. Where a run goes is committed with the step, so a
+    resumed or replayed run goes the same way.
+    """
+
+    update: Mapping[str, Any] | None = None
+    goto: str | Send | Sequence[str | Send] = ()
+    graph: str | None = None
+    """``Command.PARENT`` is reserved for routing the graph a subgraph runs in; not
+    supported yet: a node returning it is refused with a typed error."""
+    resume: Any = None
+    """Reserved for resuming an interrupted run (``resume(run_id, response)`` does that
+    today); a node returning it is refused with a typed error."""
+
+    PARENT: ClassVar[str] = "__parent__"
+    """``graph=Command.PARENT``: the command is for the graph a subgraph runs in."""
 
 
 class UnmetRequirement(NamedTuple):
@@ -249,6 +275,8 @@ class NodeSpec:
     static_next: tuple[str, ...] = ()
     routers: tuple[RouterSpec, ...] = ()
     joins: tuple[JoinSpec, ...] = ()
+    # Where a Command the node returns may go (with_node(..., destinations=[...])).
+    destinations: frozenset[str] = frozenset()
     # The node's input model (with_node(..., input=Model)): it receives an instance of it
     # instead of the state (see runtime._inputs).
     input: type[BaseModel] | None = None
@@ -259,17 +287,28 @@ class NodeSpec:
     # Read at every step, so derived once (see __post_init__): ``plain``, a sync node with
     # no retry policy, timeout or thread, can be called inline; ``bare``, a plain node
     # called as ``fn(state)`` (no ctx, no input model); ``only_static``: what follows the
-    # node never depends on state (no routers, no joins).
+    # node never depends on state (no routers, no joins, no Command destinations);
+    # ``one_router``: one sync router without ctx is the only way on.
     plain: bool = field(init=False)
     bare: bool = field(init=False)
     only_static: bool = field(init=False)
+    one_router: bool = field(init=False)
 
     def __post_init__(self) -> None:
         plain = not (self.is_async or self.retry or self.timeout_s or self.blocking)
         object.__setattr__(self, "plain", plain)
         bare = plain and not self.takes_ctx and self.input is None
         object.__setattr__(self, "bare", bare)
-        object.__setattr__(self, "only_static", not self.routers and not self.joins)
+        fixed = not self.joins and not self.destinations
+        object.__setattr__(self, "only_static", fixed and not self.routers)
+        one_router = (
+            fixed
+            and not self.static_next
+            and len(self.routers) == 1
+            and not self.routers[0].takes_ctx
+            and not self.routers[0].is_async
+        )
+        object.__setattr__(self, "one_router", one_router)
 
 
 def accepts_ctx(fn: Callable[..., Any]) -> bool | None:
@@ -337,6 +376,8 @@ class Plan:
     bindable: tuple[str, ...] = field(init=False)
     mask: SecretMask | None = field(init=False)
     interrupts: bool = field(init=False)
+    commands: bool = field(init=False)
+    """Whether a node may route by returning a ``Command`` (it declares destinations)."""
     async_routers: bool = field(init=False)
     unreduced: frozenset[str] = field(init=False)
     any_async: bool = field(init=False)
@@ -379,6 +420,7 @@ class Plan:
             # The secrets the services register, masked in every call record.
             "mask": mask_of(self.services),
             "interrupts": any(s.interrupt_before or s.interrupt_after for s in specs.values()),
+            "commands": any(s.destinations for s in specs.values()),
             # Async routers are awaited by the async driver before it schedules.
             "async_routers": any(r.is_async for r in self.start_routers)
             or any(r.is_async for spec in specs.values() for r in spec.routers),

@@ -36,8 +36,9 @@ from stargraph.runtime._context import (
 from stargraph.runtime._events import Event
 from stargraph.runtime._inputs import node_input
 from stargraph.runtime._loop import RunLoop
-from stargraph.runtime._plan import NodeSpec, Plan, RouterSpec, Send, Task, by_task
+from stargraph.runtime._plan import Command, NodeSpec, Plan, RouterSpec, Send, Task, by_task
 from stargraph.runtime._values import (
+    GOTO_KEY,
     describe_exception,
     describe_validation,
     jsonable,
@@ -99,6 +100,7 @@ class Run:
         "emit",
         "entropy",
         "feed",
+        "gotos",
         "halted",
         "interrupt",
         "joins_seen",
@@ -195,6 +197,8 @@ class Run:
         self.ran: Sequence[Task] = ()
         # What each task position keeps between steps about its model conversation.
         self.conversations: Conversations = {}
+        # Where the Commands of the step last merged go, in task order (see merge).
+        self.gotos: list[list[Any]] | None = None
 
     def where(self, node: str | None = None) -> _RunAt:
         """Where the run is (at ``node``), as the keywords that locate a :class:`RunError`."""
@@ -343,13 +347,11 @@ class Run:
                 # Chains without routers: the successors were computed at compile time.
                 self.tasks = self.plan.static_tasks[spec.id]
                 return
-            if not spec.static_next and not spec.joins and len(spec.routers) == 1:
+            if spec.one_router:
                 # A loop or a branch: one router choosing one target is the common case.
-                router = spec.routers[0]
-                if not router.takes_ctx and not router.is_async:
-                    self.view = fast_state(self.plan.state_model, dict(self.values))
-                    self.tasks = self._route_one(router, spec.id)
-                    return
+                self.view = fast_state(self.plan.state_model, dict(self.values))
+                self.tasks = self._route_one(spec.routers[0], spec.id)
+                return
         static: set[str] = set()
         sends: list[Send] = []
         state = None
@@ -368,6 +370,15 @@ class Run:
                     static.add(join.target)
                     seen = frozenset()
                 self.joins_seen[join.index] = seen
+        if self.gotos:
+            # What Commands asked for comes on top of the edges, as the tasks that returned
+            # them are ordered.
+            for targets in self.gotos:
+                for item in targets:
+                    if type(item) is str:
+                        static.add(item)
+                    else:
+                        sends.append(Send(item["node"], item["payload"]))
         static.discard(END)
         self.tasks = make_tasks(static, sends)
 
@@ -591,6 +602,8 @@ class Run:
             return {}
         # type() first: isinstance against the Mapping ABC is several times slower.
         if type(result) is not dict and not isinstance(result, Mapping):
+            if isinstance(result, Command):
+                return self._commanded(task, result)
             raise self._write_error(
                 task,
                 f"returned {type(result).__name__}, not a mapping; return a dict of the "
@@ -619,6 +632,48 @@ class Run:
                 raise self._unstorable(task, f"wrote to {key!r} a value", key, found)
         return writes
 
+    def _commanded(self, task: Task, command: Command) -> dict[str, Any]:
+        """A task's ``Command``: its update checked as any write, and where it goes kept
+        under :data:`GOTO_KEY` with the writes, so the step's record (pending writes of a
+        crashed step, the committed step a replay serves) holds the routing too."""
+        if command.graph is not None or command.resume is not None:
+            what = "graph=" if command.graph is not None else "resume="
+            raise RunError(
+                f"node {task.node!r} at step {self.step} of run {self.run_id!r} returned a "
+                f"Command with {what}, which a node cannot use yet; return "
+                "Command(update=..., goto=...) and resume an interrupted run with "
+                "resume(run_id, response)",
+                **self.where(task.node),
+            )
+        writes = {} if command.update is None else self.validate_writes(task, command.update)
+        goto = command.goto
+        items = [goto] if isinstance(goto, str | Send) else list(goto)
+        allowed = self.plan.specs[task.node].destinations
+        targets: list[Any] = []
+        for item in items:
+            node = item.node if isinstance(item, Send) else item
+            if not isinstance(node, str) or (node not in allowed and node != END):
+                raise self._bad_goto(task, node, allowed)
+            if isinstance(item, Send):
+                if node == END:
+                    raise self._bad_goto(task, node, allowed)
+                targets.append({"node": node, "payload": dict(item.payload)})
+            elif node != END:
+                targets.append(node)
+        if targets:
+            writes[GOTO_KEY] = targets
+        return writes
+
+    def _bad_goto(self, task: Task, node: Any, allowed: frozenset[str]) -> RunError:
+        declared = sorted(allowed)
+        return RunError(
+            f"node {task.node!r} at step {self.step} of run {self.run_id!r} returned a "
+            f"Command with goto={node!r}, which is not one of its declared destinations "
+            f"{declared}; declare it with with_node({task.node!r}, ..., "
+            f"destinations=[{', '.join(repr(d) for d in [*declared, node] if d != END)}])",
+            **self.where(task.node),
+        )
+
     def _refused_key(self, task: Task, key: str) -> InvalidWriteError:
         """The task wrote ``key``, which is no state field or outside its declared writes."""
         channels = self.plan.channels
@@ -639,6 +694,8 @@ class Run:
         """Merge validated writes in task order through the reducers (invariant 2)."""
         channels = self.plan.channels
         self.view = None
+        if self.plan.commands:
+            results = self._take_gotos(results)
         values = dict(self.values)
         if len(results) == 1:
             # Fast path for chains: one task, no conflicts possible.
@@ -670,6 +727,21 @@ class Run:
                     writers[key] = task
             reduce_writes(channels, values, writes, owned=owned)
         self.values = values
+
+    def _take_gotos(
+        self, results: Sequence[tuple[Task, dict[str, Any]]]
+    ) -> Sequence[tuple[Task, dict[str, Any]]]:
+        """Where the step's Commands go (into ``gotos``, in task order), and the writes
+        without it to merge. The writes the step commits keep it: see ``_commanded``."""
+        gotos: list[list[Any]] = []
+        merged: list[tuple[Task, dict[str, Any]]] = []
+        for task, writes in sorted(results, key=by_task):
+            if GOTO_KEY in writes:
+                writes = dict(writes)
+                gotos.append(writes.pop(GOTO_KEY))
+            merged.append((task, writes))
+        self.gotos = gotos or None
+        return merged
 
     def committed(self) -> None:
         """The step is in the store (or there is none): clear its bookkeeping - rule

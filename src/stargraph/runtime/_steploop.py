@@ -75,7 +75,7 @@ from stargraph.runtime._tasks import (
     worker_threads,
 )
 from stargraph.runtime._threads import start_turn
-from stargraph.runtime._values import state_of
+from stargraph.runtime._values import GOTO_KEY, state_of
 
 __all__ = ["StepLoop", "Work"]
 
@@ -747,6 +747,9 @@ class StepLoop:
         updates = feed is not None and feed.updates
         for task, writes in results if len(results) == 1 else sorted(results, key=by_task):
             written = jsonable(self.plan.channels, writes)
+            if GOTO_KEY in written:
+                # What the task wrote; where its Command went shows in the next tasks.
+                del written[GOTO_KEY]
             if emit is not None:
                 for child_event in run.child_events.pop(task.key, ()):
                     emit(child_event)

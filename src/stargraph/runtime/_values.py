@@ -7,7 +7,7 @@ remote executor alike, and importing none of them.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -17,12 +17,18 @@ from stargraph.reducers import append as _append
 from stargraph.state import Channel
 
 __all__ = [
+    "GOTO_KEY",
     "describe_exception",
     "describe_validation",
     "jsonable",
     "reduce_writes",
     "state_of",
 ]
+
+GOTO_KEY: Final = "__goto__"
+"""The key under which a task's writes carry where its ``Command`` goes: stored with the
+writes (JSON: node ids and ``{"node", "payload"}`` sends), never a channel (a state field
+cannot be named so), and taken out before the writes are merged."""
 
 _APPEND = _append.fn
 _M = TypeVar("_M", bound=BaseModel)
@@ -44,7 +50,13 @@ def jsonable(channels: Mapping[str, Channel], values: Mapping[str, Any]) -> dict
     infinities stay floats: the stores keep them)."""
     out: dict[str, Any] = {}
     for key, value in values.items():
-        channel = channels[key]
+        try:
+            channel = channels[key]
+        except KeyError:
+            if key != GOTO_KEY:
+                raise
+            out[key] = value  # JSON already: node ids and sends' payloads
+            continue
         kind = type(value)
         if kind in channel.as_is:  # text, a number, a flag: dumped as it is
             out[key] = value

@@ -16,6 +16,7 @@ from stargraph.ir import (
     END,
     START,
     ConditionalEdgeIR,
+    FunctionNodeIR,
     GraphIR,
     RulePackIR,
     StaticEdgeIR,
@@ -148,6 +149,12 @@ def _level(
             for target, results in sorted(by_target.items()):
                 label = " | ".join(sorted(results))
                 links.append(Link(src(edge.source), dst(target), "conditional", label))
+    for node in ir.nodes:
+        if isinstance(node, FunctionNodeIR):
+            # Where a Command the node returns may go.
+            links.extend(
+                Link(src(node.id), dst(t), "conditional", "command") for t in node.destinations
+            )
     if ir.rule_packs:
         legend = _key(prefix, "__rules__")
         listed = ("rule packs", *(f"{p.id}@{p.version}" for p in ir.rule_packs))
