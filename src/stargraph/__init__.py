@@ -17,9 +17,9 @@ from __future__ import annotations
 from stargraph import reducers
 from stargraph.errors import CompileError, RunError, StargraphError, UsageError
 from stargraph.graph import END, START, Graph, Send
-from stargraph.runtime._plan import Command
 from stargraph.ir import RetryPolicyIR as RetryPolicy
 from stargraph.runtime import CompiledGraph, Interrupt, RunContext, interrupt_of
+from stargraph.runtime._plan import Command
 
 __version__ = "0.1.0"
 

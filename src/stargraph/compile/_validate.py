@@ -280,8 +280,7 @@ def ended_implicitly(ir: GraphIR) -> list[str]:
     return [
         node.id
         for node in ir.nodes
-        if node.id not in leaving
-        and not (isinstance(node, FunctionNodeIR) and node.destinations)
+        if node.id not in leaving and not (isinstance(node, FunctionNodeIR) and node.destinations)
     ]
 
 

@@ -147,8 +147,71 @@ class StateSchemaIR(_IRModel):
         return tuple(sorted(fields, key=lambda f: f.name))
 
 
+class _TransientMeta(type):
+    """Makes ``isinstance(exc, Transient)`` the default retry test: what a retry may cure."""
+
+    def __instancecheck__(cls, exc: object) -> bool:
+        if isinstance(exc, ConnectionError | TimeoutError):
+            # A node's timeout_s raises TimeoutError: retrying a timed-out attempt is what a
+            # retry policy on a node with a timeout is for (LangGraph has no node timeouts).
+            return True
+        status = _http_status(exc)
+        if status is not None:
+            return 500 <= status < 600  # a server's failure may pass; a refusal will not
+        return isinstance(exc, Exception) and not isinstance(exc, _PROGRAMMING_ERRORS)
+
+
+_PROGRAMMING_ERRORS: Final = (
+    ValueError,
+    TypeError,
+    ArithmeticError,
+    ImportError,
+    LookupError,
+    NameError,
+    SyntaxError,
+    RuntimeError,
+    ReferenceError,
+    StopIteration,
+    StopAsyncIteration,
+    OSError,
+)
+
+
+def _http_status(exc: object) -> int | None:
+    """The status of an HTTP error response (httpx, requests), if ``exc`` is one; those
+    libraries are looked up among the loaded modules only, never imported for this."""
+    import sys
+
+    httpx = sys.modules.get("httpx")
+    if httpx is not None and isinstance(exc, httpx.HTTPStatusError):
+        return int(exc.response.status_code)
+    requests = sys.modules.get("requests")
+    if requests is not None and isinstance(exc, requests.HTTPError):
+        response = getattr(exc, "response", None)
+        return None if response is None else int(response.status_code)
+    return None
+
+
+class Transient(Exception, metaclass=_TransientMeta):
+    """The exceptions :class:`RetryPolicyIR` retries by default, as LangGraph's
+    ``default_retry_on`` does: every ``Exception`` but programming errors (``ValueError``,
+    ``TypeError``, ``ArithmeticError``, ``ImportError``, ``LookupError``, ``NameError``,
+    ``SyntaxError``, ``RuntimeError``, ``ReferenceError``, ``StopIteration``,
+    ``StopAsyncIteration``, and ``OSError`` other than a ``ConnectionError`` or a
+    ``TimeoutError``, which a node's ``timeout_s`` raises), and of HTTP
+    errors (httpx, requests) only a server's 5xx. Never raised: a test, named in IR."""
+
+
 class RetryPolicyIR(_IRModel):
-    """How often and how patiently to retry a failing node (see ``stargraph.RetryPolicy``)."""
+    """How often and how patiently to retry a failing node (see ``stargraph.RetryPolicy``).
+
+    By default (``retry_on`` left out) only what a retry may cure is retried:
+    :data:`DEFAULT_RETRY_ON`, as LangGraph does; a programming error (a ``ValueError``, a
+    ``KeyError``...) fails the node at once. ``retry_on=(Exception,)`` retries everything.
+    """
+
+    DEFAULT_RETRY_ON: ClassVar[tuple[str, ...]] = ("stargraph.ir._models:Transient",)
+    """The default ``retry_on``: :class:`Transient` errors (not programming errors)."""
 
     max_attempts: int = Field(default=3, ge=1)
     initial_interval_s: float = Field(default=0.5, ge=0)
@@ -156,8 +219,9 @@ class RetryPolicyIR(_IRModel):
     max_interval_s: float = Field(default=30.0, ge=0)
     jitter: bool = True
     retry_on: tuple[str, ...] = Field(
-        default=("builtins:Exception",),
-        description="'module:qualname' of exception classes that are retried.",
+        default=DEFAULT_RETRY_ON,
+        description="'module:qualname' of exception classes that are retried; by default "
+        "every Exception but programming errors (ValueError, TypeError, LookupError...).",
     )
 
     @field_validator("retry_on", mode="before")
@@ -371,6 +435,9 @@ class GraphIR(_IRModel):
             {**dumped, "kind": node.kind}
             for dumped, node in zip(view.get("nodes", []), self.nodes, strict=True)
         ]
+        for dumped, node in zip(view["nodes"], self.nodes, strict=True):
+            if node.retry is not None:
+                _retry_view(dumped.setdefault("retry", {}), node.retry.retry_on)
         view["edges"] = [
             {**dumped, "kind": edge.kind}
             for dumped, edge in zip(view.get("edges", []), self.edges, strict=True)
@@ -431,6 +498,20 @@ class GraphIR(_IRModel):
                 [Problem(f"{source}#{p.pointer}", p.message, p.hint) for p in exc.problems],
                 subject=f"IR document {source}",
             ) from exc
+
+
+_FIRST_RETRY_ON: Final = ("builtins:Exception",)
+"""The default ``retry_on`` of the first IR: graphs that name it hash as they always did."""
+
+
+def _retry_view(view: dict[str, Any], retry_on: tuple[str, ...]) -> None:
+    """The hashed ``retry_on`` of a node: left out when it is ``Exception`` (the first
+    default, so those graphs keep their hash and meaning), put in when it is today's default
+    (a graph that retried everything and one that does not must not share a hash)."""
+    if retry_on == _FIRST_RETRY_ON:
+        view.pop("retry_on", None)
+    elif "retry_on" not in view:
+        view["retry_on"] = list(retry_on)
 
 
 def _problem_from_pydantic(prefix: str, err: Any) -> Problem:

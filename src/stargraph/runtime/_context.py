@@ -538,6 +538,10 @@ class RunContext:
     same step, so a node can make an external side effect idempotent with it. ``now()``,
     ``uuid()``, ``random()`` and ``once()`` are journaled in durable runs: a re-execution of
     the same step gets the same values and does not repeat a ``once`` effect.
+
+    ``remaining_steps`` is the run's step budget left after this step (``max_steps`` minus
+    ``step``; LangGraph's ``RemainingSteps``): at 0 the run stops with
+    :class:`~stargraph.errors.StepLimitExceeded` if anything is still scheduled.
     """
 
     __slots__ = (
@@ -553,6 +557,7 @@ class RunContext:
         "journal",
         "node",
         "path",
+        "remaining_steps",
         "run_id",
         "services",
         "step",
@@ -574,9 +579,13 @@ class RunContext:
         custom: Callable[[Any], None] | None = None,
         feed: Any = None,
         conversations: Conversations | None = None,
+        remaining_steps: int = 2**53 - 1,
     ) -> None:
         self.journal = journal
         self._conversations = conversations
+        # The step budget left after this step (max_steps - step), as LangGraph's
+        # RemainingSteps counts it: a loop can wind down before StepLimitExceeded.
+        self.remaining_steps = remaining_steps
         # Where ctx.emit() hands payloads: the run's live stream in mode "custom", or None.
         self._custom = custom
         # The run's live stream, handed down to the nested run of a subgraph node so that

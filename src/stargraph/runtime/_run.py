@@ -475,6 +475,7 @@ class Run:
             custom=custom,
             feed=feed,
             conversations=self.conversations,
+            remaining_steps=self.max_steps - self.step,
         )
 
     def _sink(self, feed: Feed, mode: str, node: str, index: int) -> Callable[[Any], None]:
@@ -737,9 +738,11 @@ class Run:
         merged: list[tuple[Task, dict[str, Any]]] = []
         for task, writes in sorted(results, key=by_task):
             if GOTO_KEY in writes:
-                writes = dict(writes)
-                gotos.append(writes.pop(GOTO_KEY))
-            merged.append((task, writes))
+                channels = dict(writes)
+                gotos.append(channels.pop(GOTO_KEY))
+                merged.append((task, channels))
+            else:
+                merged.append((task, writes))
         self.gotos = gotos or None
         return merged
 
