@@ -18,7 +18,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel
 
-from stargraph import END, START, Graph, Send, reducers
+from stargraph import END, START, Command, Graph, Send, reducers
 from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
 from stargraph.nodes import SubgraphNode
 from stargraph.runtime import RunContext
@@ -411,6 +411,31 @@ def thread_graph() -> Graph[Chat]:
     )
 
 
+# ----------------------------------------------------------------------------- command
+
+
+def triage(state: Flow) -> Command:
+    """Write the category and go, by Command, to its handler and to one measure per word
+    (on top of the static edge to ``a``)."""
+    target = "discard" if "win" in state.text else "investigate"
+    sends = [Send("measure", {"word": word}) for word in state.words]
+    return Command(update={"category": target, "log": ["triage"]}, goto=[target, *sends])
+
+
+def command_graph() -> Graph[Flow]:
+    """triage -> a (edge), and by Command -> discard | investigate, measure x3; all end."""
+    return (
+        Graph("grid-command", state=Flow)
+        .with_node("triage", triage, destinations=["discard", "investigate", "measure"])
+        .with_node("a", a)
+        .with_node("discard", discard)
+        .with_node("investigate", investigate)
+        .with_node("measure", measure)
+        .with_edge(START, "triage")
+        .with_edge("triage", "a")
+    )
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -517,6 +542,7 @@ FEATURES: Final[dict[str, Feature]] = {
             second={"messages": ["bye"]},
             storeless=False,
         ),
+        Feature("command", f"{_M}:command_graph", {"text": "win a prize"}),
     )
 }
 """Every feature of the grid, by name (the first part of a cell id)."""

@@ -747,9 +747,6 @@ class StepLoop:
         updates = feed is not None and feed.updates
         for task, writes in results if len(results) == 1 else sorted(results, key=by_task):
             written = jsonable(self.plan.channels, writes)
-            if GOTO_KEY in written:
-                # What the task wrote; where its Command went shows in the next tasks.
-                del written[GOTO_KEY]
             if emit is not None:
                 for child_event in run.child_events.pop(task.key, ()):
                     emit(child_event)
@@ -765,6 +762,10 @@ class StepLoop:
                     written = dict(written)  # the event's dict is its own
             if updates:
                 assert feed is not None
+                if GOTO_KEY in written:
+                    # The event says what the record holds, routing included; an update
+                    # (as LangGraph streams it) is the channels the node wrote.
+                    written = {k: v for k, v in written.items() if k != GOTO_KEY}
                 feed.add("updates", {task.node: written})
 
     def apply_rules(self, run: Run, ran: Sequence[Task]) -> None:

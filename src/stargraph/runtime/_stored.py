@@ -49,7 +49,7 @@ from stargraph.runtime._interrupts import Interrupt
 from stargraph.runtime._plan import Task
 from stargraph.runtime._run import Run, jsonable
 from stargraph.runtime._steploop import StepLoop
-from stargraph.runtime._values import describe_validation
+from stargraph.runtime._values import GOTO_KEY, describe_validation
 
 __all__ = [
     "NO_RESPONSE",
@@ -89,7 +89,7 @@ def fork(
     ``halted``/``done`` when the rules of ``as_node`` ended it at the update."""
     store, record = _fork_point(loop, run_id, step, as_node, code_hash)
     new_id = new_run_id or f"{run_id}~{uuid.uuid4().hex[:8]}"
-    writes = validate_update(loop, update, new_id) if update else None
+    writes = validate_update(loop, update, new_id, as_node) if update else None
     history = store.get_steps(run_id, start=0, end=step)
     store.create_run(
         record.model_copy(
@@ -149,7 +149,7 @@ def fork_next(
     """``CompiledGraph.fork_next`` (documented there): the nodes a fork of ``run_id`` at
     ``step`` with ``update`` (routed from ``as_node``) would run next; nothing is written."""
     store, _ = _fork_point(loop, run_id, step, as_node, code_hash)
-    writes = validate_update(loop, update, run_id) if update else {}
+    writes = validate_update(loop, update, run_id, as_node) if update else {}
     values, at = load_values(store, loop.plan.channels, run_id, step)
     if as_node is None:
         return tuple(t.node for t in at.next)
@@ -290,9 +290,9 @@ def history_writes(loop: StepLoop, run_id: str, last: int) -> list[tuple[str, di
     out: list[tuple[str, dict[str, Any]]] = []
     for step in store.get_steps(run_id, start=1, end=last):
         for write in step.writes:
-            out.append(
-                (write.node, decode_writes(loop.plan.channels, run_id, step.step, write.writes))
-            )
+            writes = decode_writes(loop.plan.channels, run_id, step.step, write.writes)
+            writes.pop(GOTO_KEY, None)  # routing: what the parent projects is the writes
+            out.append((write.node, writes))
     return out
 
 
@@ -306,12 +306,19 @@ def require_store(loop: StepLoop) -> CheckpointStore:
     return loop.store
 
 
-def validate_update(loop: StepLoop, update: Mapping[str, Any], run_id: str) -> dict[str, Any]:
-    """``update`` (channel values to write into ``run_id``) validated by the channels."""
+def validate_update(
+    loop: StepLoop, update: Mapping[str, Any], run_id: str, as_node: str | None = None
+) -> dict[str, Any]:
+    """``update`` (channel values to write into ``run_id``) validated by the channels. An
+    update ``as_node`` may also say where that node's ``Command`` went, as its recorded
+    writes do (under ``GOTO_KEY``: a fork with what a node wrote routes as it did)."""
     check_run_id(run_id)
     out: dict[str, Any] = {}
     for key, value in update.items():
         channel = loop.plan.channels.get(key)
+        if key == GOTO_KEY:
+            out[key] = _checked_goto(loop, value, run_id, as_node)
+            continue
         if channel is None:
             raise InvalidInputError(
                 f"update of run {run_id!r} names {key!r}, which is not a field of "
@@ -324,7 +331,8 @@ def validate_update(loop: StepLoop, update: Mapping[str, Any], run_id: str) -> d
             raise InvalidInputError(
                 f"update of run {run_id!r}: {key}: {describe_validation(exc)}", run_id=run_id
             ) from exc
-    check_values(loop.plan.channels, out, run_id=run_id, what="the update")
+    checked = out if GOTO_KEY not in out else {k: v for k, v in out.items() if k != GOTO_KEY}
+    check_values(loop.plan.channels, checked, run_id=run_id, what="the update")
     return out
 
 
@@ -559,6 +567,32 @@ def migrate(
     )
 
 
+def _checked_goto(loop: StepLoop, goto: Any, run_id: str, as_node: str | None) -> list[Any]:
+    """The ``GOTO_KEY`` of an update routed ``as_node``: node ids and ``{"node", "payload"}``
+    sends among that node's declared destinations, or the error saying what is wrong."""
+    allowed = frozenset() if as_node is None else loop.plan.specs[as_node].destinations
+
+    def fits(item: Any) -> bool:
+        if type(item) is str:
+            return item in allowed
+        return (
+            type(item) is dict
+            and set(item) == {"node", "payload"}
+            and item["node"] in allowed
+            and type(item["payload"]) is dict
+        )
+
+    if as_node is not None and type(goto) is list and all(fits(item) for item in goto):
+        return goto
+    raise InvalidInputError(
+        f"update of run {run_id!r} names {GOTO_KEY!r} = {goto!r:.200}: where a Command went "
+        "can only be given with as_node=<the node>, as a list of that node's declared "
+        f"destinations ({sorted(allowed)}) or {{'node': ..., 'payload': {{...}}}} sends",
+        run_id=run_id,
+        node=as_node,
+    )
+
+
 def apply_update(
     loop: StepLoop, run: Run, update: Mapping[str, Any], *, as_node: str | None = None
 ) -> None:
@@ -569,7 +603,7 @@ def apply_update(
     state. Without it the run keeps the tasks it had scheduled. The record still names
     ``__update__`` as the writer, so history, diff and replay tell the edit from a node's run.
     """
-    writes = validate_update(loop, update, run.run_id)
+    writes = validate_update(loop, update, run.run_id, as_node)
     run.step += 1
     run.merge([(Task("__update__"), writes)])
     if as_node is not None:
