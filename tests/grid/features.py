@@ -436,6 +436,45 @@ def command_graph() -> Graph[Flow]:
     )
 
 
+def escalate(counter: Counter) -> Command:
+    """Inside the skill: send the parent on to ``after`` with the count doubled; the
+    skill's last node does not run."""
+    return Command(graph=Command.PARENT, update={"x": counter.x * 2}, goto="after")
+
+
+def _escalating_skill() -> Skill:
+    inner = (
+        Graph("grid-escalating", state=Counter)
+        .with_node("bump", bump)
+        .with_node("escalate", escalate)
+        .with_node("bump2", bump)
+        .with_edge(START, "bump")
+        .with_edge("bump", "escalate")
+        .with_edge("escalate", "bump2")
+        .to_ir()
+    )
+    return Skill(
+        name="escalating",
+        version="1.0.0",
+        kind="utility",
+        description="bumps, then hands the parent on",
+        state_schema=Counter,
+        subgraph=inner,
+    )
+
+
+def parent_command_graph() -> Graph[Counter]:
+    """before -> a skill whose child routes the parent by Command to ``after``."""
+    return (
+        Graph("grid-parent-command", state=Counter)
+        .with_node("before", before)
+        .with_node(SubgraphNode.from_skill(_escalating_skill(), site="esc", destinations=["after"]))
+        .with_node("after", after)
+        .with_edge(START, "before")
+        .with_edge("before", "esc")
+    )
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -543,6 +582,7 @@ FEATURES: Final[dict[str, Feature]] = {
             storeless=False,
         ),
         Feature("command", f"{_M}:command_graph", {"text": "win a prize"}),
+        Feature("parent_command", f"{_M}:parent_command_graph", {"x": 1}),
     )
 }
 """Every feature of the grid, by name (the first part of a cell id)."""

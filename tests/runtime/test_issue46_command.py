@@ -97,7 +97,7 @@ def test_issue46_command_update_is_checked_like_any_write() -> None:
 def test_issue46_destinations_are_in_the_ir_hash_validation_and_drawing() -> None:
     graph = _commanding()
     ir = graph.to_ir()
-    assert ir.node("a").destinations == ("c",)  # type: ignore[union-attr]
+    assert ir.node("a").destinations == ("c",)
     # c is reached through a's destination only: not "unreachable".
     graph.compile()
     assert graph.graph_hash != _commanding(destinations=("b", "c")).graph_hash
@@ -243,3 +243,99 @@ def test_issue46_an_explicit_retry_on_keeps_its_meaning_and_its_hash() -> None:
     # The new default means something else, so it hashes apart from "every Exception".
     assert retrying(RetryPolicy()).graph_hash != everything.graph_hash
     assert RetryPolicy().retry_on == RetryPolicy.DEFAULT_RETRY_ON
+
+
+# ----------------------------------------------------------------------------- to the parent
+
+
+class Review(BaseModel):
+    log: Annotated[list[str], reducers.append] = []
+    verdict: str = ""
+
+
+def check(state: Review) -> dict[str, Any]:
+    return {"log": ["check"]}
+
+
+def escalate(state: Review) -> Command:
+    return Command(graph=Command.PARENT, update={"verdict": "escalate"}, goto="human")
+
+
+def overreach(state: Review) -> Command:
+    return Command(graph=Command.PARENT, update={"n": 3}, goto="human")
+
+
+def never(state: Review) -> dict[str, Any]:
+    return {"log": ["never"]}
+
+
+class Desk(BaseModel):
+    log: Annotated[list[str], reducers.append] = []
+    verdict: str = ""
+    n: int = 0
+
+
+def human(state: Desk) -> dict[str, Any]:
+    return {"log": [f"human sees {state.verdict}"]}
+
+
+def after(state: Desk) -> dict[str, Any]:
+    return {"log": ["after"]}
+
+
+def _desk(decide: Any = escalate, destinations: tuple[str, ...] = ("human",)) -> Graph[Desk]:
+    from stargraph.nodes import SubgraphNode
+    from stargraph.skills import Skill
+
+    inner = (
+        Graph("review", state=Review)
+        .with_node("check", check)
+        .with_node("decide", decide)
+        .with_node("never", never)
+        .with_edge(START, "check")
+        .with_edge("check", "decide")
+        .with_edge("decide", "never")
+        .to_ir()
+    )
+    skill = Skill(
+        name="review",
+        version="1.0.0",
+        kind="utility",
+        description="reviews",
+        state_schema=Review,
+        subgraph=inner,
+    )
+    return (
+        Graph("desk", state=Desk)
+        .with_node(SubgraphNode.from_skill(skill, site="review", destinations=destinations))
+        .with_node("human", human)
+        .with_node("after", after)
+        .with_edge(START, "review")
+        .with_edge("review", "after")
+    )
+
+
+def test_issue46_command_to_the_parent_ends_the_child_and_routes_the_parent() -> None:
+    store = MemoryStore()
+    graph = _desk()
+    app = graph.compile(store=store)
+    final = app.invoke({}, run_id="r")
+    # 'never' does not run: the child ended at the Command; the parent wrote its update
+    # and went to 'human' on top of its edge to 'after'.
+    assert final.log == ["check", "after", "human sees escalate"]
+    assert final.verdict == "escalate"
+    assert app.replay(Recording.from_store(store, "r"), stub="all") == final
+    assert graph.compile().invoke({}) == final
+    assert 'review__end -.->|"command"| human' in to_mermaid(graph.to_ir())
+    assert graph.graph_hash != _desk(destinations=("after", "human")).graph_hash
+
+
+def test_issue46_command_to_the_parent_is_held_to_the_skill_outputs_and_destinations() -> None:
+    with pytest.raises(InvalidWriteError) as info:
+        _desk(overreach).compile().invoke({})
+    assert "updating ['n'], which the skill's outputs do not go to" in str(info.value)
+    with pytest.raises(CompileError, match="node 'human' is unreachable from START"):
+        _desk(destinations=()).compile()
+    no_way = _desk(destinations=("after",)).with_edge("after", "human")
+    with pytest.raises(RunError, match="goto='human', which is not one of its declared"):
+        no_way.compile().invoke({})

@@ -191,7 +191,7 @@ def compile_ir(
             static_next=tuple(sorted(set(static_next[node.id]))),
             routers=tuple(routers[node.id]),
             joins=tuple(joins[node.id]),
-            destinations=frozenset(getattr(node, "destinations", ())),
+            destinations=frozenset(node.destinations),
             input=inputs.get(node.id),
         )
     # Set-up a service can do ahead (a chat model's client) is done here, where the user

@@ -189,9 +189,8 @@ def validate_ir(
     for i, entry in enumerate(ir.entry):
         check_target(entry, f"/entry/{i}")
     for i, node in enumerate(ir.nodes):
-        if isinstance(node, FunctionNodeIR):
-            for j, target in enumerate(node.destinations):
-                check_target(target, f"/nodes/{i}/destinations/{j}")
+        for j, target in enumerate(node.destinations):
+            check_target(target, f"/nodes/{i}/destinations/{j}")
     for i, edge in enumerate(ir.edges):
         where = f"/edges/{i}"
         if isinstance(edge, StaticEdgeIR):
@@ -240,8 +239,7 @@ def _reachability(ir: GraphIR, known: set[str]) -> list[Problem]:
         else:
             g.add_edges_from((edge.source, t) for t in edge.mapping.values())
     for node in ir.nodes:
-        if isinstance(node, FunctionNodeIR):
-            g.add_edges_from((node.id, t) for t in node.destinations)
+        g.add_edges_from((node.id, t) for t in node.destinations)
     for node_id in ended_implicitly(ir):
         g.add_edge(node_id, END)
     reachable = nx.descendants(g, START)
@@ -277,11 +275,7 @@ def ended_implicitly(ir: GraphIR) -> list[str]:
             leaving.update(edge.sources)
         else:
             leaving.add(edge.source)
-    return [
-        node.id
-        for node in ir.nodes
-        if node.id not in leaving and not (isinstance(node, FunctionNodeIR) and node.destinations)
-    ]
+    return [node.id for node in ir.nodes if node.id not in leaving and not node.destinations]
 
 
 def is_async_callable(fn: Callable[..., Any]) -> bool:

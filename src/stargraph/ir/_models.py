@@ -272,12 +272,23 @@ class _NodeBase(_IRModel):
         "(LLM calls, side effects).",
     )
     rules: tuple[RulePackIR, ...] = ()
+    destinations: tuple[str, ...] = Field(
+        default=(),
+        description="Nodes (or END) a Command returned by the node (for a subgraph node: "
+        "one a child node sends to the parent) may go to: edges of the graph like any "
+        "other, drawn, validated and hashed.",
+    )
     metadata: dict[str, JsonValue] = Field(default_factory=dict, description="Not hashed.")
 
     @field_validator("writes")
     @classmethod
     def _sorted_writes(cls, writes: tuple[str, ...] | None) -> tuple[str, ...] | None:
         return None if writes is None else tuple(sorted(set(writes)))
+
+    @field_validator("destinations")
+    @classmethod
+    def _sorted_destinations(cls, destinations: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(sorted(set(destinations)))
 
 
 class FunctionNodeIR(_NodeBase):
@@ -294,16 +305,6 @@ class FunctionNodeIR(_NodeBase):
         "receives a validated instance of it - a Send's payload, or the state's fields it "
         "declares - instead of the state. None: the node receives the state.",
     )
-    destinations: tuple[str, ...] = Field(
-        default=(),
-        description="Nodes (or END) a Command returned by the node may go to: edges of "
-        "the graph like any other, drawn, validated and hashed.",
-    )
-
-    @field_validator("destinations")
-    @classmethod
-    def _sorted_destinations(cls, destinations: tuple[str, ...]) -> tuple[str, ...]:
-        return tuple(sorted(set(destinations)))
 
     @field_validator("config")
     @classmethod

@@ -64,8 +64,11 @@ class SubgraphNode:
         skill_kind: str | None = None,
         skill_tools: tuple[str, ...] = (),
         skill_requires: tuple[str, ...] = (),
+        destinations: Iterable[str] = (),
     ) -> None:
         self.node_id = node_id
+        # Parent nodes a child node's Command(graph=Command.PARENT, goto=...) may go to.
+        self.destinations = tuple(destinations)
         self.child = child
         self.impls = dict(impls or {})
         self.skill = skill
@@ -94,6 +97,7 @@ class SubgraphNode:
         registry: Mapping[str, GraphIR] | None = None,
         known_tools: Iterable[Any] | Mapping[str, str] | None = None,
         nesting: NestingProfile | None = None,
+        destinations: Iterable[str] = (),
     ) -> SubgraphNode:
         """Mount ``skill``. ``inputs``/``outputs`` map child channels to parent channels
         (default: same names; outputs default to every declared output). ``node_id``
@@ -104,7 +108,11 @@ class SubgraphNode:
         using a write or external tool (judged by the built-in tools and ``known_tools``),
         and a skill nesting deeper than ``nesting`` allows (default
         :data:`~stargraph.skills.DEFAULT_NESTING`; :data:`~stargraph.skills.CHOIR_NESTING`
-        refuses a skill that mounts another skill)."""
+        refuses a skill that mounts another skill).
+
+        ``destinations`` lists the parent's nodes a child node may send the run to with
+        ``Command(graph=Command.PARENT, goto=...)``; the command's ``update`` may write only
+        the parent channels the skill's outputs go to."""
         from stargraph.skills import DEFAULT_NESTING, builtin_side_effects
 
         skill.check_tools(builtin_side_effects(known_tools), registered=False)
@@ -163,6 +171,7 @@ class SubgraphNode:
             outputs=outputs,
             max_steps=max_steps,
             bubble_events=skill.bubble_events,
+            destinations=destinations,
             skill_kind=str(skill.kind),
             skill_tools=tuple(skill.tools),
             skill_requires=tuple(skill.requires),
@@ -191,6 +200,7 @@ class SubgraphNode:
             outputs=outputs,
             max_steps=self.max_steps,
             bubble_events=self.bubble_events,
+            destinations=self.destinations,
             metadata=(
                 {
                     "skill_kind": self.skill_kind,

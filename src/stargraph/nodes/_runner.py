@@ -28,8 +28,9 @@ from pydantic import BaseModel
 from stargraph.errors import InvalidWriteError
 from stargraph.reducers import append
 from stargraph.runtime import CompiledGraph, RunContext
-from stargraph.runtime._plan import ChildRunId
+from stargraph.runtime._plan import ChildRunId, Command, Send
 from stargraph.runtime._stored import run_nested
+from stargraph.runtime._values import PARENT_KEY
 from stargraph.state import Channel
 
 __all__ = ["SubgraphRunner"]
@@ -140,8 +141,9 @@ class SubgraphRunner:
     def __repr__(self) -> str:
         return f"SubgraphRunner({self.site!r}, {self.child.graph_hash})"
 
-    def __call__(self, state: Any, ctx: RunContext) -> dict[str, Any]:
-        """Run (or resume) the child for this parent step; return the parent writes."""
+    def __call__(self, state: Any, ctx: RunContext) -> dict[str, Any] | Command:
+        """Run (or resume) the child for this parent step; return the parent writes (a
+        ``Command`` when a child node sent one to the parent)."""
         child_input = {}
         for child_key, parent_key in self._inputs:
             value = getattr(state, parent_key)
@@ -176,9 +178,40 @@ class SubgraphRunner:
 
     def _project(
         self, values: Mapping[str, Any], raw: list[tuple[str, dict[str, Any]]], ctx: RunContext
-    ) -> dict[str, Any]:
+    ) -> dict[str, Any] | Command:
         if self.guarded:
             self._check_guarded(raw, ctx)
+        out = self._projected(values, raw)
+        sent = [(node, writes[PARENT_KEY]) for node, writes in raw if PARENT_KEY in writes]
+        if not sent:
+            return out
+        # What child nodes sent the parent: their updates over the projection (only to the
+        # channels the skill's outputs go to), their gotos routed by this node's
+        # destinations when the parent checks the Command.
+        allowed = set(self.outputs.values())
+        goto: list[Any] = []
+        for node, command in sent:
+            refused = sorted(set(command["update"]) - allowed)
+            if refused:
+                raise InvalidWriteError(
+                    f"skill at site {'/'.join((*ctx.path, self.site))!r}: child node {node!r} "
+                    f"sent the parent Command(graph=Command.PARENT) updating {refused}, which "
+                    f"the skill's outputs do not go to (they go to {sorted(allowed)}); "
+                    "declare them as outputs of the skill, or update only those",
+                    run_id=ctx.run_id,
+                    step=ctx.step,
+                    node=self.node_id,
+                )
+            out.update(command["update"])
+            goto.extend(
+                item if type(item) is str else Send(item["node"], item["payload"])
+                for item in command["goto"]
+            )
+        return Command(update=out, goto=goto)
+
+    def _projected(
+        self, values: Mapping[str, Any], raw: list[tuple[str, dict[str, Any]]]
+    ) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for child_key, parent_key, fold in self._outputs:
             # Keys the child did not write are left out: parent reducers must not re-apply.

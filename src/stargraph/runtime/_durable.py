@@ -63,7 +63,7 @@ from stargraph.errors import (
 from stargraph.runtime._interrupts import RuleDecision
 from stargraph.runtime._plan import Plan, Task
 from stargraph.runtime._rules import RuleSet
-from stargraph.runtime._values import GOTO_KEY, jsonable, reduce_writes
+from stargraph.runtime._values import ROUTING_KEYS, jsonable, reduce_writes
 from stargraph.state import Channel
 
 __all__ = [
@@ -696,18 +696,18 @@ def decode_writes(
     try:
         return {key: channels[key].validate(value) for key, value in writes.items()}
     except KeyError as exc:
-        if GOTO_KEY not in writes:
+        if ROUTING_KEYS.isdisjoint(writes):
             raise _corrupt(run_id, step, exc) from exc
     except ValidationError as exc:
         raise _corrupt(run_id, step, exc) from exc
     rest = decode_writes(channels, run_id, step, _routing_dropped(writes))
-    rest[GOTO_KEY] = writes[GOTO_KEY]
+    rest.update((key, writes[key]) for key in ROUTING_KEYS if key in writes)
     return rest
 
 
 def _routing_dropped(writes: Mapping[str, Any]) -> dict[str, Any]:
     """``writes`` without where a ``Command`` went: only the channels' writes."""
-    return {key: value for key, value in writes.items() if key != GOTO_KEY}
+    return {key: value for key, value in writes.items() if key not in ROUTING_KEYS}
 
 
 def load_values(
@@ -771,7 +771,7 @@ def _merge(
     steps ``after`` its root)."""
     for write in record.writes:
         raw = write.writes
-        if GOTO_KEY in raw:
+        if not ROUTING_KEYS.isdisjoint(raw):
             raw = _routing_dropped(raw)
         if only is not None and after is not None:
             raw = {k: v for k, v in raw.items() if k in only and record.step > after[k]}

@@ -74,8 +74,10 @@ class Command:
     update: Mapping[str, Any] | None = None
     goto: str | Send | Sequence[str | Send] = ()
     graph: str | None = None
-    """``Command.PARENT`` is reserved for routing the graph a subgraph runs in; not
-    supported yet: a node returning it is refused with a typed error."""
+    """``Command.PARENT``: the command is for the graph the subgraph (skill) runs in. The
+    child run ends after this step; its subgraph node writes ``update`` (only to the parent
+    channels the skill's outputs go to) and goes to ``goto``, which must be among the
+    node's ``destinations`` (``SubgraphNode.from_skill(..., destinations=[...])``)."""
     resume: Any = None
     """Reserved for resuming an interrupted run (``resume(run_id, response)`` does that
     today); a node returning it is refused with a typed error."""

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from stargraph._typed import validate_raw
 from stargraph.errors import (
@@ -39,6 +40,8 @@ from stargraph.runtime._loop import RunLoop
 from stargraph.runtime._plan import Command, NodeSpec, Plan, RouterSpec, Send, Task, by_task
 from stargraph.runtime._values import (
     GOTO_KEY,
+    PARENT_KEY,
+    ROUTING_KEYS,
     describe_exception,
     describe_validation,
     jsonable,
@@ -122,6 +125,7 @@ class Run:
         "stop_reason",
         "stopped_by",
         "tasks",
+        "to_parent",
         "values",
         "view",
     )
@@ -197,8 +201,10 @@ class Run:
         self.ran: Sequence[Task] = ()
         # What each task position keeps between steps about its model conversation.
         self.conversations: Conversations = {}
-        # Where the Commands of the step last merged go, in task order (see merge).
+        # Where the Commands of the step last merged go, in task order (see merge), and
+        # whether one of them was for the parent graph (a child run then ends there).
         self.gotos: list[list[Any]] | None = None
+        self.to_parent = False
 
     def where(self, node: str | None = None) -> _RunAt:
         """Where the run is (at ``node``), as the keywords that locate a :class:`RunError`."""
@@ -340,6 +346,9 @@ class Run:
 
     def schedule_next(self, ran: Sequence[Task]) -> None:
         """Schedule successors of the tasks that just ran, from the merged state."""
+        if self.to_parent:
+            self.tasks = ()  # a Command sent the parent on: this child run is over
+            return
         specs = self.plan.specs
         if len(ran) == 1:
             spec = specs[ran[0].node]
@@ -637,33 +646,55 @@ class Run:
         """A task's ``Command``: its update checked as any write, and where it goes kept
         under :data:`GOTO_KEY` with the writes, so the step's record (pending writes of a
         crashed step, the committed step a replay serves) holds the routing too."""
-        if command.graph is not None or command.resume is not None:
-            what = "graph=" if command.graph is not None else "resume="
+        if command.resume is not None or command.graph not in (None, Command.PARENT):
+            what = "resume=" if command.resume is not None else f"graph={command.graph!r}"
             raise RunError(
                 f"node {task.node!r} at step {self.step} of run {self.run_id!r} returned a "
-                f"Command with {what}, which a node cannot use yet; return "
-                "Command(update=..., goto=...) and resume an interrupted run with "
-                "resume(run_id, response)",
+                f"Command with {what}, which a node cannot use; return "
+                "Command(update=..., goto=..., graph=Command.PARENT or None), and resume an "
+                "interrupted run with resume(run_id, response)",
                 **self.where(task.node),
             )
+        if command.graph is not None:
+            return {PARENT_KEY: self._for_parent(task, command)}
         writes = {} if command.update is None else self.validate_writes(task, command.update)
-        goto = command.goto
-        items = [goto] if isinstance(goto, str | Send) else list(goto)
         allowed = self.plan.specs[task.node].destinations
-        targets: list[Any] = []
-        for item in items:
-            node = item.node if isinstance(item, Send) else item
-            if not isinstance(node, str) or (node not in allowed and node != END):
-                raise self._bad_goto(task, node, allowed)
-            if isinstance(item, Send):
-                if node == END:
-                    raise self._bad_goto(task, node, allowed)
-                targets.append({"node": node, "payload": dict(item.payload)})
-            elif node != END:
-                targets.append(node)
+        targets = _targets_of(command.goto, lambda node: node in allowed or node == END)
+        if isinstance(targets, _Refused):
+            raise self._bad_goto(task, targets.node, allowed)
         if targets:
             writes[GOTO_KEY] = targets
         return writes
+
+    def _for_parent(self, task: Task, command: Command) -> dict[str, Any]:
+        """A ``Command(graph=PARENT)``: for the subgraph node running this child run, which
+        checks its update against the skill's outputs and its goto against its own
+        destinations. Here: that there is a parent, and that it is JSON to store."""
+        if not self.path:
+            raise RunError(
+                f"node {task.node!r} at step {self.step} of run {self.run_id!r} returned "
+                "Command(graph=Command.PARENT), but the run is no subgraph's: there is no "
+                "parent graph to route; drop graph= to route this graph",
+                **self.where(task.node),
+            )
+        update = command.update or {}
+        targets = _targets_of(command.goto, lambda node: node != END)
+        if isinstance(targets, _Refused):
+            raise RunError(
+                f"node {task.node!r} at step {self.step} of run {self.run_id!r} returned "
+                f"Command(graph=Command.PARENT) with goto={targets.node!r}; name nodes of the "
+                "parent graph (or Send objects to them)",
+                **self.where(task.node),
+            )
+        try:
+            data = to_jsonable_python(dict(update))
+        except PydanticSerializationError as exc:
+            raise self._write_error(
+                task,
+                f"returned Command(graph=Command.PARENT) with an update that is not JSON "
+                f"({exc}); send the parent JSON values",
+            ) from exc
+        return {"update": data, "goto": targets}
 
     def _bad_goto(self, task: Task, node: Any, allowed: frozenset[str]) -> RunError:
         declared = sorted(allowed)
@@ -695,7 +726,7 @@ class Run:
         """Merge validated writes in task order through the reducers (invariant 2)."""
         channels = self.plan.channels
         self.view = None
-        if self.plan.commands:
+        if self.plan.commands or self.path:
             results = self._take_gotos(results)
         values = dict(self.values)
         if len(results) == 1:
@@ -737,12 +768,21 @@ class Run:
         gotos: list[list[Any]] = []
         merged: list[tuple[Task, dict[str, Any]]] = []
         for task, writes in sorted(results, key=by_task):
-            if GOTO_KEY in writes:
-                channels = dict(writes)
-                gotos.append(channels.pop(GOTO_KEY))
-                merged.append((task, channels))
-            else:
+            if ROUTING_KEYS.isdisjoint(writes):
                 merged.append((task, writes))
+                continue
+            channels = dict(writes)
+            if GOTO_KEY in channels:
+                gotos.append(channels.pop(GOTO_KEY))
+            if PARENT_KEY in channels:
+                # The child run ends here; its subgraph node finds the command among the
+                # raw writes it projects (see stargraph.nodes._runner).
+                self.to_parent = True
+                if self.collect is not None:
+                    self.collect.append((task.node, {PARENT_KEY: channels.pop(PARENT_KEY)}))
+                else:
+                    del channels[PARENT_KEY]
+            merged.append((task, channels))
         self.gotos = gotos or None
         return merged
 
@@ -772,6 +812,30 @@ class Run:
 
 
 _task = Task._make  # builds the tuple directly, without the Python-level __new__
+
+
+class _Refused(NamedTuple):
+    """A goto target that may not be gone to."""
+
+    node: Any
+
+
+def _targets_of(goto: Any, allowed: Callable[[str], bool]) -> list[Any] | _Refused:
+    """A Command's ``goto`` as stored: node ids and ``{"node", "payload"}`` sends (``END``
+    dropped), or the first target ``allowed`` refuses (a ``Send`` never goes to ``END``)."""
+    items = [goto] if isinstance(goto, str | Send) else list(goto)
+    targets: list[Any] = []
+    for item in items:
+        node = item.node if isinstance(item, Send) else item
+        if not isinstance(node, str) or not allowed(node):
+            return _Refused(node)
+        if isinstance(item, Send):
+            if node == END:
+                return _Refused(node)
+            targets.append({"node": node, "payload": dict(item.payload)})
+        elif node != END:
+            targets.append(node)
+    return targets
 
 
 def make_tasks(static: set[str], sends: list[Send]) -> list[Task]:

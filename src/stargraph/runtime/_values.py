@@ -18,6 +18,8 @@ from stargraph.state import Channel
 
 __all__ = [
     "GOTO_KEY",
+    "PARENT_KEY",
+    "ROUTING_KEYS",
     "describe_exception",
     "describe_validation",
     "jsonable",
@@ -29,6 +31,14 @@ GOTO_KEY: Final = "__goto__"
 """The key under which a task's writes carry where its ``Command`` goes: stored with the
 writes (JSON: node ids and ``{"node", "payload"}`` sends), never a channel (a state field
 cannot be named so), and taken out before the writes are merged."""
+
+PARENT_KEY: Final = "__parent__"
+"""The key under which a child run's task writes carry its ``Command(graph=PARENT)``:
+``{"update": {parent channel: JSON value}, "goto": [...]}``, for the parent's subgraph node
+to write and route; stored and taken out like :data:`GOTO_KEY`."""
+
+ROUTING_KEYS: Final = frozenset({GOTO_KEY, PARENT_KEY})
+"""The keys of a task's writes that say where the run goes, not what a channel holds."""
 
 _APPEND = _append.fn
 _M = TypeVar("_M", bound=BaseModel)
@@ -53,9 +63,9 @@ def jsonable(channels: Mapping[str, Channel], values: Mapping[str, Any]) -> dict
         try:
             channel = channels[key]
         except KeyError:
-            if key != GOTO_KEY:
+            if key not in ROUTING_KEYS:
                 raise
-            out[key] = value  # JSON already: node ids and sends' payloads
+            out[key] = value  # JSON already: node ids, sends' payloads, a parent's update
             continue
         kind = type(value)
         if kind in channel.as_is:  # text, a number, a flag: dumped as it is

@@ -16,7 +16,6 @@ from stargraph.ir import (
     END,
     START,
     ConditionalEdgeIR,
-    FunctionNodeIR,
     GraphIR,
     RulePackIR,
     StaticEdgeIR,
@@ -150,11 +149,10 @@ def _level(
                 label = " | ".join(sorted(results))
                 links.append(Link(src(edge.source), dst(target), "conditional", label))
     for node in ir.nodes:
-        if isinstance(node, FunctionNodeIR):
-            # Where a Command the node returns may go.
-            links.extend(
-                Link(src(node.id), dst(t), "conditional", "command") for t in node.destinations
-            )
+        # Where a Command the node returns may go.
+        links.extend(
+            Link(src(node.id), dst(t), "conditional", "command") for t in node.destinations
+        )
     if ir.rule_packs:
         legend = _key(prefix, "__rules__")
         listed = ("rule packs", *(f"{p.id}@{p.version}" for p in ir.rule_packs))
