@@ -339,3 +339,24 @@ def test_issue46_command_to_the_parent_is_held_to_the_skill_outputs_and_destinat
     no_way = _desk(destinations=("after",)).with_edge("after", "human")
     with pytest.raises(RunError, match="goto='human', which is not one of its declared"):
         no_way.compile().invoke({})
+
+
+def send_to_c(state: S) -> Command:
+    return Command(update={"log": ["a"]}, goto=[Send("c", {"n": 7})])
+
+
+def test_issue46_a_command_comes_back_from_another_process() -> None:
+    import concurrent.futures
+    import multiprocessing
+
+    graph = (
+        Graph("remote", state=S)
+        .with_node("a", send_to_c, blocking=True, destinations=["c"])
+        .with_node("b", note_b, blocking=True)
+        .with_node("c", note_c)
+        .with_edge(START, "a")
+        .with_edge(START, "b")
+    )
+    context = multiprocessing.get_context("spawn")
+    with concurrent.futures.ProcessPoolExecutor(2, mp_context=context) as pool:
+        assert graph.compile(executor=pool).invoke({}).log == ["a", "b", "c7"]

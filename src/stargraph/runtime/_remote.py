@@ -41,7 +41,7 @@ from stargraph.errors import Problem, RemoteContextError
 from stargraph.ir import FunctionNodeIR, GraphIR
 from stargraph.refs import resolve_ref
 from stargraph.runtime._context import RunContext, TaskJournal, entropy_from_spec, entropy_spec
-from stargraph.runtime._plan import NodeSpec, Task
+from stargraph.runtime._plan import Command, NodeSpec, Send, Task
 from stargraph.runtime._values import describe_exception, jsonable
 from stargraph.state import fast_state
 
@@ -244,7 +244,26 @@ class Remote:
                 ctx.journal.call(
                     entry.kind, entry.key, functools.partial(_value, entry), request=entry.request
                 )
-        return reply["writes"]
+        writes = reply["writes"]
+        if type(writes) is dict and _COMMAND in writes:
+            return _command(writes[_COMMAND])
+        return writes
+
+
+_COMMAND = "__command__"
+"""The key a remote node's ``Command`` comes back under (no state field is so named)."""
+
+
+def _command(fields: dict[str, Any]) -> Command:
+    """A ``Command`` back from its JSON fields."""
+    goto = fields["goto"]
+    items = goto if isinstance(goto, list) else [goto]
+    return Command(
+        update=fields["update"],
+        goto=[Send(i["node"], i["payload"]) if isinstance(i, dict) else i for i in items],
+        graph=fields["graph"],
+        resume=fields["resume"],
+    )
 
 
 def _value(entry: Any) -> Any:
@@ -345,7 +364,10 @@ def run_remote(call: RemoteCall) -> dict[str, Any]:
             result = fn(state, ctx)
         else:
             result = fn(state)
+        # A Command travels as its fields (a Send as node and payload), rebuilt by unpack.
         writes = to_jsonable_python(result)
+        if isinstance(result, Command):
+            writes = {_COMMAND: writes}
     except _NotRemote as signal:
         return {"forbidden": signal.what}
     except Exception as exc:
