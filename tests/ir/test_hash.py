@@ -46,6 +46,7 @@ BEHAVIOURAL: dict[str, Callable[[dict[str, Any]], None]] = {
     "node config": lambda d: d["nodes"][0].update(config={"temperature": 0.5}),
     "node writes": lambda d: d["nodes"][0].update(writes=["counter"]),
     "node retry": lambda d: d["nodes"][0].update(retry={"max_attempts": 5}),
+    "node destinations": lambda d: d["nodes"][0].update(destinations=["__end__"]),
     "node timeout": lambda d: d["nodes"][0].update(timeout_s=3.0),
     "node interrupt": lambda d: d["nodes"][0].update(interrupt_before=True),
     "node blocking": lambda d: d["nodes"][0].update(blocking=True),
