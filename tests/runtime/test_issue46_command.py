@@ -120,6 +120,8 @@ def test_issue46_a_node_without_outgoing_edges_ends_the_run() -> None:
         .with_edge("a", "b")
     )
     assert graph.compile().invoke({}).log == ["b", "c0"]
+    # Drawn as the edge to END it implies.
+    assert "    b --> __end__\n" in to_mermaid(graph.to_ir())
     # The IR gains no edge: the graph hashes as it did with the END edge left out.
     assert [(e.kind, getattr(e, "target", None)) for e in graph.to_ir().edges] == [("static", "b")]
 

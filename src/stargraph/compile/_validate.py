@@ -16,11 +16,12 @@ from pydantic import BaseModel
 
 from stargraph.errors import Problem, UntrustedRefError
 from stargraph.ir import END, START, ConditionalEdgeIR, FunctionNodeIR, GraphIR, StaticEdgeIR
+from stargraph.ir._models import ended_implicitly
 from stargraph.refs import resolve_ref
 from stargraph.runtime._plan import accepts_ctx
 from stargraph.state import schema_ir, schema_problems
 
-__all__ = ["RESERVED_IDS", "Resolved", "ended_implicitly", "validate_ir"]
+__all__ = ["RESERVED_IDS", "Resolved", "validate_ir"]
 
 # \Z, not $: "$" also matches before a trailing newline, which let "a\n" through.
 _ID_RE: Final = re.compile(r"\A[A-Za-z_][A-Za-z0-9_.\-]*\Z")
@@ -263,19 +264,6 @@ def _reachability(ir: GraphIR, known: set[str]) -> list[Problem]:
                 )
             )
     return problems
-
-
-def ended_implicitly(ir: GraphIR) -> list[str]:
-    """The nodes with no way out - no edge, router, join or ``Command`` destination leaves
-    them: a run ends after them, as if an edge led to ``END`` (the IR holds no such edge,
-    so the graph's hash is what it would be without the rule)."""
-    leaving: set[str] = set()
-    for edge in ir.edges:
-        if isinstance(edge, StaticEdgeIR):
-            leaving.update(edge.sources)
-        else:
-            leaving.add(edge.source)
-    return [node.id for node in ir.nodes if node.id not in leaving and not node.destinations]
 
 
 def is_async_callable(fn: Callable[..., Any]) -> bool:

@@ -501,6 +501,19 @@ class GraphIR(_IRModel):
             ) from exc
 
 
+def ended_implicitly(ir: GraphIR) -> list[str]:
+    """The nodes with no way out - no edge, router, join or ``Command`` destination leaves
+    them: a run ends after them, as if an edge led to ``END`` (the IR holds no such edge,
+    so the graph's hash is what it would be without the rule)."""
+    leaving: set[str] = set()
+    for edge in ir.edges:
+        if isinstance(edge, StaticEdgeIR):
+            leaving.update(edge.sources)
+        else:
+            leaving.add(edge.source)
+    return [node.id for node in ir.nodes if node.id not in leaving and not node.destinations]
+
+
 _FIRST_RETRY_ON: Final = ("builtins:Exception",)
 """The default ``retry_on`` of the first IR: graphs that name it hash as they always did."""
 

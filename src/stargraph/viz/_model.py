@@ -21,6 +21,7 @@ from stargraph.ir import (
     StaticEdgeIR,
     SubgraphNodeIR,
 )
+from stargraph.ir._models import ended_implicitly
 
 __all__ = ["Box", "BoxKind", "Cluster", "Link", "LinkStyle", "Picture", "picture_of"]
 
@@ -153,6 +154,8 @@ def _level(
         links.extend(
             Link(src(node.id), dst(t), "conditional", "command") for t in node.destinations
         )
+    # A node with no way out ends the run: drawn as the edge to END it implies.
+    links.extend(Link(src(n), end, "solid") for n in ended_implicitly(ir))
     if ir.rule_packs:
         legend = _key(prefix, "__rules__")
         listed = ("rule packs", *(f"{p.id}@{p.version}" for p in ir.rule_packs))
