@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import PydanticSerializationError, to_jsonable_python
 
 from stargraph._typed import validate_raw
 from stargraph.errors import (
@@ -26,6 +25,7 @@ from stargraph.errors import (
     StepLimitExceeded,
 )
 from stargraph.ir import END
+from stargraph.runtime._commands import commanded, take_gotos
 from stargraph.runtime._context import (
     AttemptFence,
     Conversations,
@@ -39,9 +39,6 @@ from stargraph.runtime._inputs import node_input
 from stargraph.runtime._loop import RunLoop
 from stargraph.runtime._plan import Command, NodeSpec, Plan, RouterSpec, Send, Task, by_task
 from stargraph.runtime._values import (
-    GOTO_KEY,
-    PARENT_KEY,
-    ROUTING_KEYS,
     describe_exception,
     describe_validation,
     jsonable,
@@ -521,7 +518,7 @@ class Run:
             for key, value in task.payload.items():
                 rule = rules.get(key)
                 if rule is None:
-                    raise self._write_error(task, f"Send payload key {key!r} is not a state field")
+                    raise self.write_error(task, f"Send payload key {key!r} is not a state field")
                 validate, exact, check = rule
                 if type(value) is exact:
                     valid = value
@@ -579,7 +576,8 @@ class Run:
             **self.where(task.node),
         )
 
-    def _write_error(self, task: Task, what: str) -> InvalidWriteError:
+    def write_error(self, task: Task, what: str) -> InvalidWriteError:
+        """An :class:`InvalidWriteError`: ``what`` the task did wrong, located."""
         return InvalidWriteError(
             f"node {task.node!r} at step {self.step} of run {self.run_id!r}: {what}",
             **self.where(task.node),
@@ -600,7 +598,7 @@ class Run:
     ) -> InvalidWriteError:
         """``what`` the task did put in ``key`` a value a checkpoint store cannot give back
         as it was (``found``: where in the value, and why)."""
-        return self._write_error(
+        return self.write_error(
             task,
             f"{what} that a checkpoint store cannot give back as it was: "
             f"{key}{found[0]} is {found[1]}",
@@ -613,8 +611,8 @@ class Run:
         # type() first: isinstance against the Mapping ABC is several times slower.
         if type(result) is not dict and not isinstance(result, Mapping):
             if isinstance(result, Command):
-                return self._commanded(task, result)
-            raise self._write_error(
+                return commanded(self, task, result)
+            raise self.write_error(
                 task,
                 f"returned {type(result).__name__}, not a mapping; return a dict of the "
                 "channels it changed, e.g. {'counter': 1}, or None",
@@ -632,7 +630,7 @@ class Run:
                 try:
                     valid = validate(value)
                 except ValidationError as exc:
-                    raise self._write_error(
+                    raise self.write_error(
                         task, f"wrote an invalid value to {key!r}: {exc.errors()[0]['msg']}"
                     ) from exc
             writes[key] = valid
@@ -642,81 +640,17 @@ class Run:
                 raise self._unstorable(task, f"wrote to {key!r} a value", key, found)
         return writes
 
-    def _commanded(self, task: Task, command: Command) -> dict[str, Any]:
-        """A task's ``Command``: its update checked as any write, and where it goes kept
-        under :data:`GOTO_KEY` with the writes, so the step's record (pending writes of a
-        crashed step, the committed step a replay serves) holds the routing too."""
-        if command.resume is not None or command.graph not in (None, Command.PARENT):
-            what = "resume=" if command.resume is not None else f"graph={command.graph!r}"
-            raise RunError(
-                f"node {task.node!r} at step {self.step} of run {self.run_id!r} returned a "
-                f"Command with {what}, which a node cannot use; return "
-                "Command(update=..., goto=..., graph=Command.PARENT or None), and resume an "
-                "interrupted run with resume(run_id, response)",
-                **self.where(task.node),
-            )
-        if command.graph is not None:
-            return {PARENT_KEY: self._for_parent(task, command)}
-        writes = {} if command.update is None else self.validate_writes(task, command.update)
-        allowed = self.plan.specs[task.node].destinations
-        targets = _targets_of(command.goto, lambda node: node in allowed or node == END)
-        if isinstance(targets, _Refused):
-            raise self._bad_goto(task, targets.node, allowed)
-        if targets:
-            writes[GOTO_KEY] = targets
-        return writes
-
-    def _for_parent(self, task: Task, command: Command) -> dict[str, Any]:
-        """A ``Command(graph=PARENT)``: for the subgraph node running this child run, which
-        checks its update against the skill's outputs and its goto against its own
-        destinations. Here: that there is a parent, and that it is JSON to store."""
-        if not self.path:
-            raise RunError(
-                f"node {task.node!r} at step {self.step} of run {self.run_id!r} returned "
-                "Command(graph=Command.PARENT), but the run is no subgraph's: there is no "
-                "parent graph to route; drop graph= to route this graph",
-                **self.where(task.node),
-            )
-        update = command.update or {}
-        targets = _targets_of(command.goto, lambda node: node != END)
-        if isinstance(targets, _Refused):
-            raise RunError(
-                f"node {task.node!r} at step {self.step} of run {self.run_id!r} returned "
-                f"Command(graph=Command.PARENT) with goto={targets.node!r}; name nodes of the "
-                "parent graph (or Send objects to them)",
-                **self.where(task.node),
-            )
-        try:
-            data = to_jsonable_python(dict(update))
-        except PydanticSerializationError as exc:
-            raise self._write_error(
-                task,
-                f"returned Command(graph=Command.PARENT) with an update that is not JSON "
-                f"({exc}); send the parent JSON values",
-            ) from exc
-        return {"update": data, "goto": targets}
-
-    def _bad_goto(self, task: Task, node: Any, allowed: frozenset[str]) -> RunError:
-        declared = sorted(allowed)
-        return RunError(
-            f"node {task.node!r} at step {self.step} of run {self.run_id!r} returned a "
-            f"Command with goto={node!r}, which is not one of its declared destinations "
-            f"{declared}; declare it with with_node({task.node!r}, ..., "
-            f"destinations=[{', '.join(repr(d) for d in [*declared, node] if d != END)}])",
-            **self.where(task.node),
-        )
-
     def _refused_key(self, task: Task, key: str) -> InvalidWriteError:
         """The task wrote ``key``, which is no state field or outside its declared writes."""
         channels = self.plan.channels
         if key not in channels:
-            return self._write_error(
+            return self.write_error(
                 task,
                 f"wrote key {key!r}, which the state {self.plan.state_model.__name__} "
                 f"lacks (fields: {sorted(channels)}); add the field or drop the key",
             )
         allowed = self.plan.specs[task.node].writes
-        return self._write_error(
+        return self.write_error(
             task,
             f"wrote key {key!r} outside its declared writes {sorted(allowed or ())}; "
             "declare it in with_node(..., writes=[...])",
@@ -727,7 +661,7 @@ class Run:
         channels = self.plan.channels
         self.view = None
         if self.plan.commands or self.path:
-            results = self._take_gotos(results)
+            results = take_gotos(self, results)
         values = dict(self.values)
         if len(results) == 1:
             # Fast path for chains: one task, no conflicts possible.
@@ -760,32 +694,6 @@ class Run:
             reduce_writes(channels, values, writes, owned=owned)
         self.values = values
 
-    def _take_gotos(
-        self, results: Sequence[tuple[Task, dict[str, Any]]]
-    ) -> Sequence[tuple[Task, dict[str, Any]]]:
-        """Where the step's Commands go (into ``gotos``, in task order), and the writes
-        without it to merge. The writes the step commits keep it: see ``_commanded``."""
-        gotos: list[list[Any]] = []
-        merged: list[tuple[Task, dict[str, Any]]] = []
-        for task, writes in sorted(results, key=by_task):
-            if ROUTING_KEYS.isdisjoint(writes):
-                merged.append((task, writes))
-                continue
-            channels = dict(writes)
-            if GOTO_KEY in channels:
-                gotos.append(channels.pop(GOTO_KEY))
-            if PARENT_KEY in channels:
-                # The child run ends here; its subgraph node finds the command among the
-                # raw writes it projects (see stargraph.nodes._runner).
-                self.to_parent = True
-                if self.collect is not None:
-                    self.collect.append((task.node, {PARENT_KEY: channels.pop(PARENT_KEY)}))
-                else:
-                    del channels[PARENT_KEY]
-            merged.append((task, channels))
-        self.gotos = gotos or None
-        return merged
-
     def committed(self) -> None:
         """The step is in the store (or there is none): clear its bookkeeping - rule
         decision, attempts, pending writes and journals - before the next one starts.
@@ -812,30 +720,6 @@ class Run:
 
 
 _task = Task._make  # builds the tuple directly, without the Python-level __new__
-
-
-class _Refused(NamedTuple):
-    """A goto target that may not be gone to."""
-
-    node: Any
-
-
-def _targets_of(goto: Any, allowed: Callable[[str], bool]) -> list[Any] | _Refused:
-    """A Command's ``goto`` as stored: node ids and ``{"node", "payload"}`` sends (``END``
-    dropped), or the first target ``allowed`` refuses (a ``Send`` never goes to ``END``)."""
-    items = [goto] if isinstance(goto, str | Send) else list(goto)
-    targets: list[Any] = []
-    for item in items:
-        node = item.node if isinstance(item, Send) else item
-        if not isinstance(node, str) or not allowed(node):
-            return _Refused(node)
-        if isinstance(item, Send):
-            if node == END:
-                return _Refused(node)
-            targets.append({"node": node, "payload": dict(item.payload)})
-        elif node != END:
-            targets.append(node)
-    return targets
 
 
 def make_tasks(static: set[str], sends: list[Send]) -> list[Task]:
