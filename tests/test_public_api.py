@@ -109,6 +109,7 @@ PUBLIC_PACKAGES = [
     "stargraph.graph",
     "stargraph.ir",
     "stargraph.llm",
+    "stargraph.messages",
     "stargraph.nodes",
     "stargraph.plugin",
     "stargraph.reducers",

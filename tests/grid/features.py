@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from stargraph import END, START, Graph, Send, reducers
 from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
+from stargraph.messages import Message, MessagesState, RemoveMessage
 from stargraph.nodes import SubgraphNode
 from stargraph.runtime import RunContext
 from stargraph.skills import Skill
@@ -411,6 +412,64 @@ def thread_graph() -> Graph[Chat]:
     )
 
 
+# ----------------------------------------------------------------------------- messages
+
+
+class Talk(MessagesState):
+    """The messages feature's state: a conversation merged by ``add_messages``."""
+
+    turns: Annotated[int, reducers.add] = 0
+
+
+def greet(talk: Talk) -> dict[str, Any]:
+    """The host's first reply, then a correction of it under the same id."""
+    first = Message(role="assistant", content="helo", id="greeting")
+    return {"messages": [first, first.model_copy(update={"content": "hello"})], "turns": 1}
+
+
+def echo(talk: Talk) -> dict[str, Any]:
+    """Inside the skill: return the whole history plus one message (ids make it idempotent)."""
+    said = Message.assistant(f"child saw {len(talk.messages)}")
+    return {"messages": [*talk.messages, said], "turns": 1}
+
+
+def prune(talk: Talk) -> dict[str, Any]:
+    """The host's last node: drop the first user message by id, add a closing word."""
+    return {"messages": [RemoveMessage(id=talk.messages[0].id or ""), "thanks"], "turns": 1}
+
+
+def _echo_skill() -> Skill:
+    inner = (
+        Graph("grid-echo", state=Talk)
+        .with_node("echo", echo)
+        .with_edge(START, "echo")
+        .with_edge("echo", END)
+        .to_ir()
+    )
+    return Skill(
+        name="echo",
+        version="1.0.0",
+        kind="utility",
+        description="answers with the whole history",
+        state_schema=Talk,
+        subgraph=inner,
+    )
+
+
+def messages_graph() -> Graph[Talk]:
+    """greet -> the ``echo`` skill (returns the whole history) -> prune."""
+    return (
+        Graph("grid-messages", state=Talk)
+        .with_node("greet", greet)
+        .with_node(SubgraphNode.from_skill(_echo_skill(), site="echo"))
+        .with_node("prune", prune)
+        .with_edge(START, "greet")
+        .with_edge("greet", "echo")
+        .with_edge("echo", "prune")
+        .with_edge("prune", END)
+    )
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -517,6 +576,7 @@ FEATURES: Final[dict[str, Feature]] = {
             second={"messages": ["bye"]},
             storeless=False,
         ),
+        Feature("messages", f"{_M}:messages_graph", {"messages": ["hi", "hi"]}),
     )
 }
 """Every feature of the grid, by name (the first part of a cell id)."""
