@@ -118,6 +118,7 @@ PUBLIC_PACKAGES = [
     "stargraph.skills",
     "stargraph.skills.markdown",
     "stargraph.skills.react",
+    "stargraph.skills.agent",
     "stargraph.skills.refs",
     "stargraph.agents",
     "stargraph.skills.machine",

@@ -199,8 +199,8 @@ def agent_graph(
     >>> def add(a: int, b: int) -> int:
     ...     '''Add two integers.'''
     ...     return a + b
-    >>> [n.id for n in agent_graph([add]).to_ir().nodes]
-    ['think', 'act', 'observe']
+    >>> sorted(n.id for n in agent_graph([add]).to_ir().nodes if n.must_stub)
+    ['think']
     """
     made = agent_tools(tools)
     names = _names(made)
