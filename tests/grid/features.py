@@ -470,6 +470,42 @@ def messages_graph() -> Graph[Talk]:
     )
 
 
+# ----------------------------------------------------------------------------- agent
+
+
+def area(width: float, height: float) -> float:
+    """The area of a rectangle (a plain function: the agent makes it a tool)."""
+    _effect(f"area {width} {height}")
+    return width * height
+
+
+def agent_script(request: ChatRequest) -> ChatResponse:
+    """Under plain names: the area, then a lookup, then an answer quoting both results."""
+    results = [m.content for m in request.messages if m.role == "tool"]
+    if not results:
+        return _call("area", {"width": 3, "height": 4.5}, "agent-1")
+    if len(results) == 1:
+        return _call("lookup", {"query": "rooms"}, "agent-2")
+    return _text(f"{results[0]} square metres; {results[1]}", "agent-3")
+
+
+def agent_feature_graph() -> Any:
+    """The prebuilt agent over a plain function and a ``@tool``."""
+    from stargraph.skills.agent import agent_graph
+
+    return agent_graph([area, lookup], name="grid-agent", max_steps=4)
+
+
+@contextmanager
+def agent_services(workspace: Path) -> Iterator[dict[str, Any]]:
+    """The agent's scripted model and an arbiter over its tools."""
+    from stargraph.skills.agent import agent_tools
+
+    registry = ToolRegistry.build(builtins=agent_tools([area, lookup]))
+    with Arbiter(registry, workspace=workspace) as arbiter:
+        yield {"model": ScriptedChatModel(agent_script), "arbiter": arbiter}
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -577,6 +613,13 @@ FEATURES: Final[dict[str, Feature]] = {
             storeless=False,
         ),
         Feature("messages", f"{_M}:messages_graph", {"messages": ["hi", "hi"]}),
+        Feature(
+            "agent",
+            f"{_M}:agent_feature_graph",
+            {"messages": ["How large is a 3 by 4.5 room?"]},
+            services=agent_services,
+            journaled="tool",
+        ),
     )
 }
 """Every feature of the grid, by name (the first part of a cell id)."""
