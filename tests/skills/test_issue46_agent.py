@@ -70,7 +70,7 @@ def test_issue46_agent_on_the_scripted_server_sees_plain_names_and_results(
         finally:
             model.close()
         requests = server.chat_requests
-    assert final.messages[-1].content == 'It is sunny in Paris; 2+3 gives {"sum":5}.'
+    assert final.messages[-1].content == 'It is sunny in Paris; 2+3 gives {"sum": 5}.'
     assert [m.role for m in final.messages] == [
         "user",
         "assistant",
@@ -87,7 +87,7 @@ def test_issue46_agent_on_the_scripted_server_sees_plain_names_and_results(
         assert request.messages[0] == {"role": "system", "content": "Be brief."}
     tool_messages = [m for m in requests[-1].messages if m["role"] == "tool"]
     # The tools' return values, not the arbiter's JSON envelope.
-    assert [m["content"] for m in tool_messages] == ["sunny in Paris", '{"sum":5}']
+    assert [m["content"] for m in tool_messages] == ["sunny in Paris", '{"sum": 5}']
     assert [m["name"] for m in tool_messages] == ["get_weather", "add"]
 
 
@@ -229,3 +229,60 @@ def test_issue46_react_graph_still_offers_canonical_names() -> None:
     # The plain names are the agent's own map: the ReAct loop's tools are unchanged.
     config = _think_config(react_graph(tools=["demo.calc@1.0.0"]))
     assert "tool_names" not in config
+
+
+def _langgraph_model(replies: list[Any]) -> Any:
+    """A LangChain chat model answering from ``replies`` (AIMessages), tools bound."""
+    from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel
+
+    class Scripted(FakeMessagesListChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self
+
+    return Scripted(responses=replies)
+
+
+def _lc_call(name: str, args: dict[str, Any], call_id: str) -> Any:
+    return {"name": name, "args": args, "id": call_id}
+
+
+def test_issue46_agent_ends_in_langgraphs_final_messages(tmp_path: Path) -> None:
+    import warnings
+
+    from langchain_core.messages import AIMessage
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # create_react_agent is deprecated in langgraph 1.x
+        from langgraph.prebuilt import create_react_agent
+
+        theirs = create_react_agent(
+            _langgraph_model(
+                [
+                    AIMessage(
+                        "",
+                        tool_calls=[{"name": "get_weather", "args": {"city": "Oslo"}, "id": "c1"}],
+                    ),
+                    AIMessage(
+                        "", tool_calls=[{"name": "add", "args": {"a": 2, "b": 3}, "id": "c2"}]
+                    ),
+                    AIMessage("done"),
+                ]
+            ),
+            [get_weather, add],
+        ).invoke({"messages": [("user", "go")]})
+    ours_model = ScriptedChatModel(
+        [
+            _call("get_weather", {"city": "Oslo"}, "c1"),
+            _call("add", {"a": 2, "b": 3}, "c2"),
+            _answer("done"),
+        ]
+    )
+    ours = create_agent(ours_model, [get_weather, add], workspace=tmp_path).invoke(
+        {"messages": [{"role": "user", "content": "go"}]}
+    )
+
+    def shape(messages: list[Any]) -> list[tuple[Any, ...]]:
+        return [(m.type, m.content, getattr(m, "name", None)) for m in messages]
+
+    # The same conversation, message for message (ids aside: theirs are random uuids).
+    assert shape([m.to_langchain() for m in ours.messages]) == shape(theirs["messages"])

@@ -29,6 +29,7 @@ ended only by rules: a final answer, or the step and error budgets) over a
 from __future__ import annotations
 
 import inspect
+import json
 import os
 import re
 import tempfile
@@ -36,7 +37,6 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Annotated, Any, Final, cast
 
-import orjson
 from pydantic import BaseModel, JsonValue
 
 from stargraph import fathom
@@ -392,7 +392,8 @@ def _content(result: ToolResult, tool_id: str, plain: str) -> str:
         payload = result.payload
         if payload is None:
             return result.summary
-        return payload if isinstance(payload, str) else orjson.dumps(payload).decode()
+        # JSON as LangGraph's ToolNode writes it, so a ported agent's messages read the same.
+        return payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False)
     failure = result.error
     message = failure.message if failure is not None else result.summary
     hint = failure.hint if failure is not None else ""
