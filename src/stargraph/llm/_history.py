@@ -12,9 +12,9 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import orjson
-import rfc8785
 from pydantic import BaseModel, ConfigDict, model_validator
 
+from stargraph._unchecked import unchecked
 from stargraph.errors import ChatDataError, InvalidWriteError, Problem
 from stargraph.llm._messages import ChatMessage, ToolCall, _ChatData
 
@@ -106,7 +106,15 @@ class Message(ChatMessage):
     def from_chat(cls, message: ChatMessage, *, id: str | None = None) -> Message:
         """The :class:`~stargraph.llm.ChatMessage` ``message`` with id ``id``."""
         values = {name: getattr(message, name) for name in _CHAT_FIELDS}
-        return cls(**values, id=id if id is not None else getattr(message, "id", None))
+        values["id"] = id if id is not None else getattr(message, "id", None)
+        if cls is Message and type(message) in (ChatMessage, Message):
+            # A validated message's values validate to themselves (every model reply of an
+            # agent comes this way): the message without validating them again.
+            fields = set(message.model_fields_set)
+            if values["id"] is not None:
+                fields.add("id")
+            return unchecked(Message, values, fields)
+        return cls(**values)
 
     def as_chat(self) -> ChatMessage:
         """This message as a plain :class:`~stargraph.llm.ChatMessage` (without the id)."""
@@ -239,9 +247,20 @@ class RemoveMessage(_ChatData):
 def _derived_id(previous: str | None, position: int, message: Message) -> str:
     """``msg-<hex>``: a hash of the message and of where it lands (the id before it, its
     index), so a replay, or another process, derives the same id."""
-    body = message.model_dump(mode="json", exclude={"id"}, exclude_defaults=True)
-    canonical = rfc8785.dumps({"after": previous, "at": position, "message": body})
+    # A JSON array of text fields: one spelling in every process, no key order to settle.
+    calls = [[call.id, call.name, call.arguments] for call in message.tool_calls]
+    fields = (message.role, message.content, calls, message.tool_call_id, message.name)
+    canonical = orjson.dumps([previous, position, *fields])
     return "msg-" + hashlib.sha256(canonical).hexdigest()[:24]
+
+
+def _with_id(message: Message, id: str) -> Message:
+    """``message`` with id ``id``; a plain message's validated values are kept as they are."""
+    if type(message) is not Message:
+        return message.model_copy(update={"id": id})
+    values = {name: getattr(message, name) for name in _CHAT_FIELDS}
+    values["id"] = id
+    return unchecked(Message, values, {*message.model_fields_set, "id"})
 
 
 def _as_message(item: Any) -> Message | RemoveMessage:
@@ -281,7 +300,7 @@ def merge_messages(current: Iterable[Any], update: Iterable[Any] | Any) -> list[
             removed.add(index)
             continue
         if message.id is None:
-            message = message.model_copy(update={"id": _derived_id(previous, len(merged), message)})
+            message = _with_id(message, _derived_id(previous, len(merged), message))
         key = cast(str, message.id)
         index = at.get(key)
         if index is not None:

@@ -117,9 +117,11 @@ def _plain_name(candidate: Tool) -> str:
 
 def agent_tools(tools: Sequence[Callable[..., Any] | Tool]) -> tuple[Tool, ...]:
     """The tools of an agent, in the order given: a ``Tool`` (``@tool(...)``) as it is, a
-    plain function made one with a derived id (``agent.<module>.<name>@0.0.0``, declared
-    ``side_effect="external"``: nothing is known of what it does). The same functions give
-    the same tools in every process.
+    plain function made one with a derived id (``agent.<module>.<name>@0.0.0``) and the
+    defaults of :func:`~stargraph.tools.tool` (``side_effect="none"``: it runs inline, with
+    no locks and no audit record; declare a function that writes or reaches the outside
+    world with ``@tool(id=..., side_effect=..., locks=...)`` instead). The same functions
+    give the same tools in every process.
 
     >>> def add(a: int, b: int) -> int:
     ...     '''Add two integers.'''
@@ -135,7 +137,7 @@ def agent_tools(tools: Sequence[Callable[..., Any] | Tool]) -> tuple[Tool, ...]:
         elif inspect.isfunction(given) or inspect.ismethod(given):
             module = _segment((given.__module__ or "main").replace(".", "_"), "m")
             ident = f"agent.{module}.{_segment(given.__name__, 'f')}@{_VERSION}"
-            made.append(tool(id=ident, side_effect="external")(given))
+            made.append(tool(id=ident)(given))
         else:
             problems.append(
                 Problem(
