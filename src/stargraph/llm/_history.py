@@ -8,7 +8,7 @@ The public names are in :mod:`stargraph.messages`; they live here, below the red
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 import orjson
@@ -273,16 +273,33 @@ def _as_message(item: Any) -> Message | RemoveMessage:
     return Message.model_validate(item)
 
 
+def _merged_list(current: Sequence[Any]) -> tuple[list[Message], dict[str, int]] | None:
+    """``current`` as a list with its id index, when it is a merged list already (plain
+    messages, each with an id of its own): the state's value at every write. ``None``
+    otherwise."""
+    at = {m.id: i for i, m in enumerate(current) if type(m) is Message}
+    if len(at) != len(current) or None in at:
+        return None
+    return list(current), cast(dict[str, int], at)
+
+
 def merge_messages(current: Iterable[Any], update: Iterable[Any] | Any) -> list[Message]:
     """What the ``add_messages`` reducer computes (see :mod:`stargraph.messages`): ``current``
     with ``update`` merged in, as a new list."""
     if isinstance(update, str | Mapping | BaseModel) or _is_langchain(update):
         update = [update]
-    merged: list[Message] = []
-    at: dict[str, int] = {}
+    given = current if isinstance(current, list | tuple) else list(current)
+    ready = _merged_list(given)
+    if ready is not None:
+        # The common write: the state's list as it is, then the update's items.
+        merged, at = ready
+        items: list[tuple[int, Any]] = [(1, m) for m in update]
+    else:
+        merged, at = [], {}
+        items = [*((0, m) for m in given), *((1, m) for m in update)]
     removed: set[int] = set()
-    previous: str | None = None
-    for source, item in [*((0, m) for m in current), *((1, m) for m in update)]:
+    previous = merged[-1].id if merged else None
+    for source, item in items:
         message = _as_message(item)
         if isinstance(message, RemoveMessage):
             if message.id == REMOVE_ALL_MESSAGES:

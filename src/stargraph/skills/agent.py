@@ -420,7 +420,7 @@ def act(state: AgentState, ctx: RunContext) -> dict[str, Any] | None:
         # The canonical id goes to the arbiter (which records it); an unknown name goes as
         # it is, for the allowlist to refuse before anything runs.
         dispatched = ToolCall.from_openai(
-            call.model_copy(update={"name": tool_id}),
+            {"id": call.id, "name": tool_id, "arguments": call.arguments},
             lane=_LANE,
             node=ctx.node,
             allowed=allowed,
