@@ -12,7 +12,14 @@ from pydantic import BaseModel
 from stargraph.checkpoint import MemoryStore
 from stargraph.errors import RegistryError, SkillValidationError
 from stargraph.ir import FunctionNodeIR
-from stargraph.llm import ChatMessage, ChatResponse, OpenAIChatModel, ScriptedChatModel, ToolCall
+from stargraph.llm import (
+    ChatMessage,
+    ChatRequest,
+    ChatResponse,
+    OpenAIChatModel,
+    ScriptedChatModel,
+    ToolCall,
+)
 from stargraph.messages import Message
 from stargraph.skills.agent import AgentState, agent_graph, agent_tools, create_agent
 from stargraph.skills.react import react_graph
@@ -153,6 +160,31 @@ def test_issue46_max_steps_ends_the_agent_by_rule(tmp_path: Path) -> None:
     assert len(forever.requests) == 3
     assert final.llm_steps == 3
     assert store.get_run("loop").stopped_by == "termination/max_steps"
+
+
+def _weather_then_answer(request: ChatRequest) -> ChatResponse:
+    """Each turn: the weather of the turn's city, then an answer."""
+    turn = [m for m in request.messages if m.role == "user"][-1]
+    last = request.messages[-1]
+    if last.role == "user":
+        return _call("get_weather", {"city": turn.content}, f"c-{turn.content}")
+    return _answer(f"{turn.content}: {last.content}")
+
+
+def test_issue46_agent_budgets_are_per_turn_on_a_thread(tmp_path: Path) -> None:
+    store = MemoryStore()
+    model = ScriptedChatModel(_weather_then_answer)
+    agent = create_agent(model, [get_weather], max_steps=2, store=store, workspace=tmp_path)
+    for city in ("Oslo", "Rome", "Lima"):
+        final = agent.invoke({"messages": [city]}, thread_id="t1")
+    # Two model calls a turn, the limit each time: every turn ends with its answer, and the
+    # conversation holds all three.
+    assert [m.content for m in final.messages if m.role == "assistant" and m.content] == [
+        "Oslo: sunny in Oslo",
+        "Rome: sunny in Rome",
+        "Lima: sunny in Lima",
+    ]
+    assert final.llm_steps == 2
 
 
 class Forecast(BaseModel):

@@ -371,10 +371,14 @@ def think(state: AgentState, ctx: RunContext) -> dict[str, Any]:
             event = "final_answer"
             if output is not None:
                 out["structured_response"] = output.model_dump(mode="json")
-    errors = state.error_count + len(notes)
+    # A run's first step starts its budgets afresh: the next turn of a thread is a new run
+    # over the conversation so far, and its limits are its own (LangGraph's recursion limit
+    # is per invocation too).
+    fresh = ctx.step == 1
+    errors = (0 if fresh else state.error_count) + len(notes)
     out.update(
         messages=[Message.from_chat(reply), *(Message.user(note) for note in notes)],
-        llm_steps=state.llm_steps + 1,
+        llm_steps=1 if fresh else state.llm_steps + 1,
         error_count=errors,
         done=event == "final_answer",
         last_event=event,
