@@ -217,3 +217,29 @@ def test_issue46_a_node_removing_an_unknown_id_fails_the_run_with_the_id() -> No
     )
     with pytest.raises(RunError, match="ghost"):
         app.invoke({"messages": ["hi"]})
+
+
+def test_issue46_a_chat_message_written_becomes_a_message_with_an_id() -> None:
+    (merged,) = add_messages([], [ChatMessage.tool("c1", "42", name="calc")])
+    assert type(merged) is Message
+    assert (merged.role, merged.tool_call_id, merged.name, merged.content) == (
+        "tool",
+        "c1",
+        "calc",
+        "42",
+    )
+    assert merged.id is not None
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    messages=_MESSAGES,
+    calls=st.lists(st.tuples(st.text(max_size=5), st.text(max_size=20)), max_size=2),
+)
+def test_issue46_messages_round_trip_through_json(
+    messages: list[Message], calls: list[tuple[str, str]]
+) -> None:
+    tool_calls = [ToolCall(id=f"c{i}", name=n, arguments=a) for i, (n, a) in enumerate(calls)]
+    state = MessagesState(messages=[*messages, Message.assistant(None, tool_calls)])
+    again = MessagesState.model_validate_json(state.model_dump_json(exclude_defaults=True))
+    assert again == state
