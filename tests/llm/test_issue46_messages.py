@@ -243,3 +243,19 @@ def test_issue46_messages_round_trip_through_json(
     state = MessagesState(messages=[*messages, Message.assistant(None, tool_calls)])
     again = MessagesState.model_validate_json(state.model_dump_json(exclude_defaults=True))
     assert again == state
+
+
+def test_issue46_role_constructors_make_messages_and_take_an_id() -> None:
+    made = [
+        Message.system("s", id="1"),
+        Message.user("u", id="2"),
+        Message.assistant("a", id="3"),
+        Message.tool("c1", "t", name="f", id="4"),
+    ]
+    assert all(type(m) is Message for m in made)
+    assert [(m.role, m.id) for m in made] == [
+        ("system", "1"),
+        ("user", "2"),
+        ("assistant", "3"),
+        ("tool", "4"),
+    ]

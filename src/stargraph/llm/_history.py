@@ -97,6 +97,34 @@ class Message(ChatMessage):
         return data
 
     @classmethod
+    def system(cls, content: str, *, id: str | None = None) -> Message:
+        """A system prompt (with id ``id``, or one the reducer derives)."""
+        return cls(role="system", content=content, id=id)
+
+    @classmethod
+    def user(cls, content: str, *, id: str | None = None) -> Message:
+        """A user turn."""
+        return cls(role="user", content=content, id=id)
+
+    @classmethod
+    def assistant(
+        cls,
+        content: str | None = None,
+        tool_calls: tuple[ToolCall, ...] | list[ToolCall] = (),
+        *,
+        id: str | None = None,
+    ) -> Message:
+        """An assistant turn: text, tool calls, or both."""
+        return cls(role="assistant", content=content, tool_calls=tuple(tool_calls), id=id)
+
+    @classmethod
+    def tool(
+        cls, tool_call_id: str, content: str, *, name: str | None = None, id: str | None = None
+    ) -> Message:
+        """A tool result answering ``tool_call_id``."""
+        return cls(role="tool", content=content, tool_call_id=tool_call_id, name=name, id=id)
+
+    @classmethod
     def from_openai(cls, message: Mapping[str, Any]) -> Message:
         """From an OpenAI-style message dict (tool calls in the wire form, content as text
         or as a list of text parts); an ``id`` key, if any, is kept."""

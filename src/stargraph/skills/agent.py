@@ -437,7 +437,7 @@ def act(state: AgentState, ctx: RunContext) -> dict[str, Any] | None:
         if result.status != "success":
             failed += 1
         content = _content(result, tool_id, call.name)
-        answers.append(Message(role="tool", content=content, tool_call_id=call.id, name=call.name))
+        answers.append(Message.tool(call.id, content, name=call.name))
     errors = state.error_count + failed
     return {
         "messages": answers,
