@@ -26,14 +26,19 @@ reported in µs per run (one run = everything the row's description says, e.g. f
     A node asks for approval and the run stops; the caller answers and the run finishes.
     stargraph ``ctx.interrupt()`` + ``resume(run_id, response=True)``, LangGraph
     ``interrupt()`` + ``Command(resume=True)``; a SQLite store on both, as for ``thread``.
+``prebuilt``
+    The prebuilt agents over two plain functions (``add``, then ``mul``, then an answer
+    quoting both results) and an in-process model answering from the conversation, no HTTP:
+    stargraph ``create_agent`` over a ``ScriptedChatModel``, LangGraph
+    ``create_react_agent`` over a minimal ``BaseChatModel``.
 
 Before anything is timed, every (engine, mode) pair runs once and must reach the same answer
 (the final answer text, the final counter and items, the conversation); otherwise
 :class:`~benchmarks.core_harness.StateMismatch` aborts the run. Engines and modes are
 interleaved within a round; the figure is the median over rounds of wall time per run.
-Targets: stargraph at least 10x LangGraph on ``mapreduce`` and ``skill``; the others are
-reported only (a model call over HTTP dominates ``react``, SQLite commits ``thread`` and
-``hitl``).
+Targets: stargraph at least 10x LangGraph on ``mapreduce``, ``skill`` and ``prebuilt``; the
+others are reported only (a model call over HTTP dominates ``react``, SQLite commits
+``thread`` and ``hitl``).
 """
 
 from __future__ import annotations
@@ -616,6 +621,103 @@ def _react_langgraph(scratch: Scratch) -> Built:
     return Built({"invoke": invoke, "stream": stream}, [client.close])
 
 
+def _prebuilt_step(results: Sequence[Any]) -> tuple[str, dict[str, int]] | str:
+    """The in-process model of ``prebuilt``, on both engines: ``add(2, 3)``, ``mul(4, 5)``,
+    then an answer quoting the tools' results (plain values on both engines)."""
+    if not results:
+        return "add", {"a": 2, "b": 3}
+    if len(results) == 1:
+        return "mul", {"a": 4, "b": 5}
+    return f"sum {results[0]}, product {results[1]}"
+
+
+def _prebuilt_stargraph(scratch: Scratch) -> Built:
+    from stargraph.llm import ChatMessage, ChatResponse, ScriptedChatModel, ToolCall
+    from stargraph.skills.agent import create_agent
+
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    def mul(a: int, b: int) -> int:
+        """Multiply two integers."""
+        return a * b
+
+    def script(request: Any) -> ChatResponse:
+        results = [m.content for m in request.messages if m.role == "tool"]
+        step = _prebuilt_step(results)
+        if isinstance(step, str):
+            return ChatResponse(message=ChatMessage.assistant(step), finish_reason="stop")
+        call = ToolCall(id=f"call-{len(results)}", name=step[0], arguments=json.dumps(step[1]))
+        return ChatResponse(message=ChatMessage.assistant(None, [call]), finish_reason="tool_calls")
+
+    workspace = scratch.directory / "prebuilt-ws"
+    workspace.mkdir(exist_ok=True)
+    agent = create_agent(ScriptedChatModel(script), [add, mul], workspace=workspace)
+    task = {"messages": [{"role": "user", "content": "add 2 and 3, then multiply 4 by 5"}]}
+
+    def stream() -> Answer:
+        answer = None
+        for writes in _node_writes(agent.stream(task, mode="updates")):
+            # The updates stream carries each write as JSON data.
+            for message in (writes or {}).get("messages", ()):
+                answer = message["content"] if message["role"] == "assistant" else answer
+        return answer
+
+    return Built({"invoke": lambda: agent.invoke(task).messages[-1].content, "stream": stream})
+
+
+def _prebuilt_langgraph(scratch: Scratch) -> Built:
+    from langchain_core.language_models.chat_models import BaseChatModel
+    from langchain_core.messages import AIMessage, BaseMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # create_react_agent is deprecated in langgraph 1.x
+        from langgraph.prebuilt import create_react_agent
+
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    def mul(a: int, b: int) -> int:
+        """Multiply two integers."""
+        return a * b
+
+    class ScriptedModel(BaseChatModel):
+        @property
+        def _llm_type(self) -> str:
+            return "scripted"
+
+        def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> Any:
+            return self
+
+        def _generate(
+            self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+        ) -> ChatResult:
+            results = [m.content for m in messages if m.type == "tool"]
+            step = _prebuilt_step(results)
+            if isinstance(step, str):
+                return ChatResult(generations=[ChatGeneration(message=AIMessage(step))])
+            call = {"name": step[0], "args": step[1], "id": f"call-{len(results)}"}
+            message = AIMessage("", tool_calls=[call])
+            return ChatResult(generations=[ChatGeneration(message=message)])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        agent = create_react_agent(ScriptedModel(), [add, mul])
+    task = {"messages": [{"role": "user", "content": "add 2 and 3, then multiply 4 by 5"}]}
+
+    def stream() -> Answer:
+        answer = None
+        for writes in _node_writes(agent.stream(task, stream_mode="updates")):
+            for message in (writes or {}).get("messages", ()):
+                answer = message.content if message.type == "ai" else answer
+        return answer
+
+    return Built({"invoke": lambda: agent.invoke(task)["messages"][-1].content, "stream": stream})
+
+
 # ---------------------------------------------------------------------- registry and timing
 
 _RUNS_PER_ROUND: Mapping[str, int] = {
@@ -624,12 +726,13 @@ _RUNS_PER_ROUND: Mapping[str, int] = {
     "skill": 200,
     "thread": 20,
     "hitl": 40,
+    "prebuilt": 100,
 }
 """Runs per timed round at full scale; ``--quick`` runs a fifth of them."""
 
 
 def all_agent_workloads() -> list[AgentWorkload]:
-    """The five agent workloads, in report order."""
+    """The six agent workloads, in report order."""
     return [
         AgentWorkload(
             "react",
@@ -660,6 +763,12 @@ def all_agent_workloads() -> list[AgentWorkload]:
             "interrupt + resume, SQLite",
             None,
             {"stargraph": _hitl_stargraph, "langgraph": _hitl_langgraph},
+        ),
+        AgentWorkload(
+            "prebuilt",
+            "create_agent vs create_react_agent, in-process",
+            AGENT_TARGET,
+            {"stargraph": _prebuilt_stargraph, "langgraph": _prebuilt_langgraph},
         ),
     ]
 
@@ -733,7 +842,7 @@ def render_agents(results: Sequence[AgentResult], rounds: int) -> tuple[str, lis
     )
     lines = [
         f"agents: median µs per run over {rounds} round(s); stream = stream(updates); "
-        f"targets: LangGraph/stargraph >= {AGENT_TARGET:.0f}x on mapreduce and skill, "
+        f"targets: LangGraph/stargraph >= {AGENT_TARGET:.0f}x on mapreduce, skill and prebuilt, "
         "report-only on react, thread and hitl",
         "  react: both engines on one ScriptedOpenAIServer through the openai client "
         "(LangGraph: create_react_agent over a BaseChatModel on openai.OpenAI)",

@@ -238,6 +238,7 @@ AGENT_ANSWERS: dict[str, object] = {
         for message in (f"user says {i}", f"bot: 'user says {i}' is message {2 * i + 1}")
     ),
     "hitl": ({"question": "refund A-17?"}, "A-17: refunded"),
+    "prebuilt": "sum 5, product 20",
 }
 
 

@@ -153,6 +153,7 @@ TOOL_ARGUMENTS: dict[str, dict[str, object]] = {
     "shop__refund__v1_0_0": {"order_id": "A-17", "amount": 12.5},
     "demo__calc__v1_0_0": {"expression": "3 * 4.5"},
     "demo__multiply__v1_0_0": {"a": 3, "b": 4.5},
+    "get_weather": {"city": "Paris"},
 }
 # Answers to a reply schema (response_format json_schema), by schema name.
 SCHEMA_ANSWERS: dict[str, object] = {

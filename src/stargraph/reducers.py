@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["BUILTIN_REDUCERS", "Reducer", "add", "append", "merge", "replace"]
+__all__ = ["BUILTIN_REDUCERS", "Reducer", "add", "add_messages", "append", "merge", "replace"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,5 +64,22 @@ merge: Final = Reducer("merge", _merge, "dict merge, update wins per key")
 replace: Final = Reducer("replace", _replace, "take the write (several per step: last by node id)")
 """Take the write; several writes in one step apply in node-id order, the last one stays."""
 
-BUILTIN_REDUCERS: Final[Mapping[str, Reducer]] = {r.id: r for r in (append, add, merge, replace)}
+
+def _add_messages(current: Sequence[Any], update: Any) -> Any:
+    # Imported at the first merge: this module stays free of the chat data it merges.
+    from stargraph.llm._history import merge_messages
+
+    return merge_messages(current, update)
+
+
+add_messages: Final = Reducer(
+    "add_messages", _add_messages, "message list: append, replace by id, remove by id"
+)
+"""A conversation's reducer (see :mod:`stargraph.messages`): a write appends its messages,
+one whose id is in the list replaces that message in place, a ``RemoveMessage`` removes one
+(or, with ``REMOVE_ALL_MESSAGES``, all); messages without an id get a derived one."""
+
+BUILTIN_REDUCERS: Final[Mapping[str, Reducer]] = {
+    r.id: r for r in (append, add, merge, replace, add_messages)
+}
 """The built-in reducers by IR id."""

@@ -193,7 +193,8 @@ def merge_updates(model: type[Any], start: dict[str, Any], items: list[Any]) -> 
                 continue
             for name, value in _json(writes).items():
                 fn = reducers.get(name)
-                state[name] = value if fn is None else fn(state[name], value)
+                # As JSON again: a reducer may build models (add_messages makes messages).
+                state[name] = value if fn is None else _json(fn(state[name], value))
     return state
 
 

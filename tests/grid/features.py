@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from stargraph import END, START, Command, Graph, Send, reducers
 from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
+from stargraph.messages import Message, MessagesState, RemoveMessage
 from stargraph.nodes import SubgraphNode
 from stargraph.runtime import RunContext
 from stargraph.skills import Skill
@@ -475,6 +476,100 @@ def parent_command_graph() -> Graph[Counter]:
     )
 
 
+# ----------------------------------------------------------------------------- messages
+
+
+class Talk(MessagesState):
+    """The messages feature's state: a conversation merged by ``add_messages``."""
+
+    turns: Annotated[int, reducers.add] = 0
+
+
+def greet(talk: Talk) -> dict[str, Any]:
+    """The host's first reply, then a correction of it under the same id."""
+    first = Message(role="assistant", content="helo", id="greeting")
+    return {"messages": [first, first.model_copy(update={"content": "hello"})], "turns": 1}
+
+
+def echo(talk: Talk) -> dict[str, Any]:
+    """Inside the skill: return the whole history plus one message (ids make it idempotent)."""
+    said = Message.assistant(f"child saw {len(talk.messages)}")
+    return {"messages": [*talk.messages, said], "turns": 1}
+
+
+def prune(talk: Talk) -> dict[str, Any]:
+    """The host's last node: drop the first user message by id, add a closing word."""
+    return {"messages": [RemoveMessage(id=talk.messages[0].id or ""), "thanks"], "turns": 1}
+
+
+def _echo_skill() -> Skill:
+    inner = (
+        Graph("grid-echo", state=Talk)
+        .with_node("echo", echo)
+        .with_edge(START, "echo")
+        .with_edge("echo", END)
+        .to_ir()
+    )
+    return Skill(
+        name="echo",
+        version="1.0.0",
+        kind="utility",
+        description="answers with the whole history",
+        state_schema=Talk,
+        subgraph=inner,
+    )
+
+
+def messages_graph() -> Graph[Talk]:
+    """greet -> the ``echo`` skill (returns the whole history) -> prune."""
+    return (
+        Graph("grid-messages", state=Talk)
+        .with_node("greet", greet)
+        .with_node(SubgraphNode.from_skill(_echo_skill(), site="echo"))
+        .with_node("prune", prune)
+        .with_edge(START, "greet")
+        .with_edge("greet", "echo")
+        .with_edge("echo", "prune")
+        .with_edge("prune", END)
+    )
+
+
+# ----------------------------------------------------------------------------- agent
+
+
+def area(width: float, height: float) -> float:
+    """The area of a rectangle (a plain function: the agent makes it a tool)."""
+    _effect(f"area {width} {height}")
+    return width * height
+
+
+def agent_script(request: ChatRequest) -> ChatResponse:
+    """Under plain names: the area, then a lookup, then an answer quoting both results."""
+    results = [m.content for m in request.messages if m.role == "tool"]
+    if not results:
+        return _call("area", {"width": 3, "height": 4.5}, "agent-1")
+    if len(results) == 1:
+        return _call("lookup", {"query": "rooms"}, "agent-2")
+    return _text(f"{results[0]} square metres; {results[1]}", "agent-3")
+
+
+def agent_feature_graph() -> Any:
+    """The prebuilt agent over a plain function and a ``@tool``."""
+    from stargraph.skills.agent import agent_graph
+
+    return agent_graph([area, lookup], name="grid-agent", max_steps=4)
+
+
+@contextmanager
+def agent_services(workspace: Path) -> Iterator[dict[str, Any]]:
+    """The agent's scripted model and an arbiter over its tools."""
+    from stargraph.skills.agent import agent_tools
+
+    registry = ToolRegistry.build(builtins=agent_tools([area, lookup]))
+    with Arbiter(registry, workspace=workspace) as arbiter:
+        yield {"model": ScriptedChatModel(agent_script), "arbiter": arbiter}
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -583,6 +678,14 @@ FEATURES: Final[dict[str, Feature]] = {
         ),
         Feature("command", f"{_M}:command_graph", {"text": "win a prize"}),
         Feature("parent_command", f"{_M}:parent_command_graph", {"x": 1}),
+        Feature("messages", f"{_M}:messages_graph", {"messages": ["hi", "hi"]}),
+        Feature(
+            "agent",
+            f"{_M}:agent_feature_graph",
+            {"messages": ["How large is a 3 by 4.5 room?"]},
+            services=agent_services,
+            journaled="tool",
+        ),
     )
 }
 """Every feature of the grid, by name (the first part of a cell id)."""
