@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import concurrent.futures
 import inspect
+import types
 import typing
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel
 
+from stargraph._closures import closure_ref, module_global_ref, unhashable_capture
 from stargraph.errors import CompileError, Problem, UnreferenceableNodeError
 from stargraph.ir import (
     END,
     START,
+    CachePolicyIR,
+    ClosureIR,
     ConditionalEdgeIR,
     FunctionNodeIR,
     GraphIR,
@@ -195,6 +199,8 @@ class Graph(Generic[StateT]):
         rules: Sequence[Any] = (),
         metadata: Mapping[str, Any] | None = None,
         input: type[BaseModel] | None = None,
+        factory: tuple[Callable[..., Any] | str, Mapping[str, Any]] | None = None,
+        cache: CachePolicyIR | None = None,
     ) -> Graph[StateT]:
         """Add a node: ``with_node("id", fn)`` for a callable, or ``with_node(SubgraphNode...)``.
 
@@ -211,6 +217,15 @@ class Graph(Generic[StateT]):
         ``Send`` payload of its task (which may carry keys that are not state fields) or, when
         it is reached without one, from the state's fields that ``Model`` declares. The
         model's import path is part of the graph hash.
+
+        ``fn`` may be a closure or a lambda (``make_agent("bob")``): the graph hash then
+        covers its code and captured values (see ``docs/concepts`` on closures), and the run
+        works in this process. ``factory=(make_agent, {"name": "bob"})`` builds the node by
+        calling ``make_agent(name="bob")`` and records that call in the IR, so that another
+        process (a worker, ``stargraph resume``) builds the same closure again.
+
+        ``cache=CachePolicy(...)`` serves the node's writes from a cache when it runs again
+        on the same input (see :class:`~stargraph.ir.CachePolicyIR`).
         """
         if not isinstance(node, str):
             node_ir, children, child_impls = node.mount(self)
@@ -219,6 +234,9 @@ class Graph(Generic[StateT]):
                 _subgraphs={**self._subgraphs, **children},
                 _impls={**child_impls, **self._impls},
             )
+        closure = None
+        if factory is not None:
+            fn, ref, closure = _factory_product(node, factory, fn, ref, self._name)
         if fn is None:
             raise CompileError.at(
                 f"/nodes/{node}",
@@ -226,6 +244,8 @@ class Graph(Generic[StateT]):
                 "call with_node(id, fn) with the node's function",
                 subject=f"graph {self._name!r}",
             )
+        if ref is None and closure is None:
+            ref, closure = _closure_of(node, fn, self._name)
         ref, impls = self._referenced(
             fn, ref, f"/nodes/{node}", f"node {node!r} of graph {self._name!r}"
         )
@@ -234,6 +254,8 @@ class Graph(Generic[StateT]):
             id=NodeId(node),
             ref=ref,
             input=input_ref,
+            closure=closure,
+            cache=None if cache is None else _cache_ir(node, cache, self._name),
             config=dict(config or {}),
             writes=tuple(writes) if writes is not None else None,
             retry=retry,
@@ -386,6 +408,92 @@ class Graph(Generic[StateT]):
 
     def __repr__(self) -> str:
         return f"Graph({self._name!r}, nodes={[n.id for n in self._nodes]})"
+
+
+def _closure_of(
+    node: str, fn: Callable[..., Any], graph: str
+) -> tuple[str | None, ClosureIR | None]:
+    """A node function without an import path of its own (a lambda, a closure): its registry
+    id and the digest of its code and captures that the graph hash covers."""
+    if isinstance(try_ref_of(fn), str) or not isinstance(fn, types.FunctionType):
+        return None, None  # importable, or not a Python function (the usual error follows)
+    digest = unhashable_capture(fn, f"/nodes/{node}", f"node {node!r} of graph {graph!r}")
+    # Bound to one global name of its module, another process imports it by that name.
+    found = module_global_ref(fn)
+    return found or closure_ref(fn, digest), ClosureIR(code=digest)
+
+
+def _factory_product(
+    node: str,
+    factory: tuple[Callable[..., Any] | str, Mapping[str, Any]],
+    fn: Callable[..., Any] | None,
+    ref: str | None,
+    graph: str,
+) -> tuple[Callable[..., Any], str, ClosureIR]:
+    """Build a node with ``factory``: the product, its registry id, and the IR's record of
+    the call (factory import path, JSON arguments, product digest)."""
+    subject = f"node {node!r} of graph {graph!r}"
+    where = f"/nodes/{node}/factory"
+    if fn is not None or ref is not None:
+        raise CompileError.at(
+            where,
+            "factory= builds the node's callable, so fn and ref= must not be given too",
+            "pass either with_node(id, fn) or with_node(id, factory=(make_fn, {...}))",
+            subject=subject,
+        )
+    if not (isinstance(factory, tuple) and len(factory) == 2 and isinstance(factory[1], Mapping)):
+        raise CompileError.at(
+            where,
+            f"factory={factory!r} is not a (factory, {{keyword: JSON}}) pair",
+            "pass factory=(make_agent, {'name': 'bob'})",
+            subject=subject,
+        )
+    make, args = factory
+    if isinstance(make, str):
+        factory_ref = make
+        make = resolve_ref(make)
+    else:
+        found = try_ref_of(make)
+        if isinstance(found, Problem):
+            raise UnreferenceableNodeError.at(
+                where,
+                f"the factory {found.message}",
+                "define the factory at module level, so that another process can import it",
+                subject=subject,
+            )
+        factory_ref = found
+    product = make(**args)
+    if not callable(product):
+        raise CompileError.at(
+            where,
+            f"factory {factory_ref!r} returned {type(product).__name__}, not a callable",
+            "make the factory return the node's function",
+            subject=subject,
+        )
+    digest = unhashable_capture(product, where, subject)
+    try:
+        closure = ClosureIR(code=digest, factory=factory_ref, args=dict(args))
+    except CompileError as exc:
+        raise CompileError.at(
+            f"{where}/args",
+            f"the factory's arguments are not JSON: {exc.problems[0].message}",
+            "pass JSON arguments (strings, numbers, lists, dicts); build other objects "
+            "inside the factory",
+            subject=subject,
+        ) from exc
+    return product, closure_ref(product, digest), closure
+
+
+def _cache_ir(node: str, cache: Any, graph: str) -> CachePolicyIR:
+    """The node's cache policy, its key function named by import path."""
+    if not isinstance(cache, CachePolicyIR):
+        raise CompileError.at(
+            f"/nodes/{node}/cache",
+            f"cache={cache!r} is not a CachePolicy",
+            "pass cache=CachePolicy(key=module_level_fn, ttl_s=60)",
+            subject=f"node {node!r} of graph {graph!r}",
+        )
+    return cache
 
 
 def _input_ref(node: str, model: Any, graph: str) -> str:

@@ -6,6 +6,7 @@ Structural checks use networkx; it is imported here, lazily, because it is slow 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Callable, Mapping
@@ -14,6 +15,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
+from stargraph._closures import node_closure
 from stargraph.errors import Problem, UntrustedRefError
 from stargraph.ir import END, START, ConditionalEdgeIR, FunctionNodeIR, GraphIR, StaticEdgeIR
 from stargraph.refs import resolve_ref
@@ -154,7 +156,17 @@ def validate_ir(
                         )
                     )
         if isinstance(node, FunctionNodeIR):
-            fn = _resolve(node.ref, impls, f"{where}/ref", f"node {node.id!r}")
+            if node.closure is not None:
+                fn = node_closure(
+                    node,
+                    impls,
+                    f"{where}/closure",
+                    functools.partial(
+                        _resolve, node.ref, impls, f"{where}/ref", f"node {node.id!r}"
+                    ),
+                )
+            else:
+                fn = _resolve(node.ref, impls, f"{where}/ref", f"node {node.id!r}")
             if isinstance(fn, Problem):
                 problems.append(fn)
                 continue

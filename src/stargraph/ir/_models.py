@@ -25,6 +25,8 @@ __all__ = [
     "END",
     "IR_VERSION",
     "START",
+    "CachePolicyIR",
+    "ClosureIR",
     "ConditionalEdgeIR",
     "EdgeIR",
     "FieldIR",
@@ -182,6 +184,48 @@ class RulePackIR(_IRModel):
     source: str = Field(description="CLIPS source text of the pack.")
 
 
+class ClosureIR(_IRModel):
+    """What pins a closure node's behaviour, and how another process builds it again.
+
+    ``code`` is the digest of the closure's code and captured values (see
+    ``stargraph._closures``); ``factory`` and ``args``, when given, name the module-level
+    function that makes it and its JSON keyword arguments.
+    """
+
+    code: str = Field(description="'sha256:...' of the closure's code and captured values.")
+    factory: str | None = Field(
+        default=None, description="'module:qualname' of the factory that builds the closure."
+    )
+    args: dict[str, JsonValue] = Field(
+        default_factory=dict, description="JSON keyword arguments the factory is called with."
+    )
+
+    @field_validator("args")
+    @classmethod
+    def _hashable_args(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _check_hashable_json(value)  # type: ignore[no-any-return]
+
+
+class CachePolicyIR(_IRModel):
+    """Serve a node's writes from a cache when it runs again on the same input.
+
+    ``key`` is the ``'module:qualname'`` of a function of the node's input returning the
+    cache key (JSON or text); None keys on the canonical JSON of the input. ``ttl_s`` bounds
+    how old, by the run's clock, a served entry may be; None keeps entries for ever.
+    """
+
+    key: str | None = Field(default=None, description="'module:qualname' of the key function.")
+    ttl_s: float | None = Field(default=None, gt=0, description="Seconds an entry is served.")
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _ref_of_function(cls, value: Any) -> Any:
+        if callable(value) and not isinstance(value, str):
+            module = importable_name(str(getattr(value, "__module__", "?")))
+            return f"{module}:{getattr(value, '__qualname__', '?')}"
+        return value
+
+
 class _NodeBase(_IRModel):
     id: NodeId
     writes: tuple[str, ...] | None = Field(
@@ -229,6 +273,12 @@ class FunctionNodeIR(_NodeBase):
         description="'module:qualname' (or registry id) of the node's input model: the node "
         "receives a validated instance of it - a Send's payload, or the state's fields it "
         "declares - instead of the state. None: the node receives the state.",
+    )
+    closure: ClosureIR | None = Field(
+        default=None, description="Set when the node is a closure: its digest and factory."
+    )
+    cache: CachePolicyIR | None = Field(
+        default=None, description="Serve the node's writes from a cache on a repeated input."
     )
 
     @field_validator("config")
