@@ -411,6 +411,39 @@ def thread_graph() -> Graph[Chat]:
     )
 
 
+# ----------------------------------------------------------------------------- closures
+
+
+def make_greeter(name: str) -> Callable[[Flow], dict[str, Any]]:
+    """A per-agent node, built by a factory: the name is captured, not configured."""
+
+    def greet(state: Flow) -> dict[str, Any]:
+        return {"log": [f"{name} greets {state.text}"], "total": len(name)}
+
+    return greet
+
+
+def _suffixer(mark: str) -> Callable[[Flow], dict[str, Any]]:
+    def close(state: Flow) -> dict[str, Any]:
+        return {"report": " / ".join(state.log) + mark}
+
+    return close
+
+
+def closure_graph() -> Graph[Flow]:
+    """Two products of one factory (rebuilt from the IR anywhere) -> a closure built in place."""
+    return (
+        Graph("grid-closure", state=Flow)
+        .with_node("bob", factory=(make_greeter, {"name": "bob"}))
+        .with_node("ada", factory=(make_greeter, {"name": "ada"}))
+        .with_node("close", _suffixer("!"))
+        .with_edge(START, "bob")
+        .with_edge("bob", "ada")
+        .with_edge("ada", "close")
+        .with_edge("close", END)
+    )
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -517,6 +550,7 @@ FEATURES: Final[dict[str, Feature]] = {
             second={"messages": ["bye"]},
             storeless=False,
         ),
+        Feature("closure", f"{_M}:closure_graph", {"text": "you"}),
     )
 }
 """Every feature of the grid, by name (the first part of a cell id)."""

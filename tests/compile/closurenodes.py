@@ -1,0 +1,51 @@
+"""Closure nodes and their factories, importable so that another process can build them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel
+
+from stargraph import END, START, Graph
+
+
+class Talk(BaseModel):
+    """The state of the closure graphs."""
+
+    text: str = ""
+    out: str = ""
+
+
+def make_agent(name: str, excited: bool = False) -> Callable[[Talk], dict[str, Any]]:
+    """A per-agent node: the agent's name and mood are captured, not configured."""
+    mark = "!" if excited else "."
+
+    def agent(state: Talk) -> dict[str, Any]:
+        return {"out": f"{name}: {state.text}{mark}"}
+
+    return agent
+
+
+shout = lambda state: {"out": state.text.upper()}  # noqa: E731 - a module-level lambda node
+
+
+def agent_graph(name: str = "bob") -> Graph[Talk]:
+    """One closure node, built in place: runs here, but no other process can build it."""
+    return (
+        Graph("talk", state=Talk)
+        .with_node("a", make_agent(name))
+        .with_edge(START, "a")
+        .with_edge("a", END)
+    )
+
+
+def factory_graph(name: str = "bob") -> Graph[Talk]:
+    """One closure node built through its factory: any process can build it again."""
+    return (
+        Graph("talk", state=Talk)
+        .with_node("a", factory=(make_agent, {"name": name}))
+        .with_edge(START, "a")
+        .with_edge("a", END)
+        .with_edge("a", END)
+    )
