@@ -14,6 +14,7 @@ import stargraph.runtime
 def test_top_level_all_is_sorted_and_pinned() -> None:
     assert stargraph.__all__ == sorted(stargraph.__all__)
     assert stargraph.__all__ == [
+        "CachePolicy",
         "CompileError",
         "CompiledGraph",
         "END",

@@ -17,12 +17,14 @@ from __future__ import annotations
 from stargraph import reducers
 from stargraph.errors import CompileError, RunError, StargraphError, UsageError
 from stargraph.graph import END, START, Graph, Send
+from stargraph.ir import CachePolicyIR as CachePolicy
 from stargraph.ir import RetryPolicyIR as RetryPolicy
 from stargraph.runtime import CompiledGraph, Interrupt, RunContext, interrupt_of
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CachePolicy",
     "CompileError",
     "CompiledGraph",
     "END",

@@ -58,7 +58,8 @@ def test_issue46_closure_hash_is_the_same_in_another_process() -> None:
 def test_issue46_factory_rebuilds_the_closure_from_the_ir_in_another_process() -> None:
     text = factory_graph("ada").to_ir().to_json()
     node = GraphIR.from_json(text).nodes[0]
-    assert isinstance(node, FunctionNodeIR) and node.closure is not None
+    assert isinstance(node, FunctionNodeIR)
+    assert node.closure is not None
     assert (node.closure.factory, node.closure.args) == (
         "tests.compile.closurenodes:make_agent",
         {"name": "ada"},
@@ -85,7 +86,8 @@ def test_issue46_a_closure_without_factory_is_refused_where_it_cannot_be_built()
 def test_issue46_a_factory_that_builds_something_else_now_is_refused() -> None:
     ir = factory_graph("bob").to_ir()
     node = ir.nodes[0]
-    assert isinstance(node, FunctionNodeIR) and node.closure is not None
+    assert isinstance(node, FunctionNodeIR)
+    assert node.closure is not None
     stale = node.model_copy(
         update={"closure": ClosureIR(**{**node.closure.model_dump(), "code": "sha256:" + "0" * 64})}
     )

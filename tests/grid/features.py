@@ -444,6 +444,38 @@ def closure_graph() -> Graph[Flow]:
     )
 
 
+# ----------------------------------------------------------------------------- cache
+
+
+def tally(state: Flow) -> dict[str, Any]:
+    """A cached node: its writes are served again when the text repeats."""
+    return {"log": [f"tally {state.text}"], "total": len(state.text)}
+
+
+def text_key(state: Flow) -> str:
+    """The cache key of ``tally``: the text alone."""
+    return state.text
+
+
+def once_more(state: Flow) -> Literal["tally", "__end__"]:
+    """Back to ``tally`` once: its second run, on the same text, is a cache hit."""
+    return "tally" if len(state.log) < 3 else END
+
+
+def cache_graph() -> Graph[Flow]:
+    """tally (cached by text) -> again -> tally (a hit) -> again -> END."""
+    from stargraph.ir import CachePolicyIR
+
+    return (
+        Graph("grid-cache", state=Flow)
+        .with_node("tally", tally, cache=CachePolicyIR(key=text_key))
+        .with_node("again", factory=(make_greeter, {"name": "again"}))
+        .with_edge(START, "tally")
+        .with_edge("tally", "again")
+        .with_conditional_edges("again", once_more, {"tally": "tally", END: END})
+    )
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -551,6 +583,7 @@ FEATURES: Final[dict[str, Feature]] = {
             storeless=False,
         ),
         Feature("closure", f"{_M}:closure_graph", {"text": "you"}),
+        Feature("cache", f"{_M}:cache_graph", {"text": "cached"}),
     )
 }
 """Every feature of the grid, by name (the first part of a cell id)."""

@@ -31,6 +31,7 @@ from stargraph.ir import (
 )
 from stargraph.refs import resolve_ref
 from stargraph.runtime import CompiledGraph
+from stargraph.runtime._cache import cache_for, cache_problems, cached
 from stargraph.runtime._context import ServiceMap
 from stargraph.runtime._plan import JoinSpec, NodeSpec, Plan, RouterSpec, accepts_ctx
 from stargraph.runtime._protocols import Warmable
@@ -93,6 +94,8 @@ def compile_ir(
                     )
                 )
     rules = _rules_factory(ir, state, problems)
+    cache_issues, cache_keys = cache_problems(ir, resolved.callables)
+    problems.extend(cache_issues)
     if nesting is not None and type(getattr(nesting, "max_depth", None)) is not int:
         problems.append(
             Problem(
@@ -169,6 +172,10 @@ def compile_ir(
             takes_ctx = bool(accepts_ctx(fn))
             is_async = is_async_callable(fn)
             config = dict(node.config)
+            if node.cache is not None:
+                cache = cache_for(options.store)
+                fn = cached(node, fn, takes_ctx, cache_keys.get(node.id), cache)
+                takes_ctx = True
         else:
             fn = _subgraph_runner(ir, node, impls, channels, options)
             ref, takes_ctx, is_async, config = f"subgraph:{node.graph}", True, False, {}
@@ -187,7 +194,8 @@ def compile_ir(
             config=config,
             interrupt_before=node.interrupt_before,
             interrupt_after=node.interrupt_after,
-            must_stub=node.must_stub,
+            # Replay serves a cached node's recorded writes, whether they came from the cache.
+            must_stub=node.must_stub or getattr(node, "cache", None) is not None,
             static_next=tuple(sorted(set(static_next[node.id]))),
             routers=tuple(routers[node.id]),
             joins=tuple(joins[node.id]),

@@ -1,0 +1,220 @@
+"""Node caching: serve a node's writes again when it runs on an input it has seen.
+
+A node compiled with ``cache=CachePolicy(...)`` is wrapped here. Its cache key is the node's
+own IR (so a changed node never hits an entry its old version made) and its input - the
+canonical JSON of the state it receives, or what the policy's ``key`` function returns for
+it. The lookup goes through the run's record (``ctx.record_call("cache", ...)``), so the
+step record says whether it was a hit, a re-executed step makes the same decision, and the
+entry's age is measured with the run's clock (``ctx.now()``, journaled) rather than the wall
+clock. Replay serves a cached node's recorded writes, hit or not (it is stubbed like a
+``must_stub`` node), so replay never depends on what a cache holds today.
+
+Where entries live: a table of the run's SQLite database when the graph is compiled with a
+``SqliteStore`` (so other processes and later runs share it), otherwise memory owned by the
+store object (``MemoryStore``, ``PostgresStore``) or, without a store, by the compiled graph.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import sqlite3
+import threading
+import weakref
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any, Protocol
+
+import orjson
+import pydantic_core
+from pydantic import BaseModel
+
+from stargraph.ir import CachePolicyIR, FunctionNodeIR, content_hash
+
+__all__ = [
+    "CACHE_CALL",
+    "MemoryNodeCache",
+    "NodeCache",
+    "SqliteNodeCache",
+    "cache_for",
+    "cache_problems",
+    "cached",
+]
+
+CACHE_CALL = "cache"
+"""The kind of the journaled call that records a cached node's lookup in its step record."""
+
+
+class NodeCache(Protocol):
+    """Where cached node writes are kept: ``(writes, stored_at)`` by key."""
+
+    def get(self, key: str) -> tuple[Any, str | None] | None:
+        """The entry under ``key``: its JSON writes and ISO time stored, or None."""
+        ...
+
+    def put(self, key: str, writes: Any, at: str | None) -> None:
+        """Keep ``writes`` (JSON) under ``key``, stored at ``at`` (ISO time, or None)."""
+        ...
+
+
+class MemoryNodeCache:
+    """Entries in a dict: shared by the runs of one store object (or one compiled graph)."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[Any, str | None]] = {}
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> tuple[Any, str | None] | None:
+        """See :class:`NodeCache`."""
+        with self._lock:
+            return self._entries.get(key)
+
+    def put(self, key: str, writes: Any, at: str | None) -> None:
+        """See :class:`NodeCache`."""
+        with self._lock:
+            self._entries[key] = (writes, at)
+
+
+class SqliteNodeCache:
+    """Entries in a table of the store's SQLite database, one connection per thread."""
+
+    _DDL = (
+        "CREATE TABLE IF NOT EXISTS stargraph_node_cache "
+        "(key TEXT PRIMARY KEY, writes BLOB NOT NULL, stored_at TEXT)"
+    )
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._local = threading.local()
+
+    def _conn(self) -> sqlite3.Connection:
+        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = sqlite3.connect(self._path, timeout=30, isolation_level=None)
+            conn.execute(self._DDL)
+            self._local.conn = conn
+        return conn
+
+    def get(self, key: str) -> tuple[Any, str | None] | None:
+        """See :class:`NodeCache`."""
+        row = (
+            self._conn()
+            .execute("SELECT writes, stored_at FROM stargraph_node_cache WHERE key = ?", (key,))
+            .fetchone()
+        )
+        return None if row is None else (orjson.loads(row[0]), row[1])
+
+    def put(self, key: str, writes: Any, at: str | None) -> None:
+        """See :class:`NodeCache`."""
+        self._conn().execute(
+            "INSERT OR REPLACE INTO stargraph_node_cache (key, writes, stored_at) VALUES (?, ?, ?)",
+            (key, orjson.dumps(writes), at),
+        )
+
+
+_BY_STORE: weakref.WeakKeyDictionary[Any, NodeCache] = weakref.WeakKeyDictionary()
+_BY_STORE_LOCK = threading.Lock()
+
+
+def cache_for(store: Any) -> NodeCache:
+    """The node cache of a checkpoint store (or of a storeless compiled graph: ``None``)."""
+    if store is None:
+        return MemoryNodeCache()
+    with _BY_STORE_LOCK:
+        found = _BY_STORE.get(store)
+        if found is None:
+            path = getattr(store, "path", None)
+            if type(store).__name__ == "SqliteStore" and isinstance(path, Path):
+                found = SqliteNodeCache(path)
+            else:
+                found = MemoryNodeCache()
+            _BY_STORE[store] = found
+        return found
+
+
+def _age(now: str, at: str) -> timedelta:
+    return datetime.fromisoformat(now) - datetime.fromisoformat(at)
+
+
+def _input_json(value: Any) -> Any:
+    if isinstance(value, BaseModel):
+        return value.model_dump(mode="json")
+    return pydantic_core.to_jsonable_python(value)
+
+
+def cached(
+    node: FunctionNodeIR,
+    fn: Callable[..., Any],
+    takes_ctx: bool,
+    key_fn: Callable[[Any], Any] | None,
+    cache: NodeCache,
+) -> Callable[[Any, Any], Any]:
+    """``fn`` (a sync node) behind the node's cache; the wrapper takes ``(state, ctx)``."""
+    policy: CachePolicyIR = node.cache or CachePolicyIR()
+    # The node's own behaviour, not the graph's: another node changing keeps entries valid.
+    namespace = content_hash(node.model_dump(mode="json", exclude={"metadata"}))
+    ttl = None if policy.ttl_s is None else timedelta(seconds=policy.ttl_s)
+
+    def run(state: Any, ctx: Any) -> Any:
+        chosen = key_fn(state) if key_fn is not None else _input_json(state)
+        key = content_hash({"node": namespace, "input": _input_json(chosen)})
+        now = ctx.now().isoformat() if ttl is not None else None
+
+        def lookup() -> dict[str, Any]:
+            entry = cache.get(key)
+            if entry is None:
+                return {"hit": False}
+            writes, at = entry
+            if ttl is not None and (at is None or now is None or _age(now, at) > ttl):
+                return {"hit": False}
+            return {"hit": True, "writes": writes}
+
+        # Only the lookup is journaled: the body runs outside it, so its own journaled
+        # calls (a model's answer) are recorded and served as in any node.
+        found = ctx.record_call(CACHE_CALL, key, {"key": key}, lookup)
+        if found["hit"]:
+            ctx.emit({"cache": "hit", "node": node.id, "key": key})
+            return found["writes"]
+        writes = fn(state, ctx) if takes_ctx else fn(state)
+        cache.put(key, _input_json(writes), now)
+        return writes
+
+    functools.update_wrapper(run, fn)
+    return run
+
+
+def cache_problems(ir: Any, impls: Any) -> tuple[list[Any], dict[str, Callable[[Any], Any]]]:
+    """What is wrong with the graph's cache policies, and their key functions by node id."""
+    from stargraph.errors import Problem
+    from stargraph.refs import resolve_ref
+
+    problems: list[Problem] = []
+    keys: dict[str, Callable[[Any], Any]] = {}
+    for i, node in enumerate(ir.nodes):
+        policy = getattr(node, "cache", None)
+        if policy is None:
+            continue
+        fn = impls.get(node.ref)
+        if fn is not None and inspect.iscoroutinefunction(inspect.unwrap(fn)):
+            problems.append(
+                Problem(
+                    f"/nodes/{i}/cache",
+                    f"node {node.id!r} is async, and cached nodes must be sync for now",
+                    "make the node a plain function, or drop cache=",
+                )
+            )
+        if policy.key is None:
+            continue
+        try:
+            keys[node.id] = resolve_ref(policy.key)
+        except (ImportError, AttributeError) as exc:
+            problems.append(
+                Problem(
+                    f"/nodes/{i}/cache/key",
+                    f"node {node.id!r}'s cache key function {policy.key!r} cannot be imported: "
+                    f"{exc}",
+                    "define the key function at module level",
+                )
+            )
+    return problems, keys
