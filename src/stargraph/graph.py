@@ -43,6 +43,7 @@ from stargraph.refs import resolve_ref, try_ref_of
 from stargraph.runtime._context import Entropy, SystemEntropy
 from stargraph.runtime._executor import DEFAULT_MAX_STEPS
 from stargraph.runtime._plan import Send
+from stargraph.runtime._schemas import Private
 from stargraph.state import schema_ir
 
 if TYPE_CHECKING:
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
     from stargraph.runtime import CompiledGraph
     from stargraph.skills import NestingProfile
 
-__all__ = ["END", "Graph", "START", "Send"]
+__all__ = ["END", "Graph", "Private", "START", "Send"]
 
 StateT = TypeVar("StateT", bound=BaseModel)
 
@@ -93,13 +94,18 @@ class Graph(Generic[StateT]):
     """An immutable graph under construction; ``to_ir()`` gives its IR, ``compile()`` runs it.
 
     ``Graph(name, state=Model)`` starts an empty graph; ``Graph(ir)`` continues from an IR
-    (its callables are imported by reference, or taken from ``impls``).
+    (its callables are imported by reference, or taken from ``impls``). ``input=In`` and
+    ``output=Out`` (module-level pydantic models whose fields are state fields) are the
+    graph's boundary: a run's input must fit ``In``, and ``invoke``/``resume`` return an
+    ``Out`` built from the final state. A state field annotated ``Annotated[T, Private]`` is
+    a private channel (see :data:`Private`).
     """
 
     __slots__ = (
         "_edges",
         "_entry",
         "_impls",
+        "_io",
         "_meta",
         "_name",
         "_nodes",
@@ -117,8 +123,15 @@ class Graph(Generic[StateT]):
         state: type[StateT] | None = None,
         impls: Mapping[str, Callable[..., Any]] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        input: type[BaseModel] | None = None,
+        output: type[BaseModel] | None = None,
     ) -> None:
         self._impls: dict[str, Callable[..., Any]] = dict(impls or {})
+        # The refs of the input and output models (Graph(..., input=, output=)).
+        self._io: tuple[str | None, str | None] = (
+            _model_ref("input", input, name_or_ir),
+            _model_ref("output", output, name_or_ir),
+        )
         if isinstance(name_or_ir, GraphIR):
             ir = name_or_ir
             self._name = ir.name
@@ -133,6 +146,7 @@ class Graph(Generic[StateT]):
             self._rules: tuple[RulePackIR, ...] = tuple(ir.rule_packs)
             self._subgraphs: dict[str, GraphIR] = dict(ir.subgraphs)
             self._meta: dict[str, Any] = dict(metadata or ir.metadata)
+            self._io = (self._io[0] or ir.input_model, self._io[1] or ir.output_model)
             return
         if state is None or not (isinstance(state, type) and issubclass(state, BaseModel)):
             raise CompileError.at(
@@ -354,6 +368,8 @@ class Graph(Generic[StateT]):
             entry=self._entry,
             rule_packs=self._rules,
             subgraphs=self._subgraphs,
+            input_model=self._io[0],
+            output_model=self._io[1],
             metadata=self._meta,
         )
 
@@ -408,6 +424,29 @@ class Graph(Generic[StateT]):
 
     def __repr__(self) -> str:
         return f"Graph({self._name!r}, nodes={[n.id for n in self._nodes]})"
+
+
+def _model_ref(label: str, model: Any, graph: Any) -> str | None:
+    """The import path of a graph's input or output model."""
+    if model is None:
+        return None
+    name = graph if isinstance(graph, str) else graph.name
+    if not (inspect.isclass(model) and issubclass(model, BaseModel)):
+        raise CompileError.at(
+            f"/{label}_model",
+            f"{label}={model!r} is not a pydantic model",
+            f"pass {label}=Model where Model subclasses pydantic.BaseModel",
+            subject=f"graph {name!r}",
+        )
+    found = try_ref_of(model)
+    if isinstance(found, Problem):
+        raise UnreferenceableNodeError.at(
+            f"/{label}_model",
+            f"{label} model {model.__qualname__!r} cannot be referenced by import path",
+            f"define the {label} model at module level",
+            subject=f"graph {name!r}",
+        )
+    return found
 
 
 def _closure_of(

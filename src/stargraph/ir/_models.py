@@ -129,6 +129,9 @@ class FieldIR(_IRModel):
     default: JsonValue = Field(default=None, description="JSON form of the default value.")
     required: bool = Field(default=False, description="True when the field has no default.")
     fact: bool = Field(default=False, description="Mirrored into the rule engine as a fact.")
+    private: bool = Field(
+        default=False, description="A private channel: only nodes that declare it see it."
+    )
     metadata: dict[str, JsonValue] = Field(default_factory=dict, description="Not hashed.")
 
     @field_validator("default")
@@ -371,6 +374,12 @@ class GraphIR(_IRModel):
     )
     outputs: tuple[str, ...] | None = Field(
         default=None, description="Declared output channels; None means every state field."
+    )
+    input_model: str | None = Field(
+        default=None, description="'module:qualname' of the model a run's input must fit."
+    )
+    output_model: str | None = Field(
+        default=None, description="'module:qualname' of the model a run hands back."
     )
     metadata: dict[str, JsonValue] = Field(default_factory=dict, description="Not hashed.")
 
