@@ -15,9 +15,10 @@ Its identity is instead a digest of
   (``None``, booleans, numbers, strings, lists, tuples, dicts with string keys, sets), a
   pydantic model (its class's import path and canonical JSON: a ``ToolSpec`` is one), an
   object with a ``graph_hash`` (a ``Graph``, ``GraphIR`` or compiled graph), an enum member,
-  a module-level function or class (by import path), another closure (by its own digest), or
-  any object declaring ``__stargraph_identity__(self)`` that returns JSON. Anything else is
-  refused, naming the variable, because two runs could not tell whether it changed.
+  a ``@tool`` (its spec's hash and its body's import path), a module-level function, class
+  or object (by import path), another closure (by its own digest), or any object declaring
+  ``__stargraph_identity__(self)`` that returns JSON. Anything else is refused, naming the
+  variable, because two runs could not tell whether it changed.
 
 A closure node resumes in another process only when the IR says how to build it again:
 ``with_node(id, factory=(make_agent, {"name": "bob"}))`` records the factory's import path and
@@ -144,6 +145,14 @@ def _value(value: Any, path: str, seen: dict[int, str], depth: int) -> Any:
         return ["ref", _ref(value, path)]
     if isinstance(value, types.ModuleType):
         return ["module", importable_name(value.__name__)]
+    spec = getattr(value, "spec", None)
+    spec_hash = getattr(spec, "spec_hash", None)
+    if isinstance(spec, BaseModel) and isinstance(spec_hash, str):
+        # A @tool: its spec (the contract) and the import path of its body.
+        return ["tool", spec_hash, str(getattr(value, "source", ""))]
+    named = try_ref_of(value)
+    if isinstance(named, str):  # a module-level object, importable by this name
+        return ["ref", named]
     raise _Unhashable(path, f"a {type(value).__qualname__!r} object")
 
 

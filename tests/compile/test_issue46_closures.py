@@ -162,3 +162,21 @@ def test_issue46_module_level_lambda_is_imported_by_its_name() -> None:
     assert ir.nodes[0].ref == "tests.compile.closurenodes:shout"
     reloaded: Any = Graph(GraphIR.from_json(ir.to_json())).compile()
     assert reloaded.invoke({"text": "hi"}).out == "HI"
+
+
+def _with_tool(tool: Any, graph: Any) -> str:
+    def use(state: Talk) -> dict[str, Any]:
+        _ = (tool, graph)  # captured for what they are, not called here
+        return {}
+
+    return Graph("tools", state=Talk).with_node("a", use).with_edge(START, "a").graph_hash
+
+
+def test_issue46_captured_tools_and_graphs_are_hashed_by_what_they_are() -> None:
+    from tests.grid.features import lookup, multiply
+
+    assert _with_tool(lookup, agent_graph("bob")) == _with_tool(lookup, agent_graph("bob"))
+    assert _with_tool(lookup, agent_graph("bob")) != _with_tool(multiply, agent_graph("bob"))
+    assert _with_tool(lookup, agent_graph("bob")) != _with_tool(lookup, agent_graph("ada"))
+    compiled = agent_graph("bob").compile()
+    assert _with_tool(lookup.spec, compiled) == _with_tool(lookup.spec, agent_graph("bob"))
