@@ -49,3 +49,18 @@ def factory_graph(name: str = "bob") -> Graph[Talk]:
         .with_edge("a", END)
         .with_edge("a", END)
     )
+
+
+def approve(state: Talk) -> dict[str, Any]:
+    """A node the run pauses before (so that another process resumes it)."""
+    return {"text": f"{state.text} (approved)"}
+
+
+def paused_graph(factory: bool) -> Graph[Talk]:
+    """approve (interrupt before) -> a closure node, built in place or by its factory."""
+    graph = Graph("paused", state=Talk).with_node("approve", approve, interrupt_before=True)
+    if factory:
+        graph = graph.with_node("a", factory=(make_agent, {"name": "bob"}))
+    else:
+        graph = graph.with_node("a", make_agent("bob"))
+    return graph.with_edge(START, "approve").with_edge("approve", "a").with_edge("a", END)

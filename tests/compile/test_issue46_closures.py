@@ -180,3 +180,39 @@ def test_issue46_captured_tools_and_graphs_are_hashed_by_what_they_are() -> None
     assert _with_tool(lookup, agent_graph("bob")) != _with_tool(lookup, agent_graph("ada"))
     compiled = agent_graph("bob").compile()
     assert _with_tool(lookup.spec, compiled) == _with_tool(lookup.spec, agent_graph("bob"))
+
+
+_CLI = "import sys; from stargraph.cli import main; sys.argv[0] = 'stargraph'; sys.exit(main())"
+
+
+def _cli_resume(db: Path, run_id: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    return subprocess.run(
+        [sys.executable, "-c", _CLI, "resume", run_id, "--db", str(db), "-q"],
+        check=False,
+        cwd=db.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.mark.parametrize("factory", [False, True])
+def test_issue46_stargraph_resume_rebuilds_a_factory_closure_or_asks_for_one(
+    tmp_path: Path, factory: bool
+) -> None:
+    from stargraph.checkpoint import SqliteStore
+    from tests.compile.closurenodes import paused_graph
+
+    db = tmp_path / "runs.db"
+    app = paused_graph(factory).compile(store=SqliteStore(db))
+    app.invoke({"text": "hi"}, run_id="paused")
+    done = _cli_resume(db, "paused")
+    if factory:
+        assert done.returncode == 0, done.stderr
+        assert SqliteStore(db).get_run("paused").status == "done"
+    else:
+        assert done.returncode != 0
+        assert "node 'a' is a closure" in done.stderr
+        assert "factory=(make_fn, {json keyword args})" in done.stderr
