@@ -19,6 +19,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel
 
 from stargraph import END, START, Graph, Send, reducers
+from stargraph.graph import Private
 from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
 from stargraph.nodes import SubgraphNode
 from stargraph.runtime import RunContext
@@ -476,6 +477,66 @@ def cache_graph() -> Graph[Flow]:
     )
 
 
+# ----------------------------------------------------------------------------- boundary
+
+
+class Memo(BaseModel):
+    """A state with a private channel: ``scratch`` never crosses the graph's boundary."""
+
+    text: str = ""
+    scratch: Annotated[str, Private] = ""
+    report: str = ""
+    peeked: str = ""
+
+
+class MemoIn(BaseModel):
+    """What a run of the boundary graph is given."""
+
+    text: str
+
+
+class MemoOut(BaseModel):
+    """What it hands back."""
+
+    report: str
+    peeked: str
+
+
+class Scratching(BaseModel):
+    """The input of the node that declares the private channel."""
+
+    scratch: str = ""
+
+
+def jot(state: Memo) -> dict[str, Any]:
+    """Writes the private scratch (declared through writes=)."""
+    return {"scratch": f"notes on {state.text}"}
+
+
+def glance(state: Memo) -> dict[str, Any]:
+    """Declares nothing private: sees the scratch at its default."""
+    return {"peeked": repr(state.scratch)}
+
+
+def summarise(item: Scratching) -> dict[str, Any]:
+    """Reads the private scratch through its input model."""
+    return {"report": item.scratch.upper()}
+
+
+def boundary_graph() -> Graph[Memo]:
+    """jot -> glance -> summarise, behind input and output models."""
+    return (
+        Graph("grid-boundary", state=Memo, input=MemoIn, output=MemoOut)
+        .with_node("jot", jot, writes=["scratch"])
+        .with_node("glance", glance)
+        .with_node("summarise", summarise, input=Scratching)
+        .with_edge(START, "jot")
+        .with_edge("jot", "glance")
+        .with_edge("glance", "summarise")
+        .with_edge("summarise", END)
+    )
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -584,6 +645,7 @@ FEATURES: Final[dict[str, Feature]] = {
         ),
         Feature("closure", f"{_M}:closure_graph", {"text": "you"}),
         Feature("cache", f"{_M}:cache_graph", {"text": "cached"}),
+        Feature("boundary", f"{_M}:boundary_graph", {"text": "memo"}),
     )
 }
 """Every feature of the grid, by name (the first part of a cell id)."""
