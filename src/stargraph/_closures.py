@@ -283,24 +283,25 @@ def rebuild_closure(
 
 
 def node_closure(
-    node: Any,
+    ref: str,
+    closure: Any,
+    what: str,
+    *,
     impls: Mapping[str, Callable[..., Any]],
     where: str,
     resolve: Callable[[], Callable[..., Any] | Problem],
 ) -> Callable[..., Any] | Problem:
-    """The callable of a closure node (``node.closure`` set): from ``impls`` (built in this
-    process), rebuilt by its factory, or imported by ``resolve`` and checked against the
-    digest; else the problem saying to give the node a factory."""
-    closure = node.closure
-    what = f"node {node.id!r}"
-    if node.ref in impls:
-        return impls[node.ref]
+    """The callable of a closure node or router (``closure`` set; ``what`` names it): from
+    ``impls`` (built in this process), rebuilt by its factory, or imported by ``resolve``
+    and checked against the digest; else the problem saying to give it a factory."""
+    if ref in impls:
+        return impls[ref]
     if closure.factory is not None:
         return rebuild_closure(closure.factory, closure.args, closure.code, where, what)
-    if "#" in node.ref:
+    if "#" in ref:
         return Problem(
             where,
-            f"{what} is a closure ({node.ref}) that this IR cannot build again: it records "
+            f"{what} is a closure ({ref}) that this IR cannot build again: it records "
             "no factory, and no impls supply it (in another process - a worker, "
             "'stargraph resume' - nothing can)",
             "build the node with with_node(id, factory=(make_fn, {json keyword args})) so any "
@@ -316,7 +317,7 @@ def node_closure(
     if digest != closure.code:
         return Problem(
             where,
-            f"{what}'s function {node.ref!r} is not the one the IR recorded (recorded "
+            f"{what}'s function {ref!r} is not the one the IR recorded (recorded "
             f"{closure.code}, imported {digest}): its code or captured values changed",
             "rebuild the IR from the current code, or restore the function as it was",
         )

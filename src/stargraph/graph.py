@@ -313,17 +313,31 @@ class Graph(Generic[StateT]):
     def with_conditional_edges(
         self,
         source: str,
-        router: Callable[..., Any],
+        router: Callable[..., Any] | None = None,
         mapping: Mapping[Hashable, str] | Sequence[str] | None = None,
         *,
         ref: str | None = None,
+        factory: tuple[Callable[..., Any] | str, Mapping[str, Any]] | None = None,
     ) -> Graph[StateT]:
         """After ``source``, call ``router(state)`` to choose what runs next.
 
         The router returns a key of ``mapping`` (or several), ``END``, or ``Send`` objects.
         ``mapping`` may be a dict, a list of node ids, or omitted when the router's return
-        annotation is a ``Literal[...]`` of node ids.
+        annotation is a ``Literal[...]`` of node ids. The router may be a closure or a lambda,
+        and ``factory=(make_router, {json args})`` builds it, as for ``with_node``.
         """
+        closure = None
+        if factory is not None:
+            router, ref, closure = _factory_product((source,), factory, router, ref, self._name)
+        elif ref is None and router is not None:
+            ref, closure = _closure_of((source,), router, self._name)
+        if router is None:
+            raise CompileError.at(
+                f"/edges/{source}",
+                "no router given",
+                "pass with_conditional_edges(source, router, ...) or factory=(make_router, {...})",
+                subject=f"graph {self._name!r}",
+            )
         ref, impls = self._referenced(
             router, ref, f"/edges/{source}", f"router of {source!r} in graph {self._name!r}"
         )
@@ -341,7 +355,7 @@ class Graph(Generic[StateT]):
             targets = {str(k): v for k, v in mapping.items()}
         else:
             targets = {t: t for t in mapping}
-        edge = ConditionalEdgeIR(source=source, router=ref, mapping=targets)
+        edge = ConditionalEdgeIR(source=source, router=ref, mapping=targets, closure=closure)
         return self._replace(_edges=(*self._edges, edge), _impls=impls)
 
     def with_rules(self, *packs: Any) -> Graph[StateT]:
@@ -449,21 +463,29 @@ def _model_ref(label: str, model: Any, graph: Any) -> str | None:
     return found
 
 
+def _site(node: str | tuple[str], graph: str) -> tuple[str, str]:
+    """Pointer and subject of an error about a node, or (``(source,)``) a router."""
+    if isinstance(node, tuple):
+        return f"/edges/{node[0]}", f"router of {node[0]!r} in graph {graph!r}"
+    return f"/nodes/{node}", f"node {node!r} of graph {graph!r}"
+
+
 def _closure_of(
-    node: str, fn: Callable[..., Any], graph: str
+    node: str | tuple[str], fn: Callable[..., Any], graph: str
 ) -> tuple[str | None, ClosureIR | None]:
     """A node function without an import path of its own (a lambda, a closure): its registry
     id and the digest of its code and captures that the graph hash covers."""
     if isinstance(try_ref_of(fn), str) or not isinstance(fn, types.FunctionType):
         return None, None  # importable, or not a Python function (the usual error follows)
-    digest = unhashable_capture(fn, f"/nodes/{node}", f"node {node!r} of graph {graph!r}")
+    where, subject = _site(node, graph)
+    digest = unhashable_capture(fn, where, subject)
     # Bound to one global name of its module, another process imports it by that name.
     found = module_global_ref(fn)
     return found or closure_ref(fn, digest), ClosureIR(code=digest)
 
 
 def _factory_product(
-    node: str,
+    node: str | tuple[str],
     factory: tuple[Callable[..., Any] | str, Mapping[str, Any]],
     fn: Callable[..., Any] | None,
     ref: str | None,
@@ -471,8 +493,8 @@ def _factory_product(
 ) -> tuple[Callable[..., Any], str, ClosureIR]:
     """Build a node with ``factory``: the product, its registry id, and the IR's record of
     the call (factory import path, JSON arguments, product digest)."""
-    subject = f"node {node!r} of graph {graph!r}"
-    where = f"/nodes/{node}/factory"
+    where, subject = _site(node, graph)
+    where = f"{where}/factory"
     if fn is not None or ref is not None:
         raise CompileError.at(
             where,

@@ -64,3 +64,35 @@ def paused_graph(factory: bool) -> Graph[Talk]:
     else:
         graph = graph.with_node("a", make_agent("bob"))
     return graph.with_edge(START, "approve").with_edge("approve", "a").with_edge("a", END)
+
+
+def make_router(word: str) -> Callable[[Talk], str]:
+    """A router that sends texts holding ``word`` one way and the rest the other."""
+
+    def route(state: Talk) -> str:
+        return "loud" if word in state.text else "quiet"
+
+    return route
+
+
+def loud(state: Talk) -> dict[str, Any]:
+    """One branch."""
+    return {"out": "LOUD"}
+
+
+def quiet(state: Talk) -> dict[str, Any]:
+    """The other."""
+    return {"out": "quiet"}
+
+
+def routed_graph(word: str, factory: bool = True) -> Graph[Talk]:
+    """A closure router between two branches."""
+    graph = Graph("routed", state=Talk).with_node("loud", loud).with_node("quiet", quiet)
+    graph = graph.with_node("start", approve).with_edge(START, "start")
+    if factory:
+        graph = graph.with_conditional_edges(
+            "start", mapping=["loud", "quiet"], factory=(make_router, {"word": word})
+        )
+    else:
+        graph = graph.with_conditional_edges("start", make_router(word), ["loud", "quiet"])
+    return graph.with_edge("loud", END).with_edge("quiet", END)

@@ -216,3 +216,16 @@ def test_issue46_stargraph_resume_rebuilds_a_factory_closure_or_asks_for_one(
         assert done.returncode != 0
         assert "node 'a' is a closure" in done.stderr
         assert "factory=(make_fn, {json keyword args})" in done.stderr
+
+
+def test_issue46_a_router_may_be_a_closure_or_a_factory_product() -> None:
+    from tests.compile.closurenodes import routed_graph
+
+    assert routed_graph("hey").compile().invoke({"text": "hey you"}).out == "LOUD"
+    assert routed_graph("hey", factory=False).compile().invoke({"text": "you"}).out == "quiet"
+    assert routed_graph("hey").graph_hash != routed_graph("yo").graph_hash
+    assert routed_graph("hey", factory=False).graph_hash != routed_graph("yo", False).graph_hash
+    rebuilt: Any = Graph(GraphIR.from_json(routed_graph("yo").to_ir().to_json())).compile()
+    assert rebuilt.invoke({"text": "yo"}).out == "LOUD"
+    with pytest.raises(CompileError, match="router of 'start' is a closure"):
+        Graph(GraphIR.from_json(routed_graph("yo", factory=False).to_ir().to_json())).compile()

@@ -158,10 +158,12 @@ def validate_ir(
         if isinstance(node, FunctionNodeIR):
             if node.closure is not None:
                 fn = node_closure(
-                    node,
-                    impls,
-                    f"{where}/closure",
-                    functools.partial(
+                    node.ref,
+                    node.closure,
+                    f"node {node.id!r}",
+                    impls=impls,
+                    where=f"{where}/closure",
+                    resolve=functools.partial(
                         _resolve, node.ref, impls, f"{where}/ref", f"node {node.id!r}"
                     ),
                 )
@@ -211,7 +213,20 @@ def validate_ir(
                 check_source(edge.source, f"{where}/source")
             for key, target in edge.mapping.items():
                 check_target(target, f"{where}/mapping/{key}")
-            router = _resolve(edge.router, impls, f"{where}/router", f"router of {edge.source!r}")
+            what = f"router of {edge.source!r}"
+            if edge.closure is not None:
+                router = node_closure(
+                    edge.router,
+                    edge.closure,
+                    what,
+                    impls=impls,
+                    where=f"{where}/closure",
+                    resolve=functools.partial(
+                        _resolve, edge.router, impls, f"{where}/router", what
+                    ),
+                )
+            else:
+                router = _resolve(edge.router, impls, f"{where}/router", what)
             if isinstance(router, Problem):
                 problems.append(router)
             else:

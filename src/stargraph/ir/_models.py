@@ -332,6 +332,9 @@ class ConditionalEdgeIR(_IRModel):
     source: str
     router: str = Field(description="'module:qualname' or registry id of the router.")
     mapping: dict[str, str] = Field(description="Router result -> node id (or END).")
+    closure: ClosureIR | None = Field(
+        default=None, description="Set when the router is a closure: its digest and factory."
+    )
     metadata: dict[str, JsonValue] = Field(default_factory=dict, description="Not hashed.")
 
 
