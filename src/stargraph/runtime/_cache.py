@@ -9,13 +9,15 @@ entry's age is measured with the run's clock (``ctx.now()``, journaled) rather t
 clock. Replay serves a cached node's recorded writes, hit or not (it is stubbed like a
 ``must_stub`` node), so replay never depends on what a cache holds today.
 
-Where entries live: a table of the run's SQLite database when the graph is compiled with a
-``SqliteStore`` (so other processes and later runs share it), otherwise memory owned by the
-store object (``MemoryStore``, ``PostgresStore``) or, without a store, by the compiled graph.
+Where entries live: a table of the run's database when the graph is compiled with a
+``SqliteStore`` or a ``PostgresStore`` (so other processes and later runs share them),
+otherwise memory owned by the ``MemoryStore`` object or, without a store, by the compiled
+graph.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import sqlite3
@@ -36,6 +38,7 @@ __all__ = [
     "CACHE_CALL",
     "MemoryNodeCache",
     "NodeCache",
+    "PostgresNodeCache",
     "SqliteNodeCache",
     "cache_for",
     "cache_problems",
@@ -77,7 +80,8 @@ class MemoryNodeCache:
 
 
 class SqliteNodeCache:
-    """Entries in a table of the store's SQLite database, one connection per thread."""
+    """Entries in a table of the store's SQLite database (a connection per call: a cached
+    node is one worth sparing, and no connection outlives its call)."""
 
     _DDL = (
         "CREATE TABLE IF NOT EXISTS stargraph_node_cache "
@@ -86,29 +90,58 @@ class SqliteNodeCache:
 
     def __init__(self, path: Path) -> None:
         self._path = path
-        self._local = threading.local()
 
-    def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
-        if conn is None:
-            conn = sqlite3.connect(self._path, timeout=30, isolation_level=None)
+    def _run(self, query: str, args: tuple[Any, ...]) -> Any:
+        with contextlib.closing(
+            sqlite3.connect(self._path, timeout=30, isolation_level=None)
+        ) as conn:
             conn.execute(self._DDL)
-            self._local.conn = conn
-        return conn
+            return conn.execute(query, args).fetchone()
 
     def get(self, key: str) -> tuple[Any, str | None] | None:
         """See :class:`NodeCache`."""
-        row = (
-            self._conn()
-            .execute("SELECT writes, stored_at FROM stargraph_node_cache WHERE key = ?", (key,))
-            .fetchone()
-        )
+        row = self._run("SELECT writes, stored_at FROM stargraph_node_cache WHERE key = ?", (key,))
         return None if row is None else (orjson.loads(row[0]), row[1])
 
     def put(self, key: str, writes: Any, at: str | None) -> None:
         """See :class:`NodeCache`."""
-        self._conn().execute(
+        self._run(
             "INSERT OR REPLACE INTO stargraph_node_cache (key, writes, stored_at) VALUES (?, ?, ?)",
+            (key, orjson.dumps(writes), at),
+        )
+
+
+class PostgresNodeCache:
+    """Entries in a table of the store's PostgreSQL schema (a connection per call, as for
+    SQLite)."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def _run(self, query: str, args: tuple[Any, ...]) -> Any:
+        from psycopg import sql
+
+        table = sql.Identifier(self._store.schema, "node_cache")
+        with self._store.connect() as conn:
+            conn.execute(
+                sql.SQL(
+                    "CREATE TABLE IF NOT EXISTS {} "
+                    "(key TEXT PRIMARY KEY, writes BYTEA NOT NULL, stored_at TEXT)"
+                ).format(table)
+            )
+            return conn.execute(sql.SQL(query).format(table), args).fetchone()
+
+    def get(self, key: str) -> tuple[Any, str | None] | None:
+        """See :class:`NodeCache`."""
+        row = self._run("SELECT writes, stored_at FROM {} WHERE key = %s", (key,))
+        return None if row is None else (orjson.loads(bytes(row[0])), row[1])
+
+    def put(self, key: str, writes: Any, at: str | None) -> None:
+        """See :class:`NodeCache`."""
+        self._run(
+            "INSERT INTO {} (key, writes, stored_at) VALUES (%s, %s, %s) "
+            "ON CONFLICT (key) DO UPDATE SET writes = EXCLUDED.writes, "
+            "stored_at = EXCLUDED.stored_at RETURNING key",
             (key, orjson.dumps(writes), at),
         )
 
@@ -125,8 +158,11 @@ def cache_for(store: Any) -> NodeCache:
         found = _BY_STORE.get(store)
         if found is None:
             path = getattr(store, "path", None)
-            if type(store).__name__ == "SqliteStore" and isinstance(path, Path):
+            kind = type(store).__name__
+            if kind == "SqliteStore" and isinstance(path, Path):
                 found = SqliteNodeCache(path)
+            elif kind == "PostgresStore" and callable(getattr(store, "connect", None)):
+                found = PostgresNodeCache(store)
             else:
                 found = MemoryNodeCache()
             _BY_STORE[store] = found
