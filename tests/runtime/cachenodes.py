@@ -62,3 +62,19 @@ class Clock:
     @classmethod
     def advance(cls, seconds: float) -> None:
         cls.at += timedelta(seconds=seconds)
+
+
+async def answer_later(state: Ask) -> dict[str, Any]:
+    """An async cached node."""
+    CALLS.append(f"async {state.question}")
+    return {"answer": f"{state.question}! {len(CALLS)}"}
+
+
+def async_cached_graph() -> Graph[Ask]:
+    """One async cached node."""
+    return (
+        Graph("cached-async", state=Ask)
+        .with_node("answer", answer_later, cache=CachePolicyIR())
+        .with_edge(START, "answer")
+        .with_edge("answer", END)
+    )

@@ -3,6 +3,7 @@ and the record, TTL follows the run's clock, and replay serves the recorded writ
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -102,3 +103,13 @@ def test_issue46_replay_serves_the_recorded_writes_hit_or_not(first: str) -> Non
     replayed = cached_graph().compile(store=app.store).replay("r")
     assert replayed == live
     assert CALLS == calls == ["why"]
+
+
+def test_issue46_async_nodes_are_cached_too() -> None:
+    from tests.runtime.cachenodes import async_cached_graph
+
+    app = async_cached_graph().compile()
+    first = app.invoke({"question": "why"})
+    again = asyncio.run(app.ainvoke({"question": "why"}))
+    assert first.answer == again.answer == "why! 1"
+    assert CALLS == ["async why"]

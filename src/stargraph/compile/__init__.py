@@ -96,7 +96,7 @@ def compile_ir(
                     )
                 )
     rules = _rules_factory(ir, state, problems)
-    cache_issues, cache_keys = cache_problems(ir, resolved.callables)
+    cache_issues, cache_keys = cache_problems(ir)
     problems.extend(cache_issues)
     boundary_issues, boundary = boundary_of(ir, state, impls)
     problems.extend(boundary_issues)

@@ -186,13 +186,13 @@ def cached(
     key_fn: Callable[[Any], Any] | None,
     cache: NodeCache,
 ) -> Callable[[Any, Any], Any]:
-    """``fn`` (a sync node) behind the node's cache; the wrapper takes ``(state, ctx)``."""
+    """``fn`` (sync or async) behind the node's cache; the wrapper takes ``(state, ctx)``."""
     policy: CachePolicyIR = node.cache or CachePolicyIR()
     # The node's own behaviour, not the graph's: another node changing keeps entries valid.
     namespace = content_hash(node.model_dump(mode="json", exclude={"metadata"}))
     ttl = None if policy.ttl_s is None else timedelta(seconds=policy.ttl_s)
 
-    def run(state: Any, ctx: Any) -> Any:
+    def look(state: Any, ctx: Any) -> tuple[str, str | None, dict[str, Any]]:
         chosen = key_fn(state) if key_fn is not None else _input_json(state)
         key = content_hash({"node": namespace, "input": _input_json(chosen)})
         now = ctx.now().isoformat() if ttl is not None else None
@@ -208,19 +208,35 @@ def cached(
 
         # Only the lookup is journaled: the body runs outside it, so its own journaled
         # calls (a model's answer) are recorded and served as in any node.
-        found = ctx.record_call(CACHE_CALL, key, {"key": key}, lookup)
+        found: dict[str, Any] = ctx.record_call(CACHE_CALL, key, {"key": key}, lookup)
         if found["hit"]:
             ctx.emit({"cache": "hit", "node": node.id, "key": key})
+        return key, now, found
+
+    if inspect.iscoroutinefunction(inspect.unwrap(fn)):
+
+        async def arun(state: Any, ctx: Any) -> Any:
+            key, now, found = look(state, ctx)
+            if found["hit"]:
+                return found["writes"]
+            writes = await (fn(state, ctx) if takes_ctx else fn(state))
+            cache.put(key, _input_json(writes), now)
+            return writes
+
+        return functools.update_wrapper(arun, fn)
+
+    def run(state: Any, ctx: Any) -> Any:
+        key, now, found = look(state, ctx)
+        if found["hit"]:
             return found["writes"]
         writes = fn(state, ctx) if takes_ctx else fn(state)
         cache.put(key, _input_json(writes), now)
         return writes
 
-    functools.update_wrapper(run, fn)
-    return run
+    return functools.update_wrapper(run, fn)
 
 
-def cache_problems(ir: Any, impls: Any) -> tuple[list[Any], dict[str, Callable[[Any], Any]]]:
+def cache_problems(ir: Any) -> tuple[list[Any], dict[str, Callable[[Any], Any]]]:
     """What is wrong with the graph's cache policies, and their key functions by node id."""
     from stargraph.errors import Problem
     from stargraph.refs import resolve_ref
@@ -229,18 +245,7 @@ def cache_problems(ir: Any, impls: Any) -> tuple[list[Any], dict[str, Callable[[
     keys: dict[str, Callable[[Any], Any]] = {}
     for i, node in enumerate(ir.nodes):
         policy = getattr(node, "cache", None)
-        if policy is None:
-            continue
-        fn = impls.get(node.ref)
-        if fn is not None and inspect.iscoroutinefunction(inspect.unwrap(fn)):
-            problems.append(
-                Problem(
-                    f"/nodes/{i}/cache",
-                    f"node {node.id!r} is async, and cached nodes must be sync for now",
-                    "make the node a plain function, or drop cache=",
-                )
-            )
-        if policy.key is None:
+        if policy is None or policy.key is None:
             continue
         try:
             keys[node.id] = resolve_ref(policy.key)
