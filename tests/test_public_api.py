@@ -14,6 +14,7 @@ import stargraph.runtime
 def test_top_level_all_is_sorted_and_pinned() -> None:
     assert stargraph.__all__ == sorted(stargraph.__all__)
     assert stargraph.__all__ == [
+        "CachePolicy",
         "Command",
         "CompileError",
         "CompiledGraph",
@@ -34,7 +35,7 @@ def test_top_level_all_is_sorted_and_pinned() -> None:
 
 
 def test_graph_module_surface() -> None:
-    assert stargraph.graph.__all__ == ["END", "Graph", "START", "Send"]
+    assert stargraph.graph.__all__ == ["END", "Graph", "Private", "START", "Send"]
 
 
 def test_runtime_module_surface_is_user_facing() -> None:

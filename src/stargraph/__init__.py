@@ -17,6 +17,7 @@ from __future__ import annotations
 from stargraph import reducers
 from stargraph.errors import CompileError, RunError, StargraphError, UsageError
 from stargraph.graph import END, START, Graph, Send
+from stargraph.ir import CachePolicyIR as CachePolicy
 from stargraph.ir import RetryPolicyIR as RetryPolicy
 from stargraph.runtime import CompiledGraph, Interrupt, RunContext, interrupt_of
 from stargraph.runtime._plan import Command
@@ -24,6 +25,7 @@ from stargraph.runtime._plan import Command
 __version__ = "0.1.0"
 
 __all__ = [
+    "CachePolicy",
     "Command",
     "CompileError",
     "CompiledGraph",

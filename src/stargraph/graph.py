@@ -16,16 +16,20 @@ from __future__ import annotations
 
 import concurrent.futures
 import inspect
+import types
 import typing
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel
 
+from stargraph._closures import closure_ref, module_global_ref, unhashable_capture
 from stargraph.errors import CompileError, Problem, UnreferenceableNodeError
 from stargraph.ir import (
     END,
     START,
+    CachePolicyIR,
+    ClosureIR,
     ConditionalEdgeIR,
     FunctionNodeIR,
     GraphIR,
@@ -39,6 +43,7 @@ from stargraph.refs import resolve_ref, try_ref_of
 from stargraph.runtime._context import Entropy, SystemEntropy
 from stargraph.runtime._executor import DEFAULT_MAX_STEPS
 from stargraph.runtime._plan import Send
+from stargraph.runtime._schemas import Private
 from stargraph.state import schema_ir
 
 if TYPE_CHECKING:
@@ -48,7 +53,7 @@ if TYPE_CHECKING:
     from stargraph.runtime import CompiledGraph
     from stargraph.skills import NestingProfile
 
-__all__ = ["END", "Graph", "START", "Send"]
+__all__ = ["END", "Graph", "Private", "START", "Send"]
 
 StateT = TypeVar("StateT", bound=BaseModel)
 
@@ -89,13 +94,18 @@ class Graph(Generic[StateT]):
     """An immutable graph under construction; ``to_ir()`` gives its IR, ``compile()`` runs it.
 
     ``Graph(name, state=Model)`` starts an empty graph; ``Graph(ir)`` continues from an IR
-    (its callables are imported by reference, or taken from ``impls``).
+    (its callables are imported by reference, or taken from ``impls``). ``input=In`` and
+    ``output=Out`` (module-level pydantic models whose fields are state fields) are the
+    graph's boundary: a run's input must fit ``In``, and ``invoke``/``resume`` return an
+    ``Out`` built from the final state. A state field annotated ``Annotated[T, Private]`` is
+    a private channel (see :data:`Private`).
     """
 
     __slots__ = (
         "_edges",
         "_entry",
         "_impls",
+        "_io",
         "_meta",
         "_name",
         "_nodes",
@@ -113,8 +123,15 @@ class Graph(Generic[StateT]):
         state: type[StateT] | None = None,
         impls: Mapping[str, Callable[..., Any]] | None = None,
         metadata: Mapping[str, Any] | None = None,
+        input: type[BaseModel] | None = None,
+        output: type[BaseModel] | None = None,
     ) -> None:
         self._impls: dict[str, Callable[..., Any]] = dict(impls or {})
+        # The refs of the input and output models (Graph(..., input=, output=)).
+        self._io: tuple[str | None, str | None] = (
+            _model_ref("input", input, name_or_ir),
+            _model_ref("output", output, name_or_ir),
+        )
         if isinstance(name_or_ir, GraphIR):
             ir = name_or_ir
             self._name = ir.name
@@ -129,6 +146,7 @@ class Graph(Generic[StateT]):
             self._rules: tuple[RulePackIR, ...] = tuple(ir.rule_packs)
             self._subgraphs: dict[str, GraphIR] = dict(ir.subgraphs)
             self._meta: dict[str, Any] = dict(metadata or ir.metadata)
+            self._io = (self._io[0] or ir.input_model, self._io[1] or ir.output_model)
             return
         if state is None or not (isinstance(state, type) and issubclass(state, BaseModel)):
             raise CompileError.at(
@@ -196,6 +214,8 @@ class Graph(Generic[StateT]):
         metadata: Mapping[str, Any] | None = None,
         input: type[BaseModel] | None = None,
         destinations: Sequence[str] = (),
+        factory: tuple[Callable[..., Any] | str, Mapping[str, Any]] | None = None,
+        cache: CachePolicyIR | None = None,
     ) -> Graph[StateT]:
         """Add a node: ``with_node("id", fn)`` for a callable, or ``with_node(SubgraphNode...)``.
 
@@ -216,6 +236,15 @@ class Graph(Generic[StateT]):
         ``destinations=[...]`` lists the nodes (or ``END``) a :class:`~stargraph.Command`
         the node returns may ``goto``: edges of the graph, validated, drawn and hashed like
         any other. A node with no outgoing edge at all ends the run after it.
+
+        ``fn`` may be a closure or a lambda (``make_agent("bob")``): the graph hash then
+        covers its code and captured values (see ``docs/concepts`` on closures), and the run
+        works in this process. ``factory=(make_agent, {"name": "bob"})`` builds the node by
+        calling ``make_agent(name="bob")`` and records that call in the IR, so that another
+        process (a worker, ``stargraph resume``) builds the same closure again.
+
+        ``cache=CachePolicy(...)`` serves the node's writes from a cache when it runs again
+        on the same input (see :class:`~stargraph.ir.CachePolicyIR`).
         """
         if not isinstance(node, str):
             node_ir, children, child_impls = node.mount(self)
@@ -224,6 +253,9 @@ class Graph(Generic[StateT]):
                 _subgraphs={**self._subgraphs, **children},
                 _impls={**child_impls, **self._impls},
             )
+        closure = None
+        if factory is not None:
+            fn, ref, closure = _factory_product(node, factory, fn, ref, self._name)
         if fn is None:
             raise CompileError.at(
                 f"/nodes/{node}",
@@ -231,6 +263,8 @@ class Graph(Generic[StateT]):
                 "call with_node(id, fn) with the node's function",
                 subject=f"graph {self._name!r}",
             )
+        if ref is None and closure is None:
+            ref, closure = _closure_of(node, fn, self._name)
         ref, impls = self._referenced(
             fn, ref, f"/nodes/{node}", f"node {node!r} of graph {self._name!r}"
         )
@@ -240,6 +274,8 @@ class Graph(Generic[StateT]):
             ref=ref,
             input=input_ref,
             destinations=tuple(destinations),
+            closure=closure,
+            cache=None if cache is None else _cache_ir(node, cache, self._name),
             config=dict(config or {}),
             writes=tuple(writes) if writes is not None else None,
             retry=retry,
@@ -283,17 +319,31 @@ class Graph(Generic[StateT]):
     def with_conditional_edges(
         self,
         source: str,
-        router: Callable[..., Any],
+        router: Callable[..., Any] | None = None,
         mapping: Mapping[Hashable, str] | Sequence[str] | None = None,
         *,
         ref: str | None = None,
+        factory: tuple[Callable[..., Any] | str, Mapping[str, Any]] | None = None,
     ) -> Graph[StateT]:
         """After ``source``, call ``router(state)`` to choose what runs next.
 
         The router returns a key of ``mapping`` (or several), ``END``, or ``Send`` objects.
         ``mapping`` may be a dict, a list of node ids, or omitted when the router's return
-        annotation is a ``Literal[...]`` of node ids.
+        annotation is a ``Literal[...]`` of node ids. The router may be a closure or a lambda,
+        and ``factory=(make_router, {json args})`` builds it, as for ``with_node``.
         """
+        closure = None
+        if factory is not None:
+            router, ref, closure = _factory_product((source,), factory, router, ref, self._name)
+        elif ref is None and router is not None:
+            ref, closure = _closure_of((source,), router, self._name)
+        if router is None:
+            raise CompileError.at(
+                f"/edges/{source}",
+                "no router given",
+                "pass with_conditional_edges(source, router, ...) or factory=(make_router, {...})",
+                subject=f"graph {self._name!r}",
+            )
         ref, impls = self._referenced(
             router, ref, f"/edges/{source}", f"router of {source!r} in graph {self._name!r}"
         )
@@ -311,7 +361,7 @@ class Graph(Generic[StateT]):
             targets = {str(k): v for k, v in mapping.items()}
         else:
             targets = {t: t for t in mapping}
-        edge = ConditionalEdgeIR(source=source, router=ref, mapping=targets)
+        edge = ConditionalEdgeIR(source=source, router=ref, mapping=targets, closure=closure)
         return self._replace(_edges=(*self._edges, edge), _impls=impls)
 
     def with_rules(self, *packs: Any) -> Graph[StateT]:
@@ -338,6 +388,8 @@ class Graph(Generic[StateT]):
             entry=self._entry,
             rule_packs=self._rules,
             subgraphs=self._subgraphs,
+            input_model=self._io[0],
+            output_model=self._io[1],
             metadata=self._meta,
         )
 
@@ -392,6 +444,123 @@ class Graph(Generic[StateT]):
 
     def __repr__(self) -> str:
         return f"Graph({self._name!r}, nodes={[n.id for n in self._nodes]})"
+
+
+def _model_ref(label: str, model: Any, graph: Any) -> str | None:
+    """The import path of a graph's input or output model."""
+    if model is None:
+        return None
+    name = graph if isinstance(graph, str) else graph.name
+    if not (inspect.isclass(model) and issubclass(model, BaseModel)):
+        raise CompileError.at(
+            f"/{label}_model",
+            f"{label}={model!r} is not a pydantic model",
+            f"pass {label}=Model where Model subclasses pydantic.BaseModel",
+            subject=f"graph {name!r}",
+        )
+    found = try_ref_of(model)
+    if isinstance(found, Problem):
+        raise UnreferenceableNodeError.at(
+            f"/{label}_model",
+            f"{label} model {model.__qualname__!r} cannot be referenced by import path",
+            f"define the {label} model at module level",
+            subject=f"graph {name!r}",
+        )
+    return found
+
+
+def _site(node: str | tuple[str], graph: str) -> tuple[str, str]:
+    """Pointer and subject of an error about a node, or (``(source,)``) a router."""
+    if isinstance(node, tuple):
+        return f"/edges/{node[0]}", f"router of {node[0]!r} in graph {graph!r}"
+    return f"/nodes/{node}", f"node {node!r} of graph {graph!r}"
+
+
+def _closure_of(
+    node: str | tuple[str], fn: Callable[..., Any], graph: str
+) -> tuple[str | None, ClosureIR | None]:
+    """A node function without an import path of its own (a lambda, a closure): its registry
+    id and the digest of its code and captures that the graph hash covers."""
+    if isinstance(try_ref_of(fn), str) or not isinstance(fn, types.FunctionType):
+        return None, None  # importable, or not a Python function (the usual error follows)
+    where, subject = _site(node, graph)
+    digest = unhashable_capture(fn, where, subject)
+    # Bound to one global name of its module, another process imports it by that name.
+    found = module_global_ref(fn)
+    return found or closure_ref(fn, digest), ClosureIR(code=digest)
+
+
+def _factory_product(
+    node: str | tuple[str],
+    factory: tuple[Callable[..., Any] | str, Mapping[str, Any]],
+    fn: Callable[..., Any] | None,
+    ref: str | None,
+    graph: str,
+) -> tuple[Callable[..., Any], str, ClosureIR]:
+    """Build a node with ``factory``: the product, its registry id, and the IR's record of
+    the call (factory import path, JSON arguments, product digest)."""
+    where, subject = _site(node, graph)
+    where = f"{where}/factory"
+    if fn is not None or ref is not None:
+        raise CompileError.at(
+            where,
+            "factory= builds the node's callable, so fn and ref= must not be given too",
+            "pass either with_node(id, fn) or with_node(id, factory=(make_fn, {...}))",
+            subject=subject,
+        )
+    if not (isinstance(factory, tuple) and len(factory) == 2 and isinstance(factory[1], Mapping)):
+        raise CompileError.at(
+            where,
+            f"factory={factory!r} is not a (factory, {{keyword: JSON}}) pair",
+            "pass factory=(make_agent, {'name': 'bob'})",
+            subject=subject,
+        )
+    make, args = factory
+    if isinstance(make, str):
+        factory_ref = make
+        make = resolve_ref(make)
+    else:
+        found = try_ref_of(make)
+        if isinstance(found, Problem):
+            raise UnreferenceableNodeError.at(
+                where,
+                f"the factory {found.message}",
+                "define the factory at module level, so that another process can import it",
+                subject=subject,
+            )
+        factory_ref = found
+    product = make(**args)
+    if not callable(product):
+        raise CompileError.at(
+            where,
+            f"factory {factory_ref!r} returned {type(product).__name__}, not a callable",
+            "make the factory return the node's function",
+            subject=subject,
+        )
+    digest = unhashable_capture(product, where, subject)
+    try:
+        closure = ClosureIR(code=digest, factory=factory_ref, args=dict(args))
+    except CompileError as exc:
+        raise CompileError.at(
+            f"{where}/args",
+            f"the factory's arguments are not JSON: {exc.problems[0].message}",
+            "pass JSON arguments (strings, numbers, lists, dicts); build other objects "
+            "inside the factory",
+            subject=subject,
+        ) from exc
+    return product, closure_ref(product, digest), closure
+
+
+def _cache_ir(node: str, cache: Any, graph: str) -> CachePolicyIR:
+    """The node's cache policy, its key function named by import path."""
+    if not isinstance(cache, CachePolicyIR):
+        raise CompileError.at(
+            f"/nodes/{node}/cache",
+            f"cache={cache!r} is not a CachePolicy",
+            "pass cache=CachePolicy(key=module_level_fn, ttl_s=60)",
+            subject=f"node {node!r} of graph {graph!r}",
+        )
+    return cache
 
 
 def _input_ref(node: str, model: Any, graph: str) -> str:

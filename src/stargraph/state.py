@@ -167,6 +167,9 @@ def schema_ir(model: type[BaseModel], ref: str) -> StateSchemaIR:
                 default=default,
                 required=required,
                 fact=any(_is_fact_marker(m) for m in info.metadata),
+                private=any(
+                    getattr(type(m), "__stargraph_private__", False) for m in info.metadata
+                ),
                 metadata={"description": info.description} if info.description else {},
             )
         )
@@ -543,7 +546,11 @@ _SCALARS: Final = (str, int, bool)
 def _inert(marker: Any) -> bool:
     """Whether a field's metadata item surely leaves its values' serialization alone: a
     reducer or a fact marker. Anything else (``PlainSerializer`` ...) may change it."""
-    return isinstance(marker, Reducer) or getattr(marker, "__stargraph_fact__", False) is True
+    return (
+        isinstance(marker, Reducer)
+        or getattr(marker, "__stargraph_fact__", False) is True
+        or getattr(marker, "__stargraph_private__", False) is True
+    )
 
 
 def _dumps_empty_list(annotation: Any, metadata: Sequence[Any] = ()) -> bool:

@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from stargraph import reducers
-from stargraph.errors import CompileError, Problem, UnreferenceableNodeError
+from stargraph.errors import CompileError, Problem
 from stargraph.graph import END, START, Graph
 
 
@@ -166,15 +166,14 @@ def test_bad_signature() -> None:
     ]
 
 
-def test_lambda_needs_a_registry_id() -> None:
-    with pytest.raises(UnreferenceableNodeError) as info:
-        Graph("l", state=S).with_node("a", lambda s: None)
-    assert str(info.value) == (
-        "node 'a' of graph 'l' is invalid: /nodes/a: '<lambda>' is a lambda, so the IR "
-        "cannot reference it by import path (fix: define it at module level, or pass "
-        "ref='ns.name' to with_node and supply the callable with Graph(..., impls="
-        "{'ns.name': fn}) when loading the IR)"
-    )
+def test_issue46_lambda_runs_in_process_and_its_ir_asks_for_a_factory() -> None:
+    graph = Graph("l", state=S).with_node("a", lambda s: {"n": 7})
+    graph = graph.with_edge(START, "a").with_edge("a", END)
+    assert graph.compile().invoke({}).n == 7
+    with pytest.raises(CompileError) as info:
+        Graph(graph.to_ir()).compile()
+    assert "records no factory" in str(info.value)
+    assert "factory=(make_fn, {json keyword args})" in str(info.value)
 
 
 def test_closure_with_registry_id_runs_and_reloads() -> None:

@@ -646,7 +646,9 @@ def _fork(story: Story) -> Result:
     assert interrupt_of(state) is None, f"the fork at step {step} stopped at an interrupt"
     summary = run_summary(app.store, fork_id, after=step)  # type: ignore[arg-type]
     # The fork runs the steps after ``step`` again, live: their tool bodies run again too.
-    return Result(_dump(state), {**recorded.runs, "fork-1": summary}, recorded.effects)
+    # Its state as stored, like every other cell's (resume returns a graph's output model).
+    final = _dump(app.get_state(fork_id))
+    return Result(final, {**recorded.runs, "fork-1": summary}, recorded.effects)
 
 
 @contextmanager

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel
 
 from stargraph import END, START, Command, Graph, Send, reducers
+from stargraph.graph import Private
 from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
 from stargraph.messages import Message, MessagesState, RemoveMessage
 from stargraph.nodes import SubgraphNode
@@ -570,6 +571,131 @@ def agent_services(workspace: Path) -> Iterator[dict[str, Any]]:
         yield {"model": ScriptedChatModel(agent_script), "arbiter": arbiter}
 
 
+# ----------------------------------------------------------------------------- closures
+
+
+def make_greeter(name: str) -> Callable[[Flow], dict[str, Any]]:
+    """A per-agent node, built by a factory: the name is captured, not configured."""
+
+    def greet(state: Flow) -> dict[str, Any]:
+        return {"log": [f"{name} greets {state.text}"], "total": len(name)}
+
+    return greet
+
+
+def _suffixer(mark: str) -> Callable[[Flow], dict[str, Any]]:
+    def close(state: Flow) -> dict[str, Any]:
+        return {"report": " / ".join(state.log) + mark}
+
+    return close
+
+
+def closure_graph() -> Graph[Flow]:
+    """Two products of one factory (rebuilt from the IR anywhere) -> a closure built in place."""
+    return (
+        Graph("grid-closure", state=Flow)
+        .with_node("bob", factory=(make_greeter, {"name": "bob"}))
+        .with_node("ada", factory=(make_greeter, {"name": "ada"}))
+        .with_node("close", _suffixer("!"))
+        .with_edge(START, "bob")
+        .with_edge("bob", "ada")
+        .with_edge("ada", "close")
+        .with_edge("close", END)
+    )
+
+
+# ----------------------------------------------------------------------------- cache
+
+
+def tally(state: Flow) -> dict[str, Any]:
+    """A cached node: its writes are served again when the text repeats."""
+    return {"log": [f"tally {state.text}"], "total": len(state.text)}
+
+
+def text_key(state: Flow) -> str:
+    """The cache key of ``tally``: the text alone."""
+    return state.text
+
+
+def once_more(state: Flow) -> Literal["tally", "__end__"]:
+    """Back to ``tally`` once: its second run, on the same text, is a cache hit."""
+    return "tally" if len(state.log) < 3 else END
+
+
+def cache_graph() -> Graph[Flow]:
+    """tally (cached by text) -> again -> tally (a hit) -> again -> END."""
+    from stargraph.ir import CachePolicyIR
+
+    return (
+        Graph("grid-cache", state=Flow)
+        .with_node("tally", tally, cache=CachePolicyIR(key=text_key))
+        .with_node("again", factory=(make_greeter, {"name": "again"}))
+        .with_edge(START, "tally")
+        .with_edge("tally", "again")
+        .with_conditional_edges("again", once_more, {"tally": "tally", END: END})
+    )
+
+
+# ----------------------------------------------------------------------------- boundary
+
+
+class Memo(BaseModel):
+    """A state with a private channel: ``scratch`` never crosses the graph's boundary."""
+
+    text: str = ""
+    scratch: Annotated[str, Private] = ""
+    report: str = ""
+    peeked: str = ""
+
+
+class MemoIn(BaseModel):
+    """What a run of the boundary graph is given."""
+
+    text: str
+
+
+class MemoOut(BaseModel):
+    """What it hands back."""
+
+    report: str
+    peeked: str
+
+
+class Scratching(BaseModel):
+    """The input of the node that declares the private channel."""
+
+    scratch: str = ""
+
+
+def jot(state: Memo) -> dict[str, Any]:
+    """Writes the private scratch (declared through writes=)."""
+    return {"scratch": f"notes on {state.text}"}
+
+
+def glance(state: Memo) -> dict[str, Any]:
+    """Declares nothing private: sees the scratch at its default."""
+    return {"peeked": repr(state.scratch)}
+
+
+def summarise(item: Scratching) -> dict[str, Any]:
+    """Reads the private scratch through its input model."""
+    return {"report": item.scratch.upper()}
+
+
+def boundary_graph() -> Graph[Memo]:
+    """jot -> glance -> summarise, behind input and output models."""
+    return (
+        Graph("grid-boundary", state=Memo, input=MemoIn, output=MemoOut)
+        .with_node("jot", jot, writes=["scratch"])
+        .with_node("glance", glance)
+        .with_node("summarise", summarise, input=Scratching)
+        .with_edge(START, "jot")
+        .with_edge("jot", "glance")
+        .with_edge("glance", "summarise")
+        .with_edge("summarise", END)
+    )
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -686,6 +812,9 @@ FEATURES: Final[dict[str, Feature]] = {
             services=agent_services,
             journaled="tool",
         ),
+        Feature("closure", f"{_M}:closure_graph", {"text": "you"}),
+        Feature("cache", f"{_M}:cache_graph", {"text": "cached"}),
+        Feature("boundary", f"{_M}:boundary_graph", {"text": "memo"}),
     )
 }
 """Every feature of the grid, by name (the first part of a cell id)."""

@@ -75,6 +75,16 @@ BEHAVIOURAL: dict[str, Callable[[dict[str, Any]], None]] = {
         rule_packs=[{"id": "p", "version": "1.0.0", "source": "(defrule r2 =>)"}]
     ),
     "outputs": lambda d: d.update(outputs=["counter"]),
+    "closure digest": lambda d: d["nodes"][0].update(closure={"code": "sha256:" + "1" * 64}),
+    "closure factory args": lambda d: d["nodes"][0].update(
+        closure={"code": "sha256:" + "1" * 64, "factory": "m:make", "args": {"name": "ada"}}
+    ),
+    "node cache": lambda d: d["nodes"][0].update(cache={}),
+    "cache ttl": lambda d: d["nodes"][0].update(cache={"ttl_s": 60}),
+    "cache key": lambda d: d["nodes"][0].update(cache={"key": "m:key"}),
+    "private flag": lambda d: _field(d, "counter").update(private=True),
+    "input model": lambda d: d.update(input_model="m:In"),
+    "output model": lambda d: d.update(output_model="m:Out"),
     "name": lambda d: d.update(name="loop2"),
 }
 
@@ -179,6 +189,16 @@ def graph_irs(draw: st.DrawFn) -> GraphIR:
             "ref": f"pkg.mod:{node_id}",
             "config": draw(st.dictionaries(st.text(max_size=4), json_values, max_size=3)),
             "metadata": draw(st.dictionaries(st.text(max_size=4), json_values, max_size=2)),
+            "closure": draw(
+                st.none()
+                | st.fixed_dictionaries(
+                    {"code": st.just("sha256:" + "2" * 64), "factory": st.just("pkg.mod:make")},
+                    optional={
+                        "args": st.dictionaries(st.text(max_size=4), json_values, max_size=2)
+                    },
+                )
+            ),
+            "cache": draw(st.none() | st.fixed_dictionaries({}, optional={"ttl_s": st.just(5.0)})),
         }
         for node_id in ids
     ]

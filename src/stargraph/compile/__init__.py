@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
+from stargraph.compile._boundary import boundary_of
 from stargraph.compile._inputs import input_models
 from stargraph.compile._options import RunOptions
 from stargraph.compile._requires import unmet_requires
@@ -31,11 +32,13 @@ from stargraph.ir import (
 )
 from stargraph.refs import resolve_ref
 from stargraph.runtime import CompiledGraph
+from stargraph.runtime._cache import cache_for, cache_problems, cached
 from stargraph.runtime._context import ServiceMap
 from stargraph.runtime._plan import JoinSpec, NodeSpec, Plan, RouterSpec, accepts_ctx
 from stargraph.runtime._protocols import Warmable
 from stargraph.runtime._rules import DecisionMaker, RuleSet
 from stargraph.runtime._run import MAX_STEPS_BOUND, max_steps_problem
+from stargraph.runtime._schemas import hide_private
 from stargraph.state import build_channels
 
 if TYPE_CHECKING:
@@ -93,6 +96,10 @@ def compile_ir(
                     )
                 )
     rules = _rules_factory(ir, state, problems)
+    cache_issues, cache_keys = cache_problems(ir)
+    problems.extend(cache_issues)
+    boundary_issues, boundary = boundary_of(ir, state, impls)
+    problems.extend(boundary_issues)
     if nesting is not None and type(getattr(nesting, "max_depth", None)) is not int:
         problems.append(
             Problem(
@@ -169,6 +176,13 @@ def compile_ir(
             takes_ctx = bool(accepts_ctx(fn))
             is_async = is_async_callable(fn)
             config = dict(node.config)
+            if node.cache is not None:
+                cache = cache_for(options.store)
+                fn = cached(node, fn, takes_ctx, cache_keys.get(node.id), cache)
+                takes_ctx = True
+            hidden = {k: v for k, v in boundary.private.items() if k not in set(node.writes or ())}
+            if hidden and node.input is None:  # an input model shows only what it declares
+                fn = hide_private(fn, hidden, takes_ctx)
         else:
             fn = _subgraph_runner(ir, node, impls, channels, options)
             ref, takes_ctx, is_async, config = f"subgraph:{node.graph}", True, False, {}
@@ -187,7 +201,8 @@ def compile_ir(
             config=config,
             interrupt_before=node.interrupt_before,
             interrupt_after=node.interrupt_after,
-            must_stub=node.must_stub,
+            # Replay serves a cached node's recorded writes, whether they came from the cache.
+            must_stub=node.must_stub or getattr(node, "cache", None) is not None,
             static_next=tuple(sorted(set(static_next[node.id]))),
             routers=tuple(routers[node.id]),
             joins=tuple(joins[node.id]),
@@ -208,6 +223,9 @@ def compile_ir(
         rules=rules,
         services=ServiceMap(services or {}),
         unmet_requires=tuple(unmet),
+        input_model=boundary.input_model,
+        output_model=boundary.output_model,
+        private=boundary.private,
     )
     return CompiledGraph(
         plan,

@@ -6,6 +6,7 @@ Structural checks use networkx; it is imported here, lazily, because it is slow 
 
 from __future__ import annotations
 
+import functools
 import inspect
 import re
 from collections.abc import Callable, Mapping
@@ -14,6 +15,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel
 
+from stargraph._closures import node_closure
 from stargraph.errors import Problem, UntrustedRefError
 from stargraph.ir import END, START, ConditionalEdgeIR, FunctionNodeIR, GraphIR, StaticEdgeIR
 from stargraph.ir._models import ended_implicitly
@@ -155,7 +157,19 @@ def validate_ir(
                         )
                     )
         if isinstance(node, FunctionNodeIR):
-            fn = _resolve(node.ref, impls, f"{where}/ref", f"node {node.id!r}")
+            if node.closure is not None:
+                fn = node_closure(
+                    node.ref,
+                    node.closure,
+                    f"node {node.id!r}",
+                    impls=impls,
+                    where=f"{where}/closure",
+                    resolve=functools.partial(
+                        _resolve, node.ref, impls, f"{where}/ref", f"node {node.id!r}"
+                    ),
+                )
+            else:
+                fn = _resolve(node.ref, impls, f"{where}/ref", f"node {node.id!r}")
             if isinstance(fn, Problem):
                 problems.append(fn)
                 continue
@@ -203,7 +217,20 @@ def validate_ir(
                 check_source(edge.source, f"{where}/source")
             for key, target in edge.mapping.items():
                 check_target(target, f"{where}/mapping/{key}")
-            router = _resolve(edge.router, impls, f"{where}/router", f"router of {edge.source!r}")
+            what = f"router of {edge.source!r}"
+            if edge.closure is not None:
+                router = node_closure(
+                    edge.router,
+                    edge.closure,
+                    what,
+                    impls=impls,
+                    where=f"{where}/closure",
+                    resolve=functools.partial(
+                        _resolve, edge.router, impls, f"{where}/router", what
+                    ),
+                )
+            else:
+                router = _resolve(edge.router, impls, f"{where}/router", what)
             if isinstance(router, Problem):
                 problems.append(router)
             else:

@@ -12,6 +12,8 @@ from stargraph.ir._models import (
     END,
     IR_VERSION,
     START,
+    CachePolicyIR,
+    ClosureIR,
     ConditionalEdgeIR,
     EdgeIR,
     FieldIR,
@@ -29,6 +31,8 @@ from stargraph.ir._models import (
 from stargraph.ir._schema import SCHEMA_PATH, ir_json_schema, write_json_schema
 
 __all__ = [
+    "CachePolicyIR",
+    "ClosureIR",
     "ConditionalEdgeIR",
     "ContentHash",
     "END",

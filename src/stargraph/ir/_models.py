@@ -25,6 +25,8 @@ __all__ = [
     "END",
     "IR_VERSION",
     "START",
+    "CachePolicyIR",
+    "ClosureIR",
     "ConditionalEdgeIR",
     "EdgeIR",
     "FieldIR",
@@ -127,6 +129,9 @@ class FieldIR(_IRModel):
     default: JsonValue = Field(default=None, description="JSON form of the default value.")
     required: bool = Field(default=False, description="True when the field has no default.")
     fact: bool = Field(default=False, description="Mirrored into the rule engine as a fact.")
+    private: bool = Field(
+        default=False, description="A private channel: only nodes that declare it see it."
+    )
     metadata: dict[str, JsonValue] = Field(default_factory=dict, description="Not hashed.")
 
     @field_validator("default")
@@ -246,6 +251,48 @@ class RulePackIR(_IRModel):
     source: str = Field(description="CLIPS source text of the pack.")
 
 
+class ClosureIR(_IRModel):
+    """What pins a closure node's behaviour, and how another process builds it again.
+
+    ``code`` is the digest of the closure's code and captured values (see
+    ``stargraph._closures``); ``factory`` and ``args``, when given, name the module-level
+    function that makes it and its JSON keyword arguments.
+    """
+
+    code: str = Field(description="'sha256:...' of the closure's code and captured values.")
+    factory: str | None = Field(
+        default=None, description="'module:qualname' of the factory that builds the closure."
+    )
+    args: dict[str, JsonValue] = Field(
+        default_factory=dict, description="JSON keyword arguments the factory is called with."
+    )
+
+    @field_validator("args")
+    @classmethod
+    def _hashable_args(cls, value: dict[str, Any]) -> dict[str, Any]:
+        return _check_hashable_json(value)  # type: ignore[no-any-return]
+
+
+class CachePolicyIR(_IRModel):
+    """Serve a node's writes from a cache when it runs again on the same input.
+
+    ``key`` is the ``'module:qualname'`` of a function of the node's input returning the
+    cache key (JSON or text); None keys on the canonical JSON of the input. ``ttl_s`` bounds
+    how old, by the run's clock, a served entry may be; None keeps entries for ever.
+    """
+
+    key: str | None = Field(default=None, description="'module:qualname' of the key function.")
+    ttl_s: float | None = Field(default=None, gt=0, description="Seconds an entry is served.")
+
+    @field_validator("key", mode="before")
+    @classmethod
+    def _ref_of_function(cls, value: Any) -> Any:
+        if callable(value) and not isinstance(value, str):
+            module = importable_name(str(getattr(value, "__module__", "?")))
+            return f"{module}:{getattr(value, '__qualname__', '?')}"
+        return value
+
+
 class _NodeBase(_IRModel):
     id: NodeId
     writes: tuple[str, ...] | None = Field(
@@ -305,6 +352,12 @@ class FunctionNodeIR(_NodeBase):
         "receives a validated instance of it - a Send's payload, or the state's fields it "
         "declares - instead of the state. None: the node receives the state.",
     )
+    closure: ClosureIR | None = Field(
+        default=None, description="Set when the node is a closure: its digest and factory."
+    )
+    cache: CachePolicyIR | None = Field(
+        default=None, description="Serve the node's writes from a cache on a repeated input."
+    )
 
     @field_validator("config")
     @classmethod
@@ -354,6 +407,9 @@ class ConditionalEdgeIR(_IRModel):
     source: str
     router: str = Field(description="'module:qualname' or registry id of the router.")
     mapping: dict[str, str] = Field(description="Router result -> node id (or END).")
+    closure: ClosureIR | None = Field(
+        default=None, description="Set when the router is a closure: its digest and factory."
+    )
     metadata: dict[str, JsonValue] = Field(default_factory=dict, description="Not hashed.")
 
 
@@ -396,6 +452,12 @@ class GraphIR(_IRModel):
     )
     outputs: tuple[str, ...] | None = Field(
         default=None, description="Declared output channels; None means every state field."
+    )
+    input_model: str | None = Field(
+        default=None, description="'module:qualname' of the model a run's input must fit."
+    )
+    output_model: str | None = Field(
+        default=None, description="'module:qualname' of the model a run hands back."
     )
     metadata: dict[str, JsonValue] = Field(default_factory=dict, description="Not hashed.")
 

@@ -29,6 +29,7 @@ from stargraph.runtime._remote import Remote
 from stargraph.runtime._replay import ReplayDriver
 from stargraph.runtime._replayplan import ReplayPlan, StubOption, as_stub, warn_reruns
 from stargraph.runtime._run import MAX_STEPS_BOUND, Run, refuse_unknown_keys
+from stargraph.runtime._schemas import graph_output
 from stargraph.runtime._settings import DEFAULT_MAX_STEPS, RunSettings
 from stargraph.runtime._steploop import StepLoop
 from stargraph.runtime._stored import NO_RESPONSE, Migration, load, require_store
@@ -704,6 +705,8 @@ class CompiledGraph(Generic[StateT]):
     def _result(self, run: Run) -> StateT:
         # What invoke/resume return: the state, marked when the run stopped at an interrupt.
         state = self._state(run)
+        if self.plan.output_model is not None or self.plan.private:  # Graph(..., output=)
+            state = graph_output(state, self.plan.output_model, self.plan.private)  # type: ignore[assignment]
         if run.interrupt is not None:
             mark_interrupted(state, run.interrupt.model_copy(update={"run_id": run.run_id}))
         return state

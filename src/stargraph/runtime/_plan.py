@@ -370,6 +370,12 @@ class Plan:
     rules: Callable[[], RuleSet] | None = None
     services: Mapping[str, Any] = field(default_factory=dict)
     unmet_requires: tuple[UnmetRequirement, ...] = ()
+    input_model: type[BaseModel] | None = None
+    """The model a run's input must fit (``Graph(..., input=)``), or None."""
+    output_model: type[BaseModel] | None = None
+    """The model a run hands back (``Graph(..., output=)``), or None."""
+    private: Mapping[str, Any] = field(default_factory=dict)
+    """Private channels and their defaults (see ``runtime._schemas``)."""
     """Capabilities mounted skills require that ``services`` lacks: a live run refuses to
     start (a replay, served from its record, does not ask)."""
     static_tasks: Mapping[str, tuple[Task, ...]] = field(init=False)

@@ -64,6 +64,7 @@ from stargraph.runtime._interrupts import Interrupt, RuleDecision
 from stargraph.runtime._plan import Plan, Task, by_task, unmet_error
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run, describe_exception, initial_values, jsonable
+from stargraph.runtime._schemas import boundary_input
 from stargraph.runtime._settings import RunSettings
 from stargraph.runtime._stream import INTERRUPT_KEY, Feed
 from stargraph.runtime._tasks import (
@@ -133,6 +134,8 @@ class StepLoop:
         if self.plan.unmet_requires:
             raise unmet_error(self.plan.unmet_requires)
         run_id = run_id or f"run-{os.urandom(8).hex()}"
+        if not valid and (self.plan.input_model is not None or self.plan.private):
+            input = boundary_input(self.plan.input_model, self.plan.private, input, run_id)
         turn = (
             None
             if thread_id is None

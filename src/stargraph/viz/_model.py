@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 from stargraph.ir import (
     END,
@@ -122,6 +122,7 @@ def _level(
             entry_of[node.id] = _key(key, START)
             exit_of[node.id] = _key(key, END)
         else:
+            marks = (*marks, *_function_marks(node))
             cluster.boxes.append(Box(key, "node", (node.id, *marks), ruled=bool(node.rules)))
 
     def src(name: str) -> str:
@@ -177,6 +178,22 @@ def _level(
                     links.extend(Link(src(s), dst(target), "rule", label) for s in sources)
     cluster.boxes.sort(key=lambda b: b.key)
     cluster.clusters.sort(key=lambda c: c.key)
+
+
+def _function_marks(node: Any) -> tuple[str, ...]:
+    """A function node's closure factory and cache policy, as drawn under its id."""
+    marks: list[str] = []
+    closure = getattr(node, "closure", None)
+    if closure is not None:
+        if closure.factory is not None:
+            args = ", ".join(f"{k}={v!r}" for k, v in sorted(closure.args.items()))
+            marks.append(f"closure: {closure.factory.rpartition(':')[2]}({args})")
+        else:
+            marks.append("closure")
+    cache = getattr(node, "cache", None)
+    if cache is not None:
+        marks.append("cached" + (f" {cache.ttl_s:g}s" if cache.ttl_s is not None else ""))
+    return tuple(f"[{m}]" for m in marks)
 
 
 def _marks(packs: tuple[RulePackIR, ...], before: bool, after: bool) -> tuple[str, ...]:
