@@ -405,7 +405,9 @@ class Arbiter:
     def bind_journal(self, journal: Journal) -> JournaledArbiter:
         """This arbiter routed through a task's journal (the executor calls it): every
         dispatch is recorded, and served instead of re-run on re-execution and in replay."""
-        return _journaled()(self, journal)
+        from stargraph.tools._recorded import JournaledArbiter  # it sits above this module
+
+        return JournaledArbiter(self, journal)
 
     def dispatch(self, call: ToolCall) -> ToolResult:
         """Run ``call`` through the whole pipeline; return the result or raise a ToolError."""
@@ -938,19 +940,6 @@ class Arbiter:
             if escaped in data:
                 data = data.replace(escaped, f"[redacted:{name}]".encode())
         return data
-
-
-_JOURNALED: list[type[JournaledArbiter]] = []
-
-
-def _journaled() -> type[JournaledArbiter]:
-    """``JournaledArbiter``, imported once (the module sits above this one; an import
-    statement at every bind, twice a ReAct step, costs a microsecond each time)."""
-    if not _JOURNALED:
-        from stargraph.tools._recorded import JournaledArbiter
-
-        _JOURNALED.append(JournaledArbiter)
-    return _JOURNALED[0]
 
 
 def _no_host(spec: ToolSpec, node: str | None) -> ToolError:
