@@ -414,7 +414,7 @@ class Arbiter:
         steps = self._steps(call)
         step: _Step | ToolResult = next(steps)  # the pipeline always waits for locks first
         while not isinstance(step, ToolResult):
-            step = _advance(steps, self._wait, step)
+            step = _resume(steps, _outcome(self._wait, step))
         return step
 
     async def adispatch(self, call: ToolCall) -> ToolResult:
@@ -993,23 +993,11 @@ def _resume(steps: _Pipeline, outcome: object) -> _Step | ToolResult:
         return result
 
 
-def _advance(steps: _Pipeline, wait: Callable[[_Step], object], step: _Step) -> _Step | ToolResult:
-    """:func:`_resume` ``steps`` with the outcome of ``wait(step)``, in one call (a sync
-    dispatch makes two such round trips). The outcome is sent in, or the exception thrown
-    in, after its ``except`` block: it chains nothing it did not name."""
-    raised: BaseException | None = None
+def _outcome(wait: Callable[[_Step], object], step: _Step) -> object:
     try:
-        outcome = wait(step)
+        return wait(step)
     except BaseException as exc:  # thrown into the pipeline, which decides
-        raised = exc
-    try:
-        return steps.send(outcome) if raised is None else steps.throw(raised)
-    except StopIteration as done:
-        result: ToolResult = done.value
-        return result
-    finally:
-        # The error's traceback holds this frame: no cycle through the local left behind.
-        raised = None
+        return _Raised(exc)
 
 
 async def _aoutcome(waiting: Awaitable[object]) -> object:
