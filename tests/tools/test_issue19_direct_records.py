@@ -5,7 +5,6 @@ must equal what pydantic makes of the same values, key order and fields set incl
 from __future__ import annotations
 
 import itertools
-import threading
 from typing import Any
 
 import pytest
@@ -15,7 +14,6 @@ from stargraph.llm import ToolCall as LlmToolCall
 from stargraph.tools import ToolCall, ToolResult
 from stargraph.tools._recorded import tool_message_content
 from stargraph.tools._result import ToolFailure
-from stargraph.tools._tool import _Cancellation
 
 _ARGS: list[dict[str, Any]] = [
     {},
@@ -103,19 +101,6 @@ def test_issue19_tool_message_content_of_an_odd_record_goes_through_validation()
     validated = ToolResult.model_validate(value["result"]).to_tool_message("core")["content"]
     assert tool_message_content({"lane": "core"}, value) == validated
     assert tool_message_content({"lane": "core"}, {"result": {"status": "odd"}}) is None
-
-
-def test_issue19_cancellation_is_an_event_made_on_first_use() -> None:
-    event = _Cancellation()
-    assert isinstance(event, threading.Event)
-    assert not event.is_set()
-    setter = threading.Timer(0.05, event.set)
-    setter.start()
-    assert event.wait(5)
-    assert event.is_set()
-    event.clear()
-    assert not event.wait(0.01)
-    setter.join()
 
 
 @pytest.mark.parametrize("depth", [3, 100, 300])

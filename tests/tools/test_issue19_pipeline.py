@@ -119,16 +119,13 @@ def test_issue19_alarm_is_not_available_under_another_handler() -> None:
     assert workers_module.alarm_available()
 
 
-def test_issue19_sync_dispatch_resumes_in_one_call_per_step(
-    make_arbiter: ArbiterFactory, monkeypatch: pytest.MonkeyPatch
+def test_issue19_a_failed_sync_body_raises_the_pipelines_error_chained(
+    make_arbiter: ArbiterFactory,
 ) -> None:
     arbiter = make_arbiter(echo, boom)
-    resumed: list[object] = []
-    monkeypatch.setattr(arbiter_module, "_resume", lambda *a: resumed.append(a))
     assert arbiter.dispatch(_call('{"text": "hi"}')).summary == "hi"
     with pytest.raises(ToolError, match="boom x") as caught:
         arbiter.dispatch(ToolCall(tool="demo.boom@1.0.0", args={"text": "x"}, call_id="c"))
-    assert resumed == []
     # The error is the one the pipeline raises for a failed body, chained as before.
     assert caught.value.__suppress_context__
     assert isinstance(caught.value.__cause__, _Boom)

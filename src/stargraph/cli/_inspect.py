@@ -10,12 +10,12 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import click
 
 from stargraph.checkpoint import CheckpointStore, RunRecord
-from stargraph.checkpoint._records import ENDED_STATUSES
+from stargraph.checkpoint._records import ENDED_STATUSES, RunStatus
 from stargraph.cli._load import (
     DEFAULT_DB,
     CliError,
@@ -32,17 +32,6 @@ from stargraph.ir import GraphIR
 from stargraph.replay import align_steps, value_changes
 
 __all__ = ["diff_command", "diff_runs", "runs_command", "show_command"]
-
-_STATUSES = (
-    "pending",
-    "running",
-    "interrupted",
-    "done",
-    "halted",
-    "failed",
-    "cancelled",
-    "orphaned",
-)
 
 
 def _dumps(value: Any, *, indent: int | None = None) -> str:
@@ -88,7 +77,9 @@ def _short(graph_hash: str) -> str:
 @click.option(
     "--db", default=DEFAULT_DB, callback=resolve_db, show_default=True, help="SQLite run database."
 )
-@click.option("--status", type=click.Choice(_STATUSES), help="Only runs with this status.")
+@click.option(
+    "--status", type=click.Choice(get_args(RunStatus)), help="Only runs with this status."
+)
 @click.option("--limit", type=click.IntRange(min=1), default=100, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the run records as JSON.")
 def runs_command(db: str, status: str | None, limit: int, as_json: bool) -> None:

@@ -163,10 +163,6 @@ class Watchdog:
                     self.used, self.tripped = used, "memory"
         return self.disarm()
 
-    def memory_used(self) -> int:
-        """Every byte the environment holds now."""
-        return int(self._c.MemUsed(self._env))
-
     def close(self) -> None:
         """Unregister from CLIPS (idempotent); call before the environment is destroyed."""
         if self._env != self._abi.NULL:

@@ -405,14 +405,16 @@ class Arbiter:
     def bind_journal(self, journal: Journal) -> JournaledArbiter:
         """This arbiter routed through a task's journal (the executor calls it): every
         dispatch is recorded, and served instead of re-run on re-execution and in replay."""
-        return _journaled()(self, journal)
+        from stargraph.tools._recorded import JournaledArbiter  # it sits above this module
+
+        return JournaledArbiter(self, journal)
 
     def dispatch(self, call: ToolCall) -> ToolResult:
         """Run ``call`` through the whole pipeline; return the result or raise a ToolError."""
         steps = self._steps(call)
         step: _Step | ToolResult = next(steps)  # the pipeline always waits for locks first
         while not isinstance(step, ToolResult):
-            step = _advance(steps, self._wait, step)
+            step = _resume(steps, _outcome(self._wait, step))
         return step
 
     async def adispatch(self, call: ToolCall) -> ToolResult:
@@ -940,19 +942,6 @@ class Arbiter:
         return data
 
 
-_JOURNALED: list[type[JournaledArbiter]] = []
-
-
-def _journaled() -> type[JournaledArbiter]:
-    """``JournaledArbiter``, imported once (the module sits above this one; an import
-    statement at every bind, twice a ReAct step, costs a microsecond each time)."""
-    if not _JOURNALED:
-        from stargraph.tools._recorded import JournaledArbiter
-
-        _JOURNALED.append(JournaledArbiter)
-    return _JOURNALED[0]
-
-
 def _no_host(spec: ToolSpec, node: str | None) -> ToolError:
     hint = "give the arbiter a tool host: Arbiter(..., host=HostHandlers({...}))"
     message = f"tool {spec.id!r} is executed by the host, and this arbiter has none (fix: {hint})"
@@ -1004,23 +993,11 @@ def _resume(steps: _Pipeline, outcome: object) -> _Step | ToolResult:
         return result
 
 
-def _advance(steps: _Pipeline, wait: Callable[[_Step], object], step: _Step) -> _Step | ToolResult:
-    """:func:`_resume` ``steps`` with the outcome of ``wait(step)``, in one call (a sync
-    dispatch makes two such round trips). The outcome is sent in, or the exception thrown
-    in, after its ``except`` block: it chains nothing it did not name."""
-    raised: BaseException | None = None
+def _outcome(wait: Callable[[_Step], object], step: _Step) -> object:
     try:
-        outcome = wait(step)
+        return wait(step)
     except BaseException as exc:  # thrown into the pipeline, which decides
-        raised = exc
-    try:
-        return steps.send(outcome) if raised is None else steps.throw(raised)
-    except StopIteration as done:
-        result: ToolResult = done.value
-        return result
-    finally:
-        # The error's traceback holds this frame: no cycle through the local left behind.
-        raised = None
+        return _Raised(exc)
 
 
 async def _aoutcome(waiting: Awaitable[object]) -> object:

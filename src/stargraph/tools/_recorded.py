@@ -10,15 +10,12 @@ and its calls only through the two small protocols here.
 
 from __future__ import annotations
 
-from typing import Any, Final, Protocol, get_args
-
-import orjson
+from typing import Any, Protocol
 
 from stargraph import errors
 from stargraph.errors import ToolError
 from stargraph.runtime._protocols import Journal
-from stargraph.tools._result import ToolFailure, ToolResult, ToolStatus, failure_of
-from stargraph.tools._spec import Exposure
+from stargraph.tools._result import ToolFailure, ToolResult, failure_of
 
 __all__ = ["JournaledArbiter", "tool_message_content"]
 
@@ -90,10 +87,6 @@ def tool_message_content(request: Any, value: Any) -> str | None:
     lane = request.get("lane")
     if not isinstance(lane, str):
         return None
-    if "result" in value:
-        plain = _plain_content(value["result"], lane)
-        if plain is not None:
-            return plain
     try:
         if "result" in value:
             result = ToolResult.model_validate(value["result"])
@@ -105,46 +98,6 @@ def tool_message_content(request: Any, value: Any) -> str | None:
         return None
     content = result.to_tool_message(lane)["content"]
     return content if isinstance(content, str) else None
-
-
-_STATUSES: Final = frozenset(get_args(ToolStatus))
-_EXPOSURES: Final = frozenset(get_args(Exposure))
-
-
-def _plain_content(result: Any, lane: str) -> str | None:
-    """:func:`tool_message_content` of a recorded result with no error, text fields of text
-    and a text payload (or none): the content ``to_tool_message`` words from the validated
-    result, worked out from the recorded fields (validating them would leave each as it
-    is; every step of a long ReAct run reads one back). ``None`` for any other result."""
-    if not isinstance(result, dict) or result.get("error") is not None:
-        return None
-    status = result.get("status")
-    summary = result.get("summary")
-    ref = result.get("artifact_ref")
-    payload = result.get("payload")
-    exposure = result.get("exposure", "both")
-    mask = result.get("prompt_mask", False)
-    call_id = result.get("call_id")
-    if not (
-        type(result.get("tool")) is str
-        and type(status) is str
-        and status in _STATUSES
-        and type(summary) is str
-        and (ref is None or type(ref) is str)
-        and (payload is None or type(payload) is str)
-        and type(exposure) is str
-        and exposure in _EXPOSURES
-        and type(mask) is bool
-        and (call_id is None or type(call_id) is str)
-    ):
-        return None
-    if exposure not in ("both", lane):
-        content: dict[str, Any] = {"status": status, "note": f"result withheld from {lane} lane"}
-    else:
-        content = {"status": status, "summary": summary, "artifact_ref": ref}
-        if not mask and payload is not None:
-            content["payload"] = payload
-    return orjson.dumps(content).decode()
 
 
 class JournaledArbiter:

@@ -110,29 +110,6 @@ class ToolHost(Protocol):
         ...
 
 
-_CONDITION_LOCK = threading.Lock()
-
-
-class _Cancellation(threading.Event):
-    """A ``threading.Event`` whose condition is made on first use (``set``, ``wait``,
-    ``clear``), not at creation: every call gets one, few ever time out, and ``is_set``
-    reads only the flag. The condition is made under one lock, so racing first users share
-    it."""
-
-    def __init__(self) -> None:
-        self._flag = False
-
-    def __getattr__(self, name: str) -> Any:
-        if name != "_cond":
-            raise AttributeError(name)
-        with _CONDITION_LOCK:
-            # Through the instance dict: getattr would come back here while it is unset.
-            cond = self.__dict__.get("_cond")
-            if cond is None:
-                cond = self.__dict__["_cond"] = threading.Condition(threading.Lock())
-        return cond
-
-
 @dataclass(frozen=True, slots=True)
 class ToolContext:
     """What one execution may use besides its arguments; built by the arbiter per call.
@@ -151,7 +128,7 @@ class ToolContext:
     timeout_s: float
     deadline: float
     secrets: Secrets = field(default_factory=Secrets, repr=False)
-    cancelled: threading.Event = field(default_factory=_Cancellation, repr=False)
+    cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
     host: ToolHost | None = field(default=None, repr=False)
 
     def remaining(self) -> float:

@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from html import escape
-from typing import Any, Final
+from typing import Any, Final, get_args
 from urllib.parse import quote, urlencode
 
 from stargraph.checkpoint import JournalEntry, RunRecord, StepRecord
+from stargraph.checkpoint._records import RunStatus
 from stargraph.ui._diff import AlignedStep, RunPairDiff
 from stargraph.ui._digest import RunDigest, Totals, usage_of
 from stargraph.ui._mask import Masker
@@ -43,16 +44,7 @@ PAGE_SIZE: Final = 50
 DIFF_PAGE_SIZE: Final = 50
 """Lines per page of a diff (a fold of identical steps is one line)."""
 
-STATUSES: Final = (
-    "pending",
-    "running",
-    "interrupted",
-    "done",
-    "halted",
-    "failed",
-    "cancelled",
-    "orphaned",
-)
+STATUSES: Final = get_args(RunStatus)
 
 LIVE_OUTPUT: Final = (
     '<section id="live-output" class="live-output" hidden><h2>Model output, streaming</h2>'

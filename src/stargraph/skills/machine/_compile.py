@@ -617,14 +617,3 @@ def _dispatch(
             retries_left=0,
         )
     return ToolResult.model_validate(outcome["result"])
-
-
-def level_for(spec: SkillSpec, state: str) -> PromptLevel:
-    """The prompt level of ``spec`` in ``state`` (its description and that state's
-    objective only)."""
-    return PromptLevel(
-        schema_name=spec.name,
-        schema_prompt=spec.description,
-        state=state,
-        state_prompt=spec.states[state].objective,
-    )

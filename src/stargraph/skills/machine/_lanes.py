@@ -32,7 +32,6 @@ from stargraph.checkpoint import CheckpointStore
 from stargraph.errors import (
     LaneBusyError,
     LaneTransitionError,
-    Problem,
     SkillValidationError,
     ToolError,
     ToolNotAllowedError,
@@ -467,8 +466,3 @@ def _plain(value: Mapping[str, Any]) -> dict[str, JsonValue]:
 
     data: dict[str, JsonValue] = orjson.loads(orjson.dumps(dict(value)))
     return data
-
-
-def lane_problems(data: Mapping[str, Any], *, where: str = "") -> list[Problem]:
-    """Every problem of a lane machine document (empty when it is well formed)."""
-    return validate_machine(machine_shape(data, where=where))
