@@ -136,15 +136,20 @@ class LocalRunner:
         return await execute_async(run, tasks, self.pool, self.remote)
 
     def run_here(self, run: Run, tasks: Sequence[Task]) -> StepOutcome | None:
-        """For the async driver: a step of one sync task that does not block, run on the
-        loop's thread right now, exactly as invoke runs it (nothing else of the run waits
-        meanwhile); ``None`` for any other step, to await :meth:`arun_step` for."""
-        if len(tasks) != 1 or run.done:
-            return None
-        spec = run.plan.specs[tasks[0].node]
-        if spec.plain or not (spec.is_async or spec.blocking or spec.timeout_s):
-            return execute_sync(run, tasks, self.pool, self.remote)
-        return None
+        """For the async driver: a step whose tasks are all sync and do not block, run
+        right now exactly as invoke runs it (a lone task on the loop's thread, several in
+        the work-stealing batch that the loop's thread takes part in; nothing else of the
+        run waits meanwhile); ``None`` for any other step (an async, ``blocking`` or timed
+        task), to await :meth:`arun_step` for.
+
+        The loop's thread is held while the step runs: a sync node that blocks (on I/O, a
+        lock, a sleep) says so with ``blocking=True`` and then runs on a worker thread."""
+        specs = run.plan.specs
+        for task in tasks:
+            spec = specs[task.node]
+            if spec.is_async or spec.blocking or spec.timeout_s:
+                return None
+        return execute_sync(run, tasks, self.pool, self.remote)
 
 
 def _retry_classes(spec: NodeSpec) -> tuple[type[BaseException], ...]:
