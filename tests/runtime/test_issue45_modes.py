@@ -10,10 +10,13 @@ import threading
 from typing import Annotated, Any
 
 import pytest
-from pydantic import BaseModel
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import BaseModel, model_validator
 
 from stargraph import reducers
 from stargraph.graph import END, START, Graph
+from stargraph.runtime._values import values_item
 
 TIMEOUT = 30.0  # only to catch a hang
 
@@ -106,3 +109,112 @@ def test_issue45_blocking_fan_out_keeps_the_event_loop_free() -> None:
 
     state = asyncio.run(asyncio.wait_for(main(), TIMEOUT))
     assert state.seen == ["waited", "waited"]
+
+
+# ------------------------------------------------------------------------- values items
+
+
+class Leaf(BaseModel):
+    x: int = 0
+
+
+class Rich(BaseModel):
+    n: int = 0
+    names: Annotated[list[str], reducers.append] = []
+    table: dict[str, list[int]] = {}
+    anything: Any = None
+    maybe: list[int] | None = None
+    pair: tuple[int, ...] = ()
+    leaves: list[Leaf] = []
+    tags: set[str] = set()
+
+
+_json = st.recursive(
+    st.none() | st.integers() | st.text(max_size=3),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=2), inner),
+    max_leaves=6,
+)
+_rich_values = st.fixed_dictionaries(
+    {
+        "n": st.integers(),
+        "names": st.lists(st.text(max_size=3), max_size=4),
+        "table": st.dictionaries(st.text(max_size=2), st.lists(st.integers(), max_size=3)),
+        "anything": _json,
+        "maybe": st.none() | st.lists(st.integers(), max_size=3),
+        "pair": st.lists(st.integers(), max_size=3).map(tuple),
+        "leaves": st.lists(st.builds(Leaf, x=st.integers()), max_size=3),
+        "tags": st.sets(st.text(max_size=2), max_size=3),
+    }
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(_rich_values)
+def test_issue45_a_values_item_equals_the_validated_state_and_is_its_own(
+    values: dict[str, Any],
+) -> None:
+    """A ``values`` item, made without validating the run's values again, equals
+    ``State.model_validate`` of them; changing any container in it changes neither the
+    values it was made of nor another item made of them."""
+    make = values_item(Rich)
+    assert make is not None
+    before = Rich.model_validate(values)
+    item = make(values)
+    assert item == before
+    assert type(item) is Rich
+    item.names.append("x")
+    item.table["new"] = [1]
+    for row in item.table.values():
+        row.append(7)
+    if isinstance(item.anything, list | dict):
+        item.anything.clear()
+    if item.maybe is not None:
+        item.maybe.append(1)
+    item.leaves.append(Leaf())
+    item.tags.add("new-tag")
+    assert Rich.model_validate(values) == before
+    assert make(values) == before
+
+
+class Checked(BaseModel):
+    n: int = 0
+    label: str = ""
+
+    @model_validator(mode="after")
+    def labelled(self) -> Checked:
+        object.__setattr__(self, "label", f"n={self.n}")
+        return self
+
+
+def test_issue45_a_state_with_a_validator_streams_validated_values() -> None:
+    """A state model whose validator sees the whole state has no cheap item: its
+    ``values`` items are validated, as the validator expects."""
+    assert values_item(Checked) is None
+    app = (
+        Graph("checked", state=Checked)
+        .with_node("one", _bump_checked)
+        .with_edge(START, "one")
+        .with_edge("one", END)
+        .compile()
+    )
+    assert [s.label for s in app.stream({}, mode="values")] == ["n=0", "n=1"]
+
+
+def _bump_checked(state: Checked) -> dict[str, Any]:
+    return {"n": state.n + 1}
+
+
+def test_issue45_changing_a_values_item_changes_neither_the_run_nor_later_items() -> None:
+    """The consumer owns each ``values`` item: appending to its list reaches neither the
+    nodes that run after it nor the next items nor the final state."""
+    app = _fan_out().compile()
+    items = []
+    for item in app.stream({}, mode="values"):
+        items.append(item.model_copy(deep=True))
+        item.seen.append("consumer")
+    assert [i.seen for i in items] == [
+        [],
+        [],
+        ["b1:none:elsewhere", "b2:none:elsewhere", "b3:none:elsewhere"],
+        ["b1:none:elsewhere", "b2:none:elsewhere", "b3:none:elsewhere"],
+    ]

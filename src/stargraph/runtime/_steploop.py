@@ -75,7 +75,7 @@ from stargraph.runtime._tasks import (
     worker_threads,
 )
 from stargraph.runtime._threads import start_turn
-from stargraph.runtime._values import state_of
+from stargraph.runtime._values import state_of, values_item
 
 __all__ = ["StepLoop", "Work"]
 
@@ -115,6 +115,8 @@ class StepLoop:
         self.runner = LocalRunner(worker_threads, remote)
         self.observer_failures = 0
         self._observer_lock = threading.Lock()
+        # A values stream's items: cheap copies where they equal validated states.
+        self._values_item = values_item(plan.state_model)
 
     def new_run(
         self,
@@ -213,8 +215,12 @@ class StepLoop:
         )
 
     def state(self, run: Run) -> BaseModel:
-        """The run's state, as an instance of the state model."""
-        return state_of(self.plan.state_model, run.values, run.run_id, run.step)
+        """The run's state, as an instance of the state model of its own (a ``values``
+        item: changing it changes neither the run nor a later item)."""
+        item = self._values_item
+        if item is None:
+            return state_of(self.plan.state_model, run.values, run.run_id, run.step)
+        return item(run.values)
 
     def emit(self, run: Run, kind: type[Event], **fields: Any) -> None:
         """Hand the run's emit function an event of ``kind`` about it (its id, step and
