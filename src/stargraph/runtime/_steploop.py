@@ -372,6 +372,8 @@ class StepLoop:
         return not (self.plan.interrupts and self._interrupted_after(run, ran))
 
     def _all_inline(self, tasks: Sequence[Task]) -> bool:
+        if not self.plan.any_inline:
+            return False
         specs = self.plan.specs
         return all(specs[t.node].inline and not specs[t.node].is_async for t in tasks)
 
@@ -735,11 +737,12 @@ class StepLoop:
         elif run.attempts:
             run.attempts = {}
         if run.emit is not None:
+            tasks = run.tasks
             self.emit(
                 run,
                 StepCompleted,
-                nodes=tuple(t.node for t in ran),
-                next=tuple(t.node for t in run.tasks),
+                nodes=(ran[0].node,) if len(ran) == 1 else tuple(t.node for t in ran),
+                next=(tasks[0].node,) if len(tasks) == 1 else tuple(t.node for t in tasks),
             )
         if feed is not None and feed.values:
             feed.add("values", self.state(run))
@@ -751,19 +754,20 @@ class StepLoop:
         event (after its subgraph's events) and its ``updates`` item."""
         emit = run.emit
         updates = feed is not None and feed.updates
+        run_id, step, path, attempts = run.run_id, run.step, run.path, run.attempts
         for task, writes in results if len(results) == 1 else sorted(results, key=by_task):
             written = jsonable(self.plan.channels, writes)
             if emit is not None:
-                for child_event in run.child_events.pop(task.key, ()):
-                    emit(child_event)
-                self.emit(
-                    run,
-                    NodeFinished,
-                    node=task.node,
-                    index=task.index,
-                    writes=written,
-                    attempts=run.attempts.get(f"{task.node}/{task.index}", 1),
-                )
+                if run.child_events:
+                    for child_event in run.child_events.pop(task.key, ()):
+                        emit(child_event)
+                # The fields as a dict of their own (what self.emit would build), one per
+                # task: an events stream makes three events per node.
+                fields = {"run_id": run_id, "step": step, "path": path, "node": task.node}
+                fields["index"] = task.index
+                fields["writes"] = written
+                fields["attempts"] = attempts.get(f"{task.node}/{task.index}", 1) if attempts else 1
+                emit(made(NodeFinished, fields))
                 if updates:
                     written = dict(written)  # the event's dict is its own
             if updates:
@@ -871,14 +875,13 @@ class StepLoop:
 
     def emit_started(self, run: Run, tasks: Sequence[Task]) -> None:
         """Emit ``node_started`` for each of ``tasks`` (the step about to run)."""
-        if run.emit is not None:
+        emit = run.emit
+        if emit is not None:
+            run_id, step, path = run.run_id, run.step, run.path
             for task in tasks:
-                self.emit(
-                    run,
-                    NodeStarted,
-                    node=task.node,
-                    index=task.index,
-                )
+                fields = {"run_id": run_id, "step": step, "path": path, "node": task.node}
+                fields["index"] = task.index
+                emit(made(NodeStarted, fields))
 
     # ------------------------------------------------------------------ live streams
 
