@@ -218,3 +218,24 @@ def test_issue45_changing_a_values_item_changes_neither_the_run_nor_later_items(
         ["b1:none:elsewhere", "b2:none:elsewhere", "b3:none:elsewhere"],
         ["b1:none:elsewhere", "b2:none:elsewhere", "b3:none:elsewhere"],
     ]
+
+
+RAN = threading.Event()
+
+
+def _marks(state: S) -> dict[str, Any]:
+    RAN.set()
+    return {"seen": [threading.current_thread().name]}
+
+
+def test_issue45_a_values_stream_runs_its_first_step_when_the_consumer_is_back() -> None:
+    """Holding the first ``values`` item (the state the run starts from), the consumer is
+    not told that anything started: the first step waits for it to come back and then
+    runs on its thread, as ``invoke`` runs it (only an ``events`` stream hands a step to
+    a worker while its consumer is away)."""
+    RAN.clear()
+    app = Graph("away", state=S).with_node("m", _marks).with_edge(START, "m")
+    stream = app.with_edge("m", END).compile().stream({}, mode="values")
+    assert next(stream) == S()
+    assert not RAN.wait(0.2)  # away for a while: nothing ran meanwhile
+    assert list(stream) == [S(seen=[threading.current_thread().name])]

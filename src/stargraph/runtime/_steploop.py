@@ -537,7 +537,7 @@ class StepLoop:
                         work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
                     elif not feed.live and feed.items and not self._all_inline(tasks):
                         # Hand on the step's start first; closed now, the step runs still.
-                        begun = Handoff(run, tasks, self.remote)
+                        begun = Handoff(run, tasks, self.remote, watched=feed.watched)
                         yield -1
                         outcome, begun = begun.take(), None
                         work = steps.send(outcome)
@@ -563,71 +563,93 @@ class StepLoop:
                     self.closed(run)
                 raise
 
-    async def adrive(
-        self, run: Run, *, fresh: bool, steps: bool = True
-    ) -> AsyncGenerator[int, None]:
-        """Async driver: yields after each committed step (unless not ``steps``: the async
-        invoke and resume only wait for the end), before a step whose start handed the feed
-        something, and -1 whenever a live feed has something new while a step runs. Async
-        routers are awaited on this loop."""
+    async def adrive(self, start: Callable[[], Run], *, fresh: bool) -> AsyncGenerator[Any, None]:
+        """Async driver of the run ``start`` makes (called when the driver is first asked
+        for an item: a stream does nothing until it is iterated, on the loop that iterates
+        it). For ``astream`` (a run with a feed) it is the stream itself, one async
+        generator between the consumer and the loop: it yields the feed's items (``(mode,
+        item)`` pairs when several modes were asked for) after each committed step,
+        before a step whose start handed the feed something, and whenever a live feed has
+        something new while a step runs; then what is left once the run ended, also before
+        the error that ended it is raised. For the async invoke and resume (no feed) it
+        yields nothing. Async routers are awaited on this loop."""
+        run = start()
         feed = run.feed
+        items = None if feed is None else feed.items
+        pairs = feed is not None and len(feed.modes) > 1
         stepping: asyncio.Future[StepOutcome] | None = None
         begun: Sequence[Task] | None = None
-        advancing = self.advance(run, fresh=fresh, routers=True, steps=steps)
-        with _WayOut(self, run) as way_out:
-            try:
-                work = next(advancing)
-                while True:
-                    if type(work) is int:
-                        yield work
-                        work = advancing.send(None)
-                        continue
-                    if isinstance(work, Coroutine):  # async routers
-                        await work
-                        work = advancing.send(None)
-                        continue
-                    tasks = cast("Sequence[Task]", work)
-                    if feed is None or not (feed.live or feed.watched):
-                        if feed is not None and feed.items:
-                            begun = tasks  # its start was handed on: closed now, it runs
-                            yield -1
-                            begun = None
-                        outcome = self.runner.run_here(run, tasks)
-                        if outcome is None:
-                            outcome = await self.runner.arun_step(run, tasks)
-                        work = advancing.send(outcome)
+        advancing = self.advance(run, fresh=fresh, routers=True, steps=feed is not None)
+        try:
+            with _WayOut(self, run) as way_out:
+                try:
+                    work = next(advancing)
+                    while True:
+                        if type(work) is int:  # a committed step: hand on what it made
+                            while items:
+                                item = items.popleft()
+                                yield item if pairs else item[1]
+                            work = advancing.send(None)
+                            continue
+                        if isinstance(work, Coroutine):  # async routers
+                            await work
+                            work = advancing.send(None)
+                            continue
+                        tasks = cast("Sequence[Task]", work)
+                        if feed is None or not (feed.live or feed.watched):
+                            if items:
+                                begun = tasks  # its start was handed on: closed now, it runs
+                                while items:
+                                    item = items.popleft()
+                                    yield item if pairs else item[1]
+                                begun = None
+                            outcome = self.runner.run_here(run, tasks)
+                            if outcome is None:
+                                outcome = await self.runner.arun_step(run, tasks)
+                            work = advancing.send(outcome)
+                        else:
+                            stepping = asyncio.ensure_future(self.runner.arun_step(run, tasks))
+                            stepping.add_done_callback(feed.signal)
+                            while True:
+                                while items:  # first what the step's start handed on
+                                    item = items.popleft()
+                                    yield item if pairs else item[1]
+                                if stepping.done():
+                                    break
+                                await feed.await_wake()
+                            outcome, stepping = stepping.result(), None
+                            work = advancing.send(outcome)
+                except StopIteration as stop:
+                    way_out.cancelled = stop.value
+                except GeneratorExit:
+                    # The consumer closed the stream, as in ``drive``: inside a step, that
+                    # step finishes and commits first.
+                    way_out.handled = True
+                    if begun is not None:
+                        stepping = asyncio.ensure_future(self.runner.arun_step(run, begun))
+                    if stepping is not None:
+                        await self._aclose_in_step(run, stepping)
                     else:
-                        stepping = asyncio.ensure_future(self.runner.arun_step(run, tasks))
-                        stepping.add_done_callback(feed.signal)
-                        while True:
-                            if feed.items:  # first what the step's start handed on
-                                yield -1
-                            if stepping.done():
-                                break
-                            await feed.await_wake()
-                        outcome, stepping = stepping.result(), None
-                        work = advancing.send(outcome)
-            except StopIteration as stop:
-                way_out.cancelled = stop.value
-            except GeneratorExit:
-                # The consumer closed the stream, as in ``drive``: inside a step, that step
-                # finishes and commits first.
-                way_out.handled = True
-                if begun is not None:
-                    stepping = asyncio.ensure_future(self.runner.arun_step(run, begun))
-                if stepping is not None:
-                    await self._aclose_in_step(run, stepping)
-                else:
-                    self.closed(run)
-                raise
-            except asyncio.CancelledError:
-                # The task was cancelled where it awaited, inside a step: that step is dropped.
-                way_out.handled = True
-                if stepping is not None:
-                    stepping.cancel()
-                run.step -= 1
-                self.cancel_quietly(run, "its asyncio task was cancelled")
-                raise
+                        self.closed(run)
+                    raise
+                except asyncio.CancelledError:
+                    # The task was cancelled where it awaited, inside a step: that step is
+                    # dropped.
+                    way_out.handled = True
+                    if stepping is not None:
+                        stepping.cancel()
+                    run.step -= 1
+                    self.cancel_quietly(run, "its asyncio task was cancelled")
+                    raise
+        except StargraphError:
+            # The consumer sees the failing step's events and run_failed before the error.
+            while items:
+                item = items.popleft()
+                yield item if pairs else item[1]
+            raise
+        while items:
+            item = items.popleft()
+            yield item if pairs else item[1]
 
     def end(self, run: Run) -> None:
         """However a driver leaves: close the rule engines and the run's event loop,

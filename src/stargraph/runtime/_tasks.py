@@ -399,13 +399,16 @@ os.register_at_fork(after_in_child=_WATCHDOG.reset)
 class Handoff:
     """A step whose start a stream handed its consumer before the step runs (an events
     stream's ``node_started``): the driver runs it when the consumer comes back for more
-    (on the consumer's thread, as invoke would), or a worker thread does once the consumer
-    stayed away for a look of the watchdog, so that the nodes run while the consumer is
-    busy elsewhere. Either way the step runs once; :meth:`take` is its outcome."""
+    (on the consumer's thread, as invoke would), or, when ``watched`` (the consumer reads
+    that the nodes started), a worker thread does once the consumer stayed away for a look
+    of the watchdog, so that the nodes run while the consumer is busy elsewhere. Either
+    way the step runs once; :meth:`take` is its outcome."""
 
     __slots__ = ("claim", "looked", "outcome", "remote", "run", "tasks")
 
-    def __init__(self, run: Run, tasks: Sequence[Task], remote: Remote | None) -> None:
+    def __init__(
+        self, run: Run, tasks: Sequence[Task], remote: Remote | None, *, watched: bool = True
+    ) -> None:
         self.run = run
         self.tasks = tasks
         self.remote = remote
@@ -415,7 +418,10 @@ class Handoff:
         self.outcome: concurrent.futures.Future[StepOutcome] | None = None
         # One look's grace: a consumer that reads on is back long before the second look.
         self.looked = False
-        _WATCHDOG.watch(self)
+        if watched:
+            # Unwatched (a values stream's first state), the step waits for the consumer:
+            # no watchdog woken for it (a woken watchdog looks a thousand times a second).
+            _WATCHDOG.watch(self)
 
     def look(self) -> None:
         """The watchdog's look: at the second, the consumer is away; a worker runs the step."""
