@@ -34,6 +34,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
@@ -591,7 +592,9 @@ class StepLoop:
                                 yield item if pairs else item[1]
                             work = advancing.send(None)
                             continue
-                        if isinstance(work, Coroutine):  # async routers
+                        # Async routers: ``run.await_routers``, a native coroutine (an
+                        # exact type check: isinstance of the ABC costs a step's share).
+                        if type(work) is CoroutineType:
                             await work
                             work = advancing.send(None)
                             continue
