@@ -224,8 +224,12 @@ class Graph(Generic[StateT]):
         compile and run time). The tasks of a step with several tasks run concurrently:
         sync nodes on the graph's worker threads, async nodes on the run's event loop.
         ``inline=True`` keeps a tiny pure sync node on the driver's thread instead (no thread
-        hop); ``blocking=True`` marks a sync node that blocks, which is what
-        ``compile(executor=...)`` ships to its executor.
+        hop); ``blocking=True`` marks a sync node that blocks (I/O, a lock, a sleep, heavy
+        CPU), which is what ``compile(executor=...)`` ships to its executor. Mark every such
+        node: under ``ainvoke``/``astream`` a step whose tasks are all sync and not
+        ``blocking`` (nor timed) runs on the event loop's thread, as ``invoke`` runs it on
+        the caller's, holding the loop until the step is over; a ``blocking`` node's step
+        runs its sync tasks on worker threads instead, the loop free meanwhile.
 
         ``input=Model`` (a pydantic model defined at module level) gives the node a private
         input: it receives a ``Model`` instance instead of the state, validated from the

@@ -154,11 +154,11 @@ def made(kind: type[_E], fields: dict[str, Any]) -> _E:
     if template is None:
         template = _TEMPLATES[kind] = _template(kind)
     defaults, factories = template
-    values = dict(defaults)
-    values.update(fields)
-    for name, factory in factories.items():
-        if name not in fields:
-            values[name] = factory()
+    values = {**defaults, **fields}
+    if factories:
+        for name, factory in factories.items():
+            if name not in fields:
+                values[name] = factory()
     return unchecked(kind, values, set(fields))
 
 

@@ -200,7 +200,7 @@ class CompiledGraph(Generic[StateT]):
         """Async :meth:`invoke`: async nodes of one step run concurrently on this loop."""
         refuse_unknown_keys(self.state_model, input, run_id)
         run = self.steploop.new_run(input, run_id, max_steps, emit=None, thread_id=thread_id)
-        async for _ in self.steploop.adrive(run, fresh=True, steps=False):
+        async for _ in self.steploop.adrive(lambda: run, fresh=True):
             pass
         return self._result(run)
 
@@ -226,7 +226,7 @@ class CompiledGraph(Generic[StateT]):
         thread_id: str | None = None,
     ) -> AsyncIterator[Any]: ...
 
-    async def astream(
+    def astream(
         self,
         input: Mapping[str, Any] | StateT | None = None,
         *,
@@ -238,31 +238,22 @@ class CompiledGraph(Generic[StateT]):
         """Async :meth:`stream` (same modes). ``await stream.aclose()`` inside a step lets
         that step finish and commit, then cancels the run there, as closing a stream does;
         only cancelling the task that iterates drops the step in flight."""
-        modes = stream_modes(mode)
-        refuse_unknown_keys(self.state_model, input, run_id)
-        feed = Feed(modes)
-        if feed.live or feed.watched:  # its steps run as tasks whose ends wake the driver
-            feed.loop = asyncio.get_running_loop()
-            feed.awake = asyncio.Event()
-        run = self.steploop.new_run(
-            input, run_id, max_steps, emit=self.steploop.feeder(feed), thread_id=thread_id
-        )
-        run.feed = feed
-        drive = self.steploop.adrive(run, fresh=True)
-        items, pairs = feed.items, len(modes) > 1
-        try:
-            async for _ in drive:
-                while items:  # as in StepLoop.items, without two calls a step
-                    item = items.popleft()
-                    yield item if pairs else item[1]
-        except StargraphError:
-            for item in self.steploop.items(feed, modes):
-                yield item
-            raise
-        finally:
-            await drive.aclose()  # a consumer that stops reading cancels the run (see stream)
-        for item in self.steploop.items(feed, modes):
-            yield item
+
+        def start() -> Run:
+            # When the stream is first iterated, on the loop that iterates it.
+            modes = stream_modes(mode)
+            refuse_unknown_keys(self.state_model, input, run_id)
+            feed = Feed(modes)
+            if feed.live or feed.watched:  # its steps run as tasks whose ends wake the driver
+                feed.loop = asyncio.get_running_loop()
+                feed.awake = asyncio.Event()
+            run = self.steploop.new_run(
+                input, run_id, max_steps, emit=self.steploop.feeder(feed), thread_id=thread_id
+            )
+            run.feed = feed
+            return run
+
+        return self.steploop.adrive(start, fresh=True)
 
     def iter(
         self,
@@ -517,7 +508,7 @@ class CompiledGraph(Generic[StateT]):
         run = self._load(
             run_id, response, update, max_steps, migration, taken=taken, as_node=as_node
         )
-        async for _ in self.steploop.adrive(run, fresh=False, steps=False):
+        async for _ in self.steploop.adrive(lambda: run, fresh=False):
             pass
         return self._result(run)
 

@@ -34,6 +34,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from types import CoroutineType
 from typing import TYPE_CHECKING, Any, cast
 
 from pydantic import BaseModel
@@ -76,7 +77,7 @@ from stargraph.runtime._tasks import (
     worker_threads,
 )
 from stargraph.runtime._threads import start_turn
-from stargraph.runtime._values import GOTO_KEY, state_of
+from stargraph.runtime._values import GOTO_KEY, state_of, values_item
 
 __all__ = ["StepLoop", "Work"]
 
@@ -116,6 +117,8 @@ class StepLoop:
         self.runner = LocalRunner(worker_threads, remote)
         self.observer_failures = 0
         self._observer_lock = threading.Lock()
+        # A values stream's items: cheap copies where they equal validated states.
+        self._values_item = values_item(plan.state_model)
 
     def new_run(
         self,
@@ -216,8 +219,12 @@ class StepLoop:
         )
 
     def state(self, run: Run) -> BaseModel:
-        """The run's state, as an instance of the state model."""
-        return state_of(self.plan.state_model, run.values, run.run_id, run.step)
+        """The run's state, as an instance of the state model of its own (a ``values``
+        item: changing it changes neither the run nor a later item)."""
+        item = self._values_item
+        if item is None:
+            return state_of(self.plan.state_model, run.values, run.run_id, run.step)
+        return item(run.values)
 
     def emit(self, run: Run, kind: type[Event], **fields: Any) -> None:
         """Hand the run's emit function an event of ``kind`` about it (its id, step and
@@ -369,6 +376,8 @@ class StepLoop:
         return not (self.plan.interrupts and self._interrupted_after(run, ran))
 
     def _all_inline(self, tasks: Sequence[Task]) -> bool:
+        if not self.plan.any_inline:
+            return False
         specs = self.plan.specs
         return all(specs[t.node].inline and not specs[t.node].is_async for t in tasks)
 
@@ -532,7 +541,7 @@ class StepLoop:
                         work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
                     elif not feed.live and feed.items and not self._all_inline(tasks):
                         # Hand on the step's start first; closed now, the step runs still.
-                        begun = Handoff(run, tasks, self.remote)
+                        begun = Handoff(run, tasks, self.remote, watched=feed.watched)
                         yield -1
                         outcome, begun = begun.take(), None
                         work = steps.send(outcome)
@@ -558,71 +567,95 @@ class StepLoop:
                     self.closed(run)
                 raise
 
-    async def adrive(
-        self, run: Run, *, fresh: bool, steps: bool = True
-    ) -> AsyncGenerator[int, None]:
-        """Async driver: yields after each committed step (unless not ``steps``: the async
-        invoke and resume only wait for the end), before a step whose start handed the feed
-        something, and -1 whenever a live feed has something new while a step runs. Async
-        routers are awaited on this loop."""
+    async def adrive(self, start: Callable[[], Run], *, fresh: bool) -> AsyncGenerator[Any, None]:
+        """Async driver of the run ``start`` makes (called when the driver is first asked
+        for an item: a stream does nothing until it is iterated, on the loop that iterates
+        it). For ``astream`` (a run with a feed) it is the stream itself, one async
+        generator between the consumer and the loop: it yields the feed's items (``(mode,
+        item)`` pairs when several modes were asked for) after each committed step,
+        before a step whose start handed the feed something, and whenever a live feed has
+        something new while a step runs; then what is left once the run ended, also before
+        the error that ended it is raised. For the async invoke and resume (no feed) it
+        yields nothing. Async routers are awaited on this loop."""
+        run = start()
         feed = run.feed
+        items = None if feed is None else feed.items
+        pairs = feed is not None and len(feed.modes) > 1
         stepping: asyncio.Future[StepOutcome] | None = None
         begun: Sequence[Task] | None = None
-        advancing = self.advance(run, fresh=fresh, routers=True, steps=steps)
-        with _WayOut(self, run) as way_out:
-            try:
-                work = next(advancing)
-                while True:
-                    if type(work) is int:
-                        yield work
-                        work = advancing.send(None)
-                        continue
-                    if isinstance(work, Coroutine):  # async routers
-                        await work
-                        work = advancing.send(None)
-                        continue
-                    tasks = cast("Sequence[Task]", work)
-                    if feed is None or not (feed.live or feed.watched):
-                        if feed is not None and feed.items:
-                            begun = tasks  # its start was handed on: closed now, it runs
-                            yield -1
-                            begun = None
-                        outcome = self.runner.run_here(run, tasks)
-                        if outcome is None:
-                            outcome = await self.runner.arun_step(run, tasks)
-                        work = advancing.send(outcome)
+        advancing = self.advance(run, fresh=fresh, routers=True, steps=feed is not None)
+        try:
+            with _WayOut(self, run) as way_out:
+                try:
+                    work = next(advancing)
+                    while True:
+                        if type(work) is int:  # a committed step: hand on what it made
+                            while items:
+                                item = items.popleft()
+                                yield item if pairs else item[1]
+                            work = advancing.send(None)
+                            continue
+                        # Async routers: ``run.await_routers``, a native coroutine (an
+                        # exact type check: isinstance of the ABC costs a step's share).
+                        if type(work) is CoroutineType:
+                            await work
+                            work = advancing.send(None)
+                            continue
+                        tasks = cast("Sequence[Task]", work)
+                        if feed is None or not (feed.live or feed.watched):
+                            if items:
+                                begun = tasks  # its start was handed on: closed now, it runs
+                                while items:
+                                    item = items.popleft()
+                                    yield item if pairs else item[1]
+                                begun = None
+                            outcome = self.runner.run_here(run, tasks)
+                            if outcome is None:
+                                outcome = await self.runner.arun_step(run, tasks)
+                            work = advancing.send(outcome)
+                        else:
+                            stepping = asyncio.ensure_future(self.runner.arun_step(run, tasks))
+                            stepping.add_done_callback(feed.signal)
+                            while True:
+                                while items:  # first what the step's start handed on
+                                    item = items.popleft()
+                                    yield item if pairs else item[1]
+                                if stepping.done():
+                                    break
+                                await feed.await_wake()
+                            outcome, stepping = stepping.result(), None
+                            work = advancing.send(outcome)
+                except StopIteration as stop:
+                    way_out.cancelled = stop.value
+                except GeneratorExit:
+                    # The consumer closed the stream, as in ``drive``: inside a step, that
+                    # step finishes and commits first.
+                    way_out.handled = True
+                    if begun is not None:
+                        stepping = asyncio.ensure_future(self.runner.arun_step(run, begun))
+                    if stepping is not None:
+                        await self._aclose_in_step(run, stepping)
                     else:
-                        stepping = asyncio.ensure_future(self.runner.arun_step(run, tasks))
-                        stepping.add_done_callback(feed.signal)
-                        while True:
-                            if feed.items:  # first what the step's start handed on
-                                yield -1
-                            if stepping.done():
-                                break
-                            await feed.await_wake()
-                        outcome, stepping = stepping.result(), None
-                        work = advancing.send(outcome)
-            except StopIteration as stop:
-                way_out.cancelled = stop.value
-            except GeneratorExit:
-                # The consumer closed the stream, as in ``drive``: inside a step, that step
-                # finishes and commits first.
-                way_out.handled = True
-                if begun is not None:
-                    stepping = asyncio.ensure_future(self.runner.arun_step(run, begun))
-                if stepping is not None:
-                    await self._aclose_in_step(run, stepping)
-                else:
-                    self.closed(run)
-                raise
-            except asyncio.CancelledError:
-                # The task was cancelled where it awaited, inside a step: that step is dropped.
-                way_out.handled = True
-                if stepping is not None:
-                    stepping.cancel()
-                run.step -= 1
-                self.cancel_quietly(run, "its asyncio task was cancelled")
-                raise
+                        self.closed(run)
+                    raise
+                except asyncio.CancelledError:
+                    # The task was cancelled where it awaited, inside a step: that step is
+                    # dropped.
+                    way_out.handled = True
+                    if stepping is not None:
+                        stepping.cancel()
+                    run.step -= 1
+                    self.cancel_quietly(run, "its asyncio task was cancelled")
+                    raise
+        except StargraphError:
+            # The consumer sees the failing step's events and run_failed before the error.
+            while items:
+                item = items.popleft()
+                yield item if pairs else item[1]
+            raise
+        while items:
+            item = items.popleft()
+            yield item if pairs else item[1]
 
     def end(self, run: Run) -> None:
         """However a driver leaves: close the rule engines and the run's event loop,
@@ -732,11 +765,12 @@ class StepLoop:
         elif run.attempts:
             run.attempts = {}
         if run.emit is not None:
+            tasks = run.tasks
             self.emit(
                 run,
                 StepCompleted,
-                nodes=tuple(t.node for t in ran),
-                next=tuple(t.node for t in run.tasks),
+                nodes=(ran[0].node,) if len(ran) == 1 else tuple(t.node for t in ran),
+                next=(tasks[0].node,) if len(tasks) == 1 else tuple(t.node for t in tasks),
             )
         if feed is not None and feed.values:
             feed.add("values", self.state(run))
@@ -748,19 +782,20 @@ class StepLoop:
         event (after its subgraph's events) and its ``updates`` item."""
         emit = run.emit
         updates = feed is not None and feed.updates
+        run_id, step, path, attempts = run.run_id, run.step, run.path, run.attempts
         for task, writes in results if len(results) == 1 else sorted(results, key=by_task):
             written = jsonable(self.plan.channels, writes)
             if emit is not None:
-                for child_event in run.child_events.pop(task.key, ()):
-                    emit(child_event)
-                self.emit(
-                    run,
-                    NodeFinished,
-                    node=task.node,
-                    index=task.index,
-                    writes=written,
-                    attempts=run.attempts.get(f"{task.node}/{task.index}", 1),
-                )
+                if run.child_events:
+                    for child_event in run.child_events.pop(task.key, ()):
+                        emit(child_event)
+                # The fields as a dict of their own (what self.emit would build), one per
+                # task: an events stream makes three events per node.
+                fields = {"run_id": run_id, "step": step, "path": path, "node": task.node}
+                fields["index"] = task.index
+                fields["writes"] = written
+                fields["attempts"] = attempts.get(f"{task.node}/{task.index}", 1) if attempts else 1
+                emit(made(NodeFinished, fields))
                 if updates:
                     written = dict(written)  # the event's dict is its own
             if updates:
@@ -872,14 +907,13 @@ class StepLoop:
 
     def emit_started(self, run: Run, tasks: Sequence[Task]) -> None:
         """Emit ``node_started`` for each of ``tasks`` (the step about to run)."""
-        if run.emit is not None:
+        emit = run.emit
+        if emit is not None:
+            run_id, step, path = run.run_id, run.step, run.path
             for task in tasks:
-                self.emit(
-                    run,
-                    NodeStarted,
-                    node=task.node,
-                    index=task.index,
-                )
+                fields = {"run_id": run_id, "step": step, "path": path, "node": task.node}
+                fields["index"] = task.index
+                emit(made(NodeStarted, fields))
 
     # ------------------------------------------------------------------ live streams
 

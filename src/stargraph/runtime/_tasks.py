@@ -136,15 +136,20 @@ class LocalRunner:
         return await execute_async(run, tasks, self.pool, self.remote)
 
     def run_here(self, run: Run, tasks: Sequence[Task]) -> StepOutcome | None:
-        """For the async driver: a step of one sync task that does not block, run on the
-        loop's thread right now, exactly as invoke runs it (nothing else of the run waits
-        meanwhile); ``None`` for any other step, to await :meth:`arun_step` for."""
-        if len(tasks) != 1 or run.done:
-            return None
-        spec = run.plan.specs[tasks[0].node]
-        if spec.plain or not (spec.is_async or spec.blocking or spec.timeout_s):
-            return execute_sync(run, tasks, self.pool, self.remote)
-        return None
+        """For the async driver: a step whose tasks are all sync and do not block, run
+        right now exactly as invoke runs it (a lone task on the loop's thread, several in
+        the work-stealing batch that the loop's thread takes part in; nothing else of the
+        run waits meanwhile); ``None`` for any other step (an async, ``blocking`` or timed
+        task), to await :meth:`arun_step` for.
+
+        The loop's thread is held while the step runs: a sync node that blocks (on I/O, a
+        lock, a sleep) says so with ``blocking=True`` and then runs on a worker thread."""
+        specs = run.plan.specs
+        for task in tasks:
+            spec = specs[task.node]
+            if spec.is_async or spec.blocking or spec.timeout_s:
+                return None
+        return execute_sync(run, tasks, self.pool, self.remote)
 
 
 def _retry_classes(spec: NodeSpec) -> tuple[type[BaseException], ...]:
@@ -394,13 +399,16 @@ os.register_at_fork(after_in_child=_WATCHDOG.reset)
 class Handoff:
     """A step whose start a stream handed its consumer before the step runs (an events
     stream's ``node_started``): the driver runs it when the consumer comes back for more
-    (on the consumer's thread, as invoke would), or a worker thread does once the consumer
-    stayed away for a look of the watchdog, so that the nodes run while the consumer is
-    busy elsewhere. Either way the step runs once; :meth:`take` is its outcome."""
+    (on the consumer's thread, as invoke would), or, when ``watched`` (the consumer reads
+    that the nodes started), a worker thread does once the consumer stayed away for a look
+    of the watchdog, so that the nodes run while the consumer is busy elsewhere. Either
+    way the step runs once; :meth:`take` is its outcome."""
 
     __slots__ = ("claim", "looked", "outcome", "remote", "run", "tasks")
 
-    def __init__(self, run: Run, tasks: Sequence[Task], remote: Remote | None) -> None:
+    def __init__(
+        self, run: Run, tasks: Sequence[Task], remote: Remote | None, *, watched: bool = True
+    ) -> None:
         self.run = run
         self.tasks = tasks
         self.remote = remote
@@ -410,7 +418,10 @@ class Handoff:
         self.outcome: concurrent.futures.Future[StepOutcome] | None = None
         # One look's grace: a consumer that reads on is back long before the second look.
         self.looked = False
-        _WATCHDOG.watch(self)
+        if watched:
+            # Unwatched (a values stream's first state), the step waits for the consumer:
+            # no watchdog woken for it (a woken watchdog looks a thousand times a second).
+            _WATCHDOG.watch(self)
 
     def look(self) -> None:
         """The watchdog's look: at the second, the consumer is away; a worker runs the step."""

@@ -6,12 +6,14 @@ remote executor alike, and importing none of them.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any, Final, TypeVar
+import enum
+from collections.abc import Callable, Mapping
+from typing import Annotated, Any, Final, Literal, TypeVar, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
 from stargraph._typed import validate_raw
+from stargraph._unchecked import unchecked
 from stargraph.errors import InvalidWriteError
 from stargraph.reducers import append as _append
 from stargraph.state import Channel
@@ -25,6 +27,7 @@ __all__ = [
     "jsonable",
     "reduce_writes",
     "state_of",
+    "values_item",
 ]
 
 GOTO_KEY: Final = "__goto__"
@@ -105,6 +108,102 @@ def state_of(model: type[_M], values: Mapping[str, Any], run_id: str, step: int)
             run_id=run_id,
             step=step,
         ) from exc
+
+
+_IMMUTABLE: Final = frozenset({str, int, float, bool, bytes, complex, type(None)})
+_FLAT: Final = frozenset({list, dict, set})
+_KEPT: Final = frozenset({tuple, frozenset})
+
+
+def values_item(model: type[_M]) -> Callable[[Mapping[str, Any]], _M] | None:
+    """How a stream's ``values`` item is made of a run's channel values: an instance of
+    ``model`` equal to :func:`state_of` of the same values, without validating them again
+    (every value was validated when it was written), over copies of their containers made
+    here, so that a consumer who changes an item changes neither the run nor a later item.
+    ``None`` when only validation makes an equal instance: a model with a validator of the
+    whole state or of a field, a ``model_post_init``, private attributes or extra fields.
+
+    A container is copied as validation would rebuild it: lists, dicts and sets down to
+    their leaves, which are kept (a nested model instance, as pydantic keeps one), with a
+    one-level copy where the field's type says the items are leaves."""
+    decorators = model.__pydantic_decorators__
+    if (
+        decorators.validators
+        or decorators.field_validators
+        or decorators.root_validators
+        or decorators.model_validators
+        or model.__pydantic_post_init__ is not None
+        or model.__private_attributes__
+        or model.model_config.get("extra") == "allow"
+    ):
+        return None
+    copiers: list[tuple[str, Callable[[Any], Any]]] = []
+    for name, info in model.model_fields.items():
+        copier = _copier(info.annotation)
+        if copier is _revalidated:
+            return None
+        if copier is not None:
+            copiers.append((name, copier))
+
+    def item(values: Mapping[str, Any]) -> _M:
+        copied = dict(values)
+        for name, copy in copiers:
+            copied[name] = copy(copied[name])
+        return unchecked(model, copied, set(copied))
+
+    return item
+
+
+def _copier(annotation: Any) -> Callable[[Any], Any] | None:
+    """How to copy a value of field type ``annotation`` for a ``values`` item (``None``:
+    kept as it is, a leaf)."""
+    while get_origin(annotation) is Annotated:
+        annotation = get_args(annotation)[0]
+    if annotation in _IMMUTABLE or get_origin(annotation) is Literal:
+        return None
+    if isinstance(annotation, type):
+        if issubclass(annotation, BaseModel):
+            # pydantic keeps an instance as it is unless its model says to revalidate it.
+            revalidate = annotation.model_config.get("revalidate_instances", "never")
+            return None if revalidate == "never" else _revalidated
+        if issubclass(annotation, enum.Enum):
+            return None
+    origin = get_origin(annotation)
+    args = get_args(annotation)
+    parts = [_copier(arg) for arg in args if arg is not Ellipsis]
+    if _revalidated in parts:
+        return _revalidated
+    leaves = bool(args) and all(part is None for part in parts)
+    if origin in _KEPT and leaves:
+        return None
+    if origin in _FLAT and leaves:
+        return _flat
+    return _deep
+
+
+def _revalidated(value: Any) -> Any:
+    """Not a copier but a mark (never called): a field whose values only validation copies
+    as it would (a model that revalidates its instances)."""
+    return value
+
+
+def _flat(value: Any) -> Any:
+    """A container of leaves: copied one level deep."""
+    return value.copy() if type(value) in _FLAT else _deep(value)
+
+
+def _deep(value: Any) -> Any:
+    """Lists, dicts, sets and tuples copied down to their leaves, which are kept."""
+    kind = type(value)
+    if kind is list:
+        return [_deep(v) for v in value]
+    if kind is dict:
+        return {k: _deep(v) for k, v in value.items()}
+    if kind is set:
+        return set(value)
+    if kind is tuple:
+        return tuple(_deep(v) for v in value)
+    return value
 
 
 def reduce_writes(
