@@ -30,8 +30,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Annotated, cast
 
-from pydantic import BaseModel, field_validator
+from pydantic import field_validator
 
+from stargraph._typed import TypedModel
+from stargraph.errors import InvalidInputError
 from stargraph.llm._history import (
     REMOVE_ALL_MESSAGES,
     AnyMessage,
@@ -50,7 +52,7 @@ __all__ = [
 ]
 
 
-class MessagesState(BaseModel):
+class MessagesState(TypedModel):
     """A state whose ``messages`` channel is a conversation merged by :data:`add_messages`;
     subclass it to add channels. An input's messages get their ids at once (the same ones
     in every run of that input).
@@ -59,6 +61,8 @@ class MessagesState(BaseModel):
     >>> [m.content for m in state.messages], len({m.id for m in state.messages})
     (['hi', 'hi'], 2)
     """
+
+    typed_error = InvalidInputError
 
     if TYPE_CHECKING:
         # What a type checker sees: after the reducer the list holds messages only.

@@ -89,9 +89,14 @@ class Message(ChatMessage):
         if isinstance(data, Mapping):
             calls = data.get("tool_calls")
             content = data.get("content")
-            if calls or (content is not None and not isinstance(content, str)):
+            # Only well-formed shapes are converted; anything else goes to the field
+            # validators, which name the field in a typed error.
+            calls_ok = isinstance(calls, (list, tuple)) and all(
+                isinstance(call, Mapping) for call in calls
+            )
+            if calls_ok or (content is not None and not isinstance(content, str)):
                 data = dict(data)
-                if calls:
+                if calls and calls_ok:
                     data["tool_calls"] = [_wire_call(call) for call in calls]
                 data["content"] = _text(content)
         return data
