@@ -89,7 +89,8 @@ class RuleDecision(BaseModel):
     """What a step's rules decided, when not ``continue``: the deciding ``rule``, the
     ``goto`` ``targets`` and the ``reason`` of a ``halt``, ``finish`` or ``interrupt``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Its schema is built at the first decision, not at import.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: Literal["goto", "halt", "finish", "interrupt"]
     rule: str | None = None

@@ -362,7 +362,8 @@ def _arguments_from_function(
 class _ExternalOutput(BaseModel):
     """The optional envelope an external tool may print: ``{status, summary, payload}``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Built at the first external tool's output, not at import.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     status: str = "success"
     summary: str
