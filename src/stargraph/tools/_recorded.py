@@ -17,8 +17,7 @@ import orjson
 from stargraph import errors
 from stargraph.errors import ToolError
 from stargraph.runtime._protocols import Journal
-from stargraph.tools._result import ToolFailure, ToolResult, ToolStatus, failure_of
-from stargraph.tools._spec import Exposure
+from stargraph.tools._result import Exposure, ToolFailure, ToolResult, ToolStatus, failure_of
 
 __all__ = ["JournaledArbiter", "tool_message_content"]
 

@@ -28,9 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, c
 
 from stargraph._typed import TypedModel
 from stargraph.errors import Problem, ToolError, ToolSpecError, ToolTimeoutError
-from stargraph.tools._result import ToolOutput
+from stargraph.tools._result import Exposure, ToolOutput
 from stargraph.tools._schema import ArgumentModel, ValidatedArgs
-from stargraph.tools._spec import Exposure, SideEffect, ToolSpec
+from stargraph.tools._spec import SideEffect, ToolSpec
 from stargraph.tools._workspace import Workspace
 
 __all__ = [
