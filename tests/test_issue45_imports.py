@@ -63,6 +63,7 @@ _LEFT_FOR_LATER = {
         "zstandard",
         "clips",
         "importlib.metadata",
+        "pickle",
         "stargraph.checkpoint._sqlite",
         "stargraph.checkpoint._watch",
     ),
