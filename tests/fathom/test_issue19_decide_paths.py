@@ -6,7 +6,8 @@ from __future__ import annotations
 import clips
 
 from stargraph.fathom import RuleEngine, default_termination_pack
-from stargraph.fathom._values import decode_string, decode_value, encode_string
+from stargraph.fathom._clipsval import decode_value
+from stargraph.fathom._values import decode_string, encode_string
 
 
 def test_issue19_decode_value_of_each_type() -> None:

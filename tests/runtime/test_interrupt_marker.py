@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import gc
+import pickle
+import weakref
 from pathlib import Path
 
 import pytest
@@ -83,15 +86,36 @@ def test_issue21_a_finished_run_and_a_copied_state_carry_no_marker(store: Sqlite
 
 
 def test_issue21_the_marker_goes_with_the_state_object(store: SqliteStore) -> None:
-    from stargraph.runtime import _interrupts
-
     app = refund_graph().compile(store=store)
-    before = len(_interrupts._MARKED)
     state = app.invoke({"order": "A-2"}, run_id="r3")
-    assert len(_interrupts._MARKED) == before + 1
+    waiting = interrupt_of(state)
+    assert waiting is not None
+    # Nothing but the state holds it: once the caller lets the state go, it is gone.
+    gone = weakref.ref(state)
     del state
     gc.collect()
-    assert len(_interrupts._MARKED) == before
+    assert gone() is None
+    assert waiting.run_id == "r3"
+
+
+def test_issue45_a_marked_state_copies_and_serialises_as_its_fields(store: SqliteStore) -> None:
+    app = refund_graph().compile(store=store)
+    state = app.invoke({"order": "A-3", "amount": 2.0}, run_id="r4")
+    waiting = interrupt_of(state)
+    assert waiting is not None
+    # Its value is the state's fields and nothing else.
+    assert state.model_dump() == Refund(order="A-3", amount=2.0).model_dump()
+    assert dict(state) == dict(Refund(order="A-3", amount=2.0))
+    assert repr(state) == repr(Refund(order="A-3", amount=2.0))
+    assert state.model_dump_json() == Refund(order="A-3", amount=2.0).model_dump_json()
+    # A copy, deep or pickled, is another object: it is not where the run stopped.
+    for other in (copy.copy(state), copy.deepcopy(state), pickle.loads(pickle.dumps(state))):
+        assert other == state
+        assert interrupt_of(other) is None
+    # Marks of two runs stay apart, on objects alive at once.
+    second = app.invoke({"order": "A-4"}, run_id="r5")
+    marks = interrupt_of(state), interrupt_of(second)
+    assert [m.run_id if m else None for m in marks] == ["r4", "r5"]
 
 
 def test_issue21_interrupt_before_and_after_are_marked_with_their_nodes(

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from stargraph import _lazy
 from stargraph.checkpoint import _records
 from stargraph.checkpoint._memory import MemoryStore
 from stargraph.checkpoint._protocol import CheckpointStore, StoreFeature
 from stargraph.checkpoint._recording import Recording
 from stargraph.checkpoint._records import *
-from stargraph.checkpoint._sqlite import SqliteStore
-from stargraph.checkpoint._watch import PollingWatch, RunWatch, WatchableStore, watch_runs
 
 if TYPE_CHECKING:
     from stargraph.checkpoint._postgres import PostgresStore
+    from stargraph.checkpoint._sqlite import SqliteStore
+    from stargraph.checkpoint._watch import PollingWatch, RunWatch, WatchableStore, watch_runs
 
 __all__ = [
     "CheckpointStore",
@@ -40,10 +41,17 @@ __all__ += _records.__all__
 __all__.sort()
 
 
-def __getattr__(name: str) -> object:
-    # PostgresStore needs the optional psycopg extra: import it only when asked for.
-    if name == "PostgresStore":
-        from stargraph.checkpoint._postgres import PostgresStore
-
-        return PostgresStore
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# The stores are imported when first read: a run in memory, a replay or a reader of records
+# does not import SQLite, the journal files or asyncio's watchers; PostgresStore needs the
+# optional psycopg extra besides.
+__getattr__, __dir__ = _lazy.exports(
+    __name__,
+    {
+        "PollingWatch": "._watch",
+        "PostgresStore": "._postgres",
+        "RunWatch": "._watch",
+        "SqliteStore": "._sqlite",
+        "WatchableStore": "._watch",
+        "watch_runs": "._watch",
+    },
+)

@@ -36,14 +36,19 @@ run record's ``stopped_by`` and their reason in its ``stop_reason``.
 
 from __future__ import annotations
 
-from stargraph.fathom._allow import FUNCTIONS as ALLOWED_FUNCTIONS
-from stargraph.fathom._bounds import RuleBounds
-from stargraph.fathom._engine import Decision, DecisionKind, RuleEngine
-from stargraph.fathom._load import validate_pack
+from typing import TYPE_CHECKING
+
+from stargraph import _lazy
 from stargraph.fathom._pack import RulePack, default_termination_pack
-from stargraph.fathom._pool import EnginePool, PooledEngine
 from stargraph.fathom._values import Fact, fact_fields
 from stargraph.runtime._rules import DecisionMaker as DecisionEngine
+
+if TYPE_CHECKING:
+    from stargraph.fathom._allow import FUNCTIONS as ALLOWED_FUNCTIONS
+    from stargraph.fathom._bounds import RuleBounds
+    from stargraph.fathom._engine import Decision, DecisionKind, RuleEngine
+    from stargraph.fathom._load import validate_pack
+    from stargraph.fathom._pool import EnginePool, PooledEngine
 
 __all__ = [
     "ALLOWED_FUNCTIONS",
@@ -60,3 +65,19 @@ __all__ = [
     "fact_fields",
     "validate_pack",
 ]
+
+# The engine, the pack checks and clipspy are imported when first read (a compile with rule
+# packs reads them): declaring a state with facts or a rule pack does not load them.
+__getattr__, __dir__ = _lazy.exports(
+    __name__,
+    {
+        "ALLOWED_FUNCTIONS": "._allow:FUNCTIONS",
+        "Decision": "._engine",
+        "DecisionKind": "._engine",
+        "EnginePool": "._pool",
+        "PooledEngine": "._pool",
+        "RuleBounds": "._bounds",
+        "RuleEngine": "._engine",
+        "validate_pack": "._load",
+    },
+)

@@ -31,6 +31,7 @@ from stargraph.errors import (
     RuleRuntimeError,
 )
 from stargraph.fathom._bounds import DEFAULT_BOUNDS, RuleBounds
+from stargraph.fathom._clipsval import decode_value, encode_text, encode_value, plain, to_clips
 from stargraph.fathom._load import (
     Capture,
     clips_message,
@@ -47,17 +48,7 @@ from stargraph.fathom._raw import (
     has_activations,
     iter_facts,
 )
-from stargraph.fathom._values import (
-    FactField,
-    decode_string,
-    decode_value,
-    encode_string,
-    encode_text,
-    encode_value,
-    normalise_fields,
-    plain,
-    to_clips,
-)
+from stargraph.fathom._values import FactField, decode_string, encode_string, normalise_fields
 from stargraph.runtime._rules import RANK, DecisionKind
 
 __all__ = ["Decision", "DecisionKind", "RuleEngine"]
@@ -89,8 +80,9 @@ class Decision(TypedModel):
 _STEP_SLOTS: Final = ("tick", "step", "node", "last-event", "tool-result", "error-count")
 _STEP_SLOT_LIST: Final = list(_STEP_SLOTS)
 
-# What every step without a firing rule decides: one shared (frozen) instance.
-_CONTINUE: Final = Decision(kind="continue")
+# What every step without a firing rule decides: one shared (frozen) instance, a literal
+# built without validation so that importing fathom does not build Decision's schema.
+_CONTINUE: Final = Decision.model_construct(kind="continue")
 
 DEFAULT_DECIDE_TIMEOUT_S: Final = 1.0
 """A decision's time budget: a decision normally takes tens of microseconds."""

@@ -1,4 +1,4 @@
-"""State fields marked as facts, and the safe passage of Python values into CLIPS and back.
+"""State fields marked as facts, and the strings that cross into CLIPS and back.
 
 Values reach CLIPS only as clipspy values (``Environment.call`` arguments), never as source
 text, so no value can inject a construct. Two things still need care, because clipspy hands
@@ -10,7 +10,9 @@ strings to C as NUL-terminated UTF-8:
 Such strings are escaped reversibly with a private-use character (U+F8FF) before they cross,
 and decoded when they come back. Strings without those three characters, which is every
 string a rule pack is likely to compare against, cross unchanged, so literals in rules still
-match.
+match. The conversion of whole values, which needs clipspy, is
+:mod:`stargraph.fathom._clipsval`: this module does not import clipspy, so declaring a state
+with facts or a rule pack does not load it.
 """
 
 from __future__ import annotations
@@ -21,12 +23,11 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Final, Union, get_args, get_origin
 
-import clips
 from pydantic import BaseModel
 
-from stargraph.errors import Problem, RuleCompileError, RuleRuntimeError
+from stargraph.errors import Problem, RuleCompileError
 
-__all__ = ["Fact", "FactField", "decode_value", "encode_value", "fact_fields"]
+__all__ = ["Fact", "FactField", "decode_string", "encode_string", "fact_fields"]
 
 
 class Fact:
@@ -64,7 +65,6 @@ _OPTIONAL_SLOT_TYPES: Final[dict[type, str]] = {
     str: "(type STRING SYMBOL) (allowed-symbols nil) (default nil)",
 }
 _SLOT_NAME: Final = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
-_INT64: Final = (-(2**63), 2**63 - 1)
 
 
 class FactField(typing.NamedTuple):
@@ -204,96 +204,3 @@ def encode_string(text: str) -> str:
 def decode_string(text: str) -> str:
     """Undo :func:`encode_string`."""
     return _ESCAPED.sub(_unescape_char, text) if _ESC in text else text
-
-
-# --------------------------------------------------------------------------- values
-
-_TRUE: Final = clips.Symbol("TRUE")
-_FALSE: Final = clips.Symbol("FALSE")
-_NIL: Final = clips.Symbol("nil")
-
-
-def encode_value(name: str, field: FactField, value: Any, *, step: int, node: str) -> Any:
-    """Convert one state value to the clipspy value its slot accepts.
-
-    Raises RuleRuntimeError naming the field when the value does not fit, because CLIPS would
-    otherwise reject it with a message that names neither the field nor the step.
-    """
-    if value is None and field.optional:
-        return _NIL
-    base = field.base
-    ok = isinstance(value, base) and not (base is int and isinstance(value, bool))
-    if base is float and isinstance(value, int) and not isinstance(value, bool):
-        value, ok = float(value), True
-    if ok and base is int and not _INT64[0] <= value <= _INT64[1]:
-        ok = False
-    if not ok:
-        raise RuleRuntimeError(
-            f"fact {name!r} = {value!r} at step {step} (node {node!r}) is not a "
-            f"{'optional ' if field.optional else ''}{base.__name__} as declared; fix the "
-            "node that wrote it or the field's annotation (ints must fit in 64 bits)",
-            step=step,
-            node=node,
-        )
-    if base is bool:
-        return _TRUE if value else _FALSE
-    if base is str:
-        return encode_string(value)
-    return value
-
-
-def encode_text(value: str | None) -> Any:
-    """Convert an optional engine string (event, tool result) to a clipspy value."""
-    return _NIL if value is None else encode_string(value)
-
-
-# A tuple, not ``bool | int | float``: Python 3.11 builds that union anew at every call, and
-# a snapshot decodes every slot of every fact.
-_SCALARS: Final = (bool, int, float)
-_SYMBOL_TYPE: Final = clips.Symbol
-
-
-def decode_value(value: Any) -> Any:
-    """Convert a clipspy value read back from CLIPS into plain JSON-able Python.
-
-    Symbols become ``{"symbol": name}`` so a restore can tell the symbol ``nil`` from the
-    string ``"nil"``; multifields become lists.
-    """
-    kind = type(value)
-    # The exact types first (clips.Symbol is a str subclass, so these tests are not the
-    # isinstance chain's order): a snapshot decodes every slot of every fact.
-    if kind is str:
-        return decode_string(value)
-    if kind is int or kind is float:
-        return value
-    if kind is _SYMBOL_TYPE:
-        return {"symbol": str(value)}
-    if isinstance(value, clips.Symbol):
-        return {"symbol": str(value)}
-    if isinstance(value, str):
-        return decode_string(value)
-    if isinstance(value, tuple):
-        return [decode_value(v) for v in value]
-    if isinstance(value, _SCALARS):
-        return value
-    raise RuleRuntimeError(f"unexpected CLIPS value {value!r}: rules cannot hand it over")
-
-
-def to_clips(value: Any) -> Any:
-    """Inverse of :func:`decode_value`: JSON snapshot value -> clipspy value."""
-    if isinstance(value, dict):
-        return clips.Symbol(value["symbol"])
-    if isinstance(value, str):
-        return encode_string(value)
-    if isinstance(value, list):
-        return tuple(to_clips(v) for v in value)
-    return value
-
-
-def plain(value: Any) -> Any:
-    """A decision slot read back from CLIPS: ``nil`` -> None, strings decoded."""
-    if isinstance(value, clips.Symbol):
-        return None if value == "nil" else str(value)
-    if isinstance(value, str):
-        return decode_string(value)
-    return value

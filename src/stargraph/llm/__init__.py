@@ -17,6 +17,9 @@ The over-HTTP fake (``ScriptedOpenAIServer``) and the conformance suite
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+from stargraph import _lazy
 from stargraph.llm._messages import (
     ChatDelta,
     ChatMessage,
@@ -29,28 +32,30 @@ from stargraph.llm._messages import (
     ToolCallDelta,
     Usage,
 )
-from stargraph.llm._openai import ChatStream, OpenAIChatModel, StreamAssembler
-from stargraph.llm._problems import (
-    NormalizedToolCalls,
-    ParsedToolCall,
-    ProblemKind,
-    ToolCallProblem,
-    normalize_tool_calls,
-)
-from stargraph.llm._profiles import (
-    GENERIC,
-    LLAMA_CPP,
-    OLLAMA,
-    OPENAI,
-    PROFILES,
-    VLLM,
-    EndpointProfile,
-    detect_profile,
-    profile_for_url,
-)
 from stargraph.llm._protocol import ChatModel
-from stargraph.llm._recorded import JournaledChatModel
-from stargraph.llm._scripted import ScriptedChatModel
+
+if TYPE_CHECKING:
+    from stargraph.llm._openai import ChatStream, OpenAIChatModel, StreamAssembler
+    from stargraph.llm._problems import (
+        NormalizedToolCalls,
+        ParsedToolCall,
+        ProblemKind,
+        ToolCallProblem,
+        normalize_tool_calls,
+    )
+    from stargraph.llm._profiles import (
+        GENERIC,
+        LLAMA_CPP,
+        OLLAMA,
+        OPENAI,
+        PROFILES,
+        VLLM,
+        EndpointProfile,
+        detect_profile,
+        profile_for_url,
+    )
+    from stargraph.llm._recorded import JournaledChatModel
+    from stargraph.llm._scripted import ScriptedChatModel
 
 __all__ = [
     "ChatDelta",
@@ -84,3 +89,30 @@ __all__ = [
     "normalize_tool_calls",
     "profile_for_url",
 ]
+
+# The clients, the profiles and the tool-call checks are imported when first read: a program
+# that reads or builds messages (a replay, a tool) does not import them.
+__getattr__, __dir__ = _lazy.exports(
+    __name__,
+    {
+        "ChatStream": "._openai",
+        "EndpointProfile": "._profiles",
+        "GENERIC": "._profiles",
+        "JournaledChatModel": "._recorded",
+        "LLAMA_CPP": "._profiles",
+        "NormalizedToolCalls": "._problems",
+        "OLLAMA": "._profiles",
+        "OPENAI": "._profiles",
+        "OpenAIChatModel": "._openai",
+        "PROFILES": "._profiles",
+        "ParsedToolCall": "._problems",
+        "ProblemKind": "._problems",
+        "ScriptedChatModel": "._scripted",
+        "StreamAssembler": "._openai",
+        "ToolCallProblem": "._problems",
+        "VLLM": "._profiles",
+        "detect_profile": "._profiles",
+        "normalize_tool_calls": "._problems",
+        "profile_for_url": "._profiles",
+    },
+)

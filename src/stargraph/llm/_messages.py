@@ -437,7 +437,7 @@ class ChatResponse(_ChatData):
     """The assistant message; append it to the conversation as is (tool calls included)."""
     finish_reason: str | None = None
     """``stop``, ``tool_calls``, ``length``, ``content_filter`` ... as the endpoint said."""
-    usage: Usage = Usage()
+    usage: Usage = Usage.model_construct()  # all zeros: nothing to validate at import
     """Token counts; zeros when the endpoint reported none."""
     model: str = ""
     """The model that answered, as reported by the endpoint."""

@@ -139,11 +139,16 @@ class EndpointProfile(TypedModel):
             )
 
 
-OPENAI: Final = EndpointProfile(name="openai", max_tokens_field="max_completion_tokens")
+# The shipped profiles are literals, built without validation so that importing the llm
+# package does not build EndpointProfile's schema (tests pin that they equal their
+# validated forms).
+OPENAI: Final = EndpointProfile.model_construct(
+    name="openai", max_tokens_field="max_completion_tokens"
+)
 """api.openai.com."""
-VLLM: Final = EndpointProfile(name="vllm")
+VLLM: Final = EndpointProfile.model_construct(name="vllm")
 """vLLM's OpenAI-compatible server (tool calls need ``--enable-auto-tool-choice``)."""
-LLAMA_CPP: Final = EndpointProfile(
+LLAMA_CPP: Final = EndpointProfile.model_construct(
     name="llama.cpp",
     null_content=False,
     default_tool_choice="auto",
@@ -154,9 +159,13 @@ LLAMA_CPP: Final = EndpointProfile(
     retry_timeouts=False,
 )
 """llama.cpp's servers (``llama_cpp.server`` of llama-cpp-python, and ``llama-server``)."""
-OLLAMA: Final = EndpointProfile(name="ollama", null_content=False, tool_choices=("auto",))
+OLLAMA: Final = EndpointProfile.model_construct(
+    name="ollama", null_content=False, tool_choices=("auto",)
+)
 """Ollama's ``/v1`` endpoint (it ignores ``tool_choice``: tools are always offered)."""
-GENERIC: Final = EndpointProfile(name="generic", null_content=False, default_tool_choice="auto")
+GENERIC: Final = EndpointProfile.model_construct(
+    name="generic", null_content=False, default_tool_choice="auto"
+)
 """An unknown server: the choices every server above accepts."""
 
 PROFILES_BY_NAME: Final[Mapping[str, EndpointProfile]] = {

@@ -5,16 +5,16 @@ events (``run_interrupted``'s payload); :meth:`Interrupt.record` and
 :meth:`RuleDecision.record` give exactly the dicts the checkpoint format holds, and
 :meth:`Interrupt.read` reads one back.
 
-The state object that ``invoke``/``resume`` return for a run that stopped at an interrupt is
-remembered here, weakly, with its :class:`Interrupt`; :func:`interrupt_of` reads it back. A
-typed state model has no room for LangGraph's ``__interrupt__`` key, and a private attribute
-on it would change its equality, so the marker lives beside the object, not on it: copies of
-that object carry nothing.
+The state object that ``invoke``/``resume`` return for a run that stopped at an interrupt
+carries its :class:`Interrupt` itself (:func:`mark_interrupted`), and :func:`interrupt_of`
+reads it back. A typed state model has no room for LangGraph's ``__interrupt__`` key, so the
+mark is a non-field entry of the instance's ``__dict__``: pydantic's equality, ``repr``,
+iteration and serialisation look at fields only, so the state's value is unchanged. The mark
+names the very object it was put on, so a copy (which shares the entry) carries nothing.
 """
 
 from __future__ import annotations
 
-import threading
 import weakref
 from typing import Any, Literal
 
@@ -89,7 +89,8 @@ class RuleDecision(BaseModel):
     """What a step's rules decided, when not ``continue``: the deciding ``rule``, the
     ``goto`` ``targets`` and the ``reason`` of a ``halt``, ``finish`` or ``interrupt``."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # Its schema is built at the first decision, not at import.
+    model_config = ConfigDict(frozen=True, extra="forbid", defer_build=True)
 
     kind: Literal["goto", "halt", "finish", "interrupt"]
     rule: str | None = None
@@ -106,29 +107,37 @@ class RuleDecision(BaseModel):
         }
 
 
-# id(state) -> (weak reference to state, its interrupt). The weak reference's callback drops
-# the entry, so a marked state costs nothing once the caller lets it go; comparing the
-# referent on lookup guards against a recycled id.
-_MARKED: dict[int, tuple[weakref.ReferenceType[Any], Interrupt]] = {}
-_LOCK = threading.Lock()
+_MARK = "__stargraph_interrupt__"
+"""The ``__dict__`` key of the mark: pydantic skips underscored keys when it iterates a model."""
+
+
+class _Mark(weakref.ref[Any]):
+    """An :class:`Interrupt` and a weak reference to the one state it was put on: a copy of
+    that state shares its ``__dict__`` entries, and its own mark does not point at it."""
+
+    __slots__ = ("interrupt",)
+    interrupt: Interrupt
+
+    def __new__(cls, state: Any, interrupt: Interrupt) -> _Mark:
+        mark = super().__new__(cls, state)
+        mark.interrupt = interrupt
+        return mark
+
+    def __reduce__(self) -> tuple[type[None], tuple[()]]:
+        # A pickled state is another object once loaded: it is not where the run stopped, and
+        # a weak reference cannot be pickled.
+        return type(None), ()
 
 
 def mark_interrupted(state: Any, interrupt: Interrupt) -> None:
-    """Remember that ``state`` (returned to the caller) is where ``interrupt`` stopped."""
-    key = id(state)
-
-    def forget(_: weakref.ReferenceType[Any]) -> None:
-        with _LOCK:
-            entry = _MARKED.get(key)
-            if entry is not None and entry[0]() is None:
-                del _MARKED[key]
-
-    try:
-        ref = weakref.ref(state, forget)
-    except TypeError:  # a state model declaring __slots__ without __weakref__: no marker
+    """Mark ``state`` (returned to the caller) as where ``interrupt`` stopped."""
+    fields = getattr(state, "__dict__", None)
+    if fields is None:
         return
-    with _LOCK:
-        _MARKED[key] = (ref, interrupt)
+    try:
+        fields[_MARK] = _Mark(state, interrupt)
+    except TypeError:  # a state model declaring __slots__ without __weakref__: no mark
+        return
 
 
 def interrupt_of(state: Any) -> Interrupt | None:
@@ -139,8 +148,7 @@ def interrupt_of(state: Any) -> Interrupt | None:
     >>> interrupt_of(object()) is None
     True
     """
-    with _LOCK:
-        entry = _MARKED.get(id(state))
-    if entry is None or entry[0]() is not state:
+    mark = getattr(state, "__dict__", {}).get(_MARK)
+    if type(mark) is not _Mark or mark() is not state:
         return None
-    return entry[1]
+    return mark.interrupt

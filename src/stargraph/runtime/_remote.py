@@ -29,7 +29,6 @@ import asyncio
 import concurrent.futures
 import functools
 import inspect
-import pickle
 import traceback
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypedDict
@@ -378,6 +377,10 @@ def run_remote(call: RemoteCall) -> dict[str, Any]:
 
 def _portable(exc: Exception) -> Exception:
     """The exception itself when it survives pickling, else a RuntimeError naming it."""
+    # Imported here, in the worker process, when a node failed: a run in process never
+    # pickles anything.
+    import pickle
+
     try:
         pickle.loads(pickle.dumps(exc))
     except Exception:

@@ -153,10 +153,12 @@ class NestingProfile(SkillModel):
         )
 
 
-DEFAULT_NESTING: Final = NestingProfile(name="stargraph", max_depth=16)
+# The shipped profiles are literals, built without validation so that importing skills does
+# not build NestingProfile's schema (tests pin that they equal their validated forms).
+DEFAULT_NESTING: Final = NestingProfile.model_construct(name="stargraph", max_depth=16)
 """Skills nest up to 16 levels (far beyond any sane design; it stops runaway IR)."""
 
-CHOIR_NESTING: Final = NestingProfile(name="choir", max_depth=1)
+CHOIR_NESTING: Final = NestingProfile.model_construct(name="choir", max_depth=1)
 """The Choir profile: nesting depth 1, no skill starts a skill."""
 
 

@@ -117,13 +117,13 @@ from stargraph.skills._services import (
     is_tool_dispatcher,
     require_service,
 )
-from stargraph.tools import Arbiter, ToolCall, ToolResult
 from stargraph.tools._recorded import JournaledArbiter
-from stargraph.tools._result import built
+from stargraph.tools._result import ToolResult, built
 
 if TYPE_CHECKING:
     from stargraph.runtime._context import Conversation
     from stargraph.skills import Skill
+    from stargraph.tools import Arbiter, ToolCall
 
 __all__ = [
     "ReactOutput",
@@ -253,7 +253,7 @@ class ReactState(TypedModel):
     (``tool_success`` / ``tool_error``), or ``observed``."""
     tool_result: str | None = None
     """Status of the last tool call of the last step (``success``, ``denied`` ...)."""
-    usage: Usage = Usage()
+    usage: Usage = Usage.model_construct()  # all zeros: nothing to validate at import
     """Token usage of every model call of the run, summed."""
     pending: list[ChatMessage] = []
     """Observations ``think``/``act`` produced that ``observe`` has not yet appended."""
@@ -912,6 +912,10 @@ def after_observe(state: ReactState) -> str:
 
 
 def _dispatch(arbiter: Arbiter, call: Any, allowed: tuple[str, ...], node: str) -> ToolResult:
+    # The arbiter's module is imported here, at the first tool call, not with the skill: an
+    # agent's arbiter was built (and imported) by then, and importing react stays light.
+    from stargraph.tools._arbiter import ToolCall
+
     # strict=False: arguments that are no JSON object reach the arbiter, which refuses the
     # call like any invalid one - logged, committed, named by the canonical tool id.
     tool_call = ToolCall.from_openai(call, lane=_LANE, node=node, allowed=allowed, strict=False)
@@ -936,7 +940,7 @@ def _act_arbiter(ctx: RunContext) -> Arbiter:
     journal = ctx.journal
     if ctx.services.get("arbiter") is None and journal is not None and journal.replay:
         # Replay runs no tool body: the recorded outcomes stand in for the arbiter.
-        return cast(Arbiter, JournaledArbiter(cast(Arbiter, _Offline()), journal))
+        return cast("Arbiter", JournaledArbiter(cast("Arbiter", _Offline()), journal))
     arbiter: Arbiter = _service(ctx, "arbiter", is_tool_dispatcher, ARBITER_WHAT)
     return arbiter
 

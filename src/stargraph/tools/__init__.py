@@ -29,53 +29,69 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from stargraph.tools._arbiter import Arbiter, PolicyHook, ToolCall
-from stargraph.tools._artifacts import ArtifactStore, DirectoryArtifactStore, InMemoryArtifactStore
-from stargraph.tools._canonical import GENESIS_HASH, canonical_json, content_ref, sha256_hex
-from stargraph.tools._commit import (
-    CommitEntry,
-    CommitHead,
-    CommitLog,
-    CommitRecord,
-    InMemoryCommitLog,
-    SqliteCommitLog,
-    seal,
-    verify_rows,
-)
-from stargraph.tools._host import (
-    HostHandlers,
-    HostRequest,
-    HostTool,
-    ToolHost,
-    host_tool,
-)
-from stargraph.tools._locks import Lease, LockManager, LockRequest
-from stargraph.tools._manifest import load_manifest
-from stargraph.tools._registry import LoadReport, SkippedManifest, ToolRegistry, matches_allowlist
-from stargraph.tools._result import FieldProblem, ToolFailure, ToolOutput, ToolResult, failure_of
-from stargraph.tools._schema import ArgumentModel, ValidatedArgs, model_from_json_schema
-from stargraph.tools._spec import (
-    LockTemplate,
-    ToolId,
-    ToolSpec,
-    llm_name_for,
-    parse_lock_template,
-    tool_id_from_llm_name,
-)
-from stargraph.tools._tool import (
-    AsyncPythonTool,
-    PythonTool,
-    Secrets,
-    SubprocessTool,
-    Tool,
-    ToolContext,
-    secret_env_name,
-    tool,
-)
-from stargraph.tools._workspace import Workspace
+from stargraph import _lazy
 
 if TYPE_CHECKING:
+    from stargraph.tools._arbiter import Arbiter, PolicyHook, ToolCall
+    from stargraph.tools._artifacts import (
+        ArtifactStore,
+        DirectoryArtifactStore,
+        InMemoryArtifactStore,
+    )
     from stargraph.tools._builtins import builtin_tools
+    from stargraph.tools._canonical import GENESIS_HASH, canonical_json, content_ref, sha256_hex
+    from stargraph.tools._commit import (
+        CommitEntry,
+        CommitHead,
+        CommitLog,
+        CommitRecord,
+        InMemoryCommitLog,
+        SqliteCommitLog,
+        seal,
+        verify_rows,
+    )
+    from stargraph.tools._host import (
+        HostHandlers,
+        HostRequest,
+        HostTool,
+        ToolHost,
+        host_tool,
+    )
+    from stargraph.tools._locks import Lease, LockManager, LockRequest
+    from stargraph.tools._manifest import load_manifest
+    from stargraph.tools._registry import (
+        LoadReport,
+        SkippedManifest,
+        ToolRegistry,
+        matches_allowlist,
+    )
+    from stargraph.tools._result import (
+        FieldProblem,
+        ToolFailure,
+        ToolOutput,
+        ToolResult,
+        failure_of,
+    )
+    from stargraph.tools._schema import ArgumentModel, ValidatedArgs, model_from_json_schema
+    from stargraph.tools._spec import (
+        LockTemplate,
+        ToolId,
+        ToolSpec,
+        llm_name_for,
+        parse_lock_template,
+        tool_id_from_llm_name,
+    )
+    from stargraph.tools._tool import (
+        AsyncPythonTool,
+        PythonTool,
+        Secrets,
+        SubprocessTool,
+        Tool,
+        ToolContext,
+        secret_env_name,
+        tool,
+    )
+    from stargraph.tools._workspace import Workspace
 
 __all__ = [
     "Arbiter",
@@ -136,11 +152,66 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    # The built-in tools build their argument models and pull in subprocess and urllib when
-    # imported: only a registry that asks for them pays that.
-    if name == "builtin_tools":
-        from stargraph.tools._builtins import builtin_tools
-
-        return builtin_tools
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# Each name is imported at its first read: a program that only reads results (a ToolResult,
+# a ToolSpec) does not import the arbiter, the manifests or SQLite; the built-in tools, which
+# pull in subprocess and urllib, only when a registry asks for them.
+__getattr__, __dir__ = _lazy.exports(
+    __name__,
+    {
+        "Arbiter": "._arbiter",
+        "ArgumentModel": "._schema",
+        "ArtifactStore": "._artifacts",
+        "AsyncPythonTool": "._tool",
+        "CommitEntry": "._commit",
+        "CommitHead": "._commit",
+        "CommitLog": "._commit",
+        "CommitRecord": "._commit",
+        "DirectoryArtifactStore": "._artifacts",
+        "FieldProblem": "._result",
+        "GENESIS_HASH": "._canonical",
+        "HostHandlers": "._host",
+        "HostRequest": "._host",
+        "HostTool": "._host",
+        "InMemoryArtifactStore": "._artifacts",
+        "InMemoryCommitLog": "._commit",
+        "Lease": "._locks",
+        "LoadReport": "._registry",
+        "LockManager": "._locks",
+        "LockRequest": "._locks",
+        "LockTemplate": "._spec",
+        "PolicyHook": "._arbiter",
+        "PythonTool": "._tool",
+        "Secrets": "._tool",
+        "SkippedManifest": "._registry",
+        "SqliteCommitLog": "._commit",
+        "SubprocessTool": "._tool",
+        "Tool": "._tool",
+        "ToolCall": "._arbiter",
+        "ToolContext": "._tool",
+        "ToolFailure": "._result",
+        "ToolHost": "._host",
+        "ToolId": "._spec",
+        "ToolOutput": "._result",
+        "ToolRegistry": "._registry",
+        "ToolResult": "._result",
+        "ToolSpec": "._spec",
+        "ValidatedArgs": "._schema",
+        "Workspace": "._workspace",
+        "builtin_tools": "._builtins",
+        "canonical_json": "._canonical",
+        "content_ref": "._canonical",
+        "failure_of": "._result",
+        "host_tool": "._host",
+        "llm_name_for": "._spec",
+        "load_manifest": "._manifest",
+        "matches_allowlist": "._registry",
+        "model_from_json_schema": "._schema",
+        "parse_lock_template": "._spec",
+        "seal": "._commit",
+        "secret_env_name": "._tool",
+        "sha256_hex": "._canonical",
+        "tool": "._tool",
+        "tool_id_from_llm_name": "._spec",
+        "verify_rows": "._commit",
+    },
+)

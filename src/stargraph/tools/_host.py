@@ -35,8 +35,9 @@ from collections.abc import Callable, Iterator, Mapping
 from pydantic import BaseModel
 
 from stargraph.errors import Problem, ToolError, ToolSpecError
+from stargraph.tools._result import Exposure
 from stargraph.tools._schema import ArgumentModel, ValidatedArgs
-from stargraph.tools._spec import Exposure, SideEffect, ToolSpec
+from stargraph.tools._spec import SideEffect, ToolSpec
 from stargraph.tools._tool import HostRequest, SpecTool, ToolContext, ToolHost
 
 __all__ = ["HostHandler", "HostHandlers", "HostRequest", "HostTool", "ToolHost", "host_tool"]

@@ -21,7 +21,10 @@ from stargraph.errors import (
     ToolNotAllowedError,
     ToolTimeoutError,
 )
-from stargraph.tools._spec import Exposure
+
+Exposure = Literal["edge", "core", "both", "none"]
+"""The lanes that may see a tool's results (a spec declares it, a result carries it): defined
+with the result, so that reading results does not import the tool specs."""
 
 __all__ = [
     "FieldProblem",

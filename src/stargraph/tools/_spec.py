@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from stargraph._typed import TypedModel
 from stargraph.errors import Problem, ToolSpecError, _ProblemsError
 from stargraph.tools._canonical import canonical_json, sha256_hex
+from stargraph.tools._result import Exposure
 
 __all__ = [
     "ExecutorKind",
@@ -40,7 +41,6 @@ ToolId = NewType("ToolId", str)
 """A canonical tool id, ``ns.name[.sub]@MAJOR.MINOR.PATCH`` (e.g. ``choir.fs.read@1.0.0``)."""
 
 SideEffect = Literal["none", "read", "write", "external"]
-Exposure = Literal["edge", "core", "both", "none"]
 ExecutorKind = Literal["local", "subprocess", "host"]
 LockMode = Literal["S", "X"]
 

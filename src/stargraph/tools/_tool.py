@@ -28,9 +28,9 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, c
 
 from stargraph._typed import TypedModel
 from stargraph.errors import Problem, ToolError, ToolSpecError, ToolTimeoutError
-from stargraph.tools._result import ToolOutput
+from stargraph.tools._result import Exposure, ToolOutput
 from stargraph.tools._schema import ArgumentModel, ValidatedArgs
-from stargraph.tools._spec import Exposure, SideEffect, ToolSpec
+from stargraph.tools._spec import SideEffect, ToolSpec
 from stargraph.tools._workspace import Workspace
 
 __all__ = [
@@ -339,7 +339,8 @@ def _arguments_from_function(
 class _ExternalOutput(BaseModel):
     """The optional envelope an external tool may print: ``{status, summary, payload}``."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # Built at the first external tool's output, not at import.
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     status: str = "success"
     summary: str
