@@ -41,8 +41,9 @@ if TYPE_CHECKING:
 
 __all__ = ["ACTIVE", "SIGNALLED", "SignalScope", "cancel_all", "cancel_on_signals", "request"]
 
-ACTIVE: dict[int, Run] = {}
-"""Runs executing in this process (nested ones too), by ``id(run)``."""
+ACTIVE: dict[Run, None] = {}
+"""Runs executing in this process (nested ones too), in the order they started: a registry
+of live runs that a signal must reach, not a cache (a run hashes by identity)."""
 
 
 class _Signalled:
@@ -61,7 +62,7 @@ SIGNALLED = _Signalled()
 def cancel_all(reason: str) -> None:
     """Ask every run executing in this process to stop at its next step boundary."""
     # list(): a snapshot taken under the GIL, while other threads add and remove runs.
-    for run in list(ACTIVE.values()):
+    for run in list(ACTIVE):
         if run.cancelled is None:
             run.cancelled = reason
 
@@ -70,7 +71,7 @@ def request(plan: Plan, run_id: str, reason: str) -> bool:
     """Ask the runs of ``plan`` (one compiled graph's) called ``run_id`` executing in this
     process, and their nested runs, to stop at their next step boundary; whether any was
     found."""
-    runs = list(ACTIVE.values())
+    runs = list(ACTIVE)
     found = False
     for run in runs:
         if run.plan is plan and run.run_id == run_id:

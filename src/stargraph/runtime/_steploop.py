@@ -238,7 +238,7 @@ class StepLoop:
         """Start executing ``run``: register it for cancellation, emit ``run_started``, and
         for a ``fresh`` run make its rule engines, schedule the entry and create it in the store."""
         # Registered while it executes, so that cancel() and signals can reach it.
-        ACTIVE[id(run)] = run
+        ACTIVE[run] = None
         if SIGNALLED.reason is not None and run.cancelled is None:
             run.cancelled = SIGNALLED.reason
         if run.emit is not None:
@@ -665,7 +665,7 @@ class StepLoop:
             run.rules = None
         if run.loop is not None:
             run.close_loop()
-        ACTIVE.pop(id(run), None)
+        ACTIVE.pop(run, None)
 
     def cancel(self, run: Run) -> RunCancelledError:
         """Stop the run at this step boundary: store it as cancelled; the error to raise."""
