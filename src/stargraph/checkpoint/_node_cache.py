@@ -89,7 +89,8 @@ class SqliteNodeCache:
 
     def __init__(self, db: Database) -> None:
         self._db = db
-        db.script(_SQLITE_TABLE)
+        # One statement, not a script: a script would commit a write under way on this thread.
+        db.run(_SQLITE_TABLE)
 
     def get(self, key: str) -> tuple[Any, str | None] | None:
         """See :class:`NodeCache`."""
