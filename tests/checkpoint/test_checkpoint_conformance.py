@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
-from stargraph.checkpoint import MemoryStore, SqliteStore
+from stargraph.checkpoint import MemoryStore, SqliteStore, StoreFeature
 from stargraph.checkpoint.conformance import CheckpointStoreConformance
 
 
@@ -15,6 +16,21 @@ class TestMemoryStore(CheckpointStoreConformance):
     @pytest.fixture
     def store(self) -> Iterator[MemoryStore]:
         store = MemoryStore()
+        yield store
+        store.close()
+
+
+class _PlainStore(MemoryStore):
+    """A store that declares no features, as one written before features existed: the
+    runtime uses only the protocol's methods (and keeps node caches in memory itself)."""
+
+    features: ClassVar[frozenset[StoreFeature]] = frozenset()
+
+
+class TestPlainStore(CheckpointStoreConformance):
+    @pytest.fixture
+    def store(self) -> Iterator[MemoryStore]:
+        store = _PlainStore()
         yield store
         store.close()
 

@@ -72,9 +72,14 @@ def _run(store: Any, run_id: str = "r") -> list[StepRecord]:
 
 
 def test_issue45_the_stores_declare_their_features(tmp_path: Path) -> None:
-    assert MemoryStore().features == {"releases_on_final_commit", "step_values"}
+    assert MemoryStore().features == {"releases_on_final_commit", "step_values", "node_cache"}
     with SqliteStore(tmp_path / "f.db") as store:
-        assert store.features == {"releases_on_final_commit", "refer_to_facts", "write_run"}
+        assert store.features == {
+            "releases_on_final_commit",
+            "refer_to_facts",
+            "write_run",
+            "node_cache",
+        }
 
 
 def test_issue45_a_store_declaring_final_commit_ends_the_run_in_its_last_commit() -> None:

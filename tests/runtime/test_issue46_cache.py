@@ -6,11 +6,14 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
-from stargraph.checkpoint import MemoryStore, SqliteStore
+from stargraph.checkpoint import MemoryStore, SqliteStore, StoreFeature
+from stargraph.errors import CheckpointError
 from stargraph.runtime import CustomEvent
+from stargraph.workers import Worker, submit
 from tests.runtime.cachenodes import CALLS, Clock, by_question, cached_graph
 
 
@@ -113,3 +116,43 @@ def test_issue46_async_nodes_are_cached_too() -> None:
     again = asyncio.run(app.ainvoke({"question": "why"}))
     assert first.answer == again.answer == "why! 1"
     assert CALLS == ["async why"]
+
+
+class _OwnStore(MemoryStore):
+    """A user's own store: it declares no features, so it keeps no node cache."""
+
+    features: ClassVar[frozenset[StoreFeature]] = frozenset()
+
+
+def test_issue46_cache_of_a_store_without_the_feature_belongs_to_each_compiled_graph() -> None:
+    store = _OwnStore()
+    app = cached_graph().compile(store=store)
+    app.invoke({"question": "why"})
+    assert app.invoke({"question": "why"}).answer == "why? 1"
+    assert CALLS == ["why"]
+    # Another graph on the same store object starts with a cache of its own: nothing keyed
+    # by the store outlives the graphs compiled with it.
+    assert cached_graph().compile(store=store).invoke({"question": "why"}).answer == "why? 2"
+    assert CALLS == ["why", "why"]
+
+
+def test_issue46_worker_runs_keep_entries_in_the_stores_database(tmp_path: Path) -> None:
+    db = tmp_path / "runs.db"
+    for run_id in ("w1", "w2"):
+        submit(db, "tests.runtime.cachenodes:cached_graph", {"question": "why"}, run_id=run_id)
+    with Worker(db, lease_s=30) as worker:
+        assert [worker.run_once(), worker.run_once()] == ["done", "done"]
+    with SqliteStore(db) as store:
+        assert cached_graph().compile(store=store).invoke({"question": "why"}).answer == "why? 1"
+    assert CALLS == ["why"]
+
+
+def test_issue46_a_sqlite_stores_cache_fails_as_the_store_does(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path / "db.sqlite")
+    cache = store.node_cache()
+    cache.put("k", {"answer": "a"}, None)
+    store.close()
+    with pytest.raises(CheckpointError, match="is closed"):
+        cache.get("k")
+    with SqliteStore(tmp_path / "db.sqlite") as again:
+        assert again.node_cache().get("k") == ({"answer": "a"}, None)

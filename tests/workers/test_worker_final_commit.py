@@ -48,12 +48,14 @@ def test_issue45_fenced_store_forwards_the_features_of_the_store_it_wraps(
     assert _FencedStore(MemoryStore(), lease).features == {
         "releases_on_final_commit",
         "step_values",
+        "node_cache",
     }
     # A worker's run is written as it goes: the fence has no whole-run write to offer.
     with SqliteStore(tmp_path / "f.db") as sqlite:
         assert _FencedStore(sqlite, lease).features == {
             "releases_on_final_commit",
             "refer_to_facts",
+            "node_cache",
         }
     assert _FencedStore(cast("Any", object()), lease).features == set()
 

@@ -7,6 +7,7 @@ import time
 from typing import ClassVar
 
 from stargraph.checkpoint._lease import busy_error, effective_status, is_orphaned, lease_lost
+from stargraph.checkpoint._node_cache import MemoryNodeCache
 from stargraph.checkpoint._protocol import StoreFeature
 from stargraph.checkpoint._records import (
     ENDED_STATUSES,
@@ -51,7 +52,7 @@ class MemoryStore:
     """Keeps everything in dicts behind one lock. Same semantics as the SQLite store."""
 
     features: ClassVar[frozenset[StoreFeature]] = frozenset(
-        {"releases_on_final_commit", "step_values"}
+        {"releases_on_final_commit", "step_values", "node_cache"}
     )
     """``commit_step`` with status ``done`` releases the lease (a run's last step and its
     status change are one commit), and takes a step's values, kept as they are until the
@@ -59,7 +60,8 @@ class MemoryStore:
     records per step was most of a commit's cost). Not ``refer_to_facts``: ``get_steps``
     resolves such references, as every store's does, but a step kept here holds the
     engines' own unchanged dict again at no cost, while a reference would cost every read
-    a copy."""
+    a copy. ``node_cache``: the graphs compiled with one store share its cached nodes'
+    entries, as they share its runs."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -74,6 +76,7 @@ class MemoryStore:
         self._unstamped: set[str] = set()
         self._released: set[str] = set()
         self._graphs: dict[str, bytes] = {}
+        self._node_cache = MemoryNodeCache()
         # A run's steps in order; those committed as values stay so until they are read.
         self._steps: dict[str, list[StepRecord | StepValues]] = {}
         self._pending: dict[tuple[str, int], dict[tuple[str, int], PendingWrite]] = {}
@@ -450,6 +453,11 @@ class MemoryStore:
         with self._lock:
             bucket = dict(self._journal.get((run_id, step), {}))
         return [bucket[k] for k in sorted(bucket)]
+
+    def node_cache(self) -> MemoryNodeCache:
+        """The entries of the cached nodes of graphs compiled with this store (feature
+        ``node_cache``): kept as long as the store object."""
+        return self._node_cache
 
     def close(self) -> None:
         """Nothing to release."""

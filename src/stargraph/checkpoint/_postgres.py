@@ -49,6 +49,7 @@ from stargraph.checkpoint._codec import crc as _crc
 from stargraph.checkpoint._codec import encode as _encode
 from stargraph.checkpoint._dsn import describe_dsn, redact
 from stargraph.checkpoint._lease import owner_blob
+from stargraph.checkpoint._node_cache import PostgresNodeCache
 from stargraph.checkpoint._records import (
     JournalEntry,
     PendingWrite,
@@ -348,6 +349,7 @@ class PostgresStore(SqlStore):
         # The connection of a write_run under way on this thread (see _conn).
         self._local = threading.local()
         self._pool = _Pool(self._open, pool_size, timeout=max(30.0, connect_timeout_s * 3))
+        self._node_cache: PostgresNodeCache | None = None
         self.close_if_raises(self._setup)
 
     # ----------------------------------------------------------------- connections
@@ -386,6 +388,14 @@ class PostgresStore(SqlStore):
     def connect(self) -> psycopg.Connection[Any]:
         """A new autocommit connection of this store's server (the caller closes it)."""
         return self._open()
+
+    def node_cache(self) -> PostgresNodeCache:
+        """The entries of cached nodes (feature ``node_cache``), in the schema's
+        ``node_cache`` table (made on first use), on the store's pooled connections: shared
+        by every graph, store object and process on the schema."""
+        if self._node_cache is None:
+            self._node_cache = PostgresNodeCache(self._conn, self._s)
+        return self._node_cache
 
     @contextmanager
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:

@@ -15,7 +15,9 @@ from stargraph.checkpoint._records import (
 
 __all__ = ["CheckpointStore", "StoreFeature", "features_of"]
 
-StoreFeature = Literal["releases_on_final_commit", "refer_to_facts", "step_values", "write_run"]
+StoreFeature = Literal[
+    "releases_on_final_commit", "refer_to_facts", "step_values", "write_run", "node_cache"
+]
 """What a store may declare in its ``features`` (see :class:`CheckpointStore`)."""
 
 _NONE: Final[frozenset[StoreFeature]] = frozenset()
@@ -60,7 +62,11 @@ class CheckpointStore(Protocol):
       ``StepRecord`` (the runtime then builds no record; the store gives the record back
       when the step is read);
     - ``"write_run"``: the store has ``write_run(run, steps, *, pending, journal, graph)``,
-      which writes a whole run (an ``exit``-mode run) in one transaction.
+      which writes a whole run (an ``exit``-mode run) in one transaction;
+    - ``"node_cache"``: the store has ``node_cache()``, the one object (with
+      ``get(key) -> (writes, stored_at) | None`` and ``put(key, writes, stored_at)``) where
+      graphs compiled with it keep their cached nodes' writes; a store without it gets a
+      cache in memory, owned by each graph compiled with it.
 
     The conformance suite checks that what a store declares behaves so. It is not a
     protocol member, so ``isinstance(store, CheckpointStore)`` holds for a store without it.

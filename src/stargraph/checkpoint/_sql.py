@@ -239,11 +239,13 @@ class SqlStore(Closing):
     implements (its placeholder, table names, key encoding, queries and transactions)."""
 
     features: ClassVar[frozenset[StoreFeature]] = frozenset(
-        {"releases_on_final_commit", "refer_to_facts", "write_run"}
+        {"releases_on_final_commit", "refer_to_facts", "write_run", "node_cache"}
     )
     """A run's last step and its status change are one transaction; rule facts are written
     only when they changed (an agent's think and act rows are then a few hundred bytes
-    shorter); an ``exit``-mode run is written in one transaction (``write_run``)."""
+    shorter); an ``exit``-mode run is written in one transaction (``write_run``); cached
+    nodes keep their entries in a table of the database (``node_cache``), which every
+    process and store object on it shares."""
 
     _mark: str
     """The parameter placeholder: ``?`` (SQLite) or ``%s`` (PostgreSQL)."""

@@ -54,6 +54,7 @@ from stargraph.checkpoint._codec import decode
 from stargraph.checkpoint._codec import encode as _encode
 from stargraph.checkpoint._journal_files import JournalFiles
 from stargraph.checkpoint._lease import owner_blob
+from stargraph.checkpoint._node_cache import SqliteNodeCache
 from stargraph.checkpoint._records import (
     ENDED_STATUSES,
     JournalEntry,
@@ -319,6 +320,7 @@ class SqliteStore(SqlStore):
         # it holds them (a resume): the runs row of such a run is read once, not at every
         # call (forgotten with the lease, like what _fresh assumes).
         self._incarnations: dict[str, bytes] = {}
+        self._node_cache: SqliteNodeCache | None = None
         self.close_if_raises(self._setup)
 
     # ----------------------------------------------------------------- connections
@@ -337,6 +339,14 @@ class SqliteStore(SqlStore):
         twice."""
         self._db.close()
         self._calls.close()
+
+    def node_cache(self) -> SqliteNodeCache:
+        """The entries of cached nodes (feature ``node_cache``), in the file's
+        ``stargraph_node_cache`` table (made on first use): shared by every graph, store
+        object and process on the file."""
+        if self._node_cache is None:
+            self._node_cache = SqliteNodeCache(self._db)
+        return self._node_cache
 
     def _io(self, exc: OSError, path: Path) -> CheckpointError:
         """The typed error for a journal file the system refused to write or read."""

@@ -31,6 +31,7 @@ from typing import Any, get_args
 import pytest
 
 from stargraph.checkpoint._lease import HOST, Lease, new_owner
+from stargraph.checkpoint._node_cache import node_cache_of
 from stargraph.checkpoint._protocol import CheckpointStore, StoreFeature, features_of
 from stargraph.checkpoint._records import (
     MAX_ERROR_CHARS,
@@ -400,6 +401,27 @@ class CheckpointStoreConformance:
         )
         with pytest.raises(RunNotFoundError):
             store.set_graph("nope", graph_hash="x", code_hash="y")
+
+    def test_node_cache_gives_back_what_was_put(self, store: CheckpointStore) -> None:
+        # What a graph compiled with this store keeps its cached nodes' writes in: the
+        # store's own cache when it declares ``node_cache``, else one in memory.
+        cache = node_cache_of(store)
+        at = "2026-01-01T00:00:00+00:00"
+        assert cache.get("k1") is None
+        cache.put("k1", {"x": AWKWARD}, at)
+        cache.put("k é🦀", [], None)
+        writes = {"x": AWKWARD}
+        assert cache.get("k1") == (writes, at)
+        assert cache.get("k é🦀") == ([], None)
+        got = cache.get("k1")
+        assert got is not None
+        got[0]["x"] = "changed by the caller"  # a hit's writes are the caller's to change
+        cache.put("k é🦀", {"again": 2}, at)  # a node run again replaces its entry
+        assert cache.get("k1") == (writes, at)
+        assert cache.get("k é🦀") == ({"again": 2}, at)
+        if "node_cache" in features_of(store):
+            # One cache per store: every graph compiled with it sees the same entries.
+            assert node_cache_of(store).get("k1") == (writes, at)
 
     # ------------------------------------------------------------------ steps
 

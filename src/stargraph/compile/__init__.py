@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel
 
+from stargraph.checkpoint._node_cache import NodeCache, node_cache_of
 from stargraph.compile._boundary import boundary_of
 from stargraph.compile._inputs import input_models
 from stargraph.compile._options import RunOptions
@@ -32,7 +33,7 @@ from stargraph.ir import (
 )
 from stargraph.refs import resolve_ref
 from stargraph.runtime import CompiledGraph
-from stargraph.runtime._cache import cache_for, cache_problems, cached
+from stargraph.runtime._cache import cache_problems, cached
 from stargraph.runtime._context import ServiceMap
 from stargraph.runtime._plan import JoinSpec, NodeSpec, Plan, RouterSpec, accepts_ctx
 from stargraph.runtime._protocols import Warmable
@@ -169,6 +170,9 @@ def compile_ir(
             routers[edge.source].append(router_spec(edge))
 
     specs: dict[str, NodeSpec] = {}
+    # One cache for the graph's cached nodes: the store's (entries shared with every graph on
+    # it), or, from a store that keeps none, this compiled graph's own.
+    node_cache: NodeCache | None = None
     for node in ir.nodes:
         if isinstance(node, FunctionNodeIR):
             fn = fns[node.ref]
@@ -177,8 +181,9 @@ def compile_ir(
             is_async = is_async_callable(fn)
             config = dict(node.config)
             if node.cache is not None:
-                cache = cache_for(options.store)
-                fn = cached(node, fn, takes_ctx, cache_keys.get(node.id), cache)
+                if node_cache is None:
+                    node_cache = node_cache_of(options.store)
+                fn = cached(node, fn, takes_ctx, cache_keys.get(node.id), node_cache)
                 takes_ctx = True
             hidden = {k: v for k, v in boundary.private.items() if k not in set(node.writes or ())}
             if hidden and node.input is None:  # an input model shows only what it declares

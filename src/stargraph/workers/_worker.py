@@ -49,6 +49,7 @@ from stargraph.checkpoint import (
     RunRecord,
     StepRecord,
 )
+from stargraph.checkpoint._node_cache import NodeCache, node_cache_of
 from stargraph.checkpoint._protocol import StoreFeature, features_of
 from stargraph.checkpoint._records import ENDED_STATUSES
 from stargraph.errors import (
@@ -206,6 +207,11 @@ class _FencedStore:
         fence still refuses a final commit once the lease is lost, as it refuses every
         other write."""
         return features_of(self._inner) - {"write_run"}
+
+    def node_cache(self) -> NodeCache:
+        """The wrapped store's node cache, unfenced: an entry is a node's writes for an
+        input, as true after the lease is lost as before (declared when the store's is)."""
+        return node_cache_of(self._inner)
 
     def _check(self, run_id: str) -> None:
         if self._lease.lost.is_set():
