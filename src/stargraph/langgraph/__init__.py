@@ -1,0 +1,42 @@
+"""LangGraph's spelling over stargraph: port a LangGraph graph by changing its imports.
+
+``from stargraph.langgraph import StateGraph, START, END`` builds a native
+:class:`stargraph.Graph` (content-hashed, journaled, replayable) from LangGraph's mutable
+builder; the compiled object takes LangGraph's ``config={"configurable": {"thread_id":
+...}}``. What differs, and why, is in ``docs/langgraph.md``. This package never imports
+the ``langgraph`` package.
+"""
+
+from __future__ import annotations
+
+from stargraph.graph import END, START, Send
+from stargraph.langgraph._compiled import CompiledStateGraph, Interrupt, StateSnapshot
+from stargraph.langgraph._graph import StateGraph
+from stargraph.langgraph._types import (
+    CachePolicy,
+    Command,
+    MessagesState,
+    RetryPolicy,
+    get_stream_writer,
+    interrupt,
+)
+from stargraph.messages import REMOVE_ALL_MESSAGES, RemoveMessage, add_messages
+
+__all__ = [
+    "END",
+    "REMOVE_ALL_MESSAGES",
+    "START",
+    "CachePolicy",
+    "Command",
+    "CompiledStateGraph",
+    "Interrupt",
+    "MessagesState",
+    "RemoveMessage",
+    "RetryPolicy",
+    "Send",
+    "StateGraph",
+    "StateSnapshot",
+    "add_messages",
+    "get_stream_writer",
+    "interrupt",
+]
