@@ -10,7 +10,13 @@ the ``langgraph`` package.
 from __future__ import annotations
 
 from stargraph.graph import END, START, Send
-from stargraph.langgraph._compiled import CompiledStateGraph, Interrupt, StateSnapshot
+from stargraph.langgraph._compiled import (
+    CompiledStateGraph,
+    InMemorySaver,
+    Interrupt,
+    MemorySaver,
+    StateSnapshot,
+)
 from stargraph.langgraph._graph import StateGraph
 from stargraph.langgraph._types import (
     CachePolicy,
@@ -29,7 +35,9 @@ __all__ = [
     "CachePolicy",
     "Command",
     "CompiledStateGraph",
+    "InMemorySaver",
     "Interrupt",
+    "MemorySaver",
     "MessagesState",
     "RemoveMessage",
     "RetryPolicy",

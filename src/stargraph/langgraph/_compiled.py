@@ -85,6 +85,10 @@ class CompiledStateGraph:
         # The run a thread continues from, when update_state forked a new one.
         self._heads: dict[str, str] = {}
 
+    def __stargraph_identity__(self) -> str:
+        # A node that calls this graph (a subgraph inside a node) hashes by what it runs.
+        return str(self.native.graph_hash)
+
     # ------------------------------------------------------------------ helpers
 
     def _values(self, state: Any, keys: Sequence[str] | None = None) -> dict[str, Any]:
@@ -361,3 +365,13 @@ def _lg_interrupts(item: Mapping[str, Any]) -> dict[str, Any]:
             Interrupt(getattr(i, "payload", None), str(getattr(i, "seq", "") or "")) for i in found
         )
     }
+
+
+def InMemorySaver() -> Any:  # noqa: N802 - LangGraph's class name, so ports keep their line
+    """LangGraph's in-memory checkpointer, as a fresh :class:`~stargraph.checkpoint.MemoryStore`."""
+    from stargraph.checkpoint import MemoryStore
+
+    return MemoryStore()
+
+
+MemorySaver = InMemorySaver
