@@ -9,6 +9,7 @@ the real LangGraph (``langgraph.graph``, ``langgraph.types``, ...) and on
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
 
@@ -30,7 +31,7 @@ def langgraph_engine() -> Engine:
     from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
     from langgraph.types import CachePolicy, Command, RetryPolicy, Send, interrupt
 
-    def ai(content: str, tool_calls: list[tuple[str, str, dict[str, Any]]] = ()) -> Any:
+    def ai(content: str, tool_calls: Sequence[tuple[str, str, dict[str, Any]]] = ()) -> Any:
         calls = [{"id": i, "name": n, "args": a} for i, n, a in tool_calls]
         return AIMessage(content=content, tool_calls=calls)
 
@@ -81,7 +82,7 @@ def stargraph_engine() -> Engine:
     from stargraph.llm import ToolCall
     from stargraph.messages import Message
 
-    def ai(content: str, tool_calls: list[tuple[str, str, dict[str, Any]]] = ()) -> Any:
+    def ai(content: str, tool_calls: Sequence[tuple[str, str, dict[str, Any]]] = ()) -> Any:
         calls = [ToolCall(id=i, name=n, arguments=json.dumps(a)) for i, n, a in tool_calls]
         return Message(role="assistant", content=content, tool_calls=tuple(calls))
 

@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (a LangGraph documentation example, kept untyped as LangGraph writes it)
 """LangGraph docs, "Use breakpoints": ``interrupt_before`` stops the run before a node;
 ``get_state`` shows what runs next, and ``invoke(None, config)`` continues."""
 

@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (a LangGraph documentation example, kept untyped as LangGraph writes it)
 """LangGraph docs, "Combine control flow and state updates with Command": node_a writes
 and picks its successor in one return; the targets are in the return annotation."""
 

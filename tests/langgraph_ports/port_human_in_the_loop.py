@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (a LangGraph documentation example, kept untyped as LangGraph writes it)
 """LangGraph docs, "Human-in-the-loop, interrupt": a node asks a human to edit a summary,
 the run pauses, and ``Command(resume=...)`` continues it on the same thread."""
 

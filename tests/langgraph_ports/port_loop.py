@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (a LangGraph documentation example, kept untyped as LangGraph writes it)
 """LangGraph docs, "Create and control loops": b and c run until the list is long enough,
 then the router returns END; the recursion limit is given in the config."""
 

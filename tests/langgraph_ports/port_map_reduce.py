@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (a LangGraph documentation example, kept untyped as LangGraph writes it)
 """LangGraph docs, "Map-reduce with the Send API": one joke per subject, the best picked.
 The joke model is swapped for a function of the subject."""
 

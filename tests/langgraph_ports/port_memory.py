@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (a LangGraph documentation example, kept untyped as LangGraph writes it)
 """LangGraph docs, "Add memory": a chatbot over ``MessagesState`` with a checkpointer
 remembers the thread's earlier turns; another thread starts empty. The chat model is
 swapped for a function that says what it has seen."""

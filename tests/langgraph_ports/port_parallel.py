@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (a LangGraph documentation example, kept untyped as LangGraph writes it)
 """LangGraph docs, "Run graph nodes in parallel": a fans out to b and c, d joins them."""
 
 import operator

@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (a LangGraph documentation example, kept untyped as LangGraph writes it)
 """LangGraph docs, "Build a ReAct agent from scratch": a model node and a tool node in a
 loop over ``MessagesState``, ended when the model calls no tool. The chat model is a
 scripted one: it asks for the weather once, then answers."""

@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (a LangGraph documentation example, kept untyped as LangGraph writes it)
 """LangGraph docs, Graph API "Define and update state": a channel with a reducer
 (``operator.add``) accumulates, one without is overwritten."""
 

@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (a LangGraph documentation example, kept untyped as LangGraph writes it)
 """LangGraph docs, "Add retry policies": a node whose service fails twice with a
 ``ConnectionError`` is retried by its ``RetryPolicy``; the run ends with the answer."""
 

@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (a LangGraph documentation example, kept untyped as LangGraph writes it)
 """LangGraph docs, "Define input and output schemas" and "Pass private state between
 nodes": the graph takes a question, answers with only the answer, and a channel only two
 nodes declare carries the draft between them."""

@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (a LangGraph documentation example, kept untyped as LangGraph writes it)
 """LangGraph docs, "Stream outputs": ``updates`` gives each node's writes, ``values`` the
 state after each step, ``custom`` what a node hands to ``get_stream_writer()``."""
 

@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (a LangGraph documentation example, kept untyped as LangGraph writes it)
 """LangGraph docs, "Use subgraphs" (different state schemas): a node calls a compiled
 subgraph with its own state, transforming the state in and out."""
 

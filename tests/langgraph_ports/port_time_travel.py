@@ -1,3 +1,5 @@
+# mypy: ignore-errors
+# (a LangGraph documentation example, kept untyped as LangGraph writes it)
 """LangGraph docs, "Use time-travel": a run on a thread, its history, then
 ``update_state(..., as_node=)`` and ``invoke(None)`` to continue from the edited state."""
 

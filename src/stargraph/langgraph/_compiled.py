@@ -139,13 +139,12 @@ class CompiledStateGraph:
                 )
             return run_id, {"response": input.resume}
         if input is None:
-            thread = _thread(config)
-            run_id = self._head(thread)
-            if run_id is not None and self.native.get_run(run_id).status in (
+            head = self._head(_thread(config))
+            if head is not None and self.native.get_run(head).status in (
                 "interrupted",
                 "pending",
             ):
-                return run_id, {}
+                return head, {}
         return None
 
     def _max_steps(self, config: Mapping[str, Any] | None) -> int | None:

@@ -167,7 +167,8 @@ class StateGraph:
         """``add_node("name", fn, retry_policy=, cache_policy=, destinations=,
         input_schema=)``, or ``add_node(fn)`` named by ``fn.__name__``."""
         if not isinstance(node, str):
-            node, action = getattr(node, "__name__", repr(node)), node
+            action = node
+            node = str(getattr(node, "__name__", repr(node)))
         if action is None:
             raise CompileError(
                 f"add_node({node!r}) needs a function: add_node({node!r}, fn)",

@@ -75,7 +75,9 @@ def build_state_model(name: str, module: str, schemas: list[Any]) -> type[BaseMo
         base = NativeMessagesState
         del fields["messages"]
     spec = {key: _field(ann) for key, ann in fields.items()}
-    model = create_model(name, __base__=base, __module__=module, **spec)
+    model: type[BaseModel] = create_model(  # type: ignore[call-overload]
+        name, __base__=base, __module__=module, **spec
+    )
     return model
 
 
