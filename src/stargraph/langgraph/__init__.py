@@ -29,18 +29,18 @@ from stargraph.langgraph._types import (
 from stargraph.messages import REMOVE_ALL_MESSAGES, RemoveMessage, add_messages
 
 __all__ = [
-    "END",
-    "REMOVE_ALL_MESSAGES",
-    "START",
     "CachePolicy",
     "Command",
     "CompiledStateGraph",
+    "END",
     "InMemorySaver",
     "Interrupt",
     "MemorySaver",
     "MessagesState",
+    "REMOVE_ALL_MESSAGES",
     "RemoveMessage",
     "RetryPolicy",
+    "START",
     "Send",
     "StateGraph",
     "StateSnapshot",
