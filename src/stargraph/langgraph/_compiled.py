@@ -157,7 +157,7 @@ class CompiledStateGraph:
         values = self._values(state, self._out_keys)
         found = interrupt_of(state)
         if found is not None:
-            values["__interrupt__"] = [Interrupt(found.payload, str(found.seq or ""))]
+            values["__interrupt__"] = [Interrupt(found.payload, str(found.seq))]
         return values
 
     # ------------------------------------------------------------------ running
@@ -361,7 +361,7 @@ def _lg_interrupts(item: Mapping[str, Any]) -> dict[str, Any]:
     found = item.get("__interrupt__") or ()
     return {
         "__interrupt__": tuple(
-            Interrupt(getattr(i, "payload", None), str(getattr(i, "seq", "") or "")) for i in found
+            Interrupt(getattr(i, "payload", None), str(getattr(i, "seq", ""))) for i in found
         )
     }
 
