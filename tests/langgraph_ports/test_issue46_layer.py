@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import operator
+import subprocess
+import sys
 from pathlib import Path
 from typing import Annotated, Any, TypedDict
 
@@ -12,7 +14,15 @@ import pytest
 
 from stargraph.checkpoint import SqliteStore
 from stargraph.errors import UsageError
-from stargraph.langgraph import END, START, Command, RetryPolicy, StateGraph, interrupt
+from stargraph.langgraph import (
+    END,
+    START,
+    CachePolicy,
+    Command,
+    RetryPolicy,
+    StateGraph,
+    interrupt,
+)
 
 
 class Ticket(TypedDict):
@@ -91,3 +101,42 @@ def test_issue46_what_cannot_be_mapped_is_refused_with_a_typed_error() -> None:
         app.invoke(Command(resume=True))
     with pytest.raises(UsageError, match="update_state"):
         app.invoke(Command(goto="approve"), {"configurable": {"thread_id": "t"}})
+
+
+class Counter(TypedDict):
+    x: int
+    y: int
+
+
+CACHED_CALLS: list[int] = []
+
+
+def doubled(state: Counter) -> dict[str, Any]:
+    CACHED_CALLS.append(state["x"])
+    return {"y": state["x"] * 2}
+
+
+def test_issue46_cache_policy_serves_a_seen_input_again() -> None:
+    CACHED_CALLS.clear()
+    builder = StateGraph(Counter)
+    builder.add_node(doubled, cache_policy=CachePolicy(ttl=60))
+    builder.add_edge(START, "doubled")
+    app = builder.compile()
+    assert [app.invoke({"x": 2}), app.invoke({"x": 2}), app.invoke({"x": 3})] == [
+        {"x": 2, "y": 4},
+        {"x": 2, "y": 4},
+        {"x": 3, "y": 6},
+    ]
+    assert CACHED_CALLS == [2, 3]
+
+
+def test_issue46_the_layer_never_imports_langgraph_nor_the_core_the_layer() -> None:
+    code = (
+        "import sys\n"
+        "import stargraph, stargraph.graph, stargraph.runtime\n"
+        "core = 'stargraph.langgraph' in sys.modules\n"
+        "import stargraph.langgraph\n"
+        "print(core, any(m == 'langgraph' or m.startswith('langgraph.') for m in sys.modules))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False"]
