@@ -140,3 +140,23 @@ def test_issue46_the_layer_never_imports_langgraph_nor_the_core_the_layer() -> N
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["False", "False"]
+
+
+async def shout(ticket: Ticket) -> dict[str, Any]:
+    return {"log": [ticket["text"].upper()]}
+
+
+def test_issue46_an_async_node_runs_under_ainvoke_and_astream() -> None:
+    builder = StateGraph(Ticket)
+    builder.add_node(shout)
+    builder.add_edge(START, "shout")
+    app = builder.compile()
+
+    async def both() -> tuple[dict[str, Any], list[Any]]:
+        final = await app.ainvoke({"text": "hey"})
+        updates = [item async for item in app.astream({"text": "ho"}, stream_mode="updates")]
+        return final, updates
+
+    final, updates = asyncio.run(both())
+    assert final == {"text": "hey", "log": ["HEY"]}
+    assert updates == [{"shout": {"log": ["HO"]}}]

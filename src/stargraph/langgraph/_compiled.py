@@ -270,7 +270,11 @@ class CompiledStateGraph:
         if mode == "custom" and isinstance(item, CustomEvent):
             return item.payload
         if mode == "messages":
-            return (getattr(item, "text", item), {"langgraph_node": getattr(item, "node", None)})
+            meta = {
+                "langgraph_node": getattr(item, "node", None),
+                "langgraph_step": getattr(item, "step", None),
+            }
+            return (getattr(item, "text", item), meta)
         return item
 
     # ------------------------------------------------------------------ state
