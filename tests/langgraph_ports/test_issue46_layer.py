@@ -92,6 +92,8 @@ def test_issue46_ainvoke_and_stream_mode_lists() -> None:
 def test_issue46_what_cannot_be_mapped_is_refused_with_a_typed_error() -> None:
     with pytest.raises(UsageError, match="checkpointer"):
         _builder().compile(checkpointer=object())
+    with pytest.raises(UsageError, match="long-term memory"):
+        _builder().compile(store=object())
     with pytest.raises(UsageError, match="retry_on"):
         RetryPolicy(retry_on=lambda exc: True)  # type: ignore[arg-type]
     with pytest.raises(UsageError, match="outside a node"):

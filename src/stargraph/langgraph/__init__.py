@@ -5,9 +5,21 @@
 builder; the compiled object takes LangGraph's ``config={"configurable": {"thread_id":
 ...}}``. What differs, and why, is in ``docs/langgraph.md``. This package never imports
 the ``langgraph`` package.
+
+>>> import operator
+>>> from typing import Annotated, TypedDict
+>>> from stargraph.langgraph import START, StateGraph
+>>> class State(TypedDict):
+...     log: Annotated[list[str], operator.add]
+>>> def hello(state: State) -> dict:
+...     return {"log": ["hello"]}
+>>> builder = StateGraph(State)
+>>> builder.add_node(hello).add_edge(START, "hello").compile().invoke({"log": ["hi"]})
+{'log': ['hi', 'hello']}
 """
 
-from __future__ import annotations
+# No ``from __future__ import annotations`` here: the example above defines a TypedDict,
+# whose annotations must be objects for the layer to read them.
 
 from stargraph.graph import END, START, Send
 from stargraph.langgraph._compiled import (

@@ -10,7 +10,7 @@ from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel
 
-from stargraph.errors import CompileError
+from stargraph.errors import CompileError, UsageError
 from stargraph.graph import END, START, Graph
 from stargraph.langgraph._state import build_state_model, is_typeddict
 from stargraph.langgraph._types import Command, current_ctx
@@ -330,9 +330,17 @@ class StateGraph:
     ) -> Any:
         """Compile: ``checkpointer`` is a stargraph store (``SqliteStore``,
         ``MemoryStore``), ``True`` or LangGraph's ``InMemorySaver``/``MemorySaver`` (both a
-        fresh ``MemoryStore``), or ``None`` (no store: no threads, no interrupts)."""
+        fresh ``MemoryStore``), or ``None`` (no store: no threads, no interrupts). ``cache``
+        is accepted and not needed: a node with a ``cache_policy`` is cached whatever it is
+        (where the entries live follows the checkpointer); ``debug`` is ignored."""
         from stargraph.langgraph._compiled import CompiledStateGraph, store_of
 
+        if store is not None:
+            raise UsageError(
+                "compile(store=...) (LangGraph's long-term memory store) is not mapped: keep "
+                "such data in a service (Graph.compile(services=...) on builder.to_graph()) "
+                "or in the state; checkpointer= is the run store"
+            )
         graph = self.to_graph(
             name or "LangGraph",
             interrupt_before=interrupt_before or (),

@@ -29,7 +29,15 @@ def schema_fields(schema: Any) -> dict[str, Any]:
             out[name] = Annotated[(ann, *info.metadata)] if info.metadata else ann
         return out
     if is_typeddict(schema):
-        return dict(get_type_hints(schema, include_extras=True))
+        try:
+            return dict(get_type_hints(schema, include_extras=True))
+        except NameError as exc:
+            raise CompileError(
+                f"the annotations of state schema {schema.__qualname__!r} cannot be resolved "
+                f"({exc}); define the schema at module level, or drop "
+                "`from __future__ import annotations` where it is defined in a function",
+                subject="stargraph.langgraph.StateGraph",
+            ) from exc
     raise CompileError(
         f"state schema {schema!r} is neither a TypedDict nor a pydantic model; "
         "declare the state as a TypedDict (or a pydantic BaseModel) as in LangGraph",
