@@ -68,6 +68,31 @@ def test_runtime_module_surface_is_user_facing() -> None:
     ]
 
 
+def test_issue46_langgraph_layer_surface() -> None:
+    import stargraph.langgraph
+
+    assert stargraph.langgraph.__all__ == [
+        "CachePolicy",
+        "Command",
+        "CompiledStateGraph",
+        "END",
+        "InMemorySaver",
+        "Interrupt",
+        "MemorySaver",
+        "MessagesState",
+        "REMOVE_ALL_MESSAGES",
+        "RemoveMessage",
+        "RetryPolicy",
+        "START",
+        "Send",
+        "StateGraph",
+        "StateSnapshot",
+        "add_messages",
+        "get_stream_writer",
+        "interrupt",
+    ]
+
+
 def test_every_exported_name_exists_and_is_documented() -> None:
     for module in (stargraph, stargraph.graph, stargraph.ir, stargraph.runtime):
         assert module.__all__ == sorted(module.__all__), module.__name__
@@ -112,6 +137,7 @@ PUBLIC_PACKAGES = [
     "stargraph.ir",
     "stargraph.llm",
     "stargraph.messages",
+    "stargraph.langgraph",
     "stargraph.nodes",
     "stargraph.plugin",
     "stargraph.reducers",

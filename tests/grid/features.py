@@ -9,12 +9,13 @@ model made in another process (a worker, a resumed run) answers a request the sa
 from __future__ import annotations
 
 import json
+import operator
 import os
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal
+from typing import Annotated, Any, Final, Literal, TypedDict
 
 from pydantic import BaseModel
 
@@ -696,6 +697,56 @@ def boundary_graph() -> Graph[Memo]:
     )
 
 
+# ----------------------------------------------------------------------------- langgraph
+
+
+class LGTicket(TypedDict):
+    """A LangGraph-style state, as ``stargraph.langgraph`` takes it."""
+
+    text: str
+    queue: str
+    log: Annotated[list[str], operator.add]
+
+
+def lg_classify(ticket: LGTicket) -> dict[str, Any]:
+    """Pick the queue the router reads."""
+    return {"queue": "billing" if "invoice" in ticket["text"] else "support", "log": ["classify"]}
+
+
+def lg_route(ticket: LGTicket) -> Literal["lg_approve", "lg_answer"]:
+    """Billing needs an approval."""
+    return "lg_approve" if ticket["queue"] == "billing" else "lg_answer"
+
+
+def lg_approve(ticket: LGTicket) -> dict[str, Any]:
+    """Ask a human (the layer's ``interrupt``)."""
+    from stargraph.langgraph import interrupt
+
+    return {"log": [f"approved={interrupt({'question': 'refund?'})}"]}
+
+
+def lg_answer(ticket: LGTicket) -> dict[str, Any]:
+    """Answer the ticket."""
+    return {"log": ["answer"]}
+
+
+def langgraph_graph() -> Graph[Any]:
+    """A graph written with ``stargraph.langgraph``'s builder, as the native graph it makes."""
+    from stargraph.langgraph import END as LG_END
+    from stargraph.langgraph import START as LG_START
+    from stargraph.langgraph import StateGraph
+
+    builder = StateGraph(LGTicket)
+    builder.add_node(lg_classify)
+    builder.add_node(lg_approve)
+    builder.add_node(lg_answer)
+    builder.add_edge(LG_START, "lg_classify")
+    builder.add_conditional_edges("lg_classify", lg_route)
+    builder.add_edge("lg_approve", "lg_answer")
+    builder.add_edge("lg_answer", LG_END)
+    return builder.to_graph("grid-langgraph")
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -815,6 +866,14 @@ FEATURES: Final[dict[str, Feature]] = {
         Feature("closure", f"{_M}:closure_graph", {"text": "you"}),
         Feature("cache", f"{_M}:cache_graph", {"text": "cached"}),
         Feature("boundary", f"{_M}:boundary_graph", {"text": "memo"}),
+        Feature(
+            "langgraph",
+            f"{_M}:langgraph_graph",
+            {"text": "my invoice"},
+            answer=True,
+            journaled="interrupt",
+            storeless=False,
+        ),
     )
 }
 """Every feature of the grid, by name (the first part of a cell id)."""
