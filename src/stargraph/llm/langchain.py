@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from stargraph.errors import LLMError, StargraphError
 from stargraph.llm._history import Message, _langchain_fields, _text
-from stargraph.llm._messages import ChatMessage, ChatRequest, ChatResponse, Usage
+from stargraph.llm._messages import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
 from stargraph.llm._recorded import Journal, JournaledChatModel
 
 if TYPE_CHECKING:
@@ -210,8 +210,14 @@ class LangChainChatModel:
                 f"LangChain chat model {self.model!r} answered with a {type(reply).__name__}, "
                 "not an AIMessage; a chat model must reply as the assistant"
             )
+        extra: dict[str, Any] = dict(getattr(reply, "additional_kwargs", None) or {})
+        calls = _raw_calls(extra.get("tool_calls"), len(fields["tool_calls"]))
+        refusal = extra.get("refusal")
         message = ChatMessage(
-            role="assistant", content=fields["content"], tool_calls=fields["tool_calls"]
+            role="assistant",
+            # LangChain cannot say "no content" but with an empty string.
+            content=fields["content"] or None,
+            tool_calls=fields["tool_calls"] if calls is None else calls,
         )
         metadata: dict[str, Any] = dict(getattr(reply, "response_metadata", None) or {})
         finish = metadata.get("finish_reason")
@@ -236,7 +242,31 @@ class LangChainChatModel:
             usage=usage,
             model=named if isinstance(named, str) and named else self.model,
             id=ident,
+            refusal=refusal if isinstance(refusal, str) and refusal else None,
         )
+
+
+def _raw_calls(raw: Any, parsed: int) -> tuple[ToolCall, ...] | None:
+    """The reply's tool calls as the provider sent them (OpenAI-style providers keep them in
+    ``additional_kwargs["tool_calls"]``): in the model's order and with the argument text
+    as written, which LangChain's parsed ``tool_calls`` lose (it lists the malformed ones
+    apart, and re-encodes the rest). ``None`` when they are absent or do not match."""
+    if not isinstance(raw, list) or len(raw) != parsed:
+        return None
+    calls = []
+    for call in raw:
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict) or not isinstance(function.get("name"), str):
+            return None
+        arguments = function.get("arguments")
+        calls.append(
+            ToolCall(
+                id=str(call.get("id") or ""),
+                name=function["name"],
+                arguments=arguments if isinstance(arguments, str) else "",
+            )
+        )
+    return tuple(calls)
 
 
 def to_langchain_chunk(chunk: MessageChunk) -> tuple[AIMessageChunk, dict[str, Any]]:
