@@ -111,6 +111,7 @@ PUBLIC_PACKAGES = [
     "stargraph.graph",
     "stargraph.ir",
     "stargraph.llm",
+    "stargraph.llm.langchain",
     "stargraph.messages",
     "stargraph.nodes",
     "stargraph.plugin",

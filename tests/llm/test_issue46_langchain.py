@@ -6,9 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import pytest
@@ -53,9 +56,7 @@ def _fake(*replies: AIMessage) -> FakeMessagesListChatModel:
 
 
 def _calls(*calls: tuple[str, dict[str, Any], str]) -> AIMessage:
-    return AIMessage(
-        content="", tool_calls=[{"name": n, "args": a, "id": i} for n, a, i in calls]
-    )
+    return AIMessage(content="", tool_calls=[{"name": n, "args": a, "id": i} for n, a, i in calls])
 
 
 class ToolCallingFake(BaseChatModel):
@@ -234,9 +235,7 @@ def test_issue46_messages_mode_items_become_langchain_chunks() -> None:
     pairs = [to_langchain_chunk(item) for item in items]
     assert all(isinstance(chunk, AIMessageChunk) for chunk, _ in pairs)
     assert "".join(str(chunk.content) for chunk, _ in pairs) == "hello there world"
-    assert {(meta["langgraph_node"], meta["langgraph_step"]) for _, meta in pairs} == {
-        ("think", 1)
-    }
+    assert {(meta["langgraph_node"], meta["langgraph_step"]) for _, meta in pairs} == {("think", 1)}
     # One message's pieces share one id, so they sum to one message as LangChain's do.
     summed = pairs[0][0]
     for chunk, _ in pairs[1:]:
@@ -313,7 +312,9 @@ def test_issue46_langchain_tool_in_react_graph(tmp_path: Path) -> None:
     fake = _fake(
         AIMessage(
             content="",
-            tool_calls=[{"name": "langchain__multiply__v0_0_0", "args": {"a": 5, "b": 5}, "id": "c1"}],
+            tool_calls=[
+                {"name": "langchain__multiply__v0_0_0", "args": {"a": 5, "b": 5}, "id": "c1"}
+            ],
         ),
         AIMessage(content="25"),
     )
@@ -332,4 +333,24 @@ def test_issue46_from_langchain_refuses_what_is_not_a_langchain_tool() -> None:
         return a
 
     with pytest.raises(ToolSpecError, match=r"expected a LangChain BaseTool.*stargraph.tools.tool"):
-        from_langchain(plain)
+        from_langchain(cast(Any, plain))
+
+
+def test_issue46_langchain_interop_imports_no_langchain_core() -> None:
+    # The interop modules read LangChain objects they are handed; importing them (or the
+    # agent) must not load langchain_core for a program that never uses it.
+    code = (
+        "import sys\n"
+        "import stargraph.llm.langchain, stargraph.skills.agent\n"
+        "from stargraph.tools import from_langchain\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'langchain_core'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
+    )
+    assert done.stdout.strip() == "[]"

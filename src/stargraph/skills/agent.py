@@ -59,7 +59,7 @@ from stargraph.skills.react import (
     _system_prompt,
 )
 from stargraph.tools import Arbiter, PythonTool, ToolCall, ToolRegistry, ToolResult, ToolSpec, tool
-from stargraph.tools._langchain import from_langchain, is_langchain_tool
+from stargraph.tools._langchain import LangChainToolLike, from_langchain, is_langchain_tool
 from stargraph.tools._result import built
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def _plain_name(candidate: Tool) -> str:
     return candidate.spec.name.rpartition(".")[2]
 
 
-def agent_tools(tools: Sequence[Callable[..., Any] | Tool]) -> tuple[Tool, ...]:
+def agent_tools(tools: Sequence[Callable[..., Any] | Tool | LangChainToolLike]) -> tuple[Tool, ...]:
     """The tools of an agent, in the order given: a ``Tool`` (``@tool(...)``) as it is, a
     LangChain tool made one by :func:`~stargraph.tools.from_langchain`, a
     plain function made one with a derived id (``agent.<module>.<name>@0.0.0``) and the
@@ -187,7 +187,7 @@ def _names(tools: Sequence[Tool]) -> dict[str, str]:
 
 
 def agent_graph(
-    tools: Sequence[Callable[..., Any] | Tool] = (),
+    tools: Sequence[Callable[..., Any] | Tool | LangChainToolLike] = (),
     *,
     prompt: str | None = None,
     state: type[AgentState] = AgentState,
@@ -264,7 +264,7 @@ def agent_graph(
 
 def create_agent(
     model: ChatModel,
-    tools: Sequence[Callable[..., Any] | Tool] = (),
+    tools: Sequence[Callable[..., Any] | Tool | LangChainToolLike] = (),
     *,
     prompt: str | None = None,
     state: type[AgentState] = AgentState,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import inspect
 import re
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeGuard
 
 import orjson
 from pydantic import BaseModel
@@ -20,18 +20,23 @@ from stargraph.tools._schema import ArgumentModel, ValidatedArgs, model_from_jso
 from stargraph.tools._spec import SideEffect, ToolSpec
 from stargraph.tools._tool import AsyncPythonTool, PythonTool, ToolContext
 
-__all__ = ["from_langchain", "is_langchain_tool"]
+__all__ = ["LangChainToolLike", "from_langchain", "is_langchain_tool"]
 
 _VERSION: Final = "0.0.0"
 _BAD: Final = re.compile(r"[^a-z0-9]+")
 
 
-def is_langchain_tool(candidate: object) -> bool:
+class LangChainToolLike(Protocol):
+    """What a type checker knows of a LangChain ``BaseTool`` without importing it."""
+
+    name: str
+    description: str
+
+
+def is_langchain_tool(candidate: object) -> TypeGuard[LangChainToolLike]:
     """Whether ``candidate`` is a LangChain ``BaseTool`` (by its classes' modules, so that
     asking does not import ``langchain_core``)."""
-    return any(
-        cls.__module__.startswith("langchain_core.tools") for cls in type(candidate).__mro__
-    )
+    return any(cls.__module__.startswith("langchain_core.tools") for cls in type(candidate).__mro__)
 
 
 def _segment(text: str) -> str:
@@ -102,7 +107,7 @@ class AsyncLangChainTool(AsyncPythonTool):
 
 
 def from_langchain(
-    lc_tool: Any,
+    lc_tool: LangChainToolLike,
     *,
     id: str | None = None,
     side_effect: SideEffect = "none",
