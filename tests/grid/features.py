@@ -8,6 +8,7 @@ model made in another process (a worker, a resumed run) answers a request the sa
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Callable, Iterator
@@ -696,6 +697,70 @@ def boundary_graph() -> Graph[Memo]:
     )
 
 
+# ----------------------------------------------------------------------------- langchain
+
+
+@functools.cache
+def _langchain_area() -> Any:
+    """A LangChain ``@tool`` (made at first use: importing the grid does not import
+    ``langchain_core``)."""
+    from langchain_core.tools import tool as langchain_tool
+
+    @langchain_tool
+    def room_area(width: float, height: float) -> float:
+        """The area of a rectangle."""
+        _effect(f"room_area {width} {height}")
+        return width * height
+
+    return room_area
+
+
+def _langchain_model() -> Any:
+    """A LangChain chat model that binds tools as providers do and answers from what the
+    conversation holds (so a resumed run's next call gets the reply it needs)."""
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    class Scripted(BaseChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self.bind(tools=list(tools), **kwargs)
+
+        @property
+        def _llm_type(self) -> str:
+            return "grid-scripted"
+
+        def _generate(self, messages: Any, stop: Any = None, **kwargs: Any) -> ChatResult:
+            results = [m.content for m in messages if isinstance(m, ToolMessage)]
+            if not results:
+                name = kwargs["tools"][0]["function"]["name"]
+                call = {"name": name, "args": {"width": 2, "height": 5}, "id": "lc-1"}
+                reply = AIMessage(content="", tool_calls=[call])
+            else:
+                reply = AIMessage(content=f"{results[0]} square metres")
+            return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    return Scripted()
+
+
+def langchain_feature_graph() -> Any:
+    """The prebuilt agent over a LangChain tool, served by a LangChain model."""
+    from stargraph.skills.agent import agent_graph
+
+    return agent_graph([_langchain_area()], name="grid-langchain", max_steps=4)
+
+
+@contextmanager
+def langchain_services(workspace: Path) -> Iterator[dict[str, Any]]:
+    """The LangChain model, wrapped, and an arbiter over the LangChain tool."""
+    from stargraph.llm.langchain import LangChainChatModel
+    from stargraph.skills.agent import agent_tools
+
+    registry = ToolRegistry.build(builtins=agent_tools([_langchain_area()]))
+    with Arbiter(registry, workspace=workspace) as arbiter:
+        yield {"model": LangChainChatModel(_langchain_model()), "arbiter": arbiter}
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -815,6 +880,13 @@ FEATURES: Final[dict[str, Feature]] = {
         Feature("closure", f"{_M}:closure_graph", {"text": "you"}),
         Feature("cache", f"{_M}:cache_graph", {"text": "cached"}),
         Feature("boundary", f"{_M}:boundary_graph", {"text": "memo"}),
+        Feature(
+            "langchain",
+            f"{_M}:langchain_feature_graph",
+            {"messages": ["How large is a 2 by 5 room?"]},
+            services=langchain_services,
+            journaled="tool",
+        ),
     )
 }
 """Every feature of the grid, by name (the first part of a cell id)."""
