@@ -730,7 +730,9 @@ def _langchain_model() -> Any:
         def _llm_type(self) -> str:
             return "grid-scripted"
 
-        def _generate(self, messages: Any, stop: Any = None, **kwargs: Any) -> ChatResult:
+        def _generate(
+            self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any
+        ) -> ChatResult:
             results = [m.content for m in messages if isinstance(m, ToolMessage)]
             if not results:
                 name = kwargs["tools"][0]["function"]["name"]

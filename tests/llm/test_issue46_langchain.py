@@ -27,7 +27,7 @@ from langchain_core.tools import StructuredTool
 from langchain_core.tools import tool as lc_tool
 
 from stargraph.checkpoint import MemoryStore
-from stargraph.errors import LLMError, ToolArgumentError, ToolSpecError
+from stargraph.errors import LLMError, ToolArgumentError, ToolSpecError, UsageError
 from stargraph.llm import ChatMessage, ChatRequest, ChatResponse
 from stargraph.llm.langchain import LangChainChatModel, to_langchain_chunk
 from stargraph.runtime import MessageChunk
@@ -254,6 +254,11 @@ def test_issue46_langchain_chunk_of_a_subgraph_names_its_path() -> None:
         "langgraph_path": ("outer", "think"),
         "run_id": "r",
     }
+
+
+def test_issue46_to_langchain_chunk_refuses_what_is_not_a_message_chunk() -> None:
+    with pytest.raises(UsageError, match=r"takes a MessageChunk.*\(mode, item\)"):
+        to_langchain_chunk(cast(Any, ("messages", "hi")))
 
 
 def test_issue46_langchain_async_streaming_joins_to_the_reply() -> None:

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from stargraph.errors import LLMError, StargraphError
+from stargraph.errors import LLMError, StargraphError, UsageError
 from stargraph.llm._history import Message, _langchain_fields, _text
 from stargraph.llm._messages import ChatMessage, ChatRequest, ChatResponse, ToolCall, Usage
 from stargraph.llm._recorded import Journal, JournaledChatModel
@@ -278,6 +278,12 @@ def to_langchain_chunk(chunk: MessageChunk) -> tuple[AIMessageChunk, dict[str, A
     step, the node's path and the task index (the same in a re-run), so pieces can be
     grouped as LangChain users group them by ``chunk.id``. Needs ``langchain_core``.
     """
+    if not isinstance(getattr(chunk, "text", None), str) or not hasattr(chunk, "node"):
+        raise UsageError(
+            f"to_langchain_chunk takes a MessageChunk, the item of stream(..., "
+            f'mode="messages"), not {type(chunk).__name__} {chunk!r:.60}; with several modes, '
+            'pass the item of each (mode, item) pair whose mode is "messages"'
+        )
     try:
         from langchain_core.messages import AIMessageChunk
     except ImportError as exc:
