@@ -48,7 +48,9 @@ class LangChainChatModel:
     Each :class:`~stargraph.llm.ChatRequest` becomes a LangChain call: its messages as
     LangChain messages, its tools bound with ``chat_model.bind_tools(request.tools,
     tool_choice=...)`` (OpenAI-style tool dicts, which every LangChain provider accepts), and
-    ``temperature``, ``max_tokens`` and ``extra`` passed as call keywords when set. The
+    ``temperature``, ``max_tokens``, ``response_format`` (in OpenAI's form) and ``extra``
+    passed as call keywords when set: the provider's own keywords, so a request should set
+    only those its provider takes. The
     reply's ``AIMessage`` becomes a :class:`~stargraph.llm.ChatResponse` with its tool calls,
     ``finish_reason`` and token usage (``usage_metadata``).
 
