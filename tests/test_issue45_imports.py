@@ -17,7 +17,7 @@ import pytest
 
 _CORE = ("stargraph", "stargraph.llm", "stargraph.skills.react", "stargraph.tools")
 _SERVERS = ("http.server", "socketserver", "wsgiref", "starlette", "uvicorn", "aiohttp")
-_HEAVY = ("openai", "httpx", "pycparser")
+_HEAVY = ("openai", "httpx", "pycparser", "langchain_core")
 
 
 def _loaded_after(*modules: str) -> set[str]:

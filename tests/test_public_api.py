@@ -136,6 +136,7 @@ PUBLIC_PACKAGES = [
     "stargraph.graph",
     "stargraph.ir",
     "stargraph.llm",
+    "stargraph.llm.langchain",
     "stargraph.messages",
     "stargraph.langgraph",
     "stargraph.nodes",

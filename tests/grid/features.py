@@ -8,6 +8,7 @@ model made in another process (a worker, a resumed run) answers a request the sa
 
 from __future__ import annotations
 
+import functools
 import json
 import operator
 import os
@@ -747,6 +748,72 @@ def langgraph_graph() -> Graph[Any]:
     return builder.to_graph("grid-langgraph")
 
 
+# ----------------------------------------------------------------------------- langchain
+
+
+@functools.cache
+def _langchain_area() -> Any:
+    """A LangChain ``@tool`` (made at first use: importing the grid does not import
+    ``langchain_core``)."""
+    from langchain_core.tools import tool as langchain_tool
+
+    @langchain_tool
+    def room_area(width: float, height: float) -> float:
+        """The area of a rectangle."""
+        _effect(f"room_area {width} {height}")
+        return width * height
+
+    return room_area
+
+
+def _langchain_model() -> Any:
+    """A LangChain chat model that binds tools as providers do and answers from what the
+    conversation holds (so a resumed run's next call gets the reply it needs)."""
+    from langchain_core.language_models import BaseChatModel
+    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.outputs import ChatGeneration, ChatResult
+
+    class Scripted(BaseChatModel):
+        def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
+            return self.bind(tools=list(tools), **kwargs)
+
+        @property
+        def _llm_type(self) -> str:
+            return "grid-scripted"
+
+        def _generate(
+            self, messages: Any, stop: Any = None, run_manager: Any = None, **kwargs: Any
+        ) -> ChatResult:
+            results = [m.content for m in messages if isinstance(m, ToolMessage)]
+            if not results:
+                name = kwargs["tools"][0]["function"]["name"]
+                call = {"name": name, "args": {"width": 2, "height": 5}, "id": "lc-1"}
+                reply = AIMessage(content="", tool_calls=[call])
+            else:
+                reply = AIMessage(content=f"{results[0]} square metres")
+            return ChatResult(generations=[ChatGeneration(message=reply)])
+
+    return Scripted()
+
+
+def langchain_feature_graph() -> Any:
+    """The prebuilt agent over a LangChain tool, served by a LangChain model."""
+    from stargraph.skills.agent import agent_graph
+
+    return agent_graph([_langchain_area()], name="grid-langchain", max_steps=4)
+
+
+@contextmanager
+def langchain_services(workspace: Path) -> Iterator[dict[str, Any]]:
+    """The LangChain model, wrapped, and an arbiter over the LangChain tool."""
+    from stargraph.llm.langchain import LangChainChatModel
+    from stargraph.skills.agent import agent_tools
+
+    registry = ToolRegistry.build(builtins=agent_tools([_langchain_area()]))
+    with Arbiter(registry, workspace=workspace) as arbiter:
+        yield {"model": LangChainChatModel(_langchain_model()), "arbiter": arbiter}
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -873,6 +940,13 @@ FEATURES: Final[dict[str, Feature]] = {
             answer=True,
             journaled="interrupt",
             storeless=False,
+        ),
+        Feature(
+            "langchain",
+            f"{_M}:langchain_feature_graph",
+            {"messages": ["How large is a 2 by 5 room?"]},
+            services=langchain_services,
+            journaled="tool",
         ),
     )
 }

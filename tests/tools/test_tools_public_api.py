@@ -57,6 +57,7 @@ def test_tools_all_is_sorted_and_pinned() -> None:
         "canonical_json",
         "content_ref",
         "failure_of",
+        "from_langchain",
         "host_tool",
         "llm_name_for",
         "load_manifest",

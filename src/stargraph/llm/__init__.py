@@ -10,6 +10,8 @@
 * :class:`ScriptedChatModel` - an in-memory fake answering from a script.
 * :func:`normalize_tool_calls` - turns refusals, malformed arguments and unknown tools into
   observations for the model instead of crashes.
+* :mod:`stargraph.llm.langchain` - a LangChain chat model as a model service (the
+  ``langchain`` extra; nothing here imports ``langchain_core``).
 
 The over-HTTP fake (``ScriptedOpenAIServer``) and the conformance suite
 (``check_chat_model``) live in :mod:`stargraph.testing`.

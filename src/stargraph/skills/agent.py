@@ -59,6 +59,7 @@ from stargraph.skills.react import (
     _system_prompt,
 )
 from stargraph.tools import Arbiter, PythonTool, ToolCall, ToolRegistry, ToolResult, ToolSpec, tool
+from stargraph.tools._langchain import LangChainToolLike, from_langchain, is_langchain_tool
 from stargraph.tools._result import built
 
 if TYPE_CHECKING:
@@ -115,8 +116,9 @@ def _plain_name(candidate: Tool) -> str:
     return candidate.spec.name.rpartition(".")[2]
 
 
-def agent_tools(tools: Sequence[Callable[..., Any] | Tool]) -> tuple[Tool, ...]:
+def agent_tools(tools: Sequence[Callable[..., Any] | Tool | LangChainToolLike]) -> tuple[Tool, ...]:
     """The tools of an agent, in the order given: a ``Tool`` (``@tool(...)``) as it is, a
+    LangChain tool made one by :func:`~stargraph.tools.from_langchain`, a
     plain function made one with a derived id (``agent.<module>.<name>@0.0.0``) and the
     defaults of :func:`~stargraph.tools.tool` (``side_effect="none"``: it runs inline, with
     no locks and no audit record; declare a function that writes or reaches the outside
@@ -134,6 +136,8 @@ def agent_tools(tools: Sequence[Callable[..., Any] | Tool]) -> tuple[Tool, ...]:
     for index, given in enumerate(tools):
         if isinstance(getattr(given, "spec", None), ToolSpec):
             made.append(cast("Tool", given))
+        elif is_langchain_tool(given):
+            made.append(from_langchain(given))
         elif inspect.isfunction(given) or inspect.ismethod(given):
             module = _segment((given.__module__ or "main").replace(".", "_"), "m")
             ident = f"agent.{module}.{_segment(given.__name__, 'f')}@{_VERSION}"
@@ -183,7 +187,7 @@ def _names(tools: Sequence[Tool]) -> dict[str, str]:
 
 
 def agent_graph(
-    tools: Sequence[Callable[..., Any] | Tool] = (),
+    tools: Sequence[Callable[..., Any] | Tool | LangChainToolLike] = (),
     *,
     prompt: str | None = None,
     state: type[AgentState] = AgentState,
@@ -260,7 +264,7 @@ def agent_graph(
 
 def create_agent(
     model: ChatModel,
-    tools: Sequence[Callable[..., Any] | Tool] = (),
+    tools: Sequence[Callable[..., Any] | Tool | LangChainToolLike] = (),
     *,
     prompt: str | None = None,
     state: type[AgentState] = AgentState,

@@ -57,6 +57,7 @@ if TYPE_CHECKING:
         ToolHost,
         host_tool,
     )
+    from stargraph.tools._langchain import from_langchain
     from stargraph.tools._locks import Lease, LockManager, LockRequest
     from stargraph.tools._manifest import load_manifest
     from stargraph.tools._registry import (
@@ -137,6 +138,7 @@ __all__ = [
     "canonical_json",
     "content_ref",
     "failure_of",
+    "from_langchain",
     "host_tool",
     "llm_name_for",
     "load_manifest",
@@ -201,6 +203,7 @@ __getattr__, __dir__ = _lazy.exports(
         "canonical_json": "._canonical",
         "content_ref": "._canonical",
         "failure_of": "._result",
+        "from_langchain": "._langchain",
         "host_tool": "._host",
         "llm_name_for": "._spec",
         "load_manifest": "._manifest",
