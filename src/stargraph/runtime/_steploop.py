@@ -61,7 +61,7 @@ from stargraph.runtime._events import (
     StepCompleted,
     made,
 )
-from stargraph.runtime._interrupts import Interrupt, RuleDecision
+from stargraph.runtime._interrupts import Interrupt, RuleDecision, interrupt_id
 from stargraph.runtime._plan import Plan, Task, by_task, unmet_error
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run, describe_exception, initial_values, jsonable
@@ -292,7 +292,8 @@ class StepLoop:
         if feed is not None and not run.path:
             # The stream ends here either way; the marker tells its consumer that the run
             # waits (and for what) rather than finished, as LangGraph's streams do.
-            marker = {INTERRUPT_KEY: (Interrupt.read(stored, run_id=run.run_id),)}
+            found = Interrupt.read(stored, run_id=run.run_id)
+            marker = {INTERRUPT_KEY: found.pending if found is not None else ()}
             if feed.updates:
                 feed.add("updates", marker)
             if feed.values:
@@ -300,18 +301,23 @@ class StepLoop:
 
     def _node_interrupted(self, run: Run, outcome: StepOutcome) -> None:
         assert outcome.interrupt is not None
-        task, signal = outcome.interrupt
         run.step -= 1  # the step was not committed; it re-runs on resume
-        self._stop_at(
-            run,
+        step = run.step + 1
+        asked = [
             Interrupt(
                 kind="node",
                 node=task.node,
                 index=task.index,
-                step=run.step + 1,
+                step=step,
                 seq=signal.seq,
                 payload=signal.payload,
-            ),
+                id=interrupt_id(run.run_id, step, task.node, task.index, signal.seq),
+            )
+            for task, signal in outcome.interrupt
+        ]
+        first = asked[0]
+        self._stop_at(
+            run, first.model_copy(update={"also": tuple(asked[1:])}) if len(asked) > 1 else first
         )
 
     def step_once(self, run: Run, runner: TaskRunner) -> bool:
