@@ -30,7 +30,7 @@ from stargraph.errors import MissingServiceError, NodeTimeoutError, RunError, St
 from stargraph.refs import resolve_ref
 from stargraph.runtime._context import AttemptFence, GraphInterrupt
 from stargraph.runtime._daemon import DaemonThreads
-from stargraph.runtime._plan import NodeSpec, Task
+from stargraph.runtime._plan import NodeSpec, Task, by_task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run
 
@@ -697,6 +697,10 @@ def execute_sync(
             else:
                 assert writes is not None
                 results.append((task, writes))
+    if done:
+        # Tasks that finished before a crash or an interrupt come first above: put them back
+        # in task order, so that the step reads as it does when run (or replayed) whole.
+        results.sort(key=by_task)
     return StepOutcome(results, _in_order(interrupts))
 
 
@@ -748,6 +752,8 @@ async def execute_async(
             fut.cancel()
         await asyncio.gather(*(f for _, f in pending), return_exceptions=True)
         raise
+    if run.done:
+        results.sort(key=by_task)  # as in execute_sync
     return StepOutcome(results, _in_order(interrupts))
 
 
