@@ -4,6 +4,7 @@ finished are not run again."""
 
 from __future__ import annotations
 
+import asyncio
 import operator
 import re
 from typing import Annotated, Any
@@ -11,7 +12,7 @@ from typing import Annotated, Any
 import pytest
 from pydantic import BaseModel
 
-from stargraph import END, START, Graph, RunContext, interrupt_of
+from stargraph import END, START, Command, Graph, RunContext, interrupt_of
 from stargraph.checkpoint import MemoryStore
 from stargraph.errors import InvalidInputError, RunNotResumableError
 from stargraph.runtime._interrupts import interrupt_id
@@ -161,3 +162,67 @@ def test_issue46_a_run_stored_without_interrupt_ids_resumes_as_before() -> None:
     waiting = interrupt_of(app.invoke({}, run_id="other"))
     assert waiting is not None
     assert app.resume("old", response="Ada").answer == "Ada"
+
+
+def test_issue46_command_resume_as_input_answers_a_thread_s_waiting_turn() -> None:
+    app = _one(MemoryStore())
+    waiting = interrupt_of(app.invoke({}, thread_id="t"))
+    assert waiting is not None
+    done = app.invoke(Command(resume="Ada"), thread_id="t")
+    assert done.answer == "Ada"
+    assert interrupt_of(done) is None
+    assert [r.status for r in app.get_thread("t")] == ["done"]
+
+
+def test_issue46_command_resume_as_input_answers_several_interrupts_of_a_run() -> None:
+    app = _app(MemoryStore())
+    waiting = interrupt_of(app.invoke({}, run_id="c1"))
+    assert waiting is not None
+    answers = {q.id: "ok" for q in waiting.pending}
+    assert sorted(app.invoke(Command(resume=answers), run_id="c1").said) == [
+        "left:ok",
+        "quiet",
+        "right:ok",
+    ]
+
+
+def test_issue46_command_resume_as_input_streams_the_resumed_run() -> None:
+    app = _one(MemoryStore())
+    app.invoke({}, run_id="s1")
+    values = list(app.stream(Command(resume="Bo"), run_id="s1", mode="values"))
+    assert values[-1].answer == "Bo"
+
+
+def test_issue46_command_resume_as_input_of_ainvoke_and_astream() -> None:
+    app = _one(MemoryStore())
+    app.invoke({}, run_id="a1")
+    app.invoke({}, run_id="a2")
+
+    async def both() -> tuple[Any, list[Any]]:
+        first = await app.ainvoke(Command(resume="Cy"), run_id="a1")
+        items = [v async for v in app.astream(Command(resume="Di"), run_id="a2", mode="values")]
+        return first, items
+
+    first, items = asyncio.run(both())
+    assert first.answer == "Cy"
+    assert items[-1].answer == "Di"
+    assert app.get_run("a2").status == "done"
+
+
+@pytest.mark.parametrize(
+    ("command", "where", "culprit"),
+    [
+        (Command(resume="x", update={"answer": "y"}), {"run_id": "b1"}, "only resumes"),
+        (Command(resume="x"), {}, "pass run_id="),
+        (Command(update={"answer": "y"}), {"run_id": "b1"}, "only resumes"),
+    ],
+)
+def test_issue46_a_command_input_that_resumes_nothing_is_refused(
+    command: Command, where: dict[str, Any], culprit: str
+) -> None:
+    store = MemoryStore()
+    app = _one(store)
+    app.invoke({}, run_id="b1")
+    with pytest.raises(InvalidInputError, match=re.escape(culprit)):
+        app.invoke(command, **where)
+    assert store.get_run("b1").status == "interrupted"
