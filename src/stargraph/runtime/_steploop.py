@@ -77,7 +77,7 @@ from stargraph.runtime._tasks import (
     worker_threads,
 )
 from stargraph.runtime._threads import start_turn
-from stargraph.runtime._values import GOTO_KEY, state_of, values_item
+from stargraph.runtime._values import GOTO_KEY, ROUTING_KEYS, state_of, values_item
 
 __all__ = ["StepLoop", "Work"]
 
@@ -778,7 +778,9 @@ class StepLoop:
                 nodes=(ran[0].node,) if len(ran) == 1 else tuple(t.node for t in ran),
                 next=(tasks[0].node,) if len(tasks) == 1 else tuple(t.node for t in tasks),
             )
-        if feed is not None and feed.values:
+        if feed is not None and feed.values and _wrote(results):
+            # As LangGraph's values stream: a step whose nodes wrote nothing (or only where
+            # to go next) left the state as the last item showed it.
             feed.add("values", self.state(run))
 
     def _finished(
@@ -1005,3 +1007,8 @@ class _WayOut:
             self.loop.end(self.run)
         if self.cancelled:
             raise self.loop.cancel(self.run)
+
+
+def _wrote(results: list[tuple[Task, dict[str, Any]]]) -> bool:
+    """Whether a step's tasks wrote any channel (routing alone is not a write)."""
+    return any(key not in ROUTING_KEYS for _, writes in results for key in writes)
