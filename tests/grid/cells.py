@@ -403,7 +403,7 @@ class Story:
             if status in ("running", "orphaned", "cancelled"):
                 app.resume(run_id)
             if _status(app, run_id) == "interrupted" and self.feature.answer is not NO_ANSWER:
-                driver.answer(app, run_id, self.feature.answer)
+                driver.answer(app, run_id, self.feature.response(app, run_id))
         return self.result(app, self.run_ids)
 
     def result(self, app: CompiledGraph[Any], run_ids: list[str], after: int = -1) -> Result:

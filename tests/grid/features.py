@@ -836,7 +836,8 @@ class Feature:
     services: Callable[[Path], Any] = no_services
     """A context manager factory: the services mapping, given the cell's workspace."""
     answer: Any = NO_ANSWER
-    """The response an interrupted run is resumed with."""
+    """The response an interrupted run is resumed with (a callable: made from the pending
+    interrupts the run's record holds, for answers keyed by interrupt id)."""
     second: dict[str, Any] | None = None
     """The second turn's input, for a feature run as two turns of one thread."""
     journaled: str | None = None
@@ -846,6 +847,16 @@ class Feature:
     """Whether the graph runs without a checkpoint store (interrupts and threads need one)."""
     prepare: Callable[[Path], None] = field(default=lambda workspace: None)
     """What the workspace must hold before the run (files a tool reads)."""
+
+    def response(self, app: Any, run_id: str) -> Any:
+        """The answer to give the interrupted ``run_id``: :attr:`answer`, or what it makes."""
+        if not callable(self.answer):
+            return self.answer
+        from stargraph.runtime import Interrupt
+
+        waiting = Interrupt.read(app.get_run(run_id).interrupt, run_id=run_id)
+        assert waiting is not None, app.get_run(run_id)
+        return self.answer(waiting.pending)
 
     def build(self) -> Any:
         """The graph, imported as a worker imports it."""
@@ -948,6 +959,59 @@ FEATURES: Final[dict[str, Feature]] = {
             services=langchain_services,
             journaled="tool",
         ),
+        Feature(
+            "interrupts",
+            f"{_M}:interrupts_graph",
+            {"order": "B-9"},
+            answer=lambda pending: answer_each(pending),  # noqa: PLW0108 - defined below, after the table
+            journaled="interrupt",
+            storeless=False,
+        ),
     )
 }
 """Every feature of the grid, by name (the first part of a cell id)."""
+
+
+# ----------------------------------------------------------------------------- interrupts
+
+
+class Sign(BaseModel):
+    """The several-interrupts feature's state: two people sign in parallel."""
+
+    order: str = ""
+    signed: Annotated[list[str], reducers.append] = []
+    verdict: str = ""
+
+
+def sign_legal(state: Sign, ctx: RunContext) -> dict[str, Any]:
+    """Legal signs when its person answers."""
+    return {"signed": [f"legal:{ctx.interrupt({'who': 'legal', 'order': state.order})}"]}
+
+
+def sign_finance(state: Sign, ctx: RunContext) -> dict[str, Any]:
+    """Finance signs when its person answers."""
+    return {"signed": [f"finance:{ctx.interrupt({'who': 'finance', 'order': state.order})}"]}
+
+
+def stamp(state: Sign) -> dict[str, Any]:
+    """A sibling that asks nobody: it finishes while the others wait."""
+    return {"signed": [f"stamp:{state.order}"]}
+
+
+def verdict(state: Sign) -> dict[str, Any]:
+    """Join: every signature in."""
+    return {"verdict": " ".join(sorted(state.signed))}
+
+
+def answer_each(pending: tuple[Any, ...]) -> dict[str, Any]:
+    """One answer per pending interrupt, by its id."""
+    assert len(pending) == 2, pending
+    return {q.id: f"yes-{q.payload['who']}" for q in pending}
+
+
+def interrupts_graph() -> Graph[Sign]:
+    """legal, finance (both ask) and stamp in parallel -> verdict."""
+    graph = Graph("grid-interrupts", state=Sign).with_node("verdict", verdict)
+    for name, fn in (("legal", sign_legal), ("finance", sign_finance), ("stamp", stamp)):
+        graph = graph.with_node(name, fn).with_edge(START, name).with_edge(name, "verdict")
+    return graph.with_edge("verdict", END)

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 
 from stargraph import END, START, Graph, RunContext
 from stargraph.checkpoint import MemoryStore
-from stargraph.runtime._interrupts import Interrupt, RuleDecision
+from stargraph.runtime._interrupts import Interrupt, RuleDecision, interrupt_id
 
 
 @pytest.mark.parametrize(
@@ -83,6 +83,7 @@ def test_a_parked_run_stores_and_emits_the_recorded_interrupt() -> None:
         "step": 1,
         "seq": 0,
         "payload": {"question": "name?"},
+        "id": interrupt_id("r", 1, "ask", 0, 0),
     }
     assert store.get_run("r").interrupt == expected
     assert events[-1].kind == "run_interrupted"

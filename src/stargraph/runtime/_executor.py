@@ -19,12 +19,12 @@ from pydantic import BaseModel
 
 from stargraph.checkpoint import CheckpointStore, Recording, RunRecord, StepRecord
 from stargraph.checkpoint._compact import expand_steps
-from stargraph.errors import CheckpointError, ReplayError, StargraphError
+from stargraph.errors import CheckpointError, InvalidInputError, ReplayError, StargraphError
 from stargraph.runtime._cancel import request
 from stargraph.runtime._durable import Durability, atake_lease, check_run_id, load_values
 from stargraph.runtime._events import Event
 from stargraph.runtime._interrupts import mark_interrupted
-from stargraph.runtime._plan import Plan, unmet_error
+from stargraph.runtime._plan import Command, Plan, unmet_error
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._replay import ReplayDriver
 from stargraph.runtime._replayplan import ReplayPlan, StubOption, as_stub, warn_reruns
@@ -117,7 +117,7 @@ class CompiledGraph(Generic[StateT]):
 
     def invoke(
         self,
-        input: Mapping[str, Any] | StateT | None = None,
+        input: Mapping[str, Any] | StateT | Command | None = None,
         *,
         run_id: str | None = None,
         max_steps: int | None = None,
@@ -127,16 +127,42 @@ class CompiledGraph(Generic[StateT]):
 
         With ``thread_id`` the run is the next turn of that thread: it starts from the state
         the thread's last turn finished with, ``input`` applied through the reducers (see
-        ``runtime._threads``; needs a store)."""
+        ``runtime._threads``; needs a store).
+
+        ``Command(resume=answer)`` as ``input`` answers the interrupt that run ``run_id`` (or
+        the last turn of thread ``thread_id``) waits on: it is ``resume(that_run,
+        response=answer)``, ``answer`` a mapping from interrupt id to answer when several
+        wait."""
+        if isinstance(input, Command):
+            rid = self._resumed(input, run_id, thread_id)
+            return self.resume(rid, response=input.resume, max_steps=max_steps)
         refuse_unknown_keys(self.state_model, input, run_id)
         run = self.steploop.new_run(input, run_id, max_steps, emit=None, thread_id=thread_id)
         self.steploop.run_to_end(run, fresh=True)
         return self._result(run)
 
+    def _resumed(self, command: Command, run_id: str | None, thread_id: str | None) -> str:
+        """The interrupted run a ``Command(resume=...)`` input continues."""
+        if command.resume is None or command.update is not None or command.goto or command.graph:
+            raise InvalidInputError(
+                f"a Command given as input only resumes an interrupted run, but got {command!r}; "
+                "pass Command(resume=answer) with run_id= or thread_id= (to write channels "
+                "first, call resume(run_id, update=...) at a breakpoint)",
+                run_id=run_id,
+            )
+        if run_id is not None:
+            return run_id
+        if thread_id is None:
+            raise InvalidInputError(
+                "Command(resume=...) as input needs the run it answers: pass run_id= (the "
+                "interrupted run) or thread_id= (its thread's last turn)"
+            )
+        return thread_runs(self.store, thread_id)[-1].run_id
+
     @overload
     def stream(
         self,
-        input: Mapping[str, Any] | StateT | None = None,
+        input: Mapping[str, Any] | StateT | Command | None = None,
         *,
         mode: Literal["events"] = "events",
         run_id: str | None = None,
@@ -147,7 +173,7 @@ class CompiledGraph(Generic[StateT]):
     @overload
     def stream(
         self,
-        input: Mapping[str, Any] | StateT | None = None,
+        input: Mapping[str, Any] | StateT | Command | None = None,
         *,
         mode: StreamMode | Sequence[StreamMode],
         run_id: str | None = None,
@@ -157,7 +183,7 @@ class CompiledGraph(Generic[StateT]):
 
     def stream(
         self,
-        input: Mapping[str, Any] | StateT | None = None,
+        input: Mapping[str, Any] | StateT | Command | None = None,
         *,
         mode: StreamMode | Sequence[StreamMode] = "events",
         run_id: str | None = None,
@@ -180,6 +206,12 @@ class CompiledGraph(Generic[StateT]):
         :meth:`invoke`.
         """
         modes = stream_modes(mode)
+        if isinstance(input, Command):
+            rid = self._resumed(input, run_id, thread_id)
+            yield from self.resume_stream(
+                rid, response=input.resume, max_steps=max_steps, mode=mode
+            )
+            return
         refuse_unknown_keys(self.state_model, input, run_id)
         yield from self.steploop.live(
             lambda emit: self.steploop.new_run(
@@ -191,13 +223,17 @@ class CompiledGraph(Generic[StateT]):
 
     async def ainvoke(
         self,
-        input: Mapping[str, Any] | StateT | None = None,
+        input: Mapping[str, Any] | StateT | Command | None = None,
         *,
         run_id: str | None = None,
         max_steps: int | None = None,
         thread_id: str | None = None,
     ) -> StateT:
-        """Async :meth:`invoke`: async nodes of one step run concurrently on this loop."""
+        """Async :meth:`invoke`: async nodes of one step run concurrently on this loop
+        (``Command(resume=...)`` as ``input``: :meth:`aresume`)."""
+        if isinstance(input, Command):
+            rid = self._resumed(input, run_id, thread_id)
+            return await self.aresume(rid, response=input.resume, max_steps=max_steps)
         refuse_unknown_keys(self.state_model, input, run_id)
         run = self.steploop.new_run(input, run_id, max_steps, emit=None, thread_id=thread_id)
         async for _ in self.steploop.adrive(lambda: run, fresh=True):
@@ -207,7 +243,7 @@ class CompiledGraph(Generic[StateT]):
     @overload
     def astream(
         self,
-        input: Mapping[str, Any] | StateT | None = None,
+        input: Mapping[str, Any] | StateT | Command | None = None,
         *,
         mode: Literal["events"] = "events",
         run_id: str | None = None,
@@ -218,7 +254,7 @@ class CompiledGraph(Generic[StateT]):
     @overload
     def astream(
         self,
-        input: Mapping[str, Any] | StateT | None = None,
+        input: Mapping[str, Any] | StateT | Command | None = None,
         *,
         mode: StreamMode | Sequence[StreamMode],
         run_id: str | None = None,
@@ -228,7 +264,7 @@ class CompiledGraph(Generic[StateT]):
 
     def astream(
         self,
-        input: Mapping[str, Any] | StateT | None = None,
+        input: Mapping[str, Any] | StateT | Command | None = None,
         *,
         mode: StreamMode | Sequence[StreamMode] = "events",
         run_id: str | None = None,
@@ -237,23 +273,33 @@ class CompiledGraph(Generic[StateT]):
     ) -> AsyncIterator[Any]:
         """Async :meth:`stream` (same modes). ``await stream.aclose()`` inside a step lets
         that step finish and commit, then cancels the run there, as closing a stream does;
-        only cancelling the task that iterates drops the step in flight."""
+        only cancelling the task that iterates drops the step in flight.
+        ``Command(resume=...)`` as ``input`` continues the interrupted run, as in
+        :meth:`invoke`."""
+        command = input if isinstance(input, Command) else None
 
         def start() -> Run:
             # When the stream is first iterated, on the loop that iterates it.
             modes = stream_modes(mode)
-            refuse_unknown_keys(self.state_model, input, run_id)
+            if command is None:
+                refuse_unknown_keys(self.state_model, input, run_id)
             feed = Feed(modes)
             if feed.live or feed.watched:  # its steps run as tasks whose ends wake the driver
                 feed.loop = asyncio.get_running_loop()
                 feed.awake = asyncio.Event()
-            run = self.steploop.new_run(
-                input, run_id, max_steps, emit=self.steploop.feeder(feed), thread_id=thread_id
-            )
+            emit = self.steploop.feeder(feed)
+            if command is not None:
+                rid = self._resumed(command, run_id, thread_id)
+                run = self._load(rid, command.resume, None, max_steps, None, emit=emit)
+            else:
+                assert not isinstance(input, Command)
+                run = self.steploop.new_run(
+                    input, run_id, max_steps, emit=emit, thread_id=thread_id
+                )
             run.feed = feed
             return run
 
-        return self.steploop.adrive(start, fresh=True)
+        return self.steploop.adrive(start, fresh=command is None)
 
     def iter(
         self,

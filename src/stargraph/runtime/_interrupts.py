@@ -15,6 +15,7 @@ names the very object it was put on, so a copy (which shares the entry) carries 
 
 from __future__ import annotations
 
+import hashlib
 import weakref
 from typing import Any, Literal
 
@@ -23,7 +24,15 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from stargraph._typed import TypedModel, validate_raw
 from stargraph.errors import RunError
 
-__all__ = ["Interrupt", "RuleDecision", "interrupt_of", "mark_interrupted"]
+__all__ = ["Interrupt", "RuleDecision", "interrupt_id", "interrupt_of", "mark_interrupted"]
+
+
+def interrupt_id(run_id: str, step: int, node: str, index: int, seq: int) -> str:
+    """The id of the ``ctx.interrupt`` that task ``(node, index)`` of ``run_id`` asked at
+    journal position ``seq`` of step ``step``: derived, never random, so a resumed or
+    replayed run names its interrupts as the run that asked them did."""
+    text = f"{run_id}\x00{step}\x00{node}\x00{index}\x00{seq}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 class Interrupt(TypedModel):
@@ -31,6 +40,11 @@ class Interrupt(TypedModel):
     a ``node`` that called ``ctx.interrupt`` (``node``, ``index``, the journal position
     ``seq`` of its question, and its ``payload``), or a ``rule`` that decided to interrupt
     (``rule``, ``reason``). ``step`` is the step a resume runs (or re-runs) first.
+
+    A node interrupt has an ``id`` (see :func:`interrupt_id`). When several tasks of one
+    step interrupted, this is the first in task order and ``also`` holds the others;
+    :attr:`pending` lists them all, and ``resume(run_id, response={id: answer, ...})``
+    answers them at once.
 
     ``run_id`` names the run when the interrupt comes from :func:`interrupt_of` (it is not
     part of what a run's record stores); :meth:`hint` is the call that continues the run."""
@@ -48,11 +62,23 @@ class Interrupt(TypedModel):
     payload: Any = None
     rule: str | None = None
     reason: str | None = None
+    id: str | None = None
+    also: tuple[Interrupt, ...] = ()
     run_id: str | None = None
+
+    @property
+    def pending(self) -> tuple[Interrupt, ...]:
+        """Every interrupt the run waits on, in task order (this one first)."""
+        if not self.also:
+            return (self,)
+        return (self.model_copy(update={"also": ()}), *self.also)
 
     def hint(self) -> str:
         """The call that continues the run, as a user would type it."""
         run = repr(self.run_id) if self.run_id is not None else "run_id"
+        if self.kind == "node" and self.also:
+            answers = ", ".join(f"{i.id!r}: ..." for i in self.pending)
+            return f"resume({run}, response={{{answers}}})"
         if self.kind == "node":
             return f"resume({run}, response=...)"
         return f"resume({run})"
@@ -60,7 +86,7 @@ class Interrupt(TypedModel):
     def record(self) -> dict[str, Any]:
         """The interrupt as stored in a run's record (and carried by ``run_interrupted``)."""
         if self.kind == "node":
-            return {
+            stored: dict[str, Any] = {
                 "kind": "node",
                 "node": self.node,
                 "index": self.index,
@@ -68,6 +94,11 @@ class Interrupt(TypedModel):
                 "seq": self.seq,
                 "payload": self.payload,
             }
+            if self.id is not None:
+                stored["id"] = self.id
+            if self.also:
+                stored["also"] = [other.record() for other in self.also]
+            return stored
         if self.kind == "rule":
             return {"kind": "rule", "rule": self.rule, "reason": self.reason, "step": self.step}
         return {"kind": self.kind, "nodes": list(self.nodes), "step": self.step}
@@ -75,14 +106,20 @@ class Interrupt(TypedModel):
     @classmethod
     def read(cls, stored: Any, *, run_id: str | None = None) -> Interrupt | None:
         """The interrupt a run's record holds (``None``: none, or not one of ours);
-        ``run_id`` is the run's, for :meth:`hint`."""
+        ``run_id`` is the run's, for :meth:`hint` (and for the id of a node interrupt
+        stored before interrupts had ids)."""
         if not isinstance(stored, dict):
             return None
         try:
             found = validate_raw(cls, stored)
         except ValidationError:
             return None
-        return found if run_id is None else found.model_copy(update={"run_id": run_id})
+        if run_id is None:
+            return found
+        update: dict[str, Any] = {"run_id": run_id}
+        if found.kind == "node" and found.id is None and found.node is not None:
+            update["id"] = interrupt_id(run_id, found.step, found.node, found.index, found.seq)
+        return found.model_copy(update=update)
 
 
 class RuleDecision(BaseModel):

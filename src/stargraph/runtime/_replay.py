@@ -85,7 +85,7 @@ class ReplayRunner:
             run.done = {}
             run.replay_calls = None
         if outcome.interrupt is not None:
-            task, _ = outcome.interrupt
+            task, _ = outcome.interrupt[0]
             raise ReplayDivergenceError(
                 f"replay of run {run.run_id!r}: node {task.node!r} interrupted at step "
                 f"{run.step} but the recorded run has no answer for it",

@@ -61,7 +61,7 @@ from stargraph.runtime._events import (
     StepCompleted,
     made,
 )
-from stargraph.runtime._interrupts import Interrupt, RuleDecision
+from stargraph.runtime._interrupts import Interrupt, RuleDecision, interrupt_id
 from stargraph.runtime._plan import Plan, Task, by_task, unmet_error
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run, describe_exception, initial_values, jsonable
@@ -77,7 +77,7 @@ from stargraph.runtime._tasks import (
     worker_threads,
 )
 from stargraph.runtime._threads import start_turn
-from stargraph.runtime._values import GOTO_KEY, state_of, values_item
+from stargraph.runtime._values import GOTO_KEY, ROUTING_KEYS, state_of, values_item
 
 __all__ = ["StepLoop", "Work"]
 
@@ -292,7 +292,8 @@ class StepLoop:
         if feed is not None and not run.path:
             # The stream ends here either way; the marker tells its consumer that the run
             # waits (and for what) rather than finished, as LangGraph's streams do.
-            marker = {INTERRUPT_KEY: (Interrupt.read(stored, run_id=run.run_id),)}
+            found = Interrupt.read(stored, run_id=run.run_id)
+            marker = {INTERRUPT_KEY: found.pending if found is not None else ()}
             if feed.updates:
                 feed.add("updates", marker)
             if feed.values:
@@ -300,18 +301,23 @@ class StepLoop:
 
     def _node_interrupted(self, run: Run, outcome: StepOutcome) -> None:
         assert outcome.interrupt is not None
-        task, signal = outcome.interrupt
         run.step -= 1  # the step was not committed; it re-runs on resume
-        self._stop_at(
-            run,
+        step = run.step + 1
+        asked = [
             Interrupt(
                 kind="node",
                 node=task.node,
                 index=task.index,
-                step=run.step + 1,
+                step=step,
                 seq=signal.seq,
                 payload=signal.payload,
-            ),
+                id=interrupt_id(run.run_id, step, task.node, task.index, signal.seq),
+            )
+            for task, signal in outcome.interrupt
+        ]
+        first = asked[0]
+        self._stop_at(
+            run, first.model_copy(update={"also": tuple(asked[1:])}) if len(asked) > 1 else first
         )
 
     def step_once(self, run: Run, runner: TaskRunner) -> bool:
@@ -772,7 +778,9 @@ class StepLoop:
                 nodes=(ran[0].node,) if len(ran) == 1 else tuple(t.node for t in ran),
                 next=(tasks[0].node,) if len(tasks) == 1 else tuple(t.node for t in tasks),
             )
-        if feed is not None and feed.values:
+        if feed is not None and feed.values and _wrote(results):
+            # As LangGraph's values stream: a step whose nodes wrote nothing (or only where
+            # to go next) left the state as the last item showed it.
             feed.add("values", self.state(run))
 
     def _finished(
@@ -999,3 +1007,8 @@ class _WayOut:
             self.loop.end(self.run)
         if self.cancelled:
             raise self.loop.cancel(self.run)
+
+
+def _wrote(results: list[tuple[Task, dict[str, Any]]]) -> bool:
+    """Whether a step's tasks wrote any channel (routing alone is not a write)."""
+    return any(key not in ROUTING_KEYS for _, writes in results for key in writes)

@@ -386,13 +386,18 @@ def load(
             migrate(loop, record, migration, owner=lease.token, code_hash=code_hash)
             record = store.get_run(run_id)
         record = check_hashes(loop, record, code_hash)
-        waiting = Interrupt.read(record.interrupt) if record.status == "interrupted" else None
+        waiting = (
+            Interrupt.read(record.interrupt, run_id=run_id)
+            if record.status == "interrupted"
+            else None
+        )
         # The node that asked (ctx.interrupt) and waits for a response, if that is why.
         asked = waiting if waiting is not None and waiting.kind == "node" else None
         _check_resumable(record, asked, response)
         run = _restored(loop, store, record, lease, max_steps=max_steps, emit=emit)
         if asked is not None:
-            _answer(store, run, asked, response)
+            for question, answer in _answers(record, asked, response):
+                _answer(store, run, question, answer)
         for entry in load_journal(store, run_id, run.step + 1):
             run.journals.setdefault((entry.node, entry.index), []).append(entry)
         if waiting is not None and waiting.kind == "before":
@@ -425,6 +430,16 @@ def _check_resumable(record: RunRecord, asked: Interrupt | None, response: Any) 
             run_id=run_id,
             step=record.last_step,
         )
+    if asked is not None and response is NO_RESPONSE and asked.also:
+        raise RunNotResumableError(
+            f"run {run_id!r} is waiting for responses to {len(asked.pending)} interrupts at "
+            f"step {asked.step} ("
+            + ", ".join(f"{q.id!r}: node {q.node!r}, payload {q.payload!r}" for q in asked.pending)
+            + f"); pass {asked.hint()}",
+            run_id=run_id,
+            step=record.last_step,
+            node=asked.node,
+        )
     if asked is not None and response is NO_RESPONSE:
         raise RunNotResumableError(
             f"run {run_id!r} is waiting for a response to the interrupt of node "
@@ -441,6 +456,43 @@ def _check_resumable(record: RunRecord, asked: Interrupt | None, response: Any) 
             run_id=run_id,
             step=record.last_step,
         )
+
+
+def _answers(record: RunRecord, asked: Interrupt, response: Any) -> list[tuple[Interrupt, Any]]:
+    """Each interrupt the run waits on with its answer: ``response`` itself for a lone one
+    (unless it is a mapping from exactly that interrupt's id), else ``response[id]`` for
+    each, refusing a mapping that misses a pending id or names one that is not pending."""
+    pending = asked.pending
+    ids = [question.id for question in pending]
+    keyed = isinstance(response, Mapping) and all(isinstance(k, str) for k in response)
+    if len(pending) == 1 and not (keyed and set(response) == set(ids)):
+        return [(asked, response)]
+    if not keyed:
+        raise InvalidInputError(
+            f"run {record.run_id!r} waits on {len(pending)} interrupts ("
+            + ", ".join(f"{q.id!r} of node {q.node!r}" for q in pending)
+            + f"); answer them all at once with response={{interrupt_id: answer, ...}}, not "
+            f"{response!r}",
+            run_id=record.run_id,
+            step=record.last_step,
+        )
+    missing = [i for i in ids if i not in response]
+    unknown = sorted(k for k in response if k not in ids)
+    if missing or unknown:
+        problems = []
+        if missing:
+            problems.append(f"no answer for {missing}")
+        if unknown:
+            problems.append(f"{unknown} not pending")
+        raise InvalidInputError(
+            f"resume of run {record.run_id!r}: " + " and ".join(problems) + "; the pending "
+            "interrupts are "
+            + ", ".join(f"{q.id!r} (node {q.node!r}, payload {q.payload!r})" for q in pending)
+            + "; give one answer per pending id",
+            run_id=record.run_id,
+            step=record.last_step,
+        )
+    return [(question, response[question.id]) for question in pending]
 
 
 def _restored(

@@ -30,7 +30,7 @@ from stargraph.errors import MissingServiceError, NodeTimeoutError, RunError, St
 from stargraph.refs import resolve_ref
 from stargraph.runtime._context import AttemptFence, GraphInterrupt
 from stargraph.runtime._daemon import DaemonThreads
-from stargraph.runtime._plan import NodeSpec, Task
+from stargraph.runtime._plan import NodeSpec, Task, by_task
 from stargraph.runtime._remote import Remote
 from stargraph.runtime._run import Run
 
@@ -100,10 +100,11 @@ Pool = Callable[[], concurrent.futures.Executor]
 
 
 class StepOutcome(NamedTuple):
-    """What a step produced: the finished tasks' writes, and the interrupt that stopped it."""
+    """What a step produced: the finished tasks' writes, and the interrupts that stopped it
+    (every task that interrupted, in task order; ``None`` when none did)."""
 
     results: list[TaskResult]
-    interrupt: tuple[Task, GraphInterrupt] | None = None
+    interrupt: list[tuple[Task, GraphInterrupt]] | None = None
 
 
 class TaskRunner(Protocol):
@@ -636,12 +637,12 @@ def execute_sync(
             try:
                 return _outcome(([(task, _plain(run, task, spec))], None))
             except GraphInterrupt as signal:
-                return StepOutcome([], (task, signal))
+                return StepOutcome([], [(task, signal)])
         if not spec.is_async:
             try:
                 return StepOutcome([(task, run_task_sync(run, task, spec, 1))])
             except GraphInterrupt as signal:
-                return StepOutcome([], (task, signal))
+                return StepOutcome([], [(task, signal)])
     done = run.done
     todo = [t for t in tasks if t.key not in done] if done else list(tasks)
     plan = run.plan
@@ -696,7 +697,11 @@ def execute_sync(
             else:
                 assert writes is not None
                 results.append((task, writes))
-    return StepOutcome(results, _first(interrupts))
+    if done:
+        # Tasks that finished before a crash or an interrupt come first above: put them back
+        # in task order, so that the step reads as it does when run (or replayed) whole.
+        results.sort(key=by_task)
+    return StepOutcome(results, _in_order(interrupts))
 
 
 async def execute_async(
@@ -747,12 +752,14 @@ async def execute_async(
             fut.cancel()
         await asyncio.gather(*(f for _, f in pending), return_exceptions=True)
         raise
-    return StepOutcome(results, _first(interrupts))
+    if run.done:
+        results.sort(key=by_task)  # as in execute_sync
+    return StepOutcome(results, _in_order(interrupts))
 
 
-def _first(
+def _in_order(
     interrupts: list[tuple[Task, GraphInterrupt]],
-) -> tuple[Task, GraphInterrupt] | None:
-    # Several tasks may interrupt in one step; the run stops at the first in task order (not
-    # in finishing order), and the others interrupt again when the step is re-executed.
-    return min(interrupts, key=lambda pair: pair[0].key) if interrupts else None
+) -> list[tuple[Task, GraphInterrupt]] | None:
+    # Several tasks may interrupt in one step: the run waits on all of them, listed in task
+    # order (not in finishing order) so that the record does not depend on thread timing.
+    return sorted(interrupts, key=lambda pair: pair[0].key) if interrupts else None
