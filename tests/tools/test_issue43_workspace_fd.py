@@ -2,9 +2,16 @@
 check and the use cannot make them read or write outside the workspace.
 
 A second process swaps ``ws/d`` between a real directory and a symlink to a directory outside
-as fast as it can while the tools run through the arbiter a bounded number of times. Each
-assertion can only fail if a tool escaped; the old check-then-open-by-path code escaped a few
-times in every thousand calls, so a run of a few thousand calls catches it reliably.
+as fast as it can while the tools run through the arbiter. The escape assertions can only fail
+if a tool escaped; the old check-then-open-by-path code escaped a few times in every thousand
+calls, so a run of a few thousand calls catches it reliably.
+
+A call succeeds only when it happens to find ``ws/d`` a real directory, and how often that is
+depends on how the scheduler interleaves the two processes: on a loaded machine a fixed number
+of calls may see it seldom or never. So the calls go on, past the first few thousand, until
+enough of them have succeeded (the race was run with calls that passed the check, so the
+escape assertions were not vacuous); the cap on the number of calls only catches a tool that
+never succeeds at all.
 """
 
 from __future__ import annotations
@@ -23,6 +30,10 @@ from stargraph.tools import Arbiter, ToolCall, builtin_tools
 ArbiterFactory = Callable[..., Arbiter]
 
 CALLS = 3000
+# Successful calls each race must contain, and the cap that only catches a hang: calls succeed
+# about one time in twenty under heavy load (one in five on an idle machine).
+LANDED = 20
+CAP = 20 * CALLS
 OUTSIDE_TEXT = "OUTSIDE-SECRET\n"
 
 # Swaps ws/d (a directory) for a symlink to the outside directory and back, forever; a tool
@@ -90,13 +101,26 @@ def _outside_untouched(outside: Path) -> None:
     assert (outside / "secret.txt").read_text() == OUTSIDE_TEXT
 
 
-def _calls(arbiter: Arbiter, tool: str, args: dict[str, Any]) -> Iterator[Any]:
-    """The payload of each of ``CALLS`` calls (``None`` for a refused or failed one)."""
-    for _ in range(CALLS):
+def _race(
+    arbiter: Arbiter, tool: str, args: dict[str, Any], landed: Callable[[Any], bool]
+) -> list[Any]:
+    """The payloads of the calls that succeeded while the swapper ran: at least ``CALLS``
+    calls are made, and more until ``LANDED`` of those payloads satisfy ``landed``."""
+    payloads: list[Any] = []
+    calls = hits = 0
+    while calls < CALLS or hits < LANDED:
+        assert calls < CAP, (
+            f"{tool}: only {hits} of {CAP} calls under the swapper succeeded; the tool "
+            "refuses or fails even when it finds the real directory"
+        )
+        calls += 1
         try:
-            yield arbiter.dispatch(ToolCall(tool=tool, args=args)).payload
+            payload = arbiter.dispatch(ToolCall(tool=tool, args=args)).payload
         except ToolError:  # refused (a symlink seen) or missing (the swap's gap): no escape
-            yield None
+            continue
+        hits += landed(payload)
+        payloads.append(payload)
+    return payloads
 
 
 @pytest.mark.usefixtures("swapping")
@@ -104,9 +128,10 @@ def test_issue43_read_never_reads_through_a_swapped_symlink(
     make_arbiter: ArbiterFactory, outside: Path
 ) -> None:
     arbiter = make_arbiter(*builtin_tools())
-    payloads = list(_calls(arbiter, "choir.fs.read", {"path": "d/secret.txt"}))
+    args = {"path": "d/secret.txt"}
+    payloads = _race(arbiter, "choir.fs.read", args, lambda p: p == "inside\n")
     assert OUTSIDE_TEXT not in payloads
-    assert "inside\n" in payloads  # the reads did run, not only fail
+    assert set(payloads) == {"inside\n"}
     _outside_untouched(outside)
 
 
@@ -116,6 +141,6 @@ def test_issue43_write_never_creates_or_changes_a_file_outside(
     make_arbiter: ArbiterFactory, outside: Path, path: str
 ) -> None:
     arbiter = make_arbiter(*builtin_tools())
-    written = list(_calls(arbiter, "choir.fs.write", {"path": path, "content": "pwned\n"}))
-    assert len(written) == CALLS
+    args = {"path": path, "content": "pwned\n"}
+    _race(arbiter, "choir.fs.write", args, lambda _: True)
     _outside_untouched(outside)
