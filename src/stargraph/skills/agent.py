@@ -42,7 +42,7 @@ from pydantic import BaseModel, JsonValue
 from stargraph import fathom
 from stargraph.errors import Problem, RegistryError, SkillValidationError, ToolError
 from stargraph.graph import END, START, Graph
-from stargraph.llm import ChatModel, ChatRequest, ChatResponse, Usage, normalize_tool_calls
+from stargraph.llm import ChatModel, ChatRequest, ChatResponse, Usage
 from stargraph.llm._history import Message
 from stargraph.messages import MessagesState
 from stargraph.runtime import RunContext
@@ -55,6 +55,7 @@ from stargraph.skills.react import (
     _check_answer,
     _head,
     _output_ref,
+    _read_reply,
     _service,
     _system_prompt,
 )
@@ -345,27 +346,9 @@ def think(state: AgentState, ctx: RunContext) -> dict[str, Any]:
     reply = response.message
     notes: list[str] = []
     out: dict[str, Any] = {}
-    if response.refusal:
-        notes += [
-            p.observation().content or ""
-            for p in normalize_tool_calls(response, ()).problems
-            if p.kind == "refusal"
-        ]
-        event = "refusal"
-    elif reply.tool_calls:
-        event = "tool_calls"
-    elif response.finish_reason == "length":
-        notes.append(
-            "Your reply was cut off at the token limit, so it was not taken as your final "
-            "answer. Give a shorter final answer, or call a tool."
-        )
-        event = "truncated"
-    elif not (reply.content or "").strip():
-        notes.append(
-            "Your reply had neither a tool call nor an answer. Call a tool, or give your "
-            "final answer."
-        )
-        event = "empty_answer"
+    read = _read_reply(response)
+    if read is not None:
+        event, notes = read
     else:
         output, problem = _check_answer(config, reply.content or "")
         if problem is not None:

@@ -666,6 +666,35 @@ def _system_prompt(config: Mapping[str, Any]) -> str | None:
     return f"{prompt}\n\n{rule}" if prompt else rule
 
 
+def _read_reply(response: ChatResponse) -> tuple[str, list[str]] | None:
+    """The event of a reply that is no answer to check (a refusal, tool calls, a reply cut
+    off or empty), with the notes that tell the model why; ``None`` when its text is the
+    candidate answer."""
+    reply = response.message
+    if response.refusal:
+        # normalize_tool_calls words the refusal for the model; tool-call problems (unknown
+        # tool, bad JSON) are left to the arbiter in `act`, which refuses exactly those calls
+        # before any body runs and records the refusal in its commit log.
+        from stargraph.llm import normalize_tool_calls
+
+        problems = normalize_tool_calls(response, ()).problems
+        return "refusal", [p.message for p in problems if p.kind == "refusal"]
+    if reply.tool_calls:
+        return "tool_calls", []
+    if response.finish_reason == "length":
+        # Half an answer is not an answer, however final it looks.
+        return "truncated", [
+            "Your reply was cut off at the token limit, so it was not taken as your final "
+            "answer. Give a shorter final answer, or call a tool."
+        ]
+    if not (reply.content or "").strip():
+        return "empty_answer", [
+            "Your reply had neither a tool call nor an answer. Call a tool, or give your "
+            "final answer."
+        ]
+    return None
+
+
 def _check_answer(config: Mapping[str, Any], text: str) -> tuple[Any, str | None]:
     """``(validated output, None)`` or ``(None, what to tell the model)``."""
     ref = config.get("output_model")
@@ -798,37 +827,10 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
 
     notes: list[ChatMessage] = []
     out: dict[str, Any] = {}
-    if response.refusal:
-        # normalize_tool_calls words the refusal for the model; tool-call problems (unknown
-        # tool, bad JSON) are left to the arbiter in `act`, which refuses exactly those calls
-        # before any body runs and records the refusal in its commit log.
-        from stargraph.llm import normalize_tool_calls
-
-        notes += [
-            problem.observation()
-            for problem in normalize_tool_calls(response, ()).problems
-            if problem.kind == "refusal"
-        ]
-        event = "refusal"
-    elif reply.tool_calls:
-        event = "tool_calls"
-    elif response.finish_reason == "length":
-        # Half an answer is not an answer, however final it looks.
-        notes.append(
-            ChatMessage.user(
-                "Your reply was cut off at the token limit, so it was not taken as your final "
-                "answer. Give a shorter final answer, or call a tool."
-            )
-        )
-        event = "truncated"
-    elif not (reply.content or "").strip():
-        notes.append(
-            ChatMessage.user(
-                "Your reply had neither a tool call nor an answer. Call a tool, or give your "
-                "final answer."
-            )
-        )
-        event = "empty_answer"
+    read = _read_reply(response)
+    if read is not None:
+        event, said = read
+        notes += [ChatMessage.user(note) for note in said]
     else:
         text = reply.content or ""
         output, problem = _check_answer(config, text)
