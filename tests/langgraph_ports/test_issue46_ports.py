@@ -9,8 +9,6 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("langgraph")
-
 from tests.langgraph_ports import engines
 
 PORTS = sorted(p.stem for p in Path(__file__).parent.glob("port_*.py"))
