@@ -35,7 +35,7 @@ def test_top_level_all_is_sorted_and_pinned() -> None:
 
 
 def test_graph_module_surface() -> None:
-    assert stargraph.graph.__all__ == ["END", "Graph", "Private", "START", "Send"]
+    assert stargraph.graph.__all__ == ["END", "Graph", "Private", "RemainingSteps", "START", "Send"]
 
 
 def test_runtime_module_surface_is_user_facing() -> None:

@@ -43,7 +43,7 @@ from stargraph.refs import resolve_ref, try_ref_of
 from stargraph.runtime._context import Entropy, SystemEntropy
 from stargraph.runtime._executor import DEFAULT_MAX_STEPS
 from stargraph.runtime._plan import Send
-from stargraph.runtime._schemas import Private
+from stargraph.runtime._schemas import Private, RemainingSteps
 from stargraph.state import schema_ir
 
 if TYPE_CHECKING:
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from stargraph.runtime import CompiledGraph
     from stargraph.skills import NestingProfile
 
-__all__ = ["END", "Graph", "Private", "START", "Send"]
+__all__ = ["END", "Graph", "Private", "RemainingSteps", "START", "Send"]
 
 StateT = TypeVar("StateT", bound=BaseModel)
 
@@ -98,7 +98,8 @@ class Graph(Generic[StateT]):
     ``output=Out`` (module-level pydantic models whose fields are state fields) are the
     graph's boundary: a run's input must fit ``In``, and ``invoke``/``resume`` return an
     ``Out`` built from the final state. A state field annotated ``Annotated[T, Private]`` is
-    a private channel (see :data:`Private`).
+    a private channel (see :data:`Private`); one annotated ``Annotated[int, RemainingSteps]``
+    shows every node the step budget left (see :data:`RemainingSteps`).
     """
 
     __slots__ = (

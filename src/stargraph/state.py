@@ -170,6 +170,14 @@ def schema_ir(model: type[BaseModel], ref: str) -> StateSchemaIR:
                 private=any(
                     getattr(type(m), "__stargraph_private__", False) for m in info.metadata
                 ),
+                managed=next(
+                    (
+                        kind
+                        for m in info.metadata
+                        if isinstance(kind := getattr(type(m), "__stargraph_managed__", None), str)
+                    ),
+                    None,
+                ),
                 metadata={"description": info.description} if info.description else {},
             )
         )
@@ -550,6 +558,7 @@ def _inert(marker: Any) -> bool:
         isinstance(marker, Reducer)
         or getattr(marker, "__stargraph_fact__", False) is True
         or getattr(marker, "__stargraph_private__", False) is True
+        or isinstance(getattr(type(marker), "__stargraph_managed__", None), str)
     )
 
 

@@ -39,7 +39,7 @@ from stargraph.runtime._plan import JoinSpec, NodeSpec, Plan, RouterSpec, accept
 from stargraph.runtime._protocols import Warmable
 from stargraph.runtime._rules import DecisionMaker, RuleSet
 from stargraph.runtime._run import MAX_STEPS_BOUND, max_steps_problem
-from stargraph.runtime._schemas import hide_private
+from stargraph.runtime._schemas import fill_managed, hide_private
 from stargraph.state import build_channels
 
 if TYPE_CHECKING:
@@ -185,9 +185,16 @@ def compile_ir(
                     node_cache = node_cache_of(options.store)
                 fn = cached(node, fn, takes_ctx, cache_keys.get(node.id), node_cache)
                 takes_ctx = True
-            hidden = {k: v for k, v in boundary.private.items() if k not in set(node.writes or ())}
+            hidden = {
+                k: v
+                for k, v in boundary.private.items()
+                if k not in set(node.writes or ()) and k not in boundary.managed
+            }
             if hidden and node.input is None:  # an input model shows only what it declares
                 fn = hide_private(fn, hidden, takes_ctx)
+            if boundary.managed and node.input is None:
+                fn = fill_managed(fn, boundary.managed, takes_ctx)
+                takes_ctx = True
         else:
             fn = _subgraph_runner(ir, node, impls, channels, options)
             ref, takes_ctx, is_async, config = f"subgraph:{node.graph}", True, False, {}
@@ -231,6 +238,7 @@ def compile_ir(
         input_model=boundary.input_model,
         output_model=boundary.output_model,
         private=boundary.private,
+        managed=boundary.managed,
     )
     return CompiledGraph(
         plan,

@@ -18,17 +18,21 @@ __all__ = ["Boundary", "boundary_of"]
 class Boundary:
     """The resolved boundary of a graph (what ``Plan`` is given)."""
 
-    __slots__ = ("input_model", "output_model", "private")
+    __slots__ = ("input_model", "managed", "output_model", "private")
 
     def __init__(
         self,
         input_model: type[BaseModel] | None,
         output_model: type[BaseModel] | None,
         private: Mapping[str, Any],
+        managed: frozenset[str] = frozenset(),
     ) -> None:
         self.input_model = input_model
         self.output_model = output_model
+        # Name -> default of every channel that never crosses the boundary: the private
+        # channels and the managed values (which no input sets and no output shows).
         self.private = private
+        self.managed = managed
 
 
 def _model(
@@ -65,7 +69,18 @@ def boundary_of(
     private = {
         f.name: state.model_fields[f.name].get_default(call_default_factory=True)
         for f in ir.state.fields
-        if f.private and f.name in state.model_fields
+        if (f.private or f.managed) and f.name in state.model_fields
     }
+    managed = frozenset(f.name for f in ir.state.fields if f.managed)
+    for f in ir.state.fields:
+        if f.managed and f.type != "int":
+            problems.append(
+                Problem(
+                    f"/state/fields/{f.name}",
+                    f"field {f.name!r} is marked RemainingSteps but its type is {f.type}; "
+                    "the steps left are an int",
+                    f"declare {f.name}: Annotated[int, RemainingSteps] = 0",
+                )
+            )
     problems.extend(schema_problems_of(state, frozenset(private), input_model, output_model))
-    return problems, Boundary(input_model, output_model, private)
+    return problems, Boundary(input_model, output_model, private, managed)

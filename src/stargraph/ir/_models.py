@@ -132,6 +132,10 @@ class FieldIR(_IRModel):
     private: bool = Field(
         default=False, description="A private channel: only nodes that declare it see it."
     )
+    managed: Literal["remaining_steps"] | None = Field(
+        default=None,
+        description="A managed value the graph fills in for every node ('remaining_steps').",
+    )
     metadata: dict[str, JsonValue] = Field(default_factory=dict, description="Not hashed.")
 
     @field_validator("default")

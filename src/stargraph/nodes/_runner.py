@@ -163,6 +163,7 @@ class SubgraphRunner:
                 parent_run_id=ctx.run_id,
                 path=path,
                 emit=emit,
+                thread=ctx.thread_id,
             )
         else:
             values, raw = run_nested(

@@ -29,6 +29,7 @@ from pydantic import BaseModel
 
 from stargraph.checkpoint._node_cache import NodeCache
 from stargraph.ir import CachePolicyIR, FunctionNodeIR, content_hash
+from stargraph.runtime._context import mark_cache_hit
 
 __all__ = ["CACHE_CALL", "cache_problems", "cached"]
 
@@ -77,6 +78,7 @@ def cached(
         # calls (a model's answer) are recorded and served as in any node.
         found: dict[str, Any] = ctx.record_call(CACHE_CALL, key, {"key": key}, lookup)
         if found["hit"]:
+            mark_cache_hit(ctx)
             ctx.emit({"cache": "hit", "node": node.id, "key": key})
         return key, now, found
 

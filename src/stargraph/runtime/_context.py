@@ -531,6 +531,13 @@ class ServiceMap(dict[str, Any]):
         )
 
 
+def mark_cache_hit(ctx: RunContext) -> None:
+    """Note that ``ctx``'s node execution served its writes from its node cache."""
+    hits = ctx._hits
+    if hits is not None:
+        hits.add((ctx.node, ctx.index))
+
+
 class RunContext:
     """What a node may know and use about the run it is part of.
 
@@ -538,6 +545,9 @@ class RunContext:
     same step, so a node can make an external side effect idempotent with it. ``now()``,
     ``uuid()``, ``random()`` and ``once()`` are journaled in durable runs: a re-execution of
     the same step gets the same values and does not repeat a ``once`` effect.
+
+    ``thread_id`` is the thread the run is a turn of (``invoke(..., thread_id=...)``; a
+    subgraph's child run has its parent's), ``None`` for a run on no thread.
 
     ``remaining_steps`` is the run's step budget left after this step (``max_steps`` minus
     ``step``; LangGraph's ``RemainingSteps``): at 0 the run stops with
@@ -549,6 +559,7 @@ class RunContext:
         "_custom",
         "_draws",
         "_feed",
+        "_hits",
         "_revoked",
         "config",
         "entropy",
@@ -561,6 +572,7 @@ class RunContext:
         "run_id",
         "services",
         "step",
+        "thread_id",
     )
 
     def __init__(
@@ -580,12 +592,20 @@ class RunContext:
         feed: Any = None,
         conversations: Conversations | None = None,
         remaining_steps: int = 2**53 - 1,
+        thread_id: str | None = None,
+        cache_hits: set[tuple[str, int]] | None = None,
     ) -> None:
         self.journal = journal
         self._conversations = conversations
         # The step budget left after this step (max_steps - step), as LangGraph's
         # RemainingSteps counts it: a loop can wind down before StepLimitExceeded.
         self.remaining_steps = remaining_steps
+        # The thread this run is a turn of (invoke(..., thread_id=)), or None: what a node
+        # keys per-conversation data by. A child run of a subgraph node has its parent's.
+        self.thread_id = thread_id
+        # Where a cached node's wrapper notes that it served its writes from the cache, for
+        # the step's node_finished event and updates item (see mark_cache_hit).
+        self._hits = cache_hits
         # Where ctx.emit() hands payloads: the run's live stream in mode "custom", or None.
         self._custom = custom
         # The run's live stream, handed down to the nested run of a subgraph node so that

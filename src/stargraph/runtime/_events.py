@@ -58,12 +58,14 @@ class NodeStarted(_EventBase):
 
 
 class NodeFinished(_EventBase):
-    """A node execution finished with these (validated) writes."""
+    """A node execution finished with these (validated) writes; ``cached``: its node cache
+    served them (the node's body did not run)."""
 
     kind: Literal["node_finished"] = "node_finished"
     index: int = 0
     writes: dict[str, Any] = Field(default_factory=dict)
     attempts: int = Field(default=1, description="Attempts used, counting retries.")
+    cached: bool = Field(default=False, description="The writes came from the node's cache.")
 
 
 class StepCompleted(_EventBase):

@@ -375,6 +375,8 @@ class Plan:
     output_model: type[BaseModel] | None = None
     """The model a run hands back (``Graph(..., output=)``), or None."""
     private: Mapping[str, Any] = field(default_factory=dict)
+    managed: frozenset[str] = frozenset()
+    """The managed values (``RemainingSteps`` fields): filled in for nodes, written by none."""
     """Private channels and their defaults (see ``runtime._schemas``)."""
     """Capabilities mounted skills require that ``services`` lacks: a live run refuses to
     start (a replay, served from its record, does not ask)."""
@@ -385,6 +387,8 @@ class Plan:
     mask: SecretMask | None = field(init=False)
     interrupts: bool = field(init=False)
     commands: bool = field(init=False)
+    cached: bool = field(init=False)
+    """Whether a node has a cache policy (its hits are flagged on its events)."""
     """Whether a node may route by returning a ``Command`` (it declares destinations)."""
     async_routers: bool = field(init=False)
     unreduced: frozenset[str] = field(init=False)
@@ -429,6 +433,7 @@ class Plan:
             "mask": mask_of(self.services),
             "interrupts": any(s.interrupt_before or s.interrupt_after for s in specs.values()),
             "commands": any(s.destinations for s in specs.values()),
+            "cached": any(getattr(n, "cache", None) is not None for n in self.ir.nodes),
             # Async routers are awaited by the async driver before it schedules.
             "async_routers": any(r.is_async for r in self.start_routers)
             or any(r.is_async for spec in specs.values() for r in spec.routers),
@@ -442,9 +447,9 @@ class Plan:
             # them unless it declares writes=[...]): a write's checks are one lookup.
             "rules_of": rules,
             "writable": {
-                node: rules
+                node: {k: r for k, r in rules.items() if k not in self.managed}
                 if spec.writes is None
-                else {k: r for k, r in rules.items() if k in spec.writes}
+                else {k: r for k, r in rules.items() if k in spec.writes and k not in self.managed}
                 for node, spec in specs.items()
             },
             "reducers": {k: c.reducer for k, c in self.channels.items()},

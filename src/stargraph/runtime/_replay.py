@@ -47,6 +47,7 @@ from stargraph.runtime._recorded import ReplaySource, Stub
 from stargraph.runtime._replayplan import ReplayPlan, plan_replay, served_nodes
 from stargraph.runtime._run import Run, initial_values, jsonable
 from stargraph.runtime._steploop import StepLoop
+from stargraph.runtime._cache import CACHE_CALL
 from stargraph.runtime._tasks import StepOutcome, execute_sync, worker_threads
 
 __all__ = ["ReplayDriver", "ReplayRunner", "replay_child"]
@@ -79,6 +80,18 @@ class ReplayRunner:
             if w.node in served
         }
         run.replay_calls = calls
+        hits = run.cache_hits
+        if hits is not None:
+            # A served cached node's events say whether the live one hit, as its record does.
+            hits.update(
+                key
+                for key, entries in calls.items()
+                if key[0] in served
+                and any(
+                    e.kind == CACHE_CALL and isinstance(e.value, dict) and e.value.get("hit")
+                    for e in entries
+                )
+            )
         try:
             outcome = execute_sync(run, tasks, worker_threads)  # never on an executor
         finally:
@@ -166,6 +179,7 @@ class ReplayDriver:
             recording.run.run_id, values, max_steps=max(self.last, 1), emit=emit
         )
         self.run.path, self.run.collect, self.run.replay = path, collect, source
+        self.run.thread = recording.run.thread_id
         self.first = first
 
     def plan(self) -> ReplayPlan:
@@ -246,6 +260,7 @@ def replay_child(
     parent_run_id: str,
     path: tuple[str, ...],
     emit: Callable[[Event], None] | None,
+    thread: str | None = None,
 ) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
     """Replay child run ``run_id`` of a subgraph node being replayed in ``parent_run_id``
     (whose replay ``source`` the node's journal carries); return what
@@ -270,6 +285,7 @@ def replay_child(
         )
     raw: list[tuple[str, dict[str, Any]]] = []
     driver = ReplayDriver(child, child_source, emit=emit, path=path, collect=raw)
+    driver.run.thread = thread  # the parent's, as the live child had it
     for _ in driver.steps_run():
         pass
     return driver.run.values, raw

@@ -91,6 +91,7 @@ class Run:
 
     __slots__ = (
         "attempts",
+        "cache_hits",
         "cancelled",
         "child_events",
         "collect",
@@ -122,6 +123,7 @@ class Run:
         "stop_reason",
         "stopped_by",
         "tasks",
+        "thread",
         "to_parent",
         "values",
         "view",
@@ -155,12 +157,16 @@ class Run:
         self.entropy = entropy
         self.emit = emit
         self.path = path
+        # The thread the run is a turn of (its parent's, for a subgraph's child run).
+        self.thread: str | None = None
         self.persistence: Persistence | None = None
         # Writes of tasks of the current step that finished before a crash or an interrupt,
         # and the journals of the current step's tasks, both loaded on resume.
         self.done: dict[tuple[str, int], dict[str, Any]] = {}
         self.journals: dict[tuple[str, int], list[JournalEntry]] = {}
         self.attempts: dict[str, int] = {}
+        # The tasks of the current step that a node cache served (by node, index).
+        self.cache_hits: set[tuple[str, int]] | None = set() if plan.cached else None
         self.skip_interrupt_before = False
         # Raw writes of every merged task, in merge order, when a parent subgraph node needs
         # them to project the child's outputs; child events to stream per task.
@@ -482,6 +488,8 @@ class Run:
             feed=feed,
             conversations=self.conversations,
             remaining_steps=self.max_steps - self.step,
+            thread_id=self.thread,
+            cache_hits=self.cache_hits,
         )
 
     def _sink(self, feed: Feed, mode: str, node: str, index: int) -> Callable[[Any], None]:
@@ -648,6 +656,12 @@ class Run:
                 task,
                 f"wrote key {key!r}, which the state {self.plan.state_model.__name__} "
                 f"lacks (fields: {sorted(channels)}); add the field or drop the key",
+            )
+        if key in self.plan.managed:
+            return self.write_error(
+                task,
+                f"wrote key {key!r}, a managed value the graph fills in (RemainingSteps); "
+                "read it, and keep what the node writes in another field",
             )
         allowed = self.plan.specs[task.node].writes
         return self.write_error(

@@ -10,11 +10,20 @@ it - a node whose ``input=`` model names it, or whose ``writes=`` lists it - see
 value; every other node sees its default, the graph's input may not set it, and the run's
 output never holds it (it is reset to its default in the returned state, and an ``output=``
 model may not name it). The checkpoint keeps its value, since a resumed run needs it.
+
+A state field annotated ``Annotated[int, RemainingSteps]`` is a **managed value** (LangGraph's
+``RemainingSteps``): no node writes it; every node sees it holding the run's step budget left
+after the node's step (``ctx.remaining_steps``), so a loop can wind down before
+:class:`~stargraph.errors.StepLimitExceeded`. Like a private channel it never crosses the
+boundary: the input may not set it and the output holds its default. What a node sees is a
+function of the step and the run's ``max_steps``, both recorded, so resume and replay see the
+same values.
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
@@ -24,10 +33,13 @@ from stargraph.errors import InvalidInputError, Problem
 
 __all__ = [
     "Private",
+    "RemainingSteps",
     "boundary_input",
     "graph_input",
     "graph_output",
     "hide_private",
+    "fill_managed",
+    "is_managed_marker",
     "is_private_marker",
     "schema_problems_of",
 ]
@@ -44,6 +56,28 @@ class _PrivateMarker:
 
 Private: Final = _PrivateMarker()
 """Mark a state field as a private channel: ``secret: Annotated[str, Private] = ""``."""
+
+
+class _RemainingStepsMarker:
+    """The type of :data:`RemainingSteps`."""
+
+    __stargraph_managed__ = "remaining_steps"
+
+    def __repr__(self) -> str:
+        return "RemainingSteps"
+
+
+MANAGED_CALL: Final = "managed"
+"""The kind of the journaled call that records what a managed value showed a node."""
+
+RemainingSteps: Final = _RemainingStepsMarker()
+"""Mark an ``int`` state field as the step budget left, filled in for every node:
+``steps_left: Annotated[int, RemainingSteps] = 0`` (LangGraph's ``RemainingSteps``)."""
+
+
+def is_managed_marker(meta: Any) -> bool:
+    """Whether a field's metadata item is a managed value's marker (:data:`RemainingSteps`)."""
+    return isinstance(getattr(type(meta), "__stargraph_managed__", None), str)
 
 
 def is_private_marker(meta: Any) -> bool:
@@ -92,7 +126,8 @@ def boundary_input(
         if inside:
             raise InvalidInputError(
                 f"input{f' of run {run_id!r}' if run_id else ''} sets {inside}, private "
-                "channels of the graph, which only its nodes write (drop them from the input)",
+                "channels or managed values of the graph, which only the graph sets (drop "
+                "them from the input)",
                 run_id=run_id,
                 step=0,
             )
@@ -127,6 +162,34 @@ def hide_private(
         return fn(state.model_copy(update=update))
 
     return functools.update_wrapper(plain, fn)
+
+
+def fill_managed(
+    fn: Callable[..., Any], managed: frozenset[str], takes_ctx: bool
+) -> Callable[[Any, Any], Any]:
+    """``fn`` seeing its managed fields filled with the steps left, taking ``(state, ctx)``.
+
+    The value is read through the run's record: a resumed run may be given another
+    ``max_steps`` and a replay runs to the recorded last step, but a re-executed or replayed
+    step must see what the live step saw."""
+
+    def seen(state: Any, ctx: Any) -> Any:
+        left = ctx.record_call(MANAGED_CALL, "remaining_steps", None, lambda: ctx.remaining_steps)
+        return state.model_copy(update=dict.fromkeys(managed, left))
+
+    if inspect.iscoroutinefunction(inspect.unwrap(fn)):
+
+        async def afilled(state: Any, ctx: Any) -> Any:
+            view = seen(state, ctx)
+            return await (fn(view, ctx) if takes_ctx else fn(view))
+
+        return functools.update_wrapper(afilled, fn)
+
+    def filled(state: Any, ctx: Any) -> Any:
+        view = seen(state, ctx)
+        return fn(view, ctx) if takes_ctx else fn(view)
+
+    return functools.update_wrapper(filled, fn)
 
 
 def schema_problems_of(

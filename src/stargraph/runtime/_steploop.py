@@ -161,6 +161,8 @@ class StepLoop:
             )
             if turn is not None:
                 run.persistence.thread = (turn.thread_id, turn.number)
+        if turn is not None:
+            run.thread = turn.thread_id
         return run
 
     def make_run(
@@ -755,6 +757,8 @@ class StepLoop:
         feed = None if run.path else run.feed
         if run.emit is not None or (feed is not None and feed.updates):
             self._finished(run, results, feed)
+        elif run.cache_hits:
+            run.cache_hits.clear()
         if run.persistence is not None:
             # Nothing scheduled and no interrupt to stop at: the run finishes after this step,
             # and a store that can marks it done in the step's own transaction.
@@ -791,8 +795,13 @@ class StepLoop:
         emit = run.emit
         updates = feed is not None and feed.updates
         run_id, step, path, attempts = run.run_id, run.step, run.path, run.attempts
+        hits = run.cache_hits
         for task, writes in results if len(results) == 1 else sorted(results, key=by_task):
             written = jsonable(self.plan.channels, writes)
+            hit = False
+            if hits:
+                hit = task.key in hits
+                hits.discard(task.key)
             if emit is not None:
                 if run.child_events:
                     for child_event in run.child_events.pop(task.key, ()):
@@ -803,6 +812,8 @@ class StepLoop:
                 fields["index"] = task.index
                 fields["writes"] = written
                 fields["attempts"] = attempts.get(f"{task.node}/{task.index}", 1) if attempts else 1
+                if hit:
+                    fields["cached"] = True
                 emit(made(NodeFinished, fields))
                 if updates:
                     written = dict(written)  # the event's dict is its own
@@ -812,7 +823,13 @@ class StepLoop:
                     # The event says what the record holds, routing included; an update
                     # (as LangGraph streams it) is the channels the node wrote.
                     written = {k: v for k, v in written.items() if k != GOTO_KEY}
-                feed.add("updates", {task.node: written})
+                # A cached node's update is flagged as LangGraph flags it.
+                feed.add(
+                    "updates",
+                    {task.node: written, "__metadata__": {"cached": True}}
+                    if hit
+                    else {task.node: written},
+                )
 
     def apply_rules(self, run: Run, ran: Sequence[Task]) -> None:
         """Let the rules decide after the tasks ``ran``: a halt, a finish, an interrupt or a

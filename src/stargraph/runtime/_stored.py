@@ -250,6 +250,7 @@ def run_nested(
     if record is None:
         run = loop.new_run(input, run_id, None, emit, valid=valid)
         run.path, run.collect, run.feed = path, raw, feed
+        run.thread = getattr(parent, "thread_id", None)
         loop.run_to_end(run, fresh=True)
     else:
         store = require_store(loop)
@@ -273,6 +274,7 @@ def run_nested(
             code_hash=code_hash,
         )
         run.path, run.collect, run.feed = path, raw, feed
+        run.thread = getattr(parent, "thread_id", None)
         loop.run_to_end(run, fresh=False)
     if run.interrupt is not None:
         # The child was interrupted (only a run with a store can be): the parent stops with the
@@ -509,6 +511,7 @@ def _restored(
     run_id = record.run_id
     values, last = load_values(store, loop.plan.channels, run_id, record.last_step)
     run = loop.make_run(run_id, values, max_steps=max_steps, emit=loop.observed(emit))
+    run.thread = record.thread_id
     run.step = last.step
     run.tasks = tasks_from(last.next)
     run.joins_seen = joins_from(last)
