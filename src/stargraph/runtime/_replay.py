@@ -40,6 +40,7 @@ from stargraph.errors import (
     ReplayError,
     StargraphError,
 )
+from stargraph.runtime._cache import CACHE_CALL
 from stargraph.runtime._durable import decode_writes, joins_from, tasks_from
 from stargraph.runtime._events import Event
 from stargraph.runtime._plan import Task
@@ -47,7 +48,6 @@ from stargraph.runtime._recorded import ReplaySource, Stub
 from stargraph.runtime._replayplan import ReplayPlan, plan_replay, served_nodes
 from stargraph.runtime._run import Run, initial_values, jsonable
 from stargraph.runtime._steploop import StepLoop
-from stargraph.runtime._cache import CACHE_CALL
 from stargraph.runtime._tasks import StepOutcome, execute_sync, worker_threads
 
 __all__ = ["ReplayDriver", "ReplayRunner", "replay_child"]
