@@ -25,10 +25,12 @@ class Engine(SimpleNamespace):
 def langgraph_engine() -> Engine:
     """The real LangGraph 1.x, as an example imports it."""
     from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
+    from langgraph.cache.memory import InMemoryCache
     from langgraph.checkpoint.memory import InMemorySaver
     from langgraph.config import get_stream_writer
     from langgraph.graph import END, START, MessagesState, StateGraph
     from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
+    from langgraph.managed import RemainingSteps
     from langgraph.types import CachePolicy, Command, RetryPolicy, Send, interrupt
 
     def ai(content: str, tool_calls: Sequence[tuple[str, str, dict[str, Any]]] = ()) -> Any:
@@ -53,6 +55,8 @@ def langgraph_engine() -> Engine:
         RemoveMessage=RemoveMessage,
         REMOVE_ALL_MESSAGES=REMOVE_ALL_MESSAGES,
         InMemorySaver=InMemorySaver,
+        InMemoryCache=InMemoryCache,
+        RemainingSteps=RemainingSteps,
         get_stream_writer=get_stream_writer,
         ai=ai,
         human=lambda text: HumanMessage(content=text),
@@ -69,8 +73,10 @@ def stargraph_engine() -> Engine:
         START,
         CachePolicy,
         Command,
+        InMemoryCache,
         InMemorySaver,
         MessagesState,
+        RemainingSteps,
         RemoveMessage,
         RetryPolicy,
         Send,
@@ -104,6 +110,8 @@ def stargraph_engine() -> Engine:
         RemoveMessage=RemoveMessage,
         REMOVE_ALL_MESSAGES=REMOVE_ALL_MESSAGES,
         InMemorySaver=InMemorySaver,
+        InMemoryCache=InMemoryCache,
+        RemainingSteps=RemainingSteps,
         get_stream_writer=get_stream_writer,
         ai=ai,
         human=lambda text: {"role": "user", "content": text},

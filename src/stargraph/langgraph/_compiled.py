@@ -41,9 +41,24 @@ class Interrupt:
 
 
 @dataclass(frozen=True)
+class PregelTask:
+    """LangGraph's ``PregelTask``: a task a thread's next step runs (``name`` is its node),
+    with the ``interrupts`` it waits on."""
+
+    id: str
+    name: str
+    path: tuple[Any, ...] = ()
+    error: Any = None
+    interrupts: tuple[Interrupt, ...] = ()
+    state: Any = None
+    result: Any = None
+
+
+@dataclass(frozen=True)
 class StateSnapshot:
     """What ``get_state`` returns, as LangGraph's: ``values``, the ``next`` nodes, the
-    ``config`` naming the checkpoint (thread and run), its ``metadata`` and ``interrupts``."""
+    ``config`` naming the checkpoint (thread and run), its ``metadata``, the pending
+    ``tasks`` (each with its interrupts) and every ``interrupts`` it waits on."""
 
     values: dict[str, Any]
     next: tuple[str, ...]
@@ -81,7 +96,11 @@ class CompiledStateGraph:
             self._out_keys: tuple[str, ...] = tuple(out.model_fields)
         else:
             self._out_keys = tuple(getattr(out, "__annotations__", {}) and _hints(out))
-        self._state_keys = tuple(_hints(builder.state_schema))
+        # As LangGraph's stream channels: every channel of every schema (the private ones
+        # of node input schemas too), managed values left out. get_state shows the same.
+        managed = native.plan.managed
+        self._state_keys = tuple(k for k in model.model_fields if k not in managed)
+        self._out_keys = tuple(k for k in self._out_keys if k not in managed)
         # The run a thread continues from, when update_state forked a new one.
         self._heads: dict[str, str] = {}
 
@@ -157,7 +176,7 @@ class CompiledStateGraph:
         values = self._values(state, self._out_keys)
         found = interrupt_of(state)
         if found is not None:
-            values["__interrupt__"] = [Interrupt(found.payload, str(found.seq))]
+            values["__interrupt__"] = list(_lg_pending(found))
         return values
 
     # ------------------------------------------------------------------ running
@@ -210,8 +229,10 @@ class CompiledStateGraph:
         **kwargs: Any,
     ) -> Iterator[Any]:
         """Yield what ``stream_mode`` picks (``values``, ``updates``, ``custom``,
-        ``messages``, or a list of them as ``(mode, item)`` pairs)."""
+        ``messages``, or a list of them as ``(mode, item)`` pairs). ``values`` items hold
+        every channel, as LangGraph's do, or the channels ``output_keys`` names."""
         modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
+        keys = _output_keys(kwargs.pop("output_keys", None))
         thread = _thread(config)
         cont = self._continuation(input, config)
         self._heads.pop(thread or "", None)
@@ -226,9 +247,12 @@ class CompiledStateGraph:
                 thread_id=thread if self.native.store is not None else None,
                 max_steps=self._max_steps(config),
             )
+        last: list[Any] = [{}]
         for pair in items:
             mode, item = (modes[0], pair) if len(modes) == 1 else pair
-            out = self._item(mode, item)
+            out = self._item(mode, item, keys)
+            if keys is not None and mode == "values" and not _changed(out, last):
+                continue
             yield out if isinstance(stream_mode, str) else (mode, out)
 
     async def astream(
@@ -241,6 +265,7 @@ class CompiledStateGraph:
     ) -> AsyncIterator[Any]:
         """Async :meth:`stream`."""
         modes = [stream_mode] if isinstance(stream_mode, str) else list(stream_mode)
+        keys = _output_keys(kwargs.pop("output_keys", None))
         thread = _thread(config)
         cont = self._continuation(input, config)
         self._heads.pop(thread or "", None)
@@ -253,16 +278,19 @@ class CompiledStateGraph:
             mode=modes if len(modes) > 1 else modes[0],
             thread_id=thread if self.native.store is not None else None,
         )
+        last: list[Any] = [{}]
         async for pair in items:
             mode, item = (modes[0], pair) if len(modes) == 1 else pair
-            out = self._item(mode, item)
+            out = self._item(mode, item, keys)
+            if keys is not None and mode == "values" and not _changed(out, last):
+                continue
             yield out if isinstance(stream_mode, str) else (mode, out)
 
-    def _item(self, mode: str, item: Any) -> Any:
+    def _item(self, mode: str, item: Any, keys: Sequence[str] | None = None) -> Any:
         if mode == "values":
             if isinstance(item, Mapping):  # the closing {"__interrupt__": ...}
                 return _lg_interrupts(item)
-            return self._values(item)
+            return self._values(item, keys)
         if mode == "updates":
             if "__interrupt__" in item:
                 return _lg_interrupts(item)
@@ -289,20 +317,36 @@ class CompiledStateGraph:
         return self._snapshot(thread, run_id, None)
 
     def _snapshot(self, thread: str, run_id: str, step: int | None) -> StateSnapshot:
+        from stargraph.runtime import Interrupt as NativeInterrupt
+
         record = self.native.get_run(run_id)
         at = record.last_step if step is None else step
         state = self.native.get_state(run_id, at)
         nxt: tuple[str, ...] = ()
         interrupts: tuple[Interrupt, ...] = ()
+        asked: dict[str, tuple[Interrupt, ...]] = {}
         if step is None and record.status in ("interrupted", "pending"):
             nxt = tuple(dict.fromkeys(self.native.fork_next(run_id, at)))
-            raw = record.interrupt
-            if isinstance(raw, Mapping) and raw.get("kind") == "node":
-                interrupts = (Interrupt(raw.get("payload"), str(raw.get("seq", ""))),)
-                if raw.get("node"):
-                    nxt = nxt if nxt else tuple(dict.fromkeys([*nxt, raw["node"]]))
+            found = NativeInterrupt.read(record.interrupt, run_id=run_id)
+            if found is not None and found.kind == "node":
+                for one in found.pending:
+                    mapped = Interrupt(one.payload, one.id or "")
+                    asked[one.node or ""] = (*asked.get(one.node or "", ()), mapped)
+                    interrupts += (mapped,)
+                    if one.node and one.node not in nxt:
+                        nxt = (*nxt, one.node)
         elif step is not None and at < record.last_step:
             nxt = tuple(dict.fromkeys(self.native.fork_next(run_id, at)))
+        # The tasks the next step runs, a node once (as LangGraph lists a pulled node).
+        tasks = tuple(
+            PregelTask(
+                id=f"{run_id}:{at + 1}:{node}",
+                name=node,
+                path=("__pregel_pull", node),
+                interrupts=asked.get(node, ()),
+            )
+            for node in nxt
+        )
         cfg = {"configurable": {"thread_id": thread, "checkpoint_id": f"{run_id}:{at}"}}
         return StateSnapshot(
             values=self._values(state),
@@ -310,6 +354,7 @@ class CompiledStateGraph:
             config=cfg,
             metadata={"step": at, "run_id": run_id},
             created_at=record.updated_at,
+            tasks=tasks,
             interrupts=interrupts,
         )
 
@@ -361,13 +406,36 @@ def _plain(input: Any) -> Any:
     return input
 
 
+def _lg_pending(found: Any) -> tuple[Interrupt, ...]:
+    """A native interrupt as LangGraph's list of them: every pending node interrupt under
+    its id (what ``Command(resume={id: answer})`` answers), else one without a value."""
+    if found.kind != "node":
+        return (Interrupt(found.payload, found.id or ""),)
+    return tuple(Interrupt(one.payload, one.id or "") for one in found.pending)
+
+
 def _lg_interrupts(item: Mapping[str, Any]) -> dict[str, Any]:
     found = item.get("__interrupt__") or ()
     return {
         "__interrupt__": tuple(
-            Interrupt(getattr(i, "payload", None), str(getattr(i, "seq", ""))) for i in found
+            Interrupt(getattr(i, "payload", None), str(getattr(i, "id", None) or "")) for i in found
         )
     }
+
+
+def _changed(out: Any, last: list[Any]) -> bool:
+    """Whether a values item filtered by ``output_keys`` shows something new: LangGraph
+    yields one only after a step that wrote one of those channels (here: changed them)."""
+    if out == last[0]:
+        return False
+    last[0] = out
+    return True
+
+
+def _output_keys(keys: str | Sequence[str] | None) -> tuple[str, ...] | None:
+    if keys is None:
+        return None
+    return (keys,) if isinstance(keys, str) else tuple(keys)
 
 
 def InMemorySaver() -> Any:  # noqa: N802 - LangGraph's class name, so ports keep their line

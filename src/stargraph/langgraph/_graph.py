@@ -93,30 +93,12 @@ class _View:
         return {k: v for k, v in values.items() if not (v is None and self.defaults.get(k) is None)}
 
 
-SERVICE = "stargraph.langgraph"
-"""The service a compiled layer graph gives its nodes: the threads of its runs."""
-
-
-class Threads:
-    """Which thread a run is a turn of, for nodes that take LangGraph's ``config``."""
-
-    def __init__(self) -> None:
-        self.native: Any = None
-        self.known: dict[str, str | None] = {}
-
-    def of(self, run_id: str) -> str | None:
-        if run_id not in self.known:
-            store = None if self.native is None else self.native.store
-            self.known[run_id] = None if store is None else store.get_run(run_id).thread_id
-        return self.known[run_id]
-
-
 def _config_of(ctx: Any) -> dict[str, Any]:
-    threads = ctx.services.get(SERVICE)
-    thread = None if threads is None else threads.of(ctx.run_id)
+    # LangGraph's RunnableConfig as a node reads it: the thread from the run context (the
+    # run's own, its parent's in a subgraph), and the run id.
     configurable: dict[str, Any] = {"run_id": ctx.run_id}
-    if thread is not None:
-        configurable["thread_id"] = thread
+    if ctx.thread_id is not None:
+        configurable["thread_id"] = ctx.thread_id
     return {"configurable": configurable}
 
 
@@ -346,7 +328,5 @@ class StateGraph:
             interrupt_before=interrupt_before or (),
             interrupt_after=interrupt_after or (),
         )
-        threads = Threads()
-        app = graph.compile(store=store_of(checkpointer), services={SERVICE: threads})
-        threads.native = app
+        app = graph.compile(store=store_of(checkpointer))
         return CompiledStateGraph(self, app)

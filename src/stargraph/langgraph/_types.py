@@ -13,6 +13,7 @@ from stargraph.llm import ChatMessage
 from stargraph.messages import Message, RemoveMessage
 from stargraph.reducers import add_messages
 from stargraph.runtime._plan import Command as _NativeCommand
+from stargraph.runtime._schemas import RemainingSteps as _NativeRemainingSteps
 
 N = TypeVar("N")
 
@@ -91,6 +92,17 @@ def CachePolicy(  # noqa: N802 - LangGraph spells it as a class
     return CachePolicyIR(key=key_func, ttl_s=ttl)
 
 
+RemainingSteps = Annotated[int, _NativeRemainingSteps]
+"""LangGraph's managed value ``RemainingSteps`` (``langgraph.managed``): a state key
+annotated with it holds the steps left before the recursion limit, in every node."""
+
+
+def InMemoryCache() -> None:  # noqa: N802 - LangGraph spells it as a class
+    """LangGraph's ``InMemoryCache`` for ``compile(cache=...)``: nothing to make, since a
+    node's ``cache_policy`` caches it wherever the checkpointer keeps entries."""
+    return None
+
+
 class MessagesState(TypedDict):
     """LangGraph's ``MessagesState``: a ``messages`` channel merged by ``add_messages``."""
 
@@ -100,7 +112,9 @@ class MessagesState(TypedDict):
 __all__ = [
     "CachePolicy",
     "Command",
+    "InMemoryCache",
     "MessagesState",
+    "RemainingSteps",
     "RetryPolicy",
     "get_stream_writer",
     "interrupt",
