@@ -85,6 +85,9 @@ class Command:
     PARENT: ClassVar[str] = "__parent__"
     """``graph=Command.PARENT``: the command is for the graph a subgraph runs in."""
 
+    # How the tools layer (which does not import the runtime) knows a tool returned one.
+    __stargraph_command__: ClassVar[bool] = True
+
 
 class UnmetRequirement(NamedTuple):
     """A capability a mounted skill requires that its graph was not given."""

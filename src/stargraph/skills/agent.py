@@ -41,11 +41,12 @@ from pydantic import BaseModel, JsonValue
 
 from stargraph import fathom
 from stargraph.errors import Problem, RegistryError, SkillValidationError, ToolError
-from stargraph.graph import END, START, Graph
+from stargraph.graph import END, START, Graph, Send
 from stargraph.llm import ChatModel, ChatRequest, ChatResponse, Usage
 from stargraph.llm._history import Message
 from stargraph.messages import MessagesState
 from stargraph.runtime import RunContext
+from stargraph.runtime._plan import Command
 from stargraph.skills._react_rules import exit_pack, termination_pack
 from stargraph.skills._services import ARBITER_WHAT, MODEL_WHAT, is_chat_model, is_tool_dispatcher
 from stargraph.skills.react import (
@@ -60,6 +61,7 @@ from stargraph.skills.react import (
     _system_prompt,
 )
 from stargraph.tools import Arbiter, PythonTool, ToolCall, ToolRegistry, ToolResult, ToolSpec, tool
+from stargraph.tools._command import command_of
 from stargraph.tools._langchain import LangChainToolLike, from_langchain, is_langchain_tool
 from stargraph.tools._result import built
 
@@ -236,7 +238,12 @@ def agent_graph(
     if response_format is not None:
         config["output_model"] = _output_ref(response_format)
         config["output_schema"] = response_format.model_json_schema()
-    packs = [termination_pack(max_steps, error_budget), exit_pack(done_flag=False)]
+    # A tool's Command(goto=END) finishes the run through the done_flag rule: termination
+    # stays with the rules, which the run record names.
+    own = sorted(set(state.model_fields) - set(AgentState.model_fields))
+    if own:
+        config["tool_writes"] = own
+    packs = [termination_pack(max_steps, error_budget), exit_pack(done_flag=True)]
     return (
         Graph(name, state=state)
         .with_node(
@@ -254,7 +261,9 @@ def agent_graph(
                 "structured_response",
             ),
         )
-        .with_node("act", act, config=config, writes=("messages", "error_count", "last_event"))
+        .with_node(
+            "act", act, config=config, writes=("messages", "error_count", "last_event", *own)
+        )
         .with_node("observe", observe, rules=packs, writes=())
         .with_edge(START, "think")
         .with_conditional_edges("think", after_think, {"act": "act", "observe": "observe"})
@@ -394,9 +403,49 @@ def _content(result: ToolResult, tool_id: str, plain: str) -> str:
     return f"Error: {message}" + (f" (fix: {hint})" if hint and hint not in message else "")
 
 
-def act(state: AgentState, ctx: RunContext) -> dict[str, Any] | None:
+def _command_problem(command: Mapping[str, Any], plain: str, own: frozenset[str]) -> str | None:
+    """Why the agent cannot apply a tool's Command (``None``: it can). ``own`` are the
+    channels a tool may update: the state's own fields, beyond the agent's."""
+    update = command["update"]
+    bad = sorted(k for k in update if k != "messages" and k not in own)
+    if bad:
+        return (
+            f"tool {plain!r} returned a Command updating {bad}, which are not channels of "
+            f"the agent's state a tool may write (those are {sorted(own) or 'none'}; "
+            "declare them on a subclass of AgentState and pass state=)"
+        )
+    if command["graph"] is not None:
+        return None  # the parent graph checks where it goes
+    for target in command["goto"]:
+        if target not in (END, "think"):
+            return (
+                f"tool {plain!r} returned Command(goto={target!r}); in the agent's own graph "
+                "a tool may go to END (finish the run) or 'think'; to route the graph the "
+                "agent is a skill of, return Command(graph=Command.PARENT, goto=...)"
+            )
+    return None
+
+
+def _applied(
+    command: Mapping[str, Any], call_id: str, plain: str
+) -> tuple[list[Message], dict[str, Any]]:
+    """The messages a tool's Command adds (a tool message answering the call first, unless
+    the update holds one) and the other channels it updates."""
+    update = dict(command["update"])
+    given = [Message.model_validate(m) for m in update.pop("messages", ())]
+    answered = any(m.role == "tool" and m.tool_call_id == call_id for m in given)
+    if answered:
+        return given, update
+    content = json.dumps(update, ensure_ascii=False) if update else "ok"
+    return [Message.tool(call_id, content, name=plain), *given], update
+
+
+def act(state: AgentState, ctx: RunContext) -> dict[str, Any] | Command | None:
     """Run every tool call of the last reply through the arbiter, in the model's order,
-    and answer each with a tool message."""
+    and answer each with a tool message. A tool that returned a ``Command`` updates the
+    state's own channels with it (its messages after the call's answer), finishes the run
+    with ``goto=END`` (through the ``done_flag`` rule), or with ``graph=Command.PARENT``
+    hands the turn to the graph the agent is a skill of."""
     reply = state.messages[-1] if state.messages else None
     if reply is None or not reply.tool_calls:
         return None
@@ -404,8 +453,11 @@ def act(state: AgentState, ctx: RunContext) -> dict[str, Any] | None:
     config = ctx.config
     names: Mapping[str, str] = config["tool_names"]
     allowed = tuple(config["tools"])
+    own = frozenset(config.get("tool_writes", ()))
     answers: list[Message] = []
+    updates: dict[str, Any] = {}
     failed = 0
+    finished = False
     for call in reply.tool_calls:
         tool_id = names.get(call.name, call.name)
         # The canonical id goes to the arbiter (which records it); an unknown name goes as
@@ -421,16 +473,33 @@ def act(state: AgentState, ctx: RunContext) -> dict[str, Any] | None:
             result = arbiter.dispatch(dispatched)
         except ToolError as exc:
             result = ToolResult.from_error(exc, call_id=call.id)
+        command = command_of(result.payload) if result.status == "success" else None
+        if command is not None:
+            problem = _command_problem(command, call.name, own)
+            if problem is not None:
+                failed += 1
+                answers.append(Message.tool(call.id, f"Error: {problem}", name=call.name))
+                continue
+            if command["graph"] is not None:
+                # A handoff: the turn ends here and the parent routes (as LangGraph's
+                # Command.PARENT from a tool); the parent checks the update and the goto.
+                goto = [
+                    Send(t["node"], t["payload"]) if isinstance(t, dict) else t
+                    for t in command["goto"]
+                ]
+                return Command(graph=Command.PARENT, goto=goto, update=command["update"])
+            added, update = _applied(command, call.id, call.name)
+            answers.extend(added)
+            updates.update(update)
+            finished = finished or END in command["goto"]
+            continue
         if result.status != "success":
             failed += 1
         content = _content(result, tool_id, call.name)
         answers.append(Message.tool(call.id, content, name=call.name))
     errors = state.error_count + failed
-    return {
-        "messages": answers,
-        "error_count": errors,
-        "last_event": "tool_error" if failed else "tool_success",
-    }
+    event = "tool_done" if finished else "tool_error" if failed else "tool_success"
+    return {**updates, "messages": answers, "error_count": errors, "last_event": event}
 
 
 def observe(state: AgentState) -> None:

@@ -58,6 +58,7 @@ from stargraph.errors import (
 from stargraph.llm._messages import ToolCall as LlmToolCall
 from stargraph.tools._artifacts import ArtifactStore, InMemoryArtifactStore
 from stargraph.tools._canonical import canonical_json, sha256_hex
+from stargraph.tools._command import command_payload, is_command
 from stargraph.tools._commit import CommitEntry, CommitLog, InMemoryCommitLog
 from stargraph.tools._locks import Lease, LockManager, LockRequest
 from stargraph.tools._registry import ToolRegistry, matches_allowlist
@@ -967,6 +968,9 @@ def _normalise(raw: object) -> tuple[str, JsonValue]:
         summary, payload = raw.summary, raw.payload
     elif raw is None:
         summary, payload = "ok", None
+    elif is_command(raw):
+        # Where the tool wants the graph to go: kept as data the dispatching node applies.
+        summary, payload = command_payload(raw)
     else:
         payload = to_jsonable_python(raw)
         summary = orjson.dumps(payload).decode()
