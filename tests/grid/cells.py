@@ -34,6 +34,8 @@ from tests.grid.features import FEATURES, LEDGER, NO_ANSWER, Feature
 STORES: Final = ("memory", "sqlite", "postgres")
 STREAM_MODES: Final = ("events", "updates", "values", "custom", "messages")
 """Every mode ``stream`` accepts (``test_issue44_grid_streams_every_mode`` keeps it so)."""
+METADATA_KEY: Final = "__metadata__"
+"""The key of an ``updates`` item's flags (``{"cached": True}``: a node cache served it)."""
 INTERRUPT_KEY: Final = "__interrupt__"
 """The key of the item ``updates`` and ``values`` streams end with at an interrupt."""
 DRIVERS: Final[tuple[str, ...]] = (
@@ -189,7 +191,7 @@ def merge_updates(model: type[Any], start: dict[str, Any], items: list[Any]) -> 
     state = dict(start)
     for item in items:
         for node, writes in item.items():
-            if node == INTERRUPT_KEY:
+            if node in (INTERRUPT_KEY, METADATA_KEY):
                 continue
             for name, value in _json(writes).items():
                 fn = reducers.get(name)
@@ -320,6 +322,12 @@ def check_stream(
     events = [i for m, i in pairs if m == "events" and i.run_id == run_id]
     if "events" in modes:
         check_events(app, run_id, final, events)
+    if {"events", "updates"} <= modes:
+        # A cache hit is flagged on its node_finished event and on its updates item alike.
+        hits = [(e.step, e.node) for e in events if e.kind == "node_finished" and e.cached]
+        flagged = [i for i in updates if (i.get(METADATA_KEY) or {}).get("cached")]
+        assert len(flagged) == len(hits), (hits, flagged)
+        assert [n for i in flagged for n in i if n != METADATA_KEY] == [n for _, n in hits]
 
 
 def check_events(

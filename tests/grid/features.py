@@ -21,12 +21,13 @@ from typing import Annotated, Any, Final, Literal, TypedDict
 from pydantic import BaseModel
 
 from stargraph import END, START, Command, Graph, Send, reducers
-from stargraph.graph import Private
+from stargraph.graph import Private, RemainingSteps
 from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
 from stargraph.messages import Message, MessagesState, RemoveMessage
 from stargraph.nodes import SubgraphNode
 from stargraph.runtime import RunContext
 from stargraph.skills import Skill
+from stargraph.skills.agent import AgentState
 from stargraph.skills.machine import parse_skillspec, skillspec_graph
 from stargraph.skills.markdown import parse_skill_md
 from stargraph.skills.react import react_graph
@@ -400,9 +401,11 @@ class Chat(BaseModel):
     user: str = ""
 
 
-def reply(chat: Chat) -> dict[str, Any]:
-    """Answer the last message."""
-    return {"messages": [f"bot: {chat.messages[-1]!r}, message {len(chat.messages)}"]}
+def reply(chat: Chat, ctx: RunContext) -> dict[str, Any]:
+    """Answer the last message, naming the thread (``ctx.thread_id``: the run's, resumed
+    and replayed too)."""
+    text = f"bot: {chat.messages[-1]!r}, message {len(chat.messages)} on {ctx.thread_id}"
+    return {"messages": [text]}
 
 
 def thread_graph() -> Graph[Chat]:
@@ -571,6 +574,79 @@ def agent_services(workspace: Path) -> Iterator[dict[str, Any]]:
     registry = ToolRegistry.build(builtins=agent_tools([area, lookup]))
     with Arbiter(registry, workspace=workspace) as arbiter:
         yield {"model": ScriptedChatModel(agent_script), "arbiter": arbiter}
+
+
+class Room(AgentState):
+    """The Command agent's state: a channel its tools update."""
+
+    room: str = ""
+
+
+def name_room(name: str) -> Command:
+    """Name the room (a tool returning a Command that updates the state)."""
+    _effect(f"name_room {name}")
+    return Command(update={"room": name})
+
+
+def close_room(summary: str) -> Command:
+    """End the conversation (a tool returning Command(goto=END))."""
+    _effect(f"close_room {summary}")
+    return Command(update={"messages": [Message.assistant(summary)]}, goto=END)
+
+
+def room_script(request: ChatRequest) -> ChatResponse:
+    """Name the room, then close the conversation quoting the tool's answer."""
+    results = [m.content for m in request.messages if m.role == "tool"]
+    if not results:
+        return _call("name_room", {"name": "study"}, "room-1")
+    return _call("close_room", {"summary": f"named: {results[0]}"}, "room-2")
+
+
+def agent_command_graph() -> Any:
+    """The prebuilt agent over tools that return ``Command``."""
+    from stargraph.skills.agent import agent_graph
+
+    return agent_graph([name_room, close_room], state=Room, name="grid-rooms", max_steps=4)
+
+
+@contextmanager
+def agent_command_services(workspace: Path) -> Iterator[dict[str, Any]]:
+    """The Command agent's scripted model and an arbiter over its tools."""
+    from stargraph.skills.agent import agent_tools
+
+    registry = ToolRegistry.build(builtins=agent_tools([name_room, close_room]))
+    with Arbiter(registry, workspace=workspace) as arbiter:
+        yield {"model": ScriptedChatModel(room_script), "arbiter": arbiter}
+
+
+# ----------------------------------------------------------------------------- managed
+
+
+class Countdown(BaseModel):
+    """A loop that reads the steps left (a managed value)."""
+
+    log: Annotated[list[int], reducers.append] = []
+    left: Annotated[int, RemainingSteps] = 0
+
+
+def count(state: Countdown) -> dict[str, Any]:
+    """Log the steps left."""
+    return {"log": [state.left]}
+
+
+def three_times(state: Countdown) -> Literal["count", "__end__"]:
+    """Three counts, then the end."""
+    return "count" if len(state.log) < 3 else END
+
+
+def managed_graph() -> Graph[Countdown]:
+    """count -> count -> count: each sees one step fewer left."""
+    return (
+        Graph("grid-managed", state=Countdown)
+        .with_node("count", count)
+        .with_edge(START, "count")
+        .with_conditional_edges("count", three_times, {"count": "count", END: END})
+    )
 
 
 # ----------------------------------------------------------------------------- closures
@@ -941,6 +1017,14 @@ FEATURES: Final[dict[str, Feature]] = {
             services=agent_services,
             journaled="tool",
         ),
+        Feature(
+            "agent_command",
+            f"{_M}:agent_command_graph",
+            {"messages": ["Name this room."]},
+            services=agent_command_services,
+            journaled="tool",
+        ),
+        Feature("managed", f"{_M}:managed_graph", {}),
         Feature("closure", f"{_M}:closure_graph", {"text": "you"}),
         Feature("cache", f"{_M}:cache_graph", {"text": "cached"}),
         Feature("boundary", f"{_M}:boundary_graph", {"text": "memo"}),
