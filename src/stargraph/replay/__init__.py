@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -48,6 +47,7 @@ from stargraph.checkpoint._compact import compact_steps
 from stargraph.errors import CassetteError, ReplayError
 from stargraph.ir import content_hash
 from stargraph.ir._canonical import non_canonical
+from stargraph.runtime._changes import value_changes
 from stargraph.runtime._replayplan import ReplayPlan
 
 __all__ = [
@@ -359,34 +359,6 @@ def align_steps(
             yield sa, sb
             i += sa is not None
             j += sb is not None
-
-
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-
-
-def value_changes(a: Any, b: Any, where: str = "") -> list[str]:
-    """Where two JSON values differ, one line per path with both values (``path: A = ..  B
-    = ..``, or ``only in A``/``only in B`` for a key one side lacks); empty when equal.
-
-    Dictionaries are compared key by key (``where`` prefixes the dotted paths); any other
-    values are compared whole. ``stargraph diff`` and the run console's side-by-side view
-    both describe differences with it, so they say the same thing.
-    """
-    if isinstance(a, dict) and isinstance(b, dict):
-        out: list[str] = []
-        for key in sorted(set(a) | set(b)):
-            sub = f"{where}.{key}" if where else str(key)
-            if key not in a:
-                out.append(f"{sub}: only in B = {_json(b[key])}")
-            elif key not in b:
-                out.append(f"{sub}: only in A = {_json(a[key])}")
-            else:
-                out += value_changes(a[key], b[key], sub)
-        return out
-    if a != b:
-        return [f"{where or '<value>'}: A = {_json(a)}  B = {_json(b)}"]
-    return []
 
 
 def diff(a: Recording, b: Recording) -> RunDiff:
