@@ -36,7 +36,7 @@ import hmac
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 from pydantic import ConfigDict, ValidationError
@@ -47,21 +47,32 @@ from stargraph.checkpoint._compact import compact_steps
 from stargraph.errors import CassetteError, ReplayError
 from stargraph.ir import content_hash
 from stargraph.ir._canonical import non_canonical
+from stargraph.replay._check import CassetteCheck, check_cassette, check_cassettes, record_again
 from stargraph.runtime._changes import value_changes
 from stargraph.runtime._replayplan import ReplayPlan
+from stargraph.runtime._versions import RegionReport, ReplayReport, region_hashes
+
+if TYPE_CHECKING:
+    from stargraph.runtime import CompiledGraph
 
 __all__ = [
     "CASSETTE_FORMAT",
     "CASSETTE_KEY_ENV",
     "Cassette",
+    "CassetteCheck",
+    "RegionReport",
     "ReplayPlan",
+    "ReplayReport",
     "RunDiff",
     "StepDiff",
     "align_steps",
+    "check_cassette",
+    "check_cassettes",
     "diff",
     "export_cassette",
     "inserted_step",
     "load_cassette",
+    "record_again",
     "value_changes",
 ]
 
@@ -105,6 +116,9 @@ class Cassette(Recording):
     typed_error = CassetteError
 
     children: tuple[Recording, ...] = ()
+    regions: dict[str, str] = {}
+    """The region hashes of the graph that recorded the run (``export_cassette(...,
+    graph=app)``), which a replay against another graph version compares its own with."""
 
 
 def _body(recording: Recording, *, timestamps: bool = True) -> dict[str, Any]:
@@ -122,16 +136,19 @@ def _body(recording: Recording, *, timestamps: bool = True) -> dict[str, Any]:
     return recording.model_dump(mode="json", exclude_defaults=True)
 
 
-def _checksum(body: Any, children: Any) -> str:
-    # Without children the checksum is over the recording alone (the original format).
+def _checksum(body: Any, children: Any, regions: Any = None) -> str:
+    # Without children the checksum is over the recording alone (the original format);
+    # region hashes, when the cassette carries them, are covered too.
+    if regions is not None:
+        return content_hash({"children": children, "recording": body, "regions": regions})
     return content_hash(body if children is None else {"children": children, "recording": body})
 
 
-def _content_checksum(where: str, body: Any, children: Any) -> str:
+def _content_checksum(where: str, body: Any, children: Any, regions: Any = None) -> str:
     """The checksum of the content read; a value canonical JSON cannot carry (which export
     never writes) is refused, naming its JSON pointer in the cassette."""
     try:
-        return _checksum(body, children)
+        return _checksum(body, children, regions)
     except (TypeError, ValueError):
         found = list(non_canonical({"children": children, "recording": body}))
         listed = "; ".join(f"{pointer}: {reason}" for pointer, reason in found[:5])
@@ -167,6 +184,7 @@ def export_cassette(
     *,
     timestamps: bool = True,
     key: CassetteKey | None = None,
+    graph: CompiledGraph[Any] | None = None,
 ) -> Path:
     """Write run ``run_id`` (record, steps, every recorded call) to a cassette file, with
     its child runs, if any. ``timestamps=False`` blanks the wall-clock fields (run
@@ -175,14 +193,27 @@ def export_cassette(
 
     ``key`` (default: ``$STARGRAPH_CASSETTE_KEY``, if set) signs the cassette with
     HMAC-SHA256, so that :func:`load_cassette` given the same key detects any edit; without
-    a key the cassette carries only its checksum, which detects accidents, not forgery."""
+    a key the cassette carries only its checksum, which detects accidents, not forgery.
+
+    ``graph`` (the graph that recorded the run) adds its region hashes, so that the cassette
+    can be replayed against a later version of the graph (``replay(cassette, graph=new)``,
+    ``stargraph check``) once the recording graph's code is gone."""
     recording = Recording.from_store(store, run_id)
+    regions = None
+    if graph is not None:
+        if graph.graph_hash != recording.run.graph_hash:
+            raise CassetteError(
+                f"export_cassette(graph=): run {run_id!r} was recorded by graph "
+                f"{recording.run.graph_hash}, not by the graph given ({graph.graph_hash}); "
+                "pass the graph that recorded it"
+            )
+        regions = region_hashes(graph.plan)
     body = _body(recording, timestamps=timestamps)
     child_ids = sorted(_child_ids(store, recording))
     children = [
         _body(Recording.from_store(store, child), timestamps=timestamps) for child in child_ids
     ]
-    checksum = _checksum(body, children or None)
+    checksum = _checksum(body, children or None, regions)
     document: dict[str, Any] = {
         "format": CASSETTE_FORMAT,
         "graph_hash": recording.run.graph_hash,
@@ -191,6 +222,8 @@ def export_cassette(
     }
     if children:
         document["children"] = children
+    if regions is not None:
+        document["regions"] = regions
     secret = _key(key)
     if secret is not None:
         document["signature"] = _signature(secret, checksum)
@@ -224,7 +257,8 @@ def load_cassette(
         raise CassetteError(f"cassette {where} has format {found!r}, expected {CASSETTE_FORMAT!r}")
     body = document.get("recording")
     children = document.get("children")
-    content = _content_checksum(where, body, children)
+    regions = document.get("regions")
+    content = _content_checksum(where, body, children, regions)
     if content != document.get("checksum"):
         raise CassetteError(
             f"cassette {where} does not match its checksum (recorded "
@@ -234,7 +268,10 @@ def load_cassette(
     _check_signature(where, document, _key(key))
     try:
         recording = validate_raw(
-            Cassette, {**body, "children": children or ()} if isinstance(body, dict) else body
+            Cassette,
+            {**body, "children": children or (), "regions": regions or {}}
+            if isinstance(body, dict)
+            else body,
         )
     except ValidationError as exc:
         raise CassetteError(f"cassette {where} holds an invalid recording: {exc}") from exc

@@ -131,9 +131,7 @@ class ReplayReport(TypedModel):
     def identical(self) -> bool:
         """Whether the new graph reproduced the record: no region diverged or was removed,
         and the final state is the recorded one."""
-        return not self.changes and all(
-            r.status in ("served", "re-executed") for r in self.regions
-        )
+        return not self.changes and all(r.status in ("served", "re-executed") for r in self.regions)
 
     @property
     def changed_regions(self) -> tuple[str, ...]:
@@ -186,7 +184,9 @@ def _positions(recording: Recording) -> dict[tuple[str, int, int], _Recorded]:
         if record.step > 0 and not (
             record.writes and all(w.node in _SPECIAL for w in record.writes)
         ):
-            payloads = {} if previous is None else {(t.node, t.index): t.payload for t in previous.next}
+            payloads = (
+                {} if previous is None else {(t.node, t.index): t.payload for t in previous.next}
+            )
             calls: dict[tuple[str, int], list[JournalEntry]] = {}
             for entry in record.calls:
                 calls.setdefault((entry.node, entry.index), []).append(entry)
@@ -329,9 +329,12 @@ class VersionRunner:
         written = {task.key: writes for task, writes in outcome.results}
         for task, recorded, _ in running:
             writes = written.get(task.key)
-            if recorded is not None and writes is not None:
-                if jsonable(channels, writes) != recorded.write.writes:
-                    self.tally[task.node].diverged = True
+            if (
+                recorded is not None
+                and writes is not None
+                and jsonable(channels, writes) != recorded.write.writes
+            ):
+                self.tally[task.node].diverged = True
         return outcome
 
     def _needs(
