@@ -6,8 +6,10 @@ everything, writing a channel of its own: every later step moves by one); ``prom
 skill's IR changes). Every model call goes to the model service (``OpenAIChatModel`` against
 the scripted server, whose replies echo the prompt, so a changed prompt changes the reply).
 
-As a CLI graph file, ``compiled`` is the version named by ``$VERSIONGRAPH_VARIANT``, with a
-model at ``$OPENAI_BASE_URL`` (a dead address when unset: a model call then fails).
+For the CLI, ``versiongraph:current`` is the version named by ``$VERSIONGRAPH_VARIANT``, with
+a model at ``$OPENAI_BASE_URL`` (a dead address when unset: a model call then fails). The
+module is imported as ``versiongraph`` (its directory on ``sys.path``) in the tests and the
+workers alike: node references name the module, and are part of every region's hash.
 """
 
 from __future__ import annotations
@@ -95,6 +97,11 @@ def audit(state: AuditedDoc) -> dict[str, Any]:
     return {"audit": f"checked {state.topic}"}
 
 
+def summary_length(final: dict[str, Any]) -> float:
+    """A score of a new final state (``stargraph check --score versiongraph:summary_length``)."""
+    return float(len(final["summary"]))
+
+
 def research_skill(prompt: str) -> Skill:
     graph = (
         Graph("research", state=Research)
@@ -144,7 +151,10 @@ def compile_version(variant: str, base_url: str, **options: Any) -> CompiledGrap
     )
 
 
-compiled = compile_version(
-    os.environ.get("VERSIONGRAPH_VARIANT", "base"),
-    os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
-)
+def current() -> CompiledGraph[Any]:
+    """The version ``$VERSIONGRAPH_VARIANT`` with a model at ``$OPENAI_BASE_URL`` (what
+    ``stargraph check --graph versiongraph:current`` loads, in each worker process)."""
+    return compile_version(
+        os.environ.get("VERSIONGRAPH_VARIANT", "base"),
+        os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+    )
