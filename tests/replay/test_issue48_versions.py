@@ -33,7 +33,8 @@ from stargraph.runtime import CompiledGraph
 from stargraph.testing import ScriptedOpenAIServer, assert_cassettes_pass
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))  # node refs name the module "versiongraph", as the CLI sees it
+# Node refs name the module "versiongraph" (a plain folder on the path, as the CLI sees it).
+sys.path.insert(0, str(HERE.parent / "versions"))
 
 import versiongraph as vg  # noqa: E402
 
@@ -73,9 +74,7 @@ def _check(
     new = vg.compile_version(variant, server.base_url)
     before = len(server.chat_requests)
     results = check_cassettes(paths, new, **options)
-    sent = [
-        str((r.body or {})["messages"][-1]["content"]) for r in server.chat_requests[before:]
-    ]
+    sent = [str((r.body or {})["messages"][-1]["content"]) for r in server.chat_requests[before:]]
     return results, sent
 
 
@@ -92,7 +91,8 @@ def test_issue48_the_same_graph_serves_every_region_with_no_model_request(
             "research": "served",
             "summarize": "served",
         }
-        assert result.changed_regions == () and result.changes == ()
+        assert result.changed_regions == ()
+        assert result.changes == ()
 
 
 def test_issue48_an_unrelated_node_added_before_everything_moves_nothing(
@@ -156,7 +156,8 @@ def test_issue48_a_changed_skill_runs_the_skill_and_what_it_fed(
         assert result.changed_regions == ("research",)
         report = {r.region: r for r in result.regions}
         assert report["research"].status == "diverged"
-        assert report["research"].changed and report["research"].reason == "region changed"
+        assert report["research"].changed
+        assert report["research"].reason == "region changed"
         assert report["summarize"].status == "diverged"
         assert not report["summarize"].changed
         assert report["summarize"].reason == "its inputs changed upstream"
@@ -179,7 +180,8 @@ def test_issue48_offline_a_changed_region_that_needs_the_model_is_a_typed_error(
     assert info.value.node == "summarize"
     # The same from a cassette, through the check: broken, with the reason.
     result = check_cassette(recorded[1][3], new, live=False)
-    assert result.verdict == "broken" and "region 'summarize'" in str(result.error)
+    assert result.verdict == "broken"
+    assert "region 'summarize'" in str(result.error)
     base.close()
 
 
@@ -292,13 +294,16 @@ def test_issue48_stargraph_check_in_parallel_with_json_junit_and_exit_codes(
     assert {tuple(r["changed_regions"]) for r in results} == {("summarize",)}
     assert all(r["score"] > 0 for r in results)
     suite = ET.fromstring(out_xml.read_text())
-    assert suite.get("tests") == str(RUNS) and suite.get("failures") == str(RUNS)
+    assert suite.get("tests") == str(RUNS)
+    assert suite.get("failures") == str(RUNS)
     failure = suite.find("testcase/failure")
-    assert failure is not None and failure.get("message") == "changed in regions summarize"
+    assert failure is not None
+    assert failure.get("message") == "changed in regions summarize"
 
     offline = _cli(server, "prompt", paths[0], "--graph", "versiongraph:current", "--offline")
     assert offline.exit_code == 3
-    assert "broken" in offline.output and "region 'summarize'" in offline.output
+    assert "broken" in offline.output
+    assert "region 'summarize'" in offline.output
 
 
 def test_issue48_stargraph_check_record_refreshes_accepted_cassettes(
@@ -318,7 +323,8 @@ def test_issue48_stargraph_check_record_refreshes_accepted_cassettes(
     assert "2 identical" in again.output
     # Recorded by the new version: against the old one, it is the old prompt that changed.
     back = _cli(server, "base", *copies, *args)
-    assert back.exit_code == 1 and "(regions: summarize)" in back.output
+    assert back.exit_code == 1
+    assert "(regions: summarize)" in back.output
 
 
 def test_issue48_the_golden_runs_still_check_identical_against_their_graphs() -> None:

@@ -63,7 +63,7 @@ def _init(graph_spec: str, score_spec: str | None) -> None:
 
 
 def _check(path: str, live: bool, record: bool) -> dict[str, Any]:
-    from stargraph.replay._check import check_cassette, record_again
+    from stargraph.replay import check_cassette, record_again
 
     graph = _WORKER["graph"]
     result = check_cassette(path, graph, live=live, score=_WORKER["score"])

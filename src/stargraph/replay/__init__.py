@@ -24,6 +24,12 @@ is unsigned, signed with another key, or edited after signing. Without ``key=`` 
 ``STARGRAPH_CASSETTE_KEY`` environment variable (so the CLI signs and checks too); when a key
 is in effect an unsigned cassette is refused, and a signed cassette is refused when no key is.
 
+**Regression suite.** :func:`check_cassette` replays a cassette against a *new version* of
+its graph (``replay(cassette, graph=new)``): unchanged regions are served from the record,
+changed ones run, and the verdict is ``identical``, ``changed`` or ``broken``
+(:class:`CassetteCheck`); ``stargraph check`` runs it over many cassettes in parallel. A
+cassette exported with ``graph=`` carries the recording graph's region hashes for that.
+
 A run with subgraph nodes has child runs (``<run>::<site>@<step>.<index>``, nested for deeper
 skills); the cassette carries them all under ``children`` (covered by the checksum), and
 :func:`load_cassette` returns a :class:`Cassette` whose replay serves each child from them.
@@ -34,23 +40,23 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import orjson
 from pydantic import ConfigDict, ValidationError
 
 from stargraph._typed import TypedModel, validate_raw
-from stargraph.checkpoint import CheckpointStore, Recording, StepRecord
+from stargraph.checkpoint import CheckpointStore, MemoryStore, Recording, StepRecord
 from stargraph.checkpoint._compact import compact_steps
-from stargraph.errors import CassetteError, ReplayError
+from stargraph.errors import CassetteError, ReplayError, StargraphError
 from stargraph.ir import content_hash
 from stargraph.ir._canonical import non_canonical
-from stargraph.replay._check import CassetteCheck, check_cassette, check_cassettes, record_again
 from stargraph.runtime._changes import value_changes
 from stargraph.runtime._replayplan import ReplayPlan
-from stargraph.runtime._versions import RegionReport, ReplayReport, region_hashes
+from stargraph.runtime._versions import RegionReport, ReplayReport, region_hashes, replay_across
 
 if TYPE_CHECKING:
     from stargraph.runtime import CompiledGraph
@@ -65,6 +71,7 @@ __all__ = [
     "ReplayReport",
     "RunDiff",
     "StepDiff",
+    "Verdict",
     "align_steps",
     "check_cassette",
     "check_cassettes",
@@ -431,3 +438,139 @@ def diff(a: Recording, b: Recording) -> RunDiff:
         status_a=a.run.status,
         status_b=b.run.status,
     )
+
+
+# --------------------------------------------------------------------------- regression suite
+#
+# Recorded runs as a regression suite: each cassette replayed against a new graph version
+# (``replay(cassette, graph=new)``, see ``runtime._versions``) becomes ``identical`` (the new
+# graph reproduces the record), ``changed`` (it runs to the end, differing where the graph
+# changed: the regions, the final-state diff, a score if asked) or ``broken`` (the replay
+# failed: a changed region needs a service it was not given, a node raised, the cassette is
+# damaged). ``stargraph check`` runs it over many cassettes in parallel processes.
+
+
+Verdict = Literal["identical", "changed", "broken"]
+"""What became of a cassette replayed against a new graph version."""
+
+
+class CassetteCheck(TypedModel):
+    """One cassette replayed against a new graph version (see :func:`check_cassette`).
+
+    ``changed_regions``: the regions whose code or IR changed and that the run reached;
+    ``regions``: the whole per-region report; ``changes``: how the final state differs from
+    the recorded one; ``score``: the score function's value of the new final state (when
+    one was given); ``error``: why the replay failed (``broken``)."""
+
+    typed_error = ReplayError
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    run_id: str
+    verdict: Verdict
+    changed_regions: tuple[str, ...] = ()
+    regions: tuple[RegionReport, ...] = ()
+    changes: tuple[str, ...] = ()
+    score: float | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    recorded: bool = False
+
+
+def _regions(cassette: Any, graph: CompiledGraph[Any], where: str) -> dict[str, str]:
+    carried: dict[str, str] = dict(getattr(cassette, "regions", None) or {})
+    if carried:
+        return carried
+    if cassette.run.graph_hash == graph.graph_hash:
+        # A cassette from before region hashes, of this very graph: nothing changed.
+        return region_hashes(graph.plan)
+    raise ReplayError(
+        f"cassette {where} carries no region hashes and was recorded by graph "
+        f"{cassette.run.graph_hash}, not {graph.graph_hash}; record it again with "
+        "export_cassette(..., graph=app) (or stargraph check --record with the graph that "
+        "recorded it) before editing the graph",
+        run_id=cassette.run.run_id,
+    )
+
+
+def check_cassette(
+    path: str | Path,
+    graph: CompiledGraph[Any],
+    *,
+    live: bool = True,
+    score: Callable[[dict[str, Any]], float] | None = None,
+    key: bytes | str | None = None,
+) -> CassetteCheck:
+    """Replay the cassette at ``path`` against ``graph`` and say what became of it.
+
+    ``live``: changed regions run with ``graph``'s services (else a call they make breaks
+    the check). ``score``: called with the new final state (JSON) of a cassette that ran to
+    the end. ``key``: the cassette signing key, as for ``load_cassette``."""
+    started = time.perf_counter()
+    where = str(path)
+    run_id = ""
+    try:
+        cassette = load_cassette(path, key=key)
+        run_id = cassette.run.run_id
+        report = replay_across(
+            graph.steploop, cassette, _regions(cassette, graph, where), live=live
+        )
+    except StargraphError as exc:
+        return CassetteCheck(
+            path=where,
+            run_id=run_id,
+            verdict="broken",
+            error=f"{type(exc).__name__}: {exc}",
+            seconds=time.perf_counter() - started,
+        )
+    return _verdict(where, report, score, started)
+
+
+def _verdict(
+    where: str,
+    report: ReplayReport,
+    score: Callable[[dict[str, Any]], float] | None,
+    started: float,
+) -> CassetteCheck:
+    value = None if score is None else float(score(report.final))
+    return CassetteCheck(
+        path=where,
+        run_id=report.run_id,
+        verdict="identical" if report.identical else "changed",
+        changed_regions=report.changed_regions,
+        regions=report.regions,
+        changes=report.changes,
+        score=value,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def check_cassettes(
+    paths: Iterable[str | Path],
+    graph: CompiledGraph[Any],
+    *,
+    live: bool = True,
+    score: Callable[[dict[str, Any]], float] | None = None,
+    key: bytes | str | None = None,
+) -> list[CassetteCheck]:
+    """:func:`check_cassette` for each of ``paths``, in this process, in order (``stargraph
+    check`` spreads them over processes)."""
+    return [check_cassette(p, graph, live=live, score=score, key=key) for p in paths]
+
+
+def record_again(
+    path: str | Path, graph: CompiledGraph[Any], *, key: bytes | str | None = None
+) -> Path:
+    """Refresh the cassette at ``path``: run ``graph`` live from the cassette's recorded
+    input (same run id) and write the new recording over it, with ``graph``'s region
+    hashes. What ``stargraph check --record`` does to the cassettes whose changes are
+    accepted; every model call of the run is made again."""
+    cassette = load_cassette(path, key=key)
+    first = min(cassette.steps, key=lambda s: s.step)
+    snapshot = first.snapshot or {}
+    store = MemoryStore()
+    app = graph.with_store(store)
+    fields = app.plan.channels
+    app.invoke({k: v for k, v in snapshot.items() if k in fields}, run_id=cassette.run.run_id)
+    return export_cassette(store, cassette.run.run_id, path, key=key, graph=app)
