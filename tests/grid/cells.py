@@ -49,6 +49,7 @@ DRIVERS: Final[tuple[str, ...]] = (
     "sigkill_journaled",
     "replay",
     "replay_stream",
+    "replay_versions",
     "fork_as_node",
 )
 """Every way a run is driven; ``stream_all`` asks for every mode at once."""
@@ -450,6 +451,8 @@ def run_cell(story: Story, driver: str) -> Result:
         return _replay(story)
     if driver == "replay_stream":
         return _replay(story, stream=True)
+    if driver == "replay_versions":
+        return _replay_versions(story)
     if driver == "fork_as_node":
         return _fork(story)
     raise AssertionError(f"unknown driver {driver!r}")
@@ -620,6 +623,41 @@ def _replay(story: Story, *, stream: bool = False) -> Result:
     assert after.effects == recorded.effects, "the replay ran a tool body"
     # The record after the replay: a replay writes nothing.
     return Result(replayed[story.run_ids[-1]], after.runs, after.effects)
+
+
+EXTRA: Final = "grid_extra"
+"""The node the next version of every feature's graph adds (``replay_versions``)."""
+
+
+def _replay_versions(story: Story) -> Result:
+    """Run live, then replay each run offline against the next version of the graph (an
+    unrelated node added beside the entry): every region but the new one is served from the
+    record - no model, no tool body - and the final state is the recorded one."""
+    from stargraph.graph import END, START
+
+    from tests.grid.features import grid_extra
+
+    recorded = story.play(Driver("invoke"))
+    offline = story.app(without=OFFLINE)
+    version = (
+        story.feature.build()
+        .with_node(EXTRA, grid_extra)
+        .with_edge(START, EXTRA)
+        .with_edge(EXTRA, END)
+        .compile()
+    )
+    final: dict[str, Any] = {}
+    for run_id in story.run_ids:
+        report = offline.replay(run_id, graph=version)
+        stored = _dump(offline.get_state(run_id))
+        final = {k: v for k, v in report.final.items() if k in stored}
+        assert final == stored, f"replay of {run_id} against the next version differs"
+        statuses = {r.region: r.status for r in report.regions}
+        assert statuses.pop(EXTRA) == "re-executed", report
+        assert set(statuses.values()) == {"served"}, report
+    after = story.result(offline, story.run_ids)
+    assert after.effects == recorded.effects, "the replay ran a tool body"
+    return Result(final, after.runs, after.effects)
 
 
 def fork_point(summary: dict[str, Any]) -> tuple[int, str, int, dict[str, Any]]:
