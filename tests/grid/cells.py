@@ -25,11 +25,11 @@ from typing import Any, Final
 import pydantic_core
 
 import stargraph
-from stargraph import interrupt_of
+from stargraph import END, START, interrupt_of
 from stargraph.checkpoint import CheckpointStore, MemoryStore, SqliteStore
 from stargraph.reducers import Reducer
 from stargraph.runtime import CompiledGraph
-from tests.grid.features import FEATURES, LEDGER, NO_ANSWER, Feature
+from tests.grid.features import FEATURES, LEDGER, NO_ANSWER, Feature, grid_extra
 
 STORES: Final = ("memory", "sqlite", "postgres")
 STREAM_MODES: Final = ("events", "updates", "values", "custom", "messages")
@@ -633,10 +633,6 @@ def _replay_versions(story: Story) -> Result:
     """Run live, then replay each run offline against the next version of the graph (an
     unrelated node added beside the entry): every region but the new one is served from the
     record - no model, no tool body - and the final state is the recorded one."""
-    from stargraph.graph import END, START
-
-    from tests.grid.features import grid_extra
-
     recorded = story.play(Driver("invoke"))
     offline = story.app(without=OFFLINE)
     version = (
