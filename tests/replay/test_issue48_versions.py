@@ -339,3 +339,34 @@ def test_issue48_the_golden_runs_still_check_identical_against_their_graphs() ->
         app: CompiledGraph[Any] = golden_graphs.compile_golden(entry)
         result = check_cassette(golden / f"{entry.name}.json", app, live=False)
         assert result.verdict == "identical", result
+
+
+def test_issue48_stargraph_replay_against_another_version(
+    server: ScriptedOpenAIServer, recorded: tuple[Path, list[Path]]
+) -> None:
+    env = {"VERSIONGRAPH_VARIANT": "prompt", "OPENAI_BASE_URL": server.base_url}
+    cassette = str(recorded[1][5])
+    args = ["replay", "--cassette", cassette, "--graph", "versiongraph:current"]
+    offline = CliRunner().invoke(cli, args, env=env, catch_exceptions=False)
+    assert offline.exit_code == 1
+    assert "region 'summarize' (region changed) must run its new code" in offline.output
+    before = len(server.chat_requests)
+    live = CliRunner().invoke(cli, [*args, "--live"], env=env, catch_exceptions=False)
+    assert len(server.chat_requests) == before + 1
+    assert live.exit_code == 1
+    assert "diverged    summarize [changed] (region changed): 0 served, 1 run" in live.output
+    assert "served      draft: 3 served, 0 run" in live.output
+    assert 'final state: summary: A = "re: Summarize: re: Find facts about topic05' in live.output
+    assert "changed regions: summarize" in live.output
+    # A stored run, its recording graph's regions from the IR its store keeps.
+    env["VERSIONGRAPH_VARIANT"] = "unrelated"
+    stored = CliRunner().invoke(
+        cli,
+        ["replay", "r05", "--db", str(recorded[0]), "--graph", "versiongraph:current"],
+        env=env,
+        catch_exceptions=False,
+    )
+    assert stored.exit_code == 1, stored.output
+    assert "re-executed audit [changed] (new region): 0 served, 1 run" in stored.output
+    assert "served      research: 1 served, 0 run" in stored.output
+    assert len(server.chat_requests) == before + 1
