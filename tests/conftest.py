@@ -41,6 +41,9 @@ SLOW_TESTS: Final[dict[str, tuple[str, ...]]] = {
     "tests/ui/test_ui_cli.py": ("test_served_console_shows_a_run_made_by_stargraph_run",),
     "tests/test_benchmarks_smoke.py": ("*",),
     "tests/test_demo.py": ("*",),
+    "tests/replay/test_issue48_versions.py": (
+        "test_issue48_stargraph_check_in_parallel_with_json_junit_and_exit_codes",
+    ),
     "tests/workers/test_workers_sqlite.py": ("*",),
     "tests/test_crash.py": ("*",),
     "tests/runtime/test_cancel.py": (

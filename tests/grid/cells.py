@@ -25,11 +25,11 @@ from typing import Any, Final
 import pydantic_core
 
 import stargraph
-from stargraph import interrupt_of
+from stargraph import END, START, interrupt_of
 from stargraph.checkpoint import CheckpointStore, MemoryStore, SqliteStore
 from stargraph.reducers import Reducer
 from stargraph.runtime import CompiledGraph
-from tests.grid.features import FEATURES, LEDGER, NO_ANSWER, Feature
+from tests.grid.features import FEATURES, LEDGER, NO_ANSWER, Feature, grid_extra
 
 STORES: Final = ("memory", "sqlite", "postgres")
 STREAM_MODES: Final = ("events", "updates", "values", "custom", "messages")
@@ -51,6 +51,7 @@ DRIVERS: Final[tuple[str, ...]] = (
     "sigkill_journaled",
     "replay",
     "replay_stream",
+    "replay_versions",
     "fork_as_node",
 )
 """Every way a run is driven; ``stream_all`` asks for every mode at once."""
@@ -458,6 +459,8 @@ def run_cell(story: Story, driver: str) -> Result:
         return _replay(story)
     if driver == "replay_stream":
         return _replay(story, stream=True)
+    if driver == "replay_versions":
+        return _replay_versions(story)
     if driver == "fork_as_node":
         return _fork(story)
     raise AssertionError(f"unknown driver {driver!r}")
@@ -628,6 +631,37 @@ def _replay(story: Story, *, stream: bool = False) -> Result:
     assert after.effects == recorded.effects, "the replay ran a tool body"
     # The record after the replay: a replay writes nothing.
     return Result(replayed[story.run_ids[-1]], after.runs, after.effects)
+
+
+EXTRA: Final = "grid_extra"
+"""The node the next version of every feature's graph adds (``replay_versions``)."""
+
+
+def _replay_versions(story: Story) -> Result:
+    """Run live, then replay each run offline against the next version of the graph (an
+    unrelated node added beside the entry): every region but the new one is served from the
+    record - no model, no tool body - and the final state is the recorded one."""
+    recorded = story.play(Driver("invoke"))
+    offline = story.app(without=OFFLINE)
+    version = (
+        story.feature.build()
+        .with_node(EXTRA, grid_extra)
+        .with_edge(START, EXTRA)
+        .with_edge(EXTRA, END)
+        .compile()
+    )
+    final: dict[str, Any] = {}
+    for run_id in story.run_ids:
+        report = offline.replay(run_id, graph=version)
+        stored = _dump(offline.get_state(run_id))
+        final = {k: v for k, v in report.final.items() if k in stored}
+        assert final == stored, f"replay of {run_id} against the next version differs"
+        statuses = {r.region: r.status for r in report.regions}
+        assert statuses.pop(EXTRA) == "re-executed", report
+        assert set(statuses.values()) == {"served"}, report
+    after = story.result(offline, story.run_ids)
+    assert after.effects == recorded.effects, "the replay ran a tool body"
+    return Result(final, after.runs, after.effects)
 
 
 def fork_point(summary: dict[str, Any]) -> tuple[int, str, int, dict[str, Any]]:

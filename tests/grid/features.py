@@ -160,6 +160,11 @@ b = _step("b")
 c = _step("c")
 
 
+def grid_extra(state: Any) -> dict[str, Any]:
+    """The unrelated node a later version of every graph adds (it writes nothing)."""
+    return {}
+
+
 def chain_graph() -> Graph[Flow]:
     """a -> b -> c."""
     return (

@@ -14,6 +14,7 @@ from typing import Any
 
 import click
 
+from stargraph.cli._check import check_command
 from stargraph.cli._graphs import compile_command, draw_command, hash_command
 from stargraph.cli._inspect import diff_command, runs_command, show_command
 from stargraph.cli._load import CliError, importable_cwd
@@ -75,6 +76,7 @@ for _command in (
     show_command,
     diff_command,
     replay_command,
+    check_command,
     fork_command,
     submit_command,
     worker_command,

@@ -18,6 +18,7 @@ import os
 import re
 import shlex
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -38,6 +39,7 @@ __all__ = [
     "Target",
     "archive_ir",
     "archived_ir",
+    "archived_regions",
     "archived_target",
     "compile_target",
     "find_db",
@@ -545,16 +547,36 @@ def _write_atomically(path: Path, text: str) -> None:
         pass  # a read-only directory must not fail a run; --graph still works
 
 
-def archive_ir(db: str, ir: GraphIR, *, spec: str | None = None) -> None:
-    """Save ``ir`` beside the database under its hash (once; best effort), and ``spec``
-    (the Python GRAPH argument that ran it) with the folder it was given in."""
+def archive_ir(
+    db: str, ir: GraphIR, *, spec: str | None = None, regions: Mapping[str, str] | None = None
+) -> None:
+    """Save ``ir`` beside the database under its hash (once; best effort), ``spec`` (the
+    Python GRAPH argument that ran it) with the folder it was given in, and the graph's
+    ``regions`` (its region hashes, code included: what ``stargraph replay RUN --graph new``
+    compares a later version with once the code that ran is edited)."""
     path = _archive_path(db, ir.graph_hash, ".json")
     if not path.exists():
         _write_atomically(path, ir.to_json(indent=True))
+    if regions is not None:
+        kept = _archive_path(db, ir.graph_hash, ".regions")
+        if not kept.exists():
+            _write_atomically(kept, json.dumps(dict(regions), sort_keys=True))
     is_ir_file = spec is not None and Path(spec).is_file() and not spec.endswith(".py")
     if spec is not None and not is_ir_file:
         source = {"spec": spec, "cwd": os.getcwd()}
         _write_atomically(_archive_path(db, ir.graph_hash, ".source"), json.dumps(source))
+
+
+def archived_regions(db: str, graph_hash: str) -> dict[str, str] | None:
+    """The region hashes :func:`archive_ir` saved for ``graph_hash``, if any."""
+    path = _archive_path(db, graph_hash, ".regions")
+    try:
+        found = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(found, dict):
+        return None
+    return {str(k): str(v) for k, v in found.items()}
 
 
 def archived_ir(db: str, graph_hash: str) -> GraphIR | None:

@@ -91,8 +91,32 @@ def format_run_diff(run_diff: Any) -> list[str]:
 
 
 @click.command("replay")
-@click.argument("source")
-@click.option("--graph", "graph_spec", help="The run's graph (default: the archived IR).")
+@click.argument("source", required=False)
+@click.option(
+    "--cassette",
+    "cassette_path",
+    type=click.Path(exists=True, dir_okay=False),
+    help="Replay this cassette file (instead of SOURCE).",
+)
+@click.option(
+    "--graph",
+    "graph_spec",
+    help="The graph to replay with (default: the run's archived graph); another version of "
+    "it replays region by region.",
+)
+@click.option(
+    "--live",
+    is_flag=True,
+    help="With --graph of another version: changed regions use the graph's services.",
+)
+@click.option(
+    "--on-inputs",
+    type=click.Choice(["run", "stop"]),
+    default="run",
+    show_default=True,
+    help="With --graph of another version: an unchanged region whose input changed "
+    "upstream runs, or stops the replay.",
+)
 @click.option(
     "--db", default=DEFAULT_DB, callback=resolve_db, show_default=True, help="SQLite run database."
 )
@@ -124,8 +148,11 @@ def format_run_diff(run_diff: Any) -> list[str]:
 @click.option("--quiet", "-q", is_flag=True, help="Do not print the replayed events.")
 def replay_command(
     *,
-    source: str,
+    source: str | None,
+    cassette_path: str | None,
     graph_spec: str | None,
+    live: bool,
+    on_inputs: str,
     db: str,
     from_step: int | None,
     assignments: tuple[str, ...],
@@ -138,9 +165,26 @@ def replay_command(
     Exit status: 0 when the replay matches the record, 1 when it diverges (the divergence and
     the request diff are printed). With --from-step K a counterfactual run is made from the
     stored run and its differences from the parent are printed.
+
+    With --graph naming another version of the run's graph, the run is replayed against it
+    region by region: unchanged regions are served from the record, changed ones run their
+    new code (--live: with the graph's services); the per-region report and the final-state
+    diff are printed, exit 0 when the new version reproduces the record, else 1.
     """
     from stargraph import replay as replay_pkg
     from stargraph.checkpoint import Recording
+
+    if (source is None) == (cassette_path is None):
+        raise CliUsageError(
+            "give a run id (or a cassette file) as SOURCE, or --cassette FILE: exactly one"
+        )
+    if source is None:
+        assert cassette_path is not None
+        source = cassette_path
+    if graph_spec is not None and _across(
+        source, graph_spec, db, live=live, on_inputs=on_inputs, from_step=from_step
+    ):
+        return
 
     mutate = parse_assignments(assignments)
     if mutate and from_step is None:
@@ -246,3 +290,76 @@ def _replay(app: Any, source: Any, run_id: str, *, stub: Any, quiet: bool) -> No
     except ReplayError as exc:
         raise CliError(f"replay of run {run_id} diverged from its record: {exc}".rstrip()) from exc
     click.echo(f"replay of run {run_id} matches its record ({steps} steps, offline)", err=True)
+
+
+def _across(
+    source: str,
+    graph_spec: str,
+    db: str,
+    *,
+    live: bool,
+    on_inputs: str,
+    from_step: int | None,
+) -> bool:
+    """Replay ``source`` against ``--graph`` region by region when that graph is another
+    version than the one that recorded it (``False``: it is the same, replay as usual)."""
+    from stargraph import replay as replay_pkg
+    from stargraph.checkpoint import Recording
+    from stargraph.runtime._versions import region_hashes, replay_across
+
+    target = _load.load_target(graph_spec)
+    if Path(source).is_file():
+        recording: Recording = replay_pkg.load_cassette(source)
+        regions = dict(getattr(recording, "regions", None) or {})
+    else:
+        with _load.open_store(db, must_exist=True) as store:
+            recording = Recording.from_store(store, source)
+        regions = _load.archived_regions(db, recording.run.graph_hash) or {}
+    if recording.run.graph_hash == target.ir.graph_hash:
+        return False
+    if from_step is not None:
+        raise CliUsageError(
+            f"--from-step forks a run of its own graph, but --graph {graph_spec} is another "
+            f"version ({target.ir.graph_hash}, the run's is {recording.run.graph_hash})"
+        )
+    if not regions:
+        old = _load.archived_target(db, recording.run.graph_hash)
+        if old is None:
+            raise CliUsageError(
+                f"run {recording.run.run_id} was recorded by graph {recording.run.graph_hash}, "
+                f"whose regions are neither in the cassette nor archived beside {db}; export "
+                "the cassette with export_cassette(..., graph=app) (or stargraph check "
+                "--record) to replay it against another version"
+            )
+        regions = region_hashes(_load.compile_target(old).plan)
+    app = _load.compile_target(target)
+    try:
+        report = replay_across(
+            app.steploop,
+            recording,
+            regions,
+            live=live,
+            on_inputs="stop" if on_inputs == "stop" else "run",
+        )
+    except ReplayError as exc:
+        raise CliError(
+            f"replay of run {recording.run.run_id} against {graph_spec} stopped: {exc}".rstrip()
+        ) from exc
+    finally:
+        app.close()
+    for region in report.regions:
+        why = f" ({region.reason})" if region.reason else ""
+        mark = " [changed]" if region.changed else ""
+        click.echo(
+            f"{region.status:11} {region.region}{mark}{why}: {region.served} served, "
+            f"{region.executed} run"
+        )
+    for line in report.changes:
+        click.echo(f"final state: {line}")
+    if report.identical:
+        click.echo(f"run {report.run_id}: the new version reproduces the record", err=True)
+        return True
+    changed = ", ".join(report.changed_regions) or "none"
+    raise CliError(
+        f"run {report.run_id} differs under the new version (changed regions: {changed})"
+    )

@@ -40,6 +40,7 @@ from stargraph.errors import (
     RunNotFoundError,
 )
 from stargraph.runtime import SignalScope, cancel_on_signals
+from stargraph.runtime._versions import region_hashes
 
 __all__ = ["resume_command", "run_command"]
 
@@ -96,7 +97,7 @@ def run_command(
             same = taken.graph_hash == target.ir.graph_hash
             raise CliUsageError(taken_run_id(taken, graph if same else None, db, "--run-id"))
         app = compile_target(target, store=store, max_steps=max_steps)
-        archive_ir(db, app.ir, spec=graph)
+        archive_ir(db, app.ir, spec=graph, regions=region_hashes(app.plan))
         hint = resume_hint(run_id, graph, db)
         try:
             with _stoppable(store, run_id, hint, quiet=quiet):

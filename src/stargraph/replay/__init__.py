@@ -24,6 +24,12 @@ is unsigned, signed with another key, or edited after signing. Without ``key=`` 
 ``STARGRAPH_CASSETTE_KEY`` environment variable (so the CLI signs and checks too); when a key
 is in effect an unsigned cassette is refused, and a signed cassette is refused when no key is.
 
+**Regression suite.** :func:`check_cassette` replays a cassette against a *new version* of
+its graph (``replay(cassette, graph=new)``): unchanged regions are served from the record,
+changed ones run, and the verdict is ``identical``, ``changed`` or ``broken``
+(:class:`CassetteCheck`); ``stargraph check`` runs it over many cassettes in parallel. A
+cassette exported with ``graph=`` carries the recording graph's region hashes for that.
+
 A run with subgraph nodes has child runs (``<run>::<site>@<step>.<index>``, nested for deeper
 skills); the cassette carries them all under ``children`` (covered by the checksum), and
 :func:`load_cassette` returns a :class:`Cassette` whose replay serves each child from them.
@@ -33,35 +39,47 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import os
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, Literal
 
 import orjson
 from pydantic import ConfigDict, ValidationError
 
 from stargraph._typed import TypedModel, validate_raw
-from stargraph.checkpoint import CheckpointStore, Recording, StepRecord
+from stargraph.checkpoint import CheckpointStore, MemoryStore, Recording, StepRecord
 from stargraph.checkpoint._compact import compact_steps
-from stargraph.errors import CassetteError, ReplayError
+from stargraph.errors import CassetteError, ReplayError, StargraphError
 from stargraph.ir import content_hash
 from stargraph.ir._canonical import non_canonical
+from stargraph.runtime._changes import value_changes
 from stargraph.runtime._replayplan import ReplayPlan
+from stargraph.runtime._versions import RegionReport, ReplayReport, region_hashes, replay_across
+
+if TYPE_CHECKING:
+    from stargraph.runtime import CompiledGraph
 
 __all__ = [
     "CASSETTE_FORMAT",
     "CASSETTE_KEY_ENV",
     "Cassette",
+    "CassetteCheck",
+    "RegionReport",
     "ReplayPlan",
+    "ReplayReport",
     "RunDiff",
     "StepDiff",
+    "Verdict",
     "align_steps",
+    "check_cassette",
+    "check_cassettes",
     "diff",
     "export_cassette",
     "inserted_step",
     "load_cassette",
+    "record_again",
     "value_changes",
 ]
 
@@ -105,6 +123,9 @@ class Cassette(Recording):
     typed_error = CassetteError
 
     children: tuple[Recording, ...] = ()
+    regions: dict[str, str] = {}
+    """The region hashes of the graph that recorded the run (``export_cassette(...,
+    graph=app)``), which a replay against another graph version compares its own with."""
 
 
 def _body(recording: Recording, *, timestamps: bool = True) -> dict[str, Any]:
@@ -122,16 +143,19 @@ def _body(recording: Recording, *, timestamps: bool = True) -> dict[str, Any]:
     return recording.model_dump(mode="json", exclude_defaults=True)
 
 
-def _checksum(body: Any, children: Any) -> str:
-    # Without children the checksum is over the recording alone (the original format).
+def _checksum(body: Any, children: Any, regions: Any = None) -> str:
+    # Without children the checksum is over the recording alone (the original format);
+    # region hashes, when the cassette carries them, are covered too.
+    if regions is not None:
+        return content_hash({"children": children, "recording": body, "regions": regions})
     return content_hash(body if children is None else {"children": children, "recording": body})
 
 
-def _content_checksum(where: str, body: Any, children: Any) -> str:
+def _content_checksum(where: str, body: Any, children: Any, regions: Any = None) -> str:
     """The checksum of the content read; a value canonical JSON cannot carry (which export
     never writes) is refused, naming its JSON pointer in the cassette."""
     try:
-        return _checksum(body, children)
+        return _checksum(body, children, regions)
     except (TypeError, ValueError):
         found = list(non_canonical({"children": children, "recording": body}))
         listed = "; ".join(f"{pointer}: {reason}" for pointer, reason in found[:5])
@@ -167,6 +191,7 @@ def export_cassette(
     *,
     timestamps: bool = True,
     key: CassetteKey | None = None,
+    graph: CompiledGraph[Any] | None = None,
 ) -> Path:
     """Write run ``run_id`` (record, steps, every recorded call) to a cassette file, with
     its child runs, if any. ``timestamps=False`` blanks the wall-clock fields (run
@@ -175,14 +200,27 @@ def export_cassette(
 
     ``key`` (default: ``$STARGRAPH_CASSETTE_KEY``, if set) signs the cassette with
     HMAC-SHA256, so that :func:`load_cassette` given the same key detects any edit; without
-    a key the cassette carries only its checksum, which detects accidents, not forgery."""
+    a key the cassette carries only its checksum, which detects accidents, not forgery.
+
+    ``graph`` (the graph that recorded the run) adds its region hashes, so that the cassette
+    can be replayed against a later version of the graph (``replay(cassette, graph=new)``,
+    ``stargraph check``) once the recording graph's code is gone."""
     recording = Recording.from_store(store, run_id)
+    regions = None
+    if graph is not None:
+        if graph.graph_hash != recording.run.graph_hash:
+            raise CassetteError(
+                f"export_cassette(graph=): run {run_id!r} was recorded by graph "
+                f"{recording.run.graph_hash}, not by the graph given ({graph.graph_hash}); "
+                "pass the graph that recorded it"
+            )
+        regions = region_hashes(graph.plan)
     body = _body(recording, timestamps=timestamps)
     child_ids = sorted(_child_ids(store, recording))
     children = [
         _body(Recording.from_store(store, child), timestamps=timestamps) for child in child_ids
     ]
-    checksum = _checksum(body, children or None)
+    checksum = _checksum(body, children or None, regions)
     document: dict[str, Any] = {
         "format": CASSETTE_FORMAT,
         "graph_hash": recording.run.graph_hash,
@@ -191,6 +229,8 @@ def export_cassette(
     }
     if children:
         document["children"] = children
+    if regions is not None:
+        document["regions"] = regions
     secret = _key(key)
     if secret is not None:
         document["signature"] = _signature(secret, checksum)
@@ -224,7 +264,8 @@ def load_cassette(
         raise CassetteError(f"cassette {where} has format {found!r}, expected {CASSETTE_FORMAT!r}")
     body = document.get("recording")
     children = document.get("children")
-    content = _content_checksum(where, body, children)
+    regions = document.get("regions")
+    content = _content_checksum(where, body, children, regions)
     if content != document.get("checksum"):
         raise CassetteError(
             f"cassette {where} does not match its checksum (recorded "
@@ -234,7 +275,10 @@ def load_cassette(
     _check_signature(where, document, _key(key))
     try:
         recording = validate_raw(
-            Cassette, {**body, "children": children or ()} if isinstance(body, dict) else body
+            Cassette,
+            {**body, "children": children or (), "regions": regions or {}}
+            if isinstance(body, dict)
+            else body,
         )
     except ValidationError as exc:
         raise CassetteError(f"cassette {where} holds an invalid recording: {exc}") from exc
@@ -361,34 +405,6 @@ def align_steps(
             j += sb is not None
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
-
-
-def value_changes(a: Any, b: Any, where: str = "") -> list[str]:
-    """Where two JSON values differ, one line per path with both values (``path: A = ..  B
-    = ..``, or ``only in A``/``only in B`` for a key one side lacks); empty when equal.
-
-    Dictionaries are compared key by key (``where`` prefixes the dotted paths); any other
-    values are compared whole. ``stargraph diff`` and the run console's side-by-side view
-    both describe differences with it, so they say the same thing.
-    """
-    if isinstance(a, dict) and isinstance(b, dict):
-        out: list[str] = []
-        for key in sorted(set(a) | set(b)):
-            sub = f"{where}.{key}" if where else str(key)
-            if key not in a:
-                out.append(f"{sub}: only in B = {_json(b[key])}")
-            elif key not in b:
-                out.append(f"{sub}: only in A = {_json(a[key])}")
-            else:
-                out += value_changes(a[key], b[key], sub)
-        return out
-    if a != b:
-        return [f"{where or '<value>'}: A = {_json(a)}  B = {_json(b)}"]
-    return []
-
-
 def diff(a: Recording, b: Recording) -> RunDiff:
     """Compare two runs step by step: writes per task, scheduled tasks, rule facts.
 
@@ -422,3 +438,139 @@ def diff(a: Recording, b: Recording) -> RunDiff:
         status_a=a.run.status,
         status_b=b.run.status,
     )
+
+
+# --------------------------------------------------------------------------- regression suite
+#
+# Recorded runs as a regression suite: each cassette replayed against a new graph version
+# (``replay(cassette, graph=new)``, see ``runtime._versions``) becomes ``identical`` (the new
+# graph reproduces the record), ``changed`` (it runs to the end, differing where the graph
+# changed: the regions, the final-state diff, a score if asked) or ``broken`` (the replay
+# failed: a changed region needs a service it was not given, a node raised, the cassette is
+# damaged). ``stargraph check`` runs it over many cassettes in parallel processes.
+
+
+Verdict = Literal["identical", "changed", "broken"]
+"""What became of a cassette replayed against a new graph version."""
+
+
+class CassetteCheck(TypedModel):
+    """One cassette replayed against a new graph version (see :func:`check_cassette`).
+
+    ``changed_regions``: the regions whose code or IR changed and that the run reached;
+    ``regions``: the whole per-region report; ``changes``: how the final state differs from
+    the recorded one; ``score``: the score function's value of the new final state (when
+    one was given); ``error``: why the replay failed (``broken``)."""
+
+    typed_error = ReplayError
+
+    model_config = ConfigDict(frozen=True)
+
+    path: str
+    run_id: str
+    verdict: Verdict
+    changed_regions: tuple[str, ...] = ()
+    regions: tuple[RegionReport, ...] = ()
+    changes: tuple[str, ...] = ()
+    score: float | None = None
+    error: str | None = None
+    seconds: float = 0.0
+    recorded: bool = False
+
+
+def _regions(cassette: Any, graph: CompiledGraph[Any], where: str) -> dict[str, str]:
+    carried: dict[str, str] = dict(getattr(cassette, "regions", None) or {})
+    if carried:
+        return carried
+    if cassette.run.graph_hash == graph.graph_hash:
+        # A cassette from before region hashes, of this very graph: nothing changed.
+        return region_hashes(graph.plan)
+    raise ReplayError(
+        f"cassette {where} carries no region hashes and was recorded by graph "
+        f"{cassette.run.graph_hash}, not {graph.graph_hash}; record it again with "
+        "export_cassette(..., graph=app) (or stargraph check --record with the graph that "
+        "recorded it) before editing the graph",
+        run_id=cassette.run.run_id,
+    )
+
+
+def check_cassette(
+    path: str | Path,
+    graph: CompiledGraph[Any],
+    *,
+    live: bool = True,
+    score: Callable[[dict[str, Any]], float] | None = None,
+    key: bytes | str | None = None,
+) -> CassetteCheck:
+    """Replay the cassette at ``path`` against ``graph`` and say what became of it.
+
+    ``live``: changed regions run with ``graph``'s services (else a call they make breaks
+    the check). ``score``: called with the new final state (JSON) of a cassette that ran to
+    the end. ``key``: the cassette signing key, as for ``load_cassette``."""
+    started = time.perf_counter()
+    where = str(path)
+    run_id = ""
+    try:
+        cassette = load_cassette(path, key=key)
+        run_id = cassette.run.run_id
+        report = replay_across(
+            graph.steploop, cassette, _regions(cassette, graph, where), live=live
+        )
+    except StargraphError as exc:
+        return CassetteCheck(
+            path=where,
+            run_id=run_id,
+            verdict="broken",
+            error=f"{type(exc).__name__}: {exc}",
+            seconds=time.perf_counter() - started,
+        )
+    return _verdict(where, report, score, started)
+
+
+def _verdict(
+    where: str,
+    report: ReplayReport,
+    score: Callable[[dict[str, Any]], float] | None,
+    started: float,
+) -> CassetteCheck:
+    value = None if score is None else float(score(report.final))
+    return CassetteCheck(
+        path=where,
+        run_id=report.run_id,
+        verdict="identical" if report.identical else "changed",
+        changed_regions=report.changed_regions,
+        regions=report.regions,
+        changes=report.changes,
+        score=value,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def check_cassettes(
+    paths: Iterable[str | Path],
+    graph: CompiledGraph[Any],
+    *,
+    live: bool = True,
+    score: Callable[[dict[str, Any]], float] | None = None,
+    key: bytes | str | None = None,
+) -> list[CassetteCheck]:
+    """:func:`check_cassette` for each of ``paths``, in this process, in order (``stargraph
+    check`` spreads them over processes)."""
+    return [check_cassette(p, graph, live=live, score=score, key=key) for p in paths]
+
+
+def record_again(
+    path: str | Path, graph: CompiledGraph[Any], *, key: bytes | str | None = None
+) -> Path:
+    """Refresh the cassette at ``path``: run ``graph`` live from the cassette's recorded
+    input (same run id) and write the new recording over it, with ``graph``'s region
+    hashes. What ``stargraph check --record`` does to the cassettes whose changes are
+    accepted; every model call of the run is made again."""
+    cassette = load_cassette(path, key=key)
+    first = min(cassette.steps, key=lambda s: s.step)
+    snapshot = first.snapshot or {}
+    store = MemoryStore()
+    app = graph.with_store(store)
+    fields = app.plan.channels
+    app.invoke({k: v for k, v in snapshot.items() if k in fields}, run_id=cassette.run.run_id)
+    return export_cassette(store, cassette.run.run_id, path, key=key, graph=app)

@@ -40,6 +40,7 @@ from stargraph.runtime._stream import Feed, StreamMode, Superstep, stream_modes
 from stargraph.runtime._threads import get_thread as thread_runs
 from stargraph.runtime._threads import list_threads
 from stargraph.runtime._values import state_of
+from stargraph.runtime._versions import InputsPolicy, ReplayReport, region_hashes, replay_across
 
 if TYPE_CHECKING:
     from stargraph.checkpoint._lease import Lease
@@ -329,6 +330,7 @@ class CompiledGraph(Generic[StateT]):
         finally:
             drive.close()
 
+    @overload
     def replay(
         self,
         source: str | Recording,
@@ -338,7 +340,32 @@ class CompiledGraph(Generic[StateT]):
         mutate: Mapping[str, Any] | None = None,
         new_run_id: str | None = None,
         stub: StubOption | None = None,
-    ) -> StateT:
+        graph: None = None,
+    ) -> StateT: ...
+
+    @overload
+    def replay(
+        self,
+        source: str | Recording,
+        *,
+        graph: CompiledGraph[Any],
+        live: bool = False,
+        on_inputs: InputsPolicy = "run",
+    ) -> ReplayReport: ...
+
+    def replay(
+        self,
+        source: str | Recording,
+        *,
+        until_step: int | None = None,
+        from_step: int | None = None,
+        mutate: Mapping[str, Any] | None = None,
+        new_run_id: str | None = None,
+        stub: StubOption | None = None,
+        graph: CompiledGraph[Any] | None = None,
+        live: bool = False,
+        on_inputs: InputsPolicy = "run",
+    ) -> StateT | ReplayReport:
         """Replay a recorded run (a run id in this graph's store, or a :class:`Recording`
         such as a loaded cassette) offline and return its final state.
 
@@ -354,7 +381,31 @@ class CompiledGraph(Generic[StateT]):
         With ``from_step=k`` this is a *counterfactual*: steps before ``k`` come from the
         record, ``mutate`` (state overrides) is applied, and the run continues live from
         ``k`` as a new run linked to its parent (``new_run_id``).
+
+        With ``graph=other`` (another version of this graph) the run is replayed against
+        ``other`` region by region and a :class:`~stargraph.replay.ReplayReport` is
+        returned: tasks of unchanged regions that see their recorded input are served from
+        the record (their bodies do not run); changed and new regions run their new code,
+        with ``other``'s services when ``live=True``, else a call they make is a
+        :class:`~stargraph.errors.ReplayDivergenceError` naming the region; an unchanged
+        region whose input changed upstream runs (``on_inputs="run"``) or stops the replay
+        (``"stop"``). The recording graph's regions are this graph's, or those a cassette
+        carries (``export_cassette(..., graph=app)``). See ``runtime._versions``.
         """
+        if graph is not None:
+            if until_step is not None or from_step is not None or stub is not None:
+                raise ReplayError(
+                    "replay(graph=) replays the whole run against another graph version; "
+                    "until_step=, from_step= and stub= belong to a replay by this graph alone"
+                )
+            recording = self._recording(source)
+            return replay_across(
+                graph.steploop,
+                recording,
+                self._recorded_regions(recording),
+                live=live,
+                on_inputs=on_inputs,
+            )
         if from_step is not None:
             if not isinstance(source, str):
                 raise ReplayError("a counterfactual needs a run id in this graph's store")
@@ -434,6 +485,22 @@ class CompiledGraph(Generic[StateT]):
     def threads(self, *, limit: int = 100) -> list[RunRecord]:
         """The latest turn of each thread in the store, newest first."""
         return list_threads(self.store, limit)
+
+    def _recorded_regions(self, recording: Recording) -> dict[str, str]:
+        """The region hashes of the graph that made ``recording``: those its cassette
+        carries, else this graph's when it made it."""
+        carried: dict[str, str] | None = getattr(recording, "regions", None)
+        if carried:
+            return dict(carried)
+        if recording.run.graph_hash != self.graph_hash:
+            raise ReplayError(
+                f"run {recording.run.run_id!r} was recorded by graph "
+                f"{recording.run.graph_hash}, not by this graph {self.graph_hash}, and its "
+                "recording carries no region hashes; call replay(..., graph=new) on the graph "
+                "that recorded it, or export the cassette with export_cassette(..., graph=app)",
+                run_id=recording.run.run_id,
+            )
+        return region_hashes(self.plan)
 
     def _recording(self, source: str | Recording) -> Recording:
         if isinstance(source, Recording):

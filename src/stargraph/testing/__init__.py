@@ -17,7 +17,7 @@ from stargraph.llm import ScriptedChatModel
 from stargraph.testing._replies import RecordedRequest, Reply, ScriptedToolCall
 from stargraph.testing._server import FIXED_CREATED, ScriptedOpenAIServer
 from stargraph.testing.conformance import CONFORMANCE_SCRIPT, ChatModelHarness, check_chat_model
-from stargraph.testing.replay import assert_replays_every_step
+from stargraph.testing.replay import assert_cassettes_pass, assert_replays_every_step
 
 __all__ = [
     "CONFORMANCE_SCRIPT",
@@ -28,6 +28,7 @@ __all__ = [
     "ScriptedChatModel",
     "ScriptedOpenAIServer",
     "ScriptedToolCall",
+    "assert_cassettes_pass",
     "assert_replays_every_step",
     "check_chat_model",
 ]

@@ -15,19 +15,25 @@ still writes what it wrote::
 A node that is not deterministic given its inputs and recorded calls, or a replay bug that
 only shows in the middle of a run (a rule decision, a join, a child run), fails at the first
 step where replay and record part, with both states in the message.
+
+:func:`assert_cassettes_pass` is the regression-suite mode: recorded runs (cassettes) replayed
+against a new version of the graph, unchanged regions served from the record, each cassette
+identical or changed only where the test allows.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
 from stargraph.errors import CompileError
+from stargraph.replay import CassetteCheck, check_cassettes
 from stargraph.runtime import CompiledGraph
 
-__all__ = ["assert_replays_every_step"]
+__all__ = ["assert_cassettes_pass", "assert_replays_every_step"]
 
 StateT = TypeVar("StateT", bound=BaseModel)
 
@@ -89,3 +95,40 @@ def assert_replays_every_step(
             f"  replayed: {replayed_events[first] if first < len(replayed_events) else None!r}"
         )
     return app.get_state(run_id)
+
+
+def assert_cassettes_pass(
+    paths: Iterable[str | Path],
+    graph: CompiledGraph[Any],
+    *,
+    allow_changed: Collection[str] = (),
+    live: bool = True,
+    score: Callable[[dict[str, Any]], float] | None = None,
+) -> list[CassetteCheck]:
+    """Replay each cassette against ``graph`` (a new version of the graph that recorded
+    them; see ``stargraph.replay.check_cassette``) and assert that none is broken and each
+    is identical, or changed only in regions named in ``allow_changed``. Returns the checks
+    (their per-region reports, final-state diffs and scores) for further assertions::
+
+        assert_cassettes_pass(sorted(Path("tests/cassettes").glob("*.json")), new_app,
+                              allow_changed={"summarize"})
+
+    The assertion message lists every failing cassette with its regions and state diff."""
+    results = check_cassettes(paths, graph, live=live, score=score)
+    allowed = set(allow_changed)
+    problems = []
+    for result in results:
+        if result.verdict == "broken":
+            problems.append(f"{result.path}: broken: {result.error}")
+        elif result.verdict == "changed":
+            regions = set(result.changed_regions)
+            if not regions or not regions <= allowed:
+                names = ", ".join(result.changed_regions) or "none (unchanged regions differ)"
+                diff = "".join(f"\n    {line}" for line in result.changes)
+                problems.append(f"{result.path}: changed in regions {names}{diff}")
+    if problems:
+        raise AssertionError(
+            f"{len(problems)} of {len(results)} cassettes do not pass against graph "
+            f"{graph.graph_hash}:\n  " + "\n  ".join(problems)
+        )
+    return results
