@@ -491,9 +491,11 @@ class McpServer:
         from mcp import Client
 
         try:
-            async with Client(
-                self._transport(), message_handler=self._on_message, cache=None
-            ) as client:
+            async with contextlib.AsyncExitStack() as stack:
+                transport = await self._transport(stack)
+                client = await stack.enter_async_context(
+                    Client(transport, message_handler=self._on_message, cache=None)
+                )
                 if not ready.done():
                     ready.set_result(client)
                 await stop.wait()
@@ -503,7 +505,7 @@ class McpServer:
             elif not isinstance(exc, Exception):
                 raise
 
-    def _transport(self) -> Any:
+    async def _transport(self, stack: contextlib.AsyncExitStack) -> Any:
         if self.command is not None:
             from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -520,9 +522,9 @@ class McpServer:
         from mcp.shared._httpx_utils import create_mcp_http_client
 
         assert self.url is not None
-        return streamable_http_client(
-            self.url, http_client=create_mcp_http_client(headers=self.headers or None)
-        )
+        # The transport does not close an HTTP client it was given: the session does.
+        http = await stack.enter_async_context(create_mcp_http_client(headers=self.headers or None))
+        return streamable_http_client(self.url, http_client=http)
 
     async def _on_message(self, message: Any) -> None:
         from mcp_types import ToolListChangedNotification
