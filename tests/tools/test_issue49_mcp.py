@@ -14,10 +14,14 @@ import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
+from pydantic import BaseModel
 
+from stargraph import END, START, Graph, RunContext
+from stargraph.checkpoint import MemoryStore
 from stargraph.errors import McpServerError, ToolArgumentError, ToolError, ToolTimeoutError
 from stargraph.tools import (
     Arbiter,
@@ -108,24 +112,24 @@ def test_issue49_calls_map_text_structured_content_links_and_images(
         weather = arbiter.dispatch(
             ToolCall(tool="mcp.everything.get-structured-content", args={"location": "Chicago"})
         )
-        assert isinstance(weather.payload, dict)
-        assert set(weather.payload["structured"]) >= {"temperature", "conditions"}  # type: ignore[arg-type]
+        structured: Any = weather.payload
+        assert set(structured["structured"]) >= {"temperature", "conditions"}
         links = arbiter.dispatch(
             ToolCall(tool="mcp.everything.get-resource-links", args={"count": 2})
         )
-        assert isinstance(links.payload, dict)
-        uris = [r["uri"] for r in links.payload["resources"]]  # type: ignore[index, union-attr]
+        linked: Any = links.payload
+        uris = [r["uri"] for r in linked["resources"]]
         assert len(uris) == 2
         assert all(str(u).startswith("demo://") for u in uris)
         image = arbiter.dispatch(ToolCall(tool="mcp.everything.get-tiny-image", args={}))
-        assert isinstance(image.payload, dict)
-        (art,) = image.payload["artifacts"]  # type: ignore[misc]
-        assert art["mime_type"] == "image/png"  # type: ignore[index]
+        payload: Any = image.payload
+        (art,) = payload["artifacts"]
+        assert art["mime_type"] == "image/png"
         # The image bytes are an artifact of their own, not base64 in the payload.
-        png = arbiter.artifacts.get(str(art["artifact_ref"]))  # type: ignore[index]
+        png = arbiter.artifacts.get(str(art["artifact_ref"]))
         assert png.startswith(b"\x89PNG")
         assert len(png) == art["bytes"]
-        assert base64.b64encode(png).decode() not in orjson.dumps(image.payload).decode()
+        assert base64.b64encode(png).decode() not in orjson.dumps(payload).decode()
         # Every call is in the hash-chained commit log, with its audit record (external).
         records = arbiter.commit_log.records()
         assert [(r.tool, r.kind) for r in records[:2]] == [
@@ -327,3 +331,47 @@ def test_issue49_unsupported_schema_keywords_leave_the_tool_out_or_raise(
             strict.tools()
     finally:
         strict.close()
+
+
+class _Steps(BaseModel):
+    seen: list[list[str]] = []
+    doubled: str = ""
+
+
+def _unlock(state: _Steps, ctx: RunContext) -> dict[str, Any]:
+    arbiter, server = ctx.services["arbiter"], ctx.services["server"]
+    arbiter.dispatch(ToolCall(tool="mcp.changing.unlock", args={}))
+    deadline = time.monotonic() + 30  # only catches a hang: the server says so at once
+    while not server.changed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.changed
+    # Changed, but not inside this step: the registry the step started with stays.
+    return {"seen": [list(arbiter.registry.ids)]}
+
+
+def _use(state: _Steps, ctx: RunContext) -> dict[str, Any]:
+    arbiter = ctx.services["arbiter"]
+    doubled = arbiter.dispatch(ToolCall(tool="mcp.changing.double", args={"x": 21}))
+    return {"seen": [*state.seen, list(arbiter.registry.ids)], "doubled": doubled.summary}
+
+
+def test_issue49_list_changed_refreshes_the_registry_between_steps(workspace: Path) -> None:
+    script = Path(__file__).with_name("mcp_changing_server.py")
+    server = McpServer(command=[mcp_servers.python(), str(script)])
+    graph = (
+        Graph("mcp-changing", state=_Steps)
+        .with_node("unlock", _unlock)
+        .with_node("use", _use)
+        .with_edge(START, "unlock")
+        .with_edge("unlock", "use")
+        .with_edge("use", END)
+    )
+    with _arbiter(workspace, server) as arbiter:
+        # A run with a store journals each task: the arbiter learns where steps begin.
+        app = graph.compile(store=MemoryStore(), services={"arbiter": arbiter, "server": server})
+        final = app.invoke({})
+    assert final.seen == [
+        ["mcp.changing.unlock@1.0.0"],
+        ["mcp.changing.double@1.0.0", "mcp.changing.unlock@1.0.0"],
+    ]
+    assert final.doubled == "42"

@@ -498,7 +498,13 @@ class McpServer:
                 )
                 if not ready.done():
                     ready.set_result(client)
-                await stop.wait()
+                listener = asyncio.create_task(self._listen(client))
+                try:
+                    await stop.wait()
+                finally:
+                    listener.cancel()
+                    with contextlib.suppress(BaseException):
+                        await listener
         except BaseException as exc:
             if not ready.done():
                 ready.set_exception(exc)
@@ -525,6 +531,24 @@ class McpServer:
         # The transport does not close an HTTP client it was given: the session does.
         http = await stack.enter_async_context(create_mcp_http_client(headers=self.headers or None))
         return streamable_http_client(self.url, http_client=http)
+
+    async def _listen(self, client: Client) -> None:
+        """On the 2026 protocol a server announces a changed tool list on a
+        ``subscriptions/listen`` stream (before it, as the notification
+        :meth:`_on_message` sees)."""
+        from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+        tools = client.server_capabilities.tools
+        if client.protocol_version not in MODERN_PROTOCOL_VERSIONS or not (
+            tools is not None and tools.list_changed
+        ):
+            return
+        try:
+            async with client.listen(tools_list_changed=True) as subscription:
+                async for _event in subscription:
+                    self._changed.set()
+        except Exception:  # a server that drops the stream only loses the refresh
+            logger.debug("MCP server %r: no tools/list_changed stream", self, exc_info=True)
 
     async def _on_message(self, message: Any) -> None:
         from mcp_types import ToolListChangedNotification
