@@ -42,7 +42,8 @@ typecheck: $(STAMP_DEV)
 	$(BIN)/mypy
 
 PROVISION := bash scripts/ensure_postgres.sh && bash scripts/ensure_graphviz.sh && \
-	bash scripts/ensure_chromium.sh && bash scripts/ensure_bwrap.sh
+	bash scripts/ensure_chromium.sh && bash scripts/ensure_bwrap.sh && \
+	bash scripts/ensure_mcp_servers.sh
 
 # No coverage here: branch tracing made the in-process tests about a quarter slower (CPU time
 # on a 2-core machine that also builds llama.cpp), and no gate reads the figure. `make
@@ -72,7 +73,7 @@ test: llama-background lint typecheck pytest
 # Tests that need a server or a program outside the venv, and the long ones, carry a marker
 # (pyproject.toml); the fast loop leaves them out. It provisions only bubblewrap, the sandbox
 # choir.exec cannot run without (a no-op once installed), and otherwise needs no network.
-FAST_TESTS := not postgres and not ray and not browser and not graphviz and not real_model and not slow
+FAST_TESTS := not postgres and not ray and not browser and not graphviz and not real_model and not mcp and not slow
 
 # Two pytest workers: lint and mypy (with a warm cache) take seconds, so the tests are what
 # make check waits for, and they share no state across processes (each has its own tmp_path).

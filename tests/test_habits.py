@@ -17,7 +17,7 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 
-NEEDS_MORE_THAN_THE_VENV = {"postgres", "ray", "browser", "graphviz", "real_model"}
+NEEDS_MORE_THAN_THE_VENV = {"postgres", "ray", "browser", "graphviz", "real_model", "mcp"}
 """The markers of tests that need a server or a program the venv does not have."""
 
 

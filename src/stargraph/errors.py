@@ -51,7 +51,8 @@ keeps working for callers who do not know stargraph::
     │   │   ├── ToolArgumentError
     │   │   ├── ToolNotAllowedError (PermissionError)
     │   │   ├── LockTimeoutError (TimeoutError)
-    │   │   └── ToolTimeoutError (TimeoutError)
+    │   │   ├── ToolTimeoutError (TimeoutError)
+    │   │   └── McpServerError               an MCP server would not start, crashed, or changed
     │   ├── LLMError                         the chat model failed after retries
     │   │   └── ChatDataError (ValueError)   a chat message/request/response of the wrong shape
     │   ├── ProposalError                    deciding a stored proposal
@@ -121,6 +122,7 @@ __all__ = [
     "LeaseLostError",
     "LifecycleError",
     "LockTimeoutError",
+    "McpServerError",
     "MissingServiceError",
     "NodeError",
     "NodeTimeoutError",
@@ -600,6 +602,13 @@ class LockTimeoutError(ToolError, TimeoutError):
 class ToolTimeoutError(ToolError, TimeoutError):
     """A tool ran longer than its ``timeout_s``; its locks are released once its body has
     stopped."""
+
+
+class McpServerError(ToolError):
+    """An MCP server (``stargraph.tools.McpServer``) could not be started or reached, exited
+    during a call, crashed again after its one restart, or now lists tools whose descriptions
+    or schemas differ from the pinned listing. The message names the server, its command or
+    URL and what it printed last."""
 
 
 class LLMError(RunError):

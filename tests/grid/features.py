@@ -895,6 +895,47 @@ def langchain_services(workspace: Path) -> Iterator[dict[str, Any]]:
         yield {"model": LangChainChatModel(_langchain_model()), "arbiter": arbiter}
 
 
+# ----------------------------------------------------------------------------- MCP
+
+_MCP_DIR: Final = Path(__file__).resolve().parent
+
+
+def _mcp_server() -> Any:
+    """The grid's MCP server (``mcp_server.py``, over stdio), its listing pinned: the graph
+    is built without starting it, and a replay never does."""
+    import sys
+
+    from stargraph.tools import McpListing, McpServer
+
+    listing = McpListing.model_validate_json((_MCP_DIR / "mcp_listing.json").read_text())
+    env = {LEDGER: os.environ[LEDGER]} if LEDGER in os.environ else {}
+    return McpServer(
+        command=[sys.executable, str(_MCP_DIR / "mcp_server.py")], env=env, listing=listing
+    )
+
+
+def mcp_script(request: ChatRequest) -> ChatResponse:
+    """The room's area from the MCP tool (under its own name), then the answer quoting it."""
+    results = [m.content for m in request.messages if m.role == "tool"]
+    if not results:
+        return _call("room_area", {"width": 3, "height": 4.5}, "mcp-1")
+    return _text(f"{results[0]} square metres", "mcp-2")
+
+
+def mcp_feature_graph() -> Any:
+    """The prebuilt agent over a tool of an MCP server."""
+    from stargraph.skills.agent import agent_graph
+
+    return agent_graph(list(_mcp_server().tools()), name="grid-mcp", max_steps=3)
+
+
+@contextmanager
+def mcp_services(workspace: Path) -> Iterator[dict[str, Any]]:
+    """The scripted model and an arbiter over the MCP server (closed with it)."""
+    with Arbiter(ToolRegistry.build(mcp=[_mcp_server()]), workspace=workspace) as arbiter:
+        yield {"model": ScriptedChatModel(mcp_script), "arbiter": arbiter}
+
+
 # ----------------------------------------------------------------------------- the table
 
 
@@ -1030,6 +1071,13 @@ FEATURES: Final[dict[str, Feature]] = {
             journaled="tool",
         ),
         Feature("managed", f"{_M}:managed_graph", {}),
+        Feature(
+            "mcp",
+            f"{_M}:mcp_feature_graph",
+            {"messages": ["How large is a 3 by 4.5 room?"]},
+            services=mcp_services,
+            journaled="tool",
+        ),
         Feature("closure", f"{_M}:closure_graph", {"text": "you"}),
         Feature("cache", f"{_M}:cache_graph", {"text": "cached"}),
         Feature("boundary", f"{_M}:boundary_graph", {"text": "memo"}),

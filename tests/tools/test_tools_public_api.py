@@ -35,6 +35,8 @@ def test_tools_all_is_sorted_and_pinned() -> None:
         "LockManager",
         "LockRequest",
         "LockTemplate",
+        "McpListing",
+        "McpServer",
         "PolicyHook",
         "PythonTool",
         "Secrets",

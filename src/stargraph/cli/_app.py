@@ -18,6 +18,7 @@ from stargraph.cli._check import check_command
 from stargraph.cli._graphs import compile_command, draw_command, hash_command
 from stargraph.cli._inspect import diff_command, runs_command, show_command
 from stargraph.cli._load import CliError, importable_cwd
+from stargraph.cli._mcp import mcp_group
 from stargraph.cli._output import describe_error
 from stargraph.cli._plugins import plugins_group
 from stargraph.cli._proposals import proposals_group
@@ -85,5 +86,6 @@ for _command in (
     rules_group,
     proposals_group,
     ui_command,
+    mcp_group,
 ):
     cli.add_command(_command)

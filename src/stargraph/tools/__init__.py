@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from stargraph.tools._langchain import from_langchain
     from stargraph.tools._locks import Lease, LockManager, LockRequest
     from stargraph.tools._manifest import load_manifest
+    from stargraph.tools._mcp import McpListing, McpServer
     from stargraph.tools._registry import (
         LoadReport,
         SkippedManifest,
@@ -116,6 +117,8 @@ __all__ = [
     "LockManager",
     "LockRequest",
     "LockTemplate",
+    "McpListing",
+    "McpServer",
     "PolicyHook",
     "PythonTool",
     "Secrets",
@@ -181,6 +184,8 @@ __getattr__, __dir__ = _lazy.exports(
         "LockManager": "._locks",
         "LockRequest": "._locks",
         "LockTemplate": "._spec",
+        "McpListing": "._mcp",
+        "McpServer": "._mcp",
         "PolicyHook": "._arbiter",
         "PythonTool": "._tool",
         "Secrets": "._tool",

@@ -366,6 +366,7 @@ class Arbiter:
         self._workers = WorkerPool()
         self._seq = itertools.count(1)
         self._plans: dict[str, _Plan] = {}
+        self._tools_position: tuple[object, object] = (None, None)
 
     @property
     def secrets(self) -> Secrets:
@@ -392,8 +393,10 @@ class Arbiter:
         return plan
 
     def close(self) -> None:
-        """Stop idle worker threads (running bodies finish on their own)."""
+        """Stop idle worker threads (running bodies finish on their own) and the MCP
+        servers of the registry."""
         self._workers.shutdown()
+        self.registry.close()
 
     def __enter__(self) -> Arbiter:
         return self
@@ -408,7 +411,22 @@ class Arbiter:
         dispatch is recorded, and served instead of re-run on re-execution and in replay."""
         from stargraph.tools._recorded import JournaledArbiter  # it sits above this module
 
+        if self.registry.mcp_servers and not getattr(journal, "replay", False):
+            self._refresh_tools(journal)
         return JournaledArbiter(self, journal)
+
+    def _refresh_tools(self, journal: Journal) -> None:
+        """Take the MCP servers' changed tool lists at the first task of a new step: the
+        tasks of one step all see one registry, and a replay never lists a server."""
+        position = (getattr(journal, "run_id", None), getattr(journal, "step", None))
+        if position == self._tools_position:
+            return
+        self._tools_position = position
+        registry = self.registry.refreshed()
+        if registry is not self.registry:
+            logger.info("tool registry refreshed: an MCP server changed its tools")
+            self.registry = registry
+            self._plans.clear()
 
     def dispatch(self, call: ToolCall) -> ToolResult:
         """Run ``call`` through the whole pipeline; return the result or raise a ToolError."""
@@ -663,6 +681,7 @@ class Arbiter:
             else _NO_SECRETS,
             # Only a host-executed tool reaches the host; a local body never sees it.
             host=self.host if plan.delegated else None,
+            artifacts=self.artifacts,
         )
 
     def _run_sync(self, admitted: _Admitted, ctx: ToolContext) -> object:

@@ -14,7 +14,7 @@ import os
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from stargraph.errors import RegistryError, ToolArgumentError, ToolSpecError
 from stargraph.tools._canonical import canonical_json, sha256_hex
@@ -23,6 +23,9 @@ from stargraph.tools._manifest import load_manifest
 from stargraph.tools._result import ToolFailure
 from stargraph.tools._spec import tool_id_from_llm_name
 from stargraph.tools._tool import Tool
+
+if TYPE_CHECKING:
+    from stargraph.tools._mcp import McpServer
 
 __all__ = ["LoadReport", "SkippedManifest", "ToolRegistry", "matches_allowlist"]
 
@@ -50,14 +53,24 @@ class _Entry:
 class ToolRegistry:
     """Frozen mapping from tool name to :class:`Tool`. Build it with :meth:`build`."""
 
-    __slots__ = ("_by_llm_name", "_by_name", "digest", "report")
+    __slots__ = ("_build", "_by_llm_name", "_by_name", "digest", "mcp_servers", "report")
 
-    def __init__(self, entries: Mapping[str, _Entry], report: LoadReport) -> None:
+    def __init__(
+        self,
+        entries: Mapping[str, _Entry],
+        report: LoadReport,
+        *,
+        mcp_servers: tuple[McpServer, ...] = (),
+        build: Mapping[str, Any] | None = None,
+    ) -> None:
         self._by_name: Mapping[str, _Entry] = MappingProxyType(dict(sorted(entries.items())))
         self._by_llm_name: Mapping[str, Tool] = MappingProxyType(
             {e.tool.spec.llm_name: e.tool for e in self._by_name.values()}
         )
         self.report = report
+        #: The MCP servers whose tools are registered (closed with the arbiter).
+        self.mcp_servers = mcp_servers
+        self._build = dict(build or {})
         #: sha256 over every spec: a new registry version has a new digest.
         self.digest = sha256_hex(
             canonical_json([e.tool.spec.spec_hash for e in self._by_name.values()])
@@ -73,15 +86,23 @@ class ToolRegistry:
         global_dir: str | os.PathLike[str] | None = None,
         agent_dir: str | os.PathLike[str] | None = None,
         strict: bool = True,
+        mcp: Iterable[McpServer] = (),
     ) -> ToolRegistry:
         """Load built-ins, then ``global_dir``, then ``agent_dir`` (``*.json`` manifests).
+
+        ``mcp`` servers add their tools to the built-ins' scope (``mcp.<server>.<tool>``):
+        each server is listed now, started if its listing is not pinned.
 
         ``strict`` (the default) raises one :class:`ToolSpecError` listing every bad manifest;
         ``strict=False`` skips them and lists them in :attr:`report`. A name clash within one
         scope always raises :class:`RegistryError` naming both sources.
         """
+        builtins = tuple(builtins)
+        servers = tuple(mcp)
+        given = [(t, getattr(t, "source", repr(t))) for t in builtins]
+        given += [(t, t.source) for server in servers for t in server.tools()]
         layered = load_layers(
-            [(t, getattr(t, "source", repr(t))) for t in builtins],
+            given,
             [("global", global_dir), ("agent", agent_dir)],
             load=load_manifest,
             name_of=lambda tool: tool.spec.name,
@@ -103,7 +124,26 @@ class ToolRegistry:
             pruned=tuple(old.item.spec.id for old in layered.replaced),
             total_on_disk=layered.total_on_disk,
         )
-        return cls(entries, report)
+        build = {
+            "builtins": builtins,
+            "global_dir": global_dir,
+            "agent_dir": agent_dir,
+            "strict": strict,
+        }
+        return cls(entries, report, mcp_servers=servers, build=build)
+
+    def refreshed(self) -> ToolRegistry:
+        """This registry, or a new one when an MCP server said its tools changed (a
+        ``tools/list_changed`` notification): built from the same sources, servers listed
+        again. The arbiter asks between steps, never inside one."""
+        if not any(server.changed for server in self.mcp_servers):
+            return self
+        return type(self).build(mcp=self.mcp_servers, **self._build)
+
+    def close(self) -> None:
+        """Stop the MCP servers whose tools are registered (the arbiter's ``close``)."""
+        for server in self.mcp_servers:
+            server.close()
 
     def register(self, *_: Any, **__: Any) -> NoReturn:
         """Always raises: the registry is frozen once built."""

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, c
 
 from stargraph._typed import TypedModel
 from stargraph.errors import Problem, ToolError, ToolSpecError, ToolTimeoutError
+from stargraph.tools._artifacts import ArtifactStore
 from stargraph.tools._result import Exposure, ToolOutput
 from stargraph.tools._schema import ArgumentModel, ValidatedArgs
 from stargraph.tools._spec import SideEffect, ToolSpec
@@ -117,7 +118,9 @@ class ToolContext:
     ``secrets`` holds only the tool's declared ``secret_resources``. ``cancelled`` is set
     when the call timed out: a long-running Python body should check it, because a thread
     cannot be stopped from outside (and the call's locks stay held until the body returns).
-    ``host`` is the arbiter's tool host, given only to host-executed tools.
+    ``host`` is the arbiter's tool host, given only to host-executed tools. ``artifacts`` is
+    the arbiter's artifact store, where a body may put binary output (an MCP tool's images)
+    and return only its reference.
     """
 
     tool: str
@@ -130,6 +133,7 @@ class ToolContext:
     secrets: Secrets = field(default_factory=Secrets, repr=False)
     cancelled: threading.Event = field(default_factory=threading.Event, repr=False)
     host: ToolHost | None = field(default=None, repr=False)
+    artifacts: ArtifactStore | None = field(default=None, repr=False)
 
     def remaining(self) -> float:
         """Seconds left before the call's timeout (never negative)."""

@@ -1,0 +1,145 @@
+"""``stargraph mcp serve`` driven by the MCP SDK's own client (issue 49): graphs listed as
+tools with their schemas, a call is a durable run with progress per step, an interrupt is
+answered by elicitation or, for a client without it, by a result saying how to answer."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import textwrap
+from pathlib import Path
+from typing import Any
+
+from stargraph.checkpoint import SqliteStore
+
+STARGRAPH = str(Path(sys.executable).parent / "stargraph")
+
+GRAPH = textwrap.dedent(
+    '''
+    """Refund approval."""
+    from pydantic import BaseModel
+
+    from stargraph import END, START, Graph, RunContext
+
+
+    class Refund(BaseModel):
+        order: str
+        amount: float = 0.0
+        approved: str = ""
+        paid: bool = False
+
+
+    def approve(state: Refund, ctx: RunContext) -> dict:
+        return {"approved": str(ctx.interrupt({"order": state.order, "amount": state.amount}))}
+
+
+    def pay(state: Refund) -> dict:
+        return {"paid": state.approved == "yes"}
+
+
+    graph = (
+        Graph("refund", state=Refund)
+        .with_node("approve", approve)
+        .with_node("pay", pay)
+        .with_edge(START, "approve")
+        .with_edge("approve", "pay")
+        .with_edge("pay", END)
+    )
+    '''
+)
+
+
+def _text(result: Any) -> str:
+    text: str = result.content[0].text
+    return text
+
+
+def _params(tmp_path: Path) -> Any:
+    from mcp.client.stdio import StdioServerParameters
+
+    (tmp_path / "refund.py").write_text(GRAPH)
+    return StdioServerParameters(
+        command=STARGRAPH,
+        args=["mcp", "serve", "refund.py", "--db", str(tmp_path / "runs.db")],
+        cwd=str(tmp_path),
+        # The server's environment is the SDK's minimal one; this tree's sources go first.
+        env={k: os.environ[k] for k in ("PATH", "PYTHONPATH") if k in os.environ},
+    )
+
+
+def test_issue49_serve_lists_graphs_and_answers_an_interrupt_by_elicitation(
+    tmp_path: Path,
+) -> None:
+    import mcp_types as types
+    from mcp import Client
+
+    asked: list[str] = []
+    steps: list[float] = []
+
+    async def _elicit(_ctx: Any, params: Any) -> Any:
+        asked.append(params.message)
+        return types.ElicitResult(action="accept", content={"response": '"yes"'})
+
+    async def _progress(done: float, _total: float | None, _message: str | None) -> None:
+        steps.append(done)
+
+    # The SDK types its callbacks as protocols; these plain functions fit them.
+    elicit: Any = _elicit
+    progress: Any = _progress
+
+    async def main() -> Any:
+        async with Client(_params(tmp_path), elicitation_callback=elicit, mode="legacy") as c:
+            tools = {t.name: t for t in (await c.list_tools()).tools}
+            assert set(tools) == {"refund", "stargraph_resume"}
+            assert tools["refund"].input_schema["required"] == ["order"]
+            assert "paid" in tools["refund"].output_schema["properties"]  # type: ignore[index]
+            return await c.call_tool(
+                "refund", {"order": "A-17", "amount": 12.5}, progress_callback=progress
+            )
+
+    result = asyncio.run(asyncio.wait_for(main(), 120))
+    assert not result.is_error, result
+    assert result.structured_content["paid"] is True
+    assert result.structured_content["approved"] == "yes"
+    assert len(asked) == 1
+    assert "A-17" in asked[0]
+    assert steps  # a progress notification per committed step
+    run_id = result.meta["stargraph/run_id"]
+    with SqliteStore(str(tmp_path / "runs.db")) as store:
+        assert store.get_run(run_id).status == "done"
+
+
+def test_issue49_serve_without_elicitation_returns_how_to_answer(tmp_path: Path) -> None:
+    import orjson
+    from mcp import Client
+
+    async def main() -> tuple[Any, Any]:
+        async with Client(_params(tmp_path)) as client:
+            waiting = await client.call_tool("refund", {"order": "B-9"})
+            assert waiting.is_error  # no output yet: the run waits
+            told = orjson.loads(_text(waiting))
+            assert told["status"] == "interrupted"
+            assert told["payload"] == {"order": "B-9", "amount": 0.0}
+            assert "stargraph_resume" in told["how_to_answer"]
+            done = await client.call_tool(
+                "stargraph_resume", {"run_id": told["run_id"], "response": "no"}
+            )
+            return told, done
+
+    told, done = asyncio.run(asyncio.wait_for(main(), 120))
+    assert done.structured_content["paid"] is False
+    with SqliteStore(str(tmp_path / "runs.db")) as store:
+        assert store.get_run(told["run_id"]).status == "done"
+
+
+def test_issue49_serve_refuses_input_that_does_not_fit(tmp_path: Path) -> None:
+    from mcp import Client
+
+    async def main() -> Any:
+        async with Client(_params(tmp_path)) as client:
+            return await client.call_tool("refund", {"amount": 3})
+
+    result = asyncio.run(asyncio.wait_for(main(), 120))
+    assert result.is_error
+    assert "order" in _text(result)
