@@ -44,6 +44,7 @@ __all__ = ["ServeSettings", "build_app"]
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
 _OPEN_PATHS: Final = frozenset({"/ok"})
+_EVERY: Final = ("values", "updates", "messages", "custom")
 
 
 class ServeSettings(BaseModel):
@@ -319,10 +320,6 @@ class Api:
                 f"{served.assistant_id!r}; start a new thread for this assistant",
                 status=409,
             )
-        if "graph_id" not in thread.metadata:
-            self.tables.update_thread(
-                thread_id, {**thread.metadata, "graph_id": served.assistant_id}
-            )
         active = self.tables.active_run(thread_id)
         if active is not None:
             raise ApiError(
@@ -377,6 +374,10 @@ class Api:
             created_at=now,
             updated_at=now,
         )
+        if "graph_id" not in thread.metadata:  # bound to the assistant of its first run
+            self.tables.update_thread(
+                thread_id, {**thread.metadata, "graph_id": served.assistant_id}
+            )
         meta = json.dumps({"run_id": run_id, "thread_id": thread_id, "attempt": 1})
         self.tables.add_run(row, ("metadata", meta))
         self.executor.wake()
@@ -664,12 +665,8 @@ class Api:
         last = request.headers.get("last-event-id", "").strip()
         if last and not last.lstrip("-").isdigit():
             raise ApiError(f"Last-Event-ID {last!r} is not an event id of this server", status=422)
-        modes = request.query_params.getlist("stream_mode") or [
-            "values",
-            "updates",
-            "messages",
-            "custom",
-        ]
+        # langgraph-sdk sends an empty stream_mode for "every mode the run streams".
+        modes = [x for x in request.query_params.getlist("stream_mode") if x] or list(_EVERY)
         return self._sse(row, int(last) if last else -1, modes)
 
     async def cancel_run(self, request: Request) -> Response:
