@@ -210,7 +210,7 @@ def test_issue50_sse_reconnect_with_last_event_id_loses_nothing(serving: Any, sd
     assert values[-1]["steps"] == [1, 2, 3, 4, 5]
     # The SDK's join_stream resumes the same way.
     client = sdk(server.url)
-    run_id = location.split("/")[-2]
+    run_id = location.partition("?")[0].split("/")[-2]
     again = list(client.runs.join_stream(tid, run_id, last_event_id=str(last)))
     assert [int(p.id) for p in again] == [i for i, _, _ in rest]
 

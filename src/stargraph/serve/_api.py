@@ -17,6 +17,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
+from urllib.parse import urlencode
 
 from pydantic import BaseModel, ValidationError
 from starlette.applications import Starlette
@@ -436,11 +437,13 @@ class Api:
         except KeyError as exc:
             raise ApiError(f"stream_mode {exc.args[0]!r} is not streamed here", status=422) from exc
         base = f"/threads/{row.thread_id}/runs/{row.run_id}"
+        # A client that reconnects to Location gets the modes it asked for, no others.
+        asked = urlencode([("stream_mode", mode) for mode in sorted(wanted)])
         return StreamingResponse(
             self._events(row.run_id, after, wanted),
             media_type="text/event-stream",
             headers={
-                "Location": f"{base}/stream",
+                "Location": f"{base}/stream?{asked}",
                 "Content-Location": base,
                 "Cache-Control": "no-store",
             },
