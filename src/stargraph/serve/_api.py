@@ -748,7 +748,7 @@ class Api:
         """This API's OpenAPI document."""
         from stargraph.serve._openapi import document
 
-        return JSONResponse(document(ROUTES))
+        return JSONResponse(document(ROUTES, self))
 
 
 def _ns(namespace: list[str]) -> str:

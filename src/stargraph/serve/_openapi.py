@@ -17,15 +17,17 @@ __all__ = ["document"]
 _PARAM = re.compile(r"{(\w+)}")
 
 
-def document(routes: Sequence[tuple[str, str, str, type[BaseModel] | None]]) -> dict[str, Any]:
-    """The OpenAPI document of ``routes`` (method, path, handler name, body model)."""
+def document(
+    routes: Sequence[tuple[str, str, str, type[BaseModel] | None]], handlers: object
+) -> dict[str, Any]:
+    """The OpenAPI document of ``routes`` (method, path, handler name, body model), the
+    handlers being the methods of ``handlers`` of those names."""
     from stargraph import __version__
-    from stargraph.serve._api import Api
 
     paths: dict[str, dict[str, Any]] = {}
     schemas: dict[str, Any] = {}
     for method, path, name, body in routes:
-        doc = (getattr(Api, name).__doc__ or name).strip()
+        doc = (getattr(handlers, name).__doc__ or name).strip()
         op: dict[str, Any] = {
             "operationId": f"{name}_{method.lower()}",
             "summary": doc.splitlines()[0],
