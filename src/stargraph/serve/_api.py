@@ -188,12 +188,17 @@ class Api:
         }
 
     def _turns(self, thread_id: str) -> list[RunRecord]:
+        """The stargraph runs the thread's API runs started, oldest first (a resume
+        continues one of them; a run cancelled before it started has none)."""
         store = next(iter(self.graphs.values())).app.store
         assert store is not None
-        try:
-            return list(store.get_thread(thread_id))
-        except LookupError:
-            return []
+        found = []
+        for target in self.tables.targets(thread_id):
+            try:
+                found.append(store.get_run(target))
+            except RunNotFoundError:
+                continue
+        return found
 
     def _state_app(self, thread: ThreadRow) -> ServedGraph | None:
         graph_id = thread.metadata.get("graph_id")
@@ -306,7 +311,8 @@ class Api:
         if problems:
             raise ApiError("the run is refused: " + "; ".join(problems), status=422)
         served = self._graph(body.assistant_id)
-        if thread_id is None:
+        stateless = thread_id is None
+        if thread_id is None:  # a thread of its own, whose run is no turn of a thread
             thread_id = str(uuid.uuid4())
             self.tables.create_thread(thread_id, {"graph_id": served.assistant_id})
         thread = self.tables.get_thread(thread_id)
@@ -330,7 +336,9 @@ class Api:
             )
         turns = self._turns(thread_id)
         last = turns[-1] if turns else None
-        run_id = str(uuid.uuid4())
+        run_id = body.run_id or str(uuid.uuid4())
+        if body.run_id is not None and self.tables.get_run(body.run_id) is not None:
+            raise ApiError(f"run id {body.run_id!r} is taken; pass another or none", status=409)
         request = body.model_dump(
             mode="json", include={"input", "command", "stream_mode", "config"}
         )
@@ -358,6 +366,7 @@ class Api:
                 )
             self._check_input(served, body.input or {})
             kind, target = "start", run_id
+            request["stateless"] = stateless
         now = time.time()
         row = RunRow(
             run_id=run_id,
@@ -460,10 +469,15 @@ class Api:
                 await listener.wait()
 
     def _values(self, row: RunRow) -> Any:
-        """What ``wait``/``join`` answer: the thread's values, with the interrupt if any."""
+        """What ``wait``/``join`` answer: the run's values, with the interrupt if any."""
         thread = self._thread_row(row.thread_id)
-        turns = self._turns(row.thread_id)
-        state = self._state(thread, turns[-1] if turns else None, None)
+        store = self.graphs[row.assistant_id].app.store
+        assert store is not None
+        try:
+            record: RunRecord | None = store.get_run(row.target)
+        except RunNotFoundError:
+            record = None
+        state = self._state(thread, record, None)
         values = dict(state["values"])
         if state["interrupts"]:
             values["__interrupt__"] = state["interrupts"]

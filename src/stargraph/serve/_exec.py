@@ -276,7 +276,7 @@ class Executor:
                     request.get("input") or {},
                     mode=list(MODES),
                     run_id=row.target,
-                    thread_id=row.thread_id,
+                    thread_id=None if request.get("stateless") else row.thread_id,
                 )
         elif record is not None and record.status == "interrupted":
             asked = request.get("interrupt")

@@ -73,6 +73,12 @@ class RunBody(BaseModel):
     webhook: str | None = None
     after_seconds: float | None = None
     stream_subgraphs: bool = False
+    run_id: str | None = Field(
+        default=None,
+        min_length=1,
+        description="stargraph's own: the id of the run (and of the stargraph run a new "
+        "turn starts); default a fresh UUID.",
+    )
 
 
 def refuse_unsupported(body: RunBody) -> list[str]:

@@ -343,6 +343,16 @@ class Tables:
         )
         return [_run(r) for r in rows]
 
+    def targets(self, thread_id: str) -> list[str]:
+        """The stargraph runs the thread's API runs drive, in the order they were first
+        driven."""
+        rows = self._sql.rows(
+            "SELECT target, MIN(created_at) AS first FROM serve_runs WHERE thread_id = ? "
+            "GROUP BY target ORDER BY first",
+            (thread_id,),
+        )
+        return [r[0] for r in rows]
+
     def active_run(self, thread_id: str) -> RunRow | None:
         """The thread's run that has not ended (a thread runs one at a time), or ``None``."""
         rows = self._sql.rows(
