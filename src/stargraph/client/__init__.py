@@ -156,16 +156,21 @@ class Client:
 
     def start(
         self,
-        thread_id: str,
+        thread_id: str | None,
         assistant_id: str,
         input: Mapping[str, Any] | None = None,
         *,
         answer: Any = _NO_ANSWER,
+        run_id: str | None = None,
     ) -> dict[str, Any]:
         """Start a run in the background (``answer``: resume the interrupted thread with
-        it instead of starting a new turn); the run."""
+        it instead of starting a new turn; ``run_id``: the id of the run, by default a
+        fresh one); the run. ``thread_id=None``: a run of its own, no thread's turn."""
         body = _run_body(assistant_id, input, answer, "values")
-        made: dict[str, Any] = self._call("POST", f"/threads/{thread_id}/runs", json=body)
+        if run_id is not None:
+            body["run_id"] = run_id
+        path = "/runs" if thread_id is None else f"/threads/{thread_id}/runs"
+        made: dict[str, Any] = self._call("POST", path, json=body)
         return made
 
     def wait(

@@ -241,8 +241,14 @@ class _PostgresSql:
         self._store.close()
 
 
-def _is_duplicate(exc: BaseException) -> bool:
-    return isinstance(exc, sqlite3.IntegrityError) or type(exc).__name__ == "UniqueViolation"
+def _is_duplicate(exc: BaseException | None) -> bool:
+    """Whether ``exc`` (or what it was raised from: the PostgreSQL store wraps psycopg's
+    errors) is a primary key taken."""
+    while exc is not None:
+        if isinstance(exc, sqlite3.IntegrityError) or type(exc).__name__ == "UniqueViolation":
+            return True
+        exc = exc.__cause__
+    return False
 
 
 class Tables:
