@@ -498,7 +498,7 @@ def _serve(story: Story) -> Result:
                 run = ours.start(thread, name, input, run_id=run_id)
                 tid = run["thread_id"]
                 parts = list(client.runs.join_stream(tid, run["run_id"]))
-                ids = [int(p.id) for p in parts]
+                ids = [int(p.id or -1) for p in parts]
                 assert ids == list(range(len(ids))), f"events lost or repeated: {ids}"
                 ended = client.runs.get(tid, run["run_id"])
                 assert ended["status"] in ("success", "interrupted"), ended
