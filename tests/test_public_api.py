@@ -96,6 +96,14 @@ def test_issue46_langgraph_layer_surface() -> None:
     ]
 
 
+def test_issue50_serve_and_client_surfaces() -> None:
+    import stargraph.client
+    import stargraph.serve
+
+    assert stargraph.serve.__all__ == ["ServeSettings", "create_app"]
+    assert stargraph.client.__all__ == ["AsyncClient", "Client", "StreamEvent"]
+
+
 def test_every_exported_name_exists_and_is_documented() -> None:
     for module in (stargraph, stargraph.graph, stargraph.ir, stargraph.runtime):
         assert module.__all__ == sorted(module.__all__), module.__name__
@@ -132,6 +140,8 @@ def test_import_is_light() -> None:
 
 PUBLIC_PACKAGES = [
     "stargraph",
+    "stargraph.client",
+    "stargraph.serve",
     "stargraph.checkpoint",
     "stargraph.compile",
     "stargraph.errors",

@@ -73,7 +73,8 @@ keeps working for callers who do not know stargraph::
     │       └── CassetteError                a cassette file that is truncated, edited, foreign
     └── UsageError                           a helper used on its own refused the call
         ├── GraphvizNotFoundError (FileNotFoundError)   no ``dot`` to render a picture
-        └── StoreError (ValueError)          a document/vector store refused its input
+        ├── StoreError (ValueError)          a document/vector store refused its input
+        └── ApiError                         ``stargraph serve`` refused a request (HTTP status)
 
 ``LaneBusy`` is the old name of :class:`LaneBusyError`: it still imports, with a
 ``DeprecationWarning``.
@@ -97,6 +98,7 @@ from typing import Any, Protocol, Self, TypedDict, Unpack
 __all__ = [
     "AgentConfigError",
     "AgentQueueFullError",
+    "ApiError",
     "ArtifactNotFoundError",
     "AttemptAbandonedError",
     "CassetteError",
@@ -745,6 +747,17 @@ class GraphvizNotFoundError(UsageError, FileNotFoundError):
 class StoreError(UsageError, ValueError):
     """A document or vector store was given data it cannot take (a vector of the wrong
     length, a bad id) or an embedder it cannot use."""
+
+
+class ApiError(UsageError):
+    """``stargraph serve`` refused a request: a body that does not fit, an unknown thread,
+    assistant or run, a busy thread, a missing token. ``status`` is the HTTP status the
+    server answers with (and that :mod:`stargraph.client` read back); the message names the
+    culprit and the fix."""
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        self.status = status
+        super().__init__(message)
 
 
 # --------------------------------------------------------------------------- warnings

@@ -53,8 +53,10 @@ DRIVERS: Final[tuple[str, ...]] = (
     "replay_stream",
     "replay_versions",
     "fork_as_node",
+    "serve",
 )
-"""Every way a run is driven; ``stream_all`` asks for every mode at once."""
+"""Every way a run is driven; ``stream_all`` asks for every mode at once; ``serve`` drives
+the story over HTTP, through ``stargraph serve`` and LangGraph's own client."""
 
 REFERENCE: Final = ("memory", "invoke")
 
@@ -62,9 +64,11 @@ _NO_PATH = "a worker opens the store by its file or DSN; the memory store has ne
 _DIES = "the memory store dies with the process that is killed: nothing is left to resume"
 _NO_THREAD = "submit() queues a run, not a thread's turn: it takes no thread_id"
 _NO_JOURNAL = "no node makes a journaled call: there is no point inside a step to die at"
+_NO_DB = "stargraph serve opens its database by file or DSN; the memory store has neither"
 
 IMPOSSIBLE: Final[dict[str, str]] = {
     **{f"{f}-memory-worker": _NO_PATH for f in FEATURES},
+    **{f"{f}-memory-serve": _NO_DB for f in FEATURES},
     **{f"{f}-memory-{d}": _DIES for f in FEATURES for d in ("sigkill", "sigkill_journaled")},
     **{
         f"{f}-{s}-sigkill_journaled": _NO_JOURNAL
@@ -463,6 +467,8 @@ def run_cell(story: Story, driver: str) -> Result:
         return _replay_versions(story)
     if driver == "fork_as_node":
         return _fork(story)
+    if driver == "serve":
+        return _serve(story)
     raise AssertionError(f"unknown driver {driver!r}")
 
 
@@ -478,6 +484,41 @@ def _worker(story: Story) -> Result:
     assert outcome is not None, "the worker found no run to claim"
     assert outcome not in ("failed", "dead", "lost"), story.app().get_run(run_id)
     return replays_offline(story, story.play(Driver("invoke")))
+
+
+def _serve(story: Story) -> Result:
+    """The story over HTTP: ``stargraph serve`` (uvicorn on a loopback port) serving the
+    graph on the cell's database, driven by ``langgraph-sdk``'s client: each part a run
+    streamed in every mode, an interrupt answered with ``Command(resume=...)``."""
+    from langgraph_sdk import get_sync_client
+
+    from stargraph.client import Client
+    from tests.serve.support import InThread
+
+    backend = story.backend
+    app = story.app()
+    server = InThread([app], backend.db, schema=backend.schema, workers=1)
+    name = app.ir.name
+    try:
+        with get_sync_client(url=server.url) as client, Client(server.url) as ours:
+            thread = story.thread
+            for run_id, input in zip(story.run_ids, story.inputs(), strict=True):
+                if thread is not None:
+                    client.threads.create(thread_id=thread, if_exists="do_nothing")
+                # stargraph's client names the run (LangGraph's cannot); the SDK does the rest.
+                run = ours.start(thread, name, input, run_id=run_id)
+                tid = run["thread_id"]
+                parts = list(client.runs.join_stream(tid, run["run_id"]))
+                ids = [int(p.id or -1) for p in parts]
+                assert ids == list(range(len(ids))), f"events lost or repeated: {ids}"
+                ended = client.runs.get(tid, run["run_id"])
+                assert ended["status"] in ("success", "interrupted"), ended
+                if ended["status"] == "interrupted" and story.feature.answer is not NO_ANSWER:
+                    answer = story.feature.response(app, run_id)
+                    client.runs.wait(tid, name, command={"resume": answer})
+    finally:
+        server.close()
+    return replays_offline(story, story.result(story.app(), story.run_ids))
 
 
 FORKER: Final = "from tests.grid import forker; forker.main()"

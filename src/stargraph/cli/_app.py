@@ -3,8 +3,8 @@ every failure into one paragraph on stderr (``error: ...``) with exit status 1; 
 exit 2; ``--debug`` adds the traceback.
 
 Each command lives in the module of its subject (``_graphs``, ``_run``, ``_inspect``,
-``_replay``, ``_workers``, ``_skills``, ``_plugins``, ``_rules``, ``_proposals``, ``_ui``);
-what they print in common is in ``_output``. None of them imports this module.
+``_replay``, ``_workers``, ``_skills``, ``_plugins``, ``_rules``, ``_proposals``, ``_ui``,
+``_serve``); what they print in common is in ``_output``. None of them imports this module.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from stargraph.cli._proposals import proposals_group
 from stargraph.cli._replay import replay_command
 from stargraph.cli._rules import rules_group
 from stargraph.cli._run import resume_command, run_command
+from stargraph.cli._serve import serve_command
 from stargraph.cli._skills import skills_group
 from stargraph.cli._ui import ui_command
 from stargraph.cli._workers import fork_command, submit_command, worker_command
@@ -87,5 +88,6 @@ for _command in (
     proposals_group,
     ui_command,
     mcp_group,
+    serve_command,
 ):
     cli.add_command(_command)
