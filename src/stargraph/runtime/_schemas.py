@@ -29,7 +29,7 @@ from typing import Any, Final
 
 from pydantic import BaseModel, ValidationError
 
-from stargraph.errors import InvalidInputError, Problem
+from stargraph.errors import InvalidInputError, Problem, ReplayMissError
 
 __all__ = [
     "Private",
@@ -174,7 +174,14 @@ def fill_managed(
     step must see what the live step saw."""
 
     def seen(state: Any, ctx: Any) -> Any:
-        left = ctx.record_call(MANAGED_CALL, "remaining_steps", None, lambda: ctx.remaining_steps)
+        try:
+            left = ctx.record_call(
+                MANAGED_CALL, "remaining_steps", None, lambda: ctx.remaining_steps
+            )
+        except ReplayMissError:
+            # A node the record never ran (a new region replayed against another graph
+            # version): the value is the run's own count, nothing outside it, so it is computed.
+            left = ctx.remaining_steps
         return state.model_copy(update=dict.fromkeys(managed, left))
 
     if inspect.iscoroutinefunction(inspect.unwrap(fn)):
