@@ -16,10 +16,10 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any, Final, TypeVar
+from typing import Any, ClassVar, Final, TypeVar
 from urllib.parse import urlencode
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, ValidationError
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.middleware import Middleware
@@ -29,7 +29,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from stargraph._typed import validate_raw
+from stargraph._typed import TypedModel, validate_raw
 from stargraph.checkpoint import RunRecord
 from stargraph.checkpoint._records import ENDED_STATUSES
 from stargraph.errors import ApiError, InvalidInputError, RunNotFoundError, StargraphError
@@ -48,7 +48,7 @@ _OPEN_PATHS: Final = frozenset({"/ok"})
 _EVERY: Final = ("values", "updates", "messages", "custom")
 
 
-class ServeSettings(BaseModel):
+class ServeSettings(TypedModel):
     """How ``stargraph serve`` listens and whom it lets in.
 
     ``token``: every request must carry ``Authorization: Bearer <token>`` (or
@@ -56,7 +56,8 @@ class ServeSettings(BaseModel):
     ``host`` is not a loopback address. ``cors_origins``: origins a browser may call from
     (none by default). ``max_body``: the largest request body accepted, in bytes."""
 
-    model_config = {"frozen": True}
+    model_config = ConfigDict(frozen=True, defer_build=True)
+    typed_error: ClassVar[type[StargraphError]] = InvalidInputError
 
     host: str = "127.0.0.1"
     token: str | None = None
