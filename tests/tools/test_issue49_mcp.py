@@ -230,6 +230,7 @@ def test_issue49_a_crashed_server_is_restarted_once_then_a_typed_error(
         deadline = time.monotonic() + 30
         while _alive(pid) and time.monotonic() < deadline:
             time.sleep(0.01)
+        assert not _alive(pid), f"the MCP server {pid} outlived SIGKILL for 30 s"
 
     with _arbiter(workspace, server) as arbiter:
         assert echo(arbiter).summary == "Echo: x"
