@@ -8,6 +8,10 @@ STAMP_BASE := $(VENV)/.installed-base
 STAMP_DEV := $(VENV)/.installed-dev
 STAMP_BENCH := $(VENV)/.installed-bench
 STAMP_DOCS := $(VENV)/.installed-docs
+# The dev extras embed with a real MiniLM through sentence-transformers, which needs torch: a
+# CPU build, installed first, or pip would take a CUDA build of several GB. Override TORCH
+# where the CPU build comes from elsewhere (for example a local wheel path).
+TORCH ?= torch==2.13.0
 
 .PHONY: demo test check lint typecheck pytest pytest-fast coverage llama-background bench budgets chaos docs clean
 
@@ -20,6 +24,7 @@ $(STAMP_BASE): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(STAMP_DEV): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q '$(TORCH)'
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $@
 
@@ -28,6 +33,7 @@ $(STAMP_DOCS): pyproject.toml | $(BIN)/python
 	touch $@
 
 $(STAMP_BENCH): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install -q '$(TORCH)'
 	$(BIN)/python -m pip install -q -e '.[dev,bench]'
 	touch $@
 

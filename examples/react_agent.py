@@ -36,7 +36,7 @@ from stargraph.graph import Graph
 from stargraph.llm import OpenAIChatModel, RequestOptions
 from stargraph.skills.react import ReactState, react_graph
 from stargraph.testing import RecordedRequest, Reply, ScriptedOpenAIServer
-from stargraph.tools import Arbiter, ToolRegistry, builtin_tools, llm_name_for, tool
+from stargraph.tools import Arbiter, ToolRegistry, builtin_tools, tool
 
 CALC = "demo.calc@1.0.0"
 FS_READ = "choir.fs.read@1.0.0"
@@ -111,20 +111,21 @@ def scripted_model(page_url: str) -> Callable[[RecordedRequest], Reply]:
         answers = [m["content"] for m in request.messages if m["role"] == "tool"]
         if not answers:
             return Reply.tool_calls(
-                [(llm_name_for(FS_READ), {"path": "order.txt"})],
+                # The short names the model is offered: read, fetch, calc.
+                [("read", {"path": "order.txt"})],
                 content="First I read the order.",
             )
         if len(answers) == 1:
             return Reply.tool_calls(
-                [(llm_name_for(HTTP_FETCH), {"url": page_url})],
+                [("fetch", {"url": page_url})],
                 content="Now the price list.",
             )
         if len(answers) == 2:
             return Reply.tool_calls(
-                [(llm_name_for(CALC), {"expression": "3 * 4.5 + 2 * 1.25"})],
+                [("calc", {"expression": "3 * 4.5 + 2 * 1.25"})],
                 content="3 widgets at 4.50 and 2 gizmos at 1.25.",
             )
-        total = answers[-1].split('"payload":')[1].rstrip("}")
+        total = answers[-1]  # the tool's payload itself: the calculator's number
         return Reply.text(f"The order costs {float(total):.2f} EUR.")
 
     return reply

@@ -34,7 +34,7 @@ REGENERATE = "python tests/golden/make_golden.py"
 # ----------------------------------------------------------------------------- (a) ReAct
 
 ADD_ID = "golden.add@1.0.0"
-ADD_NAME = "golden__add__v1_0_0"
+ADD_NAME = "add"  # the short name the model is offered for golden.add@1.0.0
 REACT_TASK = {"task": "add 2 and 3, then 4, then 5"}
 REACT_SCRIPT = (
     Reply.tool_calls([(ADD_NAME, {"a": 2, "b": 3})]),

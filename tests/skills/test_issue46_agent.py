@@ -201,7 +201,9 @@ def test_issue46_response_format_validates_the_answer(tmp_path: Path) -> None:
     )
     assert final.structured_response == {"city": "Paris", "sunny": True}
     assert final.error_count == 1
-    assert "JSON Schema" in (model.requests[0].messages[0].content or "")
+    system = model.requests[0].messages[0].content or ""
+    assert "the fields city (string), sunny (true or false)" in system
+    assert "properties" not in system
 
 
 def test_issue46_two_tools_with_one_plain_name_are_refused() -> None:
@@ -257,8 +259,9 @@ def test_issue46_agent_takes_a_state_subclass(tmp_path: Path) -> None:
     assert (final.topic, final.messages[-1].content) == ("t", "ok")
 
 
-def test_issue46_react_graph_still_offers_canonical_names() -> None:
-    # The plain names are the agent's own map: the ReAct loop's tools are unchanged.
+def test_issue46_react_graph_keeps_no_name_map_in_its_config() -> None:
+    # The plain names are the agent's own map; the ReAct loop derives its short names from
+    # the allowlist alone, so its config (and hash) is unchanged by them.
     config = _think_config(react_graph(tools=["demo.calc@1.0.0"]))
     assert "tool_names" not in config
 

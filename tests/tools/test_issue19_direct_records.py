@@ -92,13 +92,13 @@ def test_issue19_journal_value_is_the_json_dump() -> None:
 def test_issue19_tool_message_content_is_the_validated_results(lane: str) -> None:
     for result in _results():
         value = {"result": result.model_dump(mode="json")}
-        validated = ToolResult.model_validate(value["result"]).to_tool_message(lane)["content"]
+        validated = ToolResult.model_validate(value["result"]).model_text(lane)
         assert tool_message_content({"lane": lane}, value) == validated
 
 
 def test_issue19_tool_message_content_of_an_odd_record_goes_through_validation() -> None:
     value = {"result": {"tool": "t", "status": "success", "summary": "s", "prompt_mask": 1}}
-    validated = ToolResult.model_validate(value["result"]).to_tool_message("core")["content"]
+    validated = ToolResult.model_validate(value["result"]).model_text("core")
     assert tool_message_content({"lane": "core"}, value) == validated
     assert tool_message_content({"lane": "core"}, {"result": {"status": "odd"}}) is None
 

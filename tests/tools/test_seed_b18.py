@@ -45,7 +45,6 @@ from stargraph.tools import (
     ToolResult,
     failure_of,
     host_tool,
-    llm_name_for,
     load_manifest,
     tool,
 )
@@ -228,7 +227,9 @@ def test_B18_web_search_and_browse_in_a_react_run(
     arbiter: Arbiter, services: LocalServices
 ) -> None:
     """A ReAct run against the scripted server: search, open the first hit, answer from it."""
-    search, browse = llm_name_for("choir.web.search@1.0.0"), llm_name_for("choir.web.browse@1.0.0")
+    # The model is offered each tool under its short name, and reads each result as the
+    # tool's payload.
+    search, browse = "search", "browse"
 
     def script(request: RecordedRequest) -> Reply:
         tools = [m for m in request.messages if m["role"] == "tool"]
@@ -238,9 +239,9 @@ def test_B18_web_search_and_browse_in_a_react_run(
             return Reply.tool_calls([(search, {"q": "capital of Japan", "count": 1})])
         last = json.loads(tools[-1]["content"])
         if len(tools) == 1:
-            url = last["payload"]["results"][0]["url"]
+            url = last["results"][0]["url"]
             return Reply.tool_calls([(browse, {"url": url, "tab": "research"})])
-        return Reply.text(last["payload"]["text"].splitlines()[-1])
+        return Reply.text(last["text"].splitlines()[-1])
 
     with (
         ScriptedOpenAIServer(script) as server,

@@ -10,6 +10,7 @@ what                        OpenAI    vLLM      llama.cpp               Ollama
 missing ``tool_choice``     auto      auto      **no tools offered**    auto
 ``tool_choice`` values      all       all       auto, none, named       auto
 schema in ``response_format``  json_schema  json_schema  json_object + schema  json_schema
+schema and tools together   yes       yes       no (sent without schema)  yes
 usage in streams            yes       yes       never sent              yes
 re-send a timed-out call    yes       yes       no (one slot, still busy)   yes
 ==========================  ========  ========  ======================  ========
@@ -74,6 +75,10 @@ class EndpointProfile(TypedModel):
     """The ``tool_choice`` values the server honours (``function`` = a named function)."""
     structured_output: StructuredOutput = "json_schema"
     """How a :class:`~stargraph.llm.ResponseFormat` with a schema is sent."""
+    schema_with_tools: bool = True
+    """Whether a reply held to a schema (``response_format``) may still be a tool call.
+    Where it may not (a grammar over the whole reply, as llama.cpp builds one), a request
+    offering tools is sent without the schema, and the caller's instruction stands alone."""
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     """The body field that carries ``max_tokens`` (OpenAI's newer models take only
     ``max_completion_tokens``)."""
@@ -124,8 +129,12 @@ class EndpointProfile(TypedModel):
             self._check_tool_choice(request.tool_choice)
         if request.max_tokens is not None and "max_tokens" not in explicit:
             body[self.max_tokens_field] = body.pop("max_tokens")
-        if request.response_format is not None and "response_format" not in explicit:
-            body["response_format"] = request.response_format.to_openai(self.structured_output)
+        shape = request.response_format
+        if shape is not None and "response_format" not in explicit:
+            if request.tools and shape.type == "json_schema" and not self.schema_with_tools:
+                body.pop("response_format", None)
+            else:
+                body["response_format"] = shape.to_openai(self.structured_output)
         return body
 
     def _check_tool_choice(self, choice: str | dict[str, Any]) -> None:
@@ -154,6 +163,7 @@ LLAMA_CPP: Final = EndpointProfile.model_construct(
     default_tool_choice="auto",
     tool_choices=("auto", "none", "function"),
     structured_output="json_object_schema",
+    schema_with_tools=False,
     stream_usage=False,
     stream_tools=False,
     retry_timeouts=False,
@@ -164,7 +174,7 @@ OLLAMA: Final = EndpointProfile.model_construct(
 )
 """Ollama's ``/v1`` endpoint (it ignores ``tool_choice``: tools are always offered)."""
 GENERIC: Final = EndpointProfile.model_construct(
-    name="generic", null_content=False, default_tool_choice="auto"
+    name="generic", null_content=False, default_tool_choice="auto", schema_with_tools=False
 )
 """An unknown server: the choices every server above accepts."""
 

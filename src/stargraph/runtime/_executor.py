@@ -421,24 +421,49 @@ class CompiledGraph(Generic[StateT]):
             pass
         return self._state(driver.run)
 
+    @overload
     def replay_stream(
         self,
         source: str | Recording,
         *,
         until_step: int | None = None,
         stub: StubOption | None = None,
-    ) -> Generator[Event, None, None]:
-        """:meth:`replay`, yielding the replayed run's events (identical to the live ones)."""
-        buffer: list[Event] = []
-        driver = self._replay_driver(source, until_step, stub, buffer.append)
+        mode: Literal["events"] = "events",
+    ) -> Generator[Event, None, None]: ...
+
+    @overload
+    def replay_stream(
+        self,
+        source: str | Recording,
+        *,
+        until_step: int | None = None,
+        stub: StubOption | None = None,
+        mode: StreamMode | Sequence[StreamMode],
+    ) -> Generator[Any, None, None]: ...
+
+    def replay_stream(
+        self,
+        source: str | Recording,
+        *,
+        until_step: int | None = None,
+        stub: StubOption | None = None,
+        mode: StreamMode | Sequence[StreamMode] = "events",
+    ) -> Generator[Any, None, None]:
+        """:meth:`replay`, yielding what the replayed run makes in the modes of
+        :meth:`stream` (``events`` by default, identical to the live ones; ``updates``,
+        ``values``, ``custom``, ``messages``; several as ``(mode, item)`` pairs)."""
+        modes = stream_modes(mode)
+        feed = Feed(modes)
+        driver = self._replay_driver(source, until_step, stub, self.steploop.feeder(feed))
+        driver.run.feed = feed
+        items = self.steploop.items
         try:
             for _ in driver.steps_run():
-                yield from buffer
-                buffer.clear()
+                yield from items(feed, modes)
         except StargraphError:
-            yield from buffer
+            yield from items(feed, modes)
             raise
-        yield from buffer
+        yield from items(feed, modes)
 
     def replay_plan(
         self,

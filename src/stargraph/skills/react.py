@@ -68,12 +68,14 @@ anything runs (logged, in the commit log, under the canonical tool id).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import operator
 import re
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, TypeVar, cast
 
 import orjson
@@ -102,6 +104,7 @@ from stargraph.llm import (
     ChatRequest,
     ChatResponse,
     RequestOptions,
+    ResponseFormat,
     Usage,
 )
 from stargraph.llm import ToolCall as LlmToolCall
@@ -117,6 +120,7 @@ from stargraph.skills._services import (
     is_tool_dispatcher,
     require_service,
 )
+from stargraph.tools._names import short_names
 from stargraph.tools._recorded import JournaledArbiter
 from stargraph.tools._result import ToolResult, built
 
@@ -385,19 +389,29 @@ def react_graph(
     ``services={"model": <ChatModel>, "arbiter": <Arbiter>}``.
 
     ``tools`` is the allowlist (tool ids, names or ``ns.*``), both what the model is offered
-    and what the arbiter lets through. ``model=None`` uses the chat model's own default.
+    and what the arbiter lets through. The model is offered them in the order given (each
+    once; a wildcard's tools at its place, in id order), each under a short name it can
+    read: the last segment of the tool's name (``calc`` for ``demo.calc@1.0.0``), or, when
+    two tools share it, the shortest tail of each name no other tool has (``a_fs_read``,
+    ``b_fs_read``); a tool only a wildcard covers keeps its reversible function name. The
+    model's call maps back to the tool: records, the commit log and the journal hold the
+    canonical id. A tool result reaches the model as the tool's payload (text as it is,
+    anything else as compact JSON) or ``Error: ...``; its status, summary and artifact ref
+    stay in :attr:`ReactState.tool_calls`. ``model=None`` uses the chat model's own default.
     ``max_steps`` bounds the model calls, ``error_budget`` the failed tool calls, refusals
     and rejected answers. With ``output_model`` the final answer must be a JSON object that
-    validates against it (the schema is added to the system prompt); it lands in
+    validates against it (the system prompt names its fields and their types, never the
+    raw schema, and the request asks the endpoint for it as ``response_format``, which the
+    endpoint profile sends as that server takes it or, where a reply held to a schema
+    could not call a tool, leaves out); it lands in
     ``final_output`` as an ``output_model`` instance (the graph's state is
     :func:`react_state` of it) and, as canonical JSON, in ``final_answer``. A parent graph
     mounting the loop receives that instance in its ``final_output`` channel: declare the
     channel as the model, or as :class:`ReactOutput`'s field, which holds it as JSON data.
 
     ``request`` fixes request fields of every model call (``tool_choice``, ``max_tokens``,
-    ``response_format``, ``extra``); like everything else here it is part of the graph hash.
-    To have the endpoint enforce the output model, pass
-    ``request=RequestOptions(response_format=ResponseFormat.for_schema(output_model))``.
+    ``response_format``, ``extra``: ``{"seed": 7}`` ...); like everything else here it is
+    part of the graph hash. A ``response_format`` given there replaces the output model's.
 
     Only rules end the loop, after ``observe``; the edges always go on to ``think``. The
     budgets (:func:`termination_pack`) are always mounted. ``rules`` are the packs that end
@@ -422,7 +436,9 @@ def react_graph(
     ['think']
     """
     problems: list[Problem] = []
-    allowed = sorted(set(tools)) if not isinstance(tools, str) else []
+    # The user's order, de-duplicated: the order decides how (and whether) a small model
+    # calls the tools at all.
+    allowed = list(dict.fromkeys(tools)) if not isinstance(tools, str) else []
     if isinstance(tools, str) or not all(isinstance(t, str) and t for t in tools):
         problems.append(
             Problem("/tools", f"expected a list of tool ids, got {tools!r}", "pass ['ns.x@1.0.0']")
@@ -490,6 +506,8 @@ def react_graph(
         config["system_prompt"] = system_prompt
     if temperature is not None:
         config["temperature"] = temperature
+    if output_model is not None and (request is None or isinstance(request, RequestOptions)):
+        request = _with_schema(request, output_model)
     if isinstance(request, RequestOptions):
         # Only what differs from the defaults: a graph without options hashes as before.
         options = request.model_dump(mode="json", exclude_defaults=True)
@@ -549,6 +567,17 @@ def react_graph(
         .with_edge("act", "observe")
         .with_conditional_edges("observe", after_observe, {"think": "think", END: END})
     )
+
+
+def _with_schema(request: RequestOptions | None, output_model: type[BaseModel]) -> RequestOptions:
+    """``request`` asking the endpoint for the output model's shape (unless it names a
+    ``response_format`` of its own): the endpoint profile sends the schema the way that
+    server takes it, or leaves it out where it cannot hold a reply that may be a tool call."""
+    request = request if request is not None else RequestOptions()
+    if request.response_format is not None:
+        return request
+    shape = ResponseFormat.for_schema(output_model)
+    return request.model_copy(update={"response_format": shape})
 
 
 def react_skill(
@@ -611,15 +640,17 @@ def _service(ctx: RunContext, key: str, check: Callable[[Any], bool], what: str)
     return require_service(ctx, key, check, what, who="ReAct node")
 
 
-# Offered tools per arbiter and allowlist: llm_view() deep-copies each schema, and the
-# registry behind an arbiter is frozen, so the list is computed once.
+# Offered tools per arbiter and allowlist: llm_view() deep-copies each schema, and
+# the registry behind an arbiter is frozen, so the list is computed once.
 _OFFERED: weakref.WeakKeyDictionary[Arbiter, dict[tuple[str, ...], tuple[dict[str, Any], ...]]]
 _OFFERED = weakref.WeakKeyDictionary()
 
 
-def _offered_tools(ctx: RunContext, arbiter: Arbiter, allowed: tuple[str, ...]) -> Any:
+def _offered_tools(
+    ctx: RunContext, arbiter: Arbiter, allowed: tuple[str, ...], names: Mapping[str, str]
+) -> Any:
     per_arbiter = _OFFERED.setdefault(getattr(arbiter, "arbiter", arbiter), {})
-    offered = per_arbiter.get(allowed)
+    offered = per_arbiter.get(allowed)  # the names are a function of the allowlist
     if offered is None:
         registry = arbiter.registry
         missing = [t for t in allowed if not t.endswith(".*") and t not in registry]
@@ -630,8 +661,43 @@ def _offered_tools(ctx: RunContext, arbiter: Arbiter, allowed: tuple[str, ...]) 
                 "allowlist",
                 **ctx.where(),
             )
-        offered = per_arbiter[allowed] = tuple(registry.llm_tools(allowed))
+        offered = per_arbiter[allowed] = _tool_views(registry, allowed, names)
     return offered
+
+
+@functools.lru_cache(maxsize=256)
+def _names(allowed: tuple[str, ...]) -> Mapping[str, str]:
+    """The names the model reads and calls (short name -> allowlist entry): a function of
+    the allowlist alone, which is in the graph hash, so a replay without a registry maps a
+    call back exactly as the live run did."""
+    return MappingProxyType(short_names(allowed))
+
+
+def _tool_views(
+    registry: Any, allowed: tuple[str, ...], names: Mapping[str, str]
+) -> tuple[dict[str, Any], ...]:
+    """The tools of ``allowed`` as the model sees them: in the allowlist's order (a
+    wildcard's tools at its place, in id order), each once, under its short name (a tool a
+    wildcard alone covers: under its reversible function name)."""
+    from stargraph.tools._registry import matches_allowlist  # with the arbiter, not react
+
+    short = {registry.resolve(entry).spec.id: name for name, entry in names.items()}
+    views: dict[str, dict[str, Any]] = {}
+    for entry in allowed:
+        if entry.endswith(".*"):
+            tools = [t for t in registry if matches_allowlist(t.spec.id, (entry,))]
+        else:
+            tools = [registry.resolve(entry)]
+        for one in tools:
+            spec = one.spec
+            if spec.id in views:
+                continue
+            view = spec.llm_view()
+            name = short.get(spec.id)
+            if name is not None:
+                view = {**view, "function": {**view["function"], "name": name}}
+            views[spec.id] = view
+    return tuple(views.values())
 
 
 _M = TypeVar("_M", bound=BaseModel)
@@ -659,11 +725,62 @@ def _system_prompt(config: Mapping[str, Any]) -> str | None:
     schema = config.get("output_schema")
     if schema is None:
         return prompt if isinstance(prompt, str) else None
+    # Field names and types, never the JSON Schema itself: small models copy a pasted
+    # schema back instead of filling it in.
     rule = (
         "When you give your final answer (without calling a tool), reply with only a JSON "
-        "object matching this JSON Schema:\n" + orjson.dumps(schema).decode()
+        f"object with {_fields_text(schema)}."
     )
     return f"{prompt}\n\n{rule}" if prompt else rule
+
+
+def _fields_text(schema: Mapping[str, Any]) -> str:
+    """``the fields total (number), note (string, optional)``: what an answer must hold, in
+    words a model reads."""
+    defs = schema.get("$defs") or {}
+    properties = schema.get("properties") or {}
+    required = set(schema.get("required") or ())
+    if not properties:
+        return "any fields"
+    words = [
+        f"{name} ({_type_text(prop, defs)}{'' if name in required else ', optional'})"
+        for name, prop in properties.items()
+    ]
+    return ("the field " if len(words) == 1 else "the fields ") + ", ".join(words)
+
+
+_TYPE_WORDS: Final = {
+    "string": "string",
+    "integer": "integer",
+    "number": "number",
+    "boolean": "true or false",
+    "null": "null",
+}
+
+
+def _type_text(prop: Mapping[str, Any], defs: Mapping[str, Any], depth: int = 0) -> str:
+    ref = prop.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/") and depth < 3:
+        prop = defs.get(ref.removeprefix("#/$defs/"), {})
+    if "enum" in prop:
+        return "one of " + ", ".join(orjson.dumps(v).decode() for v in prop["enum"])
+    if "const" in prop:
+        return orjson.dumps(prop["const"]).decode()
+    options = prop.get("anyOf") or prop.get("oneOf")
+    if options:
+        return " or ".join(_type_text(o, defs, depth + 1) for o in options)
+    kind = prop.get("type")
+    if kind == "array":
+        return "list of " + _type_text(prop.get("items") or {}, defs, depth + 1)
+    if kind == "object":
+        inner = prop.get("properties")
+        if inner and depth < 3:
+            fields = (f"{n}: {_type_text(p, defs, depth + 1)}" for n, p in inner.items())
+            return "object {" + ", ".join(fields) + "}"
+        return "object"
+    if isinstance(kind, list):
+        return " or ".join(_TYPE_WORDS.get(k, str(k)) for k in kind)
+    return _TYPE_WORDS.get(kind, "any value") if isinstance(kind, str) else "any value"
 
 
 def _read_reply(response: ChatResponse) -> tuple[str, list[str]] | None:
@@ -709,10 +826,10 @@ def _check_answer(config: Mapping[str, Any], text: str) -> tuple[Any, str | None
             f"{'.'.join(str(p) for p in err['loc']) or '<answer>'}: {err['msg']}"
             for err in exc.errors(include_url=False)[:10]
         )
-        schema = orjson.dumps(config.get("output_schema")).decode()
+        fields = _fields_text(config.get("output_schema") or {})
         return None, (
-            f"Your final answer does not match the required output schema ({problems}). "
-            f"Reply again with only a JSON object matching: {schema}"
+            f"Your final answer is not the JSON object asked for ({problems}). "
+            f"Reply again with only a JSON object with {fields}."
         )
 
 
@@ -817,7 +934,8 @@ def think(state: ReactState, ctx: RunContext) -> dict[str, Any]:
     # The other fields are validated once per node configuration (_head); the messages are
     # set unvalidated: they are ChatMessage objects already (the trajectory's), and checking
     # each of them again would cost every step time in proportion to the whole conversation.
-    head = _head(config, _offered_tools(ctx, arbiter, tuple(config["tools"])), conversation)
+    allowed = tuple(config["tools"])
+    head = _head(config, _offered_tools(ctx, arbiter, allowed, _names(allowed)), conversation)
     values = dict(zip(_REQUEST_FIELDS, _REQUEST_VALUES(head), strict=True))
     values["messages"] = messages
     request = built(ChatRequest, values, head.model_fields_set)
@@ -913,7 +1031,13 @@ def after_observe(state: ReactState) -> str:
     return "think"
 
 
-def _dispatch(arbiter: Arbiter, call: Any, allowed: tuple[str, ...], node: str) -> ToolResult:
+def _dispatch(
+    arbiter: Arbiter,
+    call: Any,
+    allowed: tuple[str, ...],
+    node: str,
+    names: Mapping[str, str],
+) -> ToolResult:
     # The arbiter's module is imported here, at the first tool call, not with the skill: an
     # agent's arbiter was built (and imported) by then, and importing react stays light.
     from stargraph.tools._arbiter import ToolCall
@@ -921,6 +1045,11 @@ def _dispatch(arbiter: Arbiter, call: Any, allowed: tuple[str, ...], node: str) 
     # strict=False: arguments that are no JSON object reach the arbiter, which refuses the
     # call like any invalid one - logged, committed, named by the canonical tool id.
     tool_call = ToolCall.from_openai(call, lane=_LANE, node=node, allowed=allowed, strict=False)
+    entry = names.get(tool_call.tool)
+    if entry is not None:
+        # The short name the model was offered stands for this allowlist entry: the arbiter,
+        # its commit log and the journal see the tool's own id or name, never the alias.
+        tool_call = tool_call.model_copy(update={"tool": entry})
     try:
         return arbiter.dispatch(tool_call)
     except ToolError as exc:
@@ -954,6 +1083,7 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
         return None
     arbiter = _act_arbiter(ctx)
     allowed = tuple(ctx.config["tools"])
+    names = _names(allowed)
     records: list[ToolCallRecord] = []
     answers: list[ChatMessage] = []
     failed = 0
@@ -963,12 +1093,12 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
     finishing: str | None = None
     for call in reply.message.tool_calls:
         # No _once around the dispatch: the journaled arbiter records each call itself.
-        result = _dispatch(arbiter, call, allowed, node)
+        result = _dispatch(arbiter, call, allowed, node, names)
         status = result.status
         if status != "success":
             failed += 1
-        wire = result.to_tool_message(_LANE)
-        answers.append(ChatMessage.tool(call.id, wire["content"], name=call.name))
+        # The model reads the tool's payload; the envelope stays in the record below.
+        answers.append(ChatMessage.tool(call.id, result.model_text(_LANE), name=call.name))
         error = result.error
         payload = result.payload
         record = {

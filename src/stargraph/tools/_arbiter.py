@@ -2,8 +2,9 @@
 
 ``Arbiter.dispatch(call)`` runs, in this order and nowhere else:
 
-1. resolve the tool and **validate** the arguments (strict JSON Schema semantics);
-2. check the calling node/state's **allowlist**;
+1. resolve the tool and check the calling node/state's **allowlist** (before the
+   arguments: a forbidden tool is refused as forbidden, whatever it was sent);
+2. **validate** the arguments (strict JSON Schema semantics);
 3. confine **workspace paths** (arguments used in ``file:{...}`` locks) to the root;
 4. ask the ``authorize_action`` **policy hooks** (any ``False`` denies, fail-closed on error);
 5. **acquire** the whole lockset, all or nothing;
@@ -519,6 +520,9 @@ class Arbiter:
         spec = tool.spec
         spec_id = spec.id
         try:
+            # The allowlist first: a tool the caller may not use is refused as such whatever
+            # its arguments, so the model is not told to fix arguments of a forbidden tool.
+            self._check_allowlist(call, spec)
             if call.raw_arguments is not None:
                 # Text that is no JSON object (from_openai(strict=False)): refused here, after
                 # the tool is known, so the refusal is logged and committed under its id.
@@ -547,7 +551,6 @@ class Arbiter:
             normalised = call.model_copy(update={"tool": spec_id, "args": args.json})
         plan = self._plan(tool)
         try:
-            self._check_allowlist(normalised, spec)
             lock_values = self._confine_paths(spec, plan.path_args, args.json)
             if self.policies or not self.default_allow:  # else: nothing to ask, allowed
                 self._check_policies(normalised, spec)

@@ -75,7 +75,7 @@ def _unpack(value: Any, call: _Call) -> ToolResult:
 
 def tool_message_content(request: Any, value: Any) -> str | None:
     """The ``content`` of the ``tool`` message that answers a recorded tool call, as the
-    ReAct loop words it (``ToolResult.to_tool_message`` for the call's lane, a failure as
+    ReAct loop words it (``ToolResult.model_text`` for the call's lane, a failure as
     ``ToolResult.from_error``), from the call's recorded ``request`` and ``value``; ``None``
     for a record that is not a tool call's.
 
@@ -96,8 +96,7 @@ def tool_message_content(request: Any, value: Any) -> str | None:
             result = ToolResult.from_error(error)
     except (KeyError, ValueError, ToolError):  # ToolError: the stored result is malformed
         return None
-    content = result.to_tool_message(lane)["content"]
-    return content if isinstance(content, str) else None
+    return result.model_text(lane)
 
 
 class JournaledArbiter:

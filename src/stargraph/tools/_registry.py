@@ -162,24 +162,27 @@ class ToolRegistry:
         Raises :class:`ToolArgumentError` (code ``unknown_tool``) naming the tool and the
         closest registered names.
         """
-        name, _, version = ref.partition("@")
-        entry = self._by_name.get(name)
-        if entry is not None and (not version or entry.tool.spec.version == version):
-            return entry.tool
+        asked = ref
         by_llm = self._by_llm_name.get(ref)
         if by_llm is not None:
             return by_llm
         converted = tool_id_from_llm_name(ref)
-        if converted is not None and converted != ref:
-            return self.resolve(converted, node=node)
+        if converted is not None:
+            ref = converted
+        name, _, version = ref.partition("@")
+        entry = self._by_name.get(name)
+        if entry is not None and (not version or entry.tool.spec.version == version):
+            return entry.tool
         if entry is not None:
             reason = f"version {version!r} is not loaded (loaded: {entry.tool.spec.id})"
         else:
             close = difflib.get_close_matches(name, list(self._by_name), n=3)
             reason = "no such tool" + (f"; did you mean {close}?" if close else "")
         hint = "call one of the tools offered in this step"
-        message = f"unknown tool {ref!r}: {reason} (fix: {hint})"
-        failure = ToolFailure(code="unknown_tool", tool=ref, message=message, hint=hint)
+        # Named as asked, not as converted: the run state and the commit log record the
+        # name the caller used, so an unknown tool reads the same everywhere.
+        message = f"unknown tool {asked!r}: {reason} (fix: {hint})"
+        failure = ToolFailure(code="unknown_tool", tool=asked, message=message, hint=hint)
         raise ToolArgumentError(message, node=node, failure=failure)
 
     def __contains__(self, ref: object) -> bool:

@@ -206,6 +206,34 @@ class ToolResult(TypedModel):
             view["payload"] = self.payload
         return view
 
+    def model_text(self, lane: str) -> str:
+        """What a model reads of this result in its tool message: the tool's payload itself
+        (text as it is, anything else as compact JSON; the summary when the payload is only
+        stored by reference), or ``Error: ...`` with the reason and the fix.
+
+        The envelope (status, summary, artifact ref) stays in the record, not in the prompt:
+        small models copy such blobs into their replies. A result ``lane`` may not see, or a
+        masked one, is the restricted JSON view of :meth:`to_tool_message`.
+
+            >>> r = ToolResult(tool="t.x@1.0.0", status="success", summary="{}", payload={"a": 1})
+            >>> r.model_text("core")
+            '{"a":1}'
+        """
+        failure = self.error
+        if failure is not None:
+            message = failure.message
+            hint = failure.hint
+            return f"Error: {message}" + (f" (fix: {hint})" if hint and hint not in message else "")
+        if not self.visible_to(lane) or self.prompt_mask:
+            content: str = self.to_tool_message(lane)["content"]
+            return content
+        payload = self.payload
+        if payload is None:
+            return self.summary
+        if isinstance(payload, str):
+            return payload
+        return orjson.dumps(payload).decode()
+
     def to_tool_message(self, lane: str) -> dict[str, Any]:
         """An OpenAI ``{"role": "tool", ...}`` message for ``lane``.
 

@@ -305,6 +305,10 @@ class Workspace:
                 if stat.S_ISLNK(kind):
                     hops = self._follow(walk, part, pending, hops)
                     continue
+                if stat.S_ISDIR(kind):  # a directory since the open: look again
+                    hops = _hop(hops)
+                    pending.append(part)
+                    continue
                 walk.missing, walk.error = [part, *pending[::-1]], exc
                 return
             walk.fds.append(fd)

@@ -18,7 +18,7 @@ from stargraph.nodes import SubgraphNode
 from stargraph.skills.markdown import MarkdownSkill, WorkflowOutput, parse_skill_md
 from stargraph.skills.react import ReactOutput
 from stargraph.testing import RecordedRequest, Reply, ScriptedOpenAIServer
-from stargraph.tools import Arbiter, ToolRegistry, builtin_tools, llm_name_for
+from stargraph.tools import Arbiter, ToolRegistry, builtin_tools
 
 ARCHIVE = """\
 ---
@@ -141,7 +141,7 @@ def test_D3_agent_skill_mounts_react_against_the_scripted_server(arbiter: Arbite
     assert skill.kind == "agent"
     assert skill.state_schema is ReactOutput
     assert sorted(n.id for n in skill.subgraph.nodes) == ["act", "observe", "think"]  # type: ignore[union-attr]
-    read = llm_name_for("choir.fs.read@1.0.0")
+    read = "read"  # the name the model is offered for choir.fs.read@1.0.0
 
     def script(request: RecordedRequest) -> Reply:
         if not [m for m in request.messages if m["role"] == "tool"]:

@@ -135,9 +135,15 @@ def tool_messages(request: RecordedRequest) -> list[dict[str, Any]]:
     return [m for m in request.messages if m["role"] == "tool"]
 
 
-def last_tool_content(request: RecordedRequest) -> dict[str, Any]:
-    content: dict[str, Any] = json.loads(tool_messages(request)[-1]["content"])
+def last_tool_content(request: RecordedRequest) -> str:
+    """What the model read of the last tool result: the tool's payload as text."""
+    content: str = tool_messages(request)[-1]["content"]
     return content
+
+
+def short(tool_id: str) -> str:
+    """The name the model is offered for ``tool_id`` (no two allowed tools share it)."""
+    return tool_id.partition("@")[0].rsplit(".", 1)[-1]
 
 
 def name(tool_id: str) -> str:
@@ -161,17 +167,18 @@ def test_three_tool_run_ends_with_the_right_final_answer(
         turn = len(tool_messages(request))
         assert request.body is not None
         if turn == 0:
-            assert {t["function"]["name"] for t in request.body["tools"]} == {
-                name(t) for t in ALLOWED
-            }
-            return Reply.tool_calls([(name(CALC), {"a": 6, "b": 7, "op": "mul"})])
+            # The user's order, under names a model reads.
+            assert [t["function"]["name"] for t in request.body["tools"]] == [
+                short(t) for t in ALLOWED
+            ]
+            return Reply.tool_calls([(short(CALC), {"a": 6, "b": 7, "op": "mul"})])
         if turn == 1:
-            seen["product"] = last_tool_content(request)["payload"]
-            return Reply.tool_calls([(name(FS_READ), {"path": "notes.txt"})])
+            seen["product"] = json.loads(last_tool_content(request))
+            return Reply.tool_calls([(short(FS_READ), {"path": "notes.txt"})])
         if turn == 2:
-            seen["notes"] = last_tool_content(request)["payload"]
-            return Reply.tool_calls([(name(HTTP_FETCH), {"url": page_url})])
-        seen["page"] = last_tool_content(request)["payload"]["body"]
+            seen["notes"] = last_tool_content(request)
+            return Reply.tool_calls([(short(HTTP_FETCH), {"url": page_url})])
+        seen["page"] = json.loads(last_tool_content(request))["body"]
         number = seen["notes"].split()[-1]
         city = seen["page"].split("is ")[1].split(".")[0]
         return Reply.text(f"{seen['product']}, {number}, {city}")
@@ -229,7 +236,9 @@ def test_parallel_tool_calls_all_run_and_their_ids_round_trip(
     assert [m["tool_call_id"] for m in answers] == ["call_a", "call_b", "call_c"]
     index = second.messages.index(assistant)
     assert second.messages[index + 1 : index + 4] == answers
-    assert [json.loads(m["content"])["payload"] for m in answers[:2]] == [3, 12]
+    # The payloads themselves: the envelope (status, summary, ref) stays in the record.
+    assert [json.loads(m["content"]) for m in answers[:2]] == [3, 12]
+    assert all(r.artifact_ref for r in final.tool_calls)
     assert final.final_answer == "done"
 
 
@@ -339,21 +348,24 @@ def test_bad_calls_get_structured_observations_and_never_enter_the_body(
 
     assert CALLS == []  # not one body entered (ENTERED_FORBIDDEN is checked on teardown)
     by_id = {
-        m["tool_call_id"]: json.loads(m["content"])
-        for m in tool_messages(scripted_openai.chat_requests[1])
+        m["tool_call_id"]: m["content"] for m in tool_messages(scripted_openai.chat_requests[1])
     }
     assert list(by_id) == ["c_forbidden", "c_json", "c_schema", "c_array", "c_unknown"]
-    codes = {cid: (v["status"], v["error"]["code"]) for cid, v in by_id.items()}
-    assert codes == {
-        "c_forbidden": ("denied", "tool_not_allowed"),
-        "c_json": ("invalid", "invalid_arguments"),
-        "c_schema": ("invalid", "invalid_arguments"),
-        "c_array": ("invalid", "invalid_arguments"),
-        "c_unknown": ("invalid", "unknown_tool"),
-    }
-    assert sorted(by_id["c_forbidden"]["error"]["details"]["allowed_tools"]) == sorted(ALLOWED)
-    assert {f["field"] for f in by_id["c_schema"]["error"]["fields"]} == {"a", "op"}
-    assert "not valid JSON" in by_id["c_json"]["summary"]
+    assert all(text.startswith("Error: ") for text in by_id.values())
+    assert f"tool {FORBIDDEN!r} is not allowed" in by_id["c_forbidden"]
+    assert "not valid JSON" in by_id["c_json"]
+    assert "a:" in by_id["c_schema"]
+    assert "op:" in by_id["c_schema"]
+    assert "must be a JSON object" in by_id["c_array"]
+    assert "unknown tool 'rm_rf'" in by_id["c_unknown"]
+    statuses = [(r.status, r.error_code) for r in final.tool_calls]
+    assert statuses == [
+        ("denied", "tool_not_allowed"),
+        ("invalid", "invalid_arguments"),
+        ("invalid", "invalid_arguments"),
+        ("invalid", "invalid_arguments"),
+        ("invalid", "unknown_tool"),
+    ]
     assert final.error_count == 5
     assert [r.error_code for r in final.tool_calls] == [
         "tool_not_allowed",
@@ -442,10 +454,13 @@ def test_invalid_structured_answers_go_back_as_observations_within_the_budget(
     )
     assert final.error_count == 2
     system = scripted_openai.chat_requests[0].messages[0]["content"]
-    assert '"confidence"' in system  # the schema is in the system prompt
+    # Field names and types, never the raw schema (small models copy a schema back).
+    assert "the fields answer (integer), confidence (number)" in system
     notes = [m for m in scripted_openai.chat_requests[2].messages if m["role"] == "user"]
-    assert "does not match the required output schema" in notes[-1]["content"]
-    assert "answer" in notes[-1]["content"]
+    assert "is not the JSON object asked for (answer: " in notes[-1]["content"]
+    assert "the fields answer (integer), confidence (number)" in notes[-1]["content"]
+    for request in scripted_openai.chat_requests:
+        assert '"properties"' not in json.dumps(request.messages)
 
 
 def test_invalid_structured_answers_exhaust_the_budget(

@@ -83,11 +83,13 @@ def test_graph_shape_config_and_rules() -> None:
     assert ir.entry == ("think",)
 
 
-def test_every_behavioural_option_changes_the_hash_and_tool_order_does_not() -> None:
+def test_every_behavioural_option_changes_the_hash_and_a_repeated_tool_does_not() -> None:
     base = react_graph(tools=[ADD, "choir.fs.read@1.0.0"]).graph_hash
-    assert react_graph(tools=["choir.fs.read@1.0.0", ADD, ADD]).graph_hash == base
+    assert react_graph(tools=[ADD, "choir.fs.read@1.0.0", ADD]).graph_hash == base
     variants = [
         react_graph(tools=[ADD]),
+        # The order is what the model is offered, so it is behaviour.
+        react_graph(tools=["choir.fs.read@1.0.0", ADD]),
         react_graph(tools=[ADD, "choir.fs.read@1.0.0"], model="other"),
         react_graph(tools=[ADD, "choir.fs.read@1.0.0"], system_prompt="x"),
         react_graph(tools=[ADD, "choir.fs.read@1.0.0"], max_steps=4),
@@ -179,7 +181,10 @@ def test_in_process_run_with_the_scripted_model(arbiter: Arbiter) -> None:
     second = model.requests[1]
     assert [m.role for m in second.messages] == ["user", "assistant", "tool", "tool"]
     assert [m.tool_call_id for m in second.messages[2:]] == ["c0", "c1"]
-    assert second.tools == tuple(arbiter.registry.llm_tools([ADD]))
+    # Offered under its short name; the record keeps the canonical id.
+    (view,) = arbiter.registry.llm_tools([ADD])
+    assert second.tools == ({**view, "function": {**view["function"], "name": "add"}},)
+    assert [r["tool"] for r in final.state["tool_calls"]] == [ADD, ADD]
 
 
 def test_ainvoke_runs_the_same_loop(arbiter: Arbiter) -> None:

@@ -21,11 +21,12 @@ NAME = llm_name_for(ADD)
 
 
 @tool(id=ADD)
-def add(a: int, b: int) -> int:
+def add(a: int, b: int) -> dict[str, object]:
     """Add two integers; a negative first one fails."""
     if a < 0:
         raise RuntimeError("negative")
-    return a + b
+    # A result worth eliding: a marker is shorter than it.
+    return {"sum": a + b, "note": "the sum of the two integers given, as asked " * 3}
 
 
 @pytest.fixture
@@ -124,7 +125,7 @@ def test_E13_the_current_steps_observations_are_never_elided(arbiter: Arbiter) -
     _, model = run(arbiter, [call("ok", 1, 2), call("again", 3, 4), ANSWER], context_budget=1)
     last = tool_answers(model.requests[-1])
     assert last["ok"].startswith("[elided")
-    assert orjson.loads(last["again"])["payload"] == 7
+    assert orjson.loads(last["again"])["sum"] == 7
     assert_paired(model.requests[-1])
 
 

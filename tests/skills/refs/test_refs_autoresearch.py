@@ -25,11 +25,12 @@ from stargraph.skills.refs.autoresearch import (
     research_arbiter,
 )
 from stargraph.testing import RecordedRequest, Reply, ScriptedOpenAIServer
-from stargraph.tools import Arbiter, llm_name_for
+from stargraph.tools import Arbiter
 from tests.skills.refs.conftest import Corpus
 
-FETCH = llm_name_for(FETCH_TOOL)
-RETRIEVE = llm_name_for(RETRIEVE_TOOL)
+# The names the model is offered (and calls) for the two tools.
+FETCH = "fetch"
+RETRIEVE = "retrieve"
 TASK = "Who decoded the honeybee waggle dance, and what does it tell other bees?"
 
 
@@ -76,11 +77,11 @@ def agent(url: str, claims: list[dict[str, Any]]) -> Callable[[RecordedRequest],
         results = tool_results(request)
         if not results:
             assert request.body is not None
-            offered = {t["function"]["name"] for t in request.body["tools"]}
-            assert offered == {FETCH, RETRIEVE}
+            offered = [t["function"]["name"] for t in request.body["tools"]]
+            assert offered == [FETCH, RETRIEVE]
             return Reply.tool_calls([(RETRIEVE, {"query": "honeybee waggle dance"})])
         if len(results) == 1:
-            passages = results[0]["payload"]
+            passages = results[0]
             assert passages[0]["id"] == "p2"
             assert "waggle dance" in passages[0]["text"]
             return Reply.tool_calls([(FETCH, {"url": url})])
@@ -117,11 +118,14 @@ def test_structured_report_with_sources_the_agent_saw(
     assert final.sources[0] == "p2"
     assert final.sources[-1] == url
     # The fetch really went to the local site: its text reached the model.
-    page = tool_results(scripted_openai.chat_requests[2])[1]["payload"]
+    page = tool_results(scripted_openai.chat_requests[2])[1]
     assert page["status"] == 200
     assert "Karl von Frisch" in page["body"]
     # The Report schema was required of the model.
-    assert '"claims"' in scripted_openai.chat_requests[0].messages[0]["content"]
+    assert (
+        "the field claims (list of object {text: string, sources: list of string})"
+        in (scripted_openai.chat_requests[0].messages[0]["content"])
+    )
     store.close()
 
 

@@ -26,9 +26,7 @@ from stargraph._typed import TypedModel
 from stargraph.errors import (
     InvalidInputError,
     SkillValidationError,
-    ToolArgumentError,
     ToolError,
-    ToolNotAllowedError,
 )
 from stargraph.graph import END, START, Graph
 from stargraph.llm import ChatModel, ChatRequest, ChatResponse
@@ -68,6 +66,9 @@ STOP_NODE: Final = "_stop"
 ERROR_STATE: Final = "error"
 DEFAULT_RETRY_BUDGET: Final = 2
 _FROZEN: Final = ConfigDict(frozen=True, extra="forbid")
+# Arbiter refusals that reject the proposal (and spend the retry budget): the state may not
+# call that tool, or there is no such tool. Every other refusal is the tool's own result.
+REJECTED: Final = frozenset({"tool_not_allowed", "unknown_tool"})
 
 
 class StepNote(TypedModel):
@@ -595,15 +596,17 @@ def _dispatch(
                 node=step.ctx.node,
                 state=step.name,
                 allowed=step.spec.allowed_tools,
+                # Argument text that is no JSON object goes to the arbiter, which checks the
+                # allowlist first: a forbidden tool is refused as forbidden, however called.
+                strict=False,
             )
             return {"result": arbiter.dispatch(tool_call).model_dump(mode="json")}
-        except ToolNotAllowedError:
-            return {"rejected": "tool_not_allowed"}
-        except ToolArgumentError as exc:
-            if failure_of(exc).code == "unknown_tool":
-                return {"rejected": "tool_not_allowed"}
-            return {"result": ToolResult.from_error(exc, call_id=call.id).model_dump(mode="json")}
         except ToolError as exc:
+            # Only a tool the state may not call (or no tool at all) is a rejection: a
+            # workspace or policy refusal in an allowed tool is that tool's result, which
+            # says what was refused and why.
+            if failure_of(exc).code in REJECTED:
+                return {"rejected": "tool_not_allowed"}
             return {"result": ToolResult.from_error(exc, call_id=call.id).model_dump(mode="json")}
 
     outcome = once_json(step.ctx, f"tool:{index}:{call.id}", run, by=arbiter)

