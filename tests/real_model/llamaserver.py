@@ -3,10 +3,10 @@
 Qwen2.5-Coder-0.5B-Instruct.
 
 ``scripts/ensure_llama_server.sh`` builds it into ``.venv-llama`` and fetches the model
-(``make test`` calls it; so does :func:`ensure` when the suite runs without make). :func:`start` launches one server on a
-free loopback port and waits until it answers, with a deadline; :meth:`LlamaServer.stop` ends
-it by its pid. A server that cannot be built or started fails the tests with its log; nothing
-is ever skipped.
+(``make test`` calls it; so does :func:`ensure` when the suite runs without make).
+:func:`start` launches one server on a free loopback port and waits until it answers, with a
+deadline; :meth:`LlamaServer.stop` ends it by its pid. A server that cannot be built or
+started fails the tests with its log; nothing is ever skipped.
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ def readme_server(tmp_path: Path) -> Iterator[tuple[str, int]]:
     assert server_line.endswith(" &"), server_line
     port = llamaserver._free_port()
     argv = shlex.split(server_line.removesuffix(" &").replace("8080", str(port)))
-    assert argv[0] == ".venv-llama/bin/llama-server" and "--jinja" in argv, argv
+    assert argv[0] == ".venv-llama/bin/llama-server", argv
+    assert "--jinja" in argv, argv
     llamaserver.ensure()
     log_path = tmp_path / "readme-server.log"
     log = log_path.open("wb")
