@@ -235,7 +235,8 @@ class OpenAIChatModel(Closing):
     def complete(self, request: ChatRequest) -> ChatResponse:
         """Send ``request`` and return the first choice, retrying transient failures."""
         client, profile = self._session()
-        return self._complete_with(client, profile.body(request, self.model), profile)
+        response = self._complete_with(client, profile.body(request, self.model), profile)
+        return profile.reply(request, response)
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         """Like :meth:`complete`, without blocking the event loop.
@@ -246,7 +247,7 @@ class OpenAIChatModel(Closing):
         """
         async with self._asession() as (client, profile):
             body = profile.body(request, self.model)
-            return await self._acomplete_with(client, body, profile)
+            return profile.reply(request, await self._acomplete_with(client, body, profile))
 
     def complete_streaming(
         self, request: ChatRequest, on_token: Callable[[str], None]
@@ -272,7 +273,8 @@ class OpenAIChatModel(Closing):
         client, profile = self._session()
         body = profile.body(request, self.model)
         if not _streamable(body, profile):
-            return _deliver_whole(self._complete_with(client, body, profile), on_token)
+            whole = self._complete_with(client, body, profile)
+            return profile.reply(request, _deliver_whole(whole, on_token))
         _ask_to_stream(body, profile)
         relay = _TokenRelay(on_token)
 
@@ -287,7 +289,10 @@ class OpenAIChatModel(Closing):
                 chunks.close()
             return relay.response(self._subject())
 
-        return self._retry(attempt, lambda exc: self._stream_failure(exc, profile, relay.delivered))
+        streamed = self._retry(
+            attempt, lambda exc: self._stream_failure(exc, profile, relay.delivered)
+        )
+        return profile.reply(request, streamed)
 
     async def acomplete_streaming(
         self, request: ChatRequest, on_token: Callable[[str], None]
@@ -297,7 +302,7 @@ class OpenAIChatModel(Closing):
             body = profile.body(request, self.model)
             if not _streamable(body, profile):
                 response = await self._acomplete_with(client, body, profile)
-                return _deliver_whole(response, on_token)
+                return profile.reply(request, _deliver_whole(response, on_token))
             _ask_to_stream(body, profile)
             relay = _TokenRelay(on_token)
 
@@ -312,9 +317,10 @@ class OpenAIChatModel(Closing):
                     await chunks.close()
                 return relay.response(self._subject())
 
-            return await self._aretry(
+            streamed = await self._aretry(
                 attempt, lambda exc: self._stream_failure(exc, profile, relay.delivered)
             )
+            return profile.reply(request, streamed)
 
     def stream(self, request: ChatRequest, *, include_usage: bool = True) -> ChatStream:
         """Stream the reply as :class:`ChatDelta` s; the assembled response follows.

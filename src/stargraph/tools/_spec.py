@@ -311,8 +311,39 @@ class ToolSpec(TypedModel):
             "function": {
                 "name": self.llm_name,
                 "description": self.description,
-                # A deep copy: callers may mutate the view (add "strict") without touching
-                # the frozen spec.
-                "parameters": copy.deepcopy(self.input_schema),
+                # A new object: callers may mutate the view (add "strict") without
+                # touching the frozen spec.
+                "parameters": _model_facing(self.input_schema),
             },
         }
+
+
+# Schema keywords whose values are schemas, and those whose values map names or hold lists
+# of schemas: the places a title can hide.
+_SUBSCHEMA: Final = ("items", "additionalProperties", "not", "contains")
+_SCHEMA_MAPS: Final = ("properties", "$defs", "definitions", "patternProperties")
+_SCHEMA_LISTS: Final = ("anyOf", "allOf", "oneOf", "prefixItems")
+
+
+def _model_facing(schema: Any) -> Any:
+    """A copy of a parameters schema without its ``title`` annotations.
+
+    pydantic titles every schema (``"title": "multiplyArgs"`` for a tool's arguments): a
+    name a model reads beside the function's own, and small models call the tool by it.
+    Titles carry nothing validation uses, so the model is offered the schema without them.
+    """
+    if isinstance(schema, list):
+        return [_model_facing(item) for item in schema]
+    if not isinstance(schema, dict):
+        return copy.deepcopy(schema)
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key == "title" and isinstance(value, str):
+            continue
+        if key in _SCHEMA_MAPS and isinstance(value, dict):
+            out[key] = {name: _model_facing(sub) for name, sub in value.items()}
+        elif key in _SUBSCHEMA or key in _SCHEMA_LISTS:
+            out[key] = _model_facing(value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
