@@ -60,14 +60,19 @@ def retrieval_config(k: int, candidates: int, rrf_k: int, embedder: str | None) 
 
 
 def llm_settings(
-    model: str | None, temperature: float | None, request: RequestOptions | None = None
+    model: str | None,
+    temperature: float | None,
+    request: RequestOptions | None = None,
+    *,
+    who: str = "model request options",
 ) -> dict[str, Any]:
     """The model settings of a node's config: only those given, so defaults stay unhashed
-    (``request``: the :class:`~stargraph.llm.RequestOptions` fields that differ from theirs)."""
+    (``request``: the :class:`~stargraph.llm.RequestOptions` fields that differ from theirs).
+    Bad options raise :class:`~stargraph.errors.SkillValidationError` about ``who``."""
     config: dict[str, Any] = {}
     if model is not None:
         config["model"] = model
-    config.update(options_config(temperature, request))
+    config.update(options_config(temperature, request, subject=who))
     return config
 
 

@@ -195,7 +195,10 @@ def rag_graph(
     """
     numbers = {"k": k, "candidates": candidates, "rrf_k": rrf_k, "budget": budget}
     _loop.check_numbers("rag_graph", numbers, "k=4, candidates=20, rrf_k=60, budget=2")
-    llm = {"system_prompt": system_prompt, **_loop.llm_settings(model, temperature, request)}
+    llm = {
+        "system_prompt": system_prompt,
+        **_loop.llm_settings(model, temperature, request, who="rag_graph"),
+    }
     graph = (
         Graph(name, state=RagState)
         .with_node(

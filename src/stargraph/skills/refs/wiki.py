@@ -305,7 +305,7 @@ def wiki_graph(
     _loop.check_numbers(
         "wiki_graph", numbers, "max_queries=4, k=4, candidates=20, rrf_k=60, budget=2"
     )
-    llm = _loop.llm_settings(model, temperature, request)
+    llm = _loop.llm_settings(model, temperature, request, who="wiki_graph")
     graph = (
         Graph(name, state=WikiState)
         .with_node(
