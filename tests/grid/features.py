@@ -22,7 +22,14 @@ from pydantic import BaseModel
 
 from stargraph import END, START, Command, Graph, Send, reducers
 from stargraph.graph import Private, RemainingSteps
-from stargraph.llm import ChatMessage, ChatRequest, ChatResponse, ScriptedChatModel, ToolCall
+from stargraph.llm import (
+    ChatMessage,
+    ChatRequest,
+    ChatResponse,
+    RequestOptions,
+    ScriptedChatModel,
+    ToolCall,
+)
 from stargraph.messages import Message, MessagesState, RemoveMessage
 from stargraph.nodes import SubgraphNode
 from stargraph.runtime import RunContext
@@ -89,6 +96,16 @@ def react_script(request: ChatRequest) -> ChatResponse:
     if not results:
         return _call(llm_name_for(MULTIPLY), {"a": 3, "b": 4.5}, "react-1")
     return _text(f"3 items cost {results[-1]} EUR", "react-2")
+
+
+def options_script(request: ChatRequest) -> ChatResponse:
+    """As :func:`react_script`, answering with the request options it was sent: a cell that
+    lost them on resume, replay or in a worker would answer otherwise."""
+    results = [m.content for m in request.messages if m.role == "tool"]
+    if not results:
+        return _call(llm_name_for(MULTIPLY), {"a": 3, "b": 4.5}, "options-1")
+    sent = (request.temperature, request.max_tokens, request.seed)
+    return _text(f"3 items cost {results[-1]} EUR {sent}", "options-2")
 
 
 def looping_script(request: ChatRequest) -> ChatResponse:
@@ -306,6 +323,17 @@ def skill_graph() -> Graph[Counter]:
 def react_agent_graph() -> Any:
     """The ReAct loop over the multiply tool."""
     return react_graph(name="grid-react", tools=[MULTIPLY], max_steps=4)
+
+
+def options_agent_graph() -> Any:
+    """The ReAct loop over the multiply tool, with request options on every model call."""
+    return react_graph(
+        name="grid-options",
+        tools=[MULTIPLY],
+        max_steps=4,
+        temperature=0.0,
+        request=RequestOptions(max_tokens=64, seed=7),
+    )
 
 
 def halting_agent_graph() -> Any:
@@ -1014,6 +1042,13 @@ FEATURES: Final[dict[str, Feature]] = {
             f"{_M}:react_agent_graph",
             {"task": "What do 3 items at 4.50 EUR cost?"},
             services=_models(react_script),
+            journaled="tool",
+        ),
+        Feature(
+            "options",
+            f"{_M}:options_agent_graph",
+            {"task": "What do 3 items at 4.50 EUR cost?"},
+            services=_models(options_script),
             journaled="tool",
         ),
         Feature(

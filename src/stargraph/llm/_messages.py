@@ -348,8 +348,13 @@ class RequestOptions(_ChatData):
     """Request fields a graph fixes for every model call it makes, as data (so they are part
     of the graph's hash): ``react_graph(..., request=RequestOptions(...))``.
 
-        >>> RequestOptions(tool_choice="auto", max_tokens=256).model_dump(exclude_defaults=True)
-        {'tool_choice': 'auto', 'max_tokens': 256}
+        >>> RequestOptions(max_tokens=256, seed=7).model_dump(exclude_defaults=True)
+        {'max_tokens': 256, 'seed': 7}
+
+    Every model-calling node takes it the same way, beside ``temperature=``:
+    ``react_graph``, ``agent_graph``/``create_agent``, the machines (``skillspec_graph``,
+    ``MachineRuntime``, ``schema_graph``) and the reference skills (``rag_graph``,
+    ``wiki_graph``, ``autoresearch_graph``).
     """
 
     model_config = _FROZEN
@@ -362,8 +367,12 @@ class RequestOptions(_ChatData):
     """Upper bound of the reply's length in tokens; ``None`` leaves the endpoint's default."""
     response_format: ResponseFormat | None = None
     """The reply's required shape (see :class:`ResponseFormat`)."""
+    # Strict: a seed of True or "7" is a mistake, not a seed.
+    seed: int | None = Field(default=None, strict=True)
+    """The sampling seed (with ``temperature=0`` and one server, the same reply again);
+    ``None`` leaves the endpoint's default."""
     extra: dict[str, Any] = Field(default_factory=dict)
-    """Further body fields (``seed``, ``top_p`` ...), sent as they are."""
+    """Further body fields (``top_p`` ...), sent as they are."""
 
 
 class ChatRequest(_ChatData):
@@ -372,7 +381,7 @@ class ChatRequest(_ChatData):
     ``model=None`` means "the chat model's own default model". ``tools`` are OpenAI tool
     dicts (``{"type": "function", "function": {"name", "description", "parameters"}}``), as
     produced by ``ToolSpec.llm_view()``. ``extra`` holds any other body field the endpoint
-    understands (``seed``, ``top_p`` ...); it is sent as is.
+    understands (``top_p`` ...); it is sent as is.
     """
 
     model_config = _FROZEN
@@ -393,6 +402,8 @@ class ChatRequest(_ChatData):
     """Upper bound of the reply's length in tokens; ``None`` omits it."""
     response_format: ResponseFormat | None = None
     """The reply's required shape; ``None`` omits it."""
+    seed: int | None = None
+    """The sampling seed; ``None`` omits it."""
     extra: dict[str, Any] = Field(default_factory=dict)
     """Further body fields, passed through unchanged."""
 
@@ -424,6 +435,8 @@ class ChatRequest(_ChatData):
             body["max_tokens"] = self.max_tokens
         if self.response_format is not None:
             body["response_format"] = self.response_format.to_openai()
+        if self.seed is not None:
+            body["seed"] = self.seed
         body.update(self.extra)
         return body
 

@@ -48,7 +48,7 @@ class LangChainChatModel:
     Each :class:`~stargraph.llm.ChatRequest` becomes a LangChain call: its messages as
     LangChain messages, its tools bound with ``chat_model.bind_tools(request.tools,
     tool_choice=...)`` (OpenAI-style tool dicts, which every LangChain provider accepts), and
-    ``temperature``, ``max_tokens``, ``response_format`` (in OpenAI's form) and ``extra``
+    ``temperature``, ``max_tokens``, ``seed``, ``response_format`` (in OpenAI's form) and ``extra``
     passed as call keywords when set: the provider's own keywords, so a request should set
     only those its provider takes. The
     reply's ``AIMessage`` becomes a :class:`~stargraph.llm.ChatResponse` with its tool calls,
@@ -159,6 +159,8 @@ class LangChainChatModel:
             options["temperature"] = request.temperature
         if request.max_tokens is not None:
             options["max_tokens"] = request.max_tokens
+        if request.seed is not None:
+            options["seed"] = request.seed
         if request.response_format is not None:
             options["response_format"] = request.response_format.to_openai()
         return self._runnable(request), messages, options

@@ -13,10 +13,10 @@ class check against ``Arbiter`` would turn every durable run away at its first s
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from stargraph.errors import MissingServiceError, NodeError
+from stargraph.errors import MissingServiceError, NodeError, Problem
 
 if TYPE_CHECKING:
     from stargraph.llm import ChatModel
@@ -30,7 +30,11 @@ __all__ = [
     "is_tool_dispatcher",
     "model_service",
     "node_error",
+    "options_config",
+    "options_from_data",
     "recorded_arbiter",
+    "request_fields",
+    "request_problems",
     "require_service",
     "typed_service",
 ]
@@ -153,3 +157,114 @@ def recorded_arbiter(ctx: RunContext) -> Any:
     from stargraph.tools._recorded import JournaledArbiter
 
     return JournaledArbiter(_Unreachable(), journal)  # type: ignore[arg-type]
+
+
+def request_problems(temperature: Any, request: Any) -> list[Problem]:
+    """What is wrong with a model-calling node's ``temperature`` and ``request`` (none:
+    nothing); each problem names the argument and how to pass it."""
+    from stargraph.llm import RequestOptions
+
+    problems = []
+    if temperature is not None and (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, int | float)
+        or not 0 <= temperature <= 2
+    ):
+        problems.append(
+            Problem("/temperature", f"{temperature!r} is outside 0..2", "pass temperature=0..2")
+        )
+    if request is not None and not isinstance(request, RequestOptions):
+        problems.append(
+            Problem(
+                "/request",
+                f"expected RequestOptions, got {type(request).__name__}",
+                "pass request=RequestOptions(max_tokens=256, seed=7)",
+            )
+        )
+    return problems
+
+
+def options_config(
+    temperature: Any, request: Any, *, subject: str = "model request options"
+) -> dict[str, Any]:
+    """The node config of a model-calling node's request options: ``temperature`` and the
+    fields of a :class:`~stargraph.llm.RequestOptions` (``max_tokens``, ``seed`` ...) that
+    differ from the defaults, so a node without options hashes as before.
+    Raises :class:`~stargraph.errors.SkillValidationError` (about ``subject``) for anything
+    else."""
+    from stargraph.errors import SkillValidationError
+
+    problems = request_problems(temperature, request)
+    if problems:
+        raise SkillValidationError(problems, subject=subject)
+    config: dict[str, Any] = {}
+    if temperature is not None:
+        config["temperature"] = temperature
+    if request is not None:
+        options = request.model_dump(mode="json", exclude_defaults=True)
+        if options:
+            config["request"] = options
+    return config
+
+
+def request_fields(config: Any) -> dict[str, Any]:
+    """The :class:`~stargraph.llm.ChatRequest` fields a node's config fixes (see
+    :func:`options_config`): ``temperature``, ``max_tokens``, ``seed``, ``tool_choice``,
+    ``response_format`` and ``extra``, only those set."""
+    fields: dict[str, Any] = {}
+    temperature = config.get("temperature")
+    if temperature is not None:
+        fields["temperature"] = temperature
+    for name, value in (config.get("request") or {}).items():
+        if value is not None:
+            fields[name] = value
+    return fields
+
+
+def options_from_data(data: Mapping[str, Any], where: str, problems: list[Problem]) -> Any:
+    """The :class:`~stargraph.llm.RequestOptions` of a spec file's ``request`` mapping
+    (``{max_tokens: 256, seed: 7}``), or ``None`` when it has none; ``temperature`` is
+    checked too. Problems go to ``problems``, under ``<where>/temperature`` and
+    ``<where>/request/<field>``."""
+    from stargraph.errors import ChatDataError
+    from stargraph.llm import RequestOptions
+
+    temperature = data.get("temperature")
+    if temperature is not None and (
+        isinstance(temperature, bool)
+        or not isinstance(temperature, int | float)
+        or not 0 <= temperature <= 2
+    ):
+        problems.append(
+            Problem(
+                f"{where}/temperature",
+                f"temperature must be a number in 0..2, got {temperature!r}",
+                "write e.g. 'temperature: 0'",
+            )
+        )
+    raw = data.get("request")
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        problems.append(
+            Problem(
+                f"{where}/request",
+                f"request must be a mapping of request options, got {raw!r:.60}",
+                "write e.g. 'request: {max_tokens: 256, seed: 7}'",
+            )
+        )
+        return None
+    try:
+        return RequestOptions.model_validate(dict(raw))
+    except ChatDataError as exc:
+        fields = ", ".join(sorted(RequestOptions.model_fields))
+        for problem in exc.problems:
+            pointer = problem.pointer.strip("/").replace(".", "/")
+            problems.append(
+                Problem(
+                    f"{where}/request/{pointer}",
+                    problem.message,
+                    f"request options are {fields}: e.g. 'request: {{max_tokens: 256, seed: 7}}'",
+                )
+            )
+        return None

@@ -42,13 +42,19 @@ from pydantic import BaseModel, JsonValue
 from stargraph import fathom
 from stargraph.errors import Problem, RegistryError, SkillValidationError, ToolError
 from stargraph.graph import END, START, Graph, Send
-from stargraph.llm import ChatModel, ChatRequest, ChatResponse, Usage
+from stargraph.llm import ChatModel, ChatRequest, ChatResponse, RequestOptions, Usage
 from stargraph.llm._history import Message
 from stargraph.messages import MessagesState
 from stargraph.runtime import RunContext
 from stargraph.runtime._plan import Command
 from stargraph.skills._react_rules import exit_pack, termination_pack
-from stargraph.skills._services import ARBITER_WHAT, MODEL_WHAT, is_chat_model, is_tool_dispatcher
+from stargraph.skills._services import (
+    ARBITER_WHAT,
+    MODEL_WHAT,
+    is_chat_model,
+    is_tool_dispatcher,
+    options_config,
+)
 from stargraph.skills.react import (
     _REQUEST_FIELDS,
     _REQUEST_VALUES,
@@ -199,11 +205,15 @@ def agent_graph(
     model: str | None = None,
     max_steps: int = 10,
     error_budget: int = 3,
+    temperature: float | None = None,
+    request: RequestOptions | None = None,
 ) -> Graph[AgentState]:
     """The agent as a :class:`~stargraph.graph.Graph`, to compile with
     ``services={"model": <ChatModel>, "arbiter": <Arbiter over agent_tools(tools)>}``;
     :func:`create_agent` does both. ``model`` names the model (``None``: the chat model's
-    default).
+    default); ``temperature`` and ``request`` (:class:`~stargraph.llm.RequestOptions`:
+    ``max_tokens``, ``seed`` ...) fix those fields of every model call, as in
+    :func:`~stargraph.skills.react.react_graph` (node config, so in the graph hash).
 
     >>> def add(a: int, b: int) -> int:
     ...     '''Add two integers.'''
@@ -235,6 +245,8 @@ def agent_graph(
         config["system_prompt"] = prompt
     if model is not None:
         config["model"] = model
+    # Only what is given: an agent without options hashes as before.
+    config.update(options_config(temperature, request, subject=f"agent {name!r}"))
     if response_format is not None:
         config["output_model"] = _output_ref(response_format)
         config["output_schema"] = response_format.model_json_schema()
@@ -284,6 +296,8 @@ def create_agent(
     error_budget: int = 3,
     store: CheckpointStore | None = None,
     workspace: str | os.PathLike[str] | None = None,
+    temperature: float | None = None,
+    request: RequestOptions | None = None,
 ) -> CompiledGraph[AgentState]:
     """A compiled tool-calling agent: ``agent.invoke({"messages": [...]})``.
 
@@ -292,7 +306,9 @@ def create_agent(
     ``response_format`` a pydantic model the final answer must be a JSON object of (it
     lands in ``structured_response``); ``max_steps`` bounds the model calls and
     ``error_budget`` the failed tool calls, both as rules (the run record's
-    ``stopped_by`` names the one that ended it). The tools run through an
+    ``stopped_by`` names the one that ended it); ``temperature`` and ``request``
+    (:class:`~stargraph.llm.RequestOptions`: ``max_tokens``, ``seed`` ...) fix those fields
+    of every model call. The tools run through an
     :class:`~stargraph.tools.Arbiter` built for them, in ``workspace`` (default: a new
     temporary directory); ``store`` makes runs durable and resumable.
     """
@@ -305,6 +321,8 @@ def create_agent(
         name=name,
         max_steps=max_steps,
         error_budget=error_budget,
+        temperature=temperature,
+        request=request,
     )
     arbiter = Arbiter(
         ToolRegistry.build(builtins=made),

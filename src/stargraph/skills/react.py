@@ -119,6 +119,8 @@ from stargraph.skills._services import (
     MODEL_WHAT,
     is_chat_model,
     is_tool_dispatcher,
+    options_config,
+    request_problems,
     require_service,
 )
 from stargraph.tools._names import short_names
@@ -444,16 +446,7 @@ def react_graph(
         problems.append(
             Problem("/tools", f"expected a list of tool ids, got {tools!r}", "pass ['ns.x@1.0.0']")
         )
-    if temperature is not None and not 0 <= temperature <= 2:
-        problems.append(Problem("/temperature", f"{temperature!r} is outside 0..2", "use 0..2"))
-    if request is not None and not isinstance(request, RequestOptions):
-        problems.append(
-            Problem(
-                "/request",
-                f"expected RequestOptions, got {type(request).__name__}",
-                "pass request=RequestOptions(tool_choice=..., max_tokens=...)",
-            )
-        )
+    problems += request_problems(temperature, request)
     if done_field is not None and (not isinstance(done_field, str) or not done_field):
         problems.append(
             Problem(
@@ -505,15 +498,10 @@ def react_graph(
         config["model"] = model
     if system_prompt is not None:
         config["system_prompt"] = system_prompt
-    if temperature is not None:
-        config["temperature"] = temperature
-    if output_model is not None and (request is None or isinstance(request, RequestOptions)):
+    if output_model is not None:
         request = _with_schema(request, output_model)
-    if isinstance(request, RequestOptions):
-        # Only what differs from the defaults: a graph without options hashes as before.
-        options = request.model_dump(mode="json", exclude_defaults=True)
-        if options:
-            config["request"] = options
+    # Only what differs from the defaults: a graph without options hashes as before.
+    config.update(options_config(temperature, request))
     if output_model is not None:
         ref = _output_ref(output_model)
         _OUTPUT_MODELS[ref] = output_model
@@ -873,13 +861,14 @@ def _head(
         options.get("tool_choice"),
         options.get("max_tokens"),
         options.get("response_format"),
+        options.get("seed"),
         options.get("extra") or _NO_EXTRA,
     )
     kept = conversation.head
     if kept is not None and all(map(operator.is_, kept[0], given)):
         head: ChatRequest = kept[1]
         return head
-    model, tools, temperature, tool_choice, max_tokens, response_format, extra = given
+    model, tools, temperature, tool_choice, max_tokens, response_format, seed, extra = given
     head = ChatRequest(
         messages=(),
         model=model,
@@ -888,6 +877,7 @@ def _head(
         tool_choice=tool_choice,
         max_tokens=max_tokens,
         response_format=response_format,
+        seed=seed,
         extra=extra,
     )
     conversation.head = (given, head)

@@ -29,9 +29,15 @@ from stargraph.errors import (
     ToolError,
 )
 from stargraph.graph import END, START, Graph
-from stargraph.llm import ChatModel, ChatRequest, ChatResponse
+from stargraph.llm import ChatModel, ChatRequest, ChatResponse, RequestOptions
 from stargraph.runtime import RunContext
-from stargraph.skills._services import ToolDispatcher, arbiter_service, model_service
+from stargraph.skills._services import (
+    ToolDispatcher,
+    arbiter_service,
+    model_service,
+    options_config,
+    request_fields,
+)
 from stargraph.skills.machine._prompt import PromptBuilder, PromptLevel
 from stargraph.skills.machine._proposals import (
     Rejection,
@@ -250,11 +256,16 @@ def skillspec_graph(
     retry_budget: int = DEFAULT_RETRY_BUDGET,
     model: str | None = None,
     master: str = "",
+    temperature: float | None = None,
+    request: RequestOptions | None = None,
 ) -> Graph[MachineState]:
     """The SkillSpec as a graph over :class:`MachineState`; compile it with
     ``services={"model": ChatModel, "arbiter": Arbiter}`` (and optionally
     ``"machine.control": MachineControl``), with or without a checkpoint store: a durable
     run hands the steps the journaled model and arbiter, which they take alike.
+    ``temperature`` and ``request`` (:class:`~stargraph.llm.RequestOptions`: ``max_tokens``,
+    ``seed`` ...) fix those fields of every model call, in place of the spec's own
+    ``temperature`` and ``request``; they are node config, so in the graph hash.
 
     >>> from stargraph.skills.machine import parse_skillspec
     >>> spec = parse_skillspec({"name": "t", "description": "d", "initial_state": "a",
@@ -278,6 +289,13 @@ def skillspec_graph(
     }
     if model is not None:
         shared["model"] = model
+    shared.update(
+        options_config(
+            spec.temperature if temperature is None else temperature,
+            spec.request if request is None else request,
+            subject=f"SkillSpec graph {spec.name!r}",
+        )
+    )
     for name, state in sorted(spec.states.items()):
         config = {**shared, "state": name, "spec": state.model_dump(mode="json")}
         graph = graph.with_node(name, machine_step, config=config, must_stub=True)
@@ -305,6 +323,8 @@ def compile_skillspec(
     version: str = "1.0.0",
     retry_budget: int = DEFAULT_RETRY_BUDGET,
     model: str | None = None,
+    temperature: float | None = None,
+    request: RequestOptions | None = None,
 ) -> Skill:
     """The SkillSpec as a ``kind=agent`` Skill whose declared outputs are
     :class:`MachineOutput`'s fields; mount it with ``SubgraphNode.from_skill(skill,
@@ -315,7 +335,9 @@ def compile_skillspec(
         {t for s in spec.states.values() for t in s.allowed_tools if "@" in t and "*" not in t}
     )
     return Skill.from_graph(
-        skillspec_graph(spec, retry_budget=retry_budget, model=model),
+        skillspec_graph(
+            spec, retry_budget=retry_budget, model=model, temperature=temperature, request=request
+        ),
         name=skill_slug(spec.name),
         version=version,
         kind=SkillKind.AGENT,
@@ -482,6 +504,7 @@ def _request(step: _Step, arbiter: ToolDispatcher) -> ChatRequest:
         model=config.get("model"),
         tools=tuple(functions),
         parallel_tool_calls=False,
+        **request_fields(config),
     )
 
 

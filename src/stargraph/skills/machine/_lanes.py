@@ -37,7 +37,7 @@ from stargraph.errors import (
     ToolNotAllowedError,
     WaitTimeoutError,
 )
-from stargraph.llm import ChatModel
+from stargraph.llm import ChatModel, RequestOptions
 from stargraph.skills.machine._memory import DEFAULT_WINDOW, CoreJobStart, WorkingMemory
 from stargraph.skills.machine._registry import SkillSpecRegistry
 from stargraph.skills.machine._runtime import MachineResult, MachineRuntime, SkillRun
@@ -250,7 +250,9 @@ class LaneSession(Closing):
     one commit log, one tool registry) with one skill registry. The session hooks the
     arbiter's ``before_call``/``after_call`` observers (chaining any already set, restored by
     :meth:`close`) to drive each lane's state machine and to route every tool result to the
-    lanes its ``exposure`` allows.
+    lanes its ``exposure`` allows. ``temperature`` and ``request``
+    (:class:`~stargraph.llm.RequestOptions`) go to the runtime: every model call of both
+    lanes.
     """
 
     def __init__(
@@ -267,6 +269,8 @@ class LaneSession(Closing):
         machines: Mapping[str, Mapping[str, Any]] | None = None,
         launcher: CoreJobLauncher | None = None,
         store: CheckpointStore | None = None,
+        temperature: float | None = None,
+        request: RequestOptions | None = None,
     ) -> None:
         self.session = session
         self.arbiter = arbiter
@@ -277,6 +281,8 @@ class LaneSession(Closing):
             session=session,
             context=context,
             store=store,
+            temperature=temperature,
+            request=request,
         )
         data = {EDGE: EDGE_LANE_MACHINE, CORE: CORE_LANE_MACHINE, **(machines or {})}
         systems = systems or {}

@@ -17,8 +17,9 @@ from typing import Any, Final, Literal
 
 from stargraph.checkpoint import CheckpointStore
 from stargraph.errors import InvalidInputError, LaneBusyError, UsageError, WaitTimeoutError
-from stargraph.llm import ChatModel
+from stargraph.llm import ChatModel, RequestOptions
 from stargraph.runtime import CompiledGraph
+from stargraph.skills._services import options_config
 from stargraph.skills.machine._compile import (
     DEFAULT_RETRY_BUDGET,
     MachineControl,
@@ -149,7 +150,12 @@ class SkillRun:
 
 
 class MachineRuntime:
-    """Runs SkillSpecs for one session: shared model, arbiter and cancellation control."""
+    """Runs SkillSpecs for one session: shared model, arbiter and cancellation control.
+
+    ``temperature`` and ``request`` (:class:`~stargraph.llm.RequestOptions`: ``max_tokens``,
+    ``seed`` ...) fix those fields of every model call the skills make, in place of a
+    spec's own.
+    """
 
     def __init__(
         self,
@@ -161,8 +167,14 @@ class MachineRuntime:
         context: str = "",
         store: CheckpointStore | None = None,
         retry_budget: int = DEFAULT_RETRY_BUDGET,
+        temperature: float | None = None,
+        request: RequestOptions | None = None,
     ) -> None:
+        # Checked now, not at the first run.
+        options_config(temperature, request, subject="MachineRuntime")
         self.model = model
+        self.temperature = temperature
+        self.request = request
         self.arbiter = arbiter
         self.session = session
         self.context = context
@@ -193,7 +205,10 @@ class MachineRuntime:
         app = self._apps.get(spec.name)
         if app is None:
             app = self._apps[spec.name] = skillspec_graph(
-                spec, retry_budget=self.retry_budget
+                spec,
+                retry_budget=self.retry_budget,
+                temperature=self.temperature,
+                request=self.request,
             ).compile(
                 services={
                     "model": self.model,

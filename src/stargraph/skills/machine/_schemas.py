@@ -32,11 +32,11 @@ from stargraph.errors import (
     ToolError,
 )
 from stargraph.graph import END, START, Graph
-from stargraph.llm import ChatModel, ChatRequest, ChatResponse
+from stargraph.llm import ChatModel, ChatRequest, ChatResponse, RequestOptions
 from stargraph.runtime import RunContext
 from stargraph.skills import DEFAULT_NESTING, NestingProfile
 from stargraph.skills._files import SkillModel
-from stargraph.skills._services import ToolDispatcher
+from stargraph.skills._services import ToolDispatcher, options_config, request_fields
 from stargraph.skills.machine._compile import REJECTED, StepNote, once_json, service_models
 from stargraph.skills.machine._prompt import MaskPart, PromptBuilder, PromptLevel
 from stargraph.skills.machine._proposals import (
@@ -413,16 +413,21 @@ def schema_graph(
     *,
     builder: PromptBuilder | None = None,
     retry_budget: int = 2,
+    temperature: float | None = None,
+    request: RequestOptions | None = None,
 ) -> Graph[SchemaRunState]:
     """One turn of the agent loop as a graph: a ``step`` node (one LLM step over the whole
     stack) looping on itself until the rules halt it. The library, root and prompt layout
-    are node config, hence in the graph hash."""
+    are node config, hence in the graph hash, as are ``temperature`` and ``request``
+    (:class:`~stargraph.llm.RequestOptions`: ``max_tokens``, ``seed`` ...), the fields fixed
+    for every model call."""
     builder = builder or PromptBuilder()
     config = {
         "root": root,
         "library": library.model_dump(mode="json", by_alias=True),
         "builder": builder.model_dump(mode="json"),
         "retry_budget": retry_budget,
+        **options_config(temperature, request, subject=f"schema graph {root!r}"),
     }
     mapping: dict[Hashable, str] = {STAY: "step", END_EVENT: END}
     pack = fathom.RulePack.from_spec(
@@ -591,6 +596,7 @@ def schema_step(state: SchemaRunState, ctx: RunContext) -> dict[str, Any]:
         messages=_messages(turn, state),
         tools=tuple(_functions(turn, arbiter)),
         parallel_tool_calls=False,
+        **request_fields(ctx.config),
     )
     response = ChatResponse.model_validate(
         once_json(ctx, "llm", lambda: model.complete(request).model_dump(mode="json"), by=model)
@@ -679,7 +685,11 @@ class SchemaSession:
         root: str = "main",
         builder: PromptBuilder | None = None,
         retry_budget: int = 2,
+        temperature: float | None = None,
+        request: RequestOptions | None = None,
     ) -> None:
+        # Checked now, not at the first turn.
+        options_config(temperature, request, subject="schema session")
         if root not in library.schemas:
             raise SkillValidationError(
                 [Problem("/root", f"no schema {root!r}", f"use one of {sorted(library.schemas)}")],
@@ -689,6 +699,8 @@ class SchemaSession:
         self.root = root
         self.builder = builder or PromptBuilder()
         self.retry_budget = retry_budget
+        self.temperature = temperature
+        self.request = request
         self.services = {"model": model, "arbiter": arbiter}
         self.log: list[dict[str, JsonValue]] = []
         """Every turn's events and every command, in order."""
@@ -712,7 +724,12 @@ class SchemaSession:
             self.command(message)
             return SchemaRunState(status="command", reason=message, done=True)
         graph = schema_graph(
-            self.library, self.root, builder=self.builder, retry_budget=self.retry_budget
+            self.library,
+            self.root,
+            builder=self.builder,
+            retry_budget=self.retry_budget,
+            temperature=self.temperature,
+            request=self.request,
         )
         limit = min(2 * self.library.bound(self.root) + 2, _STEP_LIMIT_CAP)
         app = graph.compile(services=self.services, max_steps=limit)

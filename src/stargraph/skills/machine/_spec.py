@@ -9,6 +9,10 @@ A SkillSpec is JSON::
                 "done": {"terminal": true}},
      "max_steps": 20, "interruptible": true}
 
+and may fix the request options of every model call the machine makes (``"temperature": 0``,
+``"request": {"max_tokens": 256, "seed": 7}``: the fields of
+:class:`~stargraph.llm.RequestOptions`).
+
 :func:`parse_skillspec` checks types, the machine (through
 :func:`~stargraph.skills.machine.validate_machine`), the JSON Schemas and, given a tool
 registry, every ``allowed_tools`` entry. It collects every problem, each named
@@ -27,7 +31,9 @@ from pydantic import BeforeValidator, ConfigDict, Field, JsonValue
 
 from stargraph.errors import Problem, SkillValidationError, ToolSpecError
 from stargraph.ir._canonical import non_canonical
+from stargraph.llm import RequestOptions
 from stargraph.skills._files import SkillModel, read_utf8
+from stargraph.skills._services import options_from_data
 from stargraph.skills.machine._validate import MachineShape, StateShape, validate_machine
 from stargraph.tools import ToolRegistry, matches_allowlist, model_from_json_schema
 
@@ -51,6 +57,8 @@ _TOP: Final = {
     "max_steps": int,
     "interruptible": bool,
 }
+# Optional: the request options of the machine's model calls.
+_OPTIONS: Final = ("temperature", "request")
 _STATE_KEYS: Final = frozenset({"objective", "allowed_tools", "transitions", "terminal"})
 _TYPE_NAMES: Final = {
     str: "a string",
@@ -132,12 +140,22 @@ class SkillSpec(SkillModel):
     """LLM steps allowed before the run is force-terminated."""
     interruptible: bool
     """Whether ``cancel()`` stops the run at the next step boundary."""
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    """The sampling temperature of every model call; ``None`` leaves the endpoint's."""
+    request: RequestOptions | None = None
+    """Further request options of every model call (``max_tokens``, ``seed`` ...)."""
     source: str = Field("<memory>", exclude=True)
     """Where the spec was read from."""
 
     def to_json(self) -> dict[str, Any]:
         """The SkillSpec document (``source`` left out)."""
         out = self.model_dump(mode="json")
+        # Left out when unset, so a spec without options reads (and hashes) as before.
+        for key in _OPTIONS:
+            if out[key] is None:
+                del out[key]
+        if self.request is not None:
+            out["request"] = self.request.model_dump(mode="json", exclude_defaults=True)
         for state in out["states"].values():
             if state["terminal"]:
                 for key in ("objective", "allowed_tools", "transitions"):
@@ -187,13 +205,13 @@ def parse_skillspec(
                     f"make {key!r} {_TYPE_NAMES[expected]}",
                 )
             )
-    for key in sorted(set(data) - set(_TOP)):
+    for key in sorted(set(data) - set(_TOP) - set(_OPTIONS)):
         problems.append(
             Problem(
                 f"{where}/{key}",
                 f"unknown field {key!r}"
                 + (" (a SkillSpec cannot spawn other skills)" if "spawn" in key else ""),
-                f"remove it; SkillSpec fields are {sorted(_TOP)}",
+                f"remove it; SkillSpec fields are {sorted([*_TOP, *_OPTIONS])}",
             )
         )
     name = data.get("name")
@@ -238,9 +256,12 @@ def parse_skillspec(
             problems.extend(validate_machine(shape))
     if tools is not None:
         problems.extend(_tool_problems(states, tools, where))
+    request = options_from_data(data, where, problems)
     if problems:
         raise SkillValidationError(problems, subject=f"SkillSpec {source}")
-    return SkillSpec.model_validate({**data, "states": states, "source": source})
+    return SkillSpec.model_validate(
+        {**data, "states": states, "request": request, "source": source}
+    )
 
 
 def _parse_state(raw: Any, here: str, problems: list[Problem]) -> StateSpec | None:

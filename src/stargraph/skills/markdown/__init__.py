@@ -40,7 +40,9 @@ What a file compiles to:
   (A run error was the alternative; a halt keeps the results inspectable.)
 * ``kind: agent`` without ``workflow`` - :func:`~stargraph.skills.react.react_skill` over the
   skill's ``tools`` with the body as system prompt (``model``, ``max_steps``,
-  ``error_budget``, ``temperature`` are passed through when given).
+  ``error_budget``, ``temperature`` and ``request``, the
+  :class:`~stargraph.llm.RequestOptions` of every model call such as
+  ``{max_tokens: 256, seed: 7}``, are passed through when given).
 
 Every problem of a file is collected and raised as one
 :class:`~stargraph.errors.SkillValidationError` whose pointers read ``<file>#/<key>``.

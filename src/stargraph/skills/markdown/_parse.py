@@ -26,6 +26,7 @@ from stargraph.skills import (
     slug_suggestion,
 )
 from stargraph.skills._files import SkillModel, read_utf8
+from stargraph.skills._services import options_from_data
 from stargraph.skills.markdown._workflow import (
     Check,
     WorkflowOutput,
@@ -54,6 +55,7 @@ _KNOWN: Final = (
     "max_steps",
     "error_budget",
     "temperature",
+    "request",
 )
 # Tool names in workflow steps and required_tools: a tool id's ``ns.name``, optionally
 # ``@<semver>``.
@@ -418,15 +420,9 @@ def _fields(
             problems.append(
                 Problem(f"{where}/{key}", f"{key!r} must be an int >= 1, got {_show(value)}")
             )
-    temperature = data.get("temperature")
-    if temperature is not None and (
-        isinstance(temperature, bool)
-        or not isinstance(temperature, int | float)
-        or not 0 <= temperature <= 2
-    ):
-        problems.append(
-            Problem(f"{where}/temperature", f"temperature must be 0..2, got {_show(temperature)}")
-        )
+    request = options_from_data(data, where, problems)
+    if request is not None:
+        out["request"] = request
     model = data.get("model")
     if model is not None and not isinstance(model, str):
         problems.append(Problem(f"{where}/model", f"model must be a string, got {_show(model)}"))
@@ -605,7 +601,9 @@ def _build(
     from stargraph.skills.react import react_skill
 
     options = {
-        k: fields[k] for k in ("model", "max_steps", "error_budget", "temperature") if k in fields
+        k: fields[k]
+        for k in ("model", "max_steps", "error_budget", "temperature", "request")
+        if k in fields
     }
     base = react_skill(
         name=fields["name"],

@@ -13,9 +13,10 @@ from typing import Any, Final, Literal, TypeVar
 from pydantic import BaseModel
 
 from stargraph.graph import END, Graph
-from stargraph.llm import ChatMessage
+from stargraph.llm import ChatMessage, RequestOptions
 from stargraph.runtime import RunContext
 from stargraph.skills import CHECK, Skill, SkillKind
+from stargraph.skills._services import options_config
 from stargraph.skills.refs.retrieval import ask_model, retrieve
 from stargraph.skills.refs.stores import Passage, StoreError
 
@@ -58,13 +59,20 @@ def retrieval_config(k: int, candidates: int, rrf_k: int, embedder: str | None) 
     return config
 
 
-def llm_settings(model: str | None, temperature: float | None) -> dict[str, Any]:
-    """The model settings of a node's config: only those given, so defaults stay unhashed."""
+def llm_settings(
+    model: str | None,
+    temperature: float | None,
+    request: RequestOptions | None = None,
+    *,
+    who: str = "model request options",
+) -> dict[str, Any]:
+    """The model settings of a node's config: only those given, so defaults stay unhashed
+    (``request``: the :class:`~stargraph.llm.RequestOptions` fields that differ from theirs).
+    Bad options raise :class:`~stargraph.errors.SkillValidationError` about ``who``."""
     config: dict[str, Any] = {}
     if model is not None:
         config["model"] = model
-    if temperature is not None:
-        config["temperature"] = temperature
+    config.update(options_config(temperature, request, subject=who))
     return config
 
 

@@ -36,6 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from stargraph._typed import TypedModel
 from stargraph.errors import InvalidInputError, SkillValidationError, ToolError
 from stargraph.graph import END, START, Graph
+from stargraph.llm import RequestOptions
 from stargraph.nodes import SubgraphNode
 from stargraph.skills import Skill, SkillKind
 from stargraph.skills.react import ReactOutput, ToolCallRecord, react_skill
@@ -285,10 +286,13 @@ def autoresearch_graph(
     max_steps: int = 8,
     error_budget: int = 3,
     temperature: float | None = None,
+    request: RequestOptions | None = None,
 ) -> Graph[AutoresearchState]:
     """The autoresearch agent as a :class:`~stargraph.graph.Graph`: the ReAct loop
     (``max_steps`` model calls at most, ``error_budget`` failures) mounted at site
-    ``research``, then ``verify``.
+    ``research``, then ``verify``. ``temperature`` and ``request``
+    (:class:`~stargraph.llm.RequestOptions`: ``max_tokens``, ``seed`` ...) fix those fields
+    of every model call the loop makes.
 
     >>> [n.id for n in autoresearch_graph().to_ir().nodes]
     ['research', 'verify']
@@ -303,6 +307,7 @@ def autoresearch_graph(
         error_budget=error_budget,
         output_model=Report,
         temperature=temperature,
+        request=request,
     )
     return (
         Graph(name, state=AutoresearchState)

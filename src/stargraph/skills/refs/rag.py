@@ -35,6 +35,7 @@ from typing import Any, Final, Literal
 from stargraph._typed import TypedModel
 from stargraph.errors import InvalidInputError
 from stargraph.graph import START, Graph
+from stargraph.llm import RequestOptions
 from stargraph.runtime import RunContext
 from stargraph.skills import Skill, SkillKind
 from stargraph.skills.refs import _loop
@@ -178,6 +179,7 @@ def rag_graph(
     system_prompt: str = RAG_PROMPT,
     model: str | None = None,
     temperature: float | None = None,
+    request: RequestOptions | None = None,
     embedder: str | None = None,
 ) -> Graph[RagState]:
     """The rag workflow as a :class:`~stargraph.graph.Graph`.
@@ -185,13 +187,18 @@ def rag_graph(
     ``k`` passages reach the model, out of ``candidates`` per ranking fused with constant
     ``rrf_k``; ``budget`` bounds the answers asked (the first one included). ``embedder``,
     when given, pins the embedder name the ``embedder`` service must have.
+    ``temperature`` and ``request`` (:class:`~stargraph.llm.RequestOptions`: ``max_tokens``,
+    ``seed`` ...) fix those fields of every model call (and the graph hash).
 
     >>> sorted(n.id for n in rag_graph().to_ir().nodes)
     ['answer', 'give_up', 'retrieve', 'validate']
     """
     numbers = {"k": k, "candidates": candidates, "rrf_k": rrf_k, "budget": budget}
     _loop.check_numbers("rag_graph", numbers, "k=4, candidates=20, rrf_k=60, budget=2")
-    llm = {"system_prompt": system_prompt, **_loop.llm_settings(model, temperature)}
+    llm = {
+        "system_prompt": system_prompt,
+        **_loop.llm_settings(model, temperature, request, who="rag_graph"),
+    }
     graph = (
         Graph(name, state=RagState)
         .with_node(

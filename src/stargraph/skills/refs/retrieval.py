@@ -19,7 +19,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Final
 
 from stargraph.runtime import RunContext
-from stargraph.skills._services import node_error, require_service, typed_service
+from stargraph.skills._services import (
+    node_error,
+    request_fields,
+    require_service,
+    typed_service,
+)
 from stargraph.skills.refs.embed import Embedder
 from stargraph.skills.refs.stores import DocumentStore, Passage, VectorStore
 
@@ -145,7 +150,8 @@ def format_passages(passages: Sequence[Passage]) -> str:
 
 def ask_model(ctx: RunContext, messages: Sequence[Any], config: Mapping[str, Any]) -> str:
     """One chat completion with ``services["model"]`` (recorded by the run's journal, like
-    every model call); ``model`` and ``temperature`` come from ``config``. Returns the text
+    every model call); ``model``, ``temperature`` and the request options (``max_tokens``,
+    ``seed`` ...) come from ``config``. Returns the text
     of the reply ("" when it had none)."""
     from stargraph.llm import ChatRequest
 
@@ -153,9 +159,7 @@ def ask_model(ctx: RunContext, messages: Sequence[Any], config: Mapping[str, Any
         ctx, "model", lambda found: callable(getattr(found, "complete", None)), "a ChatModel"
     )
     request = ChatRequest(
-        messages=tuple(messages),
-        model=config.get("model"),
-        temperature=config.get("temperature"),
+        messages=tuple(messages), model=config.get("model"), **request_fields(config)
     )
     response = model.complete(request)
     return str(response.message.content or "")

@@ -36,6 +36,7 @@ from stargraph import reducers
 from stargraph._typed import TypedModel
 from stargraph.errors import InvalidInputError, SkillValidationError
 from stargraph.graph import START, Graph, Send
+from stargraph.llm import RequestOptions
 from stargraph.runtime import RunContext
 from stargraph.skills import Skill, SkillKind
 from stargraph.skills.refs import _loop
@@ -287,9 +288,14 @@ def wiki_graph(
     write_prompt: str = WRITE_PROMPT,
     model: str | None = None,
     temperature: float | None = None,
+    request: RequestOptions | None = None,
     embedder: str | None = None,
 ) -> Graph[WikiState]:
     """The wiki agent as a :class:`~stargraph.graph.Graph`.
+
+    ``temperature`` and ``request`` (:class:`~stargraph.llm.RequestOptions`: ``max_tokens``,
+    ``seed`` ...) fix those fields of every model call, the plan's and the writer's (and
+    the graph hash).
 
     >>> sorted(n.id for n in wiki_graph().to_ir().nodes if n.must_stub)
     ['plan', 'write']
@@ -299,7 +305,7 @@ def wiki_graph(
     _loop.check_numbers(
         "wiki_graph", numbers, "max_queries=4, k=4, candidates=20, rrf_k=60, budget=2"
     )
-    llm = _loop.llm_settings(model, temperature)
+    llm = _loop.llm_settings(model, temperature, request, who="wiki_graph")
     graph = (
         Graph(name, state=WikiState)
         .with_node(
