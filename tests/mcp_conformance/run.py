@@ -81,8 +81,15 @@ def _stargraph() -> str:
 @contextmanager
 def serving(tmp: Path) -> Iterator[str]:
     """``stargraph mcp serve --http`` with the conformance graphs: yields its URL."""
+    with serving_graphs(tmp, [f"{HERE / 'graphs.py'}:{name}" for name in GRAPHS]) as url:
+        yield url
+
+
+@contextmanager
+def serving_graphs(tmp: Path, graphs: Sequence[str]) -> Iterator[str]:
+    """``stargraph mcp serve GRAPHS --http`` on a free port, in ``tmp`` with its database
+    there: yields the server's URL once it accepts connections."""
     port = _free_port()
-    graphs = [f"{HERE / 'graphs.py'}:{name}" for name in GRAPHS]
     where = ["--db", str(tmp / "runs.db"), "--http", f"127.0.0.1:{port}"]
     proc = subprocess.Popen(
         [_stargraph(), "mcp", "serve", *graphs, *where],
