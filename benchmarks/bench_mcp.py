@@ -201,7 +201,8 @@ def _lines(costs: dict[str, float], calls: int, rounds: int) -> tuple[list[str],
     floor = costs[DIRECT]
     lines = [
         f"mcp: server-everything's echo over stdio, {calls} calls x {rounds} rounds "
-        "(median of the rounds' medians, µs per call)",
+        "(median of the rounds' medians, µs per call; load average "
+        f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs)",
         "",
         f"  {'how':<32} {'µs/call':>9} {'over direct':>12}",
     ]
