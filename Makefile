@@ -13,7 +13,7 @@ STAMP_DOCS := $(VENV)/.installed-docs
 # where the CPU build comes from elsewhere (for example a local wheel path).
 TORCH ?= torch==2.13.0
 
-.PHONY: demo test check lint typecheck pytest pytest-fast coverage llama-background bench budgets chaos docs clean
+.PHONY: demo test check lint typecheck pytest pytest-fast coverage llama-background bench budgets chaos docs clean mcp-conformance
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -49,7 +49,7 @@ typecheck: $(STAMP_DEV)
 
 PROVISION := bash scripts/ensure_postgres.sh && bash scripts/ensure_graphviz.sh && \
 	bash scripts/ensure_chromium.sh && bash scripts/ensure_bwrap.sh && \
-	bash scripts/ensure_mcp_servers.sh
+	bash scripts/ensure_mcp_servers.sh && bash scripts/ensure_mcp_conformance.sh
 
 # No coverage here: branch tracing made the in-process tests about a quarter slower (CPU time
 # on a 2-core machine that also builds llama.cpp), and no gate reads the figure. `make
@@ -102,6 +102,13 @@ bench: $(STAMP_BENCH)
 chaos: $(STAMP_DEV)
 	STARGRAPH_CHAOS_TRIALS=500 $(BIN)/python -m pytest -q tests/test_crash.py -p no:cacheprovider
 	STARGRAPH_PG_WORKER_TRIALS=100 STARGRAPH_PG_CHAOS_TRIALS=50 $(BIN)/python -m pytest -q tests/postgres -p no:cacheprovider
+
+# The whole MCP conformance suite, the client's OAuth scenarios included, one scenario at a
+# time (about two minutes); `make test` runs the server side and the client's core scenarios
+# (tests/mcp_conformance). Both hold stargraph to tests/mcp_conformance/baseline.yml.
+mcp-conformance: $(STAMP_DEV)
+	bash scripts/ensure_mcp_conformance.sh
+	$(BIN)/python -m tests.mcp_conformance.run
 
 docs: $(STAMP_DOCS)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict

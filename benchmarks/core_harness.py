@@ -252,10 +252,11 @@ def all_sections() -> dict[str, Section]:
     from benchmarks.bench_concurrency import SECTIONS as CONCURRENCY
     from benchmarks.bench_llmcall import SECTIONS as LLMCALL
     from benchmarks.bench_long_runs import SECTIONS as LONG
+    from benchmarks.bench_mcp import SECTIONS as MCP
     from benchmarks.bench_modes import SECTIONS as MODES
     from benchmarks.durable import SECTIONS
 
-    return {**SECTIONS, **LONG, **CONCURRENCY, **MODES, **AGENTS, **LLMCALL}
+    return {**SECTIONS, **LONG, **CONCURRENCY, **MODES, **AGENTS, **LLMCALL, **MCP}
 
 
 def _select(

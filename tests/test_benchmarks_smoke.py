@@ -310,3 +310,16 @@ def test_issue45_llmcall_section_is_registered_and_times_every_client() -> None:
         "OpenAIChatModel.complete",
     ]
     assert all(us > 0 for us in costs.values())
+
+
+@pytest.mark.mcp
+def test_issue49_mcp_section_is_registered_and_times_each_way_of_calling() -> None:
+    from benchmarks.bench_mcp import DIRECT, DISPATCH, IN_RUN, mcp_section, per_call_us
+    from benchmarks.core_harness import all_sections
+
+    assert all_sections()["mcp"] is mcp_section
+    # per_call_us itself checks that each way gets the server's echo back, and that the run
+    # made every call.
+    costs = per_call_us(calls=3, rounds=1)
+    assert list(costs) == [DIRECT, DISPATCH, IN_RUN]
+    assert all(us > 0 for us in costs.values())

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -211,6 +212,37 @@ def test_issue49_timeout_cancels_the_mcp_request(workspace: Path, tmp_path: Path
         cancels = [m for m in messages if m.get("method") == "notifications/cancelled"]
         calls = [m for m in messages if m.get("method") == "tools/call"]
         assert [c["params"]["requestId"] for c in cancels] == [calls[0]["id"]]
+
+
+def test_issue49_an_mcp_call_runs_on_the_calling_thread(
+    everything: McpServer, workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The body only waits for the session's thread, within the call's deadline: handing it
+    # to an arbiter worker would add two thread wake-ups to every call (the dispatch
+    # overhead benchmarks/bench_mcp.py measures) and guard nothing.
+    threads: list[threading.Thread] = []
+    call = everything.call
+
+    def recorded(tool: str, args: Any, *, timeout_s: float) -> Any:
+        threads.append(threading.current_thread())
+        return call(tool, args, timeout_s=timeout_s)
+
+    monkeypatch.setattr(everything, "call", recorded)
+    with _arbiter(workspace, everything) as arbiter:
+        echo = arbiter.dispatch(ToolCall(tool="mcp.everything.echo", args={"message": "hi"}))
+        assert echo.summary == "Echo: hi"
+        done: list[str] = []
+        worker = threading.Thread(
+            target=lambda: done.append(
+                arbiter.dispatch(
+                    ToolCall(tool="mcp.everything.echo", args={"message": "there"})
+                ).summary
+            )
+        )
+        worker.start()
+        worker.join(timeout=60)  # only catches a hang
+    assert done == ["Echo: there"]
+    assert threads == [threading.main_thread(), worker]
 
 
 def test_issue49_a_crashed_server_is_restarted_once_then_a_typed_error(

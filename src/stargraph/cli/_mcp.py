@@ -266,6 +266,10 @@ async def _elicit(ctx: Any, served: _Served, run_id: str, payload: Any) -> Any:
         return _NO_ANSWER
     if answer.action != "accept" or not answer.content:
         return _NO_ANSWER
+    if "response" not in answer.content:
+        # A client that filled in a form of its own: its fields are the answer (the run
+        # would otherwise go on with None, as if it had been answered with nothing).
+        return dict(answer.content)
     text = answer.content.get("response")
     if not isinstance(text, str):
         return text

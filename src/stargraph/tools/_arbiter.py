@@ -281,6 +281,7 @@ class _Plan:
     secrets_wanted: tuple[str, ...]
     delegated: bool  # executor "host": the execute step goes to the arbiter's ToolHost
     inline: bool  # a sync Python body without write or external effects (see _run_sync)
+    self_bounded: bool  # a sync body that waits for nothing past its deadline (see _run_sync)
 
 
 class _Admitted(NamedTuple):
@@ -389,6 +390,7 @@ class Arbiter:
                 not is_async
                 and isinstance(tool, PythonTool)
                 and spec.side_effect in ("none", "read"),
+                not is_async and getattr(tool, "bounds_own_deadline", False) is True,
             )
             self._plans[spec.id] = plan
         return plan
@@ -699,6 +701,11 @@ class Arbiter:
             except TimeoutError:
                 ctx.cancelled.set()
                 raise
+        if admitted.plan.self_bounded:
+            # The body only waits for another thread's answer, each wait bounded by the
+            # call's deadline, and cancels its own work when that passes (an MCP request):
+            # a worker thread would add two thread wake-ups and guard nothing.
+            return tool.execute(ctx, args)
         if admitted.plan.is_async:
 
             async def bounded() -> object:

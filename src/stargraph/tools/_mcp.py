@@ -137,6 +137,10 @@ class McpTool(SpecTool):
 
     __slots__ = ("info", "server")
 
+    bounds_own_deadline: Final = True
+    """The arbiter runs it on the calling thread: :meth:`execute` only waits for the
+    server's session thread, never past the call's deadline, and cancels the request at it."""
+
     def __init__(self, spec: ToolSpec, arguments: Any, server: McpServer, info: McpToolInfo):
         super().__init__(spec, arguments, source=f"mcp:{server.label}:{info.name}")
         self.server = server

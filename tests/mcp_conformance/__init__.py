@@ -1,0 +1,1 @@
+"""The MCP conformance suite against stargraph's client and ``stargraph mcp serve``."""
