@@ -20,12 +20,12 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from stargraph.checkpoint import PostgresStore, StepRecord
 from stargraph.checkpoint.conformance import make_run
 from stargraph.ui import UiSettings, create_app
 from tests.ui.ui_graphs import GATES, approval_graph, loop_graph, scripted_model, trip_graph
+from tests.uvicorn_thread import UvicornThread
 
 pytestmark = pytest.mark.postgres  # a PostgreSQL server (tests/postgres/pgcluster.py)
 
@@ -41,34 +41,21 @@ def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
         s.close()
 
 
-class Console:
+class Console(UvicornThread):
     """The console over ``store`` on a free loopback port, in a thread of the test."""
 
     def __init__(
         self, store: PostgresStore, graphs: list[Any], settings: UiSettings | None = None
     ) -> None:
         settings = settings or UiSettings(poll_s=0.05)
-        self.app = create_app(store, graphs=graphs, settings=settings)
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + DEADLINE_S
-        while not self.server.started:
-            assert self.thread.is_alive(), "uvicorn stopped before it started"
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
+        app = create_app(store, graphs=graphs, settings=settings)
+        super().__init__(app, before_stop=app.state.console.closing.set)
         self.http = httpx.Client(base_url=self.url, timeout=DEADLINE_S)
 
     def close(self) -> None:
         self.http.close()
-        self.app.state.console.closing.set()
-        self.server.should_exit = True
-        self.thread.join(DEADLINE_S)
+        super().close()
         self.app.state.console.close()
-        assert not self.thread.is_alive()
 
 
 @pytest.fixture

@@ -50,6 +50,7 @@ from stargraph.ui._live import Closing, LiveText, Wakeup, Wakeups
 from stargraph.ui._mask import Masker
 from stargraph.ui._replay import render_replay
 from stargraph.ui._static import CSS, ICON, JS
+from stargraph.ui._timeline import inspector, nested_timeline, timeline_items
 
 __all__ = ["RunGraph", "UiSettings", "create_app", "is_loopback"]
 
@@ -661,13 +662,22 @@ def create_app(
             masker, run_id, shown, previous, can_fork=can_resume, children=children
         )
         rid = quote(run_id, safe="")
+        timeline = timeline_items(masker, run, shown, children)
         body = f"""
 <h1>Run {pages.escape(run_id)}</h1>
 {pages.summary_table(masker, run, digest, console.family(run, graph, digest))}
 {waiting}
 {pages.LIVE_OUTPUT}
-<h2>Graph</h2>
+<div class="studio">
+<section class="pane graph-pane"><h2>Graph</h2>
 {picture}
+<h2>Timeline</h2>
+<ol class="tl" id="timeline" data-url="/runs/{rid}/timeline">{timeline}</ol>
+</section>
+<section class="pane inspector" id="inspector" data-url="/runs/{rid}/inspect">
+<h2>Step</h2><p class="muted">Choose a step in the timeline to see its state and what it
+changed.</p></section>
+</div>
 <h2>Steps</h2>
 {pages.pager(run_id, page, pages_n)}
 <table class="timeline">
@@ -720,6 +730,72 @@ def create_app(
             )
 
         return HTMLResponse(await run_in_threadpool(rows))
+
+    async def run_timeline(request: Request) -> Response:
+        """Timeline lines: steps ``after < step <= upto`` (a live page's new steps), or with
+        ``?nested=1`` a child run's first page of them, inside its parent's timeline."""
+        run_id = request.path_params["run_id"]
+        nested = request.query_params.get("nested") == "1"
+        after = int_param(request, "after", -1)
+        after = -1 if after is None else after
+        upto = int_param(request, "upto", after + pages.PAGE_SIZE)
+        upto = after + pages.PAGE_SIZE if upto is None else min(upto, after + pages.PAGE_SIZE)
+
+        def items() -> str:
+            run = store.get_run(run_id)
+            start, end = (0, pages.PAGE_SIZE - 1) if nested else (max(after, 0), upto)
+            records = expand_stored(store, run_id, store.get_steps(run_id, start=start, end=end))
+            shown = records if nested else [r for r in records if r.step > after]
+            graph = console.graph_of(run)
+            children = (
+                {} if graph is None else child_runs(graph.ir, run, shown, console.owner_of(run))
+            )
+            text = timeline_items(console.masker, run, shown, children, selectable=not nested)
+            return nested_timeline(run, text, len(shown)) if nested else text
+
+        try:
+            return HTMLResponse(await run_in_threadpool(items))
+        except RunNotFoundError as exc:
+            raise HTTPException(
+                404, f"{exc} (a skill run is stored once its node starts)"
+            ) from None
+
+    async def run_inspect(request: Request) -> Response:
+        """The inspector for ``?step=K``: the state after it and what it changed."""
+        run_id = request.path_params["run_id"]
+        step = int_param(request, "step", None)
+
+        def render() -> str:
+            from stargraph.viz import state_at
+
+            run = store.get_run(run_id)
+            at = run.last_step if step is None else step
+            if not 0 <= at <= run.last_step:
+                raise HTTPException(
+                    404, f"run {run_id} has steps 0..{run.last_step}; there is no step {at}"
+                )
+            record = expand_stored(store, run_id, store.get_steps(run_id, start=at, end=at))[0]
+            graph = console.graph_of(run)
+            if graph is None:
+                return inspector(
+                    console.masker,
+                    run,
+                    record,
+                    None,
+                    None,
+                    unavailable="The console does not know this run's graph, so it cannot "
+                    "work out its state (start it with --graph FILE.py).",
+                )
+            try:
+                after_state = state_at(graph.ir, store, run_id, at)
+                before = state_at(graph.ir, store, run_id, at - 1) if at > 0 else None
+            except StargraphError as exc:
+                return inspector(
+                    console.masker, run, record, None, None, unavailable=f"state unavailable: {exc}"
+                )
+            return inspector(console.masker, run, record, before, after_state)
+
+        return HTMLResponse(await run_in_threadpool(render))
 
     async def run_nested(request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -1162,6 +1238,8 @@ def create_app(
         ("rows", "GET"): run_rows,
         ("state", "GET"): run_state,
         ("nested", "GET"): run_nested,
+        ("timeline", "GET"): run_timeline,
+        ("inspect", "GET"): run_inspect,
         ("answer", "POST"): answer,
         ("fork", "GET"): fork_page,
         ("fork", "POST"): fork_post,
