@@ -39,9 +39,9 @@ def free_port() -> int:
 class InProcess:
     """``stargraph serve ARGS`` in a process of its own, from the repository's folder."""
 
-    def __init__(self, *args: str, cwd: Path = REPO) -> None:
+    def __init__(self, *args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
-        env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+        env = {**os.environ, **(env or {}), "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
         self.proc = subprocess.Popen(
             [
                 sys.executable,

@@ -165,6 +165,8 @@ class _Sql(Protocol):
 
     def execute_many(self, sql: str, params: Sequence[Sequence[Any]]) -> None: ...
 
+    def announce(self, run_id: str) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -193,6 +195,9 @@ class _SqliteSql:
     def execute_many(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
         with self._db.write() as conn:
             conn.executemany(sql, params)
+
+    def announce(self, run_id: str) -> None:
+        return None  # SQLite has no notices across processes: readers poll
 
     def close(self) -> None:
         self._db.close()
@@ -236,6 +241,9 @@ class _PostgresSql:
     def execute_many(self, sql: str, params: Sequence[Sequence[Any]]) -> None:
         with self._conn() as conn, conn.cursor() as cur:
             cur.executemany(self._pg(sql), params)
+
+    def announce(self, run_id: str) -> None:
+        self._store.announce(run_id)
 
     def close(self) -> None:
         self._store.close()
@@ -367,6 +375,21 @@ class Tables:
             (thread_id,),
         )
         return _run(rows[0]) if rows else None
+
+    def active_targeting(self, target: str) -> list[str]:
+        """The API runs that have not ended and drive the stargraph run ``target``."""
+        rows = self._sql.rows(
+            "SELECT run_id FROM serve_runs WHERE target = ? "
+            "AND status IN ('pending', 'running') ORDER BY created_at",
+            (target,),
+        )
+        return [r[0] for r in rows]
+
+    def announce(self, run_id: str) -> None:
+        """Tell whoever watches the checkpoint store that stargraph run ``run_id`` streamed
+        something (on PostgreSQL, a ``NOTIFY`` on the store's channel: a console open on
+        the run wakes and reads its tokens; elsewhere nothing, readers poll)."""
+        self._sql.announce(run_id)
 
     def claim(
         self, owner: str, lease_s: float, *, gone: Callable[[str | None], bool]

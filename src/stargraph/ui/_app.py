@@ -46,9 +46,10 @@ from stargraph.ui._diff import RunPairDiff, diff_pair
 from stargraph.ui._digest import DigestCache, RunDigest, Totals
 from stargraph.ui._errors import error_handlers, error_page, int_param, run_address
 from stargraph.ui._graph import graph_svg
-from stargraph.ui._live import Closing, LiveText, Wakeup, Wakeups
+from stargraph.ui._live import Closing, LiveText, Partial, Wakeup, Wakeups
 from stargraph.ui._mask import Masker
 from stargraph.ui._replay import render_replay
+from stargraph.ui._served import ServedText
 from stargraph.ui._static import CSS, ICON, JS
 from stargraph.ui._timeline import inspector, nested_timeline, timeline_items
 
@@ -297,6 +298,7 @@ class _Console:
         self.wakeups = Wakeups()
         self.closing = Closing(self.wakeups)
         self.live = LiveText(self.wakeups)
+        self.served = ServedText(store)
         self.diffs = _Recent(4)
         self.workers: list[threading.Thread] = []
         self.failures: dict[str, str] = {}
@@ -423,6 +425,7 @@ class _Console:
         deadline = time.monotonic() + timeout_s
         for thread in self.workers:
             thread.join(max(deadline - time.monotonic(), 0.0))
+        self.served.close()
 
 
 def _csrf(request: Request) -> str:
@@ -931,11 +934,17 @@ changed.</p></section>
     async def run_events(request: Request) -> Response:
         run_id = request.path_params["run_id"]
 
+        served: list[Partial] = []  # read from the serve tables with each read of the store
+
         def poll() -> dict[str, Any]:
             run = store.get_run(run_id)
+            served[:] = console.served.of(run_id)
             return {"last_step": run.last_step, "status": run.status}
 
         def partial() -> list[dict[str, Any]]:
+            # The console's own runs first; a run a server runs is not also run here.
+            found = {(p.run_id, p.step, p.node, p.index): p for p in served}
+            found.update({(p.run_id, p.step, p.node, p.index): p for p in console.live.of(run_id)})
             return [
                 {
                     "run": p.run_id,
@@ -943,7 +952,10 @@ changed.</p></section>
                     "task": p.node if p.index == 0 else f"{p.node}[{p.index}]",
                     "text": console.masker.text(p.text),
                 }
-                for p in console.live.of(run_id)
+                for p in sorted(
+                    found.values(),
+                    key=lambda p: (p.run_id != run_id, p.run_id, p.step, p.node, p.index),
+                )
             ]
 
         await run_in_threadpool(store.get_run, run_id)

@@ -49,7 +49,8 @@ STATUSES: Final = get_args(RunStatus)
 LIVE_OUTPUT: Final = (
     '<section id="live-output" class="live-output" hidden><h2>Model output, streaming</h2>'
     '<div id="live-calls" class="chat"></div><p class="muted">The reply of each model call '
-    "in flight, as its tokens arrive (runs this console continues). It moves into the step "
+    "in flight, as its tokens arrive (runs this console continues, and runs that "
+    "<code>stargraph serve</code> runs on this database). It moves into the step "
     "timeline when its step commits.</p></section>"
 )
 """The run page's box for the model output in flight, filled by the ``tokens`` events."""
