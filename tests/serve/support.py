@@ -15,8 +15,9 @@ from typing import Any, Final
 import httpx
 
 from stargraph.serve import ServeSettings, create_app
-from tests.uvicorn_thread import DEADLINE_S, UvicornThread
+from tests.uvicorn_thread import UvicornThread
 
+DEADLINE_S: Final = 60.0
 REPO: Final = Path(__file__).resolve().parents[2]
 
 
