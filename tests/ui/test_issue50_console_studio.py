@@ -211,3 +211,39 @@ def test_issue50_child_skill_run_nests_labelled_in_the_timeline(
     ) == ["look", "book"]
     browser.eval("document.getElementById('timeline').scrollIntoView()")
     check_page(browser, tmp_path / "timeline-child.png", capsys)
+
+
+def test_issue50_runs_grouped_by_thread_and_searched_by_id(
+    browser: Browser,
+    serve: Any,
+    store: SqliteStore,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    loop = loop_graph().compile(store=store)
+    loop.invoke({"limit": 1}, run_id="a-1", thread_id="chat-A")
+    loop.invoke({"limit": 1}, run_id="b-1", thread_id="chat-B")
+    loop.invoke({"limit": 1}, run_id="solo")
+    loop.invoke({"limit": 2}, run_id="a-2", thread_id="chat-A")  # the newest run
+    served = serve([loop])
+    browser.open(served.url + "/")
+    rows = browser.eval(
+        "[...document.querySelectorAll('#run-rows tr')].map(tr =>"
+        " tr.classList.contains('thread') ? 'thread ' + tr.dataset.thread : tr.dataset.run)"
+    )
+    # Newest first, a thread's runs together where its newest run stands.
+    assert rows == ["thread chat-A", "a-2", "a-1", "solo", "thread chat-B", "b-1"]
+    heading = browser.eval("document.querySelector('#run-rows tr.thread').innerText")
+    assert heading == "thread chat-A 2 runs"
+    check_page(browser, tmp_path / "runs-threads.png", capsys)
+    # Searching by part of an id, as a person types it into the box.
+    browser.eval("document.getElementById('run-search').value = 'SOL'")
+    browser.click_and_wait_navigation("form.filters button[type=submit]")
+    shown = browser.eval("[...document.querySelectorAll('#run-rows tr')].map(tr => tr.dataset.run)")
+    assert shown == ["solo"]
+    # A thread's id finds its runs.
+    browser.open(served.url + "/?q=chat-b")
+    shown = browser.eval(
+        "[...document.querySelectorAll('#run-rows tr[data-run]')].map(tr => tr.dataset.run)"
+    )
+    assert shown == ["b-1"]

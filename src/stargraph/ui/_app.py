@@ -578,25 +578,28 @@ def create_app(
             return None
         return graph.app
 
-    def list_filtered(request: Request) -> tuple[list[Any], list[str], str, str, str]:
+    def list_filtered(request: Request) -> tuple[list[Any], list[str], str, str, str, str]:
         status = request.query_params.get("status", "")
         graph = request.query_params.get("graph", "")
         since = request.query_params.get("since", "")
+        q = request.query_params.get("q", "").strip()
         runs = store.list_runs(limit=500)
         names = sorted({r.graph_name for r in runs})
+        needle = q.lower()
         chosen = [
             r
             for r in runs
             if (not status or r.status == status)
             and (not graph or r.graph_name == graph)
+            and (not needle or needle in r.run_id.lower() or needle in (r.thread_id or "").lower())
             and _since_ok(r, since)
         ][:200]
         rows = [(r, console.digests.get(r.run_id, r.last_step)) for r in chosen]
-        return rows, names, status, graph, since
+        return rows, names, status, graph, since, q
 
     async def runs_page(request: Request) -> Response:
-        rows, names, status, graph, since = await run_in_threadpool(list_filtered, request)
-        text = pages.runs_page(rows, names, status=status, graph=graph, since=since)
+        rows, names, status, graph, since, q = await run_in_threadpool(list_filtered, request)
+        text = pages.runs_page(rows, names, status=status, graph=graph, since=since, q=q)
         return _html(request, text)
 
     async def runs_fragment(request: Request) -> Response:

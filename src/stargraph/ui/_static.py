@@ -258,5 +258,7 @@ details.tl-child{margin:.2rem 0 .1rem 1rem;border-left:3px solid #8250df;padding
 details.tl-child>summary{cursor:pointer;font-size:.85rem}
 .tl-child-head{margin:.2rem 0;font-size:.85rem}
 svg.graph .node.selected rect{filter:drop-shadow(0 0 3px #0969da) drop-shadow(0 0 2px #0969da)}
+table.runs tr.thread>th{background:#eef1f4;font-weight:600;text-align:left}
+table.runs tr[data-thread]>td:first-child{border-left:3px solid #0969da}
 ul.outcome li{overflow-wrap:anywhere;font-family:ui-monospace,monospace;font-size:.85rem}
 """
