@@ -42,8 +42,10 @@ def browser(chromium: str, tmp_path: Path) -> Iterator[Browser]:
 class Served(UvicornThread):
     """The console served by uvicorn on a free loopback port, in a thread."""
 
-    def __init__(self, store: SqliteStore, graphs: list[Any]) -> None:
-        app = create_app(store, graphs=graphs, settings=UiSettings(poll_s=0.05))
+    def __init__(
+        self, store: SqliteStore, graphs: list[Any], settings: UiSettings | None = None
+    ) -> None:
+        app = create_app(store, graphs=graphs, settings=settings or UiSettings(poll_s=0.05))
         console = app.state.console
         super().__init__(
             app, before_stop=console.closing.set, timeout_graceful_shutdown=5
@@ -58,8 +60,8 @@ class Served(UvicornThread):
 def serve(store: SqliteStore) -> Iterator[Any]:
     started: list[Served] = []
 
-    def start(graphs: list[Any]) -> Served:
-        served = Served(store, graphs)
+    def start(graphs: list[Any], settings: UiSettings | None = None) -> Served:
+        served = Served(store, graphs, settings)
         started.append(served)
         return served
 

@@ -1,7 +1,11 @@
-"""Live tokens of a run that another process runs: ``stargraph serve`` in a process of its own
+"""The console as a client of ``stargraph serve``.
+
+Live tokens of a run another process runs: ``stargraph serve``, in a process of its own,
 runs the graph on the console's SQLite database, its model reply held mid-stream by the
 scripted server of this test; the console's page, open on the run, shows the words sent so
-far before the step commits, then the whole reply in the step once it does."""
+far before the step commits, then the whole reply in the step once it does. And an answer
+to an interrupt of a run the server started goes through the server's API, which resumes
+it: the console needs no graph for it."""
 
 from __future__ import annotations
 
@@ -12,7 +16,9 @@ import httpx
 import pytest
 
 from stargraph.checkpoint import SqliteStore
+from stargraph.client import Client
 from stargraph.testing import Reply
+from stargraph.ui import UiSettings
 from tests.serve.support import DEADLINE_S, InProcess
 from tests.ui.cdp import Browser, check_page
 from tests.ui.served_graphs import scribe
@@ -73,4 +79,42 @@ def test_issue50_tokens_of_a_run_in_another_process_stream_to_the_page(
     assert browser.eval("document.getElementById('live-output').hidden") is True
     browser.eval("document.querySelector('details.call.llm').open = true")
     assert browser.eval("document.querySelector('.chat.reply .text').textContent") == LETTER
+    assert browser.console_errors() == []
+
+
+def test_issue50_an_answer_to_a_served_run_goes_through_the_servers_api(
+    browser: Browser,
+    serve: Any,
+    store: SqliteStore,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    api = InProcess("tests/serve/graphs.py:review", "--db", str(store.path), "--workers", "1")
+    try:
+        with Client(api.url) as client:
+            thread = client.create_thread()
+            run_id = client.start(thread, "review", {"topic": "kettles"})["run_id"]
+            client.join(thread, run_id)
+            assert client.thread(thread)["status"] == "interrupted"
+            # The console knows no graph: only the server can resume this run.
+            served = serve([], UiSettings(poll_s=0.05, api=api.url))
+            browser.open(f"{served.url}/runs/{run_id}")
+            assert browser.eval("document.querySelector('#run-status').textContent") == (
+                "interrupted"
+            )
+            check_page(browser, tmp_path / "served-interrupt.png", capsys)
+            browser.eval("document.querySelector('form.answer input[name=reason]').value = 'ok'")
+            browser.click_and_wait_navigation("#approve")
+            browser.wait_for(
+                "document.readyState === 'complete' && document.querySelector('#run-status') &&"
+                " document.querySelector('#run-status').textContent === 'done'",
+                "the server to resume and finish the run",
+            )
+            turns = client.list_runs(thread)
+            assert sorted(r["status"] for r in turns) == ["interrupted", "success"]
+            assert client.state(thread)["values"]["verdict"] == str(
+                {"approved": True, "reason": "ok"}
+            )
+    finally:
+        api.close()
     assert browser.console_errors() == []

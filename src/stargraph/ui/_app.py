@@ -17,6 +17,7 @@ from typing import Any, Final
 from urllib.parse import parse_qs, quote, urlencode
 
 import anyio
+import httpx
 from pydantic import ConfigDict
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -108,6 +109,12 @@ class UiSettings(TypedModel):
     stream_tokens: bool = True
     stream_s: float = 300.0
     """How long one event stream lasts before the browser reconnects (it does so itself)."""
+    api: str | None = None
+    """The URL of a ``stargraph serve`` on the console's database: an answer to a run that
+    server started is sent to its API (``Command(resume=...)``, run by the server's
+    workers) rather than resumed by the console, which then needs no graph to answer it."""
+    api_token: str | None = None
+    """The bearer token of :attr:`api`, if it needs one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -420,6 +427,35 @@ class _Console:
         self.workers.append(thread)
         thread.start()
 
+    def api_thread(self, run_id: str) -> tuple[str, str] | None:
+        """``(thread id, assistant id)`` when the server of ``settings.api`` started run
+        ``run_id`` (so it, not the console, answers it); ``None`` otherwise."""
+        if self.settings.api is None or self.settings.read_only:
+            return None
+        return self.served.started(run_id)
+
+    def answer_through_api(self, thread_id: str, assistant_id: str, response: Any) -> None:
+        """Send ``response`` as the answer of thread ``thread_id``'s interrupt to the server
+        (a run in the background: its workers resume the stargraph run)."""
+        from stargraph.client import Client
+
+        assert self.settings.api is not None
+        try:
+            with Client(self.settings.api, token=self.settings.api_token) as client:
+                client.start(thread_id, assistant_id, answer=response)
+        except StargraphError as exc:
+            status = getattr(exc, "status", 502)  # a refusal keeps the server's 4xx
+            raise HTTPException(
+                status if isinstance(status, int) and 400 <= status < 500 else 502,
+                self.masker.text(f"the server refused the answer: {exc}"),
+            ) from None
+        except httpx.HTTPError as exc:
+            raise HTTPException(
+                502,
+                f"the server at {self.settings.api} cannot be reached ({exc}); start it, or "
+                "restart the console without --api to answer here",
+            ) from None
+
     def close(self, timeout_s: float = 30.0) -> None:
         self.closing.set()
         deadline = time.monotonic() + timeout_s
@@ -646,11 +682,10 @@ def create_app(
                     "time is the wall time of the steps it ran in.</p>"
                 )
         can_resume = actor(graph) is not None
-        waiting = (
-            pages.interrupt_form(masker, run, csrf, can_resume)
-            if run.status == "interrupted"
-            else ""
-        )
+        waiting = ""
+        if run.status == "interrupted":
+            can_answer = can_resume or console.api_thread(run_id) is not None
+            waiting = pages.interrupt_form(masker, run, csrf, can_answer)
         if can_resume and _unstarted_fork(run):
             waiting += pages.continue_form(run, csrf)
         if can_resume and "::" not in run_id:  # a child run replays with its parent
@@ -992,6 +1027,10 @@ changed.</p></section>
         run = await run_in_threadpool(store.get_run, run_id)
         if run.status != "interrupted":
             raise HTTPException(409, f"run {run_id} is {run.status}, not waiting on an answer")
+        served_by = await run_in_threadpool(console.api_thread, run_id)
+        if served_by is not None:  # the server that started it answers it: one write path
+            await run_in_threadpool(console.answer_through_api, *served_by, response)
+            return _to_run_page(run_id)
         graph = await run_in_threadpool(console.graph, run.graph_hash)
         if graph is None or graph.app is None:
             raise HTTPException(

@@ -131,6 +131,21 @@ class ServedText:
                 out.append(Partial(rid, step, node, index, text))
         return out
 
+    def started(self, run_id: str) -> tuple[str, str] | None:
+        """``(thread id, assistant id)`` of the API run that started stargraph run
+        ``run_id`` (its id is the run's), or ``None``: no server started it."""
+        with self._lock:
+            tables = self._open()
+            if tables is None:
+                return None
+            try:
+                row = tables.get_run(run_id)
+            except StargraphError:
+                return None
+        if row is None or row.kind != "start" or row.target != run_id:
+            return None
+        return row.thread_id, row.assistant_id
+
     def _read(self, tables: Any, api_run: str) -> dict[tuple[str, int, str, int], str]:
         read = self._reads.setdefault(api_run, _Read())
         while True:
