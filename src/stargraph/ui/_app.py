@@ -464,6 +464,12 @@ class _Console:
         self.served.close()
 
 
+def _model(graph: RunGraph) -> Any:
+    """The state model of ``graph``'s runs: its compiled graph's when the console has it
+    (a ``stargraph.langgraph`` graph's IR names its ``TypedDict``), else the IR's import."""
+    return None if graph.app is None else graph.app.state_model
+
+
 def _csrf(request: Request) -> str:
     return request.cookies.get(_CSRF_COOKIE) or secrets.token_urlsafe(24)
 
@@ -828,8 +834,9 @@ changed.</p></section>
                     "work out its state (start it with --graph FILE.py).",
                 )
             try:
-                after_state = state_at(graph.ir, store, run_id, at)
-                before = state_at(graph.ir, store, run_id, at - 1) if at > 0 else None
+                model = _model(graph)
+                after_state = state_at(graph.ir, store, run_id, at, model=model)
+                before = state_at(graph.ir, store, run_id, at - 1, model=model) if at else None
             except StargraphError as exc:
                 return inspector(
                     console.masker, run, record, None, None, unavailable=f"state unavailable: {exc}"
@@ -882,7 +889,7 @@ changed.</p></section>
                 value: Any = snap
             else:
                 try:
-                    value = state_at(graph.ir, store, run_id, step)
+                    value = state_at(graph.ir, store, run_id, step, model=_model(graph))
                 except StargraphError as exc:
                     return f"state unavailable: {exc}"
             return json.dumps(
@@ -1061,7 +1068,7 @@ changed.</p></section>
             raise HTTPException(
                 400, f"run {run.run_id} has steps 0..{run.last_step}; there is no step {step}"
             )
-        value = state_at(app.ir, store, run.run_id, step)
+        value = state_at(app.ir, store, run.run_id, step, model=app.state_model)
         shown: dict[str, Any] = json.loads(
             json.dumps(console.masker.data(value), ensure_ascii=False, default=str)
         )
@@ -1243,7 +1250,7 @@ changed.</p></section>
         if graph is None:
             return None
         try:
-            return state_at(graph.ir, store, run.run_id)
+            return state_at(graph.ir, store, run.run_id, model=_model(graph))
         except StargraphError:
             return None
 
