@@ -247,3 +247,27 @@ def test_issue50_runs_grouped_by_thread_and_searched_by_id(
         "[...document.querySelectorAll('#run-rows tr[data-run]')].map(tr => tr.dataset.run)"
     )
     assert shown == ["b-1"]
+
+
+def test_issue50_a_run_page_opened_before_its_run_exists_opens_it_when_stored(
+    browser: Browser,
+    serve: Any,
+    store: SqliteStore,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    loop = loop_graph().compile(store=store)
+    served = serve([loop])
+    browser.open(served.url + "/runs/later")
+    assert browser.eval("document.querySelector('h1.error').textContent") == "404 Not Found"
+    browser.wait_for("window.sgLive && window.sgLive.events > 0", "the runs' event stream")
+    # A failed load of the page itself is what the 404 is: not a console error of the page.
+    browser.events.clear()
+    loop.invoke({"limit": 2}, run_id="later")
+    browser.wait_for(
+        "document.readyState === 'complete' && document.querySelector('#run-status') &&"
+        " document.querySelector('#run-status').textContent === 'done'",
+        "the page to open the run once it is stored",
+    )
+    assert browser.eval("document.querySelectorAll('#timeline > li').length") == 3
+    check_page(browser, tmp_path / "opened-later.png", capsys)

@@ -747,7 +747,18 @@ changed.</p></section>
         run_id = request.path_params["run_id"]
         page = int_param(request, "page", None)
         csrf = _csrf(request)
-        text = await run_in_threadpool(render_run, run_id, page, csrf)
+        try:
+            text = await run_in_threadpool(render_run, run_id, page, csrf)
+        except RunNotFoundError as exc:
+            # Opened before its run is stored (a link handed out as the run starts): the
+            # page follows the runs list and opens the run once it is there.
+            message = console.masker.text(f"{exc}; this page opens it as soon as it is stored")
+            waiting = error_page(404, message).replace(
+                "<body",
+                f'<body data-live="/events/runs" data-await-run="{pages.escape(run_id)}"',
+                1,
+            )
+            return HTMLResponse(waiting, 404)
         return _html(request, text, csrf)
 
     async def run_rows(request: Request) -> Response:

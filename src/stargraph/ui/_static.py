@@ -95,8 +95,14 @@ JS: Final = r"""
   if (!live || !window.EventSource) { return; }
   var source = new EventSource(live);
   window.sgLive = {events: 0, source: source};
-  source.addEventListener("runs", function () {
+  source.addEventListener("runs", function (ev) {
     window.sgLive.events += 1;
+    var awaited = document.body.dataset.awaitRun;
+    if (awaited) {  // a run's page opened before the run was stored
+      var stored = JSON.parse(ev.data).some(function (run) { return run[0] === awaited; });
+      if (stored) { source.close(); window.location.reload(); }
+      return;
+    }
     var table = document.querySelector("table.runs");
     if (!table) { return; }
     fetchText(table.dataset.rows, function (html) {
