@@ -259,7 +259,7 @@ def test_issue50_a_run_page_opened_before_its_run_exists_opens_it_when_stored(
     loop = loop_graph().compile(store=store)
     served = serve([loop])
     browser.open(served.url + "/runs/later")
-    assert browser.eval("document.querySelector('h1.error').textContent") == "404 Not Found"
+    assert browser.eval("document.querySelector('h1.error').textContent") == "404 Not found"
     browser.wait_for("window.sgLive && window.sgLive.events > 0", "the runs' event stream")
     # A failed load of the page itself is what the 404 is: not a console error of the page.
     browser.events.clear()
