@@ -102,6 +102,8 @@ def test_issue50_an_answer_to_a_served_run_goes_through_the_servers_api(
             assert browser.eval("document.querySelector('#run-status').textContent") == (
                 "interrupted"
             )
+            via = browser.eval("document.getElementById('answer-via').textContent")
+            assert api.url in via
             check_page(browser, tmp_path / "served-interrupt.png", capsys)
             browser.eval("document.querySelector('form.answer input[name=reason]').value = 'ok'")
             browser.click_and_wait_navigation("#approve")

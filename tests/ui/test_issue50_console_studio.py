@@ -165,6 +165,7 @@ def test_issue50_timeline_shows_an_interrupt_waiting_then_answered(
         "llm:model call",
         "interrupt:waiting on an interrupt in ask",
     ]
+    browser.eval("document.getElementById('timeline').scrollIntoView()")
     check_page(browser, tmp_path / "timeline-waiting.png", capsys)
     browser.click_and_wait_navigation("#approve")
     browser.wait_for(

@@ -690,8 +690,14 @@ def create_app(
         can_resume = actor(graph) is not None
         waiting = ""
         if run.status == "interrupted":
-            can_answer = can_resume or console.api_thread(run_id) is not None
-            waiting = pages.interrupt_form(masker, run, csrf, can_answer)
+            via_api = console.api_thread(run_id) is not None
+            waiting = pages.interrupt_form(masker, run, csrf, can_resume or via_api)
+            if via_api:
+                waiting += (
+                    f'<p class="muted" id="answer-via">The answer goes to the stargraph serve at '
+                    f"{pages.escape(str(settings.api))}, which started this run; its workers "
+                    "resume it.</p>"
+                )
         if can_resume and _unstarted_fork(run):
             waiting += pages.continue_form(run, csrf)
         if can_resume and "::" not in run_id:  # a child run replays with its parent

@@ -233,6 +233,7 @@ background:#dafbe1}
 table.diff tr.changes ul{margin:.1rem 0;padding-left:1.2rem;font-size:.85rem}
 table.diff tr.changes li{overflow-wrap:anywhere;font-family:ui-monospace,monospace}
 .shift{padding:.3rem .6rem;border-left:3px solid #0969da;background:#ddf4ff}
+table.timeline .write pre{max-height:12rem}
 .studio{display:grid;grid-template-columns:minmax(0,1.1fr) minmax(0,1fr);gap:1.2rem;
 align-items:start}
 .pane>h2:first-child{margin-top:.6rem}
