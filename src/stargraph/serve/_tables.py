@@ -20,6 +20,7 @@ psycopg):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sqlite3
@@ -211,6 +212,10 @@ class _PostgresSql:
         # queue's does; the tables live in the store's schema.
         self._store = PostgresStore(dsn, schema=schema, pool_size=4)
         self._schema = schema
+        self._announcing = threading.Condition()
+        self._to_announce: set[str] = set()
+        self._announcer: threading.Thread | None = None
+        self._closing = False
         try:
             with self._store._conn() as conn, conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"sg:{schema}:serve",))
@@ -243,9 +248,38 @@ class _PostgresSql:
             cur.executemany(self._pg(sql), params)
 
     def announce(self, run_id: str) -> None:
-        self._store.announce(run_id)
+        # A notice is a commit of its own (a WAL flush: ~2 ms with fsync on, as long again
+        # as storing the token). A thread of its own sends them, so a worker streaming a
+        # model's reply never waits on one; those asked for while one is in flight go out
+        # together next, each run's once, the last always.
+        with self._announcing:
+            self._to_announce.add(run_id)
+            if self._announcer is None:
+                self._announcer = threading.Thread(
+                    target=self._announce_loop, name="stargraph-serve-announce", daemon=True
+                )
+                self._announcer.start()
+            self._announcing.notify()
+
+    def _announce_loop(self) -> None:
+        while True:
+            with self._announcing:
+                while not self._to_announce and not self._closing:
+                    self._announcing.wait()
+                if not self._to_announce:
+                    return  # closing, nothing left to send
+                run_ids, self._to_announce = self._to_announce, set()
+            for run_id in sorted(run_ids):
+                with contextlib.suppress(CheckpointError):  # best effort, as every notice
+                    self._store.announce(run_id)
 
     def close(self) -> None:
+        with self._announcing:
+            self._closing = True
+            self._announcing.notify()
+            announcer = self._announcer
+        if announcer is not None:
+            announcer.join(30)
         self._store.close()
 
 
