@@ -213,7 +213,8 @@ def inspector(
     rows = []
     for c in changes:
         if c.kind == "appended":
-            was, now = f"{len(c.before)} items", "+ " + _short(masker, c.after)
+            had = len(c.before)
+            was, now = f"{had} item{'' if had == 1 else 's'}", "+ " + _short(masker, c.after)
         else:
             was = "-" if c.kind == "added" else _short(masker, c.before)
             now = "-" if c.kind == "removed" else _short(masker, c.after)
