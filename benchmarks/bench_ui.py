@@ -16,6 +16,9 @@ agent's log). The console is served by uvicorn on a loopback port and fetched ov
   aligned and compared, final states included), later loads of its first page (median) and
   of its last page (the comparison is kept while neither run changes).
 
+* ``inspector``: the pane beside the graph for the last step and for step 1 (median): the
+  states after the step and after the one before, folded from the store, and their diff.
+
 Pass/fail line: ``under 1 s`` for the cold loads of the run page and of the diff, the
 figure the acceptance asks for. On the 2-CPU dev machine: cold ~0.25 s, warm ~0.04 s
 (medians); diff cold ~0.3 s, warm ~0.03 s.
@@ -74,6 +77,12 @@ def _load(client: httpx.Client, url: str) -> float:
     return time.perf_counter() - started
 
 
+def _timed(client: httpx.Client, url: str) -> float:
+    started = time.perf_counter()
+    client.get(url).raise_for_status()
+    return time.perf_counter() - started
+
+
 def main(steps: int = 1000, repeats: int = 20) -> int:
     with tempfile.TemporaryDirectory() as folder, SqliteStore(Path(folder) / "runs.db") as store:
         app = loop_graph().compile(store=store, max_steps=steps + 10)
@@ -105,6 +114,12 @@ def main(steps: int = 1000, repeats: int = 20) -> int:
                 last = (steps + 1 - 1) // 50
                 diff_last = sorted(_load(client, f"{diff}&page={last}") for _ in range(repeats))
                 diff_rows = client.get(diff).text.count('<tr class="pair')
+                inspect = f"/runs/long/inspect?step={steps}"
+                inspect_last = sorted(_timed(client, inspect) for _ in range(repeats))
+                inspect_first = sorted(
+                    _timed(client, "/runs/long/inspect?step=1") for _ in range(repeats)
+                )
+                timeline = client.get("/runs/long").text.count('<li class="tl-step"')
         finally:
             server.should_exit = True
             thread.join(60)
@@ -117,6 +132,12 @@ def main(steps: int = 1000, repeats: int = 20) -> int:
         print(f"diff cold: {diff_cold * 1000:.0f} ms")
         print(f"diff warm: median {statistics.median(diff_warm) * 1000:.0f} ms")
         print(f"diff last page: median {statistics.median(diff_last) * 1000:.0f} ms")
+        print(f"timeline lines on the page: {timeline}")
+        print(
+            f"inspector, step {steps} (state after it and after step {steps - 1}, diffed): "
+            f"median {statistics.median(inspect_last) * 1000:.0f} ms"
+        )
+        print(f"inspector, step 1: median {statistics.median(inspect_first) * 1000:.0f} ms")
         ok = cold < 1.0 and diff_cold < 1.0
         verdict = "under 1 s" if ok else "OVER 1 s"
         print(f"{verdict}: the page of a {steps}-step run and the diff of two")

@@ -54,9 +54,11 @@ DRIVERS: Final[tuple[str, ...]] = (
     "replay_versions",
     "fork_as_node",
     "serve",
+    "console",
 )
 """Every way a run is driven; ``stream_all`` asks for every mode at once; ``serve`` drives
-the story over HTTP, through ``stargraph serve`` and LangGraph's own client."""
+the story over HTTP, through ``stargraph serve`` and LangGraph's own client; ``console``
+plays it by ``invoke`` and reads every run of it through the run console's pages."""
 
 REFERENCE: Final = ("memory", "invoke")
 
@@ -469,6 +471,8 @@ def run_cell(story: Story, driver: str) -> Result:
         return _fork(story)
     if driver == "serve":
         return _serve(story)
+    if driver == "console":
+        return _console(story)
     raise AssertionError(f"unknown driver {driver!r}")
 
 
@@ -519,6 +523,40 @@ def _serve(story: Story) -> Result:
     finally:
         server.close()
     return replays_offline(story, story.result(story.app(), story.run_ids))
+
+
+def _console(story: Story) -> Result:
+    """The story by ``invoke``, then every run it made (child skill runs too) read through
+    the run console: its page, its timeline (a line per step) and the inspector of every
+    step, which works the state out and says what the step changed."""
+    import re
+    from urllib.parse import quote
+
+    from starlette.testclient import TestClient
+
+    from stargraph.ui import create_app
+
+    result = story.play(Driver("invoke"))
+    app = story.app()
+    store = app.store
+    assert store is not None
+    console = create_app(store, graphs=[app])
+    with TestClient(console, base_url="http://127.0.0.1") as http:
+        runs = store.list_runs(limit=1000)
+        assert {r.run_id for r in runs} >= set(story.run_ids)
+        for run in runs:
+            rid = quote(run.run_id, safe="")
+            page = http.get(f"/runs/{rid}")
+            assert page.status_code == 200, (run.run_id, page.text[:500])
+            steps = re.findall(r'<li class="tl-step" data-step="(\d+)"', page.text)
+            shown = min(run.last_step + 1, 50)  # a page shows the newest 50 steps
+            assert steps == [str(n) for n in range(run.last_step + 1 - shown, run.last_step + 1)]
+            for step in range(run.last_step + 1):
+                seen = http.get(f"/runs/{rid}/inspect?step={step}")
+                assert seen.status_code == 200, (run.run_id, step, seen.text[:500])
+                assert "What this step changed" in seen.text, (run.run_id, step, seen.text)
+        console.state.console.close()
+    return result
 
 
 FORKER: Final = "from tests.grid import forker; forker.main()"

@@ -20,12 +20,23 @@ from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 
 from stargraph.checkpoint import PostgresStore, StepRecord
 from stargraph.checkpoint.conformance import make_run
+from stargraph.testing import Reply
 from stargraph.ui import UiSettings, create_app
-from tests.ui.ui_graphs import GATES, approval_graph, loop_graph, scripted_model, trip_graph
+from tests.serve.support import InThread
+from tests.ui.served_graphs import scribe
+from tests.ui.ui_graphs import (
+    GATES,
+    HeldServer,
+    approval_graph,
+    letter_model,
+    loop_graph,
+    scripted_model,
+    trip_graph,
+)
+from tests.uvicorn_thread import UvicornThread
 
 pytestmark = pytest.mark.postgres  # a PostgreSQL server (tests/postgres/pgcluster.py)
 
@@ -41,34 +52,21 @@ def store(pg_dsn: str, pg_schema: str) -> Iterator[PostgresStore]:
         s.close()
 
 
-class Console:
+class Console(UvicornThread):
     """The console over ``store`` on a free loopback port, in a thread of the test."""
 
     def __init__(
         self, store: PostgresStore, graphs: list[Any], settings: UiSettings | None = None
     ) -> None:
         settings = settings or UiSettings(poll_s=0.05)
-        self.app = create_app(store, graphs=graphs, settings=settings)
-        config = uvicorn.Config(self.app, host="127.0.0.1", port=0, log_level="warning")
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + DEADLINE_S
-        while not self.server.started:
-            assert self.thread.is_alive(), "uvicorn stopped before it started"
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
+        app = create_app(store, graphs=graphs, settings=settings)
+        super().__init__(app, before_stop=app.state.console.closing.set)
         self.http = httpx.Client(base_url=self.url, timeout=DEADLINE_S)
 
     def close(self) -> None:
         self.http.close()
-        self.app.state.console.closing.set()
-        self.server.should_exit = True
-        self.thread.join(DEADLINE_S)
+        super().close()
         self.app.state.console.close()
-        assert not self.thread.is_alive()
 
 
 @pytest.fixture
@@ -242,3 +240,57 @@ def test_a_commit_by_another_process_wakes_the_event_stream_without_polling(
     while _listening(pg_dsn, store.channel) != 0:
         assert time.monotonic() < deadline, "the stream's LISTEN connection stayed open"
         time.sleep(0.02)
+
+
+class _TwoHolds(HeldServer):
+    """Holds the reply twice: before its first word (until ``go``), then after three."""
+
+    def __init__(self, script: list[Reply]) -> None:
+        super().__init__(script, hold_after=4)
+        self.waiting = threading.Event()
+        self.go = threading.Event()
+
+    def chunks(self, reply: Reply, body: dict[str, Any]) -> Iterator[dict[str, Any]]:
+        for sent, chunk in enumerate(super().chunks(reply, body)):
+            if sent == 1:
+                self.waiting.set()
+                if not self.go.wait(120):
+                    return  # the test never let go: the stream ends short
+            yield chunk
+
+
+def test_issue50_tokens_a_server_stores_wake_the_console_through_notify(
+    store: PostgresStore, serve: Any, pg_dsn: str, pg_schema: str
+) -> None:
+    letter = "Dear Ada, the kettle ships on Monday."
+    with _TwoHolds([Reply.text(letter)]) as model:
+        app = scribe.compile(services={"model": letter_model(model)})
+        api = InThread([app], pg_dsn, schema=pg_schema, workers=1)
+        try:
+            with httpx.Client(base_url=api.url, timeout=DEADLINE_S) as http:
+                thread = http.post("/threads", json={}).json()["thread_id"]
+                run_id = http.post(
+                    f"/threads/{thread}/runs", json={"assistant_id": "scribe", "input": {}}
+                ).json()["run_id"]
+            assert model.waiting.wait(DEADLINE_S), "the served run never called the model"
+            # The console would look once an hour: only the server's NOTIFY brings the words.
+            console = serve(store, [], UiSettings(poll_s=3600.0, recheck_s=3600.0))
+            seen: list[tuple[str, Any]] = []
+            with console.http.stream("GET", f"/runs/{run_id}/events") as stream:
+                event = ""
+                for line in stream.iter_lines():  # each read is bounded by the client's timeout
+                    if line.startswith("event: "):
+                        event = line[7:]
+                    elif line.startswith("data: "):
+                        seen.append((event, json.loads(line[6:])))
+                        if event == "run":
+                            model.go.set()  # the page has read the store: now the words
+                        elif event == "tokens" and seen[-1][1]:
+                            break
+            assert seen[0] == ("run", {"last_step": 0, "status": "running"})
+            assert seen[-1][1][0]["text"] == "Dear Ada, the"
+            assert store.get_run(run_id).last_step == 0  # the step has not committed
+            model.release.set()
+            _wait_status(store, run_id, "done")
+        finally:
+            api.close()

@@ -8,44 +8,25 @@ import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 from typing import Any, Final
 
 import httpx
-import uvicorn
 
 from stargraph.serve import ServeSettings, create_app
+from tests.uvicorn_thread import UvicornThread
 
 DEADLINE_S: Final = 60.0
 REPO: Final = Path(__file__).resolve().parents[2]
 
 
-class InThread:
+class InThread(UvicornThread):
     """``create_app(graphs, db)`` served by uvicorn in a thread; :meth:`close` stops it."""
 
     def __init__(self, graphs: list[Any], db: str | Path, **options: Any) -> None:
         settings = options.pop("settings", None) or ServeSettings()
-        self.app = create_app(graphs, db, settings=settings, **options)
-        config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=0, log_level="warning", lifespan="on"
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + DEADLINE_S
-        while not self.server.started:
-            assert self.thread.is_alive(), "uvicorn stopped before it started"
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-
-    def close(self) -> None:
-        self.server.should_exit = True
-        self.thread.join(DEADLINE_S)
-        assert not self.thread.is_alive(), "uvicorn did not stop"
+        super().__init__(create_app(graphs, db, settings=settings, **options), lifespan="on")
 
 
 def free_port() -> int:
@@ -59,9 +40,9 @@ def free_port() -> int:
 class InProcess:
     """``stargraph serve ARGS`` in a process of its own, from the repository's folder."""
 
-    def __init__(self, *args: str, cwd: Path = REPO) -> None:
+    def __init__(self, *args: str, cwd: Path = REPO, env: dict[str, str] | None = None) -> None:
         self.port = free_port()
-        env = {**os.environ, "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
+        env = {**os.environ, **(env or {}), "PYTHONPATH": f"{REPO / 'src'}{os.pathsep}{REPO}"}
         self.proc = subprocess.Popen(
             [
                 sys.executable,

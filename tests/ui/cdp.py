@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from websockets.sync.client import ClientConnection, connect
 
 DEADLINE_S = 60.0
@@ -221,3 +222,15 @@ class Browser:
                 pump.join(DEADLINE_S)  # stderr reaches EOF once chromium has exited
             if self.process.stderr is not None:
                 self.process.stderr.close()
+
+
+def check_page(browser: Browser, shot: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """No console error, nothing past the right edge, and a screenshot kept."""
+    errors = browser.console_errors()
+    assert errors == [], errors
+    wide = browser.overflowing()
+    assert wide == [], wide
+    browser.screenshot(shot)
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with capsys.disabled():
+        print(f"\nconsole screenshot: {shot}")

@@ -12,22 +12,17 @@ fixture runs it itself, so these tests never skip for want of a browser.
 
 from __future__ import annotations
 
-import shutil
-import subprocess
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from stargraph.checkpoint import SqliteStore
 from stargraph.errors import RunNotFoundError
 from stargraph.testing import Reply
-from stargraph.ui import UiSettings, create_app
-from tests.ui.cdp import Browser
+from tests.ui.cdp import Browser, check_page
 from tests.ui.ui_graphs import (
     GATES,
     HeldServer,
@@ -43,76 +38,6 @@ pytestmark = pytest.mark.browser  # Debian's headless chromium (scripts/ensure_c
 
 ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 60.0
-
-
-@pytest.fixture(scope="module")
-def chromium() -> str:
-    found = shutil.which("chromium")
-    if found is None:
-        subprocess.run(["bash", str(ROOT / "scripts" / "ensure_chromium.sh")], check=True)
-        found = shutil.which("chromium")
-    assert found is not None, "scripts/ensure_chromium.sh did not install chromium"
-    return found
-
-
-@pytest.fixture
-def browser(chromium: str, tmp_path: Path) -> Iterator[Browser]:
-    b = Browser(chromium, tmp_path / "profile")
-    try:
-        yield b
-    finally:
-        b.close()
-
-
-class Served:
-    """The console served by uvicorn on a free loopback port, in a thread."""
-
-    def __init__(self, store: SqliteStore, graphs: list[Any]) -> None:
-        self.app = create_app(store, graphs=graphs, settings=UiSettings(poll_s=0.05))
-        config = uvicorn.Config(
-            self.app, host="127.0.0.1", port=0, log_level="warning", timeout_graceful_shutdown=5
-        )
-        self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + DEADLINE_S
-        while not self.server.started:
-            assert self.thread.is_alive(), "uvicorn stopped before it started"
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
-
-    def close(self) -> None:
-        self.app.state.console.closing.set()  # ends the event streams
-        self.server.should_exit = True
-        self.thread.join(DEADLINE_S)
-        self.app.state.console.close()
-        assert not self.thread.is_alive()
-
-
-@pytest.fixture
-def serve(store: SqliteStore) -> Iterator[Any]:
-    started: list[Served] = []
-
-    def start(graphs: list[Any]) -> Served:
-        served = Served(store, graphs)
-        started.append(served)
-        return served
-
-    yield start
-    for served in started:
-        served.close()
-
-
-def check_page(browser: Browser, shot: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """No console error, nothing past the right edge, and a screenshot kept."""
-    assert browser.console_errors() == []
-    assert browser.overflowing() == []
-    browser.screenshot(shot)
-    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    with capsys.disabled():
-        print(f"\nconsole screenshot: {shot}")
 
 
 def _approval_run(store: SqliteStore) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel
@@ -21,7 +22,8 @@ from stargraph.llm import (
     Usage,
 )
 from stargraph.runtime import RunContext
-from stargraph.testing import Reply, ScriptedOpenAIServer
+from stargraph.testing import RecordedRequest, Reply, ScriptedOpenAIServer
+from stargraph.tools import Arbiter, ToolRegistry, tool
 
 # Gate name -> semaphore the ``tick`` node waits on: the test decides when each step runs.
 GATES: dict[str, threading.Semaphore] = {}
@@ -221,3 +223,28 @@ def letter_model(server: ScriptedOpenAIServer) -> OpenAIChatModel:
     return OpenAIChatModel(
         "scripted-model", base_url=server.base_url, api_key="x", max_retries=0, backoff=0
     )
+
+
+@tool(id="desk.lookup@1.0.0")
+def lookup(order_id: str) -> dict[str, Any]:
+    """Look an order up."""
+    return {"order": order_id, "item": "kettle", "status": "arrived broken"}
+
+
+def desk_script(request: RecordedRequest) -> Reply:
+    """Look the order up (the model is offered ``desk.lookup@1.0.0`` as ``lookup``), then
+    answer."""
+    if not [m for m in request.messages if m["role"] == "tool"]:
+        return Reply.tool_calls([("lookup", {"order_id": "A-17"})])
+    return Reply.text("Your kettle A-17 arrived broken; a refund is on its way.")
+
+
+def desk_app(server: ScriptedOpenAIServer, store: Any, workspace: Path) -> Any:
+    """A ReAct agent (model calls, a tool call, a rule that stops it) over ``store``."""
+    from stargraph.skills.react import react_graph
+
+    graph = react_graph(
+        name="desk", tools=["desk.lookup@1.0.0"], system_prompt="Help.", max_steps=4
+    )
+    arbiter = Arbiter(ToolRegistry.build(builtins=[lookup]), workspace=workspace)
+    return graph.compile(store=store, services={"model": letter_model(server), "arbiter": arbiter})

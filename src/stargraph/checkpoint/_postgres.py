@@ -527,6 +527,13 @@ class PostgresStore(SqlStore):
         with contextlib.suppress(self._psycopg.Error):
             conn.execute("SELECT pg_notify(%s, %s)", (self.channel, payload))
 
+    def announce(self, run_id: str) -> None:
+        """Notify :attr:`channel` that ``run_id`` changed without a write of this store:
+        ``stargraph serve`` announces the model tokens it stores beside the checkpoints, so
+        a console watching the run reads them at once. Best effort, as every notice."""
+        with self._conn() as conn:
+            self._notify(conn, run_id)
+
     def watch(self, run_id: str | None = None) -> RunWatch:
         """Wait for changes of run ``run_id`` (of any run: ``None``) as they commit, on a
         dedicated connection that ``LISTEN``s on :attr:`channel`: opened by ``async with``,

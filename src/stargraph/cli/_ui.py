@@ -92,6 +92,19 @@ def _secrets_from(names: str) -> dict[str, str]:
     help="Comma-separated environment variables whose values are masked on every page "
     "([redacted:NAME]), besides STARGRAPH_SECRET_* and the graphs' registered secrets.",
 )
+@click.option(
+    "--api",
+    default=None,
+    metavar="URL",
+    help="A `stargraph serve` on the same --db: interrupts of the runs it started are "
+    "answered through its API (its workers resume them), with no --graph needed.",
+)
+@click.option(
+    "--api-token",
+    envvar="STARGRAPH_API_TOKEN",
+    default=None,
+    help="The bearer token of the --api server, if it needs one.",
+)
 def ui_command(
     *,
     db: str,
@@ -101,6 +114,8 @@ def ui_command(
     read_only: bool,
     graph_specs: tuple[str, ...],
     secrets_from: str,
+    api: str | None,
+    api_token: str | None,
 ) -> None:
     """Serve the run console in the browser: runs, their graphs and steps, live, with
     approvals.
@@ -111,6 +126,7 @@ def ui_command(
       stargraph ui --db runs.db --graph triage.py --port 9000
       stargraph ui --host 0.0.0.0 --token "$(openssl rand -hex 16)" --read-only
       stargraph ui --secrets-from OPENAI_API_KEY,GITHUB_TOKEN
+      stargraph ui --db runs.db --api http://127.0.0.1:8123
     """
     try:
         import uvicorn
@@ -146,7 +162,9 @@ def ui_command(
                 ir = target.ir if _is_postgres(db) else archived_ir(db, graph_hash)
                 return None if ir is None else RunGraph(ir)
 
-        settings = UiSettings(host=host, token=token, read_only=read_only)
+        settings = UiSettings(
+            host=host, token=token, read_only=read_only, api=api, api_token=api_token
+        )
         app = create_app(store, graphs=resolve, settings=settings, secrets_to_mask=masked)
         shown = f"[{host}]" if ":" in host else host
         suffix = "/?token=..." if token else "/"

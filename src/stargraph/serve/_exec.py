@@ -310,6 +310,10 @@ class Executor:
                     self.tables.append_events(row.run_id, seq, [(event, _dumps(data))])
                     seq += 1
                     self.hub.notify(row.run_id)
+                    if event == "messages":
+                        # Steps announce themselves as they commit; tokens are announced
+                        # here, so a console on the run shows them as they come.
+                        self.tables.announce(row.target)
         except RunCancelledError as exc:
             if exc.run_id == row.target and self._stop.is_set() and not row.cancel:
                 return  # the server stops: the lease lapses and another server resumes it

@@ -20,6 +20,7 @@ psycopg):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import sqlite3
@@ -165,6 +166,8 @@ class _Sql(Protocol):
 
     def execute_many(self, sql: str, params: Sequence[Sequence[Any]]) -> None: ...
 
+    def announce(self, run_id: str) -> None: ...
+
     def close(self) -> None: ...
 
 
@@ -194,6 +197,9 @@ class _SqliteSql:
         with self._db.write() as conn:
             conn.executemany(sql, params)
 
+    def announce(self, run_id: str) -> None:
+        return None  # SQLite has no notices across processes: readers poll
+
     def close(self) -> None:
         self._db.close()
 
@@ -206,6 +212,10 @@ class _PostgresSql:
         # queue's does; the tables live in the store's schema.
         self._store = PostgresStore(dsn, schema=schema, pool_size=4)
         self._schema = schema
+        self._announcing = threading.Condition()
+        self._to_announce: set[str] = set()
+        self._announcer: threading.Thread | None = None
+        self._closing = False
         try:
             with self._store._conn() as conn, conn.transaction():
                 conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"sg:{schema}:serve",))
@@ -237,7 +247,39 @@ class _PostgresSql:
         with self._conn() as conn, conn.cursor() as cur:
             cur.executemany(self._pg(sql), params)
 
+    def announce(self, run_id: str) -> None:
+        # A notice is a commit of its own (a WAL flush: ~2 ms with fsync on, as long again
+        # as storing the token). A thread of its own sends them, so a worker streaming a
+        # model's reply never waits on one; those asked for while one is in flight go out
+        # together next, each run's once, the last always.
+        with self._announcing:
+            self._to_announce.add(run_id)
+            if self._announcer is None:
+                self._announcer = threading.Thread(
+                    target=self._announce_loop, name="stargraph-serve-announce", daemon=True
+                )
+                self._announcer.start()
+            self._announcing.notify()
+
+    def _announce_loop(self) -> None:
+        while True:
+            with self._announcing:
+                while not self._to_announce and not self._closing:
+                    self._announcing.wait()
+                if not self._to_announce:
+                    return  # closing, nothing left to send
+                run_ids, self._to_announce = self._to_announce, set()
+            for run_id in sorted(run_ids):
+                with contextlib.suppress(CheckpointError):  # best effort, as every notice
+                    self._store.announce(run_id)
+
     def close(self) -> None:
+        with self._announcing:
+            self._closing = True
+            self._announcing.notify()
+            announcer = self._announcer
+        if announcer is not None:
+            announcer.join(30)
         self._store.close()
 
 
@@ -367,6 +409,21 @@ class Tables:
             (thread_id,),
         )
         return _run(rows[0]) if rows else None
+
+    def active_targeting(self, target: str) -> list[str]:
+        """The API runs that have not ended and drive the stargraph run ``target``."""
+        rows = self._sql.rows(
+            "SELECT run_id FROM serve_runs WHERE target = ? "
+            "AND status IN ('pending', 'running') ORDER BY created_at",
+            (target,),
+        )
+        return [r[0] for r in rows]
+
+    def announce(self, run_id: str) -> None:
+        """Tell whoever watches the checkpoint store that stargraph run ``run_id`` streamed
+        something (on PostgreSQL, a ``NOTIFY`` on the store's channel: a console open on
+        the run wakes and reads its tokens; elsewhere nothing, readers poll)."""
+        self._sql.announce(run_id)
 
     def claim(
         self, owner: str, lease_s: float, *, gone: Callable[[str | None], bool]

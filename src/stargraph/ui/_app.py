@@ -17,6 +17,7 @@ from typing import Any, Final
 from urllib.parse import parse_qs, quote, urlencode
 
 import anyio
+import httpx
 from pydantic import ConfigDict
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
@@ -46,10 +47,12 @@ from stargraph.ui._diff import RunPairDiff, diff_pair
 from stargraph.ui._digest import DigestCache, RunDigest, Totals
 from stargraph.ui._errors import error_handlers, error_page, int_param, run_address
 from stargraph.ui._graph import graph_svg
-from stargraph.ui._live import Closing, LiveText, Wakeup, Wakeups
+from stargraph.ui._live import Closing, LiveText, Partial, Wakeup, Wakeups
 from stargraph.ui._mask import Masker
 from stargraph.ui._replay import render_replay
+from stargraph.ui._served import ServedText
 from stargraph.ui._static import CSS, ICON, JS
+from stargraph.ui._timeline import inspector, nested_timeline, timeline_items
 
 __all__ = ["RunGraph", "UiSettings", "create_app", "is_loopback"]
 
@@ -106,6 +109,12 @@ class UiSettings(TypedModel):
     stream_tokens: bool = True
     stream_s: float = 300.0
     """How long one event stream lasts before the browser reconnects (it does so itself)."""
+    api: str | None = None
+    """The URL of a ``stargraph serve`` on the console's database: an answer to a run that
+    server started is sent to its API (``Command(resume=...)``, run by the server's
+    workers) rather than resumed by the console, which then needs no graph to answer it."""
+    api_token: str | None = None
+    """The bearer token of :attr:`api`, if it needs one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +305,7 @@ class _Console:
         self.wakeups = Wakeups()
         self.closing = Closing(self.wakeups)
         self.live = LiveText(self.wakeups)
+        self.served = ServedText(store)
         self.diffs = _Recent(4)
         self.workers: list[threading.Thread] = []
         self.failures: dict[str, str] = {}
@@ -417,11 +427,47 @@ class _Console:
         self.workers.append(thread)
         thread.start()
 
+    def api_thread(self, run_id: str) -> tuple[str, str] | None:
+        """``(thread id, assistant id)`` when the server of ``settings.api`` started run
+        ``run_id`` (so it, not the console, answers it); ``None`` otherwise."""
+        if self.settings.api is None or self.settings.read_only:
+            return None
+        return self.served.started(run_id)
+
+    def answer_through_api(self, thread_id: str, assistant_id: str, response: Any) -> None:
+        """Send ``response`` as the answer of thread ``thread_id``'s interrupt to the server
+        (a run in the background: its workers resume the stargraph run)."""
+        from stargraph.client import Client
+
+        assert self.settings.api is not None
+        try:
+            with Client(self.settings.api, token=self.settings.api_token) as client:
+                client.start(thread_id, assistant_id, answer=response)
+        except StargraphError as exc:
+            status = getattr(exc, "status", 502)  # a refusal keeps the server's 4xx
+            raise HTTPException(
+                status if isinstance(status, int) and 400 <= status < 500 else 502,
+                self.masker.text(f"the server refused the answer: {exc}"),
+            ) from None
+        except httpx.HTTPError as exc:
+            raise HTTPException(
+                502,
+                f"the server at {self.settings.api} cannot be reached ({exc}); start it, or "
+                "restart the console without --api to answer here",
+            ) from None
+
     def close(self, timeout_s: float = 30.0) -> None:
         self.closing.set()
         deadline = time.monotonic() + timeout_s
         for thread in self.workers:
             thread.join(max(deadline - time.monotonic(), 0.0))
+        self.served.close()
+
+
+def _model(graph: RunGraph) -> Any:
+    """The state model of ``graph``'s runs: its compiled graph's when the console has it
+    (a ``stargraph.langgraph`` graph's IR names its ``TypedDict``), else the IR's import."""
+    return None if graph.app is None else graph.app.state_model
 
 
 def _csrf(request: Request) -> str:
@@ -574,25 +620,28 @@ def create_app(
             return None
         return graph.app
 
-    def list_filtered(request: Request) -> tuple[list[Any], list[str], str, str, str]:
+    def list_filtered(request: Request) -> tuple[list[Any], list[str], str, str, str, str]:
         status = request.query_params.get("status", "")
         graph = request.query_params.get("graph", "")
         since = request.query_params.get("since", "")
+        q = request.query_params.get("q", "").strip()
         runs = store.list_runs(limit=500)
         names = sorted({r.graph_name for r in runs})
+        needle = q.lower()
         chosen = [
             r
             for r in runs
             if (not status or r.status == status)
             and (not graph or r.graph_name == graph)
+            and (not needle or needle in r.run_id.lower() or needle in (r.thread_id or "").lower())
             and _since_ok(r, since)
         ][:200]
         rows = [(r, console.digests.get(r.run_id, r.last_step)) for r in chosen]
-        return rows, names, status, graph, since
+        return rows, names, status, graph, since, q
 
     async def runs_page(request: Request) -> Response:
-        rows, names, status, graph, since = await run_in_threadpool(list_filtered, request)
-        text = pages.runs_page(rows, names, status=status, graph=graph, since=since)
+        rows, names, status, graph, since, q = await run_in_threadpool(list_filtered, request)
+        text = pages.runs_page(rows, names, status=status, graph=graph, since=since, q=q)
         return _html(request, text)
 
     async def runs_fragment(request: Request) -> Response:
@@ -639,11 +688,16 @@ def create_app(
                     "time is the wall time of the steps it ran in.</p>"
                 )
         can_resume = actor(graph) is not None
-        waiting = (
-            pages.interrupt_form(masker, run, csrf, can_resume)
-            if run.status == "interrupted"
-            else ""
-        )
+        waiting = ""
+        if run.status == "interrupted":
+            via_api = console.api_thread(run_id) is not None
+            waiting = pages.interrupt_form(masker, run, csrf, can_resume or via_api)
+            if via_api:
+                waiting += (
+                    f'<p class="muted" id="answer-via">The answer goes to the stargraph serve at '
+                    f"{pages.escape(str(settings.api))}, which started this run; its workers "
+                    "resume it.</p>"
+                )
         if can_resume and _unstarted_fork(run):
             waiting += pages.continue_form(run, csrf)
         if can_resume and "::" not in run_id:  # a child run replays with its parent
@@ -661,13 +715,22 @@ def create_app(
             masker, run_id, shown, previous, can_fork=can_resume, children=children
         )
         rid = quote(run_id, safe="")
+        timeline = timeline_items(masker, run, shown, children)
         body = f"""
 <h1>Run {pages.escape(run_id)}</h1>
 {pages.summary_table(masker, run, digest, console.family(run, graph, digest))}
 {waiting}
 {pages.LIVE_OUTPUT}
-<h2>Graph</h2>
+<div class="studio">
+<section class="pane graph-pane"><h2>Graph</h2>
 {picture}
+<h2>Timeline</h2>
+<ol class="tl" id="timeline" data-url="/runs/{rid}/timeline">{timeline}</ol>
+</section>
+<section class="pane inspector" id="inspector" data-url="/runs/{rid}/inspect">
+<h2>Step</h2><p class="muted">Choose a step in the timeline to see its state and what it
+changed.</p></section>
+</div>
 <h2>Steps</h2>
 {pages.pager(run_id, page, pages_n)}
 <table class="timeline">
@@ -690,7 +753,18 @@ def create_app(
         run_id = request.path_params["run_id"]
         page = int_param(request, "page", None)
         csrf = _csrf(request)
-        text = await run_in_threadpool(render_run, run_id, page, csrf)
+        try:
+            text = await run_in_threadpool(render_run, run_id, page, csrf)
+        except RunNotFoundError as exc:
+            # Opened before its run is stored (a link handed out as the run starts): the
+            # page follows the runs list and opens the run once it is there.
+            message = console.masker.text(f"{exc}; this page opens it as soon as it is stored")
+            waiting = error_page(404, message).replace(
+                "<body",
+                f'<body data-live="/events/runs" data-await-run="{pages.escape(run_id)}"',
+                1,
+            )
+            return HTMLResponse(waiting, 404)
         return _html(request, text, csrf)
 
     async def run_rows(request: Request) -> Response:
@@ -720,6 +794,73 @@ def create_app(
             )
 
         return HTMLResponse(await run_in_threadpool(rows))
+
+    async def run_timeline(request: Request) -> Response:
+        """Timeline lines: steps ``after < step <= upto`` (a live page's new steps), or with
+        ``?nested=1`` a child run's first page of them, inside its parent's timeline."""
+        run_id = request.path_params["run_id"]
+        nested = request.query_params.get("nested") == "1"
+        after = int_param(request, "after", -1)
+        after = -1 if after is None else after
+        upto = int_param(request, "upto", after + pages.PAGE_SIZE)
+        upto = after + pages.PAGE_SIZE if upto is None else min(upto, after + pages.PAGE_SIZE)
+
+        def items() -> str:
+            run = store.get_run(run_id)
+            start, end = (0, pages.PAGE_SIZE - 1) if nested else (max(after, 0), upto)
+            records = expand_stored(store, run_id, store.get_steps(run_id, start=start, end=end))
+            shown = records if nested else [r for r in records if r.step > after]
+            graph = console.graph_of(run)
+            children = (
+                {} if graph is None else child_runs(graph.ir, run, shown, console.owner_of(run))
+            )
+            text = timeline_items(console.masker, run, shown, children, selectable=not nested)
+            return nested_timeline(run, text, len(shown)) if nested else text
+
+        try:
+            return HTMLResponse(await run_in_threadpool(items))
+        except RunNotFoundError as exc:
+            raise HTTPException(
+                404, f"{exc} (a skill run is stored once its node starts)"
+            ) from None
+
+    async def run_inspect(request: Request) -> Response:
+        """The inspector for ``?step=K``: the state after it and what it changed."""
+        run_id = request.path_params["run_id"]
+        step = int_param(request, "step", None)
+
+        def render() -> str:
+            from stargraph.viz import state_at
+
+            run = store.get_run(run_id)
+            at = run.last_step if step is None else step
+            if not 0 <= at <= run.last_step:
+                raise HTTPException(
+                    404, f"run {run_id} has steps 0..{run.last_step}; there is no step {at}"
+                )
+            record = expand_stored(store, run_id, store.get_steps(run_id, start=at, end=at))[0]
+            graph = console.graph_of(run)
+            if graph is None:
+                return inspector(
+                    console.masker,
+                    run,
+                    record,
+                    None,
+                    None,
+                    unavailable="The console does not know this run's graph, so it cannot "
+                    "work out its state (start it with --graph FILE.py).",
+                )
+            try:
+                model = _model(graph)
+                after_state = state_at(graph.ir, store, run_id, at, model=model)
+                before = state_at(graph.ir, store, run_id, at - 1, model=model) if at else None
+            except StargraphError as exc:
+                return inspector(
+                    console.masker, run, record, None, None, unavailable=f"state unavailable: {exc}"
+                )
+            return inspector(console.masker, run, record, before, after_state)
+
+        return HTMLResponse(await run_in_threadpool(render))
 
     async def run_nested(request: Request) -> Response:
         run_id = request.path_params["run_id"]
@@ -765,7 +906,7 @@ def create_app(
                 value: Any = snap
             else:
                 try:
-                    value = state_at(graph.ir, store, run_id, step)
+                    value = state_at(graph.ir, store, run_id, step, model=_model(graph))
                 except StargraphError as exc:
                     return f"state unavailable: {exc}"
             return json.dumps(
@@ -855,11 +996,17 @@ def create_app(
     async def run_events(request: Request) -> Response:
         run_id = request.path_params["run_id"]
 
+        served: list[Partial] = []  # read from the serve tables with each read of the store
+
         def poll() -> dict[str, Any]:
             run = store.get_run(run_id)
+            served[:] = console.served.of(run_id)
             return {"last_step": run.last_step, "status": run.status}
 
         def partial() -> list[dict[str, Any]]:
+            # The console's own runs first; a run a server runs is not also run here.
+            found = {(p.run_id, p.step, p.node, p.index): p for p in served}
+            found.update({(p.run_id, p.step, p.node, p.index): p for p in console.live.of(run_id)})
             return [
                 {
                     "run": p.run_id,
@@ -867,7 +1014,10 @@ def create_app(
                     "task": p.node if p.index == 0 else f"{p.node}[{p.index}]",
                     "text": console.masker.text(p.text),
                 }
-                for p in console.live.of(run_id)
+                for p in sorted(
+                    found.values(),
+                    key=lambda p: (p.run_id != run_id, p.run_id, p.step, p.node, p.index),
+                )
             ]
 
         await run_in_threadpool(store.get_run, run_id)
@@ -901,6 +1051,10 @@ def create_app(
         run = await run_in_threadpool(store.get_run, run_id)
         if run.status != "interrupted":
             raise HTTPException(409, f"run {run_id} is {run.status}, not waiting on an answer")
+        served_by = await run_in_threadpool(console.api_thread, run_id)
+        if served_by is not None:  # the server that started it answers it: one write path
+            await run_in_threadpool(console.answer_through_api, *served_by, response)
+            return _to_run_page(run_id)
         graph = await run_in_threadpool(console.graph, run.graph_hash)
         if graph is None or graph.app is None:
             raise HTTPException(
@@ -931,7 +1085,7 @@ def create_app(
             raise HTTPException(
                 400, f"run {run.run_id} has steps 0..{run.last_step}; there is no step {step}"
             )
-        value = state_at(app.ir, store, run.run_id, step)
+        value = state_at(app.ir, store, run.run_id, step, model=app.state_model)
         shown: dict[str, Any] = json.loads(
             json.dumps(console.masker.data(value), ensure_ascii=False, default=str)
         )
@@ -1113,7 +1267,7 @@ def create_app(
         if graph is None:
             return None
         try:
-            return state_at(graph.ir, store, run.run_id)
+            return state_at(graph.ir, store, run.run_id, model=_model(graph))
         except StargraphError:
             return None
 
@@ -1162,6 +1316,8 @@ def create_app(
         ("rows", "GET"): run_rows,
         ("state", "GET"): run_state,
         ("nested", "GET"): run_nested,
+        ("timeline", "GET"): run_timeline,
+        ("inspect", "GET"): run_inspect,
         ("answer", "POST"): answer,
         ("fork", "GET"): fork_page,
         ("fork", "POST"): fork_post,

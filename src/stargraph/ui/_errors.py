@@ -98,7 +98,18 @@ def int_param(
 
 
 RUN_ACTIONS: Final = frozenset(
-    {"events", "rows", "state", "nested", "answer", "fork", "continue", "replay"}
+    {
+        "events",
+        "rows",
+        "state",
+        "nested",
+        "timeline",
+        "inspect",
+        "answer",
+        "fork",
+        "continue",
+        "replay",
+    }
 )
 """What may follow a run's id in ``/runs/ID/ACTION``."""
 

@@ -6,9 +6,11 @@ interval elsewhere), by new model tokens of a run the console itself runs
 (:class:`LiveText`), or by the console closing. Wake-ups come from other threads (the
 console's run threads, the server's shutdown), hence ``call_soon_threadsafe``.
 
-Tokens reach only the console's own runs (an answer, a continued fork, a live replay run in
-the console's process with stream mode ``messages``): the store keeps no partial output of a
-model call, so for a run in another process the reply appears when its step commits.
+:class:`LiveText` holds the tokens of the console's own runs (an answer, a continued fork, a
+live replay run in the console's process with stream mode ``messages``). The checkpoint store
+keeps no partial output of a model call; a run that ``stargraph serve`` runs, in any process,
+stores its tokens as events beside the checkpoints, which :mod:`stargraph.ui._served` reads.
+A run of another process that no server runs shows its reply when its step commits.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from stargraph.runtime import MessageChunk
 
-__all__ = ["Closing", "LiveText", "Wakeup", "Wakeups"]
+__all__ = ["Closing", "LiveText", "Partial", "Wakeup", "Wakeups"]
 
 
 class Wakeup:

@@ -26,6 +26,7 @@ __all__ = [
     "LIVE_OUTPUT",
     "PAGE_SIZE",
     "STATUSES",
+    "by_thread",
     "continue_form",
     "diff_lines",
     "diff_page",
@@ -49,7 +50,8 @@ STATUSES: Final = get_args(RunStatus)
 LIVE_OUTPUT: Final = (
     '<section id="live-output" class="live-output" hidden><h2>Model output, streaming</h2>'
     '<div id="live-calls" class="chat"></div><p class="muted">The reply of each model call '
-    "in flight, as its tokens arrive (runs this console continues). It moves into the step "
+    "in flight, as its tokens arrive (runs this console continues, and runs that "
+    "<code>stargraph serve</code> runs on this database). It moves into the step "
     "timeline when its step commits.</p></section>"
 )
 """The run page's box for the model output in flight, filled by the ``tokens`` events."""
@@ -132,9 +134,42 @@ def nested_runs(
     return out
 
 
+def by_thread(
+    runs: Sequence[tuple[RunRecord, RunDigest]],
+) -> list[tuple[str | None, list[tuple[RunRecord, RunDigest]]]]:
+    """``runs`` (newest first) grouped by thread: each thread's runs together where its
+    newest run stands, a run of no thread on its own (``None``). A child (skill) run goes
+    with its top-level run."""
+    by_id = {run.run_id: run for run, _ in runs}
+    groups: dict[Any, tuple[str | None, list[tuple[RunRecord, RunDigest]]]] = {}
+    for item in runs:
+        run = item[0]
+        top = by_id.get(run.run_id.partition("::")[0], run)
+        thread = top.thread_id or run.thread_id
+        key: Any = ("thread", thread) if thread else ("run", top.run_id)
+        groups.setdefault(key, (thread, []))[1].append(item)
+    return list(groups.values())
+
+
 def run_rows(runs: list[tuple[RunRecord, RunDigest]]) -> str:
-    """The ``<tr>`` rows of the runs list, child skill runs nested under their parent."""
+    """The ``<tr>`` rows of the runs list: grouped by thread (a heading row names each),
+    child skill runs nested under their parent."""
     rows = []
+    for thread, members in by_thread(runs):
+        if thread is not None:
+            turns = len({r.run_id.partition("::")[0] for r, _ in members})
+            rows.append(
+                f'<tr class="thread" data-thread="{escape(thread)}"><th colspan="8">thread '
+                f"<code>{escape(thread)}</code> "
+                f'<span class="muted">{turns} run{"s" if turns != 1 else ""}</span></th></tr>'
+            )
+        rows.append(_run_rows(members, thread))
+    return "".join(rows)
+
+
+def _run_rows(runs: list[tuple[RunRecord, RunDigest]], thread: str | None) -> str:
+    rows = []
+    in_thread = f' data-thread="{escape(thread)}"' if thread is not None else ""
     for run, digest, depth in nested_runs(runs):
         tokens = f"{digest.total_tokens:,}" if digest.model_calls else "-"
         cost = f"${digest.cost:.4f}" if digest.cost is not None else "-"
@@ -146,7 +181,7 @@ def run_rows(runs: list[tuple[RunRecord, RunDigest]]) -> str:
         )
         mark = '<span class="nest" aria-hidden="true">&#8627; </span>' if depth else ""
         rows.append(
-            f'<tr data-run="{escape(run.run_id)}"{nest}>'
+            f'<tr data-run="{escape(run.run_id)}"{in_thread}{nest}>'
             f'<td>{mark}<a href="/runs/{quote(run.run_id, safe="")}">{escape(run.run_id)}</a></td>'
             f"<td>{escape(run.graph_name)}</td><td>{_status(run.status)}</td>"
             f'<td class="num">{run.last_step}</td><td class="num">{tokens}</td>'
@@ -164,8 +199,9 @@ def runs_page(
     status: str,
     graph: str,
     since: str,
+    q: str = "",
 ) -> str:
-    """The runs list with its filter form."""
+    """The runs list with its filter form (``q``: part of a run's or thread's id)."""
     status_options = "".join(
         f'<option value="{s}"{" selected" if s == status else ""}>{s or "any"}</option>'
         for s in ("", *STATUSES)
@@ -175,10 +211,12 @@ def runs_page(
         "</option>"
         for g in ("", *graphs)
     )
-    query = urlencode({"status": status, "graph": graph, "since": since})
+    query = urlencode({"q": q, "status": status, "graph": graph, "since": since})
     body = f"""
 <h1>Runs</h1>
 <form class="filters" method="get" action="/">
+<label>id <input name="q" id="run-search" type="search" value="{escape(q)}"
+placeholder="part of a run or thread id"></label>
 <label>status <select name="status">{status_options}</select></label>
 <label>graph <select name="graph">{graph_options}</select></label>
 <label>since <input name="since" type="datetime-local" value="{escape(since)}"></label>

@@ -42,12 +42,67 @@ JS: Final = r"""
       el.dataset.ready = "1";
     });
   }, true);
+  // A child run's timeline opens nested in its parent's, fetched once.
+  document.addEventListener("toggle", function (ev) {
+    var el = ev.target;
+    if (!el || !el.matches || !el.matches("details.tl-child") || !el.open || el.dataset.loaded) {
+      return;
+    }
+    el.dataset.loaded = "1";
+    fetchText(el.dataset.url, function (html) {
+      el.querySelector(".tl-nested").innerHTML = html;
+      el.dataset.ready = "1";
+    });
+  }, true);
+  // Choosing a step: the inspector beside the graph shows its state and what it changed,
+  // and the graph marks the nodes that ran in it. Until a step is chosen by hand, the
+  // newest step is shown (and followed while the run goes on).
+  var inspectorBox = document.getElementById("inspector");
+  var timeline = document.getElementById("timeline");
+  var chosenByHand = false;
+  function selectStep(step) {
+    if (!inspectorBox || !timeline) { return; }
+    var line = timeline.querySelector("li.tl-step[data-step='" + step + "']");
+    if (!line) { return; }
+    timeline.querySelectorAll("li.tl-step.selected").forEach(function (li) {
+      li.classList.remove("selected");
+    });
+    line.classList.add("selected");
+    var nodes = (line.dataset.nodes || "").split(",").filter(Boolean);
+    document.querySelectorAll("svg.graph g.node").forEach(function (g) {
+      g.classList.toggle("selected", nodes.indexOf(g.dataset.node) >= 0);
+    });
+    inspectorBox.dataset.step = String(step);
+    fetchText(inspectorBox.dataset.url + "?step=" + step, function (html) {
+      if (inspectorBox.dataset.step !== String(step)) { return; }  // another step chosen since
+      inspectorBox.innerHTML = html;
+      inspectorBox.dataset.ready = String(step);
+    });
+  }
+  function selectNewest() {
+    if (!timeline) { return; }
+    var lines = timeline.querySelectorAll(":scope > li.tl-step");
+    if (lines.length) { selectStep(lines[lines.length - 1].dataset.step); }
+  }
+  document.addEventListener("click", function (ev) {
+    var button = ev.target && ev.target.closest && ev.target.closest("button.tl-select");
+    if (!button) { return; }
+    chosenByHand = true;
+    selectStep(button.dataset.step);
+  });
+  selectNewest();
   var live = document.body.dataset.live;
   if (!live || !window.EventSource) { return; }
   var source = new EventSource(live);
   window.sgLive = {events: 0, source: source};
-  source.addEventListener("runs", function () {
+  source.addEventListener("runs", function (ev) {
     window.sgLive.events += 1;
+    var awaited = document.body.dataset.awaitRun;
+    if (awaited) {  // a run's page opened before the run was stored
+      var stored = JSON.parse(ev.data).some(function (run) { return run[0] === awaited; });
+      if (stored) { source.close(); window.location.reload(); }
+      return;
+    }
     var table = document.querySelector("table.runs");
     if (!table) { return; }
     fetchText(table.dataset.rows, function (html) {
@@ -96,6 +151,13 @@ JS: Final = r"""
     if (!rows || rows.dataset.follow !== "1") { return; }
     fetchText(body.dataset.rows + "?after=" + shown + "&upto=" + data.last_step,
       function (html) { rows.insertAdjacentHTML("beforeend", html); });
+    if (timeline) {
+      fetchText(timeline.dataset.url + "?after=" + shown + "&upto=" + data.last_step,
+        function (html) {
+          timeline.insertAdjacentHTML("beforeend", html);
+          if (!chosenByHand) { selectNewest(); }
+        });
+    }
   });
 })();
 """
@@ -171,5 +233,39 @@ background:#dafbe1}
 table.diff tr.changes ul{margin:.1rem 0;padding-left:1.2rem;font-size:.85rem}
 table.diff tr.changes li{overflow-wrap:anywhere;font-family:ui-monospace,monospace}
 .shift{padding:.3rem .6rem;border-left:3px solid #0969da;background:#ddf4ff}
+table.timeline .write pre{max-height:12rem}
+.studio{display:grid;grid-template-columns:minmax(0,1.1fr) minmax(0,1fr);gap:1.2rem;
+align-items:start}
+.pane>h2:first-child{margin-top:.6rem}
+.inspector{position:sticky;top:0;max-height:100vh;overflow-y:auto;border:1px solid #ddd;
+padding:0 .8rem .6rem;background:#fcfcfd}
+.inspector pre{max-height:28rem}
+.inspector h3{font-size:.95rem;margin:.8rem 0 .3rem}
+table.state-diff{font-size:.85rem}table.state-diff th:nth-child(1){width:28%}
+table.state-diff th:nth-child(2){width:5.5rem}
+table.state-diff td{font-family:ui-monospace,monospace}
+table.state-diff tr.added td,table.state-diff tr.appended td{background:#dafbe1}
+table.state-diff tr.removed td{background:#ffebe9}
+table.state-diff tr.changed td{background:#fff8c5}
+ol.tl{list-style:none;padding:0;margin:.3rem 0;max-height:32rem;overflow-y:auto}
+ol.tl.nested{max-height:none;margin-left:.4rem}
+li.tl-step{padding:.25rem .4rem;border-left:3px solid #d0d7de;margin:.15rem 0}
+li.tl-step.selected{border-left-color:#0969da;background:#ddf4ff}
+button.tl-select{font:inherit;font-weight:600;border:1px solid #d0d7de;border-radius:4px;
+background:#fff;cursor:pointer;padding:0 .4rem}
+.tl-events{display:inline-flex;flex-wrap:wrap;gap:.25rem;vertical-align:middle}
+.ev{display:inline-block;font-size:.78rem;padding:0 .35rem;border-radius:10px;
+border:1px solid #d0d7de;background:#f6f8fa;overflow-wrap:anywhere}
+.ev code{font-size:.75rem}
+.ev-node{border-color:#1a7f37;background:#dafbe1}.ev-llm{border-color:#0969da;background:#ddf4ff}
+.ev-tool{border-color:#8250df;background:#fbefff}.ev-rule{border-color:#bf8700;background:#fff8c5}
+.ev-interrupt{border-color:#cf222e;background:#ffebe9}.ev-skill{border-color:#8250df;
+background:#fbefff}.ev-input{background:#f5f5f7}
+details.tl-child{margin:.2rem 0 .1rem 1rem;border-left:3px solid #8250df;padding-left:.4rem}
+details.tl-child>summary{cursor:pointer;font-size:.85rem}
+.tl-child-head{margin:.2rem 0;font-size:.85rem}
+svg.graph .node.selected rect{filter:drop-shadow(0 0 3px #0969da) drop-shadow(0 0 2px #0969da)}
+table.runs tr.thread>th{background:#eef1f4;font-weight:600;text-align:left}
+table.runs tr[data-thread]>td:first-child{border-left:3px solid #0969da}
 ul.outcome li{overflow-wrap:anywhere;font-family:ui-monospace,monospace;font-size:.85rem}
 """

@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from pydantic import BaseModel
+
 from stargraph.checkpoint import CheckpointStore, StepRecord
 from stargraph.errors import CompileError
 from stargraph.ir import GraphIR
@@ -117,27 +119,46 @@ def step_views(store: CheckpointStore, run_id: str, step: int | None = None) -> 
 
 
 def state_at(
-    ir: GraphIR, store: CheckpointStore, run_id: str, step: int | None = None
+    ir: GraphIR,
+    store: CheckpointStore,
+    run_id: str,
+    step: int | None = None,
+    *,
+    model: type[BaseModel] | None = None,
 ) -> dict[str, Any]:
     """The state of ``run_id`` after ``step`` (default: its last step) as JSON data.
 
-    Raises ``CompileError`` when the graph's state model cannot be imported, and the store's
-    ``CheckpointError`` subclasses for a missing run or step.
+    ``model`` is the state model the graph was compiled with (``CompiledGraph.state_model``);
+    by default the one ``ir.state.ref`` names is imported. A graph written with
+    ``stargraph.langgraph`` over a ``TypedDict`` names the ``TypedDict``: pass its compiled
+    graph's model.
+
+    Raises ``CompileError`` when the graph's state model cannot be imported (or is not a
+    pydantic model), and the store's ``CheckpointError`` subclasses for a missing run or step.
     """
     from stargraph.errors import CheckpointError
     from stargraph.refs import resolve_ref
     from stargraph.runtime._durable import load_values  # the executor's fold; no public twin
     from stargraph.state import build_channels
 
-    try:
-        model = resolve_ref(ir.state.ref)
-    except (ImportError, AttributeError) as exc:
-        raise CompileError.at(
-            "/state/ref",
-            f"cannot import state model {ir.state.ref!r}: {exc}",
-            "run from the project directory (or set PYTHONPATH) so it imports",
-            subject=f"graph {ir.name!r}",
-        ) from exc
+    if model is None:
+        try:
+            model = resolve_ref(ir.state.ref)
+        except (ImportError, AttributeError) as exc:
+            raise CompileError.at(
+                "/state/ref",
+                f"cannot import state model {ir.state.ref!r}: {exc}",
+                "run from the project directory (or set PYTHONPATH) so it imports",
+                subject=f"graph {ir.name!r}",
+            ) from exc
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            raise CompileError.at(
+                "/state/ref",
+                f"state {ir.state.ref!r} is a {type(model).__name__}, not a pydantic model, "
+                "so its stored values cannot be read back without the graph",
+                "pass model=CompiledGraph.state_model of the graph that made the run",
+                subject=f"graph {ir.name!r}",
+            )
     last = store.get_run(run_id).last_step
     at = last if step is None else step
     if not 0 <= at <= last:
