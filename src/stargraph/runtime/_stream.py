@@ -149,6 +149,11 @@ class Feed:
         """:meth:`put` from the driver itself, between a step's tasks: nobody to wake."""
         self.items.append((mode, item))
 
+    def event(self, event: Any) -> None:
+        """:meth:`add` of a typed event: the emit function of a run streamed in ``events``
+        (bound once per run, one call per event)."""
+        self.items.append(("events", event))
+
     def signal(self, *_: Any) -> None:
         """Wake the driver (also a future's done callback)."""
         if self.wake is not None:

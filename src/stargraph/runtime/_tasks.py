@@ -398,57 +398,64 @@ os.register_at_fork(after_in_child=_WATCHDOG.reset)
 
 
 class Handoff:
-    """A step whose start a stream handed its consumer before the step runs (an events
-    stream's ``node_started``): the driver runs it when the consumer comes back for more
-    (on the consumer's thread, as invoke would), or, when ``watched`` (the consumer reads
-    that the nodes started), a worker thread does once the consumer stayed away for a look
-    of the watchdog, so that the nodes run while the consumer is busy elsewhere. Either
-    way the step runs once; :meth:`take` is its outcome."""
+    """The steps of an events stream whose start (``node_started``) the driver handed the
+    consumer before they run: the driver runs each when the consumer comes back for more
+    (on the consumer's thread, as invoke would), or a worker thread does once the consumer
+    stayed away for a look of the watchdog, so that the nodes run while the consumer is
+    busy elsewhere. Either way a step runs once. One per run; the watchdog looks at it
+    only from an :meth:`offer` to its :meth:`take`, so that it sleeps while steps run."""
 
-    __slots__ = ("claim", "looked", "outcome", "remote", "run", "tasks")
+    __slots__ = ("claim", "looked", "offered", "outcome", "remote", "run", "tasks")
 
-    def __init__(
-        self, run: Run, tasks: Sequence[Task], remote: Remote | None, *, watched: bool = True
-    ) -> None:
+    def __init__(self, run: Run, remote: Remote | None) -> None:
         self.run = run
-        self.tasks = tasks
         self.remote = remote
-        self.claim = threading.Lock()  # whoever takes it runs the step
-        # Made by the watchdog before it tries the claim: only a step a worker may run
-        # needs a way back (the common case, a consumer that reads on, makes none).
+        # Whoever acquires it runs the offered step; held while no step is offered.
+        self.claim = threading.Lock()
+        self.claim.acquire()
+        self.tasks: Sequence[Task] = ()
+        # Serial of the step offered last, and the one the watchdog saw at its last look:
+        # one look's grace, since a consumer that reads on is back long before the second.
+        self.offered = 0
+        self.looked = 0
+        # Made by the watchdog just before its claim: the way back of a step a worker runs.
         self.outcome: concurrent.futures.Future[StepOutcome] | None = None
-        # One look's grace: a consumer that reads on is back long before the second look.
-        self.looked = False
-        if watched:
-            # Unwatched (a values stream's first state), the step waits for the consumer:
-            # no watchdog woken for it (a woken watchdog looks a thousand times a second).
-            _WATCHDOG.watch(self)
+
+    def offer(self, tasks: Sequence[Task]) -> None:
+        """``tasks`` (the step whose start was handed on) may run now, here or on a worker."""
+        self.tasks = tasks
+        self.offered += 1
+        self.claim.release()
+        _WATCHDOG.watch(self)
 
     def look(self) -> None:
-        """The watchdog's look: at the second, the consumer is away; a worker runs the step."""
-        if not self.looked:
-            self.looked = True
+        """The watchdog's look: at the second at one offer, the consumer is away; a worker
+        runs the step."""
+        if self.claim.locked():  # no step offered (or it is running)
             return
-        if self.outcome is None:
-            self.outcome = concurrent.futures.Future()
+        if self.offered != self.looked:
+            self.looked = self.offered
+            return
+        # Nothing else assigns it while the claim is held: the driver, failing to claim,
+        # finds the future of the claim that won.
+        outcome = self.outcome = concurrent.futures.Future()
         if self.claim.acquire(blocking=False):
             _WATCHDOG.forget(self)
             try:
-                worker_threads().submit(self._on_worker)
+                worker_threads().submit(self._on_worker, outcome)
             except RuntimeError:  # the pool is shutting down: the driver runs it on return
                 self.claim.release()
 
-    def _on_worker(self) -> None:
-        assert self.outcome is not None
+    def _on_worker(self, outcome: concurrent.futures.Future[StepOutcome]) -> None:
         try:
-            outcome = execute_sync(self.run, self.tasks, worker_threads, self.remote)
+            done = execute_sync(self.run, self.tasks, worker_threads, self.remote)
         except BaseException as exc:  # handed to the driver, which raises it
-            self.outcome.set_exception(exc)
+            outcome.set_exception(exc)
         else:
-            self.outcome.set_result(outcome)
+            outcome.set_result(done)
 
     def take(self) -> StepOutcome:
-        """The step's outcome: run here unless a worker started it, then waited for."""
+        """The offered step's outcome: run here unless a worker started it, then waited for."""
         if self.claim.acquire(blocking=False):
             _WATCHDOG.forget(self)
             return execute_sync(self.run, self.tasks, worker_threads, self.remote)
