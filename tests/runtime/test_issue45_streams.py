@@ -170,3 +170,31 @@ def test_issue45_streamed_events_round_trip_as_validated_events() -> None:
     assert events
     for event in events:
         assert adapter.validate_python(event.model_dump()) == event
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_issue45_node_and_step_event_makers_equal_validated_events(cached: bool) -> None:
+    """The dedicated makers of the events an ``events`` stream makes per task and step
+    build what validation builds: equal, same fields set, JSON and repr."""
+    from stargraph.runtime._events import node_finished, node_started, step_completed
+
+    base = {"run_id": "run-1", "step": 3, "path": ("sub",)}
+    finished: dict[str, Any] = {"node": "a", "index": 1, "writes": {"n": 1}, "attempts": 2}
+    if cached:
+        finished["cached"] = True
+    pairs = [
+        (node_started("run-1", 3, ("sub",), "a", 2), NodeStarted(**base, node="a", index=2)),
+        (
+            node_finished("run-1", 3, ("sub",), "a", 1, writes={"n": 1}, attempts=2, cached=cached),
+            NodeFinished(**base, **finished),
+        ),
+        (
+            step_completed("run-1", 3, ("sub",), ("a", "b"), ("c",)),
+            StepCompleted(**base, nodes=("a", "b"), next=("c",)),
+        ),
+    ]
+    for cheap, valid in pairs:
+        assert cheap == valid
+        assert cheap.model_fields_set == valid.model_fields_set
+        assert cheap.model_dump_json() == valid.model_dump_json()
+        assert repr(cheap) == repr(valid)

@@ -169,6 +169,7 @@ def made(kind: type[_E], fields: dict[str, Any]) -> _E:
 _STARTED_SET: Final = {"run_id", "step", "path", "node", "index"}
 _FINISHED_SET: Final = {"run_id", "step", "path", "node", "index", "writes", "attempts"}
 _CACHED_SET: Final = _FINISHED_SET | {"cached"}
+_STEP_SET: Final = {"run_id", "step", "path", "nodes", "next"}
 
 
 def node_started(
@@ -217,6 +218,25 @@ def node_finished(
             "cached": cached,
         },
         _CACHED_SET if cached else _FINISHED_SET,
+    )
+
+
+def step_completed(
+    run_id: str, step: int, path: tuple[str, ...], nodes: tuple[str, ...], next: tuple[str, ...]
+) -> StepCompleted:
+    """``made(StepCompleted, ...)`` for a step's end, as :func:`node_started`."""
+    return unchecked(
+        StepCompleted,
+        {
+            "run_id": run_id,
+            "step": step,
+            "path": path,
+            "node": None,
+            "kind": "step_completed",
+            "nodes": nodes,
+            "next": next,
+        },
+        _STEP_SET,
     )
 
 

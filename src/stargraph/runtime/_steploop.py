@@ -57,10 +57,10 @@ from stargraph.runtime._events import (
     RunFinished,
     RunInterrupted,
     RunStarted,
-    StepCompleted,
     made,
     node_finished,
     node_started,
+    step_completed,
 )
 from stargraph.runtime._interrupts import Interrupt, RuleDecision, interrupt_id
 from stargraph.runtime._plan import Plan, Task, by_task, unmet_error
@@ -813,11 +813,14 @@ class StepLoop:
             run.attempts = {}
         if run.emit is not None:
             tasks = run.tasks
-            self.emit(
-                run,
-                StepCompleted,
-                nodes=(ran[0].node,) if len(ran) == 1 else tuple(t.node for t in ran),
-                next=(tasks[0].node,) if len(tasks) == 1 else tuple(t.node for t in tasks),
+            run.emit(
+                step_completed(
+                    run.run_id,
+                    run.step,
+                    run.path,
+                    (ran[0].node,) if len(ran) == 1 else tuple(t.node for t in ran),
+                    (tasks[0].node,) if len(tasks) == 1 else tuple(t.node for t in tasks),
+                )
             )
         if feed is not None and feed.values and _wrote(results):
             # As LangGraph's values stream: a step whose nodes wrote nothing (or only where
