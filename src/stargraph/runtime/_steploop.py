@@ -36,7 +36,7 @@ from collections.abc import (
 )
 from functools import partial
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -560,7 +560,9 @@ class StepLoop:
                                 yield item if pairs else item[1]
                             work = steps.send(None)
                             continue
-                        tasks = cast("Sequence[Task]", work)  # no routers were asked for
+                        if TYPE_CHECKING:  # only tasks: no routers were asked for
+                            assert isinstance(work, Sequence)
+                        tasks = work
                         if feed is None:
                             work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
                         elif not feed.live and items and not self._all_inline(tasks):
@@ -646,7 +648,9 @@ class StepLoop:
                             await work
                             work = advancing.send(None)
                             continue
-                        tasks = cast("Sequence[Task]", work)
+                        if TYPE_CHECKING:  # typing.cast is a call a step
+                            assert isinstance(work, Sequence)
+                        tasks = work
                         if feed is None or not (feed.live or feed.watched):
                             if items:
                                 begun = tasks  # its start was handed on: closed now, it runs

@@ -134,8 +134,9 @@ class Feed:
         self.updates = "updates" in self.modes
         self.values = "values" in self.modes
         self.items: collections.deque[tuple[str, Any]] = collections.deque()
-        # Only a driver that waits for a step's tasks waits for a wake-up.
-        self.wake = threading.Event() if self.live or self.watched else None
+        # Only the sync driver of a live feed waits for a step's tasks (and a wake-up);
+        # an events stream's steps run on the consumer's thread or are handed off.
+        self.wake = threading.Event() if self.live else None
         # Set by an async driver: items put from other threads wake it on its loop.
         self.loop: asyncio.AbstractEventLoop | None = None
         self.awake: asyncio.Event | None = None
