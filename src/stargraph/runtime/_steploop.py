@@ -822,8 +822,9 @@ class StepLoop:
                     run.run_id,
                     run.step,
                     run.path,
-                    (ran[0].node,) if len(ran) == 1 else tuple(t.node for t in ran),
-                    (tasks[0].node,) if len(tasks) == 1 else tuple(t.node for t in tasks),
+                    # A list made first: a generator costs a frame resumed per task.
+                    (ran[0].node,) if len(ran) == 1 else tuple([t.node for t in ran]),
+                    (tasks[0].node,) if len(tasks) == 1 else tuple([t.node for t in tasks]),
                 )
             )
         if feed is not None and feed.values and _wrote(results):
