@@ -1049,4 +1049,9 @@ class _WayOut:
 
 def _wrote(results: list[tuple[Task, dict[str, Any]]]) -> bool:
     """Whether a step's tasks wrote any channel (routing alone is not a write)."""
-    return any(key not in ROUTING_KEYS for _, writes in results for key in writes)
+    # Loops, not a generator: a values stream asks once a step.
+    for _, writes in results:
+        for key in writes:
+            if key not in ROUTING_KEYS:
+                return True
+    return False
