@@ -462,6 +462,7 @@ class StepLoop:
         number of each step committed (send back ``None``). Returns when the run finished or
         stopped at an interrupt (``False``) or was asked to stop at this step boundary
         (``True``)."""
+        routers = routers and bool(self.plan.async_routers)  # no call a step without any
         if routers and fresh and (routing := self.routing(run)) is not None:
             yield routing
         self.begin(run, fresh)
