@@ -198,3 +198,24 @@ def test_issue45_node_and_step_event_makers_equal_validated_events(cached: bool)
         assert cheap.model_fields_set == valid.model_fields_set
         assert cheap.model_dump_json() == valid.model_dump_json()
         assert repr(cheap) == repr(valid)
+
+
+def _handoffs() -> list[Any]:
+    from stargraph.runtime._tasks import _WATCHDOG, Handoff
+
+    return [b for b in list(_WATCHDOG.active.values()) if isinstance(b, Handoff)]
+
+
+def test_issue45_an_events_stream_lets_go_of_its_handoff_however_it_ends() -> None:
+    """An events stream's step hand-off is watched for the whole run: read to its end,
+    closed between steps or closed after a step's start, the watchdog holds none of it
+    afterwards (no run kept alive by a stream that ended)."""
+    app = _chain().compile()
+    before = len(_handoffs())
+    assert [e.kind for e in app.stream({})][-1] == "run_finished"
+    assert len(_handoffs()) == before
+    stream = app.stream({})
+    assert next(stream).kind == "run_started"
+    assert next(stream).kind == "node_started"  # the first step was offered
+    stream.close()
+    assert len(_handoffs()) == before

@@ -611,6 +611,9 @@ class StepLoop:
                 item = items.popleft()
                 yield item if pairs else item[1]
             raise
+        finally:
+            if handoff is not None:
+                handoff.close()
         while items:
             item = items.popleft()
             yield item if pairs else item[1]
