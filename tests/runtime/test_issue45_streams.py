@@ -170,3 +170,52 @@ def test_issue45_streamed_events_round_trip_as_validated_events() -> None:
     assert events
     for event in events:
         assert adapter.validate_python(event.model_dump()) == event
+
+
+@pytest.mark.parametrize("cached", [False, True])
+def test_issue45_node_and_step_event_makers_equal_validated_events(cached: bool) -> None:
+    """The dedicated makers of the events an ``events`` stream makes per task and step
+    build what validation builds: equal, same fields set, JSON and repr."""
+    from stargraph.runtime._events import node_finished, node_started, step_completed
+
+    base = {"run_id": "run-1", "step": 3, "path": ("sub",)}
+    finished: dict[str, Any] = {"node": "a", "index": 1, "writes": {"n": 1}, "attempts": 2}
+    if cached:
+        finished["cached"] = True
+    pairs = [
+        (node_started("run-1", 3, ("sub",), "a", 2), NodeStarted(**base, node="a", index=2)),
+        (
+            node_finished("run-1", 3, ("sub",), "a", 1, writes={"n": 1}, attempts=2, cached=cached),
+            NodeFinished(**base, **finished),
+        ),
+        (
+            step_completed("run-1", 3, ("sub",), ("a", "b"), ("c",)),
+            StepCompleted(**base, nodes=("a", "b"), next=("c",)),
+        ),
+    ]
+    for cheap, valid in pairs:
+        assert cheap == valid
+        assert cheap.model_fields_set == valid.model_fields_set
+        assert cheap.model_dump_json() == valid.model_dump_json()
+        assert repr(cheap) == repr(valid)
+
+
+def _handoffs() -> list[Any]:
+    from stargraph.runtime._tasks import _WATCHDOG, Handoff
+
+    return [b for b in list(_WATCHDOG.active.values()) if isinstance(b, Handoff)]
+
+
+def test_issue45_an_events_stream_lets_go_of_its_handoff_however_it_ends() -> None:
+    """An events stream's step hand-off is watched for the whole run: read to its end,
+    closed between steps or closed after a step's start, the watchdog holds none of it
+    afterwards (no run kept alive by a stream that ended)."""
+    app = _chain().compile()
+    before = len(_handoffs())
+    assert [e.kind for e in app.stream({})][-1] == "run_finished"
+    assert len(_handoffs()) == before
+    stream = app.stream({})
+    assert next(stream).kind == "run_started"
+    assert next(stream).kind == "node_started"  # the first step was offered
+    stream.close()
+    assert len(_handoffs()) == before

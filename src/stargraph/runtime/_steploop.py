@@ -34,8 +34,9 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
+from functools import partial
 from types import CoroutineType
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
@@ -50,16 +51,16 @@ from stargraph.runtime._cancel import ACTIVE, SIGNALLED
 from stargraph.runtime._durable import Persistence
 from stargraph.runtime._events import (
     Event,
-    NodeFinished,
-    NodeStarted,
     RuleDecided,
     RunCancelled,
     RunFailed,
     RunFinished,
     RunInterrupted,
     RunStarted,
-    StepCompleted,
     made,
+    node_finished,
+    node_started,
+    step_completed,
 )
 from stargraph.runtime._interrupts import Interrupt, RuleDecision, interrupt_id
 from stargraph.runtime._plan import Plan, Task, by_task, unmet_error
@@ -389,17 +390,19 @@ class StepLoop:
         specs = self.plan.specs
         return all(specs[t.node].inline and not specs[t.node].is_async for t in tasks)
 
-    def _pumped(self, run: Run, feed: Feed) -> Generator[int, None, StepOutcome]:
+    def _pumped(self, run: Run, feed: Feed, pairs: bool) -> Generator[Any, None, StepOutcome]:
         """Execute the step's tasks on a worker thread while handing the consumer what the
-        feed receives meanwhile (yields -1 for that); returns the step's outcome. Closed
-        in the middle of the step, it lets the step finish and commits it first (see
-        :meth:`drive`)."""
+        feed receives meanwhile (as :meth:`drive` yields items); returns the step's
+        outcome. Closed in the middle of the step, it lets the step finish and commits it
+        first (see :meth:`drive`)."""
         stepping = worker_threads().submit(self.runner.run_step, run, run.tasks)
         stepping.add_done_callback(feed.signal)
+        items = feed.items
         try:
             while True:
-                if feed.items:  # first what the step's start handed on, while it runs
-                    yield -1
+                while items:  # first what the step's start handed on, while it runs
+                    item = items.popleft()
+                    yield item if pairs else item[1]
                 if stepping.done():
                     break
                 feed.wait()
@@ -459,6 +462,7 @@ class StepLoop:
         number of each step committed (send back ``None``). Returns when the run finished or
         stopped at an interrupt (``False``) or was asked to stop at this step boundary
         (``True``)."""
+        routers = routers and bool(self.plan.async_routers)  # no call a step without any
         if routers and fresh and (routing := self.routing(run)) is not None:
             yield routing
         self.begin(run, fresh)
@@ -525,55 +529,94 @@ class StepLoop:
             except StopIteration as stop:
                 way_out.cancelled = stop.value
 
-    def drive(self, run: Run, *, fresh: bool) -> Generator[int, None, None]:
-        """Sync driver for streams and ``iter``: yields after each committed step, before a
-        step whose start handed the feed something (its ``node_started`` events), and -1
-        whenever a live feed has something new while a step runs."""
+    def drive(self, run: Run, *, fresh: bool) -> Generator[Any, None, None]:
+        """Sync driver for streams and ``iter``. For a stream (a run with a feed) it is the
+        stream itself, one generator between the consumer and the loop, as :meth:`adrive`
+        is for ``astream``: it yields the feed's items (``(mode, item)`` pairs when several
+        modes were asked for) after each committed step, before a step whose start handed
+        the feed something (its ``node_started`` events, a values stream's first state),
+        and whenever a live feed has something new while a step runs; then what is left
+        once the run ended, also before the error that ended it is raised. For ``iter``
+        (no feed) it yields the number of each committed step."""
         feed = run.feed
+        items = None if feed is None else feed.items
+        pairs = feed is not None and len(feed.modes) > 1
         # Only a live feed's nodes hand on items while they run: then the step's tasks run
         # on a worker thread, so that this one (the consumer's) hands them on. Every other
         # stream runs its steps as invoke does (see Handoff for events).
         steps = self.advance(run, fresh=fresh, steps=True)
-        begun: Handoff | None = None
+        handoff: Handoff | None = None
+        begun: Callable[[], StepOutcome] | None = None
         in_step = False
-        with _WayOut(self, run) as way_out:
-            try:
-                work = next(steps)
-                while True:
-                    if type(work) is int:
-                        yield work
-                        work = steps.send(None)
-                        continue
-                    tasks = cast("Sequence[Task]", work)  # no routers were asked for
-                    if feed is None:
-                        work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
-                    elif not feed.live and feed.items and not self._all_inline(tasks):
-                        # Hand on the step's start first; closed now, the step runs still.
-                        begun = Handoff(run, tasks, self.remote, watched=feed.watched)
-                        yield -1
-                        outcome, begun = begun.take(), None
-                        work = steps.send(outcome)
-                    elif not feed.live or self._all_inline(tasks):
-                        # Nothing to hand on while the tasks run, or inline ones (tiny pure
-                        # functions): right here, as invoke runs them.
-                        work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
-                    else:
-                        in_step = True
-                        outcome = yield from self._pumped(run, feed)
-                        in_step = False
-                        work = steps.send(outcome)
-            except StopIteration as stop:
-                way_out.cancelled = stop.value
-            except GeneratorExit:
-                # The consumer closed the stream: at a step boundary, where it waits at the
-                # yield, or inside a step (then _pumped committed that step already), or
-                # once it read what the step's start handed on (then the step runs now).
-                way_out.handled = True
-                if begun is not None:
-                    self._close_in_step(run, begun.take)
-                elif not in_step:
-                    self.closed(run)
-                raise
+        try:
+            with _WayOut(self, run) as way_out:
+                try:
+                    work = next(steps)
+                    while True:
+                        if type(work) is int:
+                            if items is None:
+                                yield work
+                            while items:
+                                item = items.popleft()
+                                yield item if pairs else item[1]
+                            work = steps.send(None)
+                            continue
+                        if TYPE_CHECKING:  # only tasks: no routers were asked for
+                            assert isinstance(work, Sequence)
+                        tasks = work
+                        if feed is None:
+                            work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
+                        elif not feed.live and items and not self._all_inline(tasks):
+                            # Hand on the step's start first; closed now, the step runs still.
+                            # An events consumer reads that the nodes started: they may run
+                            # while it is away (a worker takes the step over).
+                            if feed.watched:
+                                if handoff is None:
+                                    handoff = Handoff(run, self.remote)
+                                handoff.offer(tasks)
+                                begun = handoff.take
+                            else:
+                                begun = partial(
+                                    execute_sync, run, tasks, worker_threads, self.remote
+                                )
+                            while items:
+                                item = items.popleft()
+                                yield item if pairs else item[1]
+                            outcome, begun = begun(), None
+                            work = steps.send(outcome)
+                        elif not feed.live or self._all_inline(tasks):
+                            # Nothing to hand on while the tasks run, or inline ones (tiny pure
+                            # functions): right here, as invoke runs them.
+                            work = steps.send(execute_sync(run, tasks, worker_threads, self.remote))
+                        else:
+                            in_step = True
+                            outcome = yield from self._pumped(run, feed, pairs)
+                            in_step = False
+                            work = steps.send(outcome)
+                except StopIteration as stop:
+                    way_out.cancelled = stop.value
+                except GeneratorExit:
+                    # The consumer closed the stream: at a step boundary, where it waits at
+                    # the yield, or inside a step (then _pumped committed that step already),
+                    # or once it read what the step's start handed on (then the step runs now).
+                    way_out.handled = True
+                    if begun is not None:
+                        self._close_in_step(run, begun)
+                    elif not in_step:
+                        self.closed(run)
+                    raise
+        except StargraphError:
+            # The consumer sees the failing step's events and run_failed before the error.
+            while items:
+                item = items.popleft()
+                yield item if pairs else item[1]
+            raise
+        finally:
+            if handoff is not None:
+                handoff.close()
+        while items:
+            item = items.popleft()
+            yield item if pairs else item[1]
 
     async def adrive(self, start: Callable[[], Run], *, fresh: bool) -> AsyncGenerator[Any, None]:
         """Async driver of the run ``start`` makes (called when the driver is first asked
@@ -609,7 +652,9 @@ class StepLoop:
                             await work
                             work = advancing.send(None)
                             continue
-                        tasks = cast("Sequence[Task]", work)
+                        if TYPE_CHECKING:  # typing.cast is a call a step
+                            assert isinstance(work, Sequence)
+                        tasks = work
                         if feed is None or not (feed.live or feed.watched):
                             if items:
                                 begun = tasks  # its start was handed on: closed now, it runs
@@ -776,11 +821,15 @@ class StepLoop:
             run.attempts = {}
         if run.emit is not None:
             tasks = run.tasks
-            self.emit(
-                run,
-                StepCompleted,
-                nodes=(ran[0].node,) if len(ran) == 1 else tuple(t.node for t in ran),
-                next=(tasks[0].node,) if len(tasks) == 1 else tuple(t.node for t in tasks),
+            run.emit(
+                step_completed(
+                    run.run_id,
+                    run.step,
+                    run.path,
+                    # A list made first: a generator costs a frame resumed per task.
+                    (ran[0].node,) if len(ran) == 1 else tuple([t.node for t in ran]),
+                    (tasks[0].node,) if len(tasks) == 1 else tuple([t.node for t in tasks]),
+                )
             )
         if feed is not None and feed.values and _wrote(results):
             # As LangGraph's values stream: a step whose nodes wrote nothing (or only where
@@ -806,15 +855,19 @@ class StepLoop:
                 if run.child_events:
                     for child_event in run.child_events.pop(task.key, ()):
                         emit(child_event)
-                # The fields as a dict of their own (what self.emit would build), one per
-                # task: an events stream makes three events per node.
-                fields = {"run_id": run_id, "step": step, "path": path, "node": task.node}
-                fields["index"] = task.index
-                fields["writes"] = written
-                fields["attempts"] = attempts.get(f"{task.node}/{task.index}", 1) if attempts else 1
-                if hit:
-                    fields["cached"] = True
-                emit(made(NodeFinished, fields))
+                tries = attempts.get(f"{task.node}/{task.index}", 1) if attempts else 1
+                emit(
+                    node_finished(
+                        run_id,
+                        step,
+                        path,
+                        task.node,
+                        task.index,
+                        writes=written,
+                        attempts=tries,
+                        cached=hit,
+                    )
+                )
                 if updates:
                     written = dict(written)  # the event's dict is its own
             if updates:
@@ -936,9 +989,7 @@ class StepLoop:
         if emit is not None:
             run_id, step, path = run.run_id, run.step, run.path
             for task in tasks:
-                fields = {"run_id": run_id, "step": step, "path": path, "node": task.node}
-                fields["index"] = task.index
-                emit(made(NodeStarted, fields))
+                emit(node_started(run_id, step, path, task.node, task.index))
 
     # ------------------------------------------------------------------ live streams
 
@@ -954,27 +1005,7 @@ class StepLoop:
         feed = Feed(modes)
         run = make_run(self.feeder(feed))
         run.feed = feed
-        return self._stream(run, feed, modes, fresh=fresh)
-
-    def _stream(
-        self, run: Run, feed: Feed, modes: tuple[str, ...], *, fresh: bool
-    ) -> Iterator[Any]:
-        drive = self.drive(run, fresh=fresh)
-        items, pairs = feed.items, len(modes) > 1
-        try:
-            for _ in drive:
-                while items:  # what feed.drain and items() do, without two calls a step
-                    item = items.popleft()
-                    yield item if pairs else item[1]
-        except StargraphError:
-            # The consumer sees the failing step's events and run_failed before the error.
-            yield from self.items(feed, modes)
-            raise
-        finally:
-            # A consumer that stops reading cancels the run at the step it reached, now
-            # rather than whenever the driver is garbage collected.
-            drive.close()
-        yield from self.items(feed, modes)
+        return self.drive(run, fresh=fresh)
 
     @staticmethod
     def items(feed: Feed, modes: tuple[str, ...]) -> list[Any]:
@@ -988,14 +1019,8 @@ class StepLoop:
         """The emit function of a streamed run: its events into the feed when they are
         asked for, else ``None`` (the other modes' items are made at the step boundaries
         from what the step committed, so nobody builds events nobody reads)."""
-        if "events" not in feed.modes:
-            return None
-        add = feed.add
-
-        def emit(event: Event) -> None:
-            add("events", event)
-
-        return emit  # the run adds the on_event observer (see observed)
+        # The run adds the on_event observer (see observed).
+        return feed.event if feed.watched else None
 
 
 class _WayOut:
@@ -1028,4 +1053,9 @@ class _WayOut:
 
 def _wrote(results: list[tuple[Task, dict[str, Any]]]) -> bool:
     """Whether a step's tasks wrote any channel (routing alone is not a write)."""
-    return any(key not in ROUTING_KEYS for _, writes in results for key in writes)
+    # Loops, not a generator: a values stream asks once a step.
+    for _, writes in results:
+        for key in writes:
+            if key not in ROUTING_KEYS:
+                return True
+    return False

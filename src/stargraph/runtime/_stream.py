@@ -134,8 +134,9 @@ class Feed:
         self.updates = "updates" in self.modes
         self.values = "values" in self.modes
         self.items: collections.deque[tuple[str, Any]] = collections.deque()
-        # Only a driver that waits for a step's tasks waits for a wake-up.
-        self.wake = threading.Event() if self.live or self.watched else None
+        # Only the sync driver of a live feed waits for a step's tasks (and a wake-up);
+        # an events stream's steps run on the consumer's thread or are handed off.
+        self.wake = threading.Event() if self.live else None
         # Set by an async driver: items put from other threads wake it on its loop.
         self.loop: asyncio.AbstractEventLoop | None = None
         self.awake: asyncio.Event | None = None
@@ -148,6 +149,11 @@ class Feed:
     def add(self, mode: str, item: Any) -> None:
         """:meth:`put` from the driver itself, between a step's tasks: nobody to wake."""
         self.items.append((mode, item))
+
+    def event(self, event: Any) -> None:
+        """:meth:`add` of a typed event: the emit function of a run streamed in ``events``
+        (bound once per run, one call per event)."""
+        self.items.append(("events", event))
 
     def signal(self, *_: Any) -> None:
         """Wake the driver (also a future's done callback)."""

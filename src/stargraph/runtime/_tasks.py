@@ -347,15 +347,18 @@ class _Watchdog:
     worker for each one whose runners took no task since its last look (the driver is
     stuck in a task that blocks); from there each worker asks for the next (see
     :class:`_Batch`). A step of pure functions is over before the watchdog's next look and
-    wakes no thread; after :data:`_IDLE_TICKS` looks at no batch, the watchdog sleeps
-    until one starts.
+    wakes no thread; after :data:`_IDLE_TICKS` looks at no batch that wants looking at
+    (a :class:`Handoff` without a step offered does not), the watchdog sleeps until one
+    starts or a handoff offers a step.
     """
 
-    __slots__ = ("active", "daemon", "wake")
+    __slots__ = ("active", "daemon", "sleeping", "wake")
 
     def __init__(self) -> None:
         self.active: dict[int, _Batch | Handoff] = {}
         self.wake = threading.Event()
+        # Set before the watchdog sleeps: an offer reads it, rather than calling is_set.
+        self.sleeping = False
         self.daemon = LazyDaemon(self._loop, name="stargraph-watchdog")
 
     def watch(self, batch: _Batch | Handoff) -> None:
@@ -370,17 +373,24 @@ class _Watchdog:
         """``batch`` has no task left to hand out: it needs no more workers."""
         self.active.pop(id(batch), None)
 
+    def _wanted(self) -> bool:
+        return any(batch.wanted() for batch in list(self.active.values()))
+
     def _loop(self) -> None:
         idle = 0
         while True:
-            if self.active:
+            if self._wanted():
                 idle = 0
             else:
                 idle += 1
                 if idle >= _IDLE_TICKS:
+                    self.sleeping = True
                     self.wake.clear()
-                    if not self.active:  # watch() sets the flag after adding its batch
+                    # watch() sets the flag after adding its batch, an offer after making
+                    # its step claimable: either this sees it, or the flag is set again.
+                    if not self._wanted():
                         self.wake.wait()
+                    self.sleeping = False
                     idle = 0
             time.sleep(_TICK)
             for batch in list(self.active.values()):
@@ -398,62 +408,79 @@ os.register_at_fork(after_in_child=_WATCHDOG.reset)
 
 
 class Handoff:
-    """A step whose start a stream handed its consumer before the step runs (an events
-    stream's ``node_started``): the driver runs it when the consumer comes back for more
-    (on the consumer's thread, as invoke would), or, when ``watched`` (the consumer reads
-    that the nodes started), a worker thread does once the consumer stayed away for a look
-    of the watchdog, so that the nodes run while the consumer is busy elsewhere. Either
-    way the step runs once; :meth:`take` is its outcome."""
+    """The steps of an events stream whose start (``node_started``) the driver handed the
+    consumer before they run: the driver runs each when the consumer comes back for more
+    (on the consumer's thread, as invoke would), or a worker thread does once the consumer
+    stayed away for a look of the watchdog, so that the nodes run while the consumer is
+    busy elsewhere. Either way a step runs once. One per run, watched from its making to
+    :meth:`close`; it wants looking at only from an :meth:`offer` to its :meth:`take`, so
+    that the watchdog sleeps while steps run, and a step costs a lock's release and
+    acquire."""
 
-    __slots__ = ("claim", "looked", "outcome", "remote", "run", "tasks")
+    __slots__ = ("claim", "looked", "offered", "outcome", "remote", "run", "tasks")
 
-    def __init__(
-        self, run: Run, tasks: Sequence[Task], remote: Remote | None, *, watched: bool = True
-    ) -> None:
+    def __init__(self, run: Run, remote: Remote | None) -> None:
         self.run = run
-        self.tasks = tasks
         self.remote = remote
-        self.claim = threading.Lock()  # whoever takes it runs the step
-        # Made by the watchdog before it tries the claim: only a step a worker may run
-        # needs a way back (the common case, a consumer that reads on, makes none).
+        # Whoever acquires it runs the offered step; held while no step is offered.
+        self.claim = threading.Lock()
+        self.claim.acquire()
+        self.tasks: Sequence[Task] = ()
+        # Serial of the step offered last, and the one the watchdog saw at its last look:
+        # one look's grace, since a consumer that reads on is back long before the second.
+        self.offered = 0
+        self.looked = 0
+        # Made by the watchdog just before its claim: the way back of a step a worker runs.
         self.outcome: concurrent.futures.Future[StepOutcome] | None = None
-        # One look's grace: a consumer that reads on is back long before the second look.
-        self.looked = False
-        if watched:
-            # Unwatched (a values stream's first state), the step waits for the consumer:
-            # no watchdog woken for it (a woken watchdog looks a thousand times a second).
-            _WATCHDOG.watch(self)
+        _WATCHDOG.watch(self)
+
+    def offer(self, tasks: Sequence[Task]) -> None:
+        """``tasks`` (the step whose start was handed on) may run now, here or on a worker."""
+        self.tasks = tasks
+        self.offered += 1
+        self.claim.release()
+        if _WATCHDOG.sleeping:
+            _WATCHDOG.wake.set()
+
+    def wanted(self) -> bool:
+        """Whether a step is offered (the watchdog stays awake for it)."""
+        return not self.claim.locked()
 
     def look(self) -> None:
-        """The watchdog's look: at the second, the consumer is away; a worker runs the step."""
-        if not self.looked:
-            self.looked = True
+        """The watchdog's look: at the second at one offer, the consumer is away; a worker
+        runs the step."""
+        if self.claim.locked():  # no step offered (or it is running)
             return
-        if self.outcome is None:
-            self.outcome = concurrent.futures.Future()
+        if self.offered != self.looked:
+            self.looked = self.offered
+            return
+        # Nothing else assigns it while the claim is held: the driver, failing to claim,
+        # finds the future of the claim that won.
+        outcome = self.outcome = concurrent.futures.Future()
         if self.claim.acquire(blocking=False):
-            _WATCHDOG.forget(self)
             try:
-                worker_threads().submit(self._on_worker)
+                worker_threads().submit(self._on_worker, outcome)
             except RuntimeError:  # the pool is shutting down: the driver runs it on return
                 self.claim.release()
 
-    def _on_worker(self) -> None:
-        assert self.outcome is not None
+    def _on_worker(self, outcome: concurrent.futures.Future[StepOutcome]) -> None:
         try:
-            outcome = execute_sync(self.run, self.tasks, worker_threads, self.remote)
+            done = execute_sync(self.run, self.tasks, worker_threads, self.remote)
         except BaseException as exc:  # handed to the driver, which raises it
-            self.outcome.set_exception(exc)
+            outcome.set_exception(exc)
         else:
-            self.outcome.set_result(outcome)
+            outcome.set_result(done)
 
     def take(self) -> StepOutcome:
-        """The step's outcome: run here unless a worker started it, then waited for."""
+        """The offered step's outcome: run here unless a worker started it, then waited for."""
         if self.claim.acquire(blocking=False):
-            _WATCHDOG.forget(self)
             return execute_sync(self.run, self.tasks, worker_threads, self.remote)
         assert self.outcome is not None  # made before the watchdog took the claim
         return self.outcome.result()
+
+    def close(self) -> None:
+        """The run's stream ended: nothing more to look at."""
+        _WATCHDOG.forget(self)
 
 
 class _Batch:
@@ -515,6 +542,10 @@ class _Batch:
         self.starting = 0  # workers asked for that have not started taking tasks yet
         self.taken = 0  # tasks taken so far, by any runner: progress a worker can watch
         self.seen = 0  # ``taken`` at the watchdog's last look
+
+    def wanted(self) -> bool:
+        """A batch in flight always wants the watchdog's looks."""
+        return True
 
     def look(self) -> None:
         """The watchdog's look: a runner is stuck if none took a task since the last one."""
