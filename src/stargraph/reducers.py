@@ -65,11 +65,18 @@ replace: Final = Reducer("replace", _replace, "take the write (several per step:
 """Take the write; several writes in one step apply in node-id order, the last one stays."""
 
 
-def _add_messages(current: Sequence[Any], update: Any) -> Any:
-    # Imported at the first merge: this module stays free of the chat data it merges.
-    from stargraph.llm._history import merge_messages
+_merge_messages: Callable[[Any, Any], Any] | None = None
 
-    return merge_messages(current, update)
+
+def _add_messages(current: Sequence[Any], update: Any) -> Any:
+    # Imported at the first merge (this module stays free of the chat data it merges) and
+    # kept: an import statement here would cost every write to a conversation a few µs.
+    global _merge_messages
+    if _merge_messages is None:
+        from stargraph.llm._history import merge_messages
+
+        _merge_messages = merge_messages
+    return _merge_messages(current, update)
 
 
 add_messages: Final = Reducer(
