@@ -28,6 +28,7 @@ ended only by rules: a final answer, or the step and error budgets) over a
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import os
@@ -64,6 +65,7 @@ from stargraph.tools import Arbiter, PythonTool, ToolCall, ToolRegistry, ToolRes
 from stargraph.tools._command import command_of
 from stargraph.tools._langchain import LangChainToolLike, from_langchain, is_langchain_tool
 from stargraph.tools._result import built
+from stargraph.tools._spec import llm_name_for
 
 if TYPE_CHECKING:
     from stargraph.checkpoint import CheckpointStore
@@ -76,6 +78,7 @@ _LANE: Final = "core"
 _VERSION: Final = "0.0.0"
 _BAD: Final = re.compile(r"[^a-z0-9]+")
 _LLM_NAME: Final = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_LLM_NAME_MAX: Final = 64
 
 
 class AgentState(MessagesState):
@@ -142,9 +145,7 @@ def agent_tools(tools: Sequence[Callable[..., Any] | Tool | LangChainToolLike]) 
         elif is_langchain_tool(given):
             made.append(from_langchain(given))
         elif inspect.isfunction(given) or inspect.ismethod(given):
-            module = _segment((given.__module__ or "main").replace(".", "_"), "m")
-            ident = f"agent.{module}.{_segment(given.__name__, 'f')}@{_VERSION}"
-            made.append(tool(id=ident)(given))
+            made.append(tool(id=_derived_id(given))(given))
         else:
             problems.append(
                 Problem(
@@ -156,6 +157,21 @@ def agent_tools(tools: Sequence[Callable[..., Any] | Tool | LangChainToolLike]) 
     if problems:
         raise SkillValidationError(problems, subject="agent tools")
     return tuple(made)
+
+
+def _derived_id(fn: Callable[..., Any]) -> str:
+    """``agent.<module>.<name>@0.0.0`` for a plain function. A module path too long for
+    the id's LLM name (64 characters) is cut to its last part and a hash of the whole, so
+    the id stays the same in every process and two modules never share one."""
+    dotted = fn.__module__ or "main"
+    name = _segment(fn.__name__, "f")
+    module = _segment(dotted.replace(".", "_"), "m")
+    ident = f"agent.{module}.{name}@{_VERSION}"
+    if len(llm_name_for(ident)) <= _LLM_NAME_MAX:
+        return ident
+    digest = hashlib.sha256(dotted.encode()).hexdigest()[:8]
+    module = f"{_segment(dotted.rpartition('.')[2], 'm')[:16]}_{digest}"
+    return f"agent.{module}.{name}@{_VERSION}"
 
 
 def _names(tools: Sequence[Tool]) -> dict[str, str]:
