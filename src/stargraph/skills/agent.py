@@ -472,6 +472,7 @@ def act(state: AgentState, ctx: RunContext) -> dict[str, Any] | Command | None:
     own = frozenset(config.get("tool_writes", ()))
     answers: list[Message] = []
     updates: dict[str, Any] = {}
+    handoff: list[Any] | None = None
     failed = 0
     finished = False
     for call in reply.tool_calls:
@@ -497,13 +498,10 @@ def act(state: AgentState, ctx: RunContext) -> dict[str, Any] | Command | None:
                 answers.append(Message.tool(call.id, f"Error: {problem}", name=call.name))
                 continue
             if command["graph"] is not None:
-                # A handoff: the turn ends here and the parent routes (as LangGraph's
-                # Command.PARENT from a tool); the parent checks the update and the goto.
-                goto = [
-                    Send(t["node"], t["payload"]) if isinstance(t, dict) else t
-                    for t in command["goto"]
-                ]
-                return Command(graph=Command.PARENT, goto=goto, update=command["update"])
+                # A handoff (LangGraph's Command.PARENT from a tool): the turn ends after
+                # this reply, whose other calls still run; the parent checks the update
+                # and routes by the goto.
+                handoff = [*(handoff or ()), *command["goto"]]
             added, update = _applied(command, call.id, call.name)
             answers.extend(added)
             updates.update(update)
@@ -513,6 +511,12 @@ def act(state: AgentState, ctx: RunContext) -> dict[str, Any] | Command | None:
             failed += 1
         content = _content(result, tool_id, call.name)
         answers.append(Message.tool(call.id, content, name=call.name))
+    if handoff is not None:
+        # The parent takes the conversation with every call of the reply answered, in the
+        # model's order (what LangGraph's ToolNode applies), and the tools' updates.
+        goto = [Send(t["node"], t["payload"]) if isinstance(t, dict) else t for t in handoff]
+        update = {**updates, "messages": [*state.messages, *answers]}
+        return Command(graph=Command.PARENT, goto=goto, update=update)
     errors = state.error_count + failed
     event = "tool_done" if finished else "tool_error" if failed else "tool_success"
     return {**updates, "messages": answers, "error_count": errors, "last_event": event}
