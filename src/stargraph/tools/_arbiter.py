@@ -208,7 +208,8 @@ class ToolCall(TypedModel):
         ):
             # Every value is of its field's type already (an agent builds one per tool
             # call): the call without validating them again.
-            values = {"tool": name, "args": args, "call_id": call_id, "lane": lane}
+            values: dict[str, Any] = {"tool": name, "args": args, "call_id": call_id}
+            values["lane"] = lane
             values.update(node=node, state=state, allowed=allowed_ids, raw_arguments=None)
             return built(ToolCall, values, _CALL_SET)
         return cls(
