@@ -15,6 +15,7 @@ it is referenced in the IR by its import path.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -65,11 +66,17 @@ replace: Final = Reducer("replace", _replace, "take the write (several per step:
 """Take the write; several writes in one step apply in node-id order, the last one stays."""
 
 
-def _add_messages(current: Sequence[Any], update: Any) -> Any:
-    # Imported at the first merge: this module stays free of the chat data it merges.
+@functools.cache
+def _merger() -> Callable[[Any, Any], Any]:
+    # Imported at the first merge (this module stays free of the chat data it merges) and
+    # kept: an import statement in _add_messages cost every write to a conversation µs.
     from stargraph.llm._history import merge_messages
 
-    return merge_messages(current, update)
+    return merge_messages
+
+
+def _add_messages(current: Sequence[Any], update: Any) -> Any:
+    return _merger()(current, update)
 
 
 add_messages: Final = Reducer(

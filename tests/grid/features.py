@@ -652,6 +652,65 @@ def agent_command_services(workspace: Path) -> Iterator[dict[str, Any]]:
         yield {"model": ScriptedChatModel(room_script), "arbiter": arbiter}
 
 
+class Desk(AgentState):
+    """A front-desk agent's state, shared with the parent graph it hands off to."""
+
+    handed_to: str = ""
+    billing_saw: int = 0
+
+
+def to_billing() -> Command:
+    """Hand the conversation to the parent's billing node."""
+    _effect("to_billing")
+    return Command(graph=Command.PARENT, goto="billing", update={"handed_to": "billing"})
+
+
+def desk_script(request: ChatRequest) -> ChatResponse:
+    """One reply: hand off first, then measure the room (both calls run)."""
+    calls = [
+        ToolCall(id="desk-1", name="to_billing", arguments="{}"),
+        ToolCall(id="desk-2", name="area", arguments=json.dumps({"width": 2, "height": 3})),
+    ]
+    message = ChatMessage.assistant(None, calls)
+    return ChatResponse(message=message, finish_reason="tool_calls", id="resp-desk-1")
+
+
+def billing(state: Desk) -> dict[str, Any]:
+    """The parent's node the agent hands off to: counts the conversation it got."""
+    return {"billing_saw": len(state.messages)}
+
+
+def agent_handoff_graph() -> Graph[Desk]:
+    """A parent whose agent skill hands off to ``billing`` in a reply with another call."""
+    from stargraph.skills.agent import agent_graph
+
+    front = Skill.from_graph(
+        agent_graph([to_billing, area], state=Desk, name="grid-desk", max_steps=4),
+        name="grid-desk",
+        version="1.0.0",
+        kind="utility",
+        description="the front desk agent",
+        state_schema=Desk,
+    )
+    return (
+        Graph("grid-handoff", state=Desk)
+        .with_node(SubgraphNode.from_skill(front, site="front", destinations=["billing"]))
+        .with_node("billing", billing)
+        .with_edge(START, "front")
+        .with_edge("billing", END)
+    )
+
+
+@contextmanager
+def agent_handoff_services(workspace: Path) -> Iterator[dict[str, Any]]:
+    """The desk agent's scripted model and an arbiter over its tools."""
+    from stargraph.skills.agent import agent_tools
+
+    registry = ToolRegistry.build(builtins=agent_tools([to_billing, area]))
+    with Arbiter(registry, workspace=workspace) as arbiter:
+        yield {"model": ScriptedChatModel(desk_script), "arbiter": arbiter}
+
+
 # ----------------------------------------------------------------------------- managed
 
 
@@ -668,8 +727,9 @@ def count(state: Countdown) -> dict[str, Any]:
 
 
 def three_times(state: Countdown) -> Literal["count", "__end__"]:
-    """Three counts, then the end."""
-    return "count" if len(state.log) < 3 else END
+    """Three counts, then the end; never with no step left (the router sees the managed
+    value as the node before it did: with its default, 0, it would stop at once)."""
+    return "count" if len(state.log) < 3 and state.left > 0 else END
 
 
 def managed_graph() -> Graph[Countdown]:
@@ -1103,6 +1163,13 @@ FEATURES: Final[dict[str, Feature]] = {
             f"{_M}:agent_command_graph",
             {"messages": ["Name this room."]},
             services=agent_command_services,
+            journaled="tool",
+        ),
+        Feature(
+            "agent_handoff",
+            f"{_M}:agent_handoff_graph",
+            {"messages": ["Bill me for a 2 by 3 room."]},
+            services=agent_handoff_services,
             journaled="tool",
         ),
         Feature("managed", f"{_M}:managed_graph", {}),

@@ -9,6 +9,7 @@ the real LangGraph (``langgraph.graph``, ``langgraph.types``, ...) and on
 from __future__ import annotations
 
 import json
+import warnings
 from collections.abc import Sequence
 from types import SimpleNamespace
 from typing import Any
@@ -32,6 +33,11 @@ def langgraph_engine() -> Engine:
     from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
     from langgraph.managed import RemainingSteps
     from langgraph.types import CachePolicy, Command, RetryPolicy, Send, interrupt
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # create_react_agent is deprecated in langgraph 1.x
+        from langgraph.prebuilt import create_react_agent
+        from langgraph.prebuilt.chat_agent_executor import AgentState
 
     def ai(content: str, tool_calls: Sequence[tuple[str, str, dict[str, Any]]] = ()) -> Any:
         calls = [{"id": i, "name": n, "args": a} for i, n, a in tool_calls]
@@ -58,6 +64,8 @@ def langgraph_engine() -> Engine:
         InMemoryCache=InMemoryCache,
         RemainingSteps=RemainingSteps,
         get_stream_writer=get_stream_writer,
+        create_react_agent=_quiet(create_react_agent),
+        AgentState=AgentState,
         ai=ai,
         human=lambda text: HumanMessage(content=text),
         tool_message=tool_message,
@@ -85,6 +93,7 @@ def stargraph_engine() -> Engine:
         get_stream_writer,
         interrupt,
     )
+    from stargraph.langgraph.prebuilt import AgentState, create_react_agent
     from stargraph.llm import ToolCall
     from stargraph.messages import Message
 
@@ -113,11 +122,24 @@ def stargraph_engine() -> Engine:
         InMemoryCache=InMemoryCache,
         RemainingSteps=RemainingSteps,
         get_stream_writer=get_stream_writer,
+        create_react_agent=create_react_agent,
+        AgentState=AgentState,
         ai=ai,
         human=lambda text: {"role": "user", "content": text},
         tool_message=tool_message,
         tool_calls=lambda m: [(c.id, c.name, json.loads(c.arguments)) for c in m.tool_calls or ()],
     )
+
+
+def _quiet(fn: Any) -> Any:
+    """``fn`` called without the deprecation warning langgraph 1.x gives for it."""
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return fn(*args, **kwargs)
+
+    return call
 
 
 def texts(messages: list[Any]) -> list[tuple[str, Any]]:

@@ -29,6 +29,17 @@ def until_two(state: Budget) -> str:
     return END if state.log[-1] <= 2 else "note"
 
 
+def until_left(state: Budget) -> str:
+    """Loop while more than two steps are left, reading the managed value itself."""
+    return END if state.left <= 2 else "note"
+
+
+async def until_left_async(state: Budget, ctx: RunContext) -> str:
+    """:func:`until_left` as an async router taking the run context, which agrees."""
+    assert ctx.remaining_steps == state.left
+    return END if state.left <= 2 else "note"
+
+
 def budget_loop() -> Graph[Budget]:
     """``note`` looping until two steps are left."""
     return (

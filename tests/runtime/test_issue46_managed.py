@@ -22,8 +22,11 @@ from tests.runtime.managednodes import (
     Threaded,
     budget_loop,
     cheat,
+    note,
     thread_skill,
     threaded,
+    until_left,
+    until_left_async,
 )
 
 
@@ -43,6 +46,27 @@ def test_issue46_remaining_steps_field_shows_each_node_the_steps_left() -> None:
     assert final.log == [5, 4, 3, 2]
     assert final.left == 0  # never in the output: the field's default
     assert budget_loop().compile().invoke({}, max_steps=4).log == [3, 2]
+
+
+def test_issue46_routers_see_remaining_steps_as_the_node_they_follow() -> None:
+    # until_left reads the managed value: a router that saw its default (0) would end the
+    # loop after the first step.
+    graph = (
+        Graph("budget", state=Budget)
+        .with_node("note", note)
+        .with_edge(START, "note")
+        .with_conditional_edges("note", until_left, ["note", END])
+    )
+    assert graph.compile(max_steps=6).invoke({}).log == [5, 4, 3, 2]
+    assert graph.compile().invoke({}, max_steps=4).log == [3, 2]
+    # A router that takes the run context too, asynchronously.
+    with_ctx = (
+        Graph("budget", state=Budget)
+        .with_node("note", note)
+        .with_edge(START, "note")
+        .with_conditional_edges("note", until_left_async, ["note", END])
+    )
+    assert with_ctx.compile(max_steps=6).invoke({}).log == [5, 4, 3, 2]
 
 
 def test_issue46_remaining_steps_field_is_in_the_ir_and_the_hash() -> None:

@@ -45,6 +45,16 @@ def overwrite(value: int) -> Command:
     return Command(update={"llm_steps": value})
 
 
+LOOKED_UP: list[str] = []
+"""The invoices ``look_up_invoice`` was asked for (a test clears it)."""
+
+
+def look_up_invoice(number: str) -> str:
+    """Look an invoice up."""
+    LOOKED_UP.append(number)
+    return f"invoice {number}: 120 EUR, unpaid"
+
+
 def transfer_to_billing() -> Command:
     """Hand the conversation to the billing agent of the parent graph."""
     return Command(graph=Command.PARENT, goto="billing", update={"handed_to": "billing"})

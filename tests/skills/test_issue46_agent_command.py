@@ -15,10 +15,12 @@ from stargraph.skills import Skill
 from stargraph.skills.agent import agent_graph, agent_tools, create_agent
 from stargraph.tools import Arbiter, ToolRegistry
 from tests.skills.agentcommands import (
+    LOOKED_UP,
     Desk,
     Profile,
     billing,
     finish,
+    look_up_invoice,
     look_up_user,
     overwrite,
     remember_name,
@@ -104,7 +106,7 @@ def test_issue46_a_command_the_agent_cannot_apply_is_a_tool_error(tmp_path: Path
 
 def _desk_graph() -> Graph[Desk]:
     front = Skill.from_graph(
-        agent_graph([transfer_to_billing], state=Desk, name="front"),
+        agent_graph([transfer_to_billing, look_up_invoice], state=Desk, name="front"),
         name="front",
         version="1.0.0",
         kind="utility",
@@ -124,14 +126,50 @@ def test_issue46_a_tools_command_to_the_parent_hands_the_turn_over(tmp_path: Pat
     model = ScriptedChatModel([_call("transfer_to_billing", {}, "c1"), _answer("never asked")])
     store = MemoryStore()
     with Arbiter(
-        ToolRegistry.build(builtins=agent_tools([transfer_to_billing])), workspace=tmp_path
+        ToolRegistry.build(builtins=agent_tools([transfer_to_billing, look_up_invoice])),
+        workspace=tmp_path,
     ) as arbiter:
         app = _desk_graph().compile(store=store, services={"model": model, "arbiter": arbiter})
         final = app.invoke({"messages": ["my invoice is wrong"]}, run_id="d")
     # The agent's turn ended at the tool: one model call, and the parent's billing node ran
-    # with the update the tool sent, over the conversation so far (the request, the call).
+    # with the update the tool sent, over the conversation so far (the request, the call,
+    # its answer: every call of a reply is answered, as LangGraph's ToolNode does).
     assert len(model.requests) == 1
-    assert (final.handed_to, final.billing_saw) == ("billing", 2)
-    assert [m.role for m in final.messages] == ["user", "assistant"]
+    assert (final.handed_to, final.billing_saw) == ("billing", 3)
+    assert [m.role for m in final.messages] == ["user", "assistant", "tool"]
+    assert final.messages[2].tool_call_id == "c1"
     offline = _desk_graph().compile(store=store)
     assert offline.replay(Recording.from_store(store, "d"), stub="must") == final
+
+
+def test_issue46_a_handoff_keeps_the_other_calls_of_its_reply(tmp_path: Path) -> None:
+    # One reply hands off first and looks the invoice up second: LangGraph runs both calls
+    # and applies the Command, so the lookup runs and the parent gets both answers.
+    LOOKED_UP.clear()
+    calls = (
+        ToolCall(id="c1", name="transfer_to_billing", arguments="{}"),
+        ToolCall(id="c2", name="look_up_invoice", arguments='{"number": "42"}'),
+    )
+    reply = ChatResponse(message=ChatMessage.assistant(None, calls), finish_reason="tool_calls")
+    model = ScriptedChatModel([reply, _answer("never asked")])
+    store = MemoryStore()
+    with Arbiter(
+        ToolRegistry.build(builtins=agent_tools([transfer_to_billing, look_up_invoice])),
+        workspace=tmp_path,
+    ) as arbiter:
+        app = _desk_graph().compile(store=store, services={"model": model, "arbiter": arbiter})
+        final = app.invoke({"messages": ["my invoice 42 is wrong"]}, run_id="d")
+    assert LOOKED_UP == ["42"]
+    assert len(model.requests) == 1
+    assert [(m.role, m.tool_call_id) for m in final.messages] == [
+        ("user", None),
+        ("assistant", None),
+        ("tool", "c1"),
+        ("tool", "c2"),
+    ]
+    assert final.messages[3].content == "invoice 42: 120 EUR, unpaid"
+    assert (final.handed_to, final.billing_saw) == ("billing", 4)
+    # Offline: the recorded results stand in for both tools, which do not run again.
+    offline = _desk_graph().compile(store=store)
+    assert offline.replay(Recording.from_store(store, "d"), stub="must") == final
+    assert LOOKED_UP == ["42"]

@@ -39,7 +39,7 @@ from stargraph.runtime._plan import JoinSpec, NodeSpec, Plan, RouterSpec, accept
 from stargraph.runtime._protocols import Warmable
 from stargraph.runtime._rules import DecisionMaker, RuleSet
 from stargraph.runtime._run import MAX_STEPS_BOUND, max_steps_problem
-from stargraph.runtime._schemas import fill_managed, hide_private
+from stargraph.runtime._schemas import fill_managed, fill_managed_router, hide_private
 from stargraph.state import build_channels
 
 if TYPE_CHECKING:
@@ -144,11 +144,15 @@ def compile_ir(
 
     def router_spec(edge: ConditionalEdgeIR) -> RouterSpec:
         fn = fns[edge.router]
+        takes_ctx = bool(accepts_ctx(fn))
+        if boundary.managed:
+            # A router sees the managed values as the node it follows saw them.
+            fn, takes_ctx = fill_managed_router(fn, boundary.managed, takes_ctx), True
         return RouterSpec(
             ref=edge.router,
             fn=fn,
             mapping=dict(edge.mapping),
-            takes_ctx=bool(accepts_ctx(fn)),
+            takes_ctx=takes_ctx,
             is_async=is_async_callable(fn),
         )
 

@@ -127,6 +127,20 @@ class Message(ChatMessage):
         cls, tool_call_id: str, content: str, *, name: str | None = None, id: str | None = None
     ) -> Message:
         """A tool result answering ``tool_call_id``."""
+        if (
+            cls is Message
+            and type(content) is str
+            and type(tool_call_id) is str
+            and (name is None or type(name) is str)
+            and (id is None or type(id) is str)
+        ):
+            # Text fields of text validate to themselves (an agent answers every tool call
+            # with one): the message without the validation.
+            values: dict[str, Any] = {"role": "tool", "content": content, "tool_calls": ()}
+            values.update(tool_call_id=tool_call_id, name=name, id=id)
+            fields = {"role", "content", "tool_call_id"}
+            fields.update(k for k in ("name", "id") if values[k] is not None)
+            return unchecked(Message, values, fields)
         return cls(role="tool", content=content, tool_call_id=tool_call_id, name=name, id=id)
 
     @classmethod
@@ -291,8 +305,8 @@ def _with_id(message: Message, id: str) -> Message:
     """``message`` with id ``id``; a plain message's validated values are kept as they are."""
     if type(message) is not Message:
         return message.model_copy(update={"id": id})
-    values = {name: getattr(message, name) for name in _CHAT_FIELDS}
-    values["id"] = id
+    # A Message's __dict__ is its fields (extra="forbid": nothing else).
+    values = {**message.__dict__, "id": id}
     return unchecked(Message, values, {*message.model_fields_set, "id"})
 
 

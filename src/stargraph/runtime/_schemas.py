@@ -39,6 +39,7 @@ __all__ = [
     "graph_output",
     "hide_private",
     "fill_managed",
+    "fill_managed_router",
     "is_managed_marker",
     "is_private_marker",
     "schema_problems_of",
@@ -183,6 +184,31 @@ def fill_managed(
             # version): the value is the run's own count, nothing outside it, so it is computed.
             left = ctx.remaining_steps
         return state.model_copy(update=dict.fromkeys(managed, left))
+
+    if inspect.iscoroutinefunction(inspect.unwrap(fn)):
+
+        async def afilled(state: Any, ctx: Any) -> Any:
+            view = seen(state, ctx)
+            return await (fn(view, ctx) if takes_ctx else fn(view))
+
+        return functools.update_wrapper(afilled, fn)
+
+    def filled(state: Any, ctx: Any) -> Any:
+        view = seen(state, ctx)
+        return fn(view, ctx) if takes_ctx else fn(view)
+
+    return functools.update_wrapper(filled, fn)
+
+
+def fill_managed_router(
+    fn: Callable[..., Any], managed: frozenset[str], takes_ctx: bool
+) -> Callable[[Any, Any], Any]:
+    """Router ``fn`` seeing its managed fields filled with the steps left after the step of
+    the node it follows (what that node saw), taking ``(state, ctx)``. Routers are not
+    journaled: a resumed run routes by its own step budget, as its step limit applies."""
+
+    def seen(state: Any, ctx: Any) -> Any:
+        return state.model_copy(update=dict.fromkeys(managed, ctx.remaining_steps))
 
     if inspect.iscoroutinefunction(inspect.unwrap(fn)):
 

@@ -28,6 +28,7 @@ ended only by rules: a final answer, or the step and error budgets) over a
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 import os
@@ -70,6 +71,7 @@ from stargraph.tools import Arbiter, PythonTool, ToolCall, ToolRegistry, ToolRes
 from stargraph.tools._command import command_of
 from stargraph.tools._langchain import LangChainToolLike, from_langchain, is_langchain_tool
 from stargraph.tools._result import built
+from stargraph.tools._spec import llm_name_for
 
 if TYPE_CHECKING:
     from stargraph.checkpoint import CheckpointStore
@@ -82,6 +84,7 @@ _LANE: Final = "core"
 _VERSION: Final = "0.0.0"
 _BAD: Final = re.compile(r"[^a-z0-9]+")
 _LLM_NAME: Final = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+_LLM_NAME_MAX: Final = 64
 
 
 class AgentState(MessagesState):
@@ -148,9 +151,7 @@ def agent_tools(tools: Sequence[Callable[..., Any] | Tool | LangChainToolLike]) 
         elif is_langchain_tool(given):
             made.append(from_langchain(given))
         elif inspect.isfunction(given) or inspect.ismethod(given):
-            module = _segment((given.__module__ or "main").replace(".", "_"), "m")
-            ident = f"agent.{module}.{_segment(given.__name__, 'f')}@{_VERSION}"
-            made.append(tool(id=ident)(given))
+            made.append(tool(id=_derived_id(given))(given))
         else:
             problems.append(
                 Problem(
@@ -162,6 +163,21 @@ def agent_tools(tools: Sequence[Callable[..., Any] | Tool | LangChainToolLike]) 
     if problems:
         raise SkillValidationError(problems, subject="agent tools")
     return tuple(made)
+
+
+def _derived_id(fn: Callable[..., Any]) -> str:
+    """``agent.<module>.<name>@0.0.0`` for a plain function. A module path too long for
+    the id's LLM name (64 characters) is cut to its last part and a hash of the whole, so
+    the id stays the same in every process and two modules never share one."""
+    dotted = fn.__module__ or "main"
+    name = _segment(fn.__name__, "f")
+    module = _segment(dotted.replace(".", "_"), "m")
+    ident = f"agent.{module}.{name}@{_VERSION}"
+    if len(llm_name_for(ident)) <= _LLM_NAME_MAX:
+        return ident
+    digest = hashlib.sha256(dotted.encode()).hexdigest()[:8]
+    module = f"{_segment(dotted.rpartition('.')[2], 'm')[:16]}_{digest}"
+    return f"agent.{module}.{name}@{_VERSION}"
 
 
 def _names(tools: Sequence[Tool]) -> dict[str, str]:
@@ -474,6 +490,7 @@ def act(state: AgentState, ctx: RunContext) -> dict[str, Any] | Command | None:
     own = frozenset(config.get("tool_writes", ()))
     answers: list[Message] = []
     updates: dict[str, Any] = {}
+    handoff: list[Any] | None = None
     failed = 0
     finished = False
     for call in reply.tool_calls:
@@ -499,13 +516,10 @@ def act(state: AgentState, ctx: RunContext) -> dict[str, Any] | Command | None:
                 answers.append(Message.tool(call.id, f"Error: {problem}", name=call.name))
                 continue
             if command["graph"] is not None:
-                # A handoff: the turn ends here and the parent routes (as LangGraph's
-                # Command.PARENT from a tool); the parent checks the update and the goto.
-                goto = [
-                    Send(t["node"], t["payload"]) if isinstance(t, dict) else t
-                    for t in command["goto"]
-                ]
-                return Command(graph=Command.PARENT, goto=goto, update=command["update"])
+                # A handoff (LangGraph's Command.PARENT from a tool): the turn ends after
+                # this reply, whose other calls still run; the parent checks the update
+                # and routes by the goto.
+                handoff = [*(handoff or ()), *command["goto"]]
             added, update = _applied(command, call.id, call.name)
             answers.extend(added)
             updates.update(update)
@@ -515,6 +529,12 @@ def act(state: AgentState, ctx: RunContext) -> dict[str, Any] | Command | None:
             failed += 1
         content = _content(result, tool_id, call.name)
         answers.append(Message.tool(call.id, content, name=call.name))
+    if handoff is not None:
+        # The parent takes the conversation with every call of the reply answered, in the
+        # model's order (what LangGraph's ToolNode applies), and the tools' updates.
+        goto = [Send(t["node"], t["payload"]) if isinstance(t, dict) else t for t in handoff]
+        update = {**updates, "messages": [*state.messages, *answers]}
+        return Command(graph=Command.PARENT, goto=goto, update=update)
     errors = state.error_count + failed
     event = "tool_done" if finished else "tool_error" if failed else "tool_success"
     return {**updates, "messages": answers, "error_count": errors, "last_event": event}

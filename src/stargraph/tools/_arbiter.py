@@ -106,6 +106,8 @@ _TEXT: Final = (str, bytes)
 _SUCCESS_SET: Final = set(ToolResult.model_fields) - {"error"}
 _ENTRY_SET: Final = set(CommitEntry.model_fields)
 _NORMALISED: Final = {"tool", "args"}
+_FLAT: Final = frozenset({str, int, float, bool, type(None)})
+_CALL_SET: Final = {"tool", "args", "call_id", "lane", "node", "state", "allowed", "raw_arguments"}
 _OUTPUTS: Final = (ToolResult, ToolOutput)
 
 
@@ -191,6 +193,25 @@ class ToolCall(TypedModel):
         if problem and strict:
             raise _invalid_arguments(name, problem, node)
         allowed_ids = tuple(allowed) if allowed is not None else None
+        call_id = data.get("id")
+        if (
+            cls is ToolCall
+            and not problem
+            and type(raw) in _TEXT  # so the arguments are JSON values orjson parsed
+            # Flat ones: validation also bounds how deep nested arguments may go.
+            and all(type(value) in _FLAT for value in args.values())
+            and (call_id is None or type(call_id) is str)
+            and type(lane) is str
+            and (node is None or type(node) is str)
+            and (state is None or type(state) is str)
+            and (allowed_ids is None or all(type(a) is str for a in allowed_ids))
+        ):
+            # Every value is of its field's type already (an agent builds one per tool
+            # call): the call without validating them again.
+            values: dict[str, Any] = {"tool": name, "args": args, "call_id": call_id}
+            values["lane"] = lane
+            values.update(node=node, state=state, allowed=allowed_ids, raw_arguments=None)
+            return built(ToolCall, values, _CALL_SET)
         return cls(
             tool=name,
             args=args,
