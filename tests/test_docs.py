@@ -142,17 +142,31 @@ def _wanted_schema(request: RecordedRequest) -> str | None:
     named = (form.get("json_schema") or {}).get("name") or (form.get("schema") or {}).get("title")
     if named:
         return str(named)
+    # Else the instruction the loop words from the schema ("... a JSON object with the
+    # fields category (string), urgent (boolean)"), which names its fields.
     prompt = " ".join(str(m.get("content") or "") for m in request.messages)
-    found = [name for name in SCHEMA_ANSWERS if re.search(rf'"title":\s*"{name}"', prompt)]
+    said = re.findall(r"JSON object with the fields? (.*?)(?:\.|$)", prompt)
+    found = [
+        name
+        for name, answer in SCHEMA_ANSWERS.items()
+        if isinstance(answer, dict)
+        and any(set(answer) == set(re.findall(r"(\w+) \(", text)) for text in said)
+    ]
     return found[0] if found else None
 
 
-# What the docs' tools are called with (by the names the model sees them under).
+# What the docs' tools are called with, by the names the model sees them under: the short
+# names the ReAct loop and the prebuilt agent offer, and the reversible function names of
+# the tools a SkillSpec machine offers.
+_ARGUMENTS: dict[str, dict[str, object]] = {
+    "shop.lookup_order": {"order_id": "A-17"},
+    "shop.refund": {"order_id": "A-17", "amount": 12.5},
+    "demo.calc": {"expression": "3 * 4.5"},
+    "demo.multiply": {"a": 3, "b": 4.5},
+}
 TOOL_ARGUMENTS: dict[str, dict[str, object]] = {
-    "shop__lookup_order__v1_0_0": {"order_id": "A-17"},
-    "shop__refund__v1_0_0": {"order_id": "A-17", "amount": 12.5},
-    "demo__calc__v1_0_0": {"expression": "3 * 4.5"},
-    "demo__multiply__v1_0_0": {"a": 3, "b": 4.5},
+    **{name.rpartition(".")[2]: args for name, args in _ARGUMENTS.items()},
+    **{name.replace(".", "__") + "__v1_0_0": args for name, args in _ARGUMENTS.items()},
     "get_weather": {"city": "Paris"},
 }
 # Answers to a reply schema (response_format json_schema), by schema name.
