@@ -18,10 +18,19 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
+from pydantic import BaseModel
 
-from stargraph.checkpoint import SqliteStore
+from stargraph.checkpoint import MemoryStore, SqliteStore
 from stargraph.cli._app import cli
-from stargraph.errors import CassetteError, GraphHashMismatch, ReplayDivergenceError, ReplayError
+from stargraph.errors import (
+    CassetteError,
+    GraphHashMismatch,
+    NodeError,
+    ReplayDivergenceError,
+    ReplayError,
+)
+from stargraph.graph import END, START, Graph
+from stargraph.nodes import SubgraphNode
 from stargraph.replay import (
     CassetteCheck,
     check_cassette,
@@ -30,6 +39,7 @@ from stargraph.replay import (
     load_cassette,
 )
 from stargraph.runtime import CompiledGraph
+from stargraph.skills import Skill, SkillKind
 from stargraph.testing import ScriptedOpenAIServer, assert_cassettes_pass
 
 HERE = Path(__file__).resolve().parent
@@ -370,3 +380,85 @@ def test_issue48_stargraph_replay_against_another_version(
     assert "re-executed audit [changed] (new region): 0 served, 1 run" in stored.output
     assert "served      research: 1 served, 0 run" in stored.output
     assert len(server.chat_requests) == before + 1
+
+
+def test_issue48_child_run_ids_survive_an_unrelated_node_added_upstream(
+    server: ScriptedOpenAIServer,
+) -> None:
+    # The skill's child run is named by its site and its node's own step count: the node
+    # added before everything shifts every global step, not the child run's id.
+    ids = {}
+    for variant in ("base", "unrelated"):
+        store = MemoryStore()
+        app = vg.compile_version(variant, server.base_url, store=store)
+        app.invoke({"topic": "ids"}, run_id="r")
+        ids[variant] = sorted(r.run_id for r in store.list_runs() if r.run_id != "r")
+        app.close()
+    assert ids["base"] == ids["unrelated"] == ["r::research@1.0"]
+
+
+def test_issue48_a_skill_run_again_gets_its_next_position_and_resumes_there(
+    tmp_path: Path,
+) -> None:
+    # The skill runs three times in one run (a loop back through it): @1.0, @2.0, @3.0. A
+    # crash inside the second resumes that same child run (the resumed parent counts its
+    # node's steps from its history), not a new one.
+    app = _looping_skill_graph().compile(store=SqliteStore(tmp_path / "loop.db"))
+    FAIL_AT.append(2)
+    with pytest.raises(NodeError):
+        app.invoke({}, run_id="loop")
+    children = sorted(r.run_id for r in app.store.list_runs() if r.run_id != "loop")
+    assert children == ["loop::inc@1.0", "loop::inc@2.0"]
+    assert app.get_run("loop::inc@2.0").status == "failed"
+    FAIL_AT.clear()
+    final = app.resume("loop")
+    assert final.rounds == 3
+    assert sorted(r.run_id for r in app.store.list_runs() if r.run_id != "loop") == [
+        "loop::inc@1.0",
+        "loop::inc@2.0",
+        "loop::inc@3.0",
+    ]
+    assert app.get_run("loop::inc@2.0").status == "done"  # resumed, not made again
+    app.close()
+
+
+class Rounds(BaseModel):
+    rounds: int = 0
+
+
+FAIL_AT: list[int] = []
+
+
+def bump(state: Rounds) -> dict[str, Any]:
+    if state.rounds + 1 in FAIL_AT:
+        raise RuntimeError(f"round {state.rounds + 1} fails")
+    return {"rounds": state.rounds + 1}
+
+
+def warm(state: Rounds) -> dict[str, Any]:
+    return {}
+
+
+def again(state: Rounds) -> str:
+    return "inc" if state.rounds < 3 else END
+
+
+def _looping_skill_graph() -> Graph[Rounds]:
+    inner = Graph("inc", state=Rounds).with_node("bump", bump).with_edge(START, "bump")
+    skill = Skill.from_graph(
+        inner.with_edge("bump", END),
+        name="inc",
+        version="1.0.0",
+        kind=SkillKind.WORKFLOW,
+        description="adds one round",
+        state_schema=Rounds,
+    )
+    # A node before the loop: the skill's steps are 2, 3, 4 of the run, its positions 1, 2, 3.
+    return (
+        Graph("loop", state=Rounds)
+        .with_node("warm", warm)
+        .with_node(SubgraphNode.from_skill(skill, site="inc"))
+        .with_edge(START, "warm")
+        .with_edge("warm", "inc")
+        .with_conditional_edges("inc", again, ["inc", END])
+    )

@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from stargraph.errors import InvalidWriteError
 from stargraph.reducers import append
 from stargraph.runtime import CompiledGraph, RunContext
+from stargraph.runtime._context import activation_of
 from stargraph.runtime._plan import ChildRunId, Command, Send
 from stargraph.runtime._stored import run_nested
 from stargraph.runtime._values import PARENT_KEY
@@ -149,7 +150,7 @@ class SubgraphRunner:
             value = getattr(state, parent_key)
             # The child gets its own copies: nothing it does in place can reach the parent.
             child_input[child_key] = value if type(value) in _SCALARS else _private(value)
-        run_id = ChildRunId.id_of(ctx.run_id, self.site, ctx.step, ctx.index)
+        run_id = ChildRunId.id_of(ctx.run_id, self.site, activation_of(ctx), ctx.index)
         emit = ctx.events.append if (self.bubble_events and ctx.events is not None) else None
         path = (*ctx.path, self.site)
         if ctx.journal is not None and ctx.journal.replay:
