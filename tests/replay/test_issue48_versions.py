@@ -462,3 +462,23 @@ def _looping_skill_graph() -> Graph[Rounds]:
         .with_edge("warm", "inc")
         .with_conditional_edges("inc", again, ["inc", END])
     )
+
+
+def test_issue48_a_forks_cassette_takes_the_child_runs_of_its_copied_steps_only(
+    tmp_path: Path,
+) -> None:
+    # Forked after the skill's first step: the fork's cassette carries the parent's first
+    # child run (a copied step made it) and the fork's own later ones, not the parent's.
+    store = SqliteStore(tmp_path / "fork.db")
+    app = _looping_skill_graph().compile(store=store)
+    final = app.invoke({}, run_id="p")
+    fork = app.fork("p", 2, new_run_id="p-fork")  # step 2 ran the skill for the first time
+    assert app.resume(fork) == final
+    cassette = load_cassette(export_cassette(store, fork, tmp_path / "fork.json"))
+    assert [c.run.run_id for c in cassette.children] == [
+        "p-fork::inc@2.0",
+        "p-fork::inc@3.0",
+        "p::inc@1.0",
+    ]
+    assert _looping_skill_graph().compile().replay(cassette) == final
+    store.close()
