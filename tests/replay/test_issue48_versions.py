@@ -153,8 +153,9 @@ def test_issue48_an_edited_prompt_runs_only_that_node(
 def test_issue48_a_changed_skill_runs_the_skill_and_what_it_fed(
     server: ScriptedOpenAIServer, recorded: tuple[Path, list[Path]]
 ) -> None:
-    # (c) The skill's IR changed: it runs (its lookup asks the model), and summarize, which
-    # is unchanged but now sees another digest, runs too - reported as such, not as changed.
+    # (c) The skill's IR changed: its child run is replayed region by region - lookup
+    # changed and runs (it asks the model), condense sees other facts and runs - and
+    # summarize, unchanged but now seeing another digest, runs too - reported as such.
     results, sent = _check(server, recorded[1], "skill")
     assert sorted({prompt.split(" topic")[0].split(" re:")[0] for prompt in sent}) == [
         "Find three facts about",
@@ -163,15 +164,65 @@ def test_issue48_a_changed_skill_runs_the_skill_and_what_it_fed(
     assert len(sent) == 2 * RUNS
     for result in results:
         assert result.verdict == "changed"
-        assert result.changed_regions == ("research",)
+        assert result.changed_regions == ("research", "research/lookup")
         report = {r.region: r for r in result.regions}
         assert report["research"].status == "diverged"
         assert report["research"].changed
-        assert report["research"].reason == "region changed"
+        assert report["research"].reason == "region changed; replayed region by region inside"
+        assert (report["research/lookup"].status, report["research/lookup"].reason) == (
+            "diverged",
+            "region changed",
+        )
+        assert report["research/condense"].reason == "its inputs changed upstream"
+        assert not report["research/condense"].changed
         assert report["summarize"].status == "diverged"
         assert not report["summarize"].changed
         assert report["summarize"].reason == "its inputs changed upstream"
         assert {report[n].status for n in ("plan", "draft")} == {"served"}
+
+
+def test_issue48_a_change_inside_a_skill_reruns_only_that_region_of_the_skill(
+    server: ScriptedOpenAIServer, recorded: tuple[Path, list[Path]]
+) -> None:
+    # The skill's last node changed: its lookup (a model call) is served from the child
+    # run's record; condense runs (no model); summarize sees another digest and runs. One
+    # model request per run, not two (a skill run whole asks lookup's again).
+    results, sent = _check(server, recorded[1], "tail")
+    assert len(sent) == RUNS
+    for i, prompt in enumerate(sent):
+        assert prompt == f"Summarize: re: Find facts about topic{i:02d}. / 3"
+    for result in results:
+        assert result.verdict == "changed", result.error
+        assert result.changed_regions == ("research", "research/condense")
+        statuses = {r.region: (r.status, r.reason) for r in result.regions}
+        assert statuses["research/lookup"] == ("served", "")
+        assert statuses["research/condense"] == ("diverged", "region changed")
+        assert statuses["research"] == (
+            "diverged",
+            "region changed; replayed region by region inside",
+        )
+        assert statuses["summarize"] == ("diverged", "its inputs changed upstream")
+        assert {statuses[n][0] for n in ("plan", "draft")} == {"served"}
+    # Offline, the skill needs no model (lookup is served); summarize does.
+    offline = check_cassette(
+        recorded[1][0], vg.compile_version("tail", server.base_url), live=False
+    )
+    assert offline.verdict == "broken"
+    assert "region 'summarize' (its inputs changed upstream)" in str(offline.error)
+
+
+def test_issue48_a_stored_run_replays_a_changed_skill_region_by_region(
+    server: ScriptedOpenAIServer, recorded: tuple[Path, list[Path]]
+) -> None:
+    store = SqliteStore(recorded[0])
+    base = vg.compile_version("base", server.base_url, store=store)
+    before = len(server.chat_requests)
+    report = base.replay("r04", graph=vg.compile_version("tail", server.base_url), live=True)
+    # The child run's record in the store served lookup: summarize alone asked the model.
+    assert len(server.chat_requests) == before + 1
+    assert report.region("research/lookup").status == "served"
+    assert report.region("research/condense").executed == 1
+    base.close()
 
 
 def test_issue48_offline_a_changed_region_that_needs_the_model_is_a_typed_error(
@@ -203,7 +254,9 @@ def test_issue48_an_unchanged_region_with_changed_inputs_can_stop_the_replay(
     cassette = load_cassette(recorded[1][0])
     with pytest.raises(ReplayDivergenceError) as info:
         base.replay(cassette, graph=new, live=True, on_inputs="stop")
-    assert "region 'summarize' is unchanged" in str(info.value)
+    # The first unchanged region that sees other input is inside the skill: condense.
+    assert "region 'condense' is unchanged" in str(info.value)
+    assert "run 'r00::research@1.0'" in str(info.value)
     assert "on_inputs='run'" in str(info.value)
     report = base.replay(cassette, graph=new, live=True)
     assert report.region("summarize").reason == "its inputs changed upstream"
@@ -226,7 +279,14 @@ def test_issue48_cassette_region_hashes_are_under_the_checksum(
     recorded: tuple[Path, list[Path]], tmp_path: Path
 ) -> None:
     document = orjson.loads(recorded[1][0].read_bytes())
-    assert set(document["regions"]) == {"plan", "draft", "research", "summarize"}
+    assert set(document["regions"]) == {
+        "plan",
+        "draft",
+        "research",
+        "research/lookup",
+        "research/condense",
+        "summarize",
+    }
     document["regions"]["summarize"] = "sha256:" + "0" * 64
     edited = tmp_path / "edited.json"
     edited.write_bytes(orjson.dumps(document))

@@ -178,6 +178,18 @@ class SubgraphRunner:
             )
         return self._project(values, raw, ctx)
 
+    def child_input(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The child run's input from the parent's channel ``values`` (what a call hands
+        the child; a replay against another graph version starts the child from it)."""
+        return {child_key: values[parent_key] for child_key, parent_key in self._inputs}
+
+    def projection(
+        self, values: Mapping[str, Any], raw: list[tuple[str, dict[str, Any]]]
+    ) -> dict[str, Any]:
+        """The parent writes of a child run that ended with ``values`` after the raw writes
+        ``raw`` (one that sent its parent no ``Command`` and wrote no guarded channel)."""
+        return self._projected(values, raw)
+
     def _project(
         self, values: Mapping[str, Any], raw: list[tuple[str, dict[str, Any]]], ctx: RunContext
     ) -> dict[str, Any] | Command:
