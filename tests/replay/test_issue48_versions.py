@@ -440,6 +440,20 @@ def test_issue48_stargraph_replay_against_another_version(
     assert "re-executed audit [changed] (new region): 0 served, 1 run" in stored.output
     assert "served      research: 1 served, 0 run" in stored.output
     assert len(server.chat_requests) == before + 1
+    # A changed skill: its child run, read from the store, serves the skill's lookup.
+    env["VERSIONGRAPH_VARIANT"] = "tail"
+    inside = CliRunner().invoke(
+        cli,
+        ["replay", "r06", "--db", str(recorded[0]), "--graph", "versiongraph:current", "--live"],
+        env=env,
+        catch_exceptions=False,
+    )
+    assert inside.exit_code == 1, inside.output
+    assert "served      research/lookup: 1 served, 0 run" in inside.output
+    assert "diverged    research/condense [changed] (region changed): 0 served, 1 run" in (
+        inside.output
+    )
+    assert len(server.chat_requests) == before + 2  # summarize only
 
 
 def test_issue48_child_run_ids_survive_an_unrelated_node_added_upstream(
