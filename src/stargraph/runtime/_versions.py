@@ -38,6 +38,7 @@ the whole graph hash (``GraphHashMismatch``).
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -74,12 +75,24 @@ InputsPolicy = Literal["run", "stop"]
 _SPECIAL = frozenset({"__update__", "__migration__"})
 
 
-def region_hashes(plan: Plan, prefix: str = "") -> dict[str, str]:
+# Region hashes by plan: reading and hashing the source of every node function costs more
+# than replaying a short cassette, and a check replays many against one plan (frozen).
+_REGIONS: weakref.WeakKeyDictionary[Plan, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
+def region_hashes(plan: Plan) -> dict[str, str]:
     """Each node's region hash: its IR without cosmetic metadata, and the source of its
     function, routers and input model (a subgraph node's function is its runner, whose code
     hash is the whole skill's: the region is Merkle over the skill's graph). The regions
     inside a skill follow, named ``<node>/<inner node>``: a replay against a graph whose
     skill changed compares them to replay the skill's child run region by region too."""
+    cached = _REGIONS.get(plan)
+    if cached is None:
+        cached = _REGIONS[plan] = _region_hashes(plan, "")
+    return dict(cached)
+
+
+def _region_hashes(plan: Plan, prefix: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for node in plan.ir.nodes:
         spec = plan.specs[node.id]
@@ -90,7 +103,7 @@ def region_hashes(plan: Plan, prefix: str = "") -> dict[str, str]:
         view["kind"] = node.kind
         out[prefix + node.id] = content_hash({"node": view, "code": code_hash(fns)})
         if spec.kind == "subgraph":
-            out.update(region_hashes(_child_loop(spec).plan, f"{prefix}{node.id}/"))
+            out.update(_region_hashes(_child_loop(spec).plan, f"{prefix}{node.id}/"))
     return out
 
 
