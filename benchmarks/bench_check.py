@@ -54,7 +54,9 @@ TARGET = 3.0
 _WORKER: dict[str, Any] = {}
 
 
-def _script(latency: float) -> Any:
+def delayed_echo(latency: float) -> Any:
+    """The server's script: each prompt echoed, after ``latency`` seconds."""
+
     def answer(request: RecordedRequest) -> Reply:
         body = request.body or {}
         return Reply.text("re: " + str(body["messages"][-1]["content"])).delayed(latency)
@@ -134,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     failures: list[str] = []
     with (
         tempfile.TemporaryDirectory(prefix="bench-check-") as tmp,
-        ScriptedOpenAIServer(_script(latency)) as server,
+        ScriptedOpenAIServer(delayed_echo(latency)) as server,
     ):
         cassettes, scratch = Path(tmp) / "cassettes", Path(tmp) / "live"
         cassettes.mkdir()
