@@ -194,7 +194,7 @@ def resume_live(app: CompiledGraph[Any]) -> None:
 
 
 def store_summary(store: SqliteStore) -> str:
-    """``desk-1 running@2, desk-1::agent@2.0 running@3`` - what the store holds."""
+    """``desk-1 running@2, desk-1::agent@1.0 running@3`` - what the store holds."""
     runs = sorted(store.list_runs(limit=100), key=lambda r: r.run_id)
     return ", ".join(f"{r.run_id} {r.status} at step {r.last_step}" for r in runs)
 

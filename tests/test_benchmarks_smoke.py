@@ -323,3 +323,19 @@ def test_issue49_mcp_section_is_registered_and_times_each_way_of_calling() -> No
     costs = per_call_us(calls=3, rounds=1)
     assert list(costs) == [DIRECT, DISPATCH, IN_RUN]
     assert all(us > 0 for us in costs.values())
+
+
+def test_issue48_bench_check_counts_the_requests_each_check_makes(tmp_path: Path) -> None:
+    # bench_check's pieces at a tiny size, no latency: recorded runs check identical with no
+    # model request, and after the one-node edit as changed with one request per cassette.
+    from benchmarks.bench_check import check, delayed_echo, live_runs
+
+    from stargraph.testing import ScriptedOpenAIServer
+
+    with ScriptedOpenAIServer(delayed_echo(0.0)) as server:
+        live_runs(server.base_url, 3, tmp_path, 1)
+        assert len(server.chat_requests) == 3 * 6
+        assert check(server.base_url, tmp_path, "base", 2)[1] == 0
+        assert len(server.chat_requests) == 3 * 6
+        assert check(server.base_url, tmp_path, "prompt", 1)[1] == 1
+        assert len(server.chat_requests) == 3 * 6 + 3

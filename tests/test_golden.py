@@ -155,8 +155,8 @@ def test_golden_runs_cover_what_issue_8_asks_for() -> None:
     assert max(len(s.writes) for s in fan.steps) == 20
     nested = load(by_name["nested"], compile_golden(by_name["nested"]))
     assert [c.run.run_id for c in nested.children] == [
-        "golden-nested::middle@2.0",
-        "golden-nested::middle@2.0::inner@2.0",
+        "golden-nested::middle@1.0",
+        "golden-nested::middle@1.0::inner@1.0",
     ]
     rules = load(by_name["rules"], compile_golden(by_name["rules"]))
     assert rules.run.stopped_by == "termination/max_steps"
@@ -174,7 +174,7 @@ def test_nested_replay_serves_children_from_the_cassette(tmp_path: Path) -> None
     assert empty.list_runs() == []
     # Without its children the parent cannot replay its subgraph node: a miss, named.
     bare = cassette.model_copy(update={"children": ()})
-    with pytest.raises(ReplayMissError, match=re.escape("golden-nested::middle@2.0")):
+    with pytest.raises(ReplayMissError, match=re.escape("golden-nested::middle@1.0")):
         app.replay(bare)
     empty.close()
 
@@ -208,8 +208,8 @@ def test_a_fork_of_the_nested_run_replays_its_copied_children(tmp_path: Path) ->
     path = export_cassette(store, "n-fork", tmp_path / "fork.json")
     cassette = load_cassette(path, graph_hash=app.graph_hash)
     assert [c.run.run_id for c in cassette.children] == [
-        "n::middle@2.0",
-        "n::middle@2.0::inner@2.0",
+        "n::middle@1.0",
+        "n::middle@1.0::inner@1.0",
     ]
     assert compile_golden(golden).replay(cassette) == final
     store.close()

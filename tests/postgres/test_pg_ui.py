@@ -163,8 +163,8 @@ def test_child_runs_and_a_fork_diff_over_postgres(store: PostgresStore, serve: A
     trip.replay("t1", from_step=2, mutate={"city": "Bergen"}, new_run_id="t1b")
     console = serve(store, [trip])
     page = console.http.get("/runs/t1").text
-    assert '<details class="child" data-url="/runs/t1%3A%3Ahotel%402.0/nested">' in page
-    nested = console.http.get("/runs/t1%3A%3Ahotel%402.0/nested").text
+    assert '<details class="child" data-url="/runs/t1%3A%3Ahotel%401.0/nested">' in page
+    nested = console.http.get("/runs/t1%3A%3Ahotel%401.0/nested").text
     assert "booked Oslo" in nested
     diff = console.http.get("/diff", params={"a": "t1", "b": "t1b"}).text
     pairs = re.findall(r'<tr class="pair ([a-z-]+)" data-a="(\d*)" data-b="(\d*)">', diff)

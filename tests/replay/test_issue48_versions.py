@@ -18,10 +18,19 @@ from typing import Any
 import orjson
 import pytest
 from click.testing import CliRunner
+from pydantic import BaseModel
 
-from stargraph.checkpoint import SqliteStore
+from stargraph.checkpoint import MemoryStore, SqliteStore
 from stargraph.cli._app import cli
-from stargraph.errors import CassetteError, GraphHashMismatch, ReplayDivergenceError, ReplayError
+from stargraph.errors import (
+    CassetteError,
+    GraphHashMismatch,
+    NodeError,
+    ReplayDivergenceError,
+    ReplayError,
+)
+from stargraph.graph import END, START, Graph
+from stargraph.nodes import SubgraphNode
 from stargraph.replay import (
     CassetteCheck,
     check_cassette,
@@ -30,6 +39,7 @@ from stargraph.replay import (
     load_cassette,
 )
 from stargraph.runtime import CompiledGraph
+from stargraph.skills import Skill, SkillKind
 from stargraph.testing import ScriptedOpenAIServer, assert_cassettes_pass
 
 HERE = Path(__file__).resolve().parent
@@ -143,8 +153,9 @@ def test_issue48_an_edited_prompt_runs_only_that_node(
 def test_issue48_a_changed_skill_runs_the_skill_and_what_it_fed(
     server: ScriptedOpenAIServer, recorded: tuple[Path, list[Path]]
 ) -> None:
-    # (c) The skill's IR changed: it runs (its lookup asks the model), and summarize, which
-    # is unchanged but now sees another digest, runs too - reported as such, not as changed.
+    # (c) The skill's IR changed: its child run is replayed region by region - lookup
+    # changed and runs (it asks the model), condense sees other facts and runs - and
+    # summarize, unchanged but now seeing another digest, runs too - reported as such.
     results, sent = _check(server, recorded[1], "skill")
     assert sorted({prompt.split(" topic")[0].split(" re:")[0] for prompt in sent}) == [
         "Find three facts about",
@@ -153,15 +164,65 @@ def test_issue48_a_changed_skill_runs_the_skill_and_what_it_fed(
     assert len(sent) == 2 * RUNS
     for result in results:
         assert result.verdict == "changed"
-        assert result.changed_regions == ("research",)
+        assert result.changed_regions == ("research", "research/lookup")
         report = {r.region: r for r in result.regions}
         assert report["research"].status == "diverged"
         assert report["research"].changed
-        assert report["research"].reason == "region changed"
+        assert report["research"].reason == "region changed; replayed region by region inside"
+        assert (report["research/lookup"].status, report["research/lookup"].reason) == (
+            "diverged",
+            "region changed",
+        )
+        assert report["research/condense"].reason == "its inputs changed upstream"
+        assert not report["research/condense"].changed
         assert report["summarize"].status == "diverged"
         assert not report["summarize"].changed
         assert report["summarize"].reason == "its inputs changed upstream"
         assert {report[n].status for n in ("plan", "draft")} == {"served"}
+
+
+def test_issue48_a_change_inside_a_skill_reruns_only_that_region_of_the_skill(
+    server: ScriptedOpenAIServer, recorded: tuple[Path, list[Path]]
+) -> None:
+    # The skill's last node changed: its lookup (a model call) is served from the child
+    # run's record; condense runs (no model); summarize sees another digest and runs. One
+    # model request per run, not two (a skill run whole asks lookup's again).
+    results, sent = _check(server, recorded[1], "tail")
+    assert len(sent) == RUNS
+    for i, prompt in enumerate(sent):
+        assert prompt == f"Summarize: re: Find facts about topic{i:02d}. / 3"
+    for result in results:
+        assert result.verdict == "changed", result.error
+        assert result.changed_regions == ("research", "research/condense")
+        statuses = {r.region: (r.status, r.reason) for r in result.regions}
+        assert statuses["research/lookup"] == ("served", "")
+        assert statuses["research/condense"] == ("diverged", "region changed")
+        assert statuses["research"] == (
+            "diverged",
+            "region changed; replayed region by region inside",
+        )
+        assert statuses["summarize"] == ("diverged", "its inputs changed upstream")
+        assert {statuses[n][0] for n in ("plan", "draft")} == {"served"}
+    # Offline, the skill needs no model (lookup is served); summarize does.
+    offline = check_cassette(
+        recorded[1][0], vg.compile_version("tail", server.base_url), live=False
+    )
+    assert offline.verdict == "broken"
+    assert "region 'summarize' (its inputs changed upstream)" in str(offline.error)
+
+
+def test_issue48_a_stored_run_replays_a_changed_skill_region_by_region(
+    server: ScriptedOpenAIServer, recorded: tuple[Path, list[Path]]
+) -> None:
+    store = SqliteStore(recorded[0])
+    base = vg.compile_version("base", server.base_url, store=store)
+    before = len(server.chat_requests)
+    report = base.replay("r04", graph=vg.compile_version("tail", server.base_url), live=True)
+    # The child run's record in the store served lookup: summarize alone asked the model.
+    assert len(server.chat_requests) == before + 1
+    assert report.region("research/lookup").status == "served"
+    assert report.region("research/condense").executed == 1
+    base.close()
 
 
 def test_issue48_offline_a_changed_region_that_needs_the_model_is_a_typed_error(
@@ -193,7 +254,9 @@ def test_issue48_an_unchanged_region_with_changed_inputs_can_stop_the_replay(
     cassette = load_cassette(recorded[1][0])
     with pytest.raises(ReplayDivergenceError) as info:
         base.replay(cassette, graph=new, live=True, on_inputs="stop")
-    assert "region 'summarize' is unchanged" in str(info.value)
+    # The first unchanged region that sees other input is inside the skill: condense.
+    assert "region 'condense' is unchanged" in str(info.value)
+    assert "run 'r00::research@1.0'" in str(info.value)
     assert "on_inputs='run'" in str(info.value)
     report = base.replay(cassette, graph=new, live=True)
     assert report.region("summarize").reason == "its inputs changed upstream"
@@ -216,7 +279,14 @@ def test_issue48_cassette_region_hashes_are_under_the_checksum(
     recorded: tuple[Path, list[Path]], tmp_path: Path
 ) -> None:
     document = orjson.loads(recorded[1][0].read_bytes())
-    assert set(document["regions"]) == {"plan", "draft", "research", "summarize"}
+    assert set(document["regions"]) == {
+        "plan",
+        "draft",
+        "research",
+        "research/lookup",
+        "research/condense",
+        "summarize",
+    }
     document["regions"]["summarize"] = "sha256:" + "0" * 64
     edited = tmp_path / "edited.json"
     edited.write_bytes(orjson.dumps(document))
@@ -370,3 +440,119 @@ def test_issue48_stargraph_replay_against_another_version(
     assert "re-executed audit [changed] (new region): 0 served, 1 run" in stored.output
     assert "served      research: 1 served, 0 run" in stored.output
     assert len(server.chat_requests) == before + 1
+    # A changed skill: its child run, read from the store, serves the skill's lookup.
+    env["VERSIONGRAPH_VARIANT"] = "tail"
+    inside = CliRunner().invoke(
+        cli,
+        ["replay", "r06", "--db", str(recorded[0]), "--graph", "versiongraph:current", "--live"],
+        env=env,
+        catch_exceptions=False,
+    )
+    assert inside.exit_code == 1, inside.output
+    assert "served      research/lookup: 1 served, 0 run" in inside.output
+    assert "diverged    research/condense [changed] (region changed): 0 served, 1 run" in (
+        inside.output
+    )
+    assert len(server.chat_requests) == before + 2  # summarize only
+
+
+def test_issue48_child_run_ids_survive_an_unrelated_node_added_upstream(
+    server: ScriptedOpenAIServer,
+) -> None:
+    # The skill's child run is named by its site and its node's own step count: the node
+    # added before everything shifts every global step, not the child run's id.
+    ids = {}
+    for variant in ("base", "unrelated"):
+        store = MemoryStore()
+        app = vg.compile_version(variant, server.base_url, store=store)
+        app.invoke({"topic": "ids"}, run_id="r")
+        ids[variant] = sorted(r.run_id for r in store.list_runs() if r.run_id != "r")
+        app.close()
+    assert ids["base"] == ids["unrelated"] == ["r::research@1.0"]
+
+
+def test_issue48_a_skill_run_again_gets_its_next_position_and_resumes_there(
+    tmp_path: Path,
+) -> None:
+    # The skill runs three times in one run (a loop back through it): @1.0, @2.0, @3.0. A
+    # crash inside the second resumes that same child run (the resumed parent counts its
+    # node's steps from its history), not a new one.
+    app = _looping_skill_graph().compile(store=SqliteStore(tmp_path / "loop.db"))
+    FAIL_AT.append(2)
+    with pytest.raises(NodeError):
+        app.invoke({}, run_id="loop")
+    children = sorted(r.run_id for r in app.store.list_runs() if r.run_id != "loop")
+    assert children == ["loop::inc@1.0", "loop::inc@2.0"]
+    assert app.get_run("loop::inc@2.0").status == "failed"
+    FAIL_AT.clear()
+    final = app.resume("loop")
+    assert final.rounds == 3
+    assert sorted(r.run_id for r in app.store.list_runs() if r.run_id != "loop") == [
+        "loop::inc@1.0",
+        "loop::inc@2.0",
+        "loop::inc@3.0",
+    ]
+    assert app.get_run("loop::inc@2.0").status == "done"  # resumed, not made again
+    app.close()
+
+
+class Rounds(BaseModel):
+    rounds: int = 0
+
+
+FAIL_AT: list[int] = []
+
+
+def bump(state: Rounds) -> dict[str, Any]:
+    if state.rounds + 1 in FAIL_AT:
+        raise RuntimeError(f"round {state.rounds + 1} fails")
+    return {"rounds": state.rounds + 1}
+
+
+def warm(state: Rounds) -> dict[str, Any]:
+    return {}
+
+
+def again(state: Rounds) -> str:
+    return "inc" if state.rounds < 3 else END
+
+
+def _looping_skill_graph() -> Graph[Rounds]:
+    inner = Graph("inc", state=Rounds).with_node("bump", bump).with_edge(START, "bump")
+    skill = Skill.from_graph(
+        inner.with_edge("bump", END),
+        name="inc",
+        version="1.0.0",
+        kind=SkillKind.WORKFLOW,
+        description="adds one round",
+        state_schema=Rounds,
+    )
+    # A node before the loop: the skill's steps are 2, 3, 4 of the run, its positions 1, 2, 3.
+    return (
+        Graph("loop", state=Rounds)
+        .with_node("warm", warm)
+        .with_node(SubgraphNode.from_skill(skill, site="inc"))
+        .with_edge(START, "warm")
+        .with_edge("warm", "inc")
+        .with_conditional_edges("inc", again, ["inc", END])
+    )
+
+
+def test_issue48_a_forks_cassette_takes_the_child_runs_of_its_copied_steps_only(
+    tmp_path: Path,
+) -> None:
+    # Forked after the skill's first step: the fork's cassette carries the parent's first
+    # child run (a copied step made it) and the fork's own later ones, not the parent's.
+    store = SqliteStore(tmp_path / "fork.db")
+    app = _looping_skill_graph().compile(store=store)
+    final = app.invoke({}, run_id="p")
+    fork = app.fork("p", 2, new_run_id="p-fork")  # step 2 ran the skill for the first time
+    assert app.resume(fork) == final
+    cassette = load_cassette(export_cassette(store, fork, tmp_path / "fork.json"))
+    assert [c.run.run_id for c in cassette.children] == [
+        "p-fork::inc@2.0",
+        "p-fork::inc@3.0",
+        "p::inc@1.0",
+    ]
+    assert _looping_skill_graph().compile().replay(cassette) == final
+    store.close()

@@ -347,7 +347,7 @@ def test_cancelling_a_parent_stops_its_nested_run_first(store: CheckpointStore) 
         app.invoke({}, run_id="r")
     assert APPS == [True]
     assert (info.value.run_id, info.value.step) == ("r", 1)
-    child_id = "r::inner@2.0"
+    child_id = "r::inner@1.0"
     assert isinstance(info.value.__cause__, RunCancelledError)
     assert info.value.__cause__.run_id == child_id
     assert (store.get_run(child_id).status, store.get_run(child_id).last_step) == ("cancelled", 2)
@@ -366,7 +366,7 @@ def test_a_nested_run_cancelled_alone_fails_its_parent_node(store: CheckpointSto
         app.invoke({}, run_id="r")
     assert APPS == [True]
     assert app.get_run("r").status == "failed", "only the child was asked to stop"
-    assert app.get_run("r::inner@2.0").status == "cancelled"
+    assert app.get_run("r::inner@1.0").status == "cancelled"
     assert app.resume("r") == reference
     _once_each()
 

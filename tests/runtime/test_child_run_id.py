@@ -1,4 +1,5 @@
-"""``ChildRunId``: the one format (and parser) of a subgraph node's child run id."""
+"""``ChildRunId``: the one format (and parser) of a subgraph node's child run id, and the
+activation count it carries in place of the parent's global step."""
 
 from __future__ import annotations
 
@@ -59,3 +60,25 @@ def test_a_subgraph_node_stores_its_child_under_the_formatted_id() -> None:
     assert app.invoke({"x": 1}, run_id="p").x == 2
     child = ChildRunId("p", "inc", 1, 0).format()
     assert app.get_run(child).status == "done"
+
+
+def test_activations_count_each_nodes_steps_not_the_runs() -> None:
+    from stargraph.checkpoint import StepRecord, WriteRecord
+
+    def step(n: int, *nodes: tuple[str, int]) -> StepRecord:
+        return StepRecord(
+            step=n, writes=[WriteRecord(node=x, index=i, writes={}) for x, i in nodes]
+        )
+
+    records = [
+        step(0),
+        step(1, ("plan", 0)),
+        step(2, ("skill", 0), ("skill", 1), ("other", 0)),  # a Send fan-out: one step
+        step(3, ("plan", 0)),
+        step(4, ("skill", 0)),
+    ]
+    assert ChildRunId.activations(records, {"skill"}) == {(2, "skill"): 1, (4, "skill"): 2}
+    # Paged: counting on from the activations before the page.
+    counts: dict[str, int] = {}
+    ChildRunId.activations(records[:3], {"skill"}, counts)
+    assert ChildRunId.activations(records[3:], {"skill"}, counts) == {(4, "skill"): 2}

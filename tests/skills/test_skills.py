@@ -433,7 +433,7 @@ def test_bubble_events_on_and_off() -> None:
     on = list(parent_graph(make_skill()).compile().stream({}, run_id="r"))
     child = [e for e in on if e.path == ("step-3",)]
     assert [e.kind for e in child if e.kind == "node_finished"] == ["node_finished"] * 3
-    assert child[0].run_id == "r::step-3@2.0"
+    assert child[0].run_id == "r::step-3@1.0"
     # The child's events come before the subgraph node's own node_finished.
     position = next(i for i, e in enumerate(on) if e.kind == "node_finished" and e.node == "step-3")
     assert all(on.index(e) < position for e in child)
@@ -454,7 +454,7 @@ def test_crash_inside_the_child_resumes_inside_the_child(tmp_path: Path) -> None
     with pytest.raises(NodeError):
         app.invoke({}, run_id="r")
     FAIL.clear()
-    assert app.get_run("r::step-3@2.0").last_step == 2  # the child checkpointed t0, t1
+    assert app.get_run("r::step-3@1.0").last_step == 2  # the child checkpointed t0, t1
     final = app.resume("r")
     assert final.answer == "why? -> 3 thoughts"
     assert final.items == ["before", "t0", "t1", "t2", "after"]
@@ -505,5 +505,5 @@ def test_three_levels_of_nesting(tmp_path: Path) -> None:
     assert final.items == ["before", "t0", "after"]
     assert final.answer == "why? -> 1 thoughts"
     runs = sorted(r.run_id for r in store.list_runs())
-    assert runs == ["r", "r::step-3@2.0", "r::step-3@2.0::L1@1.0", "r::step-3@2.0::L1@1.0::L0@1.0"]
+    assert runs == ["r", "r::step-3@1.0", "r::step-3@1.0::L1@1.0", "r::step-3@1.0::L1@1.0::L0@1.0"]
     store.close()

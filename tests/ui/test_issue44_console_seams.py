@@ -44,15 +44,15 @@ def test_issue44_child_runs_are_nested_under_their_parent_in_the_runs_list(
     for path in ("/", "/fragments/runs"):
         rows = _rows(client.get(path).text)
         ids = [run_id for run_id, _ in rows]
-        assert sorted(ids) == ["l1", "t1", "t1::hotel@2.0"]
-        assert ids.index("t1::hotel@2.0") == ids.index("t1") + 1, ids
+        assert sorted(ids) == ["l1", "t1", "t1::hotel@1.0"]
+        assert ids.index("t1::hotel@1.0") == ids.index("t1") + 1, ids
         attrs = dict(rows)
-        assert 'class="child depth-1" data-parent="t1"' in attrs["t1::hotel@2.0"]
+        assert 'class="child depth-1" data-parent="t1"' in attrs["t1::hotel@1.0"]
         assert "child" not in attrs["t1"]
         assert "child" not in attrs["l1"]
     # Filtered apart from its parent, a child run is listed on its own.
     rows = _rows(client.get("/?status=done&graph=hotel").text)
-    assert rows == [("t1::hotel@2.0", "")]
+    assert rows == [("t1::hotel@1.0", "")]
 
 
 def test_issue44_skill_clusters_are_labelled_in_the_graph_picture(store: SqliteStore) -> None:

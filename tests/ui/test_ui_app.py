@@ -600,24 +600,24 @@ def test_child_runs_are_nested_under_the_step_that_ran_them(store: SqliteStore) 
     trip.invoke({}, run_id="t1")
     client = _client(store, [trip])
     page = client.get("/runs/t1").text
-    assert _child_urls(page) == ["/runs/t1%3A%3Ahotel%402.0/nested"]
+    assert _child_urls(page) == ["/runs/t1%3A%3Ahotel%401.0/nested"]
     step_2 = re.search(r'<tr class="step" id="step-2".*?</tr>', page, re.S)
     assert step_2 is not None
-    assert "t1::hotel@2.0" in step_2.group(0)  # under the hotel write of step 2
-    nested = client.get("/runs/t1%3A%3Ahotel%402.0/nested")
+    assert "t1::hotel@1.0" in step_2.group(0)  # under the hotel write of step 2
+    nested = client.get("/runs/t1%3A%3Ahotel%401.0/nested")
     assert nested.status_code == 200
     steps = re.findall(r'<tr class="step" id="step-(\d+)"', nested.text)
     assert steps == ["0", "1", "2"]
     assert "look at hotels in Oslo" in nested.text
     assert "booked Oslo" in nested.text
-    assert 'href="/runs/t1%3A%3Ahotel%402.0">open this run' in nested.text
+    assert 'href="/runs/t1%3A%3Ahotel%401.0">open this run' in nested.text
     assert "fork / replay from here" not in nested.text
     # The child's own page names its parent and draws the skill's graph from the parent's.
-    child = client.get("/runs/t1::hotel@2.0").text
+    child = client.get("/runs/t1::hotel@1.0").text
     assert 'skill run of</th><td><a href="/runs/t1">t1</a>' in child
     ran = re.findall(r'<g class="node node ran" data-node="([^"]+)">', child)
     assert sorted(ran) == ["book", "look"]
-    state = client.get("/runs/t1%3A%3Ahotel%402.0/state?step=2").text
+    state = client.get("/runs/t1%3A%3Ahotel%401.0/state?step=2").text
     assert '"booked": true' in state
     assert client.get("/runs/t1%3A%3Aother%402.0/nested").status_code == 404
 
@@ -627,11 +627,11 @@ def test_a_waiting_child_run_shows_under_the_next_task(store: SqliteStore) -> No
     trip.invoke({"confirm": True}, run_id="t2")
     client = _client(store, [trip])
     page = client.get("/runs/t2").text
-    assert _child_urls(page) == ["/runs/t2%3A%3Ahotel%402.0/nested"]
+    assert _child_urls(page) == ["/runs/t2%3A%3Ahotel%401.0/nested"]
     task = re.search(r'<div class="task"><code>hotel</code>(.*?)</div>', page, re.S)
     assert task is not None
-    assert "t2::hotel@2.0" in task.group(1)
-    nested = client.get("/runs/t2%3A%3Ahotel%402.0/nested").text
+    assert "t2::hotel@1.0" in task.group(1)
+    nested = client.get("/runs/t2%3A%3Ahotel%401.0/nested").text
     assert "status-interrupted" in nested
 
 
@@ -642,7 +642,7 @@ def test_a_fork_shows_the_child_runs_of_its_copied_steps(store: SqliteStore) -> 
     trip.resume(trip.fork("t1", 1, update={"city": "Bergen"}, new_run_id="t1c"))
     client = _client(store, [trip])
     # Step 2 of t1b is a copy: its hotel ran in t1, whose child run holds its steps.
-    assert _child_urls(client.get("/runs/t1b").text) == ["/runs/t1%3A%3Ahotel%402.0/nested"]
-    # t1c re-ran hotel itself, in its step 3 (after its update, step 2).
-    assert _child_urls(client.get("/runs/t1c").text) == ["/runs/t1c%3A%3Ahotel%403.0/nested"]
-    assert "booked Bergen" in client.get("/runs/t1c%3A%3Ahotel%403.0/nested").text
+    assert _child_urls(client.get("/runs/t1b").text) == ["/runs/t1%3A%3Ahotel%401.0/nested"]
+    # t1c re-ran hotel itself, in its step 3 (after its update, step 2): its first run there.
+    assert _child_urls(client.get("/runs/t1c").text) == ["/runs/t1c%3A%3Ahotel%401.0/nested"]
+    assert "booked Bergen" in client.get("/runs/t1c%3A%3Ahotel%401.0/nested").text

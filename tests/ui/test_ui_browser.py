@@ -299,7 +299,7 @@ def test_a_child_run_expands_in_its_parent(
     browser.eval("document.querySelector('details.child').scrollIntoView()")
     check_page(browser, tmp_path / "child.png", capsys)
     browser.click_and_wait_navigation("details.child .nested-run a")
-    assert browser.eval("decodeURIComponent(location.pathname)") == "/runs/trip-1::hotel@2.0"
+    assert browser.eval("decodeURIComponent(location.pathname)") == "/runs/trip-1::hotel@1.0"
     check_page(browser, tmp_path / "child-page.png", capsys)
 
 

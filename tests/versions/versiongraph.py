@@ -3,7 +3,8 @@
 ``build(variant)`` returns the graph: ``base``; ``unrelated`` (a node added before
 everything, writing a channel of its own: every later step moves by one); ``prompt`` (the
 ``summarize`` node's prompt edited); ``skill`` (the skill's ``lookup`` prompt edited: the
-skill's IR changes). Every model call goes to the model service (``OpenAIChatModel`` against
+skill's IR changes); ``tail`` (the skill's last node, ``condense``, edited: its digest ends
+with a full stop). Every model call goes to the model service (``OpenAIChatModel`` against
 the scripted server, whose replies echo the prompt, so a changed prompt changes the reply).
 
 For the CLI, ``versiongraph:current`` is the version named by ``$VERSIONGRAPH_VARIANT``, with
@@ -27,7 +28,7 @@ from stargraph.runtime import CompiledGraph, RunContext, SeededEntropy
 from stargraph.skills import Skill, SkillKind
 from stargraph.testing import RecordedRequest, Reply
 
-VARIANTS = ("base", "unrelated", "prompt", "skill")
+VARIANTS = ("base", "unrelated", "prompt", "skill", "tail")
 
 
 class Part(BaseModel):
@@ -85,8 +86,8 @@ def lookup(state: Research, ctx: RunContext) -> dict[str, Any]:
     return {"facts": [ask(ctx, f"{ctx.config['prompt']} {state.topic}")]}
 
 
-def condense(state: Research) -> dict[str, Any]:
-    return {"digest": " | ".join(state.facts)}
+def condense(state: Research, ctx: RunContext) -> dict[str, Any]:
+    return {"digest": " | ".join(state.facts) + ctx.config["end"]}
 
 
 def summarize(state: Doc, ctx: RunContext) -> dict[str, Any]:
@@ -102,11 +103,11 @@ def summary_length(final: dict[str, Any]) -> float:
     return float(len(final["summary"]))
 
 
-def research_skill(prompt: str) -> Skill:
+def research_skill(prompt: str, end: str = "") -> Skill:
     graph = (
         Graph("research", state=Research)
         .with_node("lookup", lookup, config={"prompt": prompt})
-        .with_node("condense", condense)
+        .with_node("condense", condense, config={"end": end})
         .with_edge(START, "lookup")
         .with_edge("lookup", "condense")
         .with_edge("condense", END)
@@ -126,12 +127,13 @@ def build(variant: str = "base") -> Graph[Any]:
     assert variant in VARIANTS, variant
     summary_prompt = "Summarize briefly:" if variant == "prompt" else "Summarize:"
     lookup_prompt = "Find three facts about" if variant == "skill" else "Find facts about"
+    end = "." if variant == "tail" else ""
     state: type[Doc] = AuditedDoc if variant == "unrelated" else Doc
     graph = (
         Graph("versions", state=state)
         .with_node("plan", plan, config={"prompt": "Plan a document on"})
         .with_node("draft", draft, input=Part, config={"prompt": "Draft the part"})
-        .with_node(SubgraphNode.from_skill(research_skill(lookup_prompt), site="research"))
+        .with_node(SubgraphNode.from_skill(research_skill(lookup_prompt, end), site="research"))
         .with_node("summarize", summarize, config={"prompt": summary_prompt})
         .with_conditional_edges("plan", fan_out, ["draft"])
         .with_edge("draft", "research")

@@ -305,15 +305,23 @@ def _across(
     version than the one that recorded it (``False``: it is the same, replay as usual)."""
     from stargraph import replay as replay_pkg
     from stargraph.checkpoint import Recording
+    from stargraph.runtime._plan import ChildRunId
     from stargraph.runtime._versions import region_hashes, replay_across
 
     target = _load.load_target(graph_spec)
+    children: dict[str, Recording] | None = None  # a cassette carries its own
     if Path(source).is_file():
         recording: Recording = replay_pkg.load_cassette(source)
         regions = dict(getattr(recording, "regions", None) or {})
     else:
         with _load.open_store(db, must_exist=True) as store:
             recording = Recording.from_store(store, source)
+            # The child runs, for a changed skill to be replayed region by region inside.
+            children = {
+                r.run_id: Recording.from_store(store, r.run_id)
+                for r in store.list_runs(limit=1_000_000)
+                if ChildRunId.descends(r.run_id, source)
+            }
         regions = _load.archived_regions(db, recording.run.graph_hash) or {}
     if recording.run.graph_hash == target.ir.graph_hash:
         return False
@@ -340,6 +348,7 @@ def _across(
             regions,
             live=live,
             on_inputs="stop" if on_inputs == "stop" else "run",
+            children=None if children is None else children.get,
         )
     except ReplayError as exc:
         raise CliError(

@@ -28,6 +28,7 @@ from pydantic import BaseModel
 from stargraph.errors import InvalidWriteError
 from stargraph.reducers import append
 from stargraph.runtime import CompiledGraph, RunContext
+from stargraph.runtime._context import activation_of
 from stargraph.runtime._plan import ChildRunId, Command, Send
 from stargraph.runtime._stored import run_nested
 from stargraph.runtime._values import PARENT_KEY
@@ -149,7 +150,7 @@ class SubgraphRunner:
             value = getattr(state, parent_key)
             # The child gets its own copies: nothing it does in place can reach the parent.
             child_input[child_key] = value if type(value) in _SCALARS else _private(value)
-        run_id = ChildRunId.id_of(ctx.run_id, self.site, ctx.step, ctx.index)
+        run_id = ChildRunId.id_of(ctx.run_id, self.site, activation_of(ctx), ctx.index)
         emit = ctx.events.append if (self.bubble_events and ctx.events is not None) else None
         path = (*ctx.path, self.site)
         if ctx.journal is not None and ctx.journal.replay:
@@ -176,6 +177,18 @@ class SubgraphRunner:
                 valid=type(state) is self._same_model,
             )
         return self._project(values, raw, ctx)
+
+    def child_input(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """The child run's input from the parent's channel ``values`` (what a call hands
+        the child; a replay against another graph version starts the child from it)."""
+        return {child_key: values[parent_key] for child_key, parent_key in self._inputs}
+
+    def projection(
+        self, values: Mapping[str, Any], raw: list[tuple[str, dict[str, Any]]]
+    ) -> dict[str, Any]:
+        """The parent writes of a child run that ended with ``values`` after the raw writes
+        ``raw`` (one that sent its parent no ``Command`` and wrote no guarded channel)."""
+        return self._projected(values, raw)
 
     def _project(
         self, values: Mapping[str, Any], raw: list[tuple[str, dict[str, Any]]], ctx: RunContext

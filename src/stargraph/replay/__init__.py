@@ -51,10 +51,12 @@ from pydantic import ConfigDict, ValidationError
 from stargraph._typed import TypedModel, validate_raw
 from stargraph.checkpoint import CheckpointStore, MemoryStore, Recording, StepRecord
 from stargraph.checkpoint._compact import compact_steps
+from stargraph.compile._subgraphs import site_of
 from stargraph.errors import CassetteError, ReplayError, StargraphError
-from stargraph.ir import content_hash
+from stargraph.ir import GraphIR, SubgraphNodeIR, content_hash
 from stargraph.ir._canonical import non_canonical
 from stargraph.runtime._changes import value_changes
+from stargraph.runtime._plan import ChildRunId
 from stargraph.runtime._replayplan import ReplayPlan
 from stargraph.runtime._versions import RegionReport, ReplayReport, region_hashes, replay_across
 
@@ -174,14 +176,28 @@ def _child_ids(store: CheckpointStore, recording: Recording) -> set[str]:
     runs = [r.run_id for r in store.list_runs(limit=1_000_000)]
     found = {r for r in runs if r.startswith(f"{record.run_id}::")}
     if record.parent_run_id is not None and record.parent_step is not None:
-        prefix = f"{record.parent_run_id}::"
+        copied = _copied_positions(store, recording, record.parent_step)
         for run in runs:
-            if not run.startswith(prefix):
-                continue
-            at = run[len(prefix) :].split("::", 1)[0].rpartition("@")[2].split(".", 1)[0]
-            if at.isdigit() and int(at) <= record.parent_step:
+            top = ChildRunId.top(run, record.parent_run_id)
+            if top is not None and (copied is None or (top.site, top.activation) in copied):
                 found.add(run)
     return found
+
+
+def _copied_positions(
+    store: CheckpointStore, recording: Recording, parent_step: int
+) -> set[tuple[str, int]] | None:
+    """The ``(site, activation)`` of every child run made at the steps a fork copied from
+    its parent (its steps up to ``parent_step``); ``None`` when the store lacks the fork's
+    graph to name the sites by (every child run of the parent is then taken)."""
+    data = store.get_graph(recording.run.graph_hash)
+    if data is None:
+        return None
+    ir = GraphIR.from_json(data)
+    sites = {str(n.id): site_of(n) for n in ir.nodes if isinstance(n, SubgraphNodeIR)}
+    copied = [s for s in recording.steps if s.step <= parent_step]
+    activations = ChildRunId.activations(sorted(copied, key=lambda s: s.step), sites)
+    return {(sites[node], activation) for (_, node), activation in activations.items()}
 
 
 def export_cassette(

@@ -531,6 +531,12 @@ class ServiceMap(dict[str, Any]):
         )
 
 
+def activation_of(ctx: RunContext) -> int:
+    """Which step of its node ``ctx``'s task runs in: 1 for the node's first step in the run,
+    2 for its second ... (counted for subgraph nodes only; see ``ChildRunId``)."""
+    return ctx._activation
+
+
 def mark_cache_hit(ctx: RunContext) -> None:
     """Note that ``ctx``'s node execution served its writes from its node cache."""
     hits = ctx._hits
@@ -555,6 +561,7 @@ class RunContext:
     """
 
     __slots__ = (
+        "_activation",
         "_conversations",
         "_custom",
         "_draws",
@@ -594,8 +601,12 @@ class RunContext:
         remaining_steps: int = 2**53 - 1,
         thread_id: str | None = None,
         cache_hits: set[tuple[str, int]] | None = None,
+        activation: int = 0,
     ) -> None:
         self.journal = journal
+        # Which step of this node (1st, 2nd ...) in the run this is, for a subgraph node's
+        # child run id (see activation_of); 0 for the nodes nobody counts.
+        self._activation = activation
         self._conversations = conversations
         # The step budget left after this step (max_steps - step), as LangGraph's
         # RemainingSteps counts it: a loop can wind down before StepLimitExceeded.

@@ -405,6 +405,7 @@ class CompiledGraph(Generic[StateT]):
                 self._recorded_regions(recording),
                 live=live,
                 on_inputs=on_inputs,
+                children=None if isinstance(source, Recording) else self._stored_child,
             )
         if from_step is not None:
             if not isinstance(source, str):
@@ -526,6 +527,15 @@ class CompiledGraph(Generic[StateT]):
                 run_id=recording.run.run_id,
             )
         return region_hashes(self.plan)
+
+    def _stored_child(self, run_id: str) -> Recording | None:
+        """The recording of child run ``run_id`` in this graph's store, if it holds one."""
+        store = require_store(self.steploop)
+        try:
+            store.get_run(run_id)
+        except LookupError:
+            return None
+        return Recording.from_store(store, run_id)
 
     def _recording(self, source: str | Recording) -> Recording:
         if isinstance(source, Recording):

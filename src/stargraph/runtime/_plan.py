@@ -11,7 +11,7 @@ import hashlib
 import inspect
 import types
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, ClassVar, Literal, NamedTuple, Union, cast, get_args, get_origin
@@ -181,30 +181,35 @@ def by_task(result: tuple[Task, Any]) -> Task:
 
 @dataclass(frozen=True, slots=True)
 class ChildRunId:
-    """The run id of the child run a subgraph node makes: ``<parent>::<site>@<step>.<index>``.
+    """The run id of the child run a subgraph node makes: ``<parent>::<site>@<n>.<index>``.
 
     ``parent`` is the run the node ran in (itself a child run when subgraphs nest: the
-    innermost site comes last), ``site`` the node's site, ``step`` and ``index`` the task
-    that ran it. The one place that writes and reads that format.
+    innermost site comes last), ``site`` the node's site (its IR position), ``activation``
+    which step *of that node* made it (1 for the node's first step in the run, 2 for its
+    second ...) and ``index`` the task (a ``Send`` fan-out's position). The parent's global
+    step number is not part of it: a node added or removed elsewhere in the graph shifts
+    every later step but leaves each child run's id alone, so a changed graph finds the
+    child runs a recording holds where it expects them. The one place that writes and
+    reads that format.
     """
 
     parent: str
     site: str
-    step: int
+    activation: int
     index: int
 
     SEPARATOR = "::"
 
     def format(self) -> str:
-        """The run id, ``<parent>::<site>@<step>.<index>``."""
-        return self.id_of(self.parent, self.site, self.step, self.index)
+        """The run id, ``<parent>::<site>@<activation>.<index>``."""
+        return self.id_of(self.parent, self.site, self.activation, self.index)
 
     @classmethod
-    def id_of(cls, parent: str, site: str, step: int, index: int) -> str:
+    def id_of(cls, parent: str, site: str, activation: int, index: int) -> str:
         """The run id of those parts, as :meth:`format` writes it, without building the
         object (a subgraph node makes one per child run; the frozen dataclass costs more
         than the string)."""
-        return f"{parent}{cls.SEPARATOR}{site}@{step}.{index}"
+        return f"{parent}{cls.SEPARATOR}{site}@{activation}.{index}"
 
     @classmethod
     def parse(cls, run_id: str) -> ChildRunId | None:
@@ -212,10 +217,30 @@ class ChildRunId:
         ``None``."""
         parent, sep, rest = run_id.rpartition(cls.SEPARATOR)
         site, at, where = rest.rpartition("@")
-        step, dot, index = where.partition(".")
-        if not (sep and parent and site and at and dot and step.isdigit() and index.isdigit()):
+        activation, dot, index = where.partition(".")
+        if not (
+            sep and parent and site and at and dot and activation.isdigit() and index.isdigit()
+        ):
             return None
-        return cls(parent, site, int(step), int(index))
+        return cls(parent, site, int(activation), int(index))
+
+    @staticmethod
+    def activations(
+        records: Iterable[Any], nodes: Container[str], counts: dict[str, int] | None = None
+    ) -> dict[tuple[int, str], int]:
+        """The activation of each of ``nodes`` at each step of ``records`` (step records of
+        one run, in step order, from its first step - or from where ``counts``, the
+        activations before them, left off; updated in place): ``(step, node)`` -> the
+        number a child run id made there carries. The same count ``Run.activate`` keeps."""
+        counts = {} if counts is None else counts
+        out: dict[tuple[int, str], int] = {}
+        for record in records:
+            if record.step <= 0:
+                continue  # the input: no node ran
+            for node in sorted({w.node for w in record.writes if w.node in nodes}):
+                counts[node] = counts.get(node, 0) + 1
+                out[(record.step, node)] = counts[node]
+        return out
 
     @classmethod
     def descends(cls, run_id: str, ancestor: str) -> bool:
@@ -392,6 +417,9 @@ class Plan:
     commands: bool = field(init=False)
     cached: bool = field(init=False)
     """Whether a node has a cache policy (its hits are flagged on its events)."""
+    sited: frozenset[str] = field(init=False)
+    """The subgraph nodes: a run counts their activations, which their child run ids
+    carry (see :class:`ChildRunId`)."""
     """Whether a node may route by returning a ``Command`` (it declares destinations)."""
     async_routers: bool = field(init=False)
     unreduced: frozenset[str] = field(init=False)
@@ -437,6 +465,7 @@ class Plan:
             "interrupts": any(s.interrupt_before or s.interrupt_after for s in specs.values()),
             "commands": any(s.destinations for s in specs.values()),
             "cached": any(getattr(n, "cache", None) is not None for n in self.ir.nodes),
+            "sited": frozenset(node for node, spec in specs.items() if spec.kind == "subgraph"),
             # Async routers are awaited by the async driver before it schedules.
             "async_routers": any(r.is_async for r in self.start_routers)
             or any(r.is_async for spec in specs.values() for r in spec.routers),

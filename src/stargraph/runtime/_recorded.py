@@ -1,6 +1,6 @@
 """Where a replay's recordings come from: the run replayed, and its descendant runs.
 
-A subgraph node's child run is a run of its own (``<run>::<site>@<step>.<index>``, see
+A subgraph node's child run is a run of its own (``<run>::<site>@<activation>.<index>``, see
 :class:`~stargraph.runtime._plan.ChildRunId`), so replaying the node replays its child from
 the child's recording. A :class:`ReplaySource` is handed down explicitly - from the replayed
 run to its tasks' journals, from a subgraph node to its child's replay - and finds each
@@ -62,8 +62,10 @@ class ReplaySource:
         ids = [run_id]
         if record.parent_run_id is None or record.parent_step is None:
             return ids
-        top = ChildRunId.top(run_id, record.run_id)
-        if top is not None and top.step <= record.parent_step:
+        # Tried second: a child the fork made after the step it was forked at is under the
+        # fork's own id; one of a copied step only under the parent's, at the same position
+        # (the fork's copied history counts activations as the parent's did).
+        if ChildRunId.descends(run_id, record.run_id):
             ids.append(ChildRunId.rebase(run_id, record.run_id, record.parent_run_id))
         return ids
 

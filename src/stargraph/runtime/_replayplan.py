@@ -155,7 +155,11 @@ def _walk(
     serve = served_nodes(plan, source.stub, path)
     recording = source.recording
     run_id = recording.run.run_id
-    for record in sorted(recording.steps, key=lambda s: s.step):
+    steps = sorted(recording.steps, key=lambda s: s.step)
+    activations = ChildRunId.activations(
+        steps, {n for n, s in plan.specs.items() if s.kind == "subgraph"}
+    )
+    for record in steps:
         if record.step == 0:
             continue  # the input: no node ran
         if until_step is not None and record.step > until_step:
@@ -170,7 +174,8 @@ def _walk(
             elif spec.kind == "subgraph":
                 # Its body replays the child run from the child's recording.
                 site, child = _site(spec)
-                child_id = ChildRunId.id_of(run_id, site, record.step, write.index)
+                activation = activations[(record.step, write.node)]
+                child_id = ChildRunId.id_of(run_id, site, activation, write.index)
                 try:
                     child_source = source.child(child_id, child.store)
                 except ReplayMissError:

@@ -37,7 +37,16 @@ from stargraph.runtime._context import (
 from stargraph.runtime._events import Event
 from stargraph.runtime._inputs import node_input
 from stargraph.runtime._loop import RunLoop
-from stargraph.runtime._plan import Command, NodeSpec, Plan, RouterSpec, Send, Task, by_task
+from stargraph.runtime._plan import (
+    ChildRunId,
+    Command,
+    NodeSpec,
+    Plan,
+    RouterSpec,
+    Send,
+    Task,
+    by_task,
+)
 from stargraph.runtime._values import (
     describe_exception,
     describe_validation,
@@ -47,7 +56,7 @@ from stargraph.runtime._values import (
 from stargraph.state import fast_state
 
 if TYPE_CHECKING:
-    from stargraph.checkpoint import JournalEntry
+    from stargraph.checkpoint import JournalEntry, StepRecord
     from stargraph.errors import _RunAt
     from stargraph.runtime._durable import Persistence
     from stargraph.runtime._interrupts import Interrupt, RuleDecision
@@ -90,6 +99,7 @@ class Run:
     """One run's mutable progress: channel values, step counter, pending tasks, joins."""
 
     __slots__ = (
+        "activations",
         "attempts",
         "cache_hits",
         "cancelled",
@@ -208,6 +218,24 @@ class Run:
         # whether one of them was for the parent graph (a child run then ends there).
         self.gotos: list[list[Any]] | None = None
         self.to_parent = False
+        # How many steps of this run each subgraph node has been scheduled in, the current
+        # one included: the position its child run id carries instead of the global step.
+        self.activations: dict[str, int] = {}
+
+    def activate(self, tasks: Sequence[Task]) -> None:
+        """Count the step that runs ``tasks`` for the subgraph nodes among them (once per
+        node, whatever its number of ``Send`` tasks); called as each step opens."""
+        sited = self.plan.sited
+        counts = self.activations
+        for node in {t.node for t in tasks if t.node in sited}:
+            counts[node] = counts.get(node, 0) + 1
+
+    def restore_activations(self, steps: Sequence[StepRecord]) -> None:
+        """Count the subgraph nodes' activations in the committed ``steps`` (a restored
+        run's history), as :meth:`activate` counted them when they ran."""
+        counts: dict[str, int] = {}
+        ChildRunId.activations(steps, self.plan.sited, counts)
+        self.activations = counts
 
     def where(self, node: str | None = None) -> _RunAt:
         """Where the run is (at ``node``), as the keywords that locate a :class:`RunError`."""
@@ -490,6 +518,7 @@ class Run:
             remaining_steps=self.max_steps - self.step,
             thread_id=self.thread,
             cache_hits=self.cache_hits,
+            activation=self.activations.get(node, 0),
         )
 
     def _sink(self, feed: Feed, mode: str, node: str, index: int) -> Callable[[Any], None]:

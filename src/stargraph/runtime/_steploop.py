@@ -339,6 +339,8 @@ class StepLoop:
         run.step += 1
         if run.step > run.max_steps:
             run.check_step_limit()
+        if self.plan.sited:
+            run.activate(run.tasks)
         if run.emit is not None:
             self.emit_started(run, run.tasks)
         return run.tasks
@@ -468,7 +470,7 @@ class StepLoop:
         self.begin(run, fresh)
         # No interrupt to stop at before a step: ``prepare`` without the call when nobody
         # listens for node_started either (the common case, paid once per step).
-        interrupts = self.plan.interrupts
+        interrupts, sited = self.plan.interrupts, self.plan.sited
         while run.tasks:
             if run.cancelled is not None:
                 return True
@@ -481,6 +483,8 @@ class StepLoop:
                 if run.step > run.max_steps:
                     run.check_step_limit()
                 tasks = run.tasks
+                if sited:
+                    run.activate(tasks)
             outcome = yield tasks
             assert outcome is not None
             routing = self.routing(run, outcome) if routers else None

@@ -513,6 +513,9 @@ def _restored(
     run = loop.make_run(run_id, values, max_steps=max_steps, emit=loop.observed(emit))
     run.thread = record.thread_id
     run.step = last.step
+    if loop.plan.sited:
+        # The child run ids of the next steps count on from the committed history.
+        run.restore_activations(store.get_steps(run_id, end=last.step))
     run.tasks = tasks_from(last.next)
     run.joins_seen = joins_from(last)
     if loop.plan.rules is not None:

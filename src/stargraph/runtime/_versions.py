@@ -20,7 +20,13 @@ its code) - and runs the *new* graph step by step from the recorded input:
   region and what it needs;
 - a task of an unchanged region whose input differs (an upstream region changed what it
   sees) cannot be served by the record: it runs (``on_inputs="run"``) or the replay stops
-  with a :class:`~stargraph.errors.ReplayDivergenceError` (``on_inputs="stop"``).
+  with a :class:`~stargraph.errors.ReplayDivergenceError` (``on_inputs="stop"``);
+- a task of a changed *skill* (a subgraph node) that sees its recorded input has its child
+  run replayed the same way, one level down, against the recorded child run at the same
+  position (child run ids carry the node's activation, not the global step): the regions
+  inside the skill, ``<node>/<inner node>``, are compared, served or run, and reported. The
+  skill runs whole when that cannot be done (no child recording, no inner region hashes
+  in the record, its input changed).
 
 Nothing is written to any store. The result is a :class:`ReplayReport`: per region what
 happened (served, re-executed, diverged: re-executed and wrote other than the record, or
@@ -32,7 +38,8 @@ the whole graph hash (``GraphHashMismatch``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -44,11 +51,11 @@ from stargraph.errors import ReplayDivergenceError, ReplayError, ReplayMissError
 from stargraph.ir import content_hash
 from stargraph.runtime._changes import value_changes
 from stargraph.runtime._durable import decode_writes
-from stargraph.runtime._plan import Plan, Task, code_hash
+from stargraph.runtime._plan import ChildRunId, Plan, Task, code_hash
 from stargraph.runtime._run import Run, initial_values, jsonable
 from stargraph.runtime._steploop import StepLoop
 from stargraph.runtime._tasks import StepOutcome, execute_sync, worker_threads
-from stargraph.runtime._values import ROUTING_KEYS, reduce_writes
+from stargraph.runtime._values import PARENT_KEY, ROUTING_KEYS, reduce_writes
 
 __all__ = [
     "InputsPolicy",
@@ -68,10 +75,24 @@ InputsPolicy = Literal["run", "stop"]
 _SPECIAL = frozenset({"__update__", "__migration__"})
 
 
+# Region hashes by plan: reading and hashing the source of every node function costs more
+# than replaying a short cassette, and a check replays many against one plan (frozen).
+_REGIONS: weakref.WeakKeyDictionary[Plan, dict[str, str]] = weakref.WeakKeyDictionary()
+
+
 def region_hashes(plan: Plan) -> dict[str, str]:
     """Each node's region hash: its IR without cosmetic metadata, and the source of its
     function, routers and input model (a subgraph node's function is its runner, whose code
-    hash is the whole skill's: the region is Merkle over the skill's graph)."""
+    hash is the whole skill's: the region is Merkle over the skill's graph). The regions
+    inside a skill follow, named ``<node>/<inner node>``: a replay against a graph whose
+    skill changed compares them to replay the skill's child run region by region too."""
+    cached = _REGIONS.get(plan)
+    if cached is None:
+        cached = _REGIONS[plan] = _region_hashes(plan, "")
+    return dict(cached)
+
+
+def _region_hashes(plan: Plan, prefix: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for node in plan.ir.nodes:
         spec = plan.specs[node.id]
@@ -80,8 +101,22 @@ def region_hashes(plan: Plan) -> dict[str, str]:
             fns.append(spec.input)
         view = node.model_dump(mode="json", exclude={"metadata"}, exclude_defaults=True)
         view["kind"] = node.kind
-        out[node.id] = content_hash({"node": view, "code": code_hash(fns)})
+        out[prefix + node.id] = content_hash({"node": view, "code": code_hash(fns)})
+        if spec.kind == "subgraph":
+            out.update(_region_hashes(_child_loop(spec).plan, f"{prefix}{node.id}/"))
     return out
+
+
+def _child_loop(spec: Any) -> StepLoop:
+    """The step loop of a subgraph node's child graph (its ``fn`` is its runner)."""
+    loop: StepLoop = spec.fn.child.steploop
+    return loop
+
+
+def _inside(regions: Mapping[str, str], node: str) -> dict[str, str]:
+    """The regions inside subgraph node ``node``, named as its child graph names them."""
+    prefix = node + "/"
+    return {k[len(prefix) :]: v for k, v in regions.items() if k.startswith(prefix)}
 
 
 class RegionReport(TypedModel):
@@ -243,8 +278,13 @@ class VersionRunner:
         *,
         live: bool,
         on_inputs: InputsPolicy,
+        children: Callable[[str], Recording | None] | None = None,
     ) -> None:
         self.run_id = recording.run.run_id
+        # Where the recordings of child runs come from (a cassette's children, a store):
+        # a changed skill whose input is unchanged replays its child run region by region.
+        self.children = children
+        self.inner: list[RegionReport] = []
         self.positions = _positions(recording)
         self.states = _recorded_states(plan, recording)
         self.old = recorded_regions
@@ -284,6 +324,15 @@ class VersionRunner:
                 reason = "new region"
             elif self.old[node] != self.new[node]:
                 reason = "region changed"
+                inside = self._replay_inside(run, task, position, recorded)
+                if inside is not None:
+                    served[task.key] = inside
+                    tally.executed += 1
+                    tally.reasons["region changed; replayed region by region inside"] = None
+                    assert recorded is not None
+                    if jsonable(channels, inside) != recorded.write.writes:
+                        tally.diverged = True
+                    continue
             elif recorded is None:
                 reason = "the record has no task at this position"
             elif not self._same_input(run, task, recorded):
@@ -336,6 +385,81 @@ class VersionRunner:
             ):
                 self.tally[task.node].diverged = True
         return outcome
+
+    def _replay_inside(
+        self, run: Run, task: Task, position: tuple[str, int, int], recorded: _Recorded | None
+    ) -> dict[str, Any] | None:
+        """The parent writes of a changed skill's task, its child run replayed against the
+        new skill region by region (its unchanged regions served from the child's record);
+        ``None`` when that cannot be done and the skill is to run whole: not a skill, no
+        task recorded at the position or other input than it saw, no child recording or
+        no region hashes of the recorded skill, or a child that wrote what its projection
+        refuses or routes (a guarded channel, a ``Command`` to the parent)."""
+        spec = run.plan.specs[task.node]
+        if spec.kind != "subgraph" or recorded is None or self.children is None:
+            return None
+        old = _inside(self.old, task.node)
+        runner: Any = spec.fn
+        if not old or not self._same_input(run, task, recorded):
+            return None
+        # The child run at the same position of the recorded run: the node's activation
+        # there (1 for its first step) and the task index.
+        child_id = ChildRunId.id_of(self.run_id, runner.site, position[1] + 1, task.index)
+        child = self.children(child_id)
+        if child is None:
+            return None
+        loop = _child_loop(spec)
+        inner = VersionRunner(
+            child, loop.plan, old, live=self.live, on_inputs=self.on_inputs, children=self.children
+        )
+        raw: list[tuple[str, dict[str, Any]]] = []
+        # The child's input as the new node hands it over (its input mapping may have
+        # changed): an inner task that sees other input than it recorded runs.
+        given = runner.child_input(run.values)
+        values, report = inner.drive(loop, child, collect=raw, given=given)
+        guarded = runner.guarded
+        if any(PARENT_KEY in writes or guarded.intersection(writes) for _, writes in raw):
+            return None  # run whole: the live call raises or routes as it must
+        self.inner.extend(
+            r.model_copy(update={"region": f"{task.node}/{r.region}"}) for r in report.regions
+        )
+        projected: dict[str, Any] = runner.projection(values, raw)
+        return projected
+
+    def drive(
+        self,
+        loop: StepLoop,
+        recording: Recording,
+        *,
+        collect: list[tuple[str, dict[str, Any]]] | None = None,
+        given: Mapping[str, Any] | None = None,
+    ) -> tuple[dict[str, Any], ReplayReport]:
+        """Run ``loop``'s graph from ``recording``'s input (or ``given``) with this runner to
+        the end; its final channel values and the report. ``collect`` gets the raw writes of
+        every task in merge order (what a subgraph node projects into its parent)."""
+        plan = loop.plan
+        first = min(recording.steps, key=lambda s: s.step)
+        snapshot = first.snapshot or {}
+        run_id = recording.run.run_id
+        start = given if given is not None else snapshot
+        values = initial_values(
+            plan.state_model, {k: v for k, v in start.items() if k in plan.channels}, run_id
+        )
+        longest = max(s.step for s in recording.steps)
+        run = loop.make_run(run_id, values, max_steps=max(loop.options.max_steps, longest + 1))
+        run.collect = collect
+        loop.begin(run, fresh=True)
+        try:
+            while run.tasks:
+                if not loop.step_once(run, self):
+                    break
+            loop.finish(run)
+        except StargraphError as exc:
+            loop.fail(run, exc)
+            raise
+        finally:
+            loop.end(run)
+        return run.values, self.report(run, recording)
 
     def _needs(
         self, run: Run, exc: StargraphError, running: list[tuple[Task, _Recorded | None, str]]
@@ -398,6 +522,7 @@ class VersionRunner:
                     hash=new,
                 )
             )
+        regions.extend(self.inner)
         final = jsonable(run.plan.channels, run.values)
         recorded_final = self.states[max(self.states)]
         return ReplayReport(
@@ -418,31 +543,19 @@ def replay_across(
     *,
     live: bool = False,
     on_inputs: InputsPolicy = "run",
+    children: Callable[[str], Recording | None] | None = None,
 ) -> ReplayReport:
     """Replay ``recording`` (made by a graph whose region hashes are ``recorded_regions``)
     through ``loop``'s graph, serving unchanged regions from the record; see the module
-    docstring."""
+    docstring. ``children``: the recording of a child run by id (``None`` when there is
+    none), for a changed skill to be replayed region by region inside; by default those a
+    cassette carries."""
     if on_inputs not in ("run", "stop"):
         raise ReplayError(f"on_inputs={on_inputs!r}: pass 'run' or 'stop'")
-    plan = loop.plan
-    runner = VersionRunner(recording, plan, recorded_regions, live=live, on_inputs=on_inputs)
-    first = min(recording.steps, key=lambda s: s.step)
-    snapshot = first.snapshot or {}
-    run_id = recording.run.run_id
-    values = initial_values(
-        plan.state_model, {k: v for k, v in snapshot.items() if k in plan.channels}, run_id
+    if children is None:
+        carried = {c.run.run_id: c for c in getattr(recording, "children", None) or ()}
+        children = carried.get
+    runner = VersionRunner(
+        recording, loop.plan, recorded_regions, live=live, on_inputs=on_inputs, children=children
     )
-    longest = max(s.step for s in recording.steps)
-    run = loop.make_run(run_id, values, max_steps=max(loop.options.max_steps, longest + 1))
-    loop.begin(run, fresh=True)
-    try:
-        while run.tasks:
-            if not loop.step_once(run, runner):
-                break
-        loop.finish(run)
-    except StargraphError as exc:
-        loop.fail(run, exc)
-        raise
-    finally:
-        loop.end(run)
-    return runner.report(run, recording)
+    return runner.drive(loop, recording)[1]

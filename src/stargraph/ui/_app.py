@@ -9,7 +9,15 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import (
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
 from dataclasses import dataclass
 from datetime import datetime
 from http.cookies import SimpleCookie
@@ -41,6 +49,7 @@ from stargraph.compile._subgraphs import site_of  # how the runner names a child
 from stargraph.errors import RunNotFoundError, StargraphError, UsageError
 from stargraph.ir import GraphIR, SubgraphNodeIR
 from stargraph.runtime import CompiledGraph
+from stargraph.runtime._plan import ChildRunId
 from stargraph.runtime._secrets import registered_secrets
 from stargraph.ui import _pages as pages
 from stargraph.ui._diff import RunPairDiff, diff_pair
@@ -147,27 +156,43 @@ def _sites(ir: GraphIR) -> dict[str, str]:
 
 
 def child_runs(
-    ir: GraphIR, run: RunRecord, records: Iterable[StepRecord], owner: Callable[[int], str]
+    ir: GraphIR,
+    run: RunRecord,
+    records: Sequence[StepRecord],
+    owner: Callable[[int], str],
+    store: CheckpointStore,
 ) -> ChildRuns:
     """Child run ids of the subgraph tasks in ``records``: ``(step, node, index)`` keys for
     the tasks that ran in a step, ``("next", step, node, index)`` for the tasks the run's
     last step scheduled (running or waiting now, in the step after). ``owner(step)`` is the
-    run that ran ``step`` (a fork's copied steps ran in its parent)."""
+    run that ran ``step`` (a fork's copied steps ran in its parent). A child run id counts
+    its node's steps, so the steps before ``records`` are read from ``store`` to count
+    from."""
     sites = _sites(ir)
-    if not sites:
+    if not sites or not records:
         return {}
+    counts: dict[str, int] = {}
+    first = min(r.step for r in records)
+    if first > 1:
+        ChildRunId.activations(store.get_steps(run.run_id, start=1, end=first - 1), sites, counts)
+    ordered = sorted(records, key=lambda r: r.step)
+    activations = ChildRunId.activations(ordered, sites, counts)
     out: ChildRuns = {}
-    for record in records:
+    for record in ordered:
         for write in record.writes:
             if write.node in sites:
                 key = (record.step, write.node, write.index)
-                out[key] = f"{owner(record.step)}::{sites[write.node]}@{record.step}.{write.index}"
+                out[key] = ChildRunId.id_of(
+                    owner(record.step),
+                    sites[write.node],
+                    activations[(record.step, write.node)],
+                    write.index,
+                )
         if record.step == run.last_step:
             for task in record.next:
                 if task.node in sites:
-                    step = record.step + 1
-                    out[("next", record.step, task.node, task.index)] = (
-                        f"{run.run_id}::{sites[task.node]}@{step}.{task.index}"
+                    out[("next", record.step, task.node, task.index)] = ChildRunId.id_of(
+                        run.run_id, sites[task.node], counts.get(task.node, 0) + 1, task.index
                     )
     return out
 
@@ -354,14 +379,17 @@ class _Console:
                 continue
             sites = _sites(current_graph.ir)
             owner = self.owner_of(current)
-            ids = [
-                f"{owner(step)}::{site}@{step}.{index}"
-                for node, site in sites.items()
-                for step, index in current_digest.written.get(node, ())
-            ]
+            ids = []
+            ran: dict[str, int] = {}  # the steps each subgraph node ran in, so far
+            for node, site in sites.items():
+                steps: dict[int, int] = {}  # step -> the node's activation there
+                for step, index in current_digest.written.get(node, ()):
+                    activation = steps.setdefault(step, len(steps) + 1)
+                    ids.append(ChildRunId.id_of(owner(step), site, activation, index))
+                ran[node] = len(steps)
             tail = self.store.get_steps(current.run_id, start=current.last_step)
             ids += [
-                f"{current.run_id}::{sites[t.node]}@{current.last_step + 1}.{t.index}"
+                ChildRunId.id_of(current.run_id, sites[t.node], ran.get(t.node, 0) + 1, t.index)
                 for record in tail[-1:]
                 for t in record.next
                 if t.node in sites
@@ -710,7 +738,9 @@ def create_app(
             shown_failure = pages.escape(masker.text(failure))
             waiting += f'<p class="status-failed">resume failed: {shown_failure}</p>'
         follow = "1" if page == pages_n - 1 else "0"
-        children = {} if graph is None else child_runs(graph.ir, run, shown, console.owner_of(run))
+        children = (
+            {} if graph is None else child_runs(graph.ir, run, shown, console.owner_of(run), store)
+        )
         rows_html = pages.step_rows(
             masker, run_id, shown, previous, can_fork=can_resume, children=children
         )
@@ -782,7 +812,9 @@ changed.</p></section>
             shown = [r for r in records if r.step > after]
             graph = console.graph_of(run)
             children = (
-                {} if graph is None else child_runs(graph.ir, run, shown, console.owner_of(run))
+                {}
+                if graph is None
+                else child_runs(graph.ir, run, shown, console.owner_of(run), store)
             )
             return pages.step_rows(
                 console.masker,
@@ -872,7 +904,9 @@ changed.</p></section>
             )
             graph = console.graph_of(run)
             children = (
-                {} if graph is None else child_runs(graph.ir, run, records, console.owner_of(run))
+                {}
+                if graph is None
+                else child_runs(graph.ir, run, records, console.owner_of(run), store)
             )
             # A child run is part of its parent's step: it is not forked on its own.
             rows = pages.step_rows(console.masker, run_id, records, None, children=children)
