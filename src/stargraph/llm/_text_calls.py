@@ -30,6 +30,15 @@ __all__ = ["is_text_call", "read_text_tool_calls"]
 _TAGGED: Final = re.compile(r"<tool_call>\s*(.*?)\s*</tool_call>", re.S)
 _FENCED: Final = re.compile(r"\A```[A-Za-z_]*[ \t]*\n(.*?)\n?```\Z", re.S)
 _ID_PREFIX: Final = "text_call_"
+_SCHEMA_KEYWORDS: Final = frozenset(
+    {
+        "type", "properties", "required", "description", "title", "default", "enum",
+        "items", "additionalProperties", "maxLength", "minLength", "maximum", "minimum",
+        "pattern", "format", "anyOf", "oneOf", "allOf", "$defs", "const", "examples",
+    }
+)  # fmt: skip
+Offered = dict[str, "frozenset[str] | None"]
+"""Offered function name -> the argument names its schema declares (None: any)."""
 # A reply this long is an answer, not a call a small model wrote out.
 _LIMIT: Final = 64_000
 
@@ -48,7 +57,7 @@ def read_text_tool_calls(request: ChatRequest, response: ChatResponse) -> ChatRe
     if message.tool_calls or not request.tools or not text or len(text) > _LIMIT:
         return response
     offered = {
-        function["name"]
+        function["name"]: _declared(function.get("parameters"))
         for tool in request.tools
         if isinstance(function := tool.get("function"), dict) and "name" in function
     }
@@ -74,7 +83,21 @@ def is_text_call(call_id: str) -> bool:
     return call_id.startswith(_ID_PREFIX)
 
 
-def _calls_in(text: str, offered: set[str]) -> tuple[list[tuple[str, str]], str] | None:
+def _declared(parameters: Any) -> frozenset[str] | None:
+    """The argument names a function's parameters schema declares; ``None`` when it may take
+    any (no schema, or one that allows properties beyond those it names)."""
+    if not isinstance(parameters, dict):
+        return None
+    properties = parameters.get("properties")
+    if not isinstance(properties, dict) or parameters.get("additionalProperties") not in (
+        None,
+        False,
+    ):
+        return None
+    return frozenset(properties)
+
+
+def _calls_in(text: str, offered: Offered) -> tuple[list[tuple[str, str]], str] | None:
     """The (name, arguments JSON) pairs ``text`` spells and the prose around tagged calls,
     or ``None`` when it is not such calls."""
     tagged = _TAGGED.findall(text)
@@ -95,13 +118,17 @@ def _unfenced(text: str) -> str:
     return fenced.group(1).strip() if fenced else text
 
 
-def _parsed_calls(text: str, offered: set[str]) -> list[tuple[str, str]] | None:
+def _parsed_calls(text: str, offered: Offered) -> list[tuple[str, str]] | None:
     if not text.startswith(("{", "[")):
         return None
     try:
         value = orjson.loads(text)
     except orjson.JSONDecodeError:
-        return None
+        # One call per line, as a small model lists several.
+        try:
+            value = [orjson.loads(line) for line in text.splitlines() if line.strip()]
+        except orjson.JSONDecodeError:
+            return None
     items = value if isinstance(value, list) else [value]
     calls = [_call(item, offered) for item in items]
     if not calls or any(call is None for call in calls):
@@ -109,12 +136,13 @@ def _parsed_calls(text: str, offered: set[str]) -> list[tuple[str, str]] | None:
     return [call for call in calls if call is not None]
 
 
-def _call(item: Any, offered: set[str]) -> tuple[str, str] | None:
+def _call(item: Any, offered: Offered) -> tuple[str, str] | None:
     if not isinstance(item, dict) or set(item) - {"name", "arguments", "parameters"}:
         return None
     name = item.get("name")
     if not isinstance(name, str) or name not in offered:
         return None
+    declared = offered[name]
     arguments = item.get("arguments", item.get("parameters", {}))
     if isinstance(arguments, str):
         try:
@@ -123,4 +151,14 @@ def _call(item: Any, offered: set[str]) -> tuple[str, str] | None:
             return None
     if not isinstance(arguments, dict):
         return None
+    if declared is not None:
+        # A small model copies keywords of the schema it was shown ("required": [...],
+        # "maxLength": 24) in among its arguments; a keyword the function does not declare
+        # as a parameter is the schema's, not an argument. Anything else undeclared stays,
+        # for the tool's own validation to refuse.
+        arguments = {
+            key: value
+            for key, value in arguments.items()
+            if key in declared or key not in _SCHEMA_KEYWORDS
+        }
     return name, orjson.dumps(arguments).decode()
