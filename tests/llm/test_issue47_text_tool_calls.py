@@ -178,3 +178,25 @@ def test_issue47_a_native_caller_reads_the_payload_alone(arbiter: Arbiter) -> No
         app.invoke({"task": "What do 3 items at 4.50 EUR cost?"})
         second = server.chat_requests[1]
     assert [m["content"] for m in second.messages if m["role"] == "tool"] == ["13.5"]
+
+
+def test_issue47_calls_one_per_line_and_copied_schema_keywords() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"path": {"type": "string"}, "type": {"type": "string"}},
+        "required": ["path"],
+        "additionalProperties": False,
+    }
+    tools = ({"type": "function", "function": {"name": "note", "parameters": schema}}, *TOOLS)
+    request = ChatRequest(messages=REQUEST.messages, tools=tools)
+    text = (
+        '{"name": "note", "arguments": {"path": "a.txt", "type": "log", "required": ["path"]}}\n'
+        '{"name": "add", "arguments": {"a": 1, "maxLength": 24}}'
+    )
+    calls = read(text, request).tool_calls
+    # "type" is one of note's parameters and stays; "required" is the schema's and goes. add
+    # takes any object (its schema declares no properties), so its arguments stay as written.
+    assert [(c.name, json.loads(c.arguments)) for c in calls] == [
+        ("note", {"path": "a.txt", "type": "log"}),
+        ("add", {"a": 1, "maxLength": 24}),
+    ]
