@@ -91,13 +91,8 @@ pytest-fast: $(STAMP_DEV)
 check: $(STAMP_DEV)
 	$(MAKE) --no-print-directory -j3 --output-sync=target lint typecheck pytest-fast
 
-# The real-agent success rates (benchmarks/bench_real_agents.py) on llama-server: the 0.5B model
-# here, the 1.5B too with `make bench REAL_MODELS=0.5b,1.5b` (fetches 1.1 GB more once).
-REAL_MODELS ?= 0.5b
 bench: $(STAMP_BENCH)
 	$(BIN)/python -m benchmarks
-	bash scripts/ensure_llama_server.sh $(if $(findstring 1.5b,$(REAL_MODELS)),--bench)
-	$(BIN)/python -m benchmarks.bench_real_agents --models $(REAL_MODELS)
 
 chaos: $(STAMP_DEV)
 	STARGRAPH_CHAOS_TRIALS=500 $(BIN)/python -m pytest -q tests/test_crash.py -p no:cacheprovider

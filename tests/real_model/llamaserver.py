@@ -1,12 +1,10 @@
-"""A real OpenAI-compatible model server for the tests: llama.cpp's ``llama-server`` (run with
-``--jinja``, so the model's own chat template formats and parses tool calls) serving
-Qwen2.5-Coder-0.5B-Instruct.
+"""A real OpenAI-compatible model server for the tests: llama-cpp-python serving SmolLM2-135M.
 
-``scripts/ensure_llama_server.sh`` builds it into ``.venv-llama`` and fetches the model
-(``make test`` calls it; so does :func:`ensure` when the suite runs without make).
-:func:`start` launches one server on a free loopback port and waits until it answers, with a
-deadline; :meth:`LlamaServer.stop` ends it by its pid. A server that cannot be built or
-started fails the tests with its log; nothing is ever skipped.
+``scripts/ensure_llama_server.sh`` builds it into ``.venv-llama`` (``make test`` calls it; so
+does :func:`ensure` when the suite runs without make). :func:`start` launches one server on a
+free loopback port and waits until it answers, with a deadline; :meth:`LlamaServer.stop` ends
+it by its pid. A server that cannot be built or started fails the tests with its log; nothing
+is ever skipped.
 """
 
 from __future__ import annotations
@@ -26,18 +24,13 @@ import pytest
 
 ROOT: Final = Path(__file__).resolve().parents[2]
 VENV: Final = Path(os.environ.get("STARGRAPH_LLAMA_VENV") or ROOT / ".venv-llama")
-SERVER_BIN: Final = VENV / "bin" / "llama-server"
-MODEL_FILE: Final = VENV / "models" / "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
-ALIAS: Final = "qwen2.5-coder-0.5b"
+MODEL_FILE: Final = VENV / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
+ALIAS: Final = "smollm2-135m"
 """The model name the server answers to."""
-BENCH_MODEL_FILE: Final = VENV / "models" / "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"
-"""The larger model, fetched by ``ensure_llama_server.sh --bench`` for ``make bench``."""
-SEED: Final = 0
-"""The server's default sampling seed (requests may name their own)."""
 API_KEY: Final = "sk-real-model-tests"
 """The key the session's server asks for."""
 ENSURE_SCRIPT: Final = ROOT / "scripts" / "ensure_llama_server.sh"
-# The model loads in about a second; the deadline only bounds a server that never comes up.
+# The model loads in about 2 s; the deadline only bounds a server that never comes up.
 READY_DEADLINE_S: Final = 120.0
 BUILD_DEADLINE_S: Final = 40 * 60.0
 
@@ -85,17 +78,16 @@ class LlamaServer:
         return self.process.poll() is None
 
 
-def ensure(*, bench: bool = False) -> None:
-    """Build the server and fetch the model if needed, once per session (``bench``: the
-    1.5B model too).
+def ensure() -> None:
+    """Build the server and fetch the model if needed, once per session.
 
-    The script checks what is there within seconds; while a build it started in the
+    The script checks what is there within a second; while a build it started in the
     background (``make test``) is still running, it waits for that build under its lock.
     """
-    if bench in _ENSURED:
+    if _ENSURED:
         return
     result = subprocess.run(
-        ["bash", str(ENSURE_SCRIPT), *(["--bench"] if bench else [])],
+        ["bash", str(ENSURE_SCRIPT)],
         cwd=ROOT,
         capture_output=True,
         text=True,
@@ -112,11 +104,11 @@ def ensure(*, bench: bool = False) -> None:
             + (f"\nthe background build's log ({log}):\n{background}" if background else ""),
             pytrace=False,
         )
-    _ENSURED.append(bench)
+    _ENSURED.append(True)
 
 
 _ENSURED: list[bool] = []
-"""The ``bench`` values :func:`ensure` has succeeded with in this process."""
+"""Set once :func:`ensure` has succeeded in this process."""
 
 
 def _free_port() -> int:
@@ -126,64 +118,50 @@ def _free_port() -> int:
         return port
 
 
-def command(model: Path, alias: str, port: int, *, api_key: str | None = None) -> list[str]:
-    """The ``llama-server`` command line the tests and the benchmark run.
-
-    One slot (``-np 1``) with the whole context: the tests send one request at a time, and
-    a single slot makes a reply depend only on its request and seed.
-    """
-    line = [
-        str(SERVER_BIN),
-        "--jinja",
-        "--model",
-        str(model),
-        "--alias",
-        alias,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--ctx-size",
-        "4096",
-        "--parallel",
-        "1",
-        "--threads",
-        "2",
-        "--seed",
-        str(SEED),
-    ]
-    if api_key is not None:
-        line += ["--api-key", api_key]
-    return line
-
-
-def start(
-    log_dir: Path,
-    *,
-    api_key: str | None = None,
-    attempts: int = 3,
-    model: Path = MODEL_FILE,
-    alias: str = ALIAS,
-) -> LlamaServer:
+def start(log_dir: Path, *, api_key: str | None = None, attempts: int = 3) -> LlamaServer:
     """Start a server on a free 127.0.0.1 port; return once it answers ``GET /v1/models``.
 
     The port is picked by binding port 0 and letting it go, so another process can take it
     first; a server that exits before it is ready is started again on a new port.
     """
-    ensure(bench=model == BENCH_MODEL_FILE)
+    ensure()
     failures: list[str] = []
     for attempt in range(attempts):
         port = _free_port()
         log_path = log_dir / f"llama-server-{port}.log"
         log = log_path.open("wb")
+        command = [
+            str(VENV / "bin" / "python"),
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(MODEL_FILE),
+            "--model_alias",
+            ALIAS,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--chat_format",
+            "chatml-function-calling",
+            "--n_ctx",
+            "4096",
+            "--n_threads",
+            "2",
+            "--seed",
+            "0",
+        ]
+        if api_key is not None:
+            command += ["--api_key", api_key]
         process = subprocess.Popen(
-            command(model, alias, port, api_key=api_key),
+            command,
             stdout=log,
             stderr=subprocess.STDOUT,
             stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         server = LlamaServer(process, port, log_path, api_key, log)
-        if _wait_ready(server, alias):
+        if _wait_ready(server):
             return server
         server.stop()
         failures.append(f"attempt {attempt + 1} (port {port}):\n{server.log_tail()}")
@@ -193,9 +171,8 @@ def start(
     )
 
 
-def _wait_ready(server: LlamaServer, alias: str) -> bool:
-    """Poll ``GET /v1/models`` until it lists the model, the process exits, or the deadline
-    passes (while it loads the model, the server answers 503)."""
+def _wait_ready(server: LlamaServer) -> bool:
+    """Poll ``GET /v1/models`` until it answers, the process exits, or the deadline passes."""
     deadline = time.monotonic() + READY_DEADLINE_S
     request = urllib.request.Request(server.base_url + "/models")
     if server.api_key is not None:
@@ -204,8 +181,7 @@ def _wait_ready(server: LlamaServer, alias: str) -> bool:
         try:
             with urllib.request.urlopen(request, timeout=5) as response:
                 payload = json.loads(response.read())
-                if any(m.get("id") == alias for m in payload.get("data", ())):
-                    return True
+                return any(m.get("id") == ALIAS for m in payload.get("data", ()))
         except (urllib.error.URLError, ConnectionError, TimeoutError):
             pass
         # Between polls: wait for the process to exit (a failed start), at most 0.1 s.

@@ -30,12 +30,6 @@ SYSTEM: Final = (
     "tool (files in the workspace), then answer briefly."
 )
 TASK: Final = "What is 6*7? Compute it with calc, write the result to result.txt, then answer."
-SEED: Final = 0
-"""The sampling seed every request of the answer tests names."""
-ANSWER_SYSTEM: Final = (
-    "You are a careful assistant. Use the tools to compute and to write files; never guess "
-    "a number. When you have the result, answer in one short sentence that states it."
-)
 
 _OPERATORS: dict[type[ast.AST], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add,
@@ -98,20 +92,6 @@ def build_graph(*, max_steps: int = 3, forced: str | None = None) -> Graph[React
     )
 
 
-def answer_graph() -> Graph[ReactState]:
-    """The agent of the answer tests: both tools, greedy decoding, a fixed seed, replies of
-    at most 128 tokens."""
-    return react_graph(
-        name="real-answers",
-        tools=TOOLS,
-        system_prompt=ANSWER_SYSTEM,
-        max_steps=4,
-        error_budget=2,
-        temperature=0.0,
-        request=RequestOptions(max_tokens=128, extra={"seed": SEED}),
-    )
-
-
 def crash_graph() -> Graph[ReactState]:
     """The graph of the killed-and-resumed run: every reply must write a note."""
     return build_graph(max_steps=3, forced=llm_name_for(NOTE))
@@ -120,37 +100,6 @@ def crash_graph() -> Graph[ReactState]:
 def arbiter(workspace: Path, **options: Any) -> Arbiter:
     """An arbiter over :func:`registry` confined to ``workspace``."""
     return Arbiter(registry(), workspace=workspace, **options)
-
-
-class Sampled:
-    """A chat model that sends every request greedy (temperature 0), with :data:`SEED` and a
-    ``max_tokens`` bound: for nodes that take no request options of their own (the machine
-    steps). Journaled like any chat model."""
-
-    def __init__(self, model: ChatModel, *, max_tokens: int) -> None:
-        self.model = model
-        self.max_tokens = max_tokens
-
-    def _shaped(self, request: ChatRequest) -> ChatRequest:
-        return request.model_copy(
-            update={
-                "temperature": 0.0,
-                "max_tokens": self.max_tokens,
-                "extra": {**request.extra, "seed": SEED},
-            }
-        )
-
-    def bind_journal(self, journal: Any) -> JournaledChatModel:
-        """Record the calls like any chat model (the executor binds it per task)."""
-        return JournaledChatModel(self, journal)
-
-    def complete(self, request: ChatRequest) -> ChatResponse:
-        """The wrapped model's answer to the shaped request."""
-        return self.model.complete(self._shaped(request))
-
-    async def acomplete(self, request: ChatRequest) -> ChatResponse:
-        """The wrapped model's answer to the shaped request."""
-        return await self.model.acomplete(self._shaped(request))
 
 
 class StallingModel:
