@@ -20,7 +20,7 @@ from pydantic import Field
 from stargraph.graph import Graph
 from stargraph.llm import ChatModel, ChatRequest, ChatResponse, JournaledChatModel, RequestOptions
 from stargraph.skills.react import ReactState, react_graph
-from stargraph.tools import Arbiter, ToolContext, ToolRegistry, llm_name_for, tool
+from stargraph.tools import Arbiter, ToolContext, ToolRegistry, tool
 
 CALC: Final = "real.calc@1.0.0"
 NOTE: Final = "real.note@1.0.0"
@@ -94,7 +94,7 @@ def build_graph(*, max_steps: int = 3, forced: str | None = None) -> Graph[React
 
 def crash_graph() -> Graph[ReactState]:
     """The graph of the killed-and-resumed run: every reply must write a note."""
-    return build_graph(max_steps=3, forced=llm_name_for(NOTE))
+    return build_graph(max_steps=3, forced="note")  # the name the model is offered
 
 
 def arbiter(workspace: Path, **options: Any) -> Arbiter:

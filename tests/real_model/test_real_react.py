@@ -23,7 +23,7 @@ from stargraph.llm import OpenAIChatModel
 from stargraph.replay import export_cassette, load_cassette
 from stargraph.skills.react import ReactState
 from stargraph.testing import assert_replays_every_step
-from stargraph.tools import SqliteCommitLog, llm_name_for
+from stargraph.tools import SqliteCommitLog
 from tests.real_model import llamaserver, realagent
 
 pytestmark = pytest.mark.real_model  # a llama.cpp model server (scripts/ensure_llama_server.sh)
@@ -147,7 +147,7 @@ def test_a_run_killed_mid_way_resumes_without_repeating_itself(
     ]
     assert len(llm_steps) == len(set(llm_steps)) == final.llm_steps
     check_audit(final, log)
-    assert all(c.name == llm_name_for(realagent.NOTE) for c in final.tool_calls)
+    assert all(c.name == "note" and c.tool == realagent.NOTE for c in final.tool_calls)
     # The whole run, before and after the kill, replays offline to the same state.
     assert realagent.crash_graph().compile(store=store).replay("crash") == final
 
