@@ -235,8 +235,7 @@ class OpenAIChatModel(Closing):
     def complete(self, request: ChatRequest) -> ChatResponse:
         """Send ``request`` and return the first choice, retrying transient failures."""
         client, profile = self._session()
-        response = self._complete_with(client, profile.body(request, self.model), profile)
-        return profile.reply(request, response)
+        return self._complete_with(client, profile.body(request, self.model), profile)
 
     async def acomplete(self, request: ChatRequest) -> ChatResponse:
         """Like :meth:`complete`, without blocking the event loop.
@@ -247,7 +246,7 @@ class OpenAIChatModel(Closing):
         """
         async with self._asession() as (client, profile):
             body = profile.body(request, self.model)
-            return profile.reply(request, await self._acomplete_with(client, body, profile))
+            return await self._acomplete_with(client, body, profile)
 
     def complete_streaming(
         self, request: ChatRequest, on_token: Callable[[str], None]
@@ -273,8 +272,7 @@ class OpenAIChatModel(Closing):
         client, profile = self._session()
         body = profile.body(request, self.model)
         if not _streamable(body, profile):
-            whole = self._complete_with(client, body, profile)
-            return profile.reply(request, _deliver_whole(whole, on_token))
+            return _deliver_whole(self._complete_with(client, body, profile), on_token)
         _ask_to_stream(body, profile)
         relay = _TokenRelay(on_token)
 
@@ -289,10 +287,7 @@ class OpenAIChatModel(Closing):
                 chunks.close()
             return relay.response(self._subject())
 
-        streamed = self._retry(
-            attempt, lambda exc: self._stream_failure(exc, profile, relay.delivered)
-        )
-        return profile.reply(request, streamed)
+        return self._retry(attempt, lambda exc: self._stream_failure(exc, profile, relay.delivered))
 
     async def acomplete_streaming(
         self, request: ChatRequest, on_token: Callable[[str], None]
@@ -302,7 +297,7 @@ class OpenAIChatModel(Closing):
             body = profile.body(request, self.model)
             if not _streamable(body, profile):
                 response = await self._acomplete_with(client, body, profile)
-                return profile.reply(request, _deliver_whole(response, on_token))
+                return _deliver_whole(response, on_token)
             _ask_to_stream(body, profile)
             relay = _TokenRelay(on_token)
 
@@ -317,10 +312,9 @@ class OpenAIChatModel(Closing):
                     await chunks.close()
                 return relay.response(self._subject())
 
-            streamed = await self._aretry(
+            return await self._aretry(
                 attempt, lambda exc: self._stream_failure(exc, profile, relay.delivered)
             )
-            return profile.reply(request, streamed)
 
     def stream(self, request: ChatRequest, *, include_usage: bool = True) -> ChatStream:
         """Stream the reply as :class:`ChatDelta` s; the assembled response follows.

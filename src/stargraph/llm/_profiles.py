@@ -11,7 +11,6 @@ missing ``tool_choice``     auto      auto      **no tools offered**    auto
 ``tool_choice`` values      all       all       auto, none, named       auto
 schema in ``response_format``  json_schema  json_schema  json_object + schema  json_schema
 schema and tools together   yes       yes       no (sent without schema)  yes
-tool calls written as text  no        no        read as calls           read as calls
 usage in streams            yes       yes       never sent              yes
 re-send a timed-out call    yes       yes       no (one slot, still busy)   yes
 ==========================  ========  ========  ======================  ========
@@ -34,7 +33,7 @@ from pydantic import ConfigDict
 
 from stargraph._typed import TypedModel
 from stargraph.errors import ChatDataError, LLMError
-from stargraph.llm._messages import ChatRequest, ChatResponse
+from stargraph.llm._messages import ChatRequest
 
 __all__ = [
     "GENERIC",
@@ -80,12 +79,6 @@ class EndpointProfile(TypedModel):
     """Whether a reply held to a schema (``response_format``) may still be a tool call.
     Where it may not (a grammar over the whole reply, as llama.cpp builds one), a request
     offering tools is sent without the schema, and the caller's instruction stands alone."""
-    text_tool_calls: bool = False
-    """Whether a reply that only spells tool calls as JSON text (bare, fenced or in
-    ``<tool_call>`` tags), naming functions the request offered, is read as those calls.
-    Small models on servers whose template parser misses their format answer that way.
-    Only a reply with no native calls whose whole text (or every tagged block) is such
-    calls is read so; any other text stays the answer it is."""
     max_tokens_field: Literal["max_tokens", "max_completion_tokens"] = "max_tokens"
     """The body field that carries ``max_tokens`` (OpenAI's newer models take only
     ``max_completion_tokens``)."""
@@ -144,15 +137,6 @@ class EndpointProfile(TypedModel):
                 body["response_format"] = shape.to_openai(self.structured_output)
         return body
 
-    def reply(self, request: ChatRequest, response: ChatResponse) -> ChatResponse:
-        """``response`` as a caller should read it on this endpoint: with the tool calls its
-        text spells read as native calls where :attr:`text_tool_calls` says so."""
-        if not self.text_tool_calls:
-            return response
-        from stargraph.llm._text_calls import read_text_tool_calls
-
-        return read_text_tool_calls(request, response)
-
     def _check_tool_choice(self, choice: str | dict[str, Any]) -> None:
         kind = choice if isinstance(choice, str) else "function"
         if kind not in self.tool_choices:
@@ -180,22 +164,17 @@ LLAMA_CPP: Final = EndpointProfile.model_construct(
     tool_choices=("auto", "none", "function"),
     structured_output="json_object_schema",
     schema_with_tools=False,
-    text_tool_calls=True,
     stream_usage=False,
     stream_tools=False,
     retry_timeouts=False,
 )
 """llama.cpp's servers (``llama_cpp.server`` of llama-cpp-python, and ``llama-server``)."""
 OLLAMA: Final = EndpointProfile.model_construct(
-    name="ollama", null_content=False, tool_choices=("auto",), text_tool_calls=True
+    name="ollama", null_content=False, tool_choices=("auto",)
 )
 """Ollama's ``/v1`` endpoint (it ignores ``tool_choice``: tools are always offered)."""
 GENERIC: Final = EndpointProfile.model_construct(
-    name="generic",
-    null_content=False,
-    default_tool_choice="auto",
-    schema_with_tools=False,
-    text_tool_calls=True,
+    name="generic", null_content=False, default_tool_choice="auto", schema_with_tools=False
 )
 """An unknown server: the choices every server above accepts."""
 

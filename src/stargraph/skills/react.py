@@ -108,7 +108,6 @@ from stargraph.llm import (
     Usage,
 )
 from stargraph.llm import ToolCall as LlmToolCall
-from stargraph.llm._text_calls import is_text_call
 from stargraph.refs import resolve_ref, try_ref_of
 from stargraph.runtime import RunContext
 from stargraph.skills._react_rules import exit_pack, termination_pack
@@ -1067,9 +1066,6 @@ def _act_arbiter(ctx: RunContext) -> Arbiter:
     return arbiter
 
 
-_AFTER_RESULTS: Final = "\n\nUse this result to answer the task, or call another tool."
-
-
 def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
     """Dispatch every tool call of the last reply through the arbiter, in order."""
     reply = next((s for s in reversed(state.trajectory) if s.kind == "reply"), None)
@@ -1123,15 +1119,6 @@ def act(state: ReactState, ctx: RunContext) -> dict[str, Any] | None:
             and payload.get(done_field) is True
         ):
             finishing = result.summary
-    if answers and records[-1].status == "success" and is_text_call(records[-1].call_id):
-        # A model that writes its calls as text (a small one, whose format the server's
-        # template missed) reads this right after the results: without it, Qwen2.5-Coder
-        # 0.5B was measured calling the same tool again and again instead of answering. (A
-        # failure's text already says what to fix; native callers read the payload alone.)
-        last = answers[-1]
-        answers[-1] = ChatMessage.tool(
-            last.tool_call_id or "", f"{last.content}{_AFTER_RESULTS}", name=last.name
-        )
     errors = state.error_count + failed
     out = {
         "tool_calls": records,
