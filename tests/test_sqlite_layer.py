@@ -152,5 +152,24 @@ def test_issue23_only_the_layer_opens_sqlite_connections() -> None:
         for path in src.rglob("*.py")
         if "sqlite3.connect(" in path.read_text(encoding="utf-8")
     }
-    # cli/_load.py only peeks, read-only, at whether a file the user named is a store.
-    assert opening == {"_sqlite.py", "cli/_load.py"}
+    # Peeks at what a file holds (the CLI's "is this a store?", the console's "did a server
+    # use this database?") go through the layer's read-only table_names too.
+    assert opening == {"_sqlite.py"}
+
+
+def test_table_names_peeks_read_only_and_never_makes_the_file(tmp_path: Path) -> None:
+    from stargraph._sqlite import table_names
+
+    missing = tmp_path / "missing.db"
+    with pytest.raises(sqlite3.Error):
+        table_names(missing)
+    assert not missing.exists()
+    db = Database(tmp_path / "store.db")
+    with db.write() as conn:
+        conn.execute("CREATE TABLE serve_events (seq INTEGER)")
+    db.close()
+    assert "serve_events" in table_names(tmp_path / "store.db")
+    garbage = tmp_path / "garbage.db"
+    garbage.write_bytes(b"not a database, just bytes" * 100)
+    with pytest.raises(sqlite3.DatabaseError):
+        table_names(garbage)

@@ -38,7 +38,7 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any, Final, Literal, NoReturn
 
-__all__ = ["Database", "Doing", "Fail", "is_locked", "keep"]
+__all__ = ["Database", "Doing", "Fail", "is_locked", "keep", "table_names"]
 
 Doing = Literal["folder", "open", "closed", "locked", "write", "commit", "read"]
 """What failed: creating the file's folder, opening a connection (connect, PRAGMAs, WAL),
@@ -54,6 +54,18 @@ MEMORY: Final = ":memory:"
 def keep(exc: BaseException, doing: Doing) -> BaseException:
     """The default hook: let the ``sqlite3`` error through unchanged."""
     return exc
+
+
+def table_names(path: str | os.PathLike[str], *, timeout_s: float = 5.0) -> frozenset[str]:
+    """The names in ``sqlite_master`` of the existing file at ``path``, opened read only: a
+    peek at what a file holds before (or instead of) opening it as a store, so the file is
+    never created, never switched to WAL and never written. ``sqlite3.Error`` propagates (a
+    missing file, or one that is not an SQLite database, is the caller's answer to give)."""
+    import contextlib
+
+    uri = f"file:{Path(path).as_posix()}?mode=ro"
+    with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=timeout_s)) as conn:
+        return frozenset(row[0] for row in conn.execute("SELECT name FROM sqlite_master"))
 
 
 def is_locked(exc: sqlite3.OperationalError) -> bool:

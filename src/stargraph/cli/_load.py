@@ -10,7 +10,6 @@ graph hashes the same as when the script runs it.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import json
 import keyword
@@ -486,9 +485,10 @@ def _not_ours(path: Path) -> str | None:
     (or an SQLite database without any table yet)."""
     import sqlite3
 
+    from stargraph._sqlite import table_names
+
     try:
-        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as conn:
-            names = {row[0] for row in conn.execute("SELECT name FROM sqlite_master")}
+        names = table_names(path)
     except sqlite3.DatabaseError:
         return "not an SQLite database"
     if not names or names >= _STORE_TABLES:

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from stargraph._sqlite import table_names
 from stargraph.errors import RunNotFoundError, StargraphError
 from stargraph.ui._live import Partial
 
@@ -53,18 +54,9 @@ def _sqlite_has_tables(path: str) -> bool:
     """Whether the SQLite file holds ``serve_events`` (read only: the console does not make
     a server's tables in a database no server used)."""
     try:
-        conn = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=5)
+        return "serve_events" in table_names(path)
     except sqlite3.Error:
         return False
-    try:
-        found = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'serve_events'"
-        ).fetchone()
-    except sqlite3.Error:
-        return False
-    finally:
-        conn.close()
-    return found is not None
 
 
 class ServedText:
