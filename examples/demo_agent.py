@@ -32,7 +32,7 @@ from stargraph.nodes import SubgraphNode
 from stargraph.skills import Skill, SkillKind
 from stargraph.skills.react import ReactStep, ToolCallRecord, react_skill
 from stargraph.testing import RecordedRequest, Reply
-from stargraph.tools import ToolRegistry, llm_name_for, tool
+from stargraph.tools import ToolRegistry, tool
 
 PRICES = "demo.prices@1.0.0"
 CALC = "demo.calc@1.0.0"
@@ -95,19 +95,21 @@ def scripted_model(pace: float = 0.0) -> Callable[[RecordedRequest], Reply]:
         answers = [str(m["content"]) for m in request.messages if m["role"] == "tool"]
         if not answers:
             out = Reply.tool_calls(
+                # The short names the model is offered (the last segment of each tool's
+                # name): prices, calc.
                 [
-                    ("call-w", llm_name_for(PRICES), {"item": "widget"}),
-                    ("call-g", llm_name_for(PRICES), {"item": "gizmo"}),
+                    ("call-w", "prices", {"item": "widget"}),
+                    ("call-g", "prices", {"item": "gizmo"}),
                 ],
                 content="I look both prices up.",
             )
         elif len(answers) == 2:
             out = Reply.tool_calls(
-                [("call-t", llm_name_for(CALC), {"a": 3, "x": 4.5, "b": 2, "y": 1.25})],
+                [("call-t", "calc", {"a": 3, "x": 4.5, "b": 2, "y": 1.25})],
                 content="3 widgets at 4.50 and 2 gizmos at 1.25.",
             )
         else:
-            total = float(answers[-1].split('"payload":')[1].rstrip("}"))
+            total = float(answers[-1])  # the tool's payload itself: calc's number
             out = Reply.text(f"The order costs {total:.2f} EUR.")
         return out.delayed(pace) if pace else out
 
