@@ -844,7 +844,9 @@ changed.</p></section>
             shown = records if nested else [r for r in records if r.step > after]
             graph = console.graph_of(run)
             children = (
-                {} if graph is None else child_runs(graph.ir, run, shown, console.owner_of(run))
+                {}
+                if graph is None
+                else child_runs(graph.ir, run, shown, console.owner_of(run), store)
             )
             text = timeline_items(console.masker, run, shown, children, selectable=not nested)
             return nested_timeline(run, text, len(shown)) if nested else text
