@@ -73,4 +73,4 @@ def test_issue47_replay_stream_refuses_an_unknown_mode(tmp_path: Path) -> None:
         app = graph().compile(store=store)
         app.invoke({}, run_id="r")
         with pytest.raises(InvalidInputError, match="stream mode"):
-            list(app.replay_stream("r", mode="tokens"))  # type: ignore[call-overload]
+            list(app.replay_stream("r", mode="tokens"))  # type: ignore[arg-type]

@@ -481,13 +481,15 @@ def test_issue48_a_skill_run_again_gets_its_next_position_and_resumes_there(
     FAIL_AT.append(2)
     with pytest.raises(NodeError):
         app.invoke({}, run_id="loop")
-    children = sorted(r.run_id for r in app.store.list_runs() if r.run_id != "loop")
+    store = app.store
+    assert store is not None
+    children = sorted(r.run_id for r in store.list_runs() if r.run_id != "loop")
     assert children == ["loop::inc@1.0", "loop::inc@2.0"]
     assert app.get_run("loop::inc@2.0").status == "failed"
     FAIL_AT.clear()
     final = app.resume("loop")
     assert final.rounds == 3
-    assert sorted(r.run_id for r in app.store.list_runs() if r.run_id != "loop") == [
+    assert sorted(r.run_id for r in store.list_runs() if r.run_id != "loop") == [
         "loop::inc@1.0",
         "loop::inc@2.0",
         "loop::inc@3.0",

@@ -66,7 +66,7 @@ def arbiter(corpus: Corpus, tmp_path: Path) -> Iterator[Arbiter]:
         yield arb
 
 
-def tool_results(request: RecordedRequest) -> list[dict[str, Any]]:
+def tool_results(request: RecordedRequest) -> list[Any]:
     return [json.loads(m["content"]) for m in request.messages if m["role"] == "tool"]
 
 

