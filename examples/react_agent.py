@@ -6,7 +6,8 @@ Run: ``.venv/bin/python examples/react_agent.py``. Offline by default: the model
 file, fetches a local web page, computes with the calculator, then answers. The page is
 served on 127.0.0.1 too. Against a real endpoint, set ``OPENAI_BASE_URL`` (and
 ``OPENAI_API_KEY``, ``STARGRAPH_MODEL``; ``STARGRAPH_PROFILE`` names the server kind, else
-it is asked of the server): the same graph then talks to that model instead.
+it is asked of the server; ``STARGRAPH_TIMEOUT`` is the seconds a reply may take, 60 unless
+set): the same graph then talks to that model instead.
 
 The loop stops through rules only (``termination/done``, ``termination/max_steps``,
 ``termination/error_budget``); the run record in the SQLite store names the rule. With
@@ -158,6 +159,7 @@ def main() -> None:
             model = OpenAIChatModel(
                 os.environ.get("STARGRAPH_MODEL", "gpt-4o-mini"),
                 profile=os.environ.get("STARGRAPH_PROFILE", "detect"),
+                timeout=float(os.environ.get("STARGRAPH_TIMEOUT", "60")),
             )
         else:
             server = stack.enter_context(ScriptedOpenAIServer(scripted_model(page_url)))

@@ -50,7 +50,7 @@ def chat(llama: llamaserver.LlamaServer) -> Iterator[OpenAIChatModel]:
         base_url=llama.base_url,
         api_key=API_KEY,
         profile="detect",
-        timeout=120.0,
+        timeout=600.0,  # catches a hung server; replies are bounded by max_tokens
     )
     yield model
     model.close()

@@ -26,7 +26,7 @@ def main(config: dict[str, str]) -> None:
         base_url=config["base_url"],
         api_key=config["api_key"],
         profile="llama.cpp",
-        timeout=120.0,
+        timeout=600.0,  # catches a hung server; replies are bounded by max_tokens
     )
     stalling = realagent.StallingModel(model, answers=1, marker=Path(config["marker"]))
     store = SqliteStore(config["db"])

@@ -21,7 +21,7 @@ pytestmark = pytest.mark.real_model  # a llama.cpp model server (scripts/ensure_
 
 EXAMPLES = llamaserver.ROOT / "examples"
 EXAMPLE = EXAMPLES / "react_agent.py"
-RUN_TIMEOUT_S = 600
+RUN_TIMEOUT_S = 1800  # a hung run, not a slow one
 
 
 def load_example() -> ModuleType:
@@ -43,6 +43,8 @@ def test_example_on_a_local_model_replays_with_the_server_stopped(
         "OPENAI_BASE_URL": server.base_url,
         "STARGRAPH_MODEL": llamaserver.ALIAS,
         "STARGRAPH_DB": str(db),
+        # A deadline for a hung server only: a loaded 2-core machine once took over 60 s.
+        "STARGRAPH_TIMEOUT": "900",
         "PYTHONPATH": os.pathsep.join(sys.path),
     }
     env.pop("OPENAI_API_KEY", None)

@@ -158,7 +158,7 @@ def chat_model(llama: llamaserver.LlamaServer) -> OpenAIChatModel:
         base_url=llama.base_url,
         api_key=llamaserver.API_KEY,
         profile="llama.cpp",
-        timeout=120.0,
+        timeout=600.0,  # catches a hung server; replies are bounded by max_tokens
     )
 
 
