@@ -193,7 +193,8 @@ def test_issue50_child_skill_run_nests_labelled_in_the_timeline(
     summary = browser.eval(
         "document.querySelector('#timeline details.tl-child > summary').innerText"
     )
-    assert summary == "skill run of hotel trip-1::hotel@2.0"
+    # The child run is named by the skill node's own count of runs (its first), not the step.
+    assert summary == "skill run of hotel trip-1::hotel@1.0"
     child_line = browser.eval(
         "document.querySelector('#timeline details.tl-child').closest('li.tl-step').dataset.step"
     )
