@@ -184,9 +184,7 @@ def test_issue49_serve_over_http_answers_an_interrupt_by_elicitation(tmp_path: P
 
 SLOW = textwrap.dedent(
     '''
-    """Three steps; the second waits until the file `release` exists."""
-    import time
-    from pathlib import Path
+    """Three steps; the second waits until the test writes to the named pipe `release`."""
 
     from pydantic import BaseModel
 
@@ -204,8 +202,9 @@ SLOW = textwrap.dedent(
 
 
     def wait(state: Job) -> dict:
-        while not Path("release").exists():
-            time.sleep(0.01)
+        # Opening a FIFO to read blocks until a writer opens it: an event across processes.
+        with open("release") as pipe:
+            pipe.read()
         return {"waited": True}
 
 
@@ -234,6 +233,7 @@ def test_issue49_a_cancelled_call_cancels_its_run_at_the_next_step_boundary(
     from mcp.client.stdio import StdioServerParameters
 
     (tmp_path / "slow.py").write_text(SLOW)
+    os.mkfifo(tmp_path / "release")
     db = tmp_path / "runs.db"
     params = StdioServerParameters(
         command=STARGRAPH,
@@ -241,6 +241,10 @@ def test_issue49_a_cancelled_call_cancels_its_run_at_the_next_step_boundary(
         cwd=str(tmp_path),
         env={k: os.environ[k] for k in ("PATH", "PYTHONPATH") if k in os.environ},
     )
+
+    def _release() -> None:
+        with (tmp_path / "release").open("w"):  # waits for the node to open its end
+            pass
 
     def _runs() -> list[Any]:
         with SqliteStore(str(db)) as store:
@@ -260,7 +264,7 @@ def test_issue49_a_cancelled_call_cancels_its_run_at_the_next_step_boundary(
             with contextlib.suppress(asyncio.CancelledError):
                 await call
             # The step in flight finishes and commits; then the run stops, cancelled.
-            (tmp_path / "release").touch()
+            await asyncio.to_thread(_release)
             while not (runs := _runs()) or runs[0].status == "running":
                 await asyncio.sleep(0.02)
             return runs
