@@ -286,9 +286,13 @@ def test_issue50_tokens_a_server_stores_wake_the_console_through_notify(
                         if event == "run":
                             model.go.set()  # the page has read the store: now the words
                         elif event == "tokens" and seen[-1][1]:
-                            break
+                            # The server may store the first words in more than one
+                            # write; the page shows each; the model holds after three.
+                            text = seen[-1][1][0]["text"]
+                            assert letter.startswith(text), text
+                            if text == "Dear Ada, the":
+                                break
             assert seen[0] == ("run", {"last_step": 0, "status": "running"})
-            assert seen[-1][1][0]["text"] == "Dear Ada, the"
             assert store.get_run(run_id).last_step == 0  # the step has not committed
             model.release.set()
             _wait_status(store, run_id, "done")

@@ -144,8 +144,10 @@ def start(log_dir: Path, *, api_key: str | None = None, attempts: int = 3) -> Ll
             str(port),
             "--chat_format",
             "chatml-function-calling",
+            # The model's whole trained context: an agent's eight bounded steps (256
+            # tokens each, plus tool results and the tool prompt) once outgrew 4096.
             "--n_ctx",
-            "4096",
+            "8192",
             "--n_threads",
             "2",
             "--seed",

@@ -287,7 +287,7 @@ def _alive(pid: int) -> bool:
     # A zombie still answers kill(0); its /proc status says so.
     try:
         return "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):  # reaped between the two looks
         return False
 
 
