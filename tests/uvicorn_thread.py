@@ -1,15 +1,15 @@
 """One ASGI app served by uvicorn in a thread of the test, on a free loopback port.
 
 ``stargraph serve`` (``tests/serve``), the console (``tests/ui``) and the console over
-PostgreSQL (``tests/postgres``) are all served this way: port 0, the address read back from
-the bound socket, so tests never race for a port. Waits have a deadline that only catches a
-hang.
+PostgreSQL (``tests/postgres``) are all served this way: a socket on port 0 bound and listening
+before uvicorn starts, so tests never race for a port nor wait for the server to come up.
+The stop has a deadline that only catches a hang.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import Any, Final
 
@@ -33,18 +33,18 @@ class UvicornThread:
     ) -> None:
         self.app = app
         self._before_stop = before_stop
-        options: dict[str, Any] = {"host": "127.0.0.1", "port": 0, "log_level": "warning"}
+        options: dict[str, Any] = {"log_level": "warning"}
         options.update(config)
         self.server = uvicorn.Server(uvicorn.Config(app, **options))
-        self.thread = threading.Thread(target=self.server.run, daemon=True)
-        self.thread.start()
-        deadline = time.monotonic() + DEADLINE_S
-        while not self.server.started:
-            assert self.thread.is_alive(), "uvicorn stopped before it started"
-            assert time.monotonic() < deadline, "uvicorn did not start"
-            time.sleep(0.01)
-        port = self.server.servers[0].sockets[0].getsockname()[1]
+        # The socket listens before uvicorn starts: requests wait in its backlog until
+        # uvicorn accepts them, so nothing has to wait for the server to say it started.
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        port = self._listener.getsockname()[1]
         self.url = f"http://127.0.0.1:{port}"
+        self.thread = threading.Thread(
+            target=self.server.run, kwargs={"sockets": [self._listener]}, daemon=True
+        )
+        self.thread.start()
 
     def close(self) -> None:
         """Stop serving and wait for the thread (it must stop within the deadline)."""
@@ -52,4 +52,5 @@ class UvicornThread:
             self._before_stop()
         self.server.should_exit = True
         self.thread.join(DEADLINE_S)
+        self._listener.close()
         assert not self.thread.is_alive(), "uvicorn did not stop"

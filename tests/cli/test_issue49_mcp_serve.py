@@ -290,3 +290,25 @@ def _values(db: Path, run_id: str) -> dict[str, Any]:
         app = module.graph.compile(store=store)
         values: dict[str, Any] = app.get_state(run_id).model_dump()
     return values
+
+
+def test_issue49_serve_over_http_on_a_taken_port_is_a_usage_error(tmp_path: Path) -> None:
+    import socket
+    import subprocess
+
+    (tmp_path / "refund.py").write_text(GRAPH)
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1]
+        where = ["--db", "runs.db", "--http", f"127.0.0.1:{port}"]
+        done = subprocess.run(
+            [STARGRAPH, "mcp", "serve", "refund.py", *where],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=120,  # a hang, not a slow start
+            check=False,
+        )
+    assert done.returncode == 2, done.stderr
+    assert f"--http 127.0.0.1:{port}: cannot listen there" in done.stderr
+    assert "fix: choose a free port" in done.stderr
+    assert "serving on" not in done.stderr

@@ -19,6 +19,7 @@ import asyncio
 import contextlib
 import re
 import secrets
+import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
@@ -333,5 +334,17 @@ def _serve_http(server: Any, host: str, port: int) -> None:
 
     app = server.streamable_http_app(host=host)
     config = uvicorn.Config(app, host=host, port=port, log_level="warning")
-    click.echo(f"stargraph mcp: serving on http://{host}:{port}/mcp", err=True)
-    uvicorn.Server(config).run()
+    # Listening before the line is printed: whoever reads it can connect at once (the
+    # backlog holds connections until uvicorn accepts them), and a taken port is an error
+    # here rather than after a line that said all was well.
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        listener = socket.create_server((host, port), family=family)
+    except OSError as exc:
+        raise CliUsageError(
+            f"--http {host}:{port}: cannot listen there: {exc.strerror or exc} "
+            "(fix: choose a free port, or a host this machine has)"
+        ) from exc
+    with listener:
+        click.echo(f"stargraph mcp: serving on http://{host}:{port}/mcp", err=True)
+        uvicorn.Server(config).run(sockets=[listener])
