@@ -460,6 +460,43 @@ def test_the_body_each_profile_sends() -> None:
     }
 
 
+def test_llama_cpp_is_sent_string_bounds_its_grammar_builder_accepts() -> None:
+    long_text: dict[str, Any] = {"type": "string", "maxLength": 100_000}
+    tool: dict[str, Any] = {
+        "type": "function",
+        "function": {
+            "name": "mail",
+            "description": "Send a mail.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "body": long_text,
+                    "subject": {"type": "string", "maxLength": 200},
+                    # An argument called maxLength is a name, not a bound.
+                    "maxLength": {"type": "integer", "maximum": 5000},
+                    "to": {"type": "array", "items": {"type": "string", "maxLength": 1254}},
+                },
+            },
+        },
+    }
+    request = ChatRequest(messages=(ChatMessage.user("mail Ada"),), tools=(tool,))
+    sent_schema = LLAMA_CPP.body(request, "m")["tools"][0]["function"]["parameters"]
+    assert sent_schema["properties"] == {
+        "body": {"type": "string", "maxLength": 1000},
+        "subject": {"type": "string", "maxLength": 200},
+        "maxLength": {"type": "integer", "maximum": 5000},
+        "to": {"type": "array", "items": {"type": "string", "maxLength": 1000}},
+    }
+    assert tool["function"]["parameters"]["properties"]["body"] == long_text  # not mutated
+    assert OPENAI.body(request, "m")["tools"] == [tool]
+    answer = {"type": "object", "properties": {"text": long_text}}
+    schema_only = ChatRequest(
+        messages=(ChatMessage.user("hi"),), response_format=ResponseFormat.for_schema(answer)
+    )
+    lowered = LLAMA_CPP.body(schema_only, "m")["response_format"]["schema"]
+    assert lowered["properties"]["text"]["maxLength"] == 1000
+
+
 def test_new_request_fields_keep_old_fingerprints() -> None:
     """Recorded runs stay replayable: unset new fields do not enter the fingerprint."""
     request = ChatRequest(messages=(ChatMessage.user("hi"),))

@@ -8,6 +8,7 @@ model says.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 import pytest
 from pydantic import BaseModel, Field
@@ -189,3 +190,38 @@ def test_a_wrong_api_key_names_the_servers_reason(llama: llamaserver.LlamaServer
     ):
         model.complete(HELLO)
     assert "failed after 1 attempt: HTTP 401: Invalid API key" in str(caught.value)
+
+
+def test_a_tool_with_long_string_bounds_is_offered_and_the_server_stays_up(
+    start_llama: Callable[[], llamaserver.LlamaServer],
+) -> None:
+    """llama.cpp's grammar builder refuses a string bound above 1,000 and llama-cpp-python's
+    server then stops; the llama.cpp profile lowers the bound, so the call is made."""
+    server = start_llama()
+    write = {
+        "type": "function",
+        "function": {
+            "name": "write",
+            "description": "Write a note.",
+            "parameters": {
+                "type": "object",
+                "properties": {"text": {"type": "string", "maxLength": 100_000}},
+                "required": ["text"],
+            },
+        },
+    }
+    request = ChatRequest(
+        messages=(ChatMessage.user("Write the note 'hi'."),),
+        tools=(write,),
+        tool_choice={"type": "function", "function": {"name": "write"}},
+        temperature=0.0,
+    )
+    with OpenAIChatModel(
+        llamaserver.ALIAS, base_url=server.base_url, profile="llama.cpp", max_retries=0
+    ) as model:
+        response = model.complete(request)
+        assert response.finish_reason == "tool_calls"
+        (call,) = response.tool_calls
+        assert call.name == "write"
+        assert len(call.arguments) <= 1000 + len('{"text": ""}') + 8  # held to the lowered bound
+        assert server.running

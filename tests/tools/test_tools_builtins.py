@@ -212,3 +212,26 @@ def test_http_fetch_against_a_loopback_server(arbiter: Arbiter, server: str) -> 
 def test_http_fetch_refuses_other_schemes(arbiter: Arbiter) -> None:
     with pytest.raises(ToolArgumentError, match="url must start with http:// or https://"):
         run(arbiter, "choir.http.fetch", url="file:///etc/passwd")
+
+
+def test_every_free_string_a_model_writes_is_bounded_in_the_schema_it_is_offered() -> None:
+    # A grammar-constrained server (llama.cpp) bounds an argument only by its schema: an
+    # unbounded string lets a runaway model fill its whole context inside one tool call.
+    unbounded = []
+    for built in builtin_tools():
+        properties = built.spec.llm_view()["function"]["parameters"]["properties"]
+        for name, schema in properties.items():
+            free = schema.get("type") == "string" and "enum" not in schema
+            # A file's content is as long as the file: it is the one string left unbounded.
+            if free and name != "content" and "maxLength" not in schema:
+                unbounded.append(f"{built.spec.id}:{name}")
+    assert unbounded == []
+
+
+def test_a_path_longer_than_its_bound_is_a_typed_error_naming_the_argument(
+    arbiter: Arbiter,
+) -> None:
+    with pytest.raises(ToolArgumentError, match="path: String should have at most 1024"):
+        run(arbiter, "choir.fs.read", path="a" * 1025)
+    with pytest.raises(ToolArgumentError, match="url: String should have at most 2048"):
+        run(arbiter, "choir.http.fetch", url="http://x/" + "a" * 2048)

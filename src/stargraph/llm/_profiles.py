@@ -13,6 +13,7 @@ schema in ``response_format``  json_schema  json_schema  json_object + schema  j
 schema and tools together   yes       yes       no (sent without schema)  yes
 usage in streams            yes       yes       never sent              yes
 re-send a timed-out call    yes       yes       no (one slot, still busy)   yes
+``maxLength`` in schemas    any       any       at most 1,000 (lowered)  any
 ==========================  ========  ========  ======================  ========
 
 An :class:`EndpointProfile` holds one column; :meth:`EndpointProfile.body` turns a
@@ -29,7 +30,7 @@ from collections.abc import Collection, Mapping
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
-from pydantic import ConfigDict
+from pydantic import ConfigDict, Field
 
 from stargraph._typed import TypedModel
 from stargraph.errors import ChatDataError, LLMError
@@ -92,6 +93,11 @@ class EndpointProfile(TypedModel):
     retry_timeouts: bool = True
     """Whether a timed-out request may be sent again. A single-slot local server keeps
     generating the answer nobody waits for, so a re-sent request only queues behind it."""
+    max_string_length: int | None = Field(None, ge=1)
+    """The longest string bound (``maxLength``) the server's grammar builder accepts; longer
+    bounds in offered tool schemas and response schemas are lowered to it, so the model is
+    held to a subset of what the tool validates. llama.cpp refuses a string repeated more
+    than 1,000 times, and llama-cpp-python's server then stops. ``None``: sent as declared."""
 
     @classmethod
     def named(cls, name: str) -> EndpointProfile:
@@ -135,6 +141,10 @@ class EndpointProfile(TypedModel):
                 body.pop("response_format", None)
             else:
                 body["response_format"] = shape.to_openai(self.structured_output)
+        if self.max_string_length is not None:
+            for key in ("tools", "response_format"):
+                if key in body:
+                    body[key] = _lower_string_bounds(body[key], self.max_string_length)
         return body
 
     def _check_tool_choice(self, choice: str | dict[str, Any]) -> None:
@@ -146,6 +156,19 @@ class EndpointProfile(TypedModel):
                 f"(it accepts {accepted}); choose one of those, or pass the profile of the "
                 "server you really use"
             )
+
+
+def _lower_string_bounds(value: Any, limit: int) -> Any:
+    """A copy of ``value`` (JSON) with every ``maxLength`` above ``limit`` lowered to it."""
+    if isinstance(value, list):
+        return [_lower_string_bounds(item, limit) for item in value]
+    if not isinstance(value, dict):
+        return value
+    lowered = {key: _lower_string_bounds(item, limit) for key, item in value.items()}
+    bound = lowered.get("maxLength")
+    if isinstance(bound, int) and not isinstance(bound, bool) and bound > limit:
+        lowered["maxLength"] = limit
+    return lowered
 
 
 # The shipped profiles are literals, built without validation so that importing the llm
@@ -167,6 +190,7 @@ LLAMA_CPP: Final = EndpointProfile.model_construct(
     stream_usage=False,
     stream_tools=False,
     retry_timeouts=False,
+    max_string_length=1000,
 )
 """llama.cpp's servers (``llama_cpp.server`` of llama-cpp-python, and ``llama-server``)."""
 OLLAMA: Final = EndpointProfile.model_construct(

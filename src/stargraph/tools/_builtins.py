@@ -36,12 +36,21 @@ logger = logging.getLogger("stargraph.tools")
 
 _OUTPUT_LIMIT = 64_000
 _SEARCH_FILE_LIMIT = 2_000_000
+# Bounds on the free strings a model writes. They are in the schema the model is offered, so
+# a server that constrains tool arguments with a grammar (llama.cpp does, with no token limit
+# of its own) cannot let a runaway string fill the model's whole context.
+_PATH_MAX = 1024
+_URL_MAX = 2048
+_PATTERN_MAX = 1000
+_COMMAND_MAX = 8000
 
 
 @tool(id="choir.fs.read@1.0.0", side_effect="read", locks=("file:{path}:S",), timeout_s=10)
 def fs_read(
     ctx: ToolContext,
-    path: Annotated[str, Field(description="File path relative to the workspace root.")],
+    path: Annotated[
+        str, Field(max_length=_PATH_MAX, description="File path relative to the workspace root.")
+    ],
     head: Annotated[int | None, Field(ge=1, description="Only the first N lines.")] = None,
     tail: Annotated[int | None, Field(ge=1, description="Only the last N lines.")] = None,
 ) -> ToolOutput:
@@ -61,7 +70,9 @@ def fs_read(
 @tool(id="choir.fs.write@1.0.0", side_effect="write", locks=("file:{path}:X",), timeout_s=10)
 def fs_write(
     ctx: ToolContext,
-    path: Annotated[str, Field(description="File path relative to the workspace root.")],
+    path: Annotated[
+        str, Field(max_length=_PATH_MAX, description="File path relative to the workspace root.")
+    ],
     content: Annotated[str, Field(description="Text to write.")],
     mode: Annotated[
         Literal["overwrite", "append", "replace", "insert"],
@@ -136,8 +147,12 @@ def _line_range(
 @tool(id="choir.fs.search@1.0.0", side_effect="read", locks=("file:{path}:S",), timeout_s=30)
 def fs_search(
     ctx: ToolContext,
-    pattern: Annotated[str, Field(description="Python regular expression to look for.")],
-    path: Annotated[str, Field(description="Directory or file to search.")] = ".",
+    pattern: Annotated[
+        str, Field(max_length=_PATTERN_MAX, description="Python regular expression to look for.")
+    ],
+    path: Annotated[
+        str, Field(max_length=_PATH_MAX, description="Directory or file to search.")
+    ] = ".",
     max_results: Annotated[int, Field(ge=1, le=10_000)] = 100,
 ) -> ToolOutput:
     """Search files under a workspace path for a regular expression; return matching lines."""
@@ -180,7 +195,10 @@ def _exec_tool(*, network: bool, unsandboxed: bool) -> PythonTool:
     )
     def exec_tool(
         ctx: ToolContext,
-        command: Annotated[str, Field(description="Shell command, run in the workspace root.")],
+        command: Annotated[
+            str,
+            Field(max_length=_COMMAND_MAX, description="Shell command, run in the workspace root."),
+        ],
     ) -> ToolOutput:
         shell = ["/bin/sh", "-c", command]
         if unsandboxed:
@@ -245,7 +263,7 @@ exec_tool = _exec_tool(network=False, unsandboxed=False)
 @tool(id="choir.http.fetch@1.0.0", side_effect="read", network=True, timeout_s=30)
 def http_fetch(
     ctx: ToolContext,
-    url: Annotated[str, Field(description="http:// or https:// URL.")],
+    url: Annotated[str, Field(max_length=_URL_MAX, description="http:// or https:// URL.")],
     method: Literal["GET", "HEAD"] = "GET",
     max_bytes: Annotated[int, Field(ge=1, le=10_000_000)] = 1_000_000,
 ) -> ToolOutput:
