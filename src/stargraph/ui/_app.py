@@ -741,8 +741,15 @@ def create_app(
         children = (
             {} if graph is None else child_runs(graph.ir, run, shown, console.owner_of(run), store)
         )
+        sources = {} if graph is None else pages.tool_sources(graph.ir)
         rows_html = pages.step_rows(
-            masker, run_id, shown, previous, can_fork=can_resume, children=children
+            masker,
+            run_id,
+            shown,
+            previous,
+            can_fork=can_resume,
+            children=children,
+            sources=sources,
         )
         rid = quote(run_id, safe="")
         timeline = timeline_items(masker, run, shown, children)
@@ -823,6 +830,7 @@ changed.</p></section>
                 previous,
                 can_fork=actor(graph) is not None,
                 children=children,
+                sources={} if graph is None else pages.tool_sources(graph.ir),
             )
 
         return HTMLResponse(await run_in_threadpool(rows))
@@ -911,7 +919,14 @@ changed.</p></section>
                 else child_runs(graph.ir, run, records, console.owner_of(run), store)
             )
             # A child run is part of its parent's step: it is not forked on its own.
-            rows = pages.step_rows(console.masker, run_id, records, None, children=children)
+            rows = pages.step_rows(
+                console.masker,
+                run_id,
+                records,
+                None,
+                children=children,
+                sources={} if graph is None else pages.tool_sources(graph.ir),
+            )
             return pages.nested_run(run, rows, len(records))
 
         try:

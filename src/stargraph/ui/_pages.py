@@ -15,6 +15,9 @@ from urllib.parse import quote, urlencode
 
 from stargraph.checkpoint import JournalEntry, RunRecord, StepRecord
 from stargraph.checkpoint._records import RunStatus
+from stargraph.ir import GraphIR
+from stargraph.tools._names import short_names
+from stargraph.tools._spec import tool_id_from_llm_name
 from stargraph.ui._diff import AlignedStep, RunPairDiff
 from stargraph.ui._digest import RunDigest, Totals, usage_of
 from stargraph.ui._mask import Masker
@@ -261,7 +264,58 @@ def _chat_message(masker: Masker, message: Any) -> str:
     )
 
 
-def _call(masker: Masker, call: JournalEntry) -> str:
+ToolSources = Mapping[str, Mapping[str, str]]
+"""Per node: the name a model is offered a tool under -> the tool's allowlist entry."""
+
+
+def tool_sources(ir: GraphIR) -> dict[str, dict[str, str]]:
+    """Which tool each offered name stands for, per model-calling node of ``ir``.
+
+    Worked out from the node's allowlist (``config["tools"]``, part of the graph hash), as the
+    node itself names them: never from what the model was shown.
+    """
+    sources: dict[str, dict[str, str]] = {}
+    for node in ir.nodes:
+        allowed = getattr(node, "config", {}).get("tools")
+        if isinstance(allowed, list) and all(isinstance(t, str) for t in allowed):
+            sources[str(node.id)] = short_names(allowed)
+    return sources
+
+
+def _offered(masker: Masker, tools: Any, names: Mapping[str, str]) -> str:
+    """The tools a model call offered, each with its description; a description an MCP
+    server wrote is marked untrusted: the model reads it as instructions."""
+    if not isinstance(tools, list) or not tools:
+        return ""
+    items, untrusted = [], 0
+    for entry in tools:
+        function = entry.get("function") if isinstance(entry, dict) else None
+        if not isinstance(function, dict):
+            continue
+        name = str(function.get("name") or "")
+        source = names.get(name) or tool_id_from_llm_name(name) or ""
+        mark = ""
+        if source.startswith("mcp."):
+            untrusted += 1
+            server = source.split(".")[1] if source.count(".") >= 2 else "?"
+            mark = (
+                f' <span class="untrusted">untrusted: written by MCP server '
+                f"<code>{escape(server)}</code></span>"
+            )
+        shown = f" <code>{escape(source)}</code>" if source and source != name else ""
+        description = escape(masker.text(str(function.get("description") or "")))
+        items.append(
+            f'<div class="offered-tool{" mcp" if mark else ""}"><code>{escape(name)}</code>'
+            f"{shown}{mark}<pre>{description}</pre></div>"
+        )
+    from_mcp = f", {untrusted} described by MCP servers (untrusted text)" if untrusted else ""
+    return (
+        f'<details class="offered"><summary>{len(items)} tools offered{from_mcp}</summary>'
+        f"{''.join(items)}</details>"
+    )
+
+
+def _call(masker: Masker, call: JournalEntry, sources: ToolSources) -> str:
     where = escape(_label(call.node, call.index))
     if call.kind == "llm":
         request = call.request if isinstance(call.request, dict) else {}
@@ -272,10 +326,11 @@ def _call(masker: Masker, call: JournalEntry) -> str:
         if isinstance(call.value, dict):
             model = str(call.value.get("model") or request.get("model") or "")
         chat = "".join(_chat_message(masker, m) for m in messages)
+        offered = _offered(masker, request.get("tools"), sources.get(call.node, {}))
         return (
             f'<details class="call llm"><summary>model call from {where}'
             f"{f' <code>{escape(model)}</code>' if model else ''}: {len(messages)} messages,"
-            f" {prompt:,} + {completion:,} tokens</summary>"
+            f" {prompt:,} + {completion:,} tokens</summary>{offered}"
             f'<div class="chat">{chat}</div><div class="chat reply">'
             f"{_chat_message(masker, reply)}</div></details>"
         )
@@ -332,11 +387,14 @@ def step_rows(
     *,
     can_fork: bool = False,
     children: Mapping[tuple[Any, ...], str] | None = None,
+    sources: ToolSources | None = None,
 ) -> str:
     """The ``<tr>`` rows of the step timeline for ``records`` (in order); ``can_fork`` adds
     each step's link to fork or replay the run from there. ``children`` maps
     ``(step, node, index)`` (a task that ran) and ``("next", step, node, index)`` (a task
     a step scheduled) to the id of its child (skill) run, shown as an expandable nested run.
+    ``sources`` (:func:`tool_sources` of the run's graph) names the tool behind each offered
+    name, so descriptions MCP servers wrote are marked.
     """
     rows = []
     rid = quote(run_id, safe="")
@@ -379,7 +437,7 @@ def step_rows(
                 + (f": {escape(masker.text(decision.reason))}" if decision.reason else "")
                 + "</div>"
             )
-        calls = "".join(_call(masker, c) for c in r.calls)
+        calls = "".join(_call(masker, c, sources or {}) for c in r.calls)
         state_url = f"/runs/{rid}/state?step={r.step}"
         fork = (
             f'<a class="fork" href="/runs/{rid}/fork?step={r.step}">fork / replay from here</a>'

@@ -207,6 +207,9 @@ svg.graph marker path{fill:#8c959f}svg.graph marker path.ran{fill:#1a7f37}
 .call{margin:.3rem 0}.call>summary{cursor:pointer}
 .chat{display:flex;flex-direction:column;gap:.3rem;margin:.3rem 0}
 .msg{border:1px solid #ddd;border-radius:8px;padding:.3rem .6rem;max-width:90%}
+.offered{margin:.3rem 0}.offered-tool{margin:.2rem 0 .2rem .6rem}
+.offered-tool.mcp{border-left:3px solid #cf222e;padding-left:.4rem}
+.untrusted{color:#cf222e;font-size:.75rem;font-weight:600}
 .msg .who{font-size:.75rem;color:#57606a}.msg .text{white-space:pre-wrap;overflow-wrap:anywhere}
 .role-user{align-self:flex-end;background:#ddf4ff}.role-assistant{background:#f6f8fa}
 .role-system{background:#fff8c5}.role-tool{background:#fbefff}
