@@ -47,6 +47,7 @@ from pathlib import Path
 import pytest
 
 from stargraph.testing import RecordedRequest, Reply, ScriptedOpenAIServer
+from tests import mcp_servers
 
 ROOT = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -55,6 +56,9 @@ PAGES = sorted(
 )
 PAGE_IDS = [str(p.relative_to(ROOT)) for p in PAGES]
 PG_PAGES = {"docs/how-to/postgres.md", "docs/how-to/workers.md"}
+# Pages whose code starts third-party MCP servers, found on PATH as a reader's install puts
+# them there (scripts/ensure_mcp_servers.sh installs them for the tests).
+MCP_PAGES = {"docs/how-to/mcp.md"}
 """Pages whose blocks get ``DATABASE_URL``: a PostgreSQL server of the test's own."""
 
 _FENCE = re.compile(
@@ -168,6 +172,9 @@ TOOL_ARGUMENTS: dict[str, dict[str, object]] = {
     **{name.rpartition(".")[2]: args for name, args in _ARGUMENTS.items()},
     **{name.replace(".", "__") + "__v1_0_0": args for name, args in _ARGUMENTS.items()},
     "get_weather": {"city": "Paris"},
+    # server-filesystem's tools, in the MCP how-to's agent
+    "write_file": {"path": "ws/notes.txt", "content": "buy milk"},
+    "read_text_file": {"path": "ws/notes.txt"},
 }
 # Answers to a reply schema (response_format json_schema), by schema name.
 SCHEMA_ANSWERS: dict[str, object] = {
@@ -329,11 +336,23 @@ def _pg_dsn(request: pytest.FixtureRequest, page: str) -> dict[str, str]:
     return {"DATABASE_URL": str(request.getfixturevalue("docs_pg"))}
 
 
+def _mcp_path(page: str, env: dict[str, str]) -> dict[str, str]:
+    if page not in MCP_PAGES:
+        return {}
+    mcp_servers.ensure()
+    found = os.pathsep.join(str(p) for p in (mcp_servers.BIN, mcp_servers.TIME.parent))
+    return {"PATH": f"{found}{os.pathsep}{env['PATH']}"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "page",
     [
-        pytest.param(p, marks=pytest.mark.postgres) if i in PG_PAGES else p
+        pytest.param(p, marks=pytest.mark.postgres)
+        if i in PG_PAGES
+        else pytest.param(p, marks=pytest.mark.mcp)
+        if i in MCP_PAGES
+        else p
         for p, i in zip(PAGES, PAGE_IDS, strict=True)
     ],
     ids=PAGE_IDS,
@@ -355,6 +374,7 @@ def test_every_python_block_runs(
             **_pg_dsn(request, str(page.relative_to(ROOT))),
         }
     )
+    env.update(_mcp_path(str(page.relative_to(ROOT)), env))
     for block in blocks:
         if block.lang == "sh" and "sh" in block.options:
             for line in _commands(block.body):
